@@ -1,0 +1,107 @@
+# Mooncake FS - the one entry point: all, run, test, asan, bench, install, clean.
+# Quiet by default; V=1 prints every command.
+
+PYTHON ?= /usr/bin/python3
+CC ?= cc
+PREFIX ?= /usr/local
+MOUNT ?= ./mnt
+SEGMENT_SIZE ?= 1G
+BUILD ?= build
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+SAN_FLAGS :=
+ifeq ($(SAN),1)
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+
+CFLAGS ?= -O2 -g
+WARN := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+BASE_CFLAGS := -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE -Icore/include -Icore/src $(SAN_FLAGS)
+FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
+FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
+CORE_LIBS := -luring -lpthread
+LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
+
+CORE_SRC := $(sort $(wildcard core/src/*.c))
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
+FS_SRC := $(sort $(wildcard fs/*.c))
+FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+LIB_A := $(BUILD)/libmooncake.a
+LIB_SO := $(BUILD)/libmooncake.so
+FS_BIN := $(BUILD)/mooncake-fs
+
+.PHONY: all deps run test test-unit test-integration asan bench install clean format format-check
+all: $(LIB_A) $(LIB_SO) $(FS_BIN) $(UNIT_BIN)
+
+deps:
+	$(Q)packaging/deps.sh
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(if $(filter fs/%,$<),$(FUSE_CFLAGS)) -MMD -MP -c -o $@ $<
+
+$(LIB_A): $(CORE_OBJ)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(CORE_OBJ) core/libmooncake.map
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -shared -o $@ $(CORE_OBJ) -Wl,--version-script=core/libmooncake.map -Wl,-soname,libmooncake.so.0 $(LDFLAGS_ALL) $(CORE_LIBS)
+
+$(FS_BIN): $(FS_OBJ) $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -o $@ $(FS_OBJ) $(LIB_A) $(LDFLAGS_ALL) $(FUSE_LIBS) $(CORE_LIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -Ifs $(FUSE_CFLAGS) -o $@ $< $(filter-out $(BUILD)/fs/main.o,$(FS_OBJ)) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(FUSE_LIBS) $(CORE_LIBS)
+
+$(BUILD)/tests/test_path: $(FS_OBJ)
+
+run: deps all
+	$(Q)mkdir -p $(MOUNT)
+	@echo "mounting an embedded store at $(MOUNT) (Ctrl-C unmounts)"
+	$(Q)$(FS_BIN) -f --segment-size $(SEGMENT_SIZE) $(MOUNT)
+
+test: deps all format-check
+	$(Q)tests/run-unit.sh $(BUILD)
+	$(Q)MC_BUILD=$(BUILD) $(PYTHON) -m pytest -q tests/integration
+
+test-unit: all
+	$(Q)tests/run-unit.sh $(BUILD)
+
+asan:
+	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SAN=1 CFLAGS="-O1 -g" test
+
+bench: deps all
+	$(Q)MC_BUILD=$(BUILD) PYTHON=$(PYTHON) bench/run.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/mooncake
+	install -m 755 $(FS_BIN) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libmooncake.so.0
+	ln -sf libmooncake.so.0 $(DESTDIR)$(PREFIX)/lib/libmooncake.so
+	install -m 644 core/include/mooncake/*.h $(DESTDIR)$(PREFIX)/include/mooncake/
+
+FORMAT_SRC = $(wildcard core/include/mooncake/*.h core/src/*.[ch] fs/*.[ch] tests/unit/*.[ch] python/mooncake/*.c)
+format:
+	$(Q)clang-format -i $(FORMAT_SRC)
+
+format-check:
+	$(Q)clang-format --dry-run -Werror $(FORMAT_SRC)
+
+clean:
+	rm -rf build build-asan
+
+-include $(CORE_OBJ:.o=.d) $(FS_OBJ:.o=.d)

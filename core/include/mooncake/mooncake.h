@@ -1,0 +1,274 @@
+/*
+ * mooncake.h - the public API of libmooncake.
+ *
+ * A store maps keys (byte strings, 1..MC_KEY_MAX bytes, no NUL) to immutable
+ * object versions. Every operation has an async form taking a completion
+ * callback and, for whole-object operations, a sync form that is the async
+ * form plus a wait.
+ *
+ * Conventions (see docs/ARCHITECTURE.md):
+ *  - Functions return 0 (or a count) on success and a negative errno on
+ *    failure; they never set errno. mc_strerror() names every code.
+ *  - An async call that returns an error never calls its callback. One that
+ *    returns 0 calls it exactly once, on the store's loop thread, and never
+ *    from inside the call itself.
+ *  - Buffers passed to an async call stay owned by the caller and must stay
+ *    valid until the callback runs.
+ *  - Any thread may call any function; work is handed to the store's loop.
+ *    Sync forms called from the loop thread itself return -EDEADLK.
+ */
+#ifndef MOONCAKE_MOONCAKE_H
+#define MOONCAKE_MOONCAKE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "mooncake/loop.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MC_VERSION_STRING "0.1.0"
+
+/* Longest key, in bytes. */
+#define MC_KEY_MAX 4096
+/* Segment size of an embedded store when none is given: 1 GiB. */
+#define MC_DEFAULT_SEGMENT_SIZE (1ULL << 30)
+/* Default read lease, as in Mooncake's default_kv_lease_ttl. */
+#define MC_DEFAULT_LEASE_MS 5000
+
+typedef struct mc_store mc_store_t;
+typedef struct mc_obj mc_obj_t;
+typedef struct mc_writer mc_writer_t;
+
+/* result is >= 0 on success (bytes, counts, or 0) or a negative errno. */
+typedef void (*mc_done_cb)(void *arg, int result);
+
+typedef struct mc_store_opts {
+    uint64_t segment_size;    /* bytes of memory this node contributes (0: default) */
+    const char *master;       /* NULL or "": embedded (master in this process) */
+    uint64_t lease_ms;        /* read lease granted by get/open (0: default) */
+    unsigned evict_high_pct;  /* evict when use exceeds this % (0: never, puts fail) */
+    unsigned evict_ratio_pct; /* then free this % of the segment (0: 10) */
+    mc_loop_t *loop;          /* run on this loop; NULL: the store runs its own thread */
+} mc_store_opts_t;
+
+/* Object metadata, as published. */
+typedef struct mc_stat {
+    uint64_t size;     /* bytes */
+    uint64_t version;  /* unique per publish, grows over time */
+    int64_t mtime_ns;  /* wall clock at publish (or as set) */
+    uint32_t mode;     /* permission bits (07777) */
+    uint32_t replicas; /* number of complete replicas */
+    uint32_t flags;    /* MC_STAT_* */
+} mc_stat_t;
+
+#define MC_STAT_LEASED 0x1   /* a read lease or an open handle holds it */
+#define MC_STAT_SOFT_PIN 0x2 /* soft-pinned (evicted only as a last resort) */
+#define MC_STAT_HARD_PIN 0x4 /* hard-pinned (never evicted) */
+
+#define MC_PIN_NONE 0
+#define MC_PIN_SOFT 1
+#define MC_PIN_HARD 2
+
+typedef struct mc_put_opts {
+    uint32_t flags;           /* MC_PUT_* */
+    uint32_t mode;            /* permission bits; 0 means 0644 */
+    uint32_t replica_num;     /* 0 means 1 */
+    uint32_t pin;             /* MC_PIN_* */
+    uint64_t soft_pin_ttl_ms; /* 0: the pin lasts until removed */
+    int64_t mtime_ns;         /* 0: now */
+} mc_put_opts_t;
+
+/* Fail with -EEXIST instead of replacing an existing key. */
+#define MC_PUT_NOREPLACE 0x1
+
+/* Remove even if leased or open; readers finish on the old version. */
+#define MC_REMOVE_FORCE 0x1
+/* The key is a directory marker ("a/b/"): fail with -ENOTEMPTY if any other
+ * key starts with it. */
+#define MC_REMOVE_DIR 0x2
+
+/* Fail with -EEXIST if the destination exists. */
+#define MC_RENAME_NOREPLACE 0x1
+/* from and to are prefixes ending in '/': move every key under from (the
+ * marker included) atomically. Fails with -ENOTEMPTY if a key other than the
+ * marker exists under to, -EINVAL if to lies under from. */
+#define MC_RENAME_PREFIX 0x2
+
+typedef struct mc_list_entry {
+    const char *key; /* full key, NUL-terminated for convenience */
+    size_t klen;
+    int is_prefix;   /* 1: a common prefix (ends with the delimiter); st unset */
+    mc_stat_t st;
+} mc_list_entry_t;
+
+typedef struct mc_list {
+    size_t n;
+    mc_list_entry_t *entries;
+    int more;           /* 1: more entries follow; pass `next` as `after` */
+    const char *next;   /* cursor: the last key (or prefix) returned */
+    size_t next_len;
+} mc_list_t;
+
+typedef struct mc_space {
+    uint64_t total;   /* bytes in all segments */
+    uint64_t used;    /* bytes allocated (committed or being written) */
+    uint64_t objects; /* keys published */
+    uint64_t evicted; /* objects evicted since start */
+} mc_space_t;
+
+/* ---- errors ---- */
+
+/* mc_strerror() returns a static description of a negative result code. */
+MC_EXPORT const char *mc_strerror(int code);
+
+/* ---- the store ---- */
+
+/* mc_store_opts_init() fills defaults (embedded, MC_DEFAULT_SEGMENT_SIZE). */
+MC_EXPORT void mc_store_opts_init(mc_store_opts_t *o);
+
+/*
+ * mc_store_open() opens a store. Embedded when o->master is NULL or empty.
+ * Returns 0 and sets *out, or -EINVAL (bad option), -ENOMEM, -ENOTSUP (a
+ * cluster address given to a build without the cluster), or another -errno.
+ * The caller closes the store with mc_store_close().
+ */
+MC_EXPORT int mc_store_open(mc_store_t **out, const mc_store_opts_t *o);
+
+/*
+ * mc_store_close() fails operations still waiting with -ECANCELED, releases
+ * every handle and writer, and frees the store. Call it from a thread other
+ * than the loop's when the store runs its own thread; from the loop's thread
+ * when the caller supplied the loop.
+ */
+MC_EXPORT void mc_store_close(mc_store_t *s);
+
+/* mc_store_loop() returns the loop the store's callbacks run on. */
+MC_EXPORT mc_loop_t *mc_store_loop(mc_store_t *s);
+
+/* mc_key_check() returns 0 for a valid key, -EINVAL (empty, NUL inside) or
+ * -ENAMETOOLONG (longer than MC_KEY_MAX). */
+MC_EXPORT int mc_key_check(const char *key, size_t klen);
+
+/* ---- whole objects ---- */
+
+/* Publishes buf[0..len) under key. Result 0, or -EEXIST (NOREPLACE),
+ * -ENOSPC, -EINVAL, -ENAMETOOLONG, -EFBIG (larger than the store). */
+MC_EXPORT int mc_put_async(mc_store_t *s, const char *key, size_t klen, const void *buf, size_t len,
+                           const mc_put_opts_t *po, mc_done_cb cb, void *arg);
+/* The same with the value gathered from iov[0..iovcnt). */
+MC_EXPORT int mc_putv_async(mc_store_t *s, const char *key, size_t klen, const struct iovec *iov,
+                            int iovcnt, const mc_put_opts_t *po, mc_done_cb cb, void *arg);
+
+/* Copies up to len bytes from offset off of the object into buf. Result:
+ * bytes copied (0 at or past the end), or -ENOENT. If st is not NULL it
+ * receives the object's metadata (st->size tells if buf was too small).
+ * Grants a read lease. */
+MC_EXPORT int mc_get_async(mc_store_t *s, const char *key, size_t klen, uint64_t off, void *buf,
+                           size_t len, mc_stat_t *st, mc_done_cb cb, void *arg);
+
+/* Fills *st. Result 0 or -ENOENT. */
+MC_EXPORT int mc_stat_async(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st,
+                            mc_done_cb cb, void *arg);
+
+/* Removes key (MC_REMOVE_*). Result 0, -ENOENT, -EBUSY (leased, not forced),
+ * -ENOTEMPTY (MC_REMOVE_DIR). */
+MC_EXPORT int mc_remove_async(mc_store_t *s, const char *key, size_t klen, unsigned flags,
+                              mc_done_cb cb, void *arg);
+
+/* Renames a key, or a prefix with MC_RENAME_PREFIX, atomically. Result 0,
+ * -ENOENT, -EEXIST, -ENOTEMPTY, -EINVAL. */
+MC_EXPORT int mc_rename_async(mc_store_t *s, const char *from, size_t flen, const char *to,
+                              size_t tlen, unsigned flags, mc_done_cb cb, void *arg);
+
+/*
+ * Lists keys starting with prefix, in byte order, strictly after `after`
+ * (NULL: from the start), at most max entries (0: 1000). With delim (e.g.
+ * '/'), keys with delim after the prefix are folded into one is_prefix entry.
+ * On success *out is set (free it with mc_list_free()) and the result is the
+ * entry count.
+ */
+MC_EXPORT int mc_list_async(mc_store_t *s, const char *prefix, size_t plen, const char *after,
+                            size_t alen, int delim, size_t max, mc_list_t **out, mc_done_cb cb,
+                            void *arg);
+MC_EXPORT void mc_list_free(mc_list_t *l);
+
+/* Fills *sp with the store's space use. Result 0. */
+MC_EXPORT int mc_statfs_async(mc_store_t *s, mc_space_t *sp, mc_done_cb cb, void *arg);
+
+/* Sync forms: the async call plus a wait; they return the callback's result. */
+MC_EXPORT int mc_put(mc_store_t *s, const char *key, size_t klen, const void *buf, size_t len,
+                     const mc_put_opts_t *po);
+MC_EXPORT int mc_putv(mc_store_t *s, const char *key, size_t klen, const struct iovec *iov,
+                      int iovcnt, const mc_put_opts_t *po);
+MC_EXPORT int mc_get(mc_store_t *s, const char *key, size_t klen, uint64_t off, void *buf,
+                     size_t len, mc_stat_t *st);
+MC_EXPORT int mc_stat(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st);
+MC_EXPORT int mc_remove(mc_store_t *s, const char *key, size_t klen, unsigned flags);
+MC_EXPORT int mc_rename(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
+                        unsigned flags);
+MC_EXPORT int mc_list(mc_store_t *s, const char *prefix, size_t plen, const char *after,
+                      size_t alen, int delim, size_t max, mc_list_t **out);
+MC_EXPORT int mc_statfs(mc_store_t *s, mc_space_t *sp);
+
+/* ---- open versions (read handles) ---- */
+
+/*
+ * Opens the current version of key for reading. The handle pins that version:
+ * it stays readable after the key is replaced or removed, until
+ * mc_obj_close(). Result 0 (and *out set before the callback) or -ENOENT.
+ */
+MC_EXPORT int mc_obj_open_async(mc_store_t *s, const char *key, size_t klen, mc_obj_t **out,
+                                mc_done_cb cb, void *arg);
+/* The version's metadata; valid until mc_obj_close(). */
+MC_EXPORT const mc_stat_t *mc_obj_stat(const mc_obj_t *o);
+/* Reads up to len bytes at off. Result: bytes read (short at the end). */
+MC_EXPORT int mc_obj_read_async(mc_obj_t *o, uint64_t off, void *buf, size_t len, mc_done_cb cb,
+                                void *arg);
+/* Releases the handle. Reads still in flight complete first. */
+MC_EXPORT void mc_obj_close(mc_obj_t *o);
+
+/* ---- streaming writes ---- */
+
+/*
+ * Starts a new version of key. Nothing is visible until commit. If base is
+ * not NULL the new version starts as a copy of it (copy-on-write of an
+ * existing file); otherwise empty. Space is allocated as data arrives, so
+ * memory per writer is bounded. Result 0 with *out set, or -EINVAL,
+ * -ENAMETOOLONG, -ENOSPC.
+ */
+MC_EXPORT int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen,
+                                   const mc_put_opts_t *po, mc_obj_t *base, mc_writer_t **out,
+                                   mc_done_cb cb, void *arg);
+/* Writes len bytes at off (a gap reads as zeros). Result len or -ENOSPC,
+ * -EFBIG. */
+MC_EXPORT int mc_writer_write_async(mc_writer_t *w, uint64_t off, const void *buf, size_t len,
+                                    mc_done_cb cb, void *arg);
+/* Reads back what was written. Result: bytes read. */
+MC_EXPORT int mc_writer_read_async(mc_writer_t *w, uint64_t off, void *buf, size_t len,
+                                   mc_done_cb cb, void *arg);
+/* Sets the size (shrinks, or grows with zeros). Result 0 or -ENOSPC. */
+MC_EXPORT int mc_writer_truncate_async(mc_writer_t *w, uint64_t size, mc_done_cb cb, void *arg);
+/* Current size. Loop thread only. */
+MC_EXPORT uint64_t mc_writer_size(const mc_writer_t *w);
+/* Changes the key the writer will publish under. Loop thread only. */
+MC_EXPORT int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen);
+/* Sets the mode and mtime to publish with. Loop thread only. */
+MC_EXPORT void mc_writer_set_meta(mc_writer_t *w, uint32_t mode, int64_t mtime_ns);
+/*
+ * Publishes the version (replacing the key's current one, or failing with
+ * -EEXIST under MC_PUT_NOREPLACE), fills *st if not NULL, and frees the
+ * writer whatever the result.
+ */
+MC_EXPORT int mc_writer_commit_async(mc_writer_t *w, mc_stat_t *st, mc_done_cb cb, void *arg);
+/* Drops the writer and its space. */
+MC_EXPORT void mc_writer_abort(mc_writer_t *w);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOONCAKE_MOONCAKE_H */

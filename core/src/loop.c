@@ -1,0 +1,411 @@
+/*
+ * loop.c - the io_uring event loop (see mooncake/loop.h).
+ *
+ * Every request in the ring carries a token (struct tok) as user_data. A
+ * handle points at its token and the token back at its handle; stopping a
+ * handle detaches the two and asks the kernel to cancel the request, and the
+ * token is freed when the kernel's last completion for it arrives. So a
+ * handle can be freed as soon as it is stopped.
+ *
+ * Other threads reach the loop through a mutex-guarded queue plus an eventfd
+ * that the loop polls like any other file descriptor.
+ */
+#include <errno.h>
+#include <liburing.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mooncake/loop.h"
+
+enum tok_kind { TOK_WAKE, TOK_POLL, TOK_TIMER };
+
+struct tok {
+    enum tok_kind kind;
+    void *handle; /* mc_poll_t / mc_timer_t, NULL once detached */
+    struct __kernel_timespec ts;
+    struct tok *prev, *next; /* all live tokens, freed by mc_loop_free() */
+};
+
+struct posted {
+    struct posted *next;
+    mc_loop_fn fn;
+    void *arg;
+};
+
+struct mc_loop {
+    struct io_uring ring;
+    int wake_fd;
+    struct tok wake_tok;
+    atomic_int stop;
+    atomic_int wake_pending;
+    pthread_mutex_t lock;
+    struct posted *post_head, *post_tail; /* guarded by lock */
+    mc_work_t *defer_head, *defer_tail;   /* loop thread only */
+    struct tok *toks;                     /* loop thread only */
+};
+
+static __thread mc_loop_t *current_loop;
+
+uint64_t mc_loop_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int mc_loop_is_current(const mc_loop_t *l)
+{
+    return current_loop == l;
+}
+
+static struct io_uring_sqe *get_sqe(mc_loop_t *l)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+    if (!sqe) {
+        io_uring_submit(&l->ring);
+        sqe = io_uring_get_sqe(&l->ring);
+    }
+    return sqe;
+}
+
+static struct tok *tok_new(mc_loop_t *l, enum tok_kind kind, void *handle)
+{
+    struct tok *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    t->kind = kind;
+    t->handle = handle;
+    t->next = l->toks;
+    if (l->toks)
+        l->toks->prev = t;
+    l->toks = t;
+    return t;
+}
+
+static void tok_free(mc_loop_t *l, struct tok *t)
+{
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        l->toks = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    free(t);
+}
+
+static int arm_poll(mc_loop_t *l, struct tok *t, int fd, unsigned events)
+{
+    struct io_uring_sqe *sqe = get_sqe(l);
+    if (!sqe)
+        return -EBUSY;
+    io_uring_prep_poll_multishot(sqe, fd, events);
+    io_uring_sqe_set_data(sqe, t);
+    return 0;
+}
+
+static int arm_timer(mc_loop_t *l, struct tok *t, uint64_t ms)
+{
+    struct io_uring_sqe *sqe = get_sqe(l);
+    if (!sqe)
+        return -EBUSY;
+    t->ts.tv_sec = (long long)(ms / 1000);
+    t->ts.tv_nsec = (long long)(ms % 1000) * 1000000;
+    io_uring_prep_timeout(sqe, &t->ts, 0, 0);
+    io_uring_sqe_set_data(sqe, t);
+    return 0;
+}
+
+/* Cancels the kernel request behind t; its completion frees t later. */
+static void cancel_tok(mc_loop_t *l, struct tok *t)
+{
+    struct io_uring_sqe *sqe = get_sqe(l);
+    t->handle = NULL;
+    if (!sqe)
+        return; /* the ring is wedged; the token is freed by mc_loop_free() */
+    if (t->kind == TOK_TIMER)
+        io_uring_prep_timeout_remove(sqe, (uint64_t)(uintptr_t)t, 0);
+    else
+        io_uring_prep_poll_remove(sqe, (uint64_t)(uintptr_t)t);
+    io_uring_sqe_set_data(sqe, NULL);
+}
+
+int mc_loop_new(mc_loop_t **out)
+{
+    mc_loop_t *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -ENOMEM;
+    int rc = io_uring_queue_init(256, &l->ring, 0);
+    if (rc < 0) {
+        free(l);
+        return rc;
+    }
+    l->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (l->wake_fd < 0) {
+        rc = -errno;
+        io_uring_queue_exit(&l->ring);
+        free(l);
+        return rc;
+    }
+    pthread_mutex_init(&l->lock, NULL);
+    l->wake_tok.kind = TOK_WAKE;
+    rc = arm_poll(l, &l->wake_tok, l->wake_fd, POLLIN);
+    if (rc < 0) {
+        close(l->wake_fd);
+        io_uring_queue_exit(&l->ring);
+        free(l);
+        return rc;
+    }
+    io_uring_submit(&l->ring);
+    *out = l;
+    return 0;
+}
+
+static void wake(mc_loop_t *l)
+{
+    if (atomic_exchange(&l->wake_pending, 1))
+        return;
+    uint64_t one = 1;
+    ssize_t n = write(l->wake_fd, &one, sizeof(one));
+    (void)n; /* EAGAIN means the counter is already non-zero: awake anyway */
+}
+
+void mc_loop_stop(mc_loop_t *l)
+{
+    atomic_store(&l->stop, 1);
+    if (!mc_loop_is_current(l))
+        wake(l);
+}
+
+int mc_loop_post(mc_loop_t *l, mc_loop_fn fn, void *arg)
+{
+    struct posted *p = malloc(sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->next = NULL;
+    p->fn = fn;
+    p->arg = arg;
+    pthread_mutex_lock(&l->lock);
+    if (l->post_tail)
+        l->post_tail->next = p;
+    else
+        l->post_head = p;
+    l->post_tail = p;
+    pthread_mutex_unlock(&l->lock);
+    wake(l);
+    return 0;
+}
+
+void mc_loop_defer(mc_loop_t *l, mc_work_t *w, mc_loop_fn fn, void *arg)
+{
+    w->next = NULL;
+    w->fn = fn;
+    w->arg = arg;
+    if (l->defer_tail)
+        l->defer_tail->next = w;
+    else
+        l->defer_head = w;
+    l->defer_tail = w;
+}
+
+static void run_posted(mc_loop_t *l)
+{
+    uint64_t v;
+    ssize_t n = read(l->wake_fd, &v, sizeof(v));
+    (void)n;
+    atomic_store(&l->wake_pending, 0);
+    pthread_mutex_lock(&l->lock);
+    struct posted *p = l->post_head;
+    l->post_head = l->post_tail = NULL;
+    pthread_mutex_unlock(&l->lock);
+    while (p) {
+        struct posted *next = p->next;
+        p->fn(p->arg);
+        free(p);
+        p = next;
+    }
+}
+
+static void run_deferred(mc_loop_t *l)
+{
+    /* Work deferred by this work runs in the same round, after it. */
+    while (l->defer_head) {
+        mc_work_t *w = l->defer_head;
+        l->defer_head = w->next;
+        if (!l->defer_head)
+            l->defer_tail = NULL;
+        w->fn(w->arg);
+    }
+}
+
+static void on_poll_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
+{
+    mc_poll_t *p = t->handle;
+    int more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    if (!p) {
+        if (!more)
+            tok_free(l, t);
+        return;
+    }
+    if (!more && cqe->res >= 0) {
+        /* The kernel ended the multishot poll (overflow): re-arm it. */
+        if (arm_poll(l, t, p->fd, p->events) < 0) {
+            p->token = NULL;
+            tok_free(l, t);
+            p->cb(p, -EBUSY);
+            return;
+        }
+    } else if (!more) {
+        p->token = NULL;
+        tok_free(l, t);
+    }
+    p->cb(p, cqe->res);
+}
+
+static void on_timer_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
+{
+    mc_timer_t *tm = t->handle;
+    if (!tm || cqe->res == -ECANCELED) {
+        tok_free(l, t);
+        return;
+    }
+    if (tm->repeat_ms && arm_timer(l, t, tm->repeat_ms) == 0) {
+        /* token stays with the timer */
+    } else {
+        tm->token = NULL;
+        tok_free(l, t);
+    }
+    tm->cb(tm);
+}
+
+static void process_cqes(mc_loop_t *l)
+{
+    struct io_uring_cqe *cqe;
+    while (io_uring_peek_cqe(&l->ring, &cqe) == 0) {
+        struct tok *t = io_uring_cqe_get_data(cqe);
+        if (t) {
+            switch (t->kind) {
+            case TOK_WAKE:
+                if (!(cqe->flags & IORING_CQE_F_MORE))
+                    arm_poll(l, t, l->wake_fd, POLLIN);
+                run_posted(l);
+                break;
+            case TOK_POLL:
+                on_poll_cqe(l, t, cqe);
+                break;
+            case TOK_TIMER:
+                on_timer_cqe(l, t, cqe);
+                break;
+            }
+        }
+        io_uring_cqe_seen(&l->ring, cqe);
+        run_deferred(l);
+    }
+}
+
+int mc_loop_run(mc_loop_t *l)
+{
+    mc_loop_t *saved = current_loop;
+    int rc = 0;
+    current_loop = l;
+    while (!atomic_load(&l->stop)) {
+        run_deferred(l);
+        if (atomic_load(&l->stop))
+            break;
+        rc = io_uring_submit_and_wait(&l->ring, l->defer_head ? 0 : 1);
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+            break;
+        rc = 0;
+        process_cqes(l);
+    }
+    run_deferred(l);
+    atomic_store(&l->stop, 0);
+    current_loop = saved;
+    return rc;
+}
+
+void mc_loop_free(mc_loop_t *l)
+{
+    if (!l)
+        return;
+    mc_loop_t *saved = current_loop;
+    current_loop = l;
+    run_posted(l);
+    run_deferred(l);
+    current_loop = saved;
+    while (l->toks) {
+        struct tok *t = l->toks;
+        if (t->handle) {
+            if (t->kind == TOK_POLL)
+                ((mc_poll_t *)t->handle)->token = NULL;
+            else
+                ((mc_timer_t *)t->handle)->token = NULL;
+        }
+        tok_free(l, t);
+    }
+    io_uring_queue_exit(&l->ring);
+    close(l->wake_fd);
+    pthread_mutex_destroy(&l->lock);
+    free(l);
+}
+
+int mc_poll_start(mc_loop_t *l, mc_poll_t *p, int fd, unsigned events, mc_poll_cb cb)
+{
+    struct tok *t = tok_new(l, TOK_POLL, p);
+    if (!t)
+        return -ENOMEM;
+    p->loop = l;
+    p->fd = fd;
+    p->events = events;
+    p->cb = cb;
+    p->token = t;
+    int rc = arm_poll(l, t, fd, events);
+    if (rc < 0) {
+        p->token = NULL;
+        tok_free(l, t);
+        return rc;
+    }
+    return 0;
+}
+
+void mc_poll_stop(mc_poll_t *p)
+{
+    if (!p->token)
+        return;
+    cancel_tok(p->loop, p->token);
+    p->token = NULL;
+}
+
+int mc_timer_start(mc_loop_t *l, mc_timer_t *t, uint64_t timeout_ms, uint64_t repeat_ms,
+                   mc_timer_cb cb)
+{
+    if (t->token && t->loop)
+        mc_timer_stop(t);
+    struct tok *k = tok_new(l, TOK_TIMER, t);
+    if (!k)
+        return -ENOMEM;
+    t->loop = l;
+    t->repeat_ms = repeat_ms;
+    t->cb = cb;
+    t->token = k;
+    int rc = arm_timer(l, k, timeout_ms);
+    if (rc < 0) {
+        t->token = NULL;
+        tok_free(l, k);
+        return rc;
+    }
+    return 0;
+}
+
+void mc_timer_stop(mc_timer_t *t)
+{
+    if (!t->token)
+        return;
+    cancel_tok(t->loop, t->token);
+    t->token = NULL;
+}

@@ -1,0 +1,769 @@
+/*
+ * master.c - the metadata master's logic (see master.h).
+ *
+ * Published versions sit in an ordered index (key -> version) and on an LRU
+ * list (least recently used at the head) that eviction walks. Retired
+ * versions that still have a lease but no handle wait on a second list until
+ * mc__master_sweep() finds the lease over.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "index.h"
+#include "master.h"
+
+typedef struct segment {
+    uint32_t id;
+    uint64_t size;
+    mc__alloc_t *alloc;
+} segment_t;
+
+struct mc__master {
+    mc__index_t *ix;
+    segment_t *segs;
+    int nseg;
+    uint64_t next_id;
+    mc__master_opts_t o;
+    mc__version_t lru;     /* sentinel: published, least recently used first */
+    mc__version_t retired; /* sentinel: retired, waiting for their lease */
+    uint64_t evicted;
+};
+
+static void list_init(mc__version_t *s)
+{
+    s->prev = s->next = s;
+}
+
+static void list_del(mc__version_t *v)
+{
+    if (!v->next)
+        return;
+    v->prev->next = v->next;
+    v->next->prev = v->prev;
+    v->prev = v->next = NULL;
+}
+
+static void list_add_tail(mc__version_t *s, mc__version_t *v)
+{
+    v->prev = s->prev;
+    v->next = s;
+    s->prev->next = v;
+    s->prev = v;
+}
+
+static int64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static segment_t *seg_by_id(mc__master_t *m, uint32_t id)
+{
+    for (int i = 0; i < m->nseg; i++)
+        if (m->segs[i].id == id)
+            return &m->segs[i];
+    return NULL;
+}
+
+int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
+{
+    mc__master_t *m = calloc(1, sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    m->ix = mc__index_new();
+    if (!m->ix) {
+        free(m);
+        return -ENOMEM;
+    }
+    m->o = *o;
+    if (!m->o.align)
+        m->o.align = 64;
+    if (!m->o.evict_ratio_pct)
+        m->o.evict_ratio_pct = 10;
+    m->next_id = 1;
+    list_init(&m->lru);
+    list_init(&m->retired);
+    *out = m;
+    return 0;
+}
+
+static void version_release_space(mc__master_t *m, mc__version_t *v)
+{
+    for (uint32_t r = 0; r < v->nrep; r++) {
+        segment_t *s = seg_by_id(m, v->rep[r].seg);
+        if (s && v->rep[r].n)
+            mc__alloc_put(s->alloc, v->rep[r].ext, (int)v->rep[r].n);
+        free(v->rep[r].ext);
+        v->rep[r].ext = NULL;
+        v->rep[r].n = v->rep[r].cap = 0;
+    }
+    v->capacity = 0;
+}
+
+static void version_destroy(mc__master_t *m, mc__version_t *v)
+{
+    list_del(v);
+    version_release_space(m, v);
+    free(v->key);
+    free(v);
+}
+
+/* A version leaves the index: free it now, or when its handles and lease end. */
+static void retire(mc__master_t *m, mc__version_t *v, uint64_t now)
+{
+    list_del(v);
+    v->state = MC__RETIRED;
+    if (v->refs)
+        return; /* the last mc__master_unref() decides */
+    if (v->lease_until > now) {
+        list_add_tail(&m->retired, v);
+        return;
+    }
+    version_destroy(m, v);
+}
+
+static void free_published(void *p)
+{
+    mc__version_t *v = p;
+    for (uint32_t r = 0; r < v->nrep; r++)
+        free(v->rep[r].ext); /* the allocators go away as a whole */
+    free(v->key);
+    free(v);
+}
+
+void mc__master_free(mc__master_t *m)
+{
+    if (!m)
+        return;
+    /* Retired versions still referenced by handles belong to those handles'
+     * owners, which are closed before the master. */
+    while (m->retired.next != &m->retired)
+        version_destroy(m, m->retired.next);
+    for (mc__version_t *v = m->lru.next; v != &m->lru; v = v->next)
+        v->state = MC__RETIRED;
+    list_init(&m->lru);
+    mc__index_free(m->ix, free_published);
+    for (int i = 0; i < m->nseg; i++)
+        mc__alloc_destroy(m->segs[i].alloc);
+    free(m->segs);
+    free(m);
+}
+
+int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size)
+{
+    if (seg_by_id(m, id))
+        return -EEXIST;
+    segment_t *ns = realloc(m->segs, sizeof(*ns) * (size_t)(m->nseg + 1));
+    if (!ns)
+        return -ENOMEM;
+    m->segs = ns;
+    segment_t *s = &m->segs[m->nseg];
+    int rc = mc__alloc_create(&s->alloc, size, m->o.align);
+    if (rc < 0)
+        return rc;
+    s->id = id;
+    s->size = mc__alloc_size(s->alloc);
+    m->nseg++;
+    return 0;
+}
+
+mc__version_t *mc__master_find(mc__master_t *m, const char *key, size_t klen)
+{
+    return mc__index_get(m->ix, key, klen);
+}
+
+void mc__master_touch(mc__master_t *m, mc__version_t *v, uint64_t now, int lease)
+{
+    if (v->state == MC__PUBLISHED) {
+        list_del(v);
+        list_add_tail(&m->lru, v);
+    }
+    if (lease && now + m->o.lease_ms > v->lease_until)
+        v->lease_until = now + m->o.lease_ms;
+}
+
+void mc__master_ref(mc__version_t *v)
+{
+    v->refs++;
+}
+
+void mc__master_unref(mc__master_t *m, mc__version_t *v, uint64_t now)
+{
+    if (--v->refs == 0 && v->state == MC__RETIRED)
+        retire(m, v, now);
+}
+
+static char *dup_key(const char *key, size_t klen)
+{
+    char *k = malloc(klen + 1);
+    if (k) {
+        memcpy(k, key, klen);
+        k[klen] = '\0';
+    }
+    return k;
+}
+
+static uint64_t seg_free(const segment_t *s)
+{
+    return mc__alloc_size(s->alloc) - mc__alloc_used(s->alloc);
+}
+
+int mc__master_begin(mc__master_t *m, const char *key, size_t klen, const mc_put_opts_t *po,
+                     uint64_t now, mc__version_t **out)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    if (m->nseg == 0)
+        return -ENOSPC;
+    mc__version_t *v = calloc(1, sizeof(*v));
+    if (!v)
+        return -ENOMEM;
+    v->key = dup_key(key, klen);
+    if (!v->key) {
+        free(v);
+        return -ENOMEM;
+    }
+    v->klen = klen;
+    v->state = MC__PENDING;
+    v->mode = po && po->mode ? (po->mode & 07777) : 0644;
+    v->mtime_ns = po && po->mtime_ns ? po->mtime_ns : wall_ns();
+    v->pin = po ? po->pin : MC_PIN_NONE;
+    if (v->pin == MC_PIN_SOFT && po->soft_pin_ttl_ms)
+        v->pin_until = now + po->soft_pin_ttl_ms;
+
+    /* Best-effort placement: each replica on a different segment, the ones
+     * with the most free space first. */
+    uint32_t want = po && po->replica_num ? po->replica_num : 1;
+    if (want > MC__MAX_REPLICAS)
+        want = MC__MAX_REPLICAS;
+    if (want > (uint32_t)m->nseg)
+        want = (uint32_t)m->nseg;
+    char used[256] = {0};
+    for (uint32_t r = 0; r < want; r++) {
+        int best = -1;
+        for (int i = 0; i < m->nseg && i < 256; i++)
+            if (!used[i] && (best < 0 || seg_free(&m->segs[i]) > seg_free(&m->segs[best])))
+                best = i;
+        used[best] = 1;
+        v->rep[r].seg = m->segs[best].id;
+    }
+    v->nrep = want;
+    *out = v;
+    return 0;
+}
+
+/* Allocates len more bytes at the end of replica r. */
+static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len)
+{
+    segment_t *s = seg_by_id(m, rep->seg);
+    if (!s)
+        return -ENOSPC;
+    mc__extent_t got[64];
+    int n = mc__alloc_get(s->alloc, len, got, 64);
+    if (n < 0)
+        return n;
+    if (rep->n + (uint32_t)n > rep->cap) {
+        uint32_t cap = rep->cap ? rep->cap * 2 : 4;
+        while (cap < rep->n + (uint32_t)n)
+            cap *= 2;
+        mc__extent_t *e = realloc(rep->ext, sizeof(*e) * cap);
+        if (!e) {
+            mc__alloc_put(s->alloc, got, n);
+            return -ENOMEM;
+        }
+        rep->ext = e;
+        rep->cap = cap;
+    }
+    for (int i = 0; i < n; i++) {
+        /* Merge with the previous extent when contiguous. */
+        if (rep->n && rep->ext[rep->n - 1].off + rep->ext[rep->n - 1].len == got[i].off)
+            rep->ext[rep->n - 1].len += got[i].len;
+        else
+            rep->ext[rep->n++] = got[i];
+    }
+    return 0;
+}
+
+/* Returns bytes beyond keep (rounded) at the end of replica r. */
+static void replica_trim(mc__master_t *m, mc__replica_t *rep, uint64_t keep)
+{
+    segment_t *s = seg_by_id(m, rep->seg);
+    uint64_t at = 0;
+    uint32_t i = 0;
+    for (; i < rep->n; i++) {
+        mc__extent_t *e = &rep->ext[i];
+        if (at + e->len > keep) {
+            uint64_t head = keep - at; /* aligned: keep is rounded */
+            if (head) {
+                mc__extent_t tail = {e->off + head, e->len - head};
+                if (s)
+                    mc__alloc_put(s->alloc, &tail, 1);
+                e->len = head;
+                i++;
+            }
+            break;
+        }
+        at += e->len;
+    }
+    if (i < rep->n && s)
+        mc__alloc_put(s->alloc, &rep->ext[i], (int)(rep->n - i));
+    if (i < rep->n)
+        rep->n = i;
+}
+
+static uint64_t total_size(const mc__master_t *m)
+{
+    uint64_t t = 0;
+    for (int i = 0; i < m->nseg; i++)
+        t += m->segs[i].size;
+    return t;
+}
+
+static uint64_t total_used(const mc__master_t *m)
+{
+    uint64_t t = 0;
+    for (int i = 0; i < m->nseg; i++)
+        t += mc__alloc_used(m->segs[i].alloc);
+    return t;
+}
+
+static int evictable(const mc__version_t *v, uint64_t now, int allow_soft)
+{
+    if (v->refs || v->lease_until > now || v->pin == MC_PIN_HARD)
+        return 0;
+    if (v->pin == MC_PIN_SOFT && !allow_soft && (v->pin_until == 0 || v->pin_until > now))
+        return 0;
+    return 1;
+}
+
+size_t mc__master_evict(mc__master_t *m, uint64_t target, uint64_t now)
+{
+    size_t n = 0;
+    mc__master_sweep(m, now);
+    for (int pass = 0; pass < 2 && total_used(m) > target; pass++) {
+        mc__version_t *v = m->lru.next;
+        while (v != &m->lru && total_used(m) > target) {
+            mc__version_t *next = v->next;
+            if (evictable(v, now, pass)) {
+                mc__index_remove(m->ix, v->key, v->klen);
+                retire(m, v, now);
+                m->evicted++;
+                n++;
+            }
+            v = next;
+        }
+    }
+    return n;
+}
+
+static int evict_enabled(const mc__master_t *m)
+{
+    return m->o.evict_high_pct > 0;
+}
+
+static uint64_t low_mark(const mc__master_t *m)
+{
+    uint64_t total = total_size(m);
+    unsigned pct = m->o.evict_high_pct > m->o.evict_ratio_pct
+                       ? m->o.evict_high_pct - m->o.evict_ratio_pct
+                       : 0;
+    return total / 100 * pct;
+}
+
+int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uint64_t now)
+{
+    if (capacity <= v->capacity)
+        return 0;
+    if (capacity > total_size(m))
+        return -EFBIG;
+    uint64_t want = mc__alloc_round(m->segs[0].alloc, capacity - v->capacity);
+    uint32_t done = 0;
+    int rc = 0;
+    for (; done < v->nrep; done++) {
+        rc = replica_grow(m, &v->rep[done], want);
+        if (rc == -ENOSPC) {
+            /* Space held by expired leases first, then eviction. */
+            mc__master_sweep(m, now);
+            rc = replica_grow(m, &v->rep[done], want);
+            if (rc == -ENOSPC && evict_enabled(m)) {
+                uint64_t target = low_mark(m);
+                uint64_t total = total_size(m);
+                if (total - want < target)
+                    target = total - want;
+                mc__master_evict(m, target, now);
+                rc = replica_grow(m, &v->rep[done], want);
+            }
+        }
+        if (rc < 0)
+            break;
+    }
+    if (rc < 0) {
+        for (uint32_t r = 0; r < done; r++)
+            replica_trim(m, &v->rep[r], v->capacity);
+        return rc;
+    }
+    v->capacity += want;
+    if (evict_enabled(m) && total_used(m) > total_size(m) / 100 * m->o.evict_high_pct)
+        mc__master_evict(m, low_mark(m), now);
+    return 0;
+}
+
+int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_t klen)
+{
+    (void)m;
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    char *k = dup_key(key, klen);
+    if (!k)
+        return -ENOMEM;
+    free(v->key);
+    v->key = k;
+    v->klen = klen;
+    return 0;
+}
+
+int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned flags,
+                      uint64_t now)
+{
+    if (size > v->capacity)
+        return -EINVAL;
+    if ((flags & MC_PUT_NOREPLACE) && mc__index_get(m->ix, v->key, v->klen))
+        return -EEXIST;
+    uint64_t keep = size ? mc__alloc_round(m->segs[0].alloc, size) : 0;
+    if (keep < v->capacity) {
+        for (uint32_t r = 0; r < v->nrep; r++)
+            replica_trim(m, &v->rep[r], keep);
+        v->capacity = keep;
+    }
+    /* Make sure the index can take the key before anything changes. */
+    void *old = NULL;
+    int rc = mc__index_insert(m->ix, v->key, v->klen, v, &old);
+    if (rc < 0)
+        return rc;
+    v->size = size;
+    v->id = m->next_id++;
+    v->state = MC__PUBLISHED;
+    list_add_tail(&m->lru, v);
+    if (rc == 1 && old)
+        retire(m, old, now);
+    return 0;
+}
+
+void mc__master_abort(mc__master_t *m, mc__version_t *v)
+{
+    version_destroy(m, v);
+}
+
+static int has_prefix(const char *key, size_t klen, const char *p, size_t plen)
+{
+    return klen >= plen && memcmp(key, p, plen) == 0;
+}
+
+/* 1 if some key other than prefix itself starts with prefix. */
+static int prefix_has_children(mc__master_t *m, const char *prefix, size_t plen)
+{
+    mc__index_iter_t it;
+    const char *k;
+    size_t kl;
+    mc__index_seek(m->ix, &it, prefix, plen, 1);
+    return mc__index_next(&it, &k, &kl, NULL) && has_prefix(k, kl, prefix, plen);
+}
+
+int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned flags,
+                      uint64_t now)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    if ((flags & MC_REMOVE_DIR) && key[klen - 1] != '/')
+        return -EINVAL;
+    mc__version_t *v = mc__index_get(m->ix, key, klen);
+    if ((flags & MC_REMOVE_DIR) && prefix_has_children(m, key, klen))
+        return -ENOTEMPTY;
+    if (!v)
+        return -ENOENT;
+    if (!(flags & MC_REMOVE_FORCE) && (v->refs || v->lease_until > now))
+        return -EBUSY;
+    mc__index_remove(m->ix, key, klen);
+    retire(m, v, now);
+    return 0;
+}
+
+static int rename_one(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
+                      unsigned flags, uint64_t now)
+{
+    mc__version_t *v = mc__index_get(m->ix, from, flen);
+    if (!v)
+        return -ENOENT;
+    if (flen == tlen && memcmp(from, to, flen) == 0)
+        return 0;
+    if ((flags & MC_RENAME_NOREPLACE) && mc__index_get(m->ix, to, tlen))
+        return -EEXIST;
+    char *k = dup_key(to, tlen);
+    if (!k)
+        return -ENOMEM;
+    void *old = NULL;
+    int rc = mc__index_insert(m->ix, to, tlen, v, &old);
+    if (rc < 0) {
+        free(k);
+        return rc;
+    }
+    mc__index_remove(m->ix, from, flen);
+    free(v->key);
+    v->key = k;
+    v->klen = tlen;
+    if (rc == 1 && old)
+        retire(m, old, now);
+    return 0;
+}
+
+static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const char *to,
+                         size_t tlen, unsigned flags, uint64_t now)
+{
+    if (from[flen - 1] != '/' || to[tlen - 1] != '/')
+        return -EINVAL;
+    if (has_prefix(to, tlen, from, flen))
+        return -EINVAL; /* into itself */
+    if (has_prefix(from, flen, to, tlen))
+        return -ENOTEMPTY; /* onto an ancestor, which holds from */
+    if (prefix_has_children(m, to, tlen))
+        return -ENOTEMPTY;
+    mc__version_t *dest_marker = mc__index_get(m->ix, to, tlen);
+    if (dest_marker && (flags & MC_RENAME_NOREPLACE))
+        return -EEXIST;
+
+    /* Collect the versions under from, checking the new keys' lengths. */
+    size_t n = 0, cap = 64;
+    mc__version_t **vs = malloc(sizeof(*vs) * cap);
+    if (!vs)
+        return -ENOMEM;
+    mc__index_iter_t it;
+    const char *k;
+    size_t kl;
+    void *val;
+    mc__index_seek(m->ix, &it, from, flen, 0);
+    while (mc__index_next(&it, &k, &kl, &val) && has_prefix(k, kl, from, flen)) {
+        if (kl - flen + tlen > MC_KEY_MAX) {
+            free(vs);
+            return -ENAMETOOLONG;
+        }
+        if (n == cap) {
+            mc__version_t **nv = realloc(vs, sizeof(*vs) * (cap *= 2));
+            if (!nv) {
+                free(vs);
+                return -ENOMEM;
+            }
+            vs = nv;
+        }
+        vs[n++] = val;
+    }
+    if (n == 0) {
+        free(vs);
+        return -ENOENT;
+    }
+    /* Build every new key first so that nothing can fail half-way except
+     * the index's own allocations. */
+    char **keys = malloc(sizeof(*keys) * n);
+    if (!keys) {
+        free(vs);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t nl = vs[i]->klen - flen + tlen;
+        keys[i] = malloc(nl + 1);
+        if (!keys[i]) {
+            while (i--)
+                free(keys[i]);
+            free(keys);
+            free(vs);
+            return -ENOMEM;
+        }
+        memcpy(keys[i], to, tlen);
+        memcpy(keys[i] + tlen, vs[i]->key + flen, vs[i]->klen - flen);
+        keys[i][nl] = '\0';
+    }
+    if (dest_marker) {
+        mc__index_remove(m->ix, to, tlen);
+        retire(m, dest_marker, now);
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        mc__version_t *v = vs[i];
+        size_t nl = v->klen - flen + tlen;
+        mc__index_remove(m->ix, v->key, v->klen);
+        if (rc == 0)
+            rc = mc__index_insert(m->ix, keys[i], nl, v, NULL);
+        if (rc < 0) {
+            /* Out of memory half-way: the object is lost, say so. */
+            retire(m, v, now);
+            free(keys[i]);
+            continue;
+        }
+        free(v->key);
+        v->key = keys[i];
+        v->klen = nl;
+    }
+    free(keys);
+    free(vs);
+    return rc;
+}
+
+int mc__master_rename(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
+                      unsigned flags, uint64_t now)
+{
+    int rc = mc_key_check(from, flen);
+    if (rc == 0)
+        rc = mc_key_check(to, tlen);
+    if (rc < 0)
+        return rc;
+    if (flags & MC_RENAME_PREFIX)
+        return rename_prefix(m, from, flen, to, tlen, flags, now);
+    return rename_one(m, from, flen, to, tlen, flags, now);
+}
+
+void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st)
+{
+    st->size = v->size;
+    st->version = v->id;
+    st->mtime_ns = v->mtime_ns;
+    st->mode = v->mode;
+    st->replicas = v->nrep;
+    st->flags = 0;
+    if (v->refs || v->lease_until > now)
+        st->flags |= MC_STAT_LEASED;
+    if (v->pin == MC_PIN_SOFT && (v->pin_until == 0 || v->pin_until > now))
+        st->flags |= MC_STAT_SOFT_PIN;
+    if (v->pin == MC_PIN_HARD)
+        st->flags |= MC_STAT_HARD_PIN;
+}
+
+struct list_buf {
+    mc_list_t l;
+    size_t cap;
+};
+
+static int list_push(struct list_buf *b, const char *key, size_t klen, int is_prefix,
+                     const mc__version_t *v, uint64_t now)
+{
+    if (b->l.n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 16;
+        mc_list_entry_t *e = realloc(b->l.entries, sizeof(*e) * cap);
+        if (!e)
+            return -ENOMEM;
+        b->l.entries = e;
+        b->cap = cap;
+    }
+    mc_list_entry_t *e = &b->l.entries[b->l.n];
+    memset(e, 0, sizeof(*e));
+    char *k = dup_key(key, klen);
+    if (!k)
+        return -ENOMEM;
+    e->key = k;
+    e->klen = klen;
+    e->is_prefix = is_prefix;
+    if (v)
+        mc__version_stat(v, now, &e->st);
+    b->l.n++;
+    return 0;
+}
+
+void mc_list_free(mc_list_t *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->n; i++)
+        free((char *)l->entries[i].key);
+    free(l->entries);
+    free(l);
+}
+
+int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char *after,
+                    size_t alen, int delim, size_t max, uint64_t now, mc_list_t **out)
+{
+    struct list_buf *b = calloc(1, sizeof(*b));
+    if (!b)
+        return -ENOMEM;
+    if (!max)
+        max = 1000;
+    mc__index_iter_t it;
+    /* Seek key for skipping a whole common prefix: the prefix with its last
+     * byte (the delimiter) incremented. */
+    char skip[MC_KEY_MAX + 1];
+    if (after && alen && (alen > plen || memcmp(after, prefix, alen) >= 0)) {
+        const char *d = delim > 0 && alen > plen
+                            ? memchr(after + plen, delim, alen - plen)
+                            : NULL;
+        if (d && (size_t)(d - after) == alen - 1 && (unsigned char)delim < 0xff &&
+            alen <= MC_KEY_MAX) {
+            memcpy(skip, after, alen);
+            skip[alen - 1] = (char)(delim + 1);
+            mc__index_seek(m->ix, &it, skip, alen, 0);
+        } else {
+            mc__index_seek(m->ix, &it, after, alen, 1);
+        }
+    } else {
+        mc__index_seek(m->ix, &it, prefix, plen, 0);
+    }
+    const char *k;
+    size_t kl;
+    void *val;
+    int rc = 0;
+    while (mc__index_next(&it, &k, &kl, &val)) {
+        if (!has_prefix(k, kl, prefix, plen))
+            break;
+        if (b->l.n == max) {
+            b->l.more = 1;
+            break;
+        }
+        const char *d = delim > 0 ? memchr(k + plen, delim, kl - plen) : NULL;
+        if (d) { /* a deeper key, or a directory marker: one prefix entry */
+            size_t cl = (size_t)(d - k) + 1;
+            rc = list_push(b, k, cl, 1, NULL, now);
+            if (rc < 0)
+                break;
+            if ((unsigned char)delim == 0xff)
+                continue; /* cannot skip ahead; later keys fold into this one */
+            memcpy(skip, k, cl);
+            skip[cl - 1] = (char)(delim + 1);
+            mc__index_seek(m->ix, &it, skip, cl, 0);
+            continue;
+        }
+        rc = list_push(b, k, kl, 0, val, now);
+        if (rc < 0)
+            break;
+    }
+    if (rc < 0) {
+        mc_list_free(&b->l);
+        return rc;
+    }
+    if (b->l.n) {
+        b->l.next = b->l.entries[b->l.n - 1].key;
+        b->l.next_len = b->l.entries[b->l.n - 1].klen;
+    }
+    *out = &b->l;
+    return (int)b->l.n;
+}
+
+void mc__master_space(const mc__master_t *m, mc_space_t *sp)
+{
+    sp->total = total_size(m);
+    sp->used = total_used(m);
+    sp->objects = mc__index_count(m->ix);
+    sp->evicted = m->evicted;
+}
+
+void mc__master_sweep(mc__master_t *m, uint64_t now)
+{
+    mc__version_t *v = m->retired.next;
+    while (v != &m->retired) {
+        mc__version_t *next = v->next;
+        if (v->lease_until <= now)
+            version_destroy(m, v);
+        v = next;
+    }
+}

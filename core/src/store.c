@@ -1,0 +1,897 @@
+/*
+ * store.c - the public store API over the master logic and the local
+ * segment (embedded mode).
+ *
+ * Every operation becomes an `op` that runs on the store's loop thread: at
+ * once when the caller is already on it (its callback then deferred to the
+ * end of the current callback), otherwise posted to the loop. Data moves
+ * between caller buffers and the segment memory with memcpy: the "local"
+ * transport of the design.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "master.h"
+#include "mooncake/mooncake.h"
+
+#define SEG_LOCAL 0
+#define WRITER_MAX_STEP (64ULL << 20) /* reservation growth per step */
+
+struct mc_store {
+    mc_loop_t *loop;
+    int own_loop;
+    pthread_t thread;
+    mc__master_t *m;
+    char *seg; /* local segment memory */
+    uint64_t seg_size;
+    mc_timer_t sweep;
+};
+
+struct mc_obj {
+    mc_store_t *s;
+    mc__version_t *v;
+    mc_stat_t st;
+};
+
+struct mc_writer {
+    mc_store_t *s;
+    mc__version_t *v;
+    uint64_t size;
+    unsigned put_flags;
+    int mtime_set;
+};
+
+enum op_kind {
+    OP_PUT,
+    OP_GET,
+    OP_STAT,
+    OP_REMOVE,
+    OP_RENAME,
+    OP_LIST,
+    OP_STATFS,
+    OP_OPEN,
+    OP_OBJ_READ,
+    OP_OBJ_CLOSE,
+    OP_W_OPEN,
+    OP_W_WRITE,
+    OP_W_READ,
+    OP_W_TRUNC,
+    OP_W_COMMIT,
+    OP_W_ABORT,
+};
+
+typedef struct op {
+    mc_work_t work;
+    mc_store_t *s;
+    enum op_kind kind;
+    mc_done_cb cb;
+    void *arg;
+    int result;
+    unsigned flags;
+    uint64_t off;
+    size_t len;
+    void *buf;
+    const struct iovec *iov;
+    int iovcnt;
+    struct iovec one;
+    mc_stat_t *st;
+    mc_put_opts_t po;
+    int have_po;
+    mc_list_t **list;
+    size_t max;
+    int delim;
+    mc_space_t *sp;
+    mc_obj_t *obj;
+    mc_obj_t **obj_out;
+    mc_writer_t *w;
+    mc_writer_t **w_out;
+    char *key, *key2; /* copies, inside this allocation */
+    size_t klen, klen2;
+    char keys[];
+} op_t;
+
+const char *mc_strerror(int code)
+{
+    if (code >= 0)
+        return "success";
+    const char *d = strerrordesc_np(-code);
+    return d ? d : "unknown error";
+}
+
+int mc_key_check(const char *key, size_t klen)
+{
+    if (!key || klen == 0 || memchr(key, '\0', klen))
+        return -EINVAL;
+    if (klen > MC_KEY_MAX)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+void mc_store_opts_init(mc_store_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->segment_size = MC_DEFAULT_SEGMENT_SIZE;
+    o->lease_ms = MC_DEFAULT_LEASE_MS;
+}
+
+mc_loop_t *mc_store_loop(mc_store_t *s)
+{
+    return s->loop;
+}
+
+/* ---- data movement on the local segment ---- */
+
+typedef void (*span_fn)(char *seg, uint64_t len, char *buf);
+
+/* Calls fn for each piece of [off, off+len) of replica rep, with the matching
+ * piece of buf (buf may be NULL for zeroing). */
+static void for_spans(mc_store_t *s, const mc__replica_t *rep, uint64_t off, uint64_t len,
+                      char *buf, span_fn fn)
+{
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < rep->n && len; i++) {
+        const mc__extent_t *e = &rep->ext[i];
+        if (off >= at + e->len) {
+            at += e->len;
+            continue;
+        }
+        uint64_t in = off - at;
+        uint64_t n = e->len - in < len ? e->len - in : len;
+        fn(s->seg + e->off + in, n, buf);
+        if (buf)
+            buf += n;
+        off += n;
+        len -= n;
+        at += e->len;
+    }
+}
+
+static void span_out(char *seg, uint64_t len, char *buf)
+{
+    memcpy(buf, seg, len);
+}
+
+static void span_in(char *seg, uint64_t len, char *buf)
+{
+    memcpy(seg, buf, len);
+}
+
+static void span_zero(char *seg, uint64_t len, char *buf)
+{
+    (void)buf;
+    memset(seg, 0, len);
+}
+
+/* Copies between versions a (source) and b (destination), len bytes at 0. */
+static void copy_version(mc_store_t *s, const mc__version_t *a, mc__version_t *b, uint64_t len)
+{
+    const mc__replica_t *ra = &a->rep[0];
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < ra->n && at < len; i++) {
+        uint64_t n = ra->ext[i].len < len - at ? ra->ext[i].len : len - at;
+        for (uint32_t r = 0; r < b->nrep; r++)
+            for_spans(s, &b->rep[r], at, n, s->seg + ra->ext[i].off, span_in);
+        at += n;
+    }
+}
+
+static uint64_t read_version(mc_store_t *s, const mc__version_t *v, uint64_t size, uint64_t off,
+                             void *buf, size_t len)
+{
+    if (off >= size)
+        return 0;
+    if (len > size - off)
+        len = (size_t)(size - off);
+    for_spans(s, &v->rep[0], off, len, buf, span_out);
+    return len;
+}
+
+/* ---- op plumbing ---- */
+
+static op_t *op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
+                    const char *key2, size_t klen2, mc_done_cb cb, void *arg)
+{
+    op_t *o = calloc(1, sizeof(*o) + klen + klen2 + 2);
+    if (!o)
+        return NULL;
+    o->s = s;
+    o->kind = kind;
+    o->cb = cb;
+    o->arg = arg;
+    o->key = o->keys;
+    o->klen = klen;
+    if (klen)
+        memcpy(o->key, key, klen);
+    o->key2 = o->keys + klen + 1;
+    o->klen2 = klen2;
+    if (klen2)
+        memcpy(o->key2, key2, klen2);
+    return o;
+}
+
+static void writer_free(mc_writer_t *w)
+{
+    free(w);
+}
+
+static int w_reserve(mc_writer_t *w, uint64_t need, uint64_t now)
+{
+    mc__version_t *v = w->v;
+    if (need <= v->capacity)
+        return 0;
+    uint64_t step = v->capacity < WRITER_MAX_STEP ? v->capacity : WRITER_MAX_STEP;
+    uint64_t want = need > v->capacity + step ? need : v->capacity + step;
+    int rc = mc__master_reserve(w->s->m, v, want, now);
+    if (rc < 0 && want > need)
+        rc = mc__master_reserve(w->s->m, v, need, now);
+    return rc;
+}
+
+/* Sets the writer's size, zeroing any gap it opens. */
+static int w_extend(mc_writer_t *w, uint64_t size, uint64_t now)
+{
+    if (size <= w->size)
+        return 0;
+    int rc = w_reserve(w, size, now);
+    if (rc < 0)
+        return rc;
+    for (uint32_t r = 0; r < w->v->nrep; r++)
+        for_spans(w->s, &w->v->rep[r], w->size, size - w->size, NULL, span_zero);
+    w->size = size;
+    return 0;
+}
+
+static void exec(op_t *o)
+{
+    mc_store_t *s = o->s;
+    mc__master_t *m = s->m;
+    uint64_t now = mc_loop_now_ms();
+    mc__version_t *v;
+    int rc = 0;
+
+    switch (o->kind) {
+    case OP_PUT: {
+        size_t total = 0;
+        for (int i = 0; i < o->iovcnt; i++)
+            total += o->iov[i].iov_len;
+        if ((o->po.flags & MC_PUT_NOREPLACE) && mc__master_find(m, o->key, o->klen)) {
+            rc = -EEXIST;
+            break;
+        }
+        rc = mc__master_begin(m, o->key, o->klen, &o->po, now, &v);
+        if (rc < 0)
+            break;
+        rc = mc__master_reserve(m, v, total, now);
+        if (rc == 0) {
+            uint64_t at = 0;
+            for (int i = 0; i < o->iovcnt; i++) {
+                for (uint32_t r = 0; r < v->nrep; r++)
+                    for_spans(s, &v->rep[r], at, o->iov[i].iov_len, o->iov[i].iov_base, span_in);
+                at += o->iov[i].iov_len;
+            }
+            rc = mc__master_commit(m, v, total, o->po.flags, now);
+        }
+        if (rc < 0)
+            mc__master_abort(m, v);
+        break;
+    }
+    case OP_GET:
+        v = mc__master_find(m, o->key, o->klen);
+        if (!v) {
+            rc = -ENOENT;
+            break;
+        }
+        mc__master_touch(m, v, now, 1);
+        if (o->st)
+            mc__version_stat(v, now, o->st);
+        rc = (int)read_version(s, v, v->size, o->off, o->buf, o->len);
+        break;
+    case OP_STAT:
+        v = mc__master_find(m, o->key, o->klen);
+        if (!v)
+            rc = -ENOENT;
+        else
+            mc__version_stat(v, now, o->st);
+        break;
+    case OP_REMOVE:
+        rc = mc__master_remove(m, o->key, o->klen, o->flags, now);
+        break;
+    case OP_RENAME:
+        rc = mc__master_rename(m, o->key, o->klen, o->key2, o->klen2, o->flags, now);
+        break;
+    case OP_LIST:
+        rc = mc__master_list(m, o->key, o->klen, o->klen2 ? o->key2 : NULL, o->klen2, o->delim,
+                             o->max, now, o->list);
+        break;
+    case OP_STATFS:
+        mc__master_space(m, o->sp);
+        break;
+    case OP_OPEN: {
+        v = mc__master_find(m, o->key, o->klen);
+        if (!v) {
+            rc = -ENOENT;
+            break;
+        }
+        mc_obj_t *ob = malloc(sizeof(*ob));
+        if (!ob) {
+            rc = -ENOMEM;
+            break;
+        }
+        ob->s = s;
+        ob->v = v;
+        mc__master_ref(v);
+        mc__master_touch(m, v, now, 1);
+        mc__version_stat(v, now, &ob->st);
+        *o->obj_out = ob;
+        break;
+    }
+    case OP_OBJ_READ:
+        rc = (int)read_version(s, o->obj->v, o->obj->st.size, o->off, o->buf, o->len);
+        break;
+    case OP_OBJ_CLOSE:
+        mc__master_unref(m, o->obj->v, now);
+        free(o->obj);
+        break;
+    case OP_W_OPEN: {
+        mc_writer_t *w = calloc(1, sizeof(*w));
+        if (!w) {
+            rc = -ENOMEM;
+            break;
+        }
+        w->s = s;
+        w->put_flags = o->po.flags;
+        rc = mc__master_begin(m, o->key, o->klen, &o->po, now, &w->v);
+        if (rc < 0) {
+            free(w);
+            break;
+        }
+        if (o->obj) {
+            uint64_t bsize = o->obj->st.size;
+            rc = w_reserve(w, bsize, now);
+            if (rc < 0) {
+                mc__master_abort(m, w->v);
+                free(w);
+                break;
+            }
+            copy_version(s, o->obj->v, w->v, bsize);
+            w->size = bsize;
+            if (!o->po.mode)
+                w->v->mode = o->obj->st.mode;
+        }
+        *o->w_out = w;
+        break;
+    }
+    case OP_W_WRITE: {
+        mc_writer_t *w = o->w;
+        uint64_t end = o->off + o->len;
+        if (end < o->off) {
+            rc = -EFBIG;
+            break;
+        }
+        if (end > w->size) {
+            rc = w_reserve(w, end, now);
+            if (rc < 0)
+                break;
+            if (o->off > w->size)
+                rc = w_extend(w, o->off, now);
+            if (rc < 0)
+                break;
+            w->size = end;
+        }
+        for (uint32_t r = 0; r < w->v->nrep; r++)
+            for_spans(s, &w->v->rep[r], o->off, o->len, o->buf, span_in);
+        rc = (int)o->len;
+        break;
+    }
+    case OP_W_READ:
+        rc = (int)read_version(s, o->w->v, o->w->size, o->off, o->buf, o->len);
+        break;
+    case OP_W_TRUNC:
+        if (o->off <= o->w->size)
+            o->w->size = o->off;
+        else
+            rc = w_extend(o->w, o->off, now);
+        break;
+    case OP_W_COMMIT: {
+        mc_writer_t *w = o->w;
+        if (!w->mtime_set) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            w->v->mtime_ns = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+        }
+        rc = mc__master_commit(m, w->v, w->size, w->put_flags, now);
+        if (rc < 0)
+            mc__master_abort(m, w->v);
+        else if (o->st)
+            mc__version_stat(w->v, now, o->st);
+        writer_free(w);
+        break;
+    }
+    case OP_W_ABORT:
+        mc__master_abort(m, o->w->v);
+        writer_free(o->w);
+        break;
+    }
+    o->result = rc;
+}
+
+static void complete(void *arg)
+{
+    op_t *o = arg;
+    if (o->cb)
+        o->cb(o->arg, o->result);
+    free(o);
+}
+
+static void exec_posted(void *arg)
+{
+    exec(arg);
+    complete(arg);
+}
+
+/* Runs o on the loop; its callback runs later, never inside this call. */
+static int submit(op_t *o)
+{
+    mc_store_t *s = o->s;
+    if (mc_loop_is_current(s->loop)) {
+        exec(o);
+        mc_loop_defer(s->loop, &o->work, complete, o);
+        return 0;
+    }
+    int rc = mc_loop_post(s->loop, exec_posted, o);
+    if (rc < 0)
+        free(o);
+    return rc;
+}
+
+/* ---- open / close ---- */
+
+static void on_sweep(mc_timer_t *t)
+{
+    mc_store_t *s = t->data;
+    mc__master_sweep(s->m, mc_loop_now_ms());
+}
+
+static void *loop_thread(void *arg)
+{
+    mc_store_t *s = arg;
+    mc_loop_run(s->loop);
+    return NULL;
+}
+
+int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
+{
+    mc_store_opts_t def;
+    if (!o) {
+        mc_store_opts_init(&def);
+        o = &def;
+    }
+    if (o->master && o->master[0])
+        return -ENOTSUP; /* the cluster transport is not built yet */
+    if (o->evict_high_pct > 100 || o->evict_ratio_pct > 100)
+        return -EINVAL;
+    uint64_t seg_size = o->segment_size ? o->segment_size : MC_DEFAULT_SEGMENT_SIZE;
+    if (seg_size < 4096)
+        return -EINVAL;
+
+    mc_store_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    mc__master_opts_t mo = {
+        .lease_ms = o->lease_ms ? o->lease_ms : MC_DEFAULT_LEASE_MS,
+        .evict_high_pct = o->evict_high_pct,
+        .evict_ratio_pct = o->evict_ratio_pct,
+        .align = 64,
+    };
+    int rc = mc__master_new(&s->m, &mo);
+    if (rc < 0)
+        goto fail;
+    s->seg = mmap(NULL, seg_size, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (s->seg == MAP_FAILED) {
+        s->seg = NULL;
+        rc = -ENOMEM;
+        goto fail;
+    }
+    s->seg_size = seg_size;
+    rc = mc__master_add_segment(s->m, SEG_LOCAL, seg_size);
+    if (rc < 0)
+        goto fail;
+    if (o->loop) {
+        s->loop = o->loop;
+    } else {
+        rc = mc_loop_new(&s->loop);
+        if (rc < 0)
+            goto fail;
+        s->own_loop = 1;
+    }
+    s->sweep.data = s;
+    rc = mc_timer_start(s->loop, &s->sweep, 1000, 1000, on_sweep);
+    if (rc < 0)
+        goto fail;
+    if (s->own_loop) {
+        /* The loop thread takes no signals: they belong to the caller. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        rc = -pthread_create(&s->thread, NULL, loop_thread, s);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc < 0) {
+            mc_timer_stop(&s->sweep);
+            goto fail;
+        }
+    }
+    *out = s;
+    return 0;
+fail:
+    if (s->own_loop)
+        mc_loop_free(s->loop);
+    if (s->seg)
+        munmap(s->seg, s->seg_size);
+    mc__master_free(s->m);
+    free(s);
+    return rc;
+}
+
+static void stop_on_loop(void *arg)
+{
+    mc_store_t *s = arg;
+    mc_timer_stop(&s->sweep);
+    mc_loop_stop(s->loop);
+}
+
+void mc_store_close(mc_store_t *s)
+{
+    if (!s)
+        return;
+    if (s->own_loop) {
+        if (mc_loop_post(s->loop, stop_on_loop, s) < 0)
+            mc_loop_stop(s->loop);
+        pthread_join(s->thread, NULL);
+        mc_loop_free(s->loop); /* runs anything posted meanwhile */
+    } else {
+        mc_timer_stop(&s->sweep);
+    }
+    mc__master_free(s->m);
+    munmap(s->seg, s->seg_size);
+    free(s);
+}
+
+/* ---- async API ---- */
+
+static int key_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen, mc_done_cb cb,
+                  void *arg, op_t **out)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    *out = op_new(s, kind, key, klen, NULL, 0, cb, arg);
+    return *out ? 0 : -ENOMEM;
+}
+
+int mc_putv_async(mc_store_t *s, const char *key, size_t klen, const struct iovec *iov,
+                  int iovcnt, const mc_put_opts_t *po, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    if (iovcnt < 0 || (iovcnt && !iov))
+        return -EINVAL;
+    int rc = key_op(s, OP_PUT, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    if (po)
+        o->po = *po;
+    o->iov = iov;
+    o->iovcnt = iovcnt;
+    return submit(o);
+}
+
+int mc_put_async(mc_store_t *s, const char *key, size_t klen, const void *buf, size_t len,
+                 const mc_put_opts_t *po, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    int rc = key_op(s, OP_PUT, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    if (po)
+        o->po = *po;
+    o->one.iov_base = (void *)buf;
+    o->one.iov_len = len;
+    o->iov = &o->one;
+    o->iovcnt = 1;
+    return submit(o);
+}
+
+int mc_get_async(mc_store_t *s, const char *key, size_t klen, uint64_t off, void *buf, size_t len,
+                 mc_stat_t *st, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    if (len > INT32_MAX)
+        return -EINVAL;
+    int rc = key_op(s, OP_GET, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->off = off;
+    o->buf = buf;
+    o->len = len;
+    o->st = st;
+    return submit(o);
+}
+
+int mc_stat_async(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st, mc_done_cb cb,
+                  void *arg)
+{
+    op_t *o;
+    int rc = key_op(s, OP_STAT, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->st = st;
+    return submit(o);
+}
+
+int mc_remove_async(mc_store_t *s, const char *key, size_t klen, unsigned flags, mc_done_cb cb,
+                    void *arg)
+{
+    op_t *o;
+    int rc = key_op(s, OP_REMOVE, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->flags = flags;
+    return submit(o);
+}
+
+int mc_rename_async(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
+                    unsigned flags, mc_done_cb cb, void *arg)
+{
+    int rc = mc_key_check(from, flen);
+    if (rc == 0)
+        rc = mc_key_check(to, tlen);
+    if (rc < 0)
+        return rc;
+    op_t *o = op_new(s, OP_RENAME, from, flen, to, tlen, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->flags = flags;
+    return submit(o);
+}
+
+int mc_list_async(mc_store_t *s, const char *prefix, size_t plen, const char *after, size_t alen,
+                  int delim, size_t max, mc_list_t **out, mc_done_cb cb, void *arg)
+{
+    if ((plen && !prefix) || (alen && !after) || plen > MC_KEY_MAX || alen > MC_KEY_MAX)
+        return -EINVAL;
+    op_t *o = op_new(s, OP_LIST, prefix, plen, after, after ? alen : 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->delim = delim;
+    o->max = max;
+    o->list = out;
+    return submit(o);
+}
+
+int mc_statfs_async(mc_store_t *s, mc_space_t *sp, mc_done_cb cb, void *arg)
+{
+    op_t *o = op_new(s, OP_STATFS, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->sp = sp;
+    return submit(o);
+}
+
+int mc_obj_open_async(mc_store_t *s, const char *key, size_t klen, mc_obj_t **out, mc_done_cb cb,
+                      void *arg)
+{
+    op_t *o;
+    int rc = key_op(s, OP_OPEN, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->obj_out = out;
+    return submit(o);
+}
+
+const mc_stat_t *mc_obj_stat(const mc_obj_t *ob)
+{
+    return &ob->st;
+}
+
+int mc_obj_read_async(mc_obj_t *ob, uint64_t off, void *buf, size_t len, mc_done_cb cb, void *arg)
+{
+    if (len > INT32_MAX)
+        return -EINVAL;
+    op_t *o = op_new(ob->s, OP_OBJ_READ, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->obj = ob;
+    o->off = off;
+    o->buf = buf;
+    o->len = len;
+    return submit(o);
+}
+
+void mc_obj_close(mc_obj_t *ob)
+{
+    if (!ob)
+        return;
+    op_t *o = op_new(ob->s, OP_OBJ_CLOSE, NULL, 0, NULL, 0, NULL, NULL);
+    if (!o)
+        abort(); /* cannot fail a close; out of memory for 200 bytes */
+    o->obj = ob;
+    submit(o);
+}
+
+int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen, const mc_put_opts_t *po,
+                         mc_obj_t *base, mc_writer_t **out, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    int rc = key_op(s, OP_W_OPEN, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    if (po)
+        o->po = *po;
+    o->obj = base;
+    o->w_out = out;
+    return submit(o);
+}
+
+static int writer_op(mc_writer_t *w, enum op_kind kind, uint64_t off, void *buf, size_t len,
+                     mc_done_cb cb, void *arg)
+{
+    if (len > INT32_MAX)
+        return -EINVAL;
+    op_t *o = op_new(w->s, kind, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->w = w;
+    o->off = off;
+    o->buf = buf;
+    o->len = len;
+    return submit(o);
+}
+
+int mc_writer_write_async(mc_writer_t *w, uint64_t off, const void *buf, size_t len,
+                          mc_done_cb cb, void *arg)
+{
+    return writer_op(w, OP_W_WRITE, off, (void *)buf, len, cb, arg);
+}
+
+int mc_writer_read_async(mc_writer_t *w, uint64_t off, void *buf, size_t len, mc_done_cb cb,
+                         void *arg)
+{
+    return writer_op(w, OP_W_READ, off, buf, len, cb, arg);
+}
+
+int mc_writer_truncate_async(mc_writer_t *w, uint64_t size, mc_done_cb cb, void *arg)
+{
+    return writer_op(w, OP_W_TRUNC, size, NULL, 0, cb, arg);
+}
+
+uint64_t mc_writer_size(const mc_writer_t *w)
+{
+    return w->size;
+}
+
+int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen)
+{
+    return mc__master_set_key(w->s->m, w->v, key, klen);
+}
+
+void mc_writer_set_meta(mc_writer_t *w, uint32_t mode, int64_t mtime_ns)
+{
+    if (mode)
+        w->v->mode = mode & 07777;
+    if (mtime_ns) {
+        w->v->mtime_ns = mtime_ns;
+        w->mtime_set = 1;
+    }
+}
+
+int mc_writer_commit_async(mc_writer_t *w, mc_stat_t *st, mc_done_cb cb, void *arg)
+{
+    op_t *o = op_new(w->s, OP_W_COMMIT, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->w = w;
+    o->st = st;
+    return submit(o);
+}
+
+void mc_writer_abort(mc_writer_t *w)
+{
+    if (!w)
+        return;
+    op_t *o = op_new(w->s, OP_W_ABORT, NULL, 0, NULL, 0, NULL, NULL);
+    if (!o)
+        abort();
+    o->w = w;
+    submit(o);
+}
+
+/* ---- sync API: the async call plus a wait ---- */
+
+struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    int result;
+};
+
+static void waiter_cb(void *arg, int result)
+{
+    struct waiter *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->result = result;
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static int waiter_wait(struct waiter *w, int rc)
+{
+    if (rc == 0) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->done)
+            pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+        rc = w->result;
+    }
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    return rc;
+}
+
+#define SYNC(s, call)                                                                              \
+    do {                                                                                           \
+        if (mc_loop_is_current((s)->loop))                                                         \
+            return -EDEADLK;                                                                       \
+        struct waiter w_ = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};            \
+        return waiter_wait(&w_, call);                                                             \
+    } while (0)
+
+int mc_put(mc_store_t *s, const char *key, size_t klen, const void *buf, size_t len,
+           const mc_put_opts_t *po)
+{
+    SYNC(s, mc_put_async(s, key, klen, buf, len, po, waiter_cb, &w_));
+}
+
+int mc_putv(mc_store_t *s, const char *key, size_t klen, const struct iovec *iov, int iovcnt,
+            const mc_put_opts_t *po)
+{
+    SYNC(s, mc_putv_async(s, key, klen, iov, iovcnt, po, waiter_cb, &w_));
+}
+
+int mc_get(mc_store_t *s, const char *key, size_t klen, uint64_t off, void *buf, size_t len,
+           mc_stat_t *st)
+{
+    SYNC(s, mc_get_async(s, key, klen, off, buf, len, st, waiter_cb, &w_));
+}
+
+int mc_stat(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st)
+{
+    SYNC(s, mc_stat_async(s, key, klen, st, waiter_cb, &w_));
+}
+
+int mc_remove(mc_store_t *s, const char *key, size_t klen, unsigned flags)
+{
+    SYNC(s, mc_remove_async(s, key, klen, flags, waiter_cb, &w_));
+}
+
+int mc_rename(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
+              unsigned flags)
+{
+    SYNC(s, mc_rename_async(s, from, flen, to, tlen, flags, waiter_cb, &w_));
+}
+
+int mc_list(mc_store_t *s, const char *prefix, size_t plen, const char *after, size_t alen,
+            int delim, size_t max, mc_list_t **out)
+{
+    SYNC(s, mc_list_async(s, prefix, plen, after, alen, delim, max, out, waiter_cb, &w_));
+}
+
+int mc_statfs(mc_store_t *s, mc_space_t *sp)
+{
+    SYNC(s, mc_statfs_async(s, sp, waiter_cb, &w_));
+}

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Makes sure the Debian packages that build, run and test Mooncake FS are
+# installed. As root it installs the missing ones with apt-get; otherwise it
+# prints the exact command to run and fails.
+set -eu
+PKGS="build-essential pkg-config clang-format fuse3 libfuse3-dev liburing-dev libcmocka-dev
+python3 python3-dev python3-pytest python3-pytest-asyncio python3-aiofiles"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||
+        missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+    echo "missing Debian packages; run as root:" >&2
+    echo "  apt-get update && apt-get install -y$missing" >&2
+    exit 1
+fi
+echo "installing:$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q >/dev/null
+apt-get install -y -q $missing >/dev/null
