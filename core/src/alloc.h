@@ -47,8 +47,8 @@ void mc__alloc_put(mc__alloc_t *a, const mc__extent_t *ext, int n);
 /* Rounds len up to the allocator's alignment. */
 uint64_t mc__alloc_round(const mc__alloc_t *a, uint64_t len);
 
-uint64_t mc__alloc_size(const mc__alloc_t *a);   /* usable bytes */
-uint64_t mc__alloc_used(const mc__alloc_t *a);   /* bytes handed out */
+uint64_t mc__alloc_size(const mc__alloc_t *a);    /* usable bytes */
+uint64_t mc__alloc_used(const mc__alloc_t *a);    /* bytes handed out */
 uint64_t mc__alloc_largest(const mc__alloc_t *a); /* largest free extent */
 int mc__alloc_free_extents(const mc__alloc_t *a); /* count of free extents */
 

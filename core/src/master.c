@@ -368,9 +368,8 @@ static int evict_enabled(const mc__master_t *m)
 static uint64_t low_mark(const mc__master_t *m)
 {
     uint64_t total = total_size(m);
-    unsigned pct = m->o.evict_high_pct > m->o.evict_ratio_pct
-                       ? m->o.evict_high_pct - m->o.evict_ratio_pct
-                       : 0;
+    unsigned pct =
+        m->o.evict_high_pct > m->o.evict_ratio_pct ? m->o.evict_high_pct - m->o.evict_ratio_pct : 0;
     return total / 100 * pct;
 }
 
@@ -474,8 +473,7 @@ static int prefix_has_children(mc__master_t *m, const char *prefix, size_t plen)
     return mc__index_next(&it, &k, &kl, NULL) && has_prefix(k, kl, prefix, plen);
 }
 
-int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned flags,
-                      uint64_t now)
+int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned flags, uint64_t now)
 {
     int rc = mc_key_check(key, klen);
     if (rc < 0)
@@ -694,10 +692,14 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
     /* Seek key for skipping a whole common prefix: the prefix with its last
      * byte (the delimiter) incremented. */
     char skip[MC_KEY_MAX + 1];
-    if (after && alen && (alen > plen || memcmp(after, prefix, alen) >= 0)) {
-        const char *d = delim > 0 && alen > plen
-                            ? memchr(after + plen, delim, alen - plen)
-                            : NULL;
+    /* A cursor that sorts before the prefix (a shorter head of it, or a
+     * longer key before it) lists from the prefix's start. */
+    size_t common = alen < plen ? alen : plen;
+    int cmp = !after || !alen ? -1 : common ? memcmp(after, prefix, common) : 0;
+    if (cmp == 0 && alen < plen)
+        cmp = -1;
+    if (cmp >= 0) {
+        const char *d = delim > 0 && alen > plen ? memchr(after + plen, delim, alen - plen) : NULL;
         if (d && (size_t)(d - after) == alen - 1 && (unsigned char)delim < 0xff &&
             alen <= MC_KEY_MAX) {
             memcpy(skip, after, alen);
@@ -723,15 +725,28 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
         const char *d = delim > 0 ? memchr(k + plen, delim, kl - plen) : NULL;
         if (d) { /* a deeper key, or a directory marker: one prefix entry */
             size_t cl = (size_t)(d - k) + 1;
-            rc = list_push(b, k, cl, 1, NULL, now);
+            /* The marker's metadata (mode, mtime) stands for the prefix. */
+            rc = list_push(b, k, cl, 1, mc__index_get(m->ix, k, cl), now);
             if (rc < 0)
                 break;
-            if ((unsigned char)delim == 0xff)
-                continue; /* cannot skip ahead; later keys fold into this one */
             memcpy(skip, k, cl);
+            if ((unsigned char)delim == 0xff) {
+                /* No byte sorts after the delimiter: walk past the run. */
+                mc__index_iter_t run = it;
+                while (mc__index_next(&run, &k, &kl, NULL) && has_prefix(k, kl, skip, cl))
+                    it = run;
+                continue;
+            }
             skip[cl - 1] = (char)(delim + 1);
             mc__index_seek(m->ix, &it, skip, cl, 0);
             continue;
+        }
+        if (delim > 0 && kl < MC_KEY_MAX) {
+            /* A directory of the same name shadows the file. */
+            memcpy(skip, k, kl);
+            skip[kl] = (char)delim;
+            if (prefix_has_children(m, skip, kl + 1) || mc__index_get(m->ix, skip, kl + 1))
+                continue;
         }
         rc = list_push(b, k, kl, 0, val, now);
         if (rc < 0)
@@ -747,6 +762,39 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
     }
     *out = &b->l;
     return (int)b->l.n;
+}
+
+int mc__master_lookup(mc__master_t *m, const char *key, size_t klen, int delim, mc__version_t **v)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    *v = NULL;
+    if (delim > 0 && klen < MC_KEY_MAX) {
+        char dir[MC_KEY_MAX + 1];
+        memcpy(dir, key, klen);
+        dir[klen] = (char)delim;
+        mc__version_t *marker = mc__index_get(m->ix, dir, klen + 1);
+        if (marker || prefix_has_children(m, dir, klen + 1)) {
+            *v = marker;
+            return MC_LOOKUP_DIR;
+        }
+    }
+    *v = mc__index_get(m->ix, key, klen);
+    return *v ? MC_LOOKUP_FILE : -ENOENT;
+}
+
+int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, unsigned what, uint32_t mode,
+                        int64_t mtime_ns)
+{
+    mc__version_t *v = mc__index_get(m->ix, key, klen);
+    if (!v)
+        return -ENOENT;
+    if (what & MC_META_MODE)
+        v->mode = mode & 07777;
+    if (what & MC_META_MTIME)
+        v->mtime_ns = mtime_ns;
+    return 0;
 }
 
 void mc__master_space(const mc__master_t *m, mc_space_t *sp)

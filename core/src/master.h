@@ -24,9 +24,9 @@
 typedef struct mc__master mc__master_t;
 
 typedef struct mc__replica {
-    uint32_t seg;       /* segment id */
-    uint32_t n, cap;    /* extents used / allocated */
-    mc__extent_t *ext;  /* byte ranges in the segment, in object order */
+    uint32_t seg;      /* segment id */
+    uint32_t n, cap;   /* extents used / allocated */
+    mc__extent_t *ext; /* byte ranges in the segment, in object order */
 } mc__replica_t;
 
 enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
@@ -104,8 +104,7 @@ int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned
 void mc__master_abort(mc__master_t *m, mc__version_t *v);
 
 /* Removes key; see MC_REMOVE_*. Returns 0, -ENOENT, -EBUSY, -ENOTEMPTY, -EINVAL. */
-int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned flags,
-                      uint64_t now);
+int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned flags, uint64_t now);
 
 /* Renames a key or a prefix; see MC_RENAME_*. */
 int mc__master_rename(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
@@ -114,6 +113,15 @@ int mc__master_rename(mc__master_t *m, const char *from, size_t flen, const char
 /* Builds a listing (see mc_list_async()). Returns the count, or -ENOMEM. */
 int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char *after,
                     size_t alen, int delim, size_t max, uint64_t now, mc_list_t **out);
+
+/* Tells whether key is a directory (some key starts with key + delim; *v is
+ * the marker key + delim or NULL), a file (*v its version) or absent; see
+ * mc_lookup_async(). */
+int mc__master_lookup(mc__master_t *m, const char *key, size_t klen, int delim, mc__version_t **v);
+
+/* Changes the mode and/or mtime (MC_META_*) of key's current version. */
+int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, unsigned what, uint32_t mode,
+                        int64_t mtime_ns);
 
 /* Fills the space counters. */
 void mc__master_space(const mc__master_t *m, mc_space_t *sp);

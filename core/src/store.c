@@ -30,12 +30,15 @@ struct mc_store {
     char *seg; /* local segment memory */
     uint64_t seg_size;
     mc_timer_t sweep;
+    mc_obj_t *objs;       /* open handles, released by close; loop thread only */
+    mc_writer_t *writers; /* open writers, released by close; loop thread only */
 };
 
 struct mc_obj {
     mc_store_t *s;
     mc__version_t *v;
     mc_stat_t st;
+    mc_obj_t *prev, *next; /* on s->objs */
 };
 
 struct mc_writer {
@@ -44,7 +47,27 @@ struct mc_writer {
     uint64_t size;
     unsigned put_flags;
     int mtime_set;
+    mc_writer_t *prev, *next; /* on s->writers */
 };
+
+/* Links / unlinks n on the list at *head (a handle or a writer). */
+#define LINK(head, n)                                                                              \
+    do {                                                                                           \
+        (n)->prev = NULL;                                                                          \
+        (n)->next = *(head);                                                                       \
+        if (*(head))                                                                               \
+            (*(head))->prev = (n);                                                                 \
+        *(head) = (n);                                                                             \
+    } while (0)
+#define UNLINK(head, n)                                                                            \
+    do {                                                                                           \
+        if ((n)->prev)                                                                             \
+            (n)->prev->next = (n)->next;                                                           \
+        else                                                                                       \
+            *(head) = (n)->next;                                                                   \
+        if ((n)->next)                                                                             \
+            (n)->next->prev = (n)->prev;                                                           \
+    } while (0)
 
 enum op_kind {
     OP_PUT,
@@ -54,6 +77,8 @@ enum op_kind {
     OP_RENAME,
     OP_LIST,
     OP_STATFS,
+    OP_LOOKUP,
+    OP_SET_META,
     OP_OPEN,
     OP_OBJ_READ,
     OP_OBJ_CLOSE,
@@ -216,6 +241,7 @@ static op_t *op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t kl
 
 static void writer_free(mc_writer_t *w)
 {
+    UNLINK(&w->s->writers, w);
     free(w);
 }
 
@@ -308,6 +334,16 @@ static void exec(op_t *o)
         rc = mc__master_list(m, o->key, o->klen, o->klen2 ? o->key2 : NULL, o->klen2, o->delim,
                              o->max, now, o->list);
         break;
+    case OP_LOOKUP:
+        rc = mc__master_lookup(m, o->key, o->klen, o->delim, &v);
+        if (rc >= 0 && v)
+            mc__version_stat(v, now, o->st);
+        else if (rc >= 0)
+            memset(o->st, 0, sizeof(*o->st));
+        break;
+    case OP_SET_META:
+        rc = mc__master_set_meta(m, o->key, o->klen, o->flags, o->po.mode, o->po.mtime_ns);
+        break;
     case OP_STATFS:
         mc__master_space(m, o->sp);
         break;
@@ -327,6 +363,7 @@ static void exec(op_t *o)
         mc__master_ref(v);
         mc__master_touch(m, v, now, 1);
         mc__version_stat(v, now, &ob->st);
+        LINK(&s->objs, ob);
         *o->obj_out = ob;
         break;
     }
@@ -334,6 +371,7 @@ static void exec(op_t *o)
         rc = (int)read_version(s, o->obj->v, o->obj->st.size, o->off, o->buf, o->len);
         break;
     case OP_OBJ_CLOSE:
+        UNLINK(&s->objs, o->obj);
         mc__master_unref(m, o->obj->v, now);
         free(o->obj);
         break;
@@ -363,6 +401,7 @@ static void exec(op_t *o)
             if (!o->po.mode)
                 w->v->mode = o->obj->st.mode;
         }
+        LINK(&s->writers, w);
         *o->w_out = w;
         break;
     }
@@ -557,6 +596,21 @@ void mc_store_close(mc_store_t *s)
     } else {
         mc_timer_stop(&s->sweep);
     }
+    /* The loop is stopped (or this is its thread): release what callers left
+     * open, as promised, before the master frees the versions. */
+    uint64_t now = mc_loop_now_ms();
+    while (s->objs) {
+        mc_obj_t *ob = s->objs;
+        s->objs = ob->next;
+        mc__master_unref(s->m, ob->v, now);
+        free(ob);
+    }
+    while (s->writers) {
+        mc_writer_t *w = s->writers;
+        s->writers = w->next;
+        mc__master_abort(s->m, w->v);
+        free(w);
+    }
     mc__master_free(s->m);
     munmap(s->seg, s->seg_size);
     free(s);
@@ -574,8 +628,8 @@ static int key_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen
     return *out ? 0 : -ENOMEM;
 }
 
-int mc_putv_async(mc_store_t *s, const char *key, size_t klen, const struct iovec *iov,
-                  int iovcnt, const mc_put_opts_t *po, mc_done_cb cb, void *arg)
+int mc_putv_async(mc_store_t *s, const char *key, size_t klen, const struct iovec *iov, int iovcnt,
+                  const mc_put_opts_t *po, mc_done_cb cb, void *arg)
 {
     op_t *o;
     if (iovcnt < 0 || (iovcnt && !iov))
@@ -630,6 +684,31 @@ int mc_stat_async(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st, mc
     if (rc < 0)
         return rc;
     o->st = st;
+    return submit(o);
+}
+
+int mc_lookup_async(mc_store_t *s, const char *key, size_t klen, int delim, mc_stat_t *st,
+                    mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    int rc = key_op(s, OP_LOOKUP, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->delim = delim;
+    o->st = st;
+    return submit(o);
+}
+
+int mc_set_meta_async(mc_store_t *s, const char *key, size_t klen, unsigned what, uint32_t mode,
+                      int64_t mtime_ns, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    int rc = key_op(s, OP_SET_META, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->flags = what;
+    o->po.mode = mode;
+    o->po.mtime_ns = mtime_ns;
     return submit(o);
 }
 
@@ -752,8 +831,8 @@ static int writer_op(mc_writer_t *w, enum op_kind kind, uint64_t off, void *buf,
     return submit(o);
 }
 
-int mc_writer_write_async(mc_writer_t *w, uint64_t off, const void *buf, size_t len,
-                          mc_done_cb cb, void *arg)
+int mc_writer_write_async(mc_writer_t *w, uint64_t off, const void *buf, size_t len, mc_done_cb cb,
+                          void *arg)
 {
     return writer_op(w, OP_W_WRITE, off, (void *)buf, len, cb, arg);
 }

@@ -35,12 +35,12 @@ typedef void (*mc_poll_cb)(mc_poll_t *p, int revents);
 
 /* Watches a file descriptor for readiness until stopped. */
 struct mc_poll {
-    mc_loop_t *loop;   /* private */
-    void *token;       /* private: the in-flight io_uring request */
-    int fd;            /* private */
-    unsigned events;   /* private */
-    mc_poll_cb cb;     /* private */
-    void *data;        /* free for the caller */
+    mc_loop_t *loop; /* private */
+    void *token;     /* private: the in-flight io_uring request */
+    int fd;          /* private */
+    unsigned events; /* private */
+    mc_poll_cb cb;   /* private */
+    void *data;      /* free for the caller */
 };
 
 typedef struct mc_timer mc_timer_t;

@@ -101,15 +101,15 @@ typedef struct mc_put_opts {
 typedef struct mc_list_entry {
     const char *key; /* full key, NUL-terminated for convenience */
     size_t klen;
-    int is_prefix;   /* 1: a common prefix (ends with the delimiter); st unset */
+    int is_prefix; /* 1: a common prefix (ends with the delimiter); st unset */
     mc_stat_t st;
 } mc_list_entry_t;
 
 typedef struct mc_list {
     size_t n;
     mc_list_entry_t *entries;
-    int more;           /* 1: more entries follow; pass `next` as `after` */
-    const char *next;   /* cursor: the last key (or prefix) returned */
+    int more;         /* 1: more entries follow; pass `next` as `after` */
+    const char *next; /* cursor: the last key (or prefix) returned */
     size_t next_len;
 } mc_list_t;
 
@@ -124,6 +124,13 @@ typedef struct mc_space {
 
 /* mc_strerror() returns a static description of a negative result code. */
 MC_EXPORT const char *mc_strerror(int code);
+
+/*
+ * mc_parse_size() reads a byte count such as "4096", "16MB", "16 MB", "1G" or
+ * "2GiB" (binary units, case-insensitive) into *out. Returns 0, -EINVAL (not
+ * a size, e.g. "50%") or -ERANGE (too large).
+ */
+MC_EXPORT int mc_parse_size(const char *s, uint64_t *out);
 
 /* ---- the store ---- */
 
@@ -169,6 +176,29 @@ MC_EXPORT int mc_putv_async(mc_store_t *s, const char *key, size_t klen, const s
  * Grants a read lease. */
 MC_EXPORT int mc_get_async(mc_store_t *s, const char *key, size_t klen, uint64_t off, void *buf,
                            size_t len, mc_stat_t *st, mc_done_cb cb, void *arg);
+
+/* Results of mc_lookup_async(). */
+#define MC_LOOKUP_FILE 1
+#define MC_LOOKUP_DIR 2
+
+/*
+ * Tells what key names when keys are paths split at delim: MC_LOOKUP_DIR when
+ * some key starts with key + delim (st then holds the metadata of the marker
+ * key + delim if it exists, else zeros), else MC_LOOKUP_FILE when key itself
+ * exists (st filled), else -ENOENT. A directory shadows a file of the same
+ * name.
+ */
+MC_EXPORT int mc_lookup_async(mc_store_t *s, const char *key, size_t klen, int delim, mc_stat_t *st,
+                              mc_done_cb cb, void *arg);
+
+/* What mc_set_meta_async() changes. */
+#define MC_META_MODE 0x1
+#define MC_META_MTIME 0x2
+
+/* Changes the current version's mode and/or mtime in place (metadata is not
+ * part of a version's immutable bytes). Result 0 or -ENOENT. */
+MC_EXPORT int mc_set_meta_async(mc_store_t *s, const char *key, size_t klen, unsigned what,
+                                uint32_t mode, int64_t mtime_ns, mc_done_cb cb, void *arg);
 
 /* Fills *st. Result 0 or -ENOENT. */
 MC_EXPORT int mc_stat_async(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st,

@@ -1,0 +1,43 @@
+/*
+ * fs.h - the mooncake-fs daemon's state, shared by main.c (options, session,
+ * event loop) and ops.c (the FUSE operations).
+ */
+#ifndef FS_FS_H
+#define FS_FS_H
+
+#define FUSE_USE_VERSION 34
+#include <fuse_lowlevel.h>
+#include <sys/types.h>
+
+#include "inode.h"
+#include "mooncake/mooncake.h"
+
+struct fs_fh;
+struct fs_wstate;
+
+typedef struct fs {
+    mc_store_t *store;
+    mc_loop_t *loop;
+    fs_itable_t *it;
+    struct fuse_session *se;
+    double timeout; /* entry and attribute cache time, seconds */
+    uid_t uid;
+    gid_t gid;
+    int64_t start_ns;       /* mtime of directories without a marker */
+    struct fuse_buf rbuf;   /* the request being processed */
+    int rbuf_taken;         /* a handler kept rbuf.mem; receive into a new one */
+    struct fs_fh *fhs;      /* every open file handle, for shutdown */
+    struct fs_wstate *wss;  /* every writer state, for shutdown */
+    unsigned long inflight; /* requests started and not yet answered */
+} fs_t;
+
+/* The FUSE low-level operations of the daemon. */
+extern const struct fuse_lowlevel_ops fs_ops;
+
+/* Takes ownership of the current request buffer (free() it when done). */
+void *fs_take_request_buffer(fs_t *fs);
+
+/* Releases every open handle and writer (at unmount). */
+void fs_shutdown(fs_t *fs);
+
+#endif /* FS_FS_H */

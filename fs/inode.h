@@ -1,0 +1,57 @@
+/*
+ * inode.h - the daemon's inode table.
+ *
+ * An inode stands for a key (a file) or a key prefix (a directory) for as
+ * long as the kernel remembers it (its lookup count). Inode numbers are
+ * never reused. A file's inode outlives versions: `version` is the version
+ * whose bytes the kernel's page cache holds, so an open can tell the kernel
+ * to keep or drop its cache. Runs on the loop thread only; no locks.
+ */
+#ifndef FS_INODE_H
+#define FS_INODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mooncake/mooncake.h"
+
+struct fs_wstate;
+
+typedef struct fs_inode {
+    uint64_t ino;
+    char *key; /* "" for the root; NULL once unlinked */
+    size_t klen;
+    int is_dir;
+    uint64_t nlookup;
+    uint64_t version;     /* version the page cache holds (0: none) */
+    mc_stat_t st;         /* last known metadata */
+    struct fs_wstate *ws; /* the shared writer of this file, if any */
+    int opens;            /* open file handles */
+    struct fs_inode *by_ino_next, *by_key_next;
+} fs_inode_t;
+
+typedef struct fs_itable fs_itable_t;
+
+/* Creates a table holding the root (ino 1). Returns NULL on ENOMEM. */
+fs_itable_t *fs_itable_new(void);
+void fs_itable_free(fs_itable_t *t);
+
+fs_inode_t *fs_inode_get(fs_itable_t *t, uint64_t ino);
+/* The live inode for key of the given kind, or NULL. */
+fs_inode_t *fs_inode_find(fs_itable_t *t, const char *key, size_t klen, int is_dir);
+/* Finds or creates the inode for key and counts one lookup. NULL on ENOMEM. */
+fs_inode_t *fs_inode_ref(fs_itable_t *t, const char *key, size_t klen, int is_dir);
+/* Drops n lookups; frees the inode when none remain and nothing is open. */
+void fs_inode_forget(fs_itable_t *t, fs_inode_t *in, uint64_t n);
+/* Frees an inode with no lookups once its last handle is gone. */
+void fs_inode_maybe_free(fs_itable_t *t, fs_inode_t *in);
+/* Detaches the inode from its key (after unlink / rmdir / replace). */
+void fs_inode_unlink(fs_itable_t *t, fs_inode_t *in);
+/* Moves inodes from key `from` to `to`; with prefix != 0 every inode whose
+ * key is from or starts with from + "/" moves. Returns 0 or -ENOMEM. */
+int fs_inode_rename(fs_itable_t *t, const char *from, size_t flen, const char *to, size_t tlen,
+                    int prefix);
+/* Number of live inodes. */
+size_t fs_inode_count(const fs_itable_t *t);
+
+#endif /* FS_INODE_H */

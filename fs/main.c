@@ -1,0 +1,286 @@
+/*
+ * main.c - mooncake-fs: options, the FUSE session, and the event loop.
+ *
+ * One thread does everything: the io_uring loop polls the FUSE device and a
+ * signalfd; each readable event reads requests and hands them to the
+ * operations in ops.c, which answer from store completions on this loop.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs.h"
+
+struct options {
+    char *segment_size;
+    char *master;
+    char *lease_ms;
+    char *evict_high;
+    char *evict_ratio;
+    char *timeout;
+    int help;
+    int version;
+};
+
+#define OPT(t, p)                                                                                  \
+    {                                                                                              \
+        t, offsetof(struct options, p), 1                                                          \
+    }
+static const struct fuse_opt option_spec[] = {
+    OPT("--segment-size=%s", segment_size),
+    OPT("--segment-size %s", segment_size),
+    OPT("--master=%s", master),
+    OPT("--master %s", master),
+    OPT("--lease-ms=%s", lease_ms),
+    OPT("--lease-ms %s", lease_ms),
+    OPT("--evict-high=%s", evict_high),
+    OPT("--evict-high %s", evict_high),
+    OPT("--evict-ratio=%s", evict_ratio),
+    OPT("--evict-ratio %s", evict_ratio),
+    OPT("--cache-timeout=%s", timeout),
+    OPT("--cache-timeout %s", timeout),
+    OPT("--help", help),
+    OPT("-h", help),
+    OPT("--version", version),
+    OPT("-V", version),
+    FUSE_OPT_END,
+};
+
+static void usage(const char *prog)
+{
+    printf("usage: %s [options] MOUNTPOINT\n\n"
+           "Mounts a Mooncake object store: every key is a file, '/' in a key is a\n"
+           "directory level. Without --master the store is embedded in this process.\n\n"
+           "options:\n"
+           "    --segment-size SIZE   memory this node contributes (default 1G;\n"
+           "                          units K, M, G, T, e.g. 512M, 4GiB)\n"
+           "    --master HOST:PORT    cluster master (not available yet: embedded only)\n"
+           "    --lease-ms N          read lease in milliseconds (default %d)\n"
+           "    --evict-high PCT      evict least recently used objects when the\n"
+           "                          segment is PCT%% full (default 0: never evict,\n"
+           "                          writes fail with ENOSPC instead)\n"
+           "    --evict-ratio PCT     how much to free per eviction (default 10)\n"
+           "    --cache-timeout SEC   kernel entry/attribute cache time (default 1)\n"
+           "    -f                    stay in the foreground\n"
+           "    -d                    debug: foreground, log every FUSE request\n"
+           "    -o OPT[,OPT...]       FUSE mount options (see mount.fuse3(8))\n"
+           "    -h, --help            this text\n"
+           "    -V, --version         print the version\n",
+           prog, MC_DEFAULT_LEASE_MS);
+}
+
+static int parse_uint(const char *s, const char *what, unsigned long max, unsigned long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || v > max) {
+        fprintf(stderr, "mooncake-fs: error: bad %s '%s'\n", what, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Releases open handles while the store's loop still runs, then stops. */
+static void shutdown_and_stop(fs_t *fs)
+{
+    fs_shutdown(fs);
+    mc_loop_stop(fs->loop);
+}
+
+static void on_fuse(mc_poll_t *p, int revents)
+{
+    fs_t *fs = p->data;
+    if (revents < 0 || (revents & (POLLERR | POLLHUP | POLLNVAL))) {
+        shutdown_and_stop(fs);
+        return;
+    }
+    for (int i = 0; i < 64 && !fuse_session_exited(fs->se); i++) {
+        int rc = fuse_session_receive_buf(fs->se, &fs->rbuf);
+        if (rc == -EAGAIN)
+            return;
+        if (rc == -EINTR)
+            continue;
+        if (rc <= 0) {
+            if (rc < 0)
+                fprintf(stderr, "mooncake-fs: error: reading /dev/fuse: %s\n", strerror(-rc));
+            break;
+        }
+        fuse_session_process_buf(fs->se, &fs->rbuf);
+        if (fs->rbuf_taken) {
+            fs->rbuf.mem = NULL; /* libfuse allocates the next one */
+            fs->rbuf_taken = 0;
+        }
+    }
+    if (fuse_session_exited(fs->se)) /* unmounted (fusermount3 -u) */
+        shutdown_and_stop(fs);
+}
+
+static void on_signal(mc_poll_t *p, int revents)
+{
+    fs_t *fs = p->data;
+    struct signalfd_siginfo si;
+    ssize_t n = read(p->fd, &si, sizeof(si));
+    if (n == (ssize_t)sizeof(si))
+        fprintf(stderr, "mooncake-fs: %s, unmounting\n", strsignal((int)si.ssi_signo));
+    shutdown_and_stop(fs);
+}
+
+int main(int argc, char *argv[])
+{
+    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+    struct fuse_cmdline_opts fopts = {0};
+    struct options o = {0};
+    mc_store_opts_t so;
+    fs_t fs = {0};
+    int ret = 1;
+
+    mc_store_opts_init(&so);
+    if (fuse_opt_parse(&args, &o, option_spec, NULL) == -1)
+        return 1;
+    if (o.help) {
+        usage(argv[0]);
+        fuse_opt_free_args(&args);
+        return 0;
+    }
+    if (o.version) {
+        printf("mooncake-fs %s (libfuse %s)\n", MC_VERSION_STRING, fuse_pkgversion());
+        fuse_opt_free_args(&args);
+        return 0;
+    }
+    if (fuse_parse_cmdline(&args, &fopts) != 0)
+        return 1;
+    if (fopts.show_help || fopts.show_version) {
+        usage(argv[0]);
+        ret = 0;
+        goto out_args;
+    }
+    if (!fopts.mountpoint) {
+        fprintf(stderr, "usage: %s [options] MOUNTPOINT (try --help)\n", argv[0]);
+        goto out_args;
+    }
+    if (o.segment_size && mc_parse_size(o.segment_size, &so.segment_size) < 0) {
+        fprintf(stderr, "mooncake-fs: error: bad --segment-size '%s'\n", o.segment_size);
+        goto out_args;
+    }
+    unsigned long v;
+    if (o.lease_ms) {
+        if (parse_uint(o.lease_ms, "--lease-ms", 86400000UL, &v) < 0)
+            goto out_args;
+        so.lease_ms = v;
+    }
+    if (o.evict_high) {
+        if (parse_uint(o.evict_high, "--evict-high", 100, &v) < 0)
+            goto out_args;
+        so.evict_high_pct = (unsigned)v;
+    }
+    if (o.evict_ratio) {
+        if (parse_uint(o.evict_ratio, "--evict-ratio", 100, &v) < 0)
+            goto out_args;
+        so.evict_ratio_pct = (unsigned)v;
+    }
+    fs.timeout = 1.0;
+    if (o.timeout) {
+        char *end;
+        fs.timeout = strtod(o.timeout, &end);
+        if (*end || end == o.timeout || fs.timeout < 0) {
+            fprintf(stderr, "mooncake-fs: error: bad --cache-timeout '%s'\n", o.timeout);
+            goto out_args;
+        }
+    }
+    if (o.master && o.master[0]) {
+        fprintf(stderr, "mooncake-fs: error: --master: the cluster transport is not built "
+                        "yet; run without --master for an embedded store\n");
+        goto out_args;
+    }
+    so.master = o.master;
+
+    fs.uid = getuid();
+    fs.gid = getgid();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fs.start_ns = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    fs.it = fs_itable_new();
+    if (!fs.it)
+        goto out_args;
+
+    fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
+    if (!fs.se)
+        goto out_it;
+    if (fuse_session_mount(fs.se, fopts.mountpoint) != 0)
+        goto out_se;
+    if (fuse_daemonize(fopts.foreground) != 0)
+        goto out_unmount;
+
+    /* The loop and the store come after daemonizing: io_uring does not
+     * survive fork(). */
+    int rc = mc_loop_new(&fs.loop);
+    if (rc < 0) {
+        fprintf(stderr, "mooncake-fs: error: io_uring: %s\n", mc_strerror(rc));
+        goto out_unmount;
+    }
+    so.loop = fs.loop;
+    rc = mc_store_open(&fs.store, &so);
+    if (rc < 0) {
+        fprintf(stderr, "mooncake-fs: error: opening the store: %s\n", mc_strerror(rc));
+        goto out_loop;
+    }
+
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    sigprocmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    int fd = fuse_session_fd(fs.se);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    mc_poll_t fuse_poll = {.data = &fs}, sig_poll = {.data = &fs};
+    if (sfd < 0 || mc_poll_start(fs.loop, &fuse_poll, fd, POLLIN, on_fuse) < 0 ||
+        mc_poll_start(fs.loop, &sig_poll, sfd, POLLIN, on_signal) < 0) {
+        fprintf(stderr, "mooncake-fs: error: cannot watch the FUSE device\n");
+        goto out_store;
+    }
+    fprintf(stderr, "mooncake-fs: mounted %s (embedded store, segment %llu bytes)\n",
+            fopts.mountpoint, (unsigned long long)so.segment_size);
+    rc = mc_loop_run(fs.loop);
+    if (rc < 0)
+        fprintf(stderr, "mooncake-fs: error: event loop: %s\n", mc_strerror(rc));
+    else
+        ret = 0;
+    mc_poll_stop(&fuse_poll);
+    mc_poll_stop(&sig_poll);
+out_store:
+    if (sfd >= 0)
+        close(sfd);
+    mc_store_close(fs.store);
+out_loop:
+    mc_loop_free(fs.loop);
+out_unmount:
+    fuse_session_unmount(fs.se);
+out_se:
+    fuse_session_destroy(fs.se);
+out_it:
+    fs_itable_free(fs.it);
+out_args:
+    free(fs.rbuf.mem);
+    free(fopts.mountpoint);
+    fuse_opt_free_args(&args);
+    free(o.segment_size);
+    free(o.master);
+    free(o.lease_ms);
+    free(o.evict_high);
+    free(o.evict_ratio);
+    free(o.timeout);
+    return ret;
+}

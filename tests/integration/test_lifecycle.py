@@ -1,0 +1,47 @@
+"""Starting and stopping the daemon: signals and fusermount3 -u unmount
+cleanly with exit status 0; bad options fail with a message."""
+
+import signal
+import subprocess
+
+from conftest import DAEMON
+
+
+def test_sigterm_unmounts_and_exits_0(make_mount):
+    m = make_mount("--segment-size", "16M")
+    with open(m.p("f"), "w") as f:
+        f.write("x")
+    assert m.stop(signal.SIGTERM) == 0
+
+
+def test_sigint_with_open_files(make_mount):
+    m = make_mount("--segment-size", "16M")
+    f = open(m.p("open-for-write"), "w")
+    f.write("pending")
+    g = open(m.p("open-for-write"), "r")
+    try:
+        assert m.stop(signal.SIGINT) == 0
+    finally:
+        for h in (f, g):
+            try:
+                h.close()
+            except OSError:
+                pass
+
+
+def test_fusermount_u_exits_0(make_mount):
+    m = make_mount()
+    assert m.stop("fusermount") == 0
+
+
+def test_help_version_and_bad_options(tmp_path):
+    out = subprocess.run([DAEMON, "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--segment-size" in out.stdout
+    out = subprocess.run([DAEMON, "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and "mooncake-fs" in out.stdout
+    for bad in (["--segment-size", "50%"], ["--evict-high", "101"], ["--master", "127.0.0.1:1"]):
+        out = subprocess.run([DAEMON, *bad, str(tmp_path)], capture_output=True, text=True)
+        assert out.returncode != 0
+    out = subprocess.run([DAEMON, "--segment-size", "lots", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert "segment-size" in out.stderr

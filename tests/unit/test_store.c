@@ -1,0 +1,1223 @@
+/*
+ * test_store.c - unit tests of the public store API (mooncake.h) through a
+ * real embedded store: an 8 MiB segment and the store's own loop thread.
+ *
+ * Sync forms are used where they exist; the streaming writer and the
+ * handles, which only have async forms, are driven through small wrappers
+ * that wait for the callback on a condition variable. Code that must run on
+ * the loop thread (loop-only calls, sync calls that must fail with -EDEADLK,
+ * async calls whose callbacks must not run inside them) is posted there.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mooncake/mooncake.h"
+
+/* Checks a comparison of two integers, printing both when it fails. */
+#define assert_cmp(a, op, b)                                                                       \
+    do {                                                                                           \
+        intmax_t a_ = (intmax_t)(a), b_ = (intmax_t)(b);                                           \
+        if (!(a_ op b_))                                                                           \
+            fail_msg("%s %s %s: %jd vs %jd", #a, #op, #b, a_, b_);                                 \
+    } while (0)
+
+#define MiB (1024 * 1024)
+#define SEG (8 * MiB)
+#define UNIT 64 /* the embedded store's allocation unit */
+
+/* ---- waiting for callbacks ---- */
+
+typedef struct cbw {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    mc_loop_t *loop;
+    int calls;
+    int result;
+    int on_loop;      /* the callback ran on the loop thread */
+    int returned;     /* set by the caller once the async call returned */
+    int after_return; /* the callback saw `returned` set */
+} cbw_t;
+
+static void cbw_init(cbw_t *w, mc_store_t *s)
+{
+    memset(w, 0, sizeof(*w));
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->loop = mc_store_loop(s);
+}
+
+static void cbw_cb(void *arg, int result)
+{
+    cbw_t *w = arg;
+
+    pthread_mutex_lock(&w->mu);
+    w->calls++;
+    w->result = result;
+    w->on_loop = mc_loop_is_current(w->loop);
+    w->after_return = w->returned;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void cbw_returned(cbw_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->returned = 1;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Waits (at most 10 s) for the callback; returns its result. */
+static int cbw_wait(cbw_t *w)
+{
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    pthread_mutex_lock(&w->mu);
+    while (w->calls == 0)
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT)
+            break;
+    int calls = w->calls, result = w->result, on_loop = w->on_loop;
+    pthread_mutex_unlock(&w->mu);
+    assert_int_equal(calls, 1);
+    assert_int_equal(on_loop, 1);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    return result;
+}
+
+/* An async call's return code, then (if 0) its callback's result. */
+#define ASYNC(s, call)                                                                             \
+    ({                                                                                             \
+        cbw_t w_;                                                                                  \
+        cbw_init(&w_, s);                                                                          \
+        int rc_ = (call);                                                                          \
+        if (rc_ == 0)                                                                              \
+            rc_ = cbw_wait(&w_);                                                                   \
+        rc_;                                                                                       \
+    })
+
+/* Runs fn(arg) on the store's loop thread and waits for it to return. */
+struct on_loop {
+    void (*fn)(mc_store_t *s, void *arg);
+    mc_store_t *s;
+    void *arg;
+    cbw_t w;
+};
+
+static void on_loop_run(void *arg)
+{
+    struct on_loop *o = arg;
+
+    o->fn(o->s, o->arg);
+    cbw_cb(&o->w, 0);
+}
+
+static void on_loop(mc_store_t *s, void (*fn)(mc_store_t *, void *), void *arg)
+{
+    struct on_loop o = {.fn = fn, .s = s, .arg = arg};
+
+    cbw_init(&o.w, s);
+    assert_int_equal(mc_loop_post(mc_store_loop(s), on_loop_run, &o), 0);
+    assert_int_equal(cbw_wait(&o.w), 0);
+}
+
+/* ---- fixtures and helpers ---- */
+
+static mc_store_t *open_store(uint64_t seg, uint64_t lease_ms, unsigned evict_high)
+{
+    mc_store_opts_t o;
+    mc_store_t *s = NULL;
+
+    mc_store_opts_init(&o);
+    o.segment_size = seg;
+    o.lease_ms = lease_ms;
+    o.evict_high_pct = evict_high;
+    assert_int_equal(mc_store_open(&s, &o), 0);
+    assert_non_null(s);
+    return s;
+}
+
+static int setup(void **state)
+{
+    *state = open_store(SEG, 0, 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    mc_store_close(*state);
+    return 0;
+}
+
+/* Deterministic content: byte i of object `seed`. */
+static void fill(void *buf, size_t len, unsigned seed)
+{
+    unsigned char *p = buf;
+
+    for (size_t i = 0; i < len; i++)
+        p[i] = (unsigned char)(i * 31 + seed * 7 + (i >> 8));
+}
+
+static void *pattern(size_t len, unsigned seed)
+{
+    void *p = malloc(len ? len : 1);
+
+    assert_non_null(p);
+    fill(p, len, seed);
+    return p;
+}
+
+#define K(str) (str), strlen(str)
+
+static int put_str(mc_store_t *s, const char *key, const char *val)
+{
+    return mc_put(s, K(key), val, strlen(val), NULL);
+}
+
+/* Gets the whole object into a new buffer (at most max bytes). */
+static void *get_all(mc_store_t *s, const char *key, size_t max, int *rc)
+{
+    void *buf = calloc(1, max + 1);
+
+    assert_non_null(buf);
+    *rc = mc_get(s, K(key), 0, buf, max, NULL);
+    return buf;
+}
+
+static mc_space_t space(mc_store_t *s)
+{
+    mc_space_t sp;
+
+    memset(&sp, 0xff, sizeof(sp));
+    assert_int_equal(mc_statfs(s, &sp), 0);
+    return sp;
+}
+
+/* Writer and handle calls, waited for. */
+static mc_writer_t *w_open(mc_store_t *s, const char *key, const mc_put_opts_t *po, mc_obj_t *base)
+{
+    mc_writer_t *w = NULL;
+
+    assert_int_equal(ASYNC(s, mc_writer_open_async(s, K(key), po, base, &w, cbw_cb, &w_)), 0);
+    assert_non_null(w);
+    return w;
+}
+
+static int w_write(mc_store_t *s, mc_writer_t *w, uint64_t off, const void *buf, size_t len)
+{
+    return ASYNC(s, mc_writer_write_async(w, off, buf, len, cbw_cb, &w_));
+}
+
+static int w_read(mc_store_t *s, mc_writer_t *w, uint64_t off, void *buf, size_t len)
+{
+    return ASYNC(s, mc_writer_read_async(w, off, buf, len, cbw_cb, &w_));
+}
+
+static int w_truncate(mc_store_t *s, mc_writer_t *w, uint64_t size)
+{
+    return ASYNC(s, mc_writer_truncate_async(w, size, cbw_cb, &w_));
+}
+
+static int w_commit(mc_store_t *s, mc_writer_t *w, mc_stat_t *st)
+{
+    return ASYNC(s, mc_writer_commit_async(w, st, cbw_cb, &w_));
+}
+
+static mc_obj_t *obj_open(mc_store_t *s, const char *key)
+{
+    mc_obj_t *o = NULL;
+
+    assert_int_equal(ASYNC(s, mc_obj_open_async(s, K(key), &o, cbw_cb, &w_)), 0);
+    assert_non_null(o);
+    return o;
+}
+
+static int obj_read(mc_store_t *s, mc_obj_t *o, uint64_t off, void *buf, size_t len)
+{
+    return ASYNC(s, mc_obj_read_async(o, off, buf, len, cbw_cb, &w_));
+}
+
+static void wr_size_fn(mc_store_t *s, void *arg)
+{
+    void **a = arg;
+
+    *(uint64_t *)a[1] = mc_writer_size(a[0]);
+}
+
+/* mc_writer_size() is loop-thread only. */
+static uint64_t w_size(mc_store_t *s, mc_writer_t *w)
+{
+    uint64_t size = UINT64_MAX;
+    void *a[2] = {w, &size};
+
+    on_loop(s, wr_size_fn, a);
+    return size;
+}
+
+/* ---- whole objects ---- */
+
+static void test_put_get_round_trip(void **state)
+{
+    mc_store_t *s = *state;
+    size_t len = 100000;
+    char *val = pattern(len, 1), *buf = malloc(len + 100);
+    mc_stat_t st;
+
+    assert_int_equal(mc_put(s, K("obj"), val, len, NULL), 0);
+    memset(&st, 0xee, sizeof(st));
+    assert_int_equal(mc_get(s, K("obj"), 0, buf, len + 100, &st), (int)len);
+    assert_memory_equal(buf, val, len);
+    assert_int_equal(st.size, len);
+    assert_cmp(st.version, >, 0);
+    assert_int_equal(st.mode, 0644);
+    assert_int_equal(st.replicas, 1);
+    assert_int_equal(st.flags, MC_STAT_LEASED); /* get grants a read lease */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now_ns = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    assert_cmp(st.mtime_ns, <=, now_ns);
+    assert_cmp(st.mtime_ns, >, now_ns - 60LL * 1000000000LL);
+
+    /* Ranges, a short read at the end, nothing at or past the end. */
+    assert_int_equal(mc_get(s, K("obj"), 1000, buf, 5000, NULL), 5000);
+    assert_memory_equal(buf, val + 1000, 5000);
+    assert_int_equal(mc_get(s, K("obj"), len - 10, buf, 100, NULL), 10);
+    assert_memory_equal(buf, val + len - 10, 10);
+    assert_int_equal(mc_get(s, K("obj"), len, buf, 100, &st), 0);
+    assert_int_equal(st.size, len);
+    assert_int_equal(mc_get(s, K("obj"), len + 12345, buf, 100, NULL), 0);
+    /* A buffer too small: filled, and st says how big the object is. */
+    assert_int_equal(mc_get(s, K("obj"), 0, buf, 10, &st), 10);
+    assert_memory_equal(buf, val, 10);
+    assert_int_equal(st.size, len);
+
+    /* An empty object. */
+    assert_int_equal(mc_put(s, K("empty"), NULL, 0, NULL), 0);
+    assert_int_equal(mc_get(s, K("empty"), 0, buf, 10, &st), 0);
+    assert_int_equal(st.size, 0);
+    assert_int_equal(mc_get(s, K("missing"), 0, buf, 10, &st), -ENOENT);
+    free(val);
+    free(buf);
+}
+
+static void test_put_opts(void **state)
+{
+    mc_store_t *s = *state;
+    mc_put_opts_t po = {.mode = 0100600, .mtime_ns = 1234567890123LL, .pin = MC_PIN_HARD};
+    mc_stat_t st;
+
+    assert_int_equal(mc_put(s, K("k"), "v", 1, &po), 0);
+    assert_int_equal(mc_stat(s, K("k"), &st), 0);
+    assert_int_equal(st.mode, 0600);
+    assert_int_equal(st.mtime_ns, 1234567890123LL);
+    assert_int_equal(st.flags, MC_STAT_HARD_PIN);
+    po.flags = MC_PUT_NOREPLACE;
+    assert_int_equal(mc_put(s, K("k"), "w", 1, &po), -EEXIST);
+    char c = 0;
+    assert_int_equal(mc_get(s, K("k"), 0, &c, 1, NULL), 1);
+    assert_int_equal(c, 'v');
+}
+
+static void test_putv_gathers(void **state)
+{
+    mc_store_t *s = *state;
+    char *a = pattern(3000, 2), *b = pattern(7, 3), *c = pattern(65536, 4);
+    struct iovec iov[4] = {{a, 3000}, {NULL, 0}, {b, 7}, {c, 65536}};
+    size_t len = 3000 + 7 + 65536;
+    char *buf = malloc(len);
+
+    assert_int_equal(mc_putv(s, K("v"), iov, 4, NULL), 0);
+    assert_int_equal(mc_get(s, K("v"), 0, buf, len, NULL), (int)len);
+    assert_memory_equal(buf, a, 3000);
+    assert_memory_equal(buf + 3000, b, 7);
+    assert_memory_equal(buf + 3007, c, 65536);
+    assert_int_equal(mc_putv(s, K("none"), NULL, 0, NULL), 0);
+    mc_stat_t st;
+    assert_int_equal(mc_stat(s, K("none"), &st), 0);
+    assert_int_equal(st.size, 0);
+    assert_int_equal(mc_putv(s, K("bad"), NULL, 1, NULL), -EINVAL);
+    assert_int_equal(mc_putv(s, K("bad"), iov, -1, NULL), -EINVAL);
+    free(a);
+    free(b);
+    free(c);
+    free(buf);
+}
+
+static void test_stat_and_versions(void **state)
+{
+    mc_store_t *s = *state;
+    mc_stat_t st1, st2;
+
+    assert_int_equal(mc_stat(s, K("k"), &st1), -ENOENT);
+    assert_int_equal(put_str(s, "k", "hello"), 0);
+    assert_int_equal(mc_stat(s, K("k"), &st1), 0);
+    assert_int_equal(st1.size, 5);
+    assert_int_equal(st1.flags, 0); /* stat grants no lease */
+    assert_int_equal(put_str(s, "k", "hello, world"), 0);
+    assert_int_equal(mc_stat(s, K("k"), &st2), 0);
+    assert_int_equal(st2.size, 12);
+    assert_cmp(st2.version, >, st1.version);
+}
+
+static void test_remove(void **state)
+{
+    mc_store_t *s = *state;
+    char buf[8];
+    mc_stat_t st;
+
+    assert_int_equal(put_str(s, "k", "v"), 0);
+    assert_int_equal(mc_remove(s, K("k"), 0), 0);
+    assert_int_equal(mc_remove(s, K("k"), 0), -ENOENT);
+    assert_int_equal(mc_get(s, K("k"), 0, buf, sizeof(buf), NULL), -ENOENT);
+    assert_int_equal(mc_stat(s, K("k"), &st), -ENOENT);
+    /* A get leases the object: removal needs force until the lease ends. */
+    assert_int_equal(put_str(s, "k", "v"), 0);
+    assert_int_equal(mc_get(s, K("k"), 0, buf, sizeof(buf), NULL), 1);
+    assert_int_equal(mc_remove(s, K("k"), 0), -EBUSY);
+    assert_int_equal(mc_remove(s, K("k"), MC_REMOVE_FORCE), 0);
+    assert_int_equal(mc_stat(s, K("k"), &st), -ENOENT);
+    /* Directory markers. */
+    assert_int_equal(put_str(s, "d/", ""), 0);
+    assert_int_equal(put_str(s, "d/f", "x"), 0);
+    assert_int_equal(mc_remove(s, K("d/"), MC_REMOVE_DIR), -ENOTEMPTY);
+    assert_int_equal(mc_remove(s, K("d/f"), 0), 0);
+    assert_int_equal(mc_remove(s, K("d/"), MC_REMOVE_DIR), 0);
+}
+
+static void test_rename(void **state)
+{
+    mc_store_t *s = *state;
+    char buf[8] = "";
+
+    assert_int_equal(put_str(s, "a/x", "1"), 0);
+    assert_int_equal(put_str(s, "a/", ""), 0);
+    assert_int_equal(put_str(s, "b", "2"), 0);
+    assert_int_equal(mc_rename(s, K("b"), K("c"), 0), 0);
+    assert_int_equal(mc_rename(s, K("b"), K("c"), 0), -ENOENT);
+    assert_int_equal(mc_rename(s, K("c"), K("a/x"), MC_RENAME_NOREPLACE), -EEXIST);
+    assert_int_equal(mc_rename(s, K("a/"), K("z/"), MC_RENAME_PREFIX), 0);
+    assert_int_equal(mc_get(s, K("z/x"), 0, buf, sizeof(buf), NULL), 1);
+    assert_string_equal(buf, "1");
+    assert_int_equal(mc_rename(s, K("z/"), K("z/y/"), MC_RENAME_PREFIX), -EINVAL);
+    assert_int_equal(mc_rename(s, K(""), K("q"), 0), -EINVAL);
+}
+
+/* For calls that must fail without calling back. */
+static void never_cb(void *arg, int result)
+{
+    fprintf(stderr, "a failed call called back with %d\n", result);
+    abort();
+}
+
+static void test_key_checks(void **state)
+{
+    mc_store_t *s = *state;
+    static char big[MC_KEY_MAX + 1];
+    char buf[4];
+    mc_stat_t st;
+    mc_obj_t *o = NULL;
+    mc_writer_t *w = NULL;
+    int calls = 0;
+
+    memset(big, 'k', sizeof(big));
+    assert_int_equal(mc_key_check("", 0), -EINVAL);
+    assert_int_equal(mc_key_check(NULL, 1), -EINVAL);
+    assert_int_equal(mc_key_check("a\0b", 3), -EINVAL);
+    assert_int_equal(mc_key_check(big, MC_KEY_MAX + 1), -ENAMETOOLONG);
+    assert_int_equal(mc_key_check(big, MC_KEY_MAX), 0);
+
+    assert_int_equal(mc_put(s, "", 0, "v", 1, NULL), -EINVAL);
+    assert_int_equal(mc_put(s, big, MC_KEY_MAX + 1, "v", 1, NULL), -ENAMETOOLONG);
+    assert_int_equal(mc_put(s, "a\0b", 3, "v", 1, NULL), -EINVAL);
+    assert_int_equal(mc_get(s, "", 0, 0, buf, 4, NULL), -EINVAL);
+    assert_int_equal(mc_get(s, big, MC_KEY_MAX + 1, 0, buf, 4, NULL), -ENAMETOOLONG);
+    assert_int_equal(mc_stat(s, "a\0", 2, &st), -EINVAL);
+    assert_int_equal(mc_remove(s, big, MC_KEY_MAX + 1, 0), -ENAMETOOLONG);
+    assert_int_equal(mc_rename(s, K("a"), big, MC_KEY_MAX + 1, 0), -ENAMETOOLONG);
+    /* A failing async call never calls its callback. */
+    assert_int_equal(mc_obj_open_async(s, "", 0, &o, never_cb, &calls), -EINVAL);
+    assert_int_equal(mc_writer_open_async(s, big, MC_KEY_MAX + 1, NULL, NULL, &w, never_cb, &calls),
+                     -ENAMETOOLONG);
+    assert_null(o);
+    assert_null(w);
+
+    /* The longest key works. */
+    assert_int_equal(mc_put(s, big, MC_KEY_MAX, "v", 1, NULL), 0);
+    assert_int_equal(mc_get(s, big, MC_KEY_MAX, 0, buf, 4, NULL), 1);
+    /* Keys are bytes: binary and non-NUL high bytes are fine. */
+    assert_int_equal(mc_put(s, "\xff\x01", 2, "b", 1, NULL), 0);
+    assert_int_equal(mc_get(s, "\xff\x01", 2, 0, buf, 4, NULL), 1);
+}
+
+static void test_put_too_big(void **state)
+{
+    mc_store_t *s = *state;
+    size_t len = SEG + 1;
+    char *val = calloc(1, len);
+
+    int rc = mc_put(s, K("big"), val, len, NULL);
+    if (rc != -EFBIG)
+        assert_int_equal(rc, -ENOSPC);
+    assert_int_equal(mc_stat(s, K("big"), &(mc_stat_t){0}), -ENOENT);
+    assert_int_equal(space(s).used, 0);
+    /* Exactly the segment fits in an empty store. */
+    assert_int_equal(mc_put(s, K("big"), val, SEG, NULL), 0);
+    assert_int_equal(space(s).used, SEG);
+    free(val);
+}
+
+static void test_fill_enospc(void **state)
+{
+    mc_store_t *s = *state;
+    size_t len = MiB - 1000;
+    char key[16];
+    int n = 0, rc = 0;
+
+    for (; n < 100; n++) {
+        char *val = pattern(len, (unsigned)n);
+        snprintf(key, sizeof(key), "f%d", n);
+        rc = mc_put(s, K(key), val, len, NULL);
+        free(val);
+        if (rc < 0)
+            break;
+    }
+    assert_int_equal(rc, -ENOSPC);
+    assert_int_equal(n, 8);
+    assert_int_equal(space(s).objects, 8);
+    assert_int_equal(space(s).evicted, 0);
+    /* A failed put leaves nothing behind. */
+    snprintf(key, sizeof(key), "f%d", n);
+    assert_int_equal(mc_stat(s, K(key), &(mc_stat_t){0}), -ENOENT);
+    assert_int_equal(space(s).used, 8 * ((len + UNIT - 1) / UNIT * UNIT));
+    /* Earlier objects are intact. */
+    for (int i = 0; i < n; i++) {
+        char *want = pattern(len, (unsigned)i);
+        snprintf(key, sizeof(key), "f%d", i);
+        char *got = get_all(s, key, len, &rc);
+        assert_int_equal(rc, (int)len);
+        assert_memory_equal(got, want, len);
+        free(want);
+        free(got);
+    }
+}
+
+static void test_eviction_makes_room(void **state)
+{
+    mc_store_t *s = open_store(SEG, 1, 90);
+    size_t len = MiB;
+    char *val = pattern(len, 9), key[16];
+
+    for (int i = 0; i < 20; i++) {
+        snprintf(key, sizeof(key), "e%d", i);
+        assert_int_equal(mc_put(s, K(key), val, len, NULL), 0);
+    }
+    mc_space_t sp = space(s);
+    assert_cmp(sp.evicted, >=, 12);
+    assert_cmp(sp.used, <=, sp.total / 100 * 90);
+    assert_int_equal(sp.objects, 20 - sp.evicted);
+    /* The newest survives, the oldest went first. */
+    assert_int_equal(mc_stat(s, K("e19"), &(mc_stat_t){0}), 0);
+    assert_int_equal(mc_stat(s, K("e0"), &(mc_stat_t){0}), -ENOENT);
+    free(val);
+    mc_store_close(s);
+}
+
+static void test_statfs(void **state)
+{
+    mc_store_t *s = *state;
+    mc_space_t sp = space(s);
+
+    assert_int_equal(sp.total, SEG);
+    assert_int_equal(sp.used, 0);
+    assert_int_equal(sp.objects, 0);
+    assert_int_equal(sp.evicted, 0);
+    char val[1000] = {0};
+    assert_int_equal(mc_put(s, K("a"), val, 1000, NULL), 0);
+    assert_int_equal(mc_put(s, K("b"), val, 1, NULL), 0);
+    sp = space(s);
+    assert_int_equal(sp.used, 1024 + UNIT);
+    assert_int_equal(sp.objects, 2);
+    assert_int_equal(mc_remove(s, K("a"), 0), 0);
+    sp = space(s);
+    assert_int_equal(sp.used, UNIT);
+    assert_int_equal(sp.objects, 1);
+    /* The async form. */
+    memset(&sp, 0, sizeof(sp));
+    assert_int_equal(ASYNC(s, mc_statfs_async(s, &sp, cbw_cb, &w_)), 0);
+    assert_int_equal(sp.total, SEG);
+    assert_int_equal(sp.objects, 1);
+}
+
+/* ---- streaming writers ---- */
+
+static void test_writer_streaming(void **state)
+{
+    mc_store_t *s = *state;
+    size_t len = 3 * MiB + 123, chunk = 128 * 1024;
+    char *val = pattern(len, 5), *buf = malloc(len);
+    mc_stat_t st;
+
+    assert_int_equal(put_str(s, "w", "old"), 0);
+    mc_writer_t *w = w_open(s, "w", NULL, NULL);
+    for (size_t off = 0; off < len; off += chunk) {
+        size_t n = len - off < chunk ? len - off : chunk;
+        assert_int_equal(w_write(s, w, off, val + off, n), (int)n);
+    }
+    assert_int_equal(w_size(s, w), len);
+    /* Read back what was written. */
+    assert_int_equal(w_read(s, w, 0, buf, len), (int)len);
+    assert_memory_equal(buf, val, len);
+    assert_int_equal(w_read(s, w, len - 5, buf, 100), 5);
+    assert_int_equal(w_read(s, w, len, buf, 100), 0);
+    /* Not visible before commit: the old version still is. */
+    assert_int_equal(mc_get(s, K("w"), 0, buf, len, &st), 3);
+    assert_memory_equal(buf, "old", 3);
+    assert_int_equal(w_commit(s, w, &st), 0);
+    assert_int_equal(st.size, len);
+    memset(buf, 0, len);
+    assert_int_equal(mc_get(s, K("w"), 0, buf, len, NULL), (int)len);
+    assert_memory_equal(buf, val, len);
+    free(val);
+    free(buf);
+}
+
+static void test_writer_invisible_before_commit(void **state)
+{
+    mc_store_t *s = *state;
+    mc_list_t *l = NULL;
+
+    mc_writer_t *w = w_open(s, "new", NULL, NULL);
+    assert_int_equal(w_write(s, w, 0, "data", 4), 4);
+    assert_int_equal(mc_stat(s, K("new"), &(mc_stat_t){0}), -ENOENT);
+    assert_int_equal(mc_list(s, NULL, 0, NULL, 0, 0, 0, &l), 0);
+    assert_int_equal(l->n, 0);
+    mc_list_free(l);
+    assert_int_equal(space(s).objects, 0);
+    assert_int_equal(w_commit(s, w, NULL), 0);
+    assert_int_equal(mc_stat(s, K("new"), &(mc_stat_t){0}), 0);
+}
+
+/* Leaves freed space full of 0xaa so that zeros must be written, not found. */
+static void dirty_free_space(mc_store_t *s)
+{
+    size_t len = 6 * MiB;
+    char *junk = malloc(len);
+
+    memset(junk, 0xaa, len);
+    assert_int_equal(mc_put(s, K("junk"), junk, len, NULL), 0);
+    assert_int_equal(mc_remove(s, K("junk"), 0), 0);
+    assert_int_equal(space(s).used, 0);
+    free(junk);
+}
+
+static void assert_zeros(const char *buf, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (buf[i]) {
+            print_error("byte %zu is 0x%02x\n", i, (unsigned char)buf[i]);
+            assert_int_equal(buf[i], 0);
+        }
+}
+
+static void test_writer_gap_reads_zeros(void **state)
+{
+    mc_store_t *s = *state;
+    char buf[300000];
+
+    dirty_free_space(s);
+    mc_writer_t *w = w_open(s, "gap", NULL, NULL);
+    assert_int_equal(w_write(s, w, 0, "abc", 3), 3);
+    assert_int_equal(w_write(s, w, 250000, "xyz", 3), 3);
+    assert_int_equal(w_size(s, w), 250003);
+    assert_int_equal(w_read(s, w, 0, buf, sizeof(buf)), 250003);
+    assert_memory_equal(buf, "abc", 3);
+    assert_zeros(buf + 3, 250000 - 3);
+    assert_memory_equal(buf + 250000, "xyz", 3);
+    assert_int_equal(w_commit(s, w, NULL), 0);
+    memset(buf, 1, sizeof(buf));
+    assert_int_equal(mc_get(s, K("gap"), 0, buf, sizeof(buf), NULL), 250003);
+    assert_memory_equal(buf, "abc", 3);
+    assert_zeros(buf + 3, 250000 - 3);
+    assert_memory_equal(buf + 250000, "xyz", 3);
+}
+
+static void test_writer_truncate(void **state)
+{
+    mc_store_t *s = *state;
+    char buf[5000], ones[100];
+
+    dirty_free_space(s);
+    memset(ones, '1', sizeof(ones));
+    mc_writer_t *w = w_open(s, "t", NULL, NULL);
+    assert_int_equal(w_write(s, w, 0, ones, 100), 100);
+    assert_int_equal(w_truncate(s, w, 40), 0);
+    assert_int_equal(w_size(s, w), 40);
+    assert_int_equal(w_read(s, w, 0, buf, sizeof(buf)), 40);
+    /* Growing again reads zeros, not the bytes cut off before. */
+    assert_int_equal(w_truncate(s, w, 4000), 0);
+    assert_int_equal(w_size(s, w), 4000);
+    assert_int_equal(w_read(s, w, 0, buf, sizeof(buf)), 4000);
+    assert_memory_equal(buf, ones, 40);
+    assert_zeros(buf + 40, 4000 - 40);
+    /* A write past a shrink zeroes the gap too. */
+    assert_int_equal(w_truncate(s, w, 10), 0);
+    assert_int_equal(w_write(s, w, 50, "z", 1), 1);
+    assert_int_equal(w_read(s, w, 0, buf, sizeof(buf)), 51);
+    assert_memory_equal(buf, ones, 10);
+    assert_zeros(buf + 10, 40);
+    assert_int_equal(buf[50], 'z');
+    mc_stat_t st;
+    assert_int_equal(w_commit(s, w, &st), 0);
+    assert_int_equal(st.size, 51);
+    memset(buf, 7, sizeof(buf));
+    assert_int_equal(mc_get(s, K("t"), 0, buf, sizeof(buf), NULL), 51);
+    assert_memory_equal(buf, ones, 10);
+    assert_zeros(buf + 10, 40);
+    /* The commit kept only what the size needs. */
+    assert_int_equal(space(s).used, UNIT);
+}
+
+static void test_writer_copy_on_write(void **state)
+{
+    mc_store_t *s = *state;
+    size_t len = 300000;
+    char *val = pattern(len, 6), *buf = malloc(len + 10);
+    mc_put_opts_t po = {.mode = 0640};
+    mc_stat_t st;
+
+    assert_int_equal(mc_put(s, K("f"), val, len, &po), 0);
+    mc_obj_t *h = obj_open(s, "f");
+    assert_int_equal(mc_obj_stat(h)->size, len);
+    mc_writer_t *w = w_open(s, "f", NULL, h);
+    assert_int_equal(w_size(s, w), len);
+    assert_int_equal(w_read(s, w, 0, buf, len + 10), (int)len);
+    assert_memory_equal(buf, val, len);
+    assert_int_equal(w_write(s, w, 10, "ZZ", 2), 2);
+    assert_int_equal(w_write(s, w, len, "tail", 4), 4);
+    assert_int_equal(w_commit(s, w, &st), 0);
+    assert_int_equal(st.size, len + 4);
+    assert_int_equal(st.mode, 0640); /* the base's mode */
+
+    assert_int_equal(mc_get(s, K("f"), 0, buf, len + 10, NULL), (int)len + 4);
+    assert_memory_equal(buf, val, 10);
+    assert_memory_equal(buf + 10, "ZZ", 2);
+    assert_memory_equal(buf + 12, val + 12, len - 12);
+    assert_memory_equal(buf + len, "tail", 4);
+    /* The handle opened before the commit still reads the old version. */
+    memset(buf, 0, len);
+    assert_int_equal(obj_read(s, h, 0, buf, len + 10), (int)len);
+    assert_memory_equal(buf, val, len);
+    assert_int_equal(mc_obj_stat(h)->size, len);
+    mc_obj_close(h);
+    free(val);
+    free(buf);
+}
+
+static void test_writer_abort_returns_space(void **state)
+{
+    mc_store_t *s = *state;
+    char val[5000] = {0};
+
+    mc_writer_t *w = w_open(s, "a", NULL, NULL);
+    assert_int_equal(w_write(s, w, 0, val, sizeof(val)), (int)sizeof(val));
+    assert_cmp(space(s).used, >=, sizeof(val));
+    mc_writer_abort(w);
+    assert_int_equal(space(s).used, 0); /* statfs runs after the abort */
+    assert_int_equal(mc_stat(s, K("a"), &(mc_stat_t){0}), -ENOENT);
+}
+
+static void test_writer_commit_noreplace(void **state)
+{
+    mc_store_t *s = *state;
+    mc_put_opts_t po = {.flags = MC_PUT_NOREPLACE};
+
+    mc_writer_t *w = w_open(s, "n", &po, NULL);
+    assert_int_equal(w_write(s, w, 0, "mine", 4), 4);
+    assert_int_equal(put_str(s, "n", "theirs"), 0);
+    assert_int_equal(w_commit(s, w, NULL), -EEXIST);
+    char buf[8] = "";
+    assert_int_equal(mc_get(s, K("n"), 0, buf, 7, NULL), 6);
+    assert_string_equal(buf, "theirs");
+    assert_int_equal(space(s).used, UNIT); /* the writer's space is gone */
+}
+
+static void set_key_fn(mc_store_t *s, void *arg)
+{
+    void **a = arg;
+
+    *(int *)a[1] = mc_writer_set_key(a[0], K("final/name"));
+    *(int *)a[2] = mc_writer_set_key(a[0], "", 0);
+}
+
+static void test_writer_set_key(void **state)
+{
+    mc_store_t *s = *state;
+    int rc = 1, rc_bad = 1;
+    char buf[8] = "";
+
+    mc_writer_t *w = w_open(s, "tmp", NULL, NULL);
+    assert_int_equal(w_write(s, w, 0, "body", 4), 4);
+    void *a[3] = {w, &rc, &rc_bad};
+    on_loop(s, set_key_fn, a);
+    assert_int_equal(rc, 0);
+    assert_int_equal(rc_bad, -EINVAL);
+    assert_int_equal(w_commit(s, w, NULL), 0);
+    assert_int_equal(mc_stat(s, K("tmp"), &(mc_stat_t){0}), -ENOENT);
+    assert_int_equal(mc_get(s, K("final/name"), 0, buf, 7, NULL), 4);
+    assert_string_equal(buf, "body");
+}
+
+static void test_writer_out_of_space(void **state)
+{
+    mc_store_t *s = *state;
+    size_t chunk = 256 * 1024;
+    char *val = pattern(chunk, 8), *buf = malloc(chunk);
+    char *big = calloc(1, 6 * MiB);
+    uint64_t off = 0;
+    int rc;
+
+    /* Past the whole store: refused, and the writer stays usable. */
+    mc_writer_t *w = w_open(s, "w", NULL, NULL);
+    assert_int_equal(w_write(s, w, SEG, "x", 1), -EFBIG);
+    assert_int_equal(w_write(s, w, UINT64_MAX - 1, "xy", 2), -EFBIG);
+    assert_int_equal(w_size(s, w), 0);
+    /* With 6 MiB taken, the writer runs out of space after about 2 MiB. */
+    assert_int_equal(mc_put(s, K("big"), big, 6 * MiB, NULL), 0);
+    while ((rc = w_write(s, w, off, val, chunk)) == (int)chunk)
+        off += chunk;
+    assert_int_equal(rc, -ENOSPC);
+    assert_int_equal(off, 2 * MiB);
+    assert_int_equal(w_size(s, w), off);
+    assert_int_equal(w_read(s, w, off - chunk, buf, chunk), (int)chunk);
+    assert_memory_equal(buf, val, chunk);
+    mc_writer_abort(w);
+    assert_int_equal(space(s).used, 6 * MiB);
+
+    /* In an empty store a writer fills it exactly, in chunks. */
+    assert_int_equal(mc_remove(s, K("big"), 0), 0);
+    w = w_open(s, "w", NULL, NULL);
+    for (off = 0; off < SEG; off += chunk)
+        assert_int_equal(w_write(s, w, off, val, chunk), (int)chunk);
+    assert_int_equal(w_write(s, w, off, val, 1), -EFBIG);
+    assert_int_equal(w_commit(s, w, NULL), 0);
+    assert_int_equal(space(s).used, SEG);
+    assert_int_equal(mc_get(s, K("w"), SEG - chunk, buf, chunk, NULL), (int)chunk);
+    assert_memory_equal(buf, val, chunk);
+    free(val);
+    free(buf);
+    free(big);
+}
+
+static void test_open_bad_options(void **state)
+{
+    mc_store_opts_t o;
+    mc_store_t *s = NULL;
+
+    mc_store_opts_init(&o);
+    assert_int_equal(o.segment_size, MC_DEFAULT_SEGMENT_SIZE);
+    assert_null(o.master);
+    assert_null(o.loop);
+    o.segment_size = SEG;
+    o.evict_high_pct = 101;
+    assert_int_equal(mc_store_open(&s, &o), -EINVAL);
+    o.evict_high_pct = 0;
+    o.evict_ratio_pct = 101;
+    assert_int_equal(mc_store_open(&s, &o), -EINVAL);
+    o.evict_ratio_pct = 0;
+    o.segment_size = 100;
+    assert_int_equal(mc_store_open(&s, &o), -EINVAL);
+    o.segment_size = SEG;
+    o.master = "10.0.0.1:50051";
+    assert_int_equal(mc_store_open(&s, &o), -ENOTSUP);
+    assert_null(s);
+    assert_string_equal(mc_strerror(0), "success");
+    assert_non_null(mc_strerror(-ENOSPC));
+    assert_non_null(mc_strerror(-99999));
+}
+
+/* ---- read handles ---- */
+
+static void test_obj_survives_replace_and_remove(void **state)
+{
+    mc_store_t *s = *state;
+    char buf[16] = "";
+
+    assert_int_equal(put_str(s, "k", "version-1"), 0);
+    mc_obj_t *h = obj_open(s, "k");
+    uint64_t v1 = mc_obj_stat(h)->version;
+    assert_int_equal(put_str(s, "k", "v2"), 0);
+    assert_int_equal(obj_read(s, h, 0, buf, sizeof(buf)), 9);
+    assert_string_equal(buf, "version-1");
+    assert_int_equal(mc_obj_stat(h)->version, v1);
+    assert_int_equal(mc_remove(s, K("k"), MC_REMOVE_FORCE), 0);
+    assert_int_equal(mc_get(s, K("k"), 0, buf, sizeof(buf), NULL), -ENOENT);
+    memset(buf, 0, sizeof(buf));
+    assert_int_equal(obj_read(s, h, 8, buf, sizeof(buf)), 1);
+    assert_string_equal(buf, "1");
+    assert_int_equal(obj_read(s, h, 9, buf, sizeof(buf)), 0);
+    mc_obj_close(h);
+    mc_obj_t *o = NULL;
+    assert_int_equal(ASYNC(s, mc_obj_open_async(s, K("k"), &o, cbw_cb, &w_)), -ENOENT);
+}
+
+static void test_open_handle_blocks_remove(void **state)
+{
+    mc_store_t *s = open_store(SEG, 1, 0); /* leases end at once */
+
+    assert_int_equal(put_str(s, "k", "v"), 0);
+    mc_obj_t *h = obj_open(s, "k");
+    usleep(5000);
+    assert_int_equal(mc_remove(s, K("k"), 0), -EBUSY);
+    mc_obj_close(h);
+    usleep(5000);
+    assert_int_equal(mc_remove(s, K("k"), 0), 0);
+    mc_store_close(s);
+}
+
+static void test_close_releases_handles_and_writers(void **state)
+{
+    mc_store_t *s = open_store(SEG, 0, 0);
+
+    assert_int_equal(put_str(s, "k", "v"), 0);
+    assert_int_equal(put_str(s, "gone", "v"), 0);
+    obj_open(s, "k");
+    mc_obj_t *retired = obj_open(s, "gone");
+    assert_non_null(retired);
+    assert_int_equal(mc_remove(s, K("gone"), MC_REMOVE_FORCE), 0);
+    mc_writer_t *w = w_open(s, "w", NULL, NULL);
+    assert_int_equal(w_write(s, w, 0, "x", 1), 1);
+    /* Closed with a handle on a published version, one on a removed version
+     * and a writer still open: LeakSanitizer checks that they are freed. */
+    mc_store_close(s);
+}
+
+/* ---- async rules ---- */
+
+struct async_ctx {
+    cbw_t w[10];
+    char buf[16];
+    mc_stat_t st;
+    mc_space_t sp;
+    mc_list_t *list;
+    mc_obj_t *obj;
+    int sync_rc[8];
+    int post_rc;
+};
+
+/* On the loop thread: start async calls; none may call back before it
+ * returns. */
+static void start_async_on_loop(mc_store_t *s, void *arg)
+{
+    struct async_ctx *c = arg;
+    int rc[8];
+
+    for (int i = 0; i < 8; i++)
+        cbw_init(&c->w[i], s);
+    rc[0] = mc_put_async(s, K("a"), "x", 1, NULL, cbw_cb, &c->w[0]);
+    rc[1] = mc_get_async(s, K("a"), 0, c->buf, sizeof(c->buf), NULL, cbw_cb, &c->w[1]);
+    rc[2] = mc_stat_async(s, K("nope"), &c->st, cbw_cb, &c->w[2]);
+    rc[3] = mc_remove_async(s, K("nope"), 0, cbw_cb, &c->w[3]);
+    rc[4] = mc_rename_async(s, K("a"), K("b"), 0, cbw_cb, &c->w[4]);
+    rc[5] = mc_list_async(s, NULL, 0, NULL, 0, '/', 0, &c->list, cbw_cb, &c->w[5]);
+    rc[6] = mc_statfs_async(s, &c->sp, cbw_cb, &c->w[6]);
+    rc[7] = mc_obj_open_async(s, K("b"), &c->obj, cbw_cb, &c->w[7]);
+    for (int i = 0; i < 8; i++) {
+        c->sync_rc[i] = rc[i];
+        cbw_returned(&c->w[i]);
+    }
+}
+
+static void test_async_never_completes_inside_call(void **state)
+{
+    mc_store_t *s = *state;
+    struct async_ctx c;
+    int want[8] = {0, 1, -ENOENT, -ENOENT, 0, 1, 0, 0};
+
+    memset(&c, 0, sizeof(c));
+    on_loop(s, start_async_on_loop, &c);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(c.sync_rc[i], 0);
+        assert_int_equal(cbw_wait(&c.w[i]), want[i]);
+        int after = c.w[i].after_return;
+        if (!after)
+            print_error("callback %d ran inside its call\n", i);
+        assert_int_equal(after, 1);
+    }
+    assert_string_equal(c.buf, "x");
+    assert_int_equal(c.list->n, 1);
+    assert_string_equal(c.list->entries[0].key, "b");
+    mc_list_free(c.list);
+    assert_int_equal(c.sp.objects, 1);
+    assert_non_null(c.obj);
+    mc_obj_close(c.obj);
+}
+
+static void test_async_from_other_thread(void **state)
+{
+    mc_store_t *s = *state;
+    char buf[4] = "";
+    mc_stat_t st;
+
+    /* Callbacks run on the loop thread (cbw_wait checks), exactly once. */
+    assert_int_equal(ASYNC(s, mc_put_async(s, K("k"), "abc", 3, NULL, cbw_cb, &w_)), 0);
+    assert_int_equal(ASYNC(s, mc_get_async(s, K("k"), 1, buf, 3, &st, cbw_cb, &w_)), 2);
+    assert_string_equal(buf, "bc");
+    assert_int_equal(st.size, 3);
+    assert_int_equal(ASYNC(s, mc_stat_async(s, K("k"), &st, cbw_cb, &w_)), 0);
+    assert_int_equal(ASYNC(s, mc_remove_async(s, K("k"), MC_REMOVE_FORCE, cbw_cb, &w_)), 0);
+    assert_int_equal(ASYNC(s, mc_remove_async(s, K("k"), 0, cbw_cb, &w_)), -ENOENT);
+}
+
+static void sync_on_loop(mc_store_t *s, void *arg)
+{
+    struct async_ctx *c = arg;
+    mc_list_t *l = NULL;
+    struct iovec iov = {"x", 1};
+
+    c->sync_rc[0] = mc_put(s, K("a"), "x", 1, NULL);
+    c->sync_rc[1] = mc_get(s, K("a"), 0, c->buf, 1, NULL);
+    c->sync_rc[2] = mc_stat(s, K("a"), &c->st);
+    c->sync_rc[3] = mc_remove(s, K("a"), 0);
+    c->sync_rc[4] = mc_rename(s, K("a"), K("b"), 0);
+    c->sync_rc[5] = mc_list(s, NULL, 0, NULL, 0, 0, 0, &l);
+    c->sync_rc[6] = mc_statfs(s, &c->sp);
+    c->sync_rc[7] = mc_putv(s, K("a"), &iov, 1, NULL);
+}
+
+static void test_sync_on_loop_thread_edeadlk(void **state)
+{
+    mc_store_t *s = *state;
+    struct async_ctx c;
+
+    memset(&c, 0, sizeof(c));
+    on_loop(s, sync_on_loop, &c);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(c.sync_rc[i], -EDEADLK);
+    assert_int_equal(space(s).objects, 0);
+}
+
+/* ---- listing ---- */
+
+static void test_list_paging(void **state)
+{
+    mc_store_t *s = *state;
+    char key[32], want[1024] = "", got[1024] = "";
+
+    for (int i = 0; i < 25; i++) {
+        snprintf(key, sizeof(key), "l/%02d", i);
+        assert_int_equal(put_str(s, key, "v"), 0);
+        /* l/12/ below makes l/12 a directory, which shadows the file. */
+        snprintf(key, sizeof(key), "l/%02d%s ", i, i == 12 ? "/+" : "");
+        strcat(want, key);
+    }
+    assert_int_equal(put_str(s, "l/12/a", "v"), 0);
+    assert_int_equal(put_str(s, "l/12/b/c", "v"), 0);
+    assert_int_equal(put_str(s, "m", "v"), 0);
+
+    char *after = NULL;
+    size_t alen = 0;
+    int pages = 0;
+    for (;;) {
+        mc_list_t *l = NULL;
+        int n = mc_list(s, K("l/"), after, alen, '/', 4, &l);
+        assert_cmp(n, >=, 0);
+        assert_cmp(n, <=, 4);
+        assert_int_equal((size_t)n, l->n);
+        for (size_t i = 0; i < l->n; i++) {
+            strcat(got, l->entries[i].key);
+            strcat(got, l->entries[i].is_prefix ? "+ " : " ");
+            if (!l->entries[i].is_prefix)
+                assert_int_equal(l->entries[i].st.size, 1);
+        }
+        free(after);
+        after = l->n ? strndup(l->next, l->next_len) : NULL;
+        alen = l->n ? l->next_len : 0;
+        int more = l->more;
+        mc_list_free(l);
+        assert_cmp(++pages, <=, 10);
+        if (!more)
+            break;
+    }
+    free(after);
+    assert_string_equal(got, want);
+    assert_int_equal(pages, 7); /* 26 entries, 4 a page */
+
+    mc_list_t *l = NULL;
+    assert_int_equal(mc_list(s, K("l/12/"), NULL, 0, 0, 0, &l), 2);
+    assert_string_equal(l->entries[1].key, "l/12/b/c");
+    mc_list_free(l);
+    assert_int_equal(mc_list(s, "x", 1, NULL, 1, 0, 0, &l), -EINVAL);
+}
+
+/* ---- threads ---- */
+
+struct worker {
+    mc_store_t *s;
+    int id;
+    int errors;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *wk = arg;
+    char key[32], *buf = malloc(70000);
+    unsigned seed = (unsigned)wk->id * 1000;
+
+    for (int i = 0; i < 300; i++) {
+        size_t len = (size_t)(rand_r(&seed) % 65536);
+        unsigned tag = (unsigned)(wk->id * 100000 + i);
+        char *val = pattern(len, tag);
+        snprintf(key, sizeof(key), "t%d/%d", wk->id, i % 8);
+        int rc = mc_put(wk->s, K(key), val, len, NULL);
+        if (rc != 0) {
+            fprintf(stderr, "worker %d: put %s: %d\n", wk->id, key, rc);
+            wk->errors++;
+        }
+        mc_stat_t st;
+        rc = mc_get(wk->s, K(key), 0, buf, 70000, &st);
+        if (rc != (int)len || st.size != len || memcmp(buf, val, len) != 0) {
+            fprintf(stderr, "worker %d: get %s: %d, want %zu\n", wk->id, key, rc, len);
+            wk->errors++;
+        }
+        if (i % 5 == 0 && mc_remove(wk->s, K(key), MC_REMOVE_FORCE) != 0)
+            wk->errors++;
+        free(val);
+    }
+    free(buf);
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    /* A 1 ms lease so that replaced versions free their space quickly. */
+    mc_store_t *s = open_store(SEG, 1, 0);
+    pthread_t th[4];
+    struct worker wk[4];
+
+    for (int i = 0; i < 4; i++) {
+        wk[i] = (struct worker){s, i, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &wk[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(wk[i].errors, 0);
+    }
+    mc_list_t *l = NULL;
+    assert_int_equal(mc_list(s, NULL, 0, NULL, 0, '/', 0, &l), 4);
+    mc_list_free(l);
+    mc_store_close(s);
+}
+
+/* ---- a caller-supplied loop ---- */
+
+struct own_loop {
+    mc_loop_t *loop;
+    mc_store_t *s;
+    int rc;
+    cbw_t w;
+};
+
+static void *run_loop(void *arg)
+{
+    mc_loop_run(arg);
+    return NULL;
+}
+
+static void open_on_loop(void *arg)
+{
+    struct own_loop *o = arg;
+    mc_store_opts_t opts;
+
+    mc_store_opts_init(&opts);
+    opts.segment_size = SEG;
+    opts.loop = o->loop;
+    o->rc = mc_store_open(&o->s, &opts);
+    pthread_mutex_lock(&o->w.mu);
+    o->w.calls = 1;
+    o->w.on_loop = mc_loop_is_current(o->loop);
+    pthread_cond_broadcast(&o->w.cv);
+    pthread_mutex_unlock(&o->w.mu);
+}
+
+static void close_on_loop(void *arg)
+{
+    struct own_loop *o = arg;
+
+    mc_store_close(o->s);
+    mc_loop_stop(o->loop);
+}
+
+static void test_caller_supplied_loop(void **state)
+{
+    struct own_loop o;
+    pthread_t th;
+    char buf[4] = "";
+
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(mc_loop_new(&o.loop), 0);
+    pthread_mutex_init(&o.w.mu, NULL);
+    pthread_cond_init(&o.w.cv, NULL);
+    assert_int_equal(pthread_create(&th, NULL, run_loop, o.loop), 0);
+    assert_int_equal(mc_loop_post(o.loop, open_on_loop, &o), 0);
+    assert_int_equal(cbw_wait(&o.w), 0);
+    assert_int_equal(o.rc, 0);
+    assert_ptr_equal(mc_store_loop(o.s), o.loop);
+    assert_int_equal(put_str(o.s, "k", "abc"), 0);
+    assert_int_equal(mc_get(o.s, K("k"), 0, buf, 3, NULL), 3);
+    assert_string_equal(buf, "abc");
+    assert_int_equal(mc_loop_post(o.loop, close_on_loop, &o), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    mc_loop_free(o.loop);
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_put_get_round_trip),
+        T(test_put_opts),
+        T(test_putv_gathers),
+        T(test_stat_and_versions),
+        T(test_remove),
+        T(test_rename),
+        T(test_key_checks),
+        T(test_put_too_big),
+        T(test_fill_enospc),
+        cmocka_unit_test(test_eviction_makes_room),
+        T(test_statfs),
+        T(test_writer_streaming),
+        T(test_writer_invisible_before_commit),
+        T(test_writer_gap_reads_zeros),
+        T(test_writer_truncate),
+        T(test_writer_copy_on_write),
+        T(test_writer_abort_returns_space),
+        T(test_writer_commit_noreplace),
+        T(test_writer_set_key),
+        T(test_writer_out_of_space),
+        cmocka_unit_test(test_open_bad_options),
+        T(test_obj_survives_replace_and_remove),
+        cmocka_unit_test(test_open_handle_blocks_remove),
+        cmocka_unit_test(test_close_releases_handles_and_writers),
+        T(test_async_never_completes_inside_call),
+        T(test_async_from_other_thread),
+        T(test_sync_on_loop_thread_edeadlk),
+        T(test_list_paging),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_caller_supplied_loop),
+    };
+#undef T
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
