@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fs.h"
 #include "path.h"
@@ -50,6 +51,8 @@ typedef struct fs_wstate {
     mc_stat_t st; /* filled by the commit */
     fs_waiter_t *wait_head, *wait_tail;
     fs_waiter_t *committers; /* flushes waiting for the commit in flight */
+    pid_t owners[8];         /* processes that opened it for writing or wrote */
+    int nowners;
     struct fs_wstate *prev, *next;
 } fs_wstate_t;
 
@@ -57,6 +60,7 @@ typedef struct fs_fh {
     fs_inode_t *in;
     mc_obj_t *obj; /* the version opened, for reads */
     int writable;
+    int append; /* O_APPEND: writes go to the end, whatever the offset */
     struct fs_fh *prev, *next;
 } fs_fh_t;
 
@@ -214,7 +218,47 @@ static int child_key(ctx_t *c, fuse_ino_t parent, const char *name, char *key, s
     return 0;
 }
 
+/* The process (thread group) of a request's thread. */
+static pid_t tgid_of(pid_t tid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tid;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return tid;
+    buf[n] = '\0';
+    const char *t = strstr(buf, "\nTgid:");
+    return t ? (pid_t)atoi(t + 7) : tid;
+}
+
 /* ---- writer states ---- */
+
+/* Records the requester's process as one that may publish at close. */
+static void ws_add_owner(fs_wstate_t *ws, fuse_req_t req)
+{
+    pid_t p = tgid_of(fuse_req_ctx(req)->pid);
+    for (int i = 0; i < ws->nowners; i++)
+        if (ws->owners[i] == p)
+            return;
+    if (ws->nowners < (int)(sizeof(ws->owners) / sizeof(ws->owners[0])))
+        ws->owners[ws->nowners++] = p;
+}
+
+/* A close publishes only when it comes from a process that opened the file
+ * for writing or wrote to it: a forked child closing the descriptor it
+ * inherited must not publish a half-written file. */
+static int ws_is_owner(const fs_wstate_t *ws, fuse_req_t req)
+{
+    pid_t p = tgid_of(fuse_req_ctx(req)->pid);
+    for (int i = 0; i < ws->nowners; i++)
+        if (ws->owners[i] == p)
+            return 1;
+    return ws->nowners == (int)(sizeof(ws->owners) / sizeof(ws->owners[0]));
+}
 
 static fs_wstate_t *ws_get(fs_t *fs, fs_inode_t *in)
 {
@@ -362,10 +406,8 @@ static void ws_finish(fs_wstate_t *ws, int rc, int published)
     ws->w = NULL; /* the store freed it */
     ws->state = WS_NONE;
     ws->dirty = 0;
-    if (published) {
-        ws->in->st = ws->st;
-        ws->in->version = ws->st.version;
-    }
+    if (published)
+        ws->in->st = ws->st; /* written with direct I/O: not in the page cache */
     fs_waiter_t *c = ws->committers;
     ws->committers = NULL;
     while (c) {
@@ -506,11 +548,30 @@ static void attr_fetch(ctx_t *c)
         ctx_fail(c, rc);
 }
 
+/* Replies with the attributes a handle sees: its writer's size, or the
+ * size of the version it opened. */
+static void attr_reply_fh(fuse_req_t req, fs_t *fs, fs_fh_t *fh)
+{
+    fs_inode_t *in = fh->in;
+    fs_wstate_t *ws = in->ws;
+    struct stat a;
+    fill_attr(fs, in, &in->st, &a);
+    if (fh->writable && ws && ws->state == WS_READY)
+        a.st_size = (off_t)mc_writer_size(ws->w);
+    else if (fh->obj)
+        a.st_size = (off_t)mc_obj_stat(fh->obj)->size;
+    a.st_blocks = (a.st_size + 511) / 512;
+    fuse_reply_attr(req, &a, fs->timeout);
+}
+
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    fs_inode_t *in = fs_inode_get(fs_of(req)->it, ino);
+    fs_t *fs = fs_of(req);
+    fs_inode_t *in = fs_inode_get(fs->it, ino);
     if (!in)
         return reply_err(req, -ENOENT);
+    if (fi && !in->is_dir && fi->fh)
+        return attr_reply_fh(req, fs, (fs_fh_t *)(uintptr_t)fi->fh);
     ctx_t *c = ctx_new(req, in);
     if (c)
         attr_fetch(c);
@@ -533,11 +594,10 @@ static void setattr_committed(fs_waiter_t *w, int err)
 {
     ctx_t *c = (ctx_t *)w;
     fs_wstate_t *ws = c->in->ws;
-    ws->handles--;
+    ws->handles--; /* ws_finish() settles the state after its committers */
     c->stage++;
     if (err < 0)
         return ctx_fail(c, err);
-    ws_settle(ws);
     setattr_step(c);
 }
 
@@ -654,6 +714,10 @@ static void setattr_step(ctx_t *c)
         return;
     }
     default:
+        if (c->fh && !in->is_dir) {
+            attr_reply_fh(c->req, c->fs, c->fh);
+            return ctx_free(c);
+        }
         attr_fetch(c);
     }
 }
@@ -993,10 +1057,14 @@ static void open_done(void *arg, int rc)
         return ctx_fail(c, rc);
     }
     const mc_stat_t *st = mc_obj_stat(fh->obj);
-    if (!(in->ws && in->ws->state != WS_NONE))
-        in->st = *st;
+    in->st = *st;
     c->fi.fh = (uintptr_t)fh;
-    c->fi.keep_cache = !fh->writable && in->version == st->version;
+    fh->append = (c->fi.flags & O_APPEND) != 0;
+    /* The kernel keeps one page cache and one size per inode, and a
+     * writer's O_TRUNC and writes change them under every reader of that
+     * inode. So each handle does direct I/O: it reads exactly the version
+     * it opened, whatever another handle publishes meanwhile. */
+    c->fi.direct_io = 1;
     in->version = st->version;
     if (c->kind == 1) {
         struct fuse_entry_param e;
@@ -1017,6 +1085,8 @@ static void open_version(ctx_t *c)
     c->fh = fh_new(c->fs, c->in, writable);
     if (!c->fh)
         return ctx_fail(c, -ENOMEM);
+    if (writable)
+        ws_add_owner(c->in->ws, c->req);
     int rc = mc_obj_open_async(c->fs->store, c->in->key, c->in->klen, &c->fh->obj, open_done, c);
     if (rc < 0)
         open_done(c, rc);
@@ -1064,8 +1134,10 @@ static void open_trunc_writer(fs_waiter_t *w, int err)
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     fs_inode_t *in = fs_inode_get(fs_of(req)->it, ino);
-    if (!in || !in->key)
+    if (!in)
         return reply_err(req, -ENOENT);
+    if (!in->key)
+        return reply_err(req, -ESTALE); /* replaced: the VFS looks the path up again */
     if (in->is_dir)
         return reply_err(req, -EISDIR);
     ctx_t *c = ctx_new(req, in);
@@ -1247,6 +1319,8 @@ static void write_run(fs_waiter_t *w, int err)
     if (err < 0)
         return ctx_fail(c, err);
     ws->dirty = 1;
+    if (c->fh->append)
+        c->off = (off_t)mc_writer_size(ws->w);
     int rc = mc_writer_write_async(ws->w, (uint64_t)c->off, c->wbuf, c->size, write_done, c);
     if (rc < 0)
         ctx_fail(c, rc);
@@ -1265,6 +1339,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
     /* The data lives in the request buffer: keep it until the write is
      * done instead of copying it. */
     c->data = fs_take_request_buffer(fs);
+    ws_add_owner(fh->in->ws, req);
     c->wbuf = buf;
     c->size = size;
     c->off = off;
@@ -1295,8 +1370,8 @@ static void flush_run(fs_waiter_t *w, int err)
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
-    if (!fh->writable || !fh->in->ws)
-        return reply_err(req, 0);
+    if (!fh->writable || !fh->in->ws || !ws_is_owner(fh->in->ws, req))
+        return reply_err(req, 0); /* the last release publishes */
     ctx_t *c = ctx_new(req, fh->in);
     if (!c)
         return;

@@ -361,7 +361,7 @@ static void exec(op_t *o)
         ob->s = s;
         ob->v = v;
         mc__master_ref(v);
-        mc__master_touch(m, v, now, 1);
+        mc__master_touch(m, v, now, 0); /* the handle itself pins it */
         mc__version_stat(v, now, &ob->st);
         LINK(&s->objs, ob);
         *o->obj_out = ob;

@@ -56,7 +56,8 @@ class Mount:
         return " ".join(shlex.quote(a) for a in self.cmd)
 
     def read_log(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path, errors="replace") as f:
             return f.read()
 
@@ -111,15 +112,15 @@ def make_mount(tmp_path_factory):
     yield make
     errors = []
     for m in mounts:
-        if m.proc.poll() is None or m.proc.returncode is not None:
-            try:
-                rc = m.stop() if m.proc.poll() is None else m.proc.returncode
+        try:
+            if m.proc.poll() is None:
+                rc = m.stop()
                 if rc != 0:
                     errors.append(f"daemon exited {rc}; log:\n{m.read_log()[-3000:]}"
                                   f"\nreproduce: {m.reproduce()}")
-                m.check_log()
-            except AssertionError as e:
-                errors.append(str(e))
+            m.check_log()
+        except AssertionError as e:
+            errors.append(str(e))
     assert not errors, "\n".join(errors)
 
 
