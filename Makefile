@@ -75,13 +75,13 @@ run: deps all
 
 test: deps all format-check
 	$(Q)tests/run-unit.sh $(BUILD)
-	$(Q)MC_BUILD=$(BUILD) $(PYTHON) -m pytest -q tests/integration
+	$(Q)MC_BUILD=$(BUILD) $(PYTHON) -m pytest -q -rs tests/integration
 
 test-unit: all
 	$(Q)tests/run-unit.sh $(BUILD)
 
 asan:
-	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SAN=1 CFLAGS="-O1 -g" test
+	$(Q)MC_SANITIZED=1 $(MAKE) --no-print-directory BUILD=build-asan SAN=1 CFLAGS="-O1 -g" test
 
 bench: deps all
 	$(Q)MC_BUILD=$(BUILD) PYTHON=$(PYTHON) bench/run.sh
