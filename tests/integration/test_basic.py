@@ -1,6 +1,8 @@
 """Everyday tools on the mount: cp, cat, ls, stat, mkdir, rmdir, mv, rm."""
 
+import ctypes
 import errno
+import mmap
 import os
 import shutil
 import subprocess
@@ -101,7 +103,6 @@ def test_rename_noreplace_and_over_existing(mnt):
     r = subprocess.run(["mv", "-n", mnt.p("c"), mnt.p("b")])
     assert open(mnt.p("b")).read() == "a" * 10
     # renameat2(RENAME_NOREPLACE) through the kernel
-    import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     AT_FDCWD, RENAME_NOREPLACE = -100, 1
     rc = libc.renameat2(AT_FDCWD, mnt.p("c").encode(), AT_FDCWD, mnt.p("b").encode(),
@@ -189,3 +190,21 @@ def test_unsupported_operations_fail_cleanly(mnt):
     with pytest.raises(OSError) as e:
         os.chown(mnt.p("f"), 12345, 12345)
     assert e.value.errno == errno.EPERM
+    with pytest.raises(OSError) as e:
+        os.setxattr(mnt.p("f"), "user.k", b"v")
+    assert e.value.errno == errno.EOPNOTSUPP
+    with open(mnt.p("f"), "r+b") as f:
+        with pytest.raises(OSError) as e:
+            mmap.mmap(f.fileno(), 0)  # MAP_SHARED
+        assert e.value.errno == errno.ENODEV
+        m = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
+        assert m[:1] == b"x"
+        m.close()
+    libc = ctypes.CDLL(None, use_errno=True)
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    with open(mnt.p("g"), "w") as f:
+        f.write("g")
+    rc = libc.renameat2(AT_FDCWD, mnt.p("f").encode(), AT_FDCWD, mnt.p("g").encode(),
+                        RENAME_EXCHANGE)
+    assert rc == -1 and ctypes.get_errno() == errno.EINVAL
+    assert open(mnt.p("f")).read() == "x" and open(mnt.p("g")).read() == "g"
