@@ -61,12 +61,11 @@ $(FS_BIN): $(FS_OBJ) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $(FS_OBJ) $(LIB_A) $(LDFLAGS_ALL) $(FUSE_LIBS) $(CORE_LIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(LIB_A)
+$(BUILD)/tests/%: tests/unit/%.c $(LIB_A) $(FS_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -Ifs $(FUSE_CFLAGS) -o $@ $< $(filter-out $(BUILD)/fs/main.o,$(FS_OBJ)) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(FUSE_LIBS) $(CORE_LIBS)
 
-$(BUILD)/tests/test_path: $(FS_OBJ)
 
 run: deps all
 	$(Q)mkdir -p $(MOUNT)
