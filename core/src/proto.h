@@ -1,0 +1,171 @@
+/*
+ * proto.h - the wire protocol: frames, the field codec, and the table of
+ * operations (docs/PROTOCOL.md is the prose version of this file).
+ *
+ * A frame is a fixed 24-byte little-endian header followed by a body of at
+ * most MC__PROTO_MAX_BODY bytes. A body is a sequence of fields whose types
+ * are given by a format string per operation (one for the request, one for
+ * the response), so encoding and decoding are driven from one table and the
+ * decoders are pure functions (bytes in, values or an error out) that can be
+ * fuzzed. Nothing here does I/O.
+ *
+ * Format characters:
+ *   b  u8      h  u16     u  u32     q  u64     i  i64 (two's complement)
+ *   s  bytes: u32 length + that many bytes (decoded as pointer + length into
+ *      the body; no copy)
+ *   k  a key: like s, but 1..MC_KEY_MAX bytes without NUL (else -EINVAL)
+ *   *  the rest of the body, raw (decoded as pointer + length; last only)
+ */
+#ifndef MC_PROTO_H
+#define MC_PROTO_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MC__PROTO_MAGIC 0x314b434dU /* "MCK1" in little-endian byte order */
+#define MC__PROTO_VERSION 1
+#define MC__PROTO_HDR_SIZE 24
+#define MC__PROTO_MAX_BODY (16U << 20) /* 16 MiB: data moves in chunks below */
+#define MC__PROTO_CHUNK (4U << 20)     /* largest READ/WRITE payload */
+
+/* Header flags. */
+#define MC__F_RESPONSE 0x1
+
+/*
+ * The operations: X(name, code, request format, response format).
+ * Responses carry a status in the header (0 or a negative errno); their
+ * body follows the response format only when the status is >= 0.
+ */
+#define MC__PROTO_OPS(X)                                                                           \
+    /* session */                                                                                  \
+    X(HELLO, 1, "hhus", "hus") /* min ver, max ver, role, name -> ver, auth?, challenge */         \
+    X(AUTH, 2, "s", "")        /* HMAC-SHA256(secret, challenge) */                                \
+    X(PING, 3, "", "q")        /* -> server time (ms) */                                           \
+    /* nodes and segments (master) */                                                              \
+    X(MOUNT_SEGMENT, 10, "qusq", "u") /* node id, seg id (0: any), data addr, size -> seg id */    \
+    X(UNMOUNT_SEGMENT, 11, "qu", "")  /* node id, seg id */                                        \
+    X(HEARTBEAT, 12, "q", "u")        /* node id -> flags (MC__HB_*) */                            \
+    /* objects (master) */                                                                         \
+    X(PUT_START, 20, "kquuuuqi", "q*") /* key, capacity, flags, mode, replicas, pin, pin ttl,      \
+                                          mtime -> put id, replica set */                          \
+    X(PUT_GROW, 21, "qq", "*")         /* put id, capacity -> replica set */                       \
+    X(PUT_COMMIT, 22, "qkqui", "*")    /* put id, key, size, mode, mtime (0: now) -> stat */       \
+    X(PUT_REVOKE, 23, "q", "")         /* put id */                                                \
+    X(GET_REPLICAS, 30, "k", "*")      /* key -> stat + replica set (lease granted) */             \
+    X(STAT, 31, "k", "*")              /* key -> stat */                                           \
+    X(LOOKUP, 32, "ku", "*")           /* key, delim -> stat (status = MC_LOOKUP_*) */             \
+    X(REMOVE, 33, "ku", "")            /* key, flags */                                            \
+    X(RENAME, 34, "kku", "")           /* from, to, flags */                                       \
+    X(LIST, 35, "ssuu", "*")           /* prefix, after, delim, max -> listing */                  \
+    X(SET_META, 36, "kuui", "")        /* key, what, mode, mtime */                                \
+    X(STATFS, 37, "", "qqqq")          /* -> total, used, objects, evicted */                      \
+    /* data (nodes) */                                                                             \
+    X(READ, 50, "uqu", "*")  /* seg id, offset, length -> bytes */                                 \
+    X(WRITE, 51, "uq*", "")  /* seg id, offset, bytes */                                           \
+    X(SHM_MAP, 52, "u", "q") /* seg id -> size (the fd travels as SCM_RIGHTS) */
+
+enum mc__op {
+#define MC__OP_ENUM(name, code, req, resp) MC__OP_##name = code,
+    MC__PROTO_OPS(MC__OP_ENUM)
+#undef MC__OP_ENUM
+};
+
+/* Heartbeat reply flags. */
+#define MC__HB_REMOUNT 0x1 /* the master does not know this node: mount again */
+
+/* Roles in HELLO. */
+#define MC__ROLE_CLIENT 1
+#define MC__ROLE_NODE 2
+
+typedef struct mc__hdr {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t op;
+    uint64_t id;    /* request id, echoed by the response */
+    uint32_t len;   /* body bytes */
+    uint16_t flags; /* MC__F_* */
+    int16_t status; /* responses: 0..32767 or -errno */
+} mc__hdr_t;
+
+/*
+ * Decodes a header from buf[0..n). Returns 0, -EAGAIN when n is short of a
+ * header, -EPROTO for a bad magic or version, -EMSGSIZE for a body over
+ * MC__PROTO_MAX_BODY, -EBADMSG for an unknown operation.
+ */
+int mc__hdr_decode(const void *buf, size_t n, mc__hdr_t *h);
+
+/* Encodes h into buf[0..MC__PROTO_HDR_SIZE). */
+void mc__hdr_encode(void *buf, const mc__hdr_t *h);
+
+/* The request or response format of op, or NULL for an unknown op. */
+const char *mc__op_format(uint16_t op, int response);
+
+/* The name of op ("PUT_START"), or "?" */
+const char *mc__op_name(uint16_t op);
+
+/* A growable output buffer. err sticks at the first failure (-ENOMEM,
+ * -EMSGSIZE) and later writes do nothing. Free p with free(). */
+typedef struct mc__wbuf {
+    char *p;
+    size_t len, cap;
+    int err;
+} mc__wbuf_t;
+
+/*
+ * Appends fields per fmt: b h u take unsigned (promoted) ints, q takes
+ * uint64_t, i int64_t, s k * take (const void *, uint32_t length).
+ * Returns w->err (0 when all fit).
+ */
+int mc__pack(mc__wbuf_t *w, const char *fmt, ...);
+int mc__vpack(mc__wbuf_t *w, const char *fmt, va_list ap);
+
+/*
+ * Decodes body[0..len) per fmt into pointers: b uint8_t *, h uint16_t *,
+ * u uint32_t *, q uint64_t *, i int64_t *, s k * (const char **, uint32_t *).
+ * The whole body must be consumed. Returns 0, or -EBADMSG (truncated,
+ * trailing bytes, bad format) / -EINVAL (a bad key); outputs are then
+ * undefined.
+ */
+int mc__unpack(const char *body, size_t len, const char *fmt, ...);
+int mc__vunpack(const char *body, size_t len, const char *fmt, va_list ap);
+
+/*
+ * Helpers for the nested structures carried as raw (`*`) fields.
+ *
+ * stat:        q size, q version, i mtime_ns, u mode, u replicas, u flags
+ * replica set: u count, then per replica: u seg id, s data address,
+ *              u extent count, then per extent: q offset, q length
+ * listing:     u count, u more, then per entry: s key, b is_prefix, stat
+ */
+#include "mooncake/mooncake.h"
+
+int mc__pack_stat(mc__wbuf_t *w, const mc_stat_t *st);
+/* Reads a stat from the front of *p / *n, advancing them. 0 or -EBADMSG. */
+int mc__take_stat(const char **p, size_t *n, mc_stat_t *st);
+
+/* One replica as decoded: pointers into the body, no copy. */
+typedef struct mc__wire_replica {
+    uint32_t seg;
+    const char *addr;
+    uint32_t addr_len;
+    uint32_t next;            /* extents */
+    const unsigned char *ext; /* next * 16 bytes: LE offset, length */
+} mc__wire_replica_t;
+
+/*
+ * Reads a replica set: at most max replicas into out. Returns the count or
+ * -EBADMSG (also for more than max replicas, or extents whose lengths
+ * overflow).
+ */
+int mc__take_replicas(const char **p, size_t *n, mc__wire_replica_t *out, int max);
+/* The i-th extent of a decoded replica. */
+void mc__wire_extent(const mc__wire_replica_t *r, uint32_t i, uint64_t *off, uint64_t *len);
+
+/* Decodes a listing body into a freshly allocated mc_list_t (free with
+ * mc_list_free()). Returns the entry count, -EBADMSG or -ENOMEM. */
+int mc__take_list(const char *p, size_t n, mc_list_t **out);
+/* Encodes a listing. */
+int mc__pack_list(mc__wbuf_t *w, const mc_list_t *l);
+
+#endif /* MC_PROTO_H */
