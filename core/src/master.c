@@ -170,6 +170,68 @@ int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size)
     return 0;
 }
 
+void mc__version_drop_replica(mc__version_t *v, uint32_t seg)
+{
+    for (uint32_t r = 0; r < v->nrep;) {
+        if (v->rep[r].seg != seg) {
+            r++;
+            continue;
+        }
+        free(v->rep[r].ext);
+        memmove(&v->rep[r], &v->rep[r + 1], sizeof(v->rep[0]) * (v->nrep - r - 1));
+        v->nrep--;
+        memset(&v->rep[v->nrep], 0, sizeof(v->rep[0]));
+    }
+}
+
+static int has_replica_on(const mc__version_t *v, uint32_t seg)
+{
+    for (uint32_t r = 0; r < v->nrep; r++)
+        if (v->rep[r].seg == seg)
+            return 1;
+    return 0;
+}
+
+size_t mc__master_drop_segment(mc__master_t *m, uint32_t id, uint64_t now)
+{
+    int at = -1;
+    for (int i = 0; i < m->nseg; i++)
+        if (m->segs[i].id == id)
+            at = i;
+    if (at < 0)
+        return 0;
+    /* Every version on the LRU list is published; retired ones keep their
+     * replica records until freed (their space is gone with the segment). */
+    size_t lost = 0;
+    mc__version_t *v = m->lru.next;
+    while (v != &m->lru) {
+        mc__version_t *next = v->next;
+        if (has_replica_on(v, id)) {
+            mc__version_drop_replica(v, id);
+            if (v->nrep == 0) {
+                mc__index_remove(m->ix, v->key, v->klen);
+                retire(m, v, now);
+                lost++;
+            }
+        }
+        v = next;
+    }
+    for (v = m->retired.next; v != &m->retired; v = v->next)
+        mc__version_drop_replica(v, id);
+    mc__alloc_destroy(m->segs[at].alloc);
+    memmove(&m->segs[at], &m->segs[at + 1], sizeof(m->segs[0]) * (size_t)(m->nseg - at - 1));
+    m->nseg--;
+    return lost;
+}
+
+int mc__master_has_segment(const mc__master_t *m, uint32_t id)
+{
+    for (int i = 0; i < m->nseg; i++)
+        if (m->segs[i].id == id)
+            return 1;
+    return 0;
+}
+
 mc__version_t *mc__master_find(mc__master_t *m, const char *key, size_t klen)
 {
     return mc__index_get(m->ix, key, klen);
@@ -315,6 +377,12 @@ static void replica_trim(mc__master_t *m, mc__replica_t *rep, uint64_t keep)
         rep->n = i;
 }
 
+/* Rounds len up to the allocation unit (shared by every segment). */
+static uint64_t round_up(const mc__master_t *m, uint64_t len)
+{
+    return (len + m->o.align - 1) & ~(m->o.align - 1);
+}
+
 static uint64_t total_size(const mc__master_t *m)
 {
     uint64_t t = 0;
@@ -377,9 +445,11 @@ int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uin
 {
     if (capacity <= v->capacity)
         return 0;
+    if (v->nrep == 0)
+        return -EIO; /* every segment it was placed on is gone */
     if (capacity > total_size(m))
         return -EFBIG;
-    uint64_t want = mc__alloc_round(m->segs[0].alloc, capacity - v->capacity);
+    uint64_t want = round_up(m, capacity - v->capacity);
     uint32_t done = 0;
     int rc = 0;
     for (; done < v->nrep; done++) {
@@ -433,7 +503,7 @@ int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned
         return -EINVAL;
     if ((flags & MC_PUT_NOREPLACE) && mc__index_get(m->ix, v->key, v->klen))
         return -EEXIST;
-    uint64_t keep = size ? mc__alloc_round(m->segs[0].alloc, size) : 0;
+    uint64_t keep = round_up(m, size);
     if (keep < v->capacity) {
         for (uint32_t r = 0; r < v->nrep; r++)
             replica_trim(m, &v->rep[r], keep);

@@ -65,6 +65,20 @@ void mc__master_free(mc__master_t *m);
 /* Adds a segment of size bytes under id. Returns 0, -EEXIST, -EINVAL, -ENOMEM. */
 int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size);
 
+/*
+ * Drops segment id (its node is gone): its replicas leave every version, and
+ * a published version left without a replica leaves the index. Pending
+ * versions belong to their writers, who drop the replica themselves
+ * (mc__version_drop_replica). Returns the number of objects lost.
+ */
+size_t mc__master_drop_segment(mc__master_t *m, uint32_t id, uint64_t now);
+
+/* 1 if segment id is mounted. */
+int mc__master_has_segment(const mc__master_t *m, uint32_t id);
+
+/* Removes the replica on segment seg from v, if any. */
+void mc__version_drop_replica(mc__version_t *v, uint32_t seg);
+
 /* The published version of key, or NULL. */
 mc__version_t *mc__master_find(mc__master_t *m, const char *key, size_t klen);
 

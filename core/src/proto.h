@@ -52,6 +52,8 @@
     X(PUT_GROW, 21, "qq", "*")         /* put id, capacity -> replica set */                       \
     X(PUT_COMMIT, 22, "qkqui", "*")    /* put id, key, size, mode, mtime (0: now) -> stat */       \
     X(PUT_REVOKE, 23, "q", "")         /* put id */                                                \
+    X(OPEN, 24, "k", "q*")             /* key -> handle id, stat + replica set (pins it) */        \
+    X(CLOSE, 25, "q", "")              /* handle id */                                             \
     X(GET_REPLICAS, 30, "k", "*")      /* key -> stat + replica set (lease granted) */             \
     X(STAT, 31, "k", "*")              /* key -> stat */                                           \
     X(LOOKUP, 32, "ku", "*")           /* key, delim -> stat (status = MC_LOOKUP_*) */             \

@@ -893,6 +893,46 @@ static void test_replicas_on_distinct_segments(void **state)
     mc__master_free(m);
 }
 
+/* A node's segment goes away: objects keep their other replicas, objects
+ * with none left disappear, pending writes lose that replica. */
+static void test_drop_segment(void **state)
+{
+    mc__master_t *m = new_master();
+    mc_put_opts_t two = {.replica_num = 2}, one = {.replica_num = 1};
+    mc__version_t *a = NULL, *b = NULL, *p = NULL;
+
+    assert_int_equal(mc__master_add_segment(m, 7, SEG_SIZE), 0);
+    assert_int_equal(mc__master_begin(m, "two", 3, &two, T0, &a), 0);
+    assert_int_equal(mc__master_reserve(m, a, 128, T0), 0);
+    assert_int_equal(mc__master_commit(m, a, 100, 0, T0), 0);
+    /* Segment 7 has the most free space now? Both equal after "two":
+     * place "one" explicitly by filling segment 0 less. */
+    assert_int_equal(mc__master_begin(m, "one", 3, &one, T0, &b), 0);
+    uint32_t b_seg = b->rep[0].seg;
+    assert_int_equal(mc__master_reserve(m, b, 128, T0), 0);
+    assert_int_equal(mc__master_commit(m, b, 10, 0, T0), 0);
+    assert_int_equal(mc__master_begin(m, "pending", 7, &two, T0, &p), 0);
+    assert_int_equal(mc__master_reserve(m, p, 128, T0), 0);
+
+    mc__version_drop_replica(p, b_seg);
+    assert_int_equal(p->nrep, 1);
+    assert_int_equal(mc__master_drop_segment(m, b_seg, T0), 1);
+    assert_int_equal(mc__master_has_segment(m, b_seg), 0);
+    assert_null(find(m, "one"));
+    assert_ptr_equal(find(m, "two"), a);
+    assert_int_equal(a->nrep, 1);
+    assert_int_not_equal(a->rep[0].seg, b_seg);
+    /* The pending write can still grow and publish on the survivor. */
+    assert_int_equal(mc__master_reserve(m, p, 4096, T0), 0);
+    assert_int_equal(mc__master_commit(m, p, 4000, 0, T0), 0);
+    assert_int_equal(mc__master_drop_segment(m, 12345, T0), 0);
+    /* With no segment left, nothing can be placed. */
+    mc__master_drop_segment(m, a->rep[0].seg, T0);
+    assert_null(find(m, "two"));
+    assert_int_equal(mc__master_begin(m, "x", 1, &one, T0, &p), -ENOSPC);
+    mc__master_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -924,6 +964,7 @@ int main(void)
         cmocka_unit_test(test_abort_returns_space),
         cmocka_unit_test(test_set_key),
         cmocka_unit_test(test_replicas_on_distinct_segments),
+        cmocka_unit_test(test_drop_segment),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
