@@ -9,6 +9,14 @@
  *
  * Other threads reach the loop through a mutex-guarded queue plus an eventfd
  * that the loop polls like any other file descriptor.
+ *
+ * Socket operations (loop_i.h) use the same tokens. The token also owns
+ * what the kernel reads after submission (the connect address, the msghdr
+ * and its iovec array), so nothing a caller frees is ever referenced by a
+ * request. An op with a timeout is a linked pair: the op's CQE carries the
+ * token, the IORING_OP_LINK_TIMEOUT's CQE the token with its low bit set,
+ * and the token waits for both before it reports, so that it knows whether
+ * a -ECANCELED was the timeout's doing.
  */
 #include <errno.h>
 #include <liburing.h>
@@ -18,18 +26,40 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "loop_i.h"
 #include "mooncake/loop.h"
 
-enum tok_kind { TOK_WAKE, TOK_POLL, TOK_TIMER };
+enum tok_kind { TOK_WAKE, TOK_POLL, TOK_TIMER, TOK_IO };
+enum io_op { IO_ACCEPT, IO_CONNECT, IO_RECV, IO_SENDMSG };
+
+/* user_data of a linked timeout: its op's token with this bit set. */
+#define TOK_LINK_BIT ((uintptr_t)1)
 
 struct tok {
     enum tok_kind kind;
-    void *handle; /* mc_poll_t / mc_timer_t, NULL once detached */
+    void *handle; /* mc_poll_t / mc_timer_t / mc__io_t, NULL once detached */
     struct __kernel_timespec ts;
     struct tok *prev, *next; /* all live tokens, freed by mc_loop_free() */
+    /* TOK_IO only: */
+    enum io_op op;
+    int fd;
+    int pending;   /* CQEs still to come: the op, and its linked timeout */
+    int res;       /* the op's result, held until the timeout's CQE */
+    int timed_out; /* the linked timeout fired */
+    socklen_t salen;
+    void *buf; /* IO_RECV */
+    size_t len;
+    mc_loop_fn release;
+    void *release_arg;
+    union {
+        struct sockaddr_storage sa;
+        struct msghdr msg;
+    } u;
+    struct iovec iov[]; /* IO_SENDMSG: the caller's iovec array, copied */
 };
 
 struct posted {
@@ -41,7 +71,7 @@ struct posted {
 struct mc_loop {
     struct io_uring ring;
     int wake_fd;
-    struct tok wake_tok;
+    struct tok *wake_tok; /* apart: struct tok ends in a flexible array */
     atomic_int stop;
     atomic_int wake_pending;
     pthread_mutex_t lock;
@@ -74,9 +104,9 @@ static struct io_uring_sqe *get_sqe(mc_loop_t *l)
     return sqe;
 }
 
-static struct tok *tok_new(mc_loop_t *l, enum tok_kind kind, void *handle)
+static struct tok *tok_alloc(mc_loop_t *l, enum tok_kind kind, void *handle, size_t extra)
 {
-    struct tok *t = calloc(1, sizeof(*t));
+    struct tok *t = calloc(1, sizeof(*t) + extra);
     if (!t)
         return NULL;
     t->kind = kind;
@@ -86,6 +116,11 @@ static struct tok *tok_new(mc_loop_t *l, enum tok_kind kind, void *handle)
         l->toks->prev = t;
     l->toks = t;
     return t;
+}
+
+static struct tok *tok_new(mc_loop_t *l, enum tok_kind kind, void *handle)
+{
+    return tok_alloc(l, kind, handle, 0);
 }
 
 static void tok_free(mc_loop_t *l, struct tok *t)
@@ -130,6 +165,8 @@ static void cancel_tok(mc_loop_t *l, struct tok *t)
         return; /* the ring is wedged; the token is freed by mc_loop_free() */
     if (t->kind == TOK_TIMER)
         io_uring_prep_timeout_remove(sqe, (uint64_t)(uintptr_t)t, 0);
+    else if (t->kind == TOK_IO)
+        io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)t, 0); /* also ends its link timeout */
     else
         io_uring_prep_poll_remove(sqe, (uint64_t)(uintptr_t)t);
     io_uring_sqe_set_data(sqe, NULL);
@@ -140,8 +177,14 @@ int mc_loop_new(mc_loop_t **out)
     mc_loop_t *l = calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
+    l->wake_tok = calloc(1, sizeof(*l->wake_tok));
+    if (!l->wake_tok) {
+        free(l);
+        return -ENOMEM;
+    }
     int rc = io_uring_queue_init(256, &l->ring, 0);
     if (rc < 0) {
+        free(l->wake_tok);
         free(l);
         return rc;
     }
@@ -149,15 +192,17 @@ int mc_loop_new(mc_loop_t **out)
     if (l->wake_fd < 0) {
         rc = -errno;
         io_uring_queue_exit(&l->ring);
+        free(l->wake_tok);
         free(l);
         return rc;
     }
     pthread_mutex_init(&l->lock, NULL);
-    l->wake_tok.kind = TOK_WAKE;
-    rc = arm_poll(l, &l->wake_tok, l->wake_fd, POLLIN);
+    l->wake_tok->kind = TOK_WAKE;
+    rc = arm_poll(l, l->wake_tok, l->wake_fd, POLLIN);
     if (rc < 0) {
         close(l->wake_fd);
         io_uring_queue_exit(&l->ring);
+        free(l->wake_tok);
         free(l);
         return rc;
     }
@@ -283,11 +328,14 @@ static void on_timer_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
     tm->cb(tm);
 }
 
+static void on_io_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe, int is_link);
+
 static void process_cqes(mc_loop_t *l)
 {
     struct io_uring_cqe *cqe;
     while (io_uring_peek_cqe(&l->ring, &cqe) == 0) {
-        struct tok *t = io_uring_cqe_get_data(cqe);
+        uintptr_t ud = (uintptr_t)io_uring_cqe_get_data(cqe);
+        struct tok *t = (struct tok *)(ud & ~TOK_LINK_BIT);
         if (t) {
             switch (t->kind) {
             case TOK_WAKE:
@@ -300,6 +348,9 @@ static void process_cqes(mc_loop_t *l)
                 break;
             case TOK_TIMER:
                 on_timer_cqe(l, t, cqe);
+                break;
+            case TOK_IO:
+                on_io_cqe(l, t, cqe, (ud & TOK_LINK_BIT) != 0);
                 break;
             }
         }
@@ -338,19 +389,26 @@ void mc_loop_free(mc_loop_t *l)
     run_posted(l);
     run_deferred(l);
     current_loop = saved;
+    /* Tear the ring down first, so that release functions free buffers no
+     * request can still reach. */
+    io_uring_queue_exit(&l->ring);
     while (l->toks) {
         struct tok *t = l->toks;
         if (t->handle) {
             if (t->kind == TOK_POLL)
                 ((mc_poll_t *)t->handle)->token = NULL;
+            else if (t->kind == TOK_IO)
+                ((mc__io_t *)t->handle)->token = NULL;
             else
                 ((mc_timer_t *)t->handle)->token = NULL;
         }
+        if (t->kind == TOK_IO && t->release)
+            t->release(t->release_arg);
         tok_free(l, t);
     }
-    io_uring_queue_exit(&l->ring);
     close(l->wake_fd);
     pthread_mutex_destroy(&l->lock);
+    free(l->wake_tok);
     free(l);
 }
 
@@ -408,4 +466,192 @@ void mc_timer_stop(mc_timer_t *t)
         return;
     cancel_tok(t->loop, t->token);
     t->token = NULL;
+}
+
+/* ---- socket operations (loop_i.h) ---- */
+
+static void ms_to_ts(struct __kernel_timespec *ts, uint64_t ms)
+{
+    ts->tv_sec = (long long)(ms / 1000);
+    ts->tv_nsec = (long long)(ms % 1000) * 1000000;
+}
+
+/* Queues the SQEs for t's op, and its linked timeout when timeout_ms is
+ * non-zero. Both go into one submission: a link split across two would run
+ * the op without its timeout. */
+static int arm_io(mc_loop_t *l, struct tok *t, uint64_t timeout_ms)
+{
+    unsigned need = timeout_ms ? 2 : 1;
+    if (io_uring_sq_space_left(&l->ring) < need)
+        io_uring_submit(&l->ring);
+    if (io_uring_sq_space_left(&l->ring) < need)
+        return -EBUSY;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+    switch (t->op) {
+    case IO_ACCEPT:
+        io_uring_prep_multishot_accept(sqe, t->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        break;
+    case IO_CONNECT:
+        io_uring_prep_connect(sqe, t->fd, (struct sockaddr *)&t->u.sa, t->salen);
+        break;
+    case IO_RECV:
+        io_uring_prep_recv(sqe, t->fd, t->buf, t->len, 0);
+        break;
+    case IO_SENDMSG:
+        io_uring_prep_sendmsg(sqe, t->fd, &t->u.msg, MSG_NOSIGNAL);
+        break;
+    }
+    io_uring_sqe_set_data(sqe, t);
+    t->pending = 1;
+    t->timed_out = 0;
+    if (timeout_ms) {
+        sqe->flags |= IOSQE_IO_LINK;
+        ms_to_ts(&t->ts, timeout_ms);
+        struct io_uring_sqe *lt = io_uring_get_sqe(&l->ring);
+        io_uring_prep_link_timeout(lt, &t->ts, 0);
+        io_uring_sqe_set_data(lt, (void *)((uintptr_t)t | TOK_LINK_BIT));
+        t->pending = 2;
+    }
+    return 0;
+}
+
+/* The kernel is done with t: hand its buffers back and free it. */
+static void tok_done(mc_loop_t *l, struct tok *t)
+{
+    if (t->release)
+        t->release(t->release_arg);
+    tok_free(l, t);
+}
+
+static void on_accept_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
+{
+    mc__io_t *io = t->handle;
+    int more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    int res = cqe->res;
+
+    if (!io) { /* cancelled: nobody wants this connection */
+        if (res >= 0)
+            close(res);
+        if (!more)
+            tok_done(l, t);
+        return;
+    }
+    if (!more && res >= 0 && arm_io(l, t, 0) < 0) {
+        /* The kernel ended the multishot (CQ overflow) and the ring is full. */
+        close(res);
+        res = -EBUSY;
+    }
+    if (!more && res < 0) {
+        io->token = NULL;
+        tok_done(l, t);
+    }
+    io->cb(io, res);
+}
+
+static void on_io_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe, int is_link)
+{
+    if (t->op == IO_ACCEPT) {
+        on_accept_cqe(l, t, cqe);
+        return;
+    }
+    if (is_link) {
+        if (cqe->res == -ETIME)
+            t->timed_out = 1;
+    } else {
+        t->res = cqe->res;
+    }
+    if (--t->pending > 0)
+        return;
+    mc__io_t *io = t->handle;
+    int res = t->res;
+    if (t->timed_out && (res == -ECANCELED || res == -EINTR))
+        res = -ETIMEDOUT;
+    tok_done(l, t);
+    if (io) {
+        io->token = NULL;
+        io->cb(io, res);
+    }
+}
+
+static int io_start(mc_loop_t *l, mc__io_t *io, struct tok *t, uint64_t timeout_ms, mc__io_cb cb)
+{
+    io->loop = l;
+    io->cb = cb;
+    io->token = t;
+    int rc = arm_io(l, t, timeout_ms);
+    if (rc < 0) {
+        io->token = NULL;
+        tok_free(l, t);
+    }
+    return rc;
+}
+
+static struct tok *io_tok(mc_loop_t *l, mc__io_t *io, enum io_op op, int fd, size_t extra)
+{
+    struct tok *t = tok_alloc(l, TOK_IO, io, extra);
+    if (t) {
+        t->op = op;
+        t->fd = fd;
+    }
+    return t;
+}
+
+int mc__io_accept(mc_loop_t *l, mc__io_t *io, int fd, mc__io_cb cb)
+{
+    struct tok *t = io_tok(l, io, IO_ACCEPT, fd, 0);
+    if (!t)
+        return -ENOMEM;
+    return io_start(l, io, t, 0, cb);
+}
+
+int mc__io_connect(mc_loop_t *l, mc__io_t *io, int fd, const struct sockaddr *sa, socklen_t salen,
+                   uint64_t timeout_ms, mc__io_cb cb)
+{
+    if (salen > sizeof(struct sockaddr_storage))
+        return -EINVAL;
+    struct tok *t = io_tok(l, io, IO_CONNECT, fd, 0);
+    if (!t)
+        return -ENOMEM;
+    memcpy(&t->u.sa, sa, salen);
+    t->salen = salen;
+    return io_start(l, io, t, timeout_ms, cb);
+}
+
+int mc__io_recv(mc_loop_t *l, mc__io_t *io, int fd, void *buf, size_t len, uint64_t timeout_ms,
+                mc__io_cb cb)
+{
+    struct tok *t = io_tok(l, io, IO_RECV, fd, 0);
+    if (!t)
+        return -ENOMEM;
+    t->buf = buf;
+    t->len = len;
+    return io_start(l, io, t, timeout_ms, cb);
+}
+
+int mc__io_sendmsg(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
+                   uint64_t timeout_ms, mc__io_cb cb)
+{
+    if (n < 1 || n > MC__IO_MAX_IOV)
+        return -EINVAL;
+    struct tok *t = io_tok(l, io, IO_SENDMSG, fd, (size_t)n * sizeof(*iov));
+    if (!t)
+        return -ENOMEM;
+    memcpy(t->iov, iov, (size_t)n * sizeof(*iov));
+    t->u.msg.msg_iov = t->iov;
+    t->u.msg.msg_iovlen = (size_t)n;
+    return io_start(l, io, t, timeout_ms, cb);
+}
+
+void mc__io_cancel(mc__io_t *io, mc_loop_fn release, void *arg)
+{
+    struct tok *t = io->token;
+    if (!t) {
+        if (release)
+            release(arg);
+        return;
+    }
+    t->release = release;
+    t->release_arg = arg;
+    cancel_tok(io->loop, t);
+    io->token = NULL;
 }
