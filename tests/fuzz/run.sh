@@ -1,0 +1,73 @@
+#!/bin/sh
+# tests/fuzz/run.sh [SECONDS] - builds the libFuzzer targets (tests/fuzz/fuzz_*.c)
+# with clang into build/fuzz/ and runs them for SECONDS in all (default 30),
+# split evenly between targets. Each target starts from its seed corpus in
+# tests/fuzz/corpus/NAME/ (left untouched) and keeps what it learns in
+# build/fuzz/corpus/NAME/. Prints each run's libFuzzer summary; exits 1 if a
+# target crashed (the input is saved under build/fuzz/artifacts/NAME/ and the
+# command that replays it is printed), 2 if a build failed.
+#
+# Environment: CLANG (default clang), FUZZ_BUILD (default build/fuzz).
+set -u
+
+budget=${1:-30}
+case $budget in
+'' | *[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;;
+esac
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${FUZZ_BUILD:-$root/build/fuzz}
+clang=${CLANG:-clang}
+flags="-std=gnu11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
+       -fno-sanitize-recover=undefined -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+       -D_GNU_SOURCE -I$root/core/include -I$root/core/src"
+
+# Target NAME is tests/fuzz/fuzz_NAME.c linked with core/src/NAME.c.
+targets=
+for src in "$root"/tests/fuzz/fuzz_*.c; do
+    name=$(basename "$src" .c)
+    targets="$targets ${name#fuzz_}"
+done
+set -- $targets
+count=$#
+[ "$count" -gt 0 ] || { echo "fuzz: no targets" >&2; exit 2; }
+per=$((budget / count))
+[ "$per" -ge 1 ] || per=1
+
+mkdir -p "$out"
+for t in $targets; do
+    echo "  CLANG   tests/fuzz/fuzz_$t.c"
+    # shellcheck disable=SC2086
+    if ! "$clang" $flags -o "$out/fuzz_$t" "$root/tests/fuzz/fuzz_$t.c" "$root/core/src/$t.c"; then
+        echo "fuzz: building fuzz_$t failed" >&2
+        exit 2
+    fi
+done
+
+failed=0
+for t in $targets; do
+    corpus=$out/corpus/$t
+    artifacts=$out/artifacts/$t/
+    log=$out/fuzz_$t.log
+    mkdir -p "$corpus" "$artifacts"
+    touch "$out/.start_$t" # artifacts newer than this are this run's
+    dict=
+    [ -f "$root/tests/fuzz/$t.dict" ] && dict=-dict=$root/tests/fuzz/$t.dict
+    echo "fuzz_$t: ${per}s, log $log"
+    # -max_total_time stops libFuzzer; timeout is only a backstop.
+    timeout -k 10 $((per + 60)) "$out/fuzz_$t" -max_total_time="$per" -print_final_stats=1 \
+        -timeout=10 -rss_limit_mb=2048 -max_len=16384 -artifact_prefix="$artifacts" \
+        $dict "$corpus" "$root/tests/fuzz/corpus/$t" >"$log" 2>&1
+    rc=$?
+    grep -E '^(Done [0-9]+ runs|stat::)' "$log" | sed "s/^/  /"
+    if [ "$rc" -ne 0 ]; then
+        failed=1
+        echo "fuzz_$t: FAILED (exit $rc)"
+        grep -E -A 30 'ERROR: |runtime error|check failed|deadly signal' "$log" | head -n 60
+        find "$artifacts" -type f -newer "$out/.start_$t" | while read -r a; do
+            echo "  replay: $out/fuzz_$t $a"
+        done
+    else
+        echo "fuzz_$t: ok"
+    fi
+done
+exit "$failed"
