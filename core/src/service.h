@@ -1,0 +1,66 @@
+/*
+ * service.h - the master's request handling, with no I/O: a request body in,
+ * a status and a response body out (docs/PROTOCOL.md). The server (server.c)
+ * feeds it frames from connections; tests and fuzzers call it directly.
+ *
+ * Beyond the master logic it keeps the cluster's tables: segments and the
+ * data address of the node serving each, nodes and their last heartbeat,
+ * writes in progress (put ids) and open handles, each owned by the
+ * connection that made them, so that a writer or reader that goes away
+ * leaves nothing behind.
+ */
+#ifndef MC_SERVICE_H
+#define MC_SERVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "master.h"
+#include "proto.h"
+
+typedef struct mc__svc mc__svc_t;
+
+typedef struct mc__svc_opts {
+    uint64_t node_ttl_ms; /* a node silent this long loses its segments */
+    uint64_t put_ttl_ms;  /* a write in progress untouched this long is revoked */
+} mc__svc_opts_t;
+
+/* Creates a service over master m (not owned). Returns 0 or -ENOMEM. */
+int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o);
+
+/* Frees the service, revoking writes in progress and closing handles. */
+void mc__svc_free(mc__svc_t *svc);
+
+/*
+ * Registers a segment served by this very process (embedded store, or a
+ * master with a segment): it never expires. addr is where nodes reach its
+ * data (may be NULL: same process only).
+ */
+int mc__svc_add_local_segment(mc__svc_t *svc, uint32_t seg, uint64_t size, const char *addr);
+
+/* Sets the data address published for local segments (once listening). */
+void mc__svc_set_local_addr(mc__svc_t *svc, const char *addr);
+
+/*
+ * Handles one request of operation op from owner (a connection id) at time
+ * now. Appends the response body to w and returns the status (0 or a
+ * positive count for LOOKUP, or a negative errno). -EBADMSG means the body
+ * did not decode: the caller closes the connection.
+ */
+int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body, size_t len,
+                   uint64_t now, mc__wbuf_t *w);
+
+/* The owner's connection closed: revoke its writes, close its handles. */
+void mc__svc_owner_gone(mc__svc_t *svc, uint64_t owner, uint64_t now);
+
+/* Periodic work: expire silent nodes and stale writes, sweep leases. Returns
+ * the number of segments dropped. */
+int mc__svc_tick(mc__svc_t *svc, uint64_t now);
+
+/* Counters for logs and tests. */
+typedef struct mc__svc_stats {
+    uint64_t nodes, segments, puts, handles, nodes_expired, objects_lost;
+} mc__svc_stats_t;
+void mc__svc_stats(const mc__svc_t *svc, mc__svc_stats_t *st);
+
+#endif /* MC_SERVICE_H */

@@ -1,0 +1,149 @@
+/*
+ * store_i.h - the store's internals, shared by store.c (the public API, the
+ * embedded path) and remote.c (the path through a cluster master).
+ */
+#ifndef MC_STORE_I_H
+#define MC_STORE_I_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "master.h"
+#include "mooncake/mooncake.h"
+
+struct mc__remote;
+struct mc__rset;
+
+#define SEG_LOCAL 0
+#define WRITER_MAX_STEP (64ULL << 20) /* reservation growth per step */
+
+struct mc_store {
+    struct mc__remote *rm; /* the cluster path; NULL when embedded */
+    uint64_t timeout_ms;   /* bound on every network wait */
+    mc_loop_t *loop;
+    int own_loop;
+    pthread_t thread;
+    mc__master_t *m;
+    char *seg; /* local segment memory */
+    uint64_t seg_size;
+    mc_timer_t sweep;
+    mc_obj_t *objs;       /* open handles, released by close; loop thread only */
+    mc_writer_t *writers; /* open writers, released by close; loop thread only */
+};
+
+struct mc_obj {
+    mc_store_t *s;
+    mc__version_t *v; /* embedded */
+    mc_stat_t st;
+    uint64_t rid;          /* remote: the master's handle id */
+    struct mc__rset *rs;   /* remote: where its bytes are */
+    mc_obj_t *prev, *next; /* on s->objs */
+};
+
+struct mc_writer {
+    mc_store_t *s;
+    mc__version_t *v; /* embedded */
+    uint64_t size;
+    unsigned put_flags;
+    int mtime_set;
+    uint64_t put_id;     /* remote: the master's write id */
+    struct mc__rset *rs; /* remote: the replicas being written */
+    uint64_t capacity;   /* remote: bytes reserved */
+    uint32_t mode;       /* remote: to publish with */
+    int64_t mtime_ns;
+    char *key; /* remote: the key to publish under */
+    size_t klen;
+    mc_writer_t *prev, *next; /* on s->writers */
+};
+
+/* Links / unlinks n on the list at *head (a handle or a writer). */
+#define LINK(head, n)                                                                              \
+    do {                                                                                           \
+        (n)->prev = NULL;                                                                          \
+        (n)->next = *(head);                                                                       \
+        if (*(head))                                                                               \
+            (*(head))->prev = (n);                                                                 \
+        *(head) = (n);                                                                             \
+    } while (0)
+#define UNLINK(head, n)                                                                            \
+    do {                                                                                           \
+        if ((n)->prev)                                                                             \
+            (n)->prev->next = (n)->next;                                                           \
+        else                                                                                       \
+            *(head) = (n)->next;                                                                   \
+        if ((n)->next)                                                                             \
+            (n)->next->prev = (n)->prev;                                                           \
+    } while (0)
+
+enum op_kind {
+    OP_PUT,
+    OP_GET,
+    OP_STAT,
+    OP_REMOVE,
+    OP_RENAME,
+    OP_LIST,
+    OP_STATFS,
+    OP_LOOKUP,
+    OP_SET_META,
+    OP_OPEN,
+    OP_OBJ_READ,
+    OP_OBJ_CLOSE,
+    OP_W_OPEN,
+    OP_W_WRITE,
+    OP_W_READ,
+    OP_W_TRUNC,
+    OP_W_COMMIT,
+    OP_W_ABORT,
+};
+
+typedef struct op {
+    mc_work_t work;
+    mc_store_t *s;
+    enum op_kind kind;
+    mc_done_cb cb;
+    void *arg;
+    int result;
+    unsigned flags;
+    uint64_t off;
+    size_t len;
+    void *buf;
+    const struct iovec *iov;
+    int iovcnt;
+    struct iovec one;
+    mc_stat_t *st;
+    mc_put_opts_t po;
+    int have_po;
+    mc_list_t **list;
+    size_t max;
+    int delim;
+    mc_space_t *sp;
+    mc_obj_t *obj;
+    mc_obj_t **obj_out;
+    mc_writer_t *w;
+    mc_writer_t **w_out;
+    int stage;        /* remote: where a multi-step operation is */
+    uint64_t u64;     /* remote: scratch (put id, ...) */
+    void *tmp;        /* remote: scratch buffer */
+    char *key, *key2; /* copies, inside this allocation */
+    size_t klen, klen2;
+    char keys[];
+} op_t;
+
+/* Completes o with rc from the loop thread, after the current callback. */
+void mc__op_finish(op_t *o, int rc);
+
+/* Runs o against the cluster; completes it with mc__op_finish(). */
+void mc__remote_exec(op_t *o);
+
+/* Connects s to the master at addr (and, with a segment, mounts it and
+ * starts serving it). Loop thread; done(s, rc) once. */
+int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
+                    void (*done)(mc_store_t *s, int rc));
+
+/* Closes the cluster path (loop thread). */
+void mc__remote_close(mc_store_t *s);
+
+/* Frees a replica set. */
+void mc__rset_free(struct mc__rset *rs);
+
+#endif /* MC_STORE_I_H */

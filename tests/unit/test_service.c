@@ -1,0 +1,312 @@
+/*
+ * test_service.c - the master service (core/src/service.c) driven with
+ * request bodies, as the server would, with explicit time.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "master.h"
+#include "proto.h"
+#include "service.h"
+
+#define T0 1000000
+#define MiB (1ULL << 20)
+
+typedef struct fixture {
+    mc__master_t *m;
+    mc__svc_t *svc;
+    mc__wbuf_t resp;
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+    mc__master_opts_t mo = {.lease_ms = 5000, .align = 64};
+    mc__svc_opts_t so = {.node_ttl_ms = 3000, .put_ttl_ms = 10000};
+    assert_int_equal(mc__master_new(&f->m, &mo), 0);
+    assert_int_equal(mc__svc_new(&f->svc, f->m, &so), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    mc__svc_free(f->svc);
+    mc__master_free(f->m);
+    free(f->resp.p);
+    free(f);
+    return 0;
+}
+
+/* Sends op with a body packed per fmt; returns the status. The response
+ * body is in f->resp. */
+static int call(fixture_t *f, uint64_t owner, uint64_t now, uint16_t op, const char *fmt, ...)
+{
+    mc__wbuf_t req = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    assert_int_equal(mc__vpack(&req, fmt, ap), 0);
+    va_end(ap);
+    f->resp.len = 0;
+    f->resp.err = 0;
+    int rc = mc__svc_handle(f->svc, owner, op, req.p ? req.p : "", req.len, now, &f->resp);
+    free(req.p);
+    return rc;
+}
+
+static uint32_t mount(fixture_t *f, uint64_t node, uint64_t size, uint64_t now)
+{
+    const char *addr = "127.0.0.1:7000";
+    assert_int_equal(
+        call(f, 1, now, MC__OP_MOUNT_SEGMENT, "qusq", node, 0, addr, (uint32_t)strlen(addr), size),
+        0);
+    uint32_t seg;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &seg), 0);
+    return seg;
+}
+
+static uint64_t used(fixture_t *f)
+{
+    mc_space_t sp;
+    mc__master_space(f->m, &sp);
+    return sp.used;
+}
+
+/* Starts a put of size bytes; returns the put id and checks the replicas. */
+static uint64_t put_start(fixture_t *f, uint64_t owner, const char *key, uint64_t size,
+                          uint32_t replicas, uint64_t now)
+{
+    int rc = call(f, owner, now, MC__OP_PUT_START, "kquuuuqi", key, (uint32_t)strlen(key), size, 0,
+                  0644, replicas, MC_PIN_NONE, (uint64_t)0, (int64_t)0);
+    assert_int_equal(rc, 0);
+    const char *p = f->resp.p;
+    size_t n = f->resp.len;
+    uint64_t id;
+    const char *rest;
+    uint32_t restlen;
+    assert_int_equal(mc__unpack(p, n, "q*", &id, &rest, &restlen), 0);
+    mc__wire_replica_t reps[8];
+    size_t left = restlen;
+    int nrep = mc__take_replicas(&rest, &left, reps, 8);
+    assert_int_equal(nrep, (int)replicas);
+    for (int r = 0; r < nrep; r++) {
+        uint64_t total = 0, off, len;
+        for (uint32_t i = 0; i < reps[r].next; i++) {
+            mc__wire_extent(&reps[r], i, &off, &len);
+            total += len;
+        }
+        assert_true(total >= size);
+        assert_int_equal(reps[r].addr_len, 14);
+    }
+    return id;
+}
+
+static int commit(fixture_t *f, uint64_t id, const char *key, uint64_t size, uint64_t now)
+{
+    return call(f, 1, now, MC__OP_PUT_COMMIT, "qkqui", id, key, (uint32_t)strlen(key), size,
+                (uint32_t)0, (int64_t)0);
+}
+
+static void test_put_commit_stat(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 64 * MiB, T0);
+    uint64_t id = put_start(f, 5, "a/b", 1000, 1, T0);
+    /* Invisible until committed. */
+    assert_int_equal(call(f, 5, T0, MC__OP_STAT, "k", "a/b", 3), -ENOENT);
+    assert_int_equal(commit(f, id, "a/b", 1000, T0), 0);
+    assert_int_equal(call(f, 5, T0, MC__OP_STAT, "k", "a/b", 3), 0);
+    const char *p = f->resp.p;
+    size_t n = f->resp.len;
+    mc_stat_t st;
+    assert_int_equal(mc__take_stat(&p, &n, &st), 0);
+    assert_int_equal(st.size, 1000);
+    assert_int_equal(st.mode, 0644);
+    /* The put id is spent. */
+    assert_int_equal(commit(f, id, "a/b", 1000, T0), -ENOENT);
+    /* Directory lookup through the same service. */
+    assert_int_equal(call(f, 5, T0, MC__OP_LOOKUP, "ku", "a", 1, '/'), MC_LOOKUP_DIR);
+    assert_int_equal(call(f, 5, T0, MC__OP_LOOKUP, "ku", "a/b", 3, '/'), MC_LOOKUP_FILE);
+}
+
+static void test_grow_and_rename_at_commit(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 64 * MiB, T0);
+    uint64_t id = put_start(f, 5, "tmp", 0, 1, T0);
+    assert_int_equal(call(f, 5, T0, MC__OP_PUT_GROW, "qq", id, 3 * MiB), 0);
+    assert_true(used(f) >= 3 * MiB);
+    assert_int_equal(commit(f, id, "final", 2 * MiB, T0), 0);
+    assert_int_equal(call(f, 5, T0, MC__OP_STAT, "k", "tmp", 3), -ENOENT);
+    assert_int_equal(call(f, 5, T0, MC__OP_STAT, "k", "final", 5), 0);
+    assert_int_equal(used(f), 2 * MiB);
+    assert_int_equal(call(f, 5, T0, MC__OP_PUT_GROW, "qq", id, MiB), -ENOENT);
+}
+
+static void test_noreplace_and_errors(void **state)
+{
+    fixture_t *f = *state;
+    /* No segment: nowhere to put it. */
+    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqi", "k", 1, (uint64_t)10, 0, 0, 1, 0,
+                          (uint64_t)0, (int64_t)0),
+                     -ENOSPC);
+    mount(f, 11, 4 * MiB, T0);
+    uint64_t id = put_start(f, 1, "k", 10, 1, T0);
+    assert_int_equal(commit(f, id, "k", 10, T0), 0);
+    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqi", "k", 1, (uint64_t)10,
+                          MC_PUT_NOREPLACE, 0, 1, 0, (uint64_t)0, (int64_t)0),
+                     -EEXIST);
+    /* Larger than the whole store. */
+    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqi", "big", 3, 8 * MiB, 0, 0, 1, 0,
+                          (uint64_t)0, (int64_t)0),
+                     -EFBIG);
+    /* Malformed bodies and bad keys. */
+    assert_int_equal(mc__svc_handle(f->svc, 1, MC__OP_STAT, "\x01", 1, T0, &f->resp), -EBADMSG);
+    assert_int_equal(call(f, 1, T0, MC__OP_STAT, "s", "", 0), -EINVAL);
+    assert_int_equal(mc__svc_handle(f->svc, 1, MC__OP_READ, "", 0, T0, &f->resp), -EOPNOTSUPP);
+}
+
+static void test_owner_gone_revokes_and_closes(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 64 * MiB, T0);
+    uint64_t id = put_start(f, 5, "x", MiB, 1, T0);
+    assert_int_equal(commit(f, id, "x", MiB, T0), 0);
+    /* Owner 6 opens x and starts another write. */
+    assert_int_equal(call(f, 6, T0, MC__OP_OPEN, "k", "x", 1), 0);
+    put_start(f, 6, "y", 2 * MiB, 1, T0);
+    assert_int_equal(used(f), 3 * MiB);
+    /* x is replaced; the open handle keeps the old version's space. */
+    id = put_start(f, 5, "x", MiB, 1, T0);
+    assert_int_equal(commit(f, id, "x", MiB, T0), 0);
+    assert_int_equal(used(f), 4 * MiB);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.handles, 1);
+    assert_int_equal(st.puts, 1);
+    /* Owner 6 disconnects: its write is revoked, its handle closed. */
+    mc__svc_owner_gone(f->svc, 6, T0);
+    assert_int_equal(used(f), MiB);
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.handles, 0);
+    assert_int_equal(st.puts, 0);
+}
+
+static void test_close_releases_replaced_version(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 64 * MiB, T0);
+    uint64_t id = put_start(f, 5, "x", MiB, 1, T0);
+    assert_int_equal(commit(f, id, "x", MiB, T0), 0);
+    assert_int_equal(call(f, 6, T0, MC__OP_OPEN, "k", "x", 1), 0);
+    uint64_t h;
+    const char *rest;
+    uint32_t rl;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", &h, &rest, &rl), 0);
+    assert_int_equal(call(f, 5, T0, MC__OP_REMOVE, "ku", "x", 1, 0), -EBUSY);
+    assert_int_equal(call(f, 5, T0, MC__OP_REMOVE, "ku", "x", 1, MC_REMOVE_FORCE), 0);
+    assert_int_equal(used(f), MiB);
+    assert_int_equal(call(f, 6, T0, MC__OP_CLOSE, "q", h), 0);
+    assert_int_equal(used(f), 0);
+    assert_int_equal(call(f, 6, T0, MC__OP_CLOSE, "q", h), -ENOENT);
+}
+
+static void test_node_expiry_and_remount(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t s1 = mount(f, 11, 16 * MiB, T0);
+    uint32_t s2 = mount(f, 12, 16 * MiB, T0);
+    assert_int_not_equal(s1, s2);
+    uint64_t id = put_start(f, 5, "both", MiB, 2, T0);
+    assert_int_equal(commit(f, id, "both", MiB, T0), 0);
+    id = put_start(f, 5, "one", MiB, 1, T0);
+    assert_int_equal(commit(f, id, "one", MiB, T0), 0);
+
+    /* Node 12 keeps beating, node 11 falls silent past the TTL. */
+    assert_int_equal(call(f, 0, T0 + 2000, MC__OP_HEARTBEAT, "q", (uint64_t)12), 0);
+    uint32_t flags;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
+    assert_int_equal(flags, 0);
+    assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.nodes, 1);
+    assert_int_equal(st.segments, 1);
+    assert_int_equal(call(f, 5, T0 + 4000, MC__OP_STAT, "k", "both", 4), 0);
+    /* "one" was on node 11 or 12; whichever survived keeps it. */
+    int one = call(f, 5, T0 + 4000, MC__OP_STAT, "k", "one", 3);
+    assert_true(one == 0 || one == -ENOENT);
+    assert_int_equal(st.objects_lost, one == 0 ? 0 : 1);
+
+    /* The dead node comes back: its heartbeat asks it to mount again. */
+    assert_int_equal(call(f, 0, T0 + 5000, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
+    assert_int_equal(flags, MC__HB_REMOUNT);
+    mount(f, 11, 16 * MiB, T0 + 5000);
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.segments, 2);
+}
+
+static void test_stale_put_expires(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 16 * MiB, T0);
+    put_start(f, 5, "slow", MiB, 1, T0);
+    assert_int_equal(call(f, 0, T0 + 2000, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    mc__svc_tick(f->svc, T0 + 2000);
+    assert_int_equal(used(f), MiB);
+    for (uint64_t t = T0 + 3000; t <= T0 + 12000; t += 1000) {
+        call(f, 0, t, MC__OP_HEARTBEAT, "q", (uint64_t)11);
+        mc__svc_tick(f->svc, t);
+    }
+    assert_int_equal(used(f), 0);
+}
+
+static void test_list_and_statfs(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 16 * MiB, T0);
+    const char *keys[] = {"d/a", "d/b", "d/sub/c", "e"};
+    for (int i = 0; i < 4; i++) {
+        uint64_t id = put_start(f, 5, keys[i], 100, 1, T0);
+        assert_int_equal(commit(f, id, keys[i], 100, T0), 0);
+    }
+    assert_int_equal(call(f, 5, T0, MC__OP_LIST, "ssuu", "d/", 2, "", 0, '/', 10), 0);
+    mc_list_t *l = NULL;
+    assert_int_equal(mc__take_list(f->resp.p, f->resp.len, &l), 3);
+    assert_string_equal(l->entries[0].key, "d/a");
+    assert_string_equal(l->entries[2].key, "d/sub/");
+    assert_int_equal(l->entries[2].is_prefix, 1);
+    mc_list_free(l);
+    assert_int_equal(call(f, 5, T0, MC__OP_STATFS, ""), 0);
+    uint64_t total, usedb, objects, evicted;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "qqqq", &total, &usedb, &objects, &evicted),
+                     0);
+    assert_int_equal(total, 16 * MiB);
+    assert_int_equal(objects, 4);
+    assert_int_equal(call(f, 5, T0, MC__OP_RENAME, "kku", "d/", 2, "z/", 2, MC_RENAME_PREFIX), 0);
+    assert_int_equal(call(f, 5, T0, MC__OP_STAT, "k", "z/sub/c", 7), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_put_commit_stat, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grow_and_rename_at_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_noreplace_and_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_owner_gone_revokes_and_closes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_releases_replaced_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_expiry_and_remount, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_put_expires, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_and_statfs, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
