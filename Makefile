@@ -38,7 +38,7 @@ LIB_A := $(BUILD)/libmooncake.a
 LIB_SO := $(BUILD)/libmooncake.so
 FS_BIN := $(BUILD)/mooncake-fs
 
-.PHONY: all deps run test test-unit test-integration asan bench install clean format format-check
+.PHONY: all deps run test test-unit test-integration asan bench install clean format format-check fuzz
 all: $(LIB_A) $(LIB_SO) $(FS_BIN) $(UNIT_BIN)
 
 deps:
@@ -61,7 +61,7 @@ $(FS_BIN): $(FS_OBJ) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $(FS_OBJ) $(LIB_A) $(LDFLAGS_ALL) $(FUSE_LIBS) $(CORE_LIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(LIB_A) $(FS_OBJ)
+$(BUILD)/tests/%: tests/unit/%.c $(LIB_A) $(FS_OBJ) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -Ifs $(FUSE_CFLAGS) -o $@ $< $(filter-out $(BUILD)/fs/main.o,$(FS_OBJ)) $(LIB_A) $(LDFLAGS_ALL) -lcmocka $(FUSE_LIBS) $(CORE_LIBS)
@@ -74,7 +74,17 @@ run: deps all
 
 test: deps all format-check
 	$(Q)tests/run-unit.sh $(BUILD)
+ifneq ($(SAN),1)
+	$(Q)tests/fuzz/run.sh $(FUZZ_CI_SECONDS)
+endif
 	$(Q)MC_BUILD=$(BUILD) $(PYTHON) -m pytest -q -rs tests/integration
+	$(Q)$(MAKE) --no-print-directory python-test
+
+# make fuzz FUZZ_SECONDS=300: every libFuzzer target, for that long in all.
+FUZZ_SECONDS ?= 120
+FUZZ_CI_SECONDS ?= 30
+fuzz:
+	$(Q)tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 test-unit: all
 	$(Q)tests/run-unit.sh $(BUILD)
@@ -82,7 +92,7 @@ test-unit: all
 asan:
 	$(Q)MC_SANITIZED=1 $(MAKE) --no-print-directory BUILD=build-asan SAN=1 CFLAGS="-O1 -g" test
 
-bench: deps all
+bench: deps all python-ext
 	$(Q)MC_BUILD=$(BUILD) PYTHON=$(PYTHON) bench/run.sh
 
 install: all
@@ -93,7 +103,7 @@ install: all
 	ln -sf libmooncake.so.0 $(DESTDIR)$(PREFIX)/lib/libmooncake.so
 	install -m 644 core/include/mooncake/*.h $(DESTDIR)$(PREFIX)/include/mooncake/
 
-FORMAT_SRC = $(wildcard core/include/mooncake/*.h core/src/*.[ch] fs/*.[ch] tests/unit/*.[ch] python/mooncake/*.c)
+FORMAT_SRC = $(wildcard core/include/mooncake/*.h core/src/*.[ch] core/bin/*.c fs/*.[ch] tests/unit/*.[ch] tests/fuzz/*.c python/mooncake/*.c)
 format:
 	$(Q)clang-format -i $(FORMAT_SRC)
 
@@ -101,6 +111,7 @@ format-check:
 	$(Q)clang-format --dry-run -Werror $(FORMAT_SRC)
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan python/mooncake/_store*.so python/build python/*.egg-info
 
 -include $(CORE_OBJ:.o=.d) $(FS_OBJ:.o=.d)
+-include python/python.mk

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""async_get throughput of the Python client, side by side, in one run:
+
+  native    MooncakeDistributedStoreAsync.async_get on the direct backend
+            (futures resolved from an eventfd on the event loop);
+  executor  what Mooncake's async wrapper does: loop.run_in_executor() of the
+            sync get() per call, same embedded store;
+  mount     async_get on the mount backend: aiofiles (one executor hop per
+            get) on a mooncake-fs mount started for the run.
+
+For 1 KiB and 1 MiB values, with CONCURRENCY coroutines each issuing gets in
+a loop for SECONDS each; prints ops/s and the ratios native/executor and
+native/mount. About 20 s in all.
+
+At 1 MiB the cost is the bytes object itself: glibc trims the main heap and
+every get() page-faults fresh memory; run once more with
+GLIBC_TUNABLES=glibc.malloc.trim_threshold=268435456 to see it without.
+
+Usage: PYTHONPATH=python /usr/bin/python3 bench/python_async.py
+       (after `make all python-ext`; MC_BUILD picks the build directory)
+"""
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+BUILD = os.path.join(ROOT, os.environ.get("MC_BUILD", "build"))
+
+from mooncake.async_store import MooncakeDistributedStoreAsync  # noqa: E402
+
+SECONDS = float(os.environ.get("BENCH_SECONDS", "2.5"))
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "32"))
+SIZES = [("1 KiB", 1 << 10), ("1 MiB", 1 << 20)]
+KEYS = 16
+
+
+async def measure(get, keys, expect_len):
+    """ops/s of `get` over SECONDS with CONCURRENCY workers."""
+    done = 0
+    stop = time.perf_counter() + SECONDS
+
+    async def worker(w):
+        nonlocal done
+        i = w
+        while time.perf_counter() < stop:
+            v = await get(keys[i % len(keys)])
+            if len(v) != expect_len:
+                raise AssertionError(f"got {len(v)} bytes, expected {expect_len}")
+            i += 1
+            done += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*[worker(w) for w in range(CONCURRENCY)])
+    return done / (time.perf_counter() - t0)
+
+
+def mounted(path):
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
+
+
+async def run(direct, mount):
+    loop = asyncio.get_running_loop()
+
+    async def executor_get(key):
+        return await loop.run_in_executor(None, direct.get, key)
+
+    rows = []
+    for label, size in SIZES:
+        keys = [f"bench/{size}/{i}" for i in range(KEYS)]
+        for s in (direct, mount):
+            assert await s.async_upsert_batch(keys, [os.urandom(size)] * KEYS) == 0
+        # Warm up each path (loop attachment, executor threads, page cache).
+        for get in (direct.async_get, executor_get, mount.async_get):
+            await asyncio.gather(*[get(k) for k in keys])
+        native = await measure(direct.async_get, keys, size)
+        execu = await measure(executor_get, keys, size)
+        mnt = await measure(mount.async_get, keys, size)
+        rows.append((label, native, execu, mnt))
+    return rows
+
+
+def main():
+    daemon = os.path.join(BUILD, "mooncake-fs")
+    tmp = tempfile.mkdtemp(prefix="mc-bench-")
+    mnt = os.path.join(tmp, "mnt")
+    os.mkdir(mnt)
+    log = open(os.path.join(tmp, "daemon.log"), "w")
+    proc = subprocess.Popen([daemon, "-f", "--segment-size", "512M", mnt], stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 20
+        while not mounted(os.path.realpath(mnt)):
+            if proc.poll() is not None or time.time() > deadline:
+                sys.exit(f"mooncake-fs did not mount (see {log.name})")
+            time.sleep(0.01)
+        direct = MooncakeDistributedStoreAsync()
+        mount = MooncakeDistributedStoreAsync()
+        assert direct.setup({"global_segment_size": "512MB"}) == 0
+        assert mount.setup({"mount_point": mnt}) == 0
+        rows = asyncio.run(run(direct, mount))
+        direct.close()
+        mount.close()
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt], check=False)
+        rc = proc.wait(timeout=60)
+        log.close()
+    print(f"python async_get, {CONCURRENCY} in flight, {SECONDS:g} s per cell (ops/s)")
+    print(f"{'value':>6} {'native':>10} {'executor':>10} {'mount':>10}"
+          f" {'native/executor':>16} {'native/mount':>13}")
+    for label, native, execu, mnt_ops in rows:
+        print(f"{label:>6} {native:10.0f} {execu:10.0f} {mnt_ops:10.0f}"
+              f" {native / execu:15.2f}x {native / mnt_ops:12.2f}x")
+    print(f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')!r} (1 MiB gets allocate 1 MiB "
+          "bytes each; see docs/PYTHON.md on malloc trimming)")
+    if rc != 0:
+        sys.exit(f"mooncake-fs exited {rc}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Mooncake's integer return codes (its ErrorCode values) and the mapping of
+file-system errors (mount backend) onto them.
+
+The direct backend maps libmooncake's results in C (mooncake/_store.c,
+to_code()); tests check that both sides agree.
+"""
+
+import errno
+
+OK = 0
+INTERNAL_ERROR = -1
+BUFFER_OVERFLOW = -10
+NO_AVAILABLE_HANDLE = -200
+INVALID_KEY = -400
+INVALID_PARAMS = -600
+OBJECT_NOT_FOUND = -704
+OBJECT_ALREADY_EXISTS = -705
+OBJECT_HAS_LEASE = -706
+RPC_FAIL = -900
+UNAVAILABLE_IN_CURRENT_STATUS = -1010
+UNAVAILABLE_IN_CURRENT_MODE = -1011
+
+#: What every operation returns on a store that is not set up or is closed.
+STORE_CLOSED = UNAVAILABLE_IN_CURRENT_STATUS
+
+NAMES = {
+    value: name
+    for name, value in globals().items()
+    if name.isupper() and isinstance(value, int) and name != "STORE_CLOSED"
+}
+
+_ERRNO = {
+    errno.ENOENT: OBJECT_NOT_FOUND,
+    errno.EISDIR: OBJECT_NOT_FOUND,  # a directory of the mount is no object
+    errno.ENOTDIR: OBJECT_NOT_FOUND,
+    errno.EEXIST: OBJECT_ALREADY_EXISTS,
+    errno.EBUSY: OBJECT_HAS_LEASE,
+    errno.ENOSPC: NO_AVAILABLE_HANDLE,
+    errno.EFBIG: NO_AVAILABLE_HANDLE,
+    errno.ENAMETOOLONG: INVALID_KEY,
+    errno.EINVAL: INVALID_PARAMS,
+    errno.ENOTCONN: RPC_FAIL,  # the mount's daemon is gone
+    errno.ECONNABORTED: RPC_FAIL,
+    errno.EIO: INTERNAL_ERROR,
+}
+
+
+def from_oserror(e):
+    """Returns the code for an OSError raised by the file system."""
+    return _ERRNO.get(e.errno, INTERNAL_ERROR)
+
+
+def name(code):
+    """Returns the constant's name for a code, e.g. 'OBJECT_NOT_FOUND'."""
+    return NAMES.get(code, str(code))

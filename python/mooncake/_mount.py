@@ -1,0 +1,416 @@
+"""The mount backend: the same API over a mounted mooncake-fs, in pure Python.
+
+A key is a path under the mount point (key "a/b" is MOUNT/a/b). Writes go to
+a temporary name in the same directory and are renamed into place: put()
+with RENAME_NOREPLACE (write-once: an existing key keeps its value), upsert()
+with os.replace(). Each async method is one executor hop (aiofiles' wrap() of
+the sync method), whatever files it touches.
+"""
+
+import ctypes
+import errno
+import itertools
+import os
+import stat
+import threading
+
+from . import _errors as E
+
+_NAME_MAX = 255
+_KEY_MAX = 4095  # MC_KEY_MAX - 1 through the mount (see docs/SEMANTICS.md)
+TMP_PREFIX = ".mctmp-"
+
+NATIVE = (
+    "get", "get_buffer", "get_batch", "get_buffer_batch", "get_into", "get_into_batch",
+    "read_ranges", "put", "put_parts", "put_batch", "put_from", "put_from_batch",
+    "exist", "exist_batch", "size", "remove", "remove_batch",
+)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_renameat2 = getattr(_libc, "renameat2", None)
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+class _BadKey(Exception):
+    pass
+
+
+class _BadMemory(Exception):
+    pass
+
+
+class MountBuffer(bytearray):
+    """get_buffer()'s result on the mount: the bytes, with Mooncake's
+    BufferHandle methods."""
+
+    def ptr(self):
+        if not self:
+            return 0
+        return ctypes.addressof(ctypes.c_char.from_buffer(self))
+
+    def size(self):
+        return len(self)
+
+
+def _rename_noreplace(src, dst):
+    if _renameat2 is not None:
+        r = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+        if r == 0:
+            return
+        e = ctypes.get_errno()
+        if e not in (errno.ENOSYS, errno.EINVAL):
+            raise OSError(e, os.strerror(e), dst)
+    # No renameat2: check, then replace (a race with another writer remains).
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, "exists", dst)
+    os.replace(src, dst)
+
+
+class MountBackend:
+    """Keys as files under `root`, a mooncake-fs mount point."""
+
+    kind = "mount"
+
+    def __init__(self, root):
+        self.root = os.path.realpath(root)
+        self._regions = {}  # start address -> (length, object kept alive or None)
+        self._lock = threading.Lock()
+        self._seq = itertools.count()
+        from aiofiles.os import wrap  # the async methods need aiofiles
+
+        for name in NATIVE:
+            setattr(self, "a_" + name, wrap(getattr(self, name)))
+
+    # ---- keys and memory ----
+
+    def _path(self, key):
+        if isinstance(key, bytes):
+            key = os.fsdecode(key)
+        elif not isinstance(key, str):
+            raise TypeError(f"key must be str or bytes, not {type(key).__name__}")
+        try:
+            raw = key.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raise _BadKey(key)
+        if not raw or len(raw) > _KEY_MAX or b"\0" in raw:
+            raise _BadKey(key)
+        for part in raw.split(b"/"):
+            if part in (b"", b".", b"..") or len(part) > _NAME_MAX:
+                raise _BadKey(key)
+        return os.path.join(self.root, key)
+
+    def _memory(self, target, size, writable):
+        """A memoryview of caller memory: an int address inside a registered
+        buffer, or an object exporting a buffer."""
+        if isinstance(target, int) and not isinstance(target, bool):
+            if size is None or size < 0:
+                raise TypeError("an int address needs a size")
+            with self._lock:
+                ok = any(start <= target and target + size <= start + length
+                         for start, (length, _) in self._regions.items())
+            if not ok:
+                raise _BadMemory()
+            if size == 0:
+                return memoryview(bytearray())
+            return memoryview((ctypes.c_char * size).from_address(target)).cast("B")
+        try:
+            mv = memoryview(target).cast("B")
+        except TypeError:
+            raise
+        except Exception:  # not contiguous
+            raise _BadMemory()
+        if writable and mv.readonly:
+            raise _BadMemory()
+        if size is not None:
+            if size > len(mv):
+                raise _BadMemory()
+            mv = mv[:size]
+        return mv
+
+    def register(self, target, size=None):
+        keep = None
+        if isinstance(target, int) and not isinstance(target, bool):
+            if size is None:
+                raise TypeError("register_buffer(ptr, size) needs a size")
+            start, length = target, size
+        else:
+            mv = memoryview(target).cast("B")
+            keep = mv
+            length = len(mv) if size is None else size
+            if length > len(mv):
+                return E.INVALID_PARAMS
+            if mv.readonly:
+                if not isinstance(target, bytes):
+                    return E.INVALID_PARAMS
+                start = ctypes.cast(ctypes.c_char_p(target), ctypes.c_void_p).value
+            else:
+                start = ctypes.addressof(ctypes.c_char.from_buffer(mv)) if len(mv) else 0
+        with self._lock:
+            if start <= 0 or length <= 0 or start in self._regions:
+                return E.INVALID_PARAMS
+            self._regions[start] = (length, keep)
+        return 0
+
+    def unregister(self, ptr):
+        if not isinstance(ptr, int):
+            mv = memoryview(ptr).cast("B")
+            ptr = ctypes.addressof(ctypes.c_char.from_buffer(mv)) if not mv.readonly else \
+                ctypes.cast(ctypes.c_char_p(ptr), ctypes.c_void_p).value
+        with self._lock:
+            return 0 if self._regions.pop(ptr, None) is not None else E.INVALID_PARAMS
+
+    # ---- reads ----
+
+    def _read(self, key):
+        """The object's bytes as a MountBuffer; raises OSError or _BadKey."""
+        fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "not an object", key)
+            buf = MountBuffer(st.st_size)
+            mv = memoryview(buf)
+            n = 0
+            while n < len(buf):
+                got = os.readv(fd, [mv[n:]])
+                if got == 0:
+                    break
+                n += got
+            del mv
+            if n < len(buf):
+                del buf[n:]
+            else:
+                rest = os.read(fd, 1 << 20)  # grown meanwhile (not with versions)
+                while rest:
+                    buf += rest
+                    rest = os.read(fd, 1 << 20)
+            return buf
+        finally:
+            os.close(fd)
+
+    def get(self, key):
+        try:
+            return bytes(self._read(key))
+        except (OSError, _BadKey):
+            return b""
+
+    def get_buffer(self, key):
+        try:
+            return self._read(key)
+        except (OSError, _BadKey):
+            return None
+
+    def get_batch(self, keys):
+        return [self.get(k) for k in keys]
+
+    def get_buffer_batch(self, keys):
+        return [self.get_buffer(k) for k in keys]
+
+    def get_into(self, key, target, size=None):
+        try:
+            mv = self._memory(target, size, True)
+            fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
+        except _BadKey:
+            return E.INVALID_KEY
+        except _BadMemory:
+            return E.INVALID_PARAMS
+        except OSError as e:
+            return E.from_oserror(e)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return E.OBJECT_NOT_FOUND
+            if st.st_size > len(mv):
+                return E.BUFFER_OVERFLOW
+            n = 0
+            while n < st.st_size:
+                got = os.readv(fd, [mv[n:st.st_size]])
+                if got == 0:
+                    break
+                n += got
+            return n
+        except OSError as e:
+            return E.from_oserror(e)
+        finally:
+            os.close(fd)
+
+    def get_into_batch(self, keys, targets, sizes):
+        if not len(keys) == len(targets) == len(sizes):
+            return [E.INVALID_PARAMS] * len(keys)
+        return [self.get_into(k, t, s) for k, t, s in zip(keys, targets, sizes)]
+
+    def read_ranges(self, keys, addrs, src_offsets, sizes):
+        out = []
+        fds = {}
+        try:
+            for key, addr, off, size in zip(keys, addrs, src_offsets, sizes):
+                try:
+                    mv = self._memory(addr, size, True)
+                    if key not in fds:
+                        fds[key] = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
+                    fd = fds[key]
+                    if off + size > os.fstat(fd).st_size:
+                        out.append(E.INVALID_PARAMS)
+                        continue
+                    out.append(os.preadv(fd, [mv], off))
+                except _BadKey:
+                    out.append(E.INVALID_KEY)
+                except _BadMemory:
+                    out.append(E.INVALID_PARAMS)
+                except OSError as e:
+                    out.append(E.from_oserror(e))
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        return out
+
+    def exist(self, key):
+        try:
+            return 1 if stat.S_ISREG(os.stat(self._path(key)).st_mode) else 0
+        except _BadKey:
+            return E.INVALID_KEY
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        except OSError as e:
+            return E.from_oserror(e)
+
+    def exist_batch(self, keys):
+        return [self.exist(k) for k in keys]
+
+    def size(self, key):
+        try:
+            st = os.stat(self._path(key))
+        except _BadKey:
+            return E.INVALID_KEY
+        except OSError as e:
+            return E.from_oserror(e)
+        return st.st_size if stat.S_ISREG(st.st_mode) else E.OBJECT_NOT_FOUND
+
+    # ---- writes ----
+
+    def _write(self, key, parts, upsert):
+        """Writes parts (memoryviews) under key; returns a code."""
+        try:
+            path = self._path(key)
+        except _BadKey:
+            return E.INVALID_KEY
+        if os.path.isdir(path):
+            return E.INVALID_KEY  # "a" while "a/..." exists: the mount cannot hold both
+        if not upsert and os.path.lexists(path):
+            return 0  # write-once: the existing value stays
+        d = os.path.dirname(path)
+        tmp = os.path.join(d, f"{TMP_PREFIX}{os.getpid()}-{next(self._seq)}")
+        try:
+            for attempt in range(3):
+                try:
+                    os.makedirs(d, exist_ok=True)
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                    break
+                except FileNotFoundError:  # a remove pruned the directory meanwhile
+                    if attempt == 2:
+                        raise
+            try:
+                for p in parts:
+                    mv = memoryview(p).cast("B")
+                    while mv:
+                        mv = mv[os.write(fd, mv):]
+            finally:
+                os.close(fd)
+            if upsert:
+                os.replace(tmp, path)
+            else:
+                try:
+                    _rename_noreplace(tmp, path)
+                except FileExistsError:
+                    os.unlink(tmp)
+                    return 0
+            return 0
+        except (NotADirectoryError, FileExistsError, IsADirectoryError):
+            # a key is a prefix of another ("a" and "a/b"): the mount cannot hold both
+            _unlink_quietly(tmp)
+            return E.INVALID_KEY
+        except OSError as e:
+            _unlink_quietly(tmp)
+            return E.from_oserror(e)
+
+    def put(self, key, value, opts, upsert):
+        if isinstance(value, int):
+            raise TypeError("value must be a bytes-like object")
+        return self._write(key, [value], upsert)
+
+    def put_parts(self, key, parts, opts, upsert):
+        return self._write(key, list(parts), upsert)
+
+    def put_batch(self, keys, values, opts, upsert):
+        if len(keys) != len(values):
+            return [E.INVALID_PARAMS] * len(keys)
+        return [self.put(k, v, opts, upsert) for k, v in zip(keys, values)]
+
+    def put_from(self, key, ptr, size, opts, upsert):
+        try:
+            mv = self._memory(ptr, size, False)
+        except _BadMemory:
+            return E.INVALID_PARAMS
+        return self._write(key, [mv], upsert)
+
+    def put_from_batch(self, keys, ptrs, sizes, opts, upsert):
+        if not len(keys) == len(ptrs) == len(sizes):
+            return [E.INVALID_PARAMS] * len(keys)
+        return [self.put_from(k, p, s, opts, upsert) for k, p, s in zip(keys, ptrs, sizes)]
+
+    def remove(self, key, force=False):
+        try:
+            path = self._path(key)
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return E.OBJECT_NOT_FOUND
+            os.unlink(path)
+        except _BadKey:
+            return E.INVALID_KEY
+        except OSError as e:
+            return E.from_oserror(e)
+        # Drop the directories only this key needed.
+        d = os.path.dirname(path)
+        while d != self.root and d.startswith(self.root):
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+            d = os.path.dirname(d)
+        return 0
+
+    def remove_batch(self, keys, force=False):
+        return [self.remove(k, force) for k in keys]
+
+    # ---- the rest ----
+
+    def keys(self):
+        out = []
+        for d, _, files in os.walk(self.root):
+            rel = os.path.relpath(d, self.root)
+            for f in files:
+                if not f.startswith(TMP_PREFIX):
+                    out.append(f if rel == "." else os.path.join(rel, f))
+        return out
+
+    def health(self):
+        try:
+            os.statvfs(self.root)
+        except OSError:
+            return 2
+        return 0 if os.path.ismount(self.root) else 2
+
+    def inflight(self):
+        return 0
+
+    def close(self):
+        with self._lock:
+            self._regions.clear()
+        return 0
+
+
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

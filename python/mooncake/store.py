@@ -1,0 +1,616 @@
+"""mooncake.store - MooncakeDistributedStore, compatible with Mooncake's Python
+client: the same method names, integer return codes, b"" on a miss.
+
+Backends (chosen by setup(), see docs/PYTHON.md):
+
+- direct: libmooncake in this process through the C extension
+  mooncake._store. Embedded (master and segment in this process) when the
+  master address is empty or "embedded"; any other address asks for the
+  cluster, which this build does not have yet: setup() then returns
+  UNAVAILABLE_IN_CURRENT_MODE (-1011).
+- mount: setup({"mount_point": path}) works on the files of a mounted
+  mooncake-fs (pure Python).
+"""
+
+import enum
+import functools
+import logging
+import os
+import re
+import socket
+import threading
+from collections.abc import Mapping
+
+from . import _errors
+from ._errors import (  # noqa: F401  (re-exported constants)
+    BUFFER_OVERFLOW,
+    INTERNAL_ERROR,
+    INVALID_KEY,
+    INVALID_PARAMS,
+    NO_AVAILABLE_HANDLE,
+    OBJECT_ALREADY_EXISTS,
+    OBJECT_HAS_LEASE,
+    OBJECT_NOT_FOUND,
+    OK,
+    RPC_FAIL,
+    STORE_CLOSED,
+    UNAVAILABLE_IN_CURRENT_MODE,
+    UNAVAILABLE_IN_CURRENT_STATUS,
+)
+
+try:
+    from . import _store
+except ImportError as e:  # the mount backend works without the extension
+    _store = None
+    _STORE_IMPORT_ERROR = e
+
+__all__ = [
+    "MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ErrorCode",
+    "OK", "INTERNAL_ERROR", "BUFFER_OVERFLOW", "NO_AVAILABLE_HANDLE", "INVALID_KEY",
+    "INVALID_PARAMS", "OBJECT_NOT_FOUND", "OBJECT_ALREADY_EXISTS", "OBJECT_HAS_LEASE",
+    "RPC_FAIL", "UNAVAILABLE_IN_CURRENT_STATUS", "UNAVAILABLE_IN_CURRENT_MODE", "STORE_CLOSED",
+]
+
+log = logging.getLogger("mooncake")
+
+
+class ErrorCode(enum.IntEnum):
+    """The return codes, as an enum (the module constants are plain ints)."""
+
+    OK = OK
+    INTERNAL_ERROR = INTERNAL_ERROR
+    BUFFER_OVERFLOW = BUFFER_OVERFLOW
+    NO_AVAILABLE_HANDLE = NO_AVAILABLE_HANDLE
+    INVALID_KEY = INVALID_KEY
+    INVALID_PARAMS = INVALID_PARAMS
+    OBJECT_NOT_FOUND = OBJECT_NOT_FOUND
+    OBJECT_ALREADY_EXISTS = OBJECT_ALREADY_EXISTS
+    OBJECT_HAS_LEASE = OBJECT_HAS_LEASE
+    RPC_FAIL = RPC_FAIL
+    UNAVAILABLE_IN_CURRENT_STATUS = UNAVAILABLE_IN_CURRENT_STATUS
+    UNAVAILABLE_IN_CURRENT_MODE = UNAVAILABLE_IN_CURRENT_MODE
+
+
+class SoftPinAction(enum.IntEnum):
+    PRESERVE = 0  # new objects: no pin (this store does not carry pins across upserts)
+    ENABLE = 1
+    DISABLE = 2
+
+
+#: TTL of a soft pin when soft_pin_ttl_ms is None (Mooncake's default, 30 min).
+DEFAULT_SOFT_PIN_TTL_MS = 30 * 60 * 1000
+
+_PIN_NONE, _PIN_SOFT, _PIN_HARD = 0, 1, 2
+
+
+class ReplicateConfig:
+    """How put()/upsert() place an object: replica_num replicas (at most one
+    per segment; an embedded store has one), a soft pin (evicted last, for
+    soft_pin_ttl_ms) or a hard pin (never evicted). preferred_segment(s) are
+    accepted and ignored while there is a single segment."""
+
+    __slots__ = ("replica_num", "soft_pin_action", "_soft_pin_ttl_ms", "with_hard_pin",
+                 "preferred_segment", "preferred_segments", "prefer_alloc_in_same_node")
+
+    def __init__(self, replica_num=1, soft_pin_action=SoftPinAction.PRESERVE,
+                 soft_pin_ttl_ms=None, with_hard_pin=False, preferred_segment="",
+                 preferred_segments=None):
+        self.replica_num = replica_num
+        self.soft_pin_action = SoftPinAction(soft_pin_action)
+        self.soft_pin_ttl_ms = soft_pin_ttl_ms
+        self.with_hard_pin = with_hard_pin
+        self.preferred_segment = preferred_segment
+        self.preferred_segments = list(preferred_segments or [])
+        self.prefer_alloc_in_same_node = False
+
+    @property
+    def with_soft_pin(self):
+        return self.soft_pin_action == SoftPinAction.ENABLE
+
+    @with_soft_pin.setter
+    def with_soft_pin(self, value):
+        self.soft_pin_action = SoftPinAction.ENABLE if value else SoftPinAction.PRESERVE
+
+    @property
+    def soft_pin_ttl_ms(self):
+        return self._soft_pin_ttl_ms
+
+    @soft_pin_ttl_ms.setter
+    def soft_pin_ttl_ms(self, value):
+        if value is not None and (type(value) is not int or value < 0):
+            raise TypeError("soft_pin_ttl_ms must be None or a non-negative int")
+        self._soft_pin_ttl_ms = value
+
+    def _opts(self):
+        """(replica_num, pin, soft_pin_ttl_ms) for the backends, or None if
+        replica_num is not a positive int."""
+        n = self.replica_num
+        if type(n) is not int or n < 1:
+            return None
+        if self.with_hard_pin:
+            return (n, _PIN_HARD, 0)
+        if self.soft_pin_action == SoftPinAction.ENABLE:
+            ttl = self._soft_pin_ttl_ms
+            return (n, _PIN_SOFT, DEFAULT_SOFT_PIN_TTL_MS if ttl is None else ttl)
+        return (n, _PIN_NONE, 0)
+
+    def __repr__(self):
+        return (f"ReplicateConfig(replica_num={self.replica_num}, "
+                f"soft_pin_action={self.soft_pin_action.name}, "
+                f"soft_pin_ttl_ms={self._soft_pin_ttl_ms}, with_hard_pin={self.with_hard_pin}, "
+                f"preferred_segment={self.preferred_segment!r}, "
+                f"preferred_segments={self.preferred_segments!r})")
+
+    __str__ = __repr__
+
+
+class _Early:
+    """What an argument check returns to end the call at once with `value`."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _opts(config):
+    if config is None:
+        return None
+    if not isinstance(config, ReplicateConfig):
+        raise TypeError(f"config must be a ReplicateConfig, not {type(config).__name__}")
+    o = config._opts()
+    return _Early(INVALID_PARAMS) if o is None else o
+
+
+def _closed_list(args):
+    return [STORE_CLOSED] * len(args[0])
+
+
+def _first_error(results, args):
+    return next((r for r in results if r != 0), 0)
+
+
+def _op(backend_method, closed, post=None, nargs=None):
+    """Makes a store method from an argument check: `check(self, ...)` returns
+    the backend method's arguments (a tuple; only the first nargs are passed
+    when given) or an _Early. `closed` is the result on a store that is not
+    set up (a value, or a function of the arguments); `post(result, args)`
+    shapes the result. The async class builds its native async_<name> from the
+    same parts."""
+
+    def deco(check):
+        @functools.wraps(check)
+        def method(self, *a, **kw):
+            args = check(self, *a, **kw)
+            if type(args) is _Early:
+                return args.value
+            b = self._b
+            if b is None:
+                return closed(args) if callable(closed) else closed
+            r = getattr(b, backend_method)(*(args if nargs is None else args[:nargs]))
+            return post(r, args) if post else r
+
+        method._mc_op = (backend_method, closed, post, check, nargs)
+        return method
+
+    return deco
+
+
+def _put_args(key, value, config, upsert):
+    o = _opts(config)
+    return o if type(o) is _Early else (key, value, o, upsert)
+
+
+def _batch_put_args(keys, values, config, upsert):
+    o = _opts(config)
+    if type(o) is _Early:
+        return o
+    if len(keys) != len(values):
+        return _Early(INVALID_PARAMS)
+    return (keys, values, o, upsert)
+
+
+def _from_args(key, ptr, size, config, upsert):
+    o = _opts(config)
+    return o if type(o) is _Early else (key, ptr, size, o, upsert)
+
+
+def _batch_from_args(keys, ptrs, sizes, config, upsert):
+    o = _opts(config)
+    if type(o) is _Early:
+        return _Early([INVALID_PARAMS] * len(keys))
+    return (keys, ptrs, sizes, o, upsert)
+
+
+def _ranges_args(buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes):
+    """Flattens get_into_ranges()'s nested lists; marks each (buffer, key)
+    whose shape does not match so that it reports INVALID_PARAMS."""
+    keys, addrs, srcs, sizes, shape = [], [], [], [], []
+    n = len(buffer_ptrs)
+    top_ok = len(all_keys) == n and len(all_dst_offsets) == n and len(all_src_offsets) == n \
+        and len(all_sizes) == n
+    for i in range(len(all_keys)):
+        row = []
+        ks = all_keys[i]
+        for j in range(len(ks)):
+            try:
+                d, s, z = all_dst_offsets[i][j], all_src_offsets[i][j], all_sizes[i][j]
+                ok = top_ok and len(d) == len(s) == len(z) and len(all_dst_offsets[i]) == len(ks) \
+                    and len(all_src_offsets[i]) == len(ks) and len(all_sizes[i]) == len(ks)
+            except (IndexError, TypeError):
+                ok, z = False, [0]
+            if not ok:
+                row.append(-max(len(z) if isinstance(z, (list, tuple)) else 1, 1))
+                continue
+            row.append(len(z))
+            for k in range(len(z)):
+                if type(buffer_ptrs[i]) is not int or d[k] < 0 or s[k] < 0 or z[k] < 0:
+                    keys.append(ks[j])
+                    addrs.append(0)  # never registered: INVALID_PARAMS
+                    srcs.append(0)
+                    sizes.append(0)
+                    continue
+                keys.append(ks[j])
+                addrs.append(buffer_ptrs[i] + d[k])
+                srcs.append(s[k])
+                sizes.append(z[k])
+        shape.append(row)
+    return (keys, addrs, srcs, sizes, shape)
+
+
+def _ranges_post(flat, args):
+    out, at = [], 0
+    for row in args[4]:
+        r = []
+        for count in row:
+            if count < 0:
+                r.append([INVALID_PARAMS] * -count)
+            else:
+                r.append(list(flat[at:at + count]))
+                at += count
+        out.append(r)
+    return out
+
+
+def _ranges_closed(args):
+    return _ranges_post([STORE_CLOSED] * len(args[0]), args)
+
+
+def _size_arg(name, value):
+    """A size given as an int or a string ("16MB", "16 MB", "1G"); None if
+    invalid."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str):
+        if _store is not None:
+            try:
+                return _store.parse_size(value)
+            except ValueError:
+                return None
+        m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)(i?b)?\s*", value, re.I)
+        if not m or (m.group(3) and not m.group(2) and m.group(3).lower() != "b"):
+            return None
+        return int(m.group(1)) << (10 * " kmgt".index(m.group(2).lower() or " "))
+    return None
+
+
+_SETUP_KEYS = {
+    "local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
+    "protocol", "rdma_devices", "device_name", "master_server_addr", "master_server_address",
+    "mount_point", "lease_ms", "default_kv_lease_ttl", "evict_high_pct", "evict_ratio_pct",
+    "engine",
+}
+
+_EMBEDDED = ("", "embedded", None)
+
+
+class MooncakeDistributedStore:
+    """A Mooncake store client. Create it, then setup(); every method returns
+    Mooncake's integer codes (0 success, negative errors) unless it returns
+    data. On a store that is not set up or is closed every method returns
+    STORE_CLOSED (UNAVAILABLE_IN_CURRENT_STATUS, -1010), b"", None or a list of
+    those."""
+
+    def __init__(self):
+        self._b = None  # the backend, None when not set up or closed
+        self._hostname = ""
+        self._lock = threading.Lock()
+
+    # ---- setup and lifecycle ----
+
+    def setup(self, local_hostname=None, metadata_server="", global_segment_size=None,
+              local_buffer_size=None, protocol="tcp", rdma_devices="", master_server_addr="",
+              engine=None, **options):
+        """setup(local_hostname, metadata_server, global_segment_size,
+        local_buffer_size, protocol, rdma_devices, master_server_addr) or
+        setup(config: dict). Returns 0, or a negative code:
+        INVALID_PARAMS (a bad size or option), UNAVAILABLE_IN_CURRENT_MODE
+        (a cluster master address: not in this build), UNAVAILABLE_IN_CURRENT_STATUS
+        (already set up)."""
+        if isinstance(local_hostname, Mapping):
+            cfg = dict(local_hostname)
+            cfg.update(options)
+        else:
+            cfg = dict(local_hostname=local_hostname, metadata_server=metadata_server,
+                       global_segment_size=global_segment_size,
+                       local_buffer_size=local_buffer_size, protocol=protocol,
+                       rdma_devices=rdma_devices, master_server_addr=master_server_addr,
+                       engine=engine, **options)
+        unknown = set(cfg) - _SETUP_KEYS
+        if unknown:
+            log.error("mooncake setup: unknown option(s) %s", ", ".join(sorted(unknown)))
+            return INVALID_PARAMS
+        sizes = {}
+        for name in ("global_segment_size", "local_buffer_size"):
+            sizes[name] = _size_arg(name, cfg.get(name))
+            if sizes[name] is None:
+                log.error("mooncake setup: %s=%r is not a size", name, cfg.get(name))
+                return INVALID_PARAMS
+        nums = {}
+        for name in ("lease_ms", "default_kv_lease_ttl", "evict_high_pct", "evict_ratio_pct"):
+            v = cfg.get(name, 0) or 0
+            if type(v) is not int or v < 0:
+                log.error("mooncake setup: %s=%r is not a non-negative int", name, v)
+                return INVALID_PARAMS
+            nums[name] = v
+        if cfg.get("engine") is not None:
+            log.error("mooncake setup: a TransferEngine cannot be shared with this store")
+            return INVALID_PARAMS
+        master = cfg.get("master_server_addr")
+        if master in (None, ""):
+            master = cfg.get("master_server_address")
+        mount = cfg.get("mount_point")
+        with self._lock:
+            if self._b is not None:
+                return UNAVAILABLE_IN_CURRENT_STATUS
+            if mount:
+                backend = self._open_mount(mount)
+            else:
+                backend = self._open_direct(
+                    segment_size=sizes["global_segment_size"],
+                    lease_ms=nums["lease_ms"] or nums["default_kv_lease_ttl"],
+                    master=None if master in _EMBEDDED else str(master),
+                    evict_high_pct=nums["evict_high_pct"],
+                    evict_ratio_pct=nums["evict_ratio_pct"])
+            if isinstance(backend, int):
+                return backend
+            self._b = backend
+            self._hostname = cfg.get("local_hostname") or socket.gethostname()
+        return 0
+
+    @staticmethod
+    def _open_direct(**kw):
+        if _store is None:
+            log.error("mooncake setup: the C extension is missing (%s)", _STORE_IMPORT_ERROR)
+            return INTERNAL_ERROR
+        from ._direct import DirectBackend
+
+        try:
+            return DirectBackend(**kw)
+        except OSError as e:
+            log.error("mooncake setup: %s", e.strerror or e)
+            return _store.to_code(-(e.errno or 0)) if e.errno else INTERNAL_ERROR
+        except (OverflowError, ValueError) as e:
+            log.error("mooncake setup: %s", e)
+            return INVALID_PARAMS
+
+    @staticmethod
+    def _open_mount(path):
+        path = os.fspath(path)
+        if not os.path.isdir(path):
+            log.error("mooncake setup: mount_point %s is not a directory", path)
+            return INVALID_PARAMS
+        if not os.path.ismount(path):
+            log.error("mooncake setup: nothing is mounted at %s", path)
+            return RPC_FAIL
+        try:
+            from ._mount import MountBackend
+        except ImportError as e:
+            log.error("mooncake setup: the mount backend needs aiofiles (%s)", e)
+            return INTERNAL_ERROR
+        return MountBackend(path)
+
+    def close(self):
+        """Waits for operations in flight and closes the store; 0, also when
+        already closed."""
+        with self._lock:
+            b, self._b = self._b, None
+        if b is not None:
+            b.close()
+        return 0
+
+    def health_check(self):
+        """0 healthy, 1 not set up (or closed), 2 the store (master or mount)
+        does not answer."""
+        b = self._b
+        return 1 if b is None else b.health()
+
+    def get_hostname(self):
+        """The local_hostname given to setup() (the host name by default)."""
+        return self._hostname if self._b is not None else ""
+
+    @property
+    def backend(self):
+        """'direct', 'mount', or None when not set up."""
+        b = self._b
+        return None if b is None else b.kind
+
+    # ---- writes ----
+
+    @_op("put", STORE_CLOSED)
+    def put(self, key, value, config=None):
+        """Stores value (bytes-like) under key, once: if key exists the call
+        succeeds and the old value stays (use upsert() to replace). Returns 0
+        or a code (INVALID_KEY, NO_AVAILABLE_HANDLE when it does not fit)."""
+        return _put_args(key, value, config, False)
+
+    @_op("put", STORE_CLOSED)
+    def upsert(self, key, value, config=None):
+        """Stores value under key, replacing any previous value. Returns 0 or a
+        code."""
+        return _put_args(key, value, config, True)
+
+    @_op("put_parts", STORE_CLOSED)
+    def put_parts(self, key, *parts, config=None):
+        """put() of the concatenation of parts (bytes-like), without joining
+        them first."""
+        return _put_args(key, parts, config, False)
+
+    @_op("put_parts", STORE_CLOSED)
+    def upsert_parts(self, key, *parts, config=None):
+        return _put_args(key, parts, config, True)
+
+    @_op("put_batch", STORE_CLOSED, _first_error)
+    def put_batch(self, keys, values, config=None):
+        """put() of every pair; 0 if all succeeded, else the first error."""
+        return _batch_put_args(keys, values, config, False)
+
+    @_op("put_batch", STORE_CLOSED, _first_error)
+    def upsert_batch(self, keys, values, config=None):
+        return _batch_put_args(keys, values, config, True)
+
+    @_op("put_from", STORE_CLOSED)
+    def put_from(self, key, buffer_ptr, size, config=None):
+        """put() of size bytes at buffer_ptr, an address inside a registered
+        buffer (INVALID_PARAMS otherwise), or of an object with the buffer
+        protocol."""
+        return _from_args(key, buffer_ptr, size, config, False)
+
+    @_op("put_from", STORE_CLOSED)
+    def upsert_from(self, key, buffer_ptr, size, config=None):
+        return _from_args(key, buffer_ptr, size, config, True)
+
+    @_op("put_from_batch", _closed_list)
+    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+        """put_from() of each; a list of codes."""
+        return _batch_from_args(keys, buffer_ptrs, sizes, config, False)
+
+    @_op("put_from_batch", _closed_list)
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        return _batch_from_args(keys, buffer_ptrs, sizes, config, True)
+
+    # ---- reads ----
+
+    @_op("get", b"")
+    def get(self, key):
+        """The value of key as bytes; b"" when missing (or on any error)."""
+        return (key,)
+
+    @_op("get_batch", lambda args: [b""] * len(args[0]))
+    def get_batch(self, keys):
+        """get() of each key: a list of bytes."""
+        return (keys,)
+
+    @_op("get_buffer", None)
+    def get_buffer(self, key):
+        """The value as an object with the buffer protocol (and ptr(),
+        size()), read once into memory it owns, with no further copy; None
+        when missing."""
+        return (key,)
+
+    @_op("get_buffer_batch", lambda args: [None] * len(args[0]))
+    def batch_get_buffer(self, keys):
+        return (keys,)
+
+    @_op("get_into", STORE_CLOSED)
+    def get_into(self, key, buffer_ptr, size=None):
+        """Reads the value into caller memory in place: buffer_ptr is an int
+        address inside a registered buffer with room for size bytes, or a
+        writable object with the buffer protocol (bytearray, numpy array).
+        Returns the bytes read, or a code: OBJECT_NOT_FOUND, BUFFER_OVERFLOW
+        (the value is larger than size; nothing written), INVALID_PARAMS
+        (memory not registered)."""
+        return (key, buffer_ptr, size)
+
+    @_op("get_into_batch", _closed_list)
+    def batch_get_into(self, keys, buffer_ptrs, sizes):
+        """get_into() of each; a list of byte counts or codes."""
+        if not len(keys) == len(buffer_ptrs) == len(sizes):
+            return _Early([INVALID_PARAMS] * len(keys))
+        return (keys, buffer_ptrs, sizes)
+
+    @_op("read_ranges", _ranges_closed, _ranges_post, nargs=4)
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets,
+                        all_sizes):
+        """Mooncake's buffer-major ranged read: results[i][j][k] is the bytes
+        copied from all_keys[i][j] at all_src_offsets[i][j][k] to
+        buffer_ptrs[i] + all_dst_offsets[i][j][k] (registered memory), or a
+        code."""
+        return _ranges_args(buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes)
+
+    @_op("exist", STORE_CLOSED)
+    def is_exist(self, key):
+        """1 if key exists, 0 if not, or a negative code."""
+        return (key,)
+
+    @_op("exist_batch", _closed_list)
+    def batch_is_exist(self, keys):
+        return (keys,)
+
+    @_op("size", STORE_CLOSED)
+    def get_size(self, key):
+        """The value's size in bytes, or a negative code."""
+        return (key,)
+
+    # ---- removal ----
+
+    @_op("remove", STORE_CLOSED)
+    def remove(self, key, force=False):
+        """Removes key. OBJECT_HAS_LEASE while a recent get() holds its read
+        lease, unless force."""
+        return (key, force)
+
+    @_op("remove_batch", _closed_list)
+    def batch_remove(self, keys, force=False):
+        return (keys, force)
+
+    def remove_by_regex(self, regex_pattern, force=False):
+        """Removes every key matching the regular expression (re.search).
+        Returns how many were removed, or a negative code."""
+        try:
+            rx = re.compile(regex_pattern)
+        except (re.error, TypeError):
+            return INVALID_PARAMS
+        return self._remove_matching(lambda k: rx.search(k) is not None, force)
+
+    def remove_all(self, force=False):
+        """Removes every key (leased ones only with force). Returns how many
+        were removed, or a negative code."""
+        return self._remove_matching(None, force)
+
+    def _remove_matching(self, match, force):
+        b = self._b
+        if b is None:
+            return STORE_CLOSED
+        keys = b.keys()
+        if isinstance(keys, int):
+            return keys
+        if match is not None:
+            keys = [k for k in keys
+                    if match(os.fsdecode(k) if isinstance(k, bytes) else k)]
+        if not keys:
+            return 0
+        return sum(1 for r in b.remove_batch(keys, force) if r == 0)
+
+    # ---- registered buffers ----
+
+    def register_buffer(self, buffer_ptr, size=None):
+        """Registers memory for put_from()/get_into(): an int address and its
+        size, or an object with the buffer protocol (kept alive until
+        unregistered). 0 or INVALID_PARAMS."""
+        b = self._b
+        return STORE_CLOSED if b is None else b.register(buffer_ptr, size)
+
+    def unregister_buffer(self, buffer_ptr):
+        """0, or INVALID_PARAMS if buffer_ptr starts no registered buffer.
+        Operations already using it finish first."""
+        b = self._b
+        return STORE_CLOSED if b is None else b.unregister(buffer_ptr)
+
+    def __repr__(self):
+        b = self._b
+        return f"<{type(self).__name__} {b.kind if b else 'not set up'}>"

@@ -1,0 +1,32 @@
+"""Builds mooncake._store, the C extension of the direct backend.
+
+The extension links libmooncake statically (no rpath in the wheel); its
+symbols stay private to the extension. MC_LIBMOONCAKE overrides the archive
+(default ../build/libmooncake.a, relative to this file); `make all` at the top
+of the repository builds it.
+"""
+
+import os
+
+from setuptools import Extension, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+LIB = os.environ.get("MC_LIBMOONCAKE") or os.path.join(ROOT, "build", "libmooncake.a")
+if not os.path.isabs(LIB):
+    LIB = os.path.join(ROOT, LIB)
+
+store_ext = Extension(
+    "mooncake._store",
+    sources=["mooncake/_store.c"],
+    include_dirs=[os.path.join(ROOT, "core", "include")],
+    extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
+                        "-fvisibility=hidden"],
+    extra_objects=[LIB],
+    extra_link_args=["-Wl,--exclude-libs,ALL"],
+    libraries=["uring", "pthread"],
+    depends=[LIB, os.path.join(ROOT, "core", "include", "mooncake", "mooncake.h"),
+             os.path.join(ROOT, "core", "include", "mooncake", "loop.h")],
+)
+
+setup(ext_modules=[store_ext])

@@ -1,0 +1,300 @@
+"""mooncake.async_store: async_<name> for every method, on both backends;
+native futures (no thread per call), several event loops, cancellation,
+close with operations in flight."""
+
+import asyncio
+import ctypes
+import gc
+import inspect
+import os
+import threading
+import weakref
+import array
+
+import pytest
+
+from mooncake.async_store import MooncakeDistributedStoreAsync
+from mooncake.store import (
+    BUFFER_OVERFLOW,
+    INVALID_KEY,
+    NO_AVAILABLE_HANDLE,
+    OBJECT_HAS_LEASE,
+    OBJECT_NOT_FOUND,
+    STORE_CLOSED,
+    MooncakeDistributedStore,
+    ReplicateConfig,
+)
+
+try:
+    import numpy
+except ImportError:
+    numpy = None
+
+SEGMENT = 64 << 20
+
+
+def addr(buf):
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
+def os_threads():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise AssertionError("no Threads: line")
+
+
+def test_every_method_has_an_async_twin():
+    public = [n for n, v in vars(MooncakeDistributedStore).items()
+              if not n.startswith("_") and callable(v)]
+    assert len(public) >= 30
+    for name in public:
+        fn = getattr(MooncakeDistributedStoreAsync, "async_" + name)
+        assert inspect.iscoroutinefunction(fn), name
+    s = MooncakeDistributedStoreAsync()
+    with pytest.raises(AttributeError):
+        s.async_no_such_method
+    assert issubclass(MooncakeDistributedStoreAsync, MooncakeDistributedStore)
+
+
+@pytest.mark.asyncio
+async def test_async_methods_return_what_sync_ones_do(store):
+    s = store
+    assert await s.async_put("k", b"v1") == 0
+    assert await s.async_put("k", b"v2") == 0  # write-once
+    assert await s.async_get("k") == b"v1"
+    assert await s.async_upsert("k", b"v3") == 0
+    assert await s.async_get("k") == b"v3"
+    assert await s.async_get("missing") == b""
+    assert await s.async_put_parts("parts", b"a", b"b", b"c") == 0
+    assert await s.async_upsert_parts("parts", b"x", b"y") == 0
+    assert await s.async_get("parts") == b"xy"
+    assert await s.async_put_batch(["b1", "b2"], [b"1", b"22"]) == 0
+    assert await s.async_upsert_batch(["b1"], [b"one"]) == 0
+    assert await s.async_get_batch(["b1", "b2", "nope"]) == [b"one", b"22", b""]
+    buf = await s.async_get_buffer("b2")
+    assert bytes(memoryview(buf)) == b"22"
+    assert await s.async_get_buffer("nope") is None
+    bufs = await s.async_batch_get_buffer(["b1", "nope"])
+    assert bytes(bufs[0]) == b"one" and bufs[1] is None
+    assert await s.async_is_exist("k") == 1 and await s.async_is_exist("nope") == 0
+    assert await s.async_batch_is_exist(["k", "nope"]) == [1, 0]
+    assert await s.async_get_size("b2") == 2
+    assert await s.async_get_size("nope") == OBJECT_NOT_FOUND
+    src, dst = bytearray(b"0123456789"), bytearray(10)
+    assert await s.async_register_buffer(addr(src), 10) == 0
+    assert await s.async_register_buffer(addr(dst), 10) == 0
+    assert await s.async_put_from("f", addr(src), 4) == 0
+    assert await s.async_upsert_from("f", addr(src) + 4, 3) == 0
+    assert await s.async_batch_put_from(["f1", "f2"], [addr(src), addr(src) + 5], [5, 5]) == [0, 0]
+    assert await s.async_batch_upsert_from(["f1"], [addr(src) + 9], [1]) == [0]
+    assert await s.async_get_into("f", addr(dst), 10) == 3 and dst[:3] == b"456"
+    assert await s.async_batch_get_into(["f1", "f2"], [addr(dst), addr(dst) + 5],
+                                        [5, 5]) == [1, 5]
+    assert dst == b"956" + bytes(2) + b"56789"
+    assert await s.async_get_into("f2", addr(dst), 2) == BUFFER_OVERFLOW
+    r = await s.async_get_into_ranges([addr(dst)], [["f2"]], [[[0]]], [[[1]]], [[[3]]])
+    assert r == [[[3]]] and dst[:3] == b"678"
+    assert await s.async_unregister_buffer(addr(src)) == 0
+    assert await s.async_unregister_buffer(addr(dst)) == 0
+    # Reads above hold read leases on the direct backend: removal needs force.
+    assert await s.async_remove("k", force=True) == 0
+    assert await s.async_remove("k") == OBJECT_NOT_FOUND
+    assert await s.async_batch_remove(["b1", "nope"], force=True) == [0, OBJECT_NOT_FOUND]
+    assert await s.async_remove_by_regex("^f", force=True) == 3
+    assert await s.async_remove_all(force=True) == 2  # b2, parts
+    assert await s.async_put("", b"v") == INVALID_KEY
+    assert await s.async_put("huge", bytes(SEGMENT + 4096)) == NO_AVAILABLE_HANDLE
+    assert await s.async_put("pinned", b"p", ReplicateConfig(with_hard_pin=True)) == 0
+    assert await s.async_health_check() == 0
+    assert await s.async_get_hostname() == s.get_hostname()
+    assert await s.async_close() == 0
+    assert await s.async_close() == 0
+    assert await s.async_get("pinned") == b""
+    assert await s.async_put("x", b"y") == STORE_CLOSED
+    assert await s.async_batch_is_exist(["x", "y"]) == [STORE_CLOSED] * 2
+    assert await s.async_health_check() == 1
+
+
+@pytest.mark.asyncio
+async def test_1000_concurrent_async_gets_on_a_fixed_thread_count(store):
+    s = store
+    keys = [f"c/{i}" for i in range(1000)]
+    values = [os.urandom(i % 700 + (8192 if i % 10 == 0 else 0)) for i in range(1000)]
+    assert await s.async_put_batch(keys, values) == 0
+    await s.async_get("c/0")  # attach to this loop (direct) / start the executor (mount)
+    py_before, os_before = threading.active_count(), os_threads()
+    seen = []
+
+    async def sample():
+        while True:
+            seen.append((threading.active_count(), os_threads()))
+            await asyncio.sleep(0)
+
+    sampler = asyncio.ensure_future(sample())
+    for _ in range(3):
+        got = await asyncio.gather(*[s.async_get(k) for k in keys])
+        assert got == values
+    sampler.cancel()
+    assert seen
+    if s.backend == "direct":
+        # Native futures: not one thread more, not even briefly.
+        assert all(p == py_before and o == os_before for p, o in seen), (py_before, os_before,
+                                                                           seen[:5])
+    else:
+        # One executor hop per get: bounded by the default executor's size.
+        limit = min(32, (os.cpu_count() or 1) + 4)
+        assert max(p for p, _ in seen) <= py_before + limit
+    assert threading.active_count() <= py_before + (0 if s.backend == "direct" else 32)
+
+
+@pytest.mark.asyncio
+async def test_concurrent_mixed_operations(direct_store):
+    s = direct_store
+
+    async def one(i):
+        k = f"m/{i}"
+        assert await s.async_put(k, k.encode() * 100) == 0
+        assert await s.async_is_exist(k) == 1
+        assert await s.async_get(k) == k.encode() * 100
+        assert await s.async_upsert(k, b"z") == 0
+        assert await s.async_remove(k, force=True) == 0
+        return i
+
+    assert await asyncio.gather(*[one(i) for i in range(500)]) == list(range(500))
+    assert s._b.inflight() == 0
+
+
+def test_one_store_from_several_event_loops(direct_store):
+    s = direct_store
+    assert s.put("shared", b"value") == 0
+
+    async def reads(n):
+        return await asyncio.gather(*[s.async_get("shared") for _ in range(n)])
+
+    # One loop after another (asyncio.run makes and closes a loop each time).
+    for _ in range(3):
+        assert asyncio.run(reads(50)) == [b"value"] * 50
+    # Several loops at once, in threads.
+    results, errors = [], []
+
+    def run_loop():
+        try:
+            results.append(asyncio.run(reads(200)))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=run_loop) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and results == [[b"value"] * 200] * 4
+    assert s._b.inflight() == 0
+
+
+@pytest.mark.asyncio
+async def test_cancel_never_frees_a_buffer_in_use(direct_store):
+    s = direct_store
+    data = os.urandom(8 << 20)
+    assert s.put("big", data) == 0
+    target = array.array("B", bytes(len(data)))
+    gone = weakref.ref(target)
+    coro = s.async_get_into("big", target)
+    fut = coro.send(None)  # submitted; the loop has not run since
+    assert isinstance(fut, asyncio.Future)
+    coro.close()
+    fut.cancel()
+    del target, coro
+    gc.collect()
+    # The operation still holds the target: it may still be writing into it.
+    assert gone() is not None
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        gc.collect()
+        if gone() is None:
+            break
+    assert gone() is None  # released once the operation completed
+    assert s._b.inflight() == 0
+    # A cancelled task behaves the same way, and the store carries on.
+    t = asyncio.ensure_future(s.async_get("big"))
+    await asyncio.sleep(0)
+    t.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await t
+    assert await s.async_get("big") == data
+
+
+@pytest.mark.asyncio
+async def test_unregister_during_an_operation_keeps_the_memory(direct_store):
+    s = direct_store
+    data = os.urandom(4 << 20)
+    assert s.put("k", data) == 0
+    target = bytearray(len(data))
+    assert s.register_buffer(target) == 0
+    pending = asyncio.ensure_future(s.async_get_into("k", addr(target), len(target)))
+    await asyncio.sleep(0)
+    assert s.unregister_buffer(addr(target)) == 0
+    assert s.get_into("k", addr(target), len(target)) < 0  # no longer registered
+    assert await pending == len(data) and target == data
+
+
+@pytest.mark.asyncio
+async def test_close_waits_for_operations_in_flight(direct_store):
+    s = direct_store
+    value = os.urandom(1 << 20)
+    keys = [f"w/{i}" for i in range(64)]
+    assert s.put_batch(keys, [value] * 64) == 0
+    tasks = [asyncio.ensure_future(s.async_get(k)) for k in keys]
+    await asyncio.sleep(0)  # every get is submitted
+    assert s.close() == 0
+    results = await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    assert results == [value] * 64
+    assert await s.async_get(keys[0]) == b""
+
+
+@pytest.mark.asyncio
+async def test_async_with_closes_the_store(store):
+    async with store as s:
+        assert await s.async_put("k", b"v") == 0
+        assert await s.async_get("k") == b"v"
+    assert store.health_check() == 1
+    assert await store.async_get("k") == b""
+
+
+@pytest.mark.asyncio
+async def test_async_get_into_numpy_in_place(store):
+    if numpy is None:
+        pytest.skip("python3-numpy is not installed")
+    v = numpy.arange(4096, dtype=numpy.int64)
+    assert await store.async_put("np", memoryview(v).cast("B")) == 0
+    out = numpy.zeros_like(v)
+    assert await store.async_register_buffer(out.ctypes.data, out.nbytes) == 0
+    assert await store.async_get_into("np", out.ctypes.data, out.nbytes) == out.nbytes
+    assert numpy.array_equal(out, v)
+    buf = await store.async_get_buffer("np")
+    view = numpy.frombuffer(buf, dtype=numpy.int64)
+    assert numpy.array_equal(view, v) and view.ctypes.data == buf.ptr()
+
+
+@pytest.mark.asyncio
+async def test_async_lease_codes(make_store):
+    s = make_store("direct", lease_ms=60_000)
+    assert await s.async_put("k", b"v") == 0
+    assert await s.async_get("k") == b"v"
+    assert await s.async_remove("k") == OBJECT_HAS_LEASE
+    assert await s.async_batch_remove(["k"]) == [OBJECT_HAS_LEASE]
+    assert await s.async_remove("k", force=True) == 0
+
+
+@pytest.mark.asyncio
+async def test_not_set_up_async_store():
+    s = MooncakeDistributedStoreAsync()
+    assert await s.async_get("k") == b""
+    assert await s.async_get_buffer("k") is None
+    assert await s.async_put("k", b"v") == STORE_CLOSED
+    assert await s.async_remove_all() == STORE_CLOSED
+    assert await s.async_setup({"global_segment_size": "16MB"}) == 0
+    assert await s.async_put("k", b"v") == 0 and await s.async_get("k") == b"v"
+    assert await s.async_close() == 0
