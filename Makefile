@@ -34,12 +34,14 @@ FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
+BIN_MASTER := $(BUILD)/mooncake-master
+BIN_CLI := $(BUILD)/mooncake-cli
 LIB_A := $(BUILD)/libmooncake.a
 LIB_SO := $(BUILD)/libmooncake.so
 FS_BIN := $(BUILD)/mooncake-fs
 
 .PHONY: all deps run test test-unit test-integration asan bench install clean format format-check fuzz
-all: $(LIB_A) $(LIB_SO) $(FS_BIN) $(UNIT_BIN)
+all: $(LIB_A) $(LIB_SO) $(FS_BIN) $(BIN_MASTER) $(BIN_CLI) $(UNIT_BIN)
 
 deps:
 	$(Q)packaging/deps.sh
@@ -60,6 +62,10 @@ $(LIB_SO): $(CORE_OBJ) core/libmooncake.map
 $(FS_BIN): $(FS_OBJ) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $(FS_OBJ) $(LIB_A) $(LDFLAGS_ALL) $(FUSE_LIBS) $(CORE_LIBS)
+
+$(BUILD)/mooncake-%: $(BUILD)/core/bin/%.o $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -o $@ $< $(LIB_A) $(LDFLAGS_ALL) $(CORE_LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB_A) $(FS_OBJ) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
@@ -97,7 +103,7 @@ bench: deps all python-ext
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/mooncake
-	install -m 755 $(FS_BIN) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(FS_BIN) $(BIN_MASTER) $(BIN_CLI) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libmooncake.so.0
 	ln -sf libmooncake.so.0 $(DESTDIR)$(PREFIX)/lib/libmooncake.so

@@ -26,6 +26,8 @@ struct options {
     char *evict_high;
     char *evict_ratio;
     char *timeout;
+    char *listen;
+    char *net_timeout;
     int help;
     int version;
 };
@@ -45,6 +47,10 @@ static const struct fuse_opt option_spec[] = {
     OPT("--evict-high %s", evict_high),
     OPT("--evict-ratio=%s", evict_ratio),
     OPT("--evict-ratio %s", evict_ratio),
+    OPT("--listen=%s", listen),
+    OPT("--listen %s", listen),
+    OPT("--timeout-ms=%s", net_timeout),
+    OPT("--timeout-ms %s", net_timeout),
     OPT("--cache-timeout=%s", timeout),
     OPT("--cache-timeout %s", timeout),
     OPT("--help", help),
@@ -62,7 +68,13 @@ static void usage(const char *prog)
            "options:\n"
            "    --segment-size SIZE   memory this node contributes (default 1G;\n"
            "                          units K, M, G, T, e.g. 512M, 4GiB)\n"
-           "    --master HOST:PORT    cluster master (not available yet: embedded only)\n"
+           "    --master HOST:PORT    join the cluster of this master (default: an embedded\n"
+           "                          store, a one-node cluster of its own)\n"
+           "    --listen ADDR         where to serve the protocol: embedded, the master and\n"
+           "                          the segment (default 127.0.0.1:50051 when free;\n"
+           "                          'none' serves nothing); with --master, the segment's\n"
+           "                          data (default 127.0.0.1 on any free port)\n"
+           "    --timeout-ms N        bound on every network wait (default 5000)\n"
            "    --lease-ms N          read lease in milliseconds (default %d)\n"
            "    --evict-high PCT      evict least recently used objects when the\n"
            "                          segment is PCT%% full (default 0: never evict,\n"
@@ -197,12 +209,19 @@ int main(int argc, char *argv[])
             goto out_args;
         }
     }
-    if (o.master && o.master[0]) {
-        fprintf(stderr, "mooncake-fs: error: --master: the cluster transport is not built "
-                        "yet; run without --master for an embedded store\n");
-        goto out_args;
-    }
     so.master = o.master;
+    if (o.net_timeout) {
+        if (parse_uint(o.net_timeout, "--timeout-ms", 3600000UL, &v) < 0 || v == 0)
+            goto out_args;
+        so.timeout_ms = v;
+    }
+    int default_listen = !o.listen && !(o.master && o.master[0]);
+    if (default_listen)
+        so.listen = "127.0.0.1:50051";
+    else if (o.listen && strcmp(o.listen, "none") != 0)
+        so.listen = o.listen;
+    if (o.master && o.master[0] && !o.segment_size)
+        so.segment_size = MC_DEFAULT_SEGMENT_SIZE;
 
     fs.uid = getuid();
     fs.gid = getgid();
@@ -230,6 +249,12 @@ int main(int argc, char *argv[])
     }
     so.loop = fs.loop;
     rc = mc_store_open(&fs.store, &so);
+    if (rc == -EADDRINUSE && default_listen) {
+        fprintf(stderr, "mooncake-fs: warning: 127.0.0.1:50051 is taken: not serving the "
+                        "protocol (give --listen ADDR)\n");
+        so.listen = NULL;
+        rc = mc_store_open(&fs.store, &so);
+    }
     if (rc < 0) {
         fprintf(stderr, "mooncake-fs: error: opening the store: %s\n", mc_strerror(rc));
         goto out_loop;
@@ -251,8 +276,13 @@ int main(int argc, char *argv[])
         fprintf(stderr, "mooncake-fs: error: cannot watch the FUSE device\n");
         goto out_store;
     }
-    fprintf(stderr, "mooncake-fs: mounted %s (embedded store, segment %llu bytes)\n",
-            fopts.mountpoint, (unsigned long long)so.segment_size);
+    if (so.master && so.master[0])
+        fprintf(stderr, "mooncake-fs: mounted %s (master %s, segment %llu bytes)\n",
+                fopts.mountpoint, so.master, (unsigned long long)so.segment_size);
+    else
+        fprintf(stderr, "mooncake-fs: mounted %s (embedded store, segment %llu bytes%s%s)\n",
+                fopts.mountpoint, (unsigned long long)so.segment_size,
+                so.listen ? ", serving " : "", so.listen ? so.listen : "");
     rc = mc_loop_run(fs.loop);
     if (rc < 0)
         fprintf(stderr, "mooncake-fs: error: event loop: %s\n", mc_strerror(rc));
@@ -282,5 +312,7 @@ out_args:
     free(o.evict_high);
     free(o.evict_ratio);
     free(o.timeout);
+    free(o.listen);
+    free(o.net_timeout);
     return ret;
 }

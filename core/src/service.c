@@ -168,7 +168,8 @@ static int seg_add(mc__svc_t *svc, uint32_t id, uint64_t node, uint64_t size, co
         memcpy(a, addr, alen);
         a[alen] = '\0';
     }
-    int rc = mc__master_add_segment(svc->m, id, size);
+    /* Size 0: a segment the master already has (an embedded store's). */
+    int rc = size ? mc__master_add_segment(svc->m, id, size) : 0;
     if (rc < 0) {
         free(a);
         return rc;

@@ -18,6 +18,8 @@
 
 #include "master.h"
 #include "mooncake/mooncake.h"
+#include "server.h"
+#include "service.h"
 #include "store_i.h"
 
 const char *mc_strerror(int code)
@@ -253,7 +255,7 @@ static void exec(op_t *o)
             rc = -ENOENT;
             break;
         }
-        mc_obj_t *ob = malloc(sizeof(*ob));
+        mc_obj_t *ob = calloc(1, sizeof(*ob));
         if (!ob) {
             rc = -ENOMEM;
             break;
@@ -373,10 +375,34 @@ static void exec_posted(void *arg)
     complete(arg);
 }
 
+void mc__op_finish(op_t *o, int rc)
+{
+    o->result = rc;
+    mc_loop_defer(o->s->loop, &o->work, complete, o);
+}
+
+static void remote_posted(void *arg)
+{
+    op_t *o = arg;
+    if (!o->s->rm) /* closing */
+        return mc__op_finish(o, -ECANCELED);
+    mc__remote_exec(o);
+}
+
 /* Runs o on the loop; its callback runs later, never inside this call. */
 static int submit(op_t *o)
 {
     mc_store_t *s = o->s;
+    if (s->rm || s->remote) {
+        if (mc_loop_is_current(s->loop)) {
+            remote_posted(o);
+            return 0;
+        }
+        int rc = mc_loop_post(s->loop, remote_posted, o);
+        if (rc < 0)
+            free(o);
+        return rc;
+    }
     if (mc_loop_is_current(s->loop)) {
         exec(o);
         mc_loop_defer(s->loop, &o->work, complete, o);
@@ -403,6 +429,75 @@ static void *loop_thread(void *arg)
     return NULL;
 }
 
+static int local_seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size)
+{
+    mc_store_t *s = arg;
+    if (seg != SEG_LOCAL || !s->seg)
+        return -ENOENT;
+    *base = s->seg;
+    *size = s->seg_size;
+    return 0;
+}
+
+/* Serves the embedded master and segment to other processes. */
+static int serve_embedded(mc_store_t *s, const char *listen)
+{
+    mc__addr_t a;
+    int rc = mc__addr_parse(listen, 50051, &a);
+    if (rc < 0)
+        return rc;
+    mc__svc_opts_t so = {0};
+    rc = mc__svc_new(&s->svc, s->m, &so);
+    if (rc < 0)
+        return rc;
+    mc__server_opts_t o = {.svc = s->svc, .seg_lookup = local_seg_lookup, .seg_arg = s};
+    rc = mc__server_new(&s->srv, s->loop, &a, &o);
+    if (rc < 0)
+        return rc;
+    mc__svc_set_local_addr(s->svc, mc__server_addr(s->srv));
+    return mc__svc_add_local_segment(s->svc, SEG_LOCAL, 0, NULL);
+}
+
+static void remote_opened(mc_store_t *s, int rc)
+{
+    pthread_mutex_lock(&s->open_mu);
+    s->open_rc = rc;
+    s->open_done = 1;
+    pthread_cond_signal(&s->open_cv);
+    pthread_mutex_unlock(&s->open_mu);
+    if (!s->own_loop)
+        mc_loop_stop(s->loop);
+}
+
+static void remote_open_posted(void *arg)
+{
+    mc_store_t *s = arg;
+    int rc = mc__remote_open(s, s->open_master, s->open_listen, remote_opened);
+    if (rc < 0)
+        remote_opened(s, rc);
+}
+
+/* Connects to the master (and mounts the segment), waiting for the result. */
+static int open_remote(mc_store_t *s)
+{
+    if (s->own_loop) {
+        int rc = mc_loop_post(s->loop, remote_open_posted, s);
+        if (rc < 0)
+            return rc;
+    } else if (mc_loop_is_current(s->loop)) {
+        return -EDEADLK; /* cannot wait on the loop we are running */
+    } else {
+        remote_open_posted(s);
+        if (!s->open_done)
+            mc_loop_run(s->loop); /* until remote_opened() stops it */
+    }
+    pthread_mutex_lock(&s->open_mu);
+    while (!s->open_done)
+        pthread_cond_wait(&s->open_cv, &s->open_mu);
+    pthread_mutex_unlock(&s->open_mu);
+    return s->open_rc;
+}
+
 int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
 {
     mc_store_opts_t def;
@@ -410,36 +505,45 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
         mc_store_opts_init(&def);
         o = &def;
     }
-    if (o->master && o->master[0])
-        return -ENOTSUP; /* the cluster transport is not built yet */
+    int remote = o->master && o->master[0];
     if (o->evict_high_pct > 100 || o->evict_ratio_pct > 100)
         return -EINVAL;
-    uint64_t seg_size = o->segment_size ? o->segment_size : MC_DEFAULT_SEGMENT_SIZE;
-    if (seg_size < 4096)
+    uint64_t seg_size = o->segment_size;
+    if (!seg_size && !remote)
+        seg_size = MC_DEFAULT_SEGMENT_SIZE;
+    if (seg_size && seg_size < 4096)
         return -EINVAL;
 
     mc_store_t *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    mc__master_opts_t mo = {
-        .lease_ms = o->lease_ms ? o->lease_ms : MC_DEFAULT_LEASE_MS,
-        .evict_high_pct = o->evict_high_pct,
-        .evict_ratio_pct = o->evict_ratio_pct,
-        .align = 64,
-    };
-    int rc = mc__master_new(&s->m, &mo);
-    if (rc < 0)
-        goto fail;
-    s->seg = mmap(NULL, seg_size, PROT_READ | PROT_WRITE,
-                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (s->seg == MAP_FAILED) {
-        s->seg = NULL;
-        rc = -ENOMEM;
-        goto fail;
+    pthread_mutex_init(&s->open_mu, NULL);
+    pthread_cond_init(&s->open_cv, NULL);
+    s->remote = remote;
+    s->timeout_ms = o->timeout_ms ? o->timeout_ms : 5000;
+    int rc = 0;
+    if (!remote) {
+        mc__master_opts_t mo = {
+            .lease_ms = o->lease_ms ? o->lease_ms : MC_DEFAULT_LEASE_MS,
+            .evict_high_pct = o->evict_high_pct,
+            .evict_ratio_pct = o->evict_ratio_pct,
+            .align = 64,
+        };
+        rc = mc__master_new(&s->m, &mo);
+        if (rc < 0)
+            goto fail;
     }
-    s->seg_size = seg_size;
-    rc = mc__master_add_segment(s->m, SEG_LOCAL, seg_size);
-    if (rc < 0)
+    if (seg_size) {
+        s->seg = mmap(NULL, seg_size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (s->seg == MAP_FAILED) {
+            s->seg = NULL;
+            rc = -ENOMEM;
+            goto fail;
+        }
+        s->seg_size = seg_size;
+    }
+    if (s->m && (rc = mc__master_add_segment(s->m, SEG_LOCAL, seg_size)) < 0)
         goto fail;
     if (o->loop) {
         s->loop = o->loop;
@@ -449,10 +553,22 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
             goto fail;
         s->own_loop = 1;
     }
-    s->sweep.data = s;
-    rc = mc_timer_start(s->loop, &s->sweep, 1000, 1000, on_sweep);
-    if (rc < 0)
-        goto fail;
+    if (s->m) {
+        s->sweep.data = s;
+        rc = mc_timer_start(s->loop, &s->sweep, 1000, 1000, on_sweep);
+        if (rc < 0)
+            goto fail;
+        if (o->listen && (rc = serve_embedded(s, o->listen)) < 0)
+            goto fail;
+    }
+    if (remote) {
+        s->open_master = strdup(o->master);
+        s->open_listen = o->listen ? strdup(o->listen) : NULL;
+        if (!s->open_master || (o->listen && !s->open_listen)) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+    }
     if (s->own_loop) {
         /* The loop thread takes no signals: they belong to the caller. */
         sigset_t all, old;
@@ -460,59 +576,92 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
         pthread_sigmask(SIG_SETMASK, &all, &old);
         rc = -pthread_create(&s->thread, NULL, loop_thread, s);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (rc < 0) {
-            mc_timer_stop(&s->sweep);
+        if (rc < 0)
             goto fail;
-        }
+        s->thread_started = 1;
     }
+    if (remote && (rc = open_remote(s)) < 0)
+        goto fail;
     *out = s;
     return 0;
 fail:
-    if (s->own_loop)
-        mc_loop_free(s->loop);
-    if (s->seg)
-        munmap(s->seg, s->seg_size);
-    mc__master_free(s->m);
-    free(s);
+    mc_store_close(s);
     return rc;
+}
+
+/* Lets the loop run for a moment so that closing connections finish. */
+static void stop_cb(mc_timer_t *t)
+{
+    mc_loop_stop(t->loop);
+}
+
+static void close_on_loop(mc_store_t *s)
+{
+    mc_timer_stop(&s->sweep);
+    int net = s->rm || s->srv;
+    mc__remote_close(s);
+    mc__server_close(s->srv);
+    s->srv = NULL;
+    if (net) {
+        s->drain.data = s;
+        mc_timer_start(s->loop, &s->drain, 50, 0, stop_cb);
+    } else {
+        mc_loop_stop(s->loop);
+    }
 }
 
 static void stop_on_loop(void *arg)
 {
-    mc_store_t *s = arg;
-    mc_timer_stop(&s->sweep);
-    mc_loop_stop(s->loop);
+    close_on_loop(arg);
 }
 
 void mc_store_close(mc_store_t *s)
 {
     if (!s)
         return;
-    if (s->own_loop) {
+    if (s->own_loop && s->thread_started) {
         if (mc_loop_post(s->loop, stop_on_loop, s) < 0)
             mc_loop_stop(s->loop);
         pthread_join(s->thread, NULL);
-        mc_loop_free(s->loop); /* runs anything posted meanwhile */
-    } else {
+    } else if (s->loop && !mc_loop_is_current(s->loop)) {
+        close_on_loop(s);
+        mc_loop_run(s->loop); /* until the drain timer (or at once) */
+    } else if (s->loop) {
         mc_timer_stop(&s->sweep);
+        mc__remote_close(s);
+        mc__server_close(s->srv);
+        s->srv = NULL;
     }
+    if (s->own_loop)
+        mc_loop_free(s->loop); /* runs anything posted meanwhile */
     /* The loop is stopped (or this is its thread): release what callers left
      * open, as promised, before the master frees the versions. */
     uint64_t now = mc_loop_now_ms();
     while (s->objs) {
         mc_obj_t *ob = s->objs;
         s->objs = ob->next;
-        mc__master_unref(s->m, ob->v, now);
+        if (ob->v)
+            mc__master_unref(s->m, ob->v, now);
+        mc__rset_free(ob->rs);
         free(ob);
     }
     while (s->writers) {
         mc_writer_t *w = s->writers;
         s->writers = w->next;
-        mc__master_abort(s->m, w->v);
+        if (w->v)
+            mc__master_abort(s->m, w->v);
+        mc__rset_free(w->rs);
+        free(w->key);
         free(w);
     }
+    mc__svc_free(s->svc);
     mc__master_free(s->m);
-    munmap(s->seg, s->seg_size);
+    if (s->seg)
+        munmap(s->seg, s->seg_size);
+    free(s->open_master);
+    free(s->open_listen);
+    pthread_mutex_destroy(&s->open_mu);
+    pthread_cond_destroy(&s->open_cv);
     free(s);
 }
 
@@ -755,15 +904,25 @@ uint64_t mc_writer_size(const mc_writer_t *w)
 
 int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen)
 {
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    if (!w->v)
+        return mc__remote_writer_set_key(w, key, klen);
     return mc__master_set_key(w->s->m, w->v, key, klen);
 }
 
 void mc_writer_set_meta(mc_writer_t *w, uint32_t mode, int64_t mtime_ns)
 {
-    if (mode)
-        w->v->mode = mode & 07777;
+    if (mode) {
+        w->mode = mode & 07777;
+        if (w->v)
+            w->v->mode = mode & 07777;
+    }
     if (mtime_ns) {
-        w->v->mtime_ns = mtime_ns;
+        w->mtime_ns = mtime_ns;
+        if (w->v)
+            w->v->mtime_ns = mtime_ns;
         w->mtime_set = 1;
     }
 }

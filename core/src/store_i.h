@@ -12,14 +12,23 @@
 #include "mooncake/mooncake.h"
 
 struct mc__remote;
+struct mc__svc;
+struct mc__server;
 struct mc__rset;
 
 #define SEG_LOCAL 0
 #define WRITER_MAX_STEP (64ULL << 20) /* reservation growth per step */
 
 struct mc_store {
-    struct mc__remote *rm; /* the cluster path; NULL when embedded */
-    uint64_t timeout_ms;   /* bound on every network wait */
+    struct mc__remote *rm;  /* the cluster path; NULL when embedded */
+    int remote;             /* opened with a master address */
+    int open_done, open_rc; /* remote open, guarded by open_mu */
+    pthread_mutex_t open_mu;
+    pthread_cond_t open_cv;
+    char *open_master, *open_listen;
+    struct mc__svc *svc; /* embedded: the master protocol served to others */
+    struct mc__server *srv;
+    uint64_t timeout_ms; /* bound on every network wait */
     mc_loop_t *loop;
     int own_loop;
     pthread_t thread;
@@ -27,6 +36,8 @@ struct mc_store {
     char *seg; /* local segment memory */
     uint64_t seg_size;
     mc_timer_t sweep;
+    mc_timer_t drain; /* closing: lets connections finish */
+    int thread_started;
     mc_obj_t *objs;       /* open handles, released by close; loop thread only */
     mc_writer_t *writers; /* open writers, released by close; loop thread only */
 };
@@ -139,6 +150,9 @@ void mc__remote_exec(op_t *o);
  * starts serving it). Loop thread; done(s, rc) once. */
 int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
                     void (*done)(mc_store_t *s, int rc));
+
+/* Sets the key a remote writer publishes under. */
+int mc__remote_writer_set_key(mc_writer_t *w, const char *key, size_t klen);
 
 /* Closes the cluster path (loop thread). */
 void mc__remote_close(mc_store_t *s);

@@ -47,12 +47,18 @@ typedef struct mc_writer mc_writer_t;
 typedef void (*mc_done_cb)(void *arg, int result);
 
 typedef struct mc_store_opts {
-    uint64_t segment_size;    /* bytes of memory this node contributes (0: default) */
+    uint64_t segment_size;    /* bytes of memory this node contributes (embedded, 0:
+                                 default; with a master, 0: a pure client) */
     const char *master;       /* NULL or "": embedded (master in this process) */
     uint64_t lease_ms;        /* read lease granted by get/open (0: default) */
     unsigned evict_high_pct;  /* evict when use exceeds this % (0: never, puts fail) */
     unsigned evict_ratio_pct; /* then free this % of the segment (0: 10) */
     mc_loop_t *loop;          /* run on this loop; NULL: the store runs its own thread */
+    const char *listen;       /* serve the protocol here ("host:port", "unix:/path"):
+                                 embedded, the master and the segment; with a master,
+                                 the segment's data (default 127.0.0.1:0). NULL: an
+                                 embedded store serves nothing */
+    uint64_t timeout_ms;      /* bound on every network wait (0: 5000) */
 } mc_store_opts_t;
 
 /* Object metadata, as published. */
@@ -138,10 +144,13 @@ MC_EXPORT int mc_parse_size(const char *s, uint64_t *out);
 MC_EXPORT void mc_store_opts_init(mc_store_opts_t *o);
 
 /*
- * mc_store_open() opens a store. Embedded when o->master is NULL or empty.
- * Returns 0 and sets *out, or -EINVAL (bad option), -ENOMEM, -ENOTSUP (a
- * cluster address given to a build without the cluster), or another -errno.
- * The caller closes the store with mc_store_close().
+ * mc_store_open() opens a store. Embedded when o->master is NULL or empty;
+ * otherwise it connects to the master at o->master ("host:port", default
+ * port 50051, or "unix:/path") and, with a segment_size, contributes that
+ * much memory as a node. It returns once connected (and the segment
+ * mounted), or fails within o->timeout_ms. Returns 0 and sets *out, or
+ * -EINVAL (bad option or address), -ENOMEM, -ECONNREFUSED, -ETIMEDOUT, or
+ * another -errno. The caller closes the store with mc_store_close().
  */
 MC_EXPORT int mc_store_open(mc_store_t **out, const mc_store_opts_t *o);
 

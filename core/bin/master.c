@@ -1,0 +1,241 @@
+/*
+ * master.c - mooncake-master: the cluster's metadata master.
+ *
+ * Serves the master logic (key index, versions, placement, leases, pins,
+ * eviction, node liveness) over the wire protocol on one address, optionally
+ * with a memory segment of its own. Runs one io_uring loop until SIGINT or
+ * SIGTERM, then exits 0.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "master.h"
+#include "mooncake/mooncake.h"
+#include "net.h"
+#include "server.h"
+#include "service.h"
+
+#define SEG_LOCAL 0
+
+static char *seg_mem;
+static uint64_t seg_size;
+
+static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size)
+{
+    if (seg != SEG_LOCAL || !seg_mem)
+        return -ENOENT;
+    *base = seg_mem;
+    *size = seg_size;
+    return 0;
+}
+
+static void on_signal(mc_poll_t *p, int revents)
+{
+    struct signalfd_siginfo si;
+    if (read(p->fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+        mc__log(MC__LOG_INFO, "%s: shutting down", strsignal((int)si.ssi_signo));
+    mc_loop_stop(p->data);
+}
+
+static void on_drained(mc_timer_t *t)
+{
+    mc_loop_stop(t->data);
+}
+
+static void usage(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "usage: %s [options]\n\n"
+            "The Mooncake metadata master: nodes mount memory segments into it, clients\n"
+            "ask it where objects live; data never passes through it.\n\n"
+            "options:\n"
+            "    --listen ADDR         host:port or unix:/path (default 127.0.0.1:50051;\n"
+            "                          give 0.0.0.0:PORT to serve other hosts)\n"
+            "    --port N              shorthand for --listen 127.0.0.1:N\n"
+            "    --segment-size SIZE   also host a segment of SIZE bytes (e.g. 1G)\n"
+            "    --lease-ms N          read lease granted by gets (default %d)\n"
+            "    --node-ttl-ms N       a node silent this long loses its segments (5000)\n"
+            "    --evict-high PCT      evict when use passes PCT%% (default 0: never)\n"
+            "    --evict-ratio PCT     then free PCT%% of the space (default 10)\n"
+            "    --auth-secret-file F  require clients to prove they know the secret\n"
+            "    --log-level LEVEL     error, warn, info (default), debug\n"
+            "    -h, --help, -V, --version\n",
+            prog, MC_DEFAULT_LEASE_MS);
+}
+
+static int num(const char *s, const char *what, unsigned long long max, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || v > max) {
+        fprintf(stderr, "mooncake-master: error: bad %s '%s'\n", what, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, 'l'},
+        {"port", required_argument, NULL, 'p'},
+        {"segment-size", required_argument, NULL, 's'},
+        {"lease-ms", required_argument, NULL, 'L'},
+        {"node-ttl-ms", required_argument, NULL, 'T'},
+        {"evict-high", required_argument, NULL, 'e'},
+        {"evict-ratio", required_argument, NULL, 'r'},
+        {"auth-secret-file", required_argument, NULL, 'a'},
+        {"log-level", required_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {0},
+    };
+    char listen_buf[64];
+    const char *listen = "127.0.0.1:50051";
+    unsigned long long v;
+    mc__master_opts_t mo = {.lease_ms = MC_DEFAULT_LEASE_MS, .align = 64};
+    mc__svc_opts_t so = {0};
+    int level = MC__LOG_INFO, c;
+
+    while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'l':
+            listen = optarg;
+            break;
+        case 'p':
+            if (num(optarg, "--port", 65535, &v) < 0)
+                return 2;
+            snprintf(listen_buf, sizeof(listen_buf), "127.0.0.1:%llu", v);
+            listen = listen_buf;
+            break;
+        case 's':
+            if (mc_parse_size(optarg, &seg_size) < 0 || (seg_size && seg_size < 4096)) {
+                fprintf(stderr, "mooncake-master: error: bad --segment-size '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'L':
+            if (num(optarg, "--lease-ms", 86400000, &v) < 0)
+                return 2;
+            mo.lease_ms = v;
+            break;
+        case 'T':
+            if (num(optarg, "--node-ttl-ms", 86400000, &v) < 0 || v == 0)
+                return 2;
+            so.node_ttl_ms = v;
+            break;
+        case 'e':
+            if (num(optarg, "--evict-high", 100, &v) < 0)
+                return 2;
+            mo.evict_high_pct = (unsigned)v;
+            break;
+        case 'r':
+            if (num(optarg, "--evict-ratio", 100, &v) < 0)
+                return 2;
+            mo.evict_ratio_pct = (unsigned)v;
+            break;
+        case 'a':
+            fprintf(stderr, "mooncake-master: error: --auth-secret-file: authentication is not "
+                            "built yet\n");
+            return 2;
+        case 'v':
+            level = mc__log_parse_level(optarg);
+            if (level < 0) {
+                fprintf(stderr, "mooncake-master: error: bad --log-level '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+            usage(stdout, argv[0]);
+            return 0;
+        case 'V':
+            printf("mooncake-master %s (protocol %d)\n", MC_VERSION_STRING, MC__PROTO_VERSION);
+            return 0;
+        default:
+            usage(stderr, argv[0]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr, argv[0]);
+        return 2;
+    }
+    mc__log_init("mooncake-master", level);
+
+    mc__addr_t addr;
+    int rc = mc__addr_parse(listen, 50051, &addr);
+    if (rc < 0) {
+        mc__log(MC__LOG_ERROR, "bad --listen '%s': %s", listen, mc_strerror(rc));
+        return 2;
+    }
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigprocmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    mc_loop_t *loop = NULL;
+    mc__master_t *m = NULL;
+    mc__svc_t *svc = NULL;
+    mc__server_t *srv = NULL;
+    int ret = 1;
+    if ((rc = mc_loop_new(&loop)) < 0 || (rc = mc__master_new(&m, &mo)) < 0 ||
+        (rc = mc__svc_new(&svc, m, &so)) < 0) {
+        mc__log(MC__LOG_ERROR, "starting: %s", mc_strerror(rc));
+        goto out;
+    }
+    if (seg_size) {
+        seg_mem = mmap(NULL, seg_size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (seg_mem == MAP_FAILED || mc__svc_add_local_segment(svc, SEG_LOCAL, seg_size, NULL)) {
+            mc__log(MC__LOG_ERROR, "cannot host a segment of %llu bytes",
+                    (unsigned long long)seg_size);
+            seg_mem = NULL;
+            goto out;
+        }
+    }
+    mc__server_opts_t sro = {.svc = svc, .seg_lookup = seg_lookup};
+    rc = mc__server_new(&srv, loop, &addr, &sro);
+    if (rc < 0) {
+        mc__log(MC__LOG_ERROR, "cannot listen on %s: %s", listen, mc_strerror(rc));
+        goto out;
+    }
+    mc__svc_set_local_addr(svc, mc__server_addr(srv));
+    int sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    mc_poll_t sig = {.data = loop};
+    if (sfd < 0 || mc_poll_start(loop, &sig, sfd, POLLIN, on_signal) < 0)
+        goto out;
+    mc__log(MC__LOG_INFO, "listening on %s (segment %llu bytes)", mc__server_addr(srv),
+            (unsigned long long)seg_size);
+    rc = mc_loop_run(loop);
+    ret = rc < 0 ? 1 : 0;
+    mc_poll_stop(&sig);
+    close(sfd);
+    /* Close the connections and let the loop finish with them. */
+    mc__server_close(srv);
+    srv = NULL;
+    mc_timer_t drain = {.data = loop};
+    mc_timer_start(loop, &drain, 50, 0, on_drained);
+    mc_loop_run(loop);
+out:
+    mc__server_close(srv);
+    mc__svc_free(svc);
+    mc__master_free(m);
+    if (loop)
+        mc_loop_free(loop);
+    if (seg_mem)
+        munmap(seg_mem, seg_size);
+    return ret;
+}

@@ -1,0 +1,929 @@
+/*
+ * remote.c - the store's path through a cluster: metadata from the master,
+ * bytes straight to and from the nodes that hold the segments.
+ *
+ * Every operation is a small chain of calls that ends in mc__op_finish().
+ * Data moves in pieces of at most MC__PROTO_CHUNK bytes, all pieces of a
+ * transfer in flight at once: writes go to every replica, reads to one and
+ * fail over to the next. A piece whose segment is this process's own is
+ * copied directly. Every call is bounded by the store's timeout.
+ *
+ * When the store has a segment it is also a node: it serves the segment's
+ * data (server.c), mounts it at the master, and heartbeats; a master that
+ * forgot the node (it restarted) is answered by mounting again.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "log.h"
+#include "proto.h"
+#include "rpc.h"
+#include "server.h"
+#include "store_i.h"
+
+typedef struct mc__rset {
+    uint32_t n;
+    struct rrep {
+        uint32_t seg;
+        char addr[MC__ADDR_STRLEN];
+        uint32_t next;
+        mc__extent_t *ext;
+    } r[MC__MAX_REPLICAS];
+} mc__rset_t;
+
+typedef struct peer {
+    char addr[MC__ADDR_STRLEN];
+    mc__rpc_client_t *cl;
+    struct peer *next;
+} peer_t;
+
+struct mc__remote {
+    mc_store_t *s;
+    mc__rpc_client_t *master;
+    peer_t *peers;
+    mc__server_t *srv; /* serves our segment, when we have one */
+    uint64_t node_id;
+    uint32_t seg_id; /* 0 until mounted */
+    mc_timer_t hb;
+    int mounting;
+    void (*open_done)(mc_store_t *s, int rc);
+};
+
+/* ---- replica sets ---- */
+
+void mc__rset_free(mc__rset_t *rs)
+{
+    if (!rs)
+        return;
+    for (uint32_t i = 0; i < rs->n; i++)
+        free(rs->r[i].ext);
+    free(rs);
+}
+
+/* Decodes a replica set from the front of *p (n bytes left) into an owned copy. */
+static int rset_take(const char **p, size_t *n, mc__rset_t **out)
+{
+    mc__wire_replica_t w[MC__MAX_REPLICAS];
+    int cnt = mc__take_replicas(p, n, w, MC__MAX_REPLICAS);
+    if (cnt < 0)
+        return -EIO;
+    mc__rset_t *rs = calloc(1, sizeof(*rs));
+    if (!rs)
+        return -ENOMEM;
+    for (int i = 0; i < cnt; i++) {
+        struct rrep *r = &rs->r[i];
+        r->seg = w[i].seg;
+        size_t al = w[i].addr_len < MC__ADDR_STRLEN - 1 ? w[i].addr_len : MC__ADDR_STRLEN - 1;
+        memcpy(r->addr, w[i].addr, al);
+        r->addr[al] = '\0';
+        r->ext = malloc(sizeof(*r->ext) * (w[i].next ? w[i].next : 1));
+        if (!r->ext) {
+            mc__rset_free(rs);
+            return -ENOMEM;
+        }
+        r->next = w[i].next;
+        for (uint32_t e = 0; e < w[i].next; e++)
+            mc__wire_extent(&w[i], e, &r->ext[e].off, &r->ext[e].len);
+        rs->n = (uint32_t)i + 1;
+    }
+    *out = rs;
+    return 0;
+}
+
+/* ---- peers ---- */
+
+static mc__rpc_client_t *peer_get(struct mc__remote *rm, const char *addr)
+{
+    for (peer_t *p = rm->peers; p; p = p->next)
+        if (strcmp(p->addr, addr) == 0)
+            return p->cl;
+    mc__addr_t a;
+    if (mc__addr_parse(addr, -1, &a) < 0)
+        return NULL;
+    peer_t *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    snprintf(p->addr, sizeof(p->addr), "%s", addr);
+    static const mc__rpc_client_ops_t ops = {0};
+    if (mc__rpc_client_new(rm->s->loop, &a, rm->s->timeout_ms, &ops, rm, &p->cl) < 0) {
+        free(p);
+        return NULL;
+    }
+    p->next = rm->peers;
+    rm->peers = p;
+    return p->cl;
+}
+
+/* ---- transfers ---- */
+
+static const char zeros[1 << 16];
+
+typedef struct xfer {
+    mc_store_t *s;
+    const mc__rset_t *rs;
+    int write;
+    int zero; /* the source is zeros */
+    uint64_t off, len;
+    char *buf;
+    uint32_t replica; /* reads: the replica being tried */
+    int pending;
+    int issuing;
+    int err;
+    void (*done)(void *arg, int rc);
+    void *arg;
+} xfer_t;
+
+typedef struct piece {
+    xfer_t *x;
+    char *dst; /* reads: where the bytes go */
+    uint32_t want;
+    char prefix[16]; /* writes: the packed "uq" before the data */
+    struct iovec iov[1 + (MC__PROTO_CHUNK / sizeof(zeros))];
+} piece_t;
+
+static void xfer_step(xfer_t *x);
+
+static void xfer_end(xfer_t *x)
+{
+    if (x->pending || x->issuing)
+        return;
+    if (x->err && !x->write && x->replica + 1 < x->rs->n) {
+        mc__log(MC__LOG_INFO, "read from %s failed (%s): trying the next replica",
+                x->rs->r[x->replica].addr, mc_strerror(x->err));
+        x->replica++;
+        x->err = 0;
+        xfer_step(x);
+        return;
+    }
+    int rc = x->err;
+    void (*done)(void *, int) = x->done;
+    void *arg = x->arg;
+    free(x);
+    done(arg, rc);
+}
+
+static void piece_done(void *arg, int status, const char *body, size_t len)
+{
+    piece_t *pc = arg;
+    xfer_t *x = pc->x;
+    if (status >= 0 && !x->write) {
+        if (len != pc->want)
+            status = -EIO;
+        else
+            memcpy(pc->dst, body, len);
+    }
+    if (status < 0 && !x->err)
+        x->err = status;
+    x->pending--;
+    free(pc);
+    xfer_end(x);
+}
+
+/* Issues the pieces of [x->off, x->off + x->len) on replica r. */
+static void xfer_replica(xfer_t *x, uint32_t r)
+{
+    mc_store_t *s = x->s;
+    struct mc__remote *rm = s->rm;
+    const struct rrep *rep = &x->rs->r[r];
+    int local = rm->seg_id && rep->seg == rm->seg_id && s->seg;
+    mc__rpc_client_t *cl = local ? NULL : peer_get(rm, rep->addr);
+    if (!local && !cl) {
+        x->err = -EHOSTUNREACH;
+        return;
+    }
+    uint64_t at = 0, end = x->off + x->len;
+    for (uint32_t e = 0; e < rep->next && at < end && !x->err; e++) {
+        const mc__extent_t *ex = &rep->ext[e];
+        uint64_t lo = x->off > at ? x->off : at;
+        uint64_t hi = end < at + ex->len ? end : at + ex->len;
+        for (uint64_t p = lo; p < hi && !x->err;) {
+            uint32_t n = (uint32_t)(hi - p < MC__PROTO_CHUNK ? hi - p : MC__PROTO_CHUNK);
+            uint64_t soff = ex->off + (p - at);
+            char *user = x->buf ? x->buf + (p - x->off) : NULL;
+            if (local) {
+                if (soff + n > s->seg_size) {
+                    x->err = -EIO;
+                } else if (x->write) {
+                    if (x->zero)
+                        memset(s->seg + soff, 0, n);
+                    else
+                        memcpy(s->seg + soff, user, n);
+                } else {
+                    memcpy(user, s->seg + soff, n);
+                }
+                p += n;
+                continue;
+            }
+            piece_t *pc = calloc(1, sizeof(*pc));
+            if (!pc) {
+                x->err = -ENOMEM;
+                break;
+            }
+            pc->x = x;
+            pc->dst = user;
+            pc->want = n;
+            int rc;
+            if (x->write) {
+                mc__wbuf_t w = {.p = pc->prefix, .cap = sizeof(pc->prefix)};
+                mc__pack(&w, "uq", rep->seg, soff);
+                pc->iov[0] = (struct iovec){pc->prefix, w.len};
+                int niov = 1;
+                if (x->zero) {
+                    for (uint32_t z = 0; z < n; z += sizeof(zeros))
+                        pc->iov[niov++] = (struct iovec){
+                            (void *)zeros, n - z < sizeof(zeros) ? n - z : sizeof(zeros)};
+                } else {
+                    pc->iov[niov++] = (struct iovec){user, n};
+                }
+                rc = mc__rpc_client_callv(cl, MC__OP_WRITE, pc->iov, niov, s->timeout_ms,
+                                          piece_done, pc);
+            } else {
+                char req[24];
+                mc__wbuf_t w = {.p = req, .cap = sizeof(req)};
+                mc__pack(&w, "uqu", rep->seg, soff, n);
+                rc =
+                    mc__rpc_client_call(cl, MC__OP_READ, req, w.len, s->timeout_ms, piece_done, pc);
+            }
+            if (rc < 0) {
+                free(pc);
+                x->err = rc;
+                break;
+            }
+            x->pending++;
+            p += n;
+        }
+        at += ex->len;
+    }
+}
+
+static void xfer_step(xfer_t *x)
+{
+    x->issuing = 1;
+    if (x->write) {
+        for (uint32_t r = 0; r < x->rs->n && !x->err; r++)
+            xfer_replica(x, r);
+    } else {
+        xfer_replica(x, x->replica);
+    }
+    x->issuing = 0;
+    xfer_end(x);
+}
+
+/*
+ * Moves len bytes between buf and object offset off of the replicas rs
+ * (every replica for a write; the first that works for a read); buf NULL
+ * with write writes zeros. done(arg, rc) runs once, possibly at once.
+ */
+static void xfer(mc_store_t *s, const mc__rset_t *rs, int write, uint64_t off, char *buf,
+                 uint64_t len, void (*done)(void *, int), void *arg)
+{
+    if (!len) {
+        done(arg, 0);
+        return;
+    }
+    if (!rs || !rs->n) {
+        done(arg, -EIO);
+        return;
+    }
+    xfer_t *x = calloc(1, sizeof(*x));
+    if (!x) {
+        done(arg, -ENOMEM);
+        return;
+    }
+    *x = (xfer_t){.s = s,
+                  .rs = rs,
+                  .write = write,
+                  .zero = write && !buf,
+                  .off = off,
+                  .len = len,
+                  .buf = buf,
+                  .done = done,
+                  .arg = arg};
+    xfer_step(x);
+}
+
+/* ---- master calls ---- */
+
+/* Calls the master with a body packed per fmt; cb gets the response. */
+static int mcall(mc_store_t *s, uint16_t op, mc__rpc_cb cb, void *arg, const char *fmt, ...)
+{
+    mc__wbuf_t w = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = mc__vpack(&w, fmt, ap);
+    va_end(ap);
+    if (rc == 0)
+        rc = mc__rpc_client_call(s->rm->master, op, w.p ? w.p : "", w.len, s->timeout_ms, cb, arg);
+    free(w.p);
+    return rc;
+}
+
+static void ignore_reply(void *arg, int status, const char *body, size_t len) {}
+
+static int64_t put_mtime(const op_t *o)
+{
+    return o->po.mtime_ns;
+}
+
+/* ---- simple operations ---- */
+
+static void simple_done(void *arg, int status, const char *body, size_t len)
+{
+    op_t *o = arg;
+    int rc = status;
+    const char *p = body;
+    size_t n = len;
+    if (status >= 0) {
+        switch (o->kind) {
+        case OP_STAT:
+        case OP_LOOKUP:
+            if (mc__take_stat(&p, &n, o->st) < 0)
+                rc = -EIO;
+            break;
+        case OP_LIST: {
+            int cnt = mc__take_list(body, len, o->list);
+            rc = cnt < 0 ? -EIO : cnt;
+            break;
+        }
+        case OP_STATFS:
+            if (mc__unpack(body, len, "qqqq", &o->sp->total, &o->sp->used, &o->sp->objects,
+                           &o->sp->evicted) < 0)
+                rc = -EIO;
+            break;
+        default:
+            break;
+        }
+    }
+    mc__op_finish(o, rc);
+}
+
+/* ---- put (whole object) ---- */
+
+static void put_committed(void *arg, int status, const char *body, size_t len)
+{
+    op_t *o = arg;
+    free(o->tmp);
+    o->tmp = NULL;
+    mc__op_finish(o, status < 0 ? status : 0);
+}
+
+static void put_written(void *arg, int rc)
+{
+    op_t *o = arg;
+    mc__rset_t *rs = o->buf;
+    mc__rset_free(rs);
+    o->buf = NULL;
+    if (rc < 0) {
+        mcall(o->s, MC__OP_PUT_REVOKE, ignore_reply, NULL, "q", o->u64);
+        free(o->tmp);
+        o->tmp = NULL;
+        return mc__op_finish(o, rc);
+    }
+    rc = mcall(o->s, MC__OP_PUT_COMMIT, put_committed, o, "qkqui", o->u64, o->key,
+               (uint32_t)o->klen, (uint64_t)o->len, o->po.mode, put_mtime(o));
+    if (rc < 0) {
+        free(o->tmp);
+        o->tmp = NULL;
+        mc__op_finish(o, rc);
+    }
+}
+
+static void put_started(void *arg, int status, const char *body, size_t len)
+{
+    op_t *o = arg;
+    if (status < 0) {
+        free(o->tmp);
+        o->tmp = NULL;
+        return mc__op_finish(o, status);
+    }
+    const char *rest;
+    uint32_t rl;
+    mc__rset_t *rs = NULL;
+    size_t n;
+    if (mc__unpack(body, len, "q*", &o->u64, &rest, &rl) < 0 ||
+        (n = rl, rset_take(&rest, &n, &rs)) < 0) {
+        free(o->tmp);
+        o->tmp = NULL;
+        return mc__op_finish(o, -EIO);
+    }
+    o->buf = rs;
+    const char *src = o->tmp ? o->tmp : (o->iovcnt ? o->iov[0].iov_base : NULL);
+    xfer(o->s, rs, 1, 0, (char *)(src ? src : ""), o->len, put_written, o);
+}
+
+static void remote_put(op_t *o)
+{
+    size_t total = 0;
+    for (int i = 0; i < o->iovcnt; i++)
+        total += o->iov[i].iov_len;
+    o->len = total;
+    if (o->iovcnt > 1) { /* gather into one buffer: pieces index it by offset */
+        o->tmp = malloc(total ? total : 1);
+        if (!o->tmp)
+            return mc__op_finish(o, -ENOMEM);
+        size_t at = 0;
+        for (int i = 0; i < o->iovcnt; i++) {
+            memcpy((char *)o->tmp + at, o->iov[i].iov_base, o->iov[i].iov_len);
+            at += o->iov[i].iov_len;
+        }
+    }
+    int rc = mcall(o->s, MC__OP_PUT_START, put_started, o, "kquuuuqi", o->key, (uint32_t)o->klen,
+                   (uint64_t)total, o->po.flags, o->po.mode, o->po.replica_num, o->po.pin,
+                   o->po.soft_pin_ttl_ms, put_mtime(o));
+    if (rc < 0) {
+        free(o->tmp);
+        o->tmp = NULL;
+        mc__op_finish(o, rc);
+    }
+}
+
+/* ---- get, open, read ---- */
+
+static void read_done(void *arg, int rc)
+{
+    op_t *o = arg;
+    if (o->kind == OP_GET)
+        mc__rset_free(o->tmp);
+    o->tmp = NULL;
+    mc__op_finish(o, rc < 0 ? rc : (int)o->u64);
+}
+
+/* Reads [o->off, o->off + o->len) clamped to size from rs into o->buf. */
+static void read_range(op_t *o, const mc__rset_t *rs, uint64_t size)
+{
+    uint64_t n = 0;
+    if (o->off < size)
+        n = size - o->off < o->len ? size - o->off : o->len;
+    o->u64 = n;
+    xfer(o->s, rs, 0, o->off, o->buf, n, read_done, o);
+}
+
+static void get_replicas_done(void *arg, int status, const char *body, size_t len)
+{
+    op_t *o = arg;
+    if (status < 0)
+        return mc__op_finish(o, status);
+    const char *p = body;
+    size_t n = len;
+    mc_stat_t st;
+    mc__rset_t *rs = NULL;
+    if (mc__take_stat(&p, &n, &st) < 0 || rset_take(&p, &n, &rs) < 0)
+        return mc__op_finish(o, -EIO);
+    if (o->st)
+        *o->st = st;
+    o->tmp = rs;
+    read_range(o, rs, st.size);
+}
+
+static void open_done(void *arg, int status, const char *body, size_t len)
+{
+    op_t *o = arg;
+    if (status < 0)
+        return mc__op_finish(o, status);
+    mc_obj_t *ob = calloc(1, sizeof(*ob));
+    const char *rest;
+    uint32_t rl;
+    size_t n;
+    if (!ob)
+        return mc__op_finish(o, -ENOMEM);
+    ob->s = o->s;
+    if (mc__unpack(body, len, "q*", &ob->rid, &rest, &rl) < 0 ||
+        (n = rl, mc__take_stat(&rest, &n, &ob->st)) < 0 || rset_take(&rest, &n, &ob->rs) < 0) {
+        if (ob->rid)
+            mcall(o->s, MC__OP_CLOSE, ignore_reply, NULL, "q", ob->rid);
+        free(ob);
+        return mc__op_finish(o, -EIO);
+    }
+    LINK(&o->s->objs, ob);
+    *o->obj_out = ob;
+    mc__op_finish(o, 0);
+}
+
+/* ---- writers ---- */
+
+static void w_free(mc_writer_t *w)
+{
+    UNLINK(&w->s->writers, w);
+    mc__rset_free(w->rs);
+    free(w->key);
+    free(w);
+}
+
+/* Replaces w's replica set with the one in a PUT_START/PUT_GROW reply. */
+static int w_take_rset(mc_writer_t *w, const char *p, size_t n)
+{
+    mc__rset_t *rs;
+    int rc = rset_take(&p, &n, &rs);
+    if (rc < 0)
+        return rc;
+    mc__rset_free(w->rs);
+    w->rs = rs;
+    return 0;
+}
+
+static void w_copy_step(op_t *o);
+
+static void w_copied(void *arg, int rc)
+{
+    op_t *o = arg;
+    if (rc < 0) {
+        free(o->tmp);
+        o->tmp = NULL;
+        mcall(o->s, MC__OP_PUT_REVOKE, ignore_reply, NULL, "q", o->w->put_id);
+        w_free(o->w);
+        return mc__op_finish(o, rc);
+    }
+    if (o->stage == 1) { /* the chunk was read: write it */
+        o->stage = 2;
+        uint64_t n = o->obj->st.size - o->w->size;
+        if (n > MC__PROTO_CHUNK)
+            n = MC__PROTO_CHUNK;
+        xfer(o->s, o->w->rs, 1, o->w->size, o->tmp, n, w_copied, o);
+        return;
+    }
+    uint64_t n = o->obj->st.size - o->w->size;
+    o->w->size += n > MC__PROTO_CHUNK ? MC__PROTO_CHUNK : n;
+    w_copy_step(o);
+}
+
+/* Copies the base version into the new one, one chunk at a time. */
+static void w_copy_step(op_t *o)
+{
+    mc_writer_t *w = o->w;
+    if (w->size >= o->obj->st.size) {
+        free(o->tmp);
+        o->tmp = NULL;
+        *o->w_out = w;
+        return mc__op_finish(o, 0);
+    }
+    uint64_t n = o->obj->st.size - w->size;
+    if (n > MC__PROTO_CHUNK)
+        n = MC__PROTO_CHUNK;
+    o->stage = 1;
+    xfer(o->s, o->obj->rs, 0, w->size, o->tmp, n, w_copied, o);
+}
+
+static void w_started(void *arg, int status, const char *body, size_t len)
+{
+    op_t *o = arg;
+    if (status < 0)
+        return mc__op_finish(o, status);
+    mc_writer_t *w = calloc(1, sizeof(*w));
+    const char *rest;
+    uint32_t rl;
+    if (!w)
+        return mc__op_finish(o, -ENOMEM);
+    w->s = o->s;
+    w->put_flags = o->po.flags;
+    w->mode = o->po.mode;
+    w->key = malloc(o->klen + 1);
+    if (!w->key || mc__unpack(body, len, "q*", &w->put_id, &rest, &rl) < 0 ||
+        w_take_rset(w, rest, rl) < 0) {
+        free(w->key);
+        free(w);
+        return mc__op_finish(o, -EIO);
+    }
+    memcpy(w->key, o->key, o->klen);
+    w->key[o->klen] = '\0';
+    w->klen = o->klen;
+    LINK(&o->s->writers, w);
+    o->w = w;
+    if (!o->obj) {
+        *o->w_out = w;
+        return mc__op_finish(o, 0);
+    }
+    w->capacity = o->obj->st.size;
+    if (!o->po.mode)
+        w->mode = o->obj->st.mode;
+    o->tmp = malloc(MC__PROTO_CHUNK);
+    if (!o->tmp) {
+        w_copied(o, -ENOMEM);
+        return;
+    }
+    w_copy_step(o);
+}
+
+static void w_op_done(void *arg, int rc)
+{
+    op_t *o = arg;
+    mc_writer_t *w = o->w;
+    if (rc >= 0 && o->kind == OP_W_WRITE) {
+        if (o->off + o->len > w->size)
+            w->size = o->off + o->len;
+        rc = (int)o->len;
+    }
+    if (rc >= 0 && o->kind == OP_W_TRUNC) {
+        w->size = o->off;
+        rc = 0;
+    }
+    mc__op_finish(o, rc);
+}
+
+static void w_have_space(op_t *o);
+
+static void w_gap_filled(void *arg, int rc)
+{
+    op_t *o = arg;
+    if (rc < 0)
+        return mc__op_finish(o, rc);
+    o->w->size = o->off; /* the hole is zeros now */
+    w_have_space(o);
+}
+
+/* Space is reserved up to at least the end: fill any gap, then do the op. */
+static void w_have_space(op_t *o)
+{
+    mc_writer_t *w = o->w;
+    if (o->stage == 0 && o->off > w->size) {
+        /* A hole reads as zeros: write them first. */
+        o->stage = 1;
+        xfer(o->s, w->rs, 1, w->size, NULL, o->off - w->size, w_gap_filled, o);
+        return;
+    }
+    if (o->kind == OP_W_TRUNC)
+        return w_op_done(o, 0);
+    xfer(o->s, w->rs, 1, o->off, o->buf, o->len, w_op_done, o);
+}
+
+static void w_grown(void *arg, int status, const char *body, size_t len)
+{
+    op_t *o = arg;
+    if (status >= 0)
+        status = w_take_rset(o->w, body, len);
+    if (status < 0)
+        return mc__op_finish(o, status);
+    o->w->capacity = o->u64;
+    w_have_space(o);
+}
+
+/* Makes room for [.., end) in w (asking the master for more space, with
+ * headroom so that streaming writes ask rarely), then continues the op. */
+static void w_reserve(op_t *o, uint64_t end)
+{
+    mc_writer_t *w = o->w;
+    if (end <= w->capacity)
+        return w_have_space(o);
+    uint64_t step = w->capacity < WRITER_MAX_STEP ? w->capacity : WRITER_MAX_STEP;
+    if (step < (1 << 20))
+        step = 1 << 20;
+    o->u64 = end > w->capacity + step ? end : w->capacity + step;
+    int rc = mcall(o->s, MC__OP_PUT_GROW, w_grown, o, "qq", w->put_id, o->u64);
+    if (rc < 0)
+        mc__op_finish(o, rc);
+}
+
+static void w_committed(void *arg, int status, const char *body, size_t len)
+{
+    op_t *o = arg;
+    const char *p = body;
+    size_t n = len;
+    mc_stat_t st;
+    if (status >= 0 && mc__take_stat(&p, &n, &st) < 0)
+        status = -EIO;
+    if (status >= 0 && o->st)
+        *o->st = st;
+    w_free(o->w);
+    mc__op_finish(o, status < 0 ? status : 0);
+}
+
+/* ---- dispatch ---- */
+
+void mc__remote_exec(op_t *o)
+{
+    mc_store_t *s = o->s;
+    int rc = 0;
+    switch (o->kind) {
+    case OP_PUT:
+        return remote_put(o);
+    case OP_GET:
+        rc = mcall(s, MC__OP_GET_REPLICAS, get_replicas_done, o, "k", o->key, (uint32_t)o->klen);
+        break;
+    case OP_STAT:
+        rc = mcall(s, MC__OP_STAT, simple_done, o, "k", o->key, (uint32_t)o->klen);
+        break;
+    case OP_LOOKUP:
+        rc = mcall(s, MC__OP_LOOKUP, simple_done, o, "ku", o->key, (uint32_t)o->klen,
+                   (uint32_t)o->delim);
+        break;
+    case OP_REMOVE:
+        rc = mcall(s, MC__OP_REMOVE, simple_done, o, "ku", o->key, (uint32_t)o->klen, o->flags);
+        break;
+    case OP_RENAME:
+        rc = mcall(s, MC__OP_RENAME, simple_done, o, "kku", o->key, (uint32_t)o->klen, o->key2,
+                   (uint32_t)o->klen2, o->flags);
+        break;
+    case OP_LIST:
+        rc = mcall(s, MC__OP_LIST, simple_done, o, "ssuu", o->key, (uint32_t)o->klen, o->key2,
+                   (uint32_t)o->klen2, (uint32_t)o->delim, (uint32_t)(o->max ? o->max : 1000));
+        break;
+    case OP_SET_META:
+        rc = mcall(s, MC__OP_SET_META, simple_done, o, "kuui", o->key, (uint32_t)o->klen, o->flags,
+                   o->po.mode, o->po.mtime_ns);
+        break;
+    case OP_STATFS:
+        rc = mcall(s, MC__OP_STATFS, simple_done, o, "");
+        break;
+    case OP_OPEN:
+        rc = mcall(s, MC__OP_OPEN, open_done, o, "k", o->key, (uint32_t)o->klen);
+        break;
+    case OP_OBJ_READ:
+        return read_range(o, o->obj->rs, o->obj->st.size);
+    case OP_OBJ_CLOSE:
+        mcall(s, MC__OP_CLOSE, ignore_reply, NULL, "q", o->obj->rid);
+        UNLINK(&s->objs, o->obj);
+        mc__rset_free(o->obj->rs);
+        free(o->obj);
+        return mc__op_finish(o, 0);
+    case OP_W_OPEN:
+        rc = mcall(s, MC__OP_PUT_START, w_started, o, "kquuuuqi", o->key, (uint32_t)o->klen,
+                   (uint64_t)(o->obj ? o->obj->st.size : 0), o->po.flags, o->po.mode,
+                   o->po.replica_num, o->po.pin, o->po.soft_pin_ttl_ms, o->po.mtime_ns);
+        break;
+    case OP_W_WRITE:
+        if (o->off + o->len < o->off)
+            return mc__op_finish(o, -EFBIG);
+        return w_reserve(o, o->off + o->len);
+    case OP_W_READ: {
+        mc_writer_t *w = o->w;
+        uint64_t n = o->off < w->size ? w->size - o->off : 0;
+        o->u64 = n < o->len ? n : o->len;
+        return xfer(s, w->rs, 0, o->off, o->buf, o->u64, read_done, o);
+    }
+    case OP_W_TRUNC:
+        if (o->off <= o->w->size) {
+            o->w->size = o->off;
+            return mc__op_finish(o, 0);
+        }
+        return w_reserve(o, o->off);
+    case OP_W_COMMIT: {
+        mc_writer_t *w = o->w;
+        rc = mcall(s, MC__OP_PUT_COMMIT, w_committed, o, "qkqui", w->put_id, w->key,
+                   (uint32_t)w->klen, w->size, w->mode, w->mtime_set ? w->mtime_ns : 0);
+        if (rc < 0) {
+            mcall(s, MC__OP_PUT_REVOKE, ignore_reply, NULL, "q", w->put_id);
+            w_free(w);
+        }
+        break;
+    }
+    case OP_W_ABORT:
+        mcall(s, MC__OP_PUT_REVOKE, ignore_reply, NULL, "q", o->w->put_id);
+        w_free(o->w);
+        return mc__op_finish(o, 0);
+    }
+    if (rc < 0)
+        mc__op_finish(o, rc);
+}
+
+/* Sets the key a remote writer publishes under (loop thread). */
+int mc__remote_writer_set_key(mc_writer_t *w, const char *key, size_t klen)
+{
+    char *k = malloc(klen + 1);
+    if (!k)
+        return -ENOMEM;
+    memcpy(k, key, klen);
+    k[klen] = '\0';
+    free(w->key);
+    w->key = k;
+    w->klen = klen;
+    return 0;
+}
+
+/* ---- the node role, and opening ---- */
+
+static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size)
+{
+    mc_store_t *s = arg;
+    if (!s->rm || seg != s->rm->seg_id || !s->seg)
+        return -ENOENT;
+    *base = s->seg;
+    *size = s->seg_size;
+    return 0;
+}
+
+static void opened(struct mc__remote *rm, int rc)
+{
+    if (rm->open_done) {
+        void (*done)(mc_store_t *, int) = rm->open_done;
+        rm->open_done = NULL;
+        done(rm->s, rc);
+    }
+}
+
+static void mounted(void *arg, int status, const char *body, size_t len)
+{
+    struct mc__remote *rm = arg;
+    uint32_t seg;
+    rm->mounting = 0;
+    if (status >= 0 && mc__unpack(body, len, "u", &seg) < 0)
+        status = -EIO;
+    if (status < 0) {
+        mc__log(MC__LOG_WARN, "mounting the segment at the master failed: %s", mc_strerror(status));
+        return opened(rm, status);
+    }
+    if (rm->seg_id && rm->seg_id != seg)
+        mc__log(MC__LOG_INFO, "segment mounted again as %u (was %u)", seg, rm->seg_id);
+    rm->seg_id = seg;
+    opened(rm, 0);
+}
+
+static void mount_segment(struct mc__remote *rm)
+{
+    const char *addr = mc__server_addr(rm->srv);
+    rm->mounting = 1;
+    int rc = mcall(rm->s, MC__OP_MOUNT_SEGMENT, mounted, rm, "qusq", rm->node_id, rm->seg_id, addr,
+                   (uint32_t)strlen(addr), rm->s->seg_size);
+    if (rc < 0) {
+        rm->mounting = 0;
+        opened(rm, rc);
+    }
+}
+
+static void beat_done(void *arg, int status, const char *body, size_t len)
+{
+    struct mc__remote *rm = arg;
+    uint32_t flags;
+    if (status < 0 || mc__unpack(body, len, "u", &flags) < 0)
+        return; /* the master is away: the next beat tries again */
+    if ((flags & MC__HB_REMOUNT) && !rm->mounting) {
+        mc__log(MC__LOG_INFO, "the master does not know this node: mounting the segment again");
+        mount_segment(rm);
+    }
+}
+
+static void on_beat(mc_timer_t *t)
+{
+    struct mc__remote *rm = t->data;
+    mcall(rm->s, MC__OP_HEARTBEAT, beat_done, rm, "q", rm->node_id);
+}
+
+static void pinged(void *arg, int status, const char *body, size_t len)
+{
+    opened(arg, status < 0 ? status : 0);
+}
+
+int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
+                    void (*done)(mc_store_t *s, int rc))
+{
+    mc__addr_t ma, la;
+    int rc = mc__addr_parse(addr, 50051, &ma);
+    if (rc < 0)
+        return rc;
+    if (s->seg && (rc = mc__addr_parse(listen ? listen : "127.0.0.1:0", 0, &la)) < 0)
+        return rc;
+    struct mc__remote *rm = calloc(1, sizeof(*rm));
+    if (!rm)
+        return -ENOMEM;
+    rm->s = s;
+    rm->open_done = done;
+    if (getrandom(&rm->node_id, sizeof(rm->node_id), 0) != sizeof(rm->node_id) || !rm->node_id)
+        rm->node_id = (uint64_t)mc_loop_now_ms() * 2654435761u | 1;
+    static const mc__rpc_client_ops_t ops = {0};
+    rc = mc__rpc_client_new(s->loop, &ma, s->timeout_ms, &ops, rm, &rm->master);
+    if (rc < 0) {
+        free(rm);
+        return rc;
+    }
+    s->rm = rm;
+    if (s->seg) {
+        mc__server_opts_t so = {.seg_lookup = seg_lookup, .seg_arg = s};
+        rc = mc__server_new(&rm->srv, s->loop, &la, &so);
+        if (rc < 0) {
+            mc__remote_close(s);
+            return rc;
+        }
+        rm->hb.data = rm;
+        mc_timer_start(s->loop, &rm->hb, 1000, 1000, on_beat);
+        mount_segment(rm);
+        return 0;
+    }
+    rc = mcall(s, MC__OP_PING, pinged, rm, "");
+    if (rc < 0) {
+        mc__remote_close(s);
+        return rc;
+    }
+    return 0;
+}
+
+void mc__remote_close(mc_store_t *s)
+{
+    struct mc__remote *rm = s->rm;
+    if (!rm)
+        return;
+    rm->open_done = NULL;
+    mc_timer_stop(&rm->hb);
+    if (rm->seg_id && rm->master)
+        mcall(s, MC__OP_UNMOUNT_SEGMENT, ignore_reply, NULL, "qu", rm->node_id, rm->seg_id);
+    mc__server_close(rm->srv);
+    while (rm->peers) {
+        peer_t *p = rm->peers;
+        rm->peers = p->next;
+        mc__rpc_client_close(p->cl);
+        free(p);
+    }
+    mc__rpc_client_close(rm->master);
+    free(rm);
+    s->rm = NULL;
+}
