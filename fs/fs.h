@@ -20,7 +20,8 @@ typedef struct fs {
     mc_loop_t *loop;
     fs_itable_t *it;
     struct fuse_session *se;
-    double timeout; /* entry and attribute cache time, seconds */
+    double timeout;    /* entry and attribute cache time, seconds */
+    uint32_t replicas; /* replicas of each file written */
     uid_t uid;
     gid_t gid;
     int64_t start_ns;       /* mtime of directories without a marker */

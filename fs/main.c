@@ -28,6 +28,7 @@ struct options {
     char *timeout;
     char *listen;
     char *net_timeout;
+    char *replicas;
     int help;
     int version;
 };
@@ -47,6 +48,8 @@ static const struct fuse_opt option_spec[] = {
     OPT("--evict-high %s", evict_high),
     OPT("--evict-ratio=%s", evict_ratio),
     OPT("--evict-ratio %s", evict_ratio),
+    OPT("--replicas=%s", replicas),
+    OPT("--replicas %s", replicas),
     OPT("--listen=%s", listen),
     OPT("--listen %s", listen),
     OPT("--timeout-ms=%s", net_timeout),
@@ -75,6 +78,7 @@ static void usage(const char *prog)
            "                          'none' serves nothing); with --master, the segment's\n"
            "                          data (default 127.0.0.1 on any free port)\n"
            "    --timeout-ms N        bound on every network wait (default 5000)\n"
+           "    --replicas N          copies of each file, on different nodes (default 1)\n"
            "    --lease-ms N          read lease in milliseconds (default %d)\n"
            "    --evict-high PCT      evict least recently used objects when the\n"
            "                          segment is PCT%% full (default 0: never evict,\n"
@@ -210,6 +214,12 @@ int main(int argc, char *argv[])
         }
     }
     so.master = o.master;
+    fs.replicas = 1;
+    if (o.replicas) {
+        if (parse_uint(o.replicas, "--replicas", 8, &v) < 0 || v == 0)
+            goto out_args;
+        fs.replicas = (uint32_t)v;
+    }
     if (o.net_timeout) {
         if (parse_uint(o.net_timeout, "--timeout-ms", 3600000UL, &v) < 0 || v == 0)
             goto out_args;
@@ -314,5 +324,6 @@ out_args:
     free(o.timeout);
     free(o.listen);
     free(o.net_timeout);
+    free(o.replicas);
     return ret;
 }

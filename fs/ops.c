@@ -363,7 +363,7 @@ static void ws_opened(void *arg, int rc)
 static void ws_base_opened(void *arg, int rc)
 {
     fs_wstate_t *ws = arg;
-    mc_put_opts_t po = {.mode = ws->in->st.mode};
+    mc_put_opts_t po = {.mode = ws->in->st.mode, .replica_num = ws->fs->replicas};
     if (rc < 0)
         ws->base = NULL;
     const char *key = ws->in->key ? ws->in->key : "orphan";
@@ -648,7 +648,9 @@ static void setattr_meta_done(void *arg, int rc)
     ctx_t *c = arg;
     if (rc == -ENOENT && c->in->is_dir && (c->to_set & FUSE_SET_ATTR_MODE)) {
         /* An implicit directory: give it a marker to hold the mode. */
-        mc_put_opts_t po = {.flags = MC_PUT_NOREPLACE, .mode = c->attr.st_mode & 07777};
+        mc_put_opts_t po = {.flags = MC_PUT_NOREPLACE,
+                            .mode = c->attr.st_mode & 07777,
+                            .replica_num = c->fs->replicas};
         rc = mc_put_async(c->fs->store, c->key2, c->klen2, "", 0, &po, setattr_marker_put, c);
         if (rc == 0)
             return;
@@ -767,7 +769,8 @@ static void mkdir_looked_up(void *arg, int rc)
         return ctx_fail(c, -EEXIST);
     if (rc != -ENOENT)
         return ctx_fail(c, rc);
-    mc_put_opts_t po = {.flags = MC_PUT_NOREPLACE, .mode = c->mode & 07777};
+    mc_put_opts_t po = {
+        .flags = MC_PUT_NOREPLACE, .mode = c->mode & 07777, .replica_num = c->fs->replicas};
     c->klen2 = c->klen + 1;
     memcpy(c->key2, c->key, c->klen);
     c->key2[c->klen] = '/';
@@ -1185,7 +1188,8 @@ static void create_looked_up(void *arg, int rc)
         return create_put_done(c, -EEXIST);
     if (rc != -ENOENT)
         return ctx_fail(c, rc);
-    mc_put_opts_t po = {.flags = MC_PUT_NOREPLACE, .mode = c->mode & 07777};
+    mc_put_opts_t po = {
+        .flags = MC_PUT_NOREPLACE, .mode = c->mode & 07777, .replica_num = c->fs->replicas};
     rc = mc_put_async(c->fs->store, c->key, c->klen, "", 0, &po, create_put_done, c);
     if (rc < 0)
         ctx_fail(c, rc);
@@ -1227,7 +1231,8 @@ static void mknod_looked_up(void *arg, int rc)
         return ctx_fail(c, -EEXIST);
     if (rc != -ENOENT)
         return ctx_fail(c, rc);
-    mc_put_opts_t po = {.flags = MC_PUT_NOREPLACE, .mode = c->mode & 07777};
+    mc_put_opts_t po = {
+        .flags = MC_PUT_NOREPLACE, .mode = c->mode & 07777, .replica_num = c->fs->replicas};
     rc = mc_put_async(c->fs->store, c->key, c->klen, "", 0, &po, mknod_done, c);
     if (rc < 0)
         ctx_fail(c, rc);

@@ -22,7 +22,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mooncake-cli [--master ADDR] [--segment-size SIZE] [--listen ADDR]\n"
-               "                    [--timeout-ms N] [--replicas N] COMMAND [ARGS]\n"
+               "                    [--timeout-ms N] [--replicas N] [--pin hard|soft]\n"
+               "                    COMMAND [ARGS]\n"
                "commands:\n"
                "    put KEY [FILE]   store FILE (default: standard input) under KEY\n"
                "    get KEY [FILE]   write KEY's value to FILE (default: standard output)\n"
@@ -60,6 +61,8 @@ static char *read_all(FILE *f, size_t *len)
     return buf;
 }
 
+static uint32_t pin = MC_PIN_NONE;
+
 static int cmd_put(mc_store_t *s, int argc, char **argv, uint32_t replicas)
 {
     if (argc < 1 || argc > 2)
@@ -73,7 +76,7 @@ static int cmd_put(mc_store_t *s, int argc, char **argv, uint32_t replicas)
         fclose(f);
     if (!buf)
         return fail("reading", -ENOMEM);
-    mc_put_opts_t po = {.replica_num = replicas};
+    mc_put_opts_t po = {.replica_num = replicas, .pin = pin};
     int rc = mc_put(s, argv[0], strlen(argv[0]), buf, len, &po);
     free(buf);
     return rc < 0 ? fail(argv[0], rc) : 0;
@@ -179,13 +182,10 @@ static int cmd_node(void)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"master", required_argument, NULL, 'm'},
-        {"segment-size", required_argument, NULL, 's'},
-        {"listen", required_argument, NULL, 'l'},
-        {"timeout-ms", required_argument, NULL, 't'},
-        {"replicas", required_argument, NULL, 'r'},
-        {"help", no_argument, NULL, 'h'},
-        {0},
+        {"master", required_argument, NULL, 'm'},   {"segment-size", required_argument, NULL, 's'},
+        {"listen", required_argument, NULL, 'l'},   {"timeout-ms", required_argument, NULL, 't'},
+        {"replicas", required_argument, NULL, 'r'}, {"pin", required_argument, NULL, 'P'},
+        {"help", no_argument, NULL, 'h'},           {0},
     };
     mc_store_opts_t o;
     uint32_t replicas = 1;
@@ -211,6 +211,16 @@ int main(int argc, char **argv)
             break;
         case 'r':
             replicas = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case 'P':
+            if (strcmp(optarg, "hard") == 0)
+                pin = MC_PIN_HARD;
+            else if (strcmp(optarg, "soft") == 0)
+                pin = MC_PIN_SOFT;
+            else {
+                fprintf(stderr, "mooncake-cli: --pin takes hard or soft\n");
+                return 2;
+            }
             break;
         case 'h':
             usage(stdout);

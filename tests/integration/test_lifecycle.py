@@ -39,9 +39,18 @@ def test_help_version_and_bad_options(tmp_path):
     assert out.returncode == 0 and "--segment-size" in out.stdout
     out = subprocess.run([DAEMON, "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and "mooncake-fs" in out.stdout
-    for bad in (["--segment-size", "50%"], ["--evict-high", "101"], ["--master", "127.0.0.1:1"]):
+    for bad in (["--segment-size", "50%"], ["--evict-high", "101"], ["--replicas", "0"],
+                ["--timeout-ms", "x"]):
         out = subprocess.run([DAEMON, *bad, str(tmp_path)], capture_output=True, text=True)
         assert out.returncode != 0
+    # A master nobody answers at: a clean failure within the timeout, nothing
+    # left mounted.
+    out = subprocess.run([DAEMON, "-f", "--master", "127.0.0.1:1", "--timeout-ms", "1000",
+                          str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0
+    assert "Connection refused" in out.stderr
+    with open("/proc/self/mountinfo") as f:
+        assert str(tmp_path) not in f.read()
     out = subprocess.run([DAEMON, "--segment-size", "lots", str(tmp_path)],
                          capture_output=True, text=True)
     assert "segment-size" in out.stderr

@@ -1,0 +1,262 @@
+"""The store as a cluster: mooncake-master, nodes and mounts on loopback,
+replicas, node death, leases, eviction, a master restart and malformed
+frames. Every process is real; every wait is bounded."""
+
+import errno
+import os
+import socket
+import struct
+import time
+
+import pytest
+
+from cluster import Cluster, cli
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    errors = c.close()
+    assert not errors, "\n".join(errors)
+
+
+def test_two_mounts_on_different_nodes_see_each_other(cluster, make_mount):
+    m = cluster.master()
+    cluster.node(m)
+    a = make_mount("--master", m.addr, "--segment-size", "64M")
+    b = make_mount("--master", m.addr, "--segment-size", "64M")
+    data = os.urandom(3 * MiB + 7)
+    with open(a.p("from-a"), "wb") as f:
+        f.write(data)
+    # Close-to-open: once closed on a, an open on b sees it.
+    with open(b.p("from-a"), "rb") as f:
+        assert f.read() == data
+    os.makedirs(b.p("x", "y"))
+    with open(b.p("x", "y", "from-b"), "w") as f:
+        f.write("hello")
+    assert os.listdir(a.p("x", "y")) == ["from-b"]
+    assert open(a.p("x", "y", "from-b")).read() == "hello"
+    os.rename(a.p("x"), a.p("z"))
+    assert sorted(os.listdir(b.p())) == ["from-a", "z"]
+    # And the C API sees the same objects.
+    r = cli(m.addr, "get", "z/y/from-b")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"hello"
+
+
+def test_replica_survives_kill_9_of_a_node(cluster, make_mount):
+    m = cluster.master("--node-ttl-ms", "2000")
+    nodes = [cluster.node(m) for _ in range(3)]
+    mnt = make_mount("--master", m.addr, "--segment-size", "0", "--replicas", "2",
+                     "--timeout-ms", "2000")
+    blobs = {}
+    for i in range(200):
+        data = os.urandom(1 + (i * 7919) % (100 * 1024))
+        blobs[f"f{i:03d}"] = data
+        with open(mnt.p(f"f{i:03d}"), "wb") as f:
+            f.write(data)
+    r = cli(m.addr, "stat", "f000")
+    assert b"replicas 2" in r.stdout, r.stdout
+    nodes[1].kill9()
+    for name, data in blobs.items():
+        with open(mnt.p(name), "rb") as f:
+            assert f.read() == data, name
+    for name in list(blobs)[::10]:
+        r = cli(m.addr, "get", name)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == blobs[name]
+    # After the node's TTL the master drops its segment; the objects keep
+    # their surviving replica.
+    time.sleep(3.5)
+    for name in list(blobs)[::5]:
+        with open(mnt.p(name), "rb") as f:
+            assert f.read() == blobs[name]
+    assert b"replicas 1" in cli(m.addr, "stat", "f000").stdout
+
+
+def test_node_with_the_only_replica_dies(cluster, make_mount):
+    m = cluster.master("--node-ttl-ms", "1000")
+    a = cluster.node(m)
+    cluster.node(m)
+    mnt = make_mount("--master", m.addr, "--segment-size", "0", "--timeout-ms", "2000")
+    blobs = {}
+    for i in range(40):
+        blobs[f"g{i:02d}"] = os.urandom(50000 + i)
+        with open(mnt.p(f"g{i:02d}"), "wb") as f:
+            f.write(blobs[f"g{i:02d}"])
+    a.kill9()
+    time.sleep(2.5)  # past the node TTL and a master tick
+    lost, kept = [], []
+    for name, data in blobs.items():
+        try:
+            with open(mnt.p(name), "rb") as f:
+                assert f.read() == data
+            kept.append(name)
+        except OSError as e:
+            assert e.errno == errno.ENOENT, (name, e)
+            lost.append(name)
+    assert lost and kept, (lost, kept)
+    assert sorted(os.listdir(mnt.p())) == sorted(kept)
+    r = cli(m.addr, "get", lost[0])
+    assert r.returncode == 1 and b"No such file" in r.stderr
+    # The cluster carries on.
+    with open(mnt.p("after"), "wb") as f:
+        f.write(b"still writable")
+    assert open(mnt.p("after"), "rb").read() == b"still writable"
+
+
+def test_lease_blocks_remove_unless_forced(cluster):
+    m = cluster.master("--lease-ms", "3000", "--segment-size", "16M")
+    assert cli(m.addr, "put", "k", input=b"value").returncode == 0
+    r = cli(m.addr, "get", "k")
+    assert r.stdout == b"value"
+    r = cli(m.addr, "rm", "k")
+    assert r.returncode == 1 and b"busy" in r.stderr.lower(), r.stderr
+    assert cli(m.addr, "rm", "-f", "k").returncode == 0
+    assert cli(m.addr, "stat", "k").returncode == 1
+    # Unleased objects go without force.
+    assert cli(m.addr, "put", "k2", input=b"v").returncode == 0
+    assert cli(m.addr, "rm", "k2").returncode == 0
+
+
+def test_eviction_spares_hard_pins_and_unplaceable_put_fails(cluster, make_mount):
+    m = cluster.master("--segment-size", "32M", "--evict-high", "90", "--evict-ratio", "30",
+                       "--lease-ms", "1")
+    blob = os.urandom(MiB)
+    assert cli(m.addr, "--pin", "hard", "put", "pinned", input=blob).returncode == 0
+    for i in range(60):
+        r = cli(m.addr, "put", f"e{i:02d}", input=blob)
+        assert r.returncode == 0, (i, r.stderr)
+    names = cli(m.addr, "ls").stdout.decode()
+    assert "pinned" in names
+    assert "e59" in names
+    assert "e00" not in names  # least recently used went first
+    r = cli(m.addr, "get", "pinned")
+    assert r.stdout == blob
+    # Bigger than the whole store: nothing can make room.
+    r = cli(m.addr, "put", "huge", input=os.urandom(40 * MiB))
+    assert r.returncode == 1
+
+
+def test_enospc_through_a_cluster_mount(cluster, make_mount):
+    m = cluster.master()
+    cluster.node(m, "16M")
+    mnt = make_mount("--master", m.addr, "--segment-size", "0")
+    with open(mnt.p("keep"), "wb") as f:
+        f.write(b"k" * MiB)
+    with pytest.raises(OSError) as e:
+        for i in range(40):
+            with open(mnt.p(f"fill{i}"), "wb") as f:
+                f.write(os.urandom(MiB))
+    assert e.value.errno == errno.ENOSPC
+    assert open(mnt.p("keep"), "rb").read() == b"k" * MiB
+    os.unlink(mnt.p("fill0"))
+    with open(mnt.p("again"), "wb") as f:
+        f.write(b"a")
+
+
+def test_master_killed_then_restarted(cluster, make_mount):
+    m = cluster.master()
+    cluster.node(m)
+    mnt = make_mount("--master", m.addr, "--segment-size", "0", "--timeout-ms", "1000",
+                     "--cache-timeout", "0", expect_log=r"publishing|lost the connection")
+    with open(mnt.p("before"), "w") as f:
+        f.write("x")
+    m.kill9()
+    # Every call fails within its timeout; none hangs.
+    for op in (lambda: os.stat(mnt.p("before")), lambda: os.listdir(mnt.p()),
+               lambda: open(mnt.p("new"), "w").write("y")):
+        t0 = time.time()
+        with pytest.raises(OSError):
+            op()
+        assert time.time() - t0 < 8
+    t0 = time.time()
+    r = cli(m.addr, "--timeout-ms", "1000", "stat", "before")
+    assert r.returncode == 1 and time.time() - t0 < 8
+    # A new master on the same address: the node mounts its segment again,
+    # the mount reconnects, new writes succeed (the old metadata is gone).
+    m2 = cluster.master(port=m.port)
+    deadline = time.time() + 20
+    while True:
+        try:
+            with open(mnt.p("after"), "w") as f:
+                f.write("back")
+            break
+        except OSError:
+            assert time.time() < deadline, "writes did not come back after the restart"
+            time.sleep(0.5)
+    assert open(mnt.p("after")).read() == "back"
+    assert cli(m2.addr, "get", "after").stdout == b"back"
+
+
+def frame(op, body=b"", length=None, magic=0x314B434D, version=1, req_id=7):
+    n = len(body) if length is None else length
+    return struct.pack("<IHHQIHh", magic, version, op, req_id, n, 0, 0) + body
+
+
+def recv_exact(sock, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        assert chunk, "connection closed"
+        buf += chunk
+    return buf
+
+
+def ping(sock, req_id):
+    """Sends PING and returns the response header's fields."""
+    sock.sendall(frame(3, req_id=req_id))
+    hdr = struct.unpack("<IHHQIHh", recv_exact(sock, 24))
+    recv_exact(sock, hdr[4])  # the body: the server's clock
+    return hdr
+
+
+def closed_by_peer(sock, timeout=3):
+    sock.settimeout(timeout)
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+@pytest.mark.parametrize("target", ["master", "node"])
+def test_malformed_frames_close_only_that_connection(cluster, target):
+    m = cluster.master("--segment-size", "16M")
+    node = cluster.node(m)
+    host, port = (m.addr if target == "master" else node.addr).split(":")
+    assert cli(m.addr, "put", "live", input=b"before").returncode == 0
+    bad_frames = [
+        b"\x00" * 24,                                    # bad magic
+        frame(31, length=(16 << 20) + 1),                 # oversized
+        frame(999),                                       # unknown op
+        # STAT (master) / WRITE (node): a length past the end of the body
+        frame(31, b"\x05\x00\x00\x00ab") if target == "master" else frame(51, b"\x01\x00"),
+        frame(50, b"\x01\x00"),                           # READ: truncated
+        frame(3, b"", version=9),                         # unknown version
+        b"\x4d\x43\x4b",                                  # truncated header, then silence
+    ]
+    for i, bad in enumerate(bad_frames):
+        # A well-behaved client stays connected meanwhile.
+        good = socket.create_connection((host, int(port)))
+        good.settimeout(3)
+        assert ping(good, 7)[5] & 1  # a response
+        s = socket.create_connection((host, int(port)))
+        s.sendall(bad)
+        if i == len(bad_frames) - 1:
+            s.close()  # a peer that dies mid-header
+        else:
+            assert closed_by_peer(s), f"frame {i} did not close the connection"
+            s.close()
+        assert ping(good, 8)[3] == 8
+        good.close()
+    r = cli(m.addr, "get", "live")
+    assert r.returncode == 0 and r.stdout == b"before"
+    assert "closing" in (m.read_log() if target == "master" else node.read_log())
