@@ -15,6 +15,7 @@ from mooncake.store import (
     NO_AVAILABLE_HANDLE,
     OBJECT_HAS_LEASE,
     OBJECT_NOT_FOUND,
+    RPC_FAIL,
     STORE_CLOSED,
     UNAVAILABLE_IN_CURRENT_MODE,
     UNAVAILABLE_IN_CURRENT_STATUS,
@@ -88,12 +89,12 @@ def test_setup_forms_positional_keyword_dict():
     assert d.setup({}) == 0 and d.get("hostA") == b"" and d.close() == 0
 
 
-def test_setup_with_a_cluster_master_is_not_supported_yet():
+def test_setup_with_an_unreachable_master_fails_cleanly():
+    # Loopback only: nobody listens on port 1.
     s = MooncakeDistributedStore()
     assert s.setup("localhost", "P2PHANDSHAKE", "16MB", "16MB", "tcp", "",
-                   "127.0.0.1:50051") == UNAVAILABLE_IN_CURRENT_MODE
+                   "127.0.0.1:1") == RPC_FAIL
     assert s.health_check() == 1 and s.get("k") == b""
-    assert s.setup({"master_server_address": "10.0.0.1:50051"}) == UNAVAILABLE_IN_CURRENT_MODE
 
 
 def test_setup_rejects_unknown_options_and_a_second_setup(direct_store):
