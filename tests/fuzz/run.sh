@@ -21,7 +21,8 @@ flags="-std=gnu11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undef
        -fno-sanitize-recover=undefined -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
        -D_GNU_SOURCE -I$root/core/include -I$root/core/src"
 
-# Target NAME is tests/fuzz/fuzz_NAME.c linked with core/src/NAME.c.
+# Target NAME is tests/fuzz/fuzz_NAME.c linked with core/src/NAME.c, or with
+# what tests/fuzz/NAME.link lists.
 targets=
 for src in "$root"/tests/fuzz/fuzz_*.c; do
     name=$(basename "$src" .c)
@@ -37,7 +38,14 @@ mkdir -p "$out"
 for t in $targets; do
     echo "  CLANG   tests/fuzz/fuzz_$t.c"
     # shellcheck disable=SC2086
-    if ! "$clang" $flags -o "$out/fuzz_$t" "$root/tests/fuzz/fuzz_$t.c" "$root/core/src/$t.c"; then
+    # tests/fuzz/NAME.link, if present, replaces core/src/NAME.c with its own
+    # sources and libraries (paths relative to the repository).
+    srcs="$root/core/src/$t.c"
+    if [ -f "$root/tests/fuzz/$t.link" ]; then
+        srcs=$(cd "$root" && eval "echo $(cat "tests/fuzz/$t.link")" | sed "s|\(^\| \)core/|\1$root/core/|g")
+    fi
+    # shellcheck disable=SC2086
+    if ! "$clang" $flags -o "$out/fuzz_$t" "$root/tests/fuzz/fuzz_$t.c" $srcs; then
         echo "fuzz: building fuzz_$t failed" >&2
         exit 2
     fi
