@@ -747,22 +747,27 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 
 /* ---- directories: mkdir, rmdir, readdir ---- */
 
-static void mkdir_done(void *arg, int rc)
+/* mkdir and mknod: publish an empty object (a directory's marker "a/b/",
+ * or the file) if the name is free, then reply with the new entry. */
+static void empty_done(void *arg, int rc)
 {
     ctx_t *c = arg;
     if (rc < 0)
         return ctx_fail(c, rc);
-    fs_inode_t *in = fs_inode_ref(c->fs->it, c->key, c->klen, 1);
+    int is_dir = c->kind;
+    fs_inode_t *in = fs_inode_ref(c->fs->it, c->key, c->klen, is_dir);
     if (!in)
         return ctx_fail(c, -ENOMEM);
     mc_stat_t st = {.mode = c->mode & 07777, .mtime_ns = now_ns()};
+    if (!is_dir)
+        in->st = st;
     struct fuse_entry_param e;
     fill_entry(c->fs, in, &st, &e);
     fuse_reply_entry(c->req, &e);
     ctx_free(c);
 }
 
-static void mkdir_looked_up(void *arg, int rc)
+static void empty_looked_up(void *arg, int rc)
 {
     ctx_t *c = arg;
     if (rc >= 0)
@@ -771,23 +776,35 @@ static void mkdir_looked_up(void *arg, int rc)
         return ctx_fail(c, rc);
     mc_put_opts_t po = {
         .flags = MC_PUT_NOREPLACE, .mode = c->mode & 07777, .replica_num = c->fs->replicas};
-    c->klen2 = c->klen + 1;
-    memcpy(c->key2, c->key, c->klen);
-    c->key2[c->klen] = '/';
-    rc = mc_put_async(c->fs->store, c->key2, c->klen2, "", 0, &po, mkdir_done, c);
+    const char *key = c->key;
+    size_t klen = c->klen;
+    if (c->kind) {
+        memcpy(c->key2, c->key, c->klen);
+        c->key2[c->klen] = '/';
+        c->klen2 = c->klen + 1;
+        key = c->key2;
+        klen = c->klen2;
+    }
+    rc = mc_put_async(c->fs->store, key, klen, "", 0, &po, empty_done, c);
+    if (rc < 0)
+        ctx_fail(c, rc);
+}
+
+static void make_empty(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, int is_dir)
+{
+    ctx_t *c = ctx_new(req, NULL);
+    if (!c || child_key(c, parent, name, c->key, &c->klen) < 0)
+        return;
+    c->mode = mode;
+    c->kind = is_dir;
+    int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, empty_looked_up, c);
     if (rc < 0)
         ctx_fail(c, rc);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-    ctx_t *c = ctx_new(req, NULL);
-    if (!c || child_key(c, parent, name, c->key, &c->klen) < 0)
-        return;
-    c->mode = mode;
-    int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, mkdir_looked_up, c);
-    if (rc < 0)
-        ctx_fail(c, rc);
+    make_empty(req, parent, name, mode, 1);
 }
 
 static void rmdir_done(void *arg, int rc)
@@ -1208,47 +1225,11 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
         ctx_fail(c, rc);
 }
 
-static void mknod_done(void *arg, int rc)
-{
-    ctx_t *c = arg;
-    if (rc < 0)
-        return ctx_fail(c, rc);
-    fs_inode_t *in = fs_inode_ref(c->fs->it, c->key, c->klen, 0);
-    if (!in)
-        return ctx_fail(c, -ENOMEM);
-    mc_stat_t st = {.mode = c->mode & 07777, .mtime_ns = now_ns()};
-    in->st = st;
-    struct fuse_entry_param e;
-    fill_entry(c->fs, in, &st, &e);
-    fuse_reply_entry(c->req, &e);
-    ctx_free(c);
-}
-
-static void mknod_looked_up(void *arg, int rc)
-{
-    ctx_t *c = arg;
-    if (rc >= 0)
-        return ctx_fail(c, -EEXIST);
-    if (rc != -ENOENT)
-        return ctx_fail(c, rc);
-    mc_put_opts_t po = {
-        .flags = MC_PUT_NOREPLACE, .mode = c->mode & 07777, .replica_num = c->fs->replicas};
-    rc = mc_put_async(c->fs->store, c->key, c->klen, "", 0, &po, mknod_done, c);
-    if (rc < 0)
-        ctx_fail(c, rc);
-}
-
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
     if (!S_ISREG(mode))
         return reply_err(req, -EPERM); /* only regular files are objects */
-    ctx_t *c = ctx_new(req, NULL);
-    if (!c || child_key(c, parent, name, c->key, &c->klen) < 0)
-        return;
-    c->mode = mode;
-    int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, mknod_looked_up, c);
-    if (rc < 0)
-        ctx_fail(c, rc);
+    make_empty(req, parent, name, mode, 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
