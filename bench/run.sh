@@ -3,7 +3,8 @@
 #   tmpfs directly, Debian's libfuse passthrough_ll example over tmpfs (built
 #   here, at bench time, as a peer to measure against), and mooncake-fs.
 # Prints MiB/s and each result as a ratio to passthrough_ll. Needs root
-# (tmpfs mount, drop_caches). Extra bench scripts in bench/*.py run after.
+# (tmpfs mount, drop_caches). Then bench/cluster.sh (the cluster over loopback
+# TCP vs iperf3 and memcached); extra bench scripts in bench/*.py run last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${MC_BUILD:-build}
@@ -83,6 +84,10 @@ for op in write read; do
 done
 
 fusermount3 -u "$mc"
+# The cluster over loopback TCP vs iperf3 and memcached, the embedded store vs
+# memcpy (bench/cluster.sh; about a minute).
+echo
+MC_BUILD=$BUILD PYTHON=$PYTHON bench/cluster.sh
 for b in bench/*.py; do
     [ -e "$b" ] || continue
     echo

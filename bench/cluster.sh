@@ -1,0 +1,218 @@
+#!/bin/bash
+# Cluster benchmark, side by side in one run, printed as ratios (called by
+# bench/run.sh; runs on its own too, no root needed):
+#   - C API put/get of 1 KiB and 1 MiB objects over loopback TCP: a
+#     mooncake-master, one node (mooncake-cli node) and bench/mc_bench as a
+#     pure client keeping N requests in flight with the async API;
+#   - baselines on the same loopback: iperf3 (one TCP stream) for 1 MiB,
+#     Debian's memcached (driven by mc_bench --memcached: N connections, one
+#     request in flight each, text protocol) for 1 KiB;
+#   - the same-host path: the embedded (in-process) store vs plain memcpy.
+#     The shared-memory path between processes slots in at "SHM PATH" below.
+# Every figure is the median of RUNS short runs, the runs interleaved so that
+# noise falls on every column alike. Loopback only; bounded by BUDGET
+# seconds; every process it starts is stopped on exit, failure or signal.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${MC_BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+RUNS=${BENCH_RUNS:-3}
+SECS=${CLUSTER_BENCH_SECONDS:-1.5} # per measured phase of mc_bench
+IPERF_SECS=${CLUSTER_BENCH_IPERF_SECONDS:-3}
+N_SMALL=${CLUSTER_BENCH_N_SMALL:-16} # requests in flight, 1 KiB
+N_LARGE=${CLUSTER_BENCH_N_LARGE:-4}  # requests in flight, 1 MiB
+BUDGET=${CLUSTER_BENCH_BUDGET:-115}
+out=bench/out
+mkdir -p "$out"
+
+for tool in iperf3 memcached; do
+    command -v "$tool" >/dev/null || {
+        echo "cluster bench: $tool not found (apt-get install iperf3 memcached)" >&2
+        exit 1
+    }
+done
+if ! [ -f "$BUILD/libmooncake.a" ] || ! [ -x "$BUILD/mooncake-master" ] ||
+    ! [ -x "$BUILD/mooncake-cli" ]; then
+    echo "cluster bench: run make all first ($BUILD/ is incomplete)" >&2
+    exit 1
+fi
+
+# The client links what the library links (CORE_LIBS in the Makefile).
+libs=$(sed -n 's/^CORE_LIBS *:\?= *//p' Makefile)
+# Built every time (a second): BUILD may name another library.
+bench_bin=$out/mc_bench
+# shellcheck disable=SC2086 # the libraries are words
+cc -O2 -Wall -Icore/include bench/mc_bench.c "$BUILD/libmooncake.a" ${libs:--luring -lpthread} \
+    -o "$bench_bin"
+
+work=$(mktemp -d /tmp/mc-cluster-bench.XXXXXX)
+pids=() # long-lived servers, stopped in reverse order
+cur=""  # the measurement running now
+watchdog=""
+stop_pid() { # SIGTERM, then SIGKILL after 3 s
+    local p=$1
+    kill "$p" 2>/dev/null || return 0
+    for _ in $(seq 30); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+}
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    [ -n "$cur" ] && stop_pid "$cur"
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do stop_pid "${pids[i]}"; done
+    [ -n "$watchdog" ] && stop_pid "$watchdog"
+    rm -rf "$work"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo "cluster bench: stopped (signal, or over the ${BUDGET} s budget)" >&2; exit 1' INT TERM
+
+# The watchdog TERMs this script when the budget is spent; the trap above
+# then stops everything. Its own sleep goes with it.
+(
+    trap 'kill $sp 2>/dev/null; wait $sp; exit 0' TERM
+    sleep "$BUDGET" &
+    sp=$!
+    wait $sp
+    kill -TERM $$
+) &
+watchdog=$!
+
+free_port() {
+    "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+# wait_for PID LOG REGEX: until REGEX is in LOG (10 s), or fail if PID died.
+wait_for() {
+    for _ in $(seq 200); do
+        grep -qE "$3" "$2" 2>/dev/null && return 0
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "cluster bench: not ready: $(tr '\0' ' ' </proc/"$1"/cmdline 2>/dev/null || echo "pid $1")" >&2
+    tail -5 "$2" >&2
+    exit 1
+}
+# wait_port PID PORT LOG: until 127.0.0.1:PORT accepts a connection (10 s).
+wait_port() {
+    for _ in $(seq 200); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null && return 0
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "cluster bench: nothing listening on port $2" >&2
+    tail -5 "$3" >&2
+    exit 1
+}
+# run TIMEOUT CMD...: a measurement in the background, so that a signal is
+# handled at once; stdout to $work/last.
+run() {
+    local t=$1
+    shift
+    timeout "$t" "$@" >"$work/last" 2>"$work/last.err" &
+    cur=$!
+    if ! wait "$cur"; then
+        cur=""
+        echo "cluster bench: failed: $*" >&2
+        cat "$work/last.err" >&2
+        exit 1
+    fi
+    cur=""
+    cat "$work/last.err" >&2
+}
+# kv KEY OP: KEY's value in the line of $work/last whose op= is OP
+kv() { sed -n "/ op=$2 /s/.* $1=\([^ ]*\).*/\1/p" "$work/last"; }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+ratio() { echo "$1 $2" | awk '{ if ($2 > 0) printf "%.2fx", $1 / $2; else print "n/a" }'; }
+
+# ---- servers ----
+mport=$(free_port)
+"$BUILD/mooncake-master" --listen "127.0.0.1:$mport" >"$work/master.log" 2>&1 &
+pids+=($!)
+wait_for $! "$work/master.log" "listening on"
+"$BUILD/mooncake-cli" --master "127.0.0.1:$mport" --segment-size 2G node >"$work/node.log" 2>&1 &
+pids+=($!)
+wait_for $! "$work/node.log" "node up"
+
+cport=$(free_port)
+# Debian's defaults (4 threads) but loopback, no UDP, and a fixed user so
+# that it also starts as root.
+memcached -l 127.0.0.1 -p "$cport" -U 0 -m 256 -u nobody >"$work/memcached.log" 2>&1 &
+pids+=($!)
+wait_port $! "$cport" "$work/memcached.log"
+
+iport=$(free_port)
+iperf3 -s -B 127.0.0.1 -p "$iport" --forceflush >"$work/iperf3.log" 2>&1 &
+pids+=($!)
+wait_for $! "$work/iperf3.log" "Server listening"
+
+# ---- measurements, interleaved ----
+declare -A v # name -> one value per run, space-separated
+add() { v[$1]="${v[$1]:-} $2"; }
+mc_timeout=$(awk -v s="$SECS" 'BEGIN { printf "%d", s * 2 + 20 }')
+mc() { run "$mc_timeout" "$bench_bin" --seconds "$SECS" "$@"; }
+
+for _ in $(seq "$RUNS"); do
+    run $((IPERF_SECS + 10)) iperf3 -c 127.0.0.1 -p "$iport" -t "$IPERF_SECS" -J
+    add iperf3 "$("$PYTHON" -c 'import json,sys
+d = json.load(open(sys.argv[1])); print("%.0f" % (d["end"]["sum_received"]["bits_per_second"] / 8 / 1048576))' "$work/last")"
+
+    mc --master "127.0.0.1:$mport" --size 1M --concurrency "$N_LARGE"
+    add tcp.put.1M "$(kv mib_s put)"
+    add tcp.get.1M "$(kv mib_s get)"
+
+    mc --memcached "127.0.0.1:$cport" --size 1K --concurrency "$N_SMALL"
+    add memcached.set "$(kv ops_s set)"
+    add memcached.get "$(kv ops_s get)"
+
+    mc --master "127.0.0.1:$mport" --size 1K --concurrency "$N_SMALL"
+    add tcp.put.1K "$(kv ops_s put)"
+    add tcp.get.1K "$(kv ops_s get)"
+
+    mc --memcpy --size 1M
+    add memcpy.1M "$(kv mib_s memcpy)"
+    mc --memcpy --size 1K
+    add memcpy.1K "$(kv ops_s memcpy)"
+
+    mc --embedded --size 1M --concurrency "$N_LARGE"
+    add emb.put.1M "$(kv mib_s put)"
+    add emb.get.1M "$(kv mib_s get)"
+    mc --embedded --size 1K --concurrency "$N_SMALL"
+    add emb.put.1K "$(kv ops_s put)"
+    add emb.get.1K "$(kv ops_s get)"
+
+    # SHM PATH: once the shared-memory data path exists, measure it here
+    # (mc_bench against the local node with the path on, its counters proving
+    # it was taken) and add shm.put.1M / shm.get.1M; the table below already
+    # has their rows.
+done
+
+m() { echo "${v[$1]:-}" | tr ' ' '\n' | grep . | median; }
+# Every run's value, to judge the noise behind a median.
+for k in $(printf '%s\n' "${!v[@]}" | sort); do echo "$k:${v[$k]}"; done >"$out/cluster-runs.txt"
+iperf=$(m iperf3)
+mcd_set=$(m memcached.set) mcd_get=$(m memcached.get) cpy=$(m memcpy.1M) cpy1k=$(m memcpy.1K)
+
+echo
+echo "Cluster over loopback TCP: master + 1 node + mc_bench (C API, async), median of $RUNS runs"
+printf "%-38s %12s   %-34s %12s %8s\n" "" "mooncake" "baseline" "" "ratio"
+row() { # label value baseline-label baseline
+    printf "%-38s %12.0f   %-34s %12.0f %8s\n" "$1" "$2" "$3" "$4" "$(ratio "$2" "$4")"
+}
+row "1 MiB put, N=$N_LARGE (MiB/s)" "$(m tcp.put.1M)" "iperf3, 1 stream (MiB/s)" "$iperf"
+row "1 MiB get, N=$N_LARGE (MiB/s)" "$(m tcp.get.1M)" "iperf3, 1 stream (MiB/s)" "$iperf"
+row "1 KiB put, N=$N_SMALL (ops/s)" "$(m tcp.put.1K)" "memcached set, N=$N_SMALL (ops/s)" "$mcd_set"
+row "1 KiB get, N=$N_SMALL (ops/s)" "$(m tcp.get.1K)" "memcached get, N=$N_SMALL (ops/s)" "$mcd_get"
+echo
+echo "Same host: the embedded (in-process) store vs memcpy of the same size (one thread, 64 MiB source)"
+row "embedded 1 MiB put, N=$N_LARGE (MiB/s)" "$(m emb.put.1M)" "memcpy 1 MiB (MiB/s)" "$cpy"
+row "embedded 1 MiB get, N=$N_LARGE (MiB/s)" "$(m emb.get.1M)" "memcpy 1 MiB (MiB/s)" "$cpy"
+row "embedded 1 KiB put, N=$N_SMALL (ops/s)" "$(m emb.put.1K)" "memcpy 1 KiB (ops/s)" "$cpy1k"
+row "embedded 1 KiB get, N=$N_SMALL (ops/s)" "$(m emb.get.1K)" "memcpy 1 KiB (ops/s)" "$cpy1k"
+if [ -n "${v[shm.get.1M]:-}" ]; then # SHM PATH
+    row "shm 1 MiB put, N=$N_LARGE (MiB/s)" "$(m shm.put.1M)" "memcpy 1 MiB (MiB/s)" "$cpy"
+    row "shm 1 MiB get, N=$N_LARGE (MiB/s)" "$(m shm.get.1M)" "memcpy 1 MiB (MiB/s)" "$cpy"
+else
+    printf "%-38s %12s\n" "shm 1 MiB put/get (other process)" "not built yet"
+fi
+echo "(every run: $out/cluster-runs.txt)"

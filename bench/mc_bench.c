@@ -1,0 +1,624 @@
+/*
+ * mc_bench.c - throughput of the libmooncake C API, and of the baselines it
+ * is compared with, for bench/cluster.sh. Public API only (mooncake.h).
+ *
+ *   mc_bench --master HOST:PORT [opts]   put then get through a cluster (the
+ *                                        process is a pure client)
+ *   mc_bench --embedded [opts]           put then get on an in-process store
+ *   mc_bench --memcached HOST:PORT [opts] set then get against memcached
+ *                                        (text protocol), one connection per
+ *                                        in-flight request
+ *   mc_bench --memcpy [opts]             memcpy of --size bytes from a 64 MiB
+ *                                        source region into one buffer
+ * opts: --size SIZE (1K, 1M, ...), -n/--concurrency N (requests in flight),
+ *       --seconds S (per measured phase), --keys K (keys per in-flight slot),
+ *       --ops put,get (phases; put/set first so that get finds the keys)
+ *
+ * Every key is written once, untimed, before the measured phases. The store
+ * and memcached modes keep exactly N requests in flight: each completion
+ * issues the next request of its slot until the phase's time is up; the
+ * phase ends when the last one completes, and is timed up to that point.
+ * Prints one line of key=value per phase:
+ *   mode=cluster op=get size=1024 conc=16 secs=1.50 ops=N ops_s=N mib_s=N cpu=C errors=0
+ * (cpu: this process's CPU use over the phase, in cores).
+ * Exit status 1 if any request failed or returned the wrong bytes.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mooncake/mooncake.h"
+
+enum { OP_PUT, OP_GET };
+static const char *const op_names[][2] = {{"put", "get"}, {"set", "get"}};
+
+static struct {
+    const char *mode;
+    size_t size;
+    unsigned conc;
+    unsigned keys; /* per slot */
+    double seconds;
+    int phases[2];
+    int nphases;
+} cfg = {.size = 1024, .conc = 16, .keys = 16, .seconds = 2.0};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* CPU seconds (user + system) this process has used so far, all threads. */
+static double cpu_secs(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+static double phase_cpu0;
+
+/* Marks the start of a measured phase (for the cpu= field of report()). */
+static void phase_start(void)
+{
+    phase_cpu0 = cpu_secs();
+}
+
+/* cpu= is this process's CPU use over the phase in cores (1.00: one core
+ * busy all the time): on a small machine it tells whether the client or the
+ * server was the bottleneck. */
+static void report(const char *op, uint64_t ops, uint64_t ns, uint64_t errors)
+{
+    double secs = (double)ns / 1e9;
+    double ops_s = secs > 0 ? (double)ops / secs : 0;
+    printf("mode=%s op=%s size=%zu conc=%u secs=%.2f ops=%llu ops_s=%.0f mib_s=%.1f cpu=%.2f "
+           "errors=%llu\n",
+           cfg.mode, op, cfg.size, cfg.conc, secs, (unsigned long long)ops, ops_s,
+           ops_s * (double)cfg.size / 1048576.0, secs > 0 ? (cpu_secs() - phase_cpu0) / secs : 0,
+           (unsigned long long)errors);
+    fflush(stdout);
+}
+
+static int make_key(char *k, size_t cap, unsigned slot, uint64_t i)
+{
+    return snprintf(k, cap, "mcb/%zu/%u/%llu", cfg.size, slot, (unsigned long long)(i % cfg.keys));
+}
+
+/* The byte a slot's values are filled with, so a get can be checked. */
+static unsigned char fill_of(unsigned slot)
+{
+    return (unsigned char)('a' + slot % 26);
+}
+
+/* ---- the store: async calls, N in flight ---- */
+
+struct phase;
+
+typedef struct slot {
+    struct phase *ph;
+    unsigned idx;
+    uint64_t seq, done, errors;
+    char key[64];
+    size_t klen;
+    char *buf;
+    mc_stat_t st;
+} slot_t;
+
+typedef struct phase {
+    mc_store_t *s;
+    int op;
+    uint64_t deadline;
+    slot_t *slots;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned inflight;
+    int first_err;
+} phase_t;
+
+static void slot_done(slot_t *sl)
+{
+    phase_t *ph = sl->ph;
+    pthread_mutex_lock(&ph->mu);
+    if (--ph->inflight == 0)
+        pthread_cond_signal(&ph->cv);
+    pthread_mutex_unlock(&ph->mu);
+}
+
+static void on_done(void *arg, int rc);
+
+/* Issues the slot's next request; on failure the slot stops. */
+static void issue(slot_t *sl)
+{
+    phase_t *ph = sl->ph;
+    sl->klen = (size_t)make_key(sl->key, sizeof(sl->key), sl->idx, sl->seq++);
+    int rc =
+        ph->op == OP_PUT
+            ? mc_put_async(ph->s, sl->key, sl->klen, sl->buf, cfg.size, NULL, on_done, sl)
+            : mc_get_async(ph->s, sl->key, sl->klen, 0, sl->buf, cfg.size, &sl->st, on_done, sl);
+    if (rc < 0) {
+        sl->errors++;
+        ph->first_err = ph->first_err ? ph->first_err : rc;
+        slot_done(sl);
+    }
+}
+
+/* On the store's loop thread. */
+static void on_done(void *arg, int rc)
+{
+    slot_t *sl = arg;
+    phase_t *ph = sl->ph;
+    int ok = ph->op == OP_PUT ? rc == 0
+                              : rc == (int)cfg.size && sl->st.size == cfg.size &&
+                                    (unsigned char)sl->buf[0] == fill_of(sl->idx) &&
+                                    (unsigned char)sl->buf[cfg.size - 1] == fill_of(sl->idx);
+    if (ok)
+        sl->done++;
+    else {
+        sl->errors++;
+        if (!ph->first_err)
+            ph->first_err = rc < 0 ? rc : -EIO;
+    }
+    if (ok && now_ns() < ph->deadline)
+        issue(sl);
+    else
+        slot_done(sl);
+}
+
+static int store_phase(mc_store_t *s, int op, slot_t *slots)
+{
+    phase_t ph = {.s = s, .op = op, .slots = slots, .inflight = cfg.conc};
+    pthread_mutex_init(&ph.mu, NULL);
+    pthread_cond_init(&ph.cv, NULL);
+    for (unsigned i = 0; i < cfg.conc; i++) {
+        slots[i].ph = &ph;
+        slots[i].seq = slots[i].done = slots[i].errors = 0;
+        if (op == OP_GET)
+            memset(slots[i].buf, 0, cfg.size);
+    }
+    phase_start();
+    uint64_t t0 = now_ns();
+    ph.deadline = t0 + (uint64_t)(cfg.seconds * 1e9);
+    for (unsigned i = 0; i < cfg.conc; i++)
+        issue(&slots[i]);
+    pthread_mutex_lock(&ph.mu);
+    while (ph.inflight)
+        pthread_cond_wait(&ph.cv, &ph.mu);
+    pthread_mutex_unlock(&ph.mu);
+    uint64_t t1 = now_ns();
+    uint64_t ops = 0, errors = 0;
+    for (unsigned i = 0; i < cfg.conc; i++) {
+        ops += slots[i].done;
+        errors += slots[i].errors;
+    }
+    report(op_names[0][op], ops, t1 - t0, errors);
+    if (errors)
+        fprintf(stderr, "mc_bench: %llu %s errors, first: %s\n", (unsigned long long)errors,
+                op_names[0][op], mc_strerror(ph.first_err));
+    pthread_mutex_destroy(&ph.mu);
+    pthread_cond_destroy(&ph.cv);
+    return errors ? -1 : 0;
+}
+
+static int run_store(const char *master)
+{
+    mc_store_opts_t o;
+    mc_store_opts_init(&o);
+    if (master) {
+        o.master = master;
+        o.segment_size = 0; /* a pure client: every byte crosses the socket */
+        /* SHM PATH: once the same-host shared-memory data path lands, this
+         * co-located client will take it instead of TCP. To keep measuring
+         * TCP here, disable it for this store (an option in mc_store_opts_t,
+         * when there is one), and add a separate `--shm` mode below that
+         * leaves it on. */
+    } else {
+        /* Embedded: master and segment in this process, nothing served. */
+        o.segment_size = (uint64_t)cfg.size * cfg.conc * cfg.keys * 4 + (64ULL << 20);
+    }
+    mc_store_t *s;
+    int rc = mc_store_open(&s, &o);
+    if (rc < 0) {
+        fprintf(stderr, "mc_bench: opening the store (%s): %s\n", master ? master : "embedded",
+                mc_strerror(rc));
+        return 1;
+    }
+    slot_t *slots = calloc(cfg.conc, sizeof(*slots));
+    int bad = !slots;
+    for (unsigned i = 0; !bad && i < cfg.conc; i++) {
+        slots[i].idx = i;
+        bad = !(slots[i].buf = malloc(cfg.size));
+        if (!bad)
+            memset(slots[i].buf, fill_of(i), cfg.size);
+    }
+    /* Untimed: every key once (connections made, replica lists learned). */
+    for (unsigned i = 0; !bad && i < cfg.conc; i++)
+        for (unsigned k = 0; !bad && k < cfg.keys; k++) {
+            char key[64];
+            int klen = make_key(key, sizeof(key), i, k);
+            rc = mc_put(s, key, (size_t)klen, slots[i].buf, cfg.size, NULL);
+            if (rc < 0) {
+                fprintf(stderr, "mc_bench: put %s: %s\n", key, mc_strerror(rc));
+                bad = 1;
+            }
+        }
+    for (int p = 0; !bad && p < cfg.nphases; p++) {
+        if (cfg.phases[p] == OP_GET)
+            for (unsigned i = 0; i < cfg.conc; i++)
+                memset(slots[i].buf, fill_of(i), cfg.size);
+        bad = store_phase(s, cfg.phases[p], slots) < 0;
+        /* A get overwrote the buffers; a later put must write the fill. */
+        for (unsigned i = 0; i < cfg.conc; i++)
+            memset(slots[i].buf, fill_of(i), cfg.size);
+    }
+    /* STATS: when the store exposes counters (e.g. bytes moved over TCP vs
+     * shared memory), print them here as key=value so cluster.sh can show
+     * which path a run took. */
+    mc_store_close(s);
+    for (unsigned i = 0; slots && i < cfg.conc; i++)
+        free(slots[i].buf);
+    free(slots);
+    return bad;
+}
+
+/* ---- memcached: text protocol, one connection per slot, one thread ---- */
+
+typedef struct mconn {
+    int fd;
+    unsigned idx;
+    uint64_t seq, done, errors;
+    char *rbuf;
+    size_t rlen, rcap;
+    int active;
+} mconn_t;
+
+static char *mc_value; /* the value every set sends */
+
+static int mconn_send(mconn_t *c, int op)
+{
+    char hdr[128], key[64];
+    make_key(key, sizeof(key), c->idx, c->seq++);
+    struct iovec iov[3];
+    int n;
+    if (op == OP_PUT) {
+        int h = snprintf(hdr, sizeof(hdr), "set %s 0 0 %zu\r\n", key, cfg.size);
+        memset(mc_value, fill_of(c->idx), cfg.size);
+        iov[0] = (struct iovec){hdr, (size_t)h};
+        iov[1] = (struct iovec){mc_value, cfg.size};
+        iov[2] = (struct iovec){"\r\n", 2};
+        n = 3;
+    } else {
+        int h = snprintf(hdr, sizeof(hdr), "get %s\r\n", key);
+        iov[0] = (struct iovec){hdr, (size_t)h};
+        n = 1;
+    }
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += iov[i].iov_len;
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    while (total) { /* blocking socket: a request is small */
+        ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        total -= (size_t)w;
+        while (w > 0) {
+            size_t d = (size_t)w < m.msg_iov->iov_len ? (size_t)w : m.msg_iov->iov_len;
+            m.msg_iov->iov_base = (char *)m.msg_iov->iov_base + d;
+            m.msg_iov->iov_len -= d;
+            w -= (ssize_t)d;
+            if (!m.msg_iov->iov_len) {
+                m.msg_iov++;
+                m.msg_iovlen--;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Length of the complete response at the start of c->rbuf, 0 if incomplete,
+ * -1 if wrong. For a get, checks the value's bytes. */
+static long mconn_parse(mconn_t *c, int op)
+{
+    char *b = c->rbuf;
+    char *eol = memmem(b, c->rlen, "\r\n", 2);
+    if (!eol)
+        return c->rlen > 512 ? -1 : 0;
+    size_t hl = (size_t)(eol - b) + 2;
+    if (op == OP_PUT)
+        return hl == 8 && memcmp(b, "STORED\r\n", 8) == 0 ? (long)hl : -1;
+    unsigned long len;
+    if (strncmp(b, "VALUE ", 6) != 0)
+        return -1; /* END: a miss */
+    char *sp = memrchr(b, ' ', hl - 2);
+    if (!sp || (len = strtoul(sp + 1, NULL, 10)) != cfg.size)
+        return -1;
+    size_t total = hl + len + 2 + 5;
+    if (c->rlen < total)
+        return 0;
+    if ((unsigned char)b[hl] != fill_of(c->idx) ||
+        (unsigned char)b[hl + len - 1] != fill_of(c->idx) || memcmp(b + hl + len, "\r\nEND\r\n", 7))
+        return -1;
+    return (long)total;
+}
+
+static int mc_connect(const char *hostport)
+{
+    char host[256];
+    const char *colon = strrchr(hostport, ':');
+    if (!colon || (size_t)(colon - hostport) >= sizeof(host))
+        return -EINVAL;
+    memcpy(host, hostport, (size_t)(colon - hostport));
+    host[colon - hostport] = 0;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
+        return -EINVAL;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+        int e = -errno;
+        close(fd);
+        fd = e;
+    }
+    freeaddrinfo(ai);
+    if (fd >= 0) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    return fd;
+}
+
+/* One measured phase over all connections; seconds <= 0: one request per key,
+ * untimed (the prefill). */
+static int memcached_phase(int ep, mconn_t *cs, int op, double seconds)
+{
+    phase_start();
+    uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)(seconds * 1e9);
+    uint64_t limit = seconds > 0 ? UINT64_MAX : cfg.keys;
+    unsigned active = 0;
+    for (unsigned i = 0; i < cfg.conc; i++) {
+        mconn_t *c = &cs[i];
+        c->seq = c->done = c->errors = 0;
+        c->rlen = 0;
+        c->active = mconn_send(c, op) == 0;
+        c->errors += !c->active;
+        active += (unsigned)c->active;
+    }
+    struct epoll_event evs[64];
+    while (active) {
+        int n = epoll_wait(ep, evs, 64, 10000);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            fprintf(stderr, "mc_bench: memcached: no response in 10 s\n");
+            return -1;
+        }
+        for (int e = 0; e < n; e++) {
+            mconn_t *c = evs[e].data.ptr;
+            if (!c->active)
+                continue;
+            ssize_t r = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+            if (r <= 0) {
+                if (r < 0 && errno == EINTR)
+                    continue;
+                c->errors++;
+                c->active = 0;
+                active--;
+                continue;
+            }
+            c->rlen += (size_t)r;
+            long used = mconn_parse(c, op);
+            if (used == 0)
+                continue;
+            if (used < 0 || (size_t)used != c->rlen) { /* one request in flight */
+                c->errors++;
+                c->active = 0;
+                active--;
+                continue;
+            }
+            c->done++;
+            c->rlen = 0;
+            if (c->seq < limit && now_ns() < deadline && mconn_send(c, op) == 0)
+                continue;
+            c->active = 0;
+            active--;
+        }
+    }
+    uint64_t ops = 0, errors = 0;
+    for (unsigned i = 0; i < cfg.conc; i++) {
+        ops += cs[i].done;
+        errors += cs[i].errors;
+    }
+    if (seconds > 0)
+        report(op_names[1][op], ops, now_ns() - t0, errors);
+    if (errors)
+        fprintf(stderr, "mc_bench: memcached: %llu %s errors\n", (unsigned long long)errors,
+                op_names[1][op]);
+    return errors ? -1 : 0;
+}
+
+static int run_memcached(const char *addr)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    mconn_t *cs = calloc(cfg.conc, sizeof(*cs));
+    mc_value = malloc(cfg.size);
+    if (ep < 0 || !cs || !mc_value)
+        return 1;
+    int bad = 0;
+    for (unsigned i = 0; !bad && i < cfg.conc; i++) {
+        mconn_t *c = &cs[i];
+        c->idx = i;
+        c->rcap = cfg.size + 512;
+        c->rbuf = malloc(c->rcap);
+        c->fd = mc_connect(addr);
+        if (c->fd < 0 || !c->rbuf) {
+            fprintf(stderr, "mc_bench: connecting to memcached at %s: %s\n", addr,
+                    strerror(c->fd < 0 ? -c->fd : ENOMEM));
+            bad = 1;
+            break;
+        }
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+    }
+    if (!bad)
+        bad = memcached_phase(ep, cs, OP_PUT, 0) < 0; /* prefill, untimed */
+    for (int p = 0; !bad && p < cfg.nphases; p++)
+        bad = memcached_phase(ep, cs, cfg.phases[p], cfg.seconds) < 0;
+    for (unsigned i = 0; i < cfg.conc; i++) {
+        if (cs[i].fd > 0)
+            close(cs[i].fd);
+        free(cs[i].rbuf);
+    }
+    free(cs);
+    free(mc_value);
+    close(ep);
+    return bad;
+}
+
+/* ---- memcpy ---- */
+
+static int run_memcpy(void)
+{
+    size_t region = 64 << 20;
+    if (region < cfg.size * 4)
+        region = cfg.size * 4;
+    size_t n = region / cfg.size;
+    char *src = malloc(n * cfg.size), *dst = malloc(cfg.size);
+    if (!src || !dst)
+        return 1;
+    memset(src, 'm', n * cfg.size);
+    memset(dst, 0, cfg.size);
+    phase_start();
+    uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)(cfg.seconds * 1e9), ops = 0;
+    for (;;) {
+        for (int k = 0; k < 64; k++, ops++) {
+            memcpy(dst, src + (ops % n) * cfg.size, cfg.size);
+            __asm__ volatile("" : : "r"(dst) : "memory");
+        }
+        if (now_ns() >= deadline)
+            break;
+    }
+    uint64_t t1 = now_ns();
+    int bad = dst[0] != 'm' || dst[cfg.size - 1] != 'm';
+    report("memcpy", ops, t1 - t0, (uint64_t)bad);
+    free(src);
+    free(dst);
+    return bad;
+}
+
+/* ---- main ---- */
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: mc_bench (--master HOST:PORT | --embedded | --memcached HOST:PORT |\n"
+               "                 --memcpy) [--size SIZE] [--concurrency N] [--seconds S]\n"
+               "                [--keys K] [--ops put,get]\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"master", required_argument, NULL, 'm'},
+        {"embedded", no_argument, NULL, 'e'},
+        {"memcached", required_argument, NULL, 'M'},
+        {"memcpy", no_argument, NULL, 'c'},
+        {"size", required_argument, NULL, 's'},
+        {"concurrency", required_argument, NULL, 'n'},
+        {"seconds", required_argument, NULL, 't'},
+        {"keys", required_argument, NULL, 'k'},
+        {"ops", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    const char *addr = NULL, *ops = "put,get";
+    int c;
+    while ((c = getopt_long(argc, argv, "hn:", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            cfg.mode = "cluster";
+            addr = optarg;
+            break;
+        case 'e':
+            cfg.mode = "embedded";
+            break;
+        case 'M':
+            cfg.mode = "memcached";
+            addr = optarg;
+            break;
+        case 'c':
+            cfg.mode = "memcpy";
+            break;
+        case 's': {
+            uint64_t v;
+            if (mc_parse_size(optarg, &v) < 0 || v == 0 || v > (1U << 30)) {
+                fprintf(stderr, "mc_bench: bad --size '%s'\n", optarg);
+                return 2;
+            }
+            cfg.size = (size_t)v;
+            break;
+        }
+        case 'n':
+            cfg.conc = (unsigned)strtoul(optarg, NULL, 10);
+            break;
+        case 't':
+            cfg.seconds = strtod(optarg, NULL);
+            break;
+        case 'k':
+            cfg.keys = (unsigned)strtoul(optarg, NULL, 10);
+            break;
+        case 'o':
+            ops = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!cfg.mode || optind != argc || cfg.conc == 0 || cfg.conc > 4096 || cfg.keys == 0 ||
+        !(cfg.seconds > 0)) {
+        usage(stderr);
+        return 2;
+    }
+    char *opsdup = strdup(ops), *save = NULL;
+    for (char *t = strtok_r(opsdup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int op = strcmp(t, "put") == 0 || strcmp(t, "set") == 0 ? OP_PUT
+                 : strcmp(t, "get") == 0                        ? OP_GET
+                                                                : -1;
+        if (op < 0 || cfg.nphases == 2) {
+            fprintf(stderr, "mc_bench: --ops takes put,get (or one of them)\n");
+            return 2;
+        }
+        cfg.phases[cfg.nphases++] = op;
+    }
+    free(opsdup);
+    if (strcmp(cfg.mode, "memcpy") == 0) {
+        cfg.conc = 1; /* one thread copying */
+        return run_memcpy();
+    }
+    if (strcmp(cfg.mode, "memcached") == 0)
+        return run_memcached(addr);
+    /* SHM PATH: a `--shm --master ADDR` mode goes here once the shared-memory
+     * data path exists: the same run_store() with the path enabled, checked
+     * through the store's counters (see STATS in run_store), compared with
+     * --memcpy by cluster.sh. */
+    return run_store(addr); /* cluster (addr set) or embedded (NULL) */
+}
