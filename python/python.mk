@@ -2,7 +2,9 @@
 # Included by the top-level Makefile, which defines PYTHON, BUILD and Q.
 #
 #   python-ext    builds the C extension in place (PYTHONPATH=python works)
-#   python-test   runs python/tests with $(PYTHON) (Debian's pytest)
+#   python-test   runs python/tests with $(PYTHON) (Debian's pytest); the
+#                 cluster tests start mooncake-master, mooncake-cli nodes and
+#                 mooncake-fs mounts on loopback
 #   python-wheel  builds the wheel offline into $(BUILD)/python/dist
 #
 # Under SAN=1 (make asan) the suite is skipped: an extension linked with the
@@ -27,7 +29,7 @@ ifeq ($(SAN),1)
 python-test:
 	@echo "python: skipped under sanitizers (the extension would need the ASan runtime preloaded)"
 else
-python-test: python-ext $(BUILD)/mooncake-fs
+python-test: python-ext $(BUILD)/mooncake-fs $(BUILD)/mooncake-master $(BUILD)/mooncake-cli
 	$(Q)MC_BUILD=$(BUILD) PYTHONPATH=python $(PYTHON) -m pytest -q -rs python/tests
 endif
 

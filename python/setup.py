@@ -16,6 +16,20 @@ LIB = os.environ.get("MC_LIBMOONCAKE") or os.path.join(ROOT, "build", "libmoonca
 if not os.path.isabs(LIB):
     LIB = os.path.join(ROOT, LIB)
 
+
+def _system_libraries():
+    """The shared libraries libmooncake.a needs: liburing, pthread, and
+    libsodium when the archive refers to it (its authentication)."""
+    libs = ["uring"]
+    try:
+        with open(LIB, "rb") as f:
+            if b"sodium_init" in f.read():
+                libs.append("sodium")
+    except OSError:
+        pass  # the build fails below with a clear message about LIB
+    return libs + ["pthread"]
+
+
 store_ext = Extension(
     "mooncake._store",
     sources=["mooncake/_store.c"],
@@ -24,7 +38,7 @@ store_ext = Extension(
                         "-fvisibility=hidden"],
     extra_objects=[LIB],
     extra_link_args=["-Wl,--exclude-libs,ALL"],
-    libraries=["uring", "pthread"],
+    libraries=_system_libraries(),
     depends=[LIB, os.path.join(ROOT, "core", "include", "mooncake", "mooncake.h"),
              os.path.join(ROOT, "core", "include", "mooncake", "loop.h")],
 )

@@ -20,14 +20,17 @@ NATIVE = (
 
 
 class DirectBackend:
-    """One open libmooncake store. Raises OSError(errno) when it cannot open;
-    ENOTSUP means a cluster address was given to a build without the cluster."""
+    """One open libmooncake store: embedded when master is None, else a
+    client of that master (and a node when segment_size > 0). Raises
+    OSError(errno) when it cannot open, e.g. ECONNREFUSED or ETIMEDOUT (within
+    timeout_ms) when the master does not answer."""
 
     kind = "direct"
 
     def __init__(self, segment_size=0, lease_ms=0, master=None, evict_high_pct=0,
-                 evict_ratio_pct=0):
-        self._s = _store.Store(segment_size, lease_ms, master, evict_high_pct, evict_ratio_pct)
+                 evict_ratio_pct=0, listen=None, timeout_ms=0):
+        self._s = _store.Store(segment_size, lease_ms, master, evict_high_pct, evict_ratio_pct,
+                               listen, timeout_ms)
         self._comps = {}  # event loop -> Completer
         self._lock = threading.Lock()
         for name in NATIVE:
@@ -75,7 +78,12 @@ class DirectBackend:
             after = batch[-1]
 
     def health(self):
-        return 0 if isinstance(self._s.statfs(), tuple) else 2
+        """0 if a statfs of the store succeeds (with a master: one request to
+        it, bounded by the timeout), 1 if the store is closing, else 2."""
+        r = self._s.statfs()
+        if isinstance(r, tuple):
+            return 0
+        return 1 if r == _store.UNAVAILABLE_IN_CURRENT_STATUS else 2
 
     def inflight(self):
         return self._s.inflight()

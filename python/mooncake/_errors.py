@@ -41,6 +41,16 @@ _ERRNO = {
     errno.EINVAL: INVALID_PARAMS,
     errno.ENOTCONN: RPC_FAIL,  # the mount's daemon is gone
     errno.ECONNABORTED: RPC_FAIL,
+    # The network (a mount of a cluster; the C side maps the same errnos).
+    errno.ECONNREFUSED: RPC_FAIL,
+    errno.ETIMEDOUT: RPC_FAIL,
+    errno.EHOSTUNREACH: RPC_FAIL,
+    errno.EHOSTDOWN: RPC_FAIL,
+    errno.ENETUNREACH: RPC_FAIL,
+    errno.ENETDOWN: RPC_FAIL,
+    errno.ECONNRESET: RPC_FAIL,
+    errno.EPIPE: RPC_FAIL,
+    errno.EPROTO: RPC_FAIL,
     errno.EIO: INTERNAL_ERROR,
 }
 

@@ -95,9 +95,19 @@ static long to_code(int r)
         return CODE_UNAVAILABLE_IN_CURRENT_STATUS;
     case ENOTSUP:
         return CODE_UNAVAILABLE_IN_CURRENT_MODE;
+    /* The network: the master or a node did not answer (within the
+     * store's timeout), refused, or dropped the connection. */
     case ECONNREFUSED:
     case ETIMEDOUT:
     case EHOSTUNREACH:
+    case EHOSTDOWN:
+    case ENETUNREACH:
+    case ENETDOWN:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case ENOTCONN:
+    case EPIPE:
+    case EPROTO:
         return CODE_RPC_FAIL;
     default:
         return CODE_INTERNAL_ERROR;
@@ -1559,32 +1569,41 @@ static PyObject *m_inflight(PyObject *op, PyObject *unused)
 }
 
 /* Store(segment_size=0, lease_ms=0, master=None, evict_high_pct=0,
- *       evict_ratio_pct=0): opens an embedded store (or, once the cluster
- * exists, a client of `master`). Raises OSError(errno) on failure. */
+ *       evict_ratio_pct=0, listen=None, timeout_ms=0): opens a store.
+ * Embedded when master is None or empty (segment_size 0: the library's
+ * default; listen: also serve the master protocol there); otherwise a client
+ * of the master at `master` ("host:port"), a node contributing segment_size
+ * bytes when that is > 0 (its data served on listen, default 127.0.0.1:0),
+ * a pure client when it is 0. timeout_ms bounds every network wait (0: the
+ * library's default). Raises OSError(errno) on failure. */
 static int Store_init(PyObject *op, PyObject *args, PyObject *kw)
 {
     StoreObject *self = (StoreObject *)op;
-    static char *kwlist[] = {"segment_size",   "lease_ms",        "master",
-                             "evict_high_pct", "evict_ratio_pct", NULL};
-    unsigned long long seg = 0, lease = 0;
-    const char *master = NULL;
+    static char *kwlist[] = {"segment_size",    "lease_ms", "master",     "evict_high_pct",
+                             "evict_ratio_pct", "listen",   "timeout_ms", NULL};
+    unsigned long long seg = 0, lease = 0, timeout = 0;
+    const char *master = NULL, *listen = NULL;
     unsigned int high = 0, ratio = 0;
     if (self->s) {
         PyErr_SetString(PyExc_RuntimeError, "Store is already open");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKzII", kwlist, &seg, &lease, &master, &high,
-                                     &ratio))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKzIIzK", kwlist, &seg, &lease, &master, &high,
+                                     &ratio, &listen, &timeout))
         return -1;
     mc_store_opts_t o;
     mc_store_opts_init(&o);
-    if (seg)
+    if (master && master[0])
+        o.segment_size = seg; /* 0: a pure client, no segment */
+    else if (seg)
         o.segment_size = seg;
     if (lease)
         o.lease_ms = lease;
     o.master = master;
     o.evict_high_pct = high;
     o.evict_ratio_pct = ratio;
+    o.listen = listen && listen[0] ? listen : NULL;
+    o.timeout_ms = timeout;
     mc_store_t *s = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS;

@@ -5,14 +5,17 @@ Backends (chosen by setup(), see docs/PYTHON.md):
 
 - direct: libmooncake in this process through the C extension
   mooncake._store. Embedded (master and segment in this process) when the
-  master address is empty or "embedded"; any other address asks for the
-  cluster, which this build does not have yet: setup() then returns
-  UNAVAILABLE_IN_CURRENT_MODE (-1011).
+  master address is empty or "embedded"; with any other address
+  ("host:port") a client of that mooncake-master (or of an embedded
+  mooncake-fs serving the protocol), and a node contributing
+  global_segment_size bytes when that is > 0. An unreachable master makes
+  setup() return RPC_FAIL (-900) within timeout_ms.
 - mount: setup({"mount_point": path}) works on the files of a mounted
   mooncake-fs (pure Python).
 """
 
 import enum
+import errno
 import functools
 import logging
 import os
@@ -87,7 +90,7 @@ class ReplicateConfig:
     """How put()/upsert() place an object: replica_num replicas (at most one
     per segment; an embedded store has one), a soft pin (evicted last, for
     soft_pin_ttl_ms) or a hard pin (never evicted). preferred_segment(s) are
-    accepted and ignored while there is a single segment."""
+    accepted and ignored (libmooncake's master places the replicas)."""
 
     __slots__ = ("replica_num", "soft_pin_action", "_soft_pin_ttl_ms", "with_hard_pin",
                  "preferred_segment", "preferred_segments", "prefer_alloc_in_same_node")
@@ -302,7 +305,7 @@ _SETUP_KEYS = {
     "local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
     "protocol", "rdma_devices", "device_name", "master_server_addr", "master_server_address",
     "mount_point", "lease_ms", "default_kv_lease_ttl", "evict_high_pct", "evict_ratio_pct",
-    "engine",
+    "engine", "timeout_ms", "listen",
 }
 
 _EMBEDDED = ("", "embedded", None)
@@ -328,8 +331,8 @@ class MooncakeDistributedStore:
         """setup(local_hostname, metadata_server, global_segment_size,
         local_buffer_size, protocol, rdma_devices, master_server_addr) or
         setup(config: dict). Returns 0, or a negative code:
-        INVALID_PARAMS (a bad size or option), UNAVAILABLE_IN_CURRENT_MODE
-        (a cluster master address: not in this build), UNAVAILABLE_IN_CURRENT_STATUS
+        INVALID_PARAMS (a bad size, option or address), RPC_FAIL (the master
+        did not answer within timeout_ms), UNAVAILABLE_IN_CURRENT_STATUS
         (already set up)."""
         if isinstance(local_hostname, Mapping):
             cfg = dict(local_hostname)
@@ -351,7 +354,8 @@ class MooncakeDistributedStore:
                 log.error("mooncake setup: %s=%r is not a size", name, cfg.get(name))
                 return INVALID_PARAMS
         nums = {}
-        for name in ("lease_ms", "default_kv_lease_ttl", "evict_high_pct", "evict_ratio_pct"):
+        for name in ("lease_ms", "default_kv_lease_ttl", "evict_high_pct", "evict_ratio_pct",
+                     "timeout_ms"):
             v = cfg.get(name, 0) or 0
             if type(v) is not int or v < 0:
                 log.error("mooncake setup: %s=%r is not a non-negative int", name, v)
@@ -363,6 +367,11 @@ class MooncakeDistributedStore:
         master = cfg.get("master_server_addr")
         if master in (None, ""):
             master = cfg.get("master_server_address")
+        listen = cfg.get("listen")
+        for name, v in (("master_server_addr", master), ("listen", listen)):
+            if v is not None and not isinstance(v, str):
+                log.error("mooncake setup: %s=%r is not a str", name, v)
+                return INVALID_PARAMS
         mount = cfg.get("mount_point")
         with self._lock:
             if self._b is not None:
@@ -375,7 +384,9 @@ class MooncakeDistributedStore:
                     lease_ms=nums["lease_ms"] or nums["default_kv_lease_ttl"],
                     master=None if master in _EMBEDDED else str(master),
                     evict_high_pct=nums["evict_high_pct"],
-                    evict_ratio_pct=nums["evict_ratio_pct"])
+                    evict_ratio_pct=nums["evict_ratio_pct"],
+                    listen=listen or None,
+                    timeout_ms=nums["timeout_ms"])
             if isinstance(backend, int):
                 return backend
             self._b = backend
@@ -392,8 +403,16 @@ class MooncakeDistributedStore:
         try:
             return DirectBackend(**kw)
         except OSError as e:
-            log.error("mooncake setup: %s", e.strerror or e)
-            return _store.to_code(-(e.errno or 0)) if e.errno else INTERNAL_ERROR
+            where = f" (master {kw['master']})" if kw.get("master") else ""
+            log.error("mooncake setup: %s%s", e.strerror or e, where)
+            if not e.errno:
+                return INTERNAL_ERROR
+            if kw.get("master") and e.errno == errno.ENOENT:
+                return RPC_FAIL  # the master's host name does not resolve
+            if e.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL) and \
+                    kw.get("listen"):
+                return INVALID_PARAMS  # the listen address cannot be bound
+            return _store.to_code(-e.errno)
         except (OverflowError, ValueError) as e:
             log.error("mooncake setup: %s", e)
             return INVALID_PARAMS
@@ -424,8 +443,11 @@ class MooncakeDistributedStore:
         return 0
 
     def health_check(self):
-        """0 healthy, 1 not set up (or closed), 2 the store (master or mount)
-        does not answer."""
+        """0 healthy, 1 not set up (or closed), 2 the store does not answer.
+        Direct backend: one statfs of the store, which with a master is a
+        single request to it (at most timeout_ms); 2 when it fails (master
+        unreachable, connection lost). Mount backend: a statvfs of the mount
+        point; 2 when its daemon is gone."""
         b = self._b
         return 1 if b is None else b.health()
 

@@ -1,4 +1,5 @@
-"""mooncake.async_store: async_<name> for every method, on both backends;
+"""mooncake.async_store: async_<name> for every method, on both backends
+(direct embedded, mount, direct against a master and two nodes);
 native futures (no thread per call), several event loops, cancellation,
 close with operations in flight."""
 

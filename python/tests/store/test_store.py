@@ -1,5 +1,6 @@
 """mooncake.store: every method of MooncakeDistributedStore, on both backends
-(the `store` fixture runs each test once per backend)."""
+(the `store` fixture runs each test once per mode: direct embedded, mount,
+and direct against a master and two nodes; see conftest.py)."""
 
 import ctypes
 import os
@@ -17,7 +18,6 @@ from mooncake.store import (
     OBJECT_NOT_FOUND,
     RPC_FAIL,
     STORE_CLOSED,
-    UNAVAILABLE_IN_CURRENT_MODE,
     UNAVAILABLE_IN_CURRENT_STATUS,
     MooncakeDistributedStore,
     ReplicateConfig,
@@ -35,6 +35,17 @@ SEGMENT = 64 << 20
 def addr(buf):
     """The address of a writable buffer's first byte."""
     return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
+def test_network_errors_are_rpc_fail_on_both_backends():
+    import errno
+    for e in (errno.ECONNREFUSED, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH,
+              errno.ECONNRESET, errno.ECONNABORTED, errno.ENOTCONN, errno.EPIPE, errno.EPROTO):
+        assert _store.to_code(-e) == RPC_FAIL, errno.errorcode[e]
+        assert _errors.from_oserror(OSError(e, "x")) == RPC_FAIL, errno.errorcode[e]
+    for e, code in _errors._ERRNO.items():
+        if e not in (errno.EISDIR, errno.ENOTDIR):  # mount-only meanings
+            assert _store.to_code(-e) == code, errno.errorcode[e]
 
 
 def test_codes_match_mooncake_and_the_extension():
@@ -482,6 +493,9 @@ def test_put_with_replicate_config(store):
     c.with_soft_pin = True
     c.soft_pin_ttl_ms = 1000
     assert store.put("soft", b"v", c) == 0 and store.get("soft") == b"v"
+    if store.mode == "cluster":  # two nodes: both replicas placed
+        r = store.cluster.cli("stat", "soft")
+        assert b"replicas 2" in r.stdout, r
     h = ReplicateConfig(with_hard_pin=True)
     assert store.put("hard", b"v", config=h) == 0 and store.upsert("hard", b"w", h) == 0
     assert store.get("hard") == b"w"
