@@ -24,7 +24,7 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 BASE_CFLAGS := -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE -Icore/include -Icore/src $(SAN_FLAGS)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
-CORE_LIBS := -luring -lpthread
+CORE_LIBS := -luring -lsodium -lpthread
 LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
 
 CORE_SRC := $(sort $(wildcard core/src/*.c))

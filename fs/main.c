@@ -29,6 +29,8 @@ struct options {
     char *listen;
     char *net_timeout;
     char *replicas;
+    char *secret_file;
+    int no_shm;
     int help;
     int version;
 };
@@ -52,10 +54,13 @@ static const struct fuse_opt option_spec[] = {
     OPT("--replicas %s", replicas),
     OPT("--listen=%s", listen),
     OPT("--listen %s", listen),
+    OPT("--auth-secret-file=%s", secret_file),
+    OPT("--auth-secret-file %s", secret_file),
     OPT("--timeout-ms=%s", net_timeout),
     OPT("--timeout-ms %s", net_timeout),
     OPT("--cache-timeout=%s", timeout),
     OPT("--cache-timeout %s", timeout),
+    OPT("--no-shm", no_shm),
     OPT("--help", help),
     OPT("-h", help),
     OPT("--version", version),
@@ -78,6 +83,10 @@ static void usage(const char *prog)
            "                          'none' serves nothing); with --master, the segment's\n"
            "                          data (default 127.0.0.1 on any free port)\n"
            "    --timeout-ms N        bound on every network wait (default 5000)\n"
+           "    --auth-secret-file F  the cluster's shared secret (a file of mode 600):\n"
+           "                          peers prove to each other that they know it\n"
+           "    --no-shm              move no bytes through shared memory with nodes on\n"
+           "                          this host (nor offer this segment that way)\n"
            "    --replicas N          copies of each file, on different nodes (default 1)\n"
            "    --lease-ms N          read lease in milliseconds (default %d)\n"
            "    --evict-high PCT      evict least recently used objects when the\n"
@@ -214,6 +223,8 @@ int main(int argc, char *argv[])
         }
     }
     so.master = o.master;
+    so.secret_file = o.secret_file;
+    so.no_shm = o.no_shm;
     fs.replicas = 1;
     if (o.replicas) {
         if (parse_uint(o.replicas, "--replicas", 8, &v) < 0 || v == 0)
@@ -325,5 +336,6 @@ out_args:
     free(o.listen);
     free(o.net_timeout);
     free(o.replicas);
+    free(o.secret_file);
     return ret;
 }

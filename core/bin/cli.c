@@ -23,14 +23,18 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: mooncake-cli [--master ADDR] [--segment-size SIZE] [--listen ADDR]\n"
                "                    [--timeout-ms N] [--replicas N] [--pin hard|soft]\n"
-               "                    COMMAND [ARGS]\n"
+               "                    [--auth-secret-file F] [--no-shm] [--stats] COMMAND [ARGS]\n"
                "commands:\n"
                "    put KEY [FILE]   store FILE (default: standard input) under KEY\n"
                "    get KEY [FILE]   write KEY's value to FILE (default: standard output)\n"
                "    stat KEY         print size, version, mode and replicas\n"
                "    rm [-f] KEY      remove KEY (-f: even while leased or open)\n"
                "    ls [PREFIX]      list keys under PREFIX\n"
-               "    node             contribute --segment-size bytes until interrupted\n");
+               "    node             contribute --segment-size bytes until interrupted\n"
+               "options:\n"
+               "    --no-shm         move no bytes through shared memory with co-located\n"
+               "                     nodes (nor offer this node's segment that way)\n"
+               "    --stats          print the bytes moved per transport to stderr at the end\n");
 }
 
 static int fail(const char *what, int rc)
@@ -182,14 +186,21 @@ static int cmd_node(void)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"master", required_argument, NULL, 'm'},   {"segment-size", required_argument, NULL, 's'},
-        {"listen", required_argument, NULL, 'l'},   {"timeout-ms", required_argument, NULL, 't'},
-        {"replicas", required_argument, NULL, 'r'}, {"pin", required_argument, NULL, 'P'},
-        {"help", no_argument, NULL, 'h'},           {0},
+        {"master", required_argument, NULL, 'm'},
+        {"segment-size", required_argument, NULL, 's'},
+        {"listen", required_argument, NULL, 'l'},
+        {"timeout-ms", required_argument, NULL, 't'},
+        {"replicas", required_argument, NULL, 'r'},
+        {"pin", required_argument, NULL, 'P'},
+        {"auth-secret-file", required_argument, NULL, 'a'},
+        {"no-shm", no_argument, NULL, 'S'},
+        {"stats", no_argument, NULL, 'T'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
     };
     mc_store_opts_t o;
     uint32_t replicas = 1;
-    int c;
+    int c, stats = 0;
     mc_store_opts_init(&o);
     o.segment_size = 0;
     while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
@@ -211,6 +222,15 @@ int main(int argc, char **argv)
             break;
         case 'r':
             replicas = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case 'a':
+            o.secret_file = optarg;
+            break;
+        case 'S':
+            o.no_shm = 1;
+            break;
+        case 'T':
+            stats = 1;
             break;
         case 'P':
             if (strcmp(optarg, "hard") == 0)
@@ -263,6 +283,16 @@ int main(int argc, char **argv)
         rc = cmd_node();
     else
         rc = -1;
+    if (stats) {
+        mc_store_stats_t st;
+        mc_store_stats(s, &st);
+        fprintf(stderr,
+                "stats: local_ops %llu local_bytes %llu shm_ops %llu shm_bytes %llu "
+                "tcp_ops %llu tcp_bytes %llu\n",
+                (unsigned long long)st.local_ops, (unsigned long long)st.local_bytes,
+                (unsigned long long)st.shm_ops, (unsigned long long)st.shm_bytes,
+                (unsigned long long)st.tcp_ops, (unsigned long long)st.tcp_bytes);
+    }
     mc_store_close(s);
     if (rc < 0) {
         usage(stderr);

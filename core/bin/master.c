@@ -17,24 +17,27 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "log.h"
 #include "master.h"
 #include "mooncake/mooncake.h"
 #include "net.h"
 #include "server.h"
 #include "service.h"
+#include "shm.h"
 
 #define SEG_LOCAL 0
 
-static char *seg_mem;
+static mc__seg_t seg_mem = {.fd = -1};
 static uint64_t seg_size;
 
-static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size)
+static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd)
 {
-    if (seg != SEG_LOCAL || !seg_mem)
+    if (seg != SEG_LOCAL || !seg_mem.base)
         return -ENOENT;
-    *base = seg_mem;
-    *size = seg_size;
+    *base = seg_mem.base;
+    *size = seg_mem.size;
+    *fd = seg_mem.fd;
     return 0;
 }
 
@@ -66,7 +69,11 @@ static void usage(FILE *f, const char *prog)
             "    --node-ttl-ms N       a node silent this long loses its segments (5000)\n"
             "    --evict-high PCT      evict when use passes PCT%% (default 0: never)\n"
             "    --evict-ratio PCT     then free PCT%% of the space (default 10)\n"
-            "    --auth-secret-file F  require clients to prove they know the secret\n"
+            "    --auth-secret-file F  the cluster's shared secret (mode 600): every peer\n"
+            "                          must prove it knows it, and this master proves\n"
+            "                          it to them (without one, listen on loopback)\n"
+            "    --no-shm              do not offer the segment to co-located clients\n"
+            "                          as shared memory\n"
             "    --log-level LEVEL     error, warn, info (default), debug\n"
             "    -h, --help, -V, --version\n",
             prog, MC_DEFAULT_LEASE_MS);
@@ -96,6 +103,7 @@ int main(int argc, char **argv)
         {"evict-high", required_argument, NULL, 'e'},
         {"evict-ratio", required_argument, NULL, 'r'},
         {"auth-secret-file", required_argument, NULL, 'a'},
+        {"no-shm", no_argument, NULL, 'S'},
         {"log-level", required_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
@@ -103,6 +111,9 @@ int main(int argc, char **argv)
     };
     char listen_buf[64];
     const char *listen = "127.0.0.1:50051";
+    const char *secret_file = NULL;
+    int no_shm = 0;
+    mc__secret_t *secret = NULL;
     unsigned long long v;
     mc__master_opts_t mo = {.lease_ms = MC_DEFAULT_LEASE_MS, .align = 64};
     mc__svc_opts_t so = {0};
@@ -146,9 +157,11 @@ int main(int argc, char **argv)
             mo.evict_ratio_pct = (unsigned)v;
             break;
         case 'a':
-            fprintf(stderr, "mooncake-master: error: --auth-secret-file: authentication is not "
-                            "built yet\n");
-            return 2;
+            secret_file = optarg;
+            break;
+        case 'S':
+            no_shm = 1;
+            break;
         case 'v':
             level = mc__log_parse_level(optarg);
             if (level < 0) {
@@ -179,6 +192,8 @@ int main(int argc, char **argv)
         mc__log(MC__LOG_ERROR, "bad --listen '%s': %s", listen, mc_strerror(rc));
         return 2;
     }
+    if (secret_file && mc__secret_load(secret_file, &secret) < 0)
+        return 2; /* the reason is logged */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -197,16 +212,16 @@ int main(int argc, char **argv)
         goto out;
     }
     if (seg_size) {
-        seg_mem = mmap(NULL, seg_size, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (seg_mem == MAP_FAILED || mc__svc_add_local_segment(svc, SEG_LOCAL, seg_size, NULL)) {
-            mc__log(MC__LOG_ERROR, "cannot host a segment of %llu bytes",
-                    (unsigned long long)seg_size);
-            seg_mem = NULL;
+        /* In a memfd, so that co-located clients can map it (shm.h). */
+        if ((rc = mc__seg_create(seg_size, "mooncake-segment", &seg_mem)) < 0 ||
+            mc__svc_add_local_segment(svc, SEG_LOCAL, seg_size, NULL)) {
+            mc__log(MC__LOG_ERROR, "cannot host a segment of %llu bytes: %s",
+                    (unsigned long long)seg_size, mc_strerror(rc < 0 ? rc : -ENOMEM));
             goto out;
         }
     }
-    mc__server_opts_t sro = {.svc = svc, .seg_lookup = seg_lookup};
+    mc__server_opts_t sro = {
+        .svc = svc, .seg_lookup = seg_lookup, .secret = secret, .shm = !no_shm && seg_size};
     rc = mc__server_new(&srv, loop, &addr, &sro);
     if (rc < 0) {
         mc__log(MC__LOG_ERROR, "cannot listen on %s: %s", listen, mc_strerror(rc));
@@ -217,8 +232,8 @@ int main(int argc, char **argv)
     mc_poll_t sig = {.data = loop};
     if (sfd < 0 || mc_poll_start(loop, &sig, sfd, POLLIN, on_signal) < 0)
         goto out;
-    mc__log(MC__LOG_INFO, "listening on %s (segment %llu bytes)", mc__server_addr(srv),
-            (unsigned long long)seg_size);
+    mc__log(MC__LOG_INFO, "listening on %s (segment %llu bytes%s)", mc__server_addr(srv),
+            (unsigned long long)seg_size, secret ? ", authentication required" : "");
     rc = mc_loop_run(loop);
     ret = rc < 0 ? 1 : 0;
     mc_poll_stop(&sig);
@@ -235,7 +250,7 @@ out:
     mc__master_free(m);
     if (loop)
         mc_loop_free(loop);
-    if (seg_mem)
-        munmap(seg_mem, seg_size);
+    mc__seg_destroy(&seg_mem);
+    mc__secret_free(secret);
     return ret;
 }

@@ -34,7 +34,7 @@
 #include "mooncake/loop.h"
 
 enum tok_kind { TOK_WAKE, TOK_POLL, TOK_TIMER, TOK_IO };
-enum io_op { IO_ACCEPT, IO_CONNECT, IO_RECV, IO_SENDMSG };
+enum io_op { IO_ACCEPT, IO_CONNECT, IO_RECV, IO_SENDMSG, IO_RECVMSG };
 
 /* user_data of a linked timeout: its op's token with this bit set. */
 #define TOK_LINK_BIT ((uintptr_t)1)
@@ -51,7 +51,7 @@ struct tok {
     int res;       /* the op's result, held until the timeout's CQE */
     int timed_out; /* the linked timeout fired */
     socklen_t salen;
-    void *buf; /* IO_RECV */
+    void *buf; /* IO_RECV, IO_RECVMSG */
     size_t len;
     mc_loop_fn release;
     void *release_arg;
@@ -59,6 +59,14 @@ struct tok {
         struct sockaddr_storage sa;
         struct msghdr msg;
     } u;
+    int *fds_out, *nfds_out; /* IO_RECVMSG: where received descriptors go */
+    union {                  /* IO_SENDMSG, IO_RECVMSG: SCM_RIGHTS */
+        size_t align;        /* a cmsghdr's alignment */
+        /* CMSG_SPACE(sizeof(int) * MC__IO_MAX_FDS), spelled out: clang does
+         * not take CMSG_SPACE() as a constant; the last term covers the
+         * alignment padding. */
+        char buf[sizeof(struct cmsghdr) + sizeof(int) * MC__IO_MAX_FDS + sizeof(size_t)];
+    } ctrl;
     struct iovec iov[]; /* IO_SENDMSG: the caller's iovec array, copied */
 };
 
@@ -500,6 +508,9 @@ static int arm_io(mc_loop_t *l, struct tok *t, uint64_t timeout_ms)
     case IO_SENDMSG:
         io_uring_prep_sendmsg(sqe, t->fd, &t->u.msg, MSG_NOSIGNAL);
         break;
+    case IO_RECVMSG:
+        io_uring_prep_recvmsg(sqe, t->fd, &t->u.msg, MSG_CMSG_CLOEXEC);
+        break;
     }
     io_uring_sqe_set_data(sqe, t);
     t->pending = 1;
@@ -548,6 +559,30 @@ static void on_accept_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
     io->cb(io, res);
 }
 
+/* Hands the descriptors a recvmsg brought to its caller, or closes them
+ * when nobody wants them (cancelled, failed). */
+static void take_fds(struct tok *t, int keep)
+{
+    int n = 0;
+    if (t->res >= 0) {
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&t->u.msg); cm; cm = CMSG_NXTHDR(&t->u.msg, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t cnt = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < cnt; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+                if (keep && n < MC__IO_MAX_FDS)
+                    t->fds_out[n++] = fd;
+                else
+                    close(fd);
+            }
+        }
+    }
+    if (keep)
+        *t->nfds_out = n;
+}
+
 static void on_io_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe, int is_link)
 {
     if (t->op == IO_ACCEPT) {
@@ -566,6 +601,8 @@ static void on_io_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe, int
     int res = t->res;
     if (t->timed_out && (res == -ECANCELED || res == -EINTR))
         res = -ETIMEDOUT;
+    if (t->op == IO_RECVMSG)
+        take_fds(t, io != NULL && res >= 0);
     tok_done(l, t);
     if (io) {
         io->token = NULL;
@@ -639,6 +676,49 @@ int mc__io_sendmsg(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, 
     memcpy(t->iov, iov, (size_t)n * sizeof(*iov));
     t->u.msg.msg_iov = t->iov;
     t->u.msg.msg_iovlen = (size_t)n;
+    return io_start(l, io, t, timeout_ms, cb);
+}
+
+int mc__io_sendmsg_fd(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
+                      int pass_fd, uint64_t timeout_ms, mc__io_cb cb)
+{
+    if (n < 1 || n > MC__IO_MAX_IOV)
+        return -EINVAL;
+    if (pass_fd < 0)
+        return -EBADF;
+    struct tok *t = io_tok(l, io, IO_SENDMSG, fd, (size_t)n * sizeof(*iov));
+    if (!t)
+        return -ENOMEM;
+    memcpy(t->iov, iov, (size_t)n * sizeof(*iov));
+    t->u.msg.msg_iov = t->iov;
+    t->u.msg.msg_iovlen = (size_t)n;
+    t->u.msg.msg_control = t->ctrl.buf;
+    t->u.msg.msg_controllen = CMSG_SPACE(sizeof(int));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&t->u.msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &pass_fd, sizeof(pass_fd));
+    return io_start(l, io, t, timeout_ms, cb);
+}
+
+int mc__io_recvmsg(mc_loop_t *l, mc__io_t *io, int fd, void *buf, size_t len, int *fds, int *nfds,
+                   int maxfds, uint64_t timeout_ms, mc__io_cb cb)
+{
+    if (maxfds < 1 || maxfds > MC__IO_MAX_FDS)
+        return -EINVAL;
+    struct tok *t = io_tok(l, io, IO_RECVMSG, fd, sizeof(struct iovec));
+    if (!t)
+        return -ENOMEM;
+    t->iov[0].iov_base = buf;
+    t->iov[0].iov_len = len;
+    t->u.msg.msg_iov = t->iov;
+    t->u.msg.msg_iovlen = 1;
+    t->u.msg.msg_control = t->ctrl.buf;
+    t->u.msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)maxfds);
+    t->fds_out = fds;
+    t->nfds_out = nfds;
+    *nfds = 0;
     return io_start(l, io, t, timeout_ms, cb);
 }
 

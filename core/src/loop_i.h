@@ -28,6 +28,8 @@
 
 /* The most iovecs one mc__io_sendmsg() takes (the kernel's UIO_MAXIOV). */
 #define MC__IO_MAX_IOV 1024
+/* The most descriptors one mc__io_recvmsg() takes in (SCM_RIGHTS). */
+#define MC__IO_MAX_FDS 4
 
 typedef struct mc__io mc__io_t;
 
@@ -85,6 +87,28 @@ int mc__io_recv(mc_loop_t *l, mc__io_t *io, int fd, void *buf, size_t len, uint6
  */
 int mc__io_sendmsg(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
                    uint64_t timeout_ms, mc__io_cb cb);
+
+/*
+ * mc__io_sendmsg_fd() is mc__io_sendmsg() on a Unix stream socket that also
+ * passes the descriptor pass_fd (SCM_RIGHTS) with the first byte sent. The
+ * kernel takes its own reference when the call is made; the caller keeps
+ * pass_fd and may close it once cb has run (or after a cancel, once the
+ * release function has). Returns as mc__io_sendmsg(), and -EBADF for a
+ * negative pass_fd.
+ */
+int mc__io_sendmsg_fd(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
+                      int pass_fd, uint64_t timeout_ms, mc__io_cb cb);
+
+/*
+ * mc__io_recvmsg() is mc__io_recv() that also takes in descriptors passed
+ * with SCM_RIGHTS (close-on-exec): before cb(io, n) runs they are stored in
+ * fds[0..*nfds), at most maxfds (1..MC__IO_MAX_FDS) of them, and belong to
+ * the caller; *nfds is 0 when none came. fds and nfds must stay valid as
+ * buf does. Descriptors that arrive after mc__io_cancel() are closed by the
+ * loop. Returns 0 or -errno (-EINVAL for a bad maxfds).
+ */
+int mc__io_recvmsg(mc_loop_t *l, mc__io_t *io, int fd, void *buf, size_t len, int *fds, int *nfds,
+                   int maxfds, uint64_t timeout_ms, mc__io_cb cb);
 
 /*
  * mc__io_cancel() cancels io's request: cb is not called again and io may be

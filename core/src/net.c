@@ -215,6 +215,8 @@ struct wreq {
     void *arg;
     size_t total, sent;
     int niov;
+    int early;   /* MC__SEND_EARLY: may go out while the conn is held */
+    int pass_fd; /* a descriptor to pass with the first byte (owned), or -1 */
     unsigned char hdr[MC__PROTO_HDR_SIZE];
     struct iovec iov[];
 };
@@ -243,6 +245,15 @@ struct mc__conn {
     size_t wq_bytes; /* queued and not yet sent */
     size_t max_queued;
     uint64_t send_timeout_ms, idle_timeout_ms;
+    int held;       /* mc__conn_hold(): only MC__SEND_EARLY frames go out */
+    int shutdown;   /* mc__conn_shutdown(): deliver nothing, close once sent */
+    int is_unix;    /* AF_UNIX: receive with recvmsg, descriptors may pass */
+    int sending_fd; /* the sendmsg in flight carries the head's descriptor */
+
+    int rfds[MC__CONN_MAX_FDS]; /* received descriptors, oldest first (owned) */
+    int nrfds;
+    int in_fds[MC__CONN_MAX_FDS]; /* what the recvmsg in flight brought */
+    int in_nfds;
 };
 
 static void drive(mc__conn_t *c);
@@ -300,10 +311,28 @@ static void on_connected(mc__io_t *io, int res)
     drive(c);
 }
 
+/* Queues the descriptors the last recvmsg brought, oldest first. */
+static void keep_fds(mc__conn_t *c)
+{
+    int dropped = 0;
+    for (int i = 0; i < c->in_nfds; i++) {
+        if (c->state == CS_OPEN && c->nrfds < MC__CONN_MAX_FDS) {
+            c->rfds[c->nrfds++] = c->in_fds[i];
+        } else {
+            close(c->in_fds[i]);
+            dropped++;
+        }
+    }
+    c->in_nfds = 0;
+    if (dropped && c->state == CS_OPEN)
+        conn_fail(c, -EPROTO, MC__LOG_WARN, "%d unexpected file descriptors", dropped);
+}
+
 static void on_recv(mc__io_t *io, int res)
 {
     mc__conn_t *c = io->data;
 
+    keep_fds(c);
     if (c->state != CS_OPEN) /* closed by its owner: the bytes are dropped */
         ;
     else if (res > 0)
@@ -315,6 +344,13 @@ static void on_recv(mc__io_t *io, int res)
     else if (res != -EINTR && res != -EAGAIN)
         conn_fail(c, res, MC__LOG_INFO, "receive failed: %s", strerror(-res));
     drive(c);
+}
+
+static void wreq_free(struct wreq *w)
+{
+    if (w->pass_fd >= 0)
+        close(w->pass_fd);
+    free(w);
 }
 
 /* Accounts n sent bytes to the queue, completing whole frames. */
@@ -335,7 +371,7 @@ static void consume_sent(mc__conn_t *c, size_t n)
             c->wq_tail = NULL;
         if (w->done)
             w->done(w->arg, 0);
-        free(w);
+        wreq_free(w);
     }
 }
 
@@ -343,6 +379,12 @@ static void on_sent(mc__io_t *io, int res)
 {
     mc__conn_t *c = io->data;
 
+    if (res > 0 && c->sending_fd && c->wq_head) {
+        /* The kernel passed the descriptor with the first byte. */
+        close(c->wq_head->pass_fd);
+        c->wq_head->pass_fd = -1;
+    }
+    c->sending_fd = 0;
     if (res > 0)
         consume_sent(c, (size_t)res);
     else if (res == -ETIMEDOUT)
@@ -386,7 +428,7 @@ static void reject_header(mc__conn_t *c, int rc, const mc__hdr_t *h)
 /* Delivers every whole frame in the read buffer, while the conn stays open. */
 static void deliver_frames(mc__conn_t *c)
 {
-    while (c->state == CS_OPEN) {
+    while (c->state == CS_OPEN && !c->shutdown) {
         size_t avail = c->rlen - c->roff;
         mc__hdr_t h;
         int rc = mc__hdr_decode(c->rbuf + c->roff, avail, &h);
@@ -449,23 +491,38 @@ static int rbuf_reserve(mc__conn_t *c)
 static void arm_recv(mc__conn_t *c)
 {
     int rc = rbuf_reserve(c);
-    if (rc == 0)
+    if (rc == 0 && c->is_unix)
+        rc = mc__io_recvmsg(c->loop, &c->rio, c->fd, c->rbuf + c->rlen, c->rcap - c->rlen,
+                            c->in_fds, &c->in_nfds, MC__CONN_MAX_FDS, c->idle_timeout_ms, on_recv);
+    else if (rc == 0)
         rc = mc__io_recv(c->loop, &c->rio, c->fd, c->rbuf + c->rlen, c->rcap - c->rlen,
                          c->idle_timeout_ms, on_recv);
     if (rc < 0)
         conn_fail(c, rc, MC__LOG_WARN, "cannot receive: %s", strerror(-rc));
 }
 
+/* Whether the head of the queue may be sent now. */
+static int may_send(const mc__conn_t *c)
+{
+    return c->wq_head && (!c->held || c->wq_head->early);
+}
+
 /* Sends the front of the queue, at most SEND_IOV_MAX pieces and
- * SEND_MAX_BYTES bytes, with one sendmsg. */
+ * SEND_MAX_BYTES bytes, with one sendmsg. While held, only early frames go;
+ * a frame that passes a descriptor starts a sendmsg of its own, so that the
+ * descriptor travels with its frame's first byte. */
 static void arm_send(mc__conn_t *c)
 {
     struct iovec iov[SEND_IOV_MAX];
     size_t total = 0;
-    int n = 0;
+    int n = 0, pass_fd = -1;
 
+    if (c->wq_head->pass_fd >= 0 && c->wq_head->sent == 0)
+        pass_fd = c->wq_head->pass_fd;
     for (struct wreq *w = c->wq_head; w && n < SEND_IOV_MAX && total < SEND_MAX_BYTES;
          w = w->next) {
+        if ((c->held && !w->early) || (w != c->wq_head && w->pass_fd >= 0))
+            break;
         size_t skip = w->sent;
         for (int i = 0; i < w->niov && n < SEND_IOV_MAX && total < SEND_MAX_BYTES; i++) {
             size_t len = w->iov[i].iov_len;
@@ -482,10 +539,21 @@ static void arm_send(mc__conn_t *c)
             skip = 0;
             n++;
         }
+        if (pass_fd >= 0)
+            break;
     }
-    int rc = mc__io_sendmsg(c->loop, &c->wio, c->fd, iov, n, c->send_timeout_ms, on_sent);
-    if (rc < 0)
+    int rc;
+    if (pass_fd >= 0) {
+        c->sending_fd = 1;
+        rc = mc__io_sendmsg_fd(c->loop, &c->wio, c->fd, iov, n, pass_fd, c->send_timeout_ms,
+                               on_sent);
+    } else {
+        rc = mc__io_sendmsg(c->loop, &c->wio, c->fd, iov, n, c->send_timeout_ms, on_sent);
+    }
+    if (rc < 0) {
+        c->sending_fd = 0;
         conn_fail(c, rc, MC__LOG_WARN, "cannot send: %s", strerror(-rc));
+    }
 }
 
 /* A cancelled request's buffers are free again. */
@@ -514,10 +582,13 @@ static void conn_finish(mc__conn_t *c)
         c->wq_head = w->next;
         if (w->done)
             w->done(w->arg, err);
-        free(w);
+        wreq_free(w);
     }
     c->wq_tail = NULL;
     c->wq_bytes = 0;
+    for (int i = 0; i < c->nrfds; i++)
+        close(c->rfds[i]);
+    c->nrfds = 0;
     if (c->hook)
         c->hook->close(c, c->hook_state, c->err);
     if (c->ops.on_close)
@@ -534,12 +605,19 @@ static void drive(mc__conn_t *c)
     case CS_CONNECTING:
         return;
     case CS_OPEN:
-        if (!mc__io_active(&c->rio)) {
+        if (c->shutdown) {
+            /* Take nothing more in; close once the queue is out. */
+            cancel_io(c, &c->rio);
+            if (!c->wq_head && !mc__io_active(&c->wio) && !c->draining) {
+                c->state = CS_CLOSING;
+                c->err = 0;
+            }
+        } else if (!mc__io_active(&c->rio)) {
             deliver_frames(c);
-            if (c->state == CS_OPEN)
+            if (c->state == CS_OPEN && !c->shutdown)
                 arm_recv(c);
         }
-        if (c->state == CS_OPEN && c->wq_head && !mc__io_active(&c->wio))
+        if (c->state == CS_OPEN && may_send(c) && !mc__io_active(&c->wio))
             arm_send(c);
         if (c->state == CS_OPEN)
             return;
@@ -612,8 +690,10 @@ int mc__conn_start(mc_loop_t *l, int fd, const char *peer, const mc__conn_ops_t 
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0 && !(fl & O_NONBLOCK))
         fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
         set_nodelay(fd, ss.ss_family);
+        c->is_unix = ss.ss_family == AF_UNIX;
+    }
     if (peer)
         snprintf(c->peer, sizeof(c->peer), "%s", peer);
     else
@@ -638,6 +718,7 @@ int mc__conn_connect(mc_loop_t *l, const mc__addr_t *a, uint64_t timeout_ms,
         return -ENOMEM;
     }
     mc__addr_format((const struct sockaddr *)&a->ss, a->len, c->peer, sizeof(c->peer));
+    c->is_unix = family == AF_UNIX;
     c->state = CS_CONNECTING;
     int rc = mc__io_connect(l, &c->cio, fd, (const struct sockaddr *)&a->ss, a->len,
                             timeout_ms ? timeout_ms : MC__CONN_CONNECT_TIMEOUT_MS, on_connected);
@@ -675,24 +756,45 @@ static void enqueue(mc__conn_t *c, struct wreq *w, const mc__hdr_t *h, size_t bo
     w->iov[0].iov_len = MC__PROTO_HDR_SIZE;
     w->total = MC__PROTO_HDR_SIZE + body;
     w->next = NULL;
-    if (c->wq_tail)
-        c->wq_tail->next = w;
-    else
-        c->wq_head = w;
-    c->wq_tail = w;
+    if (w->early && c->held) {
+        /* Ahead of the held frames, after the early ones; none of the held
+         * ones has been sent, as they wait for mc__conn_hold(c, 0). */
+        struct wreq **at = &c->wq_head;
+        while (*at && (*at)->early)
+            at = &(*at)->next;
+        w->next = *at;
+        *at = w;
+        if (!w->next)
+            c->wq_tail = w;
+    } else {
+        if (c->wq_tail)
+            c->wq_tail->next = w;
+        else
+            c->wq_head = w;
+        c->wq_tail = w;
+    }
     c->wq_bytes += w->total;
     if (c->state == CS_OPEN)
         kick(c);
 }
 
-int mc__conn_send(mc__conn_t *c, const mc__hdr_t *h, const void *body, size_t len)
+int mc__conn_send_ex(mc__conn_t *c, const mc__hdr_t *h, const void *body, size_t len,
+                     unsigned flags, int pass_fd)
 {
     int rc = may_queue(c, len);
     if (rc < 0)
         return rc;
+    if (pass_fd >= 0 && !c->is_unix)
+        return -EOPNOTSUPP;
     struct wreq *w = malloc(sizeof(*w) + 2 * sizeof(struct iovec) + len);
     if (!w)
         return -ENOMEM;
+    w->pass_fd = -1;
+    if (pass_fd >= 0 && (w->pass_fd = fcntl(pass_fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        rc = -errno;
+        free(w);
+        return rc;
+    }
     char *copy = (char *)&w->iov[2];
     if (len)
         memcpy(copy, body, len);
@@ -702,8 +804,14 @@ int mc__conn_send(mc__conn_t *c, const mc__hdr_t *h, const void *body, size_t le
     w->sent = 0;
     w->done = NULL;
     w->arg = NULL;
+    w->early = (flags & MC__SEND_EARLY) != 0;
     enqueue(c, w, h, len);
     return 0;
+}
+
+int mc__conn_send(mc__conn_t *c, const mc__hdr_t *h, const void *body, size_t len)
+{
+    return mc__conn_send_ex(c, h, body, len, 0, -1);
 }
 
 int mc__conn_send_iov(mc__conn_t *c, const mc__hdr_t *h, const struct iovec *iov, int n,
@@ -730,6 +838,8 @@ int mc__conn_send_iov(mc__conn_t *c, const mc__hdr_t *h, const struct iovec *iov
     w->sent = 0;
     w->done = done;
     w->arg = arg;
+    w->early = 0;
+    w->pass_fd = -1;
     enqueue(c, w, h, len);
     return 0;
 }
@@ -742,6 +852,51 @@ void mc__conn_close(mc__conn_t *c)
     c->err = 0;
     mc__log(MC__LOG_DEBUG, "closing %s: closed locally", c->peer);
     kick(c);
+}
+
+void mc__conn_abort(mc__conn_t *c, int err)
+{
+    if (c->state == CS_CLOSING)
+        return;
+    c->state = CS_CLOSING;
+    c->err = err;
+    mc__log(MC__LOG_DEBUG, "closing %s: %s", c->peer, strerror(-err));
+    kick(c);
+}
+
+void mc__conn_shutdown(mc__conn_t *c)
+{
+    if (c->state == CS_CLOSING || c->shutdown)
+        return;
+    if (c->state == CS_CONNECTING) {
+        mc__conn_close(c);
+        return;
+    }
+    c->shutdown = 1;
+    mc__log(MC__LOG_DEBUG, "closing %s once its replies are sent", c->peer);
+    kick(c);
+}
+
+void mc__conn_hold(mc__conn_t *c, int hold)
+{
+    c->held = hold != 0;
+    if (!c->held && c->state == CS_OPEN)
+        kick(c);
+}
+
+int mc__conn_take_fd(mc__conn_t *c)
+{
+    if (!c->nrfds)
+        return -ENOENT;
+    int fd = c->rfds[0];
+    memmove(c->rfds, c->rfds + 1, (size_t)(c->nrfds - 1) * sizeof(int));
+    c->nrfds--;
+    return fd;
+}
+
+int mc__conn_is_unix(const mc__conn_t *c)
+{
+    return c->is_unix;
 }
 
 void mc__conn_set_limits(mc__conn_t *c, size_t max_queued, uint64_t send_timeout_ms,

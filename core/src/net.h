@@ -32,6 +32,10 @@
 #define MC__CONN_MAX_QUEUED (64U << 20)  /* bytes queued for sending */
 #define MC__CONN_SEND_TIMEOUT_MS 30000   /* a send that makes no progress */
 #define MC__CONN_CONNECT_TIMEOUT_MS 5000 /* when mc__conn_connect() gets 0 */
+#define MC__CONN_MAX_FDS 4               /* received descriptors a conn keeps */
+
+/* Flags of mc__conn_send_ex(). */
+#define MC__SEND_EARLY 0x1 /* goes out while the conn is held (mc__conn_hold()) */
 
 /* A parsed socket address. */
 typedef struct mc__addr {
@@ -123,6 +127,18 @@ int mc__conn_connect(mc_loop_t *l, const mc__addr_t *a, uint64_t timeout_ms,
 int mc__conn_send(mc__conn_t *c, const mc__hdr_t *h, const void *body, size_t len);
 
 /*
+ * mc__conn_send_ex() is mc__conn_send() with flags (MC__SEND_EARLY: the
+ * frame goes out while the conn is held, ahead of the held frames and after
+ * earlier early ones) and, when pass_fd >= 0, a descriptor passed with the
+ * frame's first byte (SCM_RIGHTS; the conn sends a duplicate, the caller
+ * keeps pass_fd). Returns as mc__conn_send(), and -EOPNOTSUPP for a
+ * descriptor on a conn that is not a Unix socket, -EMFILE when it cannot be
+ * duplicated.
+ */
+int mc__conn_send_ex(mc__conn_t *c, const mc__hdr_t *h, const void *body, size_t len,
+                     unsigned flags, int pass_fd);
+
+/*
  * mc__conn_send_iov() queues the frame h with a body gathered from
  * iov[0..n) without copying it: the buffers (not the iovec array, which is
  * copied) must stay untouched until done(arg, status), which is called
@@ -140,6 +156,44 @@ int mc__conn_send_iov(mc__conn_t *c, const mc__hdr_t *h, const struct iovec *iov
  * call. Idempotent; c stays valid until on_close returns.
  */
 void mc__conn_close(mc__conn_t *c);
+
+/*
+ * mc__conn_abort() is mc__conn_close() with a reason: on_close (and the rpc
+ * hook, which fails the pending calls with it) gets err (a negative errno)
+ * instead of 0. Idempotent: a conn already closing keeps its first reason.
+ */
+void mc__conn_abort(mc__conn_t *c, int err);
+
+/*
+ * mc__conn_shutdown() closes the conn once the frames queued so far are
+ * sent (bounded by the send timeout): no frame is delivered after this
+ * call, and on_close(c, 0) follows. This is how a server answers a request
+ * and then hangs up. A conn still connecting is closed at once.
+ */
+void mc__conn_shutdown(mc__conn_t *c);
+
+/*
+ * mc__conn_hold() holds back (hold 1) or releases (hold 0) the frames
+ * queued without MC__SEND_EARLY: while held they stay queued, in order, and
+ * only early frames go out. A session handshake holds a new conn before it
+ * opens (right after mc__conn_connect()), runs with early frames, and
+ * releases the conn once it succeeds. Holding a conn that has already sent
+ * ordinary frames is not supported.
+ */
+void mc__conn_hold(mc__conn_t *c, int hold);
+
+/*
+ * mc__conn_take_fd() returns the oldest descriptor received on a Unix conn
+ * (SCM_RIGHTS, close-on-exec) and not yet taken; the caller owns it. A
+ * descriptor arrives no later than the frame it was sent with. Returns
+ * -ENOENT when none is waiting. A conn keeps at most MC__CONN_MAX_FDS; a
+ * peer that sends more is cut off, and those never taken are closed with
+ * the conn.
+ */
+int mc__conn_take_fd(mc__conn_t *c);
+
+/* mc__conn_is_unix() returns 1 for a Unix-domain conn. */
+int mc__conn_is_unix(const mc__conn_t *c);
 
 /*
  * mc__conn_set_limits() changes the conn's bounds: max_queued bytes queued

@@ -39,9 +39,10 @@
  */
 #define MC__PROTO_OPS(X)                                                                           \
     /* session */                                                                                  \
-    X(HELLO, 1, "hhus", "hus") /* min ver, max ver, role, name -> ver, auth?, challenge */         \
-    X(AUTH, 2, "s", "")        /* HMAC-SHA256(secret, challenge) */                                \
-    X(PING, 3, "", "q")        /* -> server time (ms) */                                           \
+    X(HELLO, 1, "hhuss", "huss") /* min ver, max ver, role, name, client nonce -> ver, auth?,      \
+                                    server nonce, server proof */                                  \
+    X(AUTH, 2, "s", "")          /* client proof */                                                \
+    X(PING, 3, "", "q")          /* -> server time (ms) */                                         \
     /* nodes and segments (master) */                                                              \
     X(MOUNT_SEGMENT, 10, "qusq", "u") /* node id, seg id (0: any), data addr, size -> seg id */    \
     X(UNMOUNT_SEGMENT, 11, "qu", "")  /* node id, seg id */                                        \

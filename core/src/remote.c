@@ -16,12 +16,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
+#include <unistd.h>
 
+#include "auth.h"
 #include "log.h"
 #include "proto.h"
 #include "rpc.h"
 #include "server.h"
+#include "shm.h"
 #include "store_i.h"
 
 typedef struct mc__rset {
@@ -34,11 +38,31 @@ typedef struct mc__rset {
     } r[MC__MAX_REPLICAS];
 } mc__rset_t;
 
+/* A segment of a co-located node, as this process sees it. */
+typedef struct shm_map {
+    uint32_t seg;
+    enum { SHM_TRYING, SHM_MAPPED, SHM_FAILED } state;
+    char *base; /* SHM_MAPPED: the node's segment, mapped read-write shared */
+    uint64_t size;
+    uint64_t failed_at; /* SHM_FAILED: TCP until SHM_RETRY_MS after this */
+    struct shm_map *next;
+} shm_map_t;
+
+/* A node we move data to and from. */
 typedef struct peer {
     char addr[MC__ADDR_STRLEN];
-    mc__rpc_client_t *cl;
+    struct mc__remote *rm;
+    mc__rpc_client_t *cl;     /* TCP: READ, WRITE */
+    int local;                /* addr names this host: its segment may map (shm.h) */
+    mc__rpc_client_t *shm_cl; /* to its shm socket, while a mapping is wanted or held */
+    shm_map_t *maps;
+    struct xfer *waiters; /* transfers waiting for a SHM_MAP answer */
+    int shm_pending;      /* SHM_MAP calls in flight */
+    int zombie;           /* the remote closed: free once shm_pending is 0 */
     struct peer *next;
 } peer_t;
+
+#define SHM_RETRY_MS 10000 /* after a failed SHM_MAP, use TCP this long */
 
 struct mc__remote {
     mc_store_t *s;
@@ -93,34 +117,46 @@ static int rset_take(const char **p, size_t *n, mc__rset_t **out)
     return 0;
 }
 
-/* ---- peers ---- */
+/* ---- sessions ---- */
 
-static mc__rpc_client_t *peer_get(struct mc__remote *rm, const char *addr)
+static void handshake_done(void *arg, mc__conn_t *c, int rc)
 {
-    for (peer_t *p = rm->peers; p; p = p->next)
-        if (strcmp(p->addr, addr) == 0)
-            return p->cl;
-    mc__addr_t a;
-    if (mc__addr_parse(addr, -1, &a) < 0)
-        return NULL;
-    peer_t *p = calloc(1, sizeof(*p));
-    if (!p)
-        return NULL;
-    snprintf(p->addr, sizeof(p->addr), "%s", addr);
-    static const mc__rpc_client_ops_t ops = {0};
-    if (mc__rpc_client_new(rm->s->loop, &a, rm->s->timeout_ms, &ops, rm, &p->cl) < 0) {
-        free(p);
-        return NULL;
-    }
-    p->next = rm->peers;
-    rm->peers = p;
-    return p->cl;
+    mc__rpc_client_ready(arg, c, rc);
 }
 
-/* ---- transfers ---- */
+/* Every connection this store makes, to the master, to a node, or to a
+ * node's shm socket, starts with HELLO (and AUTH with a secret) before any
+ * call goes out. */
+static void session(mc_store_t *s, mc__rpc_client_t *cl, mc__conn_t *c)
+{
+    mc__session_opts_t o = {
+        .secret = s->secret,
+        .role = s->seg ? MC__ROLE_NODE : MC__ROLE_CLIENT,
+        .timeout_ms = s->timeout_ms,
+    };
+    int rc = mc__session_start(c, &o, handshake_done, cl);
+    if (rc < 0)
+        mc__rpc_client_ready(cl, c, rc);
+}
 
-static const char zeros[1 << 16];
+/* The master's client: its data is the remote. */
+static void handshake_master(mc__rpc_client_t *cl, mc__conn_t *c)
+{
+    struct mc__remote *rm = mc__rpc_client_data(cl);
+    session(rm->s, cl, c);
+}
 
+/* A node's clients (TCP and shm): their data is the peer. */
+static void handshake_peer(mc__rpc_client_t *cl, mc__conn_t *c)
+{
+    struct peer *p = mc__rpc_client_data(cl);
+    session(p->rm->s, cl, c);
+}
+
+static const mc__rpc_client_ops_t master_ops = {.handshake = handshake_master};
+static const mc__rpc_client_ops_t peer_ops = {.handshake = handshake_peer};
+
+/* A transfer between a buffer and the replicas of an object (xfer()). */
 typedef struct xfer {
     mc_store_t *s;
     const mc__rset_t *rs;
@@ -134,7 +170,228 @@ typedef struct xfer {
     int err;
     void (*done)(void *arg, int rc);
     void *arg;
+    struct xfer *wait_next; /* parked on a peer (shm_wait()) */
 } xfer_t;
+
+/* ---- peers ---- */
+
+static void shm_unmap_all(peer_t *p)
+{
+    while (p->maps) {
+        shm_map_t *m = p->maps;
+        p->maps = m->next;
+        if (m->state == SHM_MAPPED)
+            munmap(m->base, m->size);
+        free(m);
+    }
+}
+
+static void peer_free(peer_t *p)
+{
+    shm_unmap_all(p);
+    free(p);
+}
+
+static peer_t *peer_get(struct mc__remote *rm, const char *addr)
+{
+    for (peer_t *p = rm->peers; p; p = p->next)
+        if (strcmp(p->addr, addr) == 0)
+            return p;
+    mc__addr_t a;
+    if (mc__addr_parse(addr, -1, &a) < 0)
+        return NULL;
+    peer_t *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    snprintf(p->addr, sizeof(p->addr), "%s", addr);
+    p->rm = rm;
+    p->local = !rm->s->no_shm && mc__addr_is_local(addr);
+    if (mc__rpc_client_new(rm->s->loop, &a, rm->s->timeout_ms, &peer_ops, p, &p->cl) < 0) {
+        free(p);
+        return NULL;
+    }
+    p->next = rm->peers;
+    rm->peers = p;
+    return p;
+}
+
+/* ---- shared memory with co-located nodes ---- */
+
+static shm_map_t *shm_find(peer_t *p, uint32_t seg)
+{
+    for (shm_map_t *m = p->maps; m; m = m->next)
+        if (m->seg == seg)
+            return m;
+    return NULL;
+}
+
+static void xfer_step(xfer_t *x);
+
+/* Restarts the transfers that waited for p's SHM_MAP answers. */
+static void shm_resume(peer_t *p)
+{
+    xfer_t *w = p->waiters;
+    p->waiters = NULL;
+    while (w) {
+        xfer_t *next = w->wait_next;
+        xfer_step(w);
+        w = next;
+    }
+}
+
+/* Stops talking to p's shm socket when no mapping needs it. */
+static void shm_idle(peer_t *p)
+{
+    for (shm_map_t *m = p->maps; m; m = m->next)
+        if (m->state != SHM_FAILED)
+            return;
+    if (p->shm_cl) {
+        mc__rpc_client_close(p->shm_cl);
+        p->shm_cl = NULL;
+    }
+}
+
+typedef struct shm_call {
+    peer_t *p;
+    uint32_t seg;
+} shm_call_t;
+
+static void shm_mapped(void *arg, int status, const char *body, size_t len)
+{
+    shm_call_t *sc = arg;
+    peer_t *p = sc->p;
+    uint32_t seg = sc->seg;
+    uint64_t size = 0;
+    char *base = NULL;
+
+    free(sc);
+    p->shm_pending--;
+    if (p->zombie) {
+        shm_resume(p); /* they fail: the remote is gone */
+        if (!p->shm_pending)
+            peer_free(p);
+        return;
+    }
+    int rc = status;
+    if (rc >= 0 && mc__unpack(body, len, "q", &size) < 0)
+        rc = -EPROTO;
+    if (rc >= 0) {
+        mc__conn_t *c = mc__rpc_client_conn(p->shm_cl);
+        int fd = c ? mc__conn_take_fd(c) : -ENOENT;
+        rc = fd < 0 ? -EPROTO : mc__shm_map(fd, size, &base);
+        if (fd >= 0)
+            close(fd);
+    }
+    shm_map_t *m = shm_find(p, seg);
+    if (m && rc >= 0) {
+        m->state = SHM_MAPPED;
+        m->base = base;
+        m->size = size;
+        mc__log(MC__LOG_INFO,
+                "%s: segment %u mapped (%llu bytes): data moves through shared memory", p->addr,
+                seg, (unsigned long long)size);
+    } else {
+        if (rc >= 0)
+            munmap(base, size);
+        if (m) {
+            m->state = SHM_FAILED;
+            m->failed_at = mc_loop_now_ms();
+        }
+        mc__log(MC__LOG_INFO, "%s: no shared memory for segment %u (%s): using TCP", p->addr, seg,
+                mc_strerror(rc < 0 ? rc : -ENOENT));
+        shm_idle(p);
+    }
+    shm_resume(p);
+}
+
+/* The node's shm socket closed (it died, or restarted): its memory is no
+ * longer the segment the master knows, so drop the mappings. */
+static void shm_lost(mc__rpc_client_t *cl, int err)
+{
+    peer_t *p = mc__rpc_client_data(cl);
+    mc__log(MC__LOG_INFO, "%s: shared memory lost (%s): using TCP until it maps again", p->addr,
+            err ? mc_strerror(err) : "closed");
+    shm_unmap_all(p);
+    mc__rpc_client_close(cl);
+    p->shm_cl = NULL;
+}
+
+static const mc__rpc_client_ops_t shm_ops = {.handshake = handshake_peer,
+                                             .on_disconnect = shm_lost};
+
+/* Asks p's shm socket for segment seg (a new SHM_TRYING entry). */
+static int shm_start(peer_t *p, uint32_t seg)
+{
+    mc_store_t *s = p->rm->s;
+    int rc;
+
+    if (!p->shm_cl) {
+        char name[MC__ADDR_STRLEN];
+        mc__addr_t ua;
+        if ((rc = mc__shm_unix_addr(p->addr, name, sizeof(name))) < 0 ||
+            (rc = mc__addr_parse(name, -1, &ua)) < 0 ||
+            (rc = mc__rpc_client_new(s->loop, &ua, s->timeout_ms, &shm_ops, p, &p->shm_cl)) < 0)
+            return rc;
+    }
+    shm_map_t *m = calloc(1, sizeof(*m));
+    shm_call_t *sc = calloc(1, sizeof(*sc));
+    char req[4];
+    mc__wbuf_t w = {.p = req, .cap = sizeof(req)};
+    mc__pack(&w, "u", seg);
+    if (!m || !sc) {
+        rc = -ENOMEM;
+    } else {
+        *sc = (shm_call_t){p, seg};
+        rc = mc__rpc_client_call(p->shm_cl, MC__OP_SHM_MAP, w.p, w.len, s->timeout_ms, shm_mapped,
+                                 sc);
+    }
+    if (rc < 0) {
+        free(m);
+        free(sc);
+        return rc;
+    }
+    m->seg = seg;
+    m->state = SHM_TRYING;
+    m->next = p->maps;
+    p->maps = m;
+    p->shm_pending++;
+    return 0;
+}
+
+/*
+ * Whether x must wait before it moves bytes to or from segment seg of p:
+ * the first transfer to a co-located node asks for the segment's memory
+ * and waits for the answer, so that it already takes the faster path.
+ * Parks x on p and returns 1, or returns 0 (go ahead: mapped, or TCP).
+ */
+static int shm_wait(xfer_t *x, peer_t *p, uint32_t seg)
+{
+    if (!p->local)
+        return 0;
+    shm_map_t *m = shm_find(p, seg);
+    if (m && m->state == SHM_FAILED && mc_loop_now_ms() - m->failed_at >= SHM_RETRY_MS) {
+        for (shm_map_t **pp = &p->maps; *pp; pp = &(*pp)->next) {
+            if (*pp == m) {
+                *pp = m->next;
+                break;
+            }
+        }
+        free(m);
+        m = NULL;
+    }
+    if (!m && shm_start(p, seg) < 0)
+        return 0;
+    m = shm_find(p, seg);
+    if (!m || m->state != SHM_TRYING)
+        return 0;
+    x->wait_next = p->waiters;
+    p->waiters = x;
+    return 1;
+}
+
+/* ---- transfers ---- */
+
+static const char zeros[1 << 16];
 
 typedef struct piece {
     xfer_t *x;
@@ -143,8 +400,6 @@ typedef struct piece {
     char prefix[16]; /* writes: the packed "uq" before the data */
     struct iovec iov[1 + (MC__PROTO_CHUNK / sizeof(zeros))];
 } piece_t;
-
-static void xfer_step(xfer_t *x);
 
 static void xfer_end(xfer_t *x)
 {
@@ -175,6 +430,8 @@ static void piece_done(void *arg, int status, const char *body, size_t len)
         else
             memcpy(pc->dst, body, len);
     }
+    if (status >= 0)
+        mc__count(&x->s->st.tcp_ops, &x->s->st.tcp_bytes, pc->want);
     if (status < 0 && !x->err)
         x->err = status;
     x->pending--;
@@ -189,10 +446,19 @@ static void xfer_replica(xfer_t *x, uint32_t r)
     struct mc__remote *rm = s->rm;
     const struct rrep *rep = &x->rs->r[r];
     int local = rm->seg_id && rep->seg == rm->seg_id && s->seg;
-    mc__rpc_client_t *cl = local ? NULL : peer_get(rm, rep->addr);
-    if (!local && !cl) {
+    peer_t *peer = local ? NULL : peer_get(rm, rep->addr);
+    if (!local && !peer) {
         x->err = -EHOSTUNREACH;
         return;
+    }
+    mc__rpc_client_t *cl = peer ? peer->cl : NULL;
+    /* Bytes are copied directly into our own segment or a mapped one. */
+    char *mem = local ? s->seg : NULL;
+    uint64_t mem_size = local ? s->seg_size : 0;
+    shm_map_t *m = peer ? shm_find(peer, rep->seg) : NULL;
+    if (m && m->state == SHM_MAPPED) {
+        mem = m->base;
+        mem_size = m->size;
     }
     uint64_t at = 0, end = x->off + x->len;
     for (uint32_t e = 0; e < rep->next && at < end && !x->err; e++) {
@@ -203,17 +469,21 @@ static void xfer_replica(xfer_t *x, uint32_t r)
             uint32_t n = (uint32_t)(hi - p < MC__PROTO_CHUNK ? hi - p : MC__PROTO_CHUNK);
             uint64_t soff = ex->off + (p - at);
             char *user = x->buf ? x->buf + (p - x->off) : NULL;
-            if (local) {
-                if (soff + n > s->seg_size) {
+            if (mem) {
+                if (soff > mem_size || n > mem_size - soff) {
                     x->err = -EIO;
                 } else if (x->write) {
                     if (x->zero)
-                        memset(s->seg + soff, 0, n);
+                        memset(mem + soff, 0, n);
                     else
-                        memcpy(s->seg + soff, user, n);
+                        memcpy(mem + soff, user, n);
                 } else {
-                    memcpy(user, s->seg + soff, n);
+                    memcpy(user, mem + soff, n);
                 }
+                if (local)
+                    mc__count(&s->st.local_ops, &s->st.local_bytes, n);
+                else
+                    mc__count(&s->st.shm_ops, &s->st.shm_bytes, n);
                 p += n;
                 continue;
             }
@@ -259,8 +529,34 @@ static void xfer_replica(xfer_t *x, uint32_t r)
     }
 }
 
+/* Whether x must wait for a SHM_MAP answer before it issues (shm_wait()). */
+static int xfer_parks(xfer_t *x)
+{
+    struct mc__remote *rm = x->s->rm;
+    for (uint32_t r = x->write ? 0 : x->replica; r < x->rs->n; r++) {
+        const struct rrep *rep = &x->rs->r[r];
+        if (!(rm->seg_id && rep->seg == rm->seg_id && x->s->seg)) {
+            peer_t *p = peer_get(rm, rep->addr);
+            if (p && shm_wait(x, p, rep->seg))
+                return 1;
+        }
+        if (!x->write)
+            break;
+    }
+    return 0;
+}
+
 static void xfer_step(xfer_t *x)
 {
+    if (!x->s->rm) { /* the store is closing */
+        if (!x->err)
+            x->err = -ECANCELED;
+        x->replica = x->rs->n;
+        xfer_end(x);
+        return;
+    }
+    if (xfer_parks(x))
+        return; /* shm_resume() comes back here */
     x->issuing = 1;
     if (x->write) {
         for (uint32_t r = 0; r < x->rs->n && !x->err; r++)
@@ -793,13 +1089,14 @@ int mc__remote_writer_set_key(mc_writer_t *w, const char *key, size_t klen)
 
 /* ---- the node role, and opening ---- */
 
-static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size)
+static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd)
 {
     mc_store_t *s = arg;
     if (!s->rm || seg != s->rm->seg_id || !s->seg)
         return -ENOENT;
     *base = s->seg;
     *size = s->seg_size;
+    *fd = s->seg_fd;
     return 0;
 }
 
@@ -880,15 +1177,15 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
     rm->open_done = done;
     if (getrandom(&rm->node_id, sizeof(rm->node_id), 0) != sizeof(rm->node_id) || !rm->node_id)
         rm->node_id = (uint64_t)mc_loop_now_ms() * 2654435761u | 1;
-    static const mc__rpc_client_ops_t ops = {0};
-    rc = mc__rpc_client_new(s->loop, &ma, s->timeout_ms, &ops, rm, &rm->master);
+    rc = mc__rpc_client_new(s->loop, &ma, s->timeout_ms, &master_ops, rm, &rm->master);
     if (rc < 0) {
         free(rm);
         return rc;
     }
     s->rm = rm;
     if (s->seg) {
-        mc__server_opts_t so = {.seg_lookup = seg_lookup, .seg_arg = s};
+        mc__server_opts_t so = {
+            .seg_lookup = seg_lookup, .seg_arg = s, .secret = s->secret, .shm = !s->no_shm};
         rc = mc__server_new(&rm->srv, s->loop, &la, &so);
         if (rc < 0) {
             mc__remote_close(s);
@@ -921,7 +1218,14 @@ void mc__remote_close(mc_store_t *s)
         peer_t *p = rm->peers;
         rm->peers = p->next;
         mc__rpc_client_close(p->cl);
-        free(p);
+        if (p->shm_cl)
+            mc__rpc_client_close(p->shm_cl);
+        p->shm_cl = NULL;
+        shm_unmap_all(p);
+        if (p->shm_pending)
+            p->zombie = 1; /* shm_mapped() frees it */
+        else
+            peer_free(p);
     }
     mc__rpc_client_close(rm->master);
     free(rm);

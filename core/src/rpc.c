@@ -200,7 +200,8 @@ static void rpc_close(mc__conn_t *c, void *state, int err)
 /* ---- starting calls ---- */
 
 static int call_start(mc__conn_t *c, uint16_t op, const void *body, size_t len,
-                      const struct iovec *iov, int n, uint64_t timeout_ms, mc__rpc_cb cb, void *arg)
+                      const struct iovec *iov, int n, unsigned flags, uint64_t timeout_ms,
+                      mc__rpc_cb cb, void *arg)
 {
     mc__hdr_t h;
     int rc;
@@ -233,7 +234,7 @@ static int call_start(mc__conn_t *c, uint16_t op, const void *body, size_t len,
         k->sending = 1;
         rc = mc__conn_send_iov(c, &h, iov, n, call_sent, k);
     } else {
-        rc = mc__conn_send(c, &h, body, len);
+        rc = mc__conn_send_ex(c, &h, body, len, flags, -1);
     }
     if (rc < 0) {
         mc_timer_stop(&k->timer);
@@ -247,14 +248,20 @@ static int call_start(mc__conn_t *c, uint16_t op, const void *body, size_t len,
 int mc__rpc_call(mc__conn_t *c, uint16_t op, const void *body, size_t len, uint64_t timeout_ms,
                  mc__rpc_cb cb, void *arg)
 {
-    return call_start(c, op, body, len, NULL, 0, timeout_ms, cb, arg);
+    return call_start(c, op, body, len, NULL, 0, 0, timeout_ms, cb, arg);
+}
+
+int mc__rpc_call_early(mc__conn_t *c, uint16_t op, const void *body, size_t len,
+                       uint64_t timeout_ms, mc__rpc_cb cb, void *arg)
+{
+    return call_start(c, op, body, len, NULL, 0, MC__SEND_EARLY, timeout_ms, cb, arg);
 }
 
 int mc__rpc_callv(mc__conn_t *c, uint16_t op, const struct iovec *iov, int n, uint64_t timeout_ms,
                   mc__rpc_cb cb, void *arg)
 {
     static const struct iovec none;
-    return call_start(c, op, NULL, 0, iov ? iov : &none, iov ? n : 0, timeout_ms, cb, arg);
+    return call_start(c, op, NULL, 0, iov ? iov : &none, iov ? n : 0, 0, timeout_ms, cb, arg);
 }
 
 size_t mc__rpc_pending(const mc__conn_t *c)
@@ -282,6 +289,14 @@ int mc__rpc_reply(mc__conn_t *c, const mc__hdr_t *req, int status, const void *b
     return rc < 0 ? rc : mc__conn_send(c, &h, body, len);
 }
 
+int mc__rpc_reply_fd(mc__conn_t *c, const mc__hdr_t *req, int status, const void *body, size_t len,
+                     int fd)
+{
+    mc__hdr_t h;
+    int rc = reply_hdr(&h, req, status);
+    return rc < 0 ? rc : mc__conn_send_ex(c, &h, body, len, 0, fd);
+}
+
 int mc__rpc_replyv(mc__conn_t *c, const mc__hdr_t *req, int status, const struct iovec *iov, int n,
                    mc__send_cb done, void *arg)
 {
@@ -301,11 +316,13 @@ struct mc__rpc_client {
     void *data;
     mc__conn_t *conn; /* connecting or open; NULL while backing off */
     int open;         /* conn is connected */
+    int ready;        /* ... and its handshake (if any) succeeded */
     mc_timer_t timer; /* the next connect attempt */
     uint64_t backoff_ms;
     unsigned failures; /* attempts failed in a row: only the first is logged as info */
     int closing;
-    int in_cb; /* inside an owner's callback: mc__rpc_client_close() must not free */
+    int in_cb;         /* inside an owner's callback: mc__rpc_client_close() must not free */
+    int handshake_err; /* why the last handshake failed, 0 if it did not */
 };
 
 static void client_connect(mc__rpc_client_t *cl);
@@ -324,16 +341,39 @@ static void client_retry_later(mc__rpc_client_t *cl)
         cl->backoff_ms = MC__RPC_BACKOFF_MAX_MS;
 }
 
-static void client_on_open(mc__conn_t *c)
+/* The conn is connected and, with a handshake, through it. */
+static void client_ready(mc__rpc_client_t *cl, mc__conn_t *c)
 {
-    mc__rpc_client_t *cl = mc__conn_data(c);
-
-    cl->open = 1;
+    cl->ready = 1;
     cl->backoff_ms = MC__RPC_BACKOFF_MIN_MS;
     mc__log(cl->failures ? MC__LOG_INFO : MC__LOG_DEBUG, "connected to %s", cl->name);
     cl->failures = 0;
     if (cl->ops.on_connect)
         cl->ops.on_connect(cl, c);
+}
+
+static void client_on_open(mc__conn_t *c)
+{
+    mc__rpc_client_t *cl = mc__conn_data(c);
+
+    cl->open = 1;
+    if (cl->ops.handshake)
+        cl->ops.handshake(cl, c);
+    else
+        client_ready(cl, c);
+}
+
+void mc__rpc_client_ready(mc__rpc_client_t *cl, mc__conn_t *c, int rc)
+{
+    if (c != cl->conn || !cl->open || cl->ready || cl->closing)
+        return; /* a conn already lost, or a late answer */
+    if (rc < 0) {
+        cl->handshake_err = rc;
+        mc__conn_abort(c, rc);
+        return;
+    }
+    mc__conn_hold(c, 0);
+    client_ready(cl, c);
 }
 
 static void client_on_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t len)
@@ -349,15 +389,24 @@ static void client_on_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body,
 static void client_on_close(mc__conn_t *c, int err)
 {
     mc__rpc_client_t *cl = mc__conn_data(c);
-    int was_open = cl->open;
+    int was_open = cl->open, was_ready = cl->ready, hs_err = cl->handshake_err;
 
     cl->conn = NULL;
     cl->open = 0;
+    cl->ready = 0;
+    cl->handshake_err = 0;
     if (cl->closing) {
         free(cl);
         return;
     }
-    if (was_open) {
+    if (was_open && !was_ready) {
+        /* Connected, but the handshake failed (its owner said why): back off
+         * as for a refused connect. */
+        int e = hs_err ? hs_err : err;
+        mc__log(cl->failures++ || hs_err ? MC__LOG_DEBUG : MC__LOG_WARN,
+                "session with %s failed (%s); retrying in %" PRIu64 " ms", cl->name,
+                e ? strerror(-e) : "closed", cl->backoff_ms);
+    } else if (was_open) {
         mc__log(MC__LOG_WARN, "lost the connection to %s (%s); reconnecting", cl->name,
                 err ? strerror(-err) : "closed");
         if (cl->ops.on_disconnect) {
@@ -387,6 +436,8 @@ static void client_connect(mc__rpc_client_t *cl)
 {
     int rc = mc__conn_connect(cl->loop, &cl->addr, cl->connect_timeout_ms, &client_conn_ops, cl,
                               &cl->conn);
+    if (rc == 0 && cl->ops.handshake)
+        mc__conn_hold(cl->conn, 1); /* calls wait for the handshake */
     if (rc < 0) {
         cl->conn = NULL;
         mc__log(cl->failures++ ? MC__LOG_DEBUG : MC__LOG_WARN,
@@ -434,7 +485,7 @@ int mc__rpc_client_callv(mc__rpc_client_t *cl, uint16_t op, const struct iovec *
 
 mc__conn_t *mc__rpc_client_conn(const mc__rpc_client_t *cl)
 {
-    return cl->open && !cl->closing ? cl->conn : NULL;
+    return cl->ready && !cl->closing ? cl->conn : NULL;
 }
 
 void *mc__rpc_client_data(const mc__rpc_client_t *cl)

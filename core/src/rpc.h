@@ -54,6 +54,14 @@ int mc__rpc_call(mc__conn_t *c, uint16_t op, const void *body, size_t len, uint6
 int mc__rpc_callv(mc__conn_t *c, uint16_t op, const struct iovec *iov, int n, uint64_t timeout_ms,
                   mc__rpc_cb cb, void *arg);
 
+/*
+ * mc__rpc_call_early() is mc__rpc_call() with a frame that goes out while
+ * the conn is held (MC__SEND_EARLY, net.h): the calls of a session
+ * handshake. Returns as mc__rpc_call().
+ */
+int mc__rpc_call_early(mc__conn_t *c, uint16_t op, const void *body, size_t len,
+                       uint64_t timeout_ms, mc__rpc_cb cb, void *arg);
+
 /* mc__rpc_pending() returns the number of c's calls awaiting a response. */
 size_t mc__rpc_pending(const mc__conn_t *c);
 
@@ -63,6 +71,14 @@ size_t mc__rpc_pending(const mc__conn_t *c);
  * status that does not fit the header, or the errors of mc__conn_send().
  */
 int mc__rpc_reply(mc__conn_t *c, const mc__hdr_t *req, int status, const void *body, size_t len);
+
+/*
+ * mc__rpc_reply_fd() is mc__rpc_reply() that also passes the descriptor fd
+ * with the response (SCM_RIGHTS; a Unix conn only, else -EOPNOTSUPP). The
+ * caller keeps fd: the conn sends a duplicate.
+ */
+int mc__rpc_reply_fd(mc__conn_t *c, const mc__hdr_t *req, int status, const void *body, size_t len,
+                     int fd);
 
 /*
  * mc__rpc_replyv() answers with a body gathered from iov[0..n) without a
@@ -78,13 +94,22 @@ typedef struct mc__rpc_client mc__rpc_client_t;
 
 /* What a client tells its owner; every member may be NULL. Copied. */
 typedef struct mc__rpc_client_ops {
-    /* Connected (again): the place to send a HELLO before other calls. */
+    /* Connected (again), and through the handshake if there is one. */
     void (*on_connect)(mc__rpc_client_t *cl, mc__conn_t *c);
     /* An open connection was lost with err; a reconnect is scheduled. */
     void (*on_disconnect)(mc__rpc_client_t *cl, int err);
     /* A request frame from the server (responses go to the calls). */
     void (*on_frame)(mc__rpc_client_t *cl, mc__conn_t *c, const mc__hdr_t *h, const char *body,
                      size_t len);
+    /*
+     * The session handshake (HELLO, AUTH), run on every new conn before any
+     * call made through the client goes out: those are held back on the
+     * conn (mc__conn_hold()) from its creation. It runs once the conn is
+     * connected, makes its own calls with mc__rpc_call_early() on c, and
+     * ends with mc__rpc_client_ready(cl, c, rc). A failure closes the conn:
+     * the held calls fail with rc, and the client reconnects with backoff.
+     */
+    void (*handshake)(mc__rpc_client_t *cl, mc__conn_t *c);
 } mc__rpc_client_ops_t;
 
 #define MC__RPC_BACKOFF_MIN_MS 100
@@ -109,7 +134,16 @@ int mc__rpc_client_call(mc__rpc_client_t *cl, uint16_t op, const void *body, siz
 int mc__rpc_client_callv(mc__rpc_client_t *cl, uint16_t op, const struct iovec *iov, int n,
                          uint64_t timeout_ms, mc__rpc_cb cb, void *arg);
 
-/* mc__rpc_client_conn() returns the open conn, or NULL while not connected. */
+/*
+ * mc__rpc_client_ready() ends the handshake on c: rc 0 releases the held
+ * calls (and on_connect runs); a negative rc closes c with rc as the reason
+ * its held calls fail with (-EACCES for a refused secret). Ignored when c is
+ * no longer the client's conn, or not in its handshake.
+ */
+void mc__rpc_client_ready(mc__rpc_client_t *cl, mc__conn_t *c, int rc);
+
+/* mc__rpc_client_conn() returns the open conn (through its handshake), or
+ * NULL while not connected. */
 mc__conn_t *mc__rpc_client_conn(const mc__rpc_client_t *cl);
 
 /* mc__rpc_client_data() returns the data given to mc__rpc_client_new(). */

@@ -2,28 +2,43 @@
  * server.c - the protocol server (see server.h).
  *
  * Each accepted connection gets a small state: its owner id for the service
- * (writes in progress and open handles die with the connection) and whether
- * it said HELLO. Requests are answered in the order they complete; here all
- * complete at once, as the service and segment copies do no I/O.
+ * (writes in progress and open handles die with the connection) and where
+ * it stands in the session handshake. With a secret, a connection is
+ * served nothing but HELLO and AUTH until AUTH has succeeded:
+ *
+ *   FRESH --HELLO (client nonce)--> CHALLENGED --AUTH (right MAC)--> OPEN
+ *      \____ anything else, a wrong MAC: -EACCES, hang up --> REFUSED
+ *
+ * Without a secret every connection starts OPEN (HELLO is optional).
+ * Requests are answered in the order they complete; here all complete at
+ * once, as the service and segment copies do no I/O.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "log.h"
 #include "rpc.h"
 #include "server.h"
+#include "shm.h"
+
+enum sess { S_FRESH, S_CHALLENGED, S_OPEN, S_REFUSED };
 
 typedef struct sconn {
     mc__server_t *srv;
     mc__conn_t *c;
     uint64_t owner;
+    enum sess sess;
+    int said_hello;
+    unsigned char cnonce[MC__AUTH_NONCE], snonce[MC__AUTH_NONCE];
     struct sconn *prev, *next;
 } sconn_t;
 
 struct mc__server {
     mc_loop_t *loop;
     mc__listener_t *ls;
+    mc__listener_t *shm_ls; /* the abstract Unix socket of SHM_MAP, or NULL */
     mc__server_opts_t o;
     char addr[MC__ADDR_STRLEN];
     uint64_t next_owner;
@@ -50,24 +65,71 @@ static void reply(sconn_t *sc, const mc__hdr_t *h, int status, const void *body,
     }
 }
 
+/* Answers h with -EACCES and hangs up once the answer is out. */
+static void refuse(sconn_t *sc, const mc__hdr_t *h, const char *why)
+{
+    sc->srv->st.refused++;
+    sc->sess = S_REFUSED;
+    mc__log(MC__LOG_WARN, "closing %s: %s (%s request)", mc__conn_peer(sc->c), why,
+            mc__op_name(h->op));
+    reply(sc, h, -EACCES, NULL, 0);
+    mc__conn_shutdown(sc->c);
+}
+
 static void do_hello(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t len)
 {
+    const mc__secret_t *secret = sc->srv->o.secret;
     uint16_t lo, hi;
-    uint32_t role, nlen;
-    const char *name;
-    if (mc__unpack(body, len, "hhus", &lo, &hi, &role, &name, &nlen) < 0)
+    uint32_t role, nlen, clen;
+    const char *name, *cnonce;
+    if (mc__unpack(body, len, "hhuss", &lo, &hi, &role, &name, &nlen, &cnonce, &clen) < 0)
         return bad_frame(sc, h, "malformed body");
+    if (sc->said_hello)
+        return secret ? refuse(sc, h, "a second HELLO") : reply(sc, h, -EPROTO, NULL, 0);
+    sc->said_hello = 1;
     if (lo > MC__PROTO_VERSION || hi < MC__PROTO_VERSION) {
         mc__log(MC__LOG_WARN, "closing %s: no common protocol version (it speaks %u..%u)",
                 mc__conn_peer(sc->c), lo, hi);
         reply(sc, h, -EPROTONOSUPPORT, NULL, 0);
-        mc__conn_close(sc->c);
+        mc__conn_shutdown(sc->c);
         return;
     }
+    mc__log(MC__LOG_DEBUG, "%s: HELLO from %.*s (role %u)", mc__conn_peer(sc->c),
+            (int)(nlen > 64 ? 64 : nlen), name, role);
     mc__wbuf_t w = {0};
-    mc__pack(&w, "hus", (unsigned)MC__PROTO_VERSION, 0u, "", 0u);
+    if (!secret) {
+        mc__pack(&w, "huss", (unsigned)MC__PROTO_VERSION, 0u, "", 0u, "", 0u);
+    } else {
+        if (clen != MC__AUTH_NONCE)
+            return refuse(sc, h, "HELLO without a client nonce, and a secret is required");
+        unsigned char proof[MC__AUTH_MAC];
+        memcpy(sc->cnonce, cnonce, MC__AUTH_NONCE);
+        mc__auth_nonce(sc->snonce);
+        mc__auth_mac(secret, MC__AUTH_LABEL_SERVER, sc->cnonce, sc->snonce, proof);
+        mc__pack(&w, "huss", (unsigned)MC__PROTO_VERSION, 1u, sc->snonce, (uint32_t)MC__AUTH_NONCE,
+                 proof, (uint32_t)MC__AUTH_MAC);
+        sc->sess = S_CHALLENGED;
+    }
     reply(sc, h, w.err ? w.err : 0, w.p, w.len);
     free(w.p);
+}
+
+static void do_auth(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t len)
+{
+    const char *mac;
+    uint32_t mlen;
+    if (!sc->srv->o.secret)
+        return reply(sc, h, -EOPNOTSUPP, NULL, 0); /* no secret configured */
+    if (mc__unpack(body, len, "s", &mac, &mlen) < 0)
+        return bad_frame(sc, h, "malformed body");
+    if (sc->sess != S_CHALLENGED)
+        return refuse(sc, h, sc->sess == S_OPEN ? "a second AUTH" : "AUTH before HELLO");
+    if (mc__auth_check(sc->srv->o.secret, MC__AUTH_LABEL_CLIENT, sc->snonce, sc->cnonce, mac,
+                       mlen) < 0)
+        return refuse(sc, h, "authentication failed (wrong secret)");
+    sc->sess = S_OPEN;
+    mc__log(MC__LOG_DEBUG, "%s: authenticated", mc__conn_peer(sc->c));
+    reply(sc, h, 0, NULL, 0);
 }
 
 static void do_read(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t len)
@@ -76,11 +138,12 @@ static void do_read(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t le
     uint64_t off;
     char *base;
     uint64_t size;
+    int fd;
     if (mc__unpack(body, len, "uqu", &seg, &off, &n) < 0)
         return bad_frame(sc, h, "malformed body");
     if (n > MC__PROTO_CHUNK)
         return reply(sc, h, -EMSGSIZE, NULL, 0);
-    if (sc->srv->o.seg_lookup(sc->srv->o.seg_arg, seg, &base, &size) < 0)
+    if (sc->srv->o.seg_lookup(sc->srv->o.seg_arg, seg, &base, &size, &fd) < 0)
         return reply(sc, h, -ENOENT, NULL, 0);
     if (off > size || n > size - off)
         return reply(sc, h, -EINVAL, NULL, 0);
@@ -104,15 +167,46 @@ static void do_write(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t l
     const char *data;
     char *base;
     uint64_t size;
+    int fd;
     if (mc__unpack(body, len, "uq*", &seg, &off, &data, &n) < 0)
         return bad_frame(sc, h, "malformed body");
-    if (sc->srv->o.seg_lookup(sc->srv->o.seg_arg, seg, &base, &size) < 0)
+    if (sc->srv->o.seg_lookup(sc->srv->o.seg_arg, seg, &base, &size, &fd) < 0)
         return reply(sc, h, -ENOENT, NULL, 0);
     if (off > size || n > size - off)
         return reply(sc, h, -EINVAL, NULL, 0);
     memcpy(base + off, data, n);
     sc->srv->st.bytes_written += n;
     reply(sc, h, 0, NULL, 0);
+}
+
+/* Hands a co-located client the segment's memfd: over the shm listener's
+ * Unix socket only, where reaching us proves the client shares our host. */
+static void do_shm_map(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t len)
+{
+    uint32_t seg;
+    char *base;
+    uint64_t size;
+    int fd = -1;
+    if (mc__unpack(body, len, "u", &seg) < 0)
+        return bad_frame(sc, h, "malformed body");
+    if (!sc->srv->o.shm || !mc__conn_is_unix(sc->c))
+        return reply(sc, h, -EOPNOTSUPP, NULL, 0);
+    if (sc->srv->o.seg_lookup(sc->srv->o.seg_arg, seg, &base, &size, &fd) < 0)
+        return reply(sc, h, -ENOENT, NULL, 0);
+    if (fd < 0)
+        return reply(sc, h, -EOPNOTSUPP, NULL, 0);
+    char resp[8];
+    mc__wbuf_t w = {.p = resp, .cap = sizeof(resp)};
+    mc__pack(&w, "q", size);
+    int rc = mc__rpc_reply_fd(sc->c, h, 0, w.p, w.len, fd);
+    if (rc < 0) {
+        mc__log(MC__LOG_WARN, "closing %s: cannot queue a reply (%s)", mc__conn_peer(sc->c),
+                mc_strerror(rc));
+        mc__conn_close(sc->c);
+        return;
+    }
+    sc->srv->st.shm_maps++;
+    mc__log(MC__LOG_DEBUG, "%s: mapped segment %u", mc__conn_peer(sc->c), seg);
 }
 
 static void on_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t len)
@@ -124,11 +218,13 @@ static void on_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t
     srv->st.requests++;
     if (h->flags & MC__F_RESPONSE)
         return bad_frame(sc, h, "unexpected response");
+    if (sc->sess != S_OPEN && h->op != MC__OP_HELLO && h->op != MC__OP_AUTH)
+        return refuse(sc, h, "a request before authentication");
     switch (h->op) {
     case MC__OP_HELLO:
         return do_hello(sc, h, body, len);
     case MC__OP_AUTH:
-        return reply(sc, h, -EOPNOTSUPP, NULL, 0); /* no secret configured */
+        return do_auth(sc, h, body, len);
     case MC__OP_READ:
         if (!srv->o.seg_lookup)
             return reply(sc, h, -EOPNOTSUPP, NULL, 0);
@@ -138,7 +234,9 @@ static void on_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t
             return reply(sc, h, -EOPNOTSUPP, NULL, 0);
         return do_write(sc, h, body, len);
     case MC__OP_SHM_MAP:
-        return reply(sc, h, -EOPNOTSUPP, NULL, 0);
+        if (!srv->o.seg_lookup)
+            return reply(sc, h, -EOPNOTSUPP, NULL, 0);
+        return do_shm_map(sc, h, body, len);
     default:
         break;
     }
@@ -172,8 +270,15 @@ static void on_close(mc__conn_t *c, int err)
         free(sc);
         return;
     }
-    if (err && err != -ECONNRESET)
+    if (sc->sess == S_CHALLENGED) {
+        /* A client that finds our proof wrong hangs up without AUTH. */
+        srv->st.refused++;
+        mc__log(MC__LOG_WARN,
+                "%s hung up before authenticating: it lacks the secret, or has another one",
+                mc__conn_peer(c));
+    } else if (err && err != -ECONNRESET) {
         mc__log(MC__LOG_INFO, "connection from %s closed: %s", mc__conn_peer(c), mc_strerror(err));
+    }
     if (srv->o.svc)
         mc__svc_owner_gone(srv->o.svc, sc->owner, mc_loop_now_ms());
     if (sc->prev)
@@ -198,6 +303,7 @@ static void on_accept(mc__listener_t *ls, mc__conn_t *c)
     sc->srv = srv;
     sc->c = c;
     sc->owner = ++srv->next_owner;
+    sc->sess = srv->o.secret ? S_FRESH : S_OPEN;
     sc->next = srv->conns;
     if (srv->conns)
         srv->conns->prev = sc;
@@ -221,6 +327,23 @@ static void on_tick(mc_timer_t *t)
                 (unsigned long long)(after.objects_lost - before.objects_lost));
 }
 
+/* Listens on the abstract Unix name of our TCP address, for SHM_MAP. */
+static void shm_listen(mc__server_t *srv)
+{
+    char name[MC__ADDR_STRLEN];
+    mc__addr_t ua;
+    int rc = mc__shm_unix_addr(srv->addr, name, sizeof(name));
+    if (rc == 0)
+        rc = mc__addr_parse(name, -1, &ua);
+    if (rc == 0)
+        rc = mc__listen(srv->loop, &ua, &conn_ops, on_accept, srv, &srv->shm_ls);
+    if (rc < 0) {
+        mc__log(MC__LOG_INFO, "not offering shared memory on %s: %s", name, mc_strerror(rc));
+        srv->shm_ls = NULL;
+        srv->o.shm = 0;
+    }
+}
+
 int mc__server_new(mc__server_t **out, mc_loop_t *l, const mc__addr_t *a,
                    const mc__server_opts_t *o)
 {
@@ -236,6 +359,10 @@ int mc__server_new(mc__server_t **out, mc_loop_t *l, const mc__addr_t *a,
     }
     const mc__addr_t *b = mc__listener_addr(srv->ls);
     mc__addr_format((const struct sockaddr *)&b->ss, b->len, srv->addr, sizeof(srv->addr));
+    if (srv->o.shm && srv->o.seg_lookup && b->ss.ss_family != AF_UNIX)
+        shm_listen(srv);
+    else
+        srv->o.shm = 0;
     if (srv->o.svc) {
         srv->tick.data = srv;
         mc_timer_start(l, &srv->tick, 1000, 1000, on_tick);
@@ -260,6 +387,8 @@ void mc__server_close(mc__server_t *srv)
         return;
     mc_timer_stop(&srv->tick);
     mc__listener_close(srv->ls);
+    if (srv->shm_ls)
+        mc__listener_close(srv->shm_ls);
     /* Connections free their state in on_close, from the loop. Detach them
      * from the server first: it is gone by then. */
     for (sconn_t *sc = srv->conns; sc;) {

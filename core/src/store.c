@@ -16,10 +16,12 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "auth.h"
 #include "master.h"
 #include "mooncake/mooncake.h"
 #include "server.h"
 #include "service.h"
+#include "shm.h"
 #include "store_i.h"
 
 const char *mc_strerror(int code)
@@ -51,6 +53,16 @@ mc_loop_t *mc_store_loop(mc_store_t *s)
     return s->loop;
 }
 
+void mc_store_stats(mc_store_t *s, mc_store_stats_t *out)
+{
+    out->local_ops = __atomic_load_n(&s->st.local_ops, __ATOMIC_RELAXED);
+    out->local_bytes = __atomic_load_n(&s->st.local_bytes, __ATOMIC_RELAXED);
+    out->shm_ops = __atomic_load_n(&s->st.shm_ops, __ATOMIC_RELAXED);
+    out->shm_bytes = __atomic_load_n(&s->st.shm_bytes, __ATOMIC_RELAXED);
+    out->tcp_ops = __atomic_load_n(&s->st.tcp_ops, __ATOMIC_RELAXED);
+    out->tcp_bytes = __atomic_load_n(&s->st.tcp_bytes, __ATOMIC_RELAXED);
+}
+
 /* ---- data movement on the local segment ---- */
 
 typedef void (*span_fn)(char *seg, uint64_t len, char *buf);
@@ -61,6 +73,8 @@ static void for_spans(mc_store_t *s, const mc__replica_t *rep, uint64_t off, uin
                       char *buf, span_fn fn)
 {
     uint64_t at = 0;
+    if (len)
+        mc__count(&s->st.local_ops, &s->st.local_bytes, len);
     for (uint32_t i = 0; i < rep->n && len; i++) {
         const mc__extent_t *e = &rep->ext[i];
         if (off >= at + e->len) {
@@ -429,13 +443,14 @@ static void *loop_thread(void *arg)
     return NULL;
 }
 
-static int local_seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size)
+static int local_seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd)
 {
     mc_store_t *s = arg;
     if (seg != SEG_LOCAL || !s->seg)
         return -ENOENT;
     *base = s->seg;
     *size = s->seg_size;
+    *fd = s->seg_fd;
     return 0;
 }
 
@@ -450,7 +465,11 @@ static int serve_embedded(mc_store_t *s, const char *listen)
     rc = mc__svc_new(&s->svc, s->m, &so);
     if (rc < 0)
         return rc;
-    mc__server_opts_t o = {.svc = s->svc, .seg_lookup = local_seg_lookup, .seg_arg = s};
+    mc__server_opts_t o = {.svc = s->svc,
+                           .seg_lookup = local_seg_lookup,
+                           .seg_arg = s,
+                           .secret = s->secret,
+                           .shm = !s->no_shm};
     rc = mc__server_new(&s->srv, s->loop, &a, &o);
     if (rc < 0)
         return rc;
@@ -521,7 +540,11 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
     pthread_cond_init(&s->open_cv, NULL);
     s->remote = remote;
     s->timeout_ms = o->timeout_ms ? o->timeout_ms : 5000;
+    s->seg_fd = -1;
+    s->no_shm = o->no_shm != 0;
     int rc = 0;
+    if (o->secret_file && (rc = mc__secret_load(o->secret_file, &s->secret)) < 0)
+        goto fail;
     if (!remote) {
         mc__master_opts_t mo = {
             .lease_ms = o->lease_ms ? o->lease_ms : MC_DEFAULT_LEASE_MS,
@@ -534,14 +557,13 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
             goto fail;
     }
     if (seg_size) {
-        s->seg = mmap(NULL, seg_size, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (s->seg == MAP_FAILED) {
-            s->seg = NULL;
-            rc = -ENOMEM;
+        /* In a memfd, so that co-located clients can map it (shm.h). */
+        mc__seg_t seg;
+        if ((rc = mc__seg_create(seg_size, "mooncake-segment", &seg)) < 0)
             goto fail;
-        }
-        s->seg_size = seg_size;
+        s->seg = seg.base;
+        s->seg_size = seg.size;
+        s->seg_fd = seg.fd;
     }
     if (s->m && (rc = mc__master_add_segment(s->m, SEG_LOCAL, seg_size)) < 0)
         goto fail;
@@ -656,8 +678,9 @@ void mc_store_close(mc_store_t *s)
     }
     mc__svc_free(s->svc);
     mc__master_free(s->m);
-    if (s->seg)
-        munmap(s->seg, s->seg_size);
+    mc__seg_t seg = {.base = s->seg, .size = s->seg_size, .fd = s->seg_fd};
+    mc__seg_destroy(&seg);
+    mc__secret_free(s->secret);
     free(s->open_master);
     free(s->open_listen);
     pthread_mutex_destroy(&s->open_mu);

@@ -15,6 +15,7 @@ struct mc__remote;
 struct mc__svc;
 struct mc__server;
 struct mc__rset;
+struct mc__secret;
 
 #define SEG_LOCAL 0
 #define WRITER_MAX_STEP (64ULL << 20) /* reservation growth per step */
@@ -28,13 +29,17 @@ struct mc_store {
     char *open_master, *open_listen;
     struct mc__svc *svc; /* embedded: the master protocol served to others */
     struct mc__server *srv;
-    uint64_t timeout_ms; /* bound on every network wait */
+    uint64_t timeout_ms;       /* bound on every network wait */
+    struct mc__secret *secret; /* shared secret, or NULL: no authentication */
     mc_loop_t *loop;
     int own_loop;
     pthread_t thread;
     mc__master_t *m;
-    char *seg; /* local segment memory */
+    char *seg; /* local segment memory, in a memfd (shm.h) */
     uint64_t seg_size;
+    int seg_fd;          /* the segment's memfd, offered to co-located clients */
+    int no_shm;          /* move no bytes through shared memory, either way */
+    mc_store_stats_t st; /* updated with mc__count() on the loop thread */
     mc_timer_t sweep;
     mc_timer_t drain; /* closing: lets connections finish */
     int thread_started;
@@ -139,6 +144,14 @@ typedef struct op {
     size_t klen, klen2;
     char keys[];
 } op_t;
+
+/* Counts one transfer of n bytes into the counters *ops and *bytes of
+ * s->st (relaxed atomics: mc_store_stats() reads them from any thread). */
+static inline void mc__count(uint64_t *ops, uint64_t *bytes, uint64_t n)
+{
+    __atomic_fetch_add(ops, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(bytes, n, __ATOMIC_RELAXED);
+}
 
 /* Completes o with rc from the loop thread, after the current callback. */
 void mc__op_finish(op_t *o, int rc);

@@ -112,20 +112,24 @@ static void replicas(mc__wbuf_t *w)
 int main(int argc, char **argv)
 {
     mc__wbuf_t b = {0};
-    unsigned char mac[32];
+    unsigned char mac[32], nonce[32];
 
     if (argc != 2)
         die("usage: gen_corpus DIR");
     dir = argv[1];
-    for (int i = 0; i < 32; i++)
+    for (int i = 0; i < 32; i++) {
         mac[i] = (unsigned char)(i * 37 + 11);
+        nonce[i] = (unsigned char)(i * 53 + 7);
+    }
 
-    mc__pack(&b, "hhus", 1u, 1u, (unsigned)MC__ROLE_CLIENT, S("mooncake-fs/1234"));
+    mc__pack(&b, "hhuss", 1u, 1u, (unsigned)MC__ROLE_CLIENT, S("mooncake-fs/1234"), nonce,
+             (uint32_t)sizeof(nonce));
     seed("hello-req", MC__OP_HELLO, 0, 0, &b, 1);
-    mc__pack(&b, "hus", 1u, 1u, mac, (uint32_t)sizeof(mac));
-    seed("hello-resp", MC__OP_HELLO, 1, 0, &b, 0);
+    mc__pack(&b, "huss", 1u, 1u, nonce, (uint32_t)sizeof(nonce), mac, (uint32_t)sizeof(mac));
+    seed("hello-resp", MC__OP_HELLO, 1, 0, &b, 1);
     mc__pack(&b, "s", mac, (uint32_t)sizeof(mac));
     seed("auth-req", MC__OP_AUTH, 0, 0, &b, 0);
+    seed("auth-err", MC__OP_AUTH, 1, -EACCES, &b, 0);
     mc__pack(&b, "q", (uint64_t)1700000000123ull);
     seed("ping-resp", MC__OP_PING, 1, 0, &b, 0);
     mc__pack(&b, "qusq", (uint64_t)0x1122334455667788ull, 0u, S("127.0.0.1:7100"),

@@ -38,8 +38,8 @@ typedef struct fields {
  * X(format, fields...) with B H U Q I S naming the slot kinds.
  */
 #define PROTO_FIELD_FORMATS(X, B, H, U, Q, I, S)                                                   \
-    X("hhus", H(0), H(1), U(2), S(3))                                                              \
-    X("hus", H(0), U(1), S(2))                                                                     \
+    X("hhuss", H(0), H(1), U(2), S(3), S(4))                                                       \
+    X("huss", H(0), U(1), S(2), S(3))                                                              \
     X("s", S(0))                                                                                   \
     X("q", Q(0))                                                                                   \
     X("qusq", Q(0), U(1), S(2), Q(3))                                                              \

@@ -59,6 +59,19 @@ typedef struct mc_store_opts {
                                  the segment's data (default 127.0.0.1:0). NULL: an
                                  embedded store serves nothing */
     uint64_t timeout_ms;      /* bound on every network wait (0: 5000) */
+    const char *secret_file;  /* NULL: no authentication. Otherwise the file holding
+                                 the cluster's shared secret (its content less one
+                                 trailing newline; not empty; no access for group or
+                                 others, i.e. chmod 600, else mc_store_open() fails
+                                 with -EPERM). Every connection this store makes,
+                                 to the master and to nodes, then proves that both
+                                 ends know the secret (challenge/response; it never
+                                 crosses the wire), and what it serves (listen, a
+                                 segment) requires the same of its peers. */
+    int no_shm;               /* 1: move no bytes through shared memory: neither map
+                                 co-located nodes' segments nor offer this store's
+                                 segment for mapping (every transfer to another
+                                 process then goes over a socket) */
 } mc_store_opts_t;
 
 /* Object metadata, as published. */
@@ -149,8 +162,11 @@ MC_EXPORT void mc_store_opts_init(mc_store_opts_t *o);
  * port 50051, or "unix:/path") and, with a segment_size, contributes that
  * much memory as a node. It returns once connected (and the segment
  * mounted), or fails within o->timeout_ms. Returns 0 and sets *out, or
- * -EINVAL (bad option or address), -ENOMEM, -ECONNREFUSED, -ETIMEDOUT, or
- * another -errno. The caller closes the store with mc_store_close().
+ * -EINVAL (bad option or address), -ENOMEM, -ECONNREFUSED, -ETIMEDOUT,
+ * -EACCES (the master wants a secret this store lacks or does not share, or
+ * cannot prove it knows ours), the errors of reading o->secret_file
+ * (-ENOENT, -EPERM, ...), or another -errno. The caller closes the store
+ * with mc_store_close().
  */
 MC_EXPORT int mc_store_open(mc_store_t **out, const mc_store_opts_t *o);
 
@@ -161,6 +177,28 @@ MC_EXPORT int mc_store_open(mc_store_t **out, const mc_store_opts_t *o);
  * when the caller supplied the loop.
  */
 MC_EXPORT void mc_store_close(mc_store_t *s);
+
+/*
+ * What a store moved, per transport, since it was opened: object bytes (no
+ * headers), each byte a write stores counted once per replica it goes to.
+ * An operation is one memcpy (local, shm) or one request (tcp); a cluster
+ * client moves at most 4 MiB per operation, an embedded store copies a
+ * whole range at once.
+ *
+ *   local  memcpy to or from this process's own segment
+ *   shm    memcpy to or from a co-located node's segment, mapped from its
+ *          memfd (same host, same network namespace)
+ *   tcp    READ and WRITE requests to a node over a socket
+ */
+typedef struct mc_store_stats {
+    uint64_t local_ops, local_bytes;
+    uint64_t shm_ops, shm_bytes;
+    uint64_t tcp_ops, tcp_bytes;
+} mc_store_stats_t;
+
+/* mc_store_stats() fills *out with s's counters. Any thread; each counter
+ * is read atomically, the set as a whole is not a snapshot. */
+MC_EXPORT void mc_store_stats(mc_store_t *s, mc_store_stats_t *out);
 
 /* mc_store_loop() returns the loop the store's callbacks run on. */
 MC_EXPORT mc_loop_t *mc_store_loop(mc_store_t *s);

@@ -1,0 +1,68 @@
+/*
+ * shm.h - segments in shared memory, and what a client needs to reach them
+ * from the same host: the "shm" transport of the design.
+ *
+ * A node's segment lives in a sealed memfd mapped MAP_SHARED. Besides its
+ * TCP data address, the node listens on an abstract Unix socket named from
+ * that address (mc__shm_unix_addr()); abstract names are per network
+ * namespace, so reaching one proves that client and node share the host
+ * (and namespace). There the client asks SHM_MAP for the segment's memfd,
+ * maps it read-write, and from then on moves bytes with memcpy.
+ *
+ * The seals matter: a client could otherwise ftruncate() the memfd and make
+ * the node (or other clients) fault with SIGBUS on its next access. The node
+ * seals its memfd against shrinking and growing; a client maps only a memfd
+ * sealed against shrinking, for the same reason in the other direction.
+ */
+#ifndef MC_SHM_H
+#define MC_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A segment's memory: base[0..size), and the memfd behind it (or -1). */
+typedef struct mc__seg {
+    char *base;
+    uint64_t size;
+    int fd;
+} mc__seg_t;
+
+/*
+ * mc__seg_create() makes a segment of size bytes in a new memfd called name
+ * (for /proc/PID/maps), sealed against resizing and mapped read-write
+ * shared; the pages are allocated as they are first touched. Returns 0 and
+ * fills *out, or -errno (-ENOMEM, -EMFILE, -ENOSYS without memfd). Undo with
+ * mc__seg_destroy().
+ */
+int mc__seg_create(uint64_t size, const char *name, mc__seg_t *out);
+
+/* mc__seg_destroy() unmaps and closes what mc__seg_create() made, and
+ * clears *seg; a seg whose base is NULL is left alone. */
+void mc__seg_destroy(mc__seg_t *seg);
+
+/*
+ * mc__shm_map() maps size bytes of a segment memfd received from a node,
+ * read-write shared, into *base, after checking that the memfd is sealed
+ * against shrinking (F_SEAL_SHRINK: else -EPERM) and holds at least size
+ * bytes (else -EINVAL). It does not take fd: the caller closes it (the
+ * mapping lives on). Undo with munmap(*base, size).
+ */
+int mc__shm_map(int fd, uint64_t size, char **base);
+
+/*
+ * mc__shm_unix_addr() writes the abstract Unix address on which the node
+ * whose TCP data address is tcp_addr ("127.0.0.1:7100") offers SHM_MAP:
+ * "unix:@mooncake-data/127.0.0.1:7100". Returns 0, or -ENAMETOOLONG when it
+ * does not fit out[0..n) or a Unix socket name.
+ */
+int mc__shm_unix_addr(const char *tcp_addr, char *out, size_t n);
+
+/*
+ * mc__addr_is_local() returns 1 when the TCP address string names this host
+ * (a loopback address, the unspecified address, or one of its interfaces'
+ * addresses), else 0 (also for Unix addresses and unparsable ones). It reads
+ * the interface list (getifaddrs(), a local netlink query) on each call.
+ */
+int mc__addr_is_local(const char *addr);
+
+#endif /* MC_SHM_H */

@@ -1,0 +1,225 @@
+/*
+ * test_shm.c - unit tests for the shared-memory transport's pieces
+ * (core/src/shm.c) and for SHM_MAP end to end on one loop: a server with a
+ * memfd segment answers on its abstract Unix socket, and the descriptor
+ * crosses the io_uring recvmsg path (loop.c, net.c) into the client, which
+ * maps it and sees the server's bytes.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "rpc.h"
+#include "server.h"
+#include "shm.h"
+
+#define SEG_SIZE (1u << 20)
+
+static void test_segment_is_a_sealed_memfd(void **state)
+{
+    mc__seg_t seg;
+    char *map;
+
+    assert_int_equal(mc__seg_create(SEG_SIZE, "test-seg", &seg), 0);
+    assert_true(seg.fd >= 0);
+    assert_int_equal(seg.size, SEG_SIZE);
+    assert_true(fcntl(seg.fd, F_GET_SEALS) & F_SEAL_SHRINK);
+    assert_true(fcntl(seg.fd, F_GET_SEALS) & F_SEAL_GROW);
+    assert_int_equal(ftruncate(seg.fd, 0), -1); /* nobody can make us fault */
+    assert_int_equal(ftruncate(seg.fd, 2 * SEG_SIZE), -1);
+
+    /* A second mapping of the memfd is the same memory. */
+    assert_int_equal(mc__shm_map(seg.fd, SEG_SIZE, &map), 0);
+    memcpy(seg.base + 4096, "through the memfd", 17);
+    assert_memory_equal(map + 4096, "through the memfd", 17);
+    map[SEG_SIZE - 1] = 'z';
+    assert_int_equal(seg.base[SEG_SIZE - 1], 'z');
+    munmap(map, SEG_SIZE);
+
+    /* More than the memfd holds, or nothing, is refused. */
+    assert_int_equal(mc__shm_map(seg.fd, 2 * SEG_SIZE, &map), -EINVAL);
+    assert_int_equal(mc__shm_map(seg.fd, 0, &map), -EINVAL);
+    mc__seg_destroy(&seg);
+    assert_null(seg.base);
+    mc__seg_destroy(&seg); /* idempotent */
+    assert_int_equal(mc__seg_create(0, "x", &seg), -EINVAL);
+}
+
+static void test_map_refuses_unsealed_memfd(void **state)
+{
+    char *map;
+    int fd = memfd_create("unsealed", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, SEG_SIZE), 0);
+    assert_int_equal(mc__shm_map(fd, SEG_SIZE, &map), -EPERM);
+    close(fd);
+}
+
+static void test_unix_addr_and_locality(void **state)
+{
+    char name[MC__ADDR_STRLEN], longer[200];
+
+    assert_int_equal(mc__shm_unix_addr("127.0.0.1:7100", name, sizeof(name)), 0);
+    assert_string_equal(name, "unix:@mooncake-data/127.0.0.1:7100");
+    memset(longer, 'a', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    assert_int_equal(mc__shm_unix_addr(longer, name, sizeof(name)), -ENAMETOOLONG);
+    memset(longer + 100, '\0', 1); /* fits the string, not a sun_path */
+    char big[300];
+    assert_int_equal(mc__shm_unix_addr(longer, big, sizeof(big)), -ENAMETOOLONG);
+
+    assert_true(mc__addr_is_local("127.0.0.1:1"));
+    assert_true(mc__addr_is_local("127.3.2.1:1"));
+    assert_true(mc__addr_is_local("0.0.0.0:1"));
+    assert_true(mc__addr_is_local("[::1]:1"));
+    assert_true(mc__addr_is_local("[::]:1"));
+    assert_false(mc__addr_is_local("192.0.2.1:1")); /* TEST-NET-1: documentation only */
+    assert_false(mc__addr_is_local("unix:@x"));
+    assert_false(mc__addr_is_local("not an address"));
+    assert_false(mc__addr_is_local(NULL));
+}
+
+/* ---- SHM_MAP over a real server ---- */
+
+struct env {
+    mc_loop_t *l;
+    mc__seg_t seg;
+    mc__server_t *srv;
+    mc__rpc_client_t *cl;
+    mc_timer_t guard;
+    int done, status, fd;
+    uint64_t size;
+};
+
+static int lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd)
+{
+    struct env *e = arg;
+    if (seg != 7)
+        return -ENOENT;
+    *base = e->seg.base;
+    *size = e->seg.size;
+    *fd = e->seg.fd;
+    return 0;
+}
+
+static void mapped(void *arg, int status, const char *body, size_t len)
+{
+    struct env *e = arg;
+    e->status = status;
+    e->fd = -1;
+    if (status >= 0) {
+        assert_int_equal(mc__unpack(body, len, "q", &e->size), 0);
+        e->fd = mc__conn_take_fd(mc__rpc_client_conn(e->cl));
+    }
+    e->done = 1;
+    mc_loop_stop(e->l);
+}
+
+static void stop_loop(mc_timer_t *t)
+{
+    mc_loop_stop(t->loop);
+}
+
+static void shm_map_call(struct env *e, uint32_t seg)
+{
+    char req[4];
+    mc__wbuf_t w = {.p = req, .cap = sizeof(req)};
+    mc__pack(&w, "u", seg);
+    e->done = 0;
+    assert_int_equal(mc__rpc_client_call(e->cl, MC__OP_SHM_MAP, w.p, w.len, 3000, mapped, e), 0);
+    assert_int_equal(mc_timer_start(e->l, &e->guard, 5000, 0, stop_loop), 0);
+    mc_loop_run(e->l);
+    mc_timer_stop(&e->guard);
+    assert_true(e->done);
+}
+
+static void test_shm_map_passes_the_memfd(void **state)
+{
+    struct env e = {0};
+    mc__addr_t a;
+    char name[MC__ADDR_STRLEN];
+    char *map;
+
+    mc__log_init("test_shm", MC__LOG_WARN);
+    assert_int_equal(mc_loop_new(&e.l), 0);
+    assert_int_equal(mc__seg_create(SEG_SIZE, "test-seg", &e.seg), 0);
+    memcpy(e.seg.base + 100, "the node's bytes", 16);
+    assert_int_equal(mc__addr_parse("127.0.0.1:0", -1, &a), 0);
+    mc__server_opts_t so = {.seg_lookup = lookup, .seg_arg = &e, .shm = 1};
+    assert_int_equal(mc__server_new(&e.srv, e.l, &a, &so), 0);
+
+    assert_int_equal(mc__shm_unix_addr(mc__server_addr(e.srv), name, sizeof(name)), 0);
+    assert_int_equal(mc__addr_parse(name, -1, &a), 0);
+    assert_int_equal(mc__rpc_client_new(e.l, &a, 2000, NULL, &e, &e.cl), 0);
+
+    shm_map_call(&e, 8); /* not ours: no descriptor */
+    assert_int_equal(e.status, -ENOENT);
+    shm_map_call(&e, 7);
+    assert_int_equal(e.status, 0);
+    assert_int_equal(e.size, SEG_SIZE);
+    assert_true(e.fd >= 0);
+    assert_true(fcntl(e.fd, F_GETFD) & FD_CLOEXEC);
+    assert_int_equal(mc__shm_map(e.fd, e.size, &map), 0);
+    close(e.fd);
+    assert_memory_equal(map + 100, "the node's bytes", 16);
+    memcpy(map + 200, "the client's", 12);
+    assert_memory_equal(e.seg.base + 200, "the client's", 12);
+    munmap(map, SEG_SIZE);
+
+    mc__server_stats_t st;
+    mc__server_stats(e.srv, &st);
+    assert_int_equal(st.shm_maps, 1);
+
+    mc__rpc_client_close(e.cl);
+    mc__server_close(e.srv);
+    mc_timer_start(e.l, &e.guard, 30, 0, stop_loop);
+    mc_loop_run(e.l);
+    mc_loop_free(e.l);
+    mc__seg_destroy(&e.seg);
+}
+
+static void test_shm_map_refused_over_tcp(void **state)
+{
+    struct env e = {0};
+    mc__addr_t a;
+
+    assert_int_equal(mc_loop_new(&e.l), 0);
+    assert_int_equal(mc__seg_create(SEG_SIZE, "test-seg", &e.seg), 0);
+    assert_int_equal(mc__addr_parse("127.0.0.1:0", -1, &a), 0);
+    mc__server_opts_t so = {.seg_lookup = lookup, .seg_arg = &e, .shm = 1};
+    assert_int_equal(mc__server_new(&e.srv, e.l, &a, &so), 0);
+    assert_int_equal(mc__addr_parse(mc__server_addr(e.srv), -1, &a), 0);
+    assert_int_equal(mc__rpc_client_new(e.l, &a, 2000, NULL, &e, &e.cl), 0);
+    shm_map_call(&e, 7);
+    assert_int_equal(e.status, -EOPNOTSUPP);
+    mc__rpc_client_close(e.cl);
+    mc__server_close(e.srv);
+    mc_timer_start(e.l, &e.guard, 30, 0, stop_loop);
+    mc_loop_run(e.l);
+    mc_loop_free(e.l);
+    mc__seg_destroy(&e.seg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_segment_is_a_sealed_memfd),
+        cmocka_unit_test(test_map_refuses_unsealed_memfd),
+        cmocka_unit_test(test_unix_addr_and_locality),
+        cmocka_unit_test(test_shm_map_passes_the_memfd),
+        cmocka_unit_test(test_shm_map_refused_over_tcp),
+    };
+    alarm(60);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
