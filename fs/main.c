@@ -160,6 +160,31 @@ static void on_signal(mc_poll_t *p, int revents)
     shutdown_and_stop(fs);
 }
 
+/* Creates the loop and opens the store on it. Returns 0 or -errno (logged). */
+static int open_store(fs_t *fs, mc_store_opts_t *so, int default_listen)
+{
+    int rc = mc_loop_new(&fs->loop);
+    if (rc < 0) {
+        fprintf(stderr, "mooncake-fs: error: io_uring: %s\n", mc_strerror(rc));
+        return rc;
+    }
+    so->loop = fs->loop;
+    rc = mc_store_open(&fs->store, so);
+    if (rc == -EADDRINUSE && default_listen) {
+        fprintf(stderr,
+                "mooncake-fs: warning: %s is taken: not serving the protocol (give "
+                "--listen ADDR)\n",
+                so->listen);
+        so->listen = NULL;
+        rc = mc_store_open(&fs->store, so);
+    }
+    if (rc < 0) {
+        fs->store = NULL;
+        fprintf(stderr, "mooncake-fs: error: opening the store: %s\n", mc_strerror(rc));
+    }
+    return rc;
+}
+
 int main(int argc, char *argv[])
 {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -167,7 +192,7 @@ int main(int argc, char *argv[])
     struct options o = {0};
     mc_store_opts_t so;
     fs_t fs = {0};
-    int ret = 1;
+    int ret = 1, mounted = 0, sfd = -1;
 
     mc_store_opts_init(&so);
     if (fuse_opt_parse(&args, &o, option_spec, NULL) == -1)
@@ -251,35 +276,25 @@ int main(int argc, char *argv[])
     fs.start_ns = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
     fs.it = fs_itable_new();
     if (!fs.it)
-        goto out_args;
+        goto out;
 
     fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
     if (!fs.se)
-        goto out_it;
+        goto out;
+    /* In the foreground the store opens before the mount appears, so that a
+     * mount point that shows up is ready (and a master that cannot be
+     * reached leaves nothing mounted). In the background it opens after
+     * fork(): io_uring does not survive fork(). */
+    int rc;
+    if (fopts.foreground && (rc = open_store(&fs, &so, default_listen)) < 0)
+        goto out;
     if (fuse_session_mount(fs.se, fopts.mountpoint) != 0)
-        goto out_se;
+        goto out;
+    mounted = 1;
     if (fuse_daemonize(fopts.foreground) != 0)
-        goto out_unmount;
-
-    /* The loop and the store come after daemonizing: io_uring does not
-     * survive fork(). */
-    int rc = mc_loop_new(&fs.loop);
-    if (rc < 0) {
-        fprintf(stderr, "mooncake-fs: error: io_uring: %s\n", mc_strerror(rc));
-        goto out_unmount;
-    }
-    so.loop = fs.loop;
-    rc = mc_store_open(&fs.store, &so);
-    if (rc == -EADDRINUSE && default_listen) {
-        fprintf(stderr, "mooncake-fs: warning: 127.0.0.1:50051 is taken: not serving the "
-                        "protocol (give --listen ADDR)\n");
-        so.listen = NULL;
-        rc = mc_store_open(&fs.store, &so);
-    }
-    if (rc < 0) {
-        fprintf(stderr, "mooncake-fs: error: opening the store: %s\n", mc_strerror(rc));
-        goto out_loop;
-    }
+        goto out;
+    if (!fopts.foreground && (rc = open_store(&fs, &so, default_listen)) < 0)
+        goto out;
 
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -288,14 +303,14 @@ int main(int argc, char *argv[])
     sigaddset(&sigs, SIGHUP);
     sigprocmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
-    int sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
     int fd = fuse_session_fd(fs.se);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     mc_poll_t fuse_poll = {.data = &fs}, sig_poll = {.data = &fs};
     if (sfd < 0 || mc_poll_start(fs.loop, &fuse_poll, fd, POLLIN, on_fuse) < 0 ||
         mc_poll_start(fs.loop, &sig_poll, sfd, POLLIN, on_signal) < 0) {
         fprintf(stderr, "mooncake-fs: error: cannot watch the FUSE device\n");
-        goto out_store;
+        goto out;
     }
     if (so.master && so.master[0])
         fprintf(stderr, "mooncake-fs: mounted %s (master %s, segment %llu bytes)\n",
@@ -311,17 +326,17 @@ int main(int argc, char *argv[])
         ret = 0;
     mc_poll_stop(&fuse_poll);
     mc_poll_stop(&sig_poll);
-out_store:
+out:
     if (sfd >= 0)
         close(sfd);
-    mc_store_close(fs.store);
-out_loop:
-    mc_loop_free(fs.loop);
-out_unmount:
-    fuse_session_unmount(fs.se);
-out_se:
-    fuse_session_destroy(fs.se);
-out_it:
+    if (fs.store)
+        mc_store_close(fs.store);
+    if (fs.loop)
+        mc_loop_free(fs.loop);
+    if (mounted)
+        fuse_session_unmount(fs.se);
+    if (fs.se)
+        fuse_session_destroy(fs.se);
     fs_itable_free(fs.it);
 out_args:
     free(fs.rbuf.mem);

@@ -74,6 +74,7 @@ struct mc__remote {
     mc_timer_t hb;
     int mounting;
     void (*open_done)(mc_store_t *s, int rc);
+    void (*close_done)(mc_store_t *s);
 };
 
 /* ---- replica sets ---- */
@@ -395,7 +396,8 @@ static const char zeros[1 << 16];
 
 typedef struct piece {
     xfer_t *x;
-    char *dst; /* reads: where the bytes go */
+    mc__rpc_client_t *cl; /* the node's client, to reset on a timeout */
+    char *dst;            /* reads: where the bytes go */
     uint32_t want;
     char prefix[16]; /* writes: the packed "uq" before the data */
     struct iovec iov[1 + (MC__PROTO_CHUNK / sizeof(zeros))];
@@ -432,6 +434,14 @@ static void piece_done(void *arg, int status, const char *body, size_t len)
     }
     if (status >= 0)
         mc__count(&x->s->st.tcp_ops, &x->s->st.tcp_bytes, pc->want);
+    if (status == -ETIMEDOUT && x->s->rm && pc->cl) {
+        /* A node that does not answer in time (gone, or the link cut) gets
+         * a fresh connection: calls queued behind a dead stream would only
+         * time out one after another. */
+        mc__conn_t *c = mc__rpc_client_conn(pc->cl);
+        if (c)
+            mc__conn_close(c);
+    }
     if (status < 0 && !x->err)
         x->err = status;
     x->pending--;
@@ -493,6 +503,7 @@ static void xfer_replica(xfer_t *x, uint32_t r)
                 break;
             }
             pc->x = x;
+            pc->cl = cl;
             pc->dst = user;
             pc->want = n;
             int rc;
@@ -580,6 +591,10 @@ static void xfer(mc_store_t *s, const mc__rset_t *rs, int write, uint64_t off, c
         done(arg, 0);
         return;
     }
+    if (!s->rm) { /* the store is closing */
+        done(arg, -ECANCELED);
+        return;
+    }
     if (!rs || !rs->n) {
         done(arg, -EIO);
         return;
@@ -612,7 +627,9 @@ static int mcall(mc_store_t *s, uint16_t op, mc__rpc_cb cb, void *arg, const cha
     int rc = mc__vpack(&w, fmt, ap);
     va_end(ap);
     if (rc == 0)
-        rc = mc__rpc_client_call(s->rm->master, op, w.p ? w.p : "", w.len, s->timeout_ms, cb, arg);
+        rc = s->rm ? mc__rpc_client_call(s->rm->master, op, w.p ? w.p : "", w.len, s->timeout_ms,
+                                         cb, arg)
+                   : -ECANCELED; /* the store is closing */
     free(w.p);
     return rc;
 }
@@ -1188,7 +1205,7 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
             .seg_lookup = seg_lookup, .seg_arg = s, .secret = s->secret, .shm = !s->no_shm};
         rc = mc__server_new(&rm->srv, s->loop, &la, &so);
         if (rc < 0) {
-            mc__remote_close(s);
+            mc__remote_close(s, NULL);
             return rc;
         }
         rm->hb.data = rm;
@@ -1198,22 +1215,17 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
     }
     rc = mcall(s, MC__OP_PING, pinged, rm, "");
     if (rc < 0) {
-        mc__remote_close(s);
+        mc__remote_close(s, NULL);
         return rc;
     }
     return 0;
 }
 
-void mc__remote_close(mc_store_t *s)
+/* Closes the connections and frees rm; then tells the store. */
+static void remote_free(struct mc__remote *rm)
 {
-    struct mc__remote *rm = s->rm;
-    if (!rm)
-        return;
-    rm->open_done = NULL;
-    mc_timer_stop(&rm->hb);
-    if (rm->seg_id && rm->master)
-        mcall(s, MC__OP_UNMOUNT_SEGMENT, ignore_reply, NULL, "qu", rm->node_id, rm->seg_id);
-    mc__server_close(rm->srv);
+    mc_store_t *s = rm->s;
+    void (*done)(mc_store_t *) = rm->close_done;
     while (rm->peers) {
         peer_t *p = rm->peers;
         rm->peers = p->next;
@@ -1229,5 +1241,39 @@ void mc__remote_close(mc_store_t *s)
     }
     mc__rpc_client_close(rm->master);
     free(rm);
-    s->rm = NULL;
+    if (done)
+        done(s);
+}
+
+static void unmounted(void *arg, int status, const char *body, size_t len)
+{
+    remote_free(arg);
+}
+
+void mc__remote_close(mc_store_t *s, void (*done)(mc_store_t *s))
+{
+    struct mc__remote *rm = s->rm;
+    if (!rm) {
+        if (done)
+            done(s);
+        return;
+    }
+    rm->open_done = NULL;
+    rm->close_done = done;
+    mc_timer_stop(&rm->hb);
+    mc__server_close(rm->srv);
+    rm->srv = NULL;
+    s->rm = NULL; /* operations from now on fail with -ECANCELED */
+    /* A node leaving says so, so that the master stops placing data on its
+     * segment at once instead of after the node TTL. Bounded wait. */
+    if (rm->seg_id && rm->master) {
+        char body[16];
+        mc__wbuf_t w = {.p = body, .cap = sizeof(body)};
+        mc__pack(&w, "qu", rm->node_id, rm->seg_id);
+        uint64_t t = s->timeout_ms < 1000 ? s->timeout_ms : 1000;
+        if (mc__rpc_client_call(rm->master, MC__OP_UNMOUNT_SEGMENT, body, w.len, t, unmounted,
+                                rm) == 0)
+            return;
+    }
+    remote_free(rm);
 }

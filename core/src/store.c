@@ -617,19 +617,24 @@ static void stop_cb(mc_timer_t *t)
     mc_loop_stop(t->loop);
 }
 
+/* The cluster path is closed: give the connections a moment to finish
+ * closing, then stop the loop. */
+static void remote_closed(mc_store_t *s)
+{
+    s->drain.data = s;
+    mc_timer_start(s->loop, &s->drain, 50, 0, stop_cb);
+}
+
 static void close_on_loop(mc_store_t *s)
 {
     mc_timer_stop(&s->sweep);
     int net = s->rm || s->srv;
-    mc__remote_close(s);
     mc__server_close(s->srv);
     s->srv = NULL;
-    if (net) {
-        s->drain.data = s;
-        mc_timer_start(s->loop, &s->drain, 50, 0, stop_cb);
-    } else {
+    if (net)
+        mc__remote_close(s, remote_closed);
+    else
         mc_loop_stop(s->loop);
-    }
 }
 
 static void stop_on_loop(void *arg)
@@ -650,7 +655,7 @@ void mc_store_close(mc_store_t *s)
         mc_loop_run(s->loop); /* until the drain timer (or at once) */
     } else if (s->loop) {
         mc_timer_stop(&s->sweep);
-        mc__remote_close(s);
+        mc__remote_close(s, NULL);
         mc__server_close(s->srv);
         s->srv = NULL;
     }

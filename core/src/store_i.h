@@ -167,8 +167,9 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
 /* Sets the key a remote writer publishes under. */
 int mc__remote_writer_set_key(mc_writer_t *w, const char *key, size_t klen);
 
-/* Closes the cluster path (loop thread). */
-void mc__remote_close(mc_store_t *s);
+/* Closes the cluster path (loop thread): a node unmounts its segment first
+ * (bounded), then done(s) runs, possibly at once. done may be NULL. */
+void mc__remote_close(mc_store_t *s, void (*done)(mc_store_t *s));
 
 /* Frees a replica set. */
 void mc__rset_free(struct mc__rset *rs);

@@ -260,3 +260,17 @@ def test_malformed_frames_close_only_that_connection(cluster, target):
     r = cli(m.addr, "get", "live")
     assert r.returncode == 0 and r.stdout == b"before"
     assert "closing" in (m.read_log() if target == "master" else node.read_log())
+
+
+def test_node_that_stops_leaves_at_once(cluster):
+    """A node stopped with SIGTERM unmounts its segment on the way out: puts
+    right after go to the nodes still there, not to the one that left
+    (regression: the UNMOUNT was queued and dropped with the connection)."""
+    m = cluster.master("--node-ttl-ms", "60000")
+    leaving = cluster.node(m)
+    cluster.node(m)
+    assert leaving.stop() == 0
+    for i in range(20):
+        r = cli(m.addr, "put", f"after{i}", input=os.urandom(100000))
+        assert r.returncode == 0, (i, r.stderr)
+        assert cli(m.addr, "get", f"after{i}").returncode == 0
