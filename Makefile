@@ -40,7 +40,7 @@ LIB_A := $(BUILD)/libmooncake.a
 LIB_SO := $(BUILD)/libmooncake.so
 FS_BIN := $(BUILD)/mooncake-fs
 
-.PHONY: all deps run test test-unit test-integration asan bench install clean format format-check fuzz
+.PHONY: all deps run test test-unit test-integration asan bench install clean format format-check fuzz test-rdma
 all: $(LIB_A) $(LIB_SO) $(FS_BIN) $(BIN_MASTER) $(BIN_CLI) $(UNIT_BIN)
 
 deps:
@@ -101,6 +101,24 @@ asan:
 bench: deps all python-ext
 	$(Q)MC_BUILD=$(BUILD) PYTHON=$(PYTHON) bench/run.sh
 
+# make test-rdma: the RDMA transport, for real, on Soft-RoCE in a QEMU VM
+# running Debian's kernel (installs qemu and the kernel the first time;
+# skips with the reason when they cannot be had).
+RDMA_LIBS = $(shell pkg-config --libs libibverbs librdmacm 2>/dev/null)
+RDMA_SELFTEST := $(BUILD)/tests/rdma_selftest
+RDMA_SELFTEST_SRC := tests/rdma/rdma_selftest.c core/src/transport_rdma.c core/src/loop.c core/src/log.c
+$(RDMA_SELFTEST): $(RDMA_SELFTEST_SRC) core/src/transport_rdma.h core/src/loop_i.h core/src/log.h
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -DMC_HAVE_RDMA -o $@ $(RDMA_SELFTEST_SRC) $(LDFLAGS_ALL) $(RDMA_LIBS) -luring -lpthread
+
+test-rdma:
+	$(Q)rc=0; tests/rdma/run-vm.sh --deps || rc=$$?; \
+	if [ $$rc -eq 0 ]; then \
+	    $(MAKE) --no-print-directory $(RDMA_SELFTEST) && \
+	    tests/rdma/run-vm.sh -w $(BUILD)/rdma-vm tests/rdma/vm-selftest.sh $(RDMA_SELFTEST) || rc=$$?; \
+	fi; \
+	if [ $$rc -eq 77 ]; then echo "test-rdma: skipped"; rc=0; fi; exit $$rc
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/mooncake
 	install -m 755 $(FS_BIN) $(BIN_MASTER) $(BIN_CLI) $(DESTDIR)$(PREFIX)/bin/
@@ -109,7 +127,7 @@ install: all
 	ln -sf libmooncake.so.0 $(DESTDIR)$(PREFIX)/lib/libmooncake.so
 	install -m 644 core/include/mooncake/*.h $(DESTDIR)$(PREFIX)/include/mooncake/
 
-FORMAT_SRC = $(wildcard core/include/mooncake/*.h core/src/*.[ch] core/bin/*.c fs/*.[ch] tests/unit/*.[ch] tests/fuzz/*.c python/mooncake/*.c)
+FORMAT_SRC = $(wildcard core/include/mooncake/*.h core/src/*.[ch] core/bin/*.c fs/*.[ch] tests/unit/*.[ch] tests/fuzz/*.c tests/rdma/*.c python/mooncake/*.c)
 format:
 	$(Q)clang-format -i $(FORMAT_SRC)
 

@@ -1,0 +1,643 @@
+/*
+ * rdma_selftest.c - the RDMA transport (core/src/transport_rdma.c) run for
+ * real: a node process and a client process over a verbs device (Soft-RoCE
+ * rxe0 in the test VM, see run-vm.sh).
+ *
+ *   rdma_selftest node --listen IP:PORT --publish FILE [--seg-size BYTES]
+ *   rdma_selftest client --connect IP:PORT --publish FILE
+ *
+ * The node fills a segment with a known pattern, registers it in chunks of
+ * 16 MiB (so that large transfers cross memory regions), listens, and
+ * publishes its pid and packed descriptor in FILE (standing in for the
+ * master's segment table). The client reads the pattern, writes and reads
+ * back 1 KiB, 1 MiB and 64 MiB through staging slots and through its own
+ * registered buffers, runs many operations at once, checks the counters,
+ * provokes a remote access error, a timeout and a close with operations
+ * pending, and finally kills the node and checks that the pending and the
+ * next operations fail within the timeout instead of hanging.
+ *
+ * Prints one "ok"/"not ok" line per check and "N passed, N failed"; exits 0
+ * when all passed, 1 otherwise, 77 when built without RDMA or when no device
+ * exists.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "transport_rdma.h"
+
+#define KiB ((uint64_t)1024)
+#define MiB ((uint64_t)1024 * 1024)
+#define CHUNK (16 * MiB)  /* the node registers its segment in chunks this big */
+#define TIMEOUT_MS 5000   /* connect and operations */
+#define WATCHDOG_MS 60000 /* a wait longer than this is a hang */
+#define BIG (64 * MiB)    /* the largest transfer */
+
+static mc_loop_t *L;
+static int passed, failed;
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    printf("%s - ", ok ? "ok" : "not ok");
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+    if (ok)
+        passed++;
+    else
+        failed++;
+}
+
+static const char *err_name(int rc)
+{
+    return rc ? strerror(-rc) : "success";
+}
+
+static int parse_addr(const char *s, struct sockaddr_storage *ss)
+{
+    char host[128];
+    const char *colon = strrchr(s, ':');
+    if (!colon || (size_t)(colon - s) >= sizeof(host))
+        return -EINVAL;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = 0;
+    int port = atoi(colon + 1);
+    memset(ss, 0, sizeof(*ss));
+    struct sockaddr_in *in = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+    size_t hl = strlen(host);
+    if (hl > 2 && host[0] == '[' && host[hl - 1] == ']') {
+        host[hl - 1] = 0;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)port);
+        return inet_pton(AF_INET6, host + 1, &in6->sin6_addr) == 1 ? 0 : -EINVAL;
+    }
+    in->sin_family = AF_INET;
+    in->sin_port = htons((uint16_t)port);
+    return inet_pton(AF_INET, host, &in->sin_addr) == 1 ? 0 : -EINVAL;
+}
+
+/* The node's segment content: word k of the segment is pattern_word(k). */
+static uint64_t pattern_word(uint64_t k)
+{
+    return (k + 1) * 0x9E3779B97F4A7C15ULL;
+}
+
+static void fill_pattern(char *p, uint64_t at, uint64_t len)
+{
+    /* at and len are multiples of 8 here */
+    for (uint64_t i = 0; i < len; i += 8) {
+        uint64_t w = pattern_word((at + i) / 8);
+        memcpy(p + i, &w, 8);
+    }
+}
+
+static void fill_random(char *p, uint64_t len, uint64_t seed)
+{
+    uint64_t x = seed * 0x2545F4914F6CDD1DULL + 1;
+    for (uint64_t i = 0; i < len; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(p + i, &x, len - i < 8 ? len - i : 8);
+    }
+}
+
+static char *alloc_pages(uint64_t len)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, len) != 0)
+        return NULL;
+    memset(p, 0, len);
+    return p;
+}
+
+/* ---- waiting on the loop ---- */
+
+static int hung;
+
+static void on_watchdog(mc_timer_t *t)
+{
+    hung = 1;
+    mc_loop_stop(L);
+}
+
+typedef struct waiter {
+    int want, done, rc; /* rc: the first error */
+    uint64_t t0, t_end;
+} waiter_t;
+
+static void op_cb(void *arg, int status)
+{
+    waiter_t *w = arg;
+    if (status && !w->rc)
+        w->rc = status;
+    if (++w->done == w->want) {
+        w->t_end = mc_loop_now_ms();
+        mc_loop_stop(L);
+    }
+}
+
+/* Runs the loop until w has all its callbacks; -EDEADLK if that takes longer
+ * than the watchdog (a hang: the transport broke its timeout promise). */
+static int wait_all(waiter_t *w)
+{
+    mc_timer_t wd = {0};
+    hung = 0;
+    mc_timer_start(L, &wd, WATCHDOG_MS, 0, on_watchdog);
+    while (w->done < w->want && !hung)
+        mc_loop_run(L);
+    mc_timer_stop(&wd);
+    return hung ? -EDEADLK : w->rc;
+}
+
+typedef struct conn_wait {
+    int done, rc;
+} conn_wait_t;
+
+static void on_connected(mc__rdma_conn_t *c, int status, void *arg)
+{
+    conn_wait_t *cw = arg;
+    cw->done = 1;
+    cw->rc = status;
+    mc_loop_stop(L);
+}
+
+static int do_connect(mc__rdma_ctx_t *ctx, const struct sockaddr *sa, uint64_t timeout_ms,
+                      mc__rdma_conn_t **out, uint64_t *ms)
+{
+    conn_wait_t cw = {0};
+    uint64_t t0 = mc_loop_now_ms();
+    int rc = mc__rdma_connect(ctx, sa, timeout_ms, on_connected, &cw, out);
+    if (rc < 0)
+        return rc;
+    mc_timer_t wd = {0};
+    hung = 0;
+    mc_timer_start(L, &wd, WATCHDOG_MS, 0, on_watchdog);
+    while (!cw.done && !hung)
+        mc_loop_run(L);
+    mc_timer_stop(&wd);
+    *ms = mc_loop_now_ms() - t0;
+    if (hung)
+        return -EDEADLK;
+    if (cw.rc < 0)
+        *out = NULL; /* freed by the transport */
+    return cw.rc;
+}
+
+/* One synchronous transfer: returns its status and its time in *ms. */
+static int xfer(mc__rdma_conn_t *c, int write, char *buf, const mc__rdma_mr_t *mr,
+                const mc__rdma_desc_t *rd, uint64_t roff, uint64_t len, uint64_t timeout_ms,
+                uint64_t *ms)
+{
+    waiter_t w = {.want = 1, .t0 = mc_loop_now_ms()};
+    int rc = write ? mc__rdma_write(c, buf, mr, rd, roff, len, timeout_ms, op_cb, &w)
+                   : mc__rdma_read(c, buf, mr, rd, roff, len, timeout_ms, op_cb, &w);
+    if (rc < 0)
+        return rc;
+    rc = wait_all(&w);
+    if (ms)
+        *ms = (w.t_end ? w.t_end : mc_loop_now_ms()) - w.t0;
+    return rc;
+}
+
+static double mbps(uint64_t bytes, uint64_t ms)
+{
+    return ms ? (double)bytes / (double)MiB / ((double)ms / 1000.0) : 0.0;
+}
+
+/* ---- node ---- */
+
+static int run_node(const char *listen, const char *publish, uint64_t seg_size)
+{
+    struct sockaddr_storage ss;
+    if (parse_addr(listen, &ss) < 0) {
+        fprintf(stderr, "node: bad address %s\n", listen);
+        return 1;
+    }
+    mc__rdma_opts_t o = {.bind = (struct sockaddr *)&ss, .max_mr_chunk = CHUNK};
+    mc__rdma_ctx_t *ctx;
+    int rc = mc__rdma_ctx_new(L, &o, &ctx);
+    if (rc < 0) {
+        fprintf(stderr, "node: no RDMA context: %s\n", strerror(-rc));
+        return rc == -ENOTSUP || rc == -ENODEV ? 77 : 1;
+    }
+    char *seg = alloc_pages(seg_size);
+    if (!seg) {
+        fprintf(stderr, "node: cannot allocate %" PRIu64 " bytes\n", seg_size);
+        return 1;
+    }
+    fill_pattern(seg, 0, seg_size);
+    mc__rdma_mr_t *mr;
+    if ((rc = mc__rdma_register(ctx, seg, seg_size, MC__RDMA_REMOTE, &mr)) < 0) {
+        fprintf(stderr, "node: registering the segment failed: %s\n", strerror(-rc));
+        return 1;
+    }
+    if ((rc = mc__rdma_listen(ctx, (struct sockaddr *)&ss)) < 0) {
+        fprintf(stderr, "node: listening on %s failed: %s\n", listen, strerror(-rc));
+        return 1;
+    }
+    const mc__rdma_desc_t *d = mc__rdma_mr_desc(mr);
+    size_t need = mc__rdma_desc_pack(d, NULL, 0);
+    unsigned char *blob = malloc(need);
+    mc__rdma_desc_pack(d, blob, need);
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", publish);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "node: cannot write %s: %s\n", tmp, strerror(errno));
+        return 1;
+    }
+    fprintf(f, "%d\n", (int)getpid());
+    for (size_t i = 0; i < need; i++)
+        fprintf(f, "%02x", blob[i]);
+    fprintf(f, "\n");
+    fclose(f);
+    rename(tmp, publish);
+    printf("node: pid %d on %s, segment of %" PRIu64 " bytes in %u regions of %" PRIu64
+           ", descriptor %zu bytes, listening on port %d\n",
+           (int)getpid(), mc__rdma_device_name(ctx), seg_size, d->n, d->chunk, need,
+           mc__rdma_listen_port(ctx));
+    fflush(stdout);
+    free(blob);
+    /* Serve until killed: the HCA does the work, this loop only accepts. */
+    mc_loop_run(L);
+    mc__rdma_deregister(mr);
+    mc__rdma_ctx_free(ctx);
+    return 0;
+}
+
+/* ---- client ---- */
+
+static int read_publish(const char *path, int *pid, mc__rdma_desc_t **d)
+{
+    for (int i = 0; i < 400; i++) { /* up to 20 s for the node to start */
+        FILE *f = fopen(path, "r");
+        if (!f) {
+            usleep(50000);
+            continue;
+        }
+        static char line[1 << 20];
+        int rc = -EINVAL;
+        if (fscanf(f, "%d\n", pid) == 1 && fgets(line, sizeof(line), f)) {
+            size_t hl = strcspn(line, "\n");
+            unsigned char *blob = malloc(hl / 2 + 1);
+            for (size_t k = 0; k + 1 < hl; k += 2) {
+                unsigned v;
+                sscanf(line + k, "%2x", &v);
+                blob[k / 2] = (unsigned char)v;
+            }
+            rc = mc__rdma_desc_unpack(blob, hl / 2, d);
+            free(blob);
+        }
+        fclose(f);
+        return rc;
+    }
+    return -ENOENT;
+}
+
+static void check_codec(const mc__rdma_desc_t *d)
+{
+    size_t need = mc__rdma_desc_pack(d, NULL, 0);
+    unsigned char *b = malloc(need);
+    mc__rdma_desc_pack(d, b, need);
+    mc__rdma_desc_t *e = NULL;
+    int rc = mc__rdma_desc_unpack(b, need, &e);
+    int same = rc == 0 && e->n == d->n && e->size == d->size && e->chunk == d->chunk;
+    for (uint32_t i = 0; same && i < d->n; i++)
+        same = e->c[i].addr == d->c[i].addr && e->c[i].rkey == d->c[i].rkey;
+    check(same, "descriptor: pack/unpack round trip (%u chunks)", d->n);
+    free(e);
+    check(mc__rdma_desc_unpack(b, need - 1, &e) == -EINVAL, "descriptor: truncated -> EINVAL");
+    b[0] ^= 1;
+    check(mc__rdma_desc_unpack(b, need, &e) == -EINVAL, "descriptor: bad magic -> EINVAL");
+    b[0] ^= 1;
+    b[24] += 1; /* n no longer matches size / chunk */
+    check(mc__rdma_desc_unpack(b, need, &e) == -EINVAL,
+          "descriptor: inconsistent chunk count -> EINVAL");
+    free(b);
+}
+
+static int run_client(const char *connect_to, const char *publish)
+{
+    struct sockaddr_storage ss;
+    if (parse_addr(connect_to, &ss) < 0) {
+        fprintf(stderr, "client: bad address %s\n", connect_to);
+        return 1;
+    }
+    const struct sockaddr *sa = (struct sockaddr *)&ss;
+    int node_pid = 0;
+    mc__rdma_desc_t *rd = NULL;
+    int rc = read_publish(publish, &node_pid, &rd);
+    if (rc < 0) {
+        fprintf(stderr, "client: no usable descriptor in %s: %s\n", publish, strerror(-rc));
+        return 1;
+    }
+    printf("client: node pid %d, remote segment %" PRIu64 " bytes in %u regions\n", node_pid,
+           rd->size, rd->n);
+    check_codec(rd);
+    check(rd->n >= 5 && rd->chunk == CHUNK,
+          "the segment is registered in %u regions of %" PRIu64 " bytes (chunked MR registration)",
+          rd->n, rd->chunk);
+
+    mc__rdma_opts_t o = {.timeout_ms = TIMEOUT_MS, .max_mr_chunk = CHUNK};
+    mc__rdma_ctx_t *ctx;
+    if ((rc = mc__rdma_ctx_new(L, &o, &ctx)) < 0) {
+        fprintf(stderr, "client: no RDMA context: %s\n", strerror(-rc));
+        return rc == -ENOTSUP || rc == -ENODEV ? 77 : 1;
+    }
+    mc__rdma_conn_t *c = NULL;
+    uint64_t ms = 0;
+    rc = do_connect(ctx, sa, 0, &c, &ms);
+    check(rc == 0, "connect to %s on %s: %s in %" PRIu64 " ms", connect_to,
+          mc__rdma_device_name(ctx), err_name(rc), ms);
+    if (rc < 0)
+        return 1;
+
+    /* Client buffers: src and dst of BIG bytes each, registered as one
+     * region (4 x 16 MiB chunks + ...) for the zero-copy mode. */
+    char *mem = alloc_pages(2 * BIG);
+    char *src = mem, *dst = mem + BIG;
+    char *expect = alloc_pages(BIG);
+    if (!mem || !expect)
+        return 1;
+    mc__rdma_mr_t *lmr;
+    rc = mc__rdma_register(ctx, mem, 2 * BIG, 0, &lmr);
+    check(rc == 0, "register 128 MiB of client buffers: %s (%u regions)", err_name(rc),
+          rc == 0 ? mc__rdma_mr_desc(lmr)->n : 0);
+    if (rc < 0)
+        return 1;
+
+    /* 1. Reading the node's memory as it is: the pattern, across a region
+     * boundary of the node's segment. */
+    uint64_t at = CHUNK - 2 * KiB;
+    rc = xfer(c, 0, dst, NULL, rd, at, 4 * KiB, 0, &ms);
+    fill_pattern(expect, at, 4 * KiB);
+    check(rc == 0 && memcmp(dst, expect, 4 * KiB) == 0,
+          "READ 4 KiB of the node's pattern across its regions 0/1: %s", err_name(rc));
+
+    /* 2. Round trips. */
+    static const uint64_t sizes[] = {1 * KiB, 1 * MiB, BIG};
+    uint64_t wbytes = 0, rbytes = 4 * KiB, nwrites = 0, nreads = 1;
+    for (int mode = 0; mode < 2; mode++) {
+        const mc__rdma_mr_t *m = mode ? lmr : NULL;
+        const char *mname = mode ? "registered buffer" : "staging";
+        for (int si = 0; si < 3; si++) {
+            uint64_t len = sizes[si];
+            /* Offsets that are not aligned and, for BIG, cross 5 regions. */
+            uint64_t roff = 8 * MiB + 12345 + (uint64_t)si * 4096 + (uint64_t)mode * 777;
+            fill_random(src, len, len + (uint64_t)mode);
+            memset(dst, 0, len);
+            uint64_t wms = 0, rms = 0;
+            int wrc = xfer(c, 1, src, m, rd, roff, len, 0, &wms);
+            int rrc = wrc ? wrc : xfer(c, 0, dst, m, rd, roff, len, 0, &rms);
+            int same = wrc == 0 && rrc == 0 && memcmp(src, dst, len) == 0;
+            check(same,
+                  "%s: WRITE then READ %" PRIu64 " KiB at offset %" PRIu64
+                  ": %s, bytes equal (write %" PRIu64 " ms %.1f MiB/s, read %" PRIu64
+                  " ms %.1f MiB/s)",
+                  mname, len / KiB, roff, err_name(wrc ? wrc : rrc), wms, mbps(len, wms), rms,
+                  mbps(len, rms));
+            wbytes += len;
+            rbytes += len;
+            nwrites++;
+            nreads++;
+        }
+    }
+
+    /* 3. Many at once: 12 writes of 1 MiB (48 slices for 16 slots), then 12
+     * reads, from both kinds of buffer. */
+    {
+        const int N = 12;
+        fill_random(src, N * MiB, 99);
+        memset(dst, 0, N * MiB);
+        waiter_t w = {.want = N, .t0 = mc_loop_now_ms()};
+        int sub = 0;
+        for (int i = 0; i < N; i++)
+            sub |= mc__rdma_write(c, src + i * MiB, (i & 1) ? lmr : NULL, rd,
+                                  32 * MiB + (uint64_t)i * MiB, MiB, 0, op_cb, &w);
+        int wrc = sub ? sub : wait_all(&w);
+        waiter_t r = {.want = N, .t0 = mc_loop_now_ms()};
+        for (int i = 0; i < N && !wrc; i++)
+            sub |= mc__rdma_read(c, dst + i * MiB, (i & 1) ? NULL : lmr, rd,
+                                 32 * MiB + (uint64_t)i * MiB, MiB, 0, op_cb, &r);
+        int rrc = wrc ? wrc : sub ? sub : wait_all(&r);
+        check(wrc == 0 && rrc == 0 && memcmp(src, dst, N * MiB) == 0,
+              "%d concurrent 1 MiB WRITEs then %d READs, mixed buffers: %s, bytes equal", N, N,
+              err_name(wrc ? wrc : rrc));
+        wbytes += N * MiB;
+        rbytes += N * MiB;
+        nwrites += N;
+        nreads += N;
+    }
+
+    /* 4. A write of zeros (buf NULL). */
+    {
+        memset(dst, 0xff, 64 * KiB);
+        int wrc = xfer(c, 1, NULL, NULL, rd, 40 * MiB, 64 * KiB, 0, NULL);
+        int rrc = wrc ? wrc : xfer(c, 0, dst, NULL, rd, 40 * MiB, 64 * KiB, 0, NULL);
+        memset(expect, 0, 64 * KiB);
+        check(wrc == 0 && rrc == 0 && memcmp(dst, expect, 64 * KiB) == 0,
+              "WRITE of zeros (no buffer) reads back as zeros: %s", err_name(wrc ? wrc : rrc));
+        wbytes += 64 * KiB;
+        rbytes += 64 * KiB;
+        nwrites++;
+        nreads++;
+    }
+
+    /* 5. Counters. */
+    mc__rdma_stats_t st;
+    mc__rdma_stats(ctx, &st);
+    printf("client: counters: reads %" PRIu64 " (%" PRIu64 " bytes), writes %" PRIu64 " (%" PRIu64
+           " bytes), failed %" PRIu64 ", slices %" PRIu64 ", completions %" PRIu64
+           ", cq wake-ups %" PRIu64 ", in-flight peak %" PRIu64 "\n",
+           st.reads, st.bytes_read, st.writes, st.bytes_written, st.failed, st.slices,
+           st.completions, st.cq_wakeups, st.inflight_peak);
+    check(st.bytes_written == wbytes && st.writes == nwrites,
+          "counters: %" PRIu64 " writes, %" PRIu64 " bytes written", st.writes, st.bytes_written);
+    check(st.bytes_read == rbytes && st.reads == nreads,
+          "counters: %" PRIu64 " reads, %" PRIu64 " bytes read", st.reads, st.bytes_read);
+    check(st.failed == 0 && st.completions == st.slices,
+          "counters: no failure, every slice completed (%" PRIu64 ")", st.slices);
+    check(st.inflight_peak > 1 && st.inflight_peak <= MC__RDMA_MAX_INFLIGHT,
+          "slices pipelined and bounded: peak %" PRIu64 " in flight (limit %d)", st.inflight_peak,
+          MC__RDMA_MAX_INFLIGHT);
+    check(st.cq_wakeups > 0 && st.cq_wakeups <= st.completions,
+          "completions event-driven: %" PRIu64 " wake-ups for %" PRIu64 " completions",
+          st.cq_wakeups, st.completions);
+    check(st.conns_opened == 1 && st.conns_failed == 0, "counters: 1 connection opened");
+
+    /* 6. Bad arguments fail at once, without a callback. */
+    {
+        waiter_t w = {.want = 1};
+        int a = mc__rdma_read(c, dst, NULL, rd, rd->size - 10, 20, 0, op_cb, &w);
+        int b = mc__rdma_read(c, expect, lmr, rd, 0, 4096, 0, op_cb, &w);
+        int z = mc__rdma_write(c, src, NULL, rd, 0, 0, 0, op_cb, &w);
+        check(a == -EINVAL && b == -EINVAL && z == -EINVAL && w.done == 0,
+              "out of the segment, outside the registered buffer, zero length: EINVAL, no "
+              "callback (%d %d %d)",
+              a, b, z);
+    }
+
+    /* 7. A remote access error (a wrong rkey) fails the operation with EIO
+     * and the connection; the next operation fails at once. */
+    {
+        mc__rdma_desc_t *bad = malloc(mc__rdma_desc_size(rd->n));
+        memcpy(bad, rd, mc__rdma_desc_size(rd->n));
+        for (uint32_t i = 0; i < bad->n; i++)
+            bad->c[i].rkey ^= 0x5a5a00;
+        uint64_t t0 = mc_loop_now_ms();
+        rc = xfer(c, 0, dst, NULL, bad, 0, 64 * KiB, 0, NULL);
+        uint64_t took = mc_loop_now_ms() - t0;
+        check(rc == -EIO, "READ with a wrong rkey: %s (want EIO) in %" PRIu64 " ms", err_name(rc),
+              took);
+        waiter_t w = {.want = 1};
+        int next = mc__rdma_read(c, dst, NULL, rd, 0, 4096, 0, op_cb, &w);
+        check(next < 0 && next == mc__rdma_conn_error(c) && w.done == 0,
+              "the next operation on that connection fails at once: %s", err_name(next));
+        mc__rdma_close(c);
+        free(bad);
+        rc = do_connect(ctx, sa, 0, &c, &ms);
+        check(rc == 0, "reconnect: %s in %" PRIu64 " ms", err_name(rc), ms);
+        if (rc < 0)
+            return 1;
+    }
+
+    /* 8. A timeout: 64 MiB with 2 ms to do it. */
+    {
+        uint64_t t0 = mc_loop_now_ms();
+        rc = xfer(c, 0, dst, lmr, rd, 0, BIG, 2, NULL);
+        uint64_t took = mc_loop_now_ms() - t0;
+        check(rc == -ETIMEDOUT && took < 1000,
+              "READ of 64 MiB with a 2 ms timeout: %s in %" PRIu64 " ms", err_name(rc), took);
+        mc__rdma_close(c);
+        rc = do_connect(ctx, sa, 0, &c, &ms);
+        check(rc == 0, "reconnect: %s in %" PRIu64 " ms", err_name(rc), ms);
+        if (rc < 0)
+            return 1;
+    }
+
+    /* 9. Close with operations pending: their callbacks get ECANCELED, from
+     * the loop, after close returned. */
+    {
+        waiter_t w = {.want = 2};
+        int a = mc__rdma_read(c, dst, lmr, rd, 0, BIG, 0, op_cb, &w);
+        int b = mc__rdma_write(c, src, NULL, rd, 0, MiB, 0, op_cb, &w);
+        mc__rdma_close(c);
+        int before = w.done;
+        rc = a ? a : b ? b : wait_all(&w);
+        check(a == 0 && b == 0 && before == 0 && w.done == 2 && rc == -ECANCELED,
+              "close with 2 operations pending: both called back later with %s", err_name(rc));
+        rc = do_connect(ctx, sa, 0, &c, &ms);
+        check(rc == 0, "reconnect: %s in %" PRIu64 " ms", err_name(rc), ms);
+        if (rc < 0)
+            return 1;
+    }
+
+    /* 10. The node dies with an operation in flight. */
+    {
+        int got = 0, tries = 0;
+        uint64_t took = 0;
+        for (; tries < 5 && !got; tries++) {
+            waiter_t w = {.want = 1, .t0 = mc_loop_now_ms()};
+            rc = mc__rdma_read(c, dst, lmr, rd, 0, BIG, 0, op_cb, &w);
+            if (rc < 0)
+                break;
+            if (tries == 0) {
+                kill(node_pid, SIGKILL);
+                printf("client: killed the node (pid %d) with a 64 MiB READ in flight\n", node_pid);
+                fflush(stdout);
+            }
+            rc = wait_all(&w);
+            took = mc_loop_now_ms() - w.t0;
+            got = rc < 0;
+        }
+        check(got && rc != -EDEADLK && took <= TIMEOUT_MS + 1000,
+              "the pending READ fails when the node dies: %s after %" PRIu64 " ms (try %d)",
+              err_name(rc), took, tries);
+        waiter_t w = {.want = 1};
+        int next = mc__rdma_write(c, src, NULL, rd, 0, 4096, 0, op_cb, &w);
+        if (next == 0) /* not yet noticed: then it must fail from the loop */
+            next = wait_all(&w);
+        check(next < 0 && next != -EDEADLK, "the next operation fails: %s", err_name(next));
+        mc__rdma_close(c);
+        uint64_t t0 = mc_loop_now_ms();
+        rc = do_connect(ctx, sa, 0, &c, &ms);
+        took = mc_loop_now_ms() - t0;
+        check(rc < 0 && rc != -EDEADLK && took <= TIMEOUT_MS + 1000,
+              "connecting to the dead node fails: %s in %" PRIu64 " ms", err_name(rc), took);
+        if (rc == 0)
+            mc__rdma_close(c);
+    }
+
+    mc__rdma_stats(ctx, &st);
+    printf("client: final counters: reads %" PRIu64 ", writes %" PRIu64 ", failed %" PRIu64
+           " (timeouts %" PRIu64 "), connections opened %" PRIu64 ", failed %" PRIu64 "\n",
+           st.reads, st.writes, st.failed, st.timeouts, st.conns_opened, st.conns_failed);
+    check(st.timeouts >= 1 && st.failed >= 5 && st.conns_failed >= 3,
+          "counters record the failures");
+    mc__rdma_deregister(lmr);
+    mc__rdma_ctx_free(ctx);
+    free(mem);
+    free(expect);
+    free(rd);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: rdma_selftest node --listen IP:PORT --publish FILE [--seg-size N]\n"
+                    "       rdma_selftest client --connect IP:PORT --publish FILE\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        usage();
+    const char *role = argv[1], *addr = NULL, *publish = NULL;
+    uint64_t seg_size = 96 * MiB;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--listen") || !strcmp(argv[i], "--connect"))
+            addr = argv[i + 1];
+        else if (!strcmp(argv[i], "--publish"))
+            publish = argv[i + 1];
+        else if (!strcmp(argv[i], "--seg-size"))
+            seg_size = strtoull(argv[i + 1], NULL, 0);
+        else
+            usage();
+    }
+    if (!addr || !publish)
+        usage();
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int is_node = strcmp(role, "node") == 0;
+    if (!is_node && strcmp(role, "client") != 0)
+        usage();
+    mc__log_init(is_node ? "rdma-node" : "rdma-client", MC__LOG_INFO);
+    int rc = mc__rdma_available();
+    if (rc <= 0) {
+        printf("SKIP: %s\n", rc == 0 ? "no RDMA device" : strerror(-rc));
+        return 77;
+    }
+    if (mc_loop_new(&L) < 0) {
+        fprintf(stderr, "cannot create the loop\n");
+        return 1;
+    }
+    rc = is_node ? run_node(addr, publish, seg_size) : run_client(addr, publish);
+    mc_loop_free(L);
+    return rc;
+}
