@@ -122,6 +122,8 @@ run() {
 }
 # kv KEY OP: KEY's value in the line of $work/last whose op= is OP
 kv() { sed -n "/ op=$2 /s/.* $1=\([^ ]*\).*/\1/p" "$work/last"; }
+# bytes per transport, from mc_bench's last line: xfer tcp_bytes
+xfer() { sed -n "/^tcp_bytes=/s/.*$1=\([0-9]*\).*/\1/p" "$work/last"; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ratio() { echo "$1 $2" | awk '{ if ($2 > 0) printf "%.2fx", $1 / $2; else print "n/a" }'; }
 
@@ -157,15 +159,16 @@ for _ in $(seq "$RUNS"); do
     add iperf3 "$("$PYTHON" -c 'import json,sys
 d = json.load(open(sys.argv[1])); print("%.0f" % (d["end"]["sum_received"]["bits_per_second"] / 8 / 1048576))' "$work/last")"
 
-    mc --master "127.0.0.1:$mport" --size 1M --concurrency "$N_LARGE"
+    mc --master "127.0.0.1:$mport" --size 1M --concurrency "$N_LARGE" --no-shm
     add tcp.put.1M "$(kv mib_s put)"
     add tcp.get.1M "$(kv mib_s get)"
+    [ "$(xfer shm_bytes)" = 0 ] || { echo "cluster bench: --no-shm moved bytes through shm" >&2; exit 1; }
 
     mc --memcached "127.0.0.1:$cport" --size 1K --concurrency "$N_SMALL"
     add memcached.set "$(kv ops_s set)"
     add memcached.get "$(kv ops_s get)"
 
-    mc --master "127.0.0.1:$mport" --size 1K --concurrency "$N_SMALL"
+    mc --master "127.0.0.1:$mport" --size 1K --concurrency "$N_SMALL" --no-shm
     add tcp.put.1K "$(kv ops_s put)"
     add tcp.get.1K "$(kv ops_s get)"
 
@@ -181,10 +184,11 @@ d = json.load(open(sys.argv[1])); print("%.0f" % (d["end"]["sum_received"]["bits
     add emb.put.1K "$(kv ops_s put)"
     add emb.get.1K "$(kv ops_s get)"
 
-    # SHM PATH: once the shared-memory data path exists, measure it here
-    # (mc_bench against the local node with the path on, its counters proving
-    # it was taken) and add shm.put.1M / shm.get.1M; the table below already
-    # has their rows.
+    # The same-host path: the node's segment mapped into this client.
+    mc --master "127.0.0.1:$mport" --size 1M --concurrency "$N_LARGE"
+    add shm.put.1M "$(kv mib_s put)"
+    add shm.get.1M "$(kv mib_s get)"
+    [ "$(xfer tcp_bytes)" = 0 ] || { echo "cluster bench: the shm run used TCP" >&2; exit 1; }
 done
 
 m() { echo "${v[$1]:-}" | tr ' ' '\n' | grep . | median; }
@@ -194,7 +198,7 @@ iperf=$(m iperf3)
 mcd_set=$(m memcached.set) mcd_get=$(m memcached.get) cpy=$(m memcpy.1M) cpy1k=$(m memcpy.1K)
 
 echo
-echo "Cluster over loopback TCP: master + 1 node + mc_bench (C API, async), median of $RUNS runs"
+echo "Cluster over loopback TCP (shared memory off): master + 1 node + mc_bench (C API, async), median of $RUNS runs"
 printf "%-38s %12s   %-34s %12s %8s\n" "" "mooncake" "baseline" "" "ratio"
 row() { # label value baseline-label baseline
     printf "%-38s %12.0f   %-34s %12.0f %8s\n" "$1" "$2" "$3" "$4" "$(ratio "$2" "$4")"
@@ -213,6 +217,6 @@ if [ -n "${v[shm.get.1M]:-}" ]; then # SHM PATH
     row "shm 1 MiB put, N=$N_LARGE (MiB/s)" "$(m shm.put.1M)" "memcpy 1 MiB (MiB/s)" "$cpy"
     row "shm 1 MiB get, N=$N_LARGE (MiB/s)" "$(m shm.get.1M)" "memcpy 1 MiB (MiB/s)" "$cpy"
 else
-    printf "%-38s %12s\n" "shm 1 MiB put/get (other process)" "not built yet"
+    printf "%-38s %12s\n" "shm 1 MiB put/get (other process)" "not measured"
 fi
 echo "(every run: $out/cluster-runs.txt)"

@@ -54,6 +54,7 @@ static struct {
     double seconds;
     int phases[2];
     int nphases;
+    int no_shm; /* --no-shm: a co-located node is still reached over TCP */
 } cfg = {.size = 1024, .conc = 16, .keys = 16, .seconds = 2.0};
 
 static uint64_t now_ns(void)
@@ -221,12 +222,10 @@ static int run_store(const char *master)
     mc_store_opts_init(&o);
     if (master) {
         o.master = master;
-        o.segment_size = 0; /* a pure client: every byte crosses the socket */
-        /* SHM PATH: once the same-host shared-memory data path lands, this
-         * co-located client will take it instead of TCP. To keep measuring
-         * TCP here, disable it for this store (an option in mc_store_opts_t,
-         * when there is one), and add a separate `--shm` mode below that
-         * leaves it on. */
+        o.segment_size = 0; /* a pure client: no byte stays in this process */
+        /* A co-located node's segment is mapped and copied directly unless
+         * --no-shm keeps every byte on the socket. */
+        o.no_shm = cfg.no_shm;
     } else {
         /* Embedded: master and segment in this process, nothing served. */
         o.segment_size = (uint64_t)cfg.size * cfg.conc * cfg.keys * 4 + (64ULL << 20);
@@ -266,9 +265,11 @@ static int run_store(const char *master)
         for (unsigned i = 0; i < cfg.conc; i++)
             memset(slots[i].buf, fill_of(i), cfg.size);
     }
-    /* STATS: when the store exposes counters (e.g. bytes moved over TCP vs
-     * shared memory), print them here as key=value so cluster.sh can show
-     * which path a run took. */
+    /* Which path carried the bytes, for cluster.sh to check. */
+    mc_store_stats_t st;
+    mc_store_stats(s, &st);
+    printf("tcp_bytes=%llu shm_bytes=%llu local_bytes=%llu\n", (unsigned long long)st.tcp_bytes,
+           (unsigned long long)st.shm_bytes, (unsigned long long)st.local_bytes);
     mc_store_close(s);
     for (unsigned i = 0; slots && i < cfg.conc; i++)
         free(slots[i].buf);
@@ -527,7 +528,7 @@ static int run_memcpy(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mc_bench (--master HOST:PORT | --embedded | --memcached HOST:PORT |\n"
-               "                 --memcpy) [--size SIZE] [--concurrency N] [--seconds S]\n"
+               "                 --memcpy) [--size SIZE] [--concurrency N] [--seconds S] [--no-shm]\n"
                "                [--keys K] [--ops put,get]\n");
 }
 
@@ -540,6 +541,7 @@ int main(int argc, char **argv)
         {"memcpy", no_argument, NULL, 'c'},
         {"size", required_argument, NULL, 's'},
         {"concurrency", required_argument, NULL, 'n'},
+        {"no-shm", no_argument, NULL, 'N'},
         {"seconds", required_argument, NULL, 't'},
         {"keys", required_argument, NULL, 'k'},
         {"ops", required_argument, NULL, 'o'},
@@ -575,6 +577,9 @@ int main(int argc, char **argv)
         }
         case 'n':
             cfg.conc = (unsigned)strtoul(optarg, NULL, 10);
+            break;
+        case 'N':
+            cfg.no_shm = 1;
             break;
         case 't':
             cfg.seconds = strtod(optarg, NULL);
