@@ -54,7 +54,8 @@ static struct {
     double seconds;
     int phases[2];
     int nphases;
-    int no_shm; /* --no-shm: a co-located node is still reached over TCP */
+    int no_shm;                         /* --no-shm: a co-located node is still reached over TCP */
+    const char *protocol, *rdma_device; /* --protocol, --rdma-device */
 } cfg = {.size = 1024, .conc = 16, .keys = 16, .seconds = 2.0};
 
 static uint64_t now_ns(void)
@@ -226,6 +227,8 @@ static int run_store(const char *master)
         /* A co-located node's segment is mapped and copied directly unless
          * --no-shm keeps every byte on the socket. */
         o.no_shm = cfg.no_shm;
+        o.protocol = cfg.protocol;
+        o.rdma_devices = cfg.rdma_device;
     } else {
         /* Embedded: master and segment in this process, nothing served. */
         o.segment_size = (uint64_t)cfg.size * cfg.conc * cfg.keys * 4 + (64ULL << 20);
@@ -268,8 +271,9 @@ static int run_store(const char *master)
     /* Which path carried the bytes, for cluster.sh to check. */
     mc_store_stats_t st;
     mc_store_stats(s, &st);
-    printf("tcp_bytes=%llu shm_bytes=%llu local_bytes=%llu\n", (unsigned long long)st.tcp_bytes,
-           (unsigned long long)st.shm_bytes, (unsigned long long)st.local_bytes);
+    printf("tcp_bytes=%llu shm_bytes=%llu local_bytes=%llu rdma_bytes=%llu\n",
+           (unsigned long long)st.tcp_bytes, (unsigned long long)st.shm_bytes,
+           (unsigned long long)st.local_bytes, (unsigned long long)st.rdma_bytes);
     mc_store_close(s);
     for (unsigned i = 0; slots && i < cfg.conc; i++)
         free(slots[i].buf);
@@ -527,9 +531,11 @@ static int run_memcpy(void)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mc_bench (--master HOST:PORT | --embedded | --memcached HOST:PORT |\n"
-               "                 --memcpy) [--size SIZE] [--concurrency N] [--seconds S] [--no-shm]\n"
-               "                [--keys K] [--ops put,get]\n");
+    fprintf(f,
+            "usage: mc_bench (--master HOST:PORT | --embedded | --memcached HOST:PORT |\n"
+            "                 --memcpy) [--size SIZE] [--concurrency N] [--seconds S] [--no-shm]\n"
+            "                [--keys K] [--ops put,get] [--protocol tcp|rdma|auto]\n"
+            "                [--rdma-device NAME]\n");
 }
 
 int main(int argc, char **argv)
@@ -545,6 +551,8 @@ int main(int argc, char **argv)
         {"seconds", required_argument, NULL, 't'},
         {"keys", required_argument, NULL, 'k'},
         {"ops", required_argument, NULL, 'o'},
+        {"protocol", required_argument, NULL, 'P'},
+        {"rdma-device", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -580,6 +588,12 @@ int main(int argc, char **argv)
             break;
         case 'N':
             cfg.no_shm = 1;
+            break;
+        case 'P':
+            cfg.protocol = optarg;
+            break;
+        case 'D':
+            cfg.rdma_device = optarg;
             break;
         case 't':
             cfg.seconds = strtod(optarg, NULL);

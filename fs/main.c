@@ -30,6 +30,8 @@ struct options {
     char *net_timeout;
     char *replicas;
     char *secret_file;
+    char *protocol;
+    char *rdma_devices;
     int no_shm;
     int help;
     int version;
@@ -61,6 +63,10 @@ static const struct fuse_opt option_spec[] = {
     OPT("--cache-timeout=%s", timeout),
     OPT("--cache-timeout %s", timeout),
     OPT("--no-shm", no_shm),
+    OPT("--protocol=%s", protocol),
+    OPT("--protocol %s", protocol),
+    OPT("--rdma-device=%s", rdma_devices),
+    OPT("--rdma-device %s", rdma_devices),
     OPT("--help", help),
     OPT("-h", help),
     OPT("--version", version),
@@ -87,6 +93,11 @@ static void usage(const char *prog)
            "                          peers prove to each other that they know it\n"
            "    --no-shm              move no bytes through shared memory with nodes on\n"
            "                          this host (nor offer this segment that way)\n"
+           "    --protocol P          data transport to nodes: tcp (default), rdma (fails\n"
+           "                          without a usable device) or auto (RDMA when a\n"
+           "                          device opens); with a segment, RDMA is served on\n"
+           "                          the host of --listen\n"
+           "    --rdma-device NAME    verbs device(s), comma-separated (default: the first)\n"
            "    --replicas N          copies of each file, on different nodes (default 1)\n"
            "    --lease-ms N          read lease in milliseconds (default %d)\n"
            "    --evict-high PCT      evict least recently used objects when the\n"
@@ -250,6 +261,13 @@ int main(int argc, char *argv[])
     so.master = o.master;
     so.secret_file = o.secret_file;
     so.no_shm = o.no_shm;
+    so.protocol = o.protocol;
+    so.rdma_devices = o.rdma_devices;
+    if (o.protocol && strcmp(o.protocol, "tcp") && strcmp(o.protocol, "rdma") &&
+        strcmp(o.protocol, "auto")) {
+        fprintf(stderr, "mooncake-fs: error: --protocol takes tcp, rdma or auto\n");
+        goto out_args;
+    }
     fs.replicas = 1;
     if (o.replicas) {
         if (parse_uint(o.replicas, "--replicas", 8, &v) < 0 || v == 0)
@@ -329,8 +347,19 @@ int main(int argc, char *argv[])
 out:
     if (sfd >= 0)
         close(sfd);
-    if (fs.store)
+    if (fs.store) {
+        /* Which transport carried the bytes (the tests read this line). */
+        mc_store_stats_t st;
+        mc_store_stats(fs.store, &st);
+        fprintf(stderr,
+                "mooncake-fs: bytes moved: local %llu shm %llu tcp %llu rdma %llu "
+                "(ops: local %llu shm %llu tcp %llu rdma %llu)\n",
+                (unsigned long long)st.local_bytes, (unsigned long long)st.shm_bytes,
+                (unsigned long long)st.tcp_bytes, (unsigned long long)st.rdma_bytes,
+                (unsigned long long)st.local_ops, (unsigned long long)st.shm_ops,
+                (unsigned long long)st.tcp_ops, (unsigned long long)st.rdma_ops);
         mc_store_close(fs.store);
+    }
     if (fs.loop)
         mc_loop_free(fs.loop);
     if (mounted)
@@ -352,5 +381,7 @@ out_args:
     free(o.net_timeout);
     free(o.replicas);
     free(o.secret_file);
+    free(o.protocol);
+    free(o.rdma_devices);
     return ret;
 }

@@ -18,13 +18,17 @@ if not os.path.isabs(LIB):
 
 
 def _system_libraries():
-    """The shared libraries libmooncake.a needs: liburing, pthread, and
-    libsodium when the archive refers to it (its authentication)."""
+    """The shared libraries libmooncake.a needs: liburing, pthread,
+    libsodium when the archive refers to it (its authentication), and
+    libibverbs + librdmacm when it was built with RDMA."""
     libs = ["uring"]
     try:
         with open(LIB, "rb") as f:
-            if b"sodium_init" in f.read():
+            data = f.read()
+            if b"sodium_init" in data:
                 libs.append("sodium")
+            if b"rdma_create_id" in data:
+                libs += ["ibverbs", "rdmacm"]
     except OSError:
         pass  # the build fails below with a clear message about LIB
     return libs + ["pthread"]

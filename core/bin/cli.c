@@ -17,13 +17,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "mooncake/mooncake.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mooncake-cli [--master ADDR] [--segment-size SIZE] [--listen ADDR]\n"
                "                    [--timeout-ms N] [--replicas N] [--pin hard|soft]\n"
-               "                    [--auth-secret-file F] [--no-shm] [--stats] COMMAND [ARGS]\n"
+               "                    [--auth-secret-file F] [--no-shm] [--protocol P]\n"
+               "                    [--rdma-device NAME] [--stats] COMMAND [ARGS]\n"
                "commands:\n"
                "    put KEY [FILE]   store FILE (default: standard input) under KEY\n"
                "    get KEY [FILE]   write KEY's value to FILE (default: standard output)\n"
@@ -34,6 +36,12 @@ static void usage(FILE *f)
                "options:\n"
                "    --no-shm         move no bytes through shared memory with co-located\n"
                "                     nodes (nor offer this node's segment that way)\n"
+               "    --protocol P     data transport: tcp (default), rdma (fails without a\n"
+               "                     usable device; a node listens for RDMA on the host of\n"
+               "                     --listen, which must be on the device) or auto\n"
+               "    --rdma-device NAME  verbs device(s) to use, comma-separated (default:\n"
+               "                     the first)\n"
+               "    --log-level L    error, warn (default), info, debug\n"
                "    --stats          print the bytes moved per transport to stderr at the end\n");
 }
 
@@ -195,6 +203,9 @@ int main(int argc, char **argv)
         {"auth-secret-file", required_argument, NULL, 'a'},
         {"no-shm", no_argument, NULL, 'S'},
         {"stats", no_argument, NULL, 'T'},
+        {"protocol", required_argument, NULL, 'X'},
+        {"rdma-device", required_argument, NULL, 'D'},
+        {"log-level", required_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -231,6 +242,23 @@ int main(int argc, char **argv)
             break;
         case 'T':
             stats = 1;
+            break;
+        case 'X':
+            if (strcmp(optarg, "tcp") && strcmp(optarg, "rdma") && strcmp(optarg, "auto")) {
+                fprintf(stderr, "mooncake-cli: --protocol takes tcp, rdma or auto\n");
+                return 2;
+            }
+            o.protocol = optarg;
+            break;
+        case 'D':
+            o.rdma_devices = optarg;
+            break;
+        case 'v':
+            if (mc__log_parse_level(optarg) < 0) {
+                fprintf(stderr, "mooncake-cli: bad --log-level '%s'\n", optarg);
+                return 2;
+            }
+            mc__log_init("mooncake-cli", mc__log_parse_level(optarg));
             break;
         case 'P':
             if (strcmp(optarg, "hard") == 0)
@@ -288,10 +316,11 @@ int main(int argc, char **argv)
         mc_store_stats(s, &st);
         fprintf(stderr,
                 "stats: local_ops %llu local_bytes %llu shm_ops %llu shm_bytes %llu "
-                "tcp_ops %llu tcp_bytes %llu\n",
+                "tcp_ops %llu tcp_bytes %llu rdma_ops %llu rdma_bytes %llu\n",
                 (unsigned long long)st.local_ops, (unsigned long long)st.local_bytes,
                 (unsigned long long)st.shm_ops, (unsigned long long)st.shm_bytes,
-                (unsigned long long)st.tcp_ops, (unsigned long long)st.tcp_bytes);
+                (unsigned long long)st.tcp_ops, (unsigned long long)st.tcp_bytes,
+                (unsigned long long)st.rdma_ops, (unsigned long long)st.rdma_bytes);
     }
     mc_store_close(s);
     if (rc < 0) {

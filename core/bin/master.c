@@ -25,6 +25,7 @@
 #include "server.h"
 #include "service.h"
 #include "shm.h"
+#include "transport_rdma.h"
 
 #define SEG_LOCAL 0
 
@@ -73,6 +74,9 @@ static void usage(FILE *f, const char *prog)
             "                          must prove it knows it, and this master proves\n"
             "                          it to them (without one, listen on loopback)\n"
             "    --no-shm              do not offer the segment to co-located clients\n"
+            "    --protocol P          how peers reach the segment: tcp (default), rdma\n"
+            "                          (also over RDMA; fails without a device) or auto\n"
+            "    --rdma-device NAME    the verbs device(s) for RDMA, comma-separated\n"
             "                          as shared memory\n"
             "    --log-level LEVEL     error, warn, info (default), debug\n"
             "    -h, --help, -V, --version\n",
@@ -104,6 +108,8 @@ int main(int argc, char **argv)
         {"evict-ratio", required_argument, NULL, 'r'},
         {"auth-secret-file", required_argument, NULL, 'a'},
         {"no-shm", no_argument, NULL, 'S'},
+        {"protocol", required_argument, NULL, 'P'},
+        {"rdma-device", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
@@ -112,7 +118,8 @@ int main(int argc, char **argv)
     char listen_buf[64];
     const char *listen = "127.0.0.1:50051";
     const char *secret_file = NULL;
-    int no_shm = 0;
+    int no_shm = 0, xport = MC__XPORT_TCP;
+    const char *rdma_devices = NULL;
     mc__secret_t *secret = NULL;
     unsigned long long v;
     mc__master_opts_t mo = {.lease_ms = MC_DEFAULT_LEASE_MS, .align = 64};
@@ -162,6 +169,15 @@ int main(int argc, char **argv)
         case 'S':
             no_shm = 1;
             break;
+        case 'P':
+            if ((xport = mc__xport_parse(optarg)) < 0) {
+                fprintf(stderr, "mooncake-master: error: --protocol takes tcp, rdma or auto\n");
+                return 2;
+            }
+            break;
+        case 'D':
+            rdma_devices = optarg;
+            break;
         case 'v':
             level = mc__log_parse_level(optarg);
             if (level < 0) {
@@ -205,6 +221,8 @@ int main(int argc, char **argv)
     mc__master_t *m = NULL;
     mc__svc_t *svc = NULL;
     mc__server_t *srv = NULL;
+    mc__rdma_ctx_t *rdma = NULL;
+    mc__rdma_mr_t *seg_mr = NULL;
     int ret = 1;
     if ((rc = mc_loop_new(&loop)) < 0 || (rc = mc__master_new(&m, &mo)) < 0 ||
         (rc = mc__svc_new(&svc, m, &so)) < 0) {
@@ -228,6 +246,34 @@ int main(int argc, char **argv)
         goto out;
     }
     mc__svc_set_local_addr(svc, mc__server_addr(srv));
+    if (seg_size && (rc = mc__rdma_open(loop, xport, rdma_devices, 0, &rdma)) < 0) {
+        mc__log(MC__LOG_ERROR, "protocol rdma: %s",
+                rc == -ENODEV ? "no usable RDMA device" : mc_strerror(rc));
+        goto out;
+    }
+    if (rdma) {
+        /* The segment is also served over RDMA; its record goes out with
+         * every replica set that names it. */
+        char host[MC__ADDR_STRLEN], *rec = NULL;
+        size_t rec_len = 0;
+        const char *a = mc__server_addr(srv), *colon = strrchr(a, ':');
+        snprintf(host, sizeof(host), "%.*s", colon ? (int)(colon - a) : 0, a);
+        if (host[0] == '[') {
+            memmove(host, host + 1, strlen(host));
+            host[strlen(host) - 1] = '\0';
+        }
+        rc = mc__rdma_serve(rdma, seg_mem.base, seg_mem.size, host, &seg_mr, &rec, &rec_len);
+        if (rc >= 0)
+            rc = mc__svc_set_local_rdma(svc, rec, rec_len);
+        free(rec);
+        if (rc < 0 && xport == MC__XPORT_RDMA) {
+            mc__log(MC__LOG_ERROR, "cannot serve the segment over RDMA on %s: %s", host,
+                    mc_strerror(rc));
+            goto out;
+        }
+        if (rc < 0)
+            mc__log(MC__LOG_INFO, "the segment is served over TCP only: %s", mc_strerror(rc));
+    }
     int sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
     mc_poll_t sig = {.data = loop};
     if (sfd < 0 || mc_poll_start(loop, &sig, sfd, POLLIN, on_signal) < 0)
@@ -248,6 +294,8 @@ out:
     mc__server_close(srv);
     mc__svc_free(svc);
     mc__master_free(m);
+    mc__rdma_deregister(seg_mr);
+    mc__rdma_ctx_free(rdma);
     if (loop)
         mc_loop_free(loop);
     mc__seg_destroy(&seg_mem);

@@ -24,7 +24,7 @@
 /* Wire sizes of the nested structures. */
 #define STAT_SIZE 36u       /* q q i u u u */
 #define EXTENT_SIZE 16u     /* q offset, q length */
-#define REPLICA_MIN 12u     /* u seg, u addr length, u extent count */
+#define REPLICA_MIN 16u     /* u seg, u addr length, u rdma length, u extent count */
 #define LIST_ENTRY_MIN 42u  /* u key length, 1 key byte, b is_prefix, stat */
 #define WBUF_FIRST_CAP 256u /* first allocation of an empty wbuf */
 
@@ -460,7 +460,7 @@ int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
 
 /*
  * mc__take_replicas() decodes the replica set at the front of *p / *n
- * (`u count`, then per replica `u seg, s address, u extent count`, then per
+ * (`u count`, then per replica `u seg, s address, s rdma, u extent count`, then per
  * extent `q offset, q length`) into out[0..count) and advances *p and *n past
  * it. The addresses and extents point into the input; nothing is copied.
  * Returns the count, or -EBADMSG (then *p and *n are untouched) when a field
@@ -491,6 +491,14 @@ int mc__take_replicas(const char **p, size_t *n, mc__wire_replica_t *out, int ma
             return -EBADMSG;
         o->addr = b;
         b += o->addr_len, left -= o->addr_len;
+        if (left < 4)
+            return -EBADMSG;
+        o->rdma_len = ld32(b);
+        b += 4, left -= 4;
+        if (o->rdma_len > left)
+            return -EBADMSG;
+        o->rdma = b;
+        b += o->rdma_len, left -= o->rdma_len;
         if (left < 4)
             return -EBADMSG;
         o->next = ld32(b);

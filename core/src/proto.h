@@ -44,9 +44,10 @@
     X(AUTH, 2, "s", "")          /* client proof */                                                \
     X(PING, 3, "", "q")          /* -> server time (ms) */                                         \
     /* nodes and segments (master) */                                                              \
-    X(MOUNT_SEGMENT, 10, "qusq", "u") /* node id, seg id (0: any), data addr, size -> seg id */    \
-    X(UNMOUNT_SEGMENT, 11, "qu", "")  /* node id, seg id */                                        \
-    X(HEARTBEAT, 12, "q", "u")        /* node id -> flags (MC__HB_*) */                            \
+    X(MOUNT_SEGMENT, 10, "qusqs", "u") /* node id, seg id (0: any), data addr, size, RDMA          \
+                                          record (empty: none) -> seg id */                        \
+    X(UNMOUNT_SEGMENT, 11, "qu", "")   /* node id, seg id */                                       \
+    X(HEARTBEAT, 12, "q", "u")         /* node id -> flags (MC__HB_*) */                           \
     /* objects (master) */                                                                         \
     X(PUT_START, 20, "kquuuuqi", "q*") /* key, capacity, flags, mode, replicas, pin, pin ttl,      \
                                           mtime -> put id, replica set */                          \
@@ -138,7 +139,9 @@ int mc__vunpack(const char *body, size_t len, const char *fmt, va_list ap);
  *
  * stat:        q size, q version, i mtime_ns, u mode, u replicas, u flags
  * replica set: u count, then per replica: u seg id, s data address,
- *              u extent count, then per extent: q offset, q length
+ *              s RDMA record (empty: TCP only; opaque to the master, see
+ *              transport_rdma.h), u extent count, then per extent:
+ *              q offset, q length
  * listing:     u count, u more, then per entry: s key, b is_prefix, stat
  */
 #include "mooncake/mooncake.h"
@@ -152,6 +155,8 @@ typedef struct mc__wire_replica {
     uint32_t seg;
     const char *addr;
     uint32_t addr_len;
+    const char *rdma; /* the node's RDMA record (rdma_len 0: none) */
+    uint32_t rdma_len;
     uint32_t next;            /* extents */
     const unsigned char *ext; /* next * 16 bytes: LE offset, length */
 } mc__wire_replica_t;

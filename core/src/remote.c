@@ -8,11 +8,22 @@
  * fail over to the next. A piece whose segment is this process's own is
  * copied directly. Every call is bounded by the store's timeout.
  *
+ * With an RDMA context (protocol rdma, or auto with a device) a piece to a
+ * node that published an RDMA record is one RDMA READ or WRITE against the
+ * node's registered segment instead of a READ/WRITE request: one rdma_cm
+ * connection per node, made on first use (after the TCP session to the node
+ * authenticated, when a secret is configured) and reused by every
+ * operation. A connection that breaks fails its pieces (reads then fail
+ * over to the next replica) and is closed; the next transfer reconnects,
+ * and a failed connect is remembered for RDMA_RETRY_MS so that reads fail
+ * over at once instead of waiting on a dead node again.
+ *
  * When the store has a segment it is also a node: it serves the segment's
  * data (server.c), mounts it at the master, and heartbeats; a master that
  * forgot the node (it restarted) is answered by mounting again.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,12 +38,15 @@
 #include "server.h"
 #include "shm.h"
 #include "store_i.h"
+#include "transport_rdma.h"
 
 typedef struct mc__rset {
     uint32_t n;
     struct rrep {
         uint32_t seg;
         char addr[MC__ADDR_STRLEN];
+        char rdma_addr[MC__ADDR_STRLEN]; /* the node's rdma_cm listener */
+        mc__rdma_desc_t *desc;           /* its segment over RDMA; NULL: TCP only */
         uint32_t next;
         mc__extent_t *ext;
     } r[MC__MAX_REPLICAS];
@@ -58,11 +72,18 @@ typedef struct peer {
     shm_map_t *maps;
     struct xfer *waiters; /* transfers waiting for a SHM_MAP answer */
     int shm_pending;      /* SHM_MAP calls in flight */
-    int zombie;           /* the remote closed: free once shm_pending is 0 */
+    mc__rdma_conn_t *rc;  /* RDMA: the connection while connecting or up */
+    enum { RDMA_NONE, RDMA_AUTHING, RDMA_CONNECTING, RDMA_UP, RDMA_FAILED } rstate;
+    int rerr;                    /* RDMA_FAILED: why */
+    uint64_t rfailed_at;         /* RDMA_FAILED: when */
+    char raddr[MC__ADDR_STRLEN]; /* where rc goes */
+    int rdma_pending;            /* a PING or a connect in flight (RDMA_AUTHING, _CONNECTING) */
+    int zombie; /* the remote closed: free once shm_pending and rdma_pending are 0 */
     struct peer *next;
 } peer_t;
 
 #define SHM_RETRY_MS 10000 /* after a failed SHM_MAP, use TCP this long */
+#define RDMA_RETRY_MS 1000 /* after a failed RDMA connect, fail fast this long */
 
 struct mc__remote {
     mc_store_t *s;
@@ -83,8 +104,10 @@ void mc__rset_free(mc__rset_t *rs)
 {
     if (!rs)
         return;
-    for (uint32_t i = 0; i < rs->n; i++)
+    for (uint32_t i = 0; i < rs->n; i++) {
         free(rs->r[i].ext);
+        free(rs->r[i].desc);
+    }
     free(rs);
 }
 
@@ -108,6 +131,12 @@ static int rset_take(const char **p, size_t *n, mc__rset_t **out)
         if (!r->ext) {
             mc__rset_free(rs);
             return -ENOMEM;
+        }
+        if (w[i].rdma_len && mc__rdma_record_unpack(w[i].rdma, w[i].rdma_len, r->rdma_addr,
+                                                    sizeof(r->rdma_addr), &r->desc) < 0) {
+            mc__log(MC__LOG_WARN, "%s: malformed RDMA record for segment %u: using TCP", r->addr,
+                    r->seg);
+            r->desc = NULL;
         }
         r->next = w[i].next;
         for (uint32_t e = 0; e < w[i].next; e++)
@@ -206,7 +235,8 @@ static peer_t *peer_get(struct mc__remote *rm, const char *addr)
         return NULL;
     snprintf(p->addr, sizeof(p->addr), "%s", addr);
     p->rm = rm;
-    p->local = !rm->s->no_shm && mc__addr_is_local(addr);
+    /* protocol rdma means RDMA to every node, co-located ones included. */
+    p->local = !rm->s->no_shm && rm->s->xport != MC__XPORT_RDMA && mc__addr_is_local(addr);
     if (mc__rpc_client_new(rm->s->loop, &a, rm->s->timeout_ms, &peer_ops, p, &p->cl) < 0) {
         free(p);
         return NULL;
@@ -269,7 +299,7 @@ static void shm_mapped(void *arg, int status, const char *body, size_t len)
     p->shm_pending--;
     if (p->zombie) {
         shm_resume(p); /* they fail: the remote is gone */
-        if (!p->shm_pending)
+        if (!p->shm_pending && !p->rdma_pending)
             peer_free(p);
         return;
     }
@@ -390,6 +420,125 @@ static int shm_wait(xfer_t *x, peer_t *p, uint32_t seg)
     return 1;
 }
 
+/* ---- RDMA connections to nodes ---- */
+
+/* Whether pieces on replica rep of peer p go over RDMA: we have a context,
+ * the node published a record, and (auto) shared memory does not serve. */
+static int want_rdma(const mc_store_t *s, const peer_t *p, const struct rrep *rep)
+{
+    return s->rdma && rep->desc && !(s->xport == MC__XPORT_AUTO && p->local);
+}
+
+static void rdma_fail(peer_t *p, int err)
+{
+    p->rstate = RDMA_FAILED;
+    p->rerr = err;
+    p->rfailed_at = mc_loop_now_ms();
+    mc__log(MC__LOG_INFO, "%s: no RDMA connection to %s (%s)", p->addr, p->raddr, mc_strerror(err));
+}
+
+/* The end of a PING or a connect: frees a zombie, else wakes the waiters. */
+static int rdma_settled(peer_t *p)
+{
+    p->rdma_pending = 0;
+    if (!p->zombie)
+        return 0;
+    shm_resume(p); /* they fail: the remote is gone */
+    if (!p->shm_pending)
+        peer_free(p);
+    return 1;
+}
+
+static void rdma_connected(mc__rdma_conn_t *c, int status, void *arg)
+{
+    peer_t *p = arg;
+    if (rdma_settled(p))
+        return;
+    if (status < 0) {
+        p->rc = NULL; /* freed after this returns */
+        rdma_fail(p, status);
+    } else {
+        p->rstate = RDMA_UP;
+        mc__log(MC__LOG_INFO, "%s: RDMA connection to %s up", p->addr, p->raddr);
+    }
+    shm_resume(p);
+}
+
+static void rdma_dial(peer_t *p)
+{
+    mc_store_t *s = p->rm->s;
+    mc__addr_t a;
+    int rc = mc__addr_parse(p->raddr, -1, &a);
+    if (rc >= 0) {
+        p->rstate = RDMA_CONNECTING;
+        p->rdma_pending = 1;
+        rc = mc__rdma_connect(s->rdma, (struct sockaddr *)&a.ss, s->timeout_ms, rdma_connected, p,
+                              &p->rc);
+    }
+    if (rc < 0) {
+        p->rdma_pending = 0;
+        p->rc = NULL;
+        rdma_fail(p, rc);
+    }
+}
+
+/* The node answered a PING over its authenticated TCP session: it knows
+ * the secret, so RDMA may go to it. */
+static void rdma_authed(void *arg, int status, const char *body, size_t len)
+{
+    peer_t *p = arg;
+    if (rdma_settled(p))
+        return;
+    if (status < 0)
+        rdma_fail(p, status);
+    else
+        rdma_dial(p);
+    if (p->rstate != RDMA_CONNECTING)
+        shm_resume(p);
+}
+
+/* Starts the RDMA connection to p at rep's listener. */
+static void rdma_start(peer_t *p, const struct rrep *rep)
+{
+    mc_store_t *s = p->rm->s;
+    snprintf(p->raddr, sizeof(p->raddr), "%s", rep->rdma_addr);
+    if (!s->secret)
+        return rdma_dial(p);
+    /* With a secret, RDMA follows a mutually authenticated session: the
+     * PING goes out only after HELLO/AUTH with the node succeeded. */
+    p->rstate = RDMA_AUTHING;
+    p->rdma_pending = 1;
+    int rc = mc__rpc_client_call(p->cl, MC__OP_PING, "", 0, s->timeout_ms, rdma_authed, p);
+    if (rc < 0) {
+        p->rdma_pending = 0;
+        rdma_fail(p, rc);
+    }
+}
+
+/*
+ * Whether x must wait for p's RDMA connection before it moves bytes on
+ * replica rep: a broken connection is closed, a failure older than
+ * RDMA_RETRY_MS forgotten, and a missing one started. Parks x on p and
+ * returns 1, or returns 0 (go ahead: up, or failed).
+ */
+static int rdma_wait(xfer_t *x, peer_t *p, const struct rrep *rep)
+{
+    if (p->rstate == RDMA_UP && mc__rdma_conn_error(p->rc)) {
+        mc__rdma_close(p->rc);
+        p->rc = NULL;
+        p->rstate = RDMA_NONE;
+    }
+    if (p->rstate == RDMA_FAILED && mc_loop_now_ms() - p->rfailed_at >= RDMA_RETRY_MS)
+        p->rstate = RDMA_NONE;
+    if (p->rstate == RDMA_NONE)
+        rdma_start(p, rep);
+    if (p->rstate != RDMA_AUTHING && p->rstate != RDMA_CONNECTING)
+        return 0;
+    x->wait_next = p->waiters;
+    p->waiters = x;
+    return 1;
+}
+
 /* ---- transfers ---- */
 
 static const char zeros[1 << 16];
@@ -402,6 +551,39 @@ typedef struct piece {
     char prefix[16]; /* writes: the packed "uq" before the data */
     struct iovec iov[1 + (MC__PROTO_CHUNK / sizeof(zeros))];
 } piece_t;
+
+/* A piece moved by RDMA; rd is a copy of the replica's descriptor, which
+ * a writer's growing replica set may free before the piece completes. */
+typedef struct rpiece {
+    xfer_t *x;
+    peer_t *p;
+    mc__rdma_conn_t *c;
+    uint32_t want;
+    mc__rdma_desc_t rd; /* variable size: keep last */
+} rpiece_t;
+
+static void xfer_end(xfer_t *x);
+
+static void rpiece_done(void *arg, int status)
+{
+    rpiece_t *rp = arg;
+    xfer_t *x = rp->x;
+    if (status >= 0) {
+        mc__count(&x->s->st.rdma_ops, &x->s->st.rdma_bytes, rp->want);
+    } else if (x->s->rm && rp->p->rc == rp->c && mc__rdma_conn_error(rp->c)) {
+        /* The connection broke (the node died, the QP failed, a timeout):
+         * drop it; the next transfer to this node reconnects. */
+        mc__log(MC__LOG_INFO, "%s: RDMA connection lost (%s)", rp->p->addr, mc_strerror(status));
+        mc__rdma_close(rp->c);
+        rp->p->rc = NULL;
+        rp->p->rstate = RDMA_NONE;
+    }
+    if (status < 0 && !x->err)
+        x->err = status;
+    x->pending--;
+    free(rp);
+    xfer_end(x);
+}
 
 static void xfer_end(xfer_t *x)
 {
@@ -462,10 +644,21 @@ static void xfer_replica(xfer_t *x, uint32_t r)
         return;
     }
     mc__rpc_client_t *cl = peer ? peer->cl : NULL;
+    int rdma = peer && want_rdma(s, peer, rep);
+    if (rdma && (peer->rstate != RDMA_UP || mc__rdma_conn_error(peer->rc))) {
+        x->err = peer->rstate == RDMA_FAILED ? peer->rerr : -ENOTCONN;
+        return;
+    }
+    if (peer && !rdma && s->xport == MC__XPORT_RDMA) {
+        mc__log(MC__LOG_WARN, "%s: segment %u is not served over RDMA (protocol rdma)", rep->addr,
+                rep->seg);
+        x->err = -EPROTONOSUPPORT;
+        return;
+    }
     /* Bytes are copied directly into our own segment or a mapped one. */
     char *mem = local ? s->seg : NULL;
     uint64_t mem_size = local ? s->seg_size : 0;
-    shm_map_t *m = peer ? shm_find(peer, rep->seg) : NULL;
+    shm_map_t *m = peer && !rdma ? shm_find(peer, rep->seg) : NULL;
     if (m && m->state == SHM_MAPPED) {
         mem = m->base;
         mem_size = m->size;
@@ -494,6 +687,28 @@ static void xfer_replica(xfer_t *x, uint32_t r)
                     mc__count(&s->st.local_ops, &s->st.local_bytes, n);
                 else
                     mc__count(&s->st.shm_ops, &s->st.shm_bytes, n);
+                p += n;
+                continue;
+            }
+            if (rdma) {
+                size_t dsz = mc__rdma_desc_size(rep->desc->n);
+                rpiece_t *rp = malloc(offsetof(rpiece_t, rd) + dsz);
+                if (!rp) {
+                    x->err = -ENOMEM;
+                    break;
+                }
+                *rp = (rpiece_t){.x = x, .p = peer, .c = peer->rc, .want = n};
+                memcpy(&rp->rd, rep->desc, dsz);
+                int rc = x->write ? mc__rdma_write(peer->rc, x->zero ? NULL : user, NULL, &rp->rd,
+                                                   soff, n, s->timeout_ms, rpiece_done, rp)
+                                  : mc__rdma_read(peer->rc, user, NULL, &rp->rd, soff, n,
+                                                  s->timeout_ms, rpiece_done, rp);
+                if (rc < 0) {
+                    free(rp);
+                    x->err = rc;
+                    break;
+                }
+                x->pending++;
                 p += n;
                 continue;
             }
@@ -548,7 +763,7 @@ static int xfer_parks(xfer_t *x)
         const struct rrep *rep = &x->rs->r[r];
         if (!(rm->seg_id && rep->seg == rm->seg_id && x->s->seg)) {
             peer_t *p = peer_get(rm, rep->addr);
-            if (p && shm_wait(x, p, rep->seg))
+            if (p && want_rdma(x->s, p, rep) ? rdma_wait(x, p, rep) : p && shm_wait(x, p, rep->seg))
                 return 1;
         }
         if (!x->write)
@@ -1147,8 +1362,10 @@ static void mount_segment(struct mc__remote *rm)
 {
     const char *addr = mc__server_addr(rm->srv);
     rm->mounting = 1;
-    int rc = mcall(rm->s, MC__OP_MOUNT_SEGMENT, mounted, rm, "qusq", rm->node_id, rm->seg_id, addr,
-                   (uint32_t)strlen(addr), rm->s->seg_size);
+    mc_store_t *s = rm->s;
+    int rc = mcall(s, MC__OP_MOUNT_SEGMENT, mounted, rm, "qusqs", rm->node_id, rm->seg_id, addr,
+                   (uint32_t)strlen(addr), s->seg_size, s->rdma_rec ? s->rdma_rec : "",
+                   (uint32_t)s->rdma_rec_len);
     if (rc < 0) {
         rm->mounting = 0;
         opened(rm, rc);
@@ -1208,6 +1425,19 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
             mc__remote_close(s, NULL);
             return rc;
         }
+        if (s->rdma) {
+            /* The rdma_cm listener shares the data address's host. */
+            char host[MC__ADDR_STRLEN];
+            rc = mc__rdma_host_of(mc__server_addr(rm->srv), host, sizeof(host));
+            if (rc >= 0)
+                rc = mc__store_rdma_serve(s, host);
+            if (rc < 0 && s->xport == MC__XPORT_RDMA) {
+                mc__remote_close(s, NULL);
+                return rc;
+            }
+            if (rc < 0)
+                mc__log(MC__LOG_INFO, "the segment is served over TCP only (protocol auto)");
+        }
         rm->hb.data = rm;
         mc_timer_start(s->loop, &rm->hb, 1000, 1000, on_beat);
         mount_segment(rm);
@@ -1234,8 +1464,11 @@ static void remote_free(struct mc__remote *rm)
             mc__rpc_client_close(p->shm_cl);
         p->shm_cl = NULL;
         shm_unmap_all(p);
-        if (p->shm_pending)
-            p->zombie = 1; /* shm_mapped() frees it */
+        if (p->rc)
+            mc__rdma_close(p->rc); /* pending pieces and a connect get -ECANCELED */
+        p->rc = NULL;
+        if (p->shm_pending || p->rdma_pending)
+            p->zombie = 1; /* shm_mapped() or rdma_settled() frees it */
         else
             peer_free(p);
     }

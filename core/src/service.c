@@ -29,6 +29,8 @@ typedef struct seginfo {
     uint64_t node; /* 0: local to this process */
     uint64_t size;
     char *addr;
+    char *rdma; /* the node's RDMA record, opaque (NULL: none) */
+    uint32_t rdma_len;
 } seginfo_t;
 
 typedef struct node {
@@ -47,6 +49,8 @@ struct mc__svc {
     int nnodes;
     uint32_t next_seg;
     char *local_addr;
+    char *local_rdma; /* RDMA record of the local segments (NULL: none) */
+    uint32_t local_rdma_len;
     uint64_t nodes_expired, objects_lost;
 };
 
@@ -132,8 +136,10 @@ void mc__svc_free(mc__svc_t *svc)
         drop_owner_entries(svc, 1, 0, 0);
     mc__index_free(svc->puts, NULL);
     mc__index_free(svc->handles, NULL);
-    for (int i = 0; i < svc->nseg; i++)
+    for (int i = 0; i < svc->nseg; i++) {
         free(svc->segs[i].addr);
+        free(svc->segs[i].rdma);
+    }
     free(svc->segs);
     free(svc->nodes);
     free(svc->local_addr);
@@ -191,6 +197,26 @@ void mc__svc_set_local_addr(mc__svc_t *svc, const char *addr)
     svc->local_addr = addr ? strdup(addr) : NULL;
 }
 
+/* Replaces *dst (*dlen bytes) with a copy of src[0..len) (len 0: NULL).
+ * Returns 0 or -ENOMEM (then *dst is unchanged). */
+static int blob_set(char **dst, uint32_t *dlen, const void *src, size_t len)
+{
+    char *c = NULL;
+    if (len && !(c = malloc(len)))
+        return -ENOMEM;
+    if (len)
+        memcpy(c, src, len);
+    free(*dst);
+    *dst = c;
+    *dlen = (uint32_t)len;
+    return 0;
+}
+
+int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len)
+{
+    return blob_set(&svc->local_rdma, &svc->local_rdma_len, rec, len);
+}
+
 /* Drops a segment and the replicas on it (pending writes included). */
 static void seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now)
 {
@@ -203,6 +229,7 @@ static void seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now)
     for (int i = 0; i < svc->nseg; i++) {
         if (svc->segs[i].id == id) {
             free(svc->segs[i].addr);
+            free(svc->segs[i].rdma);
             svc->segs[i] = svc->segs[--svc->nseg];
             break;
         }
@@ -298,9 +325,15 @@ static int pack_replicas(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v)
         const mc__replica_t *rep = &v->rep[r];
         seginfo_t *si = seg_info(svc, rep->seg);
         const char *addr = si && si->addr ? si->addr : "";
+        const char *rdma = si && si->rdma ? si->rdma : "";
+        uint32_t rdma_len = si ? si->rdma_len : 0;
         if (si && si->node == 0 && !si->addr && svc->local_addr)
             addr = svc->local_addr;
-        mc__pack(w, "usu", rep->seg, addr, (uint32_t)strlen(addr), rep->n);
+        if (si && si->node == 0 && !si->rdma && svc->local_rdma) {
+            rdma = svc->local_rdma;
+            rdma_len = svc->local_rdma_len;
+        }
+        mc__pack(w, "ussu", rep->seg, addr, (uint32_t)strlen(addr), rdma, rdma_len, rep->n);
         for (uint32_t i = 0; i < rep->n; i++)
             mc__pack(w, "qq", rep->ext[i].off, rep->ext[i].len);
     }
@@ -498,9 +531,9 @@ static int op_get_replicas(mc__svc_t *svc, const char *body, size_t len, uint64_
 static int op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
 {
     uint64_t node, size;
-    uint32_t seg, alen;
-    const char *addr;
-    UNPACK("qusq", &node, &seg, &addr, &alen, &size);
+    uint32_t seg, alen, rlen;
+    const char *addr, *rdma;
+    UNPACK("qusqs", &node, &seg, &addr, &alen, &size, &rdma, &rlen);
     if (node == 0 || size < 4096 || alen == 0)
         return -EINVAL;
     seginfo_t *si = seg ? seg_info(svc, seg) : NULL;
@@ -512,7 +545,13 @@ static int op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now, 
         int rc = seg_add(svc, seg, node, size, addr, alen);
         if (rc < 0)
             return rc;
+        si = seg_info(svc, seg);
     }
+    /* The record is the node's to describe (address, keys): kept verbatim,
+     * replaced by every mount so that a node that restarted its RDMA side
+     * publishes fresh keys. */
+    if (blob_set(&si->rdma, &si->rdma_len, rdma, rlen) < 0)
+        return -ENOMEM;
     if (!node_touch(svc, node, now))
         return -ENOMEM;
     mc__pack(w, "u", seg);

@@ -42,6 +42,12 @@ int mc__svc_add_local_segment(mc__svc_t *svc, uint32_t seg, uint64_t size, const
 void mc__svc_set_local_addr(mc__svc_t *svc, const char *addr);
 
 /*
+ * Sets the RDMA record published with the local segments (rec[0..len),
+ * copied; len 0 clears it). Returns 0 or -ENOMEM.
+ */
+int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len);
+
+/*
  * Handles one request of operation op from owner (a connection id) at time
  * now. Appends the response body to w and returns the status (0 or a
  * positive count for LOOKUP, or a negative errno). -EBADMSG means the body

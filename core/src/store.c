@@ -17,12 +17,15 @@
 #include <time.h>
 
 #include "auth.h"
+#include "log.h"
 #include "master.h"
+#include "net.h"
 #include "mooncake/mooncake.h"
 #include "server.h"
 #include "service.h"
 #include "shm.h"
 #include "store_i.h"
+#include "transport_rdma.h"
 
 const char *mc_strerror(int code)
 {
@@ -61,6 +64,8 @@ void mc_store_stats(mc_store_t *s, mc_store_stats_t *out)
     out->shm_bytes = __atomic_load_n(&s->st.shm_bytes, __ATOMIC_RELAXED);
     out->tcp_ops = __atomic_load_n(&s->st.tcp_ops, __ATOMIC_RELAXED);
     out->tcp_bytes = __atomic_load_n(&s->st.tcp_bytes, __ATOMIC_RELAXED);
+    out->rdma_ops = __atomic_load_n(&s->st.rdma_ops, __ATOMIC_RELAXED);
+    out->rdma_bytes = __atomic_load_n(&s->st.rdma_bytes, __ATOMIC_RELAXED);
 }
 
 /* ---- data movement on the local segment ---- */
@@ -474,7 +479,42 @@ static int serve_embedded(mc_store_t *s, const char *listen)
     if (rc < 0)
         return rc;
     mc__svc_set_local_addr(s->svc, mc__server_addr(s->srv));
+    if (s->rdma && s->seg) {
+        char host[MC__ADDR_STRLEN];
+        if ((rc = mc__rdma_host_of(mc__server_addr(s->srv), host, sizeof(host))) < 0 ||
+            (rc = mc__store_rdma_serve(s, host)) < 0 ||
+            (rc = mc__svc_set_local_rdma(s->svc, s->rdma_rec, s->rdma_rec_len)) < 0)
+            return rc;
+    }
     return mc__svc_add_local_segment(s->svc, SEG_LOCAL, 0, NULL);
+}
+
+int mc__rdma_host_of(const char *addr, char *host, size_t cap)
+{
+    const char *colon = strrchr(addr, ':');
+    if (strncmp(addr, "unix:", 5) == 0 || !colon)
+        return -EAFNOSUPPORT; /* RDMA needs an IP address */
+    const char *h = addr;
+    size_t n = (size_t)(colon - addr);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']')
+        h++, n -= 2;
+    if (n == 0 || n >= cap)
+        return -EINVAL;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    return 0;
+}
+
+int mc__store_rdma_serve(mc_store_t *s, const char *host)
+{
+    if (s->seg_mr)
+        return 0;
+    int rc = mc__rdma_serve(s->rdma, s->seg, s->seg_size, host, &s->seg_mr, &s->rdma_rec,
+                            &s->rdma_rec_len);
+    if (rc < 0)
+        mc__log(MC__LOG_ERROR, "cannot serve the segment over RDMA on %s: %s", host,
+                mc_strerror(rc));
+    return rc;
 }
 
 static void remote_opened(mc_store_t *s, int rc)
@@ -542,7 +582,11 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
     s->timeout_ms = o->timeout_ms ? o->timeout_ms : 5000;
     s->seg_fd = -1;
     s->no_shm = o->no_shm != 0;
-    int rc = 0;
+    int rc = mc__xport_parse(o->protocol);
+    if (rc < 0)
+        goto fail;
+    s->xport = rc;
+    rc = 0;
     if (o->secret_file && (rc = mc__secret_load(o->secret_file, &s->secret)) < 0)
         goto fail;
     if (!remote) {
@@ -574,6 +618,15 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
         if (rc < 0)
             goto fail;
         s->own_loop = 1;
+    }
+    /* Before the loop thread starts, so that a missing device is an error
+     * of this call (the context then belongs to the loop thread). */
+    if ((rc = mc__rdma_open(s->loop, s->xport, o->rdma_devices, s->timeout_ms, &s->rdma)) < 0) {
+        mc__log(MC__LOG_ERROR, "protocol rdma: %s",
+                rc == -ENODEV            ? "no usable RDMA device"
+                : rc == -EPROTONOSUPPORT ? "built without RDMA (libibverbs)"
+                                         : mc_strerror(rc));
+        goto fail;
     }
     if (s->m) {
         s->sweep.data = s;
@@ -659,6 +712,12 @@ void mc_store_close(mc_store_t *s)
         mc__server_close(s->srv);
         s->srv = NULL;
     }
+    /* The loop has stopped (or this is its thread): no operation uses the
+     * registration any more; the context's watches leave the loop. */
+    mc__rdma_deregister(s->seg_mr);
+    s->seg_mr = NULL;
+    mc__rdma_ctx_free(s->rdma);
+    s->rdma = NULL;
     if (s->own_loop)
         mc_loop_free(s->loop); /* runs anything posted meanwhile */
     /* The loop is stopped (or this is its thread): release what callers left
@@ -683,6 +742,7 @@ void mc_store_close(mc_store_t *s)
     }
     mc__svc_free(s->svc);
     mc__master_free(s->m);
+    free(s->rdma_rec);
     mc__seg_t seg = {.base = s->seg, .size = s->seg_size, .fd = s->seg_fd};
     mc__seg_destroy(&seg);
     mc__secret_free(s->secret);

@@ -16,6 +16,8 @@ struct mc__svc;
 struct mc__server;
 struct mc__rset;
 struct mc__secret;
+struct mc__rdma_ctx;
+struct mc__rdma_mr;
 
 #define SEG_LOCAL 0
 #define WRITER_MAX_STEP (64ULL << 20) /* reservation growth per step */
@@ -37,8 +39,13 @@ struct mc_store {
     mc__master_t *m;
     char *seg; /* local segment memory, in a memfd (shm.h) */
     uint64_t seg_size;
-    int seg_fd;          /* the segment's memfd, offered to co-located clients */
-    int no_shm;          /* move no bytes through shared memory, either way */
+    int seg_fd;                 /* the segment's memfd, offered to co-located clients */
+    int no_shm;                 /* move no bytes through shared memory, either way */
+    int xport;                  /* MC__XPORT_* asked for (transport_rdma.h) */
+    struct mc__rdma_ctx *rdma;  /* the RDMA context, or NULL: TCP; loop thread */
+    struct mc__rdma_mr *seg_mr; /* the segment, registered for peers; or NULL */
+    char *rdma_rec;             /* the segment's RDMA record, published */
+    size_t rdma_rec_len;
     mc_store_stats_t st; /* updated with mc__count() on the loop thread */
     mc_timer_t sweep;
     mc_timer_t drain; /* closing: lets connections finish */
@@ -170,6 +177,14 @@ int mc__remote_writer_set_key(mc_writer_t *w, const char *key, size_t klen);
 /* Closes the cluster path (loop thread): a node unmounts its segment first
  * (bounded), then done(s) runs, possibly at once. done may be NULL. */
 void mc__remote_close(mc_store_t *s, void (*done)(mc_store_t *s));
+
+/* Writes the host part of a data address ("10.0.0.1:7100", "[fe80::1]:7100")
+ * into host[0..cap). Returns 0, -EAFNOSUPPORT (a unix: address), -EINVAL. */
+int mc__rdma_host_of(const char *addr, char *host, size_t cap);
+
+/* Offers s's segment over RDMA (once): registers it, listens on host, keeps
+ * the record to publish in s->rdma_rec. Returns 0 or -errno (logged). */
+int mc__store_rdma_serve(mc_store_t *s, const char *host);
 
 /* Frees a replica set. */
 void mc__rset_free(struct mc__rset *rs);

@@ -1575,21 +1575,25 @@ static PyObject *m_inflight(PyObject *op, PyObject *unused)
  * of the master at `master` ("host:port"), a node contributing segment_size
  * bytes when that is > 0 (its data served on listen, default 127.0.0.1:0),
  * a pure client when it is 0. timeout_ms bounds every network wait (0: the
- * library's default). Raises OSError(errno) on failure. */
+ * library's default). protocol is "tcp" (None: the default), "rdma" or
+ * "auto"; rdma_devices names the verbs devices to try, comma-separated
+ * (None or "": the first present). Raises OSError(errno) on failure, e.g.
+ * ENODEV for protocol "rdma" without a usable device. */
 static int Store_init(PyObject *op, PyObject *args, PyObject *kw)
 {
     StoreObject *self = (StoreObject *)op;
     static char *kwlist[] = {"segment_size",    "lease_ms", "master",     "evict_high_pct",
-                             "evict_ratio_pct", "listen",   "timeout_ms", NULL};
+                             "evict_ratio_pct", "listen",   "timeout_ms", "protocol",
+                             "rdma_devices",    NULL};
     unsigned long long seg = 0, lease = 0, timeout = 0;
-    const char *master = NULL, *listen = NULL;
+    const char *master = NULL, *listen = NULL, *protocol = NULL, *rdma_devices = NULL;
     unsigned int high = 0, ratio = 0;
     if (self->s) {
         PyErr_SetString(PyExc_RuntimeError, "Store is already open");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKzIIzK", kwlist, &seg, &lease, &master, &high,
-                                     &ratio, &listen, &timeout))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKzIIzKzz", kwlist, &seg, &lease, &master, &high,
+                                     &ratio, &listen, &timeout, &protocol, &rdma_devices))
         return -1;
     mc_store_opts_t o;
     mc_store_opts_init(&o);
@@ -1604,6 +1608,8 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kw)
     o.evict_ratio_pct = ratio;
     o.listen = listen && listen[0] ? listen : NULL;
     o.timeout_ms = timeout;
+    o.protocol = protocol;
+    o.rdma_devices = rdma_devices && rdma_devices[0] ? rdma_devices : NULL;
     mc_store_t *s = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS;

@@ -372,6 +372,14 @@ class MooncakeDistributedStore:
             if v is not None and not isinstance(v, str):
                 log.error("mooncake setup: %s=%r is not a str", name, v)
                 return INVALID_PARAMS
+        protocol = cfg.get("protocol") or "tcp"
+        if protocol not in ("tcp", "rdma", "auto"):
+            log.error("mooncake setup: protocol=%r: use tcp, rdma or auto", protocol)
+            return INVALID_PARAMS
+        rdma_devices = cfg.get("rdma_devices") or cfg.get("device_name") or ""
+        if not isinstance(rdma_devices, str):
+            log.error("mooncake setup: rdma_devices=%r is not a str", rdma_devices)
+            return INVALID_PARAMS
         mount = cfg.get("mount_point")
         with self._lock:
             if self._b is not None:
@@ -386,7 +394,9 @@ class MooncakeDistributedStore:
                     evict_high_pct=nums["evict_high_pct"],
                     evict_ratio_pct=nums["evict_ratio_pct"],
                     listen=listen or None,
-                    timeout_ms=nums["timeout_ms"])
+                    timeout_ms=nums["timeout_ms"],
+                    protocol=protocol,
+                    rdma_devices=rdma_devices or None)
             if isinstance(backend, int):
                 return backend
             self._b = backend

@@ -134,7 +134,9 @@ static int take_replicas(const char **p, size_t *n, int max)
     mc__pack(&w, "u", (unsigned)rc);
     for (int i = 0; i < rc; i++) {
         CHECK(r[i].addr >= p0 && r[i].addr + r[i].addr_len <= *p);
-        mc__pack(&w, "usu", (unsigned)r[i].seg, r[i].addr, r[i].addr_len, (unsigned)r[i].next);
+        CHECK(r[i].rdma >= r[i].addr + r[i].addr_len && r[i].rdma + r[i].rdma_len <= *p);
+        mc__pack(&w, "ussu", (unsigned)r[i].seg, r[i].addr, r[i].addr_len, r[i].rdma, r[i].rdma_len,
+                 (unsigned)r[i].next);
         uint64_t total = 0;
         for (uint32_t e = 0; e < r[i].next; e++) {
             uint64_t off, len;

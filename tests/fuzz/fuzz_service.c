@@ -49,8 +49,10 @@ static void setup(void)
     now = 1000000;
     if (mc__master_new(&m, &mo) < 0 || mc__svc_new(&svc, m, &so) < 0)
         abort();
-    call(1, MC__OP_MOUNT_SEGMENT, "qusq", (uint64_t)11, 0u, "127.0.0.1:1", 11u, (uint64_t)1 << 20);
-    call(1, MC__OP_MOUNT_SEGMENT, "qusq", (uint64_t)12, 0u, "127.0.0.1:2", 11u, (uint64_t)1 << 20);
+    call(1, MC__OP_MOUNT_SEGMENT, "qusqs", (uint64_t)11, 0u, "127.0.0.1:1", 11u, (uint64_t)1 << 20,
+         "", 0u);
+    call(1, MC__OP_MOUNT_SEGMENT, "qusqs", (uint64_t)12, 0u, "127.0.0.1:2", 11u, (uint64_t)1 << 20,
+         "MCRR", 4u);
     const char *keys[] = {"a", "a/b", "a/c/", "d/e/f", "z"};
     for (int i = 0; i < 5; i++) { /* put ids are handed out from 1 */
         call(1, MC__OP_PUT_START, "kquuuuqi", keys[i], (uint32_t)strlen(keys[i]),

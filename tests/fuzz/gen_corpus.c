@@ -103,9 +103,9 @@ static const mc_stat_t st = {.size = 1048576,
 static void replicas(mc__wbuf_t *w)
 {
     mc__pack(w, "u", 2u);
-    mc__pack(w, "usu", 3u, S("10.0.0.2:7100"), 2u);
+    mc__pack(w, "ussu", 3u, S("10.0.0.2:7100"), S("MCRR opaque: 10.0.0.2:4791"), 2u);
     mc__pack(w, "qqqq", (uint64_t)0, (uint64_t)524288, (uint64_t)1048576, (uint64_t)524288);
-    mc__pack(w, "usu", 7u, S("shm:node-7"), 1u);
+    mc__pack(w, "ussu", 7u, S("shm:node-7"), S(""), 1u);
     mc__pack(w, "qq", (uint64_t)4096, (uint64_t)1048576);
 }
 
@@ -132,8 +132,8 @@ int main(int argc, char **argv)
     seed("auth-err", MC__OP_AUTH, 1, -EACCES, &b, 0);
     mc__pack(&b, "q", (uint64_t)1700000000123ull);
     seed("ping-resp", MC__OP_PING, 1, 0, &b, 0);
-    mc__pack(&b, "qusq", (uint64_t)0x1122334455667788ull, 0u, S("127.0.0.1:7100"),
-             (uint64_t)1 << 30);
+    mc__pack(&b, "qusqs", (uint64_t)0x1122334455667788ull, 0u, S("127.0.0.1:7100"),
+             (uint64_t)1 << 30, S("MCRR opaque: 127.0.0.1:4791"));
     seed("mount_segment-req", MC__OP_MOUNT_SEGMENT, 0, 0, &b, 0);
     mc__pack(&b, "u", (unsigned)MC__HB_REMOUNT);
     seed("heartbeat-resp", MC__OP_HEARTBEAT, 1, 0, &b, 0);

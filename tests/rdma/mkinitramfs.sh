@@ -6,7 +6,7 @@
 # libibverbs dlopen()s, the kernel modules for Soft-RoCE, a dummy netdev and
 # FUSE (in load order, from the host's modprobe for KVER), INIT as /init,
 # SCRIPT as /test/run.sh, and each BINARY into /usr/local/bin, each program
-# with the shared libraries ldd lists.
+# with the shared libraries ldd lists (a script has none).
 set -euo pipefail
 K=${1:?usage: mkinitramfs.sh KVER OUT INIT SCRIPT [BINARY...]}
 OUT=${2:?out}
@@ -29,7 +29,7 @@ copy_with_libs() {
     local f=$1
     mkdir -p "$R$(dirname "$f")"
     cp -L "$f" "$R$f"
-    ldd "$f" 2>/dev/null | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | while read -r l; do
+    { ldd "$f" 2>/dev/null || true; } | awk '/=> \//{print $3} /^\t\/lib/{print $1}' | while read -r l; do
         [ -e "$R$l" ] && continue
         mkdir -p "$R$(dirname "$l")"
         cp -L "$l" "$R$l"

@@ -42,7 +42,7 @@ typedef struct fields {
     X("huss", H(0), U(1), S(2), S(3))                                                              \
     X("s", S(0))                                                                                   \
     X("q", Q(0))                                                                                   \
-    X("qusq", Q(0), U(1), S(2), Q(3))                                                              \
+    X("qusqs", Q(0), U(1), S(2), Q(3), S(4))                                                       \
     X("u", U(0))                                                                                   \
     X("qu", Q(0), U(1))                                                                            \
     X("kquuuuqi", S(0), Q(1), U(2), U(3), U(4), U(5), Q(6), I(7))                                  \

@@ -623,6 +623,7 @@ static void test_stat_round_trip(void **state)
 typedef struct rep {
     uint32_t seg;
     const char *addr;
+    const char *rdma; /* the node's RDMA record: opaque bytes */
     uint32_t next;
     uint64_t off[4], len[4];
 } rep_t;
@@ -632,8 +633,8 @@ static void pack_replicas(mc__wbuf_t *w, const rep_t *r, uint32_t count)
 {
     mc__pack(w, "u", (unsigned)count);
     for (uint32_t i = 0; i < count; i++) {
-        mc__pack(w, "usu", (unsigned)r[i].seg, r[i].addr, (uint32_t)strlen(r[i].addr),
-                 (unsigned)r[i].next);
+        mc__pack(w, "ussu", (unsigned)r[i].seg, r[i].addr, (uint32_t)strlen(r[i].addr), r[i].rdma,
+                 (uint32_t)strlen(r[i].rdma), (unsigned)r[i].next);
         for (uint32_t e = 0; e < r[i].next; e++)
             mc__pack(w, "qq", r[i].off[e], r[i].len[e]);
     }
@@ -642,9 +643,11 @@ static void pack_replicas(mc__wbuf_t *w, const rep_t *r, uint32_t count)
 static void make_replicas(rep_t *r, uint32_t count)
 {
     static const char *addrs[] = {"", "10.0.0.1:7000", "[::1]:7001", "shm:node-3"};
+    static const char *rdmas[] = {"", "MCRR\x01", "", "any opaque record \xff"};
     for (uint32_t i = 0; i < count; i++) {
         r[i].seg = 0x80000000u + i;
         r[i].addr = addrs[i % 4];
+        r[i].rdma = rdmas[(i / 2) % 4];
         r[i].next = i % 4;
         for (uint32_t e = 0; e < r[i].next; e++) {
             r[i].off[e] = ((uint64_t)i << 40) + e * 0x100000ull;
@@ -673,6 +676,8 @@ static void check_replicas(uint32_t count)
         assert_int_equal(got[i].seg, r[i].seg);
         assert_int_equal(got[i].addr_len, strlen(r[i].addr));
         assert_memory_equal(got[i].addr, r[i].addr, got[i].addr_len);
+        assert_int_equal(got[i].rdma_len, strlen(r[i].rdma));
+        assert_memory_equal(got[i].rdma, r[i].rdma, got[i].rdma_len);
         assert_int_equal(got[i].next, r[i].next);
         for (uint32_t e = 0; e < r[i].next; e++) {
             uint64_t off, len;
@@ -739,7 +744,7 @@ static void test_replicas_lying_counts(void **state)
     const uint32_t counts[] = {0xffffffffu, 0x80000000u, 1000u, 2u};
     for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
         memset(&w, 0, sizeof(w));
-        mc__pack(&w, "uuuu", (unsigned)counts[i], 1u, 0u, 0u);
+        mc__pack(&w, "uuuuu", (unsigned)counts[i], 1u, 0u, 0u, 0u);
         p = w.p;
         n = w.len;
         assert_int_equal(mc__take_replicas(&p, &n, got, INT_MAX), -EBADMSG);
@@ -750,8 +755,8 @@ static void test_replicas_lying_counts(void **state)
     const uint32_t nexts[] = {0x10000000u, 0xffffffffu, 2u};
     for (size_t i = 0; i < sizeof(nexts) / sizeof(nexts[0]); i++) {
         memset(&w, 0, sizeof(w));
-        mc__pack(&w, "uusuqq", 1u, 5u, "a", (uint32_t)1, (unsigned)nexts[i], (uint64_t)0,
-                 (uint64_t)1);
+        mc__pack(&w, "uussuqq", 1u, 5u, "a", (uint32_t)1, "", (uint32_t)0, (unsigned)nexts[i],
+                 (uint64_t)0, (uint64_t)1);
         char *body = dup_bytes(w.p, w.len);
         p = body;
         n = w.len;
@@ -762,7 +767,15 @@ static void test_replicas_lying_counts(void **state)
 
     /* An address longer than what is left. */
     memset(&w, 0, sizeof(w));
-    mc__pack(&w, "uuuu", 1u, 5u, 0x7fffffffu, 0u);
+    mc__pack(&w, "uuuuu", 1u, 5u, 0x7fffffffu, 0u, 0u);
+    p = w.p;
+    n = w.len;
+    assert_int_equal(mc__take_replicas(&p, &n, got, 4), -EBADMSG);
+    free(w.p);
+
+    /* An RDMA record longer than what is left. */
+    memset(&w, 0, sizeof(w));
+    mc__pack(&w, "uusuu", 1u, 5u, "a", (uint32_t)1, 0x7fffffffu, 0u);
     p = w.p;
     n = w.len;
     assert_int_equal(mc__take_replicas(&p, &n, got, 4), -EBADMSG);
@@ -786,8 +799,8 @@ static void test_replicas_extent_overflow(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         mc__wbuf_t w = {0};
-        mc__pack(&w, "uusuqqqq", 1u, 1u, "", (uint32_t)0, 2u, cases[i].off1, cases[i].len1,
-                 cases[i].off2, cases[i].len2);
+        mc__pack(&w, "uussuqqqq", 1u, 1u, "", (uint32_t)0, "", (uint32_t)0, 2u, cases[i].off1,
+                 cases[i].len1, cases[i].off2, cases[i].len2);
         const char *p = w.p;
         size_t n = w.len;
         int rc = mc__take_replicas(&p, &n, got, 1);

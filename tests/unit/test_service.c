@@ -62,15 +62,22 @@ static int call(fixture_t *f, uint64_t owner, uint64_t now, uint16_t op, const c
     return rc;
 }
 
-static uint32_t mount(fixture_t *f, uint64_t node, uint64_t size, uint64_t now)
+/* Mounts a segment of node (seg id 0: any) with RDMA record rdma ("": none). */
+static uint32_t mount_rdma(fixture_t *f, uint64_t node, uint32_t seg, uint64_t size, uint64_t now,
+                           const char *rdma)
 {
     const char *addr = "127.0.0.1:7000";
-    assert_int_equal(
-        call(f, 1, now, MC__OP_MOUNT_SEGMENT, "qusq", node, 0, addr, (uint32_t)strlen(addr), size),
-        0);
-    uint32_t seg;
-    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &seg), 0);
-    return seg;
+    assert_int_equal(call(f, 1, now, MC__OP_MOUNT_SEGMENT, "qusqs", node, seg, addr,
+                          (uint32_t)strlen(addr), size, rdma, (uint32_t)strlen(rdma)),
+                     0);
+    uint32_t got;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &got), 0);
+    return got;
+}
+
+static uint32_t mount(fixture_t *f, uint64_t node, uint64_t size, uint64_t now)
+{
+    return mount_rdma(f, node, 0, size, now, "");
 }
 
 static uint64_t used(fixture_t *f)
@@ -255,6 +262,32 @@ static void test_node_expiry_and_remount(void **state)
     assert_int_equal(st.segments, 2);
 }
 
+/* The RDMA record a node mounts with goes out verbatim with every replica
+ * on its segment, and a mount again replaces it (fresh keys). */
+static void test_rdma_record_in_replica_sets(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t seg = mount_rdma(f, 11, 0, 16 * MiB, T0, "record-one");
+    uint64_t id = put_start(f, 5, "k", MiB, 1, T0);
+    assert_int_equal(commit(f, id, "k", MiB, T0), 0);
+
+    const char *recs[] = {"record-one", "record-two\x01\xff", ""};
+    for (int i = 0; i < 3; i++) {
+        if (i)
+            assert_int_equal(mount_rdma(f, 11, seg, 16 * MiB, T0 + i, recs[i]), seg);
+        assert_int_equal(call(f, 5, T0 + i, MC__OP_GET_REPLICAS, "k", "k", 1), 0);
+        const char *p = f->resp.p;
+        size_t n = f->resp.len;
+        mc_stat_t st;
+        mc__wire_replica_t r[2];
+        assert_int_equal(mc__take_stat(&p, &n, &st), 0);
+        assert_int_equal(mc__take_replicas(&p, &n, r, 2), 1);
+        assert_int_equal(r[0].seg, seg);
+        assert_int_equal(r[0].rdma_len, strlen(recs[i]));
+        assert_memory_equal(r[0].rdma, recs[i], r[0].rdma_len);
+    }
+}
+
 static void test_stale_put_expires(void **state)
 {
     fixture_t *f = *state;
@@ -305,6 +338,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_owner_gone_revokes_and_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_releases_replaced_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_expiry_and_remount, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rdma_record_in_replica_sets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_put_expires, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_and_statfs, setup, teardown),
     };

@@ -72,6 +72,20 @@ typedef struct mc_store_opts {
                                  co-located nodes' segments nor offer this store's
                                  segment for mapping (every transfer to another
                                  process then goes over a socket) */
+    const char *protocol;     /* data transport to nodes: "tcp" (NULL or "": the
+                                 default), "rdma" (one-sided RDMA READ/WRITE over
+                                 libibverbs/librdmacm; mc_store_open() fails with
+                                 -ENODEV without a usable device, -EPROTONOSUPPORT
+                                 in a build without RDMA) or "auto" (RDMA when a
+                                 device opens, else TCP). A node (segment_size > 0)
+                                 serves its segment over the same transport, its
+                                 rdma_cm listener on the host of listen (an IP
+                                 address on the RDMA device, not loopback). With
+                                 "rdma", co-located segments are reached over RDMA
+                                 too, not shared memory */
+    const char *rdma_devices; /* verbs device names, comma-separated ("rxe0"): the
+                                 first that opens is used. NULL or "": the first
+                                 device present */
 } mc_store_opts_t;
 
 /* Object metadata, as published. */
@@ -189,11 +203,15 @@ MC_EXPORT void mc_store_close(mc_store_t *s);
  *   shm    memcpy to or from a co-located node's segment, mapped from its
  *          memfd (same host, same network namespace)
  *   tcp    READ and WRITE requests to a node over a socket
+ *   rdma   one-sided RDMA READs and WRITEs to a node's registered segment
+ *          (an operation is one piece of at most 4 MiB; the transport
+ *          splits it into work requests)
  */
 typedef struct mc_store_stats {
     uint64_t local_ops, local_bytes;
     uint64_t shm_ops, shm_bytes;
     uint64_t tcp_ops, tcp_bytes;
+    uint64_t rdma_ops, rdma_bytes;
 } mc_store_stats_t;
 
 /* mc_store_stats() fills *out with s's counters. Any thread; each counter
