@@ -92,6 +92,7 @@ test: deps all format-check
 	$(Q)tests/run-unit.sh $(BUILD)
 ifneq ($(SAN),1)
 	$(Q)tests/fuzz/run.sh $(FUZZ_CI_SECONDS)
+	$(Q)$(MAKE) --no-print-directory test-rdma
 endif
 	$(Q)MC_BUILD=$(BUILD) $(PYTHON) -m pytest -q -rs tests/integration
 	$(Q)$(MAKE) --no-print-directory python-test
