@@ -70,11 +70,13 @@ def test_replica_survives_kill_9_of_a_node(cluster, make_mount):
         assert r.stdout == blobs[name]
     # After the node's TTL the master drops its segment; the objects keep
     # their surviving replica.
-    time.sleep(3.5)
+    deadline = time.time() + 15
+    while b"replicas 1" not in cli(m.addr, "stat", "f000").stdout:
+        assert time.time() < deadline, "the dead node's segment was never dropped"
+        time.sleep(0.2)
     for name in list(blobs)[::5]:
         with open(mnt.p(name), "rb") as f:
             assert f.read() == blobs[name]
-    assert b"replicas 1" in cli(m.addr, "stat", "f000").stdout
 
 
 def test_node_with_the_only_replica_dies(cluster, make_mount):
@@ -88,7 +90,11 @@ def test_node_with_the_only_replica_dies(cluster, make_mount):
         with open(mnt.p(f"g{i:02d}"), "wb") as f:
             f.write(blobs[f"g{i:02d}"])
     a.kill9()
-    time.sleep(2.5)  # past the node TTL and a master tick
+    # Past the node TTL and a master tick: the lost objects leave the index.
+    deadline = time.time() + 15
+    while len(os.listdir(mnt.p())) == len(blobs):
+        assert time.time() < deadline, "the dead node's objects never went away"
+        time.sleep(0.2)
     lost, kept = [], []
     for name, data in blobs.items():
         try:
