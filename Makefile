@@ -121,15 +121,21 @@ $(RDMA_SELFTEST): $(RDMA_SELFTEST_SRC) core/src/transport_rdma.h core/src/loop_i
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -DMC_HAVE_RDMA -o $@ $(RDMA_SELFTEST_SRC) $(LDFLAGS_ALL) $(RDMA_LIBS) -luring -lpthread
 
+# The zero-copy API over RDMA (mc_register_buffer), run by vm-cluster.sh.
+RDMA_ZC_CHECK := $(BUILD)/tests/zc_check
+$(RDMA_ZC_CHECK): tests/rdma/zc_check.c $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -Icore/include -o $@ $< $(LIB_A) $(LDFLAGS_ALL) $(CORE_LIBS)
+
 # Inside the VM: the transport selftest, then a master and two nodes with
 # protocol rdma (tests/rdma/vm-cluster.sh); the image carries our binaries,
 # their libraries (ldd), fusermount3 and the fuse module.
-RDMA_VM_BINS = $(RDMA_SELFTEST) $(BIN_MASTER) $(BIN_CLI) $(FS_BIN) tests/rdma/vm-selftest.sh \
+RDMA_VM_BINS = $(RDMA_SELFTEST) $(RDMA_ZC_CHECK) $(BIN_MASTER) $(BIN_CLI) $(FS_BIN) tests/rdma/vm-selftest.sh \
 	$(wildcard /usr/bin/fusermount3)
 test-rdma:
 	$(Q)rc=0; tests/rdma/run-vm.sh --deps || rc=$$?; \
 	if [ $$rc -eq 0 ]; then \
-	    $(MAKE) --no-print-directory $(RDMA_SELFTEST) all && \
+	    $(MAKE) --no-print-directory $(RDMA_SELFTEST) $(RDMA_ZC_CHECK) all && \
 	    MC_VM_MEM=$${MC_VM_MEM:-2048} tests/rdma/run-vm.sh -w $(BUILD)/rdma-vm -t 400 \
 	        tests/rdma/vm-cluster.sh $(RDMA_VM_BINS) || rc=$$?; \
 	fi; \

@@ -25,7 +25,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: mooncake-cli [--master ADDR] [--segment-size SIZE] [--listen ADDR]\n"
                "                    [--timeout-ms N] [--replicas N] [--pin hard|soft]\n"
                "                    [--auth-secret-file F] [--no-shm] [--protocol P]\n"
-               "                    [--rdma-device NAME] [--stats] COMMAND [ARGS]\n"
+               "                    [--rdma-device NAME] [--preferred ADDR] [--repeat N]\n"
+               "                    [--interval-ms N]\n"
+               "                    [--stats] COMMAND [ARGS]\n"
                "commands:\n"
                "    put KEY [FILE]   store FILE (default: standard input) under KEY\n"
                "    get KEY [FILE]   write KEY's value to FILE (default: standard output)\n"
@@ -42,6 +44,11 @@ static void usage(FILE *f)
                "    --rdma-device NAME  verbs device(s) to use, comma-separated (default:\n"
                "                     the first)\n"
                "    --log-level L    error, warn (default), info, debug\n"
+               "    --preferred ADDR put: place the first replica on the node whose data\n"
+               "                     address is ADDR (host:port) when it has room\n"
+               "    --repeat N       get: read the value N times through one store (the\n"
+               "                     last read is written out)\n"
+               "    --interval-ms N  get --repeat: pause N ms between reads\n"
                "    --stats          print the bytes moved per transport to stderr at the end\n");
 }
 
@@ -74,6 +81,8 @@ static char *read_all(FILE *f, size_t *len)
 }
 
 static uint32_t pin = MC_PIN_NONE;
+static const char *preferred;
+static unsigned long repeat = 1, interval_ms;
 
 static int cmd_put(mc_store_t *s, int argc, char **argv, uint32_t replicas)
 {
@@ -88,7 +97,7 @@ static int cmd_put(mc_store_t *s, int argc, char **argv, uint32_t replicas)
         fclose(f);
     if (!buf)
         return fail("reading", -ENOMEM);
-    mc_put_opts_t po = {.replica_num = replicas, .pin = pin};
+    mc_put_opts_t po = {.replica_num = replicas, .pin = pin, .preferred_segment = preferred};
     int rc = mc_put(s, argv[0], strlen(argv[0]), buf, len, &po);
     free(buf);
     return rc < 0 ? fail(argv[0], rc) : 0;
@@ -107,7 +116,11 @@ static int cmd_get(mc_store_t *s, int argc, char **argv)
     if (!buf)
         return fail(argv[0], -ENOMEM);
     /* The object may change between stat and get: read what get says. */
-    rc = mc_get(s, argv[0], strlen(argv[0]), 0, buf, cap, &st);
+    for (unsigned long i = 0; i < repeat && rc >= 0; i++) {
+        if (i && interval_ms)
+            usleep((useconds_t)(interval_ms * 1000));
+        rc = mc_get(s, argv[0], strlen(argv[0]), 0, buf, cap, &st);
+    }
     if (rc >= 0 && st.size > cap)
         rc = -EAGAIN;
     if (rc < 0) {
@@ -206,6 +219,9 @@ int main(int argc, char **argv)
         {"protocol", required_argument, NULL, 'X'},
         {"rdma-device", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'v'},
+        {"preferred", required_argument, NULL, 'p'},
+        {"repeat", required_argument, NULL, 'n'},
+        {"interval-ms", required_argument, NULL, 'i'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -252,6 +268,19 @@ int main(int argc, char **argv)
             break;
         case 'D':
             o.rdma_devices = optarg;
+            break;
+        case 'p':
+            preferred = optarg;
+            break;
+        case 'i':
+            interval_ms = strtoul(optarg, NULL, 10);
+            break;
+        case 'n':
+            repeat = strtoul(optarg, NULL, 10);
+            if (repeat == 0) {
+                fprintf(stderr, "mooncake-cli: --repeat takes a positive count\n");
+                return 2;
+            }
             break;
         case 'v':
             if (mc__log_parse_level(optarg) < 0) {
@@ -316,11 +345,13 @@ int main(int argc, char **argv)
         mc_store_stats(s, &st);
         fprintf(stderr,
                 "stats: local_ops %llu local_bytes %llu shm_ops %llu shm_bytes %llu "
-                "tcp_ops %llu tcp_bytes %llu rdma_ops %llu rdma_bytes %llu\n",
+                "tcp_ops %llu tcp_bytes %llu rdma_ops %llu rdma_bytes %llu "
+                "rdma_zero_copy_bytes %llu cache_hits %llu\n",
                 (unsigned long long)st.local_ops, (unsigned long long)st.local_bytes,
                 (unsigned long long)st.shm_ops, (unsigned long long)st.shm_bytes,
                 (unsigned long long)st.tcp_ops, (unsigned long long)st.tcp_bytes,
-                (unsigned long long)st.rdma_ops, (unsigned long long)st.rdma_bytes);
+                (unsigned long long)st.rdma_ops, (unsigned long long)st.rdma_bytes,
+                (unsigned long long)st.rdma_zero_copy_bytes, (unsigned long long)st.cache_hits);
     }
     mc_store_close(s);
     if (rc < 0) {

@@ -276,6 +276,12 @@ static uint64_t seg_free(const segment_t *s)
 int mc__master_begin(mc__master_t *m, const char *key, size_t klen, const mc_put_opts_t *po,
                      uint64_t now, mc__version_t **out)
 {
+    return mc__master_begin_at(m, key, klen, po, -1, 0, now, out);
+}
+
+int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_put_opts_t *po,
+                        int64_t pref_seg, uint64_t need, uint64_t now, mc__version_t **out)
+{
     int rc = mc_key_check(key, klen);
     if (rc < 0)
         return rc;
@@ -297,15 +303,25 @@ int mc__master_begin(mc__master_t *m, const char *key, size_t klen, const mc_put
     if (v->pin == MC_PIN_SOFT && po->soft_pin_ttl_ms)
         v->pin_until = now + po->soft_pin_ttl_ms;
 
-    /* Best-effort placement: each replica on a different segment, the ones
-     * with the most free space first. */
+    /* Best-effort placement: each replica on a different segment, the
+     * preferred one first when it is mounted and has need bytes free, then
+     * the ones with the most free space. */
     uint32_t want = po && po->replica_num ? po->replica_num : 1;
     if (want > MC__MAX_REPLICAS)
         want = MC__MAX_REPLICAS;
     if (want > (uint32_t)m->nseg)
         want = (uint32_t)m->nseg;
     char used[256] = {0};
-    for (uint32_t r = 0; r < want; r++) {
+    uint32_t r0 = 0;
+    for (int i = 0; pref_seg >= 0 && i < m->nseg && i < 256; i++) {
+        if (m->segs[i].id == (uint32_t)pref_seg && seg_free(&m->segs[i]) >= need &&
+            seg_free(&m->segs[i]) > 0) {
+            used[i] = 1;
+            v->rep[r0++].seg = (uint32_t)pref_seg;
+            break;
+        }
+    }
+    for (uint32_t r = r0; r < want; r++) {
         int best = -1;
         for (int i = 0; i < m->nseg && i < 256; i++)
             if (!used[i] && (best < 0 || seg_free(&m->segs[i]) > seg_free(&m->segs[best])))

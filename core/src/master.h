@@ -98,6 +98,12 @@ void mc__master_unref(mc__master_t *m, mc__version_t *v, uint64_t now);
 int mc__master_begin(mc__master_t *m, const char *key, size_t klen, const mc_put_opts_t *po,
                      uint64_t now, mc__version_t **out);
 
+/* mc__master_begin() placing the first replica on segment pref_seg when it
+ * is mounted and has at least need bytes free (pref_seg < 0: no preference);
+ * otherwise, and for the other replicas, best effort as usual. */
+int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_put_opts_t *po,
+                        int64_t pref_seg, uint64_t need, uint64_t now, mc__version_t **out);
+
 /* Grows a pending version's reserved space to at least capacity bytes in
  * every replica, evicting if enabled. Returns 0 or -ENOSPC / -ENOMEM (the
  * reservation is then unchanged). */

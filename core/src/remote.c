@@ -96,6 +96,8 @@ struct mc__remote {
     int mounting;
     void (*open_done)(mc_store_t *s, int rc);
     void (*close_done)(mc_store_t *s);
+    struct rcache_ent **rc_tab; /* replica-list cache: RC_BUCKETS chains, or NULL */
+    size_t rc_n;                /* entries in it */
 };
 
 /* ---- replica sets ---- */
@@ -145,6 +147,119 @@ static int rset_take(const char **p, size_t *n, mc__rset_t **out)
     }
     *out = rs;
     return 0;
+}
+
+/* ---- replica-list cache ----
+ *
+ * mc_get() keeps the stat and replica set GET_REPLICAS returned for half the
+ * read lease the master granted with them (the lease keeps the version's
+ * space from being reused meanwhile), so repeated gets of a key skip the
+ * master. This client's own put, remove, rename and writer commit drop the
+ * keys they touch, and so does a stat that finds the key gone or at another
+ * version (a stat before a get, as mooncake-cli does, thus sees other
+ * clients' changes); a read that fails on a cached set drops it and asks the
+ * master again. Full: cleared. Off with no_replica_cache (Python's direct
+ * backend). Loop thread only. An entry is freed when neither the table nor
+ * a get reading through it holds it.
+ */
+#define RC_MAX 4096
+#define RC_BUCKETS 8192
+
+typedef struct rcache_ent {
+    struct rcache_ent *hnext;
+    uint32_t refs;
+    uint64_t expires; /* mc_loop_now_ms() */
+    mc_stat_t st;
+    mc__rset_t *rs;
+    size_t klen;
+    char key[];
+} rcache_ent_t;
+
+static size_t rc_bucket(const char *key, size_t klen)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < klen; i++)
+        h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
+    return (size_t)(h % RC_BUCKETS);
+}
+
+static void rc_put(rcache_ent_t *e)
+{
+    if (e && --e->refs == 0) {
+        mc__rset_free(e->rs);
+        free(e);
+    }
+}
+
+/* Unlinks *pp (an entry in the table) and drops the table's reference. */
+static void rc_unlink(struct mc__remote *rm, rcache_ent_t **pp)
+{
+    rcache_ent_t *e = *pp;
+    *pp = e->hnext;
+    rm->rc_n--;
+    rc_put(e);
+}
+
+static void rc_clear(struct mc__remote *rm)
+{
+    for (size_t b = 0; rm && rm->rc_tab && rm->rc_n && b < RC_BUCKETS; b++)
+        while (rm->rc_tab[b])
+            rc_unlink(rm, &rm->rc_tab[b]);
+}
+
+/* Drops key's entry (only if it is e, unless e is NULL). */
+static void rc_drop(struct mc__remote *rm, const char *key, size_t klen, const rcache_ent_t *e)
+{
+    if (!rm || !rm->rc_tab)
+        return;
+    for (rcache_ent_t **pp = &rm->rc_tab[rc_bucket(key, klen)]; *pp; pp = &(*pp)->hnext) {
+        if ((*pp)->klen == klen && memcmp((*pp)->key, key, klen) == 0) {
+            if (!e || *pp == e)
+                rc_unlink(rm, pp);
+            return;
+        }
+    }
+}
+
+/* key's live entry, or NULL (an expired one is dropped). */
+static rcache_ent_t *rc_find(struct mc__remote *rm, const char *key, size_t klen)
+{
+    if (!rm || !rm->rc_tab)
+        return NULL;
+    for (rcache_ent_t **pp = &rm->rc_tab[rc_bucket(key, klen)]; *pp; pp = &(*pp)->hnext) {
+        rcache_ent_t *e = *pp;
+        if (e->klen == klen && memcmp(e->key, key, klen) == 0) {
+            if (mc_loop_now_ms() < e->expires)
+                return e;
+            rc_unlink(rm, pp);
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+/* A fresher word from the master on key (a stat): an entry of another
+ * version goes. */
+static void rc_check(struct mc__remote *rm, const char *key, size_t klen, const mc_stat_t *st)
+{
+    rcache_ent_t *e = rc_find(rm, key, klen);
+    if (e && e->st.version != st->version)
+        rc_drop(rm, key, klen, e);
+}
+
+/* Puts e in the table (which takes a reference), replacing key's entry. */
+static void rc_insert(struct mc__remote *rm, rcache_ent_t *e)
+{
+    if (!rm->rc_tab && !(rm->rc_tab = calloc(RC_BUCKETS, sizeof(*rm->rc_tab))))
+        return;
+    rc_drop(rm, e->key, e->klen, NULL);
+    if (rm->rc_n >= RC_MAX)
+        rc_clear(rm);
+    size_t b = rc_bucket(e->key, e->klen);
+    e->hnext = rm->rc_tab[b];
+    rm->rc_tab[b] = e;
+    e->refs++;
+    rm->rc_n++;
 }
 
 /* ---- sessions ---- */
@@ -559,7 +674,8 @@ typedef struct rpiece {
     peer_t *p;
     mc__rdma_conn_t *c;
     uint32_t want;
-    mc__rdma_desc_t rd; /* variable size: keep last */
+    struct mc__ubuf *ub; /* zero copy: the caller's registered buffer, or NULL */
+    mc__rdma_desc_t rd;  /* variable size: keep last */
 } rpiece_t;
 
 static void xfer_end(xfer_t *x);
@@ -568,8 +684,12 @@ static void rpiece_done(void *arg, int status)
 {
     rpiece_t *rp = arg;
     xfer_t *x = rp->x;
+    if (rp->ub)
+        rp->ub->users--;
     if (status >= 0) {
         mc__count(&x->s->st.rdma_ops, &x->s->st.rdma_bytes, rp->want);
+        if (rp->ub)
+            __atomic_fetch_add(&x->s->st.rdma_zero_copy_bytes, rp->want, __ATOMIC_RELAXED);
     } else if (x->s->rm && rp->p->rc == rp->c && mc__rdma_conn_error(rp->c)) {
         /* The connection broke (the node died, the QP failed, a timeout):
          * drop it; the next transfer to this node reconnects. */
@@ -699,11 +819,21 @@ static void xfer_replica(xfer_t *x, uint32_t r)
                 }
                 *rp = (rpiece_t){.x = x, .p = peer, .c = peer->rc, .want = n};
                 memcpy(&rp->rd, rep->desc, dsz);
-                int rc = x->write ? mc__rdma_write(peer->rc, x->zero ? NULL : user, NULL, &rp->rd,
+                /* Zero copy when the piece lies in a buffer the caller
+                 * registered: the NIC moves the caller's bytes itself. */
+                struct mc__ubuf *ub = user && !x->zero ? mc__ubuf_find(s, user, n) : NULL;
+                const mc__rdma_mr_t *mr = ub ? ub->mr : NULL;
+                if (mr) {
+                    rp->ub = ub;
+                    ub->users++;
+                }
+                int rc = x->write ? mc__rdma_write(peer->rc, x->zero ? NULL : user, mr, &rp->rd,
                                                    soff, n, s->timeout_ms, rpiece_done, rp)
-                                  : mc__rdma_read(peer->rc, user, NULL, &rp->rd, soff, n,
+                                  : mc__rdma_read(peer->rc, user, mr, &rp->rd, soff, n,
                                                   s->timeout_ms, rpiece_done, rp);
                 if (rc < 0) {
+                    if (rp->ub)
+                        rp->ub->users--;
                     free(rp);
                     x->err = rc;
                     break;
@@ -864,12 +994,18 @@ static void simple_done(void *arg, int status, const char *body, size_t len)
     int rc = status;
     const char *p = body;
     size_t n = len;
+    if (o->kind == OP_RENAME || (o->kind == OP_REMOVE && (o->flags & ~MC_REMOVE_FORCE)))
+        rc_clear(o->s->rm);
+    else if (o->kind == OP_REMOVE || (o->kind == OP_STAT && status == -ENOENT))
+        rc_drop(o->s->rm, o->key, o->klen, NULL);
     if (status >= 0) {
         switch (o->kind) {
         case OP_STAT:
         case OP_LOOKUP:
             if (mc__take_stat(&p, &n, o->st) < 0)
                 rc = -EIO;
+            else if (o->kind == OP_STAT)
+                rc_check(o->s->rm, o->key, o->klen, o->st);
             break;
         case OP_LIST: {
             int cnt = mc__take_list(body, len, o->list);
@@ -893,6 +1029,7 @@ static void simple_done(void *arg, int status, const char *body, size_t len)
 static void put_committed(void *arg, int status, const char *body, size_t len)
 {
     op_t *o = arg;
+    rc_drop(o->s->rm, o->key, o->klen, NULL);
     free(o->tmp);
     o->tmp = NULL;
     mc__op_finish(o, status < 0 ? status : 0);
@@ -958,9 +1095,10 @@ static void remote_put(op_t *o)
             at += o->iov[i].iov_len;
         }
     }
-    int rc = mcall(o->s, MC__OP_PUT_START, put_started, o, "kquuuuqi", o->key, (uint32_t)o->klen,
+    const char *pref = o->po.preferred_segment ? o->po.preferred_segment : "";
+    int rc = mcall(o->s, MC__OP_PUT_START, put_started, o, "kquuuuqis", o->key, (uint32_t)o->klen,
                    (uint64_t)total, o->po.flags, o->po.mode, o->po.replica_num, o->po.pin,
-                   o->po.soft_pin_ttl_ms, put_mtime(o));
+                   o->po.soft_pin_ttl_ms, put_mtime(o), pref, (uint32_t)strlen(pref));
     if (rc < 0) {
         free(o->tmp);
         o->tmp = NULL;
@@ -970,11 +1108,27 @@ static void remote_put(op_t *o)
 
 /* ---- get, open, read ---- */
 
+static void get_replicas_done(void *arg, int status, const char *body, size_t len);
+
 static void read_done(void *arg, int rc)
 {
     op_t *o = arg;
-    if (o->kind == OP_GET)
-        mc__rset_free(o->tmp);
+    if (o->kind == OP_GET) {
+        rcache_ent_t *e = o->tmp;
+        o->tmp = NULL;
+        if (rc < 0 && o->stage == 1 && o->s->rm) {
+            /* The cached set failed: forget it, ask the master once. */
+            rc_drop(o->s->rm, o->key, o->klen, e);
+            rc_put(e);
+            o->stage = 2;
+            rc = mcall(o->s, MC__OP_GET_REPLICAS, get_replicas_done, o, "k", o->key,
+                       (uint32_t)o->klen);
+            if (rc < 0)
+                mc__op_finish(o, rc);
+            return;
+        }
+        rc_put(e);
+    }
     o->tmp = NULL;
     mc__op_finish(o, rc < 0 ? rc : (int)o->u64);
 }
@@ -992,18 +1146,59 @@ static void read_range(op_t *o, const mc__rset_t *rs, uint64_t size)
 static void get_replicas_done(void *arg, int status, const char *body, size_t len)
 {
     op_t *o = arg;
-    if (status < 0)
+    if (status < 0) {
+        if (status == -ENOENT)
+            rc_drop(o->s->rm, o->key, o->klen, NULL);
         return mc__op_finish(o, status);
-    const char *p = body;
-    size_t n = len;
+    }
+    const char *p;
+    uint32_t pl;
+    size_t n;
+    uint64_t lease_ms;
     mc_stat_t st;
     mc__rset_t *rs = NULL;
-    if (mc__take_stat(&p, &n, &st) < 0 || rset_take(&p, &n, &rs) < 0)
+    if (mc__unpack(body, len, "q*", &lease_ms, &p, &pl) < 0 ||
+        (n = pl, mc__take_stat(&p, &n, &st)) < 0 || rset_take(&p, &n, &rs) < 0)
         return mc__op_finish(o, -EIO);
+    rcache_ent_t *e = calloc(1, sizeof(*e) + o->klen);
+    if (!e) {
+        mc__rset_free(rs);
+        return mc__op_finish(o, -ENOMEM);
+    }
+    e->refs = 1; /* this get's */
+    e->st = st;
+    e->rs = rs;
+    e->klen = o->klen;
+    memcpy(e->key, o->key, o->klen);
+    /* Half the lease: a margin for the trip and the clocks' tick. */
+    uint64_t keep = lease_ms - lease_ms / 2;
+    if (keep && lease_ms / 2 && o->s->rm && !o->s->no_rcache) {
+        e->expires = mc_loop_now_ms() + keep;
+        rc_insert(o->s->rm, e);
+    }
     if (o->st)
         *o->st = st;
-    o->tmp = rs;
+    o->tmp = e;
     read_range(o, rs, st.size);
+}
+
+/* mc_get(): through the cache when it has the key, else the master. */
+static int remote_get(op_t *o)
+{
+    rcache_ent_t *e = o->s->no_rcache ? NULL : rc_find(o->s->rm, o->key, o->klen);
+    if (!e) {
+        o->stage = 0;
+        return mcall(o->s, MC__OP_GET_REPLICAS, get_replicas_done, o, "k", o->key,
+                     (uint32_t)o->klen);
+    }
+    __atomic_fetch_add(&o->s->st.cache_hits, 1, __ATOMIC_RELAXED);
+    e->refs++;
+    o->stage = 1;
+    o->tmp = e;
+    if (o->st)
+        *o->st = e->st;
+    read_range(o, e->rs, e->st.size);
+    return 0;
 }
 
 static void open_done(void *arg, int status, const char *body, size_t len)
@@ -1213,6 +1408,7 @@ static void w_committed(void *arg, int status, const char *body, size_t len)
         status = -EIO;
     if (status >= 0 && o->st)
         *o->st = st;
+    rc_drop(o->s->rm, o->w->key, o->w->klen, NULL);
     w_free(o->w);
     mc__op_finish(o, status < 0 ? status : 0);
 }
@@ -1227,7 +1423,7 @@ void mc__remote_exec(op_t *o)
     case OP_PUT:
         return remote_put(o);
     case OP_GET:
-        rc = mcall(s, MC__OP_GET_REPLICAS, get_replicas_done, o, "k", o->key, (uint32_t)o->klen);
+        rc = remote_get(o);
         break;
     case OP_STAT:
         rc = mcall(s, MC__OP_STAT, simple_done, o, "k", o->key, (uint32_t)o->klen);
@@ -1266,9 +1462,11 @@ void mc__remote_exec(op_t *o)
         free(o->obj);
         return mc__op_finish(o, 0);
     case OP_W_OPEN:
-        rc = mcall(s, MC__OP_PUT_START, w_started, o, "kquuuuqi", o->key, (uint32_t)o->klen,
+        rc = mcall(s, MC__OP_PUT_START, w_started, o, "kquuuuqis", o->key, (uint32_t)o->klen,
                    (uint64_t)(o->obj ? o->obj->st.size : 0), o->po.flags, o->po.mode,
-                   o->po.replica_num, o->po.pin, o->po.soft_pin_ttl_ms, o->po.mtime_ns);
+                   o->po.replica_num, o->po.pin, o->po.soft_pin_ttl_ms, o->po.mtime_ns,
+                   o->po.preferred_segment ? o->po.preferred_segment : "",
+                   (uint32_t)(o->po.preferred_segment ? strlen(o->po.preferred_segment) : 0));
         break;
     case OP_W_WRITE:
         if (o->off + o->len < o->off)
@@ -1473,6 +1671,8 @@ static void remote_free(struct mc__remote *rm)
             peer_free(p);
     }
     mc__rpc_client_close(rm->master);
+    rc_clear(rm);
+    free(rm->rc_tab);
     free(rm);
     if (done)
         done(s);

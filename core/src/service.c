@@ -340,6 +340,22 @@ static int pack_replicas(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v)
     return w->err;
 }
 
+/* The id of the segment whose data address is addr[0..len), or -1. */
+static int64_t seg_by_addr(mc__svc_t *svc, const char *addr, size_t len)
+{
+    if (!len)
+        return -1;
+    for (int i = 0; i < svc->nseg; i++) {
+        const seginfo_t *si = &svc->segs[i];
+        const char *a = si->addr;
+        if (!a && si->node == 0)
+            a = svc->local_addr;
+        if (a && strlen(a) == len && memcmp(a, addr, len) == 0)
+            return si->id;
+    }
+    return -1;
+}
+
 static put_t *put_get(mc__svc_t *svc, uint64_t id)
 {
     char k[8];
@@ -359,11 +375,12 @@ static put_t *put_get(mc__svc_t *svc, uint64_t id)
 static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t len, uint64_t now,
                         mc__wbuf_t *w)
 {
-    const char *key;
-    uint32_t klen, flags, mode, replicas, pin;
+    const char *key, *pref;
+    uint32_t klen, flags, mode, replicas, pin, plen;
     uint64_t capacity, ttl;
     int64_t mtime;
-    UNPACK("kquuuuqi", &key, &klen, &capacity, &flags, &mode, &replicas, &pin, &ttl, &mtime);
+    UNPACK("kquuuuqis", &key, &klen, &capacity, &flags, &mode, &replicas, &pin, &ttl, &mtime, &pref,
+           &plen);
     if (pin > MC_PIN_HARD)
         return -EINVAL;
     if ((flags & MC_PUT_NOREPLACE) && mc__master_find(svc->m, key, klen))
@@ -375,7 +392,8 @@ static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t
                         .soft_pin_ttl_ms = ttl,
                         .mtime_ns = mtime};
     mc__version_t *v;
-    int rc = mc__master_begin(svc->m, key, klen, &po, now, &v);
+    int rc = mc__master_begin_at(svc->m, key, klen, &po, seg_by_addr(svc, pref, plen), capacity,
+                                 now, &v);
     if (rc < 0)
         return rc;
     if (capacity)
@@ -524,6 +542,7 @@ static int op_get_replicas(mc__svc_t *svc, const char *body, size_t len, uint64_
     mc__master_touch(svc->m, v, now, 1);
     mc_stat_t st;
     mc__version_stat(v, now, &st);
+    mc__pack(w, "q", v->lease_until > now ? v->lease_until - now : (uint64_t)0);
     mc__pack_stat(w, &st);
     return pack_replicas(svc, w, v);
 }

@@ -66,6 +66,8 @@ void mc_store_stats(mc_store_t *s, mc_store_stats_t *out)
     out->tcp_bytes = __atomic_load_n(&s->st.tcp_bytes, __ATOMIC_RELAXED);
     out->rdma_ops = __atomic_load_n(&s->st.rdma_ops, __ATOMIC_RELAXED);
     out->rdma_bytes = __atomic_load_n(&s->st.rdma_bytes, __ATOMIC_RELAXED);
+    out->rdma_zero_copy_bytes = __atomic_load_n(&s->st.rdma_zero_copy_bytes, __ATOMIC_RELAXED);
+    out->cache_hits = __atomic_load_n(&s->st.cache_hits, __ATOMIC_RELAXED);
 }
 
 /* ---- data movement on the local segment ---- */
@@ -582,6 +584,7 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
     s->timeout_ms = o->timeout_ms ? o->timeout_ms : 5000;
     s->seg_fd = -1;
     s->no_shm = o->no_shm != 0;
+    s->no_rcache = o->no_replica_cache != 0;
     int rc = mc__xport_parse(o->protocol);
     if (rc < 0)
         goto fail;
@@ -716,8 +719,19 @@ void mc_store_close(mc_store_t *s)
      * registration any more; the context's watches leave the loop. */
     mc__rdma_deregister(s->seg_mr);
     s->seg_mr = NULL;
+    for (struct mc__ubuf *u = s->ubufs; u; u = u->next) {
+        if (!u->users) { /* those still in use: mc__rdma_ctx_free() releases them */
+            mc__rdma_deregister(u->mr);
+            u->mr = NULL;
+        }
+    }
     mc__rdma_ctx_free(s->rdma);
     s->rdma = NULL;
+    while (s->ubufs) {
+        struct mc__ubuf *u = s->ubufs;
+        s->ubufs = u->next;
+        free(u);
+    }
     if (s->own_loop)
         mc_loop_free(s->loop); /* runs anything posted meanwhile */
     /* The loop is stopped (or this is its thread): release what callers left
@@ -765,17 +779,37 @@ static int key_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen
     return *out ? 0 : -ENOMEM;
 }
 
+/* key_op() for a put or a writer: copies *po (if any) into the op, its
+ * preferred segment into the op's second key slot. */
+static int put_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
+                  const mc_put_opts_t *po, mc_done_cb cb, void *arg, op_t **out)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    const char *pref = po ? po->preferred_segment : NULL;
+    size_t plen = pref ? strlen(pref) : 0;
+    if (plen > MC_KEY_MAX)
+        return -EINVAL;
+    op_t *o = op_new(s, kind, key, klen, pref, plen, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    if (po)
+        o->po = *po;
+    o->po.preferred_segment = plen ? o->key2 : NULL;
+    *out = o;
+    return 0;
+}
+
 int mc_putv_async(mc_store_t *s, const char *key, size_t klen, const struct iovec *iov, int iovcnt,
                   const mc_put_opts_t *po, mc_done_cb cb, void *arg)
 {
     op_t *o;
     if (iovcnt < 0 || (iovcnt && !iov))
         return -EINVAL;
-    int rc = key_op(s, OP_PUT, key, klen, cb, arg, &o);
+    int rc = put_op(s, OP_PUT, key, klen, po, cb, arg, &o);
     if (rc < 0)
         return rc;
-    if (po)
-        o->po = *po;
     o->iov = iov;
     o->iovcnt = iovcnt;
     return submit(o);
@@ -785,11 +819,9 @@ int mc_put_async(mc_store_t *s, const char *key, size_t klen, const void *buf, s
                  const mc_put_opts_t *po, mc_done_cb cb, void *arg)
 {
     op_t *o;
-    int rc = key_op(s, OP_PUT, key, klen, cb, arg, &o);
+    int rc = put_op(s, OP_PUT, key, klen, po, cb, arg, &o);
     if (rc < 0)
         return rc;
-    if (po)
-        o->po = *po;
     o->one.iov_base = (void *)buf;
     o->one.iov_len = len;
     o->iov = &o->one;
@@ -943,11 +975,9 @@ int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen, const mc_p
                          mc_obj_t *base, mc_writer_t **out, mc_done_cb cb, void *arg)
 {
     op_t *o;
-    int rc = key_op(s, OP_W_OPEN, key, klen, cb, arg, &o);
+    int rc = put_op(s, OP_W_OPEN, key, klen, po, cb, arg, &o);
     if (rc < 0)
         return rc;
-    if (po)
-        o->po = *po;
     o->obj = base;
     o->w_out = out;
     return submit(o);
@@ -1120,4 +1150,93 @@ int mc_list(mc_store_t *s, const char *prefix, size_t plen, const char *after, s
 int mc_statfs(mc_store_t *s, mc_space_t *sp)
 {
     SYNC(s, mc_statfs_async(s, sp, waiter_cb, &w_));
+}
+
+/* ---- registered buffers ---- */
+
+struct mc__ubuf *mc__ubuf_find(mc_store_t *s, const void *p, size_t len)
+{
+    const char *a = p;
+    for (struct mc__ubuf *u = s->ubufs; u; u = u->next)
+        if (a >= u->base && len <= u->len && (size_t)(a - u->base) <= u->len - len)
+            return u;
+    return NULL;
+}
+
+struct reg_call {
+    mc_store_t *s;
+    char *ptr;
+    size_t len;
+    int unreg;
+    struct waiter w;
+};
+
+/* Registers or unregisters on the loop thread. */
+static int reg_run(struct reg_call *c)
+{
+    mc_store_t *s = c->s;
+    if (c->unreg) {
+        for (struct mc__ubuf **pp = &s->ubufs; *pp; pp = &(*pp)->next) {
+            struct mc__ubuf *u = *pp;
+            if (u->base != c->ptr)
+                continue;
+            if (u->users)
+                return -EBUSY;
+            *pp = u->next;
+            mc__rdma_deregister(u->mr);
+            free(u);
+            return 0;
+        }
+        return -ENOENT;
+    }
+    for (struct mc__ubuf *u = s->ubufs; u; u = u->next)
+        if (c->ptr < u->base + u->len && u->base < c->ptr + c->len)
+            return -EEXIST;
+    struct mc__ubuf *u = calloc(1, sizeof(*u));
+    if (!u)
+        return -ENOMEM;
+    u->base = c->ptr;
+    u->len = c->len;
+    if (s->rdma) {
+        int rc = mc__rdma_register(s->rdma, c->ptr, c->len, 0, &u->mr);
+        if (rc < 0) {
+            mc__log(MC__LOG_WARN, "register_buffer: %zu bytes: %s", c->len, mc_strerror(rc));
+            free(u);
+            return rc;
+        }
+    }
+    u->next = s->ubufs;
+    s->ubufs = u;
+    return 0;
+}
+
+static void reg_posted(void *arg)
+{
+    struct reg_call *c = arg;
+    waiter_cb(&c->w, reg_run(c));
+}
+
+/* Runs c on the store's loop thread and waits for it. */
+static int reg_call(struct reg_call *c)
+{
+    if (mc_loop_is_current(c->s->loop))
+        return reg_run(c);
+    c->w = (struct waiter){PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    return waiter_wait(&c->w, mc_loop_post(c->s->loop, reg_posted, c));
+}
+
+int mc_register_buffer(mc_store_t *s, void *ptr, size_t len)
+{
+    if (!s || !ptr || !len || (uintptr_t)ptr + len < (uintptr_t)ptr)
+        return -EINVAL;
+    struct reg_call c = {.s = s, .ptr = ptr, .len = len};
+    return reg_call(&c);
+}
+
+int mc_unregister_buffer(mc_store_t *s, void *ptr)
+{
+    if (!s || !ptr)
+        return -EINVAL;
+    struct reg_call c = {.s = s, .ptr = ptr, .unreg = 1};
+    return reg_call(&c);
 }

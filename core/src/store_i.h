@@ -41,6 +41,7 @@ struct mc_store {
     uint64_t seg_size;
     int seg_fd;                 /* the segment's memfd, offered to co-located clients */
     int no_shm;                 /* move no bytes through shared memory, either way */
+    int no_rcache;              /* mc_get() without the replica-list cache */
     int xport;                  /* MC__XPORT_* asked for (transport_rdma.h) */
     struct mc__rdma_ctx *rdma;  /* the RDMA context, or NULL: TCP; loop thread */
     struct mc__rdma_mr *seg_mr; /* the segment, registered for peers; or NULL */
@@ -50,8 +51,9 @@ struct mc_store {
     mc_timer_t sweep;
     mc_timer_t drain; /* closing: lets connections finish */
     int thread_started;
-    mc_obj_t *objs;       /* open handles, released by close; loop thread only */
-    mc_writer_t *writers; /* open writers, released by close; loop thread only */
+    struct mc__ubuf *ubufs; /* mc_register_buffer()'s regions; loop thread only */
+    mc_obj_t *objs;         /* open handles, released by close; loop thread only */
+    mc_writer_t *writers;   /* open writers, released by close; loop thread only */
 };
 
 struct mc_obj {
@@ -185,6 +187,19 @@ int mc__rdma_host_of(const char *addr, char *host, size_t cap);
 /* Offers s's segment over RDMA (once): registers it, listens on host, keeps
  * the record to publish in s->rdma_rec. Returns 0 or -errno (logged). */
 int mc__store_rdma_serve(mc_store_t *s, const char *host);
+
+/* A caller's buffer registered with mc_register_buffer(). */
+struct mc__ubuf {
+    char *base;
+    size_t len;
+    struct mc__rdma_mr *mr; /* its local registration, or NULL (no RDMA) */
+    uint64_t users;         /* RDMA pieces in flight on mr */
+    struct mc__ubuf *next;
+};
+
+/* Returns the registered buffer holding all of [p, p + len), or NULL.
+ * Loop thread. */
+struct mc__ubuf *mc__ubuf_find(mc_store_t *s, const void *p, size_t len);
 
 /* Frees a replica set. */
 void mc__rset_free(struct mc__rset *rs);

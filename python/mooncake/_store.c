@@ -126,6 +126,8 @@ typedef struct region {
     Py_buffer view;
     long users; /* groups using it, not yet freed */
     int dead;   /* unregistered; freed when users reaches 0 */
+    int creg;   /* also registered with mc_register_buffer() (zero copy) */
+    struct StoreObject *owner;
     struct region *next;
 } region_t;
 
@@ -206,6 +208,7 @@ struct group {
     int is_list;
     atomic_int pending; /* started ops not done, plus 1 for the submitter */
     mc_put_opts_t po;
+    char *pref; /* po.preferred_segment's copy (PyMem), or NULL */
     /* sync callers wait on these */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -438,8 +441,30 @@ static void group_submit(group_t *g)
 
 /* ---- groups, with the GIL ---- */
 
+/* mc_register_buffer() (reg) or mc_unregister_buffer() without the GIL,
+ * counted in flight so that close() waits for it. */
+static int store_call_buffer(StoreObject *self, int reg, uintptr_t p, size_t len)
+{
+    mc_store_t *s = self->s;
+    int rc;
+    atomic_fetch_add(&self->inflight, 1);
+    Py_BEGIN_ALLOW_THREADS;
+    rc = reg ? mc_register_buffer(s, (void *)p, len) : mc_unregister_buffer(s, (void *)p);
+    Py_END_ALLOW_THREADS;
+    if (atomic_fetch_sub(&self->inflight, 1) == 1) {
+        pthread_mutex_lock(&self->mu);
+        pthread_cond_broadcast(&self->cv);
+        pthread_mutex_unlock(&self->mu);
+    }
+    return rc;
+}
+
 static void region_release(region_t *r)
 {
+    /* The library's registration goes first: the memory may go with the
+     * view. A closed store (owner->s NULL) dropped its registrations. */
+    if (r->creg && r->owner->s && !r->owner->closing)
+        store_call_buffer(r->owner, 0, r->start, 0);
     if (r->has_view)
         PyBuffer_Release(&r->view);
     PyMem_Free(r);
@@ -487,6 +512,7 @@ static void group_free(group_t *g)
         PyBuffer_Release(&g->parts[i]);
     PyMem_Free(g->parts);
     PyMem_Free(g->iov);
+    PyMem_Free(g->pref);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     Py_XDECREF(g->fut);
@@ -828,8 +854,9 @@ static PyObject *as_list(PyObject *seq, const char *what)
     return l;
 }
 
-/* opts: None or (replica_num, pin, soft_pin_ttl_ms). */
-static int parse_put_opts(PyObject *opts, PyObject *upsert, mc_put_opts_t *po)
+/* opts: None or (replica_num, pin, soft_pin_ttl_ms[, preferred segment or
+ * None]). The preferred segment is copied into *pref (freed with the group). */
+static int parse_put_opts(PyObject *opts, PyObject *upsert, mc_put_opts_t *po, char **pref)
 {
     memset(po, 0, sizeof(*po));
     int up = PyObject_IsTrue(upsert);
@@ -840,11 +867,23 @@ static int parse_put_opts(PyObject *opts, PyObject *upsert, mc_put_opts_t *po)
         return 0;
     unsigned int replicas, pin;
     unsigned long long ttl;
-    if (!PyArg_ParseTuple(opts, "IIK", &replicas, &pin, &ttl))
+    const char *p = NULL;
+    if (!PyArg_ParseTuple(opts, "IIK|z", &replicas, &pin, &ttl, &p))
         return -1;
     po->replica_num = replicas;
     po->pin = pin;
     po->soft_pin_ttl_ms = ttl;
+    if (p && *p) {
+        size_t len = strlen(p) + 1;
+        char *c = PyMem_Realloc(*pref, len);
+        if (!c) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(c, p, len);
+        *pref = c;
+        po->preferred_segment = c;
+    }
     return 0;
 }
 
@@ -1055,7 +1094,7 @@ static PyObject *do_put(StoreObject *self, PyObject *const *a, Py_ssize_t n, Com
         PyErr_SetString(PyExc_TypeError, "value must be a bytes-like object");
         return NULL;
     }
-    if (parse_put_opts(a[2], a[3], &g->po) < 0 || op_set_key(o, a[0]) < 0 ||
+    if (parse_put_opts(a[2], a[3], &g->po, &g->pref) < 0 || op_set_key(o, a[0]) < 0 ||
         op_set_memory(o, a[1], Py_None, 0) < 0) {
         group_free(g);
         return NULL;
@@ -1081,7 +1120,7 @@ static PyObject *do_put_parts(StoreObject *self, PyObject *const *a, Py_ssize_t 
         goto fail;
     op_t *o = &g->ops[0];
     o->kind = K_PUT;
-    if (parse_put_opts(a[2], a[3], &g->po) < 0 || op_set_key(o, a[0]) < 0)
+    if (parse_put_opts(a[2], a[3], &g->po, &g->pref) < 0 || op_set_key(o, a[0]) < 0)
         goto fail;
     Py_ssize_t np = PyList_GET_SIZE(parts);
     g->parts = PyMem_Calloc((size_t)np + 1, sizeof(Py_buffer));
@@ -1121,7 +1160,7 @@ static PyObject *do_put_batch(StoreObject *self, PyObject *const *a, Py_ssize_t 
     size_t cnt = (size_t)PyList_GET_SIZE(keys);
     int mismatch = (size_t)PyList_GET_SIZE(values) != cnt;
     g = group_new(self, cnt, R_PUT, 1);
-    if (!g || parse_put_opts(a[2], a[3], &g->po) < 0)
+    if (!g || parse_put_opts(a[2], a[3], &g->po, &g->pref) < 0)
         goto fail;
     for (size_t i = 0; i < cnt; i++) {
         op_t *o = &g->ops[i];
@@ -1166,7 +1205,7 @@ static PyObject *do_put_from(StoreObject *self, PyObject *const *a, Py_ssize_t n
         return NULL;
     op_t *o = &g->ops[0];
     o->kind = K_PUT;
-    if (parse_put_opts(a[3], a[4], &g->po) < 0 || op_set_key(o, a[0]) < 0 ||
+    if (parse_put_opts(a[3], a[4], &g->po, &g->pref) < 0 || op_set_key(o, a[0]) < 0 ||
         op_set_memory(o, a[1], a[2], 0) < 0) {
         group_free(g);
         return NULL;
@@ -1191,7 +1230,7 @@ static PyObject *do_put_from_batch(StoreObject *self, PyObject *const *a, Py_ssi
     size_t cnt = (size_t)PyList_GET_SIZE(keys);
     int mismatch = (size_t)PyList_GET_SIZE(ptrs) != cnt || (size_t)PyList_GET_SIZE(sizes) != cnt;
     g = group_new(self, cnt, R_PUT, 1);
-    if (!g || parse_put_opts(a[3], a[4], &g->po) < 0)
+    if (!g || parse_put_opts(a[3], a[4], &g->po, &g->pref) < 0)
         goto fail;
     for (size_t i = 0; i < cnt; i++) {
         op_t *o = &g->ops[i];
@@ -1465,6 +1504,11 @@ static PyObject *m_register(PyObject *op, PyObject *const *a, Py_ssize_t n)
         region_release(r);
         return PyLong_FromLong(CODE_INVALID_PARAMS);
     }
+    /* Zero copy where the library can (an RDMA store registers it with the
+     * device): best effort, the buffer works without it (through staging),
+     * e.g. when it overlaps another one or is read-only. */
+    r->creg = store_call_buffer(self, 1, r->start, r->len) == 0;
+    r->owner = self;
     r->next = self->regions;
     self->regions = r;
     return PyLong_FromLong(0);
@@ -1582,18 +1626,22 @@ static PyObject *m_inflight(PyObject *op, PyObject *unused)
 static int Store_init(PyObject *op, PyObject *args, PyObject *kw)
 {
     StoreObject *self = (StoreObject *)op;
-    static char *kwlist[] = {"segment_size",    "lease_ms", "master",     "evict_high_pct",
-                             "evict_ratio_pct", "listen",   "timeout_ms", "protocol",
-                             "rdma_devices",    NULL};
+    static char *kwlist[] = {"segment_size",    "lease_ms",      "master",     "evict_high_pct",
+                             "evict_ratio_pct", "listen",        "timeout_ms", "protocol",
+                             "rdma_devices",    "replica_cache", NULL};
     unsigned long long seg = 0, lease = 0, timeout = 0;
     const char *master = NULL, *listen = NULL, *protocol = NULL, *rdma_devices = NULL;
     unsigned int high = 0, ratio = 0;
+    /* No replica-list cache: get() sees other clients' removes and
+     * replacements at once, as this API promises. */
+    int replica_cache = 0;
     if (self->s) {
         PyErr_SetString(PyExc_RuntimeError, "Store is already open");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKzIIzKzz", kwlist, &seg, &lease, &master, &high,
-                                     &ratio, &listen, &timeout, &protocol, &rdma_devices))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKzIIzKzzp", kwlist, &seg, &lease, &master, &high,
+                                     &ratio, &listen, &timeout, &protocol, &rdma_devices,
+                                     &replica_cache))
         return -1;
     mc_store_opts_t o;
     mc_store_opts_init(&o);
@@ -1610,6 +1658,7 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kw)
     o.timeout_ms = timeout;
     o.protocol = protocol;
     o.rdma_devices = rdma_devices && rdma_devices[0] ? rdma_devices : NULL;
+    o.no_replica_cache = !replica_cache;
     mc_store_t *s = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS;

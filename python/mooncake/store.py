@@ -89,8 +89,10 @@ _PIN_NONE, _PIN_SOFT, _PIN_HARD = 0, 1, 2
 class ReplicateConfig:
     """How put()/upsert() place an object: replica_num replicas (at most one
     per segment; an embedded store has one), a soft pin (evicted last, for
-    soft_pin_ttl_ms) or a hard pin (never evicted). preferred_segment(s) are
-    accepted and ignored (libmooncake's master places the replicas)."""
+    soft_pin_ttl_ms) or a hard pin (never evicted). preferred_segment, a
+    node's data address ("host:port"), asks the master to place the first
+    replica there when it has room (best effort; the direct backend only);
+    without it, the first of preferred_segments is used."""
 
     __slots__ = ("replica_num", "soft_pin_action", "_soft_pin_ttl_ms", "with_hard_pin",
                  "preferred_segment", "preferred_segments", "prefer_alloc_in_same_node")
@@ -125,17 +127,24 @@ class ReplicateConfig:
         self._soft_pin_ttl_ms = value
 
     def _opts(self):
-        """(replica_num, pin, soft_pin_ttl_ms) for the backends, or None if
-        replica_num is not a positive int."""
+        """(replica_num, pin, soft_pin_ttl_ms, preferred segment or None) for
+        the backends, or None if replica_num is not a positive int or the
+        preferred segment is not a string."""
         n = self.replica_num
         if type(n) is not int or n < 1:
             return None
+        pref = self.preferred_segment
+        if not pref and self.preferred_segments:
+            pref = self.preferred_segments[0]
+        if pref is not None and not isinstance(pref, str):
+            return None
+        pref = pref or None
         if self.with_hard_pin:
-            return (n, _PIN_HARD, 0)
+            return (n, _PIN_HARD, 0, pref)
         if self.soft_pin_action == SoftPinAction.ENABLE:
             ttl = self._soft_pin_ttl_ms
-            return (n, _PIN_SOFT, DEFAULT_SOFT_PIN_TTL_MS if ttl is None else ttl)
-        return (n, _PIN_NONE, 0)
+            return (n, _PIN_SOFT, DEFAULT_SOFT_PIN_TTL_MS if ttl is None else ttl, pref)
+        return (n, _PIN_NONE, 0, pref)
 
     def __repr__(self):
         return (f"ReplicateConfig(replica_num={self.replica_num}, "

@@ -55,13 +55,13 @@ static void setup(void)
          "MCRR", 4u);
     const char *keys[] = {"a", "a/b", "a/c/", "d/e/f", "z"};
     for (int i = 0; i < 5; i++) { /* put ids are handed out from 1 */
-        call(1, MC__OP_PUT_START, "kquuuuqi", keys[i], (uint32_t)strlen(keys[i]),
-             (uint64_t)(100 * i + 1), 0u, 0644u, 2u, 0u, (uint64_t)0, (int64_t)0);
+        call(1, MC__OP_PUT_START, "kquuuuqis", keys[i], (uint32_t)strlen(keys[i]),
+             (uint64_t)(100 * i + 1), 0u, 0644u, 2u, 0u, (uint64_t)0, (int64_t)0, "", 0u);
         call(1, MC__OP_PUT_COMMIT, "qkqui", (uint64_t)(i + 1), keys[i], (uint32_t)strlen(keys[i]),
              (uint64_t)(100 * i), 0u, (int64_t)0);
     }
-    call(2, MC__OP_PUT_START, "kquuuuqi", "pending", 7u, (uint64_t)4096, 0u, 0u, 1u, 0u,
-         (uint64_t)0, (int64_t)0);
+    call(2, MC__OP_PUT_START, "kquuuuqis", "pending", 7u, (uint64_t)4096, 0u, 0u, 1u, 0u,
+         (uint64_t)0, (int64_t)0, "", 0u);
     call(2, MC__OP_OPEN, "k", "a/b", 3u);
 }
 

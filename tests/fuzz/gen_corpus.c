@@ -137,8 +137,8 @@ int main(int argc, char **argv)
     seed("mount_segment-req", MC__OP_MOUNT_SEGMENT, 0, 0, &b, 0);
     mc__pack(&b, "u", (unsigned)MC__HB_REMOUNT);
     seed("heartbeat-resp", MC__OP_HEARTBEAT, 1, 0, &b, 0);
-    mc__pack(&b, "kquuuuqi", S("dir/file.bin"), (uint64_t)1048576, (unsigned)MC_PUT_NOREPLACE,
-             0644u, 2u, (unsigned)MC_PIN_SOFT, (uint64_t)60000, (int64_t)0);
+    mc__pack(&b, "kquuuuqis", S("dir/file.bin"), (uint64_t)1048576, (unsigned)MC_PUT_NOREPLACE,
+             0644u, 2u, (unsigned)MC_PIN_SOFT, (uint64_t)60000, (int64_t)0, S("127.0.0.1:7101"));
     seed("put_start-req", MC__OP_PUT_START, 0, 0, &b, 1);
     mc__pack(&b, "q", (uint64_t)99);
     replicas(&b);
@@ -147,6 +147,7 @@ int main(int argc, char **argv)
     seed("put_commit-req", MC__OP_PUT_COMMIT, 0, 0, &b, 1);
     mc__pack_stat(&b, &st);
     seed("put_commit-resp", MC__OP_PUT_COMMIT, 1, 0, &b, 0);
+    mc__pack(&b, "q", (uint64_t)5000);
     mc__pack_stat(&b, &st);
     replicas(&b);
     seed("get_replicas-resp", MC__OP_GET_REPLICAS, 1, 0, &b, 1);

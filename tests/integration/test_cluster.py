@@ -4,13 +4,15 @@ frames. Every process is real; every wait is bounded."""
 
 import errno
 import os
+import re
 import socket
 import struct
+import subprocess
 import time
 
 import pytest
 
-from cluster import Cluster, cli
+from cluster import CLI, Cluster, cli
 
 MiB = 1 << 20
 
@@ -280,3 +282,54 @@ def test_node_that_stops_leaves_at_once(cluster):
         r = cli(m.addr, "put", f"after{i}", input=os.urandom(100000))
         assert r.returncode == 0, (i, r.stderr)
         assert cli(m.addr, "get", f"after{i}").returncode == 0
+
+
+def test_preferred_segment_takes_every_replica(cluster):
+    m = cluster.master("--node-ttl-ms", "1000")
+    a, b, c = (cluster.node(m) for _ in range(3))
+    blobs = {f"p{i}": os.urandom(1000 + 4099 * i) for i in range(10)}
+    for key, data in blobs.items():
+        r = cli(m.addr, "--preferred", b.addr, "--replicas", "1", "put", key, input=data)
+        assert r.returncode == 0, r.stderr
+    a.kill9()
+    c.kill9()
+    # Once the master drops the silent nodes, every object still reads back:
+    # all of them sit on b.
+    deadline = time.time() + 15
+    while sum(int(n) for n in re.findall(r"(\d+) node\(s\) silent", m.read_log())) < 2:
+        assert time.time() < deadline, "the dead nodes were never dropped"
+        time.sleep(0.1)
+    for key, data in blobs.items():
+        r = cli(m.addr, "--timeout-ms", "2000", "get", key)
+        assert r.returncode == 0, (key, r.stderr)
+        assert r.stdout == data, key
+
+
+def cache_hits(stderr):
+    found = re.search(rb"cache_hits (\d+)", stderr)
+    assert found, stderr
+    return int(found.group(1))
+
+
+def test_replica_list_cache_within_the_lease(cluster):
+    m = cluster.master("--lease-ms", "300")
+    cluster.node(m)
+    old = os.urandom(100 * 1024)
+    assert cli(m.addr, "put", "k", input=old).returncode == 0
+    # 20 gets through one store: the master is asked once.
+    r = cli(m.addr, "--stats", "--repeat", "20", "get", "k")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == old
+    assert cache_hits(r.stderr) >= 19
+    # A long-lived reader (a get every 50 ms for 3 s) sees another client's
+    # new value once its cached set's lease has run out.
+    new = os.urandom(len(old))
+    reader = subprocess.Popen([CLI, "--master", m.addr, "--stats", "--repeat", "60",
+                               "--interval-ms", "50", "get", "k"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    assert cli(m.addr, "put", "k", input=new).returncode == 0
+    out, err = reader.communicate(timeout=60)
+    assert reader.returncode == 0, err
+    assert out == new
+    assert cache_hits(err) >= 1

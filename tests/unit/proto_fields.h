@@ -45,7 +45,7 @@ typedef struct fields {
     X("qusqs", Q(0), U(1), S(2), Q(3), S(4))                                                       \
     X("u", U(0))                                                                                   \
     X("qu", Q(0), U(1))                                                                            \
-    X("kquuuuqi", S(0), Q(1), U(2), U(3), U(4), U(5), Q(6), I(7))                                  \
+    X("kquuuuqis", S(0), Q(1), U(2), U(3), U(4), U(5), Q(6), I(7), S(8))                           \
     X("q*", Q(0), S(1))                                                                            \
     X("qq", Q(0), Q(1))                                                                            \
     X("*", S(0))                                                                                   \

@@ -933,6 +933,46 @@ static void test_drop_segment(void **state)
     mc__master_free(m);
 }
 
+/* A preferred segment gets the first replica when it is mounted and has
+ * room for the capacity asked; the other replicas go elsewhere as usual;
+ * an unknown or full preferred segment falls back to best effort. */
+static void test_preferred_segment(void **state)
+{
+    mc__master_t *m = new_master();
+    mc_put_opts_t one = {.replica_num = 1}, three = {.replica_num = 3};
+    mc__version_t *v = NULL;
+
+    assert_int_equal(mc__master_add_segment(m, 7, SEG_SIZE), 0);
+    assert_int_equal(mc__master_add_segment(m, 9, 2 * SEG_SIZE), 0);
+    /* Best effort alone picks 9 (most free); the preference wins. */
+    for (uint32_t want = 0; want <= 9; want += 7) {
+        assert_int_equal(mc__master_begin_at(m, "k", 1, &one, want, 128, T0, &v), 0);
+        assert_int_equal(v->nrep, 1);
+        assert_int_equal(v->rep[0].seg, want);
+        assert_int_equal(mc__master_reserve(m, v, 128, T0), 0);
+        assert_int_equal(mc__master_commit(m, v, 100, 0, T0), 0);
+    }
+    assert_int_equal(mc__master_begin_at(m, "k", 1, &three, 7, 64, T0, &v), 0);
+    assert_int_equal(v->nrep, 3);
+    assert_int_equal(v->rep[0].seg, 7);
+    assert_int_not_equal(v->rep[1].seg, 7);
+    assert_int_not_equal(v->rep[2].seg, 7);
+    assert_int_not_equal(v->rep[1].seg, v->rep[2].seg);
+    mc__master_abort(m, v);
+    /* Unknown segment, no preference: best effort (9, the most free). */
+    assert_int_equal(mc__master_begin_at(m, "k", 1, &one, 12345, 64, T0, &v), 0);
+    assert_int_equal(v->rep[0].seg, 9);
+    mc__master_abort(m, v);
+    assert_int_equal(mc__master_begin_at(m, "k", 1, &one, -1, 64, T0, &v), 0);
+    assert_int_equal(v->rep[0].seg, 9);
+    mc__master_abort(m, v);
+    /* No room on the preferred segment for the capacity: elsewhere. */
+    assert_int_equal(mc__master_begin_at(m, "k", 1, &one, 7, SEG_SIZE, T0, &v), 0);
+    assert_int_equal(v->rep[0].seg, 9);
+    mc__master_abort(m, v);
+    mc__master_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -965,6 +1005,7 @@ int main(void)
         cmocka_unit_test(test_set_key),
         cmocka_unit_test(test_replicas_on_distinct_segments),
         cmocka_unit_test(test_drop_segment),
+        cmocka_unit_test(test_preferred_segment),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -813,8 +813,8 @@ static void test_replicas_extent_overflow(void **state)
     }
 }
 
-/* A GET_REPLICAS response as a client reads it: stat, then replica set,
- * then nothing. */
+/* A GET_REPLICAS response as a client reads it: lease length, stat, then
+ * replica set, then nothing. */
 static void test_get_replicas_body(void **state)
 {
     rep_t r[2];
@@ -823,14 +823,17 @@ static void test_get_replicas_body(void **state)
     mc_stat_t st;
 
     make_replicas(r, 2);
+    mc__pack(&w, "q", (uint64_t)5000);
     mc__pack_stat(&w, &some_stat);
     pack_replicas(&w, r, 2);
     assert_int_equal(w.err, 0);
 
     const char *rest;
     uint32_t rlen;
-    assert_int_equal(mc__unpack(w.p, w.len, mc__op_format(MC__OP_GET_REPLICAS, 1), &rest, &rlen),
-                     0);
+    uint64_t lease;
+    assert_int_equal(
+        mc__unpack(w.p, w.len, mc__op_format(MC__OP_GET_REPLICAS, 1), &lease, &rest, &rlen), 0);
+    assert_int_equal(lease, 5000);
     const char *p = rest;
     size_t n = rlen;
     assert_int_equal(mc__take_stat(&p, &n, &st), 0);

@@ -91,8 +91,8 @@ static uint64_t used(fixture_t *f)
 static uint64_t put_start(fixture_t *f, uint64_t owner, const char *key, uint64_t size,
                           uint32_t replicas, uint64_t now)
 {
-    int rc = call(f, owner, now, MC__OP_PUT_START, "kquuuuqi", key, (uint32_t)strlen(key), size, 0,
-                  0644, replicas, MC_PIN_NONE, (uint64_t)0, (int64_t)0);
+    int rc = call(f, owner, now, MC__OP_PUT_START, "kquuuuqis", key, (uint32_t)strlen(key), size, 0,
+                  0644, replicas, MC_PIN_NONE, (uint64_t)0, (int64_t)0, "", 0);
     assert_int_equal(rc, 0);
     const char *p = f->resp.p;
     size_t n = f->resp.len;
@@ -162,18 +162,18 @@ static void test_noreplace_and_errors(void **state)
 {
     fixture_t *f = *state;
     /* No segment: nowhere to put it. */
-    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqi", "k", 1, (uint64_t)10, 0, 0, 1, 0,
-                          (uint64_t)0, (int64_t)0),
+    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqis", "k", 1, (uint64_t)10, 0, 0, 1, 0,
+                          (uint64_t)0, (int64_t)0, "", 0),
                      -ENOSPC);
     mount(f, 11, 4 * MiB, T0);
     uint64_t id = put_start(f, 1, "k", 10, 1, T0);
     assert_int_equal(commit(f, id, "k", 10, T0), 0);
-    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqi", "k", 1, (uint64_t)10,
-                          MC_PUT_NOREPLACE, 0, 1, 0, (uint64_t)0, (int64_t)0),
+    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqis", "k", 1, (uint64_t)10,
+                          MC_PUT_NOREPLACE, 0, 1, 0, (uint64_t)0, (int64_t)0, "", 0),
                      -EEXIST);
     /* Larger than the whole store. */
-    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqi", "big", 3, 8 * MiB, 0, 0, 1, 0,
-                          (uint64_t)0, (int64_t)0),
+    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqis", "big", 3, 8 * MiB, 0, 0, 1, 0,
+                          (uint64_t)0, (int64_t)0, "", 0),
                      -EFBIG);
     /* Malformed bodies and bad keys. */
     assert_int_equal(mc__svc_handle(f->svc, 1, MC__OP_STAT, "\x01", 1, T0, &f->resp), -EBADMSG);
@@ -278,6 +278,11 @@ static void test_rdma_record_in_replica_sets(void **state)
         assert_int_equal(call(f, 5, T0 + i, MC__OP_GET_REPLICAS, "k", "k", 1), 0);
         const char *p = f->resp.p;
         size_t n = f->resp.len;
+        uint64_t lease;
+        uint32_t n32;
+        assert_int_equal(mc__unpack(p, n, "q*", &lease, &p, &n32), 0);
+        n = n32;
+        assert_int_equal(lease, 5000); /* granted just now */
         mc_stat_t st;
         mc__wire_replica_t r[2];
         assert_int_equal(mc__take_stat(&p, &n, &st), 0);

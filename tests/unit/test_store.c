@@ -1192,6 +1192,44 @@ static void test_caller_supplied_loop(void **state)
     mc_loop_free(o.loop);
 }
 
+/* Without RDMA a buffer is only recorded, yet overlaps and bad arguments
+ * are rejected the same; transfers from it work as from any memory. */
+static void test_register_buffer(void **state)
+{
+    mc_store_t *s = *state;
+    size_t len = 1 << 20;
+    char *buf = malloc(2 * len), *val = pattern(len, 7);
+
+    assert_int_equal(mc_register_buffer(s, buf, len), 0);
+    assert_int_equal(mc_register_buffer(s, buf, len), -EEXIST);
+    assert_int_equal(mc_register_buffer(s, buf + len - 1, 2), -EEXIST);
+    assert_int_equal(mc_register_buffer(s, buf - 1, 2), -EEXIST);
+    assert_int_equal(mc_register_buffer(s, buf + len, len), 0); /* adjacent */
+    assert_int_equal(mc_register_buffer(s, NULL, len), -EINVAL);
+    assert_int_equal(mc_register_buffer(s, buf, 0), -EINVAL);
+    assert_int_equal(mc_register_buffer(s, (void *)(uintptr_t)-16, 32), -EINVAL);
+    assert_int_equal(mc_register_buffer(NULL, buf, len), -EINVAL);
+
+    memcpy(buf, val, len);
+    assert_int_equal(mc_put(s, K("zc"), buf, len, NULL), 0);
+    memset(buf + len, 0, len);
+    assert_int_equal(mc_get(s, K("zc"), 0, buf + len, len, NULL), (int)len);
+    assert_memory_equal(buf + len, val, len);
+    mc_store_stats_t st;
+    mc_store_stats(s, &st);
+    assert_int_equal(st.rdma_zero_copy_bytes, 0);
+
+    assert_int_equal(mc_unregister_buffer(s, buf + 1), -ENOENT);
+    assert_int_equal(mc_unregister_buffer(s, NULL), -EINVAL);
+    assert_int_equal(mc_unregister_buffer(s, buf), 0);
+    assert_int_equal(mc_unregister_buffer(s, buf), -ENOENT);
+    assert_int_equal(mc_register_buffer(s, buf, len), 0); /* again, once free */
+    assert_int_equal(mc_unregister_buffer(s, buf), 0);
+    assert_int_equal(mc_unregister_buffer(s, buf + len), 0);
+    free(val);
+    free(buf);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -1226,6 +1264,7 @@ int main(void)
         T(test_list_paging),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_caller_supplied_loop),
+        T(test_register_buffer),
     };
 #undef T
 

@@ -86,6 +86,10 @@ typedef struct mc_store_opts {
     const char *rdma_devices; /* verbs device names, comma-separated ("rxe0"): the
                                  first that opens is used. NULL or "": the first
                                  device present */
+    int no_replica_cache;     /* 1: mc_get() asks the master every time instead
+                                 of keeping replica lists for half the read
+                                 lease (a get may then miss another client's
+                                 change for that long) */
 } mc_store_opts_t;
 
 /* Object metadata, as published. */
@@ -113,6 +117,10 @@ typedef struct mc_put_opts {
     uint32_t pin;             /* MC_PIN_* */
     uint64_t soft_pin_ttl_ms; /* 0: the pin lasts until removed */
     int64_t mtime_ns;         /* 0: now */
+    /* A node's data address ("host:port", as published in replica sets) to
+     * place the first replica on when its segment has room; NULL: none.
+     * Best effort: otherwise placement is as usual. Copied at submission. */
+    const char *preferred_segment;
 } mc_put_opts_t;
 
 /* Fail with -EEXIST instead of replacing an existing key. */
@@ -212,6 +220,10 @@ typedef struct mc_store_stats {
     uint64_t shm_ops, shm_bytes;
     uint64_t tcp_ops, tcp_bytes;
     uint64_t rdma_ops, rdma_bytes;
+    uint64_t cache_hits; /* mc_get()s served from the replica-list cache */
+    /* Of rdma_bytes, those the NIC moved straight to or from the caller's
+     * buffer (registered with mc_register_buffer()), without staging. */
+    uint64_t rdma_zero_copy_bytes;
 } mc_store_stats_t;
 
 /* mc_store_stats() fills *out with s's counters. Any thread; each counter
@@ -361,6 +373,31 @@ MC_EXPORT void mc_writer_set_meta(mc_writer_t *w, uint32_t mode, int64_t mtime_n
 MC_EXPORT int mc_writer_commit_async(mc_writer_t *w, mc_stat_t *st, mc_done_cb cb, void *arg);
 /* Drops the writer and its space. */
 MC_EXPORT void mc_writer_abort(mc_writer_t *w);
+
+/* ---- registered buffers (zero copy) ---- */
+
+/*
+ * mc_register_buffer() records [ptr, ptr + len) as a buffer the caller will
+ * pass to puts and gets (any thread; the store's loop does the work, so
+ * never from a callback when that loop runs on another thread). With an
+ * RDMA transport the buffer is also registered with the device (local
+ * access only): a transfer whose piece lies inside it lets the NIC read or
+ * write the caller's memory directly instead of staging buffers (counted
+ * in rdma_zero_copy_bytes). Without RDMA it is only recorded. The memory
+ * must stay valid until mc_unregister_buffer() or mc_store_close().
+ * Returns 0, -EINVAL (NULL, len 0, wrapping around), -EEXIST (overlaps a
+ * registered buffer), -ENOMEM, or the device's error (-EPERM, -EFAULT:
+ * e.g. the memlock limit, read-only memory).
+ */
+MC_EXPORT int mc_register_buffer(mc_store_t *s, void *ptr, size_t len);
+
+/*
+ * mc_unregister_buffer() forgets the buffer registered at ptr (its start).
+ * It does not wait: while an RDMA transfer uses the buffer it fails with
+ * -EBUSY (retry once that operation completed). Returns 0, -EINVAL (NULL),
+ * -ENOENT (no buffer starts at ptr), -EBUSY.
+ */
+MC_EXPORT int mc_unregister_buffer(mc_store_t *s, void *ptr);
 
 #ifdef __cplusplus
 }
