@@ -363,6 +363,23 @@ static put_t *put_get(mc__svc_t *svc, uint64_t id)
     return mc__index_get(svc->puts, k, 8);
 }
 
+/* Removes the put or handle with this id from ix; returns it, or NULL. */
+static void *take_by_id(mc__index_t *ix, uint64_t id)
+{
+    char k[8];
+    id_key(id, k);
+    return mc__index_remove(ix, k, 8);
+}
+
+/* The stat and replica set of v, as OPEN and GET_REPLICAS answer them. */
+static int pack_version(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v, uint64_t now)
+{
+    mc_stat_t st;
+    mc__version_stat(v, now, &st);
+    mc__pack_stat(w, &st);
+    return pack_replicas(svc, w, v);
+}
+
 /* ---- operations ---- */
 
 #define UNPACK(...)                                                                                \
@@ -458,10 +475,8 @@ static int op_put_commit(mc__svc_t *svc, const char *body, size_t len, uint64_t 
     if (mode)
         v->mode = mode & 07777;
     v->mtime_ns = mtime ? mtime : wall_ns();
-    char k[8];
-    id_key(id, k);
     rc = mc__master_commit(svc->m, v, size, p->flags, now);
-    mc__index_remove(svc->puts, k, 8);
+    take_by_id(svc->puts, id);
     free(p);
     if (rc < 0) {
         mc__master_abort(svc->m, v);
@@ -476,9 +491,7 @@ static int op_put_revoke(mc__svc_t *svc, const char *body, size_t len)
 {
     uint64_t id;
     UNPACK("q", &id);
-    char k[8];
-    id_key(id, k);
-    put_t *p = mc__index_remove(svc->puts, k, 8);
+    put_t *p = take_by_id(svc->puts, id);
     if (!p)
         return -ENOENT;
     mc__master_abort(svc->m, p->v);
@@ -509,20 +522,15 @@ static int op_open(mc__svc_t *svc, uint64_t owner, const char *body, size_t len,
     }
     mc__master_ref(v);
     mc__master_touch(svc->m, v, now, 0);
-    mc_stat_t st;
-    mc__version_stat(v, now, &st);
     mc__pack(w, "q", h->id);
-    mc__pack_stat(w, &st);
-    return pack_replicas(svc, w, v);
+    return pack_version(svc, w, v, now);
 }
 
 static int op_close(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
 {
     uint64_t id;
     UNPACK("q", &id);
-    char k[8];
-    id_key(id, k);
-    handle_t *h = mc__index_remove(svc->handles, k, 8);
+    handle_t *h = take_by_id(svc->handles, id);
     if (!h)
         return -ENOENT;
     mc__master_unref(svc->m, h->v, now);
@@ -540,11 +548,8 @@ static int op_get_replicas(mc__svc_t *svc, const char *body, size_t len, uint64_
     if (!v)
         return -ENOENT;
     mc__master_touch(svc->m, v, now, 1);
-    mc_stat_t st;
-    mc__version_stat(v, now, &st);
     mc__pack(w, "q", v->lease_until > now ? v->lease_until - now : (uint64_t)0);
-    mc__pack_stat(w, &st);
-    return pack_replicas(svc, w, v);
+    return pack_version(svc, w, v, now);
 }
 
 static int op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
