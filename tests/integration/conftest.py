@@ -7,7 +7,6 @@ A failing test prints the command that reproduces its mount."""
 import os
 import re
 import shlex
-import signal
 import subprocess
 import time
 
@@ -95,7 +94,7 @@ class Mount:
         bad = [l for l in self.read_log().splitlines() if BAD_LOG.search(l)]
         if self.expect_log:
             bad = [l for l in bad if not re.search(self.expect_log, l)]
-        assert not bad, f"daemon log has errors:\n" + "\n".join(bad) + \
+        assert not bad, "daemon log has errors:\n" + "\n".join(bad) + \
             f"\nreproduce: {self.reproduce()}"
 
 

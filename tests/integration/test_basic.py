@@ -4,7 +4,6 @@ import ctypes
 import errno
 import mmap
 import os
-import shutil
 import subprocess
 import time
 
@@ -100,7 +99,7 @@ def test_rename_noreplace_and_over_existing(mnt):
     assert not os.path.exists(mnt.p("a"))
     with open(mnt.p("c"), "w") as f:
         f.write("c")
-    r = subprocess.run(["mv", "-n", mnt.p("c"), mnt.p("b")])
+    subprocess.run(["mv", "-n", mnt.p("c"), mnt.p("b")])
     assert open(mnt.p("b")).read() == "a" * 10
     # renameat2(RENAME_NOREPLACE) through the kernel
     libc = ctypes.CDLL(None, use_errno=True)

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from cluster import CLI, Cluster, cli
+from wire import HDR, closed_by_peer, frame, recv_exact
 
 MiB = 1 << 20
 
@@ -200,39 +201,12 @@ def test_master_killed_then_restarted(cluster, make_mount):
     assert cli(m2.addr, "get", "after").stdout == b"back"
 
 
-def frame(op, body=b"", length=None, magic=0x314B434D, version=1, req_id=7):
-    n = len(body) if length is None else length
-    return struct.pack("<IHHQIHh", magic, version, op, req_id, n, 0, 0) + body
-
-
-def recv_exact(sock, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        assert chunk, "connection closed"
-        buf += chunk
-    return buf
-
-
 def ping(sock, req_id):
     """Sends PING and returns the response header's fields."""
     sock.sendall(frame(3, req_id=req_id))
-    hdr = struct.unpack("<IHHQIHh", recv_exact(sock, 24))
+    hdr = struct.unpack(HDR, recv_exact(sock, 24))
     recv_exact(sock, hdr[4])  # the body: the server's clock
     return hdr
-
-
-def closed_by_peer(sock, timeout=3):
-    sock.settimeout(timeout)
-    try:
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except socket.timeout:
-        return False
 
 
 @pytest.mark.parametrize("target", ["master", "node"])

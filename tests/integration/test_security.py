@@ -17,9 +17,8 @@ import pytest
 
 from cluster import Cluster, cli
 from conftest import DAEMON
+from wire import HDR, MAGIC, closed_by_peer, frame, recv_exact
 
-HDR = "<IHHQIHh"
-MAGIC = 0x314B434D
 OP_HELLO, OP_AUTH, OP_PING, OP_STAT, OP_READ = 1, 2, 3, 31, 50
 EACCES = -errno.EACCES
 
@@ -41,41 +40,16 @@ def secret_file(tmp_path, name, content, mode=0o600):
 
 # ---- raw frames ----
 
-def frame(op, body=b"", req_id=1):
-    return struct.pack(HDR, MAGIC, 1, op, req_id, len(body), 0, 0) + body
-
-
 def s_field(b):
     return struct.pack("<I", len(b)) + b
 
 
-def recv_exact(sock, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        assert chunk, "connection closed"
-        buf += chunk
-    return buf
-
-
 def call(sock, op, body=b"", req_id=1):
     """Sends a request; returns (status, body) of its response."""
-    sock.sendall(frame(op, body, req_id))
+    sock.sendall(frame(op, body, req_id=req_id))
     magic, _, rop, rid, n, flags, status = struct.unpack(HDR, recv_exact(sock, 24))
     assert (magic, rop, rid, flags & 1) == (MAGIC, op, req_id, 1)
     return status, recv_exact(sock, n)
-
-
-def closed_by_peer(sock, timeout=3):
-    sock.settimeout(timeout)
-    try:
-        while sock.recv(65536):
-            pass
-        return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except socket.timeout:
-        return False
 
 
 def hello(sock, nonce):
