@@ -68,6 +68,8 @@ static void usage(FILE *f, const char *prog)
             "    --segment-size SIZE   also host a segment of SIZE bytes (e.g. 1G)\n"
             "    --lease-ms N          read lease granted by gets (default %d)\n"
             "    --node-ttl-ms N       a node silent this long loses its segments (5000)\n"
+            "    --put-ttl-ms N        a write idle this long is revoked (60000); its\n"
+            "                          writer's later writes fail (ESTALE)\n"
             "    --evict-high PCT      evict when use passes PCT%% (default 0: never)\n"
             "    --evict-ratio PCT     then free PCT%% of the space (default 10)\n"
             "    --auth-secret-file F  the cluster's shared secret (mode 600): every peer\n"
@@ -104,6 +106,7 @@ int main(int argc, char **argv)
         {"segment-size", required_argument, NULL, 's'},
         {"lease-ms", required_argument, NULL, 'L'},
         {"node-ttl-ms", required_argument, NULL, 'T'},
+        {"put-ttl-ms", required_argument, NULL, 'U'},
         {"evict-high", required_argument, NULL, 'e'},
         {"evict-ratio", required_argument, NULL, 'r'},
         {"auth-secret-file", required_argument, NULL, 'a'},
@@ -152,6 +155,11 @@ int main(int argc, char **argv)
             if (num(optarg, "--node-ttl-ms", 86400000, &v) < 0 || v == 0)
                 return 2;
             so.node_ttl_ms = v;
+            break;
+        case 'U':
+            if (num(optarg, "--put-ttl-ms", 86400000, &v) < 0 || v == 0)
+                return 2;
+            so.put_ttl_ms = v;
             break;
         case 'e':
             if (num(optarg, "--evict-high", 100, &v) < 0)

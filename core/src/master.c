@@ -3,8 +3,10 @@
  *
  * Published versions sit in an ordered index (key -> version) and on an LRU
  * list (least recently used at the head) that eviction walks. Retired
- * versions that still have a lease but no handle wait on a second list until
- * mc__master_sweep() finds the lease over.
+ * versions that still have a handle or a lease wait on a second list until
+ * the last handle goes and mc__master_sweep() finds the lease over. So every
+ * version that holds space is on one of the two lists (or is pending and
+ * its writer's), and dropping a segment reaches each of them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 typedef struct segment {
     uint32_t id;
     uint64_t size;
+    uint64_t hold_until; /* nothing new is placed here before then */
     mc__alloc_t *alloc;
 } segment_t;
 
@@ -111,18 +114,16 @@ static void version_destroy(mc__master_t *m, mc__version_t *v)
     free(v);
 }
 
-/* A version leaves the index: free it now, or when its handles and lease end. */
+/* A version leaves the index: free it now, or park it on the retired list
+ * until its handles and lease end. */
 static void retire(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
     list_del(v);
     v->state = MC__RETIRED;
-    if (v->refs)
-        return; /* the last mc__master_unref() decides */
-    if (v->lease_until > now) {
+    if (v->refs || v->lease_until > now)
         list_add_tail(&m->retired, v);
-        return;
-    }
-    version_destroy(m, v);
+    else
+        version_destroy(m, v);
 }
 
 static void free_published(void *p)
@@ -138,8 +139,7 @@ void mc__master_free(mc__master_t *m)
 {
     if (!m)
         return;
-    /* Retired versions still referenced by handles belong to those handles'
-     * owners, which are closed before the master. */
+    /* Handles are closed before the master: what is left is only leased. */
     while (m->retired.next != &m->retired)
         version_destroy(m, m->retired.next);
     for (mc__version_t *v = m->lru.next; v != &m->lru; v = v->next)
@@ -161,6 +161,7 @@ int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size)
         return -ENOMEM;
     m->segs = ns;
     segment_t *s = &m->segs[m->nseg];
+    memset(s, 0, sizeof(*s));
     int rc = mc__alloc_create(&s->alloc, size, m->o.align);
     if (rc < 0)
         return rc;
@@ -200,8 +201,8 @@ size_t mc__master_drop_segment(mc__master_t *m, uint32_t id, uint64_t now)
             at = i;
     if (at < 0)
         return 0;
-    /* Every version on the LRU list is published; retired ones keep their
-     * replica records until freed (their space is gone with the segment). */
+    /* Every version on the LRU list is published; retired ones lose their
+     * replica records on the segment too (their space is gone with it). */
     size_t lost = 0;
     mc__version_t *v = m->lru.next;
     while (v != &m->lru) {
@@ -222,6 +223,13 @@ size_t mc__master_drop_segment(mc__master_t *m, uint32_t id, uint64_t now)
     memmove(&m->segs[at], &m->segs[at + 1], sizeof(m->segs[0]) * (size_t)(m->nseg - at - 1));
     m->nseg--;
     return lost;
+}
+
+void mc__master_hold_segment(mc__master_t *m, uint32_t id, uint64_t until)
+{
+    segment_t *s = seg_by_id(m, id);
+    if (s)
+        s->hold_until = until;
 }
 
 int mc__master_has_segment(const mc__master_t *m, uint32_t id)
@@ -254,8 +262,8 @@ void mc__master_ref(mc__version_t *v)
 
 void mc__master_unref(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
-    if (--v->refs == 0 && v->state == MC__RETIRED)
-        retire(m, v, now);
+    if (--v->refs == 0 && v->state == MC__RETIRED && v->lease_until <= now)
+        version_destroy(m, v); /* still leased: mc__master_sweep() frees it */
 }
 
 static char *dup_key(const char *key, size_t klen)
@@ -287,6 +295,17 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         return rc;
     if (m->nseg == 0)
         return -ENOSPC;
+    /* Segments on hold take nothing new (mc__master_hold_segment()). */
+    char used[256] = {0};
+    uint32_t usable = 0;
+    for (int i = 0; i < m->nseg && i < 256; i++) {
+        if (m->segs[i].hold_until > now)
+            used[i] = 1;
+        else
+            usable++;
+    }
+    if (usable == 0)
+        return -EAGAIN;
     mc__version_t *v = calloc(1, sizeof(*v));
     if (!v)
         return -ENOMEM;
@@ -309,12 +328,11 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     uint32_t want = po && po->replica_num ? po->replica_num : 1;
     if (want > MC__MAX_REPLICAS)
         want = MC__MAX_REPLICAS;
-    if (want > (uint32_t)m->nseg)
-        want = (uint32_t)m->nseg;
-    char used[256] = {0};
+    if (want > usable)
+        want = usable;
     uint32_t r0 = 0;
     for (int i = 0; pref_seg >= 0 && i < m->nseg && i < 256; i++) {
-        if (m->segs[i].id == (uint32_t)pref_seg && seg_free(&m->segs[i]) >= need &&
+        if (!used[i] && m->segs[i].id == (uint32_t)pref_seg && seg_free(&m->segs[i]) >= need &&
             seg_free(&m->segs[i]) > 0) {
             used[i] = 1;
             v->rep[r0++].seg = (uint32_t)pref_seg;
@@ -896,7 +914,7 @@ void mc__master_sweep(mc__master_t *m, uint64_t now)
     mc__version_t *v = m->retired.next;
     while (v != &m->retired) {
         mc__version_t *next = v->next;
-        if (v->lease_until <= now)
+        if (!v->refs && v->lease_until <= now)
             version_destroy(m, v);
         v = next;
     }

@@ -73,6 +73,11 @@ int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size);
  */
 size_t mc__master_drop_segment(mc__master_t *m, uint32_t id, uint64_t now);
 
+/* Places nothing new on segment id before until (ms): it was mounted again
+ * and writers of before may still send late bytes into it. Puts that find
+ * every segment on hold fail with -EAGAIN. */
+void mc__master_hold_segment(mc__master_t *m, uint32_t id, uint64_t until);
+
 /* 1 if segment id is mounted. */
 int mc__master_has_segment(const mc__master_t *m, uint32_t id);
 

@@ -49,21 +49,22 @@
     X(UNMOUNT_SEGMENT, 11, "qu", "")   /* node id, seg id */                                       \
     X(HEARTBEAT, 12, "q", "u")         /* node id -> flags (MC__HB_*) */                           \
     /* objects (master) */                                                                         \
-    X(PUT_START, 20, "kquuuuqis", "q*") /* key, capacity, flags, mode, replicas, pin, pin ttl,     \
-                                           mtime, preferred data addr -> put id, replica set */    \
-    X(PUT_GROW, 21, "qq", "*")          /* put id, capacity -> replica set */                      \
-    X(PUT_COMMIT, 22, "qkqui", "*")     /* put id, key, size, mode, mtime (0: now) -> stat */      \
-    X(PUT_REVOKE, 23, "q", "")          /* put id */                                               \
-    X(OPEN, 24, "k", "q*")              /* key -> handle id, stat + replica set (pins it) */       \
-    X(CLOSE, 25, "q", "")               /* handle id */                                            \
-    X(GET_REPLICAS, 30, "k", "q*")      /* key -> lease ms, stat + replica set (lease granted) */  \
-    X(STAT, 31, "k", "*")               /* key -> stat */                                          \
-    X(LOOKUP, 32, "ku", "*")            /* key, delim -> stat (status = MC_LOOKUP_*) */            \
-    X(REMOVE, 33, "ku", "")             /* key, flags */                                           \
-    X(RENAME, 34, "kku", "")            /* from, to, flags */                                      \
-    X(LIST, 35, "ssuu", "*")            /* prefix, after, delim, max -> listing */                 \
-    X(SET_META, 36, "kuui", "")         /* key, what, mode, mtime */                               \
-    X(STATFS, 37, "", "qqqq")           /* -> total, used, objects, evicted */                     \
+    X(PUT_START, 20, "kquuuuqis", "qq*") /* key, capacity, flags, mode, replicas, pin, pin ttl,    \
+                                            mtime, preferred data addr -> put id, write lease ms,  \
+                                            replica set */                                         \
+    X(PUT_GROW, 21, "qq", "*")           /* put id, capacity -> replica set */                     \
+    X(PUT_COMMIT, 22, "qkqui", "*")      /* put id, key, size, mode, mtime (0: now) -> stat */     \
+    X(PUT_REVOKE, 23, "q", "")           /* put id */                                              \
+    X(OPEN, 24, "k", "q*")               /* key -> handle id, stat + replica set (pins it) */      \
+    X(CLOSE, 25, "q", "")                /* handle id */                                           \
+    X(GET_REPLICAS, 30, "k", "q*")       /* key -> lease ms, stat + replica set (lease granted) */ \
+    X(STAT, 31, "k", "*")                /* key -> stat */                                         \
+    X(LOOKUP, 32, "ku", "*")             /* key, delim -> stat (status = MC_LOOKUP_*) */           \
+    X(REMOVE, 33, "ku", "")              /* key, flags */                                          \
+    X(RENAME, 34, "kku", "")             /* from, to, flags */                                     \
+    X(LIST, 35, "ssuu", "*")             /* prefix, after, delim, max -> listing */                \
+    X(SET_META, 36, "kuui", "")          /* key, what, mode, mtime */                              \
+    X(STATFS, 37, "", "qqqq")            /* -> total, used, objects, evicted */                    \
     /* data (nodes) */                                                                             \
     X(READ, 50, "uqu", "*")  /* seg id, offset, length -> bytes */                                 \
     X(WRITE, 51, "uq*", "")  /* seg id, offset, bytes */                                           \

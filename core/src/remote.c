@@ -1026,57 +1026,108 @@ static void simple_done(void *arg, int status, const char *body, size_t len)
 
 /* ---- put (whole object) ---- */
 
+/* A whole-object put sends this much at a time, checking its write lease in
+ * between (a put larger than what one lease covers renews it). */
+#define PUT_STEP (64ULL << 20)
+
+/* The master forgot a write in progress: its lease ran out (idle past the
+ * put TTL, or a master that restarted). The writer must stop. */
+static int revoked(int status)
+{
+    return status == -ENOENT ? -ESTALE : status;
+}
+
+static void put_end(op_t *o, int rc)
+{
+    mc__rset_free(o->buf);
+    o->buf = NULL;
+    free(o->tmp);
+    o->tmp = NULL;
+    mc__op_finish(o, rc);
+}
+
+static void put_fail(op_t *o, int rc)
+{
+    mcall(o->s, MC__OP_PUT_REVOKE, ignore_reply, NULL, "q", o->u64);
+    put_end(o, rc);
+}
+
 static void put_committed(void *arg, int status, const char *body, size_t len)
 {
     op_t *o = arg;
     rc_drop(o->s->rm, o->key, o->klen, NULL);
-    free(o->tmp);
-    o->tmp = NULL;
-    mc__op_finish(o, status < 0 ? status : 0);
+    put_end(o, status < 0 ? revoked(status) : 0);
 }
 
-static void put_written(void *arg, int rc)
+static void put_step(op_t *o);
+
+static void put_renewed(void *arg, int status, const char *body, size_t len)
 {
     op_t *o = arg;
-    mc__rset_t *rs = o->buf;
-    mc__rset_free(rs);
-    o->buf = NULL;
-    if (rc < 0) {
-        mcall(o->s, MC__OP_PUT_REVOKE, ignore_reply, NULL, "q", o->u64);
-        free(o->tmp);
-        o->tmp = NULL;
-        return mc__op_finish(o, rc);
+    mc__rset_t *rs = NULL;
+    size_t n = len;
+    if (status >= 0 && rset_take(&body, &n, &rs) < 0)
+        status = -EIO;
+    if (status < 0)
+        return put_fail(o, revoked(status));
+    mc__rset_free(o->buf); /* replicas dropped meanwhile are gone from it */
+    o->buf = rs;
+    o->renew_at = o->sent_ms + o->lease_ms / 2;
+    put_step(o);
+}
+
+static void put_sent(void *arg, int rc)
+{
+    op_t *o = arg;
+    if (rc < 0)
+        return put_fail(o, rc);
+    o->done += o->off;
+    put_step(o);
+}
+
+/* Sends the next step of the object (renewing the lease first when half of
+ * it is gone), then commits. */
+static void put_step(op_t *o)
+{
+    int rc;
+    uint64_t now = mc_loop_now_ms();
+    if (o->done == o->len) {
+        mc__rset_free(o->buf);
+        o->buf = NULL;
+        rc = mcall(o->s, MC__OP_PUT_COMMIT, put_committed, o, "qkqui", o->u64, o->key,
+                   (uint32_t)o->klen, (uint64_t)o->len, o->po.mode, put_mtime(o));
+        if (rc < 0)
+            put_end(o, rc);
+        return;
     }
-    rc = mcall(o->s, MC__OP_PUT_COMMIT, put_committed, o, "qkqui", o->u64, o->key,
-               (uint32_t)o->klen, (uint64_t)o->len, o->po.mode, put_mtime(o));
-    if (rc < 0) {
-        free(o->tmp);
-        o->tmp = NULL;
-        mc__op_finish(o, rc);
+    if (now >= o->renew_at) {
+        o->sent_ms = now;
+        rc = mcall(o->s, MC__OP_PUT_GROW, put_renewed, o, "qq", o->u64, (uint64_t)0);
+        if (rc < 0)
+            put_fail(o, rc);
+        return;
     }
+    const char *src = o->tmp ? o->tmp : (o->iovcnt ? o->iov[0].iov_base : "");
+    o->off = o->len - o->done < PUT_STEP ? o->len - o->done : PUT_STEP;
+    xfer(o->s, o->buf, 1, o->done, (char *)src + o->done, o->off, put_sent, o);
 }
 
 static void put_started(void *arg, int status, const char *body, size_t len)
 {
     op_t *o = arg;
-    if (status < 0) {
-        free(o->tmp);
-        o->tmp = NULL;
-        return mc__op_finish(o, status);
-    }
+    if (status < 0)
+        return put_end(o, status);
     const char *rest;
     uint32_t rl;
     mc__rset_t *rs = NULL;
     size_t n;
-    if (mc__unpack(body, len, "q*", &o->u64, &rest, &rl) < 0 ||
-        (n = rl, rset_take(&rest, &n, &rs)) < 0) {
-        free(o->tmp);
-        o->tmp = NULL;
-        return mc__op_finish(o, -EIO);
-    }
+    if (mc__unpack(body, len, "qq*", &o->u64, &o->lease_ms, &rest, &rl) < 0 ||
+        (n = rl, rset_take(&rest, &n, &rs)) < 0)
+        return put_end(o, -EIO);
     o->buf = rs;
-    const char *src = o->tmp ? o->tmp : (o->iovcnt ? o->iov[0].iov_base : NULL);
-    xfer(o->s, rs, 1, 0, (char *)(src ? src : ""), o->len, put_written, o);
+    o->renew_at = o->sent_ms + o->lease_ms / 2;
+    o->done = 0;
+    put_step(o);
 }
 
 static void remote_put(op_t *o)
@@ -1096,6 +1147,7 @@ static void remote_put(op_t *o)
         }
     }
     const char *pref = o->po.preferred_segment ? o->po.preferred_segment : "";
+    o->sent_ms = mc_loop_now_ms();
     int rc = mcall(o->s, MC__OP_PUT_START, put_started, o, "kquuuuqis", o->key, (uint32_t)o->klen,
                    (uint64_t)total, o->po.flags, o->po.mode, o->po.replica_num, o->po.pin,
                    o->po.soft_pin_ttl_ms, put_mtime(o), pref, (uint32_t)strlen(pref));
@@ -1248,6 +1300,48 @@ static int w_take_rset(mc_writer_t *w, const char *p, size_t n)
 }
 
 static void w_copy_step(op_t *o);
+static void w_copied(void *arg, int rc);
+
+static void w_renewed(void *arg, int status, const char *body, size_t len)
+{
+    op_t *o = arg;
+    mc_writer_t *w = o->w;
+    if (status >= 0)
+        status = w_take_rset(w, body, len);
+    if (status < 0 && o->kind == OP_W_OPEN)
+        return w_copied(o, revoked(status)); /* revokes and frees the writer */
+    if (status < 0)
+        return mc__op_finish(o, revoked(status));
+    w->renew_at = o->sent_ms + w->lease_ms / 2;
+    if (o->u64 > w->capacity)
+        w->capacity = o->u64;
+    o->cont(o);
+}
+
+/*
+ * Asks the master to reserve capacity bytes for w (capacity <= what it has:
+ * only to renew the write lease), takes the replica set it answers (replicas
+ * dropped meanwhile are gone from it), then goes on with cont(o).
+ */
+static void w_grow(op_t *o, uint64_t capacity, void (*cont)(op_t *))
+{
+    o->u64 = capacity;
+    o->cont = cont;
+    o->sent_ms = mc_loop_now_ms();
+    int rc = mcall(o->s, MC__OP_PUT_GROW, w_renewed, o, "qq", o->w->put_id, capacity);
+    if (rc < 0 && o->kind == OP_W_OPEN)
+        w_copied(o, rc);
+    else if (rc < 0)
+        mc__op_finish(o, rc);
+}
+
+/* Whether w's lease must be renewed before it moves another byte: half of
+ * it is gone, so that what it sends now lands well before the master could
+ * hand the space to anyone else. */
+static int w_stale(const mc_writer_t *w)
+{
+    return mc_loop_now_ms() >= w->renew_at;
+}
 
 static void w_copied(void *arg, int rc)
 {
@@ -1282,6 +1376,8 @@ static void w_copy_step(op_t *o)
         *o->w_out = w;
         return mc__op_finish(o, 0);
     }
+    if (w_stale(w))
+        return w_grow(o, w->capacity, w_copy_step);
     uint64_t n = o->obj->st.size - w->size;
     if (n > MC__PROTO_CHUNK)
         n = MC__PROTO_CHUNK;
@@ -1303,7 +1399,7 @@ static void w_started(void *arg, int status, const char *body, size_t len)
     w->put_flags = o->po.flags;
     w->mode = o->po.mode;
     w->key = malloc(o->klen + 1);
-    if (!w->key || mc__unpack(body, len, "q*", &w->put_id, &rest, &rl) < 0 ||
+    if (!w->key || mc__unpack(body, len, "qq*", &w->put_id, &w->lease_ms, &rest, &rl) < 0 ||
         w_take_rset(w, rest, rl) < 0) {
         free(w->key);
         free(w);
@@ -1312,6 +1408,7 @@ static void w_started(void *arg, int status, const char *body, size_t len)
     memcpy(w->key, o->key, o->klen);
     w->key[o->klen] = '\0';
     w->klen = o->klen;
+    w->renew_at = o->sent_ms + w->lease_ms / 2;
     LINK(&o->s->writers, w);
     o->w = w;
     if (!o->obj) {
@@ -1371,31 +1468,26 @@ static void w_have_space(op_t *o)
     xfer(o->s, w->rs, 1, o->off, o->buf, o->len, w_op_done, o);
 }
 
-static void w_grown(void *arg, int status, const char *body, size_t len)
-{
-    op_t *o = arg;
-    if (status >= 0)
-        status = w_take_rset(o->w, body, len);
-    if (status < 0)
-        return mc__op_finish(o, status);
-    o->w->capacity = o->u64;
-    w_have_space(o);
-}
-
 /* Makes room for [.., end) in w (asking the master for more space, with
- * headroom so that streaming writes ask rarely), then continues the op. */
+ * headroom so that streaming writes ask rarely; renewing the lease when it
+ * is half gone), then continues the op. */
 static void w_reserve(op_t *o, uint64_t end)
 {
     mc_writer_t *w = o->w;
     if (end <= w->capacity)
-        return w_have_space(o);
+        return w_stale(w) ? w_grow(o, w->capacity, w_have_space) : w_have_space(o);
     uint64_t step = w->capacity < WRITER_MAX_STEP ? w->capacity : WRITER_MAX_STEP;
     if (step < (1 << 20))
         step = 1 << 20;
-    o->u64 = end > w->capacity + step ? end : w->capacity + step;
-    int rc = mcall(o->s, MC__OP_PUT_GROW, w_grown, o, "qq", w->put_id, o->u64);
-    if (rc < 0)
-        mc__op_finish(o, rc);
+    w_grow(o, end > w->capacity + step ? end : w->capacity + step, w_have_space);
+}
+
+static void w_read(op_t *o)
+{
+    mc_writer_t *w = o->w;
+    uint64_t n = o->off < w->size ? w->size - o->off : 0;
+    o->u64 = n < o->len ? n : o->len;
+    xfer(o->s, w->rs, 0, o->off, o->buf, o->u64, read_done, o);
 }
 
 static void w_committed(void *arg, int status, const char *body, size_t len)
@@ -1410,7 +1502,7 @@ static void w_committed(void *arg, int status, const char *body, size_t len)
         *o->st = st;
     rc_drop(o->s->rm, o->w->key, o->w->klen, NULL);
     w_free(o->w);
-    mc__op_finish(o, status < 0 ? status : 0);
+    mc__op_finish(o, status < 0 ? revoked(status) : 0);
 }
 
 /* ---- dispatch ---- */
@@ -1462,6 +1554,7 @@ void mc__remote_exec(op_t *o)
         free(o->obj);
         return mc__op_finish(o, 0);
     case OP_W_OPEN:
+        o->sent_ms = mc_loop_now_ms();
         rc = mcall(s, MC__OP_PUT_START, w_started, o, "kquuuuqis", o->key, (uint32_t)o->klen,
                    (uint64_t)(o->obj ? o->obj->st.size : 0), o->po.flags, o->po.mode,
                    o->po.replica_num, o->po.pin, o->po.soft_pin_ttl_ms, o->po.mtime_ns,
@@ -1472,12 +1565,9 @@ void mc__remote_exec(op_t *o)
         if (o->off + o->len < o->off)
             return mc__op_finish(o, -EFBIG);
         return w_reserve(o, o->off + o->len);
-    case OP_W_READ: {
-        mc_writer_t *w = o->w;
-        uint64_t n = o->off < w->size ? w->size - o->off : 0;
-        o->u64 = n < o->len ? n : o->len;
-        return xfer(s, w->rs, 0, o->off, o->buf, o->u64, read_done, o);
-    }
+    case OP_W_READ:
+        /* Its own bytes, as long as the space is still its own. */
+        return w_stale(o->w) ? w_grow(o, o->w->capacity, w_read) : w_read(o);
     case OP_W_TRUNC:
         if (o->off <= o->w->size) {
             o->w->size = o->off;
@@ -1539,6 +1629,8 @@ static void opened(struct mc__remote *rm, int rc)
     }
 }
 
+static void mount_segment(struct mc__remote *rm);
+
 static void mounted(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
@@ -1546,6 +1638,14 @@ static void mounted(void *arg, int status, const char *body, size_t len)
     rm->mounting = 0;
     if (status >= 0 && mc__unpack(body, len, "u", &seg) < 0)
         status = -EIO;
+    if (status == -EEXIST && rm->seg_id) {
+        /* A master that restarted gave our old id to another node: take a
+         * new one (writes addressed to the old id now fail here). */
+        mc__log(MC__LOG_INFO, "segment %u belongs to another node now: mounting under a new id",
+                rm->seg_id);
+        rm->seg_id = 0;
+        return mount_segment(rm);
+    }
     if (status < 0) {
         mc__log(MC__LOG_WARN, "mounting the segment at the master failed: %s", mc_strerror(status));
         return opened(rm, status);

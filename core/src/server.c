@@ -35,6 +35,8 @@ typedef struct sconn {
     struct sconn *prev, *next;
 } sconn_t;
 
+#define MC__SERVER_TICK_MS 1000
+
 struct mc__server {
     mc_loop_t *loop;
     mc__listener_t *ls;
@@ -44,6 +46,7 @@ struct mc__server {
     uint64_t next_owner;
     sconn_t *conns;
     mc_timer_t tick;
+    uint64_t last_tick; /* when on_tick() last ran (ms) */
     mc__server_stats_t st;
 };
 
@@ -316,9 +319,21 @@ static void on_tick(mc_timer_t *t)
 {
     mc__server_t *srv = t->data;
     mc__svc_stats_t before, after;
+    uint64_t now = mc_loop_now_ms();
+    /* A tick far behind its period means this loop was busy, not that the
+     * nodes fell silent: their heartbeats may be waiting unread. */
+    if (srv->last_tick && now - srv->last_tick > 2 * MC__SERVER_TICK_MS) {
+        mc__log(MC__LOG_WARN, "the master was busy for %llu ms: node TTLs start again",
+                (unsigned long long)(now - srv->last_tick));
+        mc__svc_forgive(srv->o.svc, now);
+    }
+    srv->last_tick = now;
     mc__svc_stats(srv->o.svc, &before);
-    mc__svc_tick(srv->o.svc, mc_loop_now_ms());
+    mc__svc_tick(srv->o.svc, now);
     mc__svc_stats(srv->o.svc, &after);
+    if (after.puts_expired > before.puts_expired)
+        mc__log(MC__LOG_INFO, "%llu idle write(s) revoked past the put TTL",
+                (unsigned long long)(after.puts_expired - before.puts_expired));
     if (after.nodes_expired > before.nodes_expired)
         mc__log(MC__LOG_WARN,
                 "%llu node(s) silent past their TTL: segments dropped, %llu "
@@ -365,7 +380,7 @@ int mc__server_new(mc__server_t **out, mc_loop_t *l, const mc__addr_t *a,
         srv->o.shm = 0;
     if (srv->o.svc) {
         srv->tick.data = srv;
-        mc_timer_start(l, &srv->tick, 1000, 1000, on_tick);
+        mc_timer_start(l, &srv->tick, MC__SERVER_TICK_MS, MC__SERVER_TICK_MS, on_tick);
     }
     *out = srv;
     return 0;

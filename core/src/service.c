@@ -2,8 +2,11 @@
  * service.c - the master's request handling (see service.h).
  *
  * Writes in progress and open handles live in two ordered indexes keyed by
- * their 8-byte big-endian id; segments and nodes in small arrays (a cluster
- * has tens of them, not millions).
+ * their 8-byte big-endian id, and on their owner's list (an owner is a
+ * connection), so that a connection's close costs what it holds. Writes are
+ * also on a list by last touch, so that expiring idle ones costs what
+ * expires. Segments and nodes live in small arrays (a cluster has tens of
+ * them, not millions).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -13,16 +16,41 @@
 #include "index.h"
 #include "service.h"
 
+/* What a connection (an owner) holds: its writes in progress and its open
+ * handles, on one list. */
+typedef struct owner {
+    uint64_t id;
+    struct owned *head;
+} owner_t;
+
+typedef struct owned {
+    uint64_t id;
+    owner_t *own;
+    struct owned *oprev, *onext; /* on own->head */
+} owned_t;
+
 typedef struct put {
-    uint64_t id, owner, touched;
+    owned_t o;
+    uint64_t touched;
     unsigned flags;
     mc__version_t *v;
+    struct put *tprev, *tnext; /* on svc->touch_*, least recently touched first */
 } put_t;
 
 typedef struct handle {
-    uint64_t id, owner;
+    owned_t o;
     mc__version_t *v;
 } handle_t;
+
+/* A revoked write whose writer may still be sending bytes: it holds a write
+ * lease until free_at. Its space stays allocated (and goes with its segment
+ * if that is dropped) until then, so that no late write of it can land in
+ * space handed to another object. */
+typedef struct fenced {
+    mc__version_t *v;
+    uint64_t free_at;
+    struct fenced *next;
+} fenced_t;
 
 typedef struct seginfo {
     uint32_t id;
@@ -41,7 +69,9 @@ typedef struct node {
 struct mc__svc {
     mc__master_t *m;
     mc__svc_opts_t o;
-    mc__index_t *puts, *handles;
+    mc__index_t *puts, *handles, *owners;
+    put_t *touch_head, *touch_tail; /* writes by last touch */
+    fenced_t *fenced;
     uint64_t next_id;
     seginfo_t *segs;
     int nseg;
@@ -51,7 +81,7 @@ struct mc__svc {
     char *local_addr;
     char *local_rdma; /* RDMA record of the local segments (NULL: none) */
     uint32_t local_rdma_len;
-    uint64_t nodes_expired, objects_lost;
+    uint64_t nodes_expired, objects_lost, puts_expired;
 };
 
 static void id_key(uint64_t id, char k[8])
@@ -79,9 +109,14 @@ int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o)
         svc->o.node_ttl_ms = 5000;
     if (!svc->o.put_ttl_ms)
         svc->o.put_ttl_ms = 60000;
+    if (!svc->o.write_lease_ms)
+        svc->o.write_lease_ms = MC__WRITE_LEASE_MS;
+    if (svc->o.write_lease_ms > svc->o.put_ttl_ms)
+        svc->o.write_lease_ms = svc->o.put_ttl_ms;
     svc->puts = mc__index_new();
     svc->handles = mc__index_new();
-    if (!svc->puts || !svc->handles) {
+    svc->owners = mc__index_new();
+    if (!svc->puts || !svc->handles || !svc->owners) {
         mc__svc_free(svc);
         return -ENOMEM;
     }
@@ -91,51 +126,172 @@ int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o)
     return 0;
 }
 
-static void drop_owner_entries(mc__svc_t *svc, int all, uint64_t owner, uint64_t now)
+/* ---- owners, writes and handles ---- */
+
+static owner_t *owner_get(mc__svc_t *svc, uint64_t id, int create)
 {
-    mc__index_iter_t it;
-    const char *k;
-    size_t kl;
-    void *val;
-    char key[8];
-    /* Collect ids first: removing from the index invalidates iterators. */
-    for (int pass = 0; pass < 2; pass++) {
-        mc__index_t *ix = pass ? svc->handles : svc->puts;
-        for (;;) {
-            int found = 0;
-            mc__index_seek(ix, &it, NULL, 0, 0);
-            while (mc__index_next(&it, &k, &kl, &val)) {
-                uint64_t o = pass ? ((handle_t *)val)->owner : ((put_t *)val)->owner;
-                if (all || o == owner) {
-                    memcpy(key, k, 8);
-                    found = 1;
-                    break;
-                }
-            }
-            if (!found)
-                break;
-            val = mc__index_remove(ix, key, 8);
-            if (pass) {
-                handle_t *h = val;
-                mc__master_unref(svc->m, h->v, now);
-                free(h);
-            } else {
-                put_t *p = val;
-                mc__master_abort(svc->m, p->v);
-                free(p);
-            }
-        }
+    char k[8];
+    id_key(id, k);
+    owner_t *own = mc__index_get(svc->owners, k, 8);
+    if (own || !create)
+        return own;
+    if (!(own = calloc(1, sizeof(*own))))
+        return NULL;
+    own->id = id;
+    if (mc__index_insert(svc->owners, k, 8, own, NULL) < 0) {
+        free(own);
+        return NULL;
     }
+    return own;
+}
+
+static void owner_drop_if_empty(mc__svc_t *svc, owner_t *own)
+{
+    if (own->head)
+        return;
+    char k[8];
+    id_key(own->id, k);
+    mc__index_remove(svc->owners, k, 8);
+    free(own);
+}
+
+/* Files e under a fresh id in ix and on owner's list. Returns 0 or -ENOMEM. */
+static int owned_add(mc__svc_t *svc, mc__index_t *ix, owned_t *e, uint64_t owner)
+{
+    owner_t *own = owner_get(svc, owner, 1);
+    if (!own)
+        return -ENOMEM;
+    char k[8];
+    e->id = svc->next_id++;
+    id_key(e->id, k);
+    if (mc__index_insert(ix, k, 8, e, NULL) < 0) {
+        owner_drop_if_empty(svc, own);
+        return -ENOMEM;
+    }
+    e->own = own;
+    e->oprev = NULL;
+    e->onext = own->head;
+    if (own->head)
+        own->head->oprev = e;
+    own->head = e;
+    return 0;
+}
+
+/* Takes e out of ix and off its owner's list. */
+static void owned_del(mc__svc_t *svc, mc__index_t *ix, owned_t *e)
+{
+    char k[8];
+    id_key(e->id, k);
+    mc__index_remove(ix, k, 8);
+    if (e->oprev)
+        e->oprev->onext = e->onext;
+    else
+        e->own->head = e->onext;
+    if (e->onext)
+        e->onext->oprev = e->oprev;
+    owner_drop_if_empty(svc, e->own);
+}
+
+static void touch_unlink(mc__svc_t *svc, put_t *p)
+{
+    if (p->tprev)
+        p->tprev->tnext = p->tnext;
+    else if (svc->touch_head == p)
+        svc->touch_head = p->tnext;
+    if (p->tnext)
+        p->tnext->tprev = p->tprev;
+    else if (svc->touch_tail == p)
+        svc->touch_tail = p->tprev;
+    p->tprev = p->tnext = NULL;
+}
+
+/* Records that p's writer is alive at now (its lease starts again). */
+static void put_touch(mc__svc_t *svc, put_t *p, uint64_t now)
+{
+    touch_unlink(svc, p);
+    p->touched = now;
+    p->tprev = svc->touch_tail;
+    if (svc->touch_tail)
+        svc->touch_tail->tnext = p;
+    else
+        svc->touch_head = p;
+    svc->touch_tail = p;
+}
+
+/* Forgets write p; returns its version, which is the caller's now. */
+static mc__version_t *put_del(mc__svc_t *svc, put_t *p)
+{
+    mc__version_t *v = p->v;
+    owned_del(svc, svc->puts, &p->o);
+    touch_unlink(svc, p);
+    free(p);
+    return v;
+}
+
+/*
+ * Ends write p without publishing it. With fenced, its writer may still be
+ * sending bytes until its write lease runs out, so the space is kept until
+ * then; without, the writer has stopped (it said so, or its lease is over)
+ * and the space is freed now.
+ */
+static void put_end(mc__svc_t *svc, put_t *p, int fenced)
+{
+    uint64_t free_at = p->touched + svc->o.write_lease_ms;
+    mc__version_t *v = put_del(svc, p);
+    fenced_t *f = fenced ? malloc(sizeof(*f)) : NULL;
+    if (!f) {
+        /* Out of memory: freeing at once is the lesser evil than a leak
+         * that lasts forever, and the lease margin still holds. */
+        mc__master_abort(svc->m, v);
+        return;
+    }
+    *f = (fenced_t){.v = v, .free_at = free_at, .next = svc->fenced};
+    svc->fenced = f;
+}
+
+/* Frees the fenced writes whose lease is over at now. */
+static void fenced_sweep(mc__svc_t *svc, uint64_t now)
+{
+    for (fenced_t **pp = &svc->fenced; *pp;) {
+        fenced_t *f = *pp;
+        if (f->free_at > now) {
+            pp = &f->next;
+            continue;
+        }
+        *pp = f->next;
+        mc__master_abort(svc->m, f->v);
+        free(f);
+    }
+}
+
+static void handle_del(mc__svc_t *svc, handle_t *h, uint64_t now)
+{
+    mc__version_t *v = h->v;
+    owned_del(svc, svc->handles, &h->o);
+    free(h);
+    mc__master_unref(svc->m, v, now);
 }
 
 void mc__svc_free(mc__svc_t *svc)
 {
     if (!svc)
         return;
-    if (svc->puts && svc->handles)
-        drop_owner_entries(svc, 1, 0, 0);
+    while (svc->touch_head)
+        put_end(svc, svc->touch_head, 0);
+    if (svc->handles) {
+        mc__index_iter_t it;
+        void *val;
+        for (;;) {
+            mc__index_seek(svc->handles, &it, NULL, 0, 0);
+            if (!mc__index_next(&it, NULL, NULL, &val))
+                break;
+            handle_del(svc, val, 0);
+        }
+    }
+    fenced_sweep(svc, UINT64_MAX);
     mc__index_free(svc->puts, NULL);
     mc__index_free(svc->handles, NULL);
+    mc__index_free(svc->owners, free);
     for (int i = 0; i < svc->nseg; i++) {
         free(svc->segs[i].addr);
         free(svc->segs[i].rdma);
@@ -143,12 +299,25 @@ void mc__svc_free(mc__svc_t *svc)
     free(svc->segs);
     free(svc->nodes);
     free(svc->local_addr);
+    free(svc->local_rdma);
     free(svc);
 }
 
 void mc__svc_owner_gone(mc__svc_t *svc, uint64_t owner, uint64_t now)
 {
-    drop_owner_entries(svc, 0, owner, now);
+    owner_t *own = owner_get(svc, owner, 0);
+    char k[8];
+    while (own && own->head) {
+        owned_t *e = own->head;
+        int last = e->onext == NULL; /* then own is freed with e */
+        id_key(e->id, k);
+        if (mc__index_get(svc->puts, k, 8) == e)
+            put_end(svc, (put_t *)e, 1);
+        else
+            handle_del(svc, (handle_t *)e, now);
+        if (last)
+            break;
+    }
 }
 
 static seginfo_t *seg_info(mc__svc_t *svc, uint32_t id)
@@ -181,8 +350,20 @@ static int seg_add(mc__svc_t *svc, uint32_t id, uint64_t node, uint64_t size, co
         return rc;
     }
     svc->segs[svc->nseg++] = (seginfo_t){.id = id, .node = node, .size = size, .addr = a};
-    if (id >= svc->next_seg)
-        svc->next_seg = id + 1;
+    return 0;
+}
+
+/* A segment id for a node that asked for any: the next one not in use,
+ * never 0 (an embedded store's own) nor UINT32_MAX, wrapping around.
+ * Returns 0 when every id is taken. */
+static uint32_t seg_new_id(mc__svc_t *svc)
+{
+    for (uint32_t tries = 0; tries < (uint32_t)svc->nseg + 1; tries++) {
+        uint32_t id = svc->next_seg;
+        svc->next_seg = id >= UINT32_MAX - 1 ? 1 : id + 1;
+        if (id && !seg_info(svc, id))
+            return id;
+    }
     return 0;
 }
 
@@ -217,14 +398,15 @@ int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len)
     return blob_set(&svc->local_rdma, &svc->local_rdma_len, rec, len);
 }
 
-/* Drops a segment and the replicas on it (pending writes included). */
+/* Drops a segment and the replicas on it: published, retired, pending and
+ * fenced versions alike, so that none frees space in a segment mounted
+ * again under the same id. */
 static void seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now)
 {
-    mc__index_iter_t it;
-    void *val;
-    mc__index_seek(svc->puts, &it, NULL, 0, 0);
-    while (mc__index_next(&it, NULL, NULL, &val))
-        mc__version_drop_replica(((put_t *)val)->v, id);
+    for (put_t *p = svc->touch_head; p; p = p->tnext)
+        mc__version_drop_replica(p->v, id);
+    for (fenced_t *f = svc->fenced; f; f = f->next)
+        mc__version_drop_replica(f->v, id);
     svc->objects_lost += mc__master_drop_segment(svc->m, id, now);
     for (int i = 0; i < svc->nseg; i++) {
         if (svc->segs[i].id == id) {
@@ -280,28 +462,13 @@ int mc__svc_tick(mc__svc_t *svc, uint64_t now)
             }
         }
     }
-    /* Writes nobody touched for put_ttl: their writer is gone. */
-    mc__index_iter_t it;
-    const char *k;
-    size_t kl;
-    void *val;
-    char key[8];
-    for (;;) {
-        int found = 0;
-        mc__index_seek(svc->puts, &it, NULL, 0, 0);
-        while (mc__index_next(&it, &k, &kl, &val)) {
-            if (now - ((put_t *)val)->touched > svc->o.put_ttl_ms) {
-                memcpy(key, k, 8);
-                found = 1;
-                break;
-            }
-        }
-        if (!found)
-            break;
-        put_t *p = mc__index_remove(svc->puts, key, 8);
-        mc__master_abort(svc->m, p->v);
-        free(p);
+    /* Writes nobody touched for put_ttl: revoked. Their write lease (no
+     * longer than put_ttl) is over, so the space is free at once. */
+    while (svc->touch_head && now - svc->touch_head->touched > svc->o.put_ttl_ms) {
+        put_end(svc, svc->touch_head, 0);
+        svc->puts_expired++;
     }
+    fenced_sweep(svc, now);
     mc__master_sweep(svc->m, now);
     return dropped;
 }
@@ -314,6 +481,14 @@ void mc__svc_stats(const mc__svc_t *svc, mc__svc_stats_t *st)
     st->handles = mc__index_count(svc->handles);
     st->nodes_expired = svc->nodes_expired;
     st->objects_lost = svc->objects_lost;
+    st->puts_expired = svc->puts_expired;
+}
+
+void mc__svc_forgive(mc__svc_t *svc, uint64_t now)
+{
+    for (int i = 0; i < svc->nnodes; i++)
+        if (svc->nodes[i].last_hb < now)
+            svc->nodes[i].last_hb = now;
 }
 
 /* ---- encoding ---- */
@@ -363,12 +538,11 @@ static put_t *put_get(mc__svc_t *svc, uint64_t id)
     return mc__index_get(svc->puts, k, 8);
 }
 
-/* Removes the put or handle with this id from ix; returns it, or NULL. */
-static void *take_by_id(mc__index_t *ix, uint64_t id)
+static handle_t *handle_get(mc__svc_t *svc, uint64_t id)
 {
     char k[8];
     id_key(id, k);
-    return mc__index_remove(ix, k, 8);
+    return mc__index_get(svc->handles, k, 8);
 }
 
 /* The stat and replica set of v, as OPEN and GET_REPLICAS answer them. */
@@ -419,14 +593,9 @@ static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t
     if (rc == 0 && !p)
         rc = -ENOMEM;
     if (rc == 0) {
-        p->id = svc->next_id++;
-        p->owner = owner;
-        p->touched = now;
         p->flags = flags;
         p->v = v;
-        char k[8];
-        id_key(p->id, k);
-        rc = mc__index_insert(svc->puts, k, 8, p, NULL);
+        rc = owned_add(svc, svc->puts, &p->o, owner);
         if (rc < 0)
             free(p);
     }
@@ -434,7 +603,10 @@ static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t
         mc__master_abort(svc->m, v);
         return rc;
     }
-    mc__pack(w, "q", p->id);
+    put_touch(svc, p, now);
+    /* The writer's lease: it writes only while it holds one (PUT_GROW
+     * renews it), and a revoked write's space waits for it to run out. */
+    mc__pack(w, "qq", p->o.id, svc->o.write_lease_ms);
     return pack_replicas(svc, w, v);
 }
 
@@ -445,7 +617,7 @@ static int op_put_grow(mc__svc_t *svc, const char *body, size_t len, uint64_t no
     put_t *p = put_get(svc, id);
     if (!p)
         return -ENOENT;
-    p->touched = now;
+    put_touch(svc, p, now);
     int rc = mc__master_reserve(svc->m, p->v, capacity, now);
     if (rc < 0)
         return rc;
@@ -476,8 +648,7 @@ static int op_put_commit(mc__svc_t *svc, const char *body, size_t len, uint64_t 
         v->mode = mode & 07777;
     v->mtime_ns = mtime ? mtime : wall_ns();
     rc = mc__master_commit(svc->m, v, size, p->flags, now);
-    take_by_id(svc->puts, id);
-    free(p);
+    put_del(svc, p);
     if (rc < 0) {
         mc__master_abort(svc->m, v);
         return rc;
@@ -491,11 +662,11 @@ static int op_put_revoke(mc__svc_t *svc, const char *body, size_t len)
 {
     uint64_t id;
     UNPACK("q", &id);
-    put_t *p = take_by_id(svc->puts, id);
+    put_t *p = put_get(svc, id);
     if (!p)
         return -ENOENT;
-    mc__master_abort(svc->m, p->v);
-    free(p);
+    /* The writer says it has stopped: its space is free at once. */
+    put_end(svc, p, 0);
     return 0;
 }
 
@@ -511,18 +682,14 @@ static int op_open(mc__svc_t *svc, uint64_t owner, const char *body, size_t len,
     handle_t *h = calloc(1, sizeof(*h));
     if (!h)
         return -ENOMEM;
-    h->id = svc->next_id++;
-    h->owner = owner;
     h->v = v;
-    char k[8];
-    id_key(h->id, k);
-    if (mc__index_insert(svc->handles, k, 8, h, NULL) < 0) {
+    if (owned_add(svc, svc->handles, &h->o, owner) < 0) {
         free(h);
         return -ENOMEM;
     }
     mc__master_ref(v);
     mc__master_touch(svc->m, v, now, 0);
-    mc__pack(w, "q", h->id);
+    mc__pack(w, "q", h->o.id);
     return pack_version(svc, w, v, now);
 }
 
@@ -530,11 +697,10 @@ static int op_close(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
 {
     uint64_t id;
     UNPACK("q", &id);
-    handle_t *h = take_by_id(svc->handles, id);
+    handle_t *h = handle_get(svc, id);
     if (!h)
         return -ENOENT;
-    mc__master_unref(svc->m, h->v, now);
-    free(h);
+    handle_del(svc, h, now);
     return 0;
 }
 
@@ -558,17 +724,24 @@ static int op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now, 
     uint32_t seg, alen, rlen;
     const char *addr, *rdma;
     UNPACK("qusqs", &node, &seg, &addr, &alen, &size, &rdma, &rlen);
-    if (node == 0 || size < 4096 || alen == 0)
+    if (node == 0 || size < 4096 || alen == 0 || seg == UINT32_MAX)
         return -EINVAL;
     seginfo_t *si = seg ? seg_info(svc, seg) : NULL;
     if (si && si->node != node)
         return -EEXIST;
     if (!si) {
-        if (!seg)
-            seg = svc->next_seg;
+        /* A segment mounted again under its old id (this master expired
+         * it, or restarted) may still receive late bytes from writers of
+         * before, until their write leases run out: nothing new is placed
+         * on it until then. */
+        int again = seg != 0;
+        if (!seg && !(seg = seg_new_id(svc)))
+            return -ENOSPC;
         int rc = seg_add(svc, seg, node, size, addr, alen);
         if (rc < 0)
             return rc;
+        if (again)
+            mc__master_hold_segment(svc->m, seg, now + svc->o.write_lease_ms);
         si = seg_info(svc, seg);
     }
     /* The record is the node's to describe (address, keys): kept verbatim,

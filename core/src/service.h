@@ -20,9 +20,16 @@
 
 typedef struct mc__svc mc__svc_t;
 
+/* A writer's lease on its write in progress (ms), at most put_ttl_ms: the
+ * writer sends bytes only while it holds one (renewed by PUT_GROW), and the
+ * space of a write revoked while its writer may still be sending is freed
+ * only once the lease has run out. */
+#define MC__WRITE_LEASE_MS 10000
+
 typedef struct mc__svc_opts {
-    uint64_t node_ttl_ms; /* a node silent this long loses its segments */
-    uint64_t put_ttl_ms;  /* a write in progress untouched this long is revoked */
+    uint64_t node_ttl_ms;    /* a node silent this long loses its segments */
+    uint64_t put_ttl_ms;     /* a write in progress untouched this long is revoked */
+    uint64_t write_lease_ms; /* 0: MC__WRITE_LEASE_MS (capped at put_ttl_ms) */
 } mc__svc_opts_t;
 
 /* Creates a service over master m (not owned). Returns 0 or -ENOMEM. */
@@ -56,16 +63,23 @@ int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len);
 int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body, size_t len,
                    uint64_t now, mc__wbuf_t *w);
 
-/* The owner's connection closed: revoke its writes, close its handles. */
+/* The owner's connection closed: revoke its writes (their space is freed
+ * once their write lease is over), close its handles. O(what it held). */
 void mc__svc_owner_gone(mc__svc_t *svc, uint64_t owner, uint64_t now);
 
-/* Periodic work: expire silent nodes and stale writes, sweep leases. Returns
- * the number of segments dropped. */
+/* The caller could not run the service for a while (its loop was busy):
+ * every node counts as heard from at now, so that a stall of the master is
+ * never taken for the silence of its nodes. */
+void mc__svc_forgive(mc__svc_t *svc, uint64_t now);
+
+/* Periodic work: expire silent nodes and idle writes, free fenced writes
+ * whose lease is over, sweep read leases. Returns the number of segments
+ * dropped. */
 int mc__svc_tick(mc__svc_t *svc, uint64_t now);
 
 /* Counters for logs and tests. */
 typedef struct mc__svc_stats {
-    uint64_t nodes, segments, puts, handles, nodes_expired, objects_lost;
+    uint64_t nodes, segments, puts, handles, nodes_expired, objects_lost, puts_expired;
 } mc__svc_stats_t;
 void mc__svc_stats(const mc__svc_t *svc, mc__svc_stats_t *st);
 

@@ -74,6 +74,8 @@ struct mc_writer {
     uint64_t put_id;     /* remote: the master's write id */
     struct mc__rset *rs; /* remote: the replicas being written */
     uint64_t capacity;   /* remote: bytes reserved */
+    uint64_t lease_ms;   /* remote: the write lease the master grants */
+    uint64_t renew_at;   /* remote: renew the lease before writing from then on */
     uint32_t mode;       /* remote: to publish with */
     int64_t mtime_ns;
     char *key; /* remote: the key to publish under */
@@ -148,8 +150,12 @@ typedef struct op {
     mc_writer_t **w_out;
     int stage;        /* remote: where a multi-step operation is */
     uint64_t u64;     /* remote: scratch (put id, ...) */
-    void *tmp;        /* remote: scratch buffer */
-    char *key, *key2; /* copies, inside this allocation */
+    uint64_t sent_ms; /* remote: when the last master call that renews a lease went out */
+    uint64_t lease_ms, renew_at; /* remote: a whole-object put's write lease */
+    uint64_t done;               /* remote: bytes of a whole-object put sent so far */
+    void (*cont)(struct op *o);  /* remote: what to do once the lease is renewed */
+    void *tmp;                   /* remote: scratch buffer */
+    char *key, *key2;            /* copies, inside this allocation */
     size_t klen, klen2;
     char keys[];
 } op_t;

@@ -127,3 +127,14 @@ def make_mount(tmp_path_factory):
 def mnt(make_mount):
     """A mount with a 512 MiB embedded segment."""
     return make_mount("--segment-size", "512M")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A Cluster (cluster.py) whose processes are stopped and checked at the
+    end: each must exit 0 and log no error."""
+    from cluster import Cluster
+    c = Cluster(tmp_path)
+    yield c
+    errors = c.close()
+    assert not errors, "\n".join(errors)

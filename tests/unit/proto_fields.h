@@ -48,6 +48,7 @@ typedef struct fields {
     X("kquuuuqis", S(0), Q(1), U(2), U(3), U(4), U(5), Q(6), I(7), S(8))                           \
     X("q*", Q(0), S(1))                                                                            \
     X("qq", Q(0), Q(1))                                                                            \
+    X("qq*", Q(0), Q(1), S(2))                                                                     \
     X("*", S(0))                                                                                   \
     X("qkqui", Q(0), S(1), Q(2), U(3), I(4))                                                       \
     X("k", S(0))                                                                                   \

@@ -96,10 +96,11 @@ static uint64_t put_start(fixture_t *f, uint64_t owner, const char *key, uint64_
     assert_int_equal(rc, 0);
     const char *p = f->resp.p;
     size_t n = f->resp.len;
-    uint64_t id;
+    uint64_t id, lease;
     const char *rest;
     uint32_t restlen;
-    assert_int_equal(mc__unpack(p, n, "q*", &id, &rest, &restlen), 0);
+    assert_int_equal(mc__unpack(p, n, "qq*", &id, &lease, &rest, &restlen), 0);
+    assert_int_equal(lease, 10000); /* the write lease: put_ttl_ms here */
     mc__wire_replica_t reps[8];
     size_t left = restlen;
     int nrep = mc__take_replicas(&rest, &left, reps, 8);
@@ -200,11 +201,106 @@ static void test_owner_gone_revokes_and_closes(void **state)
     assert_int_equal(st.handles, 1);
     assert_int_equal(st.puts, 1);
     /* Owner 6 disconnects: its write is revoked, its handle closed. */
-    mc__svc_owner_gone(f->svc, 6, T0);
-    assert_int_equal(used(f), MiB);
+    mc__svc_owner_gone(f->svc, 6, T0 + 1000);
     mc__svc_stats(f->svc, &st);
     assert_int_equal(st.handles, 0);
     assert_int_equal(st.puts, 0);
+    /* The replaced version is free; the revoked write's space waits for the
+     * writer's lease (10 s from its last touch) to run out: the writer may
+     * still be sending bytes into it. */
+    assert_int_equal(used(f), 3 * MiB);
+    assert_int_equal(call(f, 0, T0 + 9999, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    mc__svc_tick(f->svc, T0 + 9999);
+    assert_int_equal(used(f), 3 * MiB);
+    assert_int_equal(call(f, 0, T0 + 10000, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    mc__svc_tick(f->svc, T0 + 10000);
+    assert_int_equal(used(f), MiB);
+}
+
+/* Closing one connection touches only what it holds; another owner's
+ * handles and writes stay. */
+static void test_owner_gone_leaves_other_owners(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 64 * MiB, T0);
+    uint64_t id = put_start(f, 5, "x", 4096, 1, T0);
+    assert_int_equal(commit(f, id, "x", 4096, T0), 0);
+    for (int i = 0; i < 3000; i++) {
+        assert_int_equal(call(f, 6 + (uint64_t)(i % 2), T0, MC__OP_OPEN, "k", "x", 1), 0);
+    }
+    put_start(f, 7, "y", 4096, 1, T0);
+    mc__svc_stats_t st;
+    mc__svc_owner_gone(f->svc, 6, T0);
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.handles, 1500);
+    assert_int_equal(st.puts, 1);
+    mc__svc_owner_gone(f->svc, 6, T0); /* again: nothing */
+    mc__svc_owner_gone(f->svc, 7, T0);
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.handles, 0);
+    assert_int_equal(st.puts, 0);
+}
+
+/* A replaced version kept open while its segment is dropped and mounted
+ * again must not free its extents into the new segment's allocator (the
+ * master aborted: "more than is handed out"). */
+static void test_open_replaced_version_outlives_its_segment(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t seg = mount(f, 11, 16 * MiB, T0);
+    uint64_t id = put_start(f, 5, "F", 4 * MiB, 1, T0);
+    assert_int_equal(commit(f, id, "F", 4 * MiB, T0), 0);
+    assert_int_equal(call(f, 6, T0, MC__OP_OPEN, "k", "F", 1), 0);
+    uint64_t h;
+    const char *rest;
+    uint32_t rl;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", &h, &rest, &rl), 0);
+    id = put_start(f, 5, "F", 2 * MiB, 1, T0);
+    assert_int_equal(commit(f, id, "F", 2 * MiB, T0), 0);
+    /* The node falls silent past its TTL, then mounts its segment again. */
+    assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1);
+    assert_int_equal(mount_rdma(f, 11, seg, 16 * MiB, T0 + 5000, ""), seg);
+    assert_int_equal(used(f), 0);
+    assert_int_equal(call(f, 6, T0 + 5000, MC__OP_CLOSE, "q", h), 0);
+    assert_int_equal(used(f), 0);
+    /* The whole segment is there for new data once its hold is over. */
+    id = put_start(f, 5, "G", 16 * MiB, 1, T0 + 16000);
+    assert_int_equal(commit(f, id, "G", 16 * MiB, T0 + 16000), 0);
+}
+
+/* A segment mounted again under its old id takes nothing new until the
+ * write leases of before have run out: a writer that kept its replica set
+ * may still send bytes into it. */
+static void test_remounted_segment_is_held_for_a_lease(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t seg = mount(f, 11, 16 * MiB, T0);
+    assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1);
+    assert_int_equal(mount_rdma(f, 11, seg, 16 * MiB, T0 + 5000, ""), seg);
+    assert_int_equal(call(f, 5, T0 + 5000, MC__OP_PUT_START, "kquuuuqis", "k", 1, (uint64_t)100, 0,
+                          0644, 1, MC_PIN_NONE, (uint64_t)0, (int64_t)0, "", 0),
+                     -EAGAIN);
+    /* A fresh node's segment is usable at once. */
+    mount(f, 12, 16 * MiB, T0 + 6000);
+    put_start(f, 5, "k", 100, 1, T0 + 6000);
+    call(f, 0, T0 + 15000, MC__OP_HEARTBEAT, "q", (uint64_t)11);
+    call(f, 0, T0 + 15000, MC__OP_HEARTBEAT, "q", (uint64_t)12);
+    put_start(f, 5, "k2", 100, 2, T0 + 15000);
+}
+
+/* Segment ids a node names cannot wrap the counter into ids in use. */
+static void test_segment_ids_do_not_wrap(void **state)
+{
+    fixture_t *f = *state;
+    const char *addr = "127.0.0.1:7000";
+    assert_int_equal(call(f, 1, T0, MC__OP_MOUNT_SEGMENT, "qusqs", (uint64_t)9, UINT32_MAX, addr,
+                          (uint32_t)strlen(addr), 16 * MiB, "", 0),
+                     -EINVAL);
+    assert_int_equal(mount_rdma(f, 9, UINT32_MAX - 1, 16 * MiB, T0, ""), UINT32_MAX - 1);
+    uint32_t a = mount(f, 10, 16 * MiB, T0);
+    uint32_t b = mount(f, 11, 16 * MiB, T0);
+    assert_true(a != 0 && b != 0 && a != b);
+    assert_true(a != UINT32_MAX && b != UINT32_MAX && a != UINT32_MAX - 1 && b != UINT32_MAX - 1);
 }
 
 static void test_close_releases_replaced_version(void **state)
@@ -341,6 +437,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_grow_and_rename_at_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_noreplace_and_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_owner_gone_revokes_and_closes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_owner_gone_leaves_other_owners, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_replaced_version_outlives_its_segment, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_remounted_segment_is_held_for_a_lease, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_segment_ids_do_not_wrap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_releases_replaced_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_expiry_and_remount, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rdma_record_in_replica_sets, setup, teardown),
