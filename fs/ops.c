@@ -10,7 +10,14 @@
  * current version), streams data into the store as it arrives, and publishes
  * the new version when a writable handle is flushed (close) or the last one
  * is released. Operations that need the writer while it is being opened or
- * committed wait on its queue.
+ * committed wait on its queue; a commit waits for the writer operations in
+ * flight.
+ *
+ * A version in progress whose write fails (ENOSPC, EIO, any error of the
+ * store while writing, copying the base or growing by truncate) is never
+ * published: the writer is aborted once its operations in flight end, and
+ * every handle open for writing at that moment fails its later writes and
+ * its flush with the error. The file keeps its published version.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,7 +43,11 @@ struct fs_waiter {
     void (*run)(fs_waiter_t *w, int err);
 };
 
-enum ws_state { WS_NONE, WS_OPENING, WS_READY, WS_COMMITTING };
+/* NONE: no writer. OPENING: mc_writer_open in flight. READY: the writer
+ * takes writes. COMMITTING: a commit waits for the operations in flight, or
+ * is in flight. FAILING: an operation failed; the writer is aborted when the
+ * operations in flight end. */
+enum ws_state { WS_NONE, WS_OPENING, WS_READY, WS_COMMITTING, WS_FAILING };
 
 typedef struct fs_wstate {
     fs_t *fs;
@@ -45,6 +56,8 @@ typedef struct fs_wstate {
     mc_obj_t *base;
     enum ws_state state;
     int handles;  /* writable handles plus operations holding the state */
+    int ops;      /* writer operations (write, read, truncate) in flight */
+    int err;      /* why the version failed, while FAILING */
     int dirty;    /* the writer holds changes not yet published */
     int orphaned; /* the file was unlinked or replaced: never publish */
     int fresh;    /* the next writer starts empty instead of copying */
@@ -61,6 +74,8 @@ typedef struct fs_fh {
     mc_obj_t *obj; /* the version opened, for reads */
     int writable;
     int append; /* O_APPEND: writes go to the end, whatever the offset */
+    int err;    /* a write to the file failed while this handle was open for
+                   writing: its later writes and its flushes fail with err */
     struct fs_fh *prev, *next;
 } fs_fh_t;
 
@@ -304,10 +319,15 @@ static void ws_enqueue(fs_wstate_t *ws, fs_waiter_t *w)
     ws->wait_tail = w;
 }
 
-/* Runs w once the state is neither opening nor committing. */
+static int ws_busy(const fs_wstate_t *ws)
+{
+    return ws->state == WS_OPENING || ws->state == WS_COMMITTING || ws->state == WS_FAILING;
+}
+
+/* Runs w once the state is not opening, committing or failing. */
 static void ws_when_idle(fs_wstate_t *ws, fs_waiter_t *w)
 {
-    if (ws->state == WS_OPENING || ws->state == WS_COMMITTING)
+    if (ws_busy(ws))
         ws_enqueue(ws, w);
     else
         w->run(w, 0);
@@ -316,7 +336,7 @@ static void ws_when_idle(fs_wstate_t *ws, fs_waiter_t *w)
 /* Called when nothing is in flight: publish or drop what is left, free. */
 static void ws_settle(fs_wstate_t *ws)
 {
-    if (ws->handles || ws->wait_head || ws->state == WS_OPENING || ws->state == WS_COMMITTING)
+    if (ws->handles || ws->ops || ws->wait_head || ws_busy(ws))
         return;
     if (ws->state == WS_READY) {
         if (ws->dirty && !ws->orphaned && ws->in->key) {
@@ -382,6 +402,7 @@ static void ws_need(fs_wstate_t *ws, fs_waiter_t *w)
         return;
     case WS_OPENING:
     case WS_COMMITTING:
+    case WS_FAILING:
         ws_enqueue(ws, w);
         return;
     case WS_NONE:
@@ -399,13 +420,31 @@ static void ws_need(fs_wstate_t *ws, fs_waiter_t *w)
         ws_base_opened(ws, rc);
 }
 
-/* The commit ended (published says whether a version was published): wake
- * the flushes waiting for it, then whatever queued meanwhile. */
+/* The version in progress failed with rc: every handle open for writing on
+ * the file fails its later writes and its flushes with rc. */
+static void ws_poison(fs_wstate_t *ws, int rc)
+{
+    for (fs_fh_t *fh = ws->fs->fhs; fh; fh = fh->next)
+        if (fh->writable && fh->in == ws->in && !fh->err)
+            fh->err = rc;
+}
+
+/* The poisoned handle's error, or 0. */
+static int fh_err(const fs_fh_t *fh)
+{
+    return fh && fh->writable ? fh->err : 0;
+}
+
+/* The commit ended, or the failed version was aborted (published says
+ * whether a version was published): wake the flushes waiting for it, then
+ * whatever queued meanwhile. */
 static void ws_finish(fs_wstate_t *ws, int rc, int published)
 {
     ws->w = NULL; /* the store freed it */
     ws->state = WS_NONE;
     ws->dirty = 0;
+    if (rc < 0)
+        ws_poison(ws, rc); /* what the writers wrote is lost */
     if (published)
         ws->in->st = ws->st; /* written with direct I/O: not in the page cache */
     fs_waiter_t *c = ws->committers;
@@ -430,15 +469,14 @@ static void ws_committed(void *arg, int rc)
     ws_finish(ws, rc, rc == 0);
 }
 
-/* Publishes the writer (state READY and dirty), or drops its changes when
- * the file is gone. */
-static void ws_commit(fs_wstate_t *ws)
+/* Sends the commit (state COMMITTING, nothing in flight), or drops the
+ * changes when the file is gone. */
+static void ws_commit_now(fs_wstate_t *ws)
 {
     int rc = 0;
     if (!ws->orphaned && ws->in->key) {
         rc = mc_writer_set_key(ws->w, ws->in->key, ws->in->klen);
         if (rc == 0) {
-            ws->state = WS_COMMITTING;
             rc = mc_writer_commit_async(ws->w, &ws->st, ws_committed, ws);
             if (rc == 0)
                 return;
@@ -448,6 +486,44 @@ static void ws_commit(fs_wstate_t *ws)
     }
     mc_writer_abort(ws->w);
     ws_finish(ws, rc, 0);
+}
+
+/* Publishes the writer (state READY and dirty) once the writer operations
+ * in flight end; if one of them fails, nothing is published and the
+ * committers get its error. */
+static void ws_commit(fs_wstate_t *ws)
+{
+    ws->state = WS_COMMITTING;
+    if (!ws->ops)
+        ws_commit_now(ws);
+}
+
+/* Counts a writer operation starting (state READY). */
+static void ws_op_start(fs_wstate_t *ws)
+{
+    ws->ops++;
+}
+
+/* A writer operation ended with rc. A failure fails the version in
+ * progress (see the top of this file). The last operation in flight sends
+ * the commit waiting for it, or aborts the failed version. The caller must
+ * hold the state (a handle) if it uses ws afterwards. */
+static void ws_op_done(fs_wstate_t *ws, int rc)
+{
+    ws->ops--;
+    if (rc < 0 && ws->state != WS_FAILING) {
+        ws_poison(ws, rc);
+        ws->state = WS_FAILING;
+        ws->err = rc;
+    }
+    if (ws->ops)
+        return;
+    if (ws->state == WS_COMMITTING) {
+        ws_commit_now(ws);
+    } else if (ws->state == WS_FAILING) {
+        mc_writer_abort(ws->w);
+        ws_finish(ws, ws->err, 0);
+    }
 }
 
 /* The file was unlinked or replaced: what its writers hold is never
@@ -605,35 +681,46 @@ static void setattr_truncated(void *arg, int rc)
 {
     ctx_t *c = arg;
     fs_wstate_t *ws = c->in->ws;
+    int by_path = !c->fh || !c->fh->writable;
+    if (rc >= 0)
+        ws->dirty = 1;
+    if (rc >= 0 && by_path) {
+        /* truncate(2) by path: publish now. The commit's result (or the
+         * error of a write that fails the version meanwhile) is the reply. */
+        c->wait.run = setattr_committed;
+        c->wait.next = ws->committers;
+        ws->committers = &c->wait;
+        if (ws->state == WS_READY)
+            ws_commit(ws);
+        return ws_op_done(ws, 0);
+    }
+    ws_op_done(ws, rc);
+    ws->handles--;
+    if (rc >= 0)
+        rc = fh_err(c->fh); /* another write failed the version meanwhile */
     if (rc < 0) {
-        ws->handles--;
         ws_settle(ws);
         return ctx_fail(c, rc);
     }
-    ws->dirty = 1;
-    int by_path = !c->fh || !c->fh->writable;
-    if (!by_path) {
-        ws->handles--;
-        c->stage++;
-        return setattr_step(c);
-    }
-    /* truncate(2) by path: publish now. */
-    c->wait.run = setattr_committed;
-    c->wait.next = ws->committers;
-    ws->committers = &c->wait;
-    ws_commit(ws);
+    c->stage++;
+    setattr_step(c);
 }
 
 static void setattr_have_writer(fs_waiter_t *w, int err)
 {
     ctx_t *c = (ctx_t *)w;
+    fs_wstate_t *ws = c->in->ws;
+    if (err < 0)
+        ws_poison(ws, err); /* opening the writer (copying the base) failed */
+    else
+        err = fh_err(c->fh);
     if (err < 0) {
-        c->in->ws->handles--;
-        ws_settle(c->in->ws);
+        ws->handles--;
+        ws_settle(ws);
         return ctx_fail(c, err);
     }
-    int rc =
-        mc_writer_truncate_async(c->in->ws->w, (uint64_t)c->attr.st_size, setattr_truncated, c);
+    ws_op_start(ws);
+    int rc = mc_writer_truncate_async(ws->w, (uint64_t)c->attr.st_size, setattr_truncated, c);
     if (rc < 0)
         setattr_truncated(c, rc);
 }
@@ -668,6 +755,8 @@ static void setattr_step(ctx_t *c)
         if ((c->to_set & FUSE_SET_ATTR_SIZE) && !in->is_dir) {
             if (!in->key && !in->ws)
                 return ctx_fail(c, -ENOENT);
+            if (fh_err(c->fh))
+                return ctx_fail(c, fh_err(c->fh));
             fs_wstate_t *ws = ws_get(c->fs, in);
             if (!ws)
                 return ctx_fail(c, -ENOMEM);
@@ -1115,9 +1204,14 @@ static void open_version(ctx_t *c)
 static void open_truncated(void *arg, int rc)
 {
     ctx_t *c = arg;
+    fs_wstate_t *ws = c->in->ws;
+    ws_op_done(ws, rc);
     if (rc < 0)
-        return ctx_fail(c, rc);
-    open_version(c);
+        ctx_fail(c, rc);
+    else
+        open_version(c); /* takes its handle before ours goes */
+    ws->handles--;
+    ws_settle(ws);
 }
 
 static void open_trunc_ready(fs_waiter_t *w, int err)
@@ -1140,9 +1234,11 @@ static void open_trunc_writer(fs_waiter_t *w, int err)
         return ctx_fail(c, -ENOMEM);
     ws->dirty = 1;
     if (ws->state == WS_READY) {
+        ws->handles++;
+        ws_op_start(ws);
         int rc = mc_writer_truncate_async(ws->w, 0, open_truncated, c);
         if (rc < 0)
-            ctx_fail(c, rc);
+            open_truncated(c, rc);
         return;
     }
     ws->fresh = 1;
@@ -1249,6 +1345,13 @@ static void read_done(void *arg, int rc)
     ctx_free(c);
 }
 
+static void read_writer_done(void *arg, int rc)
+{
+    ctx_t *c = arg;
+    ws_op_done(c->in->ws, 0); /* a failed read leaves the version intact */
+    read_done(c, rc);
+}
+
 static void read_run(fs_waiter_t *w, int err)
 {
     ctx_t *c = (ctx_t *)w;
@@ -1257,13 +1360,17 @@ static void read_run(fs_waiter_t *w, int err)
     int rc;
     if (err < 0)
         return ctx_fail(c, err);
-    if (fh->writable && ws && ws->state == WS_READY)
-        rc = mc_writer_read_async(ws->w, (uint64_t)c->off, c->data, c->size, read_done, c);
-    else if (fh->writable && fh->in->key && fh->in->version != mc_obj_stat(fh->obj)->version)
+    if (fh->writable && ws && ws->state == WS_READY) {
+        ws_op_start(ws);
+        rc = mc_writer_read_async(ws->w, (uint64_t)c->off, c->data, c->size, read_writer_done, c);
+        if (rc < 0)
+            ws_op_done(ws, 0);
+    } else if (fh->writable && fh->in->key && fh->in->version != mc_obj_stat(fh->obj)->version) {
         rc = mc_get_async(c->fs->store, fh->in->key, fh->in->klen, (uint64_t)c->off, c->data,
                           c->size, NULL, read_done, c); /* our own newer version */
-    else
+    } else {
         rc = mc_obj_read_async(fh->obj, (uint64_t)c->off, c->data, c->size, read_done, c);
+    }
     if (rc < 0)
         ctx_fail(c, rc);
 }
@@ -1292,6 +1399,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void write_done(void *arg, int rc)
 {
     ctx_t *c = arg;
+    ws_op_done(c->in->ws, rc); /* the handle holds the state */
     if (rc < 0)
         return ctx_fail(c, rc);
     fuse_reply_write(c->req, (size_t)rc);
@@ -1303,13 +1411,16 @@ static void write_run(fs_waiter_t *w, int err)
     ctx_t *c = (ctx_t *)w;
     fs_wstate_t *ws = c->in->ws;
     if (err < 0)
-        return ctx_fail(c, err);
+        ws_poison(ws, err); /* opening the writer (copying the base) failed */
+    if (c->fh->err)
+        return ctx_fail(c, c->fh->err);
     ws->dirty = 1;
     if (c->fh->append)
         c->off = (off_t)mc_writer_size(ws->w);
+    ws_op_start(ws);
     int rc = mc_writer_write_async(ws->w, (uint64_t)c->off, c->wbuf, c->size, write_done, c);
     if (rc < 0)
-        ctx_fail(c, rc);
+        write_done(c, rc);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
@@ -1319,6 +1430,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
     fs_t *fs = fs_of(req);
     if (!fh->writable || !fh->in->ws)
         return reply_err(req, -EBADF);
+    if (fh->err)
+        return reply_err(req, fh->err);
     ctx_t *c = ctx_new(req, fh->in);
     if (!c)
         return;
@@ -1345,6 +1458,8 @@ static void flush_run(fs_waiter_t *w, int err)
 {
     ctx_t *c = (ctx_t *)w;
     fs_wstate_t *ws = c->in->ws;
+    if (!err)
+        err = c->fh->err;
     if (err < 0 || !ws || ws->state != WS_READY || !ws->dirty)
         return ctx_fail(c, err < 0 ? err : 0);
     c->wait.run = flush_committed;
@@ -1356,11 +1471,14 @@ static void flush_run(fs_waiter_t *w, int err)
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
+    if (fh->writable && fh->err)
+        return reply_err(req, fh->err); /* a write failed: nothing to publish */
     if (!fh->writable || !fh->in->ws || !ws_is_owner(fh->in->ws, req))
         return reply_err(req, 0); /* the last release publishes */
     ctx_t *c = ctx_new(req, fh->in);
     if (!c)
         return;
+    c->fh = fh;
     c->wait.need_writer = 0;
     c->wait.run = flush_run;
     ws_when_idle(fh->in->ws, &c->wait);

@@ -3,8 +3,11 @@ files stay intact; with eviction enabled, least recently used files go."""
 
 import errno
 import os
+import subprocess
 
 import pytest
+
+from cluster import Cluster, cli
 
 MiB = 1 << 20
 
@@ -33,6 +36,135 @@ def test_enospc_and_recovery(make_mount):
         f.write(os.urandom(4 * MiB))
     assert os.path.getsize(m.p("after")) == 4 * MiB
     assert open(m.p("keep"), "rb").read() == keep
+
+
+def fill_until_enospc(m, prefix="fill", limit=200):
+    """Writes 1 MiB files until one fails with ENOSPC (at write or close);
+    returns how many were published whole."""
+    for i in range(limit):
+        try:
+            with open(m.p(f"{prefix}{i}"), "wb", buffering=0) as f:
+                f.write(os.urandom(MiB))
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+            return i
+    raise AssertionError(f"no ENOSPC after {limit} MiB")
+
+
+def dd_until_enospc(path):
+    """`dd` from /dev/urandom into path until the store is full: dd must
+    report the failure."""
+    r = subprocess.run(["dd", "if=/dev/urandom", f"of={path}", "bs=1M", "count=1024"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0, "dd filled 1 GiB without ENOSPC"
+    assert "No space left on device" in r.stderr, r.stderr
+
+
+def check_overwrite_keeps_published_version(m, tmp_path, size):
+    """The steps of the issue: `cp big victim`, fill the store, `cp big2
+    victim` -> ENOSPC; victim still holds the first content and the filler
+    that hit ENOSPC is not published with partial content."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.write_bytes(os.urandom(size))
+    new.write_bytes(os.urandom(size))
+    subprocess.run(["cp", str(old), m.p("victim")], check=True)
+    # One big filler: its writes fail half way; nothing of it is published
+    # (the empty file its create made stays), and its space comes back.
+    dd_until_enospc(m.p("filler"))
+    assert os.path.getsize(m.p("filler")) == 0
+    assert open(m.p("filler"), "rb").read() == b""
+    # Now fill the store with files that are published whole.
+    n = fill_until_enospc(m)
+    assert n > 0
+    assert os.path.getsize(m.p(f"fill{n}")) == 0, "the failed filler published partial data"
+    # Overwrite with O_TRUNC (cp): fails, and keeps the old bytes.
+    r = subprocess.run(["cp", str(new), m.p("victim")], capture_output=True, text=True)
+    assert r.returncode != 0, "the overwrite did not fail"
+    assert "No space left on device" in r.stderr, r.stderr
+    assert os.path.getsize(m.p("victim")) == size
+    assert open(m.p("victim"), "rb").read() == old.read_bytes()
+    # In place without O_TRUNC (copy-on-write of the base): the same.
+    with pytest.raises(OSError) as e:
+        with open(m.p("victim"), "r+b", buffering=0) as f:
+            f.seek(size // 2)
+            f.write(b"x" * MiB)
+    assert e.value.errno == errno.ENOSPC
+    assert open(m.p("victim"), "rb").read() == old.read_bytes()
+    # Growing with ftruncate: the same.
+    with pytest.raises(OSError) as e:
+        with open(m.p("victim"), "r+b", buffering=0) as f:
+            f.truncate(size + 32 * MiB)
+    assert e.value.errno == errno.ENOSPC
+    assert open(m.p("victim"), "rb").read() == old.read_bytes()
+    # With space again the overwrite succeeds.
+    for i in range(n):
+        os.unlink(m.p(f"fill{i}"))
+    subprocess.run(["cp", str(new), m.p("victim")], check=True)
+    assert open(m.p("victim"), "rb").read() == new.read_bytes()
+
+
+def test_enospc_during_overwrite_keeps_published_version(make_mount, tmp_path):
+    m = make_mount("--segment-size", "64M")
+    check_overwrite_keeps_published_version(m, tmp_path, 8 * MiB)
+
+
+def test_enospc_during_overwrite_keeps_published_version_in_a_cluster(make_mount, tmp_path):
+    c = Cluster(tmp_path)
+    try:
+        master = c.master()
+        c.node(master, "32M")
+        m = make_mount("--master", master.addr, "--segment-size", "0")
+        check_overwrite_keeps_published_version(m, tmp_path, 4 * MiB)
+        r = cli(master.addr, "get", "victim")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == (tmp_path / "new").read_bytes()
+    finally:
+        errors = c.close()
+    assert not errors, "\n".join(errors)
+
+
+def test_failed_write_poisons_every_writer_of_the_file(make_mount):
+    """Two descriptors share one version in progress: when a write through
+    one fails, neither publishes, both closes report the error, and a
+    descriptor opened afterwards starts afresh."""
+    m = make_mount("--segment-size", "64M")
+    old = os.urandom(MiB)
+    with open(m.p("f"), "wb") as f:
+        f.write(old)
+    fds = []
+    try:
+        a = os.open(m.p("f"), os.O_WRONLY)
+        fds.append(a)
+        b = os.open(m.p("f"), os.O_WRONLY)
+        fds.append(b)
+        os.write(a, b"a" * 4096)
+        with pytest.raises(OSError) as e:
+            for i in range(100):
+                os.pwrite(b, os.urandom(MiB), i * MiB)
+        assert e.value.errno == errno.ENOSPC
+        for fd in (a, b):
+            with pytest.raises(OSError) as e:
+                os.write(fd, b"late")
+            assert e.value.errno == errno.ENOSPC
+        # A descriptor opened after the failure writes a version of its own.
+        c = os.open(m.p("f"), os.O_WRONLY | os.O_TRUNC)
+        fds.append(c)
+        for fd in (a, b):
+            fds.remove(fd)
+            with pytest.raises(OSError) as e:
+                os.close(fd)
+            assert e.value.errno == errno.ENOSPC
+        assert open(m.p("f"), "rb").read() == old
+        os.write(c, b"fresh")
+        fds.remove(c)
+        os.close(c)
+    finally:
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    assert open(m.p("f"), "rb").read() == b"fresh"
 
 
 def test_eviction_removes_least_recently_used(make_mount):
