@@ -1089,6 +1089,90 @@ static void test_idle_timeout(void **state)
     close(sv[1]);
 }
 
+/* A header announcing more than mc__conn_set_max_body() allows closes the
+ * conn before its body is read; 0 lifts the bound. */
+struct maxbody_case {
+    struct env *e;
+    mc__conn_t *c;
+    int fd;
+    size_t max;
+    atomic_int frames, closed, close_err;
+};
+
+static void mb_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t len)
+{
+    struct maxbody_case *b = mc__conn_data(c);
+    atomic_fetch_add(&b->frames, 1);
+}
+
+static void mb_close(mc__conn_t *c, int err)
+{
+    struct maxbody_case *b = mc__conn_data(c);
+    atomic_store(&b->close_err, err);
+    atomic_store(&b->closed, 1);
+}
+
+static const mc__conn_ops_t mb_ops = {.on_frame = mb_frame, .on_close = mb_close};
+
+static void mb_start_fn(void *arg)
+{
+    struct maxbody_case *b = arg;
+    CHECK(mc__conn_start(b->e->cl, b->fd, "pair", &mb_ops, b, &b->c) == 0);
+    mc__conn_set_max_body(b->c, b->max);
+}
+
+static void mb_set_fn(void *arg)
+{
+    struct maxbody_case *b = arg;
+    mc__conn_set_max_body(b->c, b->max);
+}
+
+/* Writes a PING frame announcing len body bytes, and send of them. */
+static void mb_write(int fd, uint32_t len, size_t send)
+{
+    static char body[4096];
+    unsigned char hdr[MC__PROTO_HDR_SIZE];
+    mc__hdr_t h = {
+        .magic = MC__PROTO_MAGIC, .version = MC__PROTO_VERSION, .op = MC__OP_PING, .len = len};
+    mc__hdr_encode(hdr, &h);
+    assert_int_equal(write(fd, hdr, sizeof(hdr)), (ssize_t)sizeof(hdr));
+    if (send)
+        assert_int_equal(write(fd, body, send), (ssize_t)send);
+}
+
+static void test_max_body(void **state)
+{
+    struct env *e = *state;
+    struct maxbody_case b = {.e = e, .max = 100};
+    struct capture cap;
+    char buf[16];
+    int sv[2];
+
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    b.fd = sv[0];
+    run_on(e->cl, mb_start_fn, &b);
+    mb_write(sv[1], 100, 100); /* at the bound: delivered */
+    WAIT_FOR(atomic_load(&b.frames) == 1, 2000);
+    b.max = 0; /* lifted: MC__PROTO_MAX_BODY */
+    run_on(e->cl, mb_set_fn, &b);
+    mb_write(sv[1], 4000, 4000);
+    WAIT_FOR(atomic_load(&b.frames) == 2, 2000);
+    b.max = 100;
+    run_on(e->cl, mb_set_fn, &b);
+    capture_start(&cap);
+    mb_write(sv[1], 101, 0); /* over it: refused on the header alone */
+    WAIT_FOR(atomic_load(&b.closed), 2000);
+    char *log = capture_end(&cap);
+    assert_int_equal(atomic_load(&b.close_err), -EMSGSIZE);
+    assert_int_equal(atomic_load(&b.frames), 2);
+    assert_non_null(strstr(log, "oversized frame (PING, body 101 bytes > max 100"));
+    free(log);
+    struct timeval tv = {3, 0};
+    setsockopt(sv[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    assert_int_equal(read(sv[1], buf, sizeof(buf)), 0); /* the conn closed its end */
+    close(sv[1]);
+}
+
 /* ======== connect ======== */
 
 static void test_connect_refused(void **state)
@@ -1452,6 +1536,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_frames_close_only_that_conn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_bounds_and_send_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_max_body, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connect_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connect_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_timeout_and_late_reply, setup, teardown),
