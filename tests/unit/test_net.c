@@ -1522,6 +1522,64 @@ static void test_rpc_client_reconnects(void **state)
     free(t);
 }
 
+static void rc_keepalive_fn(void *arg)
+{
+    struct rc_case *t = arg;
+    mc__rpc_client_set_keepalive(t->cl, 50);
+}
+
+/* Closes the server's conns, not its listener: a server hanging up on an
+ * idle client. */
+static void srv_hang_up_fn(void *arg)
+{
+    struct server *s = arg;
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (s->conns[i])
+            mc__conn_close(s->conns[i]);
+}
+
+/* A quiet client PINGs so that a server's idle timeout leaves it alone; a
+ * session closed by the server after a while is reopened at once, so that
+ * the next call waits for it instead of failing with -ENOTCONN. */
+static void test_rpc_client_keepalive_and_reconnect(void **state)
+{
+    struct env *e = *state;
+    struct rc_case *t = calloc(1, sizeof(*t));
+    struct server s;
+    struct result r;
+    char where[64];
+
+    snprintf(where, sizeof(where), "127.0.0.1:%d", free_port());
+    server_start(&s, e->sl, where, SRV_ECHO);
+    t->e = e;
+    assert_int_equal(mc__addr_parse(where, -1, &t->addr), 0);
+    run_on(e->cl, rc_new_fn, t);
+    assert_int_equal(t->rc, 0);
+    run_on(e->cl, rc_keepalive_fn, t);
+    WAIT_FOR(atomic_load(&t->connected), 3000);
+    uint64_t t0 = mc_loop_now_ms();
+    int before = atomic_load(&s.frames);
+    WAIT_FOR(atomic_load(&s.frames) >= before + 3, 2000); /* PINGs, no call made */
+
+    /* A session past MC__RPC_RECONNECT_NOW_MS that the server ends. */
+    WAIT_FOR(mc_loop_now_ms() - t0 > MC__RPC_RECONNECT_NOW_MS + 100, 3000);
+    run_on(e->sl, srv_hang_up_fn, &s);
+    WAIT_FOR(atomic_load(&t->disconnects) == 1, 2000);
+    struct call_req q = {
+        .cl = t->cl, .op = MC__OP_PING, .body = "hi", .timeout_ms = 2000, .res = &r};
+    run_on(e->cl, call_fn, &q);
+    assert_int_equal(q.rc, 0); /* queued on the new connect, not -ENOTCONN */
+    WAIT_FOR(atomic_load(&r.done), 3000);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(atomic_load(&t->connects), 2);
+
+    run_on(e->cl, rc_close_fn, t);
+    WAIT_FOR(atomic_load(&s.closed) == atomic_load(&s.accepted), 2000);
+    server_stop(&s);
+    usleep(10000); /* the client frees itself on the loop */
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1543,6 +1601,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rpc_server_close_fails_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_midflight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_reconnects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rpc_client_keepalive_and_reconnect, setup, teardown),
     };
 
     mc__log_init("test_net", MC__LOG_INFO);
