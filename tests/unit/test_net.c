@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -37,6 +38,7 @@
 #include "net.h"
 #include "proto.h"
 #include "rpc.h"
+#include "server.h"
 
 /* ---- harness ---- */
 
@@ -1580,6 +1582,162 @@ static void test_rpc_client_keepalive_and_reconnect(void **state)
     free(t);
 }
 
+/* ======== the server's limits (server.h) ======== */
+
+struct srv_case {
+    mc_loop_t *l;
+    mc__server_opts_t o;
+    mc__server_t *srv;
+    mc__addr_t addr;
+    mc__server_stats_t st;
+    int rc;
+};
+
+static void srv_case_start_fn(void *arg)
+{
+    struct srv_case *t = arg;
+    mc__addr_t a;
+
+    t->rc = mc__addr_parse("127.0.0.1:0", -1, &a);
+    if (t->rc == 0)
+        t->rc = mc__server_new(&t->srv, t->l, &a, &t->o);
+    if (t->rc == 0)
+        t->rc = mc__addr_parse(mc__server_addr(t->srv), -1, &t->addr);
+}
+
+static void srv_case_stats_fn(void *arg)
+{
+    struct srv_case *t = arg;
+    mc__server_stats(t->srv, &t->st);
+}
+
+static void srv_case_close_fn(void *arg)
+{
+    struct srv_case *t = arg;
+    mc__server_close(t->srv);
+}
+
+/* read() on a socket with a receive timeout, which the loops' io_uring task
+ * work may interrupt with EINTR (the kernel does not restart it then). */
+static ssize_t read_retry(int fd, void *buf, size_t n)
+{
+    ssize_t r;
+    while ((r = read(fd, buf, n)) < 0 && errno == EINTR)
+        ;
+    return r;
+}
+
+/* Sends a request on a blocking socket; returns its response's status, or
+ * INT_MIN when the server closed the connection instead. */
+static int raw_call(int fd, uint16_t op, const void *body, uint32_t len)
+{
+    unsigned char hdr[MC__PROTO_HDR_SIZE];
+    char resp[256];
+    mc__hdr_t h = {
+        .magic = MC__PROTO_MAGIC, .version = MC__PROTO_VERSION, .op = op, .id = 9, .len = len};
+
+    mc__hdr_encode(hdr, &h);
+    if (write(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) ||
+        (len && write(fd, body, len) != (ssize_t)len))
+        return INT_MIN;
+    size_t got = 0;
+    while (got < MC__PROTO_HDR_SIZE || got < MC__PROTO_HDR_SIZE + h.len) {
+        ssize_t r = read_retry(fd, resp + got, sizeof(resp) - got);
+        if (r <= 0)
+            return INT_MIN;
+        got += (size_t)r;
+        if (got >= MC__PROTO_HDR_SIZE)
+            assert_int_equal(mc__hdr_decode(resp, got, &h), 0);
+    }
+    return h.status;
+}
+
+static int raw_hello(int fd)
+{
+    mc__wbuf_t w = {0};
+    mc__pack(&w, "hhuss", 1u, 1u, (unsigned)MC__ROLE_CLIENT, "t", 1u, "", 0u);
+    int rc = raw_call(fd, MC__OP_HELLO, w.p, (uint32_t)w.len);
+    free(w.p);
+    return rc;
+}
+
+/* 1 once the server has closed fd (EOF or reset), 0 if it is still open
+ * after the socket's receive timeout. */
+static int raw_closed(int fd)
+{
+    char c;
+    ssize_t r = read_retry(fd, &c, 1);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+/* At the connection limit a newcomer takes the place of the oldest
+ * connection not yet through its handshake; when all are, it is turned
+ * away at once. */
+static void test_server_connection_limit(void **state)
+{
+    struct env *e = *state;
+    struct srv_case t = {.l = e->sl, .o = {.max_conns = 2}};
+
+    run_on(e->sl, srv_case_start_fn, &t);
+    assert_int_equal(t.rc, 0);
+    int a = raw_connect(&t.addr), b = raw_connect(&t.addr);
+    assert_int_equal(raw_call(a, MC__OP_PING, NULL, 0), 0); /* served: no secret */
+    assert_int_equal(raw_call(b, MC__OP_PING, NULL, 0), 0);
+    int c = raw_connect(&t.addr);
+    assert_int_equal(raw_call(c, MC__OP_PING, NULL, 0), 0);
+    assert_true(raw_closed(a)); /* the oldest stranger made room */
+    assert_int_equal(raw_hello(b), 0);
+    assert_int_equal(raw_hello(c), 0);
+    int d = raw_connect(&t.addr);
+    assert_true(raw_closed(d)); /* everyone is in session: turned away */
+    assert_int_equal(raw_call(b, MC__OP_PING, NULL, 0), 0);
+    assert_int_equal(raw_call(c, MC__OP_PING, NULL, 0), 0);
+    run_on(e->sl, srv_case_stats_fn, &t);
+    assert_int_equal(t.st.evicted, 1);
+    assert_int_equal(t.st.turned_away, 1);
+    close(a);
+    close(b);
+    close(c);
+    close(d);
+    run_on(e->sl, srv_case_close_fn, &t);
+}
+
+/* Before its handshake a connection is bounded to small frames and the
+ * handshake timeout; after it, to MC__PROTO_MAX_BODY and the idle timeout. */
+static void test_server_handshake_limits(void **state)
+{
+    struct env *e = *state;
+    struct srv_case t = {.l = e->sl, .o = {.handshake_timeout_ms = 100, .idle_timeout_ms = 400}};
+    static char body[MC__SERVER_HANDSHAKE_MAX_BODY + 1];
+
+    run_on(e->sl, srv_case_start_fn, &t);
+    assert_int_equal(t.rc, 0);
+    /* A body over the handshake's bound before HELLO: cut off. */
+    int a = raw_connect(&t.addr);
+    assert_int_equal(raw_call(a, MC__OP_WRITE, body, sizeof(body)), INT_MIN);
+    close(a);
+    /* After HELLO the same frame is answered (this server holds no
+     * segments: -EOPNOTSUPP), and the connection stays. */
+    a = raw_connect(&t.addr);
+    assert_int_equal(raw_hello(a), 0);
+    assert_int_equal(raw_call(a, MC__OP_WRITE, body, sizeof(body)), -EOPNOTSUPP);
+    assert_int_equal(raw_call(a, MC__OP_PING, NULL, 0), 0);
+    /* Silent before the handshake: closed after ~100 ms. */
+    uint64_t t0 = mc_loop_now_ms();
+    int b = raw_connect(&t.addr);
+    assert_true(raw_closed(b));
+    assert_cmp(mc_loop_now_ms() - t0, >=, 90);
+    assert_cmp(mc_loop_now_ms() - t0, <, 1000);
+    /* Through it, silent: closed after the idle timeout. */
+    assert_true(raw_closed(a));
+    assert_cmp(mc_loop_now_ms() - t0, >=, 390);
+    run_on(e->sl, srv_case_stats_fn, &t);
+    assert_int_equal(t.st.timed_out, 2);
+    close(a);
+    close(b);
+    run_on(e->sl, srv_case_close_fn, &t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1602,6 +1760,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close_midflight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_reconnects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_keepalive_and_reconnect, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_connection_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_handshake_limits, setup, teardown),
     };
 
     mc__log_init("test_net", MC__LOG_INFO);
