@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "fs.h"
+#include "net.h" /* mc__nofile_raise() */
 
 struct options {
     char *segment_size;
@@ -174,6 +175,7 @@ static void on_signal(mc_poll_t *p, int revents)
 /* Creates the loop and opens the store on it. Returns 0 or -errno (logged). */
 static int open_store(fs_t *fs, mc_store_opts_t *so, int default_listen)
 {
+    mc__nofile_raise(); /* best effort: the store may serve connections */
     int rc = mc_loop_new(&fs->loop);
     if (rc < 0) {
         fprintf(stderr, "mooncake-fs: error: io_uring: %s\n", mc_strerror(rc));

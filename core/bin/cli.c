@@ -19,6 +19,7 @@
 
 #include "log.h"
 #include "mooncake/mooncake.h"
+#include "net.h"
 
 static void usage(FILE *f)
 {
@@ -322,6 +323,7 @@ int main(int argc, char **argv)
         sigaddset(&sigs, SIGTERM);
         pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     }
+    mc__nofile_raise(); /* best effort: a node serves connections */
     mc_store_t *s;
     int rc = mc_store_open(&s, &o);
     if (rc < 0)

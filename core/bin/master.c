@@ -76,13 +76,18 @@ static void usage(FILE *f, const char *prog)
             "                          must prove it knows it, and this master proves\n"
             "                          it to them (without one, listen on loopback)\n"
             "    --no-shm              do not offer the segment to co-located clients\n"
+            "    --idle-timeout-ms N   close a connection silent this long (default %d)\n"
+            "    --handshake-timeout-ms N  ... this long before its HELLO/AUTH (%d)\n"
+            "    --max-connections N   connections at once (default: from the\n"
+            "                          descriptor limit, at most %d)\n"
             "    --protocol P          how peers reach the segment: tcp (default), rdma\n"
             "                          (also over RDMA; fails without a device) or auto\n"
             "    --rdma-device NAME    the verbs device(s) for RDMA, comma-separated\n"
             "                          as shared memory\n"
             "    --log-level LEVEL     error, warn, info (default), debug\n"
             "    -h, --help, -V, --version\n",
-            prog, MC_DEFAULT_LEASE_MS);
+            prog, MC_DEFAULT_LEASE_MS, MC__SERVER_IDLE_TIMEOUT_MS, MC__SERVER_HANDSHAKE_TIMEOUT_MS,
+            MC__SERVER_MAX_CONNS);
 }
 
 static int num(const char *s, const char *what, unsigned long long max, unsigned long long *out)
@@ -111,6 +116,9 @@ int main(int argc, char **argv)
         {"evict-ratio", required_argument, NULL, 'r'},
         {"auth-secret-file", required_argument, NULL, 'a'},
         {"no-shm", no_argument, NULL, 'S'},
+        {"idle-timeout-ms", required_argument, NULL, 'I'},
+        {"handshake-timeout-ms", required_argument, NULL, 'H'},
+        {"max-connections", required_argument, NULL, 'C'},
         {"protocol", required_argument, NULL, 'P'},
         {"rdma-device", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'v'},
@@ -127,6 +135,8 @@ int main(int argc, char **argv)
     unsigned long long v;
     mc__master_opts_t mo = {.lease_ms = MC_DEFAULT_LEASE_MS, .align = 64};
     mc__svc_opts_t so = {0};
+    uint64_t idle_ms = 0, handshake_ms = 0;
+    unsigned max_conns = 0;
     int level = MC__LOG_INFO, c;
 
     while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
@@ -177,6 +187,21 @@ int main(int argc, char **argv)
         case 'S':
             no_shm = 1;
             break;
+        case 'I':
+            if (num(optarg, "--idle-timeout-ms", 86400000, &v) < 0 || v == 0)
+                return 2;
+            idle_ms = v;
+            break;
+        case 'H':
+            if (num(optarg, "--handshake-timeout-ms", 86400000, &v) < 0 || v == 0)
+                return 2;
+            handshake_ms = v;
+            break;
+        case 'C':
+            if (num(optarg, "--max-connections", 1000000, &v) < 0 || v == 0)
+                return 2;
+            max_conns = (unsigned)v;
+            break;
         case 'P':
             if ((xport = mc__xport_parse(optarg)) < 0) {
                 fprintf(stderr, "mooncake-master: error: --protocol takes tcp, rdma or auto\n");
@@ -209,6 +234,8 @@ int main(int argc, char **argv)
         return 2;
     }
     mc__log_init("mooncake-master", level);
+    if (mc__nofile_raise() < 0)
+        mc__log(MC__LOG_INFO, "cannot raise the descriptor limit: the connection limit follows it");
 
     mc__addr_t addr;
     int rc = mc__addr_parse(listen, 50051, &addr);
@@ -246,8 +273,13 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    mc__server_opts_t sro = {
-        .svc = svc, .seg_lookup = seg_lookup, .secret = secret, .shm = !no_shm && seg_size};
+    mc__server_opts_t sro = {.svc = svc,
+                             .seg_lookup = seg_lookup,
+                             .secret = secret,
+                             .shm = !no_shm && seg_size,
+                             .idle_timeout_ms = idle_ms,
+                             .handshake_timeout_ms = handshake_ms,
+                             .max_conns = max_conns};
     rc = mc__server_new(&srv, loop, &addr, &sro);
     if (rc < 0) {
         mc__log(MC__LOG_ERROR, "cannot listen on %s: %s", listen, mc_strerror(rc));

@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -244,6 +246,7 @@ struct mc__conn {
     struct wreq *wq_head, *wq_tail;
     size_t wq_bytes; /* queued and not yet sent */
     size_t max_queued;
+    uint32_t max_body; /* mc__conn_set_max_body() */
     uint64_t send_timeout_ms, idle_timeout_ms;
     int held;       /* mc__conn_hold(): only MC__SEND_EARLY frames go out */
     int shutdown;   /* mc__conn_shutdown(): deliver nothing, close once sent */
@@ -403,14 +406,25 @@ static void deliver(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t 
         c->ops.on_frame(c, h, body, len);
 }
 
-/* Logs and closes for a header mc__hdr_decode() refused; h holds the fields
+/* Decodes the header at buf[0..n) as mc__hdr_decode() does, and refuses
+ * with -EMSGSIZE a body over the conn's own bound. */
+static int header_decode(const mc__conn_t *c, const char *buf, size_t n, mc__hdr_t *h)
+{
+    int rc = mc__hdr_decode(buf, n, h);
+    if (rc == 0 && h->len > c->max_body)
+        rc = -EMSGSIZE;
+    return rc;
+}
+
+/* Logs and closes for a header header_decode() refused; h holds the fields
  * it decoded (proto.c). */
 static void reject_header(mc__conn_t *c, int rc, const mc__hdr_t *h)
 {
     switch (rc) {
     case -EMSGSIZE:
-        conn_fail(c, rc, MC__LOG_WARN, "oversized frame (%s, body %u bytes > max %u)",
-                  mc__op_name(h->op), h->len, MC__PROTO_MAX_BODY);
+        conn_fail(c, rc, MC__LOG_WARN, "oversized frame (%s, body %u bytes > max %u%s)",
+                  mc__op_name(h->op), h->len, c->max_body,
+                  c->max_body < MC__PROTO_MAX_BODY ? " on this connection so far" : "");
         break;
     case -EPROTO:
         conn_fail(c, rc, MC__LOG_WARN, "malformed frame header (bad magic 0x%08x or version %u)",
@@ -431,7 +445,7 @@ static void deliver_frames(mc__conn_t *c)
     while (c->state == CS_OPEN && !c->shutdown) {
         size_t avail = c->rlen - c->roff;
         mc__hdr_t h;
-        int rc = mc__hdr_decode(c->rbuf + c->roff, avail, &h);
+        int rc = header_decode(c, c->rbuf + c->roff, avail, &h);
         if (rc == -EAGAIN)
             break;
         if (rc < 0) {
@@ -456,7 +470,7 @@ static int rbuf_reserve(mc__conn_t *c)
     size_t need = MC__PROTO_HDR_SIZE;
     mc__hdr_t h;
 
-    if (avail >= MC__PROTO_HDR_SIZE && mc__hdr_decode(c->rbuf + c->roff, avail, &h) == 0)
+    if (avail >= MC__PROTO_HDR_SIZE && header_decode(c, c->rbuf + c->roff, avail, &h) == 0)
         need = MC__PROTO_HDR_SIZE + (size_t)h.len;
     if (need > RBUF_INIT)
         c->small_rounds = 0;
@@ -475,8 +489,8 @@ static int rbuf_reserve(mc__conn_t *c)
         size_t cap = c->rcap ? c->rcap * 2 : RBUF_INIT;
         if (cap < need)
             cap = need;
-        if (cap > MC__PROTO_HDR_SIZE + (size_t)MC__PROTO_MAX_BODY)
-            cap = MC__PROTO_HDR_SIZE + (size_t)MC__PROTO_MAX_BODY;
+        if (cap > MC__PROTO_HDR_SIZE + (size_t)c->max_body)
+            cap = MC__PROTO_HDR_SIZE + (size_t)c->max_body; /* one frame at most */
         if (cap <= c->rlen)
             return -ENOBUFS; /* cannot happen: a whole frame would have been delivered */
         char *p = realloc(c->rbuf, cap);
@@ -645,6 +659,7 @@ static mc__conn_t *conn_new(mc_loop_t *l, int fd, const mc__conn_ops_t *ops, voi
     c->data = data;
     c->cio.data = c->rio.data = c->wio.data = c;
     c->max_queued = MC__CONN_MAX_QUEUED;
+    c->max_body = MC__PROTO_MAX_BODY;
     c->send_timeout_ms = MC__CONN_SEND_TIMEOUT_MS;
     return c;
 }
@@ -907,6 +922,14 @@ void mc__conn_set_limits(mc__conn_t *c, size_t max_queued, uint64_t send_timeout
     c->idle_timeout_ms = idle_timeout_ms;
 }
 
+void mc__conn_set_max_body(mc__conn_t *c, size_t max_body)
+{
+    c->max_body =
+        max_body && max_body < MC__PROTO_MAX_BODY ? (uint32_t)max_body : MC__PROTO_MAX_BODY;
+    if (c->state == CS_OPEN)
+        kick(c); /* a buffered frame is checked against the new bound */
+}
+
 const char *mc__conn_peer(const mc__conn_t *c)
 {
     return c->peer;
@@ -1121,4 +1144,23 @@ void mc__listener_close(mc__listener_t *ls)
         st.st_ino == ls->ino)
         unlink(un->sun_path);
     free(ls);
+}
+
+/* ---- descriptors ---- */
+
+long mc__nofile_raise(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return -errno;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            return -errno;
+        mc__log(MC__LOG_DEBUG, "descriptor limit raised from %llu to %llu", (unsigned long long)was,
+                (unsigned long long)rl.rlim_cur);
+    }
+    return rl.rlim_cur > LONG_MAX ? LONG_MAX : (long)rl.rlim_cur;
 }

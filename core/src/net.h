@@ -206,6 +206,17 @@ int mc__conn_is_unix(const mc__conn_t *c);
 void mc__conn_set_limits(mc__conn_t *c, size_t max_queued, uint64_t send_timeout_ms,
                          uint64_t idle_timeout_ms);
 
+/*
+ * mc__conn_set_max_body() bounds the bodies the conn accepts to max_body
+ * bytes (0, or more than MC__PROTO_MAX_BODY: MC__PROTO_MAX_BODY, the
+ * default). A header announcing more closes the conn with -EMSGSIZE before
+ * any of its body is read, and the read buffer never grows past one frame
+ * of max_body. A server keeps a conn small this way until its peer has been
+ * through the session handshake (server.c). Takes effect for the next
+ * frame, including one already buffered but not yet delivered.
+ */
+void mc__conn_set_max_body(mc__conn_t *c, size_t max_body);
+
 /* mc__conn_peer() returns the peer's address for logs; valid as long as c. */
 const char *mc__conn_peer(const mc__conn_t *c);
 
@@ -272,5 +283,15 @@ void *mc__listener_data(const mc__listener_t *ls);
  * already accepted live on.
  */
 void mc__listener_close(mc__listener_t *ls);
+
+/*
+ * mc__nofile_raise() raises this process's soft RLIMIT_NOFILE to its hard
+ * limit, so that a server is bounded by its own connection limit
+ * (server.h) rather than by a low default, and returns the new soft limit,
+ * or -errno when it cannot be read or changed (the limit is then as
+ * before). Called once at the start of mooncake-master, mooncake-fs and
+ * mooncake-cli; a library does not change its host's limits.
+ */
+long mc__nofile_raise(void);
 
 #endif /* MC_NET_H */

@@ -319,7 +319,11 @@ struct mc__rpc_client {
     int ready;        /* ... and its handshake (if any) succeeded */
     mc_timer_t timer; /* the next connect attempt */
     uint64_t backoff_ms;
-    unsigned failures; /* attempts failed in a row: only the first is logged as info */
+    mc_timer_t keepalive; /* every keepalive_ms while keepalive_ms > 0 */
+    uint64_t keepalive_ms;
+    uint64_t last_call_ms; /* when a call last went out through the client */
+    uint64_t ready_ms;     /* when the current session became ready */
+    unsigned failures;     /* attempts failed in a row: only the first is logged as info */
     int closing;
     int in_cb;         /* inside an owner's callback: mc__rpc_client_close() must not free */
     int handshake_err; /* why the last handshake failed, 0 if it did not */
@@ -345,6 +349,7 @@ static void client_retry_later(mc__rpc_client_t *cl)
 static void client_ready(mc__rpc_client_t *cl, mc__conn_t *c)
 {
     cl->ready = 1;
+    cl->ready_ms = mc_loop_now_ms();
     cl->backoff_ms = MC__RPC_BACKOFF_MIN_MS;
     mc__log(cl->failures ? MC__LOG_INFO : MC__LOG_DEBUG, "connected to %s", cl->name);
     cl->failures = 0;
@@ -390,6 +395,7 @@ static void client_on_close(mc__conn_t *c, int err)
 {
     mc__rpc_client_t *cl = mc__conn_data(c);
     int was_open = cl->open, was_ready = cl->ready, hs_err = cl->handshake_err;
+    int reconnect_now = 0;
 
     cl->conn = NULL;
     cl->open = 0;
@@ -409,6 +415,7 @@ static void client_on_close(mc__conn_t *c, int err)
     } else if (was_open) {
         mc__log(MC__LOG_WARN, "lost the connection to %s (%s); reconnecting", cl->name,
                 err ? strerror(-err) : "closed");
+        reconnect_now = mc_loop_now_ms() - cl->ready_ms >= MC__RPC_RECONNECT_NOW_MS;
         if (cl->ops.on_disconnect) {
             cl->in_cb = 1;
             cl->ops.on_disconnect(cl, err);
@@ -423,7 +430,10 @@ static void client_on_close(mc__conn_t *c, int err)
                 "cannot connect to %s (%s); retrying in %" PRIu64 " ms", cl->name, strerror(-err),
                 cl->backoff_ms);
     }
-    client_retry_later(cl);
+    if (reconnect_now && was_ready)
+        client_connect(cl); /* so that the next call waits for it instead of failing */
+    else
+        client_retry_later(cl);
 }
 
 static const mc__conn_ops_t client_conn_ops = {
@@ -447,6 +457,32 @@ static void client_connect(mc__rpc_client_t *cl)
     }
 }
 
+static void keepalive_done(void *arg, int status, const char *body, size_t len) {}
+
+/* Quiet for keepalive_ms: a PING, so that the server does not take the
+ * connection for an abandoned one. */
+static void client_keepalive(mc_timer_t *t)
+{
+    mc__rpc_client_t *cl = t->data;
+    uint64_t now = mc_loop_now_ms();
+
+    if (!cl->ready || now - cl->last_call_ms < cl->keepalive_ms)
+        return;
+    cl->last_call_ms = now;
+    if (mc__rpc_call(cl->conn, MC__OP_PING, "", 0, cl->keepalive_ms, keepalive_done, NULL) < 0)
+        mc__log(MC__LOG_DEBUG, "%s: cannot queue a keepalive PING", cl->name);
+}
+
+void mc__rpc_client_set_keepalive(mc__rpc_client_t *cl, uint64_t ms)
+{
+    cl->keepalive_ms = ms;
+    cl->keepalive.data = cl;
+    if (ms && !cl->closing)
+        mc_timer_start(cl->loop, &cl->keepalive, ms, ms, client_keepalive);
+    else
+        mc_timer_stop(&cl->keepalive);
+}
+
 int mc__rpc_client_new(mc_loop_t *l, const mc__addr_t *a, uint64_t connect_timeout_ms,
                        const mc__rpc_client_ops_t *ops, void *data, mc__rpc_client_t **out)
 {
@@ -462,6 +498,8 @@ int mc__rpc_client_new(mc_loop_t *l, const mc__addr_t *a, uint64_t connect_timeo
     cl->data = data;
     cl->timer.data = cl;
     cl->backoff_ms = MC__RPC_BACKOFF_MIN_MS;
+    cl->last_call_ms = mc_loop_now_ms();
+    mc__rpc_client_set_keepalive(cl, MC__RPC_KEEPALIVE_MS);
     client_connect(cl);
     *out = cl;
     return 0;
@@ -472,6 +510,7 @@ int mc__rpc_client_call(mc__rpc_client_t *cl, uint16_t op, const void *body, siz
 {
     if (!cl->conn || cl->closing)
         return -ENOTCONN;
+    cl->last_call_ms = mc_loop_now_ms();
     return mc__rpc_call(cl->conn, op, body, len, timeout_ms, cb, arg);
 }
 
@@ -480,6 +519,7 @@ int mc__rpc_client_callv(mc__rpc_client_t *cl, uint16_t op, const struct iovec *
 {
     if (!cl->conn || cl->closing)
         return -ENOTCONN;
+    cl->last_call_ms = mc_loop_now_ms();
     return mc__rpc_callv(cl->conn, op, iov, n, timeout_ms, cb, arg);
 }
 
@@ -499,6 +539,7 @@ void mc__rpc_client_close(mc__rpc_client_t *cl)
         return;
     cl->closing = 1;
     mc_timer_stop(&cl->timer);
+    mc_timer_stop(&cl->keepalive);
     if (cl->conn)
         mc__conn_close(cl->conn); /* client_on_close() frees cl */
     else if (!cl->in_cb)

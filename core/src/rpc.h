@@ -18,9 +18,14 @@
  * a debug line. Server side, mc__rpc_reply() answers a request frame.
  *
  * mc__rpc_client_t keeps one conn to an address alive: it reconnects after
- * a loss with exponential backoff (100 ms doubling to 5 s). Calls made while
- * a connect attempt is in flight are queued on it (bounded by their timeout);
- * calls made while waiting out the backoff fail at once with -ENOTCONN.
+ * a loss with exponential backoff (100 ms doubling to 5 s), except that a
+ * session that lasted a while and then ended (a server closing it as idle,
+ * or restarting) is reconnected at once. Calls made while a connect attempt
+ * is in flight are queued on it (bounded by their timeout); calls made while
+ * waiting out the backoff fail at once with -ENOTCONN. A client that makes
+ * no call for MC__RPC_KEEPALIVE_MS sends a PING, so that a server's idle
+ * timeout (server.h) never closes a connection in use: the master ties
+ * writes in progress and open handles to the connection that made them.
  *
  * Everything here runs on the conn's loop thread only.
  */
@@ -114,6 +119,8 @@ typedef struct mc__rpc_client_ops {
 
 #define MC__RPC_BACKOFF_MIN_MS 100
 #define MC__RPC_BACKOFF_MAX_MS 5000
+#define MC__RPC_KEEPALIVE_MS 15000    /* well inside a server's default idle timeout */
+#define MC__RPC_RECONNECT_NOW_MS 1000 /* a session at least this long: reconnect at once */
 
 /*
  * mc__rpc_client_new() creates a client for address a (copied) and starts
@@ -141,6 +148,13 @@ int mc__rpc_client_callv(mc__rpc_client_t *cl, uint16_t op, const struct iovec *
  * no longer the client's conn, or not in its handshake.
  */
 void mc__rpc_client_ready(mc__rpc_client_t *cl, mc__conn_t *c, int rc);
+
+/*
+ * mc__rpc_client_set_keepalive() changes how long the client stays quiet
+ * before it PINGs (0: never; MC__RPC_KEEPALIVE_MS by default). A PING that
+ * fails is not an error of the client's: the conn's own close says so.
+ */
+void mc__rpc_client_set_keepalive(mc__rpc_client_t *cl, uint64_t ms);
 
 /* mc__rpc_client_conn() returns the open conn (through its handshake), or
  * NULL while not connected. */

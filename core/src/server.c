@@ -12,10 +12,17 @@
  * Without a secret every connection starts OPEN (HELLO is optional).
  * Requests are answered in the order they complete; here all complete at
  * once, as the service and segment copies do no I/O.
+ *
+ * Until a connection has been through the handshake (HELLO without a
+ * secret, AUTH with one: `greeted`) the net layer refuses bodies over
+ * MC__SERVER_HANDSHAKE_MAX_BODY, and the short handshake timeout applies.
+ * A timer sweeps the connections for those idle past their timeout; a new
+ * connection at the limit evicts the oldest one not yet greeted.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "auth.h"
 #include "log.h"
@@ -31,6 +38,9 @@ typedef struct sconn {
     uint64_t owner;
     enum sess sess;
     int said_hello;
+    int greeted;      /* through the handshake: the full body limit and idle timeout */
+    int dropped;      /* closed for a timeout or to make room, with a line saying why */
+    uint64_t last_ms; /* when its last whole frame arrived (or it was accepted) */
     unsigned char cnonce[MC__AUTH_NONCE], snonce[MC__AUTH_NONCE];
     struct sconn *prev, *next;
 } sconn_t;
@@ -44,11 +54,21 @@ struct mc__server {
     mc__server_opts_t o;
     char addr[MC__ADDR_STRLEN];
     uint64_t next_owner;
-    sconn_t *conns;
-    mc_timer_t tick;
+    sconn_t *conns;  /* newest first */
+    unsigned nconns; /* in conns, closing ones included: they hold a descriptor */
+    unsigned max_conns;
+    uint64_t full_logged_ms; /* when "at the limit" was last logged */
+    mc_timer_t tick, sweep;
     uint64_t last_tick; /* when on_tick() last ran (ms) */
     mc__server_stats_t st;
 };
+
+/* The handshake is done: lift the handshake's limits. */
+static void greet(sconn_t *sc)
+{
+    sc->greeted = 1;
+    mc__conn_set_max_body(sc->c, 0);
+}
 
 static void bad_frame(sconn_t *sc, const mc__hdr_t *h, const char *why)
 {
@@ -102,6 +122,7 @@ static void do_hello(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t l
     mc__wbuf_t w = {0};
     if (!secret) {
         mc__pack(&w, "huss", (unsigned)MC__PROTO_VERSION, 0u, "", 0u, "", 0u);
+        greet(sc);
     } else {
         if (clen != MC__AUTH_NONCE)
             return refuse(sc, h, "HELLO without a client nonce, and a secret is required");
@@ -131,6 +152,7 @@ static void do_auth(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t le
                        mlen) < 0)
         return refuse(sc, h, "authentication failed (wrong secret)");
     sc->sess = S_OPEN;
+    greet(sc);
     mc__log(MC__LOG_DEBUG, "%s: authenticated", mc__conn_peer(sc->c));
     reply(sc, h, 0, NULL, 0);
 }
@@ -173,6 +195,8 @@ static void do_write(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t l
     int fd;
     if (mc__unpack(body, len, "uq*", &seg, &off, &data, &n) < 0)
         return bad_frame(sc, h, "malformed body");
+    if (n > MC__PROTO_CHUNK)
+        return reply(sc, h, -EMSGSIZE, NULL, 0);
     if (sc->srv->o.seg_lookup(sc->srv->o.seg_arg, seg, &base, &size, &fd) < 0)
         return reply(sc, h, -ENOENT, NULL, 0);
     if (off > size || n > size - off)
@@ -215,10 +239,11 @@ static void do_shm_map(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t
 static void on_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t len)
 {
     sconn_t *sc = mc__conn_data(c);
-    mc__server_t *srv = sc->srv;
+    mc__server_t *srv = sc ? sc->srv : NULL;
     if (!srv)
         return;
     srv->st.requests++;
+    sc->last_ms = mc_loop_now_ms();
     if (h->flags & MC__F_RESPONSE)
         return bad_frame(sc, h, "unexpected response");
     if (sc->sess != S_OPEN && h->op != MC__OP_HELLO && h->op != MC__OP_AUTH)
@@ -268,12 +293,16 @@ static void on_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t
 static void on_close(mc__conn_t *c, int err)
 {
     sconn_t *sc = mc__conn_data(c);
+    if (!sc) /* turned away at the door */
+        return;
     mc__server_t *srv = sc->srv;
     if (!srv) { /* the server closed first and settled for it */
         free(sc);
         return;
     }
-    if (sc->sess == S_CHALLENGED) {
+    if (sc->dropped) {
+        /* closed by us, who said why */
+    } else if (sc->sess == S_CHALLENGED) {
         /* A client that finds our proof wrong hangs up without AUTH. */
         srv->st.refused++;
         mc__log(MC__LOG_WARN,
@@ -290,16 +319,52 @@ static void on_close(mc__conn_t *c, int err)
         srv->conns = sc->next;
     if (sc->next)
         sc->next->prev = sc->prev;
+    srv->nconns--;
     free(sc);
 }
 
 static const mc__conn_ops_t conn_ops = {.on_frame = on_frame, .on_close = on_close};
 
+/*
+ * At the connection limit: closes the oldest connection not yet through its
+ * handshake, so that idle strangers cannot keep a client out, and returns
+ * 1; or returns 0 when every connection is greeted.
+ */
+static int evict_one(mc__server_t *srv, const char *newcomer)
+{
+    sconn_t *oldest = NULL;
+    for (sconn_t *sc = srv->conns; sc; sc = sc->next)
+        if (!sc->greeted && !sc->dropped && !mc__conn_is_closing(sc->c))
+            oldest = sc;
+    if (!oldest)
+        return 0;
+    srv->st.evicted++;
+    oldest->dropped = 1;
+    mc__log(MC__LOG_INFO,
+            "closing %s: %u connections, the limit, and %s came in before its handshake",
+            mc__conn_peer(oldest->c), srv->max_conns, newcomer);
+    mc__conn_close(oldest->c);
+    return 1;
+}
+
 static void on_accept(mc__listener_t *ls, mc__conn_t *c)
 {
     mc__server_t *srv = mc__listener_data(ls);
+    if (srv->nconns >= srv->max_conns && !evict_one(srv, mc__conn_peer(c))) {
+        uint64_t now = mc_loop_now_ms();
+        srv->st.turned_away++;
+        if (now - srv->full_logged_ms >= 1000) { /* once a second at most */
+            srv->full_logged_ms = now;
+            mc__log(MC__LOG_WARN, "turning %s away: %u connections, the limit, all in session",
+                    mc__conn_peer(c), srv->max_conns);
+        }
+        mc__conn_set_data(c, NULL);
+        mc__conn_close(c);
+        return;
+    }
     sconn_t *sc = calloc(1, sizeof(*sc));
     if (!sc) {
+        mc__conn_set_data(c, NULL);
         mc__conn_close(c);
         return;
     }
@@ -307,6 +372,9 @@ static void on_accept(mc__listener_t *ls, mc__conn_t *c)
     sc->c = c;
     sc->owner = ++srv->next_owner;
     sc->sess = srv->o.secret ? S_FRESH : S_OPEN;
+    sc->last_ms = mc_loop_now_ms();
+    mc__conn_set_max_body(c, MC__SERVER_HANDSHAKE_MAX_BODY);
+    srv->nconns++;
     sc->next = srv->conns;
     if (srv->conns)
         srv->conns->prev = sc;
@@ -342,6 +410,44 @@ static void on_tick(mc_timer_t *t)
                 (unsigned long long)(after.objects_lost - before.objects_lost));
 }
 
+/* Closes the connections that sent nothing for their timeout. One whose
+ * replies are still queued is not idle: its send timeout bounds it. */
+static void on_sweep(mc_timer_t *t)
+{
+    mc__server_t *srv = t->data;
+    uint64_t now = mc_loop_now_ms();
+    for (sconn_t *sc = srv->conns; sc; sc = sc->next) {
+        uint64_t limit = sc->greeted ? srv->o.idle_timeout_ms : srv->o.handshake_timeout_ms;
+        if (sc->dropped || now - sc->last_ms < limit || mc__conn_queued(sc->c) ||
+            mc__conn_is_closing(sc->c))
+            continue;
+        sc->dropped = 1;
+        srv->st.timed_out++;
+        if (sc->greeted)
+            mc__log(MC__LOG_INFO, "closing %s: idle for %llu ms", mc__conn_peer(sc->c),
+                    (unsigned long long)(now - sc->last_ms));
+        else
+            mc__log(MC__LOG_INFO, "closing %s: no handshake after %llu ms idle",
+                    mc__conn_peer(sc->c), (unsigned long long)(now - sc->last_ms));
+        mc__conn_abort(sc->c, -ETIMEDOUT);
+    }
+}
+
+/* The default connection limit: what RLIMIT_NOFILE leaves to connections. */
+static unsigned default_max_conns(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= 8 * (rlim_t)MC__SERVER_MAX_CONNS)
+        return MC__SERVER_MAX_CONNS;
+    rlim_t n = rl.rlim_cur, keep = n / 8 > 32 ? n / 8 : 32;
+    if (keep > n / 2)
+        keep = n / 2;
+    n -= keep;
+    if (n > MC__SERVER_MAX_CONNS)
+        n = MC__SERVER_MAX_CONNS;
+    return n ? (unsigned)n : 1;
+}
+
 /* Listens on the abstract Unix name of our TCP address, for SHM_MAP. */
 static void shm_listen(mc__server_t *srv)
 {
@@ -367,6 +473,11 @@ int mc__server_new(mc__server_t **out, mc_loop_t *l, const mc__addr_t *a,
         return -ENOMEM;
     srv->loop = l;
     srv->o = *o;
+    if (!srv->o.idle_timeout_ms)
+        srv->o.idle_timeout_ms = MC__SERVER_IDLE_TIMEOUT_MS;
+    if (!srv->o.handshake_timeout_ms)
+        srv->o.handshake_timeout_ms = MC__SERVER_HANDSHAKE_TIMEOUT_MS;
+    srv->max_conns = srv->o.max_conns ? srv->o.max_conns : default_max_conns();
     int rc = mc__listen(l, a, &conn_ops, on_accept, srv, &srv->ls);
     if (rc < 0) {
         free(srv);
@@ -382,6 +493,18 @@ int mc__server_new(mc__server_t **out, mc_loop_t *l, const mc__addr_t *a,
         srv->tick.data = srv;
         mc_timer_start(l, &srv->tick, MC__SERVER_TICK_MS, MC__SERVER_TICK_MS, on_tick);
     }
+    /* Often enough that a connection outlives its timeout by a quarter of
+     * the shorter one at most (and by 1 s at most). */
+    uint64_t every = srv->o.idle_timeout_ms < srv->o.handshake_timeout_ms
+                         ? srv->o.idle_timeout_ms
+                         : srv->o.handshake_timeout_ms;
+    every = every / 4 > 1000 ? 1000 : every / 4 < 10 ? 10 : every / 4;
+    srv->sweep.data = srv;
+    mc_timer_start(l, &srv->sweep, every, every, on_sweep);
+    mc__log(MC__LOG_DEBUG,
+            "%s: at most %u connections, idle timeout %llu ms (%llu ms before the handshake)",
+            srv->addr, srv->max_conns, (unsigned long long)srv->o.idle_timeout_ms,
+            (unsigned long long)srv->o.handshake_timeout_ms);
     *out = srv;
     return 0;
 }
@@ -401,6 +524,7 @@ void mc__server_close(mc__server_t *srv)
     if (!srv)
         return;
     mc_timer_stop(&srv->tick);
+    mc_timer_stop(&srv->sweep);
     mc__listener_close(srv->ls);
     if (srv->shm_ls)
         mc__listener_close(srv->shm_ls);

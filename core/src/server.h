@@ -18,6 +18,19 @@
 
 typedef struct mc__server mc__server_t;
 
+/*
+ * What a peer may make a server hold (docs/PROTOCOL.md, "Limits"). Until a
+ * connection has been through the session handshake (HELLO, and AUTH with
+ * a secret) its frames' bodies are bounded by MC__SERVER_HANDSHAKE_MAX_BODY,
+ * far above the largest HELLO or AUTH the reference client sends, and it is
+ * closed when no frame arrives for the handshake timeout; afterwards the
+ * bound is MC__PROTO_MAX_BODY and the idle timeout applies.
+ */
+#define MC__SERVER_HANDSHAKE_MAX_BODY 1024
+#define MC__SERVER_IDLE_TIMEOUT_MS 60000
+#define MC__SERVER_HANDSHAKE_TIMEOUT_MS 10000
+#define MC__SERVER_MAX_CONNS 8192 /* the most the default takes from RLIMIT_NOFILE */
+
 /* Finds a local segment's memory and its memfd (-1: none, not offered for
  * SHM_MAP); returns 0 or -ENOENT. */
 typedef int (*mc__seg_lookup_fn)(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd);
@@ -30,13 +43,26 @@ typedef struct mc__server_opts {
                                    it must outlive the server), or NULL */
     int shm;                    /* with seg_lookup and a TCP address: also listen on
                                    mc__shm_unix_addr() of it and answer SHM_MAP there */
+    /* A connection with nothing queued for it that sends no whole frame for
+     * idle_timeout_ms (0: MC__SERVER_IDLE_TIMEOUT_MS) is closed; before its
+     * handshake, for handshake_timeout_ms (0: MC__SERVER_HANDSHAKE_TIMEOUT_MS). */
+    uint64_t idle_timeout_ms, handshake_timeout_ms;
+    /* Connections held at once, on both listeners (0: from RLIMIT_NOFILE,
+     * leaving an eighth of it, at least 32 and at most half, to the rest of
+     * the process; at most MC__SERVER_MAX_CONNS). At the limit a new connection takes the
+     * place of the oldest one not yet through its handshake, or is closed
+     * at once when there is none. */
+    unsigned max_conns;
 } mc__server_opts_t;
 
 /* Counters, for logs and tests. */
 typedef struct mc__server_stats {
     uint64_t conns, requests, bad_frames, bytes_read, bytes_written;
-    uint64_t refused;  /* requests answered -EACCES: no or a failed AUTH */
-    uint64_t shm_maps; /* segment memfds handed out (SHM_MAP) */
+    uint64_t refused;     /* requests answered -EACCES: no or a failed AUTH */
+    uint64_t shm_maps;    /* segment memfds handed out (SHM_MAP) */
+    uint64_t timed_out;   /* connections closed by the idle or handshake timeout */
+    uint64_t evicted;     /* ... to make room for a new one at the connection limit */
+    uint64_t turned_away; /* new connections closed at once at the limit */
 } mc__server_stats_t;
 
 /*

@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -37,6 +38,7 @@
 #include "net.h"
 #include "proto.h"
 #include "rpc.h"
+#include "server.h"
 
 /* ---- harness ---- */
 
@@ -1089,6 +1091,90 @@ static void test_idle_timeout(void **state)
     close(sv[1]);
 }
 
+/* A header announcing more than mc__conn_set_max_body() allows closes the
+ * conn before its body is read; 0 lifts the bound. */
+struct maxbody_case {
+    struct env *e;
+    mc__conn_t *c;
+    int fd;
+    size_t max;
+    atomic_int frames, closed, close_err;
+};
+
+static void mb_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t len)
+{
+    struct maxbody_case *b = mc__conn_data(c);
+    atomic_fetch_add(&b->frames, 1);
+}
+
+static void mb_close(mc__conn_t *c, int err)
+{
+    struct maxbody_case *b = mc__conn_data(c);
+    atomic_store(&b->close_err, err);
+    atomic_store(&b->closed, 1);
+}
+
+static const mc__conn_ops_t mb_ops = {.on_frame = mb_frame, .on_close = mb_close};
+
+static void mb_start_fn(void *arg)
+{
+    struct maxbody_case *b = arg;
+    CHECK(mc__conn_start(b->e->cl, b->fd, "pair", &mb_ops, b, &b->c) == 0);
+    mc__conn_set_max_body(b->c, b->max);
+}
+
+static void mb_set_fn(void *arg)
+{
+    struct maxbody_case *b = arg;
+    mc__conn_set_max_body(b->c, b->max);
+}
+
+/* Writes a PING frame announcing len body bytes, and send of them. */
+static void mb_write(int fd, uint32_t len, size_t send)
+{
+    static char body[4096];
+    unsigned char hdr[MC__PROTO_HDR_SIZE];
+    mc__hdr_t h = {
+        .magic = MC__PROTO_MAGIC, .version = MC__PROTO_VERSION, .op = MC__OP_PING, .len = len};
+    mc__hdr_encode(hdr, &h);
+    assert_int_equal(write(fd, hdr, sizeof(hdr)), (ssize_t)sizeof(hdr));
+    if (send)
+        assert_int_equal(write(fd, body, send), (ssize_t)send);
+}
+
+static void test_max_body(void **state)
+{
+    struct env *e = *state;
+    struct maxbody_case b = {.e = e, .max = 100};
+    struct capture cap;
+    char buf[16];
+    int sv[2];
+
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    b.fd = sv[0];
+    run_on(e->cl, mb_start_fn, &b);
+    mb_write(sv[1], 100, 100); /* at the bound: delivered */
+    WAIT_FOR(atomic_load(&b.frames) == 1, 2000);
+    b.max = 0; /* lifted: MC__PROTO_MAX_BODY */
+    run_on(e->cl, mb_set_fn, &b);
+    mb_write(sv[1], 4000, 4000);
+    WAIT_FOR(atomic_load(&b.frames) == 2, 2000);
+    b.max = 100;
+    run_on(e->cl, mb_set_fn, &b);
+    capture_start(&cap);
+    mb_write(sv[1], 101, 0); /* over it: refused on the header alone */
+    WAIT_FOR(atomic_load(&b.closed), 2000);
+    char *log = capture_end(&cap);
+    assert_int_equal(atomic_load(&b.close_err), -EMSGSIZE);
+    assert_int_equal(atomic_load(&b.frames), 2);
+    assert_non_null(strstr(log, "oversized frame (PING, body 101 bytes > max 100"));
+    free(log);
+    struct timeval tv = {3, 0};
+    setsockopt(sv[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    assert_int_equal(read(sv[1], buf, sizeof(buf)), 0); /* the conn closed its end */
+    close(sv[1]);
+}
+
 /* ======== connect ======== */
 
 static void test_connect_refused(void **state)
@@ -1438,6 +1524,220 @@ static void test_rpc_client_reconnects(void **state)
     free(t);
 }
 
+static void rc_keepalive_fn(void *arg)
+{
+    struct rc_case *t = arg;
+    mc__rpc_client_set_keepalive(t->cl, 50);
+}
+
+/* Closes the server's conns, not its listener: a server hanging up on an
+ * idle client. */
+static void srv_hang_up_fn(void *arg)
+{
+    struct server *s = arg;
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (s->conns[i])
+            mc__conn_close(s->conns[i]);
+}
+
+/* A quiet client PINGs so that a server's idle timeout leaves it alone; a
+ * session closed by the server after a while is reopened at once, so that
+ * the next call waits for it instead of failing with -ENOTCONN. */
+static void test_rpc_client_keepalive_and_reconnect(void **state)
+{
+    struct env *e = *state;
+    struct rc_case *t = calloc(1, sizeof(*t));
+    struct server s;
+    struct result r;
+    char where[64];
+
+    snprintf(where, sizeof(where), "127.0.0.1:%d", free_port());
+    server_start(&s, e->sl, where, SRV_ECHO);
+    t->e = e;
+    assert_int_equal(mc__addr_parse(where, -1, &t->addr), 0);
+    run_on(e->cl, rc_new_fn, t);
+    assert_int_equal(t->rc, 0);
+    run_on(e->cl, rc_keepalive_fn, t);
+    WAIT_FOR(atomic_load(&t->connected), 3000);
+    uint64_t t0 = mc_loop_now_ms();
+    int before = atomic_load(&s.frames);
+    WAIT_FOR(atomic_load(&s.frames) >= before + 3, 2000); /* PINGs, no call made */
+
+    /* A session past MC__RPC_RECONNECT_NOW_MS that the server ends. */
+    WAIT_FOR(mc_loop_now_ms() - t0 > MC__RPC_RECONNECT_NOW_MS + 100, 3000);
+    run_on(e->sl, srv_hang_up_fn, &s);
+    WAIT_FOR(atomic_load(&t->disconnects) == 1, 2000);
+    struct call_req q = {
+        .cl = t->cl, .op = MC__OP_PING, .body = "hi", .timeout_ms = 2000, .res = &r};
+    run_on(e->cl, call_fn, &q);
+    assert_int_equal(q.rc, 0); /* queued on the new connect, not -ENOTCONN */
+    WAIT_FOR(atomic_load(&r.done), 3000);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(atomic_load(&t->connects), 2);
+
+    run_on(e->cl, rc_close_fn, t);
+    WAIT_FOR(atomic_load(&s.closed) == atomic_load(&s.accepted), 2000);
+    server_stop(&s);
+    usleep(10000); /* the client frees itself on the loop */
+    free(t);
+}
+
+/* ======== the server's limits (server.h) ======== */
+
+struct srv_case {
+    mc_loop_t *l;
+    mc__server_opts_t o;
+    mc__server_t *srv;
+    mc__addr_t addr;
+    mc__server_stats_t st;
+    int rc;
+};
+
+static void srv_case_start_fn(void *arg)
+{
+    struct srv_case *t = arg;
+    mc__addr_t a;
+
+    t->rc = mc__addr_parse("127.0.0.1:0", -1, &a);
+    if (t->rc == 0)
+        t->rc = mc__server_new(&t->srv, t->l, &a, &t->o);
+    if (t->rc == 0)
+        t->rc = mc__addr_parse(mc__server_addr(t->srv), -1, &t->addr);
+}
+
+static void srv_case_stats_fn(void *arg)
+{
+    struct srv_case *t = arg;
+    mc__server_stats(t->srv, &t->st);
+}
+
+static void srv_case_close_fn(void *arg)
+{
+    struct srv_case *t = arg;
+    mc__server_close(t->srv);
+}
+
+/* read() on a socket with a receive timeout, which the loops' io_uring task
+ * work may interrupt with EINTR (the kernel does not restart it then). */
+static ssize_t read_retry(int fd, void *buf, size_t n)
+{
+    ssize_t r;
+    while ((r = read(fd, buf, n)) < 0 && errno == EINTR)
+        ;
+    return r;
+}
+
+/* Sends a request on a blocking socket; returns its response's status, or
+ * INT_MIN when the server closed the connection instead. */
+static int raw_call(int fd, uint16_t op, const void *body, uint32_t len)
+{
+    unsigned char hdr[MC__PROTO_HDR_SIZE];
+    char resp[256];
+    mc__hdr_t h = {
+        .magic = MC__PROTO_MAGIC, .version = MC__PROTO_VERSION, .op = op, .id = 9, .len = len};
+
+    mc__hdr_encode(hdr, &h);
+    if (write(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) ||
+        (len && write(fd, body, len) != (ssize_t)len))
+        return INT_MIN;
+    size_t got = 0;
+    while (got < MC__PROTO_HDR_SIZE || got < MC__PROTO_HDR_SIZE + h.len) {
+        ssize_t r = read_retry(fd, resp + got, sizeof(resp) - got);
+        if (r <= 0)
+            return INT_MIN;
+        got += (size_t)r;
+        if (got >= MC__PROTO_HDR_SIZE)
+            assert_int_equal(mc__hdr_decode(resp, got, &h), 0);
+    }
+    return h.status;
+}
+
+static int raw_hello(int fd)
+{
+    mc__wbuf_t w = {0};
+    mc__pack(&w, "hhuss", 1u, 1u, (unsigned)MC__ROLE_CLIENT, "t", 1u, "", 0u);
+    int rc = raw_call(fd, MC__OP_HELLO, w.p, (uint32_t)w.len);
+    free(w.p);
+    return rc;
+}
+
+/* 1 once the server has closed fd (EOF or reset), 0 if it is still open
+ * after the socket's receive timeout. */
+static int raw_closed(int fd)
+{
+    char c;
+    ssize_t r = read_retry(fd, &c, 1);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+/* At the connection limit a newcomer takes the place of the oldest
+ * connection not yet through its handshake; when all are, it is turned
+ * away at once. */
+static void test_server_connection_limit(void **state)
+{
+    struct env *e = *state;
+    struct srv_case t = {.l = e->sl, .o = {.max_conns = 2}};
+
+    run_on(e->sl, srv_case_start_fn, &t);
+    assert_int_equal(t.rc, 0);
+    int a = raw_connect(&t.addr), b = raw_connect(&t.addr);
+    assert_int_equal(raw_call(a, MC__OP_PING, NULL, 0), 0); /* served: no secret */
+    assert_int_equal(raw_call(b, MC__OP_PING, NULL, 0), 0);
+    int c = raw_connect(&t.addr);
+    assert_int_equal(raw_call(c, MC__OP_PING, NULL, 0), 0);
+    assert_true(raw_closed(a)); /* the oldest stranger made room */
+    assert_int_equal(raw_hello(b), 0);
+    assert_int_equal(raw_hello(c), 0);
+    int d = raw_connect(&t.addr);
+    assert_true(raw_closed(d)); /* everyone is in session: turned away */
+    assert_int_equal(raw_call(b, MC__OP_PING, NULL, 0), 0);
+    assert_int_equal(raw_call(c, MC__OP_PING, NULL, 0), 0);
+    run_on(e->sl, srv_case_stats_fn, &t);
+    assert_int_equal(t.st.evicted, 1);
+    assert_int_equal(t.st.turned_away, 1);
+    close(a);
+    close(b);
+    close(c);
+    close(d);
+    run_on(e->sl, srv_case_close_fn, &t);
+}
+
+/* Before its handshake a connection is bounded to small frames and the
+ * handshake timeout; after it, to MC__PROTO_MAX_BODY and the idle timeout. */
+static void test_server_handshake_limits(void **state)
+{
+    struct env *e = *state;
+    struct srv_case t = {.l = e->sl, .o = {.handshake_timeout_ms = 100, .idle_timeout_ms = 400}};
+    static char body[MC__SERVER_HANDSHAKE_MAX_BODY + 1];
+
+    run_on(e->sl, srv_case_start_fn, &t);
+    assert_int_equal(t.rc, 0);
+    /* A body over the handshake's bound before HELLO: cut off. */
+    int a = raw_connect(&t.addr);
+    assert_int_equal(raw_call(a, MC__OP_WRITE, body, sizeof(body)), INT_MIN);
+    close(a);
+    /* After HELLO the same frame is answered (this server holds no
+     * segments: -EOPNOTSUPP), and the connection stays. */
+    a = raw_connect(&t.addr);
+    assert_int_equal(raw_hello(a), 0);
+    assert_int_equal(raw_call(a, MC__OP_WRITE, body, sizeof(body)), -EOPNOTSUPP);
+    assert_int_equal(raw_call(a, MC__OP_PING, NULL, 0), 0);
+    /* Silent before the handshake: closed after ~100 ms. */
+    uint64_t t0 = mc_loop_now_ms();
+    int b = raw_connect(&t.addr);
+    assert_true(raw_closed(b));
+    assert_cmp(mc_loop_now_ms() - t0, >=, 90);
+    assert_cmp(mc_loop_now_ms() - t0, <, 1000);
+    /* Through it, silent: closed after the idle timeout. */
+    assert_true(raw_closed(a));
+    assert_cmp(mc_loop_now_ms() - t0, >=, 390);
+    run_on(e->sl, srv_case_stats_fn, &t);
+    assert_int_equal(t.st.timed_out, 2);
+    close(a);
+    close(b);
+    run_on(e->sl, srv_case_close_fn, &t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1452,12 +1752,16 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_frames_close_only_that_conn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_bounds_and_send_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_max_body, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connect_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connect_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_timeout_and_late_reply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_server_close_fails_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_midflight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_reconnects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rpc_client_keepalive_and_reconnect, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_connection_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_handshake_limits, setup, teardown),
     };
 
     mc__log_init("test_net", MC__LOG_INFO);
