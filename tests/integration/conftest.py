@@ -127,3 +127,15 @@ def make_mount(tmp_path_factory):
 def mnt(make_mount):
     """A mount with a 512 MiB embedded segment."""
     return make_mount("--segment-size", "512M")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """The processes of a cluster (cluster.py): stopped at the end, their
+    exit statuses and logs checked."""
+    from cluster import Cluster  # cluster.py imports this file
+
+    c = Cluster(tmp_path)
+    yield c
+    errors = c.close()
+    assert not errors, "\n".join(errors)
