@@ -266,7 +266,7 @@ static node_t *node_touch(mc__svc_t *svc, uint64_t id, uint64_t now)
             return NULL;
         svc->nodes = nn;
         n = &svc->nodes[svc->nnodes++];
-        n->id = id;
+        *n = (node_t){.id = id};
     }
     n->last_hb = now;
     return n;
