@@ -4,7 +4,7 @@
  *
  *   mooncake-cli --master HOST:PORT put KEY [FILE]   (FILE or stdin)
  *   mooncake-cli --master HOST:PORT get KEY [FILE]   (FILE or stdout)
- *   ... stat KEY | rm [-f] KEY | ls [PREFIX] | node
+ *   ... stat KEY | rm [-f] KEY | ls [PREFIX] | stats | node
  *
  * "node" contributes --segment-size bytes to the cluster until SIGINT or
  * SIGTERM. Exit status: 0 success, 1 a store error (printed), 2 usage.
@@ -35,6 +35,7 @@ static void usage(FILE *f)
                "    stat KEY         print size, version, mode and replicas\n"
                "    rm [-f] KEY      remove KEY (-f: even while leased or open)\n"
                "    ls [PREFIX]      list keys under PREFIX\n"
+               "    stats            print the master's counters (nodes, repairs, ...)\n"
                "    node             contribute --segment-size bytes until interrupted\n"
                "options:\n"
                "    --no-shm         move no bytes through shared memory with co-located\n"
@@ -50,7 +51,8 @@ static void usage(FILE *f)
                "    --repeat N       get: read the value N times through one store (the\n"
                "                     last read is written out)\n"
                "    --interval-ms N  get --repeat: pause N ms between reads\n"
-               "    --stats          print the bytes moved per transport to stderr at the end\n");
+               "    --stats          print the bytes moved per transport, and the master's\n"
+               "                     counters, to stderr at the end\n");
 }
 
 static int fail(const char *what, int rc)
@@ -191,6 +193,23 @@ static int cmd_ls(mc_store_t *s, int argc, char **argv)
         if (!more)
             return 0;
     }
+}
+
+/* Prints the master's counters as "name value" to f, on one line with a
+ * prefix or one per line. */
+static int print_master_stats(mc_store_t *s, FILE *f, const char *prefix)
+{
+    mc_counter_t c[64];
+    int n = mc_master_stats(s, c, 64);
+    if (n < 0)
+        return fail("master stats", n);
+    if (prefix)
+        fprintf(f, "%s", prefix);
+    for (int i = 0; i < n; i++)
+        fprintf(f, prefix ? " %s %llu" : "%s %llu\n", c[i].name, (unsigned long long)c[i].value);
+    if (prefix)
+        fprintf(f, "\n");
+    return 0;
 }
 
 static int cmd_node(void)
@@ -338,6 +357,8 @@ int main(int argc, char **argv)
         rc = cmd_rm(s, nargs, args);
     else if (strcmp(cmd, "ls") == 0)
         rc = cmd_ls(s, nargs, args);
+    else if (strcmp(cmd, "stats") == 0 && nargs == 0)
+        rc = print_master_stats(s, stdout, NULL);
     else if (strcmp(cmd, "node") == 0 && nargs == 0)
         rc = cmd_node();
     else
@@ -354,6 +375,7 @@ int main(int argc, char **argv)
                 (unsigned long long)st.tcp_ops, (unsigned long long)st.tcp_bytes,
                 (unsigned long long)st.rdma_ops, (unsigned long long)st.rdma_bytes,
                 (unsigned long long)st.rdma_zero_copy_bytes, (unsigned long long)st.cache_hits);
+        print_master_stats(s, stderr, "master:");
     }
     mc_store_close(s);
     if (rc < 0) {

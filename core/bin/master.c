@@ -72,6 +72,10 @@ static void usage(FILE *f, const char *prog)
             "                          writer's later writes fail (ESTALE)\n"
             "    --evict-high PCT      evict when use passes PCT%% (default 0: never)\n"
             "    --evict-ratio PCT     then free PCT%% of the space (default 10)\n"
+            "    --repair-inflight N   copies restoring lost replicas at once (default 4;\n"
+            "                          0: no repair)\n"
+            "    --repair-mbps N       and at most N MiB/s of them on average (default 0:\n"
+            "                          no limit)\n"
             "    --auth-secret-file F  the cluster's shared secret (mode 600): every peer\n"
             "                          must prove it knows it, and this master proves\n"
             "                          it to them (without one, listen on loopback)\n"
@@ -114,6 +118,8 @@ int main(int argc, char **argv)
         {"put-ttl-ms", required_argument, NULL, 'U'},
         {"evict-high", required_argument, NULL, 'e'},
         {"evict-ratio", required_argument, NULL, 'r'},
+        {"repair-inflight", required_argument, NULL, 'F'},
+        {"repair-mbps", required_argument, NULL, 'B'},
         {"auth-secret-file", required_argument, NULL, 'a'},
         {"no-shm", no_argument, NULL, 'S'},
         {"idle-timeout-ms", required_argument, NULL, 'I'},
@@ -180,6 +186,17 @@ int main(int argc, char **argv)
             if (num(optarg, "--evict-ratio", 100, &v) < 0)
                 return 2;
             mo.evict_ratio_pct = (unsigned)v;
+            break;
+        case 'F':
+            if (num(optarg, "--repair-inflight", 1024, &v) < 0)
+                return 2;
+            so.repair_inflight = (uint32_t)v;
+            so.no_repair = v == 0;
+            break;
+        case 'B':
+            if (num(optarg, "--repair-mbps", 1 << 20, &v) < 0)
+                return 2;
+            so.repair_bytes_per_s = v << 20;
             break;
         case 'a':
             secret_file = optarg;

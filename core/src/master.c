@@ -21,6 +21,7 @@ typedef struct segment {
     uint64_t size;
     uint64_t hold_until; /* nothing new is placed here before then */
     mc__alloc_t *alloc;
+    int avoid; /* placement takes it last (mc__master_segment_avoid) */
 } segment_t;
 
 struct mc__master {
@@ -167,6 +168,7 @@ int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size)
         return rc;
     s->id = id;
     s->size = mc__alloc_size(s->alloc);
+    s->avoid = 0;
     m->nseg++;
     return 0;
 }
@@ -232,6 +234,12 @@ void mc__master_hold_segment(mc__master_t *m, uint32_t id, uint64_t until)
         s->hold_until = until;
 }
 
+int mc__master_segment_held(mc__master_t *m, uint32_t id, uint64_t now)
+{
+    segment_t *s = seg_by_id(m, id);
+    return s && s->hold_until > now;
+}
+
 int mc__master_has_segment(const mc__master_t *m, uint32_t id)
 {
     for (int i = 0; i < m->nseg; i++)
@@ -281,6 +289,14 @@ static uint64_t seg_free(const segment_t *s)
     return mc__alloc_size(s->alloc) - mc__alloc_used(s->alloc);
 }
 
+/* Placement order: segments to avoid last, then the most free space first. */
+static int place_before(const segment_t *a, const segment_t *b)
+{
+    if (a->avoid != b->avoid)
+        return !a->avoid;
+    return seg_free(a) > seg_free(b);
+}
+
 int mc__master_begin(mc__master_t *m, const char *key, size_t klen, const mc_put_opts_t *po,
                      uint64_t now, mc__version_t **out)
 {
@@ -328,12 +344,15 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     uint32_t want = po && po->replica_num ? po->replica_num : 1;
     if (want > MC__MAX_REPLICAS)
         want = MC__MAX_REPLICAS;
+    if (want > (uint32_t)m->nseg)
+        want = (uint32_t)m->nseg;
+    v->want = want; /* segments on hold count: the repair fills them later */
     if (want > usable)
         want = usable;
     uint32_t r0 = 0;
     for (int i = 0; pref_seg >= 0 && i < m->nseg && i < 256; i++) {
-        if (!used[i] && m->segs[i].id == (uint32_t)pref_seg && seg_free(&m->segs[i]) >= need &&
-            seg_free(&m->segs[i]) > 0) {
+        if (!used[i] && m->segs[i].id == (uint32_t)pref_seg && !m->segs[i].avoid &&
+            seg_free(&m->segs[i]) >= need && seg_free(&m->segs[i]) > 0) {
             used[i] = 1;
             v->rep[r0++].seg = (uint32_t)pref_seg;
             break;
@@ -342,7 +361,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     for (uint32_t r = r0; r < want; r++) {
         int best = -1;
         for (int i = 0; i < m->nseg && i < 256; i++)
-            if (!used[i] && (best < 0 || seg_free(&m->segs[i]) > seg_free(&m->segs[best])))
+            if (!used[i] && (best < 0 || place_before(&m->segs[i], &m->segs[best])))
                 best = i;
         used[best] = 1;
         v->rep[r].seg = m->segs[best].id;
@@ -918,4 +937,72 @@ void mc__master_sweep(mc__master_t *m, uint64_t now)
             version_destroy(m, v);
         v = next;
     }
+}
+
+void mc__master_segment_avoid(mc__master_t *m, uint32_t id, int avoid)
+{
+    segment_t *s = seg_by_id(m, id);
+    if (s)
+        s->avoid = avoid;
+}
+
+uint64_t mc__master_segment_free(const mc__master_t *m, uint32_t id)
+{
+    for (int i = 0; i < m->nseg; i++)
+        if (m->segs[i].id == id)
+            return seg_free(&m->segs[i]);
+    return 0;
+}
+
+int mc__master_replica_alloc(mc__master_t *m, uint32_t seg, uint64_t len, mc__replica_t *rep)
+{
+    memset(rep, 0, sizeof(*rep));
+    rep->seg = seg;
+    int rc = replica_grow(m, rep, round_up(m, len));
+    if (rc < 0)
+        mc__master_replica_release(m, rep);
+    return rc;
+}
+
+void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep)
+{
+    segment_t *s = seg_by_id(m, rep->seg);
+    if (s && rep->n)
+        mc__alloc_put(s->alloc, rep->ext, (int)rep->n);
+    free(rep->ext);
+    rep->ext = NULL;
+    rep->n = rep->cap = 0;
+}
+
+int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep)
+{
+    if (has_replica_on(v, rep->seg))
+        return -EEXIST;
+    if (v->nrep >= MC__MAX_REPLICAS)
+        return -ENOSPC;
+    v->rep[v->nrep++] = *rep;
+    memset(rep, 0, sizeof(*rep));
+    return 0;
+}
+
+int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep)
+{
+    for (uint32_t r = 0; r < v->nrep; r++) {
+        if (v->rep[r].seg != seg)
+            continue;
+        *rep = v->rep[r];
+        memmove(&v->rep[r], &v->rep[r + 1], sizeof(v->rep[0]) * (v->nrep - r - 1));
+        v->nrep--;
+        memset(&v->rep[v->nrep], 0, sizeof(v->rep[0]));
+        return 1;
+    }
+    return 0;
+}
+
+mc__version_t *mc__master_next(mc__master_t *m, const char *after, size_t alen)
+{
+    mc__index_iter_t it;
+    void *val = NULL;
+    mc__index_seek(m->ix, &it, alen ? after : NULL, alen, alen != 0);
+    return mc__index_next(&it, NULL, NULL, &val) ? val : NULL;
 }

@@ -46,6 +46,7 @@ typedef struct mc__version {
     enum mc__vstate state;
     struct mc__version *prev, *next; /* LRU list (published) or retired list */
     uint32_t nrep;
+    uint32_t want; /* replicas asked for (clamped to the segments at the start) */
     mc__replica_t rep[MC__MAX_REPLICAS];
 } mc__version_t;
 
@@ -77,6 +78,9 @@ size_t mc__master_drop_segment(mc__master_t *m, uint32_t id, uint64_t now);
  * and writers of before may still send late bytes into it. Puts that find
  * every segment on hold fail with -EAGAIN. */
 void mc__master_hold_segment(mc__master_t *m, uint32_t id, uint64_t until);
+
+/* 1 if segment id is on hold at now (mc__master_hold_segment()). */
+int mc__master_segment_held(mc__master_t *m, uint32_t id, uint64_t now);
 
 /* 1 if segment id is mounted. */
 int mc__master_has_segment(const mc__master_t *m, uint32_t id);
@@ -157,6 +161,42 @@ void mc__master_sweep(mc__master_t *m, uint64_t now);
 /* Evicts unleased, unpinned objects, least recently used first, until used
  * space is at most target bytes. Returns the number evicted. */
 size_t mc__master_evict(mc__master_t *m, uint64_t target, uint64_t now);
+
+/*
+ * Marks segment id as one new replicas avoid (its node looks dead): placement
+ * takes it only when no other segment is left. Unknown ids are ignored.
+ */
+void mc__master_segment_avoid(mc__master_t *m, uint32_t id, int avoid);
+
+/* Free bytes in segment id (0 when it is not mounted). */
+uint64_t mc__master_segment_free(const mc__master_t *m, uint32_t id);
+
+/*
+ * Allocates len bytes (> 0) on segment seg into *rep, a replica that belongs
+ * to no version yet (repair). Returns 0, -ENOSPC (also for an unknown
+ * segment) or -ENOMEM. Give it back with mc__master_replica_release() or to
+ * a version with mc__master_replica_attach().
+ */
+int mc__master_replica_alloc(mc__master_t *m, uint32_t seg, uint64_t len, mc__replica_t *rep);
+
+/* Returns rep's extents to its segment's free space (when the segment is
+ * still mounted: a dropped segment took them along) and frees rep->ext. */
+void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep);
+
+/*
+ * Adds rep (from mc__master_replica_alloc()) to v as a complete replica; v
+ * owns it from then on. Returns 0, or -EEXIST (v already has a replica on
+ * that segment) / -ENOSPC (v has MC__MAX_REPLICAS): rep is then unchanged.
+ */
+int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep);
+
+/* Moves v's replica on segment seg, if any, into *rep (space still
+ * allocated); returns 1 if there was one, else 0. */
+int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep);
+
+/* The first published version whose key sorts after after[0..alen) (alen 0:
+ * the first of all), or NULL at the end: a cursor that survives changes. */
+mc__version_t *mc__master_next(mc__master_t *m, const char *after, size_t alen);
 
 /* Fills st from a version. */
 void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st);

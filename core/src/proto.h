@@ -48,6 +48,8 @@
                                           record (empty: none) -> seg id */                        \
     X(UNMOUNT_SEGMENT, 11, "qu", "")   /* node id, seg id */                                       \
     X(HEARTBEAT, 12, "q", "u")         /* node id -> flags (MC__HB_*) */                           \
+    X(REPAIR_TAKE, 13, "q", "*")       /* node id -> repair tasks, each an s (see below) */        \
+    X(REPAIR_DONE, 14, "qqi", "")      /* node id, task id, status (0: copied) */                  \
     /* objects (master) */                                                                         \
     X(PUT_START, 20, "kquuuuqis", "qq*") /* key, capacity, flags, mode, replicas, pin, pin ttl,    \
                                             mtime, preferred data addr -> put id, write lease ms,  \
@@ -57,6 +59,7 @@
     X(PUT_REVOKE, 23, "q", "")           /* put id */                                              \
     X(OPEN, 24, "k", "q*")               /* key -> handle id, stat + replica set (pins it) */      \
     X(CLOSE, 25, "q", "")                /* handle id */                                           \
+    X(PUT_DROP_REPLICA, 26, "qu", "")    /* put id, segment id (its node is unreachable) */        \
     X(GET_REPLICAS, 30, "k", "q*")       /* key -> lease ms, stat + replica set (lease granted) */ \
     X(STAT, 31, "k", "*")                /* key -> stat */                                         \
     X(LOOKUP, 32, "ku", "*")             /* key, delim -> stat (status = MC_LOOKUP_*) */           \
@@ -65,6 +68,7 @@
     X(LIST, 35, "ssuu", "*")             /* prefix, after, delim, max -> listing */                \
     X(SET_META, 36, "kuui", "")          /* key, what, mode, mtime */                              \
     X(STATFS, 37, "", "qqqq")            /* -> total, used, objects, evicted */                    \
+    X(STATS, 38, "", "*")                /* -> counters, each s name + q value */                  \
     /* data (nodes) */                                                                             \
     X(READ, 50, "uqu", "*")  /* seg id, offset, length -> bytes */                                 \
     X(WRITE, 51, "uq*", "")  /* seg id, offset, bytes */                                           \
@@ -78,6 +82,15 @@ enum mc__op {
 
 /* Heartbeat reply flags. */
 #define MC__HB_REMOUNT 0x1 /* the master does not know this node: mount again */
+#define MC__HB_REPAIR 0x2  /* repair tasks wait for this node: REPAIR_TAKE */
+
+/*
+ * A repair task in a REPAIR_TAKE answer (the bytes of its s field):
+ *   q task id, q time limit (ms, counted from when the node sent
+ *   REPAIR_TAKE), q bytes to copy, then the target as a replica set of one
+ *   (the node's own segment and the extents to fill), then the source
+ *   replica set (read with failover, as a get does).
+ */
 
 /* Roles in HELLO. */
 #define MC__ROLE_CLIENT 1

@@ -49,7 +49,9 @@ typedef struct mc__rset {
         mc__rdma_desc_t *desc;           /* its segment over RDMA; NULL: TCP only */
         uint32_t next;
         mc__extent_t *ext;
+        int dead; /* a write could not reach its node: the put goes on without it */
     } r[MC__MAX_REPLICAS];
+    uint64_t put_id; /* a writer's set: the put it belongs to (0: none) */
 } mc__rset_t;
 
 /* A segment of a co-located node, as this process sees it. */
@@ -98,6 +100,9 @@ struct mc__remote {
     void (*close_done)(mc_store_t *s);
     struct rcache_ent **rc_tab; /* replica-list cache: RC_BUCKETS chains, or NULL */
     size_t rc_n;                /* entries in it */
+    struct rtask *tasks;        /* repair copies into our segment */
+    int taking;                 /* a REPAIR_TAKE in flight */
+    uint64_t take_at;           /* when it was sent: tasks' limits count from there */
 };
 
 /* ---- replica sets ---- */
@@ -309,7 +314,8 @@ typedef struct xfer {
     int zero; /* the source is zeros */
     uint64_t off, len;
     char *buf;
-    uint32_t replica; /* reads: the replica being tried */
+    uint32_t replica;           /* reads: the replica being tried */
+    int rerr[MC__MAX_REPLICAS]; /* writes: the first error per replica */
     int pending;
     int issuing;
     int err;
@@ -660,6 +666,7 @@ static const char zeros[1 << 16];
 
 typedef struct piece {
     xfer_t *x;
+    uint32_t r;           /* the replica */
     mc__rpc_client_t *cl; /* the node's client, to reset on a timeout */
     char *dst;            /* reads: where the bytes go */
     uint32_t want;
@@ -671,6 +678,7 @@ typedef struct piece {
  * a writer's growing replica set may free before the piece completes. */
 typedef struct rpiece {
     xfer_t *x;
+    uint32_t r; /* the replica */
     peer_t *p;
     mc__rdma_conn_t *c;
     uint32_t want;
@@ -679,6 +687,72 @@ typedef struct rpiece {
 } rpiece_t;
 
 static void xfer_end(xfer_t *x);
+
+/* Records a piece's error: per replica for a write, for the whole read. */
+static void xfer_fail(xfer_t *x, uint32_t r, int err)
+{
+    int *e = x->write ? &x->rerr[r] : &x->err;
+    if (err < 0 && !*e)
+        *e = err;
+}
+
+/* Errors that say the node is unreachable, not that the request was bad. */
+static int conn_error(int err)
+{
+    switch (-err) {
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case ETIMEDOUT:
+    case EHOSTUNREACH:
+    case EHOSTDOWN:
+    case ENETUNREACH:
+    case ENOTCONN:
+    case EPIPE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int mcall(mc_store_t *s, uint16_t op, mc__rpc_cb cb, void *arg, const char *fmt, ...);
+static void ignore_reply(void *arg, int status, const char *body, size_t len);
+
+/*
+ * The end of a write: the first error, or 0. Replicas whose node could not
+ * be reached while another replica took every byte are dropped (marked dead
+ * in the set, and PUT_DROP_REPLICA to the master, which sends the request
+ * before any later call of this writer): the put goes on with the others,
+ * and the master restores the count later (repair.h).
+ */
+static int xfer_write_result(xfer_t *x)
+{
+    mc__rset_t *rs = (mc__rset_t *)x->rs; /* a writer's own set */
+    int ok = 0, hard = 0;
+    for (uint32_t r = 0; r < rs->n; r++) {
+        if (rs->r[r].dead)
+            continue;
+        if (!x->rerr[r])
+            ok++;
+        else if (!conn_error(x->rerr[r]) || !rs->put_id)
+            hard = x->rerr[r];
+    }
+    int first = 0;
+    for (uint32_t r = 0; r < rs->n && !first; r++)
+        if (!rs->r[r].dead)
+            first = x->rerr[r];
+    if (hard || !ok || x->err)
+        return x->err ? x->err : hard ? hard : first;
+    for (uint32_t r = 0; r < rs->n; r++) {
+        if (rs->r[r].dead || !x->rerr[r])
+            continue;
+        mc__log(MC__LOG_WARN, "%s: %s: writing on without the replica on segment %u", rs->r[r].addr,
+                mc_strerror(x->rerr[r]), rs->r[r].seg);
+        rs->r[r].dead = 1;
+        mcall(x->s, MC__OP_PUT_DROP_REPLICA, ignore_reply, NULL, "qu", rs->put_id, rs->r[r].seg);
+    }
+    return 0;
+}
 
 static void rpiece_done(void *arg, int status)
 {
@@ -698,8 +772,7 @@ static void rpiece_done(void *arg, int status)
         rp->p->rc = NULL;
         rp->p->rstate = RDMA_NONE;
     }
-    if (status < 0 && !x->err)
-        x->err = status;
+    xfer_fail(x, rp->r, status);
     x->pending--;
     free(rp);
     xfer_end(x);
@@ -717,7 +790,7 @@ static void xfer_end(xfer_t *x)
         xfer_step(x);
         return;
     }
-    int rc = x->err;
+    int rc = x->write ? xfer_write_result(x) : x->err;
     void (*done)(void *, int) = x->done;
     void *arg = x->arg;
     free(x);
@@ -744,8 +817,7 @@ static void piece_done(void *arg, int status, const char *body, size_t len)
         if (c)
             mc__conn_close(c);
     }
-    if (status < 0 && !x->err)
-        x->err = status;
+    xfer_fail(x, pc->r, status);
     x->pending--;
     free(pc);
     xfer_end(x);
@@ -757,22 +829,23 @@ static void xfer_replica(xfer_t *x, uint32_t r)
     mc_store_t *s = x->s;
     struct mc__remote *rm = s->rm;
     const struct rrep *rep = &x->rs->r[r];
+    int *err = x->write ? &x->rerr[r] : &x->err; /* this replica's error */
     int local = rm->seg_id && rep->seg == rm->seg_id && s->seg;
     peer_t *peer = local ? NULL : peer_get(rm, rep->addr);
     if (!local && !peer) {
-        x->err = -EHOSTUNREACH;
+        *err = -EHOSTUNREACH;
         return;
     }
     mc__rpc_client_t *cl = peer ? peer->cl : NULL;
     int rdma = peer && want_rdma(s, peer, rep);
     if (rdma && (peer->rstate != RDMA_UP || mc__rdma_conn_error(peer->rc))) {
-        x->err = peer->rstate == RDMA_FAILED ? peer->rerr : -ENOTCONN;
+        *err = peer->rstate == RDMA_FAILED ? peer->rerr : -ENOTCONN;
         return;
     }
     if (peer && !rdma && s->xport == MC__XPORT_RDMA) {
         mc__log(MC__LOG_WARN, "%s: segment %u is not served over RDMA (protocol rdma)", rep->addr,
                 rep->seg);
-        x->err = -EPROTONOSUPPORT;
+        *err = -EPROTONOSUPPORT;
         return;
     }
     /* Bytes are copied directly into our own segment or a mapped one. */
@@ -784,17 +857,17 @@ static void xfer_replica(xfer_t *x, uint32_t r)
         mem_size = m->size;
     }
     uint64_t at = 0, end = x->off + x->len;
-    for (uint32_t e = 0; e < rep->next && at < end && !x->err; e++) {
+    for (uint32_t e = 0; e < rep->next && at < end && !*err; e++) {
         const mc__extent_t *ex = &rep->ext[e];
         uint64_t lo = x->off > at ? x->off : at;
         uint64_t hi = end < at + ex->len ? end : at + ex->len;
-        for (uint64_t p = lo; p < hi && !x->err;) {
+        for (uint64_t p = lo; p < hi && !*err;) {
             uint32_t n = (uint32_t)(hi - p < MC__PROTO_CHUNK ? hi - p : MC__PROTO_CHUNK);
             uint64_t soff = ex->off + (p - at);
             char *user = x->buf ? x->buf + (p - x->off) : NULL;
             if (mem) {
                 if (soff > mem_size || n > mem_size - soff) {
-                    x->err = -EIO;
+                    *err = -EIO;
                 } else if (x->write) {
                     if (x->zero)
                         memset(mem + soff, 0, n);
@@ -814,10 +887,10 @@ static void xfer_replica(xfer_t *x, uint32_t r)
                 size_t dsz = mc__rdma_desc_size(rep->desc->n);
                 rpiece_t *rp = malloc(offsetof(rpiece_t, rd) + dsz);
                 if (!rp) {
-                    x->err = -ENOMEM;
+                    *err = -ENOMEM;
                     break;
                 }
-                *rp = (rpiece_t){.x = x, .p = peer, .c = peer->rc, .want = n};
+                *rp = (rpiece_t){.x = x, .r = r, .p = peer, .c = peer->rc, .want = n};
                 memcpy(&rp->rd, rep->desc, dsz);
                 /* Zero copy when the piece lies in a buffer the caller
                  * registered: the NIC moves the caller's bytes itself. */
@@ -835,7 +908,7 @@ static void xfer_replica(xfer_t *x, uint32_t r)
                     if (rp->ub)
                         rp->ub->users--;
                     free(rp);
-                    x->err = rc;
+                    *err = rc;
                     break;
                 }
                 x->pending++;
@@ -844,10 +917,11 @@ static void xfer_replica(xfer_t *x, uint32_t r)
             }
             piece_t *pc = calloc(1, sizeof(*pc));
             if (!pc) {
-                x->err = -ENOMEM;
+                *err = -ENOMEM;
                 break;
             }
             pc->x = x;
+            pc->r = r;
             pc->cl = cl;
             pc->dst = user;
             pc->want = n;
@@ -875,7 +949,7 @@ static void xfer_replica(xfer_t *x, uint32_t r)
             }
             if (rc < 0) {
                 free(pc);
-                x->err = rc;
+                *err = rc;
                 break;
             }
             x->pending++;
@@ -891,6 +965,8 @@ static int xfer_parks(xfer_t *x)
     struct mc__remote *rm = x->s->rm;
     for (uint32_t r = x->write ? 0 : x->replica; r < x->rs->n; r++) {
         const struct rrep *rep = &x->rs->r[r];
+        if (rep->dead)
+            continue;
         if (!(rm->seg_id && rep->seg == rm->seg_id && x->s->seg)) {
             peer_t *p = peer_get(rm, rep->addr);
             if (p && want_rdma(x->s, p, rep) ? rdma_wait(x, p, rep) : p && shm_wait(x, p, rep->seg))
@@ -911,12 +987,17 @@ static void xfer_step(xfer_t *x)
         xfer_end(x);
         return;
     }
+    while (!x->write && x->replica + 1 < x->rs->n && x->rs->r[x->replica].dead)
+        x->replica++; /* a writer's dropped replica lacks bytes */
     if (xfer_parks(x))
         return; /* shm_resume() comes back here */
     x->issuing = 1;
     if (x->write) {
-        for (uint32_t r = 0; r < x->rs->n && !x->err; r++)
-            xfer_replica(x, r);
+        for (uint32_t r = 0; r < x->rs->n; r++)
+            if (!x->rs->r[r].dead && !x->rerr[r])
+                xfer_replica(x, r);
+    } else if (x->rs->r[x->replica].dead) {
+        x->err = -EIO;
     } else {
         xfer_replica(x, x->replica);
     }
@@ -988,6 +1069,30 @@ static int64_t put_mtime(const op_t *o)
 
 /* ---- simple operations ---- */
 
+/* Decodes a STATS answer (s name, q value, ...) into out[0..max). Returns
+ * the count, or -EIO. */
+static int take_counters(const char *p, size_t n, mc_counter_t *out, size_t max)
+{
+    int cnt = 0;
+    while (n) {
+        const char *name, *rest;
+        uint32_t nl, rl;
+        uint64_t val;
+        if (mc__unpack(p, n, "sq*", &name, &nl, &val, &rest, &rl) < 0)
+            return -EIO;
+        if ((size_t)cnt < max) {
+            size_t l = nl < sizeof(out->name) - 1 ? nl : sizeof(out->name) - 1;
+            memcpy(out[cnt].name, name, l);
+            out[cnt].name[l] = '\0';
+            out[cnt].value = val;
+            cnt++;
+        }
+        p = rest;
+        n = rl;
+    }
+    return cnt;
+}
+
 static void simple_done(void *arg, int status, const char *body, size_t len)
 {
     op_t *o = arg;
@@ -1016,6 +1121,9 @@ static void simple_done(void *arg, int status, const char *body, size_t len)
             if (mc__unpack(body, len, "qqqq", &o->sp->total, &o->sp->used, &o->sp->objects,
                            &o->sp->evicted) < 0)
                 rc = -EIO;
+            break;
+        case OP_MASTER_STATS:
+            rc = take_counters(p, n, o->counters, o->max);
             break;
         default:
             break;
@@ -1072,6 +1180,7 @@ static void put_renewed(void *arg, int status, const char *body, size_t len)
         return put_fail(o, revoked(status));
     mc__rset_free(o->buf); /* replicas dropped meanwhile are gone from it */
     o->buf = rs;
+    rs->put_id = o->u64;
     o->renew_at = o->sent_ms + o->lease_ms / 2;
     put_step(o);
 }
@@ -1125,6 +1234,7 @@ static void put_started(void *arg, int status, const char *body, size_t len)
         (n = rl, rset_take(&rest, &n, &rs)) < 0)
         return put_end(o, -EIO);
     o->buf = rs;
+    rs->put_id = o->u64;
     o->renew_at = o->sent_ms + o->lease_ms / 2;
     o->done = 0;
     put_step(o);
@@ -1296,6 +1406,7 @@ static int w_take_rset(mc_writer_t *w, const char *p, size_t n)
         return rc;
     mc__rset_free(w->rs);
     w->rs = rs;
+    rs->put_id = w->put_id;
     return 0;
 }
 
@@ -1542,6 +1653,9 @@ void mc__remote_exec(op_t *o)
     case OP_STATFS:
         rc = mcall(s, MC__OP_STATFS, simple_done, o, "");
         break;
+    case OP_MASTER_STATS:
+        rc = mcall(s, MC__OP_STATS, simple_done, o, "");
+        break;
     case OP_OPEN:
         rc = mcall(s, MC__OP_OPEN, open_done, o, "k", o->key, (uint32_t)o->klen);
         break;
@@ -1670,12 +1784,153 @@ static void mount_segment(struct mc__remote *rm)
     }
 }
 
+/* ---- repair tasks (the node role) ----
+ *
+ * The master asks this node, through a flag on the heartbeat reply, to copy
+ * under-replicated objects into space it allocated on our segment
+ * (repair.h). A task reads 4 MiB pieces from a surviving replica (xfer():
+ * failover, any transport) and copies each into our segment, but never
+ * after its time limit, counted from when we sent REPAIR_TAKE (so before
+ * the master's own count starts); REPAIR_DONE reports the end. A master
+ * that forgot us (REMOUNT) cancels every task: that space is not ours to
+ * write any more. One step per loop turn (mc_loop_defer()), so that
+ * pieces copied at once do not recurse.
+ */
+typedef struct rtask {
+    mc_store_t *s;
+    struct mc__remote *rm; /* NULL once the remote closed: freed at the next step */
+    uint64_t id, size, at, n, deadline;
+    mc__rset_t *src, *dst;
+    char *buf;
+    int cancelled;
+    mc_work_t work;
+    struct rtask *next;
+} rtask_t;
+
+static void rt_free(rtask_t *t)
+{
+    mc__rset_free(t->src);
+    mc__rset_free(t->dst);
+    free(t->buf);
+    free(t);
+}
+
+/* Reports the task's end to the master and frees it. */
+static void rt_finish(rtask_t *t, int rc)
+{
+    struct mc__remote *rm = t->rm;
+    if (rm) {
+        for (rtask_t **pp = &rm->tasks; *pp; pp = &(*pp)->next) {
+            if (*pp == t) {
+                *pp = t->next;
+                break;
+            }
+        }
+        if (rc < 0)
+            mc__log(MC__LOG_INFO, "repair task %llu: %s", (unsigned long long)t->id,
+                    mc_strerror(rc));
+        mcall(t->s, MC__OP_REPAIR_DONE, ignore_reply, NULL, "qqi", rm->node_id, t->id, (int64_t)rc);
+    }
+    rt_free(t);
+}
+
+static void rt_step(void *arg);
+
+static void rt_written(void *arg, int rc)
+{
+    rtask_t *t = arg;
+    if (rc < 0)
+        return rt_finish(t, rc);
+    t->at += t->n;
+    mc_loop_defer(t->s->loop, &t->work, rt_step, t);
+}
+
+static void rt_read(void *arg, int rc)
+{
+    rtask_t *t = arg;
+    if (!t->rm)
+        return rt_free(t);
+    if (rc == 0 && t->cancelled)
+        rc = -ECANCELED;
+    if (rc == 0 && mc_loop_now_ms() >= t->deadline)
+        rc = -ETIMEDOUT;
+    if (rc == 0 && t->dst->r[0].seg != t->rm->seg_id)
+        rc = -ESTALE;
+    if (rc < 0)
+        return rt_finish(t, rc);
+    /* Our own segment: a memcpy, done before xfer() returns. */
+    xfer(t->s, t->dst, 1, t->at, t->buf, t->n, rt_written, t);
+}
+
+static void rt_step(void *arg)
+{
+    rtask_t *t = arg;
+    if (!t->rm)
+        return rt_free(t);
+    if (t->at >= t->size)
+        return rt_finish(t, 0);
+    t->n = t->size - t->at < MC__PROTO_CHUNK ? t->size - t->at : MC__PROTO_CHUNK;
+    xfer(t->s, t->src, 0, t->at, t->buf, t->n, rt_read, t);
+}
+
+/* Starts one task from a REPAIR_TAKE answer (p[0..n): its s field). */
+static void rt_start(struct mc__remote *rm, const char *p, size_t n)
+{
+    uint64_t id, limit, size;
+    const char *rest;
+    uint32_t rl;
+    if (mc__unpack(p, n, "qqq*", &id, &limit, &size, &rest, &rl) < 0)
+        return; /* the master lets it expire */
+    size_t left = rl;
+    rtask_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return;
+    *t = (rtask_t){.s = rm->s, .rm = rm, .id = id, .size = size, .deadline = rm->take_at + limit};
+    int rc = rset_take(&rest, &left, &t->dst);
+    if (rc == 0)
+        rc = rset_take(&rest, &left, &t->src);
+    if (rc == 0 && (t->dst->n != 1 || t->dst->r[0].seg != rm->seg_id || !t->src->n))
+        rc = -ESTALE;
+    if (rc == 0 && !(t->buf = malloc(MC__PROTO_CHUNK)))
+        rc = -ENOMEM;
+    t->next = rm->tasks;
+    rm->tasks = t;
+    if (rc < 0)
+        return rt_finish(t, rc);
+    rt_step(t);
+}
+
+static void repair_taken(void *arg, int status, const char *body, size_t len)
+{
+    struct mc__remote *rm = arg;
+    rm->taking = 0;
+    if (status < 0)
+        return;
+    while (len) {
+        const char *task, *rest;
+        uint32_t tl, rl;
+        if (mc__unpack(body, len, "s*", &task, &tl, &rest, &rl) < 0)
+            return;
+        rt_start(rm, task, tl);
+        body = rest;
+        len = rl;
+    }
+}
+
 static void beat_done(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
     uint32_t flags;
     if (status < 0 || mc__unpack(body, len, "u", &flags) < 0)
         return; /* the master is away: the next beat tries again */
+    if (flags & MC__HB_REMOUNT) {
+        for (rtask_t *t = rm->tasks; t; t = t->next)
+            t->cancelled = 1;
+    }
+    if ((flags & MC__HB_REPAIR) && !rm->taking && rm->seg_id) {
+        rm->take_at = mc_loop_now_ms();
+        rm->taking = mcall(rm->s, MC__OP_REPAIR_TAKE, repair_taken, rm, "q", rm->node_id) == 0;
+    }
     if ((flags & MC__HB_REMOUNT) && !rm->mounting) {
         mc__log(MC__LOG_INFO, "the master does not know this node: mounting the segment again");
         mount_segment(rm);
@@ -1769,6 +2024,11 @@ static void remote_free(struct mc__remote *rm)
             p->zombie = 1; /* shm_mapped() or rdma_settled() frees it */
         else
             peer_free(p);
+    }
+    while (rm->tasks) { /* their next step frees them */
+        rtask_t *t = rm->tasks;
+        rm->tasks = t->next;
+        t->rm = NULL;
     }
     mc__rpc_client_close(rm->master);
     rc_clear(rm);

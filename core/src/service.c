@@ -9,11 +9,13 @@
  * them, not millions).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "index.h"
+#include "repair.h"
 #include "service.h"
 
 /* What a connection (an owner) holds: its writes in progress and its open
@@ -28,6 +30,9 @@ typedef struct owned {
     owner_t *own;
     struct owned *oprev, *onext; /* on own->head */
 } owned_t;
+/* A node silent this long is suspected dead: new puts and repairs go to
+ * other nodes while there are any (heartbeats come every second). */
+#define SUSPECT_MS 2500
 
 typedef struct put {
     owned_t o;
@@ -64,6 +69,7 @@ typedef struct seginfo {
 typedef struct node {
     uint64_t id;
     uint64_t last_hb;
+    uint64_t failed_at; /* a writer could not reach it (PUT_DROP_REPLICA); 0: never */
 } node_t;
 
 struct mc__svc {
@@ -81,7 +87,8 @@ struct mc__svc {
     char *local_addr;
     char *local_rdma; /* RDMA record of the local segments (NULL: none) */
     uint32_t local_rdma_len;
-    uint64_t nodes_expired, objects_lost, puts_expired;
+    uint64_t nodes_expired, objects_lost, puts_expired, replicas_dropped;
+    mc__repair_t *rp;
 };
 
 static void id_key(uint64_t id, char k[8])
@@ -116,7 +123,10 @@ int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o)
     svc->puts = mc__index_new();
     svc->handles = mc__index_new();
     svc->owners = mc__index_new();
-    if (!svc->puts || !svc->handles || !svc->owners) {
+    mc__repair_opts_t ro = {.inflight = svc->o.repair_inflight,
+                            .bytes_per_s = svc->o.repair_bytes_per_s,
+                            .off = svc->o.no_repair};
+    if (!svc->puts || !svc->handles || !svc->owners || mc__repair_new(&svc->rp, &ro) < 0) {
         mc__svc_free(svc);
         return -ENOMEM;
     }
@@ -289,6 +299,7 @@ void mc__svc_free(mc__svc_t *svc)
         }
     }
     fenced_sweep(svc, UINT64_MAX);
+    mc__repair_free(svc->rp, svc->m);
     mc__index_free(svc->puts, NULL);
     mc__index_free(svc->handles, NULL);
     mc__index_free(svc->owners, free);
@@ -408,6 +419,7 @@ static void seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now)
     for (fenced_t *f = svc->fenced; f; f = f->next)
         mc__version_drop_replica(f->v, id);
     svc->objects_lost += mc__master_drop_segment(svc->m, id, now);
+    mc__repair_seg_dropped(svc->rp, svc->m, id); /* and wakes the repair */
     for (int i = 0; i < svc->nseg; i++) {
         if (svc->segs[i].id == id) {
             free(svc->segs[i].addr);
@@ -435,10 +447,43 @@ static node_t *node_touch(mc__svc_t *svc, uint64_t id, uint64_t now)
             return NULL;
         svc->nodes = nn;
         n = &svc->nodes[svc->nnodes++];
-        n->id = id;
+        *n = (node_t){.id = id};
     }
     n->last_hb = now;
     return n;
+}
+
+static int node_suspect(const node_t *n, uint64_t now)
+{
+    return now - n->last_hb > SUSPECT_MS || n->failed_at > n->last_hb;
+}
+
+/* Whether segment si can take new data: local, or its node is not suspected. */
+static int seg_live(mc__svc_t *svc, const seginfo_t *si, uint64_t now)
+{
+    if (si->node == 0)
+        return 1;
+    node_t *n = node_find(svc, si->node);
+    return n && !node_suspect(n, now);
+}
+
+/* Tells the master which segments placement should avoid right now. */
+static void mark_suspects(mc__svc_t *svc, uint64_t now)
+{
+    for (int i = 0; i < svc->nseg; i++)
+        mc__master_segment_avoid(svc->m, svc->segs[i].id, !seg_live(svc, &svc->segs[i], now));
+}
+
+/* Plans repairs onto the segments of live remote nodes. */
+static void repair_tick(mc__svc_t *svc, uint64_t now)
+{
+    mc__repair_target_t tg[64];
+    size_t n = 0;
+    for (int i = 0; i < svc->nseg && n < sizeof(tg) / sizeof(tg[0]); i++)
+        if (svc->segs[i].node != 0 && seg_live(svc, &svc->segs[i], now) &&
+            !mc__master_segment_held(svc->m, svc->segs[i].id, now))
+            tg[n++] = (mc__repair_target_t){svc->segs[i].id, svc->segs[i].node};
+    mc__repair_tick(svc->rp, svc->m, tg, n, now);
 }
 
 int mc__svc_tick(mc__svc_t *svc, uint64_t now)
@@ -470,6 +515,7 @@ int mc__svc_tick(mc__svc_t *svc, uint64_t now)
     }
     fenced_sweep(svc, now);
     mc__master_sweep(svc->m, now);
+    repair_tick(svc, now);
     return dropped;
 }
 
@@ -482,6 +528,46 @@ void mc__svc_stats(const mc__svc_t *svc, mc__svc_stats_t *st)
     st->nodes_expired = svc->nodes_expired;
     st->objects_lost = svc->objects_lost;
     st->puts_expired = svc->puts_expired;
+    st->replicas_dropped = svc->replicas_dropped;
+    mc__repair_stats_t rs;
+    mc__repair_stats(svc->rp, &rs);
+    st->repair_started = rs.started;
+    st->repair_done = rs.done;
+    st->repair_failed = rs.failed;
+    st->repair_bytes = rs.bytes;
+    st->repair_inflight = rs.inflight;
+    st->repair_waiting = rs.waiting;
+}
+
+size_t mc__svc_counters(const mc__svc_t *svc, mc_counter_t *out, size_t max)
+{
+    mc__svc_stats_t st;
+    mc__svc_stats(svc, &st);
+    const struct {
+        const char *name;
+        uint64_t value;
+    } all[] = {
+        {"nodes", st.nodes},
+        {"segments", st.segments},
+        {"puts", st.puts},
+        {"handles", st.handles},
+        {"nodes_expired", st.nodes_expired},
+        {"objects_lost", st.objects_lost},
+        {"puts_expired", st.puts_expired},
+        {"replicas_dropped", st.replicas_dropped},
+        {"repair_started", st.repair_started},
+        {"repair_done", st.repair_done},
+        {"repair_failed", st.repair_failed},
+        {"repair_bytes", st.repair_bytes},
+        {"repair_inflight", st.repair_inflight},
+        {"repair_waiting", st.repair_waiting},
+    };
+    size_t n = 0;
+    for (; n < max && n < sizeof(all) / sizeof(all[0]); n++) {
+        snprintf(out[n].name, sizeof(out[n].name), "%s", all[n].name);
+        out[n].value = all[n].value;
+    }
+    return n;
 }
 
 void mc__svc_forgive(mc__svc_t *svc, uint64_t now)
@@ -583,6 +669,7 @@ static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t
                         .soft_pin_ttl_ms = ttl,
                         .mtime_ns = mtime};
     mc__version_t *v;
+    mark_suspects(svc, now);
     int rc = mc__master_begin_at(svc->m, key, klen, &po, seg_by_addr(svc, pref, plen), capacity,
                                  now, &v);
     if (rc < 0)
@@ -653,9 +740,36 @@ static int op_put_commit(mc__svc_t *svc, const char *body, size_t len, uint64_t 
         mc__master_abort(svc->m, v);
         return rc;
     }
+    if (v->nrep < v->want)
+        mc__repair_wake(svc->rp); /* a replica was dropped on the way */
     mc_stat_t st;
     mc__version_stat(v, now, &st);
     return mc__pack_stat(w, &st);
+}
+
+/* A writer could not reach the node of one replica while others took the
+ * bytes: the put goes on without it, and new puts avoid that node. The
+ * space stays allocated for a node TTL, as requests may still be on their
+ * way there. */
+static int op_put_drop(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
+{
+    uint64_t id;
+    uint32_t seg;
+    UNPACK("qu", &id, &seg);
+    put_t *p = put_get(svc, id);
+    if (!p)
+        return -ENOENT;
+    put_touch(svc, p, now);
+    mc__replica_t rep;
+    if (!mc__version_take_replica(p->v, seg, &rep))
+        return 0; /* gone already (its segment was dropped) */
+    mc__repair_hold(svc->rp, svc->m, &rep, now + svc->o.node_ttl_ms);
+    seginfo_t *si = seg_info(svc, seg);
+    node_t *n = si && si->node ? node_find(svc, si->node) : NULL;
+    if (n)
+        n->failed_at = now;
+    svc->replicas_dropped++;
+    return 0;
 }
 
 static int op_put_revoke(mc__svc_t *svc, const char *body, size_t len)
@@ -751,6 +865,7 @@ static int op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now, 
         return -ENOMEM;
     if (!node_touch(svc, node, now))
         return -ENOMEM;
+    mc__repair_wake(svc->rp); /* room for copies */
     mc__pack(w, "u", seg);
     return w->err;
 }
@@ -774,8 +889,43 @@ static int op_heartbeat(mc__svc_t *svc, const char *body, size_t len, uint64_t n
     node_t *n = node_find(svc, node);
     if (n)
         n->last_hb = now;
-    mc__pack(w, "u", n ? 0 : MC__HB_REMOUNT);
+    uint32_t flags = !n ? MC__HB_REMOUNT : mc__repair_pending(svc->rp, node) ? MC__HB_REPAIR : 0;
+    mc__pack(w, "u", flags);
     return w->err;
+}
+
+/* Hands node its repair tasks (repair.h; the layout is in proto.h). */
+static int op_repair_take(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
+{
+    uint64_t node;
+    UNPACK("q", &node);
+    mc__repair_task_t *t;
+    for (int sent = 0; sent < 16 && (t = mc__repair_take(svc->rp, node, now));) {
+        mc__version_t *v = mc__master_find(svc->m, t->key, t->klen);
+        if (!v || v->id != t->vid) { /* replaced or removed since */
+            mc__repair_finish(svc->rp, svc->m, node, t->id, -ENOENT, now);
+            continue;
+        }
+        mc__wbuf_t tw = {0};
+        mc__pack(&tw, "qqquussu", t->id, t->limit_ms, t->size, 1u, t->dst.seg, "", 0u, "", 0u,
+                 t->dst.n);
+        for (uint32_t i = 0; i < t->dst.n; i++)
+            mc__pack(&tw, "qq", t->dst.ext[i].off, t->dst.ext[i].len);
+        pack_replicas(svc, &tw, v);
+        if (tw.err == 0)
+            mc__pack(w, "s", tw.p, (uint32_t)tw.len);
+        free(tw.p);
+        sent++;
+    }
+    return w->err;
+}
+
+static int op_repair_done(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
+{
+    uint64_t node, id;
+    int64_t status;
+    UNPACK("qqi", &node, &id, &status);
+    return mc__repair_finish(svc->rp, svc->m, node, id, status == 0 ? 0 : -EIO, now);
 }
 
 int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body, size_t len,
@@ -808,6 +958,12 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         return op_put_commit(svc, body, len, now, w);
     case MC__OP_PUT_REVOKE:
         return op_put_revoke(svc, body, len);
+    case MC__OP_PUT_DROP_REPLICA:
+        return op_put_drop(svc, body, len, now);
+    case MC__OP_REPAIR_TAKE:
+        return op_repair_take(svc, body, len, now, w);
+    case MC__OP_REPAIR_DONE:
+        return op_repair_done(svc, body, len, now);
     case MC__OP_OPEN:
         return op_open(svc, owner, body, len, now, w);
     case MC__OP_CLOSE:
@@ -858,6 +1014,14 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         mc_space_t sp;
         mc__master_space(m, &sp);
         mc__pack(w, "qqqq", sp.total, sp.used, sp.objects, sp.evicted);
+        return w->err;
+    }
+    case MC__OP_STATS: {
+        UNPACK("");
+        mc_counter_t c[32];
+        size_t n = mc__svc_counters(svc, c, 32);
+        for (size_t i = 0; i < n; i++)
+            mc__pack(w, "sq", c[i].name, (uint32_t)strlen(c[i].name), c[i].value);
         return w->err;
     }
     default:

@@ -27,9 +27,12 @@ typedef struct mc__svc mc__svc_t;
 #define MC__WRITE_LEASE_MS 10000
 
 typedef struct mc__svc_opts {
-    uint64_t node_ttl_ms;    /* a node silent this long loses its segments */
-    uint64_t put_ttl_ms;     /* a write in progress untouched this long is revoked */
-    uint64_t write_lease_ms; /* 0: MC__WRITE_LEASE_MS (capped at put_ttl_ms) */
+    uint64_t node_ttl_ms;        /* a node silent this long loses its segments */
+    uint64_t put_ttl_ms;         /* a write in progress untouched this long is revoked */
+    uint64_t write_lease_ms;     /* 0: MC__WRITE_LEASE_MS (capped at put_ttl_ms) */
+    uint32_t repair_inflight;    /* repair copies at once (0: 4) */
+    int no_repair;               /* plan no repairs at all */
+    uint64_t repair_bytes_per_s; /* repair copy budget (0: no limit) */
 } mc__svc_opts_t;
 
 /* Creates a service over master m (not owned). Returns 0 or -ENOMEM. */
@@ -80,7 +83,14 @@ int mc__svc_tick(mc__svc_t *svc, uint64_t now);
 /* Counters for logs and tests. */
 typedef struct mc__svc_stats {
     uint64_t nodes, segments, puts, handles, nodes_expired, objects_lost, puts_expired;
+    uint64_t replicas_dropped; /* by writers that could not reach a node (PUT_DROP_REPLICA) */
+    uint64_t repair_started, repair_done, repair_failed, repair_bytes, repair_inflight,
+        repair_waiting; /* see repair.h */
 } mc__svc_stats_t;
 void mc__svc_stats(const mc__svc_t *svc, mc__svc_stats_t *st);
+
+/* The counters of mc__svc_stats() by name, into out[0..max) (STATS and
+ * mc_master_stats()). Returns the count filled. */
+size_t mc__svc_counters(const mc__svc_t *svc, mc_counter_t *out, size_t max);
 
 #endif /* MC_SERVICE_H */

@@ -270,6 +270,9 @@ static void exec(op_t *o)
     case OP_STATFS:
         mc__master_space(m, o->sp);
         break;
+    case OP_MASTER_STATS: /* a store that serves no protocol has no counters yet */
+        rc = s->svc ? (int)mc__svc_counters(s->svc, o->counters, o->max) : 0;
+        break;
     case OP_OPEN: {
         v = mc__master_find(m, o->key, o->klen);
         if (!v) {
@@ -930,6 +933,16 @@ int mc_statfs_async(mc_store_t *s, mc_space_t *sp, mc_done_cb cb, void *arg)
     return submit(o);
 }
 
+int mc_master_stats_async(mc_store_t *s, mc_counter_t *out, size_t max, mc_done_cb cb, void *arg)
+{
+    op_t *o = op_new(s, OP_MASTER_STATS, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->counters = out;
+    o->max = max;
+    return submit(o);
+}
+
 int mc_obj_open_async(mc_store_t *s, const char *key, size_t klen, mc_obj_t **out, mc_done_cb cb,
                       void *arg)
 {
@@ -1150,6 +1163,11 @@ int mc_list(mc_store_t *s, const char *prefix, size_t plen, const char *after, s
 int mc_statfs(mc_store_t *s, mc_space_t *sp)
 {
     SYNC(s, mc_statfs_async(s, sp, waiter_cb, &w_));
+}
+
+int mc_master_stats(mc_store_t *s, mc_counter_t *out, size_t max)
+{
+    SYNC(s, mc_master_stats_async(s, out, max, waiter_cb, &w_));
 }
 
 /* ---- registered buffers ---- */

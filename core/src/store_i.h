@@ -110,6 +110,7 @@ enum op_kind {
     OP_RENAME,
     OP_LIST,
     OP_STATFS,
+    OP_MASTER_STATS,
     OP_LOOKUP,
     OP_SET_META,
     OP_OPEN,
@@ -144,6 +145,7 @@ typedef struct op {
     size_t max;
     int delim;
     mc_space_t *sp;
+    mc_counter_t *counters; /* OP_MASTER_STATS: max of them */
     mc_obj_t *obj;
     mc_obj_t **obj_out;
     mc_writer_t *w;

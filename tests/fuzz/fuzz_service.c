@@ -1,8 +1,9 @@
 /*
  * fuzz_service.c - libFuzzer target for the master's request handling: every
  * operation's body decoder and handler (core/src/service.c), run against a
- * live master with two segments, a few objects, writes in progress and open
- * handles, so that handlers get past their lookups.
+ * live master with three segments, a few objects, writes in progress and open
+ * handles, a repair task handed out and a replica dropped by a writer, so
+ * that handlers get past their lookups.
  *
  * Input: a sequence of requests, each [op index][owner][u16 length][body],
  * run against a fresh master (two segments, a few objects, a write in
@@ -53,6 +54,8 @@ static void setup(void)
          "", 0u);
     call(1, MC__OP_MOUNT_SEGMENT, "qusqs", (uint64_t)12, 0u, "127.0.0.1:2", 11u, (uint64_t)1 << 20,
          "MCRR", 4u);
+    call(1, MC__OP_MOUNT_SEGMENT, "qusqs", (uint64_t)13, 0u, "127.0.0.1:3", 11u, (uint64_t)1 << 20,
+         "", 0u);
     const char *keys[] = {"a", "a/b", "a/c/", "d/e/f", "z"};
     for (int i = 0; i < 5; i++) { /* put ids are handed out from 1 */
         call(1, MC__OP_PUT_START, "kquuuuqis", keys[i], (uint32_t)strlen(keys[i]),
@@ -63,6 +66,15 @@ static void setup(void)
     call(2, MC__OP_PUT_START, "kquuuuqis", "pending", 7u, (uint64_t)4096, 0u, 0u, 1u, 0u,
          (uint64_t)0, (int64_t)0, "", 0u);
     call(2, MC__OP_OPEN, "k", "a/b", 3u);
+    /* Put 6 loses a replica (its writer could not reach the node); node
+     * 11 leaves, so the objects it held are copied: node 13 takes its tasks
+     * (ids from 1), node 12 may have some waiting. */
+    call(2, MC__OP_PUT_START, "kquuuuqis", "drop", 4u, (uint64_t)4096, 0u, 0u, 2u, 0u, (uint64_t)0,
+         (int64_t)0, "", 0u);
+    call(2, MC__OP_PUT_DROP_REPLICA, "qu", (uint64_t)7, 1u);
+    call(1, MC__OP_UNMOUNT_SEGMENT, "qu", (uint64_t)11, 1u);
+    mc__svc_tick(svc, now);
+    call(1, MC__OP_REPAIR_TAKE, "q", (uint64_t)13);
 }
 
 static void check(void)

@@ -137,6 +137,25 @@ int main(int argc, char **argv)
     seed("mount_segment-req", MC__OP_MOUNT_SEGMENT, 0, 0, &b, 0);
     mc__pack(&b, "u", (unsigned)MC__HB_REMOUNT);
     seed("heartbeat-resp", MC__OP_HEARTBEAT, 1, 0, &b, 0);
+    mc__pack(&b, "u", (unsigned)MC__HB_REPAIR);
+    seed("heartbeat-repair-resp", MC__OP_HEARTBEAT, 1, 0, &b, 0);
+    mc__pack(&b, "q", (uint64_t)0x1122334455667788ull);
+    seed("repair_take-req", MC__OP_REPAIR_TAKE, 0, 0, &b, 0);
+    { /* one task: id, limit, bytes, the target (one replica), the sources */
+        mc__wbuf_t t = {0};
+        mc__pack(&t, "qqqu", (uint64_t)7, (uint64_t)10000, (uint64_t)1000000, 1u);
+        mc__pack(&t, "ussuqq", 4u, S(""), S(""), 1u, (uint64_t)0, (uint64_t)1000000);
+        replicas(&t);
+        mc__pack(&b, "s", t.p, (uint32_t)t.len);
+        free(t.p);
+    }
+    seed("repair_take-resp", MC__OP_REPAIR_TAKE, 1, 0, &b, 1);
+    mc__pack(&b, "qqi", (uint64_t)0x1122334455667788ull, (uint64_t)7, (int64_t)-EIO);
+    seed("repair_done-req", MC__OP_REPAIR_DONE, 0, 0, &b, 0);
+    mc__pack(&b, "qu", (uint64_t)99, 3u);
+    seed("put_drop_replica-req", MC__OP_PUT_DROP_REPLICA, 0, 0, &b, 0);
+    mc__pack(&b, "sqsq", S("repair_done"), (uint64_t)3, S("repair_bytes"), (uint64_t)3 << 20);
+    seed("stats-resp", MC__OP_STATS, 1, 0, &b, 1);
     mc__pack(&b, "kquuuuqis", S("dir/file.bin"), (uint64_t)1048576, (unsigned)MC_PUT_NOREPLACE,
              0644u, 2u, (unsigned)MC_PIN_SOFT, (uint64_t)60000, (int64_t)0, S("127.0.0.1:7101"));
     seed("put_start-req", MC__OP_PUT_START, 0, 0, &b, 1);

@@ -72,9 +72,9 @@ def test_replica_survives_kill_9_of_a_node(cluster, make_mount):
         assert r.returncode == 0, r.stderr
         assert r.stdout == blobs[name]
     # After the node's TTL the master drops its segment; the objects keep
-    # their surviving replica.
+    # their surviving replica (and the repair copies them to the third node).
     deadline = time.time() + 15
-    while b"replicas 1" not in cli(m.addr, "stat", "f000").stdout:
+    while b"nodes_expired 1\n" not in cli(m.addr, "stats").stdout:
         assert time.time() < deadline, "the dead node's segment was never dropped"
         time.sleep(0.2)
     for name in list(blobs)[::5]:

@@ -57,6 +57,7 @@ typedef struct fields {
     X("ssuu", S(0), S(1), U(2), U(3))                                                              \
     X("kuui", S(0), U(1), U(2), I(3))                                                              \
     X("qqqq", Q(0), Q(1), Q(2), Q(3))                                                              \
+    X("qqi", Q(0), Q(1), I(2))                                                                     \
     X("uqu", U(0), Q(1), U(2))                                                                     \
     X("uq*", U(0), Q(1), S(2))                                                                     \
     X("bhuqisk*", B(0), H(1), U(2), Q(3), I(4), S(5), S(6), S(7))

@@ -14,6 +14,7 @@
 
 #include "master.h"
 #include "proto.h"
+#include "repair.h"
 #include "service.h"
 
 #define T0 1000000
@@ -430,6 +431,264 @@ static void test_list_and_statfs(void **state)
     assert_int_equal(call(f, 5, T0, MC__OP_STAT, "k", "z/sub/c", 7), 0);
 }
 
+/* ---- repair ---- */
+
+/* The segments of key's replicas, from GET_REPLICAS; returns the count. */
+static int replica_segs(fixture_t *f, const char *key, uint64_t now, uint32_t *segs)
+{
+    assert_int_equal(call(f, 5, now, MC__OP_GET_REPLICAS, "k", key, (uint32_t)strlen(key)), 0);
+    uint64_t lease;
+    const char *p;
+    uint32_t pl;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", &lease, &p, &pl), 0);
+    size_t n = pl;
+    mc_stat_t st;
+    assert_int_equal(mc__take_stat(&p, &n, &st), 0);
+    mc__wire_replica_t reps[8];
+    int cnt = mc__take_replicas(&p, &n, reps, 8);
+    assert_int_equal(cnt, (int)st.replicas);
+    for (int i = 0; i < cnt; i++)
+        segs[i] = reps[i].seg;
+    return cnt;
+}
+
+static uint32_t hb_flags(fixture_t *f, uint64_t node, uint64_t now)
+{
+    uint32_t flags;
+    assert_int_equal(call(f, 0, now, MC__OP_HEARTBEAT, "q", node), 0);
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
+    return flags;
+}
+
+typedef struct task {
+    uint64_t id, limit, size;
+    uint32_t dst_seg, nsrc;
+    uint64_t dst_bytes;
+} task_t;
+
+/* REPAIR_TAKE for node; decodes up to max tasks into t, returns the count. */
+static int take(fixture_t *f, uint64_t node, uint64_t now, task_t *t, int max)
+{
+    assert_int_equal(call(f, 0, now, MC__OP_REPAIR_TAKE, "q", node), 0);
+    const char *p = f->resp.p;
+    size_t n = f->resp.len;
+    int cnt = 0;
+    while (n) {
+        const char *tb, *rest, *r;
+        uint32_t tl, rl, rlen;
+        assert_int_equal(mc__unpack(p, n, "s*", &tb, &tl, &rest, &rl), 0);
+        assert_true(cnt < max);
+        assert_int_equal(
+            mc__unpack(tb, tl, "qqq*", &t[cnt].id, &t[cnt].limit, &t[cnt].size, &r, &rlen), 0);
+        size_t left = rlen;
+        mc__wire_replica_t dst[8], src[8];
+        assert_int_equal(mc__take_replicas(&r, &left, dst, 8), 1);
+        t[cnt].dst_seg = dst[0].seg;
+        t[cnt].dst_bytes = 0;
+        for (uint32_t i = 0; i < dst[0].next; i++) {
+            uint64_t off, len;
+            mc__wire_extent(&dst[0], i, &off, &len);
+            t[cnt].dst_bytes += len;
+        }
+        int ns = mc__take_replicas(&r, &left, src, 8);
+        assert_true(ns >= 1);
+        assert_int_equal(left, 0);
+        t[cnt].nsrc = (uint32_t)ns;
+        cnt++;
+        p = rest;
+        n = rl;
+    }
+    return cnt;
+}
+
+/* Three nodes, "k" on two of them (2 replicas); returns the segment without
+ * a replica in *spare and the node of each segment in node_of[seg]. */
+static void three_nodes_one_object(fixture_t *f, uint64_t size, uint32_t *segs, uint32_t *spare,
+                                   uint64_t *node_of)
+{
+    for (uint64_t node = 11; node <= 13; node++)
+        node_of[mount(f, node, 16 * MiB, T0)] = node;
+    uint64_t id = put_start(f, 5, "k", size, 2, T0);
+    assert_int_equal(commit(f, id, "k", size, T0), 0);
+    assert_int_equal(replica_segs(f, "k", T0, segs), 2);
+    for (uint32_t s = 1; s <= 3; s++)
+        if (s != segs[0] && s != segs[1])
+            *spare = s;
+}
+
+/* A node's segment goes: the object is copied to the node without a
+ * replica, which learns of the task from its heartbeat, and the replica
+ * joins the object once the node reports the copy done. */
+static void test_repair_restores_a_lost_replica(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t segs[8], spare;
+    uint64_t node_of[8] = {0};
+    three_nodes_one_object(f, 100000, segs, &spare, node_of);
+    uint64_t before = used(f);
+    assert_int_equal(call(f, 1, T0 + 10, MC__OP_UNMOUNT_SEGMENT, "qu", node_of[segs[0]], segs[0]),
+                     0);
+    assert_int_equal(replica_segs(f, "k", T0 + 10, segs + 2), 1);
+    assert_int_equal(hb_flags(f, node_of[spare], T0 + 20), 0); /* nothing planned before a tick */
+    mc__svc_tick(f->svc, T0 + 1000);
+    assert_int_equal(hb_flags(f, node_of[segs[1]], T0 + 1000), 0);
+    assert_int_equal(hb_flags(f, node_of[spare], T0 + 1000), MC__HB_REPAIR);
+    task_t t[4];
+    assert_int_equal(take(f, node_of[spare], T0 + 1000, t, 4), 1);
+    assert_int_equal(t[0].dst_seg, spare);
+    assert_int_equal(t[0].size, 100000);
+    assert_true(t[0].dst_bytes >= 100000);
+    assert_int_equal(t[0].nsrc, 1);
+    assert_true(t[0].limit >= 10000);
+    /* Taken once: no flag, no second copy of the task. */
+    assert_int_equal(hb_flags(f, node_of[spare], T0 + 1100), 0);
+    assert_int_equal(take(f, node_of[spare], T0 + 1100, t + 1, 3), 0);
+    /* Space is reserved while the copy runs. */
+    assert_int_equal(used(f), before / 2 + t[0].dst_bytes);
+    assert_int_equal(
+        call(f, 0, T0 + 1500, MC__OP_REPAIR_DONE, "qqi", node_of[spare], t[0].id, (int64_t)0), 0);
+    assert_int_equal(replica_segs(f, "k", T0 + 1500, segs + 2), 2);
+    assert_true(segs[2] == spare || segs[3] == spare);
+    /* Reported twice, or by another node: unknown. */
+    assert_int_equal(
+        call(f, 0, T0 + 1500, MC__OP_REPAIR_DONE, "qqi", node_of[spare], t[0].id, (int64_t)0),
+        -ENOENT);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.repair_started, 1);
+    assert_int_equal(st.repair_done, 1);
+    assert_int_equal(st.repair_failed, 0);
+    assert_int_equal(st.repair_bytes, 100000);
+    assert_int_equal(st.repair_inflight, 0);
+    /* Full again: later ticks plan nothing. */
+    mc__svc_tick(f->svc, T0 + 2000);
+    assert_int_equal(hb_flags(f, node_of[spare], T0 + 2000), 0);
+}
+
+/* A copy not reported in time is given up after its limit plus the margin,
+ * its space freed and the repair planned again; a late report is refused. */
+static void test_repair_task_expires(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t segs[8], spare;
+    uint64_t node_of[8] = {0};
+    three_nodes_one_object(f, 5000, segs, &spare, node_of);
+    uint64_t one = used(f) / 2;
+    call(f, 1, T0, MC__OP_UNMOUNT_SEGMENT, "qu", node_of[segs[0]], segs[0]);
+    mc__svc_tick(f->svc, T0 + 100);
+    task_t t[2];
+    assert_int_equal(take(f, node_of[spare], T0 + 200, t, 2), 1);
+    uint64_t end = T0 + 200 + t[0].limit + MC__REPAIR_MARGIN_MS;
+    for (uint64_t now = T0 + 1000; now < end; now += 1000) { /* everyone keeps beating */
+        hb_flags(f, node_of[segs[1]], now);
+        hb_flags(f, node_of[spare], now);
+        mc__svc_tick(f->svc, now);
+        assert_int_equal(used(f), 2 * one);
+    }
+    hb_flags(f, node_of[segs[1]], end);
+    hb_flags(f, node_of[spare], end);
+    mc__svc_tick(f->svc, end);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.repair_failed, 1);
+    assert_int_equal(
+        call(f, 0, end, MC__OP_REPAIR_DONE, "qqi", node_of[spare], t[0].id, (int64_t)0), -ENOENT);
+    assert_int_equal(replica_segs(f, "k", end, segs + 2), 1);
+    /* The freed task's space went back, and a new task was planned. */
+    assert_int_equal(st.repair_started, 2);
+    assert_int_equal(used(f), 2 * one);
+    assert_int_equal(hb_flags(f, node_of[spare], end + 1), MC__HB_REPAIR);
+}
+
+/* The object is replaced while its copy runs: the copy's space is freed,
+ * never attached to the new version. Dropping the target's segment frees a
+ * task at once. */
+static void test_repair_of_a_replaced_object(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t segs[8], spare;
+    uint64_t node_of[8] = {0};
+    three_nodes_one_object(f, 5000, segs, &spare, node_of);
+    call(f, 1, T0, MC__OP_UNMOUNT_SEGMENT, "qu", node_of[segs[0]], segs[0]);
+    mc__svc_tick(f->svc, T0 + 100);
+    task_t t[2];
+    assert_int_equal(take(f, node_of[spare], T0 + 100, t, 2), 1);
+    uint64_t id = put_start(f, 5, "k", 5000, 2, T0 + 200);
+    assert_int_equal(commit(f, id, "k", 5000, T0 + 200), 0);
+    uint64_t now_used = used(f);
+    assert_int_equal(
+        call(f, 0, T0 + 300, MC__OP_REPAIR_DONE, "qqi", node_of[spare], t[0].id, (int64_t)0), 0);
+    assert_int_equal(used(f), now_used - t[0].dst_bytes);
+    assert_int_equal(replica_segs(f, "k", T0 + 300, segs + 2), 2);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.repair_done, 0);
+    assert_int_equal(st.repair_failed, 1);
+
+    /* A task whose target segment goes is dropped with it. */
+    call(f, 5, T0 + 400, MC__OP_REMOVE, "ku", "k", 1, MC_REMOVE_FORCE);
+    id = put_start(f, 5, "z", 5000, 2, T0 + 400);
+    assert_int_equal(commit(f, id, "z", 5000, T0 + 400), 0);
+    uint32_t zs[8];
+    assert_int_equal(replica_segs(f, "z", T0 + 400, zs), 2);
+    mc__svc_tick(f->svc, T0 + 500); /* nothing to do: both replicas live */
+    assert_int_equal(take(f, node_of[zs[0]], T0 + 500, t, 2), 0);
+}
+
+/* A writer drops a replica whose node it cannot reach: the put publishes
+ * with the others, the space stays held for a node TTL, new puts avoid that
+ * node until it beats again, and the repair restores the count. */
+static void test_put_drop_replica(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t node_of[8] = {0};
+    for (uint64_t node = 11; node <= 13; node++)
+        node_of[mount(f, node, 16 * MiB, T0)] = node;
+    uint64_t id = put_start(f, 5, "w", 10000, 2, T0);
+    assert_int_equal(call(f, 5, T0, MC__OP_GET_REPLICAS, "k", "w", 1), -ENOENT);
+    uint64_t u = used(f);
+    /* The segment of the put's first replica: the most free, segment 1. */
+    uint32_t dead = 1;
+    assert_int_equal(call(f, 5, T0 + 10, MC__OP_PUT_DROP_REPLICA, "qu", id, dead), 0);
+    assert_int_equal(call(f, 5, T0 + 10, MC__OP_PUT_DROP_REPLICA, "qu", id, dead), 0);
+    assert_int_equal(call(f, 5, T0 + 10, MC__OP_PUT_DROP_REPLICA, "qu", id + 99, dead), -ENOENT);
+    assert_int_equal(commit(f, id, "w", 10000, T0 + 20), 0);
+    uint32_t segs[8];
+    assert_int_equal(replica_segs(f, "w", T0 + 20, segs), 1);
+    assert_int_not_equal(segs[0], dead);
+    assert_int_equal(used(f), u); /* held */
+    /* New puts avoid the node while others have room. */
+    for (int i = 0; i < 4; i++) {
+        char key[8] = {'n', (char)('0' + i), 0};
+        id = put_start(f, 5, key, 1000, 2, T0 + 30);
+        assert_int_equal(commit(f, id, key, 1000, T0 + 30), 0);
+        uint32_t ns[8];
+        assert_int_equal(replica_segs(f, key, T0 + 30, ns), 2);
+        assert_true(ns[0] != dead && ns[1] != dead);
+    }
+    /* Nor does the repair copy there. */
+    mc__svc_tick(f->svc, T0 + 100);
+    assert_int_equal(hb_flags(f, node_of[dead], T0 + 200), 0);
+    task_t t[2];
+    uint32_t spare = 6 - segs[0] - dead;
+    assert_int_equal(hb_flags(f, node_of[spare], T0 + 200), MC__HB_REPAIR);
+    assert_int_equal(take(f, node_of[spare], T0 + 200, t, 2), 1);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.replicas_dropped, 1);
+    /* After a node TTL (3 s here) the held space is free. */
+    for (uint64_t now = T0 + 1000; now <= T0 + 3010; now += 1000) {
+        for (uint64_t node = 11; node <= 13; node++)
+            hb_flags(f, node, now);
+        mc__svc_tick(f->svc, now);
+    }
+    uint64_t held = used(f);
+    for (uint64_t node = 11; node <= 13; node++)
+        hb_flags(f, node, T0 + 3100);
+    mc__svc_tick(f->svc, T0 + 3100);
+    assert_true(used(f) < held);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -448,6 +707,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rdma_record_in_replica_sets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_put_expires, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_and_statfs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_restores_a_lost_replica, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_task_expires, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_of_a_replaced_object, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_drop_replica, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -306,6 +306,22 @@ MC_EXPORT void mc_list_free(mc_list_t *l);
 /* Fills *sp with the store's space use. Result 0. */
 MC_EXPORT int mc_statfs_async(mc_store_t *s, mc_space_t *sp, mc_done_cb cb, void *arg);
 
+/* One counter of the master (mc_master_stats()). */
+typedef struct mc_counter {
+    char name[32]; /* NUL-terminated, e.g. "repair_done" */
+    uint64_t value;
+} mc_counter_t;
+
+/*
+ * Fills out[0..max) with the master's counters (nodes, segments, writes in
+ * progress, handles, nodes expired, objects lost, replicas dropped by
+ * writers, repairs started, done, failed, bytes, in flight and waiting: see
+ * docs/PROTOCOL.md, STATS). The result is the count filled. An embedded
+ * store reports its own master.
+ */
+MC_EXPORT int mc_master_stats_async(mc_store_t *s, mc_counter_t *out, size_t max, mc_done_cb cb,
+                                    void *arg);
+
 /* Sync forms: the async call plus a wait; they return the callback's result. */
 MC_EXPORT int mc_put(mc_store_t *s, const char *key, size_t klen, const void *buf, size_t len,
                      const mc_put_opts_t *po);
@@ -320,6 +336,7 @@ MC_EXPORT int mc_rename(mc_store_t *s, const char *from, size_t flen, const char
 MC_EXPORT int mc_list(mc_store_t *s, const char *prefix, size_t plen, const char *after,
                       size_t alen, int delim, size_t max, mc_list_t **out);
 MC_EXPORT int mc_statfs(mc_store_t *s, mc_space_t *sp);
+MC_EXPORT int mc_master_stats(mc_store_t *s, mc_counter_t *out, size_t max);
 
 /* ---- open versions (read handles) ---- */
 
