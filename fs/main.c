@@ -98,6 +98,7 @@ static void usage(const char *prog)
            "    --timeout-ms N        bound on every network wait (default 5000)\n"
            "    --auth-secret-file F  the cluster's shared secret (a file of mode 600):\n"
            "                          peers prove to each other that they know it\n"
+           "                          (needed to --listen beyond loopback)\n"
            "    --no-shm              move no bytes through shared memory with nodes on\n"
            "                          this host (nor offer this segment that way)\n"
            "    --protocol P          data transport to nodes: tcp (default), rdma (fails\n"
