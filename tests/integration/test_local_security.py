@@ -15,6 +15,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -50,10 +51,9 @@ def open_mount():
     def make(*args):
         d = pathlib.Path(tempfile.mkdtemp(prefix="mc-local-"))
         os.chmod(d, 0o755)
-        made.append((d, None))
-        m = Mount(d, *args)
-        made[-1] = (d, m)
-        return m
+        made.append([d, None])  # removed at the end even if the mount fails
+        made[-1][1] = Mount(d, *args)
+        return made[-1][1]
 
     yield make
     errors = []
@@ -70,11 +70,15 @@ def open_mount():
     assert not errors, "\n".join(errors)
 
 
-def served_addr(mnt):
-    """The address the embedded mount serves the protocol on, from its log."""
-    m = re.search(r"serving (\S+)\)", mnt.read_log())
-    assert m, "the mount serves no protocol:\n" + mnt.read_log()
+def addr_in_log(log):
+    """The address an embedded mount serves the protocol on, from its log."""
+    m = re.search(r"serving (\S+)\)", log)
+    assert m, "the mount serves no protocol:\n" + log
     return m.group(1)
+
+
+def served_addr(mnt):
+    return addr_in_log(mnt.read_log())
 
 
 def cli(addr, *args, user=None, input=None):
@@ -215,6 +219,75 @@ def test_allow_other_mount_checks_modes_and_the_socket_stays_its_owners(open_mou
     for key in ("public", "private"):
         r = cli(addr, "get", key, user="nobody")
         assert refused(r), r
+
+
+def mount_as_nobody(d):
+    """Mounts an embedded store as nobody (without XDG_RUNTIME_DIR) at d/mnt;
+    returns (daemon process, mount path, log path)."""
+    d.mkdir()
+    shutil.chown(d, "nobody", "nogroup")
+    path, log_path = str(d / "mnt"), str(d / "daemon.log")
+    os.mkdir(path)
+    shutil.chown(path, "nobody", "nogroup")
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    with open(log_path, "w") as log:
+        p = subprocess.Popen(AS_NOBODY + [DAEMON, "-f", "--segment-size", "16M", path],
+                             stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.time() + 20
+    while not is_mounted(path):
+        assert p.poll() is None and time.time() < deadline, open(log_path).read()
+        time.sleep(0.02)
+    return p, path, log_path
+
+
+def unmount_as_nobody(p, path):
+    subprocess.run(AS_NOBODY + ["fusermount3", "-u", path], check=False)
+    assert wait_exit(p, 30) == 0
+    assert not is_mounted(path)
+
+
+def test_unprivileged_mount_serves_in_its_own_tmp_directory():
+    """A mount by nobody (no XDG_RUNTIME_DIR): the socket goes to
+    /tmp/mooncake-fs-65534, made with mode 700; when someone else holds
+    that name, to a fresh private directory, removed at exit."""
+    own = pathlib.Path("/tmp/mooncake-fs-65534")
+    if own.exists():
+        pytest.skip(f"{own} exists already")
+    base = pathlib.Path(tempfile.mkdtemp(prefix="mc-nobody-"))
+    os.chmod(base, 0o755)
+    try:
+        p, path, log_path = mount_as_nobody(base / "a")
+        try:
+            addr = addr_in_log(open(log_path).read())
+            assert os.path.dirname(addr) == "unix:" + str(own), addr
+            st = os.lstat(own)
+            assert st.st_uid == 65534 and stat.S_IMODE(st.st_mode) == 0o700, st
+            assert cli(addr, "put", "k", user="nobody", input=b"nobody's").returncode == 0
+            r = cli(addr, "get", "k")  # root may
+            assert r.returncode == 0 and r.stdout == b"nobody's", r
+        finally:
+            unmount_as_nobody(p, path)
+        os.rmdir(own)
+
+        own.mkdir()  # root's, open to all: not to be used
+        os.chmod(own, 0o777)
+        p, path, log_path = mount_as_nobody(base / "b")
+        try:
+            log = open(log_path).read()
+            assert f"not using {own}" in log, log
+            addr = addr_in_log(log)
+            temp = os.path.dirname(addr[5:])
+            assert temp.startswith(f"{own}-"), addr
+            st = os.lstat(temp)
+            assert st.st_uid == 65534 and stat.S_IMODE(st.st_mode) == 0o700, st
+            assert cli(addr, "ls", user="nobody").returncode == 0
+        finally:
+            unmount_as_nobody(p, path)
+        assert not os.path.exists(temp), "the private directory outlived the mount"
+    finally:
+        if own.exists():
+            shutil.rmtree(own, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def wait_exit(proc, timeout=15):
