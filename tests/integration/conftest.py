@@ -127,3 +127,15 @@ def make_mount(tmp_path_factory):
 def mnt(make_mount):
     """A mount with a 512 MiB embedded segment."""
     return make_mount("--segment-size", "512M")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A cluster.Cluster whose processes are stopped and checked at the end
+    (test files that define their own cluster fixture use theirs)."""
+    from cluster import Cluster  # cluster.py imports this module
+
+    c = Cluster(tmp_path)
+    yield c
+    errors = c.close()
+    assert not errors, "\n".join(errors)

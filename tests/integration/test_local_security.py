@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from cluster import CLI, MASTER, Cluster, free_port
+from cluster import CLI, MASTER, free_port
 from conftest import DAEMON, Mount, is_mounted
 
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
@@ -32,14 +32,6 @@ def need_root_and_setpriv():
         pytest.skip("needs root, to run clients as another user")
     if not shutil.which("setpriv"):
         pytest.skip("needs setpriv (util-linux)")
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    yield c
-    errors = c.close()
-    assert not errors, "\n".join(errors)
 
 
 @pytest.fixture
