@@ -56,6 +56,7 @@ static struct {
     int nphases;
     int no_shm;                         /* --no-shm: a co-located node is still reached over TCP */
     const char *protocol, *rdma_device; /* --protocol, --rdma-device */
+    const char *secret_file;            /* --auth-secret-file */
 } cfg = {.size = 1024, .conc = 16, .keys = 16, .seconds = 2.0};
 
 static uint64_t now_ns(void)
@@ -229,6 +230,7 @@ static int run_store(const char *master)
         o.no_shm = cfg.no_shm;
         o.protocol = cfg.protocol;
         o.rdma_devices = cfg.rdma_device;
+        o.secret_file = cfg.secret_file;
     } else {
         /* Embedded: master and segment in this process, nothing served. */
         o.segment_size = (uint64_t)cfg.size * cfg.conc * cfg.keys * 4 + (64ULL << 20);
@@ -535,7 +537,7 @@ static void usage(FILE *f)
             "usage: mc_bench (--master HOST:PORT | --embedded | --memcached HOST:PORT |\n"
             "                 --memcpy) [--size SIZE] [--concurrency N] [--seconds S] [--no-shm]\n"
             "                [--keys K] [--ops put,get] [--protocol tcp|rdma|auto]\n"
-            "                [--rdma-device NAME]\n");
+            "                [--rdma-device NAME] [--auth-secret-file F]\n");
 }
 
 int main(int argc, char **argv)
@@ -553,6 +555,7 @@ int main(int argc, char **argv)
         {"ops", required_argument, NULL, 'o'},
         {"protocol", required_argument, NULL, 'P'},
         {"rdma-device", required_argument, NULL, 'D'},
+        {"auth-secret-file", required_argument, NULL, 'a'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -594,6 +597,9 @@ int main(int argc, char **argv)
             break;
         case 'D':
             cfg.rdma_device = optarg;
+            break;
+        case 'a':
+            cfg.secret_file = optarg;
             break;
         case 't':
             cfg.seconds = strtod(optarg, NULL);

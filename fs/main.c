@@ -5,8 +5,10 @@
  * signalfd; each readable event reads requests and hands them to the
  * operations in ops.c, which answer from store completions on this loop.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
@@ -14,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,12 +90,16 @@ static void usage(const char *prog)
            "    --master HOST:PORT    join the cluster of this master (default: an embedded\n"
            "                          store, a one-node cluster of its own)\n"
            "    --listen ADDR         where to serve the protocol: embedded, the master and\n"
-           "                          the segment (default 127.0.0.1:50051 when free;\n"
-           "                          'none' serves nothing); with --master, the segment's\n"
-           "                          data (default 127.0.0.1 on any free port)\n"
+           "                          the segment (default: a Unix socket only this user\n"
+           "                          may use, named after the mount point, in\n"
+           "                          /run/mooncake-fs, $XDG_RUNTIME_DIR/mooncake-fs or\n"
+           "                          /tmp/mooncake-fs-UID; 'none' serves nothing); with\n"
+           "                          --master, the segment's data (default 127.0.0.1 on\n"
+           "                          any free port). TCP beyond loopback needs a secret\n"
            "    --timeout-ms N        bound on every network wait (default 5000)\n"
            "    --auth-secret-file F  the cluster's shared secret (a file of mode 600):\n"
            "                          peers prove to each other that they know it\n"
+           "                          (needed to --listen beyond loopback)\n"
            "    --no-shm              move no bytes through shared memory with nodes on\n"
            "                          this host (nor offer this segment that way)\n"
            "    --protocol P          data transport to nodes: tcp (default), rdma (fails\n"
@@ -170,6 +178,77 @@ static void on_signal(mc_poll_t *p, int revents)
     if (n == (ssize_t)sizeof(si))
         fprintf(stderr, "mooncake-fs: %s, unmounting\n", strsignal((int)si.ssi_signo));
     shutdown_and_stop(fs);
+}
+
+/* Whether dir is (now) a directory of ours that group and others cannot
+ * enter: made here with mode 700, or found so. A symbolic link, another
+ * user's directory or a looser mode is not used (and said so). */
+static int private_dir(const char *dir)
+{
+    struct stat st;
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return 0;
+    if (lstat(dir, &st) < 0)
+        return 0;
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        fprintf(stderr,
+                "mooncake-fs: warning: not using %s for the store's socket: not a directory "
+                "of this user closed to others\n",
+                dir);
+        return 0;
+    }
+    return 1;
+}
+
+/*
+ * Picks the embedded store's default address: "unix:DIR/NAME.sock" in buf,
+ * where DIR is the first private_dir() of /run/mooncake-fs (root),
+ * $XDG_RUNTIME_DIR/mooncake-fs and /tmp/mooncake-fs-UID, else a fresh
+ * mkdtemp() directory, whose path goes to temp_dir (the caller removes it
+ * at exit). NAME is the mount point with '/' as '-' (and bytes other than
+ * letters, digits, '.', '_' and '-' as '_'), cut to its last characters
+ * when a socket address cannot hold it all. Only the owner can enter DIR,
+ * so only the owner (and root) reaches the socket, as only they reach a
+ * mount without allow_other. Returns 0 or -errno.
+ */
+static int default_listen_addr(const char *mountpoint, char *buf, size_t n, char *temp_dir,
+                               size_t tn)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    int found = 0;
+
+    temp_dir[0] = '\0';
+    if (geteuid() == 0) {
+        snprintf(dir, sizeof(dir), "/run/mooncake-fs");
+        found = private_dir(dir);
+    }
+    if (!found && xdg && xdg[0] == '/' &&
+        (size_t)snprintf(dir, sizeof(dir), "%s/mooncake-fs", xdg) < sizeof(dir))
+        found = private_dir(dir);
+    if (!found) {
+        snprintf(dir, sizeof(dir), "/tmp/mooncake-fs-%u", (unsigned)geteuid());
+        found = private_dir(dir);
+    }
+    if (!found) {
+        snprintf(dir, sizeof(dir), "/tmp/mooncake-fs-%u-XXXXXX", (unsigned)geteuid());
+        if (!mkdtemp(dir))
+            return -errno;
+        snprintf(temp_dir, tn, "%s", dir);
+    }
+    /* The mount point as a file name; when too long, its end. */
+    char name[PATH_MAX];
+    size_t len = 0;
+    for (const char *p = mountpoint + strspn(mountpoint, "/"); *p && len + 1 < sizeof(name); p++)
+        name[len++] = *p == '/' ? '-' : strchr("._-", *p) || isalnum((unsigned char)*p) ? *p : '_';
+    if (len == 0)
+        name[len++] = '-'; /* mounted on / */
+    name[len] = '\0';
+    size_t room = sizeof(dir) - 1 - strlen(dir) - strlen("/.sock");
+    if (room > sizeof(dir) || room == 0)
+        return -ENAMETOOLONG;
+    snprintf(buf, n, "unix:%s/%s.sock", dir, len > room ? name + len - room : name);
+    return 0;
 }
 
 /* Creates the loop and opens the store on it. Returns 0 or -errno (logged). */
@@ -282,9 +361,19 @@ int main(int argc, char *argv[])
         so.timeout_ms = v;
     }
     int default_listen = !o.listen && !(o.master && o.master[0]);
-    if (default_listen)
-        so.listen = "127.0.0.1:50051";
-    else if (o.listen && strcmp(o.listen, "none") != 0)
+    char listen_buf[sizeof(((struct sockaddr_un *)0)->sun_path) + 8], temp_dir[PATH_MAX];
+    temp_dir[0] = '\0';
+    if (default_listen) {
+        int rc = default_listen_addr(fopts.mountpoint, listen_buf, sizeof(listen_buf), temp_dir,
+                                     sizeof(temp_dir));
+        if (rc < 0)
+            fprintf(stderr,
+                    "mooncake-fs: warning: no directory for the store's socket (%s): "
+                    "not serving the protocol\n",
+                    strerror(-rc));
+        else
+            so.listen = listen_buf;
+    } else if (o.listen && strcmp(o.listen, "none") != 0)
         so.listen = o.listen;
     if (o.master && o.master[0] && !o.segment_size)
         so.segment_size = MC_DEFAULT_SEGMENT_SIZE;
@@ -298,6 +387,10 @@ int main(int argc, char *argv[])
     if (!fs.it)
         goto out;
 
+    /* The kernel checks permission bits against the owner (this user) as on
+     * any file system; with -o allow_other others get what the modes give. */
+    if (fuse_opt_add_arg(&args, "-odefault_permissions") < 0)
+        goto out;
     fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
     if (!fs.se)
         goto out;
@@ -362,6 +455,8 @@ out:
                 (unsigned long long)st.tcp_ops, (unsigned long long)st.rdma_ops);
         mc_store_close(fs.store);
     }
+    if (temp_dir[0])
+        rmdir(temp_dir);
     if (fs.loop)
         mc_loop_free(fs.loop);
     if (mounted)

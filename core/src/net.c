@@ -193,6 +193,16 @@ const char *mc__addr_format(const struct sockaddr *sa, socklen_t len, char *buf,
     return buf;
 }
 
+int mc__addr_is_loopback(const mc__addr_t *a)
+{
+    if (a->ss.ss_family == AF_INET)
+        return ntohl(((const struct sockaddr_in *)&a->ss)->sin_addr.s_addr) >> 24 == 127;
+    if (a->ss.ss_family != AF_INET6)
+        return 0;
+    const struct in6_addr *ip = &((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(ip) || (IN6_IS_ADDR_V4MAPPED(ip) && ip->s6_addr[12] == 127);
+}
+
 int mc__addr_port(const mc__addr_t *a)
 {
     if (a->ss.ss_family == AF_INET)
@@ -912,6 +922,18 @@ int mc__conn_take_fd(mc__conn_t *c)
 int mc__conn_is_unix(const mc__conn_t *c)
 {
     return c->is_unix;
+}
+
+int mc__conn_peer_uid(const mc__conn_t *c, uid_t *uid)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (!c->is_unix)
+        return -ENOTSOCK;
+    if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+        return -errno;
+    *uid = cred.uid;
+    return 0;
 }
 
 void mc__conn_set_limits(mc__conn_t *c, size_t max_queued, uint64_t send_timeout_ms,

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include "mooncake/loop.h"
@@ -64,6 +65,13 @@ const char *mc__addr_format(const struct sockaddr *sa, socklen_t len, char *buf,
 
 /* mc__addr_port() returns the port of a TCP address, or -1 for Unix. */
 int mc__addr_port(const mc__addr_t *a);
+
+/*
+ * mc__addr_is_loopback() returns 1 for an IP address only this host can
+ * reach (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104), 0 for any other, the
+ * unspecified address (every interface) and Unix addresses included.
+ */
+int mc__addr_is_loopback(const mc__addr_t *a);
 
 typedef struct mc__conn mc__conn_t;
 typedef struct mc__listener mc__listener_t;
@@ -194,6 +202,13 @@ int mc__conn_take_fd(mc__conn_t *c);
 
 /* mc__conn_is_unix() returns 1 for a Unix-domain conn. */
 int mc__conn_is_unix(const mc__conn_t *c);
+
+/*
+ * mc__conn_peer_uid() stores the user id of a Unix conn's peer, as the
+ * kernel recorded it at connect (SO_PEERCRED), in *uid. Returns 0, or
+ * -ENOTSOCK for a TCP conn, or -errno.
+ */
+int mc__conn_peer_uid(const mc__conn_t *c, uid_t *uid);
 
 /*
  * mc__conn_set_limits() changes the conn's bounds: max_queued bytes queued

@@ -9,7 +9,12 @@
  *   FRESH --HELLO (client nonce)--> CHALLENGED --AUTH (right MAC)--> OPEN
  *      \____ anything else, a wrong MAC: -EACCES, hang up --> REFUSED
  *
- * Without a secret every connection starts OPEN (HELLO is optional).
+ * Without a secret every connection starts OPEN (HELLO is optional), except
+ * on a Unix socket from a user other than ours or root: whoever may
+ * connect to the socket file, such a stranger is refused -EACCES at its
+ * first request (SO_PEERCRED), so that a local user gets from the store no
+ * more than from the mount. Without a secret, TCP is served on loopback
+ * only (and with a warning: every local user may connect there).
  * Requests are answered in the order they complete; here all complete at
  * once, as the service and segment copies do no I/O.
  *
@@ -20,9 +25,11 @@
  * connection at the limit evicts the oldest one not yet greeted.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "log.h"
@@ -41,6 +48,8 @@ typedef struct sconn {
     int greeted;      /* through the handshake: the full body limit and idle timeout */
     int dropped;      /* closed for a timeout or to make room, with a line saying why */
     uint64_t last_ms; /* when its last whole frame arrived (or it was accepted) */
+    int stranger;     /* a Unix peer of another user, and no secret: refused */
+    uid_t uid;        /* the Unix peer's user (SO_PEERCRED) */
     unsigned char cnonce[MC__AUTH_NONCE], snonce[MC__AUTH_NONCE];
     struct sconn *prev, *next;
 } sconn_t;
@@ -246,6 +255,12 @@ static void on_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t
     sc->last_ms = mc_loop_now_ms();
     if (h->flags & MC__F_RESPONSE)
         return bad_frame(sc, h, "unexpected response");
+    if (sc->stranger) {
+        char why[96];
+        snprintf(why, sizeof(why), "uid %u is not this server's user, and no secret is set",
+                 (unsigned)sc->uid);
+        return refuse(sc, h, why);
+    }
     if (sc->sess != S_OPEN && h->op != MC__OP_HELLO && h->op != MC__OP_AUTH)
         return refuse(sc, h, "a request before authentication");
     switch (h->op) {
@@ -375,6 +390,8 @@ static void on_accept(mc__listener_t *ls, mc__conn_t *c)
     sc->last_ms = mc_loop_now_ms();
     mc__conn_set_max_body(c, MC__SERVER_HANDSHAKE_MAX_BODY);
     srv->nconns++;
+    if (!srv->o.secret && mc__conn_is_unix(c))
+        sc->stranger = mc__conn_peer_uid(c, &sc->uid) < 0 || (sc->uid != geteuid() && sc->uid != 0);
     sc->next = srv->conns;
     if (srv->conns)
         srv->conns->prev = sc;
@@ -465,9 +482,35 @@ static void shm_listen(mc__server_t *srv)
     }
 }
 
+/* Without a secret, whoever reaches a TCP address reads and writes every
+ * key: refuse one beyond this host, and say so for loopback. */
+static int check_reach(const mc__addr_t *a, const mc__server_opts_t *o)
+{
+    char name[MC__ADDR_STRLEN];
+    if (o->secret || a->ss.ss_family == AF_UNIX)
+        return 0;
+    mc__addr_format((const struct sockaddr *)&a->ss, a->len, name, sizeof(name));
+    if (!mc__addr_is_loopback(a)) {
+        mc__log(MC__LOG_ERROR,
+                "refusing to serve %s without a shared secret: whoever reaches it could read "
+                "and write every key (give --auth-secret-file F, or listen on loopback or a "
+                "unix:/path)",
+                name);
+        return -EACCES;
+    }
+    mc__log(MC__LOG_WARN,
+            "serving %s without a shared secret: any local user can read and write every key "
+            "there (give --auth-secret-file F, or listen on a unix:/path)",
+            name);
+    return 0;
+}
+
 int mc__server_new(mc__server_t **out, mc_loop_t *l, const mc__addr_t *a,
                    const mc__server_opts_t *o)
 {
+    int rc = check_reach(a, o);
+    if (rc < 0)
+        return rc;
     mc__server_t *srv = calloc(1, sizeof(*srv));
     if (!srv)
         return -ENOMEM;
@@ -478,7 +521,7 @@ int mc__server_new(mc__server_t **out, mc_loop_t *l, const mc__addr_t *a,
     if (!srv->o.handshake_timeout_ms)
         srv->o.handshake_timeout_ms = MC__SERVER_HANDSHAKE_TIMEOUT_MS;
     srv->max_conns = srv->o.max_conns ? srv->o.max_conns : default_max_conns();
-    int rc = mc__listen(l, a, &conn_ops, on_accept, srv, &srv->ls);
+    rc = mc__listen(l, a, &conn_ops, on_accept, srv, &srv->ls);
     if (rc < 0) {
         free(srv);
         return rc;

@@ -66,7 +66,8 @@ typedef struct mc__server_stats {
 } mc__server_stats_t;
 
 /*
- * Listens on a and serves. Returns 0 or -errno (bind errors included). The
+ * Listens on a and serves. Returns 0 or -errno (bind errors included);
+ * -EACCES, logged, for a TCP address beyond loopback without a secret. The
  * shm listener is best effort: when its name is taken (another node of the
  * same address in this network namespace) the server logs it and serves
  * TCP only.

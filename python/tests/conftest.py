@@ -59,13 +59,15 @@ class Daemon:
     come before the mount point (without --segment-size in them, SEGMENT is
     given). Ready once mounted and its store is open (it mounts first)."""
 
-    def __init__(self, tmp_path, *args):
+    def __init__(self, tmp_path, *args, serve=False):
         self.path = str(tmp_path / "mnt")
         os.makedirs(self.path, exist_ok=True)
         self.log_path = str(tmp_path / "daemon.log")
         seg = [] if "--segment-size" in args else ["--segment-size", str(SEGMENT)]
-        # Serve the protocol only when asked (not on the default 50051).
-        listen = [] if "--listen" in args or "--master" in args else ["--listen", "none"]
+        # Serve the protocol only when asked: on --listen, or with serve=True
+        # on the default (the daemon's own Unix socket, see served_addr()).
+        asked = serve or "--listen" in args or "--master" in args
+        listen = [] if asked else ["--listen", "none"]
         self.cmd = [DAEMON, "-f", *seg, *listen, *args, self.path]
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
@@ -81,6 +83,12 @@ class Daemon:
 
     def reproduce(self):
         return " ".join(shlex.quote(a) for a in self.cmd)
+
+    def served_addr(self):
+        """The address the embedded store serves the protocol on, from the log."""
+        m = re.search(r"serving (\S+)\)", self.read_log())
+        assert m, "the daemon serves no protocol:\n" + self.read_log()
+        return m.group(1)
 
     def read_log(self):
         if not self.log.closed:
@@ -134,6 +142,12 @@ class Proc:
 
     def reproduce(self):
         return " ".join(shlex.quote(a) for a in self.cmd)
+
+    def served_addr(self):
+        """The address the embedded store serves the protocol on, from the log."""
+        m = re.search(r"serving (\S+)\)", self.read_log())
+        assert m, "the daemon serves no protocol:\n" + self.read_log()
+        return m.group(1)
 
     def read_log(self):
         if not self.log.closed:

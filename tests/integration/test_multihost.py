@@ -4,7 +4,10 @@ listens on loopback; every byte crosses the veth links, which the interface
 counters prove. Skipped, with the reason, where namespaces cannot be made.
 
 Topology (10.200.0.0/24, reachable only from these namespaces):
-    master .1   node a .2   node b .3   node c .4   client (the mount) .5"""
+    master .1   node a .2   node b .3   node c .4   client (the mount) .5
+
+Every process has the cluster's secret: without one, a server refuses to
+listen beyond loopback."""
 
 import os
 import re
@@ -58,6 +61,10 @@ class MultiHost:
         self.mounts = []
         self.expect = {}  # proc or mount -> regex of log lines the test provokes
         self.hung = False
+        self.key = str(tmp / "secret")
+        with open(self.key, "wb") as f:
+            f.write(os.urandom(32).hex().encode())
+        os.chmod(self.key, 0o600)
         try:
             self.master_host = self.net.host("master")
             self.node_hosts = [self.net.host(n) for n in ("a", "b", "c")]
@@ -68,12 +75,15 @@ class MultiHost:
             raise
 
     def master(self, *args):
-        m = Master(self.tmp, *args, netns=self.master_host.ns, host=self.master_host.addr)
+        m = Master(self.tmp, "--auth-secret-file", self.key, *args, netns=self.master_host.ns,
+                   host=self.master_host.addr)
+        m.key = self.key
         self.procs.append(m)
         return m
 
     def node(self, master, host, size="64M"):
-        n = Node(self.tmp, master.addr, size, netns=host.ns, host=host.addr)
+        n = Node(self.tmp, master.addr, size, "--auth-secret-file", self.key, netns=host.ns,
+                 host=host.addr)
         n.host = host
         self.procs.append(n)
         return n
@@ -81,7 +91,7 @@ class MultiHost:
     def mount(self, *args, expect_log=None):
         d = self.tmp / f"fs{len(self.mounts)}"
         d.mkdir()
-        m = NsMount(d, self.client, *args, expect_log=expect_log)
+        m = NsMount(d, self.client, "--auth-secret-file", self.key, *args, expect_log=expect_log)
         self.mounts.append(m)
         return m
 
@@ -187,7 +197,8 @@ def read(path):
 
 
 def cli_ok(master, host, *args, input=None):
-    r = cli(master.addr, *args, input=input, netns=host.ns, timeout=30)
+    r = cli(master.addr, "--auth-secret-file", master.key, *args, input=input, netns=host.ns,
+            timeout=30)
     assert r.returncode == 0, (args, r.stderr)
     return r.stdout
 

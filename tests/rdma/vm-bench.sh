@@ -10,10 +10,14 @@ set -u
 IP=$RXE_IP
 M=$IP:50051
 SECS=${BENCH_SECONDS:-3}
-mooncake-master --listen $M >/tmp/master.log 2>&1 &
+# Servers beyond loopback need the cluster's secret; every process gets it.
+K=/tmp/secret
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >$K
+chmod 600 $K
+mooncake-master --listen $M --auth-secret-file $K >/tmp/master.log 2>&1 &
 p1=$!
 sleep 0.5
-mooncake-cli --master $M --protocol rdma --rdma-device "$RXE_DEV" --segment-size 512M \
+mooncake-cli --master $M --auth-secret-file $K --protocol rdma --rdma-device "$RXE_DEV" --segment-size 512M \
     --listen $IP:0 node >/tmp/node.log 2>&1 &
 p2=$!
 i=0
@@ -24,7 +28,7 @@ until grep -q "node up" /tmp/node.log; do
 done
 rc=0
 for proto in rdma tcp; do
-    mc_bench --master $M --protocol $proto --rdma-device "$RXE_DEV" --no-shm --size 1M \
+    mc_bench --master $M --auth-secret-file $K --protocol $proto --rdma-device "$RXE_DEV" --no-shm --size 1M \
         -n 4 --keys 8 --seconds "$SECS" --ops put,get >/tmp/bench.$proto 2>&1 || rc=1
     echo "$proto: $(grep 'op=get' /tmp/bench.$proto) $(grep '^tcp_bytes' /tmp/bench.$proto)"
 done

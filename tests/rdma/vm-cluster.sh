@@ -14,6 +14,10 @@ IP=$RXE_IP
 M=$IP:50051
 T=/tmp/mc
 mkdir -p $T /mnt/mc
+# Servers beyond loopback need the cluster's secret; every process gets it.
+K=$T/secret
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >$K
+chmod 600 $K
 fails=0
 pids=""
 ok() { echo "ok   $*"; }
@@ -33,18 +37,20 @@ die() {
 now() { cut -d' ' -f1 /proc/uptime; }
 # field NAME FILE: the value after NAME in the last "stats:" line of FILE.
 field() { grep 'stats:' "$2" | tail -n 1 | tr ' ' '\n' | grep -A1 -x "$1" | tail -n 1; }
-cli() { mooncake-cli --master $M --protocol rdma --rdma-device "$RXE_DEV" "$@"; }
+cli() { mooncake-cli --master $M --auth-secret-file $K --protocol rdma --rdma-device "$RXE_DEV" "$@"; }
 
 echo "== transport selftest"
 sh /usr/local/bin/vm-selftest.sh || die "rdma_selftest"
 
 echo "== cluster: master, nodes A and B (--protocol rdma, segments 256 MiB)"
-mooncake-master --listen $M --node-ttl-ms 3000 >$T/master.log 2>&1 &
+# A TTL longer than part (c) takes under emulation (each client's HELLO/AUTH
+# adds round trips): the killed node must stay listed, for the failover.
+mooncake-master --listen $M --auth-secret-file $K --node-ttl-ms 30000 >$T/master.log 2>&1 &
 pids="$pids $!"
 sleep 0.5
 start_node() {
     # Not through cli(): $! must be mooncake-cli itself, for the kill -9.
-    mooncake-cli --master $M --protocol rdma --rdma-device "$RXE_DEV" --log-level info \
+    mooncake-cli --master $M --auth-secret-file $K --protocol rdma --rdma-device "$RXE_DEV" --log-level info \
         --segment-size 256M --listen $IP:0 node >$T/node$1.log 2>&1 &
     eval "node$1=$!"
     pids="$pids $!"
@@ -84,14 +90,14 @@ for sz in 1K 1M 64M; do
 done
 
 echo "== (e) zero copy: a registered 64 MiB buffer, put_from / get_into (zc_check)"
-zc_check $M "$RXE_DEV" >$T/zc.log 2>&1 || die "zc_check: $(cat $T/zc.log)"
+zc_check $M "$RXE_DEV" $K >$T/zc.log 2>&1 || die "zc_check: $(cat $T/zc.log)"
 sed 's/^/     /' $T/zc.log
 ok "the NIC moved the registered buffer's bytes itself: rdma_zero_copy_bytes > 0, tcp 0"
 
 echo "== (b) cp 64 MiB in and out of mooncake-fs --protocol rdma"
 # fs_mount LOG: mounts /mnt/mc in the foreground, waits for it.
 fs_mount() {
-    mooncake-fs -f --master $M --segment-size 0 --protocol rdma --rdma-device "$RXE_DEV" \
+    mooncake-fs -f --master $M --auth-secret-file $K --segment-size 0 --protocol rdma --rdma-device "$RXE_DEV" \
         --replicas 2 /mnt/mc >"$1" 2>&1 &
     fs=$!
     i=0

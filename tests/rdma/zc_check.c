@@ -7,7 +7,8 @@
  * A put from unregistered memory then goes through staging (zero copy
  * unchanged).
  *
- * Usage: zc_check MASTER RDMA_DEVICE. Exit 0 when every check passed.
+ * Usage: zc_check MASTER RDMA_DEVICE [SECRET_FILE]. Exit 0 when every check
+ * passed.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -34,8 +35,8 @@ static int fails;
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: zc_check MASTER RDMA_DEVICE\n");
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: zc_check MASTER RDMA_DEVICE [SECRET_FILE]\n");
         return 2;
     }
     mc_store_opts_t o;
@@ -43,6 +44,7 @@ int main(int argc, char **argv)
     o.master = argv[1];
     o.protocol = "rdma";
     o.rdma_devices = argv[2];
+    o.secret_file = argc == 4 ? argv[3] : NULL;
     o.segment_size = 0;
     mc_store_t *s;
     int rc = mc_store_open(&s, &o);

@@ -256,15 +256,15 @@ async def test_removal_under_a_lease_granted_by_the_master(make_cluster, make_st
 def mount_and_store(request, tmp_path_factory, make_cluster, make_store):
     """(mount daemon, direct store on the same objects):
     - embedded-mount: mooncake-fs with its own store, serving the master
-      protocol on --listen 127.0.0.1:FREEPORT; the direct backend uses that
-      address as master_server_addr;
+      protocol on its default Unix socket (unix:/...); the direct backend
+      uses that address as master_server_addr;
     - mount-of-a-master: mooncake-fs --master (a pure client) of a master
       with two nodes; the direct backend a client of the same master."""
     if request.param == "embedded-mount":
-        addr = f"127.0.0.1:{free_port()}"
-        d = Daemon(tmp_path_factory.mktemp("fs"), "--listen", addr, "--cache-timeout", "0")
+        d = Daemon(tmp_path_factory.mktemp("fs"), "--cache-timeout", "0", serve=True)
         request.addfinalizer(d.stop)
-        assert f"serving {addr}" in d.read_log()
+        addr = d.served_addr()
+        assert addr.startswith("unix:/"), addr
         s = MooncakeDistributedStoreAsync()
         assert s.setup({"master_server_addr": addr, "timeout_ms": 2000}) == 0
         request.addfinalizer(s.close)
