@@ -102,7 +102,7 @@ class Model:
         self.keys = {k: Key(k) for k in keys}
         self.next_vid = 1
         self.versions = {}
-        self.log = []  # what happened, for the failure report
+        self.notes = {}  # key -> what happened to it that a report should say
 
     def key(self, name):
         if name not in self.keys:
@@ -118,6 +118,27 @@ class Model:
         v = Version(vid, key, pieces, how)
         self.versions[vid] = v
         return v
+
+    def note(self, name, text):
+        self.notes.setdefault(name, []).append(text)
+
+    def history(self, name):
+        n = self.notes.get(name, [])
+        return ("\n  history of this key: " + "; ".join(n[-6:])) if n else ""
+
+    def prefix(self, v, n, how):
+        """A version holding the first n bytes of v (what a failed write
+        had written)."""
+        pieces, left = [], n
+        for vid, size in v.pieces:
+            if left <= 0:
+                break
+            pieces.append((vid, min(size, left)))
+            left -= size
+        p = Version(self.next_vid, v.key, pieces, how)
+        self.versions[self.next_vid] = p
+        self.next_vid += 1
+        return p
 
     # ---- transitions ----
 
@@ -158,7 +179,8 @@ class Model:
                 return v
         if data is ABSENT:
             if ABSENT not in k.vals:
-                raise ModelError(f"{how} {name!r}: ENOENT, but the model has {self.show(k)}")
+                raise ModelError(f"{how} {name!r}: ENOENT, but the model has {self.show(k)}"
+                                 f"{self.history(name)}")
             if k.settled:
                 k.vals = {ABSENT}
             return ABSENT
@@ -166,7 +188,7 @@ class Model:
         if v is None:
             raise ModelError(f"{how} {name!r}: read {len(data)} bytes that are no acceptable "
                              f"version\n  acceptable: {self.show(k)}\n  read holds: "
-                             f"{describe(data)}\n  {self.whose(data)}")
+                             f"{describe(data)}\n  {self.whose(data)}{self.history(name)}")
         if k.settled:
             k.vals = {v}
         return v
