@@ -103,6 +103,21 @@ FUZZ_CI_SECONDS ?= 30
 fuzz:
 	$(Q)tests/fuzz/run.sh $(FUZZ_SECONDS)
 
+# The model checker (tests/model): random operations and faults against the
+# real store, every read checked against a reference model. `make soak
+# SECONDS=1800` runs it that long over both configurations from a random
+# seed (MC_MODEL_SEED=N replays one; MC_MODEL_FAULTS=enospc,... picks the
+# fault classes); `make test-model` is the short, fixed-seed run of make test.
+SECONDS ?= 600
+MODEL_SECONDS ?= 90
+.PHONY: soak test-model
+soak: all python-ext
+	$(Q)MC_BUILD=$(BUILD) $(PYTHON) tests/model/run.py --seconds $(SECONDS) \
+		$(if $(MC_MODEL_SEED),,--random) --examples 5 --steps 40
+
+test-model: all python-ext
+	$(Q)MC_BUILD=$(BUILD) $(PYTHON) tests/model/run.py --seconds $(MODEL_SECONDS)
+
 test-unit: all
 	$(Q)tests/run-unit.sh $(BUILD)
 

@@ -1,0 +1,736 @@
+"""The driver: a hypothesis RuleBasedStateMachine that runs random
+operations and faults against a real store (world.py) and checks every read
+against the reference model (model.py).
+
+Operations go through the mount (open/write/close with and without O_TRUNC,
+O_APPEND, a write left open across other steps, a reader held open across
+overwrites, rename, unlink) and through the Python store (put, upsert, get,
+is_exist, remove) on one namespace. Faults, each a class that can be switched
+off (MC_MODEL_FAULTS): enospc (fill the store), idle (a writer idle past the
+put TTL), nodekill, nodestop (SIGSTOP within and past the node TTL),
+masterrestart (kill -9 and restart the master). Node and master faults need
+the cluster configuration.
+
+What the model allows is what docs/SEMANTICS.md promises:
+- a read returns a whole published version, the last one (close-to-open);
+  while a write is in progress the previous one; a reader held open reads the
+  version it opened, even after an overwrite, rename or unlink;
+- a failed write (any errno) leaves the previous version;
+- a node silent past the TTL takes the files with no other copy with it
+  (ENOENT); the others keep serving;
+- a restarted master starts empty (MC_MODEL_MASTER_REBUILD=1: it may also keep
+  what it had);
+- errors other than ENOENT (EIO, ETIMEDOUT, ENOTCONN, ...) only while a fault
+  is in effect (a node dead or stopped and not yet dropped, a master just
+  restarted); ENOSPC only once the store was filled.
+Bytes that are not a whole acceptable version are always a failure.
+"""
+
+import errno
+import os
+import sys
+import time
+
+from hypothesis import strategies as st
+from hypothesis.control import current_build_context
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import world as W
+from model import ABSENT, Model, ModelError
+
+# Known bugs the model may be told to put up with while they are being fixed
+# (MC_MODEL_ALLOW=a,b), so that a run can get past them to the next one:
+# failed-write-publishes: a write that failed (ENOSPC, ENOTCONN, ...) is
+#   still published at close with the bytes written before the failure.
+# enoent-after-restart: after a master restart, a file created through the
+#   mount in a directory the mount knew fails to publish with ENOENT.
+ALLOW = frozenset(x for x in os.environ.get("MC_MODEL_ALLOW", "").split(",") if x)
+
+KEYS = ["d0/k0", "d0/k1", "d1/k0", "d1/k1", "k2"]
+ALL_FAULTS = ("enospc", "idle", "nodekill", "nodestop", "masterrestart")
+CLUSTER_FAULTS = ("nodekill", "nodestop", "masterrestart")
+
+# Python return codes (docs/PYTHON.md).
+NO_AVAILABLE_HANDLE, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE, RPC_FAIL = -200, -704, -706, -900
+
+NET_ERRNOS = {errno.EIO, errno.ETIMEDOUT, errno.ENOTCONN, errno.ECONNREFUSED, errno.ECONNRESET,
+              errno.EPIPE, errno.EHOSTUNREACH, errno.ESTALE, errno.ECONNABORTED, errno.EAGAIN}
+
+sizes = st.one_of(st.sampled_from([1, 15, 16, 17, 4095, 4096, 65536, 65537, 131072 + 7]),
+                  st.integers(1, 300_000))
+keys = st.sampled_from(KEYS)
+
+
+def ename(e):
+    return errno.errorcode.get(e, str(e))
+
+
+class Held:
+    """A file opened for reading and kept open."""
+
+    def __init__(self, fd, key, cands, epoch):
+        self.fd, self.key, self.cands, self.epoch = fd, key, cands, epoch
+
+    def __repr__(self):
+        return f"reader({self.key})"
+
+
+class Writer:
+    """A file opened for writing through the mount, not closed yet."""
+
+    def __init__(self, fd, key, version, epoch):
+        self.fd, self.key, self.v, self.epoch = fd, key, version, epoch
+        self.data = version.data()
+        self.off = 0  # bytes of self.data written so far
+        self.discarded = False  # unlinked or renamed over through the mount
+        self.failed = None  # the errno of a failed write
+
+    def __repr__(self):
+        return f"writer({self.key}, {self.v!r})"
+
+
+class StoreMachine(RuleBasedStateMachine):
+    """Subclassed per run with CONFIG and FAULTS set (see make_machine)."""
+
+    CONFIG = "embedded"
+    FAULTS = frozenset()
+    SLOW_BUDGET = 2  # slow fault rules per example (deterministic, not timed)
+
+    def __init__(self):
+        super().__init__()
+        self.ok = False
+        self.w = W.make(self.CONFIG)
+        self.m = Model(KEYS)
+        self.held = []
+        self.writers = []
+        self.fillers = []
+        self.full = False
+        self.epoch = 0  # faults so far (node death, restart): held handles may fail after one
+        self.degraded_until = 0.0  # network errors are allowed until then
+        self.slow = self.SLOW_BUDGET
+        self.restarts = 0
+        self.inc = {}  # id(node) -> incarnation: a node's segment, renumbered when dropped
+        self.next_inc = 1
+        for n in self.w.nodes:
+            self.new_incarnation(n)
+
+    # ---- helpers ----
+
+    def new_incarnation(self, n):
+        self.inc[id(n)] = self.next_inc
+        self.next_inc += 1
+
+    def alive(self):
+        return frozenset(self.inc[id(n)] for n in self.w.nodes)
+
+    def degraded(self):
+        return time.time() < self.degraded_until or not self.clean()
+
+    def clean(self):
+        """No node dead or stopped that the master may still count."""
+        return time.time() >= self.degraded_until
+
+    def fault(self, seconds):
+        self.epoch += 1
+        self.degraded_until = max(self.degraded_until, time.time() + seconds)
+
+    def publish(self, key, v):
+        """v was published: remember where its replicas are (cluster)."""
+        v.placed = self.alive() if (self.w.config == "cluster" and self.clean()) else None
+        self.m.published(key, v)
+
+    def allow_write_error(self, e, what, key=None):
+        """A write failed with errno e: fine (the key keeps its previous
+        version) while the store is full or a fault is in effect."""
+        if key:
+            self.m.note(key, f"{what}: {ename(e)}")
+        if e == errno.ENOSPC and (self.full or self.degraded()):
+            return
+        if e == errno.ENOENT and self.restarts and "enoent-after-restart" in ALLOW:
+            return
+        if e in NET_ERRNOS and self.degraded():
+            return
+        if e == errno.ENOSPC:
+            raise ModelError(f"{what}: ENOSPC although the store was not filled "
+                             f"(at most ~{self.live_bytes() >> 20} MiB of model data)")
+        raise ModelError(f"{what}: unexpected {ename(e)}")
+
+    def allow_read_error(self, key, e, what):
+        if e in NET_ERRNOS and (self.degraded() or not self.m.key(key).settled):
+            return
+        raise ModelError(f"{what} {key!r}: {ename(e)} with no fault in effect; model has "
+                         f"{self.m.show(self.m.key(key))}")
+
+    def live_bytes(self):
+        n = sum(v.size for k in self.m.keys.values() for v in k.present())
+        return n + sum(v.size for h in self.held for v in h.cands)
+
+    def ensure_dir(self, key):
+        d = os.path.dirname(key)
+        if d:
+            try:
+                os.makedirs(self.w.p(d), exist_ok=True)
+            except OSError as e:
+                self.allow_write_error(e.errno, f"mkdir {d}")
+
+    def read_path(self, key):
+        """Whole content of key through the mount; ABSENT on ENOENT."""
+        try:
+            fd = os.open(self.w.p(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return ABSENT
+        try:
+            parts = []
+            while True:
+                b = os.read(fd, 1 << 20)
+                if not b:
+                    return b"".join(parts)
+                parts.append(b)
+        finally:
+            os.close(fd)
+
+    def write_all(self, fd, data, off=None):
+        """Writes data (at off, or the file position); raises OSError."""
+        mv = memoryview(data)
+        while mv:
+            n = os.pwrite(fd, mv, off) if off is not None else os.write(fd, mv)
+            if n <= 0:
+                raise OSError(errno.EIO, "short write")
+            mv = mv[n:]
+            if off is not None:
+                off += n
+
+    def failed_write(self, key, v, n):
+        """A write of v failed after n bytes: with MC_MODEL_ALLOW=
+        failed-write-publishes, those n bytes may have been published."""
+        if "failed-write-publishes" in ALLOW and self.m.key(key).vals != {ABSENT}:
+            self.m.key(key).vals.add(self.m.prefix(v, n, f"first {n} B of v{v.vid}"))
+
+    def close_writer(self, fd, err):
+        """Closes a file open for writing (close publishes); returns the
+        first errno of the writes (err) or of the close, or None."""
+        try:
+            os.close(fd)
+        except OSError as e:
+            return err or e.errno
+        return err
+
+    def vulnerable(self, victim_inc):
+        """Keys whose current version may have had its only copy on
+        victim_inc (asks mooncake-cli stat for the replica count)."""
+        out = []
+        for name, k in self.m.keys.items():
+            for v in k.present():
+                placed = getattr(v, "placed", None)
+                if placed is not None and len(k.vals) == 1:
+                    if self.w.stat_replicas(name) != len(placed):
+                        v.placed = placed = None
+                if placed is None or not ((placed - {victim_inc}) & self.alive()):
+                    out.append(name)
+                    break
+        return out
+
+    def lose(self, victim_inc, settle_after):
+        """victim_inc's segment is (or will be, within settle_after s) gone."""
+        for name in self.vulnerable(victim_inc):
+            self.m.may_be_lost(name, time.time() + settle_after)
+
+    # ---- operations through the mount ----
+
+    @rule(key=keys, size=st.one_of(st.just(0), sizes), how=st.sampled_from(["trunc", "over", "append"]),
+          chunks=st.integers(1, 3))
+    def mount_write(self, key, size, how, chunks):
+        """open, write in chunks, close: publishes a new version."""
+        k = self.m.key(key)
+        if self.busy(key):
+            return
+        cur = k.single() if len(k.vals) == 1 else None
+        if len(k.vals) != 1 or (how == "over" and cur is not ABSENT and cur.size > size):
+            how = "trunc"
+        flags = os.O_WRONLY | os.O_CREAT
+        if how == "trunc":
+            flags |= os.O_TRUNC
+        elif how == "append":
+            flags |= os.O_APPEND
+        v = self.m.new_version(key, size, f"mount {how}",
+                               base=cur if how == "append" and cur is not ABSENT else None)
+        data = v.data()[v.size - size:] if how == "append" else v.data()
+        self.ensure_dir(key)
+        try:
+            fd = os.open(self.w.p(key), flags, 0o644)
+        except OSError as e:
+            return self.allow_write_error(e.errno, f"open {key} for writing")
+        self.created(key)
+        err, done = None, 0
+        try:
+            step = max(1, -(-len(data) // chunks))
+            for i in range(0, len(data), step):
+                self.write_all(fd, data[i:i + step])
+                done = min(len(data), i + step)
+        except OSError as e:
+            err = e.errno
+        err = self.close_writer(fd, err)
+        if err:
+            if how != "over" or cur is ABSENT or done >= cur.size:
+                self.failed_write(key, v, v.size - len(data) + done)
+            return self.allow_write_error(err, f"write {key} ({v!r})", key)
+        self.publish(key, v)
+
+    @rule(key=keys)
+    def mount_read(self, key):
+        try:
+            data = self.read_path(key)
+        except OSError as e:
+            return self.allow_read_error(key, e.errno, "mount read")
+        self.m.observe(key, data, "mount read")
+
+    @rule(key=keys)
+    def mount_unlink(self, key):
+        try:
+            os.unlink(self.w.p(key))
+        except FileNotFoundError:
+            return self.m.observe(key, ABSENT, "unlink")
+        except OSError as e:
+            return self.allow_write_error(e.errno, f"unlink {key}")
+        if not self.m.key(key).present():
+            raise ModelError(f"unlink {key!r} succeeded, the model has {self.m.show(self.m.key(key))}")
+        for wr in self.writers:
+            if wr.key == key:
+                wr.discarded = True
+        self.m.removed(key)
+
+    @rule(src=keys, dst=keys)
+    def mount_rename(self, src, dst):
+        if src == dst or any(wr.key == src for wr in self.writers):
+            return
+        s = self.m.key(src)
+        self.ensure_dir(dst)
+        try:
+            os.rename(self.w.p(src), self.w.p(dst))
+        except FileNotFoundError:
+            return self.m.observe(src, ABSENT, "rename source")
+        except OSError as e:
+            return self.allow_write_error(e.errno, f"rename {src} {dst}")
+        if not s.present():
+            raise ModelError(f"rename {src!r} succeeded, the model has {self.m.show(s)}")
+        for wr in self.writers:
+            if wr.key == dst:
+                wr.discarded = True
+        d = self.m.key(dst)
+        d.vals, d.settled = set(s.present()), s.settled
+        self.m.removed(src)
+
+    # ---- readers held open ----
+
+    @precondition(lambda self: len(self.held) < 3)
+    @rule(key=keys)
+    def open_reader(self, key):
+        k = self.m.key(key)
+        try:
+            fd = os.open(self.w.p(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return self.m.observe(key, ABSENT, "open for reading")
+        except OSError as e:
+            return self.allow_read_error(key, e.errno, "open for reading")
+        cands = set(k.present())
+        if not cands:
+            os.close(fd)
+            raise ModelError(f"open {key!r} succeeded, the model has {self.m.show(k)}")
+        self.held.append(Held(fd, key, cands, self.epoch))
+
+    @precondition(lambda self: self.held)
+    @rule(i=st.integers(0, 2), off=st.sampled_from([0, 0, 1, 4096, 65536]))
+    def read_held(self, i, off):
+        h = self.held[i % len(self.held)]
+        top = max(v.size for v in h.cands)
+        try:
+            data = os.pread(h.fd, top + 1, 0)
+            if len(data) == top + 1 or (data and len(data) >= (1 << 20)):
+                more = os.pread(h.fd, 1 << 24, len(data))
+                data += more
+        except OSError as e:
+            if e.errno in NET_ERRNOS and (h.epoch != self.epoch or self.degraded()):
+                return
+            raise ModelError(f"read of {h.key!r} held open: {ename(e.errno)}")
+        v = self.m.observe_held(h.key, data, h.cands, "read")
+        h.cands = {v}
+        if off and off < v.size:  # a read at an offset returns the same bytes
+            try:
+                part = os.pread(h.fd, 4096, off)
+            except OSError as e:
+                if e.errno in NET_ERRNOS and (h.epoch != self.epoch or self.degraded()):
+                    return
+                raise
+            if part != data[off:off + 4096]:
+                raise ModelError(f"pread({h.key!r} held open, 4096, {off}) differs from the "
+                                 f"whole read of {v!r}")
+
+    @precondition(lambda self: self.held)
+    @rule(i=st.integers(0, 2))
+    def close_reader(self, i):
+        h = self.held.pop(i % len(self.held))
+        os.close(h.fd)
+
+    # ---- writers left open across other steps ----
+
+    def created(self, key):
+        """An open with O_CREAT succeeded: a new file exists at once, empty,
+        for every client (the mount publishes an empty version at create);
+        an existing one keeps its content until close."""
+        k = self.m.key(key)
+        if ABSENT in k.vals:
+            e = self.m.new_version(key, 0, "created empty")
+            e.placed = self.alive() if (self.w.config == "cluster" and self.clean()) else None
+            k.vals = {e if x is ABSENT else x for x in k.vals}
+
+    def busy(self, key):
+        return any(wr.key == key for wr in self.writers)
+
+    @precondition(lambda self: len(self.writers) < 2)
+    @rule(key=keys, size=sizes, trunc=st.booleans())
+    def begin_write(self, key, size, trunc):
+        """Open for writing and write the first half; the version is not
+        published until finish_write."""
+        if self.busy(key):
+            return
+        k = self.m.key(key)
+        cur = k.single() if len(k.vals) == 1 else None
+        if cur is None or (cur is not ABSENT and cur.size > size):
+            trunc = True
+        v = self.m.new_version(key, size, "mount write left open")
+        self.ensure_dir(key)
+        try:
+            fd = os.open(self.w.p(key), os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if trunc else 0),
+                         0o644)
+        except OSError as e:
+            return self.allow_write_error(e.errno, f"open {key} for writing")
+        self.created(key)
+        wr = Writer(fd, key, v, self.epoch)
+        self.writers.append(wr)
+        self.write_some(wr, size // 2)
+
+    def write_some(self, wr, n):
+        if wr.failed:
+            return
+        try:
+            self.write_all(wr.fd, wr.data[wr.off:wr.off + n], wr.off)
+            wr.off = min(len(wr.data), wr.off + n)
+        except OSError as e:
+            wr.failed = e.errno
+            self.m.note(wr.key, f"{wr!r}: write of {n} bytes at {wr.off}: {ename(e.errno)}")
+
+    @precondition(lambda self: self.writers)
+    @rule(i=st.integers(0, 1))
+    def finish_write(self, i):
+        wr = self.writers.pop(i % len(self.writers))
+        self.write_some(wr, len(wr.data) - wr.off)
+        err = self.close_writer(wr.fd, wr.failed)
+        if wr.discarded:
+            return  # unlinked or renamed over: discarded at close (SEMANTICS)
+        if err:
+            self.failed_write(wr.key, wr.v, wr.off)
+            if wr.epoch != self.epoch:  # any errno: e.g. ENOENT for a put the restarted
+                # master does not know
+                return self.m.note(wr.key, f"{wr!r} failed: {ename(err)} (a fault since open)")
+            return self.allow_write_error(err, f"{wr!r} failed", wr.key)
+        self.publish(wr.key, wr.v)
+
+    # ---- the Python store ----
+
+    @rule(key=keys, size=sizes, once=st.booleans())
+    def py_put(self, key, size, once):
+        """upsert (replace) or put (write-once: an existing key keeps its value)."""
+        v = self.m.new_version(key, size, "python " + ("put" if once else "upsert"))
+        s = self.w.store
+        rc = (s.put if once else s.upsert)(key, v.data(), self.w.rconfig())
+        if rc == NO_AVAILABLE_HANDLE:
+            return self.allow_write_error(errno.ENOSPC, f"python put {key}")
+        if rc == RPC_FAIL:
+            return self.allow_write_error(errno.EIO, f"python put {key} (RPC_FAIL)")
+        if rc != 0:
+            raise ModelError(f"python {'put' if once else 'upsert'}({key!r}) returned {rc}")
+        k = self.m.key(key)
+        if once and k.present():
+            if ABSENT in k.vals:  # it existed (kept) or not (v published)
+                v.placed = self.alive() if self.clean() else None
+                k.vals = {v if x is ABSENT else x for x in k.vals}
+            if self.busy(key):
+                pass
+            return
+        self.publish(key, v)
+
+    @rule(key=keys)
+    def py_get(self, key):
+        s = self.w.store
+        n = s.get_size(key)
+        if n == OBJECT_NOT_FOUND:
+            return self.m.observe(key, ABSENT, "python get_size")
+        if n < 0:
+            return self.allow_read_error(key, errno.EIO, f"python get_size ({n})")
+        data = s.get(key)
+        if n > 0 and data == b"":
+            return self.allow_read_error(key, errno.EIO, "python get (b'')")
+        self.m.observe(key, data, "python get")
+
+    @rule(key=keys)
+    def py_exist(self, key):
+        rc = self.w.store.is_exist(key)
+        k = self.m.key(key)
+        if rc == 0:
+            return self.m.observe(key, ABSENT, "python is_exist")
+        if rc == 1:
+            if not k.present():
+                raise ModelError(f"is_exist({key!r}) is 1, the model has {self.m.show(k)}")
+            if k.settled:
+                k.vals.discard(ABSENT)
+            return
+        self.allow_read_error(key, errno.EIO, f"python is_exist ({rc})")
+
+    @rule(key=keys, force=st.booleans())
+    def py_remove(self, key, force):
+        rc = self.w.store.remove(key, force=force)
+        k = self.m.key(key)
+        if rc == OBJECT_NOT_FOUND:
+            return self.m.observe(key, ABSENT, "python remove")
+        if rc == OBJECT_HAS_LEASE and not force:
+            if not k.present():
+                raise ModelError(f"remove({key!r}): OBJECT_HAS_LEASE, model has {self.m.show(k)}")
+            return
+        if rc != 0:
+            return self.allow_write_error(errno.EIO, f"python remove {key} ({rc})")
+        if not k.present():
+            raise ModelError(f"remove({key!r}) succeeded, the model has {self.m.show(k)}")
+        self.m.removed(key)
+
+    # ---- faults: space ----
+
+    @precondition(lambda self: "enospc" in self.FAULTS and not self.full and self.slow > 0)
+    @rule()
+    def fill(self):
+        """Writes files through the mount until ENOSPC: 4 MiB ones, then
+        64 KiB ones. They are model keys too (fill/N)."""
+        self.slow -= 1
+        self.ensure_dir("fill/x")
+        for size, limit in ((4 * W.MiB, 40), (64 << 10, 400)):
+            for _ in range(limit):
+                key = f"fill/{len(self.fillers)}"
+                v = self.m.new_version(key, size, "filler")
+                fd, done = None, 0
+                try:
+                    fd = os.open(self.w.p(key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    self.created(key)
+                    data = v.data()
+                    while done < len(data):
+                        done += os.write(fd, memoryview(data)[done:done + W.MiB])
+                    os.close(fd)
+                except OSError as e:
+                    if fd is not None:
+                        self.close_writer(fd, e.errno)
+                        self.failed_write(key, v, done)
+                    if e.errno != errno.ENOSPC and not (e.errno in NET_ERRNOS and self.degraded()):
+                        raise ModelError(f"filling: {key}: {ename(e.errno)}")
+                    self.full = True
+                    self.m.note(key, f"filler write of {v!r}: {ename(e.errno)}")
+                    self.fillers.append(key)  # created empty, the write failed
+                    break
+                self.publish(key, v)
+                self.fillers.append(key)
+        if not self.full:
+            raise ModelError(f"no ENOSPC after {len(self.fillers)} files")
+
+    @precondition(lambda self: self.fillers)
+    @rule()
+    def unfill(self):
+        for key in self.fillers:
+            try:
+                os.unlink(self.w.p(key))
+            except FileNotFoundError:
+                self.m.observe(key, ABSENT, "unlink filler")
+                continue
+            except OSError as e:
+                self.allow_write_error(e.errno, f"unlink {key}")
+                continue
+            self.m.removed(key)
+        self.fillers = []
+        self.full = False
+
+    # ---- faults: an idle writer ----
+
+    @precondition(lambda self: "idle" in self.FAULTS and self.slow > 0 and not self.writers)
+    @rule(key=keys, others=st.lists(st.tuples(keys, sizes), min_size=1, max_size=4))
+    def idle_writer(self, key, others):
+        """Open, write a little, stay idle past the put TTL while other keys
+        are written (they may get the space of the revoked write), write
+        more, close; then every key must still read right."""
+        self.slow -= 1
+        size = 3 * 4096 + 100
+        self.ensure_dir(key)
+        v = self.m.new_version(key, size, "idle writer")
+        data = v.data()
+        try:
+            fd = os.open(self.w.p(key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as e:
+            return self.allow_write_error(e.errno, f"open {key}")
+        self.created(key)
+        err, done = None, 0
+        try:
+            self.write_all(fd, data[:4096], 0)
+            done = 4096
+            time.sleep((self.w.put_ttl_ms + 2000) / 1000)
+            for k2, n in others:
+                if k2 != key:
+                    self.py_put(k2, n, False)
+            self.write_all(fd, data[4096:], 4096)
+        except OSError as e:
+            err = e.errno
+        err = self.close_writer(fd, err)
+        if err is None:
+            self.publish(key, v)
+        else:
+            self.failed_write(key, v, done)
+        if err is not None and err not in NET_ERRNOS | {errno.ENOSPC}:
+            raise ModelError(f"idle writer {key}: unexpected {ename(err)}")
+        self.check_all("after the idle writer")
+
+    # ---- faults: nodes ----
+
+    def cluster_fault(self, name):
+        return self.w.config == "cluster" and name in self.FAULTS
+
+    @precondition(lambda self: self.cluster_fault("nodekill") and len(self.w.nodes) == 2 and
+                  self.slow > 0)
+    @rule(which=st.integers(0, 1), wait=st.booleans())
+    def kill_node(self, which, wait):
+        """kill -9 a node; with wait, until past the node TTL (its files with
+        no other copy are then gone)."""
+        self.slow -= 1
+        n = self.w.nodes[which]
+        victim = self.inc[id(n)]
+        settle = (W.NODE_TTL_MS + W.HEARTBEAT_MS + 2000) / 1000
+        self.w.kill_node(which)
+        self.lose(victim, settle)
+        self.fault(settle)
+        if wait:
+            time.sleep(settle)
+
+    @precondition(lambda self: self.w.config == "cluster" and len(self.w.nodes) < 2)
+    @rule()
+    def add_node(self):
+        self.new_incarnation(self.w.add_node())
+
+    @precondition(lambda self: self.cluster_fault("nodestop") and len(self.w.nodes) == 2 and
+                  self.slow > 0)
+    @rule(which=st.integers(0, 1), past_ttl=st.booleans(), reads=st.lists(keys, max_size=2))
+    def stop_node(self, which, past_ttl, reads):
+        """SIGSTOP a node, read a little, SIGCONT: within the TTL nothing is
+        lost; past it, the node's segment is dropped (files with no other
+        copy go) and the node mounts an empty one again."""
+        self.slow -= 1
+        n = self.w.nodes[which]
+        victim = self.inc[id(n)]
+        t0 = time.time()
+        settle = (W.NODE_TTL_MS + W.HEARTBEAT_MS + 2000) / 1000
+        if past_ttl:
+            self.lose(victim, settle)
+            self.fault(settle + 1)
+        else:
+            self.fault(1.5)
+        before = self.w.remounts(n)
+        self.w.stop_node(which)
+        try:
+            for key in reads:
+                self.mount_read(key)
+        finally:
+            stop_for = settle if past_ttl else 1.0
+            time.sleep(max(0.0, t0 + stop_for - time.time()))
+            self.w.cont_node(n)
+        if past_ttl:
+            self.new_incarnation(n)
+            deadline = time.time() + 15
+            while self.w.remounts(n) == before and time.time() < deadline:
+                time.sleep(0.05)
+            self.fault(2)
+        elif time.time() - t0 > (W.NODE_TTL_MS - W.HEARTBEAT_MS) / 1000:
+            # The reads took too long to call this "within the TTL".
+            self.lose(victim, 0)
+            self.new_incarnation(n)
+
+    # ---- faults: the master ----
+
+    @precondition(lambda self: self.cluster_fault("masterrestart") and self.slow > 0)
+    @rule()
+    def restart_master(self):
+        """kill -9 and restart the master: it starts empty (SEMANTICS)."""
+        self.slow -= 1
+        self.restarts += 1
+        self.fault(3)
+        self.w.restart_master()
+        rebuild = os.environ.get("MC_MODEL_MASTER_REBUILD") == "1"
+        for name, k in self.m.keys.items():
+            if rebuild:
+                self.m.may_be_lost(name, 0)
+            else:
+                self.m.removed(name)
+            for v in k.present():
+                v.placed = None
+        self.full = False
+        for n in self.w.nodes:
+            self.new_incarnation(n)
+        self.fault(3)
+
+    # ---- checks ----
+
+    @invariant()
+    def processes_alive(self):
+        self.w.check_alive()
+
+    def check_all(self, why):
+        for key in list(self.m.keys):
+            try:
+                data = self.read_path(key)
+            except OSError as e:
+                self.allow_read_error(key, e.errno, f"mount read ({why})")
+                continue
+            self.m.observe(key, data, f"mount read ({why})")
+
+    def teardown(self):
+        ok = False
+        failing = sys.exc_info()[0] is not None  # a step failed: only clean up
+        try:
+            if not failing:
+                while self.held:
+                    self.read_held(0, 0)
+                    self.close_reader(0)
+                while self.writers:
+                    self.finish_write(0)
+                self.w.check_alive()
+                self.check_all("at the end")
+            ok = True
+        finally:
+            for h in self.held:
+                try:
+                    os.close(h.fd)
+                except OSError:
+                    pass
+            for wr in self.writers:
+                try:
+                    os.close(wr.fd)
+                except OSError:
+                    pass
+            self.held, self.writers = [], []
+            keep = current_build_context().is_final and (failing or not ok)
+            problems = self.w.close(not keep)
+            if problems and ok:
+                raise W.ProcessDied("at teardown:\n" + "\n".join(problems))
+            if problems and not ok:
+                print("  at teardown:\n" + "\n".join(problems))
+            if keep:
+                print(f"  processes' logs kept in {self.w.tmp}")
+
+
+def make_machine(config, faults):
+    """A StoreMachine subclass for config with the fault classes faults."""
+    if config != "cluster":
+        faults = [f for f in faults if f not in CLUSTER_FAULTS]
+    return type(f"StoreMachine_{config}", (StoreMachine,),
+                {"CONFIG": config, "FAULTS": frozenset(faults)})

@@ -1,0 +1,288 @@
+"""The processes the model checker drives, in two configurations, started
+through the integration harness (tests/integration: Mount, cluster.Master,
+cluster.Node) and always stopped again.
+
+- embedded: one mooncake-fs with a small segment serving the protocol on a
+  loopback port; a Python store (direct backend) is a client of it.
+- cluster: a mooncake-master with a short node TTL, two nodes (mooncake-cli
+  node), a mooncake-fs that is a pure client (--segment-size 0) writing two
+  replicas, and a Python store (direct backend, pure client).
+
+Faults (cluster only): kill -9 / SIGSTOP / SIGCONT a node, start a new node,
+kill -9 and restart the master on its port.
+"""
+
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import cluster as harness  # noqa: E402  (tests/integration/cluster.py)
+from conftest import BUILD, Mount, is_mounted  # noqa: E402  (tests/integration/conftest.py)
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig  # noqa: E402
+
+MiB = 1 << 20
+TIMEOUT_MS = 2000  # bound on every network wait of the mount and the Python store
+NODE_TTL_MS = 4000  # the master's --node-ttl-ms in the cluster
+LEASE_MS = 1000  # read leases (Python remove returns OBJECT_HAS_LEASE meanwhile)
+EMBEDDED_SEGMENT = 64 * MiB
+NODE_SEGMENT = 32 * MiB
+HEARTBEAT_MS = 1000  # a node's heartbeat period (core/src/remote.c)
+PUT_TTL_MS_DEFAULT = 60000  # core/src/service.c: an untouched write is revoked
+
+
+def _help(binary):
+    try:
+        r = subprocess.run([binary, "--help"], capture_output=True, timeout=10)
+        return (r.stdout + r.stderr).decode(errors="replace")
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def put_ttl_option(binary):
+    """(args, put ttl in ms): --put-ttl-ms when the binary has it."""
+    want = int(os.environ.get("MC_MODEL_PUT_TTL_MS", "3000"))
+    if "--put-ttl-ms" in _help(binary):
+        return ["--put-ttl-ms", str(want)], want
+    return [], PUT_TTL_MS_DEFAULT
+
+
+# A process that died like this crashed (as opposed to exiting with an error).
+CRASH = re.compile(r"AddressSanitizer|LeakSanitizer|runtime error|Segmentation|Assertion|"
+                   r"abort|double free|corrupted", re.I)
+
+
+class ProcessDied(AssertionError):
+    pass
+
+
+class World:
+    """Common to both configurations: the mount, the Python store, the
+    temporary directory (kept when the run fails)."""
+
+    config = "?"
+
+    def __init__(self):
+        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"mc-model-{self.config}-"))
+        self.mount = None
+        self.store = None
+        self.master = None
+        self.nodes = []  # live node processes (harness.Node), in start order
+        self.dead = []  # nodes killed or stopped by the checker
+        self.replicas = 1
+
+    # ---- the two ways in ----
+
+    def p(self, key):
+        return os.path.join(self.mount.path, key)
+
+    def open_store(self, addr):
+        s = MooncakeDistributedStore()
+        rc = s.setup({"master_server_addr": addr, "timeout_ms": TIMEOUT_MS})
+        if rc != 0:
+            raise AssertionError(f"Python setup({addr}) returned {rc}")
+        self.store = s
+
+    def rconfig(self):
+        c = ReplicateConfig()
+        c.replica_num = self.replicas
+        return c
+
+    # ---- health ----
+
+    def procs(self):
+        """(name, harness process) of every process that must be running."""
+        out = [("mooncake-fs", self.mount)] if self.mount else []
+        if self.master:
+            out.append(("mooncake-master", self.master))
+        out += [(f"node {n.addr}", n) for n in self.nodes]
+        return out
+
+    def check_alive(self):
+        for name, p in self.procs():
+            rc = p.proc.poll()
+            if rc is not None:
+                raise ProcessDied(f"{name} died (exit status {rc}); log tail:\n"
+                                  f"{p.read_log()[-1500:]}")
+
+    def logs(self):
+        out = []
+        for f in sorted(self.tmp.rglob("*.log")):
+            out.append(f"---- {f}\n{f.read_text(errors='replace')[-2000:]}")
+        return "\n".join(out)
+
+    # ---- teardown ----
+
+    def close(self, ok):
+        """Stops everything (always). Returns problems: a process that did
+        not exit 0 or whose log shows a crash. Removes the temporary
+        directory when ok and no problem was found."""
+        problems = []
+        if self.store is not None:
+            try:
+                self.store.close()
+            except Exception as e:  # noqa: BLE001 - teardown reports, never raises
+                problems.append(f"Python store close: {e!r}")
+            self.store = None
+        for p in self.dead:
+            if p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGCONT)
+                p.proc.kill()
+                p.proc.wait()
+        if self.mount is not None:
+            try:
+                rc = self.mount.stop()
+                if rc != 0:
+                    problems.append(f"mooncake-fs exited {rc}")
+            except AssertionError as e:
+                problems.append(str(e))
+            crash = [line for line in self.mount.read_log().splitlines() if CRASH.search(line)]
+            if crash:
+                problems.append("mooncake-fs log:\n" + "\n".join(crash[:20]))
+        for p in self.nodes + ([self.master] if self.master else []):
+            if p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGTERM)
+        for p in self.nodes + ([self.master] if self.master else []):
+            try:
+                rc = p.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.proc.kill()
+                p.proc.wait()
+                rc = "timeout"
+            p.log.close()
+            if rc != 0:
+                problems.append(f"{p.cmd[0]} exited {rc} on SIGTERM:\n{p.read_log()[-1500:]}")
+            crash = [line for line in p.read_log().splitlines() if CRASH.search(line)]
+            if crash:
+                problems.append(f"{p.cmd[0]} log:\n" + "\n".join(crash[:20]))
+        if ok and not problems:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        return problems
+
+    def describe(self):
+        return f"{self.config}: mount {self.mount.reproduce() if self.mount else '-'}"
+
+
+class Embedded(World):
+    config = "embedded"
+
+    def __init__(self):
+        super().__init__()
+        self.put_ttl_args, self.put_ttl_ms = put_ttl_option(os.path.join(BUILD, "mooncake-fs"))
+        self.segment = EMBEDDED_SEGMENT
+        try:
+            port = harness.free_port()
+            self.addr = f"127.0.0.1:{port}"
+            self.mount = Mount(self.tmp / "fs", "--segment-size", str(self.segment), "--listen",
+                               self.addr, "--timeout-ms", str(TIMEOUT_MS), "--cache-timeout", "0",
+                               "--lease-ms", str(LEASE_MS), *self.put_ttl_args)
+            self.open_store(self.addr)
+        except BaseException:
+            self.close(False)
+            raise
+
+
+class Cluster(World):
+    config = "cluster"
+
+    def __init__(self):
+        super().__init__()
+        self.put_ttl_args, self.put_ttl_ms = put_ttl_option(harness.MASTER)
+        self.segment = NODE_SEGMENT
+        self.replicas = 2
+        self.restarts = 0
+        try:
+            (self.tmp / "fs").mkdir()
+            self.master = harness.Master(self.tmp, "--node-ttl-ms", str(NODE_TTL_MS), "--lease-ms",
+                                         str(LEASE_MS), *self.put_ttl_args)
+            for _ in range(2):
+                self.add_node()
+            self.mount = Mount(self.tmp / "fs", "--master", self.master.addr, "--replicas", "2",
+                               "--segment-size", "0", "--timeout-ms", str(TIMEOUT_MS),
+                               "--cache-timeout", "0")
+            self.open_store(self.master.addr)
+        except BaseException:
+            self.close(False)
+            raise
+
+    def add_node(self):
+        n = harness.Node(self.tmp, self.master.addr, str(self.segment), "--log-level", "info",
+                         "--timeout-ms", str(TIMEOUT_MS))
+        self.nodes.append(n)
+        return n
+
+    def kill_node(self, i):
+        n = self.nodes.pop(i)
+        n.proc.kill()
+        n.proc.wait()
+        self.dead.append(n)
+        return n
+
+    def stop_node(self, i):
+        n = self.nodes[i]
+        n.proc.send_signal(signal.SIGSTOP)
+        return n
+
+    def cont_node(self, n):
+        n.proc.send_signal(signal.SIGCONT)
+
+    def remounts(self, n):
+        return n.read_log().count("mounting the segment again")
+
+    def restart_master(self):
+        """kill -9 the master, start a new one on its port, wait (bounded)
+        until every node has mounted its segment again and the mount and
+        the Python store answer."""
+        before = {id(n): self.remounts(n) for n in self.nodes}
+        port = self.master.port
+        self.master.proc.kill()
+        self.master.proc.wait()
+        self.master.log.close()
+        self.restarts += 1
+        old = self.tmp / f"master-{port}.log"
+        old.rename(self.tmp / f"master-{port}.before-restart-{self.restarts}.log")
+        deadline = time.time() + 20
+        while True:
+            try:
+                self.master = harness.Master(self.tmp, "--node-ttl-ms", str(NODE_TTL_MS),
+                                             "--lease-ms", str(LEASE_MS), *self.put_ttl_args,
+                                             port=port)
+                break
+            except AssertionError:  # the port may linger a moment
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
+        while time.time() < deadline:
+            if all(self.remounts(n) > before[id(n)] for n in self.nodes) and \
+                    self.store.health_check() == 0:
+                try:
+                    os.statvfs(self.mount.path)
+                    return
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        raise AssertionError("after a master restart the nodes did not mount again within 20 s")
+
+    def stat_replicas(self, key):
+        """Replica count of key's current version (mooncake-cli stat), or None."""
+        r = harness.cli(self.master.addr, "--timeout-ms", str(TIMEOUT_MS), "stat", key, timeout=20)
+        m = re.search(rb"replicas (\d+)", r.stdout)
+        return int(m.group(1)) if r.returncode == 0 and m else None
+
+
+def make(config):
+    return {"embedded": Embedded, "cluster": Cluster}[config]()
+
+
+__all__ = ["make", "Embedded", "Cluster", "ProcessDied", "MiB", "NODE_TTL_MS", "HEARTBEAT_MS",
+           "TIMEOUT_MS", "LEASE_MS", "is_mounted"]
