@@ -96,6 +96,9 @@ ifneq ($(SAN),1)
 endif
 	$(Q)MC_BUILD=$(BUILD) $(PYTHON) -m pytest -q -rs tests/integration
 	$(Q)$(MAKE) --no-print-directory python-test
+ifneq ($(SAN),1)
+	$(Q)$(MAKE) --no-print-directory test-model
+endif
 
 # make fuzz FUZZ_SECONDS=300: every libFuzzer target, for that long in all.
 FUZZ_SECONDS ?= 120

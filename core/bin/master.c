@@ -141,7 +141,7 @@ int main(int argc, char **argv)
     mc__secret_t *secret = NULL;
     unsigned long long v;
     mc__master_opts_t mo = {.lease_ms = MC_DEFAULT_LEASE_MS, .align = 64};
-    mc__svc_opts_t so = {0};
+    mc__svc_opts_t so = {.first_id = mc__svc_random_id()};
     uint64_t idle_ms = 0, handshake_ms = 0;
     unsigned max_conns = 0;
     int level = MC__LOG_INFO, c;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "index.h"
@@ -104,6 +105,14 @@ static int64_t wall_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+uint64_t mc__svc_random_id(void)
+{
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof(id), 0) != sizeof(id))
+        id = (uint64_t)wall_ns() * 2654435761u;
+    return (id >> 2) | 1;
+}
+
 int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o)
 {
     mc__svc_t *svc = calloc(1, sizeof(*svc));
@@ -130,7 +139,7 @@ int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o)
         mc__svc_free(svc);
         return -ENOMEM;
     }
-    svc->next_id = 1;
+    svc->next_id = svc->o.first_id ? svc->o.first_id : 1;
     svc->next_seg = 1;
     *out = svc;
     return 0;

@@ -30,10 +30,18 @@ typedef struct mc__svc_opts {
     uint64_t node_ttl_ms;        /* a node silent this long loses its segments */
     uint64_t put_ttl_ms;         /* a write in progress untouched this long is revoked */
     uint64_t write_lease_ms;     /* 0: MC__WRITE_LEASE_MS (capped at put_ttl_ms) */
+    uint64_t first_id;           /* the first put/handle id (0: 1); a master
+                                    passes a random one (mc__svc_random_id()) so
+                                    that ids of an earlier incarnation never name
+                                    this one's puts and handles */
     uint32_t repair_inflight;    /* repair copies at once (0: 4) */
     int no_repair;               /* plan no repairs at all */
     uint64_t repair_bytes_per_s; /* repair copy budget (0: no limit) */
 } mc__svc_opts_t;
+
+/* A random first id for mc__svc_opts_t.first_id, below 2^62 so that the
+ * counter never wraps. */
+uint64_t mc__svc_random_id(void);
 
 /* Creates a service over master m (not owned). Returns 0 or -ENOMEM. */
 int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o);

@@ -471,7 +471,7 @@ static int serve_embedded(mc_store_t *s, const char *listen)
     int rc = mc__addr_parse(listen, 50051, &a);
     if (rc < 0)
         return rc;
-    mc__svc_opts_t so = {0};
+    mc__svc_opts_t so = {.first_id = mc__svc_random_id()};
     rc = mc__svc_new(&s->svc, s->m, &so);
     if (rc < 0)
         return rc;

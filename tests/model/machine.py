@@ -48,7 +48,8 @@ ALLOW = frozenset(x for x in os.environ.get("MC_MODEL_ALLOW", "").split(",") if 
 
 KEYS = ["d0/k0", "d0/k1", "d1/k0", "d1/k1", "k2"]
 ALL_FAULTS = ("enospc", "idle", "nodekill", "nodestop", "masterrestart")
-CLUSTER_FAULTS = ("nodekill", "nodestop", "masterrestart")
+# An embedded store has no put TTL: its own writers are never revoked.
+CLUSTER_FAULTS = ("idle", "nodekill", "nodestop", "masterrestart")
 
 # Python return codes (docs/PYTHON.md).
 NO_AVAILABLE_HANDLE, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE, RPC_FAIL = -200, -704, -706, -900
