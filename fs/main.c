@@ -3,7 +3,8 @@
  *
  * One thread does everything: the io_uring loop polls the FUSE device and a
  * signalfd; each readable event reads requests and hands them to the
- * operations in ops.c, which answer from store completions on this loop.
+ * operations (the table in ops.c), which answer from store completions on
+ * this loop.
  */
 #include <ctype.h>
 #include <errno.h>
