@@ -40,7 +40,7 @@ extern const struct fuse_lowlevel_ops fs_ops;
  * when done. In request.c. */
 void *fs_take_request_buffer(fs_t *fs);
 
-/* Releases every open handle and writer, at unmount. In ops.c. */
+/* Releases every open handle and writer, at unmount. In files.c. */
 void fs_shutdown(fs_t *fs);
 
 #endif /* FS_FS_H */

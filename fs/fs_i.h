@@ -1,9 +1,9 @@
 /*
  * fs_i.h - what the FUSE operation files of mooncake-fs share: a request in
  * flight (fs_ctx_t) and its helpers (request.c), an open file's handle
- * (fs_fh_t), the attribute fillers and the handlers that the operation
- * table (ops.c) names. The writer state of a file has its own header,
- * writers.h.
+ * (fs_fh_t), the attribute fillers (attrs.c) and the handlers that the
+ * operation table (ops.c) names, by the file that holds them. The writer
+ * state of a file has its own header, writers.h.
  *
  * Everything runs on the loop thread: no locks.
  */
@@ -39,7 +39,7 @@ typedef struct fs_fh {
     struct fs_fh *prev, *next;
 } fs_fh_t;
 
-/* An open directory (ops.c). */
+/* An open directory (dirs.c). */
 typedef struct fs_dh fs_dh_t;
 
 /* One request in flight. */
@@ -107,7 +107,7 @@ int fs_child_key(fs_ctx_t *c, fuse_ino_t parent, const char *name, char *key, si
 /* The wall clock, in nanoseconds since the epoch. */
 int64_t fs_now_ns(void);
 
-/* ---- ops.c: attributes ---- */
+/* ---- attrs.c ---- */
 
 /* Fills a with the attributes of inode in, from st (NULL: not known, for
  * a directory without a marker); a file's size is its open writer's when
@@ -123,7 +123,7 @@ void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set
 void fs_op_statfs(fuse_req_t req, fuse_ino_t ino);
 void fs_op_access(fuse_req_t req, fuse_ino_t ino, int mask);
 
-/* ---- ops.c: lookup, directories ---- */
+/* ---- dirs.c ---- */
 
 void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 void fs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
@@ -135,7 +135,7 @@ void fs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                        struct fuse_file_info *fi);
 void fs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 
-/* ---- ops.c: making, removing, moving names ---- */
+/* ---- namespace.c ---- */
 
 void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
 void fs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
@@ -146,7 +146,7 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
 void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname);
 void fs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name);
 
-/* ---- ops.c: open files ---- */
+/* ---- files.c ---- */
 
 void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                   struct fuse_file_info *fi);
