@@ -1,6 +1,7 @@
 /*
  * fs.h - the mooncake-fs daemon's state, shared by main.c (options, session,
- * event loop) and ops.c (the FUSE operations).
+ * event loop) and the FUSE operations (the table in ops.c; what the
+ * operation files share among themselves is in fs_i.h).
  */
 #ifndef FS_FS_H
 #define FS_FS_H
@@ -35,10 +36,11 @@ typedef struct fs {
 /* The FUSE low-level operations of the daemon. */
 extern const struct fuse_lowlevel_ops fs_ops;
 
-/* Takes ownership of the current request buffer (free() it when done). */
+/* Takes ownership of the current request buffer: the caller free()s it
+ * when done. In request.c. */
 void *fs_take_request_buffer(fs_t *fs);
 
-/* Releases every open handle and writer (at unmount). */
+/* Releases every open handle and writer, at unmount. In files.c. */
 void fs_shutdown(fs_t *fs);
 
 #endif /* FS_FS_H */

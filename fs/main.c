@@ -3,7 +3,8 @@
  *
  * One thread does everything: the io_uring loop polls the FUSE device and a
  * signalfd; each readable event reads requests and hands them to the
- * operations in ops.c, which answer from store completions on this loop.
+ * operations (the table in ops.c), which answer from store completions on
+ * this loop.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -277,6 +278,187 @@ static int open_store(fs_t *fs, mc_store_opts_t *so, int default_listen)
     return rc;
 }
 
+/*
+ * Checks the daemon's options and copies them into the store's options (so)
+ * and the daemon's settings (fs). Returns 0, or -1 after saying which option
+ * is wrong. The strings stay owned by o: so points into them.
+ */
+static int apply_options(const struct options *o, mc_store_opts_t *so, fs_t *fs)
+{
+    unsigned long v;
+    if (o->segment_size && mc_parse_size(o->segment_size, &so->segment_size) < 0) {
+        fprintf(stderr, "mooncake-fs: error: bad --segment-size '%s'\n", o->segment_size);
+        return -1;
+    }
+    if (o->lease_ms) {
+        if (parse_uint(o->lease_ms, "--lease-ms", 86400000UL, &v) < 0)
+            return -1;
+        so->lease_ms = v;
+    }
+    if (o->evict_high) {
+        if (parse_uint(o->evict_high, "--evict-high", 100, &v) < 0)
+            return -1;
+        so->evict_high_pct = (unsigned)v;
+    }
+    if (o->evict_ratio) {
+        if (parse_uint(o->evict_ratio, "--evict-ratio", 100, &v) < 0)
+            return -1;
+        so->evict_ratio_pct = (unsigned)v;
+    }
+    fs->timeout = 1.0;
+    if (o->timeout) {
+        char *end;
+        fs->timeout = strtod(o->timeout, &end);
+        if (*end || end == o->timeout || fs->timeout < 0) {
+            fprintf(stderr, "mooncake-fs: error: bad --cache-timeout '%s'\n", o->timeout);
+            return -1;
+        }
+    }
+    so->master = o->master;
+    so->secret_file = o->secret_file;
+    so->no_shm = o->no_shm;
+    so->protocol = o->protocol;
+    so->rdma_devices = o->rdma_devices;
+    if (o->protocol && strcmp(o->protocol, "tcp") && strcmp(o->protocol, "rdma") &&
+        strcmp(o->protocol, "auto")) {
+        fprintf(stderr, "mooncake-fs: error: --protocol takes tcp, rdma or auto\n");
+        return -1;
+    }
+    fs->replicas = 1;
+    if (o->replicas) {
+        if (parse_uint(o->replicas, "--replicas", 8, &v) < 0 || v == 0)
+            return -1;
+        fs->replicas = (uint32_t)v;
+    }
+    if (o->net_timeout) {
+        if (parse_uint(o->net_timeout, "--timeout-ms", 3600000UL, &v) < 0 || v == 0)
+            return -1;
+        so->timeout_ms = v;
+    }
+    return 0;
+}
+
+/*
+ * Sets so->listen: the default Unix socket (default_listen_addr(), written
+ * to buf; a fresh temporary directory goes to temp_dir) for an embedded
+ * store without --listen, else --listen unless it is "none". Without a
+ * directory for the default socket the store serves nothing (and says so).
+ */
+static void choose_listen(const struct options *o, int default_listen, const char *mountpoint,
+                          mc_store_opts_t *so, char *buf, size_t n, char *temp_dir, size_t tn)
+{
+    if (default_listen) {
+        int rc = default_listen_addr(mountpoint, buf, n, temp_dir, tn);
+        if (rc < 0)
+            fprintf(stderr,
+                    "mooncake-fs: warning: no directory for the store's socket (%s): "
+                    "not serving the protocol\n",
+                    strerror(-rc));
+        else
+            so->listen = buf;
+    } else if (o->listen && strcmp(o->listen, "none") != 0)
+        so->listen = o->listen;
+}
+
+/*
+ * Creates the FUSE session (fs->se), mounts it (then sets *mounted) and
+ * opens the store: in the foreground before the mount appears, so that a
+ * mount point that shows up is ready (and a master that cannot be reached
+ * leaves nothing mounted); in the background after fork(), which io_uring
+ * does not survive. Returns 0, or -1 (what failed is logged); the caller
+ * frees what was made.
+ */
+static int mount_and_open_store(fs_t *fs, struct fuse_args *args,
+                                const struct fuse_cmdline_opts *fopts, mc_store_opts_t *so,
+                                int default_listen, int *mounted)
+{
+    /* The kernel checks permission bits against the owner (this user) as on
+     * any file system; with -o allow_other others get what the modes give. */
+    if (fuse_opt_add_arg(args, "-odefault_permissions") < 0)
+        return -1;
+    fs->se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), fs);
+    if (!fs->se)
+        return -1;
+    if (fopts->foreground && open_store(fs, so, default_listen) < 0)
+        return -1;
+    if (fuse_session_mount(fs->se, fopts->mountpoint) != 0)
+        return -1;
+    *mounted = 1;
+    if (fuse_daemonize(fopts->foreground) != 0)
+        return -1;
+    if (!fopts->foreground && open_store(fs, so, default_listen) < 0)
+        return -1;
+    return 0;
+}
+
+/*
+ * Blocks SIGINT, SIGTERM and SIGHUP (they arrive through a signalfd, *sfd,
+ * which the caller closes), ignores SIGPIPE, and polls the FUSE device and
+ * the signalfd on the loop. The caller owns both polls. Returns 0, or -1
+ * (logged).
+ */
+static int watch_device_and_signals(fs_t *fs, mc_poll_t *fuse_poll, mc_poll_t *sig_poll, int *sfd)
+{
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    sigprocmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    *sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    int fd = fuse_session_fd(fs->se);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    if (*sfd < 0 || mc_poll_start(fs->loop, fuse_poll, fd, POLLIN, on_fuse) < 0 ||
+        mc_poll_start(fs->loop, sig_poll, *sfd, POLLIN, on_signal) < 0) {
+        fprintf(stderr, "mooncake-fs: error: cannot watch the FUSE device\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void log_mounted(const char *mountpoint, const mc_store_opts_t *so)
+{
+    if (so->master && so->master[0])
+        fprintf(stderr, "mooncake-fs: mounted %s (master %s, segment %llu bytes)\n", mountpoint,
+                so->master, (unsigned long long)so->segment_size);
+    else
+        fprintf(stderr, "mooncake-fs: mounted %s (embedded store, segment %llu bytes%s%s)\n",
+                mountpoint, (unsigned long long)so->segment_size, so->listen ? ", serving " : "",
+                so->listen ? so->listen : "");
+}
+
+/* Which transport carried the bytes (the tests read this line). */
+static void log_bytes_moved(mc_store_t *store)
+{
+    mc_store_stats_t st;
+    mc_store_stats(store, &st);
+    fprintf(stderr,
+            "mooncake-fs: bytes moved: local %llu shm %llu tcp %llu rdma %llu "
+            "(ops: local %llu shm %llu tcp %llu rdma %llu)\n",
+            (unsigned long long)st.local_bytes, (unsigned long long)st.shm_bytes,
+            (unsigned long long)st.tcp_bytes, (unsigned long long)st.rdma_bytes,
+            (unsigned long long)st.local_ops, (unsigned long long)st.shm_ops,
+            (unsigned long long)st.tcp_ops, (unsigned long long)st.rdma_ops);
+}
+
+/* Frees the strings fuse_opt_parse() stored in o. */
+static void free_options(struct options *o)
+{
+    free(o->segment_size);
+    free(o->master);
+    free(o->lease_ms);
+    free(o->evict_high);
+    free(o->evict_ratio);
+    free(o->timeout);
+    free(o->listen);
+    free(o->net_timeout);
+    free(o->replicas);
+    free(o->secret_file);
+    free(o->protocol);
+    free(o->rdma_devices);
+}
+
 int main(int argc, char *argv[])
 {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -284,6 +466,7 @@ int main(int argc, char *argv[])
     struct options o = {0};
     mc_store_opts_t so;
     fs_t fs = {0};
+    mc_poll_t fuse_poll = {.data = &fs}, sig_poll = {.data = &fs};
     int ret = 1, mounted = 0, sfd = -1;
 
     mc_store_opts_init(&so);
@@ -310,71 +493,13 @@ int main(int argc, char *argv[])
         fprintf(stderr, "usage: %s [options] MOUNTPOINT (try --help)\n", argv[0]);
         goto out_args;
     }
-    if (o.segment_size && mc_parse_size(o.segment_size, &so.segment_size) < 0) {
-        fprintf(stderr, "mooncake-fs: error: bad --segment-size '%s'\n", o.segment_size);
+    if (apply_options(&o, &so, &fs) < 0)
         goto out_args;
-    }
-    unsigned long v;
-    if (o.lease_ms) {
-        if (parse_uint(o.lease_ms, "--lease-ms", 86400000UL, &v) < 0)
-            goto out_args;
-        so.lease_ms = v;
-    }
-    if (o.evict_high) {
-        if (parse_uint(o.evict_high, "--evict-high", 100, &v) < 0)
-            goto out_args;
-        so.evict_high_pct = (unsigned)v;
-    }
-    if (o.evict_ratio) {
-        if (parse_uint(o.evict_ratio, "--evict-ratio", 100, &v) < 0)
-            goto out_args;
-        so.evict_ratio_pct = (unsigned)v;
-    }
-    fs.timeout = 1.0;
-    if (o.timeout) {
-        char *end;
-        fs.timeout = strtod(o.timeout, &end);
-        if (*end || end == o.timeout || fs.timeout < 0) {
-            fprintf(stderr, "mooncake-fs: error: bad --cache-timeout '%s'\n", o.timeout);
-            goto out_args;
-        }
-    }
-    so.master = o.master;
-    so.secret_file = o.secret_file;
-    so.no_shm = o.no_shm;
-    so.protocol = o.protocol;
-    so.rdma_devices = o.rdma_devices;
-    if (o.protocol && strcmp(o.protocol, "tcp") && strcmp(o.protocol, "rdma") &&
-        strcmp(o.protocol, "auto")) {
-        fprintf(stderr, "mooncake-fs: error: --protocol takes tcp, rdma or auto\n");
-        goto out_args;
-    }
-    fs.replicas = 1;
-    if (o.replicas) {
-        if (parse_uint(o.replicas, "--replicas", 8, &v) < 0 || v == 0)
-            goto out_args;
-        fs.replicas = (uint32_t)v;
-    }
-    if (o.net_timeout) {
-        if (parse_uint(o.net_timeout, "--timeout-ms", 3600000UL, &v) < 0 || v == 0)
-            goto out_args;
-        so.timeout_ms = v;
-    }
     int default_listen = !o.listen && !(o.master && o.master[0]);
     char listen_buf[sizeof(((struct sockaddr_un *)0)->sun_path) + 8], temp_dir[PATH_MAX];
     temp_dir[0] = '\0';
-    if (default_listen) {
-        int rc = default_listen_addr(fopts.mountpoint, listen_buf, sizeof(listen_buf), temp_dir,
-                                     sizeof(temp_dir));
-        if (rc < 0)
-            fprintf(stderr,
-                    "mooncake-fs: warning: no directory for the store's socket (%s): "
-                    "not serving the protocol\n",
-                    strerror(-rc));
-        else
-            so.listen = listen_buf;
-    } else if (o.listen && strcmp(o.listen, "none") != 0)
-        so.listen = o.listen;
+    choose_listen(&o, default_listen, fopts.mountpoint, &so, listen_buf, sizeof(listen_buf),
+                  temp_dir, sizeof(temp_dir));
     if (o.master && o.master[0] && !o.segment_size)
         so.segment_size = MC_DEFAULT_SEGMENT_SIZE;
 
@@ -387,52 +512,12 @@ int main(int argc, char *argv[])
     if (!fs.it)
         goto out;
 
-    /* The kernel checks permission bits against the owner (this user) as on
-     * any file system; with -o allow_other others get what the modes give. */
-    if (fuse_opt_add_arg(&args, "-odefault_permissions") < 0)
+    if (mount_and_open_store(&fs, &args, &fopts, &so, default_listen, &mounted) < 0)
         goto out;
-    fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
-    if (!fs.se)
+    if (watch_device_and_signals(&fs, &fuse_poll, &sig_poll, &sfd) < 0)
         goto out;
-    /* In the foreground the store opens before the mount appears, so that a
-     * mount point that shows up is ready (and a master that cannot be
-     * reached leaves nothing mounted). In the background it opens after
-     * fork(): io_uring does not survive fork(). */
-    int rc;
-    if (fopts.foreground && (rc = open_store(&fs, &so, default_listen)) < 0)
-        goto out;
-    if (fuse_session_mount(fs.se, fopts.mountpoint) != 0)
-        goto out;
-    mounted = 1;
-    if (fuse_daemonize(fopts.foreground) != 0)
-        goto out;
-    if (!fopts.foreground && (rc = open_store(&fs, &so, default_listen)) < 0)
-        goto out;
-
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    sigprocmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
-    int fd = fuse_session_fd(fs.se);
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    mc_poll_t fuse_poll = {.data = &fs}, sig_poll = {.data = &fs};
-    if (sfd < 0 || mc_poll_start(fs.loop, &fuse_poll, fd, POLLIN, on_fuse) < 0 ||
-        mc_poll_start(fs.loop, &sig_poll, sfd, POLLIN, on_signal) < 0) {
-        fprintf(stderr, "mooncake-fs: error: cannot watch the FUSE device\n");
-        goto out;
-    }
-    if (so.master && so.master[0])
-        fprintf(stderr, "mooncake-fs: mounted %s (master %s, segment %llu bytes)\n",
-                fopts.mountpoint, so.master, (unsigned long long)so.segment_size);
-    else
-        fprintf(stderr, "mooncake-fs: mounted %s (embedded store, segment %llu bytes%s%s)\n",
-                fopts.mountpoint, (unsigned long long)so.segment_size,
-                so.listen ? ", serving " : "", so.listen ? so.listen : "");
-    rc = mc_loop_run(fs.loop);
+    log_mounted(fopts.mountpoint, &so);
+    int rc = mc_loop_run(fs.loop);
     if (rc < 0)
         fprintf(stderr, "mooncake-fs: error: event loop: %s\n", mc_strerror(rc));
     else
@@ -443,16 +528,7 @@ out:
     if (sfd >= 0)
         close(sfd);
     if (fs.store) {
-        /* Which transport carried the bytes (the tests read this line). */
-        mc_store_stats_t st;
-        mc_store_stats(fs.store, &st);
-        fprintf(stderr,
-                "mooncake-fs: bytes moved: local %llu shm %llu tcp %llu rdma %llu "
-                "(ops: local %llu shm %llu tcp %llu rdma %llu)\n",
-                (unsigned long long)st.local_bytes, (unsigned long long)st.shm_bytes,
-                (unsigned long long)st.tcp_bytes, (unsigned long long)st.rdma_bytes,
-                (unsigned long long)st.local_ops, (unsigned long long)st.shm_ops,
-                (unsigned long long)st.tcp_ops, (unsigned long long)st.rdma_ops);
+        log_bytes_moved(fs.store);
         mc_store_close(fs.store);
     }
     if (temp_dir[0])
@@ -468,17 +544,6 @@ out_args:
     free(fs.rbuf.mem);
     free(fopts.mountpoint);
     fuse_opt_free_args(&args);
-    free(o.segment_size);
-    free(o.master);
-    free(o.lease_ms);
-    free(o.evict_high);
-    free(o.evict_ratio);
-    free(o.timeout);
-    free(o.listen);
-    free(o.net_timeout);
-    free(o.replicas);
-    free(o.secret_file);
-    free(o.protocol);
-    free(o.rdma_devices);
+    free_options(&o);
     return ret;
 }

@@ -1,0 +1,353 @@
+/*
+ * attrs.c - attributes: getattr, setattr (size through the file's writer,
+ * then mode and mtime, then the reply), statfs and access, and how an
+ * inode's attributes are filled in for every reply that carries them.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "fs.h"
+#include "fs_i.h"
+#include "inode.h"
+#include "writers.h"
+
+#define DIR_MODE_DEFAULT 0755
+#define BLKSIZE (1 << 20)
+
+void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->st_ino = in->ino;
+    a->st_uid = fs->uid;
+    a->st_gid = fs->gid;
+    a->st_blksize = BLKSIZE;
+    int64_t mt = st && st->mtime_ns ? st->mtime_ns : fs->start_ns;
+    if (in->is_dir) {
+        a->st_mode = S_IFDIR | (st && st->mode ? st->mode : DIR_MODE_DEFAULT);
+        a->st_nlink = 2;
+    } else {
+        a->st_mode = S_IFREG | (st ? st->mode : 0644);
+        a->st_nlink = in->key ? 1 : 0;
+        a->st_size = st ? (off_t)st->size : 0;
+        if (in->ws && in->ws->state == WS_READY)
+            a->st_size = (off_t)mc_writer_size(in->ws->w);
+        a->st_blocks = (a->st_size + 511) / 512;
+    }
+    a->st_mtim.tv_sec = mt / 1000000000LL;
+    a->st_mtim.tv_nsec = mt % 1000000000LL;
+    a->st_ctim = a->st_mtim;
+    a->st_atim = a->st_mtim;
+}
+
+void fs_fill_entry(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct fuse_entry_param *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->ino = in->ino;
+    e->generation = 1;
+    e->attr_timeout = fs->timeout;
+    e->entry_timeout = fs->timeout;
+    fs_fill_attr(fs, in, st, &e->attr);
+}
+
+/* Copies the directory marker key of dir inode in ("a/b/") into out. */
+static size_t marker_key(const fs_inode_t *in, char *out)
+{
+    memcpy(out, in->key, in->klen);
+    out[in->klen] = '/';
+    out[in->klen + 1] = '\0';
+    return in->klen + 1;
+}
+
+/* ---- getattr ---- */
+
+static void attr_reply(fs_ctx_t *c, const mc_stat_t *st)
+{
+    struct stat a;
+    fs_fill_attr(c->fs, c->in, st, &a);
+    fuse_reply_attr(c->req, &a, c->fs->timeout);
+    fs_ctx_free(c);
+}
+
+static void attr_stat_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    fs_inode_t *in = c->in;
+    if (in->is_dir)
+        return attr_reply(c, rc == 0 ? &c->st : NULL);
+    if (rc == -ENOENT && (!in->key || in->opens))
+        return attr_reply(c, &in->st); /* open, unlinked: last known */
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    in->st = c->st;
+    attr_reply(c, &c->st);
+}
+
+/* Replies to c->req with the inode's current attributes. */
+static void attr_fetch(fs_ctx_t *c)
+{
+    fs_inode_t *in = c->in;
+    int rc;
+    if (!in->key || in->ino == FUSE_ROOT_ID)
+        return attr_reply(c, in->ino == FUSE_ROOT_ID ? NULL : &in->st);
+    if (in->ws && in->ws->state != WS_NONE)
+        return attr_reply(c, &in->st);
+    if (in->is_dir) {
+        c->klen2 = marker_key(in, c->key2);
+        rc = mc_stat_async(c->fs->store, c->key2, c->klen2, &c->st, attr_stat_done, c);
+    } else {
+        rc = mc_stat_async(c->fs->store, in->key, in->klen, &c->st, attr_stat_done, c);
+    }
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+/* Replies with the attributes a handle sees: its writer's size, or the
+ * size of the version it opened. */
+static void attr_reply_fh(fuse_req_t req, fs_t *fs, fs_fh_t *fh)
+{
+    fs_inode_t *in = fh->in;
+    fs_wstate_t *ws = in->ws;
+    struct stat a;
+    fs_fill_attr(fs, in, &in->st, &a);
+    if (fh->writable && ws && ws->state == WS_READY)
+        a.st_size = (off_t)mc_writer_size(ws->w);
+    else if (fh->obj)
+        a.st_size = (off_t)mc_obj_stat(fh->obj)->size;
+    a.st_blocks = (a.st_size + 511) / 512;
+    fuse_reply_attr(req, &a, fs->timeout);
+}
+
+void fs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    fs_t *fs = fs_of(req);
+    fs_inode_t *in = fs_inode_get(fs->it, ino);
+    if (!in)
+        return reply_err(req, -ENOENT);
+    if (fi && !in->is_dir && fi->fh)
+        return attr_reply_fh(req, fs, (fs_fh_t *)(uintptr_t)fi->fh);
+    fs_ctx_t *c = fs_ctx_new(req, in);
+    if (c)
+        attr_fetch(c);
+}
+
+/* ---- setattr: size, then mode/times, then the reply ---- */
+
+static void setattr_step(fs_ctx_t *c);
+
+static void setattr_next(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0 && rc != -ENOENT)
+        return fs_ctx_fail(c, rc);
+    c->stage++;
+    setattr_step(c);
+}
+
+static void setattr_committed(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    fs_wstate_t *ws = c->in->ws;
+    ws->handles--; /* ws_finish() settles the state after its committers */
+    c->stage++;
+    if (err < 0)
+        return fs_ctx_fail(c, err);
+    setattr_step(c);
+}
+
+static void setattr_truncated(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    fs_wstate_t *ws = c->in->ws;
+    int by_path = !c->fh || !c->fh->writable;
+    if (rc >= 0)
+        ws->dirty = 1;
+    if (rc >= 0 && by_path) {
+        /* truncate(2) by path: publish now. The commit's result (or the
+         * error of a write that fails the version meanwhile) is the reply. */
+        c->wait.run = setattr_committed;
+        c->wait.next = ws->committers;
+        ws->committers = &c->wait;
+        if (ws->state == WS_READY)
+            fs_ws_commit(ws);
+        return fs_ws_op_done(ws, 0);
+    }
+    fs_ws_op_done(ws, rc);
+    ws->handles--;
+    if (rc >= 0)
+        rc = fs_fh_err(c->fh); /* another write failed the version meanwhile */
+    if (rc < 0) {
+        fs_ws_settle(ws);
+        return fs_ctx_fail(c, rc);
+    }
+    c->stage++;
+    setattr_step(c);
+}
+
+static void setattr_have_writer(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    fs_wstate_t *ws = c->in->ws;
+    if (err < 0)
+        fs_ws_poison(ws, err); /* opening the writer (copying the base) failed */
+    else
+        err = fs_fh_err(c->fh);
+    if (err < 0) {
+        ws->handles--;
+        fs_ws_settle(ws);
+        return fs_ctx_fail(c, err);
+    }
+    fs_ws_op_start(ws);
+    int rc = mc_writer_truncate_async(ws->w, (uint64_t)c->attr.st_size, setattr_truncated, c);
+    if (rc < 0)
+        setattr_truncated(c, rc);
+}
+
+static void setattr_marker_put(void *arg, int rc)
+{
+    setattr_next(arg, rc == -EEXIST ? 0 : rc);
+}
+
+static void setattr_meta_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc == -ENOENT && c->in->is_dir && (c->to_set & FUSE_SET_ATTR_MODE)) {
+        /* An implicit directory: give it a marker to hold the mode. */
+        mc_put_opts_t po = {.flags = MC_PUT_NOREPLACE,
+                            .mode = c->attr.st_mode & 07777,
+                            .replica_num = c->fs->replicas};
+        rc = mc_put_async(c->fs->store, c->key2, c->klen2, "", 0, &po, setattr_marker_put, c);
+        if (rc == 0)
+            return;
+    }
+    setattr_next(c, rc);
+}
+
+static void setattr_step(fs_ctx_t *c)
+{
+    fs_inode_t *in = c->in;
+    int rc = 0;
+    switch (c->stage) {
+    case 0: /* size */
+        c->stage = 1;
+        if ((c->to_set & FUSE_SET_ATTR_SIZE) && !in->is_dir) {
+            if (!in->key && !in->ws)
+                return fs_ctx_fail(c, -ENOENT);
+            if (fs_fh_err(c->fh))
+                return fs_ctx_fail(c, fs_fh_err(c->fh));
+            fs_wstate_t *ws = fs_ws_get(c->fs, in);
+            if (!ws)
+                return fs_ctx_fail(c, -ENOMEM);
+            ws->handles++;
+            c->wait.need_writer = 1;
+            c->wait.run = setattr_have_writer;
+            return fs_ws_need(ws, &c->wait);
+        }
+        c->stage = 2;
+        /* fall through */
+    case 1:
+    case 2: { /* mode and mtime */
+        c->stage = 2;
+        unsigned what = 0;
+        int64_t mtime = 0;
+        if (c->to_set & FUSE_SET_ATTR_MODE)
+            what |= MC_META_MODE;
+        if (c->to_set & FUSE_SET_ATTR_MTIME_NOW) {
+            what |= MC_META_MTIME;
+            mtime = fs_now_ns();
+        } else if (c->to_set & FUSE_SET_ATTR_MTIME) {
+            what |= MC_META_MTIME;
+            mtime = (int64_t)c->attr.st_mtim.tv_sec * 1000000000LL + c->attr.st_mtim.tv_nsec;
+        }
+        if (!what || !in->key || in->ino == FUSE_ROOT_ID) {
+            c->stage = 3;
+            return setattr_step(c);
+        }
+        uint32_t mode = c->attr.st_mode & 07777;
+        if (in->ws && in->ws->state == WS_READY)
+            mc_writer_set_meta(in->ws->w, (what & MC_META_MODE) ? mode : 0, mtime);
+        if (what & MC_META_MODE)
+            in->st.mode = mode;
+        if (what & MC_META_MTIME)
+            in->st.mtime_ns = mtime;
+        if (in->is_dir) {
+            c->klen2 = marker_key(in, c->key2);
+            rc = mc_set_meta_async(c->fs->store, c->key2, c->klen2, what, mode, mtime,
+                                   setattr_meta_done, c);
+        } else {
+            rc = mc_set_meta_async(c->fs->store, in->key, in->klen, what, mode, mtime,
+                                   setattr_meta_done, c);
+        }
+        if (rc < 0)
+            fs_ctx_fail(c, rc);
+        return;
+    }
+    default:
+        if (c->fh && !in->is_dir) {
+            attr_reply_fh(c->req, c->fs, c->fh);
+            return fs_ctx_free(c);
+        }
+        attr_fetch(c);
+    }
+}
+
+void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                   struct fuse_file_info *fi)
+{
+    fs_t *fs = fs_of(req);
+    fs_inode_t *in = fs_inode_get(fs->it, ino);
+    if (!in)
+        return reply_err(req, -ENOENT);
+    if (((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != fs->uid) ||
+        ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != fs->gid))
+        return reply_err(req, -EPERM);
+    if ((to_set & FUSE_SET_ATTR_SIZE) && in->is_dir)
+        return reply_err(req, -EISDIR);
+    fs_ctx_t *c = fs_ctx_new(req, in);
+    if (!c)
+        return;
+    c->attr = *attr;
+    c->to_set = to_set;
+    c->fh = fi ? (fs_fh_t *)(uintptr_t)fi->fh : NULL;
+    setattr_step(c);
+}
+
+/* ---- statfs, access ---- */
+
+static void statfs_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    struct statvfs sv;
+    memset(&sv, 0, sizeof(sv));
+    sv.f_bsize = 4096;
+    sv.f_frsize = 4096;
+    sv.f_blocks = c->sp.total / 4096;
+    sv.f_bfree = (c->sp.total - c->sp.used) / 4096;
+    sv.f_bavail = sv.f_bfree;
+    sv.f_files = c->sp.objects + sv.f_bfree;
+    sv.f_ffree = sv.f_bfree;
+    sv.f_favail = sv.f_bfree;
+    sv.f_namemax = NAME_MAX;
+    fuse_reply_statfs(c->req, &sv);
+    fs_ctx_free(c);
+}
+
+void fs_op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+    fs_ctx_t *c = fs_ctx_new(req, NULL);
+    if (!c)
+        return;
+    int rc = mc_statfs_async(c->fs->store, &c->sp, statfs_done, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+void fs_op_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+    fs_inode_t *in = fs_inode_get(fs_of(req)->it, ino);
+    reply_err(req, in ? 0 : -ENOENT);
+}

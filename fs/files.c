@@ -1,0 +1,401 @@
+/*
+ * files.c - open files: create, open (O_TRUNC through the file's writer),
+ * read, write, flush (publishes), release and fsync, and the handles
+ * (fs_fh_t) they share. Writes go through the file's writer state
+ * (writers.c); a handle reads the version it opened, or its writer.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+
+#include "fs.h"
+#include "fs_i.h"
+#include "inode.h"
+#include "writers.h"
+
+/* ---- handles, open, create, release ---- */
+
+static fs_fh_t *fh_new(fs_t *fs, fs_inode_t *in, int writable)
+{
+    fs_fh_t *fh = calloc(1, sizeof(*fh));
+    if (!fh)
+        return NULL;
+    if (writable) {
+        fs_wstate_t *ws = fs_ws_get(fs, in);
+        if (!ws) {
+            free(fh);
+            return NULL;
+        }
+        ws->handles++;
+    }
+    fh->in = in;
+    fh->writable = writable;
+    fh->next = fs->fhs;
+    if (fs->fhs)
+        fs->fhs->prev = fh;
+    fs->fhs = fh;
+    in->opens++;
+    return fh;
+}
+
+static void fh_free(fs_t *fs, fs_fh_t *fh)
+{
+    if (fh->prev)
+        fh->prev->next = fh->next;
+    else
+        fs->fhs = fh->next;
+    if (fh->next)
+        fh->next->prev = fh->prev;
+    if (fh->obj)
+        mc_obj_close(fh->obj);
+    fs_inode_t *in = fh->in;
+    in->opens--;
+    if (fh->writable && in->ws) {
+        in->ws->handles--;
+        fs_ws_settle(in->ws);
+    }
+    fs_inode_maybe_free(fs->it, in);
+    free(fh);
+}
+
+static int is_writable(int flags)
+{
+    return (flags & O_ACCMODE) != O_RDONLY;
+}
+
+/* The version is open: finish an open (kind 0) or a create (kind 1). */
+static void open_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    fs_fh_t *fh = c->fh;
+    fs_inode_t *in = c->in;
+    if (rc < 0) {
+        fh_free(c->fs, fh);
+        if (c->kind == 1)
+            fs_inode_forget(c->fs->it, in, 1);
+        return fs_ctx_fail(c, rc);
+    }
+    const mc_stat_t *st = mc_obj_stat(fh->obj);
+    in->st = *st;
+    c->fi.fh = (uintptr_t)fh;
+    fh->append = (c->fi.flags & O_APPEND) != 0;
+    /* The kernel keeps one page cache and one size per inode, and a
+     * writer's O_TRUNC and writes change them under every reader of that
+     * inode. So each handle does direct I/O: it reads exactly the version
+     * it opened, whatever another handle publishes meanwhile. */
+    c->fi.direct_io = 1;
+    in->version = st->version;
+    if (c->kind == 1) {
+        struct fuse_entry_param e;
+        fs_fill_entry(c->fs, in, &in->st, &e);
+        if (fuse_reply_create(c->req, &e, &c->fi) < 0) {
+            fh_free(c->fs, fh);
+            fs_inode_forget(c->fs->it, in, 1);
+        }
+    } else if (fuse_reply_open(c->req, &c->fi) < 0) {
+        fh_free(c->fs, fh);
+    }
+    fs_ctx_free(c);
+}
+
+static void open_version(fs_ctx_t *c)
+{
+    int writable = is_writable(c->fi.flags);
+    c->fh = fh_new(c->fs, c->in, writable);
+    if (!c->fh)
+        return fs_ctx_fail(c, -ENOMEM);
+    if (writable)
+        fs_ws_add_owner(c->in->ws, c->req);
+    int rc = mc_obj_open_async(c->fs->store, c->in->key, c->in->klen, &c->fh->obj, open_done, c);
+    if (rc < 0)
+        open_done(c, rc);
+}
+
+static void open_truncated(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    fs_wstate_t *ws = c->in->ws;
+    fs_ws_op_done(ws, rc);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+    else
+        open_version(c); /* takes its handle before ours goes */
+    ws->handles--;
+    fs_ws_settle(ws);
+}
+
+static void open_trunc_ready(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    if (err < 0)
+        return fs_ctx_fail(c, err);
+    open_version(c);
+}
+
+/* O_TRUNC: the file is written afresh; readers keep seeing the old content
+ * until the new version is published at close. */
+static void open_trunc_writer(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    if (err < 0)
+        return fs_ctx_fail(c, err);
+    fs_wstate_t *ws = fs_ws_get(c->fs, c->in);
+    if (!ws)
+        return fs_ctx_fail(c, -ENOMEM);
+    ws->dirty = 1;
+    if (ws->state == WS_READY) {
+        ws->handles++;
+        fs_ws_op_start(ws);
+        int rc = mc_writer_truncate_async(ws->w, 0, open_truncated, c);
+        if (rc < 0)
+            open_truncated(c, rc);
+        return;
+    }
+    ws->fresh = 1;
+    c->wait.need_writer = 1;
+    c->wait.run = open_trunc_ready;
+    fs_ws_need(ws, &c->wait);
+}
+
+void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    fs_inode_t *in = fs_inode_get(fs_of(req)->it, ino);
+    if (!in)
+        return reply_err(req, -ENOENT);
+    if (!in->key)
+        return reply_err(req, -ESTALE); /* replaced: the VFS looks the path up again */
+    if (in->is_dir)
+        return reply_err(req, -EISDIR);
+    fs_ctx_t *c = fs_ctx_new(req, in);
+    if (!c)
+        return;
+    c->fi = *fi;
+    if ((fi->flags & O_TRUNC) && is_writable(fi->flags)) {
+        c->wait.need_writer = 0;
+        c->wait.run = open_trunc_writer;
+        if (in->ws)
+            return fs_ws_when_idle(in->ws, &c->wait);
+        return open_trunc_writer(&c->wait, 0);
+    }
+    open_version(c);
+}
+
+static void create_put_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    int existed = rc == -EEXIST;
+    if (existed && !(c->fi.flags & O_EXCL))
+        rc = 0; /* it exists (or was created meanwhile): open it */
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    c->in = fs_inode_ref(c->fs->it, c->key, c->klen, 0);
+    if (!c->in)
+        return fs_ctx_fail(c, -ENOMEM);
+    c->kind = 1;
+    if (existed && (c->fi.flags & O_TRUNC) && is_writable(c->fi.flags)) {
+        c->wait.need_writer = 0;
+        c->wait.run = open_trunc_writer;
+        if (c->in->ws)
+            return fs_ws_when_idle(c->in->ws, &c->wait);
+        return open_trunc_writer(&c->wait, 0);
+    }
+    open_version(c);
+}
+
+static void create_looked_up(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc == MC_LOOKUP_DIR)
+        return fs_ctx_fail(c, -EISDIR);
+    if (rc == MC_LOOKUP_FILE)
+        return create_put_done(c, -EEXIST);
+    if (rc != -ENOENT)
+        return fs_ctx_fail(c, rc);
+    mc_put_opts_t po = {
+        .flags = MC_PUT_NOREPLACE, .mode = c->mode & 07777, .replica_num = c->fs->replicas};
+    rc = mc_put_async(c->fs->store, c->key, c->klen, "", 0, &po, create_put_done, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                  struct fuse_file_info *fi)
+{
+    fs_ctx_t *c = fs_ctx_new(req, NULL);
+    if (!c || fs_child_key(c, parent, name, c->key, &c->klen) < 0)
+        return;
+    c->fi = *fi;
+    c->mode = mode;
+    int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, create_looked_up, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+void fs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    fh_free(fs_of(req), (fs_fh_t *)(uintptr_t)fi->fh);
+    reply_err(req, 0);
+}
+
+/* ---- read, write, flush ---- */
+
+static void read_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    fuse_reply_buf(c->req, c->data, (size_t)rc);
+    fs_ctx_free(c);
+}
+
+static void read_writer_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    fs_ws_op_done(c->in->ws, 0); /* a failed read leaves the version intact */
+    read_done(c, rc);
+}
+
+static void read_run(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    fs_fh_t *fh = c->fh;
+    fs_wstate_t *ws = fh->in->ws;
+    int rc;
+    if (err < 0)
+        return fs_ctx_fail(c, err);
+    if (fh->writable && ws && ws->state == WS_READY) {
+        fs_ws_op_start(ws);
+        rc = mc_writer_read_async(ws->w, (uint64_t)c->off, c->data, c->size, read_writer_done, c);
+        if (rc < 0)
+            fs_ws_op_done(ws, 0);
+    } else if (fh->writable && fh->in->key && fh->in->version != mc_obj_stat(fh->obj)->version) {
+        rc = mc_get_async(c->fs->store, fh->in->key, fh->in->klen, (uint64_t)c->off, c->data,
+                          c->size, NULL, read_done, c); /* our own newer version */
+    } else {
+        rc = mc_obj_read_async(fh->obj, (uint64_t)c->off, c->data, c->size, read_done, c);
+    }
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+    fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
+    fs_ctx_t *c = fs_ctx_new(req, fh->in);
+    if (!c)
+        return;
+    c->fh = fh;
+    c->off = off;
+    c->size = size;
+    c->data = malloc(size ? size : 1);
+    if (!c->data)
+        return fs_ctx_fail(c, -ENOMEM);
+    c->wait.run = read_run;
+    c->wait.need_writer = 0;
+    if (fh->writable && fh->in->ws)
+        fs_ws_when_idle(fh->in->ws, &c->wait);
+    else
+        read_run(&c->wait, 0);
+}
+
+static void write_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    fs_ws_op_done(c->in->ws, rc); /* the handle holds the state */
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    fuse_reply_write(c->req, (size_t)rc);
+    fs_ctx_free(c);
+}
+
+static void write_run(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    fs_wstate_t *ws = c->in->ws;
+    if (err < 0)
+        fs_ws_poison(ws, err); /* opening the writer (copying the base) failed */
+    if (c->fh->err)
+        return fs_ctx_fail(c, c->fh->err);
+    ws->dirty = 1;
+    if (c->fh->append)
+        c->off = (off_t)mc_writer_size(ws->w);
+    fs_ws_op_start(ws);
+    int rc = mc_writer_write_async(ws->w, (uint64_t)c->off, c->wbuf, c->size, write_done, c);
+    if (rc < 0)
+        write_done(c, rc);
+}
+
+void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                 struct fuse_file_info *fi)
+{
+    fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
+    fs_t *fs = fs_of(req);
+    if (!fh->writable || !fh->in->ws)
+        return reply_err(req, -EBADF);
+    if (fh->err)
+        return reply_err(req, fh->err);
+    fs_ctx_t *c = fs_ctx_new(req, fh->in);
+    if (!c)
+        return;
+    /* The data lives in the request buffer: keep it until the write is
+     * done instead of copying it. */
+    c->data = fs_take_request_buffer(fs);
+    fs_ws_add_owner(fh->in->ws, req);
+    c->wbuf = buf;
+    c->size = size;
+    c->off = off;
+    c->fh = fh;
+    c->wait.need_writer = 1;
+    c->wait.run = write_run;
+    fs_ws_need(fh->in->ws, &c->wait);
+}
+
+static void flush_committed(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    fs_ctx_fail(c, err < 0 ? err : 0);
+}
+
+static void flush_run(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    fs_wstate_t *ws = c->in->ws;
+    if (!err)
+        err = c->fh->err;
+    if (err < 0 || !ws || ws->state != WS_READY || !ws->dirty)
+        return fs_ctx_fail(c, err < 0 ? err : 0);
+    c->wait.run = flush_committed;
+    c->wait.next = ws->committers;
+    ws->committers = &c->wait;
+    fs_ws_commit(ws);
+}
+
+void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
+    if (fh->writable && fh->err)
+        return reply_err(req, fh->err); /* a write failed: nothing to publish */
+    if (!fh->writable || !fh->in->ws || !fs_ws_is_owner(fh->in->ws, req))
+        return reply_err(req, 0); /* the last release publishes */
+    fs_ctx_t *c = fs_ctx_new(req, fh->in);
+    if (!c)
+        return;
+    c->fh = fh;
+    c->wait.need_writer = 0;
+    c->wait.run = flush_run;
+    fs_ws_when_idle(fh->in->ws, &c->wait);
+}
+
+void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+    /* Data lives in memory segments; the version is published at close.
+     * See docs/SEMANTICS.md. */
+    reply_err(req, 0);
+}
+
+void fs_shutdown(fs_t *fs)
+{
+    while (fs->fhs)
+        fh_free(fs, fs->fhs);
+    fs_ws_shutdown(fs);
+}

@@ -1,0 +1,161 @@
+/*
+ * fs_i.h - what the FUSE operation files of mooncake-fs share: a request in
+ * flight (fs_ctx_t) and its helpers (request.c), an open file's handle
+ * (fs_fh_t), the attribute fillers (attrs.c) and the handlers that the
+ * operation table (ops.c) names, by the file that holds them. The writer
+ * state of a file has its own header, writers.h.
+ *
+ * Everything runs on the loop thread: no locks.
+ */
+#ifndef FS_FS_I_H
+#define FS_FS_I_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "fs.h"
+#include "inode.h"
+#include "mooncake/mooncake.h"
+
+/* A request waiting for a file's writer state (writers.h): queued, then
+ * run once, with 0 or the error that ended the wait. */
+typedef struct fs_waiter fs_waiter_t;
+struct fs_waiter {
+    fs_waiter_t *next;
+    int need_writer; /* 1: wants the writer open; 0: only wants it idle */
+    void (*run)(fs_waiter_t *w, int err);
+};
+
+/* An open file (fuse_file_info.fh); every one is on fs->fhs. */
+typedef struct fs_fh {
+    fs_inode_t *in;
+    mc_obj_t *obj; /* the version opened, for reads */
+    int writable;
+    int append; /* O_APPEND: writes go to the end, whatever the offset */
+    int err;    /* a write to the file failed while this handle was open for
+                   writing: its later writes and its flushes fail with err */
+    struct fs_fh *prev, *next;
+} fs_fh_t;
+
+/* An open directory (dirs.c). */
+typedef struct fs_dh fs_dh_t;
+
+/* One request in flight. */
+typedef struct fs_ctx {
+    fs_waiter_t wait;
+    fs_t *fs;
+    fuse_req_t req;
+    fs_inode_t *in;
+    fs_fh_t *fh;
+    fs_dh_t *dh;
+    int stage;
+    int kind;
+    int flags;
+    mode_t mode;
+    int to_set;
+    struct stat attr;
+    struct fuse_file_info fi;
+    mc_stat_t st;
+    mc_stat_t st2;
+    mc_list_t *list;
+    mc_space_t sp;
+    void *data; /* owned request buffer or read buffer */
+    const char *wbuf;
+    size_t size;
+    off_t off;
+    int plus;
+    char *out; /* readdir reply */
+    size_t outlen;
+    char key[MC_KEY_MAX + 2];
+    size_t klen;
+    char key2[MC_KEY_MAX + 2];
+    size_t klen2;
+} fs_ctx_t;
+
+static inline fs_t *fs_of(fuse_req_t req)
+{
+    return fuse_req_userdata(req);
+}
+
+/* The only place a negative result becomes a FUSE error reply (0: success). */
+static inline void reply_err(fuse_req_t req, int rc)
+{
+    fuse_reply_err(req, rc < 0 ? -rc : rc);
+}
+
+/* ---- request.c ---- */
+
+/* Allocates a zeroed context for req on inode in (may be NULL) and counts
+ * it in flight. On ENOMEM it replies to req itself and returns NULL. Freed
+ * by fs_ctx_free() or fs_ctx_fail(). */
+fs_ctx_t *fs_ctx_new(fuse_req_t req, fs_inode_t *in);
+
+/* Frees c with its listing, data and readdir buffers and counts it out of
+ * flight; does not reply. */
+void fs_ctx_free(fs_ctx_t *c);
+
+/* Replies to c's request with rc (0: success) and frees c. */
+void fs_ctx_fail(fs_ctx_t *c, int rc);
+
+/* Writes the key of name under directory inode parent to key (MC_KEY_MAX + 2
+ * bytes) and its length to *klen. Returns 0, or -1 after replying to c's
+ * request with the error and freeing c. */
+int fs_child_key(fs_ctx_t *c, fuse_ino_t parent, const char *name, char *key, size_t *klen);
+
+/* The wall clock, in nanoseconds since the epoch. */
+int64_t fs_now_ns(void);
+
+/* ---- attrs.c ---- */
+
+/* Fills a with the attributes of inode in, from st (NULL: not known, for
+ * a directory without a marker); a file's size is its open writer's when
+ * there is one. */
+void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a);
+
+/* Fills e for replying with inode in (attributes as fs_fill_attr()). */
+void fs_fill_entry(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct fuse_entry_param *e);
+
+void fs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                   struct fuse_file_info *fi);
+void fs_op_statfs(fuse_req_t req, fuse_ino_t ino);
+void fs_op_access(fuse_req_t req, fuse_ino_t ino, int mask);
+
+/* ---- dirs.c ---- */
+
+void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
+void fs_op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets);
+void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                   struct fuse_file_info *fi);
+void fs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                       struct fuse_file_info *fi);
+void fs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+
+/* ---- namespace.c ---- */
+
+void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
+void fs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
+void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                  const char *newname, unsigned int flags);
+void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname);
+void fs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name);
+
+/* ---- files.c ---- */
+
+void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                  struct fuse_file_info *fi);
+void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                 struct fuse_file_info *fi);
+void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+
+#endif /* FS_FS_I_H */

@@ -1,0 +1,229 @@
+/*
+ * namespace.c - operations that make, remove and move names: mkdir and
+ * mknod (an empty object published if the name is free), rmdir, unlink,
+ * rename (a key, or a directory's whole prefix, on the master), and the
+ * refusals of link and symlink.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fs.h"
+#include "fs_i.h"
+#include "inode.h"
+#include "writers.h"
+
+/* mkdir and mknod: publish an empty object (a directory's marker "a/b/",
+ * or the file) if the name is free, then reply with the new entry. */
+static void empty_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    int is_dir = c->kind;
+    fs_inode_t *in = fs_inode_ref(c->fs->it, c->key, c->klen, is_dir);
+    if (!in)
+        return fs_ctx_fail(c, -ENOMEM);
+    mc_stat_t st = {.mode = c->mode & 07777, .mtime_ns = fs_now_ns()};
+    if (!is_dir)
+        in->st = st;
+    struct fuse_entry_param e;
+    fs_fill_entry(c->fs, in, &st, &e);
+    fuse_reply_entry(c->req, &e);
+    fs_ctx_free(c);
+}
+
+static void empty_looked_up(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc >= 0)
+        return fs_ctx_fail(c, -EEXIST);
+    if (rc != -ENOENT)
+        return fs_ctx_fail(c, rc);
+    mc_put_opts_t po = {
+        .flags = MC_PUT_NOREPLACE, .mode = c->mode & 07777, .replica_num = c->fs->replicas};
+    const char *key = c->key;
+    size_t klen = c->klen;
+    if (c->kind) {
+        memcpy(c->key2, c->key, c->klen);
+        c->key2[c->klen] = '/';
+        c->klen2 = c->klen + 1;
+        key = c->key2;
+        klen = c->klen2;
+    }
+    rc = mc_put_async(c->fs->store, key, klen, "", 0, &po, empty_done, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+static void make_empty(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, int is_dir)
+{
+    fs_ctx_t *c = fs_ctx_new(req, NULL);
+    if (!c || fs_child_key(c, parent, name, c->key, &c->klen) < 0)
+        return;
+    c->mode = mode;
+    c->kind = is_dir;
+    int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, empty_looked_up, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+    make_empty(req, parent, name, mode, 1);
+}
+
+void fs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+    if (!S_ISREG(mode))
+        return reply_err(req, -EPERM); /* only regular files are objects */
+    make_empty(req, parent, name, mode, 0);
+}
+
+static void rmdir_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    fs_inode_t *in = fs_inode_find(c->fs->it, c->key, c->klen, 1);
+    /* A directory that only existed through its last child vanished with
+     * it: removing it now succeeds. */
+    if (rc == -ENOENT && in)
+        rc = 0;
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    if (in)
+        fs_inode_unlink(c->fs->it, in);
+    reply_err(c->req, 0);
+    fs_ctx_free(c);
+}
+
+void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    fs_ctx_t *c = fs_ctx_new(req, NULL);
+    if (!c || fs_child_key(c, parent, name, c->key, &c->klen) < 0)
+        return;
+    memcpy(c->key2, c->key, c->klen);
+    c->key2[c->klen] = '/';
+    c->klen2 = c->klen + 1;
+    int rc = mc_remove_async(c->fs->store, c->key2, c->klen2, MC_REMOVE_DIR | MC_REMOVE_FORCE,
+                             rmdir_done, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+static void unlink_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    fs_inode_t *in = fs_inode_find(c->fs->it, c->key, c->klen, 0);
+    if (in) {
+        fs_ws_orphan(in);
+        fs_inode_unlink(c->fs->it, in);
+    }
+    fs_ctx_fail(c, 0);
+}
+
+void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    fs_ctx_t *c = fs_ctx_new(req, NULL);
+    if (!c || fs_child_key(c, parent, name, c->key, &c->klen) < 0)
+        return;
+    int rc = mc_remove_async(c->fs->store, c->key, c->klen, MC_REMOVE_FORCE, unlink_done, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+static void rename_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    fs_t *fs = c->fs;
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    int is_dir = c->kind == MC_LOOKUP_DIR;
+    size_t flen = c->klen, tlen = c->klen2;
+    /* The replaced destination's inodes lose their key. */
+    fs_inode_t *dst = fs_inode_find(fs->it, c->key2, tlen, 0);
+    if (dst) {
+        fs_ws_orphan(dst);
+        fs_inode_unlink(fs->it, dst);
+    }
+    dst = fs_inode_find(fs->it, c->key2, tlen, 1);
+    if (dst)
+        fs_inode_unlink(fs->it, dst);
+    rc = fs_inode_rename(fs->it, c->key, flen, c->key2, tlen, is_dir);
+    fs_ctx_fail(c, rc);
+}
+
+static void rename_dest_looked_up(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0 && rc != -ENOENT)
+        return fs_ctx_fail(c, rc);
+    if (rc >= 0 && (c->flags & RENAME_NOREPLACE))
+        return fs_ctx_fail(c, -EEXIST);
+    if (c->kind == MC_LOOKUP_FILE && rc == MC_LOOKUP_DIR)
+        return fs_ctx_fail(c, -EISDIR);
+    if (c->kind == MC_LOOKUP_DIR && rc == MC_LOOKUP_FILE)
+        return fs_ctx_fail(c, -ENOTDIR);
+    unsigned flags = (c->flags & RENAME_NOREPLACE) ? MC_RENAME_NOREPLACE : 0;
+    if (c->kind == MC_LOOKUP_FILE) {
+        rc = mc_rename_async(c->fs->store, c->key, c->klen, c->key2, c->klen2, flags, rename_done,
+                             c);
+    } else {
+        /* Rename the prefixes "from/" -> "to/"; keys stay in c->key(2). */
+        char *from = malloc(c->klen + 2), *to = malloc(c->klen2 + 2);
+        if (!from || !to) {
+            free(from);
+            free(to);
+            return fs_ctx_fail(c, -ENOMEM);
+        }
+        memcpy(from, c->key, c->klen);
+        from[c->klen] = '/';
+        memcpy(to, c->key2, c->klen2);
+        to[c->klen2] = '/';
+        rc = mc_rename_async(c->fs->store, from, c->klen + 1, to, c->klen2 + 1,
+                             flags | MC_RENAME_PREFIX, rename_done, c);
+        free(from);
+        free(to);
+    }
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+static void rename_src_looked_up(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    c->kind = rc;
+    rc = mc_lookup_async(c->fs->store, c->key2, c->klen2, '/', &c->st2, rename_dest_looked_up, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                  const char *newname, unsigned int flags)
+{
+    if (flags & ~RENAME_NOREPLACE)
+        return reply_err(req, -EINVAL); /* RENAME_EXCHANGE, RENAME_WHITEOUT */
+    fs_ctx_t *c = fs_ctx_new(req, NULL);
+    if (!c || fs_child_key(c, parent, name, c->key, &c->klen) < 0 ||
+        fs_child_key(c, newparent, newname, c->key2, &c->klen2) < 0)
+        return;
+    c->flags = (int)flags;
+    int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, rename_src_looked_up, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+    reply_err(req, -EPERM); /* a key names one object: no hard links */
+}
+
+void fs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+    reply_err(req, -EPERM);
+}

@@ -1,0 +1,72 @@
+/*
+ * request.c - one FUSE request in flight: its context (fs_ctx_t), its reply
+ * when it fails, the key of a named child, and the request buffer a write
+ * keeps instead of copying.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "fs.h"
+#include "fs_i.h"
+#include "inode.h"
+#include "path.h"
+
+fs_ctx_t *fs_ctx_new(fuse_req_t req, fs_inode_t *in)
+{
+    fs_ctx_t *c = calloc(1, sizeof(*c));
+    if (!c) {
+        reply_err(req, -ENOMEM);
+        return NULL;
+    }
+    c->fs = fs_of(req);
+    c->req = req;
+    c->in = in;
+    c->fs->inflight++;
+    return c;
+}
+
+void fs_ctx_free(fs_ctx_t *c)
+{
+    c->fs->inflight--;
+    mc_list_free(c->list);
+    free(c->data);
+    free(c->out);
+    free(c);
+}
+
+void fs_ctx_fail(fs_ctx_t *c, int rc)
+{
+    reply_err(c->req, rc);
+    fs_ctx_free(c);
+}
+
+void *fs_take_request_buffer(fs_t *fs)
+{
+    fs->rbuf_taken = 1;
+    return fs->rbuf.mem;
+}
+
+int64_t fs_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Looks up parent + name into c->key; replies and returns -1 on error. */
+int fs_child_key(fs_ctx_t *c, fuse_ino_t parent, const char *name, char *key, size_t *klen)
+{
+    fs_inode_t *p = fs_inode_get(c->fs->it, parent);
+    if (!p || !p->is_dir || !p->key) {
+        fs_ctx_fail(c, p ? -ENOTDIR : -ENOENT);
+        return -1;
+    }
+    int rc = fs_key_join(p->key, p->klen, name, key);
+    if (rc < 0) {
+        fs_ctx_fail(c, rc);
+        return -1;
+    }
+    *klen = (size_t)rc;
+    return 0;
+}

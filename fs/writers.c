@@ -1,0 +1,339 @@
+/*
+ * writers.c - per-file writer state (fs_wstate_t, writers.h).
+ *
+ * All writable handles of a file share one writer state, which opens a
+ * store writer on the first write (copy-on-write from the current version),
+ * streams data into the store as it arrives, and publishes the new version
+ * when a writable handle is flushed (close) or the last one is released.
+ * Operations that need the writer while it is being opened or committed
+ * wait on its queue; a commit waits for the writer operations in flight.
+ *
+ * A version in progress whose write fails (ENOSPC, EIO, any error of the
+ * store while writing, copying the base or growing by truncate) is never
+ * published: the writer is aborted once its operations in flight end, and
+ * every handle open for writing at that moment fails its later writes and
+ * its flush with the error. The file keeps its published version.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fs.h"
+#include "fs_i.h"
+#include "inode.h"
+#include "writers.h"
+
+/* The process (thread group) of a request's thread. */
+static pid_t tgid_of(pid_t tid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tid;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return tid;
+    buf[n] = '\0';
+    const char *t = strstr(buf, "\nTgid:");
+    return t ? (pid_t)atoi(t + 7) : tid;
+}
+
+/* Records the requester's process as one that may publish at close. */
+void fs_ws_add_owner(fs_wstate_t *ws, fuse_req_t req)
+{
+    pid_t p = tgid_of(fuse_req_ctx(req)->pid);
+    for (int i = 0; i < ws->nowners; i++)
+        if (ws->owners[i] == p)
+            return;
+    if (ws->nowners < (int)(sizeof(ws->owners) / sizeof(ws->owners[0])))
+        ws->owners[ws->nowners++] = p;
+}
+
+/* A close publishes only when it comes from a process that opened the file
+ * for writing or wrote to it: a forked child closing the descriptor it
+ * inherited must not publish a half-written file. */
+int fs_ws_is_owner(const fs_wstate_t *ws, fuse_req_t req)
+{
+    pid_t p = tgid_of(fuse_req_ctx(req)->pid);
+    for (int i = 0; i < ws->nowners; i++)
+        if (ws->owners[i] == p)
+            return 1;
+    return ws->nowners == (int)(sizeof(ws->owners) / sizeof(ws->owners[0]));
+}
+
+fs_wstate_t *fs_ws_get(fs_t *fs, fs_inode_t *in)
+{
+    if (in->ws)
+        return in->ws;
+    fs_wstate_t *ws = calloc(1, sizeof(*ws));
+    if (!ws)
+        return NULL;
+    ws->fs = fs;
+    ws->in = in;
+    ws->next = fs->wss;
+    if (fs->wss)
+        fs->wss->prev = ws;
+    fs->wss = ws;
+    in->ws = ws;
+    return ws;
+}
+
+static void ws_free(fs_wstate_t *ws)
+{
+    fs_t *fs = ws->fs;
+    if (ws->prev)
+        ws->prev->next = ws->next;
+    else
+        fs->wss = ws->next;
+    if (ws->next)
+        ws->next->prev = ws->prev;
+    ws->in->ws = NULL;
+    fs_inode_maybe_free(fs->it, ws->in);
+    free(ws);
+}
+
+static void ws_enqueue(fs_wstate_t *ws, fs_waiter_t *w)
+{
+    w->next = NULL;
+    if (ws->wait_tail)
+        ws->wait_tail->next = w;
+    else
+        ws->wait_head = w;
+    ws->wait_tail = w;
+}
+
+static int ws_busy(const fs_wstate_t *ws)
+{
+    return ws->state == WS_OPENING || ws->state == WS_COMMITTING || ws->state == WS_FAILING;
+}
+
+/* Runs w once the state is not opening, committing or failing. */
+void fs_ws_when_idle(fs_wstate_t *ws, fs_waiter_t *w)
+{
+    if (ws_busy(ws))
+        ws_enqueue(ws, w);
+    else
+        w->run(w, 0);
+}
+
+/* Called when nothing is in flight: publish or drop what is left, free. */
+void fs_ws_settle(fs_wstate_t *ws)
+{
+    if (ws->handles || ws->ops || ws->wait_head || ws_busy(ws))
+        return;
+    if (ws->state == WS_READY) {
+        if (ws->dirty && !ws->orphaned && ws->in->key) {
+            fs_ws_commit(ws); /* settles again when done */
+            return;
+        }
+        mc_writer_abort(ws->w);
+        ws->w = NULL;
+        ws->state = WS_NONE;
+    }
+    ws_free(ws);
+}
+
+static void ws_drain(fs_wstate_t *ws, int err)
+{
+    fs_waiter_t *w = ws->wait_head;
+    ws->wait_head = ws->wait_tail = NULL;
+    while (w) {
+        fs_waiter_t *next = w->next;
+        if (err)
+            w->run(w, err);
+        else if (w->need_writer)
+            fs_ws_need(ws, w);
+        else
+            fs_ws_when_idle(ws, w);
+        w = next;
+    }
+}
+
+static void ws_opened(void *arg, int rc)
+{
+    fs_wstate_t *ws = arg;
+    if (ws->base) {
+        mc_obj_close(ws->base);
+        ws->base = NULL;
+    }
+    ws->state = rc < 0 ? WS_NONE : WS_READY;
+    ws->handles++;
+    ws_drain(ws, rc < 0 ? rc : 0);
+    ws->handles--;
+    fs_ws_settle(ws);
+}
+
+static void ws_base_opened(void *arg, int rc)
+{
+    fs_wstate_t *ws = arg;
+    mc_put_opts_t po = {.mode = ws->in->st.mode, .replica_num = ws->fs->replicas};
+    if (rc < 0)
+        ws->base = NULL;
+    const char *key = ws->in->key ? ws->in->key : "orphan";
+    size_t klen = ws->in->key ? ws->in->klen : 6;
+    rc = mc_writer_open_async(ws->fs->store, key, klen, &po, ws->base, &ws->w, ws_opened, ws);
+    if (rc < 0)
+        ws_opened(ws, rc);
+}
+
+/* Runs w with the writer open, opening it (copy-on-write) if needed. */
+void fs_ws_need(fs_wstate_t *ws, fs_waiter_t *w)
+{
+    switch (ws->state) {
+    case WS_READY:
+        w->run(w, 0);
+        return;
+    case WS_OPENING:
+    case WS_COMMITTING:
+    case WS_FAILING:
+        ws_enqueue(ws, w);
+        return;
+    case WS_NONE:
+        break;
+    }
+    ws_enqueue(ws, w);
+    ws->state = WS_OPENING;
+    int rc = -ENOENT;
+    int fresh = ws->fresh;
+    ws->fresh = 0;
+    if (ws->in->key && !ws->orphaned && !fresh)
+        rc = mc_obj_open_async(ws->fs->store, ws->in->key, ws->in->klen, &ws->base, ws_base_opened,
+                               ws);
+    if (rc < 0)
+        ws_base_opened(ws, rc);
+}
+
+/* The version in progress failed with rc: every handle open for writing on
+ * the file fails its later writes and its flushes with rc. */
+void fs_ws_poison(fs_wstate_t *ws, int rc)
+{
+    for (fs_fh_t *fh = ws->fs->fhs; fh; fh = fh->next)
+        if (fh->writable && fh->in == ws->in && !fh->err)
+            fh->err = rc;
+}
+
+/* The poisoned handle's error, or 0. */
+int fs_fh_err(const fs_fh_t *fh)
+{
+    return fh && fh->writable ? fh->err : 0;
+}
+
+/* The commit ended, or the failed version was aborted (published says
+ * whether a version was published): wake the flushes waiting for it, then
+ * whatever queued meanwhile. */
+static void ws_finish(fs_wstate_t *ws, int rc, int published)
+{
+    ws->w = NULL; /* the store freed it */
+    ws->state = WS_NONE;
+    ws->dirty = 0;
+    if (rc < 0)
+        fs_ws_poison(ws, rc); /* what the writers wrote is lost */
+    if (published)
+        ws->in->st = ws->st; /* written with direct I/O: not in the page cache */
+    fs_waiter_t *c = ws->committers;
+    ws->committers = NULL;
+    while (c) {
+        fs_waiter_t *next = c->next;
+        c->run(c, rc);
+        c = next;
+    }
+    ws->handles++;
+    ws_drain(ws, 0);
+    ws->handles--;
+    fs_ws_settle(ws);
+}
+
+static void ws_committed(void *arg, int rc)
+{
+    fs_wstate_t *ws = arg;
+    if (rc < 0)
+        fprintf(stderr, "mooncake-fs: error: publishing %s failed: %s\n",
+                ws->in->key ? ws->in->key : "(unlinked)", mc_strerror(rc));
+    ws_finish(ws, rc, rc == 0);
+}
+
+/* Sends the commit (state COMMITTING, nothing in flight), or drops the
+ * changes when the file is gone. */
+static void ws_commit_now(fs_wstate_t *ws)
+{
+    int rc = 0;
+    if (!ws->orphaned && ws->in->key) {
+        rc = mc_writer_set_key(ws->w, ws->in->key, ws->in->klen);
+        if (rc == 0) {
+            rc = mc_writer_commit_async(ws->w, &ws->st, ws_committed, ws);
+            if (rc == 0)
+                return;
+        }
+        fprintf(stderr, "mooncake-fs: error: publishing %s failed: %s\n", ws->in->key,
+                mc_strerror(rc));
+    }
+    mc_writer_abort(ws->w);
+    ws_finish(ws, rc, 0);
+}
+
+/* Publishes the writer (state READY and dirty) once the writer operations
+ * in flight end; if one of them fails, nothing is published and the
+ * committers get its error. */
+void fs_ws_commit(fs_wstate_t *ws)
+{
+    ws->state = WS_COMMITTING;
+    if (!ws->ops)
+        ws_commit_now(ws);
+}
+
+/* Counts a writer operation starting (state READY). */
+void fs_ws_op_start(fs_wstate_t *ws)
+{
+    ws->ops++;
+}
+
+/* A writer operation ended with rc. A failure fails the version in
+ * progress (see the top of this file). The last operation in flight sends
+ * the commit waiting for it, or aborts the failed version. The caller must
+ * hold the state (a handle) if it uses ws afterwards. */
+void fs_ws_op_done(fs_wstate_t *ws, int rc)
+{
+    ws->ops--;
+    if (rc < 0 && ws->state != WS_FAILING) {
+        fs_ws_poison(ws, rc);
+        ws->state = WS_FAILING;
+        ws->err = rc;
+    }
+    if (ws->ops)
+        return;
+    if (ws->state == WS_COMMITTING) {
+        ws_commit_now(ws);
+    } else if (ws->state == WS_FAILING) {
+        mc_writer_abort(ws->w);
+        ws_finish(ws, ws->err, 0);
+    }
+}
+
+/* The file was unlinked or replaced: what its writers hold is never
+ * published. */
+void fs_ws_orphan(fs_inode_t *in)
+{
+    if (in && in->ws)
+        in->ws->orphaned = 1;
+}
+
+void fs_ws_shutdown(fs_t *fs)
+{
+    while (fs->wss) {
+        fs_wstate_t *ws = fs->wss;
+        if (ws->w)
+            mc_writer_abort(ws->w);
+        if (ws->base)
+            mc_obj_close(ws->base);
+        ws->w = NULL;
+        ws->base = NULL;
+        ws->handles = 0;
+        ws->wait_head = ws->wait_tail = NULL;
+        ws_free(ws);
+    }
+}

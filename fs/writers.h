@@ -1,0 +1,93 @@
+/*
+ * writers.h - the writer state of a file (writers.c): all writable handles
+ * of a file share one, which opens a store writer on first use (copy-on-
+ * write from the current version), publishes it at close, and fails every
+ * writable handle when a write of the version in progress fails.
+ *
+ * A handle or an operation that uses a state holds it (ws->handles++); the
+ * state is freed by fs_ws_settle() once nothing holds it and nothing is in
+ * flight. Runs on the loop thread only; no locks.
+ */
+#ifndef FS_WRITERS_H
+#define FS_WRITERS_H
+
+#include <sys/types.h>
+
+#include "fs.h"
+#include "fs_i.h"
+#include "inode.h"
+#include "mooncake/mooncake.h"
+
+/* NONE: no writer. OPENING: mc_writer_open in flight. READY: the writer
+ * takes writes. COMMITTING: a commit waits for the operations in flight, or
+ * is in flight. FAILING: an operation failed; the writer is aborted when the
+ * operations in flight end. */
+enum ws_state { WS_NONE, WS_OPENING, WS_READY, WS_COMMITTING, WS_FAILING };
+
+typedef struct fs_wstate {
+    fs_t *fs;
+    fs_inode_t *in;
+    mc_writer_t *w;
+    mc_obj_t *base;
+    enum ws_state state;
+    int handles;  /* writable handles plus operations holding the state */
+    int ops;      /* writer operations (write, read, truncate) in flight */
+    int err;      /* why the version failed, while FAILING */
+    int dirty;    /* the writer holds changes not yet published */
+    int orphaned; /* the file was unlinked or replaced: never publish */
+    int fresh;    /* the next writer starts empty instead of copying */
+    mc_stat_t st; /* filled by the commit */
+    fs_waiter_t *wait_head, *wait_tail;
+    fs_waiter_t *committers; /* flushes waiting for the commit in flight */
+    pid_t owners[8];         /* processes that opened it for writing or wrote */
+    int nowners;
+    struct fs_wstate *prev, *next;
+} fs_wstate_t;
+
+/* The writer state of inode in, created (state NONE, held by nobody) if it
+ * has none. Returns NULL on ENOMEM. */
+fs_wstate_t *fs_ws_get(fs_t *fs, fs_inode_t *in);
+
+/* Records the process of req as one whose close may publish the file. */
+void fs_ws_add_owner(fs_wstate_t *ws, fuse_req_t req);
+
+/* Whether a close from req's process may publish (fs_ws_add_owner()). */
+int fs_ws_is_owner(const fs_wstate_t *ws, fuse_req_t req);
+
+/* Runs w (now or later, exactly once) with the writer open, opening it if
+ * needed; err is the error that opening it gave. */
+void fs_ws_need(fs_wstate_t *ws, fs_waiter_t *w);
+
+/* Runs w (now or later, exactly once) when the state is neither opening,
+ * committing nor failing. */
+void fs_ws_when_idle(fs_wstate_t *ws, fs_waiter_t *w);
+
+/* Frees the state, after publishing or dropping what its writer holds, if
+ * nothing holds it and nothing is in flight; else does nothing. */
+void fs_ws_settle(fs_wstate_t *ws);
+
+/* Publishes the writer (state READY, dirty) once its operations in flight
+ * end. The waiters on ws->committers run with the result. */
+void fs_ws_commit(fs_wstate_t *ws);
+
+/* Counts a writer operation (write, read, truncate) starting on a READY
+ * state; fs_ws_op_done() ends it with its result. */
+void fs_ws_op_start(fs_wstate_t *ws);
+void fs_ws_op_done(fs_wstate_t *ws, int rc);
+
+/* Fails the version in progress: every handle open for writing on the
+ * file fails its later writes and flushes with rc. */
+void fs_ws_poison(fs_wstate_t *ws, int rc);
+
+/* The error that failed the version a writable handle wrote to, or 0. */
+int fs_fh_err(const fs_fh_t *fh);
+
+/* Marks the writer of an unlinked or replaced file (in may be NULL) never
+ * to publish. */
+void fs_ws_orphan(fs_inode_t *in);
+
+/* At unmount, after every handle is gone: aborts every writer and frees
+ * every state. */
+void fs_ws_shutdown(fs_t *fs);
+
+#endif /* FS_WRITERS_H */
