@@ -149,6 +149,8 @@ class StoreMachine(RuleBasedStateMachine):
             return
         if e == errno.ENOENT and self.restarts and "enoent-after-restart" in ALLOW:
             return
+        if e == errno.ENOENT and getattr(self, "mkdir_failed", False) and self.degraded():
+            return
         if e in NET_ERRNOS and self.degraded():
             return
         if e == errno.ENOSPC:
@@ -167,12 +169,18 @@ class StoreMachine(RuleBasedStateMachine):
         return n + sum(v.size for h in self.held for v in h.cands)
 
     def ensure_dir(self, key):
+        """Makes key's directory. When that fails with an error a fault
+        allows (EAGAIN while the segments are on hold after a remount), the
+        create that follows may fail with ENOENT: the directory is not
+        there."""
         d = os.path.dirname(key)
         if d:
             try:
                 os.makedirs(self.w.p(d), exist_ok=True)
+                self.mkdir_failed = False
             except OSError as e:
                 self.allow_write_error(e.errno, f"mkdir {d}")
+                self.mkdir_failed = True
 
     def read_path(self, key):
         """Whole content of key through the mount; ABSENT on ENOENT."""
@@ -650,7 +658,7 @@ class StoreMachine(RuleBasedStateMachine):
             deadline = time.time() + 15
             while self.w.remounts(n) == before and time.time() < deadline:
                 time.sleep(0.05)
-            self.fault(2)
+            self.fault(2 + self.w.put_ttl_ms / 1000)  # its segment's hold
         elif time.time() - t0 > (W.NODE_TTL_MS - W.HEARTBEAT_MS) / 1000:
             # The reads took too long to call this "within the TTL".
             self.lose(victim, 0)
@@ -677,7 +685,10 @@ class StoreMachine(RuleBasedStateMachine):
         self.full = False
         for n in self.w.nodes:
             self.new_incarnation(n)
-        self.fault(3)
+        # The nodes mount their segments again within a heartbeat; the master
+        # holds them for one write lease (late writers of before): puts may
+        # fail with EAGAIN until then.
+        self.fault(3 + self.w.put_ttl_ms / 1000)
 
     # ---- checks ----
 
