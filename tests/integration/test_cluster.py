@@ -12,18 +12,10 @@ import time
 
 import pytest
 
-from cluster import CLI, Cluster, cli
+from harness import CLI, cli
 from wire import HDR, closed_by_peer, frame, recv_exact
 
 MiB = 1 << 20
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    yield c
-    errors = c.close()
-    assert not errors, "\n".join(errors)
 
 
 def test_two_mounts_on_different_nodes_see_each_other(cluster, make_mount):

@@ -4,7 +4,7 @@ cleanly with exit status 0; bad options fail with a message."""
 import signal
 import subprocess
 
-from conftest import DAEMON
+from harness import DAEMON
 
 
 def test_sigterm_unmounts_and_exits_0(make_mount):

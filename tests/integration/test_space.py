@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from cluster import Cluster, cli
+from harness import Cluster, cli
 
 MiB = 1 << 20
 

@@ -12,14 +12,13 @@ direct backend."""
 import asyncio
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 
 import pytest
 
-from conftest import CLI, Daemon, free_port
+from conftest import CLI, free_port
 from mooncake.async_store import MooncakeDistributedStoreAsync
 from mooncake.store import (
     INVALID_PARAMS,
@@ -184,14 +183,14 @@ def test_hung_master_health_check_is_bounded(make_cluster, make_store):
     c = make_cluster(nodes=1)
     s = make_store("cluster", cluster=c, timeout_ms=300)
     assert s.put("k", b"v") == 0
-    c.master.proc.send_signal(signal.SIGSTOP)
+    c.master.pause()
     try:
         t0 = time.monotonic()
         assert s.health_check() == 2
         assert s.is_exist("k") == RPC_FAIL
         assert time.monotonic() - t0 < 2
     finally:
-        c.master.proc.send_signal(signal.SIGCONT)
+        c.master.resume()
     deadline = time.monotonic() + 10
     while s.health_check() != 0:
         assert time.monotonic() < deadline
@@ -253,7 +252,7 @@ async def test_removal_under_a_lease_granted_by_the_master(make_cluster, make_st
 
 
 @pytest.fixture(params=["embedded-mount", "mount-of-a-master"])
-def mount_and_store(request, tmp_path_factory, make_cluster, make_store):
+def mount_and_store(request, make_daemon, make_cluster, make_store):
     """(mount daemon, direct store on the same objects):
     - embedded-mount: mooncake-fs with its own store, serving the master
       protocol on its default Unix socket (unix:/...); the direct backend
@@ -261,8 +260,7 @@ def mount_and_store(request, tmp_path_factory, make_cluster, make_store):
     - mount-of-a-master: mooncake-fs --master (a pure client) of a master
       with two nodes; the direct backend a client of the same master."""
     if request.param == "embedded-mount":
-        d = Daemon(tmp_path_factory.mktemp("fs"), "--cache-timeout", "0", serve=True)
-        request.addfinalizer(d.stop)
+        d = make_daemon("--cache-timeout", "0", serve=True)
         addr = d.served_addr()
         assert addr.startswith("unix:/"), addr
         s = MooncakeDistributedStoreAsync()
@@ -270,9 +268,7 @@ def mount_and_store(request, tmp_path_factory, make_cluster, make_store):
         request.addfinalizer(s.close)
     else:
         c = make_cluster(nodes=2)
-        d = Daemon(tmp_path_factory.mktemp("fs"), "--master", c.addr, "--segment-size", "0",
-                   "--cache-timeout", "0")
-        request.addfinalizer(d.stop)
+        d = make_daemon("--master", c.addr, "--segment-size", "0", "--cache-timeout", "0")
         s = make_store("cluster", cluster=c)
     return d, s
 
