@@ -3,6 +3,7 @@ memory while a 2 GiB file streams in."""
 
 import os
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -27,7 +28,10 @@ def make_random_file(path, size):
 
 def test_cp_1gib_in_and_out(make_mount, tmp_path):
     m = make_mount("--segment-size", "1536M")
-    src = "/dev/shm/mc-test-1g" if os.path.isdir("/dev/shm") else str(tmp_path / "src")
+    # A name of its own in /dev/shm: runs side by side must not share it.
+    fd, src = tempfile.mkstemp(prefix="mc-test-1g-",
+                               dir="/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path))
+    os.close(fd)
     make_random_file(src, GiB)
     try:
         subprocess.run(["cp", src, m.p("big")], check=True)
