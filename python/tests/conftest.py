@@ -34,6 +34,9 @@ free_port = harness.free_port
 SEGMENT = 64 << 20
 # Bound on every network wait of a cluster test store (setup option timeout_ms).
 TIMEOUT_MS = 2000
+# Setup options that are the store's: in a cluster, the master's options.
+MASTER_OPTIONS = {"lease_ms": "--lease-ms", "evict_high_pct": "--evict-high",
+                  "evict_ratio_pct": "--evict-ratio"}
 
 
 def mount_args(*args, serve=False):
@@ -99,14 +102,17 @@ def make_daemon(procs):
 def open_store(mode, request, procs, cluster=None, **options):
     """A set-up MooncakeDistributedStoreAsync: mode "direct" (embedded),
     "mount" or "cluster" (the direct backend, a pure client of `cluster` or
-    of a new master with two nodes; its processes belong to procs). Closed at
-    the end of the test. s.mode is the mode; s.daemon the mount's daemon,
-    s.cluster the cluster."""
+    of a new master with two nodes, which takes the MASTER_OPTIONS among
+    options; its processes belong to procs). Closed at the end of the test.
+    s.mode is the mode; s.daemon the mount's daemon, s.cluster the cluster."""
     s = MooncakeDistributedStoreAsync()
     if mode == "direct":
         rc = s.setup({"global_segment_size": SEGMENT, **options})
     elif mode == "cluster":
-        cluster = cluster or MasterWithNodes(procs)
+        if cluster is None:
+            master_args = [a for k, flag in MASTER_OPTIONS.items() if k in options
+                           for a in (flag, str(options.pop(k)))]
+            cluster = MasterWithNodes(procs, *master_args)
         rc = s.setup({"master_server_addr": cluster.addr, "timeout_ms": TIMEOUT_MS, **options})
         s.cluster = cluster
     else:
@@ -132,9 +138,17 @@ def cluster_store(request, procs):
     return open_store("cluster", request, procs)
 
 
+@pytest.fixture(params=["direct", "cluster"])
+def direct_mode(request):
+    """The modes of the direct backend: embedded ("direct") and a client of
+    a master with two nodes ("cluster"); the test runs once per mode."""
+    return request.param
+
+
 @pytest.fixture
-def direct_store(request, procs):
-    return open_store("direct", request, procs)
+def direct_store(request, procs, direct_mode):
+    """A store of the direct backend, once per direct_mode."""
+    return open_store(direct_mode, request, procs)
 
 
 @pytest.fixture

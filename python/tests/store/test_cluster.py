@@ -3,11 +3,12 @@ mooncake-fs processes on loopback (ports picked by binding port 0), each
 stopped at the end and required to exit 0 with a clean log (conftest.py).
 
 The method tests of test_store.py and test_async_store.py also run against a
-master and two nodes (their `cluster` parameter); this file covers what only
-a cluster has: setup with a master address (client or node), an unreachable
-or silent master, health_check, replicas across a node's death, leases
-granted by the master, and one store seen through a mount and through the
-direct backend."""
+master and two nodes (their `store` and `direct_store` fixtures and
+`direct_mode` parameter, which give the lease and eviction options to the
+master); this file covers what only a cluster has: setup with a master
+address (client or node), an unreachable or silent master, health_check,
+replicas across a node's death, and one store seen through a mount and
+through the direct backend."""
 
 import asyncio
 import os
@@ -23,8 +24,6 @@ from mooncake.async_store import MooncakeDistributedStoreAsync
 from mooncake.store import (
     INVALID_PARAMS,
     NO_AVAILABLE_HANDLE,
-    OBJECT_HAS_LEASE,
-    OBJECT_NOT_FOUND,
     RPC_FAIL,
     MooncakeDistributedStore,
     ReplicateConfig,
@@ -198,7 +197,7 @@ def test_hung_master_health_check_is_bounded(make_cluster, make_store):
     assert s.get("k") == b"v"
 
 
-# ---- replicas, leases ----
+# ---- replicas ----
 
 
 @pytest.mark.asyncio
@@ -226,26 +225,6 @@ async def test_two_replicas_survive_a_node_kill(make_cluster, make_store):
     assert s.get_into(keys[3], target) == len(blobs[keys[3]])
     assert bytes(target[:len(blobs[keys[3]])]) == blobs[keys[3]]
     assert s.get("three") == b"3"
-
-
-@pytest.mark.asyncio
-async def test_removal_under_a_lease_granted_by_the_master(make_cluster, make_store):
-    c = make_cluster("--lease-ms", "2000", nodes=2)
-    s = make_store("cluster", cluster=c)
-    assert s.put("leased", b"v") == 0 and s.put("free", b"v") == 0
-    assert s.remove("free") == 0  # never read: no lease
-    assert s.get("leased") == b"v"
-    assert s.remove("leased") == OBJECT_HAS_LEASE
-    assert s.batch_remove(["leased"]) == [OBJECT_HAS_LEASE]
-    assert await s.async_remove("leased") == OBJECT_HAS_LEASE
-    assert s.remove_all() == 0 and s.is_exist("leased") == 1
-    assert s.remove("leased", force=True) == 0
-    assert s.is_exist("leased") == 0 and s.remove("leased") == OBJECT_NOT_FOUND
-    # The master's lease, not the client's lease_ms, governs; it ends.
-    assert s.put("short", b"v") == 0 and s.get("short") == b"v"
-    assert s.remove("short") == OBJECT_HAS_LEASE
-    time.sleep(2.2)
-    assert s.remove("short") == 0
 
 
 # ---- one store, seen through a mount and through the direct backend ----
