@@ -5,7 +5,8 @@ foreground, waits (bounded) until each is ready, and stops them again:
 SIGTERM, or fusermount3 -u for a mount, after which each must exit 0 and
 leave a log with no error in it (an allow-list per process names the
 errors a test provokes on purpose). Every failure message ends with the
-command that reproduces the process.
+command that reproduces the process, and so does the report of a failing
+test (pytest_exception_interact).
 
 A process can run in a network namespace (`netns=`, made by
 tests/integration/netns.py): under `nsenter --net`, which changes the
@@ -65,6 +66,24 @@ def cli(master, *args, input=None, netns=None, timeout=60):
                           capture_output=True, timeout=timeout)
 
 
+# Every Proc started since the current test began (pytest_runtest_logstart).
+STARTED = []
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """A pytest hook (the conftests import it): a test starts afresh."""
+    STARTED.clear()
+
+
+def pytest_exception_interact(node, call, report):
+    """A pytest hook (the conftests import it): the report of a test that
+    failed (or errored in setup or teardown) lists the command that
+    reproduces each process it started, and where its log is."""
+    if STARTED:
+        report.sections.append(("processes started (reproduce)", "\n".join(
+            f"{p.name} (log {p.log_path}):\n    {p.reproduce()}" for p in STARTED)))
+
+
 def _unmount_lazily(path):
     subprocess.run(["fusermount3", "-uz", path], check=False)
 
@@ -90,8 +109,10 @@ class Proc:
         self.expect_log = expect_log
         self.killed = False  # by kill9(): its exit status means nothing
         self.paused = False
+        self.stopping = False  # asked to exit once: asking again changes nothing
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        STARTED.append(self)
 
     @property
     def pid(self):
@@ -164,8 +185,10 @@ class Proc:
         return 0
 
     def request_stop(self, how=None):
-        """Asks a running process to exit: signal `how` (SIGTERM by default)."""
-        if self.proc.poll() is None:
+        """Asks a running process to exit, once: signal `how` (SIGTERM by
+        default)."""
+        if self.proc.poll() is None and not self.stopping:
+            self.stopping = True
             if self.paused:
                 self.resume()
             self.proc.send_signal(how or signal.SIGTERM)
@@ -285,7 +308,8 @@ class Mount(Proc):
     def request_stop(self, how="fusermount"):
         """fusermount3 -u (the default), or the signal `how`."""
         if how == "fusermount":
-            if self.proc.poll() is None:
+            if self.proc.poll() is None and not self.stopping:
+                self.stopping = True
                 subprocess.run(["fusermount3", "-u", self.path], check=False)
         else:
             super().request_stop(how)

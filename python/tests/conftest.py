@@ -26,6 +26,7 @@ for d in (os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")):
         sys.path.insert(0, d)
 
 import harness  # noqa: E402  (tests/harness.py)
+from harness import pytest_exception_interact, pytest_runtest_logstart  # noqa: E402,F401 (hooks)
 from mooncake.async_store import MooncakeDistributedStoreAsync  # noqa: E402
 
 CLI = harness.CLI

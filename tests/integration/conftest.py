@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from harness import Cluster  # noqa: E402
+from harness import pytest_exception_interact, pytest_runtest_logstart  # noqa: E402,F401 (hooks)
 
 # mooncake-fs options that belong to the store: in a cluster, the master's.
 MASTER_OPTIONS = ("--lease-ms", "--evict-high", "--evict-ratio")
