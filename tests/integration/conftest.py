@@ -1,140 +1,95 @@
-"""Integration test harness: starts the real mooncake-fs daemon on a
-temporary mount point, waits for the mount, and on teardown unmounts it,
-requires the daemon to exit 0 and scans its log for errors.
+"""Fixtures of the integration tests, on the one harness (tests/harness.py):
+real mooncake-fs daemons on temporary mount points and real clusters
+(mooncake-master, nodes), stopped at the end of each test; each must then
+exit 0 and have logged no error. A failing test prints the command that
+reproduces each process.
 
-A failing test prints the command that reproduces its mount."""
+A test of the mount that asks for `mnt` or `store_mount` runs once per
+`mode`: "embedded" (the store inside the mooncake-fs process) and "cluster"
+(a mooncake-master with one node holding the same space; the mount a pure
+client, --segment-size 0)."""
 
 import os
-import re
-import shlex
-import subprocess
-import time
+import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.path.join(ROOT, os.environ.get("MC_BUILD", "build"))
-DAEMON = os.path.join(BUILD, "mooncake-fs")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# Lines in the daemon's log that mean something went wrong.
-BAD_LOG = re.compile(r"error|AddressSanitizer|LeakSanitizer|runtime error|Segmentation", re.I)
+from harness import Cluster  # noqa: E402
+from harness import pytest_exception_interact, pytest_runtest_logstart  # noqa: E402,F401 (hooks)
 
-
-def is_mounted(path):
-    path = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            if fields[4] == path and " - fuse" in line:
-                return True
-    return False
-
-
-class Mount:
-    """A running mooncake-fs daemon mounted at self.path."""
-
-    def __init__(self, tmp_path, *args, expect_log=None):
-        self.path = str(tmp_path / "mnt")
-        os.makedirs(self.path, exist_ok=True)
-        self.log_path = str(tmp_path / "daemon.log")
-        self.cmd = [DAEMON, "-f", *args, self.path]
-        self.expect_log = expect_log  # regex of error lines this test provokes
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 20
-        while not is_mounted(self.path):
-            if self.proc.poll() is not None:
-                raise AssertionError(f"daemon exited {self.proc.returncode}: {self.read_log()}"
-                                     f"\nreproduce: {self.reproduce()}")
-            if time.time() > deadline:
-                self.proc.kill()
-                raise AssertionError(f"not mounted after 20 s\nreproduce: {self.reproduce()}")
-            time.sleep(0.02)
-
-    def reproduce(self):
-        return " ".join(shlex.quote(a) for a in self.cmd)
-
-    def read_log(self):
-        if not self.log.closed:
-            self.log.flush()
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
-
-    def p(self, *parts):
-        return os.path.join(self.path, *parts)
-
-    def rss(self):
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
-
-    def stop(self, how="fusermount"):
-        """Unmounts; returns the daemon's exit status."""
-        if self.proc.poll() is None:
-            if how == "fusermount":
-                subprocess.run(["fusermount3", "-u", self.path], check=False)
-            else:
-                self.proc.send_signal(how)
-        try:
-            rc = self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            subprocess.run(["fusermount3", "-uz", self.path], check=False)
-            raise AssertionError(f"daemon did not exit within 60 s\nreproduce: {self.reproduce()}")
-        if is_mounted(self.path):
-            subprocess.run(["fusermount3", "-uz", self.path], check=False)
-            raise AssertionError("still mounted after the daemon exited")
-        self.log.close()
-        return rc
-
-    def check_log(self):
-        bad = [l for l in self.read_log().splitlines() if BAD_LOG.search(l)]
-        if self.expect_log:
-            bad = [l for l in bad if not re.search(self.expect_log, l)]
-        assert not bad, "daemon log has errors:\n" + "\n".join(bad) + \
-            f"\nreproduce: {self.reproduce()}"
+# mooncake-fs options that belong to the store: in a cluster, the master's.
+MASTER_OPTIONS = ("--lease-ms", "--evict-high", "--evict-ratio")
 
 
 @pytest.fixture
 def make_mount(tmp_path_factory):
-    """make_mount(*args) starts a daemon; all are stopped and checked at the end."""
-    mounts = []
-
-    def make(*args, expect_log=None):
-        m = Mount(tmp_path_factory.mktemp("fs"), *args, expect_log=expect_log)
-        mounts.append(m)
-        return m
-
-    yield make
-    errors = []
-    for m in mounts:
-        try:
-            if m.proc.poll() is None:
-                rc = m.stop()
-                if rc != 0:
-                    errors.append(f"daemon exited {rc}; log:\n{m.read_log()[-3000:]}"
-                                  f"\nreproduce: {m.reproduce()}")
-            m.check_log()
-        except AssertionError as e:
-            errors.append(str(e))
+    """make_mount(*args, expect_log=None) starts a daemon (harness.Mount);
+    all are stopped and checked at the end."""
+    mounts = Cluster(tmp_path_factory.getbasetemp(), mktemp=tmp_path_factory.mktemp)
+    yield mounts.mount
+    errors = mounts.close()
     assert not errors, "\n".join(errors)
 
 
 @pytest.fixture
-def mnt(make_mount):
-    """A mount with a 512 MiB embedded segment."""
-    return make_mount("--segment-size", "512M")
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    """A Cluster (cluster.py) whose processes are stopped and checked at the
-    end: each must exit 0 and log no error."""
-    from cluster import Cluster
-    c = Cluster(tmp_path)
+def cluster(tmp_path, tmp_path_factory):
+    """A harness.Cluster: processes started through it (master(), node(),
+    mount()) are stopped and checked at the end (mounts first): each must
+    exit 0 and log no error."""
+    c = Cluster(tmp_path, mktemp=tmp_path_factory.mktemp)
     yield c
     errors = c.close()
     assert not errors, "\n".join(errors)
+
+
+@pytest.fixture(params=["embedded", "cluster"])
+def mode(request):
+    """Where the store of the test's mount lives (see the top of this file)."""
+    return request.param
+
+
+def split_master_options(args):
+    """(the options in args that are the master's in a cluster, the rest)."""
+    master, rest, i = [], [], 0
+    while i < len(args):
+        if args[i] in MASTER_OPTIONS:
+            master += args[i:i + 2]
+            i += 2
+        else:
+            rest.append(args[i])
+            i += 1
+    return master, rest
+
+
+@pytest.fixture
+def store_mount(mode, cluster):
+    """store_mount(size, *args, expect_log=None): a mount of a store of
+    `size` (None: mooncake-fs's default) in the test's mode, ARGS given to
+    mooncake-fs (MASTER_OPTIONS to the master in a cluster). m.store_addr is
+    where the C API reaches that store: the master, or the embedded store's
+    socket; m.master the master (None when embedded)."""
+
+    def make(size, *args, expect_log=None):
+        if mode == "embedded":
+            seg = ["--segment-size", size] if size else []
+            m = cluster.mount(*seg, *args, expect_log=expect_log)
+            m.master = None
+            m.store_addr = m.served_addr() if "--listen" not in args else None
+            return m
+        master_args, mount_args = split_master_options(args)
+        master = cluster.master(*master_args)
+        cluster.node(master, size or "1G")
+        m = cluster.mount("--master", master.addr, "--segment-size", "0", *mount_args,
+                          expect_log=expect_log)
+        m.master, m.store_addr = master, master.addr
+        return m
+
+    return make
+
+
+@pytest.fixture
+def mnt(store_mount):
+    """A mount of a 512 MiB store, once per mode."""
+    return store_mount("512M")

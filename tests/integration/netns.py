@@ -12,8 +12,9 @@ namespaces left behind by a run that died are removed by the next one.
 Note: `ip netns exec` also unshares the mount namespace (so that /sys
 describes the network namespace), which hides a FUSE mount made inside it
 from everyone else. A mount daemon therefore runs under
-`nsenter --net=/run/netns/NAME` (host.wrap()), which changes the network
-namespace only; the mount then appears in the host's mount table."""
+`nsenter --net=/run/netns/NAME` (host.wrap(), harness.in_netns()), which
+changes the network namespace only; the mount then appears in the host's
+mount table."""
 
 import json
 import os
@@ -21,6 +22,8 @@ import re
 import shutil
 import subprocess
 import sys
+
+from harness import in_netns
 
 PREFIX = "mcmh"  # namespaces are PREFIX-<pid>-<n>-<role>
 SUBNET = "10.200.0"
@@ -80,7 +83,7 @@ class Host:
 
     def wrap(self, cmd):
         """cmd run in this host's network namespace, in the caller's mount namespace."""
-        return ["nsenter", f"--net=/run/netns/{self.ns}", *cmd]
+        return in_netns(self.ns, cmd)
 
     def run(self, *cmd, timeout=10):
         return subprocess.run(self.wrap(list(cmd)), capture_output=True, text=True, timeout=timeout)

@@ -12,18 +12,10 @@ import time
 
 import pytest
 
-from cluster import CLI, Cluster, cli
+from harness import CLI, cli
 from wire import HDR, closed_by_peer, frame, recv_exact
 
 MiB = 1 << 20
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    yield c
-    errors = c.close()
-    assert not errors, "\n".join(errors)
 
 
 def test_two_mounts_on_different_nodes_see_each_other(cluster, make_mount):
@@ -148,23 +140,6 @@ def test_eviction_spares_hard_pins_and_unplaceable_put_fails(cluster, make_mount
     # Bigger than the whole store: nothing can make room.
     r = cli(m.addr, "put", "huge", input=os.urandom(40 * MiB))
     assert r.returncode == 1
-
-
-def test_enospc_through_a_cluster_mount(cluster, make_mount):
-    m = cluster.master()
-    cluster.node(m, "16M")
-    mnt = make_mount("--master", m.addr, "--segment-size", "0")
-    with open(mnt.p("keep"), "wb") as f:
-        f.write(b"k" * MiB)
-    with pytest.raises(OSError) as e:
-        for i in range(40):
-            with open(mnt.p(f"fill{i}"), "wb") as f:
-                f.write(os.urandom(MiB))
-    assert e.value.errno == errno.ENOSPC
-    assert open(mnt.p("keep"), "rb").read() == b"k" * MiB
-    os.unlink(mnt.p("fill0"))
-    with open(mnt.p("again"), "wb") as f:
-        f.write(b"a")
 
 
 def test_master_killed_then_restarted(cluster, make_mount):

@@ -6,14 +6,13 @@ to corrupt or lose committed data, and checks what must survive."""
 import errno
 import os
 import re
-import signal
 import socket
 import struct
 import time
 
 import pytest
 
-from cluster import cli
+from harness import cli
 from wire import HDR, frame, recv_exact
 
 MiB = 1 << 20
@@ -87,11 +86,11 @@ def test_open_replaced_version_freed_once_after_segment_dropped(cluster, make_mo
     held = open(mnt.p("F"), "rb")
     with open(mnt.p("F"), "wb") as f:
         f.write(os.urandom(2 * MiB))
-    node.proc.send_signal(signal.SIGSTOP)
+    node.pause()
     try:
         wait_for(lambda: "silent past their TTL" in m.read_log(), "the stopped node to expire")
     finally:
-        node.proc.send_signal(signal.SIGCONT)
+        node.resume()
     # The node mounts its segment again (a put succeeds once it has and
     # the segment's hold for late writers of before is over).
     wait_for(lambda: cli(m.addr, "put", "probe", input=b"p").returncode == 0,

@@ -1,21 +1,22 @@
 """Starting and stopping the daemon: signals and fusermount3 -u unmount
-cleanly with exit status 0; bad options fail with a message."""
+cleanly with exit status 0, in both modes (embedded, client of a master);
+bad options fail with a message."""
 
 import signal
 import subprocess
 
-from conftest import DAEMON
+from harness import DAEMON
 
 
-def test_sigterm_unmounts_and_exits_0(make_mount):
-    m = make_mount("--segment-size", "16M")
+def test_sigterm_unmounts_and_exits_0(store_mount):
+    m = store_mount("16M")
     with open(m.p("f"), "w") as f:
         f.write("x")
     assert m.stop(signal.SIGTERM) == 0
 
 
-def test_sigint_with_open_files(make_mount):
-    m = make_mount("--segment-size", "16M")
+def test_sigint_with_open_files(store_mount):
+    m = store_mount("16M")
     f = open(m.p("open-for-write"), "w")
     f.write("pending")
     g = open(m.p("open-for-write"), "r")
@@ -29,12 +30,13 @@ def test_sigint_with_open_files(make_mount):
                 pass
 
 
-def test_fusermount_u_exits_0(make_mount):
-    m = make_mount()
+def test_fusermount_u_exits_0(store_mount):
+    m = store_mount(None)  # mooncake-fs's default size (a 1 GiB node in a cluster)
     assert m.stop("fusermount") == 0
 
 
 def test_help_version_and_bad_options(tmp_path):
+    """No store is started (the daemon fails or only prints): runs once."""
     out = subprocess.run([DAEMON, "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--segment-size" in out.stdout
     out = subprocess.run([DAEMON, "--version"], capture_output=True, text=True)

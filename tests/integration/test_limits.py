@@ -14,20 +14,12 @@ import time
 
 import pytest
 
-from cluster import MASTER, Cluster, Proc, cli, free_port
+from harness import cli
 from wire import HDR, MAGIC, closed_by_peer, frame, recv_exact
 
 MiB = 1 << 20
 OP_HELLO, OP_PING, OP_GET_REPLICAS, OP_PUT_START, OP_READ, OP_WRITE = 1, 3, 30, 20, 50, 51
 CHUNK = 4 * MiB  # MC__PROTO_CHUNK: the largest READ/WRITE payload
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    yield c
-    errors = c.close()
-    assert not errors, "\n".join(errors)
 
 
 def s_field(b):
@@ -55,14 +47,6 @@ def hello(sock, nonce=b""):
     assert status == 0
 
 
-def rss(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def wait_for(cond, timeout, what):
     deadline = time.time() + timeout
     while not cond():
@@ -86,7 +70,7 @@ def test_big_frame_before_handshake_is_not_buffered(cluster, target):
     m = cluster.master("--segment-size", "16M")
     node = cluster.node(m)
     proc, addr = (m, m.addr) if target == "master" else (node, node.addr)
-    before = rss(proc.proc.pid)
+    before = proc.rss()
     body = os.urandom(4 * MiB)
     socks = []
     for _ in range(24):
@@ -97,7 +81,7 @@ def test_big_frame_before_handshake_is_not_buffered(cluster, target):
     for i, s in enumerate(socks):
         assert closed_by_peer(s, max(0.1, deadline - time.time())), f"connection {i} not closed"
         s.close()
-    grown = rss(proc.proc.pid) - before
+    grown = proc.rss() - before
     assert grown < 24 * MiB, f"RSS grew by {grown >> 20} MiB"
     assert "oversized frame" in proc.read_log()
     # Served as before: the limit is lifted by the handshake.
@@ -166,16 +150,12 @@ def test_idle_connections_are_closed_and_clients_reconnect(cluster, make_mount):
     assert "lost the connection" not in node.read_log()
 
 
-def test_idle_connections_do_not_lock_out_clients(cluster, tmp_path):
+def test_idle_connections_do_not_lock_out_clients(cluster):
     """300 connections that never say HELLO, against a master allowed 256
     descriptors: a real client still gets in at once (regression: the master
     ran out of descriptors and nobody else could connect)."""
-    port = free_port()
-    addr = f"127.0.0.1:{port}"
-    m = Proc(["prlimit", "--nofile=256:256", MASTER, "--listen", addr, "--segment-size", "16M"],
-             str(tmp_path / "master.log"), r"listening on .*segment")
-    m.addr = addr
-    cluster.procs.append(m)
+    m = cluster.master("--segment-size", "16M", prefix=["prlimit", "--nofile=256:256"])
+    addr = m.addr
     idle = []
     for _ in range(300):
         idle.append(connect(addr))

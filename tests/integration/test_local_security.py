@@ -15,12 +15,10 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import time
 
 import pytest
 
-from cluster import CLI, MASTER, free_port
-from conftest import DAEMON, Mount, is_mounted
+from harness import CLI, DAEMON, MASTER, Cluster, Mount, free_port, is_mounted
 
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 SECRET_BYTES = b"root's private bytes\n"
@@ -38,39 +36,20 @@ def need_root_and_setpriv():
 def open_mount():
     """open_mount(*args): a mount whose path every user may reach (the
     pytest directories are root's alone), stopped and checked at the end."""
-    made = []
+    dirs = []
 
-    def make(*args):
+    def mktemp(_name):
         d = pathlib.Path(tempfile.mkdtemp(prefix="mc-local-"))
         os.chmod(d, 0o755)
-        made.append([d, None])  # removed at the end even if the mount fails
-        made[-1][1] = Mount(d, *args)
-        return made[-1][1]
+        dirs.append(d)  # removed at the end even if the mount fails
+        return d
 
-    yield make
-    errors = []
-    for d, m in made:
-        try:
-            if m and m.proc.poll() is None:
-                rc = m.stop()
-                assert rc == 0, f"daemon exited {rc}:\n{m.read_log()}"
-            if m:
-                m.check_log()
-        except AssertionError as e:
-            errors.append(str(e))
+    mounts = Cluster(tempfile.gettempdir(), mktemp=mktemp)
+    yield mounts.mount
+    errors = mounts.close()
+    for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
     assert not errors, "\n".join(errors)
-
-
-def addr_in_log(log):
-    """The address an embedded mount serves the protocol on, from its log."""
-    m = re.search(r"serving (\S+)\)", log)
-    assert m, "the mount serves no protocol:\n" + log
-    return m.group(1)
-
-
-def served_addr(mnt):
-    return addr_in_log(mnt.read_log())
 
 
 def cli(addr, *args, user=None, input=None):
@@ -123,7 +102,7 @@ def test_other_user_cannot_read_or_replace_private_file_through_the_store(open_m
     replaced it."""
     mnt = open_mount("--segment-size", "64M")
     write_private(mnt)
-    addr = served_addr(mnt)
+    addr = mnt.served_addr()
 
     r = cli(addr, "get", "private", user="nobody")
     assert refused(r), r
@@ -142,7 +121,7 @@ def test_other_user_cannot_read_or_replace_private_file_through_the_store(open_m
 
 def test_default_listener_is_a_unix_socket_in_a_private_directory(make_mount):
     mnt = make_mount("--segment-size", "64M")
-    addr = served_addr(mnt)
+    addr = mnt.served_addr()
     assert addr.startswith("unix:/"), addr
     path = addr[5:]
     assert stat.S_ISSOCK(os.lstat(path).st_mode), path
@@ -160,7 +139,7 @@ def test_default_listener_is_a_unix_socket_in_a_private_directory(make_mount):
 def test_owner_uses_the_store_over_the_unix_socket(make_mount):
     mnt = make_mount("--segment-size", "64M")
     write_private(mnt)
-    addr = served_addr(mnt)
+    addr = mnt.served_addr()
     r = cli(addr, "get", "private")
     assert r.returncode == 0 and r.stdout == SECRET_BYTES, r
     r = cli(addr, "put", "from-cli", input=b"put over the unix socket")
@@ -207,7 +186,7 @@ def test_allow_other_mount_checks_modes_and_the_socket_stays_its_owners(open_mou
                        capture_output=True, timeout=30)
     assert r.returncode != 0 and read(mnt.p("public")) == b"for everyone", r
     # Through the store: nothing (other users use the mount).
-    addr = served_addr(mnt)
+    addr = mnt.served_addr()
     for key in ("public", "private"):
         r = cli(addr, "get", key, user="nobody")
         assert refused(r), r
@@ -215,27 +194,19 @@ def test_allow_other_mount_checks_modes_and_the_socket_stays_its_owners(open_mou
 
 def mount_as_nobody(d):
     """Mounts an embedded store as nobody (without XDG_RUNTIME_DIR) at d/mnt;
-    returns (daemon process, mount path, log path)."""
+    returns the harness.Mount."""
     d.mkdir()
     shutil.chown(d, "nobody", "nogroup")
-    path, log_path = str(d / "mnt"), str(d / "daemon.log")
-    os.mkdir(path)
-    shutil.chown(path, "nobody", "nogroup")
+    os.mkdir(d / "mnt")
+    shutil.chown(d / "mnt", "nobody", "nogroup")
     env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
-    with open(log_path, "w") as log:
-        p = subprocess.Popen(AS_NOBODY + [DAEMON, "-f", "--segment-size", "16M", path],
-                             stdout=log, stderr=subprocess.STDOUT, env=env)
-    deadline = time.time() + 20
-    while not is_mounted(path):
-        assert p.poll() is None and time.time() < deadline, open(log_path).read()
-        time.sleep(0.02)
-    return p, path, log_path
+    return Mount(d, "--segment-size", "16M", prefix=AS_NOBODY, env=env)
 
 
-def unmount_as_nobody(p, path):
-    subprocess.run(AS_NOBODY + ["fusermount3", "-u", path], check=False)
-    assert wait_exit(p, 30) == 0
-    assert not is_mounted(path)
+def unmount_as_nobody(m):
+    subprocess.run(AS_NOBODY + ["fusermount3", "-u", m.path], check=False)
+    assert m.wait_exit(30) == 0
+    m.check_log()
 
 
 def test_unprivileged_mount_serves_in_its_own_tmp_directory():
@@ -248,9 +219,9 @@ def test_unprivileged_mount_serves_in_its_own_tmp_directory():
     base = pathlib.Path(tempfile.mkdtemp(prefix="mc-nobody-"))
     os.chmod(base, 0o755)
     try:
-        p, path, log_path = mount_as_nobody(base / "a")
+        m = mount_as_nobody(base / "a")
         try:
-            addr = addr_in_log(open(log_path).read())
+            addr = m.served_addr()
             assert os.path.dirname(addr) == "unix:" + str(own), addr
             st = os.lstat(own)
             assert st.st_uid == 65534 and stat.S_IMODE(st.st_mode) == 0o700, st
@@ -258,23 +229,23 @@ def test_unprivileged_mount_serves_in_its_own_tmp_directory():
             r = cli(addr, "get", "k")  # root may
             assert r.returncode == 0 and r.stdout == b"nobody's", r
         finally:
-            unmount_as_nobody(p, path)
+            unmount_as_nobody(m)
         os.rmdir(own)
 
         own.mkdir()  # root's, open to all: not to be used
         os.chmod(own, 0o777)
-        p, path, log_path = mount_as_nobody(base / "b")
+        m = mount_as_nobody(base / "b")
         try:
-            log = open(log_path).read()
+            log = m.read_log()
             assert f"not using {own}" in log, log
-            addr = addr_in_log(log)
+            addr = m.served_addr()
             temp = os.path.dirname(addr[5:])
             assert temp.startswith(f"{own}-"), addr
             st = os.lstat(temp)
             assert st.st_uid == 65534 and stat.S_IMODE(st.st_mode) == 0o700, st
             assert cli(addr, "ls", user="nobody").returncode == 0
         finally:
-            unmount_as_nobody(p, path)
+            unmount_as_nobody(m)
         assert not os.path.exists(temp), "the private directory outlived the mount"
     finally:
         if own.exists():

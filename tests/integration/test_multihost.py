@@ -10,57 +10,26 @@ Every process has the cluster's secret: without one, a server refuses to
 listen beyond loopback."""
 
 import os
-import re
-import shlex
-import subprocess
 import threading
 import time
 
 import pytest
 
 import netns
-from cluster import Master, Node, cli
-from conftest import BAD_LOG, DAEMON, Mount, is_mounted
+from harness import Cluster, cli
 
 MiB = 1 << 20
 
 
-class NsMount(Mount):
-    """conftest.Mount, with the daemon in a host's network namespace (under
-    nsenter, so the FUSE mount lands in our mount namespace)."""
-
-    def __init__(self, tmp_path, host, *args, expect_log=None):
-        self.host = host
-        self.path = str(tmp_path / "mnt")
-        os.makedirs(self.path, exist_ok=True)
-        self.log_path = str(tmp_path / "daemon.log")
-        self.cmd = host.wrap([DAEMON, "-f", *args, self.path])
-        self.expect_log = expect_log
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 20
-        while not is_mounted(self.path):
-            if self.proc.poll() is not None:
-                raise AssertionError(f"daemon exited {self.proc.returncode}: {self.read_log()}"
-                                     f"\nreproduce: {self.reproduce()}")
-            if time.time() > deadline:
-                self.proc.kill()
-                raise AssertionError(f"not mounted after 20 s\nreproduce: {self.reproduce()}")
-            time.sleep(0.02)
-
-
-class MultiHost:
-    """The namespaces of one test and the processes in them; close() stops
-    every process (SIGTERM → exit 0, unmount → exit 0), scans the logs and
-    deletes the namespaces, whatever happened before."""
+class MultiHost(Cluster):
+    """A harness.Cluster whose processes run in the namespaces of a private
+    network: the master, three node hosts and a client host for the mounts.
+    close() also requires that no process is left in the namespaces, and
+    deletes them, whatever happened before."""
 
     def __init__(self, tmp):
-        self.tmp = tmp
+        super().__init__(tmp)
         self.net = netns.Net()
-        self.procs = []   # cluster.Proc: master and nodes
-        self.mounts = []
-        self.expect = {}  # proc or mount -> regex of log lines the test provokes
-        self.hung = False
         self.key = str(tmp / "secret")
         with open(self.key, "wb") as f:
             f.write(os.urandom(32).hex().encode())
@@ -75,60 +44,24 @@ class MultiHost:
             raise
 
     def master(self, *args):
-        m = Master(self.tmp, "--auth-secret-file", self.key, *args, netns=self.master_host.ns,
-                   host=self.master_host.addr)
+        m = super().master("--auth-secret-file", self.key, *args, netns=self.master_host.ns,
+                           host=self.master_host.addr)
         m.key = self.key
-        self.procs.append(m)
         return m
 
     def node(self, master, host, size="64M"):
-        n = Node(self.tmp, master.addr, size, "--auth-secret-file", self.key, netns=host.ns,
-                 host=host.addr)
+        n = super().node(master, size, "--auth-secret-file", self.key, netns=host.ns,
+                         host=host.addr)
         n.host = host
-        self.procs.append(n)
         return n
 
     def mount(self, *args, expect_log=None):
-        d = self.tmp / f"fs{len(self.mounts)}"
-        d.mkdir()
-        m = NsMount(d, self.client, "--auth-secret-file", self.key, *args, expect_log=expect_log)
-        self.mounts.append(m)
-        return m
+        return super().mount("--auth-secret-file", self.key, *args, netns=self.client.ns,
+                             expect_log=expect_log)
 
     def close(self):
-        errors = []
         try:
-            for m in self.mounts:
-                if self.hung and m.proc.poll() is None:
-                    m.proc.kill()  # a request is stuck: fusermount -u would wait for it
-                    m.proc.wait()
-                    subprocess.run(["fusermount3", "-uz", m.path], check=False)
-                    continue
-                try:
-                    if m.proc.poll() is None:
-                        rc = m.stop()
-                        if rc != 0:
-                            errors.append(f"mount exited {rc}:\n{m.read_log()[-2000:]}"
-                                          f"\nreproduce: {m.reproduce()}")
-                    elif m.proc.returncode != 0:
-                        errors.append(f"mount died with {m.proc.returncode}:\n"
-                                      f"{m.read_log()[-2000:]}")
-                    m.check_log()
-                except AssertionError as e:
-                    errors.append(str(e))
-            for p in reversed(self.procs):
-                try:
-                    killed = p.proc.returncode == -9  # kill9() by the test
-                    rc = p.stop()
-                    if rc != 0 and not killed:
-                        errors.append(f"{shlex.join(p.cmd)} exited {rc}:\n{p.read_log()[-2000:]}")
-                except AssertionError as e:
-                    errors.append(str(e))
-                expect = self.expect.get(p)
-                bad = [l for l in p.read_log().splitlines() if BAD_LOG.search(l)
-                       and not (expect and re.search(expect, l))]
-                if bad:
-                    errors.append(f"{shlex.join(p.cmd)} logged errors:\n" + "\n".join(bad))
+            errors = super().close()
             left = self.net.pids()
             for pid in left:
                 try:
@@ -138,13 +71,7 @@ class MultiHost:
             if left:
                 errors.append(f"processes left in the namespaces: {left}")
         finally:
-            for m in self.mounts:
-                if is_mounted(m.path):
-                    subprocess.run(["fusermount3", "-uz", m.path], check=False)
-            for p in [*self.procs, *self.mounts]:
-                if p.proc.poll() is None:
-                    p.proc.kill()
-                    p.proc.wait()
+            self.kill_all()
             self.net.close()
         return errors
 

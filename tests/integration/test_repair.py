@@ -4,12 +4,11 @@ through mooncake-cli and a mooncake-fs mount. Every process is real; every
 wait is bounded."""
 
 import os
-import signal
 import time
 
 import pytest
 
-from cluster import cli
+from harness import cli
 
 MiB = 1 << 20
 
@@ -116,7 +115,7 @@ def test_writes_go_on_when_a_replica_node_dies(cluster, make_mount, how):
     if how == "kill":
         victim.kill9()
     else:
-        victim.proc.send_signal(signal.SIGSTOP)
+        victim.pause()
     try:
         # A C client's put placed on the victim first: it drops that replica.
         blobs = {"c-put": os.urandom(2 * MiB + 5)}
@@ -137,7 +136,7 @@ def test_writes_go_on_when_a_replica_node_dies(cluster, make_mount, how):
         assert replicas(m, "c-put") >= 1
     finally:
         if how == "stop":
-            victim.proc.send_signal(signal.SIGCONT)
+            victim.resume()
         if not held.closed:  # a failed test must not keep the mount busy
             try:
                 held.close()

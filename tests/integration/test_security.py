@@ -13,22 +13,11 @@ import struct
 import subprocess
 import time
 
-import pytest
-
-from cluster import Cluster, cli
-from conftest import DAEMON
+from harness import DAEMON, MASTER, cli
 from wire import HDR, MAGIC, closed_by_peer, frame, recv_exact
 
 OP_HELLO, OP_AUTH, OP_PING, OP_STAT, OP_READ = 1, 2, 3, 31, 50
 EACCES = -errno.EACCES
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    yield c
-    errors = c.close()
-    assert not errors, "\n".join(errors)
 
 
 def secret_file(tmp_path, name, content, mode=0o600):
@@ -202,7 +191,6 @@ def test_secret_file_is_checked(cluster, tmp_path):
         r = cli(m.addr, "--auth-secret-file", path, "ls")
         assert r.returncode == 1, r
         assert why in r.stderr, r.stderr
-    r = subprocess.run([os.path.join(os.path.dirname(DAEMON), "mooncake-master"),
-                        "--port", "0", "--auth-secret-file", loose],
+    r = subprocess.run([MASTER, "--port", "0", "--auth-secret-file", loose],
                        capture_output=True, timeout=10)
     assert r.returncode == 2 and b"chmod 600" in r.stderr, r.stderr

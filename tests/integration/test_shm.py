@@ -14,20 +14,12 @@ import struct
 
 import pytest
 
-from cluster import Cluster, cli
+from harness import cli
 
 MiB = 1 << 20
 HDR = "<IHHQIHh"
 MAGIC = 0x314B434D
 OP_SHM_MAP = 52
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    yield c
-    errors = c.close()
-    assert not errors, "\n".join(errors)
 
 
 def stats(stderr):

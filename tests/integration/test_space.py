@@ -1,5 +1,7 @@
 """A full segment: writes fail with ENOSPC, the daemon stays up, earlier
-files stay intact; with eviction enabled, least recently used files go."""
+files stay intact; with eviction enabled, least recently used files go.
+Each test runs in both modes: the segment in the mount's own (embedded)
+store, and a node's segment behind a master the mount is a client of."""
 
 import errno
 import os
@@ -7,13 +9,13 @@ import subprocess
 
 import pytest
 
-from cluster import Cluster, cli
+from harness import cli
 
 MiB = 1 << 20
 
 
-def test_enospc_and_recovery(make_mount):
-    m = make_mount("--segment-size", "64M")
+def test_enospc_and_recovery(store_mount):
+    m = store_mount("64M")
     keep = os.urandom(MiB)
     with open(m.p("keep"), "wb") as f:
         f.write(keep)
@@ -103,31 +105,20 @@ def check_overwrite_keeps_published_version(m, tmp_path, size):
     assert open(m.p("victim"), "rb").read() == new.read_bytes()
 
 
-def test_enospc_during_overwrite_keeps_published_version(make_mount, tmp_path):
-    m = make_mount("--segment-size", "64M")
+def test_enospc_during_overwrite_keeps_published_version(store_mount, tmp_path):
+    m = store_mount("64M")
     check_overwrite_keeps_published_version(m, tmp_path, 8 * MiB)
+    # The C API sees the new version too.
+    r = cli(m.store_addr, "get", "victim")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (tmp_path / "new").read_bytes()
 
 
-def test_enospc_during_overwrite_keeps_published_version_in_a_cluster(make_mount, tmp_path):
-    c = Cluster(tmp_path)
-    try:
-        master = c.master()
-        c.node(master, "32M")
-        m = make_mount("--master", master.addr, "--segment-size", "0")
-        check_overwrite_keeps_published_version(m, tmp_path, 4 * MiB)
-        r = cli(master.addr, "get", "victim")
-        assert r.returncode == 0, r.stderr
-        assert r.stdout == (tmp_path / "new").read_bytes()
-    finally:
-        errors = c.close()
-    assert not errors, "\n".join(errors)
-
-
-def test_failed_write_poisons_every_writer_of_the_file(make_mount):
+def test_failed_write_poisons_every_writer_of_the_file(store_mount):
     """Two descriptors share one version in progress: when a write through
     one fails, neither publishes, both closes report the error, and a
     descriptor opened afterwards starts afresh."""
-    m = make_mount("--segment-size", "64M")
+    m = store_mount("64M")
     old = os.urandom(MiB)
     with open(m.p("f"), "wb") as f:
         f.write(old)
@@ -167,8 +158,8 @@ def test_failed_write_poisons_every_writer_of_the_file(make_mount):
     assert open(m.p("f"), "rb").read() == b"fresh"
 
 
-def test_eviction_removes_least_recently_used(make_mount):
-    m = make_mount("--segment-size", "64M", "--evict-high", "90", "--evict-ratio", "20")
+def test_eviction_removes_least_recently_used(store_mount):
+    m = store_mount("64M", "--evict-high", "90", "--evict-ratio", "20")
     for i in range(100):
         with open(m.p(f"f{i:03d}"), "wb") as f:
             f.write(bytes([i]) * MiB)

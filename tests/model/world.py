@@ -1,6 +1,5 @@
 """The processes the model checker drives, in two configurations, started
-through the integration harness (tests/integration: Mount, cluster.Master,
-cluster.Node) and always stopped again.
+through the test harness (tests/harness.py) and always stopped again.
 
 - embedded: one mooncake-fs with a small segment serving the protocol on a
   loopback port; a Python store (direct backend) is a client of it.
@@ -16,7 +15,6 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,11 +22,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
-import cluster as harness  # noqa: E402  (tests/integration/cluster.py)
-from conftest import BUILD, Mount, is_mounted  # noqa: E402  (tests/integration/conftest.py)
+import harness  # noqa: E402  (tests/harness.py)
+from harness import is_mounted  # noqa: E402
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig  # noqa: E402
 
 MiB = 1 << 20
@@ -74,6 +72,7 @@ class World:
 
     def __init__(self):
         self.tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"mc-model-{self.config}-"))
+        self.group = harness.Cluster(self.tmp)  # every process, for close()
         self.mount = None
         self.store = None
         self.master = None
@@ -134,37 +133,7 @@ class World:
             except Exception as e:  # noqa: BLE001 - teardown reports, never raises
                 problems.append(f"Python store close: {e!r}")
             self.store = None
-        for p in self.dead:
-            if p.proc.poll() is None:
-                p.proc.send_signal(signal.SIGCONT)
-                p.proc.kill()
-                p.proc.wait()
-        if self.mount is not None:
-            try:
-                rc = self.mount.stop()
-                if rc != 0:
-                    problems.append(f"mooncake-fs exited {rc}")
-            except AssertionError as e:
-                problems.append(str(e))
-            crash = [line for line in self.mount.read_log().splitlines() if CRASH.search(line)]
-            if crash:
-                problems.append("mooncake-fs log:\n" + "\n".join(crash[:20]))
-        for p in self.nodes + ([self.master] if self.master else []):
-            if p.proc.poll() is None:
-                p.proc.send_signal(signal.SIGTERM)
-        for p in self.nodes + ([self.master] if self.master else []):
-            try:
-                rc = p.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.proc.kill()
-                p.proc.wait()
-                rc = "timeout"
-            p.log.close()
-            if rc != 0:
-                problems.append(f"{p.cmd[0]} exited {rc} on SIGTERM:\n{p.read_log()[-1500:]}")
-            crash = [line for line in p.read_log().splitlines() if CRASH.search(line)]
-            if crash:
-                problems.append(f"{p.cmd[0]} log:\n" + "\n".join(crash[:20]))
+        problems += self.group.close(bad=CRASH)
         if ok and not problems:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return problems
@@ -178,14 +147,14 @@ class Embedded(World):
 
     def __init__(self):
         super().__init__()
-        self.put_ttl_args, self.put_ttl_ms = put_ttl_option(os.path.join(BUILD, "mooncake-fs"))
+        self.put_ttl_args, self.put_ttl_ms = put_ttl_option(harness.DAEMON)
         self.segment = EMBEDDED_SEGMENT
         try:
-            port = harness.free_port()
-            self.addr = f"127.0.0.1:{port}"
-            self.mount = Mount(self.tmp / "fs", "--segment-size", str(self.segment), "--listen",
-                               self.addr, "--timeout-ms", str(TIMEOUT_MS), "--cache-timeout", "0",
-                               "--lease-ms", str(LEASE_MS), *self.put_ttl_args)
+            self.addr = f"127.0.0.1:{harness.free_port()}"
+            self.mount = self.group.mount("--segment-size", str(self.segment), "--listen",
+                                          self.addr, "--timeout-ms", str(TIMEOUT_MS),
+                                          "--cache-timeout", "0", "--lease-ms", str(LEASE_MS),
+                                          *self.put_ttl_args)
             self.open_store(self.addr)
         except BaseException:
             self.close(False)
@@ -202,39 +171,40 @@ class Cluster(World):
         self.replicas = 2
         self.restarts = 0
         try:
-            (self.tmp / "fs").mkdir()
-            self.master = harness.Master(self.tmp, "--node-ttl-ms", str(NODE_TTL_MS), "--lease-ms",
-                                         str(LEASE_MS), *self.put_ttl_args)
+            self.master = self.start_master()
             for _ in range(2):
                 self.add_node()
-            self.mount = Mount(self.tmp / "fs", "--master", self.master.addr, "--replicas", "2",
-                               "--segment-size", "0", "--timeout-ms", str(TIMEOUT_MS),
-                               "--cache-timeout", "0")
+            self.mount = self.group.mount("--master", self.master.addr, "--replicas", "2",
+                                          "--segment-size", "0", "--timeout-ms", str(TIMEOUT_MS),
+                                          "--cache-timeout", "0")
             self.open_store(self.master.addr)
         except BaseException:
             self.close(False)
             raise
 
+    def start_master(self, port=None):
+        return self.group.master("--node-ttl-ms", str(NODE_TTL_MS), "--lease-ms", str(LEASE_MS),
+                                 *self.put_ttl_args, port=port)
+
     def add_node(self):
-        n = harness.Node(self.tmp, self.master.addr, str(self.segment), "--log-level", "info",
-                         "--timeout-ms", str(TIMEOUT_MS))
+        n = self.group.node(self.master, str(self.segment), "--log-level", "info",
+                            "--timeout-ms", str(TIMEOUT_MS))
         self.nodes.append(n)
         return n
 
     def kill_node(self, i):
         n = self.nodes.pop(i)
-        n.proc.kill()
-        n.proc.wait()
+        n.kill9()
         self.dead.append(n)
         return n
 
     def stop_node(self, i):
         n = self.nodes[i]
-        n.proc.send_signal(signal.SIGSTOP)
+        n.pause()
         return n
 
     def cont_node(self, n):
-        n.proc.send_signal(signal.SIGCONT)
+        n.resume()
 
     def remounts(self, n):
         return n.read_log().count("mounting the segment again")
@@ -244,19 +214,17 @@ class Cluster(World):
         until every node has mounted its segment again and the mount and
         the Python store answer."""
         before = {id(n): self.remounts(n) for n in self.nodes}
-        port = self.master.port
-        self.master.proc.kill()
-        self.master.proc.wait()
-        self.master.log.close()
+        old = self.master
+        old.kill9()
+        old.log.close()
         self.restarts += 1
-        old = self.tmp / f"master-{port}.log"
-        old.rename(self.tmp / f"master-{port}.before-restart-{self.restarts}.log")
+        kept = self.tmp / f"master-{old.port}.before-restart-{self.restarts}.log"
+        os.rename(old.log_path, kept)
+        old.log_path = str(kept)
         deadline = time.time() + 20
         while True:
             try:
-                self.master = harness.Master(self.tmp, "--node-ttl-ms", str(NODE_TTL_MS),
-                                             "--lease-ms", str(LEASE_MS), *self.put_ttl_args,
-                                             port=port)
+                self.master = self.start_master(port=old.port)
                 break
             except AssertionError:  # the port may linger a moment
                 if time.time() > deadline:

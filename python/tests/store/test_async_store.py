@@ -1,5 +1,6 @@
 """mooncake.async_store: async_<name> for every method, on both backends
-(direct embedded, mount, direct against a master and two nodes);
+(direct embedded, mount, direct against a master and two nodes; the tests
+of the direct backend alone run embedded and against a master and nodes);
 native futures (no thread per call), several event loops, cancellation,
 close with operations in flight."""
 
@@ -280,8 +281,8 @@ async def test_async_get_into_numpy_in_place(store):
 
 
 @pytest.mark.asyncio
-async def test_async_lease_codes(make_store):
-    s = make_store("direct", lease_ms=60_000)
+async def test_async_lease_codes(make_store, direct_mode):
+    s = make_store(direct_mode, lease_ms=60_000)
     assert await s.async_put("k", b"v") == 0
     assert await s.async_get("k") == b"v"
     assert await s.async_remove("k") == OBJECT_HAS_LEASE

@@ -3,29 +3,27 @@ mooncake-fs processes on loopback (ports picked by binding port 0), each
 stopped at the end and required to exit 0 with a clean log (conftest.py).
 
 The method tests of test_store.py and test_async_store.py also run against a
-master and two nodes (their `cluster` parameter); this file covers what only
-a cluster has: setup with a master address (client or node), an unreachable
-or silent master, health_check, replicas across a node's death, leases
-granted by the master, and one store seen through a mount and through the
-direct backend."""
+master and two nodes (their `store` and `direct_store` fixtures and
+`direct_mode` parameter, which give the lease and eviction options to the
+master); this file covers what only a cluster has: setup with a master
+address (client or node), an unreachable or silent master, health_check,
+replicas across a node's death, and one store seen through a mount and
+through the direct backend."""
 
 import asyncio
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 
 import pytest
 
-from conftest import CLI, Daemon, free_port
+from conftest import CLI, free_port
 from mooncake.async_store import MooncakeDistributedStoreAsync
 from mooncake.store import (
     INVALID_PARAMS,
     NO_AVAILABLE_HANDLE,
-    OBJECT_HAS_LEASE,
-    OBJECT_NOT_FOUND,
     RPC_FAIL,
     MooncakeDistributedStore,
     ReplicateConfig,
@@ -184,14 +182,14 @@ def test_hung_master_health_check_is_bounded(make_cluster, make_store):
     c = make_cluster(nodes=1)
     s = make_store("cluster", cluster=c, timeout_ms=300)
     assert s.put("k", b"v") == 0
-    c.master.proc.send_signal(signal.SIGSTOP)
+    c.master.pause()
     try:
         t0 = time.monotonic()
         assert s.health_check() == 2
         assert s.is_exist("k") == RPC_FAIL
         assert time.monotonic() - t0 < 2
     finally:
-        c.master.proc.send_signal(signal.SIGCONT)
+        c.master.resume()
     deadline = time.monotonic() + 10
     while s.health_check() != 0:
         assert time.monotonic() < deadline
@@ -199,7 +197,7 @@ def test_hung_master_health_check_is_bounded(make_cluster, make_store):
     assert s.get("k") == b"v"
 
 
-# ---- replicas, leases ----
+# ---- replicas ----
 
 
 @pytest.mark.asyncio
@@ -229,31 +227,11 @@ async def test_two_replicas_survive_a_node_kill(make_cluster, make_store):
     assert s.get("three") == b"3"
 
 
-@pytest.mark.asyncio
-async def test_removal_under_a_lease_granted_by_the_master(make_cluster, make_store):
-    c = make_cluster("--lease-ms", "2000", nodes=2)
-    s = make_store("cluster", cluster=c)
-    assert s.put("leased", b"v") == 0 and s.put("free", b"v") == 0
-    assert s.remove("free") == 0  # never read: no lease
-    assert s.get("leased") == b"v"
-    assert s.remove("leased") == OBJECT_HAS_LEASE
-    assert s.batch_remove(["leased"]) == [OBJECT_HAS_LEASE]
-    assert await s.async_remove("leased") == OBJECT_HAS_LEASE
-    assert s.remove_all() == 0 and s.is_exist("leased") == 1
-    assert s.remove("leased", force=True) == 0
-    assert s.is_exist("leased") == 0 and s.remove("leased") == OBJECT_NOT_FOUND
-    # The master's lease, not the client's lease_ms, governs; it ends.
-    assert s.put("short", b"v") == 0 and s.get("short") == b"v"
-    assert s.remove("short") == OBJECT_HAS_LEASE
-    time.sleep(2.2)
-    assert s.remove("short") == 0
-
-
 # ---- one store, seen through a mount and through the direct backend ----
 
 
 @pytest.fixture(params=["embedded-mount", "mount-of-a-master"])
-def mount_and_store(request, tmp_path_factory, make_cluster, make_store):
+def mount_and_store(request, make_daemon, make_cluster, make_store):
     """(mount daemon, direct store on the same objects):
     - embedded-mount: mooncake-fs with its own store, serving the master
       protocol on its default Unix socket (unix:/...); the direct backend
@@ -261,8 +239,7 @@ def mount_and_store(request, tmp_path_factory, make_cluster, make_store):
     - mount-of-a-master: mooncake-fs --master (a pure client) of a master
       with two nodes; the direct backend a client of the same master."""
     if request.param == "embedded-mount":
-        d = Daemon(tmp_path_factory.mktemp("fs"), "--cache-timeout", "0", serve=True)
-        request.addfinalizer(d.stop)
+        d = make_daemon("--cache-timeout", "0", serve=True)
         addr = d.served_addr()
         assert addr.startswith("unix:/"), addr
         s = MooncakeDistributedStoreAsync()
@@ -270,9 +247,7 @@ def mount_and_store(request, tmp_path_factory, make_cluster, make_store):
         request.addfinalizer(s.close)
     else:
         c = make_cluster(nodes=2)
-        d = Daemon(tmp_path_factory.mktemp("fs"), "--master", c.addr, "--segment-size", "0",
-                   "--cache-timeout", "0")
-        request.addfinalizer(d.stop)
+        d = make_daemon("--master", c.addr, "--segment-size", "0", "--cache-timeout", "0")
         s = make_store("cluster", cluster=c)
     return d, s
 

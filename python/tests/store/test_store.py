@@ -1,6 +1,8 @@
 """mooncake.store: every method of MooncakeDistributedStore, on both backends
 (the `store` fixture runs each test once per mode: direct embedded, mount,
-and direct against a master and two nodes; see conftest.py)."""
+and direct against a master and two nodes; a test of the direct backend
+alone, through `direct_store` or `direct_mode`, runs embedded and against a
+master and two nodes; see conftest.py)."""
 
 import ctypes
 import os
@@ -354,8 +356,8 @@ def test_remove_by_regex_and_remove_all(store):
     assert store.get("other") == b"" and store.get("last") == b""
 
 
-def test_removal_under_lease_needs_force(make_store):
-    s = make_store("direct", lease_ms=60_000)
+def test_removal_under_lease_needs_force(make_store, direct_mode):
+    s = make_store(direct_mode, lease_ms=60_000)
     assert s.put("leased", b"v") == 0
     assert s.remove("fresh-never-read") == OBJECT_NOT_FOUND
     assert s.get("leased") == b"v"  # grants a read lease
@@ -368,9 +370,9 @@ def test_removal_under_lease_needs_force(make_store):
     assert s.remove_all(force=True) == 1
 
 
-def test_short_lease_expires(make_store):
+def test_short_lease_expires(make_store, direct_mode):
     import time
-    s = make_store("direct", lease_ms=50)
+    s = make_store(direct_mode, lease_ms=50)
     assert s.put("k", b"v") == 0 and s.get("k") == b"v"
     assert s.remove("k") == OBJECT_HAS_LEASE
     time.sleep(0.2)
@@ -393,11 +395,11 @@ def test_invalid_key(store, key):
 
 
 @pytest.mark.parametrize("key", ["a//b", "/abs", "a/../b", "./a", "trailing/", "n" * 256])
-def test_keys_the_mount_cannot_hold(mount_store, make_store, key):
+def test_keys_the_mount_cannot_hold(mount_store, make_store, direct_mode, key):
     assert mount_store.put(key, b"v") == INVALID_KEY
     assert mount_store.get(key) == b""
     # The direct store takes them: they are valid keys.
-    direct = make_store("direct")
+    direct = make_store(direct_mode)
     assert direct.put(key, b"v") == 0 and direct.get(key) == b"v"
 
 
@@ -504,8 +506,8 @@ def test_put_with_replicate_config(store):
         store.put("k", b"v", {"replica_num": 1})
 
 
-def test_hard_pinned_objects_survive_eviction(make_store):
-    s = make_store("direct", evict_high_pct=90, evict_ratio_pct=50, lease_ms=1)
+def test_hard_pinned_objects_survive_eviction(make_store, direct_mode):
+    s = make_store(direct_mode, evict_high_pct=90, evict_ratio_pct=50, lease_ms=1)
     assert s.put("pinned", b"p" * 1000, ReplicateConfig(with_hard_pin=True)) == 0
     for i in range(40):
         assert s.put(f"filler/{i}", bytes(4 << 20)) == 0

@@ -1,0 +1,387 @@
+"""The one test harness of Mooncake FS, used by tests/integration,
+python/tests and tests/model: it starts mooncake-master, nodes
+(mooncake-cli node) and mooncake-fs mounts as real processes in the
+foreground, waits (bounded) until each is ready, and stops them again:
+SIGTERM, or fusermount3 -u for a mount, after which each must exit 0 and
+leave a log with no error in it (an allow-list per process names the
+errors a test provokes on purpose). Every failure message ends with the
+command that reproduces the process, and so does the report of a failing
+test (pytest_exception_interact).
+
+A process can run in a network namespace (`netns=`, made by
+tests/integration/netns.py): under `nsenter --net`, which changes the
+network namespace only, so a FUSE mount made there lands in our mount
+table (`ip netns exec` would also unshare the mount namespace).
+
+Who stops what: a Cluster owns the processes started through it; its
+close() stops them all (mounts first, then nodes and masters together) and
+returns the problems it found, for the fixture to assert on. A process
+started on its own is the caller's to stop()."""
+
+import os
+import pathlib
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, os.environ.get("MC_BUILD", "build"))
+DAEMON = os.path.join(BUILD, "mooncake-fs")
+MASTER = os.path.join(BUILD, "mooncake-master")
+CLI = os.path.join(BUILD, "mooncake-cli")
+
+# Lines in a log that mean something went wrong.
+BAD_LOG = re.compile(r"error|AddressSanitizer|LeakSanitizer|runtime error|Segmentation", re.I)
+READY_TIMEOUT = 20  # seconds a process may take to become ready
+STOP_TIMEOUT = 30  # ... to exit on SIGTERM (a mount: 60, to flush and unmount)
+
+
+def free_port():
+    """A loopback port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def is_mounted(path):
+    """Whether a FUSE file system is mounted at path (/proc/self/mountinfo)."""
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path and " - fuse" in line for line in f)
+
+
+def in_netns(ns, cmd):
+    """cmd run in network namespace ns (in the caller's mount namespace)."""
+    return ["nsenter", f"--net=/run/netns/{ns}", *cmd]
+
+
+def cli(master, *args, input=None, netns=None, timeout=60):
+    """Runs mooncake-cli --master MASTER ARGS (the public C API), in netns
+    if given; returns the CompletedProcess (stdout and stderr as bytes)."""
+    cmd = [CLI, "--master", master, *args]
+    return subprocess.run(in_netns(netns, cmd) if netns else cmd, input=input,
+                          capture_output=True, timeout=timeout)
+
+
+# Every Proc started since the current test began (pytest_runtest_logstart).
+STARTED = []
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """A pytest hook (the conftests import it): a test starts afresh."""
+    STARTED.clear()
+
+
+def pytest_exception_interact(node, call, report):
+    """A pytest hook (the conftests import it): the report of a test that
+    failed (or errored in setup or teardown) lists the command that
+    reproduces each process it started, and where its log is."""
+    if STARTED:
+        report.sections.append(("processes started (reproduce)", "\n".join(
+            f"{p.name} (log {p.log_path}):\n    {p.reproduce()}" for p in STARTED)))
+
+
+def _unmount_lazily(path):
+    subprocess.run(["fusermount3", "-uz", path], check=False)
+
+
+class Proc:
+    """A process in the foreground whose stdout and stderr go to log_path;
+    ready once its log matches the regex `ready`. prefix runs before the
+    command (prlimit, say); netns names a network namespace to run it in.
+    expect_log is a regex of log lines the test provokes (not errors); env
+    the environment (ours by default).
+    Started by the constructor; waited for by wait_ready() (the subclasses
+    wait unless wait=False)."""
+
+    name = "process"
+    stop_timeout = STOP_TIMEOUT
+
+    def __init__(self, cmd, log_path, ready, prefix=(), netns=None, expect_log=None, env=None):
+        self.cmd = [*prefix, *cmd]
+        self.argv = in_netns(netns, self.cmd) if netns else self.cmd
+        self.netns = netns
+        self.log_path = str(log_path)
+        self.ready = ready
+        self.expect_log = expect_log
+        self.killed = False  # by kill9(): its exit status means nothing
+        self.paused = False
+        self.stopping = False  # asked to exit once: asking again changes nothing
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        STARTED.append(self)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def reproduce(self):
+        """The command line that starts this process again."""
+        return shlex.join(self.argv)
+
+    def fail(self, what, tail=3000):
+        """An AssertionError saying what, with the log's tail and the command."""
+        return AssertionError(f"{self.name} {what}:\n{self.read_log()[-tail:]}\n"
+                              f"reproduce: {self.reproduce()}")
+
+    def read_log(self):
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def is_ready(self):
+        return re.search(self.ready, self.read_log()) is not None
+
+    def wait_ready(self, timeout=READY_TIMEOUT):
+        """Returns self once ready; raises (and kills it) when it exits first
+        or is not ready within timeout seconds."""
+        deadline = time.time() + timeout
+        while not self.is_ready():
+            if self.proc.poll() is not None:
+                self.log.close()
+                raise self.fail(f"exited {self.proc.returncode} before it was ready")
+            if time.time() > deadline:
+                self.abandon()
+                raise self.fail(f"not ready after {timeout} s")
+            time.sleep(0.01)
+        return self
+
+    def abandon(self):
+        """kill -9 without a check (a process that cannot be stopped cleanly)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+    def kill9(self):
+        """SIGKILL: the test wants it dead, so its exit status is not checked."""
+        self.killed = True
+        self.proc.kill()
+        self.proc.wait()
+
+    def pause(self):
+        """SIGSTOP."""
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self):
+        """SIGCONT."""
+        self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def rss(self):
+        """Resident set size in bytes (0 once it is gone)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except FileNotFoundError:
+            pass
+        return 0
+
+    def request_stop(self, how=None):
+        """Asks a running process to exit, once: signal `how` (SIGTERM by
+        default)."""
+        if self.proc.poll() is None and not self.stopping:
+            self.stopping = True
+            if self.paused:
+                self.resume()
+            self.proc.send_signal(how or signal.SIGTERM)
+
+    def wait_exit(self, timeout=None):
+        """Waits for the exit; returns its status. Raises, after kill -9,
+        when it takes longer than timeout (stop_timeout by default)."""
+        timeout = timeout or self.stop_timeout
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.abandon()
+            raise self.fail(f"did not exit within {timeout} s")
+        self.log.close()
+        return rc
+
+    def stop(self, how=None, timeout=None):
+        """request_stop(how) then wait_exit(timeout); returns the exit status.
+        Once it has exited, returns that status again."""
+        self.request_stop(how)
+        return self.wait_exit(timeout)
+
+    def log_errors(self, bad=BAD_LOG):
+        """The lines of the log matching bad, but not expect_log."""
+        return [line for line in self.read_log().splitlines() if bad.search(line) and
+                not (self.expect_log and re.search(self.expect_log, line))]
+
+    def check_log(self, bad=BAD_LOG):
+        errors = self.log_errors(bad)
+        assert not errors, f"{self.name} log has errors:\n" + "\n".join(errors) + \
+            f"\nreproduce: {self.reproduce()}"
+
+    def problems(self, bad=BAD_LOG):
+        """Stops it if it runs; a list of problems: an exit status other
+        than 0 (unless killed by kill9()), log lines matching bad."""
+        out = []
+        try:
+            rc = self.stop()
+            if rc != 0 and not self.killed:
+                out.append(str(self.fail(f"exited {rc}", 2000)))
+        except AssertionError as e:
+            out.append(str(e))
+        errors = self.log_errors(bad)
+        if errors:
+            out.append(f"{self.name} logged errors:\n" + "\n".join(errors[:40]) +
+                       f"\nreproduce: {self.reproduce()}")
+        return out
+
+
+class Master(Proc):
+    """mooncake-master listening on host:port (a free port unless given);
+    its log is tmp/master-PORT.log."""
+
+    name = "mooncake-master"
+
+    def __init__(self, tmp, *args, port=None, host="127.0.0.1", wait=True, **kw):
+        self.port = port or free_port()
+        self.addr = f"{host}:{self.port}"
+        super().__init__([MASTER, "--listen", self.addr, *args],
+                         pathlib.Path(tmp) / f"master-{self.port}.log",
+                         r"listening on .*segment", **kw)
+        if wait:
+            self.wait_ready()
+
+
+class Node(Proc):
+    """A process contributing a segment of `size` to master:
+    mooncake-cli node; its log is tmp/node-PORT.log."""
+
+    name = "node"
+
+    def __init__(self, tmp, master, size="64M", *args, host="127.0.0.1", wait=True, **kw):
+        self.port = free_port()
+        self.addr = f"{host}:{self.port}"
+        self.master = master
+        super().__init__([CLI, "--master", master, "--segment-size", str(size), "--listen",
+                          self.addr, *args, "node"],
+                         pathlib.Path(tmp) / f"node-{self.port}.log", r"node up", **kw)
+        if wait:
+            self.wait_ready()
+
+
+class Mount(Proc):
+    """mooncake-fs -f ARGS DIR/mnt, logging to DIR/daemon.log; ready once
+    mounted and its store is open (it says "mounted" after both)."""
+
+    name = "mooncake-fs"
+    stop_timeout = 60
+
+    def __init__(self, directory, *args, wait=True, **kw):
+        directory = pathlib.Path(directory)
+        self.path = str(directory / "mnt")
+        os.makedirs(self.path, exist_ok=True)
+        super().__init__([DAEMON, "-f", *args, self.path], directory / "daemon.log",
+                         r"mooncake-fs: mounted", **kw)
+        if wait:
+            self.wait_ready()
+
+    def p(self, *parts):
+        """A path in the mount."""
+        return os.path.join(self.path, *parts)
+
+    def served_addr(self):
+        """The address an embedded store serves the protocol on, from the log."""
+        m = re.search(r"serving (\S+)\)", self.read_log())
+        assert m, "the daemon serves no protocol:\n" + self.read_log()
+        return m.group(1)
+
+    def is_ready(self):
+        return is_mounted(self.path) and super().is_ready()
+
+    def abandon(self):
+        super().abandon()
+        if is_mounted(self.path):
+            _unmount_lazily(self.path)
+
+    def request_stop(self, how="fusermount"):
+        """fusermount3 -u (the default), or the signal `how`."""
+        if how == "fusermount":
+            if self.proc.poll() is None and not self.stopping:
+                self.stopping = True
+                subprocess.run(["fusermount3", "-u", self.path], check=False)
+        else:
+            super().request_stop(how)
+
+    def wait_exit(self, timeout=None):
+        """As Proc.wait_exit; also raises when the mount outlives the daemon."""
+        rc = super().wait_exit(timeout)
+        if is_mounted(self.path):
+            _unmount_lazily(self.path)
+            raise self.fail("exited but the file system is still mounted")
+        return rc
+
+
+class Cluster:
+    """The processes of one test, kept in tmp (mount directories from
+    mktemp("fs") when given, else tmp/fsN). close() stops and checks them."""
+
+    def __init__(self, tmp, mktemp=None):
+        self.tmp = pathlib.Path(tmp)
+        self.mktemp = mktemp
+        self.procs = []  # masters and nodes, in start order
+        self.mounts = []
+        self.hung = False  # a request is stuck: close() kills the mounts
+
+    def add(self, p):
+        """Takes p (a Proc started elsewhere) into this cluster."""
+        (self.mounts if isinstance(p, Mount) else self.procs).append(p)
+        return p
+
+    def master(self, *args, **kw):
+        """A Master (see there for the options)."""
+        return self.add(Master(self.tmp, *args, **kw))
+
+    def node(self, master, size="64M", *args, **kw):
+        """A Node of master (a Master or an address)."""
+        return self.add(Node(self.tmp, getattr(master, "addr", master), size, *args, **kw))
+
+    def nodes(self, master, n, size="64M", *args, **kw):
+        """n nodes, started together and then waited for (a node does not
+        retry its first mount: the master must be up already)."""
+        new = [self.node(master, size, *args, wait=False, **kw) for _ in range(n)]
+        for p in new:
+            p.wait_ready()
+        return new
+
+    def mount(self, *args, **kw):
+        """A Mount (see there) in a fresh directory."""
+        if self.mktemp:
+            d = self.mktemp("fs")
+        else:
+            d = self.tmp / f"fs{len(self.mounts)}"
+            d.mkdir()
+        return self.add(Mount(d, *args, **kw))
+
+    def close(self, bad=BAD_LOG):
+        """Unmounts every mount, then stops nodes and masters together (each
+        takes a moment to drain its connections). Returns the problems: an
+        exit status other than 0, log lines matching bad (see Proc.problems)."""
+        out = []
+        for m in self.mounts:
+            if self.hung and m.proc.poll() is None:
+                m.abandon()  # fusermount -u would wait for the stuck request
+                continue
+            out += m.problems(bad)
+        for p in reversed(self.procs):
+            p.request_stop()
+        for p in reversed(self.procs):
+            out += p.problems(bad)
+        return out
+
+    def kill_all(self):
+        """kill -9 whatever still runs and unmounts lazily (after a failure)."""
+        for p in [*self.mounts, *self.procs]:
+            if p.proc.poll() is None or (isinstance(p, Mount) and is_mounted(p.path)):
+                p.abandon()
