@@ -37,6 +37,7 @@ _ERRNO = {
     errno.EBUSY: OBJECT_HAS_LEASE,
     errno.ENOSPC: NO_AVAILABLE_HANDLE,
     errno.EFBIG: NO_AVAILABLE_HANDLE,
+    errno.EAGAIN: NO_AVAILABLE_HANDLE,  # every segment on hold, for a moment
     errno.ENAMETOOLONG: INVALID_KEY,
     errno.EINVAL: INVALID_PARAMS,
     errno.ENOTCONN: RPC_FAIL,  # the mount's daemon is gone
@@ -51,6 +52,7 @@ _ERRNO = {
     errno.ECONNRESET: RPC_FAIL,
     errno.EPIPE: RPC_FAIL,
     errno.EPROTO: RPC_FAIL,
+    errno.ESTALE: RPC_FAIL,  # the master no longer knows the write
     errno.EIO: INTERNAL_ERROR,
 }
 

@@ -80,6 +80,7 @@ static long to_code(int r)
         return CODE_OBJECT_HAS_LEASE;
     case ENOSPC:
     case EFBIG:
+    case EAGAIN: /* every segment on hold (mounted again moments ago) */
         return CODE_NO_AVAILABLE_HANDLE;
     case E_BADKEY:
     case ENAMETOOLONG:
@@ -108,6 +109,7 @@ static long to_code(int r)
     case ENOTCONN:
     case EPIPE:
     case EPROTO:
+    case ESTALE: /* the master no longer knows the write (it restarted) */
         return CODE_RPC_FAIL;
     default:
         return CODE_INTERNAL_ERROR;
