@@ -131,66 +131,6 @@ PyObject *mcpy_store_m_inflight(PyObject *op, PyObject *unused)
     return PyLong_FromLong(atomic_load(&((StoreObject *)op)->inflight));
 }
 
-/* list(prefix, after, max) -> (list of bytes keys, more) or an int code. */
-PyObject *mcpy_store_m_list(PyObject *op, PyObject *args)
-{
-    StoreObject *self = (StoreObject *)op;
-    const char *prefix, *after;
-    Py_ssize_t plen, alen;
-    Py_ssize_t max;
-    if (!PyArg_ParseTuple(args, "y#z#n", &prefix, &plen, &after, &alen, &max))
-        return NULL;
-    if (!self->s || self->closing)
-        return PyLong_FromLong(CODE_UNAVAILABLE_IN_CURRENT_STATUS);
-    mc_list_t *l = NULL;
-    int rc;
-    atomic_fetch_add(&self->inflight, 1);
-    Py_BEGIN_ALLOW_THREADS;
-    rc = mc_list(self->s, prefix, (size_t)plen, after, after ? (size_t)alen : 0, 0,
-                 max > 0 ? (size_t)max : 0, &l);
-    Py_END_ALLOW_THREADS;
-    mcpy_store_leave(self);
-    if (rc < 0)
-        return PyLong_FromLong(mcpy_to_code(rc));
-    PyObject *keys = PyList_New((Py_ssize_t)l->n);
-    if (!keys) {
-        mc_list_free(l);
-        return NULL;
-    }
-    for (size_t i = 0; i < l->n; i++) {
-        PyObject *k = PyBytes_FromStringAndSize(l->entries[i].key, (Py_ssize_t)l->entries[i].klen);
-        if (!k) {
-            Py_DECREF(keys);
-            mc_list_free(l);
-            return NULL;
-        }
-        PyList_SET_ITEM(keys, (Py_ssize_t)i, k);
-    }
-    PyObject *res = Py_BuildValue("(Ni)", keys, l->more);
-    mc_list_free(l);
-    return res;
-}
-
-/* statfs() -> (total, used, objects) or an int code. */
-PyObject *mcpy_store_m_statfs(PyObject *op, PyObject *unused)
-{
-    (void)unused;
-    StoreObject *self = (StoreObject *)op;
-    if (!self->s || self->closing)
-        return PyLong_FromLong(CODE_UNAVAILABLE_IN_CURRENT_STATUS);
-    mc_space_t sp;
-    int rc;
-    atomic_fetch_add(&self->inflight, 1);
-    Py_BEGIN_ALLOW_THREADS;
-    rc = mc_statfs(self->s, &sp);
-    Py_END_ALLOW_THREADS;
-    mcpy_store_leave(self);
-    if (rc < 0)
-        return PyLong_FromLong(mcpy_to_code(rc));
-    return Py_BuildValue("(KKK)", (unsigned long long)sp.total, (unsigned long long)sp.used,
-                         (unsigned long long)sp.objects);
-}
-
 /* Store(segment_size=0, lease_ms=0, master=None, evict_high_pct=0,
  *       evict_ratio_pct=0, listen=None, timeout_ms=0): opens a store.
  * Embedded when master is None or empty (segment_size 0: the library's

@@ -70,6 +70,11 @@ static int op_issue(op_t *o)
         return mc_stat_async(s, o->key, o->klen, &o->st, op_cb, o);
     case K_REMOVE:
         return mc_remove_async(s, o->key, o->klen, o->flags, op_cb, o);
+    case K_LIST:
+        return mc_list_async(s, o->key, o->klen, o->after, o->after ? o->alen : 0, 0,
+                             o->max > 0 ? (size_t)o->max : 0, &o->list, op_cb, o);
+    case K_STATFS:
+        return mc_statfs_async(s, &o->sp, op_cb, o);
     }
     return -EINVAL;
 }
@@ -238,6 +243,11 @@ void mcpy_group_free(group_t *g)
         op_t *o = &g->ops[i];
         if (o->kind == K_GET)
             free(o->buf);
+        if (o->kind == K_LIST) {
+            Py_XDECREF(o->afterobj);
+            if (o->list)
+                mc_list_free(o->list);
+        }
         Py_XDECREF(o->bytes);
         if (o->has_view)
             PyBuffer_Release(&o->view);
@@ -293,6 +303,23 @@ void mcpy_op_prepare(op_t *o)
     }
 }
 
+/* R_LIST: (list of bytes keys, more) from a successful K_LIST. */
+static PyObject *list_result(const mc_list_t *l)
+{
+    PyObject *keys = PyList_New((Py_ssize_t)l->n);
+    if (!keys)
+        return NULL;
+    for (size_t i = 0; i < l->n; i++) {
+        PyObject *k = PyBytes_FromStringAndSize(l->entries[i].key, (Py_ssize_t)l->entries[i].klen);
+        if (!k) {
+            Py_DECREF(keys);
+            return NULL;
+        }
+        PyList_SET_ITEM(keys, (Py_ssize_t)i, k);
+    }
+    return Py_BuildValue("(Ni)", keys, l->more);
+}
+
 /* The Python value of one op's result. */
 static PyObject *build_one(op_t *o, enum result_kind rk)
 {
@@ -334,6 +361,15 @@ static PyObject *build_one(op_t *o, enum result_kind rk)
     case R_SIZE:
         if (r >= 0)
             return PyLong_FromUnsignedLongLong(o->st.size);
+        return PyLong_FromLong(mcpy_to_code(r));
+    case R_LIST:
+        if (r >= 0)
+            return list_result(o->list);
+        return PyLong_FromLong(mcpy_to_code(r));
+    case R_STATFS:
+        if (r >= 0)
+            return Py_BuildValue("(KKK)", (unsigned long long)o->sp.total,
+                                 (unsigned long long)o->sp.used, (unsigned long long)o->sp.objects);
         return PyLong_FromLong(mcpy_to_code(r));
     }
     Py_RETURN_NONE;

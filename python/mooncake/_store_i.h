@@ -112,6 +112,8 @@ enum op_kind {
     K_PUT,      /* mc_putv_async */
     K_STAT,     /* mc_stat_async */
     K_REMOVE,   /* mc_remove_async */
+    K_LIST,     /* mc_list_async */
+    K_STATFS,   /* mc_statfs_async */
 };
 
 /* How an op's result becomes a Python object. */
@@ -122,6 +124,8 @@ enum result_kind {
     R_PUT,    /* int: 0, a code; an existing key counts as success */
     R_EXIST,  /* int: 1, 0 or a code */
     R_SIZE,   /* int: the size or a code */
+    R_LIST,   /* (list of bytes keys, more) or a code */
+    R_STATFS, /* (total, used, objects) or a code */
 };
 
 typedef struct op {
@@ -133,7 +137,7 @@ typedef struct op {
     int result;  /* bytes, 0, or -errno */
     int phase;
     int tries;
-    PyObject *keyobj; /* strong reference; key points into it */
+    PyObject *keyobj; /* strong reference; key points into it (K_LIST: the prefix) */
     const char *key;
     size_t klen;
     char *buf;       /* K_GET: malloc'ed, owned; others: the caller's memory */
@@ -148,9 +152,21 @@ typedef struct op {
     region_t *region; /* registered buffer in use, or NULL */
     Py_buffer view;   /* value or target exported by an object */
     int has_view;
-    struct iovec one;  /* K_PUT: a single part */
-    struct iovec *iov; /* K_PUT: the parts (&one, or owned by the group) */
-    int iovcnt;
+    union {
+        struct {               /* K_PUT */
+            struct iovec one;  /* a single part */
+            struct iovec *iov; /* the parts (&one, or owned by the group) */
+            int iovcnt;
+        };
+        struct {                /* K_LIST */
+            PyObject *afterobj; /* strong reference; after points into it */
+            const char *after;  /* list keys after this one (NULL: from the start) */
+            size_t alen;
+            Py_ssize_t max;  /* at most this many (<= 0: the library's default) */
+            mc_list_t *list; /* the result, owned */
+        };
+        mc_space_t sp; /* K_STATFS */
+    };
 } op_t;
 
 struct group {
@@ -277,13 +293,10 @@ int mcpy_check_nargs(const char *name, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t h
  * ones (register, close, ...). */
 extern PyMethodDef mcpy_store_methods[];
 
-/* Store.close(), .wait_idle(), .is_open(), .inflight(), .list(), .statfs()
- * (in _store.c). */
+/* Store.close(), .wait_idle(), .is_open(), .inflight() (in _store.c). */
 PyObject *mcpy_store_m_close(PyObject *self, PyObject *unused);
 PyObject *mcpy_store_m_wait_idle(PyObject *self, PyObject *unused);
 PyObject *mcpy_store_m_is_open(PyObject *self, PyObject *unused);
 PyObject *mcpy_store_m_inflight(PyObject *self, PyObject *unused);
-PyObject *mcpy_store_m_list(PyObject *self, PyObject *args);
-PyObject *mcpy_store_m_statfs(PyObject *self, PyObject *unused);
 
 #endif

@@ -33,6 +33,9 @@ enum arg_kind {
     A_OPTS,    /* put options: None or a tuple; the next argument is A_UPSERT */
     A_UPSERT,  /* true: replace an existing key */
     A_FORCE,   /* true: remove a key under a read lease (MC_REMOVE_FORCE) */
+    A_PREFIX,  /* list: a read-only bytes-like prefix */
+    A_AFTER,   /* list: list after this key (bytes-like or str), or None */
+    A_MAX,     /* list: at most this many keys (an int; <= 0: the default) */
 };
 
 #define MAX_ARGS 6
@@ -56,6 +59,10 @@ typedef struct method {
     arg_spec_t args[MAX_ARGS];
 } method_t;
 
+#define NO_ARGS                                                                                    \
+    {                                                                                              \
+        A_END, NULL                                                                                \
+    }
 #define ASYNC_DOC "The same with a Completer first; returns an asyncio future."
 
 /*
@@ -98,7 +105,11 @@ typedef struct method {
     X(remove, ASYNC, K_REMOVE, R_CODE, 0, 1, "remove(key, force=False) -> code", {A_KEY, "key"},   \
       {A_FORCE, "force"})                                                                          \
     X(remove_batch, ASYNC, K_REMOVE, R_CODE, M_BATCH, 1,                                           \
-      "remove_batch(keys, force=False) -> list of codes", {A_KEY, "keys"}, {A_FORCE, "force"})
+      "remove_batch(keys, force=False) -> list of codes", {A_KEY, "keys"}, {A_FORCE, "force"})     \
+    X(list, SYNC, K_LIST, R_LIST, 0, 3, "list(prefix, after, max) -> (keys, more) or a code",      \
+      {A_PREFIX, "prefix"}, {A_AFTER, "after"}, {A_MAX, "max"})                                    \
+    X(statfs, SYNC, K_STATFS, R_STATFS, 0, 0, "statfs() -> (total, used, objects) or a code",      \
+      NO_ARGS)
 
 /* ---- argument conversions ---- */
 
@@ -292,6 +303,7 @@ static int op_fill(const call_t *c, op_t *o, size_t j)
     for (int i = 0; i < MAX_ARGS && m->args[i].kind != A_END; i++) {
         PyObject *arg = op_arg(c, i, j);
         size_t off;
+        Py_ssize_t len;
         switch (m->args[i].kind) {
         case A_KEY:
             if (op_set_key(o, arg) < 0)
@@ -324,6 +336,22 @@ static int op_fill(const call_t *c, op_t *o, size_t j)
             if (mcpy_py_to_size(arg, &off) < 0)
                 return -1;
             o->off = off;
+            break;
+        case A_PREFIX:
+            if (!PyArg_Parse(arg, "y#", &o->key, &len))
+                return -1;
+            o->keyobj = Py_NewRef(arg);
+            o->klen = (size_t)len;
+            break;
+        case A_AFTER:
+            if (!PyArg_Parse(arg, "z#", &o->after, &len))
+                return -1;
+            o->afterobj = Py_NewRef(arg);
+            o->alen = (size_t)len;
+            break;
+        case A_MAX:
+            if (!PyArg_Parse(arg, "n", &o->max))
+                return -1;
             break;
         default: /* whole-call arguments, read by call_convert() */
             break;
@@ -382,13 +410,17 @@ static PyObject *method_call_async(const method_t *m, PyObject *self, PyObject *
 
 /* ---- the table made into methods ---- */
 
-/* Each line of the table: its descriptor and entry points. */
+/* Each line of the table: its descriptor and entry points (ASYNC: also
+ * name_async). */
 #define DEFINE_METHOD(name, mode, kind, rk, flags, nmin, doc, ...)                                 \
     static const method_t desc_##name = {#name, kind, rk, flags, nmin, {__VA_ARGS__}};             \
     static PyObject *m_##name(PyObject *self, PyObject *const *a, Py_ssize_t n)                    \
     {                                                                                              \
         return method_call(&desc_##name, self, a, n, NULL);                                        \
     }                                                                                              \
+    DEFINE_ASYNC_##mode(name)
+#define DEFINE_ASYNC_SYNC(name)
+#define DEFINE_ASYNC_ASYNC(name)                                                                   \
     static PyObject *m_##name##_async(PyObject *self, PyObject *const *a, Py_ssize_t n)            \
     {                                                                                              \
         return method_call_async(&desc_##name, self, a, n);                                        \
@@ -405,8 +437,6 @@ MCPY_METHODS(DEFINE_METHOD)
 // clang-format off
 PyMethodDef mcpy_store_methods[] = {
     MCPY_METHODS(METHOD_DEF)
-    {"list", mcpy_store_m_list, METH_VARARGS, "list(prefix, after, max) -> (keys, more) or a code"},
-    {"statfs", mcpy_store_m_statfs, METH_NOARGS, "statfs() -> (total, used, objects) or a code"},
     {"register", FASTCALL(mcpy_store_register), "register(target, size=None) -> code"},
     {"unregister", mcpy_store_unregister, METH_O, "unregister(ptr) -> code"},
     {"close", mcpy_store_m_close, METH_NOARGS, "close() -> 0; waits for ops in flight"},
