@@ -67,6 +67,60 @@ static group_t *completer_take(CompleterObject *c)
     return g;
 }
 
+/* Whether fut was cancelled (also when asking fails: nobody waits then). */
+static int future_cancelled(PyObject *fut)
+{
+    PyObject *cancelled = PyObject_CallMethodNoArgs(fut, str_cancelled);
+    int skip = cancelled ? PyObject_IsTrue(cancelled) : 1;
+    Py_XDECREF(cancelled);
+    PyErr_Clear();
+    return skip != 0;
+}
+
+/* Resolves g's future with its result, or with the exception that building
+ * the result raised. */
+static void group_resolve(group_t *g)
+{
+    PyObject *res = mcpy_group_result(g);
+    PyObject *x;
+    if (res) {
+        x = PyObject_CallMethodOneArg(g->fut, str_set_result, res);
+        Py_DECREF(res);
+    } else {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        x = PyObject_CallMethodOneArg(g->fut, str_set_exception, ev ? ev : Py_None);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+    }
+    Py_XDECREF(x);
+    PyErr_Clear();
+}
+
+/* Takes every queued group off c and frees it, resolving its future first
+ * when resolve is set (a large get() not finished yet is started again and
+ * comes back through the queue). Returns how many were taken. */
+static long completer_empty(CompleterObject *c, int resolve)
+{
+    group_t *g = completer_take(c);
+    long n = 0;
+    for (group_t *next; g; g = next) {
+        next = g->qnext;
+        n++;
+        if (resolve && !future_cancelled(g->fut)) {
+            if (mcpy_group_feed(g)) {
+                mcpy_group_start(g);
+                continue;
+            }
+            group_resolve(g);
+        }
+        mcpy_group_free(g);
+    }
+    return n;
+}
+
 /* drain(): resolves the futures of every completed group. Runs on the event
  * loop (it is the loop's reader callback for fileno()). */
 static PyObject *Completer_drain(PyObject *op, PyObject *unused)
@@ -75,42 +129,7 @@ static PyObject *Completer_drain(PyObject *op, PyObject *unused)
     CompleterObject *c = (CompleterObject *)op;
     if (c->fd < 0)
         Py_RETURN_NONE;
-    group_t *g = completer_take(c);
-    long n = 0;
-    while (g) {
-        group_t *next = g->qnext;
-        PyObject *cancelled = PyObject_CallMethodNoArgs(g->fut, str_cancelled);
-        int skip = cancelled ? PyObject_IsTrue(cancelled) : 1;
-        Py_XDECREF(cancelled);
-        PyErr_Clear();
-        n++;
-        if (!skip && mcpy_group_feed(g)) {
-            mcpy_group_start(g); /* not finished: it comes back through the queue */
-            g = next;
-            continue;
-        }
-        if (!skip) {
-            PyObject *res = mcpy_group_result(g);
-            PyObject *x;
-            if (res) {
-                x = PyObject_CallMethodOneArg(g->fut, str_set_result, res);
-                Py_DECREF(res);
-            } else {
-                PyObject *et, *ev, *tb;
-                PyErr_Fetch(&et, &ev, &tb);
-                PyErr_NormalizeException(&et, &ev, &tb);
-                x = PyObject_CallMethodOneArg(g->fut, str_set_exception, ev ? ev : Py_None);
-                Py_XDECREF(et);
-                Py_XDECREF(ev);
-                Py_XDECREF(tb);
-            }
-            Py_XDECREF(x);
-            PyErr_Clear();
-        }
-        mcpy_group_free(g);
-        g = next;
-    }
-    return PyLong_FromLong(n);
+    return PyLong_FromLong(completer_empty(c, 1));
 }
 
 /* discard(): frees queued groups without resolving their futures (their loop
@@ -119,14 +138,8 @@ static PyObject *Completer_discard(PyObject *op, PyObject *unused)
 {
     (void)unused;
     CompleterObject *c = (CompleterObject *)op;
-    if (c->fd < 0)
-        Py_RETURN_NONE;
-    group_t *g = completer_take(c);
-    while (g) {
-        group_t *next = g->qnext;
-        mcpy_group_free(g);
-        g = next;
-    }
+    if (c->fd >= 0)
+        completer_empty(c, 0);
     Py_RETURN_NONE;
 }
 

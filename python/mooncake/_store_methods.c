@@ -218,6 +218,18 @@ static int op_set_parts(op_t *o, PyObject *parts)
     return 0;
 }
 
+/* Reads arg with the PyArg unit fmt ("y#": bytes-like, "z#": also str or
+ * None) into *p and *len; *ref keeps arg alive as long as *p is used. */
+static int get_bytes(PyObject *arg, const char *fmt, const char **p, size_t *len, PyObject **ref)
+{
+    Py_ssize_t n;
+    if (!PyArg_Parse(arg, fmt, p, &n))
+        return -1;
+    *len = (size_t)n;
+    *ref = Py_NewRef(arg);
+    return 0;
+}
+
 /* ---- the call path ---- */
 
 /* One call being converted. */
@@ -303,7 +315,6 @@ static int op_fill(const call_t *c, op_t *o, size_t j)
     for (int i = 0; i < MAX_ARGS && m->args[i].kind != A_END; i++) {
         PyObject *arg = op_arg(c, i, j);
         size_t off;
-        Py_ssize_t len;
         switch (m->args[i].kind) {
         case A_KEY:
             if (op_set_key(o, arg) < 0)
@@ -338,16 +349,12 @@ static int op_fill(const call_t *c, op_t *o, size_t j)
             o->off = off;
             break;
         case A_PREFIX:
-            if (!PyArg_Parse(arg, "y#", &o->key, &len))
+            if (get_bytes(arg, "y#", &o->key, &o->klen, &o->keyobj) < 0)
                 return -1;
-            o->keyobj = Py_NewRef(arg);
-            o->klen = (size_t)len;
             break;
         case A_AFTER:
-            if (!PyArg_Parse(arg, "z#", &o->after, &len))
+            if (get_bytes(arg, "z#", &o->after, &o->alen, &o->afterobj) < 0)
                 return -1;
-            o->afterobj = Py_NewRef(arg);
-            o->alen = (size_t)len;
             break;
         case A_MAX:
             if (!PyArg_Parse(arg, "n", &o->max))
