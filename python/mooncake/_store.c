@@ -274,6 +274,7 @@ PyMODINIT_FUNC PyInit__store(void)
     if (PyType_Ready(&mcpy_StoreType) < 0 || PyType_Ready(&mcpy_CompleterType) < 0 ||
         PyType_Ready(&mcpy_BufferType) < 0 || mcpy_completer_init() < 0)
         return NULL;
+    mcpy_methods_init();
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
         return NULL;

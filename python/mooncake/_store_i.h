@@ -289,6 +289,9 @@ int mcpy_completer_init(void);
  * naming the method. */
 int mcpy_check_nargs(const char *name, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t hi);
 
+/* mcpy_methods_init() completes the method table; once, before any call. */
+void mcpy_methods_init(void);
+
 /* The Store's methods: the table-driven operations and the hand-written
  * ones (register, close, ...). */
 extern PyMethodDef mcpy_store_methods[];

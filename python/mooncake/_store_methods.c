@@ -11,9 +11,11 @@
  * group of ops and hands it to mcpy_group_run(), which releases the GIL,
  * calls the library, maps the return codes and cleans up.
  *
- * Arguments are converted in order: first the whole-call ones (a sequence
- * becomes a list, put options and flags are read, a single value is checked),
- * then, op by op, the key and the rest.
+ * Arguments are converted in two passes, which keeps the exceptions of the
+ * hand-written methods this replaced: first the whole call, in argument order
+ * (a sequence becomes a list, put options and flags are read, a single value
+ * is checked), then each op in a fixed order of kinds (see op_fill()). Where
+ * each kind of argument sits is found once, by mcpy_methods_init().
  */
 #include "_store_i.h"
 
@@ -33,17 +35,19 @@ enum arg_kind {
     A_OPTS,    /* put options: None or a tuple; the next argument is A_UPSERT */
     A_UPSERT,  /* true: replace an existing key */
     A_FORCE,   /* true: remove a key under a read lease (MC_REMOVE_FORCE) */
-    A_PREFIX,  /* list: a read-only bytes-like prefix */
+    A_PREFIX,  /* list: a read-only bytes-like prefix; A_AFTER and A_MAX follow */
     A_AFTER,   /* list: list after this key (bytes-like or str), or None */
     A_MAX,     /* list: at most this many keys (an int; <= 0: the default) */
+    A_KINDS
 };
 
 #define MAX_ARGS 6
 
-#define M_BATCH 1 /* one op per key of a sequence; the result is a list */
-#define M_SAME_LEN                                                                                 \
-    2 /* sequences of different lengths raise ValueError (else                                     \
-         each op fails with INVALID_PARAMS) */
+/* One op per key of a sequence; the result is a list. */
+#define M_BATCH 1
+/* Sequences of different lengths raise ValueError (else each op fails with
+ * INVALID_PARAMS). */
+#define M_SAME_LEN 2
 
 typedef struct {
     enum arg_kind kind;
@@ -57,6 +61,9 @@ typedef struct method {
     unsigned flags;      /* M_* */
     Py_ssize_t nmin;     /* required arguments; the others default to None/False */
     arg_spec_t args[MAX_ARGS];
+    /* Set by mcpy_methods_init() from args: */
+    Py_ssize_t nargs;        /* the arguments, given or not */
+    signed char at[A_KINDS]; /* the position of each kind of argument, or -1 */
 } method_t;
 
 #define NO_ARGS                                                                                    \
@@ -232,15 +239,19 @@ static int get_bytes(PyObject *arg, const char *fmt, const char **p, size_t *len
 
 /* ---- the call path ---- */
 
-/* One call being converted. */
+/* One call being converted. po is only initialized when has_po: no struct
+ * wide clearing on the get/put path. */
 typedef struct call {
     const method_t *m;
     PyObject *const *a;
     Py_ssize_t n;
+    Py_ssize_t nargs;          /* the method's arguments, given or not */
+    int batch;                 /* M_BATCH */
     PyObject *lists[MAX_ARGS]; /* batch: per-op arguments as lists (owned), else NULL */
     PyObject *parts;           /* A_PARTS as a list (owned), or NULL */
     size_t count;              /* ops */
     int mismatch;              /* the sequences differ in length */
+    int has_po;                /* po was read (A_OPTS) */
     mc_put_opts_t po;
     char *pref;     /* po's preferred segment (PyMem), until the group takes it */
     unsigned flags; /* op flags (MC_REMOVE_FORCE) */
@@ -269,8 +280,8 @@ static PyObject *op_arg(const call_t *c, int i, size_t j)
 static int call_convert(call_t *c)
 {
     const method_t *m = c->m;
-    int batch = (m->flags & M_BATCH) != 0;
-    for (int i = 0; i < MAX_ARGS && m->args[i].kind != A_END; i++) {
+    int batch = c->batch;
+    for (int i = 0; i < c->nargs; i++) {
         const arg_spec_t *s = &m->args[i];
         PyObject *arg = call_arg(c, i);
         if (batch && is_per_op(s->kind)) {
@@ -283,6 +294,7 @@ static int call_convert(call_t *c)
             PyErr_SetString(PyExc_TypeError, "value must be a bytes-like object");
             return -1;
         } else if (s->kind == A_OPTS) {
+            c->has_po = 1;
             if (parse_put_opts(arg, call_arg(c, i + 1), &c->po, &c->pref) < 0)
                 return -1;
         } else if (s->kind == A_FORCE && arg) {
@@ -293,7 +305,7 @@ static int call_convert(call_t *c)
         }
     }
     c->count = batch ? (size_t)PyList_GET_SIZE(c->lists[0]) : 1;
-    for (int i = 1; batch && i < MAX_ARGS; i++)
+    for (int i = 1; batch && i < c->nargs; i++)
         if (c->lists[i] && (size_t)PyList_GET_SIZE(c->lists[i]) != c->count)
             c->mismatch = 1;
     if (c->mismatch && (m->flags & M_SAME_LEN)) {
@@ -303,66 +315,53 @@ static int call_convert(call_t *c)
     return 0;
 }
 
-/* Fills op j from its arguments. Returns -1 with an exception for a wrong
- * type; a bad key, address or size only fails the op. */
+/* Fills op j from its arguments, in this order whatever their positions:
+ * key (or list's prefix, after, max), value or parts, offset, memory (target
+ * and size). Returns -1 with an exception for a wrong type; a bad key,
+ * address or size only fails the op. */
 static int op_fill(const call_t *c, op_t *o, size_t j)
 {
     const method_t *m = c->m;
-    PyObject *target = NULL;
+    const signed char *at = m->at;
     o->kind = m->kind;
     o->flags = c->flags;
     o->started = 1;
-    for (int i = 0; i < MAX_ARGS && m->args[i].kind != A_END; i++) {
-        PyObject *arg = op_arg(c, i, j);
-        size_t off;
-        switch (m->args[i].kind) {
-        case A_KEY:
-            if (op_set_key(o, arg) < 0)
-                return -1;
-            if (c->mismatch) {
-                mcpy_op_fail(o, EINVAL);
-                return 0;
-            }
-            break;
-        case A_VALUE:
-            if (PyLong_Check(arg)) {
-                PyErr_SetString(PyExc_TypeError, "values must be bytes-like objects");
-                return -1;
-            }
-            if (mcpy_op_set_memory(o, arg, Py_None, 0) < 0)
-                return -1;
-            break;
-        case A_PARTS:
-            if (op_set_parts(o, c->parts) < 0)
-                return -1;
-            break;
-        case A_TARGET:
-            target = arg;
-            break;
-        case A_SIZE:
-            if (mcpy_op_set_memory(o, target, arg ? arg : Py_None, m->kind != K_PUT) < 0)
-                return -1;
-            break;
-        case A_OFFSET:
-            if (mcpy_py_to_size(arg, &off) < 0)
-                return -1;
-            o->off = off;
-            break;
-        case A_PREFIX:
-            if (get_bytes(arg, "y#", &o->key, &o->klen, &o->keyobj) < 0)
-                return -1;
-            break;
-        case A_AFTER:
-            if (get_bytes(arg, "z#", &o->after, &o->alen, &o->afterobj) < 0)
-                return -1;
-            break;
-        case A_MAX:
-            if (!PyArg_Parse(arg, "n", &o->max))
-                return -1;
-            break;
-        default: /* whole-call arguments, read by call_convert() */
-            break;
+    if (at[A_KEY] >= 0) {
+        if (op_set_key(o, op_arg(c, at[A_KEY], j)) < 0)
+            return -1;
+        if (c->mismatch) {
+            mcpy_op_fail(o, EINVAL);
+            return 0;
         }
+    }
+    if (at[A_PREFIX] >= 0) {
+        if (get_bytes(op_arg(c, at[A_PREFIX], j), "y#", &o->key, &o->klen, &o->keyobj) < 0 ||
+            get_bytes(op_arg(c, at[A_AFTER], j), "z#", &o->after, &o->alen, &o->afterobj) < 0 ||
+            !PyArg_Parse(op_arg(c, at[A_MAX], j), "n", &o->max))
+            return -1;
+    }
+    if (at[A_VALUE] >= 0) {
+        PyObject *v = op_arg(c, at[A_VALUE], j);
+        if (PyLong_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, "values must be bytes-like objects");
+            return -1;
+        }
+        if (mcpy_op_set_memory(o, v, Py_None, 0) < 0)
+            return -1;
+    }
+    if (at[A_PARTS] >= 0 && op_set_parts(o, c->parts) < 0)
+        return -1;
+    if (at[A_OFFSET] >= 0) {
+        size_t off;
+        if (mcpy_py_to_size(op_arg(c, at[A_OFFSET], j), &off) < 0)
+            return -1;
+        o->off = off;
+    }
+    if (at[A_TARGET] >= 0) {
+        PyObject *size = op_arg(c, at[A_SIZE], j);
+        if (mcpy_op_set_memory(o, op_arg(c, at[A_TARGET], j), size ? size : Py_None,
+                               m->kind != K_PUT) < 0)
+            return -1;
     }
     mcpy_op_prepare(o);
     return 0;
@@ -373,20 +372,29 @@ static int op_fill(const call_t *c, op_t *o, size_t j)
 static PyObject *method_call(const method_t *m, PyObject *self, PyObject *const *a, Py_ssize_t n,
                              CompleterObject *comp)
 {
-    Py_ssize_t nmax = 0;
-    while (nmax < MAX_ARGS && m->args[nmax].kind != A_END)
-        nmax++;
-    if (mcpy_check_nargs(m->name, n, m->nmin, nmax) < 0)
+    call_t c;
+    c.m = m;
+    c.a = a;
+    c.n = n;
+    c.nargs = m->nargs;
+    if (mcpy_check_nargs(m->name, n, m->nmin, c.nargs) < 0)
         return NULL;
-    call_t c = {.m = m, .a = a, .n = n};
+    c.batch = (m->flags & M_BATCH) != 0;
+    for (int i = 0; i < MAX_ARGS; i++)
+        c.lists[i] = NULL;
+    c.parts = NULL;
+    c.mismatch = c.has_po = 0;
+    c.pref = NULL;
+    c.flags = 0;
     group_t *g = NULL;
     PyObject *res = NULL;
     if (call_convert(&c) < 0)
         goto out;
-    g = mcpy_group_new((StoreObject *)self, c.count, m->rk, (m->flags & M_BATCH) != 0);
+    g = mcpy_group_new((StoreObject *)self, c.count, m->rk, c.batch);
     if (!g)
         goto out;
-    g->po = c.po;
+    if (c.has_po)
+        g->po = c.po;
     g->pref = c.pref;
     c.pref = NULL;
     for (size_t j = 0; j < c.count; j++)
@@ -398,8 +406,8 @@ out:
     if (g)
         mcpy_group_free(g);
     PyMem_Free(c.pref);
-    for (int i = 0; i < MAX_ARGS; i++)
-        Py_XDECREF(c.lists[i]);
+    for (int i = 0; c.batch && i < c.nargs; i++)
+        Py_XDECREF(c.lists[i]); /* lists are only made for a batch */
     Py_XDECREF(c.parts);
     return res;
 }
@@ -420,7 +428,7 @@ static PyObject *method_call_async(const method_t *m, PyObject *self, PyObject *
 /* Each line of the table: its descriptor and entry points (ASYNC: also
  * name_async). */
 #define DEFINE_METHOD(name, mode, kind, rk, flags, nmin, doc, ...)                                 \
-    static const method_t desc_##name = {#name, kind, rk, flags, nmin, {__VA_ARGS__}};             \
+    static method_t desc_##name = {#name, kind, rk, flags, nmin, {__VA_ARGS__}, 0, {0}};           \
     static PyObject *m_##name(PyObject *self, PyObject *const *a, Py_ssize_t n)                    \
     {                                                                                              \
         return method_call(&desc_##name, self, a, n, NULL);                                        \
@@ -439,6 +447,19 @@ MCPY_METHODS(DEFINE_METHOD)
 #define METHOD_DEF_ASYNC(name, doc)                                                                \
     METHOD_DEF_SYNC(name, doc){#name "_async", FASTCALL(m_##name##_async), ASYNC_DOC},
 #define METHOD_DEF(name, mode, kind, rk, flags, nmin, doc, ...) METHOD_DEF_##mode(name, doc)
+
+#define METHOD_PTR(name, mode, kind, rk, flags, nmin, doc, ...) &desc_##name,
+static method_t *const methods[] = {MCPY_METHODS(METHOD_PTR)};
+
+void mcpy_methods_init(void)
+{
+    for (size_t k = 0; k < sizeof(methods) / sizeof(methods[0]); k++) {
+        method_t *m = methods[k];
+        memset(m->at, -1, sizeof(m->at));
+        for (m->nargs = 0; m->nargs < MAX_ARGS && m->args[m->nargs].kind != A_END; m->nargs++)
+            m->at[m->args[m->nargs].kind] = (signed char)m->nargs;
+    }
+}
 
 /* MCPY_METHODS() expands to entries, which clang-format cannot see. */
 // clang-format off
