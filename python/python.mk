@@ -18,7 +18,7 @@ PY_BUILD := $(abspath $(BUILD))/python
 
 python-ext: $(PY_EXT)
 
-$(PY_EXT): python/mooncake/_store.c python/setup.py $(BUILD)/libmooncake.a \
+$(PY_EXT): $(wildcard python/mooncake/_store*.[ch]) python/setup.py $(BUILD)/libmooncake.a \
            core/include/mooncake/mooncake.h core/include/mooncake/loop.h
 	@$(if $(Q),echo "  PYEXT   $@")
 	$(Q)cd python && MC_LIBMOONCAKE=$(abspath $(BUILD))/libmooncake.a \

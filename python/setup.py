@@ -36,14 +36,16 @@ def _system_libraries():
 
 store_ext = Extension(
     "mooncake._store",
-    sources=["mooncake/_store.c"],
+    sources=["mooncake/_store.c", "mooncake/_store_methods.c", "mooncake/_store_group.c",
+             "mooncake/_store_buffers.c", "mooncake/_store_completer.c"],
     include_dirs=[os.path.join(ROOT, "core", "include")],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
-                        "-fvisibility=hidden"],
+                        "-fvisibility=hidden", "-flto"],
     extra_objects=[LIB],
-    extra_link_args=["-Wl,--exclude-libs,ALL"],
+    extra_link_args=["-Wl,--exclude-libs,ALL", "-flto"],
     libraries=_system_libraries(),
-    depends=[LIB, os.path.join(ROOT, "core", "include", "mooncake", "mooncake.h"),
+    depends=[LIB, os.path.join(HERE, "mooncake", "_store_i.h"),
+             os.path.join(ROOT, "core", "include", "mooncake", "mooncake.h"),
              os.path.join(ROOT, "core", "include", "mooncake", "loop.h")],
 )
 
