@@ -116,7 +116,7 @@ static int get_step(op_t *o, int *r)
     if (o->st.version != o->version) {
         /* Replaced between reads: start again with the new size. */
         if (++o->tries >= GET_MAX_TRIES) {
-            *r = -EAGAIN;
+            *r = -EIO; /* replaced too often: INTERNAL_ERROR */
             return 0;
         }
         o->phase = 0;
@@ -158,7 +158,7 @@ static int get_into_step(op_t *o, int *r)
         o->version = o->st.version;
     } else if (o->st.version != o->version) {
         if (++o->tries >= GET_MAX_TRIES) {
-            *r = -EAGAIN;
+            *r = -EIO; /* replaced too often: INTERNAL_ERROR */
             return 0;
         }
         o->phase = 0;
