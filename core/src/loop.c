@@ -85,7 +85,9 @@ struct mc_loop {
     pthread_mutex_t lock;
     struct posted *post_head, *post_tail; /* guarded by lock */
     mc_work_t *defer_head, *defer_tail;   /* loop thread only */
+    mc_work_t *next_head, *next_tail;     /* mc__loop_defer_next(); loop thread only */
     struct tok *toks;                     /* loop thread only */
+    uint64_t now_ms;                      /* mc__loop_time(); loop thread only */
 };
 
 static __thread mc_loop_t *current_loop;
@@ -95,6 +97,25 @@ uint64_t mc_loop_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void mc__loop_defer_next(mc_loop_t *l, mc_work_t *w, mc_loop_fn fn, void *arg)
+{
+    w->next = NULL;
+    w->fn = fn;
+    w->arg = arg;
+    if (l->next_tail)
+        l->next_tail->next = w;
+    else
+        l->next_head = w;
+    l->next_tail = w;
+}
+
+uint64_t mc__loop_time(mc_loop_t *l)
+{
+    if (!l->now_ms)
+        l->now_ms = mc_loop_now_ms();
+    return l->now_ms;
 }
 
 int mc_loop_is_current(const mc_loop_t *l)
@@ -373,13 +394,22 @@ int mc_loop_run(mc_loop_t *l)
     int rc = 0;
     current_loop = l;
     while (!atomic_load(&l->stop)) {
+        if (l->next_head) { /* work for this round, queued in the last one */
+            if (l->defer_tail)
+                l->defer_tail->next = l->next_head;
+            else
+                l->defer_head = l->next_head;
+            l->defer_tail = l->next_tail;
+            l->next_head = l->next_tail = NULL;
+        }
         run_deferred(l);
         if (atomic_load(&l->stop))
             break;
-        rc = io_uring_submit_and_wait(&l->ring, l->defer_head ? 0 : 1);
+        rc = io_uring_submit_and_wait(&l->ring, l->defer_head || l->next_head ? 0 : 1);
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
             break;
         rc = 0;
+        l->now_ms = mc_loop_now_ms();
         process_cqes(l);
     }
     run_deferred(l);
@@ -395,7 +425,16 @@ void mc_loop_free(mc_loop_t *l)
     mc_loop_t *saved = current_loop;
     current_loop = l;
     run_posted(l);
-    run_deferred(l);
+    while (l->next_head || l->defer_head) {
+        mc_work_t *w = l->next_head;
+        l->next_head = l->next_tail = NULL;
+        while (w) { /* what the last round queued for the next one */
+            mc_work_t *next = w->next;
+            mc_loop_defer(l, w, w->fn, w->arg);
+            w = next;
+        }
+        run_deferred(l);
+    }
     current_loop = saved;
     /* Tear the ring down first, so that release functions free buffers no
      * request can still reach. */

@@ -124,4 +124,16 @@ static inline int mc__io_active(const mc__io_t *io)
     return io->token != NULL;
 }
 
+/*
+ * mc__loop_defer_next() runs fn(arg) on the loop thread in the loop's next
+ * round, after the completions that round brings: unlike mc_loop_defer(),
+ * work that keeps deferring more work this way cannot starve timers and I/O.
+ * Loop thread only.
+ */
+void mc__loop_defer_next(mc_loop_t *l, mc_work_t *w, mc_loop_fn fn, void *arg);
+
+/* The loop's time (mc_loop_now_ms()) as of the start of its current round:
+ * no clock read per call. Loop thread only. */
+uint64_t mc__loop_time(mc_loop_t *l);
+
 #endif /* MC_LOOP_I_H */

@@ -57,13 +57,6 @@ static void list_add_tail(mc__version_t *s, mc__version_t *v)
     s->prev = v;
 }
 
-static int64_t wall_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static segment_t *seg_by_id(mc__master_t *m, uint32_t id)
 {
     for (int i = 0; i < m->nseg; i++)
@@ -333,7 +326,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     v->klen = klen;
     v->state = MC__PENDING;
     v->mode = po && po->mode ? (po->mode & 07777) : 0644;
-    v->mtime_ns = po && po->mtime_ns ? po->mtime_ns : wall_ns();
+    v->mtime_ns = po ? po->mtime_ns : 0; /* 0: the commit's time (service.c) */
     v->pin = po ? po->pin : MC_PIN_NONE;
     if (v->pin == MC_PIN_SOFT && po->soft_pin_ttl_ms)
         v->pin_until = now + po->soft_pin_ttl_ms;

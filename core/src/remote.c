@@ -1,6 +1,8 @@
 /*
- * remote.c - the store's path through a cluster: metadata from the master,
- * bytes straight to and from the nodes that hold the segments.
+ * remote.c - the client: every operation of the store, once. Metadata comes
+ * from the master through a link (link.h: an RPC to a master elsewhere, or a
+ * direct call into the one of an embedded store), bytes move straight to and
+ * from the segments.
  *
  * Every operation is a small chain of calls that ends in mc__op_finish().
  * Data moves in pieces of at most MC__PROTO_CHUNK bytes, all pieces of a
@@ -32,7 +34,9 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "link.h"
 #include "log.h"
+#include "loop_i.h"
 #include "proto.h"
 #include "rpc.h"
 #include "server.h"
@@ -42,6 +46,7 @@
 
 typedef struct mc__rset {
     uint32_t n;
+    uint64_t put_id; /* a writer's set: the put it belongs to (0: none) */
     struct rrep {
         uint32_t seg;
         char addr[MC__ADDR_STRLEN];
@@ -50,8 +55,7 @@ typedef struct mc__rset {
         uint32_t next;
         mc__extent_t *ext;
         int dead; /* a write could not reach its node: the put goes on without it */
-    } r[MC__MAX_REPLICAS];
-    uint64_t put_id; /* a writer's set: the put it belongs to (0: none) */
+    } r[];        /* n of them */
 } mc__rset_t;
 
 /* A segment of a co-located node, as this process sees it. */
@@ -89,11 +93,12 @@ typedef struct peer {
 
 struct mc__remote {
     mc_store_t *s;
-    mc__rpc_client_t *master;
+    mc__link_t *master; /* rpc, or local in an embedded store */
     peer_t *peers;
     mc__server_t *srv; /* serves our segment, when we have one */
     uint64_t node_id;
-    uint32_t seg_id; /* 0 until mounted */
+    uint32_t seg_id; /* our segment's id (a node: 0 until mounted) */
+    int own_seg;     /* seg_id is our own segment: its bytes are copied here */
     mc_timer_t hb;
     int mounting;
     void (*open_done)(mc_store_t *s, int rc);
@@ -125,7 +130,7 @@ static int rset_take(const char **p, size_t *n, mc__rset_t **out)
     int cnt = mc__take_replicas(p, n, w, MC__MAX_REPLICAS);
     if (cnt < 0)
         return -EIO;
-    mc__rset_t *rs = calloc(1, sizeof(*rs));
+    mc__rset_t *rs = calloc(1, sizeof(*rs) + sizeof(rs->r[0]) * (size_t)cnt);
     if (!rs)
         return -ENOMEM;
     for (int i = 0; i < cnt; i++) {
@@ -830,7 +835,7 @@ static void xfer_replica(xfer_t *x, uint32_t r)
     struct mc__remote *rm = s->rm;
     const struct rrep *rep = &x->rs->r[r];
     int *err = x->write ? &x->rerr[r] : &x->err; /* this replica's error */
-    int local = rm->seg_id && rep->seg == rm->seg_id && s->seg;
+    int local = rm->own_seg && rep->seg == rm->seg_id && s->seg;
     peer_t *peer = local ? NULL : peer_get(rm, rep->addr);
     if (!local && !peer) {
         *err = -EHOSTUNREACH;
@@ -967,7 +972,7 @@ static int xfer_parks(xfer_t *x)
         const struct rrep *rep = &x->rs->r[r];
         if (rep->dead)
             continue;
-        if (!(rm->seg_id && rep->seg == rm->seg_id && x->s->seg)) {
+        if (!(rm->own_seg && rep->seg == rm->seg_id && x->s->seg)) {
             peer_t *p = peer_get(rm, rep->addr);
             if (p && want_rdma(x->s, p, rep) ? rdma_wait(x, p, rep) : p && shm_wait(x, p, rep->seg))
                 return 1;
@@ -1053,8 +1058,7 @@ static int mcall(mc_store_t *s, uint16_t op, mc__rpc_cb cb, void *arg, const cha
     int rc = mc__vpack(&w, fmt, ap);
     va_end(ap);
     if (rc == 0)
-        rc = s->rm ? mc__rpc_client_call(s->rm->master, op, w.p ? w.p : "", w.len, s->timeout_ms,
-                                         cb, arg)
+        rc = s->rm ? mc__link_call(s->rm->master, op, w.p ? w.p : "", w.len, s->timeout_ms, cb, arg)
                    : -ECANCELED; /* the store is closing */
     free(w.p);
     return rc;
@@ -1199,7 +1203,7 @@ static void put_sent(void *arg, int rc)
 static void put_step(op_t *o)
 {
     int rc;
-    uint64_t now = mc_loop_now_ms();
+    uint64_t now = mc__loop_time(o->s->loop);
     if (o->done == o->len) {
         mc__rset_free(o->buf);
         o->buf = NULL;
@@ -1257,7 +1261,7 @@ static void remote_put(op_t *o)
         }
     }
     const char *pref = o->po.preferred_segment ? o->po.preferred_segment : "";
-    o->sent_ms = mc_loop_now_ms();
+    o->sent_ms = mc__loop_time(o->s->loop);
     int rc = mcall(o->s, MC__OP_PUT_START, put_started, o, "kquuuuqis", o->key, (uint32_t)o->klen,
                    (uint64_t)total, o->po.flags, o->po.mode, o->po.replica_num, o->po.pin,
                    o->po.soft_pin_ttl_ms, put_mtime(o), pref, (uint32_t)strlen(pref));
@@ -1438,7 +1442,7 @@ static void w_grow(op_t *o, uint64_t capacity, void (*cont)(op_t *))
 {
     o->u64 = capacity;
     o->cont = cont;
-    o->sent_ms = mc_loop_now_ms();
+    o->sent_ms = mc__loop_time(o->s->loop);
     int rc = mcall(o->s, MC__OP_PUT_GROW, w_renewed, o, "qq", o->w->put_id, capacity);
     if (rc < 0 && o->kind == OP_W_OPEN)
         w_copied(o, rc);
@@ -1451,7 +1455,7 @@ static void w_grow(op_t *o, uint64_t capacity, void (*cont)(op_t *))
  * hand the space to anyone else. */
 static int w_stale(const mc_writer_t *w)
 {
-    return mc_loop_now_ms() >= w->renew_at;
+    return mc__loop_time(w->s->loop) >= w->renew_at;
 }
 
 static void w_copied(void *arg, int rc)
@@ -1668,7 +1672,7 @@ void mc__remote_exec(op_t *o)
         free(o->obj);
         return mc__op_finish(o, 0);
     case OP_W_OPEN:
-        o->sent_ms = mc_loop_now_ms();
+        o->sent_ms = mc__loop_time(s->loop);
         rc = mcall(s, MC__OP_PUT_START, w_started, o, "kquuuuqis", o->key, (uint32_t)o->klen,
                    (uint64_t)(o->obj ? o->obj->st.size : 0), o->po.flags, o->po.mode,
                    o->po.replica_num, o->po.pin, o->po.soft_pin_ttl_ms, o->po.mtime_ns,
@@ -1758,6 +1762,7 @@ static void mounted(void *arg, int status, const char *body, size_t len)
         mc__log(MC__LOG_INFO, "segment %u belongs to another node now: mounting under a new id",
                 rm->seg_id);
         rm->seg_id = 0;
+        rm->own_seg = 0;
         return mount_segment(rm);
     }
     if (status < 0) {
@@ -1767,6 +1772,7 @@ static void mounted(void *arg, int status, const char *body, size_t len)
     if (rm->seg_id && rm->seg_id != seg)
         mc__log(MC__LOG_INFO, "segment mounted again as %u (was %u)", seg, rm->seg_id);
     rm->seg_id = seg;
+    rm->own_seg = 1;
     opened(rm, 0);
 }
 
@@ -1964,7 +1970,7 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
     rm->open_done = done;
     if (getrandom(&rm->node_id, sizeof(rm->node_id), 0) != sizeof(rm->node_id) || !rm->node_id)
         rm->node_id = (uint64_t)mc_loop_now_ms() * 2654435761u | 1;
-    rc = mc__rpc_client_new(s->loop, &ma, s->timeout_ms, &master_ops, rm, &rm->master);
+    rc = mc__link_rpc_new(s->loop, &ma, s->timeout_ms, &master_ops, rm, &rm->master);
     if (rc < 0) {
         free(rm);
         return rc;
@@ -2004,6 +2010,23 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
     return 0;
 }
 
+int mc__remote_open_local(mc_store_t *s, uint32_t seg)
+{
+    struct mc__remote *rm = calloc(1, sizeof(*rm));
+    if (!rm)
+        return -ENOMEM;
+    rm->s = s;
+    rm->seg_id = seg;
+    rm->own_seg = s->seg != NULL;
+    int rc = mc__link_local_new(s->loop, s->svc, MC__SVC_OWNER_LOCAL, &rm->master);
+    if (rc < 0) {
+        free(rm);
+        return rc;
+    }
+    s->rm = rm;
+    return 0;
+}
+
 /* Closes the connections and frees rm; then tells the store. */
 static void remote_free(struct mc__remote *rm)
 {
@@ -2030,7 +2053,7 @@ static void remote_free(struct mc__remote *rm)
         rm->tasks = t->next;
         t->rm = NULL;
     }
-    mc__rpc_client_close(rm->master);
+    mc__link_close(rm->master);
     rc_clear(rm);
     free(rm->rc_tab);
     free(rm);
@@ -2059,13 +2082,12 @@ void mc__remote_close(mc_store_t *s, void (*done)(mc_store_t *s))
     s->rm = NULL; /* operations from now on fail with -ECANCELED */
     /* A node leaving says so, so that the master stops placing data on its
      * segment at once instead of after the node TTL. Bounded wait. */
-    if (rm->seg_id && rm->master) {
+    if (rm->seg_id && rm->master && rm->node_id) {
         char body[16];
         mc__wbuf_t w = {.p = body, .cap = sizeof(body)};
         mc__pack(&w, "qu", rm->node_id, rm->seg_id);
         uint64_t t = s->timeout_ms < 1000 ? s->timeout_ms : 1000;
-        if (mc__rpc_client_call(rm->master, MC__OP_UNMOUNT_SEGMENT, body, w.len, t, unmounted,
-                                rm) == 0)
+        if (mc__link_call(rm->master, MC__OP_UNMOUNT_SEGMENT, body, w.len, t, unmounted, rm) == 0)
             return;
     }
     remote_free(rm);

@@ -43,6 +43,10 @@ typedef struct put {
     struct put *tprev, *tnext; /* on svc->touch_*, least recently touched first */
 } put_t;
 
+typedef struct plist {
+    put_t *head, *tail;
+} plist_t;
+
 typedef struct handle {
     owned_t o;
     mc__version_t *v;
@@ -77,7 +81,8 @@ struct mc__svc {
     mc__master_t *m;
     mc__svc_opts_t o;
     mc__index_t *puts, *handles, *owners;
-    put_t *touch_head, *touch_tail; /* writes by last touch */
+    plist_t by_touch; /* other processes' writes, least recently touched first */
+    plist_t local;    /* this process's own writes (MC__SVC_OWNER_LOCAL) */
     fenced_t *fenced;
     uint64_t next_id;
     seginfo_t *segs;
@@ -164,16 +169,6 @@ static owner_t *owner_get(mc__svc_t *svc, uint64_t id, int create)
     return own;
 }
 
-static void owner_drop_if_empty(mc__svc_t *svc, owner_t *own)
-{
-    if (own->head)
-        return;
-    char k[8];
-    id_key(own->id, k);
-    mc__index_remove(svc->owners, k, 8);
-    free(own);
-}
-
 /* Files e under a fresh id in ix and on owner's list. Returns 0 or -ENOMEM. */
 static int owned_add(mc__svc_t *svc, mc__index_t *ix, owned_t *e, uint64_t owner)
 {
@@ -183,10 +178,8 @@ static int owned_add(mc__svc_t *svc, mc__index_t *ix, owned_t *e, uint64_t owner
     char k[8];
     e->id = svc->next_id++;
     id_key(e->id, k);
-    if (mc__index_insert(ix, k, 8, e, NULL) < 0) {
-        owner_drop_if_empty(svc, own);
-        return -ENOMEM;
-    }
+    if (mc__index_insert(ix, k, 8, e, NULL) < 0)
+        return -ENOMEM; /* the owner's record stays until it is gone */
     e->own = own;
     e->oprev = NULL;
     e->onext = own->head;
@@ -196,7 +189,8 @@ static int owned_add(mc__svc_t *svc, mc__index_t *ix, owned_t *e, uint64_t owner
     return 0;
 }
 
-/* Takes e out of ix and off its owner's list. */
+/* Takes e out of ix and off its owner's list (the owner's record stays,
+ * empty or not, until the owner is gone). */
 static void owned_del(mc__svc_t *svc, mc__index_t *ix, owned_t *e)
 {
     char k[8];
@@ -208,19 +202,26 @@ static void owned_del(mc__svc_t *svc, mc__index_t *ix, owned_t *e)
         e->own->head = e->onext;
     if (e->onext)
         e->onext->oprev = e->oprev;
-    owner_drop_if_empty(svc, e->own);
+}
+
+/* The list p is on: the writes of this very process (MC__SVC_OWNER_LOCAL)
+ * never expire, the others do when idle. */
+static plist_t *put_list(mc__svc_t *svc, const put_t *p)
+{
+    return p->o.own->id == MC__SVC_OWNER_LOCAL ? &svc->local : &svc->by_touch;
 }
 
 static void touch_unlink(mc__svc_t *svc, put_t *p)
 {
+    plist_t *l = put_list(svc, p);
     if (p->tprev)
         p->tprev->tnext = p->tnext;
-    else if (svc->touch_head == p)
-        svc->touch_head = p->tnext;
+    else if (l->head == p)
+        l->head = p->tnext;
     if (p->tnext)
         p->tnext->tprev = p->tprev;
-    else if (svc->touch_tail == p)
-        svc->touch_tail = p->tprev;
+    else if (l->tail == p)
+        l->tail = p->tprev;
     p->tprev = p->tnext = NULL;
 }
 
@@ -228,21 +229,22 @@ static void touch_unlink(mc__svc_t *svc, put_t *p)
 static void put_touch(mc__svc_t *svc, put_t *p, uint64_t now)
 {
     touch_unlink(svc, p);
+    plist_t *l = put_list(svc, p);
     p->touched = now;
-    p->tprev = svc->touch_tail;
-    if (svc->touch_tail)
-        svc->touch_tail->tnext = p;
+    p->tprev = l->tail;
+    if (l->tail)
+        l->tail->tnext = p;
     else
-        svc->touch_head = p;
-    svc->touch_tail = p;
+        l->head = p;
+    l->tail = p;
 }
 
 /* Forgets write p; returns its version, which is the caller's now. */
 static mc__version_t *put_del(mc__svc_t *svc, put_t *p)
 {
     mc__version_t *v = p->v;
-    owned_del(svc, svc->puts, &p->o);
     touch_unlink(svc, p);
+    owned_del(svc, svc->puts, &p->o);
     free(p);
     return v;
 }
@@ -295,8 +297,10 @@ void mc__svc_free(mc__svc_t *svc)
 {
     if (!svc)
         return;
-    while (svc->touch_head)
-        put_end(svc, svc->touch_head, 0);
+    while (svc->by_touch.head)
+        put_end(svc, svc->by_touch.head, 0);
+    while (svc->local.head)
+        put_end(svc, svc->local.head, 0);
     if (svc->handles) {
         mc__index_iter_t it;
         void *val;
@@ -325,19 +329,20 @@ void mc__svc_free(mc__svc_t *svc)
 
 void mc__svc_owner_gone(mc__svc_t *svc, uint64_t owner, uint64_t now)
 {
-    owner_t *own = owner_get(svc, owner, 0);
     char k[8];
-    while (own && own->head) {
+    id_key(owner, k);
+    owner_t *own = mc__index_remove(svc->owners, k, 8);
+    if (!own)
+        return;
+    while (own->head) {
         owned_t *e = own->head;
-        int last = e->onext == NULL; /* then own is freed with e */
         id_key(e->id, k);
         if (mc__index_get(svc->puts, k, 8) == e)
             put_end(svc, (put_t *)e, 1);
         else
             handle_del(svc, (handle_t *)e, now);
-        if (last)
-            break;
     }
+    free(own);
 }
 
 static seginfo_t *seg_info(mc__svc_t *svc, uint32_t id)
@@ -423,7 +428,9 @@ int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len)
  * again under the same id. */
 static void seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now)
 {
-    for (put_t *p = svc->touch_head; p; p = p->tnext)
+    for (put_t *p = svc->by_touch.head; p; p = p->tnext)
+        mc__version_drop_replica(p->v, id);
+    for (put_t *p = svc->local.head; p; p = p->tnext)
         mc__version_drop_replica(p->v, id);
     for (fenced_t *f = svc->fenced; f; f = f->next)
         mc__version_drop_replica(f->v, id);
@@ -518,8 +525,8 @@ int mc__svc_tick(mc__svc_t *svc, uint64_t now)
     }
     /* Writes nobody touched for put_ttl: revoked. Their write lease (no
      * longer than put_ttl) is over, so the space is free at once. */
-    while (svc->touch_head && now - svc->touch_head->touched > svc->o.put_ttl_ms) {
-        put_end(svc, svc->touch_head, 0);
+    while (svc->by_touch.head && now - svc->by_touch.head->touched > svc->o.put_ttl_ms) {
+        put_end(svc, svc->by_touch.head, 0);
         svc->puts_expired++;
     }
     fenced_sweep(svc, now);

@@ -20,6 +20,10 @@
 
 typedef struct mc__svc mc__svc_t;
 
+/* The owner of requests made in this very process (an embedded store's own
+ * client, through a local link): its writes are never revoked as idle. */
+#define MC__SVC_OWNER_LOCAL UINT64_MAX
+
 /* A writer's lease on its write in progress (ms), at most put_ttl_ms: the
  * writer sends bytes only while it holds one (renewed by PUT_GROW), and the
  * space of a write revoked while its writer may still be sending is freed

@@ -1,12 +1,15 @@
 /*
- * store.c - the public store API over the master logic and the local
- * segment (embedded mode).
+ * store.c - the public store API: opening and closing a store, and turning
+ * each call into an `op` for the client (remote.c).
  *
  * Every operation becomes an `op` that runs on the store's loop thread: at
- * once when the caller is already on it (its callback then deferred to the
- * end of the current callback), otherwise posted to the loop. Data moves
- * between caller buffers and the segment memory with memcpy: the "local"
- * transport of the design.
+ * once when the caller is already on it, otherwise posted to the loop; its
+ * callback runs later, never inside the call. There is one path: a store
+ * opened with a master address is a client of that master (and with a
+ * segment, a node); an embedded store is a client of a master in this very
+ * process (master.c and service.c behind a local link, link.h) with its
+ * segment as the only one, running the same client code and the same
+ * request handling a cluster runs.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -70,75 +73,6 @@ void mc_store_stats(mc_store_t *s, mc_store_stats_t *out)
     out->cache_hits = __atomic_load_n(&s->st.cache_hits, __ATOMIC_RELAXED);
 }
 
-/* ---- data movement on the local segment ---- */
-
-typedef void (*span_fn)(char *seg, uint64_t len, char *buf);
-
-/* Calls fn for each piece of [off, off+len) of replica rep, with the matching
- * piece of buf (buf may be NULL for zeroing). */
-static void for_spans(mc_store_t *s, const mc__replica_t *rep, uint64_t off, uint64_t len,
-                      char *buf, span_fn fn)
-{
-    uint64_t at = 0;
-    if (len)
-        mc__count(&s->st.local_ops, &s->st.local_bytes, len);
-    for (uint32_t i = 0; i < rep->n && len; i++) {
-        const mc__extent_t *e = &rep->ext[i];
-        if (off >= at + e->len) {
-            at += e->len;
-            continue;
-        }
-        uint64_t in = off - at;
-        uint64_t n = e->len - in < len ? e->len - in : len;
-        fn(s->seg + e->off + in, n, buf);
-        if (buf)
-            buf += n;
-        off += n;
-        len -= n;
-        at += e->len;
-    }
-}
-
-static void span_out(char *seg, uint64_t len, char *buf)
-{
-    memcpy(buf, seg, len);
-}
-
-static void span_in(char *seg, uint64_t len, char *buf)
-{
-    memcpy(seg, buf, len);
-}
-
-static void span_zero(char *seg, uint64_t len, char *buf)
-{
-    (void)buf;
-    memset(seg, 0, len);
-}
-
-/* Copies between versions a (source) and b (destination), len bytes at 0. */
-static void copy_version(mc_store_t *s, const mc__version_t *a, mc__version_t *b, uint64_t len)
-{
-    const mc__replica_t *ra = &a->rep[0];
-    uint64_t at = 0;
-    for (uint32_t i = 0; i < ra->n && at < len; i++) {
-        uint64_t n = ra->ext[i].len < len - at ? ra->ext[i].len : len - at;
-        for (uint32_t r = 0; r < b->nrep; r++)
-            for_spans(s, &b->rep[r], at, n, s->seg + ra->ext[i].off, span_in);
-        at += n;
-    }
-}
-
-static uint64_t read_version(mc_store_t *s, const mc__version_t *v, uint64_t size, uint64_t off,
-                             void *buf, size_t len)
-{
-    if (off >= size)
-        return 0;
-    if (len > size - off)
-        len = (size_t)(size - off);
-    for_spans(s, &v->rep[0], off, len, buf, span_out);
-    return len;
-}
-
 /* ---- op plumbing ---- */
 
 static op_t *op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
@@ -162,241 +96,12 @@ static op_t *op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t kl
     return o;
 }
 
-static void writer_free(mc_writer_t *w)
-{
-    UNLINK(&w->s->writers, w);
-    free(w);
-}
-
-static int w_reserve(mc_writer_t *w, uint64_t need, uint64_t now)
-{
-    mc__version_t *v = w->v;
-    if (need <= v->capacity)
-        return 0;
-    uint64_t step = v->capacity < WRITER_MAX_STEP ? v->capacity : WRITER_MAX_STEP;
-    uint64_t want = need > v->capacity + step ? need : v->capacity + step;
-    int rc = mc__master_reserve(w->s->m, v, want, now);
-    if (rc < 0 && want > need)
-        rc = mc__master_reserve(w->s->m, v, need, now);
-    return rc;
-}
-
-/* Sets the writer's size, zeroing any gap it opens. */
-static int w_extend(mc_writer_t *w, uint64_t size, uint64_t now)
-{
-    if (size <= w->size)
-        return 0;
-    int rc = w_reserve(w, size, now);
-    if (rc < 0)
-        return rc;
-    for (uint32_t r = 0; r < w->v->nrep; r++)
-        for_spans(w->s, &w->v->rep[r], w->size, size - w->size, NULL, span_zero);
-    w->size = size;
-    return 0;
-}
-
-static void exec(op_t *o)
-{
-    mc_store_t *s = o->s;
-    mc__master_t *m = s->m;
-    uint64_t now = mc_loop_now_ms();
-    mc__version_t *v;
-    int rc = 0;
-
-    switch (o->kind) {
-    case OP_PUT: {
-        size_t total = 0;
-        for (int i = 0; i < o->iovcnt; i++)
-            total += o->iov[i].iov_len;
-        if ((o->po.flags & MC_PUT_NOREPLACE) && mc__master_find(m, o->key, o->klen)) {
-            rc = -EEXIST;
-            break;
-        }
-        rc = mc__master_begin(m, o->key, o->klen, &o->po, now, &v);
-        if (rc < 0)
-            break;
-        rc = mc__master_reserve(m, v, total, now);
-        if (rc == 0) {
-            uint64_t at = 0;
-            for (int i = 0; i < o->iovcnt; i++) {
-                for (uint32_t r = 0; r < v->nrep; r++)
-                    for_spans(s, &v->rep[r], at, o->iov[i].iov_len, o->iov[i].iov_base, span_in);
-                at += o->iov[i].iov_len;
-            }
-            rc = mc__master_commit(m, v, total, o->po.flags, now);
-        }
-        if (rc < 0)
-            mc__master_abort(m, v);
-        break;
-    }
-    case OP_GET:
-        v = mc__master_find(m, o->key, o->klen);
-        if (!v) {
-            rc = -ENOENT;
-            break;
-        }
-        mc__master_touch(m, v, now, 1);
-        if (o->st)
-            mc__version_stat(v, now, o->st);
-        rc = (int)read_version(s, v, v->size, o->off, o->buf, o->len);
-        break;
-    case OP_STAT:
-        v = mc__master_find(m, o->key, o->klen);
-        if (!v)
-            rc = -ENOENT;
-        else
-            mc__version_stat(v, now, o->st);
-        break;
-    case OP_REMOVE:
-        rc = mc__master_remove(m, o->key, o->klen, o->flags, now);
-        break;
-    case OP_RENAME:
-        rc = mc__master_rename(m, o->key, o->klen, o->key2, o->klen2, o->flags, now);
-        break;
-    case OP_LIST:
-        rc = mc__master_list(m, o->key, o->klen, o->klen2 ? o->key2 : NULL, o->klen2, o->delim,
-                             o->max, now, o->list);
-        break;
-    case OP_LOOKUP:
-        rc = mc__master_lookup(m, o->key, o->klen, o->delim, &v);
-        if (rc >= 0 && v)
-            mc__version_stat(v, now, o->st);
-        else if (rc >= 0)
-            memset(o->st, 0, sizeof(*o->st));
-        break;
-    case OP_SET_META:
-        rc = mc__master_set_meta(m, o->key, o->klen, o->flags, o->po.mode, o->po.mtime_ns);
-        break;
-    case OP_STATFS:
-        mc__master_space(m, o->sp);
-        break;
-    case OP_MASTER_STATS: /* a store that serves no protocol has no counters yet */
-        rc = s->svc ? (int)mc__svc_counters(s->svc, o->counters, o->max) : 0;
-        break;
-    case OP_OPEN: {
-        v = mc__master_find(m, o->key, o->klen);
-        if (!v) {
-            rc = -ENOENT;
-            break;
-        }
-        mc_obj_t *ob = calloc(1, sizeof(*ob));
-        if (!ob) {
-            rc = -ENOMEM;
-            break;
-        }
-        ob->s = s;
-        ob->v = v;
-        mc__master_ref(v);
-        mc__master_touch(m, v, now, 0); /* the handle itself pins it */
-        mc__version_stat(v, now, &ob->st);
-        LINK(&s->objs, ob);
-        *o->obj_out = ob;
-        break;
-    }
-    case OP_OBJ_READ:
-        rc = (int)read_version(s, o->obj->v, o->obj->st.size, o->off, o->buf, o->len);
-        break;
-    case OP_OBJ_CLOSE:
-        UNLINK(&s->objs, o->obj);
-        mc__master_unref(m, o->obj->v, now);
-        free(o->obj);
-        break;
-    case OP_W_OPEN: {
-        mc_writer_t *w = calloc(1, sizeof(*w));
-        if (!w) {
-            rc = -ENOMEM;
-            break;
-        }
-        w->s = s;
-        w->put_flags = o->po.flags;
-        rc = mc__master_begin(m, o->key, o->klen, &o->po, now, &w->v);
-        if (rc < 0) {
-            free(w);
-            break;
-        }
-        if (o->obj) {
-            uint64_t bsize = o->obj->st.size;
-            rc = w_reserve(w, bsize, now);
-            if (rc < 0) {
-                mc__master_abort(m, w->v);
-                free(w);
-                break;
-            }
-            copy_version(s, o->obj->v, w->v, bsize);
-            w->size = bsize;
-            if (!o->po.mode)
-                w->v->mode = o->obj->st.mode;
-        }
-        LINK(&s->writers, w);
-        *o->w_out = w;
-        break;
-    }
-    case OP_W_WRITE: {
-        mc_writer_t *w = o->w;
-        uint64_t end = o->off + o->len;
-        if (end < o->off) {
-            rc = -EFBIG;
-            break;
-        }
-        if (end > w->size) {
-            rc = w_reserve(w, end, now);
-            if (rc < 0)
-                break;
-            if (o->off > w->size)
-                rc = w_extend(w, o->off, now);
-            if (rc < 0)
-                break;
-            w->size = end;
-        }
-        for (uint32_t r = 0; r < w->v->nrep; r++)
-            for_spans(s, &w->v->rep[r], o->off, o->len, o->buf, span_in);
-        rc = (int)o->len;
-        break;
-    }
-    case OP_W_READ:
-        rc = (int)read_version(s, o->w->v, o->w->size, o->off, o->buf, o->len);
-        break;
-    case OP_W_TRUNC:
-        if (o->off <= o->w->size)
-            o->w->size = o->off;
-        else
-            rc = w_extend(o->w, o->off, now);
-        break;
-    case OP_W_COMMIT: {
-        mc_writer_t *w = o->w;
-        if (!w->mtime_set) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            w->v->mtime_ns = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-        }
-        rc = mc__master_commit(m, w->v, w->size, w->put_flags, now);
-        if (rc < 0)
-            mc__master_abort(m, w->v);
-        else if (o->st)
-            mc__version_stat(w->v, now, o->st);
-        writer_free(w);
-        break;
-    }
-    case OP_W_ABORT:
-        mc__master_abort(m, o->w->v);
-        writer_free(o->w);
-        break;
-    }
-    o->result = rc;
-}
-
 static void complete(void *arg)
 {
     op_t *o = arg;
     if (o->cb)
         o->cb(o->arg, o->result);
     free(o);
-}
-
-static void exec_posted(void *arg)
-{
-    exec(arg);
-    complete(arg);
 }
 
 void mc__op_finish(op_t *o, int rc)
@@ -417,22 +122,11 @@ static void remote_posted(void *arg)
 static int submit(op_t *o)
 {
     mc_store_t *s = o->s;
-    if (s->rm || s->remote) {
-        if (mc_loop_is_current(s->loop)) {
-            remote_posted(o);
-            return 0;
-        }
-        int rc = mc_loop_post(s->loop, remote_posted, o);
-        if (rc < 0)
-            free(o);
-        return rc;
-    }
     if (mc_loop_is_current(s->loop)) {
-        exec(o);
-        mc_loop_defer(s->loop, &o->work, complete, o);
+        remote_posted(o);
         return 0;
     }
-    int rc = mc_loop_post(s->loop, exec_posted, o);
+    int rc = mc_loop_post(s->loop, remote_posted, o);
     if (rc < 0)
         free(o);
     return rc;
@@ -440,10 +134,13 @@ static int submit(op_t *o)
 
 /* ---- open / close ---- */
 
+/* An embedded store's master does its periodic work here, unless a server
+ * (serving the protocol) does it already. */
 static void on_sweep(mc_timer_t *t)
 {
     mc_store_t *s = t->data;
-    mc__master_sweep(s->m, mc_loop_now_ms());
+    if (!s->srv)
+        mc__svc_tick(s->svc, mc_loop_now_ms());
 }
 
 static void *loop_thread(void *arg)
@@ -464,15 +161,29 @@ static int local_seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size
     return 0;
 }
 
+/* The embedded master (an in-process service) with the local segment. */
+static int embedded_master(mc_store_t *s, const mc_store_opts_t *o)
+{
+    mc__master_opts_t mo = {
+        .lease_ms = o->lease_ms ? o->lease_ms : MC_DEFAULT_LEASE_MS,
+        .evict_high_pct = o->evict_high_pct,
+        .evict_ratio_pct = o->evict_ratio_pct,
+        .align = 64,
+    };
+    int rc = mc__master_new(&s->m, &mo);
+    if (rc < 0 || (rc = mc__master_add_segment(s->m, SEG_LOCAL, s->seg_size)) < 0)
+        return rc;
+    mc__svc_opts_t so = {.first_id = mc__svc_random_id()};
+    if ((rc = mc__svc_new(&s->svc, s->m, &so)) < 0)
+        return rc;
+    return mc__svc_add_local_segment(s->svc, SEG_LOCAL, 0, NULL);
+}
+
 /* Serves the embedded master and segment to other processes. */
 static int serve_embedded(mc_store_t *s, const char *listen)
 {
     mc__addr_t a;
     int rc = mc__addr_parse(listen, 50051, &a);
-    if (rc < 0)
-        return rc;
-    mc__svc_opts_t so = {.first_id = mc__svc_random_id()};
-    rc = mc__svc_new(&s->svc, s->m, &so);
     if (rc < 0)
         return rc;
     mc__server_opts_t o = {.svc = s->svc,
@@ -491,7 +202,7 @@ static int serve_embedded(mc_store_t *s, const char *listen)
             (rc = mc__svc_set_local_rdma(s->svc, s->rdma_rec, s->rdma_rec_len)) < 0)
             return rc;
     }
-    return mc__svc_add_local_segment(s->svc, SEG_LOCAL, 0, NULL);
+    return 0;
 }
 
 int mc__rdma_host_of(const char *addr, char *host, size_t cap)
@@ -595,17 +306,6 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
     rc = 0;
     if (o->secret_file && (rc = mc__secret_load(o->secret_file, &s->secret)) < 0)
         goto fail;
-    if (!remote) {
-        mc__master_opts_t mo = {
-            .lease_ms = o->lease_ms ? o->lease_ms : MC_DEFAULT_LEASE_MS,
-            .evict_high_pct = o->evict_high_pct,
-            .evict_ratio_pct = o->evict_ratio_pct,
-            .align = 64,
-        };
-        rc = mc__master_new(&s->m, &mo);
-        if (rc < 0)
-            goto fail;
-    }
     if (seg_size) {
         /* In a memfd, so that co-located clients can map it (shm.h). */
         mc__seg_t seg;
@@ -615,7 +315,7 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
         s->seg_size = seg.size;
         s->seg_fd = seg.fd;
     }
-    if (s->m && (rc = mc__master_add_segment(s->m, SEG_LOCAL, seg_size)) < 0)
+    if (!remote && (rc = embedded_master(s, o)) < 0)
         goto fail;
     if (o->loop) {
         s->loop = o->loop;
@@ -634,7 +334,10 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
                                          : mc_strerror(rc));
         goto fail;
     }
-    if (s->m) {
+    if (!remote) {
+        /* One path: the embedded store is a client of its own master. */
+        if ((rc = mc__remote_open_local(s, SEG_LOCAL)) < 0)
+            goto fail;
         s->sweep.data = s;
         rc = mc_timer_start(s->loop, &s->sweep, 1000, 1000, on_sweep);
         if (rc < 0)
@@ -687,13 +390,15 @@ static void remote_closed(mc_store_t *s)
 static void close_on_loop(mc_store_t *s)
 {
     mc_timer_stop(&s->sweep);
-    int net = s->rm || s->srv;
+    int net = s->remote || s->srv;
     mc__server_close(s->srv);
     s->srv = NULL;
-    if (net)
+    if (net) {
         mc__remote_close(s, remote_closed);
-    else
+    } else {
+        mc__remote_close(s, NULL);
         mc_loop_stop(s->loop);
+    }
 }
 
 static void stop_on_loop(void *arg)
@@ -738,21 +443,17 @@ void mc_store_close(mc_store_t *s)
     if (s->own_loop)
         mc_loop_free(s->loop); /* runs anything posted meanwhile */
     /* The loop is stopped (or this is its thread): release what callers left
-     * open, as promised, before the master frees the versions. */
-    uint64_t now = mc_loop_now_ms();
+     * open, as promised. Their handles and writes at the master went with
+     * the client's link (an embedded master's are freed with it). */
     while (s->objs) {
         mc_obj_t *ob = s->objs;
         s->objs = ob->next;
-        if (ob->v)
-            mc__master_unref(s->m, ob->v, now);
         mc__rset_free(ob->rs);
         free(ob);
     }
     while (s->writers) {
         mc_writer_t *w = s->writers;
         s->writers = w->next;
-        if (w->v)
-            mc__master_abort(s->m, w->v);
         mc__rset_free(w->rs);
         free(w->key);
         free(w);
@@ -1038,22 +739,15 @@ int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen)
     int rc = mc_key_check(key, klen);
     if (rc < 0)
         return rc;
-    if (!w->v)
-        return mc__remote_writer_set_key(w, key, klen);
-    return mc__master_set_key(w->s->m, w->v, key, klen);
+    return mc__remote_writer_set_key(w, key, klen);
 }
 
 void mc_writer_set_meta(mc_writer_t *w, uint32_t mode, int64_t mtime_ns)
 {
-    if (mode) {
+    if (mode)
         w->mode = mode & 07777;
-        if (w->v)
-            w->v->mode = mode & 07777;
-    }
     if (mtime_ns) {
         w->mtime_ns = mtime_ns;
-        if (w->v)
-            w->v->mtime_ns = mtime_ns;
         w->mtime_set = 1;
     }
 }

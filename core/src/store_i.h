@@ -1,6 +1,7 @@
 /*
- * store_i.h - the store's internals, shared by store.c (the public API, the
- * embedded path) and remote.c (the path through a cluster master).
+ * store_i.h - the store's internals, shared by store.c (the public API,
+ * opening and closing) and remote.c (the client: every operation, through a
+ * master link).
  */
 #ifndef MC_STORE_I_H
 #define MC_STORE_I_H
@@ -58,16 +59,14 @@ struct mc_store {
 
 struct mc_obj {
     mc_store_t *s;
-    mc__version_t *v; /* embedded */
     mc_stat_t st;
-    uint64_t rid;          /* remote: the master's handle id */
-    struct mc__rset *rs;   /* remote: where its bytes are */
+    uint64_t rid;          /* the master's handle id */
+    struct mc__rset *rs;   /* where its bytes are */
     mc_obj_t *prev, *next; /* on s->objs */
 };
 
 struct mc_writer {
     mc_store_t *s;
-    mc__version_t *v; /* embedded */
     uint64_t size;
     unsigned put_flags;
     int mtime_set;
@@ -180,6 +179,11 @@ void mc__remote_exec(op_t *o);
  * starts serving it). Loop thread; done(s, rc) once. */
 int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
                     void (*done)(mc_store_t *s, int rc));
+
+/* Opens the client path of an embedded store: its master is s->svc, in this
+ * process (a local link, owner MC__SVC_OWNER_LOCAL), and its own segment is
+ * seg. Call before the loop runs any operation. Returns 0 or -ENOMEM. */
+int mc__remote_open_local(mc_store_t *s, uint32_t seg);
 
 /* Sets the key a remote writer publishes under. */
 int mc__remote_writer_set_key(mc_writer_t *w, const char *key, size_t klen);
