@@ -37,7 +37,7 @@ CORE_LIBS += $(RDMA_LIBS)
 endif
 LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
 
-CORE_SRC := $(sort $(wildcard core/src/*.c))
+CORE_SRC := $(sort $(wildcard core/src/*/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 FS_SRC := $(sort $(wildcard fs/*.c))
 FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
@@ -73,7 +73,7 @@ $(FS_BIN): $(FS_OBJ) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $(FS_OBJ) $(LIB_A) $(LDFLAGS_ALL) $(FUSE_LIBS) $(CORE_LIBS)
 
-$(BUILD)/mooncake-%: $(BUILD)/core/bin/%.o $(LIB_A)
+$(BUILD)/mooncake-%: $(BUILD)/core/bin/mooncake-%.o $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $< $(LIB_A) $(LDFLAGS_ALL) $(CORE_LIBS)
 
@@ -134,8 +134,10 @@ bench: deps all python-ext
 # running Debian's kernel (installs qemu and the kernel the first time;
 # skips with the reason when they cannot be had).
 RDMA_SELFTEST := $(BUILD)/tests/rdma_selftest
-RDMA_SELFTEST_SRC := tests/rdma/rdma_selftest.c core/src/transport_rdma.c core/src/loop.c core/src/log.c
-$(RDMA_SELFTEST): $(RDMA_SELFTEST_SRC) core/src/transport_rdma.h core/src/loop_i.h core/src/log.h
+RDMA_SELFTEST_SRC := tests/rdma/rdma_selftest.c core/src/transport/transport_rdma.c core/src/runtime/loop.c \
+	core/src/runtime/log.c
+$(RDMA_SELFTEST): $(RDMA_SELFTEST_SRC) core/src/transport/transport_rdma.h core/src/runtime/loop_i.h \
+	core/src/runtime/log.h
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -DMC_HAVE_RDMA -o $@ $(RDMA_SELFTEST_SRC) $(LDFLAGS_ALL) $(RDMA_LIBS) -luring -lpthread
 
@@ -181,7 +183,7 @@ install: all
 	ln -sf libmooncake.so.0 $(DESTDIR)$(PREFIX)/lib/libmooncake.so
 	install -m 644 core/include/mooncake/*.h $(DESTDIR)$(PREFIX)/include/mooncake/
 
-FORMAT_SRC = $(wildcard core/include/mooncake/*.h core/src/*.[ch] core/bin/*.c fs/*.[ch] tests/unit/*.[ch] tests/fuzz/*.c tests/rdma/*.c python/mooncake/*.c)
+FORMAT_SRC = $(wildcard core/include/mooncake/*.h core/src/*/*.[ch] core/bin/*.c fs/*.[ch] tests/unit/*.[ch] tests/fuzz/*.c tests/rdma/*.c python/mooncake/*.c)
 format:
 	$(Q)clang-format -i $(FORMAT_SRC)
 

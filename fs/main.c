@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "fs.h"
-#include "net.h" /* mc__nofile_raise() */
+#include "runtime/net.h" /* mc__nofile_raise() */
 
 struct options {
     char *segment_size;

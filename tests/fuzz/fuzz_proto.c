@@ -1,6 +1,6 @@
 /*
  * fuzz_proto.c - libFuzzer target for every decoder of the wire codec
- * (core/src/proto.c). Build and run it with tests/fuzz/run.sh.
+ * (core/src/wire/proto.c). Build and run it with tests/fuzz/run.sh.
  *
  * Each input is read two ways:
  *  1. As a stream of frames, the way a connection reads them: mc__hdr_decode()
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto.h"
+#include "wire/proto.h"
 #include "../unit/proto_fields.h"
 
 #define CHECK(cond)                                                                                \
@@ -51,7 +51,7 @@ static const struct row {
 };
 #define NROWS (sizeof(table) / sizeof(table[0]))
 
-/* mc_list_free() lives in core/src/master.c, which this target does not
+/* mc_list_free() lives in core/src/master/master.c, which this target does not
  * link; this is the same walk (each key, the array, the list). */
 static void list_free(mc_list_t *l)
 {

@@ -32,13 +32,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "loop_i.h"
+#include "runtime/log.h"
+#include "runtime/loop_i.h"
 #include "mooncake/loop.h"
-#include "net.h"
-#include "proto.h"
-#include "rpc.h"
-#include "server.h"
+#include "runtime/net.h"
+#include "wire/proto.h"
+#include "runtime/rpc.h"
+#include "server/server.h"
 
 /* ---- harness ---- */
 

@@ -9,7 +9,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "master.h"
+#include "master/master.h"
 #include "mooncake/mooncake.h"
 
 struct mc__remote;

@@ -24,7 +24,7 @@
 #include <sys/uio.h>
 
 #include "mooncake/loop.h"
-#include "proto.h"
+#include "wire/proto.h"
 
 /* Room for any address string this layer produces, with its NUL. */
 #define MC__ADDR_STRLEN 160

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "link.h"
-#include "loop_i.h"
-#include "service.h"
+#include "client/link.h"
+#include "runtime/loop_i.h"
+#include "master/service.h"
 
 struct mc__link {
     mc_loop_t *loop;

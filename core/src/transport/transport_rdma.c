@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transport_rdma.h"
+#include "transport/transport_rdma.h"
 
 /* ---- descriptor codec (always built: the master stores descriptors) ---- */
 
@@ -110,7 +110,7 @@ int mc__rdma_desc_unpack(const void *buf, size_t len, mc__rdma_desc_t **out)
 #include <stdio.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "runtime/log.h"
 
 /* Connection parameters in rdma_cm private data, both ways. */
 #define HELLO_MAGIC 0x4f4c484dU /* "MHLO" little endian */
@@ -1225,7 +1225,7 @@ void mc__rdma_ctx_free(mc__rdma_ctx_t *ctx)
 #include <netdb.h>
 #include <stdio.h>
 
-#include "log.h"
+#include "runtime/log.h"
 
 #define RECORD_MAGIC 0x5252434dU /* "MCRR" little endian */
 #define RECORD_VERSION 1

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "rpc.h"
+#include "runtime/log.h"
+#include "runtime/rpc.h"
 
 #define TABLE_MIN 16
 

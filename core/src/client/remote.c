@@ -33,16 +33,16 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "link.h"
-#include "log.h"
-#include "loop_i.h"
-#include "proto.h"
-#include "rpc.h"
-#include "server.h"
-#include "shm.h"
-#include "store_i.h"
-#include "transport_rdma.h"
+#include "runtime/auth.h"
+#include "client/link.h"
+#include "runtime/log.h"
+#include "runtime/loop_i.h"
+#include "wire/proto.h"
+#include "runtime/rpc.h"
+#include "server/server.h"
+#include "transport/shm.h"
+#include "client/store_i.h"
+#include "transport/transport_rdma.h"
 
 typedef struct mc__rset {
     uint32_t n;

@@ -31,11 +31,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "log.h"
-#include "rpc.h"
-#include "server.h"
-#include "shm.h"
+#include "runtime/auth.h"
+#include "runtime/log.h"
+#include "runtime/rpc.h"
+#include "server/server.h"
+#include "transport/shm.h"
 
 enum sess { S_FRESH, S_CHALLENGED, S_OPEN, S_REFUSED };
 

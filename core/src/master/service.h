@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "master.h"
-#include "proto.h"
+#include "master/master.h"
+#include "wire/proto.h"
 
 typedef struct mc__svc mc__svc_t;
 

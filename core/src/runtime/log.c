@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "log.h"
+#include "runtime/log.h"
 
 #define LINE_MAX_BYTES 1024
 

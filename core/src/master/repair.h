@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "master.h"
+#include "master/master.h"
 
 #define MC__REPAIR_MARGIN_MS 2000 /* the master waits this long past a task's limit */
 

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "index.h"
+#include "master/index.h"
 
 #define INDEX_MAX_LEVEL 32
 #define INDEX_SEED 0x9e3779b97f4a7c15ULL

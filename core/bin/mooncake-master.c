@@ -17,15 +17,15 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "log.h"
-#include "master.h"
+#include "runtime/auth.h"
+#include "runtime/log.h"
+#include "master/master.h"
 #include "mooncake/mooncake.h"
-#include "net.h"
-#include "server.h"
-#include "service.h"
-#include "shm.h"
-#include "transport_rdma.h"
+#include "runtime/net.h"
+#include "server/server.h"
+#include "master/service.h"
+#include "transport/shm.h"
+#include "transport/transport_rdma.h"
 
 #define SEG_LOCAL 0
 

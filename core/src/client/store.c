@@ -19,16 +19,16 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "auth.h"
-#include "log.h"
-#include "master.h"
-#include "net.h"
+#include "runtime/auth.h"
+#include "runtime/log.h"
+#include "master/master.h"
+#include "runtime/net.h"
 #include "mooncake/mooncake.h"
-#include "server.h"
-#include "service.h"
-#include "shm.h"
-#include "store_i.h"
-#include "transport_rdma.h"
+#include "server/server.h"
+#include "master/service.h"
+#include "transport/shm.h"
+#include "client/store_i.h"
+#include "transport/transport_rdma.h"
 
 const char *mc_strerror(int code)
 {

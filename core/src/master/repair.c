@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "repair.h"
+#include "master/repair.h"
 
 #define SCAN_PER_TICK 100000 /* keys looked at per tick */
 #define RETRY_MS 5000        /* rescan this long after a scan that left objects waiting */

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto.h"
+#include "wire/proto.h"
 
 /* Wire sizes of the nested structures. */
 #define STAT_SIZE 36u       /* q q i u u u */

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "alloc.h"
+#include "master/alloc.h"
 #include "mooncake/mooncake.h"
 
 #define MC__MAX_REPLICAS 8

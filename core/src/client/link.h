@@ -23,8 +23,8 @@
 #include <stdint.h>
 
 #include "mooncake/loop.h"
-#include "net.h"
-#include "rpc.h"
+#include "runtime/net.h"
+#include "runtime/rpc.h"
 
 struct mc__svc;
 

@@ -36,7 +36,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "net.h"
+#include "runtime/net.h"
 
 typedef void (*mc__rpc_cb)(void *arg, int status, const char *body, size_t len);
 

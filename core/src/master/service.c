@@ -15,9 +15,9 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "index.h"
-#include "repair.h"
-#include "service.h"
+#include "master/index.h"
+#include "master/repair.h"
+#include "master/service.h"
 
 /* What a connection (an owner) holds: its writes in progress and its open
  * handles, on one list. */

@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "loop_i.h"
+#include "runtime/loop_i.h"
 #include "mooncake/loop.h"
 
 enum tok_kind { TOK_WAKE, TOK_POLL, TOK_TIMER, TOK_IO };

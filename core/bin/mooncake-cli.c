@@ -17,9 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "runtime/log.h"
 #include "mooncake/mooncake.h"
-#include "net.h"
+#include "runtime/net.h"
 
 static void usage(FILE *f)
 {

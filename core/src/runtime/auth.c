@@ -19,10 +19,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "log.h"
-#include "proto.h"
-#include "rpc.h"
+#include "runtime/auth.h"
+#include "runtime/log.h"
+#include "wire/proto.h"
+#include "runtime/rpc.h"
 
 struct mc__secret {
     size_t len;

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc.h"
+#include "master/alloc.h"
 
 struct mc__alloc {
     uint64_t size;      /* usable bytes, a multiple of align */

@@ -32,9 +32,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "loop_i.h"
-#include "net.h"
+#include "runtime/log.h"
+#include "runtime/loop_i.h"
+#include "runtime/net.h"
 
 #define RBUF_INIT (64U << 10)     /* read buffer of a new conn */
 #define RBUF_MIN_FREE (8U << 10)  /* compact rather than recv into less */

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "net.h"
+#include "runtime/net.h"
 
 #define MC__AUTH_NONCE 32        /* bytes of a nonce */
 #define MC__AUTH_MAC 32          /* bytes of an HMAC-SHA256 */

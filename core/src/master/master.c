@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "index.h"
-#include "master.h"
+#include "master/index.h"
+#include "master/master.h"
 
 typedef struct segment {
     uint32_t id;

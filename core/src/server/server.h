@@ -12,9 +12,9 @@
 
 #include <stdint.h>
 
-#include "auth.h"
-#include "net.h"
-#include "service.h"
+#include "runtime/auth.h"
+#include "runtime/net.h"
+#include "master/service.h"
 
 typedef struct mc__server mc__server_t;
 
