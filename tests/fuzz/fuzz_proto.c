@@ -51,16 +51,6 @@ static const struct row {
 };
 #define NROWS (sizeof(table) / sizeof(table[0]))
 
-/* mc_list_free() lives in core/src/master/master.c, which this target does not
- * link; this is the same walk (each key, the array, the list). */
-static void list_free(mc_list_t *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        free((char *)l->entries[i].key);
-    free(l->entries);
-    free(l);
-}
-
 static int same_bytes(const mc__wbuf_t *w, const char *p, size_t n)
 {
     return w->err == 0 && w->len == n && (!n || !memcmp(w->p, p, n));
@@ -174,7 +164,7 @@ static int take_list(const char *p, size_t n)
     CHECK(mc__pack_list(&w, l) == 0);
     CHECK(same_bytes(&w, p, n));
     free(w.p);
-    list_free(l);
+    mc_list_free(l);
     return rc;
 }
 

@@ -30,23 +30,6 @@
 #include "client/store_i.h"
 #include "transport/transport_rdma.h"
 
-const char *mc_strerror(int code)
-{
-    if (code >= 0)
-        return "success";
-    const char *d = strerrordesc_np(-code);
-    return d ? d : "unknown error";
-}
-
-int mc_key_check(const char *key, size_t klen)
-{
-    if (!key || klen == 0 || memchr(key, '\0', klen))
-        return -EINVAL;
-    if (klen > MC_KEY_MAX)
-        return -ENAMETOOLONG;
-    return 0;
-}
-
 void mc_store_opts_init(mc_store_opts_t *o)
 {
     memset(o, 0, sizeof(*o));

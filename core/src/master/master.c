@@ -786,16 +786,6 @@ static int list_push(struct list_buf *b, const char *key, size_t klen, int is_pr
     return 0;
 }
 
-void mc_list_free(mc_list_t *l)
-{
-    if (!l)
-        return;
-    for (size_t i = 0; i < l->n; i++)
-        free((char *)l->entries[i].key);
-    free(l->entries);
-    free(l);
-}
-
 int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char *after,
                     size_t alen, int delim, size_t max, uint64_t now, mc_list_t **out)
 {

@@ -1,5 +1,6 @@
 /*
- * util.c - small public helpers with no state: size parsing.
+ * util.c - small public helpers with no state: naming result codes, parsing
+ * sizes.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -8,6 +9,14 @@
 #include <strings.h>
 
 #include "mooncake/mooncake.h"
+
+const char *mc_strerror(int code)
+{
+    if (code >= 0)
+        return "success";
+    const char *d = strerrordesc_np(-code);
+    return d ? d : "unknown error";
+}
 
 int mc_parse_size(const char *s, uint64_t *out)
 {

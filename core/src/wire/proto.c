@@ -10,8 +10,8 @@
  * buffer. Every decoder checks a field's length against the bytes left
  * before it touches them, and never reads outside [body, body + len).
  *
- * This file does not call into the rest of libmooncake (it keeps its own
- * copy of the key rule and of mc_list_free()), so the fuzzer can build it
+ * This file calls nothing outside the wire layer (the key rule and
+ * mc_list_free() are in keys.c), so the fuzzer builds it with that file
  * alone.
  */
 #include <errno.h>
@@ -67,13 +67,6 @@ static void st64(void *p, uint64_t v)
     unsigned char *b = p;
     for (int i = 0; i < 8; i++)
         b[i] = (unsigned char)(v >> (8 * i));
-}
-
-/* The key rule of mc_key_check() (core/src/store.c), kept here so that this
- * file links alone: 1..MC_KEY_MAX bytes, no NUL. */
-static int key_ok(const char *key, size_t klen)
-{
-    return klen >= 1 && klen <= MC_KEY_MAX && !memchr(key, '\0', klen);
 }
 
 /* ---- the operation table ---- */
@@ -274,7 +267,7 @@ int mc__vpack(mc__wbuf_t *w, const char *fmt, va_list ap)
         case '*': {
             const void *src = va_arg(ap, const void *);
             uint32_t len = va_arg(ap, uint32_t);
-            if (*f == 'k' && !key_ok(src, len)) {
+            if (*f == 'k' && mc_key_check(src, len) < 0) {
                 fail(w, len > MC_KEY_MAX ? -ENAMETOOLONG : -EINVAL);
                 break;
             }
@@ -385,7 +378,7 @@ int mc__vunpack(const char *body, size_t len, const char *fmt, va_list ap)
             if (n > left - 4)
                 return -EBADMSG;
             p += 4, left -= 4;
-            if (*f == 'k' && !key_ok(p, n))
+            if (*f == 'k' && mc_key_check(p, n) < 0)
                 return -EINVAL;
             if (op)
                 *op = p;
@@ -534,16 +527,6 @@ void mc__wire_extent(const mc__wire_replica_t *r, uint32_t i, uint64_t *off, uin
 
 /* ---- listings ---- */
 
-/* Frees a listing as mc_list_free() (core/src/master.c) does; a copy so that
- * this file links alone. */
-static void list_free(mc_list_t *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        free((char *)l->entries[i].key);
-    free(l->entries);
-    free(l);
-}
-
 /*
  * mc__take_list() decodes a whole listing body (`u count, u more`, then per
  * entry `s key, b is_prefix, stat`) into a new mc_list_t that the caller
@@ -577,7 +560,7 @@ int mc__take_list(const char *p, size_t n, mc_list_t **out)
             goto fail;
         uint32_t klen = ld32(p);
         p += 4, n -= 4;
-        if (klen > n || !key_ok(p, klen))
+        if (klen > n || mc_key_check(p, klen) < 0)
             goto fail;
         char *k = malloc((size_t)klen + 1);
         if (!k) {
@@ -588,7 +571,7 @@ int mc__take_list(const char *p, size_t n, mc_list_t **out)
         k[klen] = '\0';
         e->key = k;
         e->klen = klen;
-        l->n++; /* from here list_free() frees the key */
+        l->n++; /* from here mc_list_free() frees the key */
         p += klen, n -= klen;
         if (n < 1 || (unsigned char)*p > 1)
             goto fail;
@@ -606,7 +589,7 @@ int mc__take_list(const char *p, size_t n, mc_list_t **out)
     *out = l;
     return (int)l->n;
 fail:
-    list_free(l);
+    mc_list_free(l);
     return rc;
 }
 
@@ -623,7 +606,7 @@ int mc__pack_list(mc__wbuf_t *w, const mc_list_t *l)
     mc__pack(w, "uu", (unsigned)l->n, (unsigned)(l->more != 0));
     for (size_t i = 0; i < l->n && !w->err; i++) {
         const mc_list_entry_t *e = &l->entries[i];
-        if (!key_ok(e->key, e->klen)) {
+        if (mc_key_check(e->key, e->klen) < 0) {
             fail(w, -EINVAL);
             break;
         }
