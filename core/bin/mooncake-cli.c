@@ -17,9 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/log.h"
 #include "mooncake/mooncake.h"
-#include "runtime/net.h"
 
 static void usage(FILE *f)
 {
@@ -306,11 +304,10 @@ int main(int argc, char **argv)
             }
             break;
         case 'v':
-            if (mc__log_parse_level(optarg) < 0) {
+            if (mc_log_init("mooncake-cli", optarg) < 0) {
                 fprintf(stderr, "mooncake-cli: bad --log-level '%s'\n", optarg);
                 return 2;
             }
-            mc__log_init("mooncake-cli", mc__log_parse_level(optarg));
             break;
         case 'P':
             if (strcmp(optarg, "hard") == 0)
@@ -345,7 +342,7 @@ int main(int argc, char **argv)
         sigaddset(&sigs, SIGTERM);
         pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     }
-    mc__nofile_raise(); /* best effort: a node serves connections */
+    mc_nofile_raise(); /* best effort: a node serves connections */
     mc_store_t *s;
     int rc = mc_store_open(&s, &o);
     if (rc < 0)

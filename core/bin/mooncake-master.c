@@ -252,7 +252,7 @@ int main(int argc, char **argv)
         return 2;
     }
     mc__log_init("mooncake-master", level);
-    if (mc__nofile_raise() < 0)
+    if (mc_nofile_raise() < 0)
         mc__log(MC__LOG_INFO, "cannot raise the descriptor limit: the connection limit follows it");
 
     mc__addr_t addr;

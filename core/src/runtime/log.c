@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "mooncake/mooncake.h"
 #include "runtime/log.h"
 
 #define LINE_MAX_BYTES 1024
@@ -51,6 +52,15 @@ int mc__log_parse_level(const char *s)
         if (strcasecmp(s, level_names[i]) == 0)
             return i;
     return -EINVAL;
+}
+
+int mc_log_init(const char *program, const char *level)
+{
+    int lv = level ? mc__log_parse_level(level) : mc__log_get_level();
+    if (lv < 0)
+        return lv;
+    mc__log_init(program, lv);
+    return 0;
 }
 
 /* Rewrites every "error" (any case) in msg[0..*n) to "err", in place. */

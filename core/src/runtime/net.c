@@ -1170,7 +1170,7 @@ void mc__listener_close(mc__listener_t *ls)
 
 /* ---- descriptors ---- */
 
-long mc__nofile_raise(void)
+long mc_nofile_raise(void)
 {
     struct rlimit rl;
 

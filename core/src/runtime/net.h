@@ -299,14 +299,4 @@ void *mc__listener_data(const mc__listener_t *ls);
  */
 void mc__listener_close(mc__listener_t *ls);
 
-/*
- * mc__nofile_raise() raises this process's soft RLIMIT_NOFILE to its hard
- * limit, so that a server is bounded by its own connection limit
- * (server.h) rather than by a low default, and returns the new soft limit,
- * or -errno when it cannot be read or changed (the limit is then as
- * before). Called once at the start of mooncake-master, mooncake-fs and
- * mooncake-cli; a library does not change its host's limits.
- */
-long mc__nofile_raise(void);
-
 #endif /* MC_NET_H */
