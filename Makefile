@@ -46,11 +46,12 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 BIN_MASTER := $(BUILD)/mooncake-master
 BIN_CLI := $(BUILD)/mooncake-cli
+BIN_OBJ := $(BUILD)/core/bin/mooncake-master.o $(BUILD)/core/bin/mooncake-cli.o
 LIB_A := $(BUILD)/libmooncake.a
 LIB_SO := $(BUILD)/libmooncake.so
 FS_BIN := $(BUILD)/mooncake-fs
 
-.PHONY: all deps run test test-unit test-integration asan bench install clean format format-check fuzz test-rdma bench-rdma
+.PHONY: all deps run test test-unit test-integration asan bench install clean format format-check check-layers fuzz test-rdma bench-rdma
 all: $(LIB_A) $(LIB_SO) $(FS_BIN) $(BIN_MASTER) $(BIN_CLI) $(UNIT_BIN)
 
 deps:
@@ -88,7 +89,7 @@ run: deps all
 	@echo "mounting an embedded store at $(MOUNT) (Ctrl-C unmounts)"
 	$(Q)$(FS_BIN) -f --segment-size $(SEGMENT_SIZE) $(MOUNT)
 
-test: deps all format-check
+test: deps all format-check check-layers
 	$(Q)tests/run-unit.sh $(BUILD)
 ifneq ($(SAN),1)
 	$(Q)tests/fuzz/run.sh $(FUZZ_CI_SECONDS)
@@ -190,8 +191,15 @@ format:
 format-check:
 	$(Q)clang-format --dry-run -Werror $(FORMAT_SRC)
 
+# The layers of core/src (docs/ARCHITECTURE.md, "Layers"): every include and
+# every call between objects goes down the table in tests/check-layers.py,
+# whose self-test first proves it catches wrong-way uses.
+check-layers: $(CORE_OBJ) $(FS_OBJ) $(BIN_OBJ)
+	$(Q)$(PYTHON) tests/check-layers.py --self-test
+	$(Q)$(PYTHON) tests/check-layers.py --objects $(BUILD)
+
 clean:
 	rm -rf build build-asan python/mooncake/_store*.so python/build python/*.egg-info
 
--include $(CORE_OBJ:.o=.d) $(FS_OBJ:.o=.d)
+-include $(CORE_OBJ:.o=.d) $(FS_OBJ:.o=.d) $(BIN_OBJ:.o=.d)
 -include python/python.mk
