@@ -37,7 +37,7 @@ CORE_LIBS += $(RDMA_LIBS)
 endif
 LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
 
-CORE_SRC := $(sort $(wildcard core/src/*.c))
+CORE_SRC := $(sort $(wildcard core/src/*/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 FS_SRC := $(sort $(wildcard fs/*.c))
 FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
@@ -46,11 +46,12 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 BIN_MASTER := $(BUILD)/mooncake-master
 BIN_CLI := $(BUILD)/mooncake-cli
+BIN_OBJ := $(BUILD)/core/bin/mooncake-master.o $(BUILD)/core/bin/mooncake-cli.o
 LIB_A := $(BUILD)/libmooncake.a
 LIB_SO := $(BUILD)/libmooncake.so
 FS_BIN := $(BUILD)/mooncake-fs
 
-.PHONY: all deps run test test-unit test-integration asan bench install clean format format-check fuzz test-rdma bench-rdma
+.PHONY: all deps run test test-unit test-integration asan bench install clean format format-check check-layers fuzz test-rdma bench-rdma
 all: $(LIB_A) $(LIB_SO) $(FS_BIN) $(BIN_MASTER) $(BIN_CLI) $(UNIT_BIN)
 
 deps:
@@ -73,7 +74,7 @@ $(FS_BIN): $(FS_OBJ) $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $(FS_OBJ) $(LIB_A) $(LDFLAGS_ALL) $(FUSE_LIBS) $(CORE_LIBS)
 
-$(BUILD)/mooncake-%: $(BUILD)/core/bin/%.o $(LIB_A)
+$(BUILD)/mooncake-%: $(BUILD)/core/bin/mooncake-%.o $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $< $(LIB_A) $(LDFLAGS_ALL) $(CORE_LIBS)
 
@@ -88,7 +89,7 @@ run: deps all
 	@echo "mounting an embedded store at $(MOUNT) (Ctrl-C unmounts)"
 	$(Q)$(FS_BIN) -f --segment-size $(SEGMENT_SIZE) $(MOUNT)
 
-test: deps all format-check
+test: deps all format-check check-layers
 	$(Q)tests/run-unit.sh $(BUILD)
 ifneq ($(SAN),1)
 	$(Q)tests/fuzz/run.sh $(FUZZ_CI_SECONDS)
@@ -134,8 +135,10 @@ bench: deps all python-ext
 # running Debian's kernel (installs qemu and the kernel the first time;
 # skips with the reason when they cannot be had).
 RDMA_SELFTEST := $(BUILD)/tests/rdma_selftest
-RDMA_SELFTEST_SRC := tests/rdma/rdma_selftest.c core/src/transport_rdma.c core/src/loop.c core/src/log.c
-$(RDMA_SELFTEST): $(RDMA_SELFTEST_SRC) core/src/transport_rdma.h core/src/loop_i.h core/src/log.h
+RDMA_SELFTEST_SRC := tests/rdma/rdma_selftest.c core/src/transport/transport_rdma.c core/src/runtime/loop.c \
+	core/src/runtime/log.c
+$(RDMA_SELFTEST): $(RDMA_SELFTEST_SRC) core/src/transport/transport_rdma.h core/src/runtime/loop_i.h \
+	core/src/runtime/log.h
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -DMC_HAVE_RDMA -o $@ $(RDMA_SELFTEST_SRC) $(LDFLAGS_ALL) $(RDMA_LIBS) -luring -lpthread
 
@@ -181,15 +184,22 @@ install: all
 	ln -sf libmooncake.so.0 $(DESTDIR)$(PREFIX)/lib/libmooncake.so
 	install -m 644 core/include/mooncake/*.h $(DESTDIR)$(PREFIX)/include/mooncake/
 
-FORMAT_SRC = $(wildcard core/include/mooncake/*.h core/src/*.[ch] core/bin/*.c fs/*.[ch] tests/unit/*.[ch] tests/fuzz/*.c tests/rdma/*.c python/mooncake/*.c)
+FORMAT_SRC = $(wildcard core/include/mooncake/*.h core/src/*/*.[ch] core/bin/*.c fs/*.[ch] tests/unit/*.[ch] tests/fuzz/*.c tests/rdma/*.c python/mooncake/*.c)
 format:
 	$(Q)clang-format -i $(FORMAT_SRC)
 
 format-check:
 	$(Q)clang-format --dry-run -Werror $(FORMAT_SRC)
 
+# The layers of core/src (docs/ARCHITECTURE.md, "Layers"): every include and
+# every call between objects goes down the table in tests/check-layers.py,
+# whose self-test first proves it catches wrong-way uses.
+check-layers: $(CORE_OBJ) $(FS_OBJ) $(BIN_OBJ)
+	$(Q)$(PYTHON) tests/check-layers.py --self-test
+	$(Q)$(PYTHON) tests/check-layers.py --objects $(BUILD)
+
 clean:
 	rm -rf build build-asan python/mooncake/_store*.so python/build python/*.egg-info
 
--include $(CORE_OBJ:.o=.d) $(FS_OBJ:.o=.d)
+-include $(CORE_OBJ:.o=.d) $(FS_OBJ:.o=.d) $(BIN_OBJ:.o=.d)
 -include python/python.mk

@@ -23,7 +23,6 @@
 #include <unistd.h>
 
 #include "fs.h"
-#include "net.h" /* mc__nofile_raise() */
 
 struct options {
     char *segment_size;
@@ -255,7 +254,7 @@ static int default_listen_addr(const char *mountpoint, char *buf, size_t n, char
 /* Creates the loop and opens the store on it. Returns 0 or -errno (logged). */
 static int open_store(fs_t *fs, mc_store_opts_t *so, int default_listen)
 {
-    mc__nofile_raise(); /* best effort: the store may serve connections */
+    mc_nofile_raise(); /* best effort: the store may serve connections */
     int rc = mc_loop_new(&fs->loop);
     if (rc < 0) {
         fprintf(stderr, "mooncake-fs: error: io_uring: %s\n", mc_strerror(rc));

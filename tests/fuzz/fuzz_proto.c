@@ -1,6 +1,6 @@
 /*
  * fuzz_proto.c - libFuzzer target for every decoder of the wire codec
- * (core/src/proto.c). Build and run it with tests/fuzz/run.sh.
+ * (core/src/wire/proto.c). Build and run it with tests/fuzz/run.sh.
  *
  * Each input is read two ways:
  *  1. As a stream of frames, the way a connection reads them: mc__hdr_decode()
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto.h"
+#include "wire/proto.h"
 #include "../unit/proto_fields.h"
 
 #define CHECK(cond)                                                                                \
@@ -50,16 +50,6 @@ static const struct row {
 #undef T_ROW
 };
 #define NROWS (sizeof(table) / sizeof(table[0]))
-
-/* mc_list_free() lives in core/src/master.c, which this target does not
- * link; this is the same walk (each key, the array, the list). */
-static void list_free(mc_list_t *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        free((char *)l->entries[i].key);
-    free(l->entries);
-    free(l);
-}
 
 static int same_bytes(const mc__wbuf_t *w, const char *p, size_t n)
 {
@@ -174,7 +164,7 @@ static int take_list(const char *p, size_t n)
     CHECK(mc__pack_list(&w, l) == 0);
     CHECK(same_bytes(&w, p, n));
     free(w.p);
-    list_free(l);
+    mc_list_free(l);
     return rc;
 }
 

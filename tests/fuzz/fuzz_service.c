@@ -1,6 +1,6 @@
 /*
  * fuzz_service.c - libFuzzer target for the master's request handling: every
- * operation's body decoder and handler (core/src/service.c), run against a
+ * operation's body decoder and handler (core/src/master/service.c), run against a
  * live master with three segments, a few objects, writes in progress and open
  * handles, a repair task handed out and a replica dropped by a writer, so
  * that handlers get past their lookups.
@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "master.h"
-#include "proto.h"
-#include "service.h"
+#include "master/master.h"
+#include "wire/proto.h"
+#include "master/service.h"
 
 static const uint16_t ops[] = {
 #define OP_CODE(name, code, req, resp) code,

@@ -1,6 +1,6 @@
 /*
  * gen_corpus.c - writes the seed corpus of tests/fuzz/fuzz_proto.c: valid
- * frames and bodies built with the codec itself (core/src/proto.c).
+ * frames and bodies built with the codec itself (core/src/wire/proto.c).
  *
  * Usage: gen_corpus DIR. Two kinds of seeds, matching the target's two
  * readings of an input:
@@ -12,14 +12,14 @@
  * The output is deterministic, so regenerating changes nothing unless the
  * protocol did. Build and run:
  *   cc -std=gnu11 -D_GNU_SOURCE -Icore/include -Icore/src -o /tmp/gen_corpus \
- *      tests/fuzz/gen_corpus.c core/src/proto.c && /tmp/gen_corpus tests/fuzz/corpus/proto
+ *      tests/fuzz/gen_corpus.c core/src/wire/proto.c && /tmp/gen_corpus tests/fuzz/corpus/proto
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto.h"
+#include "wire/proto.h"
 
 static const char *dir;
 

@@ -21,8 +21,9 @@ flags="-std=gnu11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undef
        -fno-sanitize-recover=undefined -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
        -D_GNU_SOURCE -I$root/core/include -I$root/core/src"
 
-# Target NAME is tests/fuzz/fuzz_NAME.c linked with core/src/NAME.c, or with
-# what tests/fuzz/NAME.link lists.
+# Target NAME is tests/fuzz/fuzz_NAME.c linked with core/src/LAYER/NAME.c (the
+# one file of that name in a layer folder), or with what tests/fuzz/NAME.link
+# lists.
 targets=
 for src in "$root"/tests/fuzz/fuzz_*.c; do
     name=$(basename "$src" .c)
@@ -38,9 +39,9 @@ mkdir -p "$out"
 for t in $targets; do
     echo "  CLANG   tests/fuzz/fuzz_$t.c"
     # shellcheck disable=SC2086
-    # tests/fuzz/NAME.link, if present, replaces core/src/NAME.c with its own
-    # sources and libraries (paths relative to the repository).
-    srcs="$root/core/src/$t.c"
+    # tests/fuzz/NAME.link, if present, replaces core/src/LAYER/NAME.c with its
+    # own sources and libraries (paths relative to the repository).
+    srcs=$(echo "$root"/core/src/*/"$t".c)
     if [ -f "$root/tests/fuzz/$t.link" ]; then
         srcs=$(cd "$root" && eval "echo $(cat "tests/fuzz/$t.link")" | sed "s|\(^\| \)core/|\1$root/core/|g")
     fi

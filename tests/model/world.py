@@ -35,8 +35,8 @@ NODE_TTL_MS = 4000  # the master's --node-ttl-ms in the cluster
 LEASE_MS = 1000  # read leases (Python remove returns OBJECT_HAS_LEASE meanwhile)
 EMBEDDED_SEGMENT = 64 * MiB
 NODE_SEGMENT = 32 * MiB
-HEARTBEAT_MS = 1000  # a node's heartbeat period (core/src/remote.c)
-PUT_TTL_MS_DEFAULT = 60000  # core/src/service.c: an untouched write is revoked
+HEARTBEAT_MS = 1000  # a node's heartbeat period (core/src/client/remote.c)
+PUT_TTL_MS_DEFAULT = 60000  # core/src/master/service.c: an untouched write is revoked
 
 
 def _help(binary):

@@ -1,5 +1,5 @@
 /*
- * rdma_selftest.c - the RDMA transport (core/src/transport_rdma.c) run for
+ * rdma_selftest.c - the RDMA transport (core/src/transport/transport_rdma.c) run for
  * real: a node process and a client process over a verbs device (Soft-RoCE
  * rxe0 in the test VM, see run-vm.sh).
  *
@@ -32,8 +32,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "transport_rdma.h"
+#include "runtime/log.h"
+#include "transport/transport_rdma.h"
 
 #define KiB ((uint64_t)1024)
 #define MiB ((uint64_t)1024 * 1024)

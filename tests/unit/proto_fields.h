@@ -18,7 +18,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "proto.h"
+#include "wire/proto.h"
 
 #define FIELDS_MAX 16
 

@@ -1,5 +1,5 @@
 /*
- * test_alloc.c - unit tests for the segment space allocator (core/src/alloc.c).
+ * test_alloc.c - unit tests for the segment space allocator (core/src/master/alloc.c).
  *
  * The fixed-layout tests build known patterns of holes and check where each
  * request lands; the stress test drives random gets, puts and tail shrinks
@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "alloc.h"
+#include "master/alloc.h"
 
 #define U 64 /* the alignment most tests use: one allocation unit */
 

@@ -1,5 +1,5 @@
 /*
- * test_auth.c - unit tests for authentication (core/src/auth.c) and the
+ * test_auth.c - unit tests for authentication (core/src/runtime/auth.c) and the
  * session handshake between a real server (server.c) and a reconnecting
  * rpc client (rpc.c) on one loop over loopback TCP.
  *
@@ -24,10 +24,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "log.h"
-#include "rpc.h"
-#include "server.h"
+#include "runtime/auth.h"
+#include "runtime/log.h"
+#include "runtime/rpc.h"
+#include "server/server.h"
 
 static const char *const horse = "correct horse battery staple";
 

@@ -1,5 +1,5 @@
 /*
- * test_index.c - unit tests for the ordered key index (core/src/index.c).
+ * test_index.c - unit tests for the ordered key index (core/src/master/index.c).
  *
  * Covers the map operations, the byte order of tricky keys (high bytes,
  * prefixes, '/' at several depths, embedded zero bytes), seek and prefix
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "index.h"
+#include "master/index.h"
 
 /* A key with an explicit length, so zero bytes inside are allowed. */
 typedef struct key {

@@ -1,5 +1,5 @@
 /*
- * test_loop.c - unit tests for the io_uring event loop (core/src/loop.c).
+ * test_loop.c - unit tests for the io_uring event loop (core/src/runtime/loop.c).
  *
  * Most tests run the loop on the test's own thread: handles are set up
  * before mc_loop_run(), callbacks stop the loop when they are done, and a

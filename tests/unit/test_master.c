@@ -1,5 +1,5 @@
 /*
- * test_master.c - unit tests for the metadata master (core/src/master.c).
+ * test_master.c - unit tests for the metadata master (core/src/master/master.c).
  *
  * The master has no clock and no I/O, so every test drives mc__master_*
  * directly with explicit `now` values (milliseconds) and checks versions,
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "master.h"
+#include "master/master.h"
 
 /* Checks a comparison of two integers, printing both when it fails. */
 #define assert_cmp(a, op, b)                                                                       \

@@ -32,13 +32,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "loop_i.h"
+#include "runtime/log.h"
+#include "runtime/loop_i.h"
 #include "mooncake/loop.h"
-#include "net.h"
-#include "proto.h"
-#include "rpc.h"
-#include "server.h"
+#include "runtime/net.h"
+#include "wire/proto.h"
+#include "runtime/rpc.h"
+#include "server/server.h"
 
 /* ---- harness ---- */
 
@@ -530,6 +530,13 @@ static void test_log_lines(void **state)
     assert_int_equal(mc__log_parse_level("warning"), MC__LOG_WARN);
     assert_int_equal(mc__log_parse_level("error"), MC__LOG_ERROR);
     assert_int_equal(mc__log_parse_level("loud"), -EINVAL);
+    /* The public entry point: a bad level changes nothing; NULL keeps it. */
+    assert_int_equal(mc_log_init("other", "loud"), -EINVAL);
+    assert_int_equal(mc_log_init("test_net", NULL), 0);
+    assert_int_equal(mc__log_get_level(), MC__LOG_INFO);
+    assert_int_equal(mc_log_init("test_net", "Debug"), 0);
+    assert_int_equal(mc__log_get_level(), MC__LOG_DEBUG);
+    assert_int_equal(mc_log_init("test_net", "info"), 0);
 
     /* A long message stays one line. */
     char big[4000];

@@ -1,5 +1,5 @@
 /*
- * test_proto.c - unit tests for the wire codec (core/src/proto.c).
+ * test_proto.c - unit tests for the wire codec (core/src/wire/proto.c).
  *
  * Frame headers (exact bytes, every error); the request and response format
  * of every operation in the table, driven from MC__PROTO_OPS itself: each
@@ -28,7 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "proto.h"
+#include "wire/proto.h"
 #include "proto_fields.h"
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -1,6 +1,6 @@
 /*
  * test_rdma_desc.c - unit tests for the RDMA segment descriptor codec
- * (core/src/transport_rdma.c), which is built with or without RDMA: the
+ * (core/src/transport/transport_rdma.c), which is built with or without RDMA: the
  * exact bytes of a packed descriptor, the round trip, every truncation and
  * trailing byte, and each inconsistency the decoder must refuse. Without
  * MC_HAVE_RDMA it also checks that the transport's stubs say -ENOTSUP.
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transport_rdma.h"
+#include "transport/transport_rdma.h"
 
 static mc__rdma_desc_t *make_desc(uint64_t size, uint64_t chunk)
 {

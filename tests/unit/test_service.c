@@ -1,5 +1,5 @@
 /*
- * test_service.c - the master service (core/src/service.c) driven with
+ * test_service.c - the master service (core/src/master/service.c) driven with
  * request bodies, as the server would, with explicit time.
  */
 #include <errno.h>
@@ -12,10 +12,10 @@
 
 #include <cmocka.h>
 
-#include "master.h"
-#include "proto.h"
-#include "repair.h"
-#include "service.h"
+#include "master/master.h"
+#include "wire/proto.h"
+#include "master/repair.h"
+#include "master/service.h"
 
 #define T0 1000000
 #define MiB (1ULL << 20)

@@ -1,6 +1,6 @@
 /*
  * test_shm.c - unit tests for the shared-memory transport's pieces
- * (core/src/shm.c) and for SHM_MAP end to end on one loop: a server with a
+ * (core/src/transport/shm.c) and for SHM_MAP end to end on one loop: a server with a
  * memfd segment answers on its abstract Unix socket, and the descriptor
  * crosses the io_uring recvmsg path (loop.c, net.c) into the client, which
  * maps it and sees the server's bytes.
@@ -19,10 +19,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "rpc.h"
-#include "server.h"
-#include "shm.h"
+#include "runtime/log.h"
+#include "runtime/rpc.h"
+#include "server/server.h"
+#include "transport/shm.h"
 
 #define SEG_SIZE (1u << 20)
 

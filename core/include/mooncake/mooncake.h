@@ -173,6 +173,30 @@ MC_EXPORT const char *mc_strerror(int code);
  */
 MC_EXPORT int mc_parse_size(const char *s, uint64_t *out);
 
+/* ---- the process ---- */
+
+/*
+ * mc_log_init() sets the program name that prefixes libmooncake's one-line
+ * diagnostics on stderr (copied; at most 63 bytes are kept) and, unless
+ * level is NULL, the most verbose level printed: "error", "warn" (or
+ * "warning"), "info" or "debug", any case. Before it is called the name is
+ * "mooncake" and the level "warn". Returns 0, or -EINVAL for an unknown
+ * level (then nothing changes). Call it at startup, before other threads
+ * log.
+ */
+MC_EXPORT int mc_log_init(const char *program, const char *level);
+
+/*
+ * mc_nofile_raise() raises this process's soft RLIMIT_NOFILE to its hard
+ * limit, so that a process serving connections is bounded by its server's
+ * own connection limit rather than by a low default, and returns the new
+ * soft limit, or -errno when it cannot be read or changed (the limit is
+ * then as before). For programs to call once at startup (mooncake-master,
+ * mooncake-fs and mooncake-cli do); the library never changes its host's
+ * limits by itself.
+ */
+MC_EXPORT long mc_nofile_raise(void);
+
 /* ---- the store ---- */
 
 /* mc_store_opts_init() fills defaults (embedded, MC_DEFAULT_SEGMENT_SIZE). */

@@ -1,0 +1,362 @@
+/*
+ * master.c - mooncake-master: the cluster's metadata master.
+ *
+ * Serves the master logic (key index, versions, placement, leases, pins,
+ * eviction, node liveness) over the wire protocol on one address, optionally
+ * with a memory segment of its own. Runs one io_uring loop until SIGINT or
+ * SIGTERM, then exits 0.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "runtime/auth.h"
+#include "runtime/log.h"
+#include "master/master.h"
+#include "mooncake/mooncake.h"
+#include "runtime/net.h"
+#include "server/server.h"
+#include "master/service.h"
+#include "transport/shm.h"
+#include "transport/transport_rdma.h"
+
+#define SEG_LOCAL 0
+
+static mc__seg_t seg_mem = {.fd = -1};
+static uint64_t seg_size;
+
+static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd)
+{
+    if (seg != SEG_LOCAL || !seg_mem.base)
+        return -ENOENT;
+    *base = seg_mem.base;
+    *size = seg_mem.size;
+    *fd = seg_mem.fd;
+    return 0;
+}
+
+static void on_signal(mc_poll_t *p, int revents)
+{
+    struct signalfd_siginfo si;
+    if (read(p->fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+        mc__log(MC__LOG_INFO, "%s: shutting down", strsignal((int)si.ssi_signo));
+    mc_loop_stop(p->data);
+}
+
+static void on_drained(mc_timer_t *t)
+{
+    mc_loop_stop(t->data);
+}
+
+static void usage(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "usage: %s [options]\n\n"
+            "The Mooncake metadata master: nodes mount memory segments into it, clients\n"
+            "ask it where objects live; data never passes through it.\n\n"
+            "options:\n"
+            "    --listen ADDR         host:port or unix:/path (default 127.0.0.1:50051;\n"
+            "                          give 0.0.0.0:PORT and a secret to serve other hosts)\n"
+            "    --port N              shorthand for --listen 127.0.0.1:N\n"
+            "    --segment-size SIZE   also host a segment of SIZE bytes (e.g. 1G)\n"
+            "    --lease-ms N          read lease granted by gets (default %d)\n"
+            "    --node-ttl-ms N       a node silent this long loses its segments (5000)\n"
+            "    --put-ttl-ms N        a write idle this long is revoked (60000); its\n"
+            "                          writer's later writes fail (ESTALE)\n"
+            "    --evict-high PCT      evict when use passes PCT%% (default 0: never)\n"
+            "    --evict-ratio PCT     then free PCT%% of the space (default 10)\n"
+            "    --repair-inflight N   copies restoring lost replicas at once (default 4;\n"
+            "                          0: no repair)\n"
+            "    --repair-mbps N       and at most N MiB/s of them on average (default 0:\n"
+            "                          no limit)\n"
+            "    --auth-secret-file F  the cluster's shared secret (mode 600): every peer\n"
+            "                          must prove it knows it, and this master proves\n"
+            "                          it to them (required beyond loopback; without\n"
+            "                          one, every local user may use the cluster)\n"
+            "    --no-shm              do not offer the segment to co-located clients\n"
+            "    --idle-timeout-ms N   close a connection silent this long (default %d)\n"
+            "    --handshake-timeout-ms N  ... this long before its HELLO/AUTH (%d)\n"
+            "    --max-connections N   connections at once (default: from the\n"
+            "                          descriptor limit, at most %d)\n"
+            "    --protocol P          how peers reach the segment: tcp (default), rdma\n"
+            "                          (also over RDMA; fails without a device) or auto\n"
+            "    --rdma-device NAME    the verbs device(s) for RDMA, comma-separated\n"
+            "                          as shared memory\n"
+            "    --log-level LEVEL     error, warn, info (default), debug\n"
+            "    -h, --help, -V, --version\n",
+            prog, MC_DEFAULT_LEASE_MS, MC__SERVER_IDLE_TIMEOUT_MS, MC__SERVER_HANDSHAKE_TIMEOUT_MS,
+            MC__SERVER_MAX_CONNS);
+}
+
+static int num(const char *s, const char *what, unsigned long long max, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || v > max) {
+        fprintf(stderr, "mooncake-master: error: bad %s '%s'\n", what, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, 'l'},
+        {"port", required_argument, NULL, 'p'},
+        {"segment-size", required_argument, NULL, 's'},
+        {"lease-ms", required_argument, NULL, 'L'},
+        {"node-ttl-ms", required_argument, NULL, 'T'},
+        {"put-ttl-ms", required_argument, NULL, 'U'},
+        {"evict-high", required_argument, NULL, 'e'},
+        {"evict-ratio", required_argument, NULL, 'r'},
+        {"repair-inflight", required_argument, NULL, 'F'},
+        {"repair-mbps", required_argument, NULL, 'B'},
+        {"auth-secret-file", required_argument, NULL, 'a'},
+        {"no-shm", no_argument, NULL, 'S'},
+        {"idle-timeout-ms", required_argument, NULL, 'I'},
+        {"handshake-timeout-ms", required_argument, NULL, 'H'},
+        {"max-connections", required_argument, NULL, 'C'},
+        {"protocol", required_argument, NULL, 'P'},
+        {"rdma-device", required_argument, NULL, 'D'},
+        {"log-level", required_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {0},
+    };
+    char listen_buf[64];
+    const char *listen = "127.0.0.1:50051";
+    const char *secret_file = NULL;
+    int no_shm = 0, xport = MC__XPORT_TCP;
+    const char *rdma_devices = NULL;
+    mc__secret_t *secret = NULL;
+    unsigned long long v;
+    mc__master_opts_t mo = {.lease_ms = MC_DEFAULT_LEASE_MS, .align = 64};
+    mc__svc_opts_t so = {.first_id = mc__svc_random_id()};
+    uint64_t idle_ms = 0, handshake_ms = 0;
+    unsigned max_conns = 0;
+    int level = MC__LOG_INFO, c;
+
+    while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'l':
+            listen = optarg;
+            break;
+        case 'p':
+            if (num(optarg, "--port", 65535, &v) < 0)
+                return 2;
+            snprintf(listen_buf, sizeof(listen_buf), "127.0.0.1:%llu", v);
+            listen = listen_buf;
+            break;
+        case 's':
+            if (mc_parse_size(optarg, &seg_size) < 0 || (seg_size && seg_size < 4096)) {
+                fprintf(stderr, "mooncake-master: error: bad --segment-size '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'L':
+            if (num(optarg, "--lease-ms", 86400000, &v) < 0)
+                return 2;
+            mo.lease_ms = v;
+            break;
+        case 'T':
+            if (num(optarg, "--node-ttl-ms", 86400000, &v) < 0 || v == 0)
+                return 2;
+            so.node_ttl_ms = v;
+            break;
+        case 'U':
+            if (num(optarg, "--put-ttl-ms", 86400000, &v) < 0 || v == 0)
+                return 2;
+            so.put_ttl_ms = v;
+            break;
+        case 'e':
+            if (num(optarg, "--evict-high", 100, &v) < 0)
+                return 2;
+            mo.evict_high_pct = (unsigned)v;
+            break;
+        case 'r':
+            if (num(optarg, "--evict-ratio", 100, &v) < 0)
+                return 2;
+            mo.evict_ratio_pct = (unsigned)v;
+            break;
+        case 'F':
+            if (num(optarg, "--repair-inflight", 1024, &v) < 0)
+                return 2;
+            so.repair_inflight = (uint32_t)v;
+            so.no_repair = v == 0;
+            break;
+        case 'B':
+            if (num(optarg, "--repair-mbps", 1 << 20, &v) < 0)
+                return 2;
+            so.repair_bytes_per_s = v << 20;
+            break;
+        case 'a':
+            secret_file = optarg;
+            break;
+        case 'S':
+            no_shm = 1;
+            break;
+        case 'I':
+            if (num(optarg, "--idle-timeout-ms", 86400000, &v) < 0 || v == 0)
+                return 2;
+            idle_ms = v;
+            break;
+        case 'H':
+            if (num(optarg, "--handshake-timeout-ms", 86400000, &v) < 0 || v == 0)
+                return 2;
+            handshake_ms = v;
+            break;
+        case 'C':
+            if (num(optarg, "--max-connections", 1000000, &v) < 0 || v == 0)
+                return 2;
+            max_conns = (unsigned)v;
+            break;
+        case 'P':
+            if ((xport = mc__xport_parse(optarg)) < 0) {
+                fprintf(stderr, "mooncake-master: error: --protocol takes tcp, rdma or auto\n");
+                return 2;
+            }
+            break;
+        case 'D':
+            rdma_devices = optarg;
+            break;
+        case 'v':
+            level = mc__log_parse_level(optarg);
+            if (level < 0) {
+                fprintf(stderr, "mooncake-master: error: bad --log-level '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+            usage(stdout, argv[0]);
+            return 0;
+        case 'V':
+            printf("mooncake-master %s (protocol %d)\n", MC_VERSION_STRING, MC__PROTO_VERSION);
+            return 0;
+        default:
+            usage(stderr, argv[0]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr, argv[0]);
+        return 2;
+    }
+    mc__log_init("mooncake-master", level);
+    if (mc_nofile_raise() < 0)
+        mc__log(MC__LOG_INFO, "cannot raise the descriptor limit: the connection limit follows it");
+
+    mc__addr_t addr;
+    int rc = mc__addr_parse(listen, 50051, &addr);
+    if (rc < 0) {
+        mc__log(MC__LOG_ERROR, "bad --listen '%s': %s", listen, mc_strerror(rc));
+        return 2;
+    }
+    if (secret_file && mc__secret_load(secret_file, &secret) < 0)
+        return 2; /* the reason is logged */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigprocmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    mc_loop_t *loop = NULL;
+    mc__master_t *m = NULL;
+    mc__svc_t *svc = NULL;
+    mc__server_t *srv = NULL;
+    mc__rdma_ctx_t *rdma = NULL;
+    mc__rdma_mr_t *seg_mr = NULL;
+    int ret = 1;
+    if ((rc = mc_loop_new(&loop)) < 0 || (rc = mc__master_new(&m, &mo)) < 0 ||
+        (rc = mc__svc_new(&svc, m, &so)) < 0) {
+        mc__log(MC__LOG_ERROR, "starting: %s", mc_strerror(rc));
+        goto out;
+    }
+    if (seg_size) {
+        /* In a memfd, so that co-located clients can map it (shm.h). */
+        if ((rc = mc__seg_create(seg_size, "mooncake-segment", &seg_mem)) < 0 ||
+            mc__svc_add_local_segment(svc, SEG_LOCAL, seg_size, NULL)) {
+            mc__log(MC__LOG_ERROR, "cannot host a segment of %llu bytes: %s",
+                    (unsigned long long)seg_size, mc_strerror(rc < 0 ? rc : -ENOMEM));
+            goto out;
+        }
+    }
+    mc__server_opts_t sro = {.svc = svc,
+                             .seg_lookup = seg_lookup,
+                             .secret = secret,
+                             .shm = !no_shm && seg_size,
+                             .idle_timeout_ms = idle_ms,
+                             .handshake_timeout_ms = handshake_ms,
+                             .max_conns = max_conns};
+    rc = mc__server_new(&srv, loop, &addr, &sro);
+    if (rc < 0) {
+        mc__log(MC__LOG_ERROR, "cannot listen on %s: %s", listen, mc_strerror(rc));
+        goto out;
+    }
+    mc__svc_set_local_addr(svc, mc__server_addr(srv));
+    if (seg_size && (rc = mc__rdma_open(loop, xport, rdma_devices, 0, &rdma)) < 0) {
+        mc__log(MC__LOG_ERROR, "protocol rdma: %s",
+                rc == -ENODEV ? "no usable RDMA device" : mc_strerror(rc));
+        goto out;
+    }
+    if (rdma) {
+        /* The segment is also served over RDMA; its record goes out with
+         * every replica set that names it. */
+        char host[MC__ADDR_STRLEN], *rec = NULL;
+        size_t rec_len = 0;
+        const char *a = mc__server_addr(srv), *colon = strrchr(a, ':');
+        snprintf(host, sizeof(host), "%.*s", colon ? (int)(colon - a) : 0, a);
+        if (host[0] == '[') {
+            memmove(host, host + 1, strlen(host));
+            host[strlen(host) - 1] = '\0';
+        }
+        rc = mc__rdma_serve(rdma, seg_mem.base, seg_mem.size, host, &seg_mr, &rec, &rec_len);
+        if (rc >= 0)
+            rc = mc__svc_set_local_rdma(svc, rec, rec_len);
+        free(rec);
+        if (rc < 0 && xport == MC__XPORT_RDMA) {
+            mc__log(MC__LOG_ERROR, "cannot serve the segment over RDMA on %s: %s", host,
+                    mc_strerror(rc));
+            goto out;
+        }
+        if (rc < 0)
+            mc__log(MC__LOG_INFO, "the segment is served over TCP only: %s", mc_strerror(rc));
+    }
+    int sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    mc_poll_t sig = {.data = loop};
+    if (sfd < 0 || mc_poll_start(loop, &sig, sfd, POLLIN, on_signal) < 0)
+        goto out;
+    mc__log(MC__LOG_INFO, "listening on %s (segment %llu bytes%s)", mc__server_addr(srv),
+            (unsigned long long)seg_size, secret ? ", authentication required" : "");
+    rc = mc_loop_run(loop);
+    ret = rc < 0 ? 1 : 0;
+    mc_poll_stop(&sig);
+    close(sfd);
+    /* Close the connections and let the loop finish with them. */
+    mc__server_close(srv);
+    srv = NULL;
+    mc_timer_t drain = {.data = loop};
+    mc_timer_start(loop, &drain, 50, 0, on_drained);
+    mc_loop_run(loop);
+out:
+    mc__server_close(srv);
+    mc__svc_free(svc);
+    mc__master_free(m);
+    mc__rdma_deregister(seg_mr);
+    mc__rdma_ctx_free(rdma);
+    if (loop)
+        mc_loop_free(loop);
+    mc__seg_destroy(&seg_mem);
+    mc__secret_free(secret);
+    return ret;
+}

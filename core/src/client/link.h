@@ -1,0 +1,55 @@
+/*
+ * link.h - how the client reaches a master: one interface, two bindings.
+ *
+ * A call sends one request (an operation of proto.h and its body) and calls
+ * back once with the response's status and body, exactly as an RPC does
+ * (rpc.h): always from the loop, never inside the call that started it.
+ *
+ *   rpc    the master is another process: the call is an RPC over a
+ *          reconnecting client connection (rpc.h), bounded by its timeout.
+ *   local  the master is in this process (an embedded store): the call is
+ *          mc__svc_handle() on the spot, with no socket and no copy of the
+ *          request, and the response is delivered after the current
+ *          callback. The requests of one local link belong to one owner
+ *          of the service, as a connection's do.
+ *
+ * So the client runs the same code, and the master's request handling the
+ * same rules, whether the master is here or elsewhere. Loop thread only.
+ */
+#ifndef MC_LINK_H
+#define MC_LINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mooncake/loop.h"
+#include "runtime/net.h"
+#include "runtime/rpc.h"
+
+struct mc__svc;
+
+typedef struct mc__link mc__link_t;
+
+/*
+ * Sends request op with body[0..len) (copied, or used before returning) and
+ * calls cb(arg, status, body, len) once, as described above. Returns 0, or a
+ * negative errno (the request was not sent; cb is never called).
+ */
+int mc__link_call(mc__link_t *l, uint16_t op, const void *body, size_t len, uint64_t timeout_ms,
+                  mc__rpc_cb cb, void *arg);
+
+/* Closes the link: calls in flight fail with -ECANCELED (rpc) or are
+ * answered as usual (local); a local link's owner is gone for the
+ * service (its writes are revoked, its handles closed). */
+void mc__link_close(mc__link_t *l);
+
+/* The rpc binding: a reconnecting client of the master at a (rpc.h; ops and
+ * arg as for mc__rpc_client_new()). Returns 0 or a negative errno. */
+int mc__link_rpc_new(mc_loop_t *loop, const mc__addr_t *a, uint64_t timeout_ms,
+                     const mc__rpc_client_ops_t *ops, void *arg, mc__link_t **out);
+
+/* The local binding: calls go to svc (not owned) as owner. Returns 0 or
+ * -ENOMEM. */
+int mc__link_local_new(mc_loop_t *loop, struct mc__svc *svc, uint64_t owner, mc__link_t **out);
+
+#endif /* MC_LINK_H */

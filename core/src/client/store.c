@@ -1,0 +1,937 @@
+/*
+ * store.c - the public store API: opening and closing a store, and turning
+ * each call into an `op` for the client (remote.c).
+ *
+ * Every operation becomes an `op` that runs on the store's loop thread: at
+ * once when the caller is already on it, otherwise posted to the loop; its
+ * callback runs later, never inside the call. There is one path: a store
+ * opened with a master address is a client of that master (and with a
+ * segment, a node); an embedded store is a client of a master in this very
+ * process (master.c and service.c behind a local link, link.h) with its
+ * segment as the only one, running the same client code and the same
+ * request handling a cluster runs.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "runtime/auth.h"
+#include "runtime/log.h"
+#include "master/master.h"
+#include "runtime/net.h"
+#include "mooncake/mooncake.h"
+#include "server/server.h"
+#include "master/service.h"
+#include "transport/shm.h"
+#include "client/store_i.h"
+#include "transport/transport_rdma.h"
+
+void mc_store_opts_init(mc_store_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->segment_size = MC_DEFAULT_SEGMENT_SIZE;
+    o->lease_ms = MC_DEFAULT_LEASE_MS;
+}
+
+mc_loop_t *mc_store_loop(mc_store_t *s)
+{
+    return s->loop;
+}
+
+void mc_store_stats(mc_store_t *s, mc_store_stats_t *out)
+{
+    out->local_ops = __atomic_load_n(&s->st.local_ops, __ATOMIC_RELAXED);
+    out->local_bytes = __atomic_load_n(&s->st.local_bytes, __ATOMIC_RELAXED);
+    out->shm_ops = __atomic_load_n(&s->st.shm_ops, __ATOMIC_RELAXED);
+    out->shm_bytes = __atomic_load_n(&s->st.shm_bytes, __ATOMIC_RELAXED);
+    out->tcp_ops = __atomic_load_n(&s->st.tcp_ops, __ATOMIC_RELAXED);
+    out->tcp_bytes = __atomic_load_n(&s->st.tcp_bytes, __ATOMIC_RELAXED);
+    out->rdma_ops = __atomic_load_n(&s->st.rdma_ops, __ATOMIC_RELAXED);
+    out->rdma_bytes = __atomic_load_n(&s->st.rdma_bytes, __ATOMIC_RELAXED);
+    out->rdma_zero_copy_bytes = __atomic_load_n(&s->st.rdma_zero_copy_bytes, __ATOMIC_RELAXED);
+    out->cache_hits = __atomic_load_n(&s->st.cache_hits, __ATOMIC_RELAXED);
+}
+
+/* ---- op plumbing ---- */
+
+static op_t *op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
+                    const char *key2, size_t klen2, mc_done_cb cb, void *arg)
+{
+    op_t *o = calloc(1, sizeof(*o) + klen + klen2 + 2);
+    if (!o)
+        return NULL;
+    o->s = s;
+    o->kind = kind;
+    o->cb = cb;
+    o->arg = arg;
+    o->key = o->keys;
+    o->klen = klen;
+    if (klen)
+        memcpy(o->key, key, klen);
+    o->key2 = o->keys + klen + 1;
+    o->klen2 = klen2;
+    if (klen2)
+        memcpy(o->key2, key2, klen2);
+    return o;
+}
+
+static void complete(void *arg)
+{
+    op_t *o = arg;
+    if (o->cb)
+        o->cb(o->arg, o->result);
+    free(o);
+}
+
+void mc__op_finish(op_t *o, int rc)
+{
+    o->result = rc;
+    mc_loop_defer(o->s->loop, &o->work, complete, o);
+}
+
+static void remote_posted(void *arg)
+{
+    op_t *o = arg;
+    if (!o->s->rm) /* closing */
+        return mc__op_finish(o, -ECANCELED);
+    mc__remote_exec(o);
+}
+
+/* Runs o on the loop; its callback runs later, never inside this call. */
+static int submit(op_t *o)
+{
+    mc_store_t *s = o->s;
+    if (mc_loop_is_current(s->loop)) {
+        remote_posted(o);
+        return 0;
+    }
+    int rc = mc_loop_post(s->loop, remote_posted, o);
+    if (rc < 0)
+        free(o);
+    return rc;
+}
+
+/* ---- open / close ---- */
+
+/* An embedded store's master does its periodic work here, unless a server
+ * (serving the protocol) does it already. */
+static void on_sweep(mc_timer_t *t)
+{
+    mc_store_t *s = t->data;
+    if (!s->srv)
+        mc__svc_tick(s->svc, mc_loop_now_ms());
+}
+
+static void *loop_thread(void *arg)
+{
+    mc_store_t *s = arg;
+    mc_loop_run(s->loop);
+    return NULL;
+}
+
+static int local_seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd)
+{
+    mc_store_t *s = arg;
+    if (seg != SEG_LOCAL || !s->seg)
+        return -ENOENT;
+    *base = s->seg;
+    *size = s->seg_size;
+    *fd = s->seg_fd;
+    return 0;
+}
+
+/* The embedded master (an in-process service) with the local segment. */
+static int embedded_master(mc_store_t *s, const mc_store_opts_t *o)
+{
+    mc__master_opts_t mo = {
+        .lease_ms = o->lease_ms ? o->lease_ms : MC_DEFAULT_LEASE_MS,
+        .evict_high_pct = o->evict_high_pct,
+        .evict_ratio_pct = o->evict_ratio_pct,
+        .align = 64,
+    };
+    int rc = mc__master_new(&s->m, &mo);
+    if (rc < 0 || (rc = mc__master_add_segment(s->m, SEG_LOCAL, s->seg_size)) < 0)
+        return rc;
+    mc__svc_opts_t so = {.first_id = mc__svc_random_id()};
+    if ((rc = mc__svc_new(&s->svc, s->m, &so)) < 0)
+        return rc;
+    return mc__svc_add_local_segment(s->svc, SEG_LOCAL, 0, NULL);
+}
+
+/* Serves the embedded master and segment to other processes. */
+static int serve_embedded(mc_store_t *s, const char *listen)
+{
+    mc__addr_t a;
+    int rc = mc__addr_parse(listen, 50051, &a);
+    if (rc < 0)
+        return rc;
+    mc__server_opts_t o = {.svc = s->svc,
+                           .seg_lookup = local_seg_lookup,
+                           .seg_arg = s,
+                           .secret = s->secret,
+                           .shm = !s->no_shm};
+    rc = mc__server_new(&s->srv, s->loop, &a, &o);
+    if (rc < 0)
+        return rc;
+    mc__svc_set_local_addr(s->svc, mc__server_addr(s->srv));
+    if (s->rdma && s->seg) {
+        char host[MC__ADDR_STRLEN];
+        if ((rc = mc__rdma_host_of(mc__server_addr(s->srv), host, sizeof(host))) < 0 ||
+            (rc = mc__store_rdma_serve(s, host)) < 0 ||
+            (rc = mc__svc_set_local_rdma(s->svc, s->rdma_rec, s->rdma_rec_len)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int mc__rdma_host_of(const char *addr, char *host, size_t cap)
+{
+    const char *colon = strrchr(addr, ':');
+    if (strncmp(addr, "unix:", 5) == 0 || !colon)
+        return -EAFNOSUPPORT; /* RDMA needs an IP address */
+    const char *h = addr;
+    size_t n = (size_t)(colon - addr);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']')
+        h++, n -= 2;
+    if (n == 0 || n >= cap)
+        return -EINVAL;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    return 0;
+}
+
+int mc__store_rdma_serve(mc_store_t *s, const char *host)
+{
+    if (s->seg_mr)
+        return 0;
+    int rc = mc__rdma_serve(s->rdma, s->seg, s->seg_size, host, &s->seg_mr, &s->rdma_rec,
+                            &s->rdma_rec_len);
+    if (rc < 0)
+        mc__log(MC__LOG_ERROR, "cannot serve the segment over RDMA on %s: %s", host,
+                mc_strerror(rc));
+    return rc;
+}
+
+static void remote_opened(mc_store_t *s, int rc)
+{
+    pthread_mutex_lock(&s->open_mu);
+    s->open_rc = rc;
+    s->open_done = 1;
+    pthread_cond_signal(&s->open_cv);
+    pthread_mutex_unlock(&s->open_mu);
+    if (!s->own_loop)
+        mc_loop_stop(s->loop);
+}
+
+static void remote_open_posted(void *arg)
+{
+    mc_store_t *s = arg;
+    int rc = mc__remote_open(s, s->open_master, s->open_listen, remote_opened);
+    if (rc < 0)
+        remote_opened(s, rc);
+}
+
+/* Connects to the master (and mounts the segment), waiting for the result. */
+static int open_remote(mc_store_t *s)
+{
+    if (s->own_loop) {
+        int rc = mc_loop_post(s->loop, remote_open_posted, s);
+        if (rc < 0)
+            return rc;
+    } else if (mc_loop_is_current(s->loop)) {
+        return -EDEADLK; /* cannot wait on the loop we are running */
+    } else {
+        remote_open_posted(s);
+        if (!s->open_done)
+            mc_loop_run(s->loop); /* until remote_opened() stops it */
+    }
+    pthread_mutex_lock(&s->open_mu);
+    while (!s->open_done)
+        pthread_cond_wait(&s->open_cv, &s->open_mu);
+    pthread_mutex_unlock(&s->open_mu);
+    return s->open_rc;
+}
+
+int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
+{
+    mc_store_opts_t def;
+    if (!o) {
+        mc_store_opts_init(&def);
+        o = &def;
+    }
+    int remote = o->master && o->master[0];
+    if (o->evict_high_pct > 100 || o->evict_ratio_pct > 100)
+        return -EINVAL;
+    uint64_t seg_size = o->segment_size;
+    if (!seg_size && !remote)
+        seg_size = MC_DEFAULT_SEGMENT_SIZE;
+    if (seg_size && seg_size < 4096)
+        return -EINVAL;
+
+    mc_store_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    pthread_mutex_init(&s->open_mu, NULL);
+    pthread_cond_init(&s->open_cv, NULL);
+    s->remote = remote;
+    s->timeout_ms = o->timeout_ms ? o->timeout_ms : 5000;
+    s->seg_fd = -1;
+    s->no_shm = o->no_shm != 0;
+    s->no_rcache = o->no_replica_cache != 0;
+    int rc = mc__xport_parse(o->protocol);
+    if (rc < 0)
+        goto fail;
+    s->xport = rc;
+    rc = 0;
+    if (o->secret_file && (rc = mc__secret_load(o->secret_file, &s->secret)) < 0)
+        goto fail;
+    if (seg_size) {
+        /* In a memfd, so that co-located clients can map it (shm.h). */
+        mc__seg_t seg;
+        if ((rc = mc__seg_create(seg_size, "mooncake-segment", &seg)) < 0)
+            goto fail;
+        s->seg = seg.base;
+        s->seg_size = seg.size;
+        s->seg_fd = seg.fd;
+    }
+    if (!remote && (rc = embedded_master(s, o)) < 0)
+        goto fail;
+    if (o->loop) {
+        s->loop = o->loop;
+    } else {
+        rc = mc_loop_new(&s->loop);
+        if (rc < 0)
+            goto fail;
+        s->own_loop = 1;
+    }
+    /* Before the loop thread starts, so that a missing device is an error
+     * of this call (the context then belongs to the loop thread). */
+    if ((rc = mc__rdma_open(s->loop, s->xport, o->rdma_devices, s->timeout_ms, &s->rdma)) < 0) {
+        mc__log(MC__LOG_ERROR, "protocol rdma: %s",
+                rc == -ENODEV            ? "no usable RDMA device"
+                : rc == -EPROTONOSUPPORT ? "built without RDMA (libibverbs)"
+                                         : mc_strerror(rc));
+        goto fail;
+    }
+    if (!remote) {
+        /* One path: the embedded store is a client of its own master. */
+        if ((rc = mc__remote_open_local(s, SEG_LOCAL)) < 0)
+            goto fail;
+        s->sweep.data = s;
+        rc = mc_timer_start(s->loop, &s->sweep, 1000, 1000, on_sweep);
+        if (rc < 0)
+            goto fail;
+        if (o->listen && (rc = serve_embedded(s, o->listen)) < 0)
+            goto fail;
+    }
+    if (remote) {
+        s->open_master = strdup(o->master);
+        s->open_listen = o->listen ? strdup(o->listen) : NULL;
+        if (!s->open_master || (o->listen && !s->open_listen)) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+    }
+    if (s->own_loop) {
+        /* The loop thread takes no signals: they belong to the caller. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        rc = -pthread_create(&s->thread, NULL, loop_thread, s);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc < 0)
+            goto fail;
+        s->thread_started = 1;
+    }
+    if (remote && (rc = open_remote(s)) < 0)
+        goto fail;
+    *out = s;
+    return 0;
+fail:
+    mc_store_close(s);
+    return rc;
+}
+
+/* Lets the loop run for a moment so that closing connections finish. */
+static void stop_cb(mc_timer_t *t)
+{
+    mc_loop_stop(t->loop);
+}
+
+/* The cluster path is closed: give the connections a moment to finish
+ * closing, then stop the loop. */
+static void remote_closed(mc_store_t *s)
+{
+    s->drain.data = s;
+    mc_timer_start(s->loop, &s->drain, 50, 0, stop_cb);
+}
+
+static void close_on_loop(mc_store_t *s)
+{
+    mc_timer_stop(&s->sweep);
+    int net = s->remote || s->srv;
+    mc__server_close(s->srv);
+    s->srv = NULL;
+    if (net) {
+        mc__remote_close(s, remote_closed);
+    } else {
+        mc__remote_close(s, NULL);
+        mc_loop_stop(s->loop);
+    }
+}
+
+static void stop_on_loop(void *arg)
+{
+    close_on_loop(arg);
+}
+
+void mc_store_close(mc_store_t *s)
+{
+    if (!s)
+        return;
+    if (s->own_loop && s->thread_started) {
+        if (mc_loop_post(s->loop, stop_on_loop, s) < 0)
+            mc_loop_stop(s->loop);
+        pthread_join(s->thread, NULL);
+    } else if (s->loop && !mc_loop_is_current(s->loop)) {
+        close_on_loop(s);
+        mc_loop_run(s->loop); /* until the drain timer (or at once) */
+    } else if (s->loop) {
+        mc_timer_stop(&s->sweep);
+        mc__remote_close(s, NULL);
+        mc__server_close(s->srv);
+        s->srv = NULL;
+    }
+    /* The loop has stopped (or this is its thread): no operation uses the
+     * registration any more; the context's watches leave the loop. */
+    mc__rdma_deregister(s->seg_mr);
+    s->seg_mr = NULL;
+    for (struct mc__ubuf *u = s->ubufs; u; u = u->next) {
+        if (!u->users) { /* those still in use: mc__rdma_ctx_free() releases them */
+            mc__rdma_deregister(u->mr);
+            u->mr = NULL;
+        }
+    }
+    mc__rdma_ctx_free(s->rdma);
+    s->rdma = NULL;
+    while (s->ubufs) {
+        struct mc__ubuf *u = s->ubufs;
+        s->ubufs = u->next;
+        free(u);
+    }
+    if (s->own_loop)
+        mc_loop_free(s->loop); /* runs anything posted meanwhile */
+    /* The loop is stopped (or this is its thread): release what callers left
+     * open, as promised. Their handles and writes at the master went with
+     * the client's link (an embedded master's are freed with it). */
+    while (s->objs) {
+        mc_obj_t *ob = s->objs;
+        s->objs = ob->next;
+        mc__rset_free(ob->rs);
+        free(ob);
+    }
+    while (s->writers) {
+        mc_writer_t *w = s->writers;
+        s->writers = w->next;
+        mc__rset_free(w->rs);
+        free(w->key);
+        free(w);
+    }
+    mc__svc_free(s->svc);
+    mc__master_free(s->m);
+    free(s->rdma_rec);
+    mc__seg_t seg = {.base = s->seg, .size = s->seg_size, .fd = s->seg_fd};
+    mc__seg_destroy(&seg);
+    mc__secret_free(s->secret);
+    free(s->open_master);
+    free(s->open_listen);
+    pthread_mutex_destroy(&s->open_mu);
+    pthread_cond_destroy(&s->open_cv);
+    free(s);
+}
+
+/* ---- async API ---- */
+
+static int key_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen, mc_done_cb cb,
+                  void *arg, op_t **out)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    *out = op_new(s, kind, key, klen, NULL, 0, cb, arg);
+    return *out ? 0 : -ENOMEM;
+}
+
+/* key_op() for a put or a writer: copies *po (if any) into the op, its
+ * preferred segment into the op's second key slot. */
+static int put_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
+                  const mc_put_opts_t *po, mc_done_cb cb, void *arg, op_t **out)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    const char *pref = po ? po->preferred_segment : NULL;
+    size_t plen = pref ? strlen(pref) : 0;
+    if (plen > MC_KEY_MAX)
+        return -EINVAL;
+    op_t *o = op_new(s, kind, key, klen, pref, plen, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    if (po)
+        o->po = *po;
+    o->po.preferred_segment = plen ? o->key2 : NULL;
+    *out = o;
+    return 0;
+}
+
+int mc_putv_async(mc_store_t *s, const char *key, size_t klen, const struct iovec *iov, int iovcnt,
+                  const mc_put_opts_t *po, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    if (iovcnt < 0 || (iovcnt && !iov))
+        return -EINVAL;
+    int rc = put_op(s, OP_PUT, key, klen, po, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->iov = iov;
+    o->iovcnt = iovcnt;
+    return submit(o);
+}
+
+int mc_put_async(mc_store_t *s, const char *key, size_t klen, const void *buf, size_t len,
+                 const mc_put_opts_t *po, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    int rc = put_op(s, OP_PUT, key, klen, po, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->one.iov_base = (void *)buf;
+    o->one.iov_len = len;
+    o->iov = &o->one;
+    o->iovcnt = 1;
+    return submit(o);
+}
+
+int mc_get_async(mc_store_t *s, const char *key, size_t klen, uint64_t off, void *buf, size_t len,
+                 mc_stat_t *st, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    if (len > INT32_MAX)
+        return -EINVAL;
+    int rc = key_op(s, OP_GET, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->off = off;
+    o->buf = buf;
+    o->len = len;
+    o->st = st;
+    return submit(o);
+}
+
+int mc_stat_async(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st, mc_done_cb cb,
+                  void *arg)
+{
+    op_t *o;
+    int rc = key_op(s, OP_STAT, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->st = st;
+    return submit(o);
+}
+
+int mc_lookup_async(mc_store_t *s, const char *key, size_t klen, int delim, mc_stat_t *st,
+                    mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    int rc = key_op(s, OP_LOOKUP, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->delim = delim;
+    o->st = st;
+    return submit(o);
+}
+
+int mc_set_meta_async(mc_store_t *s, const char *key, size_t klen, unsigned what, uint32_t mode,
+                      int64_t mtime_ns, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    int rc = key_op(s, OP_SET_META, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->flags = what;
+    o->po.mode = mode;
+    o->po.mtime_ns = mtime_ns;
+    return submit(o);
+}
+
+int mc_remove_async(mc_store_t *s, const char *key, size_t klen, unsigned flags, mc_done_cb cb,
+                    void *arg)
+{
+    op_t *o;
+    int rc = key_op(s, OP_REMOVE, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->flags = flags;
+    return submit(o);
+}
+
+int mc_rename_async(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
+                    unsigned flags, mc_done_cb cb, void *arg)
+{
+    int rc = mc_key_check(from, flen);
+    if (rc == 0)
+        rc = mc_key_check(to, tlen);
+    if (rc < 0)
+        return rc;
+    op_t *o = op_new(s, OP_RENAME, from, flen, to, tlen, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->flags = flags;
+    return submit(o);
+}
+
+int mc_list_async(mc_store_t *s, const char *prefix, size_t plen, const char *after, size_t alen,
+                  int delim, size_t max, mc_list_t **out, mc_done_cb cb, void *arg)
+{
+    if ((plen && !prefix) || (alen && !after) || plen > MC_KEY_MAX || alen > MC_KEY_MAX)
+        return -EINVAL;
+    op_t *o = op_new(s, OP_LIST, prefix, plen, after, after ? alen : 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->delim = delim;
+    o->max = max;
+    o->list = out;
+    return submit(o);
+}
+
+int mc_statfs_async(mc_store_t *s, mc_space_t *sp, mc_done_cb cb, void *arg)
+{
+    op_t *o = op_new(s, OP_STATFS, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->sp = sp;
+    return submit(o);
+}
+
+int mc_master_stats_async(mc_store_t *s, mc_counter_t *out, size_t max, mc_done_cb cb, void *arg)
+{
+    op_t *o = op_new(s, OP_MASTER_STATS, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->counters = out;
+    o->max = max;
+    return submit(o);
+}
+
+int mc_obj_open_async(mc_store_t *s, const char *key, size_t klen, mc_obj_t **out, mc_done_cb cb,
+                      void *arg)
+{
+    op_t *o;
+    int rc = key_op(s, OP_OPEN, key, klen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->obj_out = out;
+    return submit(o);
+}
+
+const mc_stat_t *mc_obj_stat(const mc_obj_t *ob)
+{
+    return &ob->st;
+}
+
+int mc_obj_read_async(mc_obj_t *ob, uint64_t off, void *buf, size_t len, mc_done_cb cb, void *arg)
+{
+    if (len > INT32_MAX)
+        return -EINVAL;
+    op_t *o = op_new(ob->s, OP_OBJ_READ, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->obj = ob;
+    o->off = off;
+    o->buf = buf;
+    o->len = len;
+    return submit(o);
+}
+
+void mc_obj_close(mc_obj_t *ob)
+{
+    if (!ob)
+        return;
+    op_t *o = op_new(ob->s, OP_OBJ_CLOSE, NULL, 0, NULL, 0, NULL, NULL);
+    if (!o)
+        abort(); /* cannot fail a close; out of memory for 200 bytes */
+    o->obj = ob;
+    submit(o);
+}
+
+int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen, const mc_put_opts_t *po,
+                         mc_obj_t *base, mc_writer_t **out, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    int rc = put_op(s, OP_W_OPEN, key, klen, po, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->obj = base;
+    o->w_out = out;
+    return submit(o);
+}
+
+static int writer_op(mc_writer_t *w, enum op_kind kind, uint64_t off, void *buf, size_t len,
+                     mc_done_cb cb, void *arg)
+{
+    if (len > INT32_MAX)
+        return -EINVAL;
+    op_t *o = op_new(w->s, kind, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->w = w;
+    o->off = off;
+    o->buf = buf;
+    o->len = len;
+    return submit(o);
+}
+
+int mc_writer_write_async(mc_writer_t *w, uint64_t off, const void *buf, size_t len, mc_done_cb cb,
+                          void *arg)
+{
+    return writer_op(w, OP_W_WRITE, off, (void *)buf, len, cb, arg);
+}
+
+int mc_writer_read_async(mc_writer_t *w, uint64_t off, void *buf, size_t len, mc_done_cb cb,
+                         void *arg)
+{
+    return writer_op(w, OP_W_READ, off, buf, len, cb, arg);
+}
+
+int mc_writer_truncate_async(mc_writer_t *w, uint64_t size, mc_done_cb cb, void *arg)
+{
+    return writer_op(w, OP_W_TRUNC, size, NULL, 0, cb, arg);
+}
+
+uint64_t mc_writer_size(const mc_writer_t *w)
+{
+    return w->size;
+}
+
+int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    return mc__remote_writer_set_key(w, key, klen);
+}
+
+void mc_writer_set_meta(mc_writer_t *w, uint32_t mode, int64_t mtime_ns)
+{
+    if (mode)
+        w->mode = mode & 07777;
+    if (mtime_ns) {
+        w->mtime_ns = mtime_ns;
+        w->mtime_set = 1;
+    }
+}
+
+int mc_writer_commit_async(mc_writer_t *w, mc_stat_t *st, mc_done_cb cb, void *arg)
+{
+    op_t *o = op_new(w->s, OP_W_COMMIT, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->w = w;
+    o->st = st;
+    return submit(o);
+}
+
+void mc_writer_abort(mc_writer_t *w)
+{
+    if (!w)
+        return;
+    op_t *o = op_new(w->s, OP_W_ABORT, NULL, 0, NULL, 0, NULL, NULL);
+    if (!o)
+        abort();
+    o->w = w;
+    submit(o);
+}
+
+/* ---- sync API: the async call plus a wait ---- */
+
+struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    int result;
+};
+
+static void waiter_cb(void *arg, int result)
+{
+    struct waiter *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->result = result;
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static int waiter_wait(struct waiter *w, int rc)
+{
+    if (rc == 0) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->done)
+            pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+        rc = w->result;
+    }
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    return rc;
+}
+
+#define SYNC(s, call)                                                                              \
+    do {                                                                                           \
+        if (mc_loop_is_current((s)->loop))                                                         \
+            return -EDEADLK;                                                                       \
+        struct waiter w_ = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};            \
+        return waiter_wait(&w_, call);                                                             \
+    } while (0)
+
+int mc_put(mc_store_t *s, const char *key, size_t klen, const void *buf, size_t len,
+           const mc_put_opts_t *po)
+{
+    SYNC(s, mc_put_async(s, key, klen, buf, len, po, waiter_cb, &w_));
+}
+
+int mc_putv(mc_store_t *s, const char *key, size_t klen, const struct iovec *iov, int iovcnt,
+            const mc_put_opts_t *po)
+{
+    SYNC(s, mc_putv_async(s, key, klen, iov, iovcnt, po, waiter_cb, &w_));
+}
+
+int mc_get(mc_store_t *s, const char *key, size_t klen, uint64_t off, void *buf, size_t len,
+           mc_stat_t *st)
+{
+    SYNC(s, mc_get_async(s, key, klen, off, buf, len, st, waiter_cb, &w_));
+}
+
+int mc_stat(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st)
+{
+    SYNC(s, mc_stat_async(s, key, klen, st, waiter_cb, &w_));
+}
+
+int mc_remove(mc_store_t *s, const char *key, size_t klen, unsigned flags)
+{
+    SYNC(s, mc_remove_async(s, key, klen, flags, waiter_cb, &w_));
+}
+
+int mc_rename(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
+              unsigned flags)
+{
+    SYNC(s, mc_rename_async(s, from, flen, to, tlen, flags, waiter_cb, &w_));
+}
+
+int mc_list(mc_store_t *s, const char *prefix, size_t plen, const char *after, size_t alen,
+            int delim, size_t max, mc_list_t **out)
+{
+    SYNC(s, mc_list_async(s, prefix, plen, after, alen, delim, max, out, waiter_cb, &w_));
+}
+
+int mc_statfs(mc_store_t *s, mc_space_t *sp)
+{
+    SYNC(s, mc_statfs_async(s, sp, waiter_cb, &w_));
+}
+
+int mc_master_stats(mc_store_t *s, mc_counter_t *out, size_t max)
+{
+    SYNC(s, mc_master_stats_async(s, out, max, waiter_cb, &w_));
+}
+
+/* ---- registered buffers ---- */
+
+struct mc__ubuf *mc__ubuf_find(mc_store_t *s, const void *p, size_t len)
+{
+    const char *a = p;
+    for (struct mc__ubuf *u = s->ubufs; u; u = u->next)
+        if (a >= u->base && len <= u->len && (size_t)(a - u->base) <= u->len - len)
+            return u;
+    return NULL;
+}
+
+struct reg_call {
+    mc_store_t *s;
+    char *ptr;
+    size_t len;
+    int unreg;
+    struct waiter w;
+};
+
+/* Registers or unregisters on the loop thread. */
+static int reg_run(struct reg_call *c)
+{
+    mc_store_t *s = c->s;
+    if (c->unreg) {
+        for (struct mc__ubuf **pp = &s->ubufs; *pp; pp = &(*pp)->next) {
+            struct mc__ubuf *u = *pp;
+            if (u->base != c->ptr)
+                continue;
+            if (u->users)
+                return -EBUSY;
+            *pp = u->next;
+            mc__rdma_deregister(u->mr);
+            free(u);
+            return 0;
+        }
+        return -ENOENT;
+    }
+    for (struct mc__ubuf *u = s->ubufs; u; u = u->next)
+        if (c->ptr < u->base + u->len && u->base < c->ptr + c->len)
+            return -EEXIST;
+    struct mc__ubuf *u = calloc(1, sizeof(*u));
+    if (!u)
+        return -ENOMEM;
+    u->base = c->ptr;
+    u->len = c->len;
+    if (s->rdma) {
+        int rc = mc__rdma_register(s->rdma, c->ptr, c->len, 0, &u->mr);
+        if (rc < 0) {
+            mc__log(MC__LOG_WARN, "register_buffer: %zu bytes: %s", c->len, mc_strerror(rc));
+            free(u);
+            return rc;
+        }
+    }
+    u->next = s->ubufs;
+    s->ubufs = u;
+    return 0;
+}
+
+static void reg_posted(void *arg)
+{
+    struct reg_call *c = arg;
+    waiter_cb(&c->w, reg_run(c));
+}
+
+/* Runs c on the store's loop thread and waits for it. */
+static int reg_call(struct reg_call *c)
+{
+    if (mc_loop_is_current(c->s->loop))
+        return reg_run(c);
+    c->w = (struct waiter){PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    return waiter_wait(&c->w, mc_loop_post(c->s->loop, reg_posted, c));
+}
+
+int mc_register_buffer(mc_store_t *s, void *ptr, size_t len)
+{
+    if (!s || !ptr || !len || (uintptr_t)ptr + len < (uintptr_t)ptr)
+        return -EINVAL;
+    struct reg_call c = {.s = s, .ptr = ptr, .len = len};
+    return reg_call(&c);
+}
+
+int mc_unregister_buffer(mc_store_t *s, void *ptr)
+{
+    if (!s || !ptr)
+        return -EINVAL;
+    struct reg_call c = {.s = s, .ptr = ptr, .unreg = 1};
+    return reg_call(&c);
+}

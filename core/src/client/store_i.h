@@ -1,0 +1,219 @@
+/*
+ * store_i.h - the store's internals, shared by store.c (the public API,
+ * opening and closing) and remote.c (the client: every operation, through a
+ * master link).
+ */
+#ifndef MC_STORE_I_H
+#define MC_STORE_I_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "master/master.h"
+#include "mooncake/mooncake.h"
+
+struct mc__remote;
+struct mc__svc;
+struct mc__server;
+struct mc__rset;
+struct mc__secret;
+struct mc__rdma_ctx;
+struct mc__rdma_mr;
+
+#define SEG_LOCAL 0
+#define WRITER_MAX_STEP (64ULL << 20) /* reservation growth per step */
+
+struct mc_store {
+    struct mc__remote *rm;  /* the cluster path; NULL when embedded */
+    int remote;             /* opened with a master address */
+    int open_done, open_rc; /* remote open, guarded by open_mu */
+    pthread_mutex_t open_mu;
+    pthread_cond_t open_cv;
+    char *open_master, *open_listen;
+    struct mc__svc *svc; /* embedded: the master protocol served to others */
+    struct mc__server *srv;
+    uint64_t timeout_ms;       /* bound on every network wait */
+    struct mc__secret *secret; /* shared secret, or NULL: no authentication */
+    mc_loop_t *loop;
+    int own_loop;
+    pthread_t thread;
+    mc__master_t *m;
+    char *seg; /* local segment memory, in a memfd (shm.h) */
+    uint64_t seg_size;
+    int seg_fd;                 /* the segment's memfd, offered to co-located clients */
+    int no_shm;                 /* move no bytes through shared memory, either way */
+    int no_rcache;              /* mc_get() without the replica-list cache */
+    int xport;                  /* MC__XPORT_* asked for (transport_rdma.h) */
+    struct mc__rdma_ctx *rdma;  /* the RDMA context, or NULL: TCP; loop thread */
+    struct mc__rdma_mr *seg_mr; /* the segment, registered for peers; or NULL */
+    char *rdma_rec;             /* the segment's RDMA record, published */
+    size_t rdma_rec_len;
+    mc_store_stats_t st; /* updated with mc__count() on the loop thread */
+    mc_timer_t sweep;
+    mc_timer_t drain; /* closing: lets connections finish */
+    int thread_started;
+    struct mc__ubuf *ubufs; /* mc_register_buffer()'s regions; loop thread only */
+    mc_obj_t *objs;         /* open handles, released by close; loop thread only */
+    mc_writer_t *writers;   /* open writers, released by close; loop thread only */
+};
+
+struct mc_obj {
+    mc_store_t *s;
+    mc_stat_t st;
+    uint64_t rid;          /* the master's handle id */
+    struct mc__rset *rs;   /* where its bytes are */
+    mc_obj_t *prev, *next; /* on s->objs */
+};
+
+struct mc_writer {
+    mc_store_t *s;
+    uint64_t size;
+    unsigned put_flags;
+    int mtime_set;
+    uint64_t put_id;     /* remote: the master's write id */
+    struct mc__rset *rs; /* remote: the replicas being written */
+    uint64_t capacity;   /* remote: bytes reserved */
+    uint64_t lease_ms;   /* remote: the write lease the master grants */
+    uint64_t renew_at;   /* remote: renew the lease before writing from then on */
+    uint32_t mode;       /* remote: to publish with */
+    int64_t mtime_ns;
+    char *key; /* remote: the key to publish under */
+    size_t klen;
+    mc_writer_t *prev, *next; /* on s->writers */
+};
+
+/* Links / unlinks n on the list at *head (a handle or a writer). */
+#define LINK(head, n)                                                                              \
+    do {                                                                                           \
+        (n)->prev = NULL;                                                                          \
+        (n)->next = *(head);                                                                       \
+        if (*(head))                                                                               \
+            (*(head))->prev = (n);                                                                 \
+        *(head) = (n);                                                                             \
+    } while (0)
+#define UNLINK(head, n)                                                                            \
+    do {                                                                                           \
+        if ((n)->prev)                                                                             \
+            (n)->prev->next = (n)->next;                                                           \
+        else                                                                                       \
+            *(head) = (n)->next;                                                                   \
+        if ((n)->next)                                                                             \
+            (n)->next->prev = (n)->prev;                                                           \
+    } while (0)
+
+enum op_kind {
+    OP_PUT,
+    OP_GET,
+    OP_STAT,
+    OP_REMOVE,
+    OP_RENAME,
+    OP_LIST,
+    OP_STATFS,
+    OP_MASTER_STATS,
+    OP_LOOKUP,
+    OP_SET_META,
+    OP_OPEN,
+    OP_OBJ_READ,
+    OP_OBJ_CLOSE,
+    OP_W_OPEN,
+    OP_W_WRITE,
+    OP_W_READ,
+    OP_W_TRUNC,
+    OP_W_COMMIT,
+    OP_W_ABORT,
+};
+
+typedef struct op {
+    mc_work_t work;
+    mc_store_t *s;
+    enum op_kind kind;
+    mc_done_cb cb;
+    void *arg;
+    int result;
+    unsigned flags;
+    uint64_t off;
+    size_t len;
+    void *buf;
+    const struct iovec *iov;
+    int iovcnt;
+    struct iovec one;
+    mc_stat_t *st;
+    mc_put_opts_t po;
+    int have_po;
+    mc_list_t **list;
+    size_t max;
+    int delim;
+    mc_space_t *sp;
+    mc_counter_t *counters; /* OP_MASTER_STATS: max of them */
+    mc_obj_t *obj;
+    mc_obj_t **obj_out;
+    mc_writer_t *w;
+    mc_writer_t **w_out;
+    int stage;        /* remote: where a multi-step operation is */
+    uint64_t u64;     /* remote: scratch (put id, ...) */
+    uint64_t sent_ms; /* remote: when the last master call that renews a lease went out */
+    uint64_t lease_ms, renew_at; /* remote: a whole-object put's write lease */
+    uint64_t done;               /* remote: bytes of a whole-object put sent so far */
+    void (*cont)(struct op *o);  /* remote: what to do once the lease is renewed */
+    void *tmp;                   /* remote: scratch buffer */
+    char *key, *key2;            /* copies, inside this allocation */
+    size_t klen, klen2;
+    char keys[];
+} op_t;
+
+/* Counts one transfer of n bytes into the counters *ops and *bytes of
+ * s->st (relaxed atomics: mc_store_stats() reads them from any thread). */
+static inline void mc__count(uint64_t *ops, uint64_t *bytes, uint64_t n)
+{
+    __atomic_fetch_add(ops, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(bytes, n, __ATOMIC_RELAXED);
+}
+
+/* Completes o with rc from the loop thread, after the current callback. */
+void mc__op_finish(op_t *o, int rc);
+
+/* Runs o against the cluster; completes it with mc__op_finish(). */
+void mc__remote_exec(op_t *o);
+
+/* Connects s to the master at addr (and, with a segment, mounts it and
+ * starts serving it). Loop thread; done(s, rc) once. */
+int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
+                    void (*done)(mc_store_t *s, int rc));
+
+/* Opens the client path of an embedded store: its master is s->svc, in this
+ * process (a local link, owner MC__SVC_OWNER_LOCAL), and its own segment is
+ * seg. Call before the loop runs any operation. Returns 0 or -ENOMEM. */
+int mc__remote_open_local(mc_store_t *s, uint32_t seg);
+
+/* Sets the key a remote writer publishes under. */
+int mc__remote_writer_set_key(mc_writer_t *w, const char *key, size_t klen);
+
+/* Closes the cluster path (loop thread): a node unmounts its segment first
+ * (bounded), then done(s) runs, possibly at once. done may be NULL. */
+void mc__remote_close(mc_store_t *s, void (*done)(mc_store_t *s));
+
+/* Writes the host part of a data address ("10.0.0.1:7100", "[fe80::1]:7100")
+ * into host[0..cap). Returns 0, -EAFNOSUPPORT (a unix: address), -EINVAL. */
+int mc__rdma_host_of(const char *addr, char *host, size_t cap);
+
+/* Offers s's segment over RDMA (once): registers it, listens on host, keeps
+ * the record to publish in s->rdma_rec. Returns 0 or -errno (logged). */
+int mc__store_rdma_serve(mc_store_t *s, const char *host);
+
+/* A caller's buffer registered with mc_register_buffer(). */
+struct mc__ubuf {
+    char *base;
+    size_t len;
+    struct mc__rdma_mr *mr; /* its local registration, or NULL (no RDMA) */
+    uint64_t users;         /* RDMA pieces in flight on mr */
+    struct mc__ubuf *next;
+};
+
+/* Returns the registered buffer holding all of [p, p + len), or NULL.
+ * Loop thread. */
+struct mc__ubuf *mc__ubuf_find(mc_store_t *s, const void *p, size_t len);
+
+/* Frees a replica set. */
+void mc__rset_free(struct mc__rset *rs);
+
+#endif /* MC_STORE_I_H */

@@ -1,0 +1,241 @@
+/*
+ * index.c - the ordered key index: a skiplist of byte-string keys.
+ *
+ * Each node is one allocation: the node header, its tower of forward
+ * pointers (1..INDEX_MAX_LEVEL of them), then the key bytes. A node never
+ * moves once inserted, so a key pointer handed out by mc__index_next() stays
+ * valid until that key is removed. Node heights come from a per-index
+ * xorshift generator with a fixed seed, so the shape of an index depends only
+ * on the sequence of operations applied to it (reproducible in tests).
+ * Promotion probability is 1/4, which keeps the expected tower at 4/3
+ * pointers per node.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master/index.h"
+
+#define INDEX_MAX_LEVEL 32
+#define INDEX_SEED 0x9e3779b97f4a7c15ULL
+
+struct index_node {
+    void *val;
+    size_t len;                /* key length in bytes */
+    unsigned char level;       /* entries in next[], 1..INDEX_MAX_LEVEL */
+    struct index_node *next[]; /* then the len key bytes */
+};
+
+struct mc__index {
+    size_t count;
+    uint64_t rng; /* xorshift64 state, never 0 */
+    int level;    /* levels in use: head[level..] are all NULL */
+    struct index_node *head[INDEX_MAX_LEVEL];
+};
+
+static char *node_key(const struct index_node *n)
+{
+    return (char *)&n->next[n->level];
+}
+
+/* Compares n's key with key/len: <0, 0, >0 as n's key sorts before, equal to
+ * or after it. memcmp is skipped for an empty side, so key may be NULL when
+ * len is 0. */
+static int node_cmp(const struct index_node *n, const char *key, size_t len)
+{
+    size_t min = n->len < len ? n->len : len;
+    int c = min ? memcmp(node_key(n), key, min) : 0;
+
+    if (c != 0)
+        return c;
+    return (n->len > len) - (n->len < len);
+}
+
+/* Draws a tower height: 1, then one more level with probability 1/4 each,
+ * two random bits per step. 64 bits give exactly the 32 levels we allow. */
+static int random_level(mc__index_t *ix)
+{
+    uint64_t x = ix->rng;
+    int level = 1;
+
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    ix->rng = x;
+    while (level < INDEX_MAX_LEVEL && (x & 3) == 0) {
+        level++;
+        x >>= 2;
+    }
+    return level;
+}
+
+/*
+ * Finds the first node whose key is >= key (after == 0) or > key (after != 0)
+ * and returns it, or NULL when there is none. When update is not NULL,
+ * update[i] receives, for each level i in use, the forward array whose slot i
+ * points at or past that node: the links an insert or remove must rewrite.
+ * Only callers that own a mutable index pass update.
+ */
+static struct index_node *find(const mc__index_t *ix, const char *key, size_t len, int after,
+                               struct index_node **update[])
+{
+    struct index_node **fwd = (struct index_node **)ix->head;
+
+    for (int i = ix->level - 1; i >= 0; i--) {
+        struct index_node *n;
+
+        while ((n = fwd[i]) != NULL) {
+            int c = node_cmp(n, key, len);
+
+            if (c > 0 || (c == 0 && !after))
+                break;
+            fwd = n->next;
+        }
+        if (update)
+            update[i] = fwd;
+    }
+    return fwd[0];
+}
+
+/* Returns a new empty index, or NULL when out of memory. Free it with
+ * mc__index_free(). */
+mc__index_t *mc__index_new(void)
+{
+    mc__index_t *ix = calloc(1, sizeof(*ix));
+
+    if (ix)
+        ix->rng = INDEX_SEED;
+    return ix;
+}
+
+/* Frees the index and its copies of the keys; calls free_val(val) exactly
+ * once on every value when free_val is not NULL. ix may be NULL. */
+void mc__index_free(mc__index_t *ix, void (*free_val)(void *))
+{
+    struct index_node *n, *next;
+
+    if (!ix)
+        return;
+    for (n = ix->head[0]; n; n = next) {
+        next = n->next[0];
+        if (free_val)
+            free_val(n->val);
+        free(n);
+    }
+    free(ix);
+}
+
+/*
+ * Maps key to val. The index keeps its own copy of the key. If the key was
+ * present its value is replaced: returns 1 and stores the previous value in
+ * *old (when old is not NULL); the caller owns that value again. Returns 0
+ * when inserted, -ENOMEM when out of memory (index unchanged).
+ */
+int mc__index_insert(mc__index_t *ix, const char *key, size_t len, void *val, void **old)
+{
+    struct index_node **update[INDEX_MAX_LEVEL];
+    struct index_node *n = find(ix, key, len, 0, update);
+    size_t hdr;
+    uint64_t saved_rng = ix->rng;
+    int level;
+
+    if (n && node_cmp(n, key, len) == 0) {
+        if (old)
+            *old = n->val;
+        n->val = val;
+        return 1;
+    }
+
+    level = random_level(ix);
+    hdr = sizeof(*n) + (size_t)level * sizeof(n->next[0]);
+    n = len <= SIZE_MAX - hdr ? malloc(hdr + len) : NULL;
+    if (!n) {
+        ix->rng = saved_rng; /* leave no trace, not even in the next height */
+        return -ENOMEM;
+    }
+    n->val = val;
+    n->len = len;
+    n->level = (unsigned char)level;
+    if (len)
+        memcpy(node_key(n), key, len);
+
+    for (int i = ix->level; i < level; i++)
+        update[i] = ix->head;
+    if (level > ix->level)
+        ix->level = level;
+    for (int i = 0; i < level; i++) {
+        n->next[i] = update[i][i];
+        update[i][i] = n;
+    }
+    ix->count++;
+    return 0;
+}
+
+/* Returns the value for key, or NULL when absent (or when NULL was stored). */
+void *mc__index_get(const mc__index_t *ix, const char *key, size_t len)
+{
+    struct index_node *n = find(ix, key, len, 0, NULL);
+
+    return n && node_cmp(n, key, len) == 0 ? n->val : NULL;
+}
+
+/* Removes key and frees the index's copy of it; returns its value, which the
+ * caller owns again, or NULL when absent. */
+void *mc__index_remove(mc__index_t *ix, const char *key, size_t len)
+{
+    struct index_node **update[INDEX_MAX_LEVEL];
+    struct index_node *n = find(ix, key, len, 0, update);
+    void *val;
+
+    if (!n || node_cmp(n, key, len) != 0)
+        return NULL;
+    /* n is the first node >= key, so every level of its tower links to it
+     * from update[i]. */
+    for (int i = 0; i < n->level; i++)
+        update[i][i] = n->next[i];
+    while (ix->level > 0 && ix->head[ix->level - 1] == NULL)
+        ix->level--;
+    ix->count--;
+    val = n->val;
+    free(n);
+    return val;
+}
+
+/* Returns the number of keys. */
+size_t mc__index_count(const mc__index_t *ix)
+{
+    return ix->count;
+}
+
+/*
+ * Positions *it at the first key >= key (after == 0) or > key (after != 0),
+ * or at the end when there is none. key may be NULL (len 0) for the first
+ * key of the index.
+ */
+void mc__index_seek(const mc__index_t *ix, mc__index_iter_t *it, const char *key, size_t len,
+                    int after)
+{
+    it->node = find(ix, key, len, after, NULL);
+}
+
+/*
+ * Returns 1 and the entry at *it (key, len and val may each be NULL), then
+ * advances *it; returns 0 at the end. The key pointer points into the index
+ * and stays valid until that key is removed.
+ */
+int mc__index_next(mc__index_iter_t *it, const char **key, size_t *len, void **val)
+{
+    struct index_node *n = it->node;
+
+    if (!n)
+        return 0;
+    if (key)
+        *key = node_key(n);
+    if (len)
+        *len = n->len;
+    if (val)
+        *val = n->val;
+    it->node = n->next[0];
+    return 1;
+}

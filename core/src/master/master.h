@@ -1,0 +1,204 @@
+/*
+ * master.h - the metadata master's logic: key index, object versions, space,
+ * leases, pins and eviction. No I/O and no clock of its own: callers pass
+ * `now` (milliseconds, monotonic), so the same code serves the embedded store
+ * and, behind a wire protocol, the master process. Not thread-safe: one
+ * thread owns a master.
+ *
+ * A version is PENDING while a writer fills it (invisible), PUBLISHED while
+ * the index maps its key to it, and RETIRED once replaced or removed: a
+ * retired version's space is returned when the last handle (ref) is dropped
+ * and its read lease has run out.
+ */
+#ifndef MC_MASTER_H
+#define MC_MASTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "master/alloc.h"
+#include "mooncake/mooncake.h"
+
+#define MC__MAX_REPLICAS 8
+
+typedef struct mc__master mc__master_t;
+
+typedef struct mc__replica {
+    uint32_t seg;      /* segment id */
+    uint32_t n, cap;   /* extents used / allocated */
+    mc__extent_t *ext; /* byte ranges in the segment, in object order */
+} mc__replica_t;
+
+enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
+
+typedef struct mc__version {
+    char *key; /* NUL-terminated copy, owned */
+    size_t klen;
+    uint64_t id;
+    uint64_t size;     /* bytes of data */
+    uint64_t capacity; /* bytes reserved in each replica */
+    int64_t mtime_ns;
+    uint32_t mode;
+    uint32_t pin;       /* MC_PIN_* */
+    uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
+    uint64_t lease_until;
+    uint32_t refs; /* open handles */
+    enum mc__vstate state;
+    struct mc__version *prev, *next; /* LRU list (published) or retired list */
+    uint32_t nrep;
+    uint32_t want; /* replicas asked for (clamped to the segments at the start) */
+    mc__replica_t rep[MC__MAX_REPLICAS];
+} mc__version_t;
+
+typedef struct mc__master_opts {
+    uint64_t lease_ms;
+    unsigned evict_high_pct;  /* 0: never evict */
+    unsigned evict_ratio_pct; /* % of all space to free per eviction */
+    uint64_t align;           /* allocation unit (power of two) */
+} mc__master_opts_t;
+
+/* Creates a master with no segments. Returns 0 or -ENOMEM. */
+int mc__master_new(mc__master_t **out, const mc__master_opts_t *o);
+
+/* Frees the master with every version, pending or not. */
+void mc__master_free(mc__master_t *m);
+
+/* Adds a segment of size bytes under id. Returns 0, -EEXIST, -EINVAL, -ENOMEM. */
+int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size);
+
+/*
+ * Drops segment id (its node is gone): its replicas leave every version, and
+ * a published version left without a replica leaves the index. Pending
+ * versions belong to their writers, who drop the replica themselves
+ * (mc__version_drop_replica). Returns the number of objects lost.
+ */
+size_t mc__master_drop_segment(mc__master_t *m, uint32_t id, uint64_t now);
+
+/* Places nothing new on segment id before until (ms): it was mounted again
+ * and writers of before may still send late bytes into it. Puts that find
+ * every segment on hold fail with -EAGAIN. */
+void mc__master_hold_segment(mc__master_t *m, uint32_t id, uint64_t until);
+
+/* 1 if segment id is on hold at now (mc__master_hold_segment()). */
+int mc__master_segment_held(mc__master_t *m, uint32_t id, uint64_t now);
+
+/* 1 if segment id is mounted. */
+int mc__master_has_segment(const mc__master_t *m, uint32_t id);
+
+/* Removes the replica on segment seg from v, if any. */
+void mc__version_drop_replica(mc__version_t *v, uint32_t seg);
+
+/* The published version of key, or NULL. */
+mc__version_t *mc__master_find(mc__master_t *m, const char *key, size_t klen);
+
+/* Records an access (LRU) and, with lease != 0, grants a read lease. */
+void mc__master_touch(mc__master_t *m, mc__version_t *v, uint64_t now, int lease);
+
+/* Takes / drops an open handle on a version. Dropping the last handle of a
+ * retired version frees it (or parks it until its lease ends). */
+void mc__master_ref(mc__version_t *v);
+void mc__master_unref(mc__master_t *m, mc__version_t *v, uint64_t now);
+
+/*
+ * Starts a pending version of key (placing its replicas). The caller owns it
+ * until mc__master_commit() succeeds or mc__master_abort(). Returns 0,
+ * -EINVAL / -ENAMETOOLONG (bad key), -ENOSPC (no segment), -ENOMEM.
+ */
+int mc__master_begin(mc__master_t *m, const char *key, size_t klen, const mc_put_opts_t *po,
+                     uint64_t now, mc__version_t **out);
+
+/* mc__master_begin() placing the first replica on segment pref_seg when it
+ * is mounted and has at least need bytes free (pref_seg < 0: no preference);
+ * otherwise, and for the other replicas, best effort as usual. */
+int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_put_opts_t *po,
+                        int64_t pref_seg, uint64_t need, uint64_t now, mc__version_t **out);
+
+/* Grows a pending version's reserved space to at least capacity bytes in
+ * every replica, evicting if enabled. Returns 0 or -ENOSPC / -ENOMEM (the
+ * reservation is then unchanged). */
+int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uint64_t now);
+
+/* Changes the key a pending version will be published under. */
+int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_t klen);
+
+/*
+ * Publishes a pending version with the given size (<= capacity; extra space
+ * is returned), replacing the key's current version. With MC_PUT_NOREPLACE in
+ * flags, fails with -EEXIST if the key exists, and the caller still owns v.
+ */
+int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned flags,
+                      uint64_t now);
+
+/* Drops a pending version and its space. */
+void mc__master_abort(mc__master_t *m, mc__version_t *v);
+
+/* Removes key; see MC_REMOVE_*. Returns 0, -ENOENT, -EBUSY, -ENOTEMPTY, -EINVAL. */
+int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned flags, uint64_t now);
+
+/* Renames a key or a prefix; see MC_RENAME_*. */
+int mc__master_rename(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
+                      unsigned flags, uint64_t now);
+
+/* Builds a listing (see mc_list_async()). Returns the count, or -ENOMEM. */
+int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char *after,
+                    size_t alen, int delim, size_t max, uint64_t now, mc_list_t **out);
+
+/* Tells whether key is a directory (some key starts with key + delim; *v is
+ * the marker key + delim or NULL), a file (*v its version) or absent; see
+ * mc_lookup_async(). */
+int mc__master_lookup(mc__master_t *m, const char *key, size_t klen, int delim, mc__version_t **v);
+
+/* Changes the mode and/or mtime (MC_META_*) of key's current version. */
+int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, unsigned what, uint32_t mode,
+                        int64_t mtime_ns);
+
+/* Fills the space counters. */
+void mc__master_space(const mc__master_t *m, mc_space_t *sp);
+
+/* Frees retired versions whose lease has run out. */
+void mc__master_sweep(mc__master_t *m, uint64_t now);
+
+/* Evicts unleased, unpinned objects, least recently used first, until used
+ * space is at most target bytes. Returns the number evicted. */
+size_t mc__master_evict(mc__master_t *m, uint64_t target, uint64_t now);
+
+/*
+ * Marks segment id as one new replicas avoid (its node looks dead): placement
+ * takes it only when no other segment is left. Unknown ids are ignored.
+ */
+void mc__master_segment_avoid(mc__master_t *m, uint32_t id, int avoid);
+
+/* Free bytes in segment id (0 when it is not mounted). */
+uint64_t mc__master_segment_free(const mc__master_t *m, uint32_t id);
+
+/*
+ * Allocates len bytes (> 0) on segment seg into *rep, a replica that belongs
+ * to no version yet (repair). Returns 0, -ENOSPC (also for an unknown
+ * segment) or -ENOMEM. Give it back with mc__master_replica_release() or to
+ * a version with mc__master_replica_attach().
+ */
+int mc__master_replica_alloc(mc__master_t *m, uint32_t seg, uint64_t len, mc__replica_t *rep);
+
+/* Returns rep's extents to its segment's free space (when the segment is
+ * still mounted: a dropped segment took them along) and frees rep->ext. */
+void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep);
+
+/*
+ * Adds rep (from mc__master_replica_alloc()) to v as a complete replica; v
+ * owns it from then on. Returns 0, or -EEXIST (v already has a replica on
+ * that segment) / -ENOSPC (v has MC__MAX_REPLICAS): rep is then unchanged.
+ */
+int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep);
+
+/* Moves v's replica on segment seg, if any, into *rep (space still
+ * allocated); returns 1 if there was one, else 0. */
+int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep);
+
+/* The first published version whose key sorts after after[0..alen) (alen 0:
+ * the first of all), or NULL at the end: a cursor that survives changes. */
+mc__version_t *mc__master_next(mc__master_t *m, const char *after, size_t alen);
+
+/* Fills st from a version. */
+void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st);
+
+#endif /* MC_MASTER_H */

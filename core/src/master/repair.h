@@ -1,0 +1,120 @@
+/*
+ * repair.h - re-replication of under-replicated objects, the master's side.
+ * No I/O and no clock of its own (callers pass `now`, milliseconds).
+ *
+ * A published version with fewer replicas than it asked for (its node died,
+ * or a writer dropped a dead replica) but at least one gets a *task*: space
+ * for one more replica is allocated on a segment of a live node that has no
+ * replica of it, and that node (the target) is asked to copy the bytes from
+ * a surviving replica into that space. The master cannot call nodes, so a
+ * node learns of tasks through a flag on its HEARTBEAT reply, takes them
+ * with REPAIR_TAKE and reports each with REPAIR_DONE; the master then adds
+ * the replica to the version if it is still the same published version (its
+ * id), and otherwise frees the space.
+ *
+ * Space safety: a task's extents live in the task table, so dropping the
+ * target segment frees them with it (mc__repair_seg_dropped()). A task has a
+ * time limit that the node also obeys, counted on the node from the moment
+ * it asked for the task (before the master handed it out), so once the
+ * master's own clock passes hand-out time + limit + a margin no late copy
+ * can still write there and the space is freed. Extents that a writer may
+ * still be writing to (a replica dropped from a put) are *held* the same
+ * way before they go back to the free space.
+ *
+ * Bandwidth: at most `inflight` tasks at once and, with `bytes_per_s`, a
+ * token bucket (one second of burst) on the bytes the tasks copy.
+ */
+#ifndef MC_REPAIR_H
+#define MC_REPAIR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "master/master.h"
+
+#define MC__REPAIR_MARGIN_MS 2000 /* the master waits this long past a task's limit */
+
+typedef struct mc__repair mc__repair_t;
+
+typedef struct mc__repair_opts {
+    uint32_t inflight;    /* tasks at once (0: 4) */
+    int off;              /* plan nothing (holds and tasks' ends still work) */
+    uint64_t bytes_per_s; /* bytes copied per second, on average (0: no limit) */
+} mc__repair_opts_t;
+
+/* A segment that may receive copies: mounted, of a live remote node. */
+typedef struct mc__repair_target {
+    uint32_t seg;
+    uint64_t node;
+} mc__repair_target_t;
+
+typedef struct mc__repair_task {
+    uint64_t id;
+    uint64_t node; /* the target node, which does the copy */
+    uint64_t vid;  /* the version copied (mc__version_t.id) */
+    char *key;     /* its key when planned (owned) */
+    size_t klen;
+    uint64_t size;     /* bytes to copy */
+    uint64_t limit_ms; /* time the node has for the copy */
+    mc__replica_t dst; /* the new replica's extents, on the target segment */
+    uint64_t created;
+    uint64_t expires; /* 0 until handed out; then when the master gives up */
+    struct mc__repair_task *next;
+} mc__repair_task_t;
+
+typedef struct mc__repair_stats {
+    uint64_t started;  /* tasks planned */
+    uint64_t done;     /* replicas added */
+    uint64_t failed;   /* tasks that failed, timed out or lost their object */
+    uint64_t bytes;    /* bytes of the replicas added */
+    uint64_t inflight; /* tasks now */
+    uint64_t waiting;  /* under-replicated objects the last full scan could not place */
+} mc__repair_stats_t;
+
+/* Creates the repair state. Returns 0 or -ENOMEM. */
+int mc__repair_new(mc__repair_t **out, const mc__repair_opts_t *o);
+
+/* Frees it, returning every task's and hold's space to master m. */
+void mc__repair_free(mc__repair_t *r, mc__master_t *m);
+
+/* Something may have become under-replicated, or placeable: scan again. */
+void mc__repair_wake(mc__repair_t *r);
+
+/* Segment seg is gone (its allocator with it): tasks writing there and held
+ * extents there are dropped. */
+void mc__repair_seg_dropped(mc__repair_t *r, mc__master_t *m, uint32_t seg);
+
+/* Keeps rep's extents allocated until now + ms, then frees them (a writer's
+ * requests may still be on their way there). Takes rep's contents. */
+void mc__repair_hold(mc__repair_t *r, mc__master_t *m, mc__replica_t *rep, uint64_t until);
+
+/*
+ * Periodic work at time now: frees expired holds, gives up on tasks past
+ * their time, and plans new tasks onto targets[0..n) within the limits.
+ * Returns the number of tasks planned.
+ */
+int mc__repair_tick(mc__repair_t *r, mc__master_t *m, const mc__repair_target_t *targets, size_t n,
+                    uint64_t now);
+
+/* 1 if node has tasks it has not taken yet. */
+int mc__repair_pending(const mc__repair_t *r, uint64_t node);
+
+/*
+ * Hands node its next task not yet taken, or NULL: the task counts as handed
+ * out at now. The caller checks the version and either sends the task or
+ * gives it up with mc__repair_finish() (never handed: freed at once).
+ */
+mc__repair_task_t *mc__repair_take(mc__repair_t *r, uint64_t node, uint64_t now);
+
+/*
+ * Ends task id of node with status (0: the copy is complete): the replica
+ * joins the version when it is still the same published one, else (and on
+ * failure) its space is freed. Returns 0, or -ENOENT for an unknown task
+ * (expired, or another node's).
+ */
+int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t id, int status,
+                      uint64_t now);
+
+void mc__repair_stats(const mc__repair_t *r, mc__repair_stats_t *st);
+
+#endif /* MC_REPAIR_H */

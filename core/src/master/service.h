@@ -1,0 +1,108 @@
+/*
+ * service.h - the master's request handling, with no I/O: a request body in,
+ * a status and a response body out (docs/PROTOCOL.md). The server (server.c)
+ * feeds it frames from connections; tests and fuzzers call it directly.
+ *
+ * Beyond the master logic it keeps the cluster's tables: segments and the
+ * data address of the node serving each, nodes and their last heartbeat,
+ * writes in progress (put ids) and open handles, each owned by the
+ * connection that made them, so that a writer or reader that goes away
+ * leaves nothing behind.
+ */
+#ifndef MC_SERVICE_H
+#define MC_SERVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "master/master.h"
+#include "wire/proto.h"
+
+typedef struct mc__svc mc__svc_t;
+
+/* The owner of requests made in this very process (an embedded store's own
+ * client, through a local link): its writes are never revoked as idle. */
+#define MC__SVC_OWNER_LOCAL UINT64_MAX
+
+/* A writer's lease on its write in progress (ms), at most put_ttl_ms: the
+ * writer sends bytes only while it holds one (renewed by PUT_GROW), and the
+ * space of a write revoked while its writer may still be sending is freed
+ * only once the lease has run out. */
+#define MC__WRITE_LEASE_MS 10000
+
+typedef struct mc__svc_opts {
+    uint64_t node_ttl_ms;        /* a node silent this long loses its segments */
+    uint64_t put_ttl_ms;         /* a write in progress untouched this long is revoked */
+    uint64_t write_lease_ms;     /* 0: MC__WRITE_LEASE_MS (capped at put_ttl_ms) */
+    uint64_t first_id;           /* the first put/handle id (0: 1); a master
+                                    passes a random one (mc__svc_random_id()) so
+                                    that ids of an earlier incarnation never name
+                                    this one's puts and handles */
+    uint32_t repair_inflight;    /* repair copies at once (0: 4) */
+    int no_repair;               /* plan no repairs at all */
+    uint64_t repair_bytes_per_s; /* repair copy budget (0: no limit) */
+} mc__svc_opts_t;
+
+/* A random first id for mc__svc_opts_t.first_id, below 2^62 so that the
+ * counter never wraps. */
+uint64_t mc__svc_random_id(void);
+
+/* Creates a service over master m (not owned). Returns 0 or -ENOMEM. */
+int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o);
+
+/* Frees the service, revoking writes in progress and closing handles. */
+void mc__svc_free(mc__svc_t *svc);
+
+/*
+ * Registers a segment served by this very process (embedded store, or a
+ * master with a segment): it never expires. addr is where nodes reach its
+ * data (may be NULL: same process only).
+ */
+int mc__svc_add_local_segment(mc__svc_t *svc, uint32_t seg, uint64_t size, const char *addr);
+
+/* Sets the data address published for local segments (once listening). */
+void mc__svc_set_local_addr(mc__svc_t *svc, const char *addr);
+
+/*
+ * Sets the RDMA record published with the local segments (rec[0..len),
+ * copied; len 0 clears it). Returns 0 or -ENOMEM.
+ */
+int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len);
+
+/*
+ * Handles one request of operation op from owner (a connection id) at time
+ * now. Appends the response body to w and returns the status (0 or a
+ * positive count for LOOKUP, or a negative errno). -EBADMSG means the body
+ * did not decode: the caller closes the connection.
+ */
+int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body, size_t len,
+                   uint64_t now, mc__wbuf_t *w);
+
+/* The owner's connection closed: revoke its writes (their space is freed
+ * once their write lease is over), close its handles. O(what it held). */
+void mc__svc_owner_gone(mc__svc_t *svc, uint64_t owner, uint64_t now);
+
+/* The caller could not run the service for a while (its loop was busy):
+ * every node counts as heard from at now, so that a stall of the master is
+ * never taken for the silence of its nodes. */
+void mc__svc_forgive(mc__svc_t *svc, uint64_t now);
+
+/* Periodic work: expire silent nodes and idle writes, free fenced writes
+ * whose lease is over, sweep read leases. Returns the number of segments
+ * dropped. */
+int mc__svc_tick(mc__svc_t *svc, uint64_t now);
+
+/* Counters for logs and tests. */
+typedef struct mc__svc_stats {
+    uint64_t nodes, segments, puts, handles, nodes_expired, objects_lost, puts_expired;
+    uint64_t replicas_dropped; /* by writers that could not reach a node (PUT_DROP_REPLICA) */
+    uint64_t repair_started, repair_done, repair_failed, repair_bytes, repair_inflight,
+        repair_waiting; /* see repair.h */
+} mc__svc_stats_t;
+void mc__svc_stats(const mc__svc_t *svc, mc__svc_stats_t *st);
+
+/* The counters of mc__svc_stats() by name, into out[0..max) (STATS and
+ * mc_master_stats()). Returns the count filled. */
+size_t mc__svc_counters(const mc__svc_t *svc, mc_counter_t *out, size_t max);
+
+#endif /* MC_SERVICE_H */

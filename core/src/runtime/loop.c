@@ -1,0 +1,776 @@
+/*
+ * loop.c - the io_uring event loop (see mooncake/loop.h).
+ *
+ * Every request in the ring carries a token (struct tok) as user_data. A
+ * handle points at its token and the token back at its handle; stopping a
+ * handle detaches the two and asks the kernel to cancel the request, and the
+ * token is freed when the kernel's last completion for it arrives. So a
+ * handle can be freed as soon as it is stopped.
+ *
+ * Other threads reach the loop through a mutex-guarded queue plus an eventfd
+ * that the loop polls like any other file descriptor.
+ *
+ * Socket operations (loop_i.h) use the same tokens. The token also owns
+ * what the kernel reads after submission (the connect address, the msghdr
+ * and its iovec array), so nothing a caller frees is ever referenced by a
+ * request. An op with a timeout is a linked pair: the op's CQE carries the
+ * token, the IORING_OP_LINK_TIMEOUT's CQE the token with its low bit set,
+ * and the token waits for both before it reports, so that it knows whether
+ * a -ECANCELED was the timeout's doing.
+ */
+#include <errno.h>
+#include <liburing.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/loop_i.h"
+#include "mooncake/loop.h"
+
+enum tok_kind { TOK_WAKE, TOK_POLL, TOK_TIMER, TOK_IO };
+enum io_op { IO_ACCEPT, IO_CONNECT, IO_RECV, IO_SENDMSG, IO_RECVMSG };
+
+/* user_data of a linked timeout: its op's token with this bit set. */
+#define TOK_LINK_BIT ((uintptr_t)1)
+
+struct tok {
+    enum tok_kind kind;
+    void *handle; /* mc_poll_t / mc_timer_t / mc__io_t, NULL once detached */
+    struct __kernel_timespec ts;
+    struct tok *prev, *next; /* all live tokens, freed by mc_loop_free() */
+    /* TOK_IO only: */
+    enum io_op op;
+    int fd;
+    int pending;   /* CQEs still to come: the op, and its linked timeout */
+    int res;       /* the op's result, held until the timeout's CQE */
+    int timed_out; /* the linked timeout fired */
+    socklen_t salen;
+    void *buf; /* IO_RECV, IO_RECVMSG */
+    size_t len;
+    mc_loop_fn release;
+    void *release_arg;
+    union {
+        struct sockaddr_storage sa;
+        struct msghdr msg;
+    } u;
+    int *fds_out, *nfds_out; /* IO_RECVMSG: where received descriptors go */
+    union {                  /* IO_SENDMSG, IO_RECVMSG: SCM_RIGHTS */
+        size_t align;        /* a cmsghdr's alignment */
+        /* CMSG_SPACE(sizeof(int) * MC__IO_MAX_FDS), spelled out: clang does
+         * not take CMSG_SPACE() as a constant; the last term covers the
+         * alignment padding. */
+        char buf[sizeof(struct cmsghdr) + sizeof(int) * MC__IO_MAX_FDS + sizeof(size_t)];
+    } ctrl;
+    struct iovec iov[]; /* IO_SENDMSG: the caller's iovec array, copied */
+};
+
+struct posted {
+    struct posted *next;
+    mc_loop_fn fn;
+    void *arg;
+};
+
+struct mc_loop {
+    struct io_uring ring;
+    int wake_fd;
+    struct tok *wake_tok; /* apart: struct tok ends in a flexible array */
+    atomic_int stop;
+    atomic_int wake_pending;
+    pthread_mutex_t lock;
+    struct posted *post_head, *post_tail; /* guarded by lock */
+    mc_work_t *defer_head, *defer_tail;   /* loop thread only */
+    mc_work_t *next_head, *next_tail;     /* mc__loop_defer_next(); loop thread only */
+    struct tok *toks;                     /* loop thread only */
+    uint64_t now_ms;                      /* mc__loop_time(); loop thread only */
+};
+
+static __thread mc_loop_t *current_loop;
+
+uint64_t mc_loop_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void mc__loop_defer_next(mc_loop_t *l, mc_work_t *w, mc_loop_fn fn, void *arg)
+{
+    w->next = NULL;
+    w->fn = fn;
+    w->arg = arg;
+    if (l->next_tail)
+        l->next_tail->next = w;
+    else
+        l->next_head = w;
+    l->next_tail = w;
+}
+
+uint64_t mc__loop_time(mc_loop_t *l)
+{
+    if (!l->now_ms)
+        l->now_ms = mc_loop_now_ms();
+    return l->now_ms;
+}
+
+int mc_loop_is_current(const mc_loop_t *l)
+{
+    return current_loop == l;
+}
+
+static struct io_uring_sqe *get_sqe(mc_loop_t *l)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+    if (!sqe) {
+        io_uring_submit(&l->ring);
+        sqe = io_uring_get_sqe(&l->ring);
+    }
+    return sqe;
+}
+
+static struct tok *tok_alloc(mc_loop_t *l, enum tok_kind kind, void *handle, size_t extra)
+{
+    struct tok *t = calloc(1, sizeof(*t) + extra);
+    if (!t)
+        return NULL;
+    t->kind = kind;
+    t->handle = handle;
+    t->next = l->toks;
+    if (l->toks)
+        l->toks->prev = t;
+    l->toks = t;
+    return t;
+}
+
+static struct tok *tok_new(mc_loop_t *l, enum tok_kind kind, void *handle)
+{
+    return tok_alloc(l, kind, handle, 0);
+}
+
+static void tok_free(mc_loop_t *l, struct tok *t)
+{
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        l->toks = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    free(t);
+}
+
+static int arm_poll(mc_loop_t *l, struct tok *t, int fd, unsigned events)
+{
+    struct io_uring_sqe *sqe = get_sqe(l);
+    if (!sqe)
+        return -EBUSY;
+    io_uring_prep_poll_multishot(sqe, fd, events);
+    io_uring_sqe_set_data(sqe, t);
+    return 0;
+}
+
+static int arm_timer(mc_loop_t *l, struct tok *t, uint64_t ms)
+{
+    struct io_uring_sqe *sqe = get_sqe(l);
+    if (!sqe)
+        return -EBUSY;
+    t->ts.tv_sec = (long long)(ms / 1000);
+    t->ts.tv_nsec = (long long)(ms % 1000) * 1000000;
+    io_uring_prep_timeout(sqe, &t->ts, 0, 0);
+    io_uring_sqe_set_data(sqe, t);
+    return 0;
+}
+
+/* Cancels the kernel request behind t; its completion frees t later. */
+static void cancel_tok(mc_loop_t *l, struct tok *t)
+{
+    struct io_uring_sqe *sqe = get_sqe(l);
+    t->handle = NULL;
+    if (!sqe)
+        return; /* the ring is wedged; the token is freed by mc_loop_free() */
+    if (t->kind == TOK_TIMER)
+        io_uring_prep_timeout_remove(sqe, (uint64_t)(uintptr_t)t, 0);
+    else if (t->kind == TOK_IO)
+        io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)t, 0); /* also ends its link timeout */
+    else
+        io_uring_prep_poll_remove(sqe, (uint64_t)(uintptr_t)t);
+    io_uring_sqe_set_data(sqe, NULL);
+}
+
+int mc_loop_new(mc_loop_t **out)
+{
+    mc_loop_t *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -ENOMEM;
+    l->wake_tok = calloc(1, sizeof(*l->wake_tok));
+    if (!l->wake_tok) {
+        free(l);
+        return -ENOMEM;
+    }
+    int rc = io_uring_queue_init(256, &l->ring, 0);
+    if (rc < 0) {
+        free(l->wake_tok);
+        free(l);
+        return rc;
+    }
+    l->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (l->wake_fd < 0) {
+        rc = -errno;
+        io_uring_queue_exit(&l->ring);
+        free(l->wake_tok);
+        free(l);
+        return rc;
+    }
+    pthread_mutex_init(&l->lock, NULL);
+    l->wake_tok->kind = TOK_WAKE;
+    rc = arm_poll(l, l->wake_tok, l->wake_fd, POLLIN);
+    if (rc < 0) {
+        close(l->wake_fd);
+        io_uring_queue_exit(&l->ring);
+        free(l->wake_tok);
+        free(l);
+        return rc;
+    }
+    io_uring_submit(&l->ring);
+    *out = l;
+    return 0;
+}
+
+static void wake(mc_loop_t *l)
+{
+    if (atomic_exchange(&l->wake_pending, 1))
+        return;
+    uint64_t one = 1;
+    ssize_t n = write(l->wake_fd, &one, sizeof(one));
+    (void)n; /* EAGAIN means the counter is already non-zero: awake anyway */
+}
+
+void mc_loop_stop(mc_loop_t *l)
+{
+    atomic_store(&l->stop, 1);
+    if (!mc_loop_is_current(l))
+        wake(l);
+}
+
+int mc_loop_post(mc_loop_t *l, mc_loop_fn fn, void *arg)
+{
+    struct posted *p = malloc(sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->next = NULL;
+    p->fn = fn;
+    p->arg = arg;
+    pthread_mutex_lock(&l->lock);
+    if (l->post_tail)
+        l->post_tail->next = p;
+    else
+        l->post_head = p;
+    l->post_tail = p;
+    pthread_mutex_unlock(&l->lock);
+    wake(l);
+    return 0;
+}
+
+void mc_loop_defer(mc_loop_t *l, mc_work_t *w, mc_loop_fn fn, void *arg)
+{
+    w->next = NULL;
+    w->fn = fn;
+    w->arg = arg;
+    if (l->defer_tail)
+        l->defer_tail->next = w;
+    else
+        l->defer_head = w;
+    l->defer_tail = w;
+}
+
+static void run_posted(mc_loop_t *l)
+{
+    uint64_t v;
+    ssize_t n = read(l->wake_fd, &v, sizeof(v));
+    (void)n;
+    atomic_store(&l->wake_pending, 0);
+    pthread_mutex_lock(&l->lock);
+    struct posted *p = l->post_head;
+    l->post_head = l->post_tail = NULL;
+    pthread_mutex_unlock(&l->lock);
+    while (p) {
+        struct posted *next = p->next;
+        p->fn(p->arg);
+        free(p);
+        p = next;
+    }
+}
+
+static void run_deferred(mc_loop_t *l)
+{
+    /* Work deferred by this work runs in the same round, after it. */
+    while (l->defer_head) {
+        mc_work_t *w = l->defer_head;
+        l->defer_head = w->next;
+        if (!l->defer_head)
+            l->defer_tail = NULL;
+        w->fn(w->arg);
+    }
+}
+
+static void on_poll_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
+{
+    mc_poll_t *p = t->handle;
+    int more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    if (!p) {
+        if (!more)
+            tok_free(l, t);
+        return;
+    }
+    if (!more && cqe->res >= 0) {
+        /* The kernel ended the multishot poll (overflow): re-arm it. */
+        if (arm_poll(l, t, p->fd, p->events) < 0) {
+            p->token = NULL;
+            tok_free(l, t);
+            p->cb(p, -EBUSY);
+            return;
+        }
+    } else if (!more) {
+        p->token = NULL;
+        tok_free(l, t);
+    }
+    p->cb(p, cqe->res);
+}
+
+static void on_timer_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
+{
+    mc_timer_t *tm = t->handle;
+    if (!tm || cqe->res == -ECANCELED) {
+        tok_free(l, t);
+        return;
+    }
+    if (tm->repeat_ms && arm_timer(l, t, tm->repeat_ms) == 0) {
+        /* token stays with the timer */
+    } else {
+        tm->token = NULL;
+        tok_free(l, t);
+    }
+    tm->cb(tm);
+}
+
+static void on_io_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe, int is_link);
+
+static void process_cqes(mc_loop_t *l)
+{
+    struct io_uring_cqe *cqe;
+    while (io_uring_peek_cqe(&l->ring, &cqe) == 0) {
+        uintptr_t ud = (uintptr_t)io_uring_cqe_get_data(cqe);
+        struct tok *t = (struct tok *)(ud & ~TOK_LINK_BIT);
+        if (t) {
+            switch (t->kind) {
+            case TOK_WAKE:
+                if (!(cqe->flags & IORING_CQE_F_MORE))
+                    arm_poll(l, t, l->wake_fd, POLLIN);
+                run_posted(l);
+                break;
+            case TOK_POLL:
+                on_poll_cqe(l, t, cqe);
+                break;
+            case TOK_TIMER:
+                on_timer_cqe(l, t, cqe);
+                break;
+            case TOK_IO:
+                on_io_cqe(l, t, cqe, (ud & TOK_LINK_BIT) != 0);
+                break;
+            }
+        }
+        io_uring_cqe_seen(&l->ring, cqe);
+        run_deferred(l);
+    }
+}
+
+int mc_loop_run(mc_loop_t *l)
+{
+    mc_loop_t *saved = current_loop;
+    int rc = 0;
+    current_loop = l;
+    while (!atomic_load(&l->stop)) {
+        if (l->next_head) { /* work for this round, queued in the last one */
+            if (l->defer_tail)
+                l->defer_tail->next = l->next_head;
+            else
+                l->defer_head = l->next_head;
+            l->defer_tail = l->next_tail;
+            l->next_head = l->next_tail = NULL;
+        }
+        run_deferred(l);
+        if (atomic_load(&l->stop))
+            break;
+        rc = io_uring_submit_and_wait(&l->ring, l->defer_head || l->next_head ? 0 : 1);
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+            break;
+        rc = 0;
+        l->now_ms = mc_loop_now_ms();
+        process_cqes(l);
+    }
+    run_deferred(l);
+    atomic_store(&l->stop, 0);
+    current_loop = saved;
+    return rc;
+}
+
+void mc_loop_free(mc_loop_t *l)
+{
+    if (!l)
+        return;
+    mc_loop_t *saved = current_loop;
+    current_loop = l;
+    run_posted(l);
+    while (l->next_head || l->defer_head) {
+        mc_work_t *w = l->next_head;
+        l->next_head = l->next_tail = NULL;
+        while (w) { /* what the last round queued for the next one */
+            mc_work_t *next = w->next;
+            mc_loop_defer(l, w, w->fn, w->arg);
+            w = next;
+        }
+        run_deferred(l);
+    }
+    current_loop = saved;
+    /* Tear the ring down first, so that release functions free buffers no
+     * request can still reach. */
+    io_uring_queue_exit(&l->ring);
+    while (l->toks) {
+        struct tok *t = l->toks;
+        if (t->handle) {
+            if (t->kind == TOK_POLL)
+                ((mc_poll_t *)t->handle)->token = NULL;
+            else if (t->kind == TOK_IO)
+                ((mc__io_t *)t->handle)->token = NULL;
+            else
+                ((mc_timer_t *)t->handle)->token = NULL;
+        }
+        if (t->kind == TOK_IO && t->release)
+            t->release(t->release_arg);
+        tok_free(l, t);
+    }
+    close(l->wake_fd);
+    pthread_mutex_destroy(&l->lock);
+    free(l->wake_tok);
+    free(l);
+}
+
+int mc_poll_start(mc_loop_t *l, mc_poll_t *p, int fd, unsigned events, mc_poll_cb cb)
+{
+    struct tok *t = tok_new(l, TOK_POLL, p);
+    if (!t)
+        return -ENOMEM;
+    p->loop = l;
+    p->fd = fd;
+    p->events = events;
+    p->cb = cb;
+    p->token = t;
+    int rc = arm_poll(l, t, fd, events);
+    if (rc < 0) {
+        p->token = NULL;
+        tok_free(l, t);
+        return rc;
+    }
+    return 0;
+}
+
+void mc_poll_stop(mc_poll_t *p)
+{
+    if (!p->token)
+        return;
+    cancel_tok(p->loop, p->token);
+    p->token = NULL;
+}
+
+int mc_timer_start(mc_loop_t *l, mc_timer_t *t, uint64_t timeout_ms, uint64_t repeat_ms,
+                   mc_timer_cb cb)
+{
+    if (t->token && t->loop)
+        mc_timer_stop(t);
+    struct tok *k = tok_new(l, TOK_TIMER, t);
+    if (!k)
+        return -ENOMEM;
+    t->loop = l;
+    t->repeat_ms = repeat_ms;
+    t->cb = cb;
+    t->token = k;
+    int rc = arm_timer(l, k, timeout_ms);
+    if (rc < 0) {
+        t->token = NULL;
+        tok_free(l, k);
+        return rc;
+    }
+    return 0;
+}
+
+void mc_timer_stop(mc_timer_t *t)
+{
+    if (!t->token)
+        return;
+    cancel_tok(t->loop, t->token);
+    t->token = NULL;
+}
+
+/* ---- socket operations (loop_i.h) ---- */
+
+static void ms_to_ts(struct __kernel_timespec *ts, uint64_t ms)
+{
+    ts->tv_sec = (long long)(ms / 1000);
+    ts->tv_nsec = (long long)(ms % 1000) * 1000000;
+}
+
+/* Queues the SQEs for t's op, and its linked timeout when timeout_ms is
+ * non-zero. Both go into one submission: a link split across two would run
+ * the op without its timeout. */
+static int arm_io(mc_loop_t *l, struct tok *t, uint64_t timeout_ms)
+{
+    unsigned need = timeout_ms ? 2 : 1;
+    if (io_uring_sq_space_left(&l->ring) < need)
+        io_uring_submit(&l->ring);
+    if (io_uring_sq_space_left(&l->ring) < need)
+        return -EBUSY;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+    switch (t->op) {
+    case IO_ACCEPT:
+        io_uring_prep_multishot_accept(sqe, t->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        break;
+    case IO_CONNECT:
+        io_uring_prep_connect(sqe, t->fd, (struct sockaddr *)&t->u.sa, t->salen);
+        break;
+    case IO_RECV:
+        io_uring_prep_recv(sqe, t->fd, t->buf, t->len, 0);
+        break;
+    case IO_SENDMSG:
+        io_uring_prep_sendmsg(sqe, t->fd, &t->u.msg, MSG_NOSIGNAL);
+        break;
+    case IO_RECVMSG:
+        io_uring_prep_recvmsg(sqe, t->fd, &t->u.msg, MSG_CMSG_CLOEXEC);
+        break;
+    }
+    io_uring_sqe_set_data(sqe, t);
+    t->pending = 1;
+    t->timed_out = 0;
+    if (timeout_ms) {
+        sqe->flags |= IOSQE_IO_LINK;
+        ms_to_ts(&t->ts, timeout_ms);
+        struct io_uring_sqe *lt = io_uring_get_sqe(&l->ring);
+        io_uring_prep_link_timeout(lt, &t->ts, 0);
+        io_uring_sqe_set_data(lt, (void *)((uintptr_t)t | TOK_LINK_BIT));
+        t->pending = 2;
+    }
+    return 0;
+}
+
+/* The kernel is done with t: hand its buffers back and free it. */
+static void tok_done(mc_loop_t *l, struct tok *t)
+{
+    if (t->release)
+        t->release(t->release_arg);
+    tok_free(l, t);
+}
+
+static void on_accept_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
+{
+    mc__io_t *io = t->handle;
+    int more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    int res = cqe->res;
+
+    if (!io) { /* cancelled: nobody wants this connection */
+        if (res >= 0)
+            close(res);
+        if (!more)
+            tok_done(l, t);
+        return;
+    }
+    if (!more && res >= 0 && arm_io(l, t, 0) < 0) {
+        /* The kernel ended the multishot (CQ overflow) and the ring is full. */
+        close(res);
+        res = -EBUSY;
+    }
+    if (!more && res < 0) {
+        io->token = NULL;
+        tok_done(l, t);
+    }
+    io->cb(io, res);
+}
+
+/* Hands the descriptors a recvmsg brought to its caller, or closes them
+ * when nobody wants them (cancelled, failed). */
+static void take_fds(struct tok *t, int keep)
+{
+    int n = 0;
+    if (t->res >= 0) {
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&t->u.msg); cm; cm = CMSG_NXTHDR(&t->u.msg, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t cnt = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < cnt; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+                if (keep && n < MC__IO_MAX_FDS)
+                    t->fds_out[n++] = fd;
+                else
+                    close(fd);
+            }
+        }
+    }
+    if (keep)
+        *t->nfds_out = n;
+}
+
+static void on_io_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe, int is_link)
+{
+    if (t->op == IO_ACCEPT) {
+        on_accept_cqe(l, t, cqe);
+        return;
+    }
+    if (is_link) {
+        if (cqe->res == -ETIME)
+            t->timed_out = 1;
+    } else {
+        t->res = cqe->res;
+    }
+    if (--t->pending > 0)
+        return;
+    mc__io_t *io = t->handle;
+    int res = t->res;
+    if (t->timed_out && (res == -ECANCELED || res == -EINTR))
+        res = -ETIMEDOUT;
+    if (t->op == IO_RECVMSG)
+        take_fds(t, io != NULL && res >= 0);
+    tok_done(l, t);
+    if (io) {
+        io->token = NULL;
+        io->cb(io, res);
+    }
+}
+
+static int io_start(mc_loop_t *l, mc__io_t *io, struct tok *t, uint64_t timeout_ms, mc__io_cb cb)
+{
+    io->loop = l;
+    io->cb = cb;
+    io->token = t;
+    int rc = arm_io(l, t, timeout_ms);
+    if (rc < 0) {
+        io->token = NULL;
+        tok_free(l, t);
+    }
+    return rc;
+}
+
+static struct tok *io_tok(mc_loop_t *l, mc__io_t *io, enum io_op op, int fd, size_t extra)
+{
+    struct tok *t = tok_alloc(l, TOK_IO, io, extra);
+    if (t) {
+        t->op = op;
+        t->fd = fd;
+    }
+    return t;
+}
+
+int mc__io_accept(mc_loop_t *l, mc__io_t *io, int fd, mc__io_cb cb)
+{
+    struct tok *t = io_tok(l, io, IO_ACCEPT, fd, 0);
+    if (!t)
+        return -ENOMEM;
+    return io_start(l, io, t, 0, cb);
+}
+
+int mc__io_connect(mc_loop_t *l, mc__io_t *io, int fd, const struct sockaddr *sa, socklen_t salen,
+                   uint64_t timeout_ms, mc__io_cb cb)
+{
+    if (salen > sizeof(struct sockaddr_storage))
+        return -EINVAL;
+    struct tok *t = io_tok(l, io, IO_CONNECT, fd, 0);
+    if (!t)
+        return -ENOMEM;
+    memcpy(&t->u.sa, sa, salen);
+    t->salen = salen;
+    return io_start(l, io, t, timeout_ms, cb);
+}
+
+int mc__io_recv(mc_loop_t *l, mc__io_t *io, int fd, void *buf, size_t len, uint64_t timeout_ms,
+                mc__io_cb cb)
+{
+    struct tok *t = io_tok(l, io, IO_RECV, fd, 0);
+    if (!t)
+        return -ENOMEM;
+    t->buf = buf;
+    t->len = len;
+    return io_start(l, io, t, timeout_ms, cb);
+}
+
+int mc__io_sendmsg(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
+                   uint64_t timeout_ms, mc__io_cb cb)
+{
+    if (n < 1 || n > MC__IO_MAX_IOV)
+        return -EINVAL;
+    struct tok *t = io_tok(l, io, IO_SENDMSG, fd, (size_t)n * sizeof(*iov));
+    if (!t)
+        return -ENOMEM;
+    memcpy(t->iov, iov, (size_t)n * sizeof(*iov));
+    t->u.msg.msg_iov = t->iov;
+    t->u.msg.msg_iovlen = (size_t)n;
+    return io_start(l, io, t, timeout_ms, cb);
+}
+
+int mc__io_sendmsg_fd(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
+                      int pass_fd, uint64_t timeout_ms, mc__io_cb cb)
+{
+    if (n < 1 || n > MC__IO_MAX_IOV)
+        return -EINVAL;
+    if (pass_fd < 0)
+        return -EBADF;
+    struct tok *t = io_tok(l, io, IO_SENDMSG, fd, (size_t)n * sizeof(*iov));
+    if (!t)
+        return -ENOMEM;
+    memcpy(t->iov, iov, (size_t)n * sizeof(*iov));
+    t->u.msg.msg_iov = t->iov;
+    t->u.msg.msg_iovlen = (size_t)n;
+    t->u.msg.msg_control = t->ctrl.buf;
+    t->u.msg.msg_controllen = CMSG_SPACE(sizeof(int));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&t->u.msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &pass_fd, sizeof(pass_fd));
+    return io_start(l, io, t, timeout_ms, cb);
+}
+
+int mc__io_recvmsg(mc_loop_t *l, mc__io_t *io, int fd, void *buf, size_t len, int *fds, int *nfds,
+                   int maxfds, uint64_t timeout_ms, mc__io_cb cb)
+{
+    if (maxfds < 1 || maxfds > MC__IO_MAX_FDS)
+        return -EINVAL;
+    struct tok *t = io_tok(l, io, IO_RECVMSG, fd, sizeof(struct iovec));
+    if (!t)
+        return -ENOMEM;
+    t->iov[0].iov_base = buf;
+    t->iov[0].iov_len = len;
+    t->u.msg.msg_iov = t->iov;
+    t->u.msg.msg_iovlen = 1;
+    t->u.msg.msg_control = t->ctrl.buf;
+    t->u.msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)maxfds);
+    t->fds_out = fds;
+    t->nfds_out = nfds;
+    *nfds = 0;
+    return io_start(l, io, t, timeout_ms, cb);
+}
+
+void mc__io_cancel(mc__io_t *io, mc_loop_fn release, void *arg)
+{
+    struct tok *t = io->token;
+    if (!t) {
+        if (release)
+            release(arg);
+        return;
+    }
+    t->release = release;
+    t->release_arg = arg;
+    cancel_tok(io->loop, t);
+    io->token = NULL;
+}

@@ -1,0 +1,173 @@
+/*
+ * rpc.h - request/response calls over a framed connection (net.h).
+ *
+ * A call sends a request frame with a fresh id and waits, bounded by its
+ * timeout, for the response frame (MC__F_RESPONSE) that echoes the id. The
+ * caller's callback runs exactly once, always from the loop, never inside
+ * the call that started it:
+ *
+ *   status >= 0 or -errno   the response arrived: status is the header's,
+ *                           body[0..len) its body (valid during the callback)
+ *   -ETIMEDOUT              no response within timeout_ms
+ *   the conn's close reason the conn closed first (-ECONNRESET when the peer
+ *                           went away, -ETIMEDOUT, -EPROTO, ...), or
+ *                           -ECANCELED after mc__conn_close(); all pending
+ *                           calls of a conn fail together
+ *
+ * A response nobody waits for (a late one, after a timeout) is dropped with
+ * a debug line. Server side, mc__rpc_reply() answers a request frame.
+ *
+ * mc__rpc_client_t keeps one conn to an address alive: it reconnects after
+ * a loss with exponential backoff (100 ms doubling to 5 s), except that a
+ * session that lasted a while and then ended (a server closing it as idle,
+ * or restarting) is reconnected at once. Calls made while a connect attempt
+ * is in flight are queued on it (bounded by their timeout); calls made while
+ * waiting out the backoff fail at once with -ENOTCONN. A client that makes
+ * no call for MC__RPC_KEEPALIVE_MS sends a PING, so that a server's idle
+ * timeout (server.h) never closes a connection in use: the master ties
+ * writes in progress and open handles to the connection that made them.
+ *
+ * Everything here runs on the conn's loop thread only.
+ */
+#ifndef MC_RPC_H
+#define MC_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "runtime/net.h"
+
+typedef void (*mc__rpc_cb)(void *arg, int status, const char *body, size_t len);
+
+/*
+ * mc__rpc_call() sends request op with a copy of body[0..len) on c and
+ * calls cb(arg, ...) once as described above. timeout_ms must be > 0.
+ * Returns 0, or -EINVAL (timeout_ms 0), -EPIPE (c is closing) and the other
+ * errors of mc__conn_send(); cb is then never called.
+ */
+int mc__rpc_call(mc__conn_t *c, uint16_t op, const void *body, size_t len, uint64_t timeout_ms,
+                 mc__rpc_cb cb, void *arg);
+
+/*
+ * mc__rpc_callv() is mc__rpc_call() with the body gathered from iov[0..n)
+ * without a copy. The buffers must stay untouched until cb runs; cb is
+ * therefore held back until the conn has sent them (or failed), so a
+ * timeout may be reported later than timeout_ms, bounded by the conn's send
+ * timeout. Returns as mc__rpc_call().
+ */
+int mc__rpc_callv(mc__conn_t *c, uint16_t op, const struct iovec *iov, int n, uint64_t timeout_ms,
+                  mc__rpc_cb cb, void *arg);
+
+/*
+ * mc__rpc_call_early() is mc__rpc_call() with a frame that goes out while
+ * the conn is held (MC__SEND_EARLY, net.h): the calls of a session
+ * handshake. Returns as mc__rpc_call().
+ */
+int mc__rpc_call_early(mc__conn_t *c, uint16_t op, const void *body, size_t len,
+                       uint64_t timeout_ms, mc__rpc_cb cb, void *arg);
+
+/* mc__rpc_pending() returns the number of c's calls awaiting a response. */
+size_t mc__rpc_pending(const mc__conn_t *c);
+
+/*
+ * mc__rpc_reply() answers the request req received on c with status
+ * (0..32767 or -errno) and a copy of body[0..len). Returns 0, -ERANGE for a
+ * status that does not fit the header, or the errors of mc__conn_send().
+ */
+int mc__rpc_reply(mc__conn_t *c, const mc__hdr_t *req, int status, const void *body, size_t len);
+
+/*
+ * mc__rpc_reply_fd() is mc__rpc_reply() that also passes the descriptor fd
+ * with the response (SCM_RIGHTS; a Unix conn only, else -EOPNOTSUPP). The
+ * caller keeps fd: the conn sends a duplicate.
+ */
+int mc__rpc_reply_fd(mc__conn_t *c, const mc__hdr_t *req, int status, const void *body, size_t len,
+                     int fd);
+
+/*
+ * mc__rpc_replyv() answers with a body gathered from iov[0..n) without a
+ * copy; done(arg, status) follows as for mc__conn_send_iov(). Returns as
+ * mc__rpc_reply(); done is then never called.
+ */
+int mc__rpc_replyv(mc__conn_t *c, const mc__hdr_t *req, int status, const struct iovec *iov, int n,
+                   mc__send_cb done, void *arg);
+
+/* ---- the reconnecting client ---- */
+
+typedef struct mc__rpc_client mc__rpc_client_t;
+
+/* What a client tells its owner; every member may be NULL. Copied. */
+typedef struct mc__rpc_client_ops {
+    /* Connected (again), and through the handshake if there is one. */
+    void (*on_connect)(mc__rpc_client_t *cl, mc__conn_t *c);
+    /* An open connection was lost with err; a reconnect is scheduled. */
+    void (*on_disconnect)(mc__rpc_client_t *cl, int err);
+    /* A request frame from the server (responses go to the calls). */
+    void (*on_frame)(mc__rpc_client_t *cl, mc__conn_t *c, const mc__hdr_t *h, const char *body,
+                     size_t len);
+    /*
+     * The session handshake (HELLO, AUTH), run on every new conn before any
+     * call made through the client goes out: those are held back on the
+     * conn (mc__conn_hold()) from its creation. It runs once the conn is
+     * connected, makes its own calls with mc__rpc_call_early() on c, and
+     * ends with mc__rpc_client_ready(cl, c, rc). A failure closes the conn:
+     * the held calls fail with rc, and the client reconnects with backoff.
+     */
+    void (*handshake)(mc__rpc_client_t *cl, mc__conn_t *c);
+} mc__rpc_client_ops_t;
+
+#define MC__RPC_BACKOFF_MIN_MS 100
+#define MC__RPC_BACKOFF_MAX_MS 5000
+#define MC__RPC_KEEPALIVE_MS 15000    /* well inside a server's default idle timeout */
+#define MC__RPC_RECONNECT_NOW_MS 1000 /* a session at least this long: reconnect at once */
+
+/*
+ * mc__rpc_client_new() creates a client for address a (copied) and starts
+ * connecting; each attempt is bounded by connect_timeout_ms (0: the net
+ * default). Returns 0 and sets *out, or -ENOMEM. Free with
+ * mc__rpc_client_close().
+ */
+int mc__rpc_client_new(mc_loop_t *l, const mc__addr_t *a, uint64_t connect_timeout_ms,
+                       const mc__rpc_client_ops_t *ops, void *data, mc__rpc_client_t **out);
+
+/*
+ * mc__rpc_client_call() and mc__rpc_client_callv() are mc__rpc_call() and
+ * mc__rpc_callv() on the client's current conn. They return -ENOTCONN while
+ * the client waits to reconnect (cb is then never called).
+ */
+int mc__rpc_client_call(mc__rpc_client_t *cl, uint16_t op, const void *body, size_t len,
+                        uint64_t timeout_ms, mc__rpc_cb cb, void *arg);
+int mc__rpc_client_callv(mc__rpc_client_t *cl, uint16_t op, const struct iovec *iov, int n,
+                         uint64_t timeout_ms, mc__rpc_cb cb, void *arg);
+
+/*
+ * mc__rpc_client_ready() ends the handshake on c: rc 0 releases the held
+ * calls (and on_connect runs); a negative rc closes c with rc as the reason
+ * its held calls fail with (-EACCES for a refused secret). Ignored when c is
+ * no longer the client's conn, or not in its handshake.
+ */
+void mc__rpc_client_ready(mc__rpc_client_t *cl, mc__conn_t *c, int rc);
+
+/*
+ * mc__rpc_client_set_keepalive() changes how long the client stays quiet
+ * before it PINGs (0: never; MC__RPC_KEEPALIVE_MS by default). A PING that
+ * fails is not an error of the client's: the conn's own close says so.
+ */
+void mc__rpc_client_set_keepalive(mc__rpc_client_t *cl, uint64_t ms);
+
+/* mc__rpc_client_conn() returns the open conn (through its handshake), or
+ * NULL while not connected. */
+mc__conn_t *mc__rpc_client_conn(const mc__rpc_client_t *cl);
+
+/* mc__rpc_client_data() returns the data given to mc__rpc_client_new(). */
+void *mc__rpc_client_data(const mc__rpc_client_t *cl);
+
+/*
+ * mc__rpc_client_close() stops reconnecting and closes the conn; pending
+ * calls then fail with -ECANCELED (from the loop, after this returns). No
+ * client callback runs after this call; the client is freed by the loop.
+ */
+void mc__rpc_client_close(mc__rpc_client_t *cl);
+
+#endif /* MC_RPC_H */

@@ -1,0 +1,129 @@
+/*
+ * shm.c - segments in sealed memfds, their mapping by co-located clients,
+ * and the addresses of the shm transport (see shm.h).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "runtime/net.h"
+#include "transport/shm.h"
+
+#define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+int mc__seg_create(uint64_t size, const char *name, mc__seg_t *out)
+{
+    int rc;
+
+    if (size == 0 || size > (uint64_t)SIZE_MAX || (off_t)size < 0)
+        return -EINVAL;
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -errno;
+    if (ftruncate(fd, (off_t)size) < 0 || fcntl(fd, F_ADD_SEALS, SEALS) < 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    out->base = p;
+    out->size = size;
+    out->fd = fd;
+    return 0;
+}
+
+void mc__seg_destroy(mc__seg_t *seg)
+{
+    if (seg->base) {
+        munmap(seg->base, seg->size);
+        close(seg->fd);
+    }
+    seg->base = NULL;
+    seg->size = 0;
+    seg->fd = -1;
+}
+
+int mc__shm_map(int fd, uint64_t size, char **base)
+{
+    struct stat st;
+
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK))
+        return -EPERM;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (size == 0 || size > (uint64_t)SIZE_MAX || (uint64_t)st.st_size < size)
+        return -EINVAL;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    *base = p;
+    return 0;
+}
+
+int mc__shm_unix_addr(const char *tcp_addr, char *out, size_t n)
+{
+    struct sockaddr_un un;
+    int len = snprintf(out, n, "unix:@mooncake-data/%s", tcp_addr);
+    /* "unix:@" becomes the leading NUL of an abstract name. */
+    if (len < 0 || (size_t)len >= n || (size_t)len - 5 > sizeof(un.sun_path))
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+/* Whether a (non-loopback) address is one of this host's interfaces'. */
+static int on_an_interface(const struct sockaddr_storage *ss)
+{
+    struct ifaddrs *all, *i;
+    int found = 0;
+
+    if (getifaddrs(&all) < 0)
+        return 0;
+    for (i = all; i && !found; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != ss->ss_family)
+            continue;
+        if (ss->ss_family == AF_INET)
+            found = ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+                    ((const struct sockaddr_in *)ss)->sin_addr.s_addr;
+        else
+            found = !memcmp(&((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+                            &((const struct sockaddr_in6 *)ss)->sin6_addr, sizeof(struct in6_addr));
+    }
+    freeifaddrs(all);
+    return found;
+}
+
+int mc__addr_is_local(const char *addr)
+{
+    mc__addr_t a;
+
+    if (!addr || strncmp(addr, "unix:", 5) == 0 || mc__addr_parse(addr, -1, &a) < 0)
+        return 0;
+    if (a.ss.ss_family == AF_INET) {
+        uint32_t ip = ntohl(((const struct sockaddr_in *)&a.ss)->sin_addr.s_addr);
+        if ((ip >> 24) == 127 || ip == INADDR_ANY)
+            return 1;
+    } else if (a.ss.ss_family == AF_INET6) {
+        const struct in6_addr *ip = &((const struct sockaddr_in6 *)&a.ss)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(ip) || IN6_IS_ADDR_UNSPECIFIED(ip) ||
+            (IN6_IS_ADDR_V4MAPPED(ip) && ip->s6_addr[12] == 127))
+            return 1;
+    } else {
+        return 0;
+    }
+    return on_an_interface(&a.ss);
+}

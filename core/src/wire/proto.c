@@ -1,0 +1,617 @@
+/*
+ * proto.c - the wire protocol's codec: frame headers, the table of
+ * operations, the format-driven field encoder and decoder, and the nested
+ * structures (stat, replica set, listing) carried in raw fields.
+ *
+ * Everything here is a pure function over memory: no I/O, no clock, no state
+ * but const tables, so every decoder can be fuzzed (tests/fuzz/fuzz_proto.c).
+ * Bytes on the wire are little-endian whatever the host; they are assembled
+ * and taken apart with explicit shifts, never by casting a struct over a
+ * buffer. Every decoder checks a field's length against the bytes left
+ * before it touches them, and never reads outside [body, body + len).
+ *
+ * This file calls nothing outside the wire layer (the key rule and
+ * mc_list_free() are in keys.c), so the fuzzer builds it with that file
+ * alone.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wire/proto.h"
+
+/* Wire sizes of the nested structures. */
+#define STAT_SIZE 36u       /* q q i u u u */
+#define EXTENT_SIZE 16u     /* q offset, q length */
+#define REPLICA_MIN 16u     /* u seg, u addr length, u rdma length, u extent count */
+#define LIST_ENTRY_MIN 42u  /* u key length, 1 key byte, b is_prefix, stat */
+#define WBUF_FIRST_CAP 256u /* first allocation of an empty wbuf */
+
+/* ---- little-endian loads and stores ---- */
+
+static uint16_t ld16(const void *p)
+{
+    const unsigned char *b = p;
+    return (uint16_t)(b[0] | b[1] << 8);
+}
+
+static uint32_t ld32(const void *p)
+{
+    const unsigned char *b = p;
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static uint64_t ld64(const void *p)
+{
+    const unsigned char *b = p;
+    return (uint64_t)ld32(b) | (uint64_t)ld32(b + 4) << 32;
+}
+
+static void st16(void *p, uint16_t v)
+{
+    unsigned char *b = p;
+    b[0] = (unsigned char)v;
+    b[1] = (unsigned char)(v >> 8);
+}
+
+static void st32(void *p, uint32_t v)
+{
+    unsigned char *b = p;
+    for (int i = 0; i < 4; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void st64(void *p, uint64_t v)
+{
+    unsigned char *b = p;
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* ---- the operation table ---- */
+
+struct op_desc {
+    const char *name; /* NULL: no operation has this code */
+    const char *req, *resp;
+};
+
+#define OP_ROW(name, code, req, resp) [code] = {#name, req, resp},
+static const struct op_desc ops[] = {MC__PROTO_OPS(OP_ROW)};
+#undef OP_ROW
+
+static const struct op_desc *op_find(uint16_t op)
+{
+    if (op >= sizeof(ops) / sizeof(ops[0]) || !ops[op].name)
+        return NULL;
+    return &ops[op];
+}
+
+/*
+ * mc__op_format() returns the request (response == 0) or response format
+ * string of op from the table in proto.h, or NULL when no operation has that
+ * code. The string is static.
+ */
+const char *mc__op_format(uint16_t op, int response)
+{
+    const struct op_desc *d = op_find(op);
+    if (!d)
+        return NULL;
+    return response ? d->resp : d->req;
+}
+
+/* mc__op_name() returns the static name of op ("PUT_START"), or "?" for a
+ * code no operation has. */
+const char *mc__op_name(uint16_t op)
+{
+    const struct op_desc *d = op_find(op);
+    return d ? d->name : "?";
+}
+
+/* ---- frame headers ---- */
+
+/*
+ * mc__hdr_decode() decodes the header at the front of buf[0..n).
+ * Layout (offsets in bytes): 0 magic u32, 4 version u16, 6 op u16, 8 id u64,
+ * 16 len u32, 20 flags u16, 22 status i16. Returns 0; -EAGAIN when n is
+ * short of MC__PROTO_HDR_SIZE (*h untouched); -EPROTO for a bad magic or
+ * version; -EBADMSG for an operation code not in the table; -EMSGSIZE for
+ * len over MC__PROTO_MAX_BODY. On those three errors *h still holds every
+ * decoded field, so the caller can log what it refused. Flags are not
+ * checked here.
+ */
+int mc__hdr_decode(const void *buf, size_t n, mc__hdr_t *h)
+{
+    const unsigned char *b = buf;
+
+    if (n < MC__PROTO_HDR_SIZE)
+        return -EAGAIN;
+    h->magic = ld32(b);
+    h->version = ld16(b + 4);
+    h->op = ld16(b + 6);
+    h->id = ld64(b + 8);
+    h->len = ld32(b + 16);
+    h->flags = ld16(b + 20);
+    h->status = (int16_t)ld16(b + 22);
+    if (h->magic != MC__PROTO_MAGIC || h->version != MC__PROTO_VERSION)
+        return -EPROTO;
+    if (!op_find(h->op))
+        return -EBADMSG;
+    if (h->len > MC__PROTO_MAX_BODY)
+        return -EMSGSIZE;
+    return 0;
+}
+
+/*
+ * mc__hdr_encode() writes h into buf[0..MC__PROTO_HDR_SIZE) in the layout
+ * mc__hdr_decode() reads. It copies every field as given (it does not fill
+ * in the magic or version) and checks nothing.
+ */
+void mc__hdr_encode(void *buf, const mc__hdr_t *h)
+{
+    unsigned char *b = buf;
+
+    st32(b, h->magic);
+    st16(b + 4, h->version);
+    st16(b + 6, h->op);
+    st64(b + 8, h->id);
+    st32(b + 16, h->len);
+    st16(b + 20, h->flags);
+    st16(b + 22, (uint16_t)h->status);
+}
+
+/* ---- the output buffer ---- */
+
+/* Makes room for add more bytes and returns where they go, or NULL with
+ * w->err set (and NULL when add is 0). The buffer never holds more than
+ * MC__PROTO_MAX_BODY bytes, and its capacity doubles (capped at that limit),
+ * so appending costs O(1) amortized. */
+static char *wbuf_room(mc__wbuf_t *w, size_t add)
+{
+    if (w->err)
+        return NULL;
+    if (w->len > MC__PROTO_MAX_BODY || add > MC__PROTO_MAX_BODY - w->len) {
+        w->err = -EMSGSIZE;
+        return NULL;
+    }
+    if (!add)
+        return NULL; /* nothing to write; w->p may still be NULL */
+    size_t need = w->len + add;
+    if (need > w->cap) {
+        size_t cap = w->cap ? w->cap : WBUF_FIRST_CAP;
+        while (cap < need)
+            cap *= 2;
+        if (cap > MC__PROTO_MAX_BODY)
+            cap = MC__PROTO_MAX_BODY;
+        char *p = realloc(w->p, cap);
+        if (!p) {
+            w->err = -ENOMEM;
+            return NULL;
+        }
+        w->p = p;
+        w->cap = cap;
+    }
+    char *at = w->p + w->len;
+    w->len = need;
+    return at;
+}
+
+static void put8(mc__wbuf_t *w, unsigned v)
+{
+    char *p = wbuf_room(w, 1);
+    if (p)
+        *(unsigned char *)p = (unsigned char)v;
+}
+
+static void put16(mc__wbuf_t *w, unsigned v)
+{
+    char *p = wbuf_room(w, 2);
+    if (p)
+        st16(p, (uint16_t)v);
+}
+
+static void put32(mc__wbuf_t *w, uint32_t v)
+{
+    char *p = wbuf_room(w, 4);
+    if (p)
+        st32(p, v);
+}
+
+static void put64(mc__wbuf_t *w, uint64_t v)
+{
+    char *p = wbuf_room(w, 8);
+    if (p)
+        st64(p, v);
+}
+
+static void fail(mc__wbuf_t *w, int err)
+{
+    if (!w->err)
+        w->err = err;
+}
+
+/*
+ * mc__vpack() appends fields to w per fmt (see proto.h for the characters).
+ * b h u take unsigned int (truncated to the field's width), q uint64_t,
+ * i int64_t, and s k * take a pointer and a uint32_t length (the pointer may
+ * be NULL when the length is 0). A `*` writes the bytes without a length, so
+ * it must come last. Errors stick in w->err and later appends do nothing:
+ * -EMSGSIZE when the body would pass MC__PROTO_MAX_BODY, -ENOMEM, and
+ * -EINVAL for an unknown format character or a `*` that is not last. A `k`
+ * that fails mc_key_check() sets -EINVAL (empty, NUL inside) or
+ * -ENAMETOOLONG, so that nothing the decoder would refuse is ever sent.
+ * A field that fails leaves none of its bytes behind. Returns w->err. w
+ * starts zeroed; the caller frees w->p.
+ */
+int mc__vpack(mc__wbuf_t *w, const char *fmt, va_list ap)
+{
+    for (const char *f = fmt; *f && !w->err; f++) {
+        switch (*f) {
+        case 'b':
+            put8(w, va_arg(ap, unsigned));
+            break;
+        case 'h':
+            put16(w, va_arg(ap, unsigned));
+            break;
+        case 'u':
+            put32(w, va_arg(ap, unsigned));
+            break;
+        case 'q':
+            put64(w, va_arg(ap, uint64_t));
+            break;
+        case 'i':
+            put64(w, (uint64_t)va_arg(ap, int64_t));
+            break;
+        case 's':
+        case 'k':
+        case '*': {
+            const void *src = va_arg(ap, const void *);
+            uint32_t len = va_arg(ap, uint32_t);
+            if (*f == 'k' && mc_key_check(src, len) < 0) {
+                fail(w, len > MC_KEY_MAX ? -ENAMETOOLONG : -EINVAL);
+                break;
+            }
+            if (*f == '*' && f[1]) {
+                fail(w, -EINVAL);
+                break;
+            }
+            /* The length and the bytes go in together or not at all. */
+            size_t prefix = *f == '*' ? 0 : 4;
+            char *p = wbuf_room(w, prefix + len);
+            if (p && prefix)
+                st32(p, len);
+            if (p && len)
+                memcpy(p + prefix, src, len);
+            break;
+        }
+        default:
+            fail(w, -EINVAL);
+            break;
+        }
+    }
+    return w->err;
+}
+
+/* mc__pack() is mc__vpack() with the fields as arguments. */
+int mc__pack(mc__wbuf_t *w, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = mc__vpack(w, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* ---- the field decoder ---- */
+
+/*
+ * mc__vunpack() decodes body[0..len) per fmt into the pointers in ap (see
+ * proto.h for their types). Any output pointer may be NULL to skip that
+ * value. `s`, `k` and `*` yield a pointer into body and a length; nothing is
+ * copied, so the values live as long as body (the pointer is not NULL, even
+ * for zero bytes, unless body itself is NULL, as it may be when len is 0).
+ * Returns 0, -EBADMSG for a field running past the end, bytes left over, a
+ * `*` of more than UINT32_MAX bytes, or a bad format (unknown character, `*`
+ * not last), and -EINVAL for a `k` that is empty, longer than MC_KEY_MAX or
+ * holds a NUL. Fields are decoded in order and the first error
+ * is returned; outputs are then undefined.
+ */
+int mc__vunpack(const char *body, size_t len, const char *fmt, va_list ap)
+{
+    const char *p = body;
+    size_t left = len;
+
+    for (const char *f = fmt; *f; f++) {
+        switch (*f) {
+        case 'b': {
+            uint8_t *o = va_arg(ap, uint8_t *);
+            if (left < 1)
+                return -EBADMSG;
+            if (o)
+                *o = (uint8_t)*p;
+            p += 1, left -= 1;
+            break;
+        }
+        case 'h': {
+            uint16_t *o = va_arg(ap, uint16_t *);
+            if (left < 2)
+                return -EBADMSG;
+            if (o)
+                *o = ld16(p);
+            p += 2, left -= 2;
+            break;
+        }
+        case 'u': {
+            uint32_t *o = va_arg(ap, uint32_t *);
+            if (left < 4)
+                return -EBADMSG;
+            if (o)
+                *o = ld32(p);
+            p += 4, left -= 4;
+            break;
+        }
+        case 'q': {
+            uint64_t *o = va_arg(ap, uint64_t *);
+            if (left < 8)
+                return -EBADMSG;
+            if (o)
+                *o = ld64(p);
+            p += 8, left -= 8;
+            break;
+        }
+        case 'i': {
+            int64_t *o = va_arg(ap, int64_t *);
+            if (left < 8)
+                return -EBADMSG;
+            if (o)
+                *o = (int64_t)ld64(p);
+            p += 8, left -= 8;
+            break;
+        }
+        case 's':
+        case 'k': {
+            const char **op = va_arg(ap, const char **);
+            uint32_t *ol = va_arg(ap, uint32_t *);
+            if (left < 4)
+                return -EBADMSG;
+            uint32_t n = ld32(p);
+            if (n > left - 4)
+                return -EBADMSG;
+            p += 4, left -= 4;
+            if (*f == 'k' && mc_key_check(p, n) < 0)
+                return -EINVAL;
+            if (op)
+                *op = p;
+            if (ol)
+                *ol = n;
+            p += n, left -= n;
+            break;
+        }
+        case '*': {
+            const char **op = va_arg(ap, const char **);
+            uint32_t *ol = va_arg(ap, uint32_t *);
+            if (f[1] || left > UINT32_MAX)
+                return -EBADMSG;
+            if (op)
+                *op = p;
+            if (ol)
+                *ol = (uint32_t)left;
+            if (left) /* body may be NULL when len is 0 */
+                p += left, left = 0;
+            break;
+        }
+        default:
+            return -EBADMSG;
+        }
+    }
+    return left ? -EBADMSG : 0;
+}
+
+/* mc__unpack() is mc__vunpack() with the outputs as arguments. */
+int mc__unpack(const char *body, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = mc__vunpack(body, len, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* ---- stat ---- */
+
+/* mc__pack_stat() appends st as `q size, q version, i mtime_ns, u mode,
+ * u replicas, u flags` (36 bytes). Returns w->err. */
+int mc__pack_stat(mc__wbuf_t *w, const mc_stat_t *st)
+{
+    return mc__pack(w, "qqiuuu", st->size, st->version, st->mtime_ns, (unsigned)st->mode,
+                    (unsigned)st->replicas, (unsigned)st->flags);
+}
+
+/*
+ * mc__take_stat() decodes the 36-byte stat at the front of *p / *n into *st
+ * and advances *p and *n past it. Returns 0, or -EBADMSG when fewer than 36
+ * bytes are left (then *p, *n and *st are untouched).
+ */
+int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
+{
+    const char *b = *p;
+
+    if (*n < STAT_SIZE)
+        return -EBADMSG;
+    st->size = ld64(b);
+    st->version = ld64(b + 8);
+    st->mtime_ns = (int64_t)ld64(b + 16);
+    st->mode = ld32(b + 24);
+    st->replicas = ld32(b + 28);
+    st->flags = ld32(b + 32);
+    *p += STAT_SIZE;
+    *n -= STAT_SIZE;
+    return 0;
+}
+
+/* ---- replica sets ---- */
+
+/*
+ * mc__take_replicas() decodes the replica set at the front of *p / *n
+ * (`u count`, then per replica `u seg, s address, s rdma, u extent count`, then per
+ * extent `q offset, q length`) into out[0..count) and advances *p and *n past
+ * it. The addresses and extents point into the input; nothing is copied.
+ * Returns the count, or -EBADMSG (then *p and *n are untouched) when a field
+ * runs past the end, count exceeds max (a negative max counts as 0), an
+ * extent count does not fit the bytes left, an extent's offset + length
+ * passes 2^64, or a replica's extent lengths add up past 2^64. out may be
+ * NULL when max is 0.
+ */
+int mc__take_replicas(const char **p, size_t *n, mc__wire_replica_t *out, int max)
+{
+    const char *b = *p;
+    size_t left = *n;
+
+    if (left < 4)
+        return -EBADMSG;
+    uint32_t count = ld32(b);
+    b += 4, left -= 4;
+    if (count > (uint32_t)(max < 0 ? 0 : max) || count > left / REPLICA_MIN)
+        return -EBADMSG;
+    for (uint32_t r = 0; r < count; r++) {
+        mc__wire_replica_t *o = &out[r];
+        if (left < 8)
+            return -EBADMSG;
+        o->seg = ld32(b);
+        o->addr_len = ld32(b + 4);
+        b += 8, left -= 8;
+        if (o->addr_len > left)
+            return -EBADMSG;
+        o->addr = b;
+        b += o->addr_len, left -= o->addr_len;
+        if (left < 4)
+            return -EBADMSG;
+        o->rdma_len = ld32(b);
+        b += 4, left -= 4;
+        if (o->rdma_len > left)
+            return -EBADMSG;
+        o->rdma = b;
+        b += o->rdma_len, left -= o->rdma_len;
+        if (left < 4)
+            return -EBADMSG;
+        o->next = ld32(b);
+        b += 4, left -= 4;
+        if (o->next > left / EXTENT_SIZE)
+            return -EBADMSG;
+        o->ext = (const unsigned char *)b;
+        uint64_t total = 0;
+        for (uint32_t e = 0; e < o->next; e++) {
+            uint64_t off = ld64(b + e * EXTENT_SIZE), len = ld64(b + e * EXTENT_SIZE + 8);
+            if (len > UINT64_MAX - off || len > UINT64_MAX - total)
+                return -EBADMSG;
+            total += len;
+        }
+        b += (size_t)o->next * EXTENT_SIZE, left -= (size_t)o->next * EXTENT_SIZE;
+    }
+    *p = b;
+    *n = left;
+    return (int)count;
+}
+
+/* mc__wire_extent() reads the i-th extent of a decoded replica into *off and
+ * *len; an i at or past r->next yields 0 and 0. */
+void mc__wire_extent(const mc__wire_replica_t *r, uint32_t i, uint64_t *off, uint64_t *len)
+{
+    if (i >= r->next) {
+        *off = *len = 0;
+        return;
+    }
+    *off = ld64(r->ext + (size_t)i * EXTENT_SIZE);
+    *len = ld64(r->ext + (size_t)i * EXTENT_SIZE + 8);
+}
+
+/* ---- listings ---- */
+
+/*
+ * mc__take_list() decodes a whole listing body (`u count, u more`, then per
+ * entry `s key, b is_prefix, stat`) into a new mc_list_t that the caller
+ * frees with mc_list_free(). Each entry's key is its own NUL-terminated copy;
+ * next / next_len name the last entry's key (NULL / 0 for no entries).
+ * Returns the entry count, -ENOMEM, or -EBADMSG (*out untouched) when a
+ * field runs past the end, bytes are left over, count is more than the bytes
+ * could hold, more or is_prefix is not 0 or 1, or a key fails mc_key_check().
+ */
+int mc__take_list(const char *p, size_t n, mc_list_t **out)
+{
+    if (n < 8)
+        return -EBADMSG;
+    uint32_t count = ld32(p), more = ld32(p + 4);
+    p += 8, n -= 8;
+    if (more > 1 || count > n / LIST_ENTRY_MIN || count > INT_MAX)
+        return -EBADMSG;
+
+    mc_list_t *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -ENOMEM;
+    l->more = (int)more;
+    if (count && !(l->entries = calloc(count, sizeof(*l->entries)))) {
+        free(l);
+        return -ENOMEM;
+    }
+    int rc = -EBADMSG;
+    for (uint32_t i = 0; i < count; i++) {
+        mc_list_entry_t *e = &l->entries[i];
+        if (n < 4)
+            goto fail;
+        uint32_t klen = ld32(p);
+        p += 4, n -= 4;
+        if (klen > n || mc_key_check(p, klen) < 0)
+            goto fail;
+        char *k = malloc((size_t)klen + 1);
+        if (!k) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        memcpy(k, p, klen);
+        k[klen] = '\0';
+        e->key = k;
+        e->klen = klen;
+        l->n++; /* from here mc_list_free() frees the key */
+        p += klen, n -= klen;
+        if (n < 1 || (unsigned char)*p > 1)
+            goto fail;
+        e->is_prefix = *p;
+        p += 1, n -= 1;
+        if (mc__take_stat(&p, &n, &e->st) < 0)
+            goto fail;
+    }
+    if (n)
+        goto fail;
+    if (l->n) {
+        l->next = l->entries[l->n - 1].key;
+        l->next_len = l->entries[l->n - 1].klen;
+    }
+    *out = l;
+    return (int)l->n;
+fail:
+    mc_list_free(l);
+    return rc;
+}
+
+/*
+ * mc__pack_list() appends l as a listing (see mc__take_list()); more and
+ * is_prefix go out as 0 or 1. Returns w->err, which is also set to -EINVAL
+ * for an entry whose key fails mc_key_check() (a listing never carries one)
+ * and to -EMSGSIZE for more than UINT32_MAX entries.
+ */
+int mc__pack_list(mc__wbuf_t *w, const mc_list_t *l)
+{
+    if (l->n > UINT32_MAX)
+        fail(w, -EMSGSIZE);
+    mc__pack(w, "uu", (unsigned)l->n, (unsigned)(l->more != 0));
+    for (size_t i = 0; i < l->n && !w->err; i++) {
+        const mc_list_entry_t *e = &l->entries[i];
+        if (mc_key_check(e->key, e->klen) < 0) {
+            fail(w, -EINVAL);
+            break;
+        }
+        mc__pack(w, "sb", e->key, (uint32_t)e->klen, (unsigned)(e->is_prefix != 0));
+        mc__pack_stat(w, &e->st);
+    }
+    return w->err;
+}
