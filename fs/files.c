@@ -192,7 +192,11 @@ static void create_put_done(void *arg, int rc)
     if (!c->in)
         return fs_ctx_fail(c, -ENOMEM);
     c->kind = 1;
-    if (existed && (c->fi.flags & O_TRUNC) && is_writable(c->fi.flags)) {
+    /* A file this create made is empty: its writer starts empty too, as
+     * O_TRUNC's does, and never copies what another client put there since
+     * (the model checker found "a" written to a new file published as
+     * "aXXX" after another client's put of "XXXX"). */
+    if (is_writable(c->fi.flags) && (!existed || (c->fi.flags & O_TRUNC))) {
         c->wait.need_writer = 0;
         c->wait.run = open_trunc_writer;
         if (c->in->ws)
