@@ -247,8 +247,8 @@ static int default_listen_addr(const char *mountpoint, char *buf, size_t n, char
     size_t room = sizeof(dir) - 1 - strlen(dir) - strlen("/.sock");
     if (room > sizeof(dir) || room == 0)
         return -ENAMETOOLONG;
-    snprintf(buf, n, "unix:%s/%s.sock", dir, len > room ? name + len - room : name);
-    return 0;
+    int w = snprintf(buf, n, "unix:%s/%s.sock", dir, len > room ? name + len - room : name);
+    return w < 0 || (size_t)w >= n ? -ENAMETOOLONG : 0;
 }
 
 /* Creates the loop and opens the store on it. Returns 0 or -errno (logged). */
