@@ -163,7 +163,11 @@ def check_calls(root, build):
             for n in names:
                 if n.endswith(".o"):
                     o = os.path.join(d, n)
-                    objs[os.path.relpath(o, build)[:-2] + ".c"] = nm(o)
+                    src = os.path.relpath(o, build)[:-2] + ".c"
+                    # An object whose source is gone (moved, removed) is
+                    # stale: a build made before the move left it there.
+                    if os.path.exists(os.path.join(root, src)):
+                        objs[src] = nm(o)
     if not objs:
         return ["%s: no object files under core/src, core/bin, fs (build first)" % build]
     where = {}
