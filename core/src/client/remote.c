@@ -1256,7 +1256,8 @@ static void remote_put(op_t *o)
             return mc__op_finish(o, -ENOMEM);
         size_t at = 0;
         for (int i = 0; i < o->iovcnt; i++) {
-            memcpy((char *)o->tmp + at, o->iov[i].iov_base, o->iov[i].iov_len);
+            if (o->iov[i].iov_len) /* an empty piece may have no base */
+                memcpy((char *)o->tmp + at, o->iov[i].iov_base, o->iov[i].iov_len);
             at += o->iov[i].iov_len;
         }
     }
