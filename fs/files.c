@@ -401,5 +401,5 @@ void fs_shutdown(fs_t *fs)
 {
     while (fs->fhs)
         fh_free(fs, fs->fhs);
-    fs_ws_shutdown(fs);
+    fs_ws_shutdown(fs, 0);
 }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "fs.h"
+#include "writers.h"
 
 struct options {
     char *segment_size;
@@ -529,6 +530,7 @@ out:
     if (fs.store) {
         log_bytes_moved(fs.store);
         mc_store_close(fs.store);
+        fs_ws_shutdown(&fs, 1); /* what was still in flight at shutdown */
     }
     if (temp_dir[0])
         rmdir(temp_dir);

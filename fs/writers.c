@@ -252,8 +252,9 @@ static void ws_committed(void *arg, int rc)
 {
     fs_wstate_t *ws = arg;
     if (rc < 0)
-        fprintf(stderr, "mooncake-fs: error: publishing %s failed: %s\n",
-                ws->in->key ? ws->in->key : "(unlinked)", mc_strerror(rc));
+        fprintf(stderr, "mooncake-fs: %s: publishing %s failed: %s\n",
+                rc == -ECANCELED ? "info" : "error", ws->in->key ? ws->in->key : "(unlinked)",
+                mc_strerror(rc)); /* canceled: the daemon is shutting down */
     ws_finish(ws, rc, rc == 0);
 }
 
@@ -322,13 +323,18 @@ void fs_ws_orphan(fs_inode_t *in)
         in->ws->orphaned = 1;
 }
 
-void fs_ws_shutdown(fs_t *fs)
+void fs_ws_shutdown(fs_t *fs, int store_closed)
 {
-    while (fs->wss) {
-        fs_wstate_t *ws = fs->wss;
-        if (ws->w)
+    for (fs_wstate_t *ws = fs->wss, *next; ws; ws = next) {
+        next = ws->next;
+        /* A writer with an operation in flight (a commit, an open, writes)
+         * is its store's until that operation ends: its callback still
+         * comes, and finds the state here. */
+        if (!store_closed && (ws->ops || ws_busy(ws)))
+            continue;
+        if (ws->w && !store_closed)
             mc_writer_abort(ws->w);
-        if (ws->base)
+        if (ws->base && !store_closed)
             mc_obj_close(ws->base);
         ws->w = NULL;
         ws->base = NULL;

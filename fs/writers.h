@@ -86,8 +86,11 @@ int fs_fh_err(const fs_fh_t *fh);
  * to publish. */
 void fs_ws_orphan(fs_inode_t *in);
 
-/* At unmount, after every handle is gone: aborts every writer and frees
- * every state. */
-void fs_ws_shutdown(fs_t *fs);
+/* At unmount, after every handle is gone: aborts every idle writer and
+ * frees its state. Writers with an operation in flight are left to finish
+ * (their callbacks come while the store closes); with store_closed (after
+ * mc_store_close(), when the store has freed every writer) the states
+ * left are freed without touching their writers. */
+void fs_ws_shutdown(fs_t *fs, int store_closed);
 
 #endif /* FS_WRITERS_H */
