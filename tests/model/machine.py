@@ -329,7 +329,7 @@ class StoreMachine(RuleBasedStateMachine):
             if wr.key == dst:
                 wr.discarded = True
         d = self.m.key(dst)
-        d.vals, d.settled = set(s.present()), s.settled
+        d.vals, d.settle_at = set(s.present()), s.settle_at
         self.m.removed(src)
 
     # ---- readers held open ----

@@ -12,6 +12,7 @@ each operation and check_* on each observation; check_* raise ModelError.
 """
 
 import struct
+import time
 
 import numpy as np
 
@@ -86,7 +87,15 @@ class Key:
     def __init__(self, name):
         self.name = name
         self.vals = {ABSENT}
-        self.settled = True
+        self.settle_at = 0.0  # time.time() from which the key is settled
+
+    @property
+    def settled(self):
+        return time.time() >= self.settle_at
+
+    @settled.setter
+    def settled(self, value):
+        self.settle_at = 0.0 if value else float("inf")
 
     def single(self):
         """The one acceptable Version, ABSENT, or raise if several."""
@@ -155,7 +164,9 @@ class Model:
         the key may be gone."""
         k = self.key(name)
         k.vals = k.vals | {ABSENT}
-        k.settled = settled
+        # Not settled until then (a time, from time.time()): reads before
+        # it must not narrow vals (the master may not have noticed yet).
+        k.settle_at = max(k.settle_at, settled)
 
     # ---- observations ----
 
