@@ -62,9 +62,9 @@ NARROW = [
         "the master logic uses only index, alloc and the key rule; the codec is the service's",
     ),
     (
-        r"core/src/master/(index|alloc)\.[ch]$",
+        r"core/src/master/(index|alloc|ids)\.[ch]$",
         r"core/src/master/(master|repair|service)\.[ch]$",
-        "index and allocator are the bottom of the master and use nothing else of it",
+        "index, allocator and id hash are the bottom of the master and use nothing else of it",
     ),
 ]
 

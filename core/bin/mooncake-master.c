@@ -19,6 +19,7 @@
 
 #include "runtime/auth.h"
 #include "runtime/log.h"
+#include "runtime/loop_i.h"
 #include "master/master.h"
 #include "mooncake/mooncake.h"
 #include "runtime/net.h"
@@ -141,7 +142,7 @@ int main(int argc, char **argv)
     mc__secret_t *secret = NULL;
     unsigned long long v;
     mc__master_opts_t mo = {.lease_ms = MC_DEFAULT_LEASE_MS, .align = 64};
-    mc__svc_opts_t so = {.first_id = mc__svc_random_id()};
+    mc__svc_opts_t so = {.first_id = mc__svc_random_id(), .wall_ns = mc__wall_ns};
     uint64_t idle_ms = 0, handshake_ms = 0;
     unsigned max_conns = 0;
     int level = MC__LOG_INFO, c;

@@ -12,7 +12,9 @@
  *     table (or, one past the last, a format using every character), and
  *     data[0] & 1 its request or response format; the rest is decoded with
  *     that format and also, whatever the operation, with
- *     mc__take_stat(), mc__take_replicas() and mc__take_list().
+ *     mc__take_stat(), mc__take_replicas() and mc__take_list(), and with
+ *     the put requests' own decoders (mc__take_put_start/commit()), which
+ *     must agree with mc__unpack() of their formats.
  *
  * Beyond "no crash, no read outside the input" (AddressSanitizer and UBSan
  * watch that), every successful decode is checked: a one-call decode and a
@@ -125,15 +127,15 @@ static int take_replicas(const char **p, size_t *n, int max)
     for (int i = 0; i < rc; i++) {
         CHECK(r[i].addr >= p0 && r[i].addr + r[i].addr_len <= *p);
         CHECK(r[i].rdma >= r[i].addr + r[i].addr_len && r[i].rdma + r[i].rdma_len <= *p);
-        mc__pack(&w, "ussu", (unsigned)r[i].seg, r[i].addr, r[i].addr_len, r[i].rdma, r[i].rdma_len,
-                 (unsigned)r[i].next);
+        mc__pack_replica(&w, r[i].seg, r[i].addr, r[i].addr_len, r[i].rdma, r[i].rdma_len,
+                         r[i].next);
         uint64_t total = 0;
         for (uint32_t e = 0; e < r[i].next; e++) {
             uint64_t off, len;
             mc__wire_extent(&r[i], e, &off, &len);
             CHECK(len <= UINT64_MAX - off && len <= UINT64_MAX - total);
             total += len;
-            mc__pack(&w, "qq", off, len);
+            mc__pack_extent(&w, off, len);
         }
     }
     CHECK(same_bytes(&w, p0, n0 - *n));
@@ -192,6 +194,28 @@ static void check_nested(uint16_t op, const char *p, size_t n)
     default: /* READ: plain bytes */
         break;
     }
+}
+
+/* The put requests' own decoders: the same verdict as mc__unpack() with
+ * their formats, and what they accept re-encodes to the input. */
+static void check_put_requests(const char *body, size_t len)
+{
+    fields_t f;
+    mc__put_start_rq_t s;
+    mc__put_commit_rq_t c;
+    mc__wbuf_t w = {0};
+
+    int rc = mc__take_put_start(body, len, &s);
+    CHECK(rc == unpack_fields(body, len, "kquuuuqis", &f));
+    if (rc == 0) {
+        CHECK(mc__pack_put_start(&w, &s) == 0 && same_bytes(&w, body, len));
+        w.len = 0;
+    }
+    rc = mc__take_put_commit(body, len, &c);
+    CHECK(rc == unpack_fields(body, len, "qkqui", &f));
+    if (rc == 0)
+        CHECK(mc__pack_put_commit(&w, &c) == 0 && same_bytes(&w, body, len));
+    free(w.p);
 }
 
 /* Checks one frame's body against its operation's format. */
@@ -270,5 +294,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     n = len;
     take_replicas(&p, &n, 0);
     take_list(body, len);
+    check_put_requests(body, len);
     return 0;
 }

@@ -923,6 +923,161 @@ static void check_list(size_t count, int more)
     mc_list_free(l);
 }
 
+static void assert_same_wbuf(const mc__wbuf_t *a, const mc__wbuf_t *b)
+{
+    assert_int_equal(a->len, b->len);
+    assert_memory_equal(a->p, b->p, a->len);
+}
+
+/* A heap copy of w's bytes and one byte more, to cut at every length up
+ * to one past the end (a trailing byte). */
+static char *with_tail(const mc__wbuf_t *w)
+{
+    char *c = malloc(w->len + 1);
+    assert_non_null(c);
+    memcpy(c, w->p, w->len);
+    c[w->len] = 'x';
+    return c;
+}
+
+/* The put requests' own codecs write the bytes their formats do, and
+ * decode (and refuse) what mc__unpack() does, cut at every length. */
+static void check_typed_start(const mc__put_start_rq_t *rq)
+{
+    mc__wbuf_t a = {0}, b = {0};
+    int ra = mc__pack(&a, "kquuuuqis", rq->key, rq->klen, rq->capacity, rq->flags, rq->mode,
+                      rq->replicas, rq->pin, rq->pin_ttl_ms, rq->mtime_ns, rq->pref, rq->plen);
+    int rb = mc__pack_put_start(&b, rq);
+    assert_int_equal(ra, rb);
+    if (ra == 0) {
+        assert_same_wbuf(&a, &b);
+        for (size_t cut = 0; cut <= a.len + 1; cut++) {
+            char *c = with_tail(&a);
+            mc__put_start_rq_t t;
+            const char *k, *pf;
+            uint32_t kl, f, m, r, pn, pl;
+            uint64_t cap, ttl;
+            int64_t mt;
+            int ua = mc__unpack(c, cut, "kquuuuqis", &k, &kl, &cap, &f, &m, &r, &pn, &ttl, &mt, &pf,
+                                &pl);
+            int ub = mc__take_put_start(c, cut, &t);
+            assert_int_equal(ua, ub);
+            if (ub == 0) {
+                assert_int_equal(t.klen, rq->klen);
+                assert_memory_equal(t.key, rq->key, rq->klen);
+                assert_int_equal(t.capacity, rq->capacity);
+                assert_int_equal(t.flags, rq->flags);
+                assert_int_equal(t.mode, rq->mode);
+                assert_int_equal(t.replicas, rq->replicas);
+                assert_int_equal(t.pin, rq->pin);
+                assert_int_equal(t.pin_ttl_ms, rq->pin_ttl_ms);
+                assert_int_equal(t.mtime_ns, rq->mtime_ns);
+                assert_int_equal(t.plen, rq->plen);
+                assert_memory_equal(t.pref, rq->pref, rq->plen);
+            }
+            free(c);
+        }
+    }
+    free(a.p);
+    free(b.p);
+}
+
+static void check_typed_commit(const mc__put_commit_rq_t *rq)
+{
+    mc__wbuf_t a = {0}, b = {0};
+    int ra = mc__pack(&a, "qkqui", rq->id, rq->key, rq->klen, rq->size, rq->mode, rq->mtime_ns);
+    int rb = mc__pack_put_commit(&b, rq);
+    assert_int_equal(ra, rb);
+    if (ra == 0) {
+        assert_same_wbuf(&a, &b);
+        for (size_t cut = 0; cut <= a.len + 1; cut++) {
+            char *c = with_tail(&a);
+            mc__put_commit_rq_t t;
+            uint64_t id, size;
+            const char *k;
+            uint32_t kl, m;
+            int64_t mt;
+            int ua = mc__unpack(c, cut, "qkqui", &id, &k, &kl, &size, &m, &mt);
+            int ub = mc__take_put_commit(c, cut, &t);
+            assert_int_equal(ua, ub);
+            if (ub == 0) {
+                assert_int_equal(t.id, rq->id);
+                assert_int_equal(t.klen, rq->klen);
+                assert_memory_equal(t.key, rq->key, rq->klen);
+                assert_int_equal(t.size, rq->size);
+                assert_int_equal(t.mode, rq->mode);
+                assert_int_equal(t.mtime_ns, rq->mtime_ns);
+            }
+            free(c);
+        }
+    }
+    free(a.p);
+    free(b.p);
+}
+
+static void test_put_requests_typed(void **state)
+{
+    (void)state;
+    static char longkey[MC_KEY_MAX + 1];
+    memset(longkey, 'k', sizeof(longkey));
+    const struct {
+        const char *key;
+        uint32_t klen;
+    } keys[] = {{"a/b", 3},
+                {"x", 1},
+                {"", 0},
+                {"a\0b", 3},
+                {longkey, MC_KEY_MAX},
+                {longkey, MC_KEY_MAX + 1}};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        mc__put_start_rq_t s = {.key = keys[i].key,
+                                .klen = keys[i].klen,
+                                .capacity = 0x0102030405060708ull,
+                                .flags = 3,
+                                .mode = 0644,
+                                .replicas = 2,
+                                .pin = 1,
+                                .pin_ttl_ms = 7000,
+                                .mtime_ns = -5,
+                                .pref = i % 2 ? "10.0.0.1:7000" : "",
+                                .plen = i % 2 ? 13 : 0};
+        check_typed_start(&s);
+        mc__put_commit_rq_t c = {.id = 0xfedcba9876543210ull,
+                                 .key = keys[i].key,
+                                 .klen = keys[i].klen,
+                                 .size = 1024,
+                                 .mode = 0600,
+                                 .mtime_ns = 1700000000000000000ll};
+        check_typed_commit(&c);
+    }
+}
+
+/* A replica's head and extents written by their own encoders are the
+ * bytes "u" + "ussu" + "qq"... would be, and decode back. */
+static void test_replica_encoder(void **state)
+{
+    (void)state;
+    mc__wbuf_t a = {0}, b = {0};
+    mc__pack(&a, "uussuqqqq", 1u, 9u, "h:1", 3u, "rd", 2u, 2u, (uint64_t)4096, (uint64_t)100,
+             (uint64_t)8192, (uint64_t)24);
+    mc__pack(&b, "u", 1u);
+    assert_int_equal(mc__pack_replica(&b, 9, "h:1", 3, "rd", 2, 2), 0);
+    assert_int_equal(mc__pack_extent(&b, 4096, 100), 0);
+    assert_int_equal(mc__pack_extent(&b, 8192, 24), 0);
+    assert_same_wbuf(&a, &b);
+    const char *p = b.p;
+    size_t n = b.len;
+    mc__wire_replica_t r;
+    assert_int_equal(mc__take_replicas(&p, &n, &r, 1), 1);
+    assert_int_equal(n, 0);
+    uint64_t off, len;
+    mc__wire_extent(&r, 1, &off, &len);
+    assert_int_equal(off, 8192);
+    assert_int_equal(len, 24);
+    free(a.p);
+    free(b.p);
+}
+
 static void test_list_round_trip(void **state)
 {
     check_list(0, 0);
@@ -1164,6 +1319,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_replicas_lying_counts),
         cmocka_unit_test(test_replicas_extent_overflow),
         cmocka_unit_test(test_get_replicas_body),
+        cmocka_unit_test(test_put_requests_typed),
+        cmocka_unit_test(test_replica_encoder),
         cmocka_unit_test(test_list_round_trip),
         cmocka_unit_test(test_list_malformed),
         cmocka_unit_test(test_wbuf_limit),

@@ -19,6 +19,7 @@
 #ifndef MC_LINK_H
 #define MC_LINK_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,23 @@ typedef struct mc__link mc__link_t;
  */
 int mc__link_call(mc__link_t *l, uint16_t op, const void *body, size_t len, uint64_t timeout_ms,
                   mc__rpc_cb cb, void *arg);
+
+/*
+ * mc__link_call() with a body packed per fmt (mc__pack(), proto.h) into
+ * the link's own buffer, which is kept from call to call. Returns 0, or a
+ * negative errno (a field that cannot be packed, or as mc__link_call()).
+ */
+int mc__link_vcall(mc__link_t *l, uint16_t op, uint64_t timeout_ms, mc__rpc_cb cb, void *arg,
+                   const char *fmt, va_list ap);
+
+/*
+ * For a body a typed encoder writes (proto.h): mc__link_body() empties the
+ * link's request buffer and returns it; mc__link_send() then sends what is
+ * in it as mc__link_call() does, and returns what that does (or the
+ * buffer's error).
+ */
+mc__wbuf_t *mc__link_body(mc__link_t *l);
+int mc__link_send(mc__link_t *l, uint16_t op, uint64_t timeout_ms, mc__rpc_cb cb, void *arg);
 
 /* Closes the link: calls in flight fail with -ECANCELED (rpc) or are
  * answered as usual (local); a local link's owner is gone for the

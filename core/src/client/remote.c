@@ -1052,23 +1052,45 @@ static void xfer(mc_store_t *s, const mc__rset_t *rs, int write, uint64_t off, c
 /* Calls the master with a body packed per fmt; cb gets the response. */
 static int mcall(mc_store_t *s, uint16_t op, mc__rpc_cb cb, void *arg, const char *fmt, ...)
 {
-    mc__wbuf_t w = {0};
+    if (!s->rm)
+        return -ECANCELED; /* the store is closing */
     va_list ap;
     va_start(ap, fmt);
-    int rc = mc__vpack(&w, fmt, ap);
+    int rc = mc__link_vcall(s->rm->master, op, s->timeout_ms, cb, arg, fmt, ap);
     va_end(ap);
-    if (rc == 0)
-        rc = s->rm ? mc__link_call(s->rm->master, op, w.p ? w.p : "", w.len, s->timeout_ms, cb, arg)
-                   : -ECANCELED; /* the store is closing */
-    free(w.p);
     return rc;
 }
 
 static void ignore_reply(void *arg, int status, const char *body, size_t len) {}
 
-static int64_t put_mtime(const op_t *o)
+/* The two requests of every put go through their own encoders (proto.h). */
+static int mcall_put_start(op_t *o, uint64_t capacity, mc__rpc_cb cb)
 {
-    return o->po.mtime_ns;
+    mc_store_t *s = o->s;
+    const char *pref = o->po.preferred_segment ? o->po.preferred_segment : "";
+    mc__put_start_rq_t rq = {.key = o->key,
+                             .klen = (uint32_t)o->klen,
+                             .capacity = capacity,
+                             .flags = o->po.flags,
+                             .mode = o->po.mode,
+                             .replicas = o->po.replica_num,
+                             .pin = o->po.pin,
+                             .pin_ttl_ms = o->po.soft_pin_ttl_ms,
+                             .mtime_ns = o->po.mtime_ns,
+                             .pref = pref,
+                             .plen = (uint32_t)strlen(pref)};
+    if (!s->rm)
+        return -ECANCELED; /* the store is closing */
+    mc__pack_put_start(mc__link_body(s->rm->master), &rq);
+    return mc__link_send(s->rm->master, MC__OP_PUT_START, s->timeout_ms, cb, o);
+}
+
+static int mcall_put_commit(mc_store_t *s, const mc__put_commit_rq_t *rq, mc__rpc_cb cb, void *arg)
+{
+    if (!s->rm)
+        return -ECANCELED;
+    mc__pack_put_commit(mc__link_body(s->rm->master), rq);
+    return mc__link_send(s->rm->master, MC__OP_PUT_COMMIT, s->timeout_ms, cb, arg);
 }
 
 /* ---- simple operations ---- */
@@ -1207,8 +1229,13 @@ static void put_step(op_t *o)
     if (o->done == o->len) {
         mc__rset_free(o->buf);
         o->buf = NULL;
-        rc = mcall(o->s, MC__OP_PUT_COMMIT, put_committed, o, "qkqui", o->u64, o->key,
-                   (uint32_t)o->klen, (uint64_t)o->len, o->po.mode, put_mtime(o));
+        mc__put_commit_rq_t rq = {.id = o->u64,
+                                  .key = o->key,
+                                  .klen = (uint32_t)o->klen,
+                                  .size = o->len,
+                                  .mode = o->po.mode,
+                                  .mtime_ns = o->po.mtime_ns};
+        rc = mcall_put_commit(o->s, &rq, put_committed, o);
         if (rc < 0)
             put_end(o, rc);
         return;
@@ -1261,11 +1288,8 @@ static void remote_put(op_t *o)
             at += o->iov[i].iov_len;
         }
     }
-    const char *pref = o->po.preferred_segment ? o->po.preferred_segment : "";
     o->sent_ms = mc__loop_time(o->s->loop);
-    int rc = mcall(o->s, MC__OP_PUT_START, put_started, o, "kquuuuqis", o->key, (uint32_t)o->klen,
-                   (uint64_t)total, o->po.flags, o->po.mode, o->po.replica_num, o->po.pin,
-                   o->po.soft_pin_ttl_ms, put_mtime(o), pref, (uint32_t)strlen(pref));
+    int rc = mcall_put_start(o, total, put_started);
     if (rc < 0) {
         free(o->tmp);
         o->tmp = NULL;
@@ -1674,11 +1698,7 @@ void mc__remote_exec(op_t *o)
         return mc__op_finish(o, 0);
     case OP_W_OPEN:
         o->sent_ms = mc__loop_time(s->loop);
-        rc = mcall(s, MC__OP_PUT_START, w_started, o, "kquuuuqis", o->key, (uint32_t)o->klen,
-                   (uint64_t)(o->obj ? o->obj->st.size : 0), o->po.flags, o->po.mode,
-                   o->po.replica_num, o->po.pin, o->po.soft_pin_ttl_ms, o->po.mtime_ns,
-                   o->po.preferred_segment ? o->po.preferred_segment : "",
-                   (uint32_t)(o->po.preferred_segment ? strlen(o->po.preferred_segment) : 0));
+        rc = mcall_put_start(o, o->obj ? o->obj->st.size : 0, w_started);
         break;
     case OP_W_WRITE:
         if (o->off + o->len < o->off)
@@ -1695,8 +1715,13 @@ void mc__remote_exec(op_t *o)
         return w_reserve(o, o->off);
     case OP_W_COMMIT: {
         mc_writer_t *w = o->w;
-        rc = mcall(s, MC__OP_PUT_COMMIT, w_committed, o, "qkqui", w->put_id, w->key,
-                   (uint32_t)w->klen, w->size, w->mode, w->mtime_set ? w->mtime_ns : 0);
+        mc__put_commit_rq_t rq = {.id = w->put_id,
+                                  .key = w->key,
+                                  .klen = (uint32_t)w->klen,
+                                  .size = w->size,
+                                  .mode = w->mode,
+                                  .mtime_ns = w->mtime_set ? w->mtime_ns : 0};
+        rc = mcall_put_commit(s, &rq, w_committed, o);
         if (rc < 0) {
             mcall(s, MC__OP_PUT_REVOKE, ignore_reply, NULL, "q", w->put_id);
             w_free(w);

@@ -1,8 +1,8 @@
 /*
  * service.c - the master's request handling (see service.h).
  *
- * Writes in progress and open handles live in two ordered indexes keyed by
- * their 8-byte big-endian id, and on their owner's list (an owner is a
+ * Writes in progress and open handles live in two id hashes (ids.h), and
+ * on their owner's list (an owner is a
  * connection), so that a connection's close costs what it holds. Writes are
  * also on a list by last touch, so that expiring idle ones costs what
  * expires. Segments and nodes live in small arrays (a cluster has tens of
@@ -13,21 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 
-#include "master/index.h"
+#include "master/ids.h"
 #include "master/repair.h"
 #include "master/service.h"
 
 /* What a connection (an owner) holds: its writes in progress and its open
  * handles, on one list. */
 typedef struct owner {
-    uint64_t id;
+    mc__idnode_t h; /* in svc->owners by connection id */
     struct owned *head;
 } owner_t;
 
 typedef struct owned {
-    uint64_t id;
+    mc__idnode_t h; /* in svc->puts or svc->handles by its id */
     owner_t *own;
     struct owned *oprev, *onext; /* on own->head */
 } owned_t;
@@ -80,7 +79,7 @@ typedef struct node {
 struct mc__svc {
     mc__master_t *m;
     mc__svc_opts_t o;
-    mc__index_t *puts, *handles, *owners;
+    mc__ids_t puts, handles, owners;
     plist_t by_touch; /* other processes' writes, least recently touched first */
     plist_t local;    /* this process's own writes (MC__SVC_OWNER_LOCAL) */
     fenced_t *fenced;
@@ -97,24 +96,11 @@ struct mc__svc {
     mc__repair_t *rp;
 };
 
-static void id_key(uint64_t id, char k[8])
-{
-    for (int i = 0; i < 8; i++)
-        k[i] = (char)(id >> (56 - 8 * i));
-}
-
-static int64_t wall_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 uint64_t mc__svc_random_id(void)
 {
     uint64_t id = 0;
     if (getrandom(&id, sizeof(id), 0) != sizeof(id))
-        id = (uint64_t)wall_ns() * 2654435761u;
+        id = (uint64_t)(uintptr_t)&id * 2654435761u; /* no entropy: differs per run (ASLR) */
     return (id >> 2) | 1;
 }
 
@@ -134,13 +120,15 @@ int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o)
         svc->o.write_lease_ms = MC__WRITE_LEASE_MS;
     if (svc->o.write_lease_ms > svc->o.put_ttl_ms)
         svc->o.write_lease_ms = svc->o.put_ttl_ms;
-    svc->puts = mc__index_new();
-    svc->handles = mc__index_new();
-    svc->owners = mc__index_new();
+    int rc = mc__ids_init(&svc->puts);
+    if (rc == 0)
+        rc = mc__ids_init(&svc->handles);
+    if (rc == 0)
+        rc = mc__ids_init(&svc->owners);
     mc__repair_opts_t ro = {.inflight = svc->o.repair_inflight,
                             .bytes_per_s = svc->o.repair_bytes_per_s,
                             .off = svc->o.no_repair};
-    if (!svc->puts || !svc->handles || !svc->owners || mc__repair_new(&svc->rp, &ro) < 0) {
+    if (rc < 0 || mc__repair_new(&svc->rp, &ro) < 0) {
         mc__svc_free(svc);
         return -ENOMEM;
     }
@@ -152,34 +140,27 @@ int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o)
 
 /* ---- owners, writes and handles ---- */
 
-static owner_t *owner_get(mc__svc_t *svc, uint64_t id, int create)
+static owner_t *owner_get(mc__svc_t *svc, uint64_t id)
 {
-    char k[8];
-    id_key(id, k);
-    owner_t *own = mc__index_get(svc->owners, k, 8);
-    if (own || !create)
+    owner_t *own = (owner_t *)mc__ids_get(&svc->owners, id);
+    if (own)
         return own;
     if (!(own = calloc(1, sizeof(*own))))
         return NULL;
-    own->id = id;
-    if (mc__index_insert(svc->owners, k, 8, own, NULL) < 0) {
-        free(own);
-        return NULL;
-    }
+    own->h.id = id;
+    mc__ids_add(&svc->owners, &own->h);
     return own;
 }
 
-/* Files e under a fresh id in ix and on owner's list. Returns 0 or -ENOMEM. */
-static int owned_add(mc__svc_t *svc, mc__index_t *ix, owned_t *e, uint64_t owner)
+/* Files e under a fresh id in ids and on owner's list. Returns 0 or
+ * -ENOMEM. */
+static int owned_add(mc__svc_t *svc, mc__ids_t *ids, owned_t *e, uint64_t owner)
 {
-    owner_t *own = owner_get(svc, owner, 1);
+    owner_t *own = owner_get(svc, owner);
     if (!own)
         return -ENOMEM;
-    char k[8];
-    e->id = svc->next_id++;
-    id_key(e->id, k);
-    if (mc__index_insert(ix, k, 8, e, NULL) < 0)
-        return -ENOMEM; /* the owner's record stays until it is gone */
+    e->h.id = svc->next_id++;
+    mc__ids_add(ids, &e->h);
     e->own = own;
     e->oprev = NULL;
     e->onext = own->head;
@@ -189,13 +170,11 @@ static int owned_add(mc__svc_t *svc, mc__index_t *ix, owned_t *e, uint64_t owner
     return 0;
 }
 
-/* Takes e out of ix and off its owner's list (the owner's record stays,
+/* Takes e out of ids and off its owner's list (the owner's record stays,
  * empty or not, until the owner is gone). */
-static void owned_del(mc__svc_t *svc, mc__index_t *ix, owned_t *e)
+static void owned_del(mc__ids_t *ids, owned_t *e)
 {
-    char k[8];
-    id_key(e->id, k);
-    mc__index_remove(ix, k, 8);
+    mc__ids_del(ids, e->h.id);
     if (e->oprev)
         e->oprev->onext = e->onext;
     else
@@ -208,7 +187,7 @@ static void owned_del(mc__svc_t *svc, mc__index_t *ix, owned_t *e)
  * never expire, the others do when idle. */
 static plist_t *put_list(mc__svc_t *svc, const put_t *p)
 {
-    return p->o.own->id == MC__SVC_OWNER_LOCAL ? &svc->local : &svc->by_touch;
+    return p->o.own->h.id == MC__SVC_OWNER_LOCAL ? &svc->local : &svc->by_touch;
 }
 
 static void touch_unlink(mc__svc_t *svc, put_t *p)
@@ -244,7 +223,7 @@ static mc__version_t *put_del(mc__svc_t *svc, put_t *p)
 {
     mc__version_t *v = p->v;
     touch_unlink(svc, p);
-    owned_del(svc, svc->puts, &p->o);
+    owned_del(&svc->puts, &p->o);
     free(p);
     return v;
 }
@@ -288,7 +267,7 @@ static void fenced_sweep(mc__svc_t *svc, uint64_t now)
 static void handle_del(mc__svc_t *svc, handle_t *h, uint64_t now)
 {
     mc__version_t *v = h->v;
-    owned_del(svc, svc->handles, &h->o);
+    owned_del(&svc->handles, &h->o);
     free(h);
     mc__master_unref(svc->m, v, now);
 }
@@ -301,21 +280,17 @@ void mc__svc_free(mc__svc_t *svc)
         put_end(svc, svc->by_touch.head, 0);
     while (svc->local.head)
         put_end(svc, svc->local.head, 0);
-    if (svc->handles) {
-        mc__index_iter_t it;
-        void *val;
-        for (;;) {
-            mc__index_seek(svc->handles, &it, NULL, 0, 0);
-            if (!mc__index_next(&it, NULL, NULL, &val))
-                break;
-            handle_del(svc, val, 0);
-        }
-    }
+    size_t at = 0;
+    for (mc__idnode_t *e; svc->handles.b && (e = mc__ids_first(&svc->handles, &at));)
+        handle_del(svc, (handle_t *)e, 0);
     fenced_sweep(svc, UINT64_MAX);
     mc__repair_free(svc->rp, svc->m);
-    mc__index_free(svc->puts, NULL);
-    mc__index_free(svc->handles, NULL);
-    mc__index_free(svc->owners, free);
+    at = 0;
+    for (mc__idnode_t *e; svc->owners.b && (e = mc__ids_first(&svc->owners, &at));)
+        free(mc__ids_del(&svc->owners, e->id));
+    mc__ids_fini(&svc->puts);
+    mc__ids_fini(&svc->handles);
+    mc__ids_fini(&svc->owners);
     for (int i = 0; i < svc->nseg; i++) {
         free(svc->segs[i].addr);
         free(svc->segs[i].rdma);
@@ -329,15 +304,12 @@ void mc__svc_free(mc__svc_t *svc)
 
 void mc__svc_owner_gone(mc__svc_t *svc, uint64_t owner, uint64_t now)
 {
-    char k[8];
-    id_key(owner, k);
-    owner_t *own = mc__index_remove(svc->owners, k, 8);
+    owner_t *own = (owner_t *)mc__ids_del(&svc->owners, owner);
     if (!own)
         return;
     while (own->head) {
         owned_t *e = own->head;
-        id_key(e->id, k);
-        if (mc__index_get(svc->puts, k, 8) == e)
+        if (mc__ids_get(&svc->puts, e->h.id) == &e->h)
             put_end(svc, (put_t *)e, 1);
         else
             handle_del(svc, (handle_t *)e, now);
@@ -539,8 +511,8 @@ void mc__svc_stats(const mc__svc_t *svc, mc__svc_stats_t *st)
 {
     st->nodes = (uint64_t)svc->nnodes;
     st->segments = (uint64_t)svc->nseg;
-    st->puts = mc__index_count(svc->puts);
-    st->handles = mc__index_count(svc->handles);
+    st->puts = svc->puts.n;
+    st->handles = svc->handles.n;
     st->nodes_expired = svc->nodes_expired;
     st->objects_lost = svc->objects_lost;
     st->puts_expired = svc->puts_expired;
@@ -610,9 +582,9 @@ static int pack_replicas(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v)
             rdma = svc->local_rdma;
             rdma_len = svc->local_rdma_len;
         }
-        mc__pack(w, "ussu", rep->seg, addr, (uint32_t)strlen(addr), rdma, rdma_len, rep->n);
+        mc__pack_replica(w, rep->seg, addr, (uint32_t)strlen(addr), rdma, rdma_len, rep->n);
         for (uint32_t i = 0; i < rep->n; i++)
-            mc__pack(w, "qq", rep->ext[i].off, rep->ext[i].len);
+            mc__pack_extent(w, rep->ext[i].off, rep->ext[i].len);
     }
     return w->err;
 }
@@ -635,16 +607,12 @@ static int64_t seg_by_addr(mc__svc_t *svc, const char *addr, size_t len)
 
 static put_t *put_get(mc__svc_t *svc, uint64_t id)
 {
-    char k[8];
-    id_key(id, k);
-    return mc__index_get(svc->puts, k, 8);
+    return (put_t *)mc__ids_get(&svc->puts, id);
 }
 
 static handle_t *handle_get(mc__svc_t *svc, uint64_t id)
 {
-    char k[8];
-    id_key(id, k);
-    return mc__index_get(svc->handles, k, 8);
+    return (handle_t *)mc__ids_get(&svc->handles, id);
 }
 
 /* The stat and replica set of v, as OPEN and GET_REPLICAS answer them. */
@@ -658,47 +626,45 @@ static int pack_version(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v, u
 
 /* ---- operations ---- */
 
-#define UNPACK(...)                                                                                \
+/* A request that does not decode is -EINVAL (a bad key) or -EBADMSG. */
+#define TAKE(call)                                                                                 \
     do {                                                                                           \
-        int rc_ = mc__unpack(body, len, __VA_ARGS__);                                              \
+        int rc_ = (call);                                                                          \
         if (rc_ < 0)                                                                               \
             return rc_ == -EINVAL ? -EINVAL : -EBADMSG;                                            \
     } while (0)
+#define UNPACK(...) TAKE(mc__unpack(body, len, __VA_ARGS__))
 
 static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t len, uint64_t now,
                         mc__wbuf_t *w)
 {
-    const char *key, *pref;
-    uint32_t klen, flags, mode, replicas, pin, plen;
-    uint64_t capacity, ttl;
-    int64_t mtime;
-    UNPACK("kquuuuqis", &key, &klen, &capacity, &flags, &mode, &replicas, &pin, &ttl, &mtime, &pref,
-           &plen);
-    if (pin > MC_PIN_HARD)
+    mc__put_start_rq_t rq;
+    TAKE(mc__take_put_start(body, len, &rq));
+    if (rq.pin > MC_PIN_HARD)
         return -EINVAL;
-    if ((flags & MC_PUT_NOREPLACE) && mc__master_find(svc->m, key, klen))
+    if ((rq.flags & MC_PUT_NOREPLACE) && mc__master_find(svc->m, rq.key, rq.klen))
         return -EEXIST;
-    mc_put_opts_t po = {.flags = flags,
-                        .mode = mode,
-                        .replica_num = replicas,
-                        .pin = pin,
-                        .soft_pin_ttl_ms = ttl,
-                        .mtime_ns = mtime};
+    mc_put_opts_t po = {.flags = rq.flags,
+                        .mode = rq.mode,
+                        .replica_num = rq.replicas,
+                        .pin = rq.pin,
+                        .soft_pin_ttl_ms = rq.pin_ttl_ms,
+                        .mtime_ns = rq.mtime_ns};
     mc__version_t *v;
     mark_suspects(svc, now);
-    int rc = mc__master_begin_at(svc->m, key, klen, &po, seg_by_addr(svc, pref, plen), capacity,
-                                 now, &v);
+    int rc = mc__master_begin_at(svc->m, rq.key, rq.klen, &po, seg_by_addr(svc, rq.pref, rq.plen),
+                                 rq.capacity, now, &v);
     if (rc < 0)
         return rc;
-    if (capacity)
-        rc = mc__master_reserve(svc->m, v, capacity, now);
+    if (rq.capacity)
+        rc = mc__master_reserve(svc->m, v, rq.capacity, now);
     put_t *p = rc == 0 ? calloc(1, sizeof(*p)) : NULL;
     if (rc == 0 && !p)
         rc = -ENOMEM;
     if (rc == 0) {
-        p->flags = flags;
+        p->flags = rq.flags;
         p->v = v;
-        rc = owned_add(svc, svc->puts, &p->o, owner);
+        rc = owned_add(svc, &svc->puts, &p->o, owner);
         if (rc < 0)
             free(p);
     }
@@ -709,7 +675,7 @@ static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t
     put_touch(svc, p, now);
     /* The writer's lease: it writes only while it holds one (PUT_GROW
      * renews it), and a revoked write's space waits for it to run out. */
-    mc__pack(w, "qq", p->o.id, svc->o.write_lease_ms);
+    mc__pack(w, "qq", p->o.h.id, svc->o.write_lease_ms);
     return pack_replicas(svc, w, v);
 }
 
@@ -729,28 +695,25 @@ static int op_put_grow(mc__svc_t *svc, const char *body, size_t len, uint64_t no
 
 static int op_put_commit(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
 {
-    uint64_t id, size;
-    const char *key;
-    uint32_t klen, mode;
-    int64_t mtime;
-    UNPACK("qkqui", &id, &key, &klen, &size, &mode, &mtime);
-    put_t *p = put_get(svc, id);
+    mc__put_commit_rq_t rq;
+    TAKE(mc__take_put_commit(body, len, &rq));
+    put_t *p = put_get(svc, rq.id);
     if (!p)
         return -ENOENT;
     mc__version_t *v = p->v;
     if (v->nrep == 0)
         return -EIO; /* every node it was written to is gone */
     int rc = 0;
-    if (klen != v->klen || memcmp(key, v->key, klen) != 0)
-        rc = mc__master_set_key(svc->m, v, key, klen);
-    if (rc == 0 && size > v->capacity)
+    if (rq.klen != v->klen || memcmp(rq.key, v->key, rq.klen) != 0)
+        rc = mc__master_set_key(svc->m, v, rq.key, rq.klen);
+    if (rc == 0 && rq.size > v->capacity)
         rc = -EINVAL;
     if (rc < 0)
         return rc;
-    if (mode)
-        v->mode = mode & 07777;
-    v->mtime_ns = mtime ? mtime : wall_ns();
-    rc = mc__master_commit(svc->m, v, size, p->flags, now);
+    if (rq.mode)
+        v->mode = rq.mode & 07777;
+    v->mtime_ns = rq.mtime_ns ? rq.mtime_ns : svc->o.wall_ns ? svc->o.wall_ns() : 0;
+    rc = mc__master_commit(svc->m, v, rq.size, p->flags, now);
     put_del(svc, p);
     if (rc < 0) {
         mc__master_abort(svc->m, v);
@@ -813,13 +776,13 @@ static int op_open(mc__svc_t *svc, uint64_t owner, const char *body, size_t len,
     if (!h)
         return -ENOMEM;
     h->v = v;
-    if (owned_add(svc, svc->handles, &h->o, owner) < 0) {
+    if (owned_add(svc, &svc->handles, &h->o, owner) < 0) {
         free(h);
         return -ENOMEM;
     }
     mc__master_ref(v);
     mc__master_touch(svc->m, v, now, 0);
-    mc__pack(w, "q", h->o.id);
+    mc__pack(w, "q", h->o.h.id);
     return pack_version(svc, w, v, now);
 }
 

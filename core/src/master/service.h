@@ -41,6 +41,9 @@ typedef struct mc__svc_opts {
     uint32_t repair_inflight;    /* repair copies at once (0: 4) */
     int no_repair;               /* plan no repairs at all */
     uint64_t repair_bytes_per_s; /* repair copy budget (0: no limit) */
+    int64_t (*wall_ns)(void);    /* the wall clock, for a commit that names no
+                                    mtime; the service reads no clock itself
+                                    (NULL: such a commit's mtime is 0) */
 } mc__svc_opts_t;
 
 /* A random first id for mc__svc_opts_t.first_id, below 2^62 so that the

@@ -136,4 +136,8 @@ void mc__loop_defer_next(mc_loop_t *l, mc_work_t *w, mc_loop_fn fn, void *arg);
  * no clock read per call. Loop thread only. */
 uint64_t mc__loop_time(mc_loop_t *l);
 
+/* The wall clock in ns since the epoch (CLOCK_REALTIME): what the master
+ * service is handed to stamp a commit's mtime (mc__svc_opts_t.wall_ns). */
+int64_t mc__wall_ns(void);
+
 #endif /* MC_LOOP_I_H */

@@ -14,6 +14,7 @@
  * mc_list_free() are in keys.c), so the fuzzer builds it with that file
  * alone.
  */
+#include <endian.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -30,43 +31,45 @@
 
 /* ---- little-endian loads and stores ---- */
 
+/* Unaligned, through memcpy (one load or store on any host), with the byte
+ * order fixed by endian.h: a no-op on little-endian hosts. */
 static uint16_t ld16(const void *p)
 {
-    const unsigned char *b = p;
-    return (uint16_t)(b[0] | b[1] << 8);
+    uint16_t v;
+    memcpy(&v, p, sizeof(v));
+    return le16toh(v);
 }
 
 static uint32_t ld32(const void *p)
 {
-    const unsigned char *b = p;
-    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return le32toh(v);
 }
 
 static uint64_t ld64(const void *p)
 {
-    const unsigned char *b = p;
-    return (uint64_t)ld32(b) | (uint64_t)ld32(b + 4) << 32;
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return le64toh(v);
 }
 
 static void st16(void *p, uint16_t v)
 {
-    unsigned char *b = p;
-    b[0] = (unsigned char)v;
-    b[1] = (unsigned char)(v >> 8);
+    v = htole16(v);
+    memcpy(p, &v, sizeof(v));
 }
 
 static void st32(void *p, uint32_t v)
 {
-    unsigned char *b = p;
-    for (int i = 0; i < 4; i++)
-        b[i] = (unsigned char)(v >> (8 * i));
+    v = htole32(v);
+    memcpy(p, &v, sizeof(v));
 }
 
 static void st64(void *p, uint64_t v)
 {
-    unsigned char *b = p;
-    for (int i = 0; i < 8; i++)
-        b[i] = (unsigned char)(v >> (8 * i));
+    v = htole64(v);
+    memcpy(p, &v, sizeof(v));
 }
 
 /* ---- the operation table ---- */
@@ -421,10 +424,20 @@ int mc__unpack(const char *body, size_t len, const char *fmt, ...)
 
 /* mc__pack_stat() appends st as `q size, q version, i mtime_ns, u mode,
  * u replicas, u flags` (36 bytes). Returns w->err. */
+/* As mc__pack(w, "qqiuuu", ...) of the fields, without reading a format:
+ * every GET_REPLICAS, OPEN and PUT_COMMIT answer carries one. */
 int mc__pack_stat(mc__wbuf_t *w, const mc_stat_t *st)
 {
-    return mc__pack(w, "qqiuuu", st->size, st->version, st->mtime_ns, (unsigned)st->mode,
-                    (unsigned)st->replicas, (unsigned)st->flags);
+    char *b = wbuf_room(w, STAT_SIZE);
+    if (!b)
+        return w->err;
+    st64(b, st->size);
+    st64(b + 8, st->version);
+    st64(b + 16, (uint64_t)st->mtime_ns);
+    st32(b + 24, st->mode);
+    st32(b + 28, st->replicas);
+    st32(b + 32, st->flags);
+    return 0;
 }
 
 /*
@@ -450,6 +463,40 @@ int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
 }
 
 /* ---- replica sets ---- */
+
+/*
+ * mc__pack_replica() appends the head of one replica of a set (the count
+ * goes first, as a "u"), as mc__pack(w, "ussu", seg, addr, alen, rdma,
+ * rlen, next) does, in one reservation; its next extents follow with
+ * mc__pack_extent(). Both return w->err.
+ */
+int mc__pack_replica(mc__wbuf_t *w, uint32_t seg, const char *addr, uint32_t alen, const char *rdma,
+                     uint32_t rlen, uint32_t next)
+{
+    char *b = wbuf_room(w, REPLICA_MIN + (size_t)alen + rlen);
+    if (!b)
+        return w->err;
+    st32(b, seg);
+    st32(b + 4, alen);
+    if (alen)
+        memcpy(b + 8, addr, alen);
+    b += 8 + alen;
+    st32(b, rlen);
+    if (rlen)
+        memcpy(b + 4, rdma, rlen);
+    st32(b + 4 + rlen, next);
+    return 0;
+}
+
+int mc__pack_extent(mc__wbuf_t *w, uint64_t off, uint64_t len)
+{
+    char *b = wbuf_room(w, EXTENT_SIZE);
+    if (!b)
+        return w->err;
+    st64(b, off);
+    st64(b + 8, len);
+    return 0;
+}
 
 /*
  * mc__take_replicas() decodes the replica set at the front of *p / *n
@@ -614,4 +661,134 @@ int mc__pack_list(mc__wbuf_t *w, const mc_list_t *l)
         mc__pack_stat(w, &e->st);
     }
     return w->err;
+}
+
+/* ---- the put requests ---- */
+
+/* A field reader over a body: the first error sticks, as in mc__vunpack(). */
+typedef struct rd {
+    const char *p;
+    size_t left;
+    int err;
+} rd_t;
+
+static const char *rd_take(rd_t *r, size_t n)
+{
+    if (r->err || n > r->left) {
+        r->err = r->err ? r->err : -EBADMSG;
+        return NULL;
+    }
+    const char *at = r->p;
+    r->p += n, r->left -= n;
+    return at;
+}
+
+static uint32_t rd32(rd_t *r)
+{
+    const char *b = rd_take(r, 4);
+    return b ? ld32(b) : 0;
+}
+
+static uint64_t rd64(rd_t *r)
+{
+    const char *b = rd_take(r, 8);
+    return b ? ld64(b) : 0;
+}
+
+/* An "s" (key 0) or "k" (key 1) field. */
+static void rd_str(rd_t *r, int key, const char **out, uint32_t *len)
+{
+    *len = rd32(r);
+    *out = rd_take(r, *len);
+    if (!r->err && key && mc_key_check(*out, *len) < 0)
+        r->err = -EINVAL;
+}
+
+static int rd_end(const rd_t *r)
+{
+    return r->err ? r->err : r->left ? -EBADMSG : 0;
+}
+
+/* The bytes of an "s" or "k" field; a key that fails mc_key_check() sets
+ * w->err as mc__vpack() does. */
+static void wr_str(char **b, const char *s, uint32_t len)
+{
+    st32(*b, len);
+    if (len)
+        memcpy(*b + 4, s, len);
+    *b += 4 + len;
+}
+
+static int key_err(const char *key, uint32_t klen)
+{
+    int rc = mc_key_check(key, klen);
+    return rc < 0 ? (klen > MC_KEY_MAX ? -ENAMETOOLONG : -EINVAL) : 0;
+}
+
+int mc__pack_put_start(mc__wbuf_t *w, const mc__put_start_rq_t *rq)
+{
+    int rc = key_err(rq->key, rq->klen);
+    if (rc < 0) {
+        fail(w, rc);
+        return w->err;
+    }
+    char *b = wbuf_room(w, 4 + (size_t)rq->klen + 8 + 4 * 4 + 8 + 8 + 4 + rq->plen);
+    if (!b)
+        return w->err;
+    wr_str(&b, rq->key, rq->klen);
+    st64(b, rq->capacity);
+    st32(b + 8, rq->flags);
+    st32(b + 12, rq->mode);
+    st32(b + 16, rq->replicas);
+    st32(b + 20, rq->pin);
+    st64(b + 24, rq->pin_ttl_ms);
+    st64(b + 32, (uint64_t)rq->mtime_ns);
+    b += 40;
+    wr_str(&b, rq->pref, rq->plen);
+    return 0;
+}
+
+int mc__take_put_start(const char *body, size_t len, mc__put_start_rq_t *rq)
+{
+    rd_t r = {body, len, 0};
+    rd_str(&r, 1, &rq->key, &rq->klen);
+    rq->capacity = rd64(&r);
+    rq->flags = rd32(&r);
+    rq->mode = rd32(&r);
+    rq->replicas = rd32(&r);
+    rq->pin = rd32(&r);
+    rq->pin_ttl_ms = rd64(&r);
+    rq->mtime_ns = (int64_t)rd64(&r);
+    rd_str(&r, 0, &rq->pref, &rq->plen);
+    return rd_end(&r);
+}
+
+int mc__pack_put_commit(mc__wbuf_t *w, const mc__put_commit_rq_t *rq)
+{
+    int rc = key_err(rq->key, rq->klen);
+    if (rc < 0) {
+        fail(w, rc);
+        return w->err;
+    }
+    char *b = wbuf_room(w, 8 + 4 + (size_t)rq->klen + 8 + 4 + 8);
+    if (!b)
+        return w->err;
+    st64(b, rq->id);
+    b += 8;
+    wr_str(&b, rq->key, rq->klen);
+    st64(b, rq->size);
+    st32(b + 8, rq->mode);
+    st64(b + 12, (uint64_t)rq->mtime_ns);
+    return 0;
+}
+
+int mc__take_put_commit(const char *body, size_t len, mc__put_commit_rq_t *rq)
+{
+    rd_t r = {body, len, 0};
+    rq->id = rd64(&r);
+    rd_str(&r, 1, &rq->key, &rq->klen);
+    rq->size = rd64(&r);
+    rq->mode = rd32(&r);
+    rq->mtime_ns = (int64_t)rd64(&r);
+    return rd_end(&r);
 }

@@ -181,8 +181,45 @@ typedef struct mc__wire_replica {
  * overflow).
  */
 int mc__take_replicas(const char **p, size_t *n, mc__wire_replica_t *out, int max);
+/* Appends the head of one replica (after a "u" count): seg, address, RDMA
+ * record and extent count; then each extent with mc__pack_extent().
+ * Return w->err. */
+int mc__pack_replica(mc__wbuf_t *w, uint32_t seg, const char *addr, uint32_t alen, const char *rdma,
+                     uint32_t rlen, uint32_t next);
+int mc__pack_extent(mc__wbuf_t *w, uint64_t off, uint64_t len);
 /* The i-th extent of a decoded replica. */
 void mc__wire_extent(const mc__wire_replica_t *r, uint32_t i, uint64_t *off, uint64_t *len);
+
+/*
+ * The two requests every put makes, with codecs of their own: the same
+ * bytes as their formats in the table ("kquuuuqis", "qkqui") and the same
+ * errors as mc__pack()/mc__unpack(), but no format to read, which costs an
+ * embedded store's small puts more than the rest of the codec.
+ */
+typedef struct mc__put_start_rq {
+    const char *key;
+    uint32_t klen;
+    uint64_t capacity;
+    uint32_t flags, mode, replicas, pin;
+    uint64_t pin_ttl_ms;
+    int64_t mtime_ns;
+    const char *pref; /* preferred segment's address ("" : none) */
+    uint32_t plen;
+} mc__put_start_rq_t;
+
+typedef struct mc__put_commit_rq {
+    uint64_t id;
+    const char *key;
+    uint32_t klen;
+    uint64_t size;
+    uint32_t mode;
+    int64_t mtime_ns;
+} mc__put_commit_rq_t;
+
+int mc__pack_put_start(mc__wbuf_t *w, const mc__put_start_rq_t *rq);
+int mc__take_put_start(const char *body, size_t len, mc__put_start_rq_t *rq);
+int mc__pack_put_commit(mc__wbuf_t *w, const mc__put_commit_rq_t *rq);
+int mc__take_put_commit(const char *body, size_t len, mc__put_commit_rq_t *rq);
 
 /* Decodes a listing body into a freshly allocated mc_list_t (free with
  * mc_list_free()). Returns the entry count, -EBADMSG or -ENOMEM. */
