@@ -53,14 +53,8 @@ int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
 
 static void version_release_space(mc__master_t *m, mc__version_t *v)
 {
-    for (uint32_t r = 0; r < v->nrep; r++) {
-        mc__segment_t *s = mc__master_seg(m, v->rep[r].seg);
-        if (s && v->rep[r].n)
-            mc__alloc_put(s->alloc, v->rep[r].ext, (int)v->rep[r].n);
-        free(v->rep[r].ext);
-        v->rep[r].ext = NULL;
-        v->rep[r].n = v->rep[r].cap = 0;
-    }
+    for (uint32_t r = 0; r < v->nrep; r++)
+        mc__master_replica_release(m, &v->rep[r]);
     v->capacity = 0;
 }
 
@@ -128,6 +122,14 @@ int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size)
     return 0;
 }
 
+/* Takes replica r out of v's array (its extents are the caller's). */
+static void replica_unlink(mc__version_t *v, uint32_t r)
+{
+    memmove(&v->rep[r], &v->rep[r + 1], sizeof(v->rep[0]) * (v->nrep - r - 1));
+    v->nrep--;
+    memset(&v->rep[v->nrep], 0, sizeof(v->rep[0]));
+}
+
 void mc__version_drop_replica(mc__version_t *v, uint32_t seg)
 {
     for (uint32_t r = 0; r < v->nrep;) {
@@ -136,9 +138,7 @@ void mc__version_drop_replica(mc__version_t *v, uint32_t seg)
             continue;
         }
         free(v->rep[r].ext);
-        memmove(&v->rep[r], &v->rep[r + 1], sizeof(v->rep[0]) * (v->nrep - r - 1));
-        v->nrep--;
-        memset(&v->rep[v->nrep], 0, sizeof(v->rep[0]));
+        replica_unlink(v, r);
     }
 }
 
@@ -288,9 +288,7 @@ int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep)
         if (v->rep[r].seg != seg)
             continue;
         *rep = v->rep[r];
-        memmove(&v->rep[r], &v->rep[r + 1], sizeof(v->rep[0]) * (v->nrep - r - 1));
-        v->nrep--;
-        memset(&v->rep[v->nrep], 0, sizeof(v->rep[0]));
+        replica_unlink(v, r);
         return 1;
     }
     return 0;
