@@ -16,7 +16,7 @@ dropped.
 import asyncio
 import functools
 
-from .store import MooncakeDistributedStore, _Early
+from .store import MooncakeDistributedStore, _start
 
 __all__ = ["MooncakeDistributedStoreAsync"]
 
@@ -27,12 +27,9 @@ def _native(method):
 
     @functools.wraps(check)
     async def run(self, *a, **kw):
-        args = check(self, *a, **kw)
-        if type(args) is _Early:
-            return args.value
-        b = self._b
+        b, args = _start(self, check, closed, a, kw)
         if b is None:
-            return closed(args) if callable(closed) else closed
+            return args
         r = await getattr(b, attr)(*(args if nargs is None else args[:nargs]))
         return post(r, args) if post else r
 

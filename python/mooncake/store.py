@@ -182,6 +182,20 @@ def _first_error(results, args):
     return next((r for r in results if r != 0), 0)
 
 
+def _start(self, check, closed, a, kw):
+    """Runs an op's argument check (see _op) for the store self. Returns
+    (None, result) when the call ends before the backend: the check gave an
+    _Early, or the store is not set up (result: closed's); otherwise
+    (backend, args) with the check's whole tuple."""
+    args = check(self, *a, **kw)
+    if type(args) is _Early:
+        return None, args.value
+    b = self._b  # read once: close() on another thread may clear it
+    if b is None:
+        return None, closed(args) if callable(closed) else closed
+    return b, args
+
+
 def _op(backend_method, closed, post=None, nargs=None):
     """Makes a store method from an argument check: `check(self, ...)` returns
     the backend method's arguments (a tuple; only the first nargs are passed
@@ -193,12 +207,9 @@ def _op(backend_method, closed, post=None, nargs=None):
     def deco(check):
         @functools.wraps(check)
         def method(self, *a, **kw):
-            args = check(self, *a, **kw)
-            if type(args) is _Early:
-                return args.value
-            b = self._b
+            b, args = _start(self, check, closed, a, kw)
             if b is None:
-                return closed(args) if callable(closed) else closed
+                return args
             r = getattr(b, backend_method)(*(args if nargs is None else args[:nargs]))
             return post(r, args) if post else r
 

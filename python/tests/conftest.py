@@ -15,6 +15,7 @@ Run with `make python-test`, or PYTHONPATH=python /usr/bin/python3 -m pytest
 python/tests after `make all python-ext`.
 """
 
+import ctypes
 import os
 import sys
 
@@ -38,6 +39,16 @@ TIMEOUT_MS = 2000
 # Setup options that are the store's: in a cluster, the master's options.
 MASTER_OPTIONS = {"lease_ms": "--lease-ms", "evict_high_pct": "--evict-high",
                   "evict_ratio_pct": "--evict-ratio"}
+
+
+def addr(buf):
+    """The address of a writable buffer's first byte."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
+def numpy_or_skip():
+    """numpy, or the calling test is skipped."""
+    return pytest.importorskip("numpy", reason="python3-numpy is not installed")
 
 
 def mount_args(*args, serve=False):

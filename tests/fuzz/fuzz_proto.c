@@ -42,17 +42,6 @@
 /* A format with every character, listed in proto_fields.h. */
 #define ALL_CHARS "bhuqisk*"
 
-static const struct row {
-    const char *name;
-    uint16_t code;
-    const char *req, *resp;
-} table[] = {
-#define T_ROW(name, code, req, resp) {#name, code, req, resp},
-    MC__PROTO_OPS(T_ROW)
-#undef T_ROW
-};
-#define NROWS (sizeof(table) / sizeof(table[0]))
-
 static int same_bytes(const mc__wbuf_t *w, const char *p, size_t n)
 {
     return w->err == 0 && w->len == n && (!n || !memcmp(w->p, p, n));

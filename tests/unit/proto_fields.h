@@ -10,7 +10,8 @@
  * format they do not know, which the tests treat as a failure, so a new
  * format in proto.h cannot go untested). unpack_chain() is an independent
  * way to decode the same body: one field at a time, each with "c*" so the
- * rest of the body comes back raw.
+ * rest of the body comes back raw. table[] lists the operations (NROWS of
+ * them) for both to walk.
  */
 #ifndef MC_TEST_PROTO_FIELDS_H
 #define MC_TEST_PROTO_FIELDS_H
@@ -19,6 +20,20 @@
 #include <string.h>
 
 #include "wire/proto.h"
+
+/* The operation table as the header declares it, independent of proto.c's
+ * copy: a row per operation with its name, code and request / response
+ * formats. */
+static const struct row {
+    const char *name;
+    uint16_t code;
+    const char *req, *resp;
+} table[] = {
+#define T_ROW(name, code, req, resp) {#name, code, req, resp},
+    MC__PROTO_OPS(T_ROW)
+#undef T_ROW
+};
+#define NROWS (sizeof(table) / sizeof(table[0]))
 
 #define FIELDS_MAX 16
 

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "master/alloc.h"
+#include "unit.h"
 
 #define U 64 /* the alignment most tests use: one allocation unit */
 
@@ -311,17 +312,6 @@ static void test_enospc_when_max_too_small(void **state)
     check_extents(a, e, 5, 5 * U);
     assert_int_equal(mc__alloc_used(a), used + 5 * U);
     mc__alloc_destroy(a);
-}
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    /* xorshift64* */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1DULL;
 }
 
 static void seed_rng(void)

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "master/ids.h"
+#include "unit.h"
 
 #define N 20000
 
@@ -23,14 +24,6 @@ typedef struct rec {
     mc__idnode_t h;
     int in; /* in the table, per the test's own bookkeeping */
 } rec_t;
-
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 static void check_all(const mc__ids_t *t, rec_t *r, size_t n)
 {
@@ -53,14 +46,14 @@ static void run(uint64_t first, int random_ids)
     assert_int_equal(mc__ids_init(&t), 0);
     rec_t *r = calloc(N, sizeof(*r));
     assert_non_null(r);
-    uint64_t seed = 0x9e3779b97f4a7c15ull ^ first;
+    rng_state = 0x9e3779b97f4a7c15ull ^ first;
     for (size_t i = 0; i < N; i++)
-        r[i].h.id = random_ids ? rnd(&seed) | 1 : first + i;
+        r[i].h.id = random_ids ? rnd() | 1 : first + i;
     for (size_t i = 0; i < N; i++) { /* add all, deleting some on the way */
         mc__ids_add(&t, &r[i].h);
         r[i].in = 1;
-        if (rnd(&seed) % 3 == 0) {
-            size_t j = rnd(&seed) % (i + 1);
+        if (rnd() % 3 == 0) {
+            size_t j = rnd() % (i + 1);
             mc__idnode_t *e = mc__ids_del(&t, r[j].h.id);
             assert_ptr_equal(e, r[j].in ? &r[j].h : NULL);
             r[j].in = 0;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "master/index.h"
+#include "unit.h"
 
 /* A key with an explicit length, so zero bytes inside are allowed. */
 typedef struct key {
@@ -500,17 +501,6 @@ typedef struct model {
     model_ent_t e[MODEL_MAX];
     size_t n;
 } model_t;
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    /* xorshift64*, independent of the index's own generator. */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dULL;
-}
 
 /* A short key over a small alphabet, so that collisions, shared prefixes,
  * zero bytes and high bytes are all common. */

@@ -18,14 +18,7 @@
 #include <string.h>
 
 #include "master/master.h"
-
-/* Checks a comparison of two integers, printing both when it fails. */
-#define assert_cmp(a, op, b)                                                                       \
-    do {                                                                                           \
-        intmax_t a_ = (intmax_t)(a), b_ = (intmax_t)(b);                                           \
-        if (!(a_ op b_))                                                                           \
-            fail_msg("%s %s %s: %jd vs %jd", #a, #op, #b, a_, b_);                                 \
-    } while (0)
+#include "unit.h"
 
 #define UNIT 64
 #define SEG_SIZE (64 * 1024)

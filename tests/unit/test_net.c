@@ -39,16 +39,9 @@
 #include "wire/proto.h"
 #include "runtime/rpc.h"
 #include "server/server.h"
+#include "unit.h"
 
 /* ---- harness ---- */
-
-/* Checks a comparison of two integers, printing both when it fails. */
-#define assert_cmp(a, op, b)                                                                       \
-    do {                                                                                           \
-        intmax_t a_ = (intmax_t)(a), b_ = (intmax_t)(b);                                           \
-        if (!(a_ op b_))                                                                           \
-            fail_msg("%s %s %s: %jd vs %jd", #a, #op, #b, a_, b_);                                 \
-    } while (0)
 
 /* Waits on the test thread until cond holds, failing after ms. */
 #define WAIT_FOR(cond, ms)                                                                         \

@@ -42,18 +42,6 @@
 #define SANITIZED 0
 #endif
 
-/* The table as the header declares it, independent of proto.c's copy. */
-static const struct row {
-    const char *name;
-    uint16_t code;
-    const char *req, *resp;
-} table[] = {
-#define T_ROW(name, code, req, resp) {#name, code, req, resp},
-    MC__PROTO_OPS(T_ROW)
-#undef T_ROW
-};
-#define NROWS (sizeof(table) / sizeof(table[0]))
-
 /* ---- helpers ---- */
 
 /* A heap copy of b[0..n) (at least one byte allocated, none readable past

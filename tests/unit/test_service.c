@@ -124,6 +124,14 @@ static int commit(fixture_t *f, uint64_t id, const char *key, uint64_t size, uin
                 (uint32_t)0, (int64_t)0);
 }
 
+/* A whole put: put_start() and a commit that must succeed. */
+static void put(fixture_t *f, uint64_t owner, const char *key, uint64_t size, uint32_t replicas,
+                uint64_t now)
+{
+    uint64_t id = put_start(f, owner, key, size, replicas, now);
+    assert_int_equal(commit(f, id, key, size, now), 0);
+}
+
 static void test_put_commit_stat(void **state)
 {
     fixture_t *f = *state;
@@ -168,8 +176,7 @@ static void test_noreplace_and_errors(void **state)
                           (uint64_t)0, (int64_t)0, "", 0),
                      -ENOSPC);
     mount(f, 11, 4 * MiB, T0);
-    uint64_t id = put_start(f, 1, "k", 10, 1, T0);
-    assert_int_equal(commit(f, id, "k", 10, T0), 0);
+    put(f, 1, "k", 10, 1, T0);
     assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqis", "k", 1, (uint64_t)10,
                           MC_PUT_NOREPLACE, 0, 1, 0, (uint64_t)0, (int64_t)0, "", 0),
                      -EEXIST);
@@ -187,15 +194,13 @@ static void test_owner_gone_revokes_and_closes(void **state)
 {
     fixture_t *f = *state;
     mount(f, 11, 64 * MiB, T0);
-    uint64_t id = put_start(f, 5, "x", MiB, 1, T0);
-    assert_int_equal(commit(f, id, "x", MiB, T0), 0);
+    put(f, 5, "x", MiB, 1, T0);
     /* Owner 6 opens x and starts another write. */
     assert_int_equal(call(f, 6, T0, MC__OP_OPEN, "k", "x", 1), 0);
     put_start(f, 6, "y", 2 * MiB, 1, T0);
     assert_int_equal(used(f), 3 * MiB);
     /* x is replaced; the open handle keeps the old version's space. */
-    id = put_start(f, 5, "x", MiB, 1, T0);
-    assert_int_equal(commit(f, id, "x", MiB, T0), 0);
+    put(f, 5, "x", MiB, 1, T0);
     assert_int_equal(used(f), 4 * MiB);
     mc__svc_stats_t st;
     mc__svc_stats(f->svc, &st);
@@ -224,8 +229,7 @@ static void test_owner_gone_leaves_other_owners(void **state)
 {
     fixture_t *f = *state;
     mount(f, 11, 64 * MiB, T0);
-    uint64_t id = put_start(f, 5, "x", 4096, 1, T0);
-    assert_int_equal(commit(f, id, "x", 4096, T0), 0);
+    put(f, 5, "x", 4096, 1, T0);
     for (int i = 0; i < 3000; i++) {
         assert_int_equal(call(f, 6 + (uint64_t)(i % 2), T0, MC__OP_OPEN, "k", "x", 1), 0);
     }
@@ -249,15 +253,13 @@ static void test_open_replaced_version_outlives_its_segment(void **state)
 {
     fixture_t *f = *state;
     uint32_t seg = mount(f, 11, 16 * MiB, T0);
-    uint64_t id = put_start(f, 5, "F", 4 * MiB, 1, T0);
-    assert_int_equal(commit(f, id, "F", 4 * MiB, T0), 0);
+    put(f, 5, "F", 4 * MiB, 1, T0);
     assert_int_equal(call(f, 6, T0, MC__OP_OPEN, "k", "F", 1), 0);
     uint64_t h;
     const char *rest;
     uint32_t rl;
     assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", &h, &rest, &rl), 0);
-    id = put_start(f, 5, "F", 2 * MiB, 1, T0);
-    assert_int_equal(commit(f, id, "F", 2 * MiB, T0), 0);
+    put(f, 5, "F", 2 * MiB, 1, T0);
     /* The node falls silent past its TTL, then mounts its segment again. */
     assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1);
     assert_int_equal(mount_rdma(f, 11, seg, 16 * MiB, T0 + 5000, ""), seg);
@@ -265,8 +267,7 @@ static void test_open_replaced_version_outlives_its_segment(void **state)
     assert_int_equal(call(f, 6, T0 + 5000, MC__OP_CLOSE, "q", h), 0);
     assert_int_equal(used(f), 0);
     /* The whole segment is there for new data once its hold is over. */
-    id = put_start(f, 5, "G", 16 * MiB, 1, T0 + 16000);
-    assert_int_equal(commit(f, id, "G", 16 * MiB, T0 + 16000), 0);
+    put(f, 5, "G", 16 * MiB, 1, T0 + 16000);
 }
 
 /* A segment mounted again under its old id takes nothing new until the
@@ -308,8 +309,7 @@ static void test_close_releases_replaced_version(void **state)
 {
     fixture_t *f = *state;
     mount(f, 11, 64 * MiB, T0);
-    uint64_t id = put_start(f, 5, "x", MiB, 1, T0);
-    assert_int_equal(commit(f, id, "x", MiB, T0), 0);
+    put(f, 5, "x", MiB, 1, T0);
     assert_int_equal(call(f, 6, T0, MC__OP_OPEN, "k", "x", 1), 0);
     uint64_t h;
     const char *rest;
@@ -329,10 +329,8 @@ static void test_node_expiry_and_remount(void **state)
     uint32_t s1 = mount(f, 11, 16 * MiB, T0);
     uint32_t s2 = mount(f, 12, 16 * MiB, T0);
     assert_int_not_equal(s1, s2);
-    uint64_t id = put_start(f, 5, "both", MiB, 2, T0);
-    assert_int_equal(commit(f, id, "both", MiB, T0), 0);
-    id = put_start(f, 5, "one", MiB, 1, T0);
-    assert_int_equal(commit(f, id, "one", MiB, T0), 0);
+    put(f, 5, "both", MiB, 2, T0);
+    put(f, 5, "one", MiB, 1, T0);
 
     /* Node 12 keeps beating, node 11 falls silent past the TTL. */
     assert_int_equal(call(f, 0, T0 + 2000, MC__OP_HEARTBEAT, "q", (uint64_t)12), 0);
@@ -365,8 +363,7 @@ static void test_rdma_record_in_replica_sets(void **state)
 {
     fixture_t *f = *state;
     uint32_t seg = mount_rdma(f, 11, 0, 16 * MiB, T0, "record-one");
-    uint64_t id = put_start(f, 5, "k", MiB, 1, T0);
-    assert_int_equal(commit(f, id, "k", MiB, T0), 0);
+    put(f, 5, "k", MiB, 1, T0);
 
     const char *recs[] = {"record-one", "record-two\x01\xff", ""};
     for (int i = 0; i < 3; i++) {
@@ -411,8 +408,7 @@ static void test_list_and_statfs(void **state)
     mount(f, 11, 16 * MiB, T0);
     const char *keys[] = {"d/a", "d/b", "d/sub/c", "e"};
     for (int i = 0; i < 4; i++) {
-        uint64_t id = put_start(f, 5, keys[i], 100, 1, T0);
-        assert_int_equal(commit(f, id, keys[i], 100, T0), 0);
+        put(f, 5, keys[i], 100, 1, T0);
     }
     assert_int_equal(call(f, 5, T0, MC__OP_LIST, "ssuu", "d/", 2, "", 0, '/', 10), 0);
     mc_list_t *l = NULL;
@@ -508,8 +504,7 @@ static void three_nodes_one_object(fixture_t *f, uint64_t size, uint32_t *segs, 
 {
     for (uint64_t node = 11; node <= 13; node++)
         node_of[mount(f, node, 16 * MiB, T0)] = node;
-    uint64_t id = put_start(f, 5, "k", size, 2, T0);
-    assert_int_equal(commit(f, id, "k", size, T0), 0);
+    put(f, 5, "k", size, 2, T0);
     assert_int_equal(replica_segs(f, "k", T0, segs), 2);
     for (uint32_t s = 1; s <= 3; s++)
         if (s != segs[0] && s != segs[1])
@@ -613,8 +608,7 @@ static void test_repair_of_a_replaced_object(void **state)
     mc__svc_tick(f->svc, T0 + 100);
     task_t t[2];
     assert_int_equal(take(f, node_of[spare], T0 + 100, t, 2), 1);
-    uint64_t id = put_start(f, 5, "k", 5000, 2, T0 + 200);
-    assert_int_equal(commit(f, id, "k", 5000, T0 + 200), 0);
+    put(f, 5, "k", 5000, 2, T0 + 200);
     uint64_t now_used = used(f);
     assert_int_equal(
         call(f, 0, T0 + 300, MC__OP_REPAIR_DONE, "qqi", node_of[spare], t[0].id, (int64_t)0), 0);
@@ -627,8 +621,7 @@ static void test_repair_of_a_replaced_object(void **state)
 
     /* A task whose target segment goes is dropped with it. */
     call(f, 5, T0 + 400, MC__OP_REMOVE, "ku", "k", 1, MC_REMOVE_FORCE);
-    id = put_start(f, 5, "z", 5000, 2, T0 + 400);
-    assert_int_equal(commit(f, id, "z", 5000, T0 + 400), 0);
+    put(f, 5, "z", 5000, 2, T0 + 400);
     uint32_t zs[8];
     assert_int_equal(replica_segs(f, "z", T0 + 400, zs), 2);
     mc__svc_tick(f->svc, T0 + 500); /* nothing to do: both replicas live */
@@ -660,8 +653,7 @@ static void test_put_drop_replica(void **state)
     /* New puts avoid the node while others have room. */
     for (int i = 0; i < 4; i++) {
         char key[8] = {'n', (char)('0' + i), 0};
-        id = put_start(f, 5, key, 1000, 2, T0 + 30);
-        assert_int_equal(commit(f, id, key, 1000, T0 + 30), 0);
+        put(f, 5, key, 1000, 2, T0 + 30);
         uint32_t ns[8];
         assert_int_equal(replica_segs(f, key, T0 + 30, ns), 2);
         assert_true(ns[0] != dead && ns[1] != dead);

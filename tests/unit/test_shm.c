@@ -144,6 +144,29 @@ static void shm_map_call(struct env *e, uint32_t seg)
     assert_true(e->done);
 }
 
+/* Starts e's loop, its segment (id 7 to lookup()) and a server on TCP
+ * loopback that serves SHM_MAP; *a is the server's listen address. */
+static void env_start(struct env *e, mc__addr_t *a)
+{
+    assert_int_equal(mc_loop_new(&e->l), 0);
+    assert_int_equal(mc__seg_create(SEG_SIZE, "test-seg", &e->seg), 0);
+    assert_int_equal(mc__addr_parse("127.0.0.1:0", -1, a), 0);
+    mc__server_opts_t so = {.seg_lookup = lookup, .seg_arg = e, .shm = 1};
+    assert_int_equal(mc__server_new(&e->srv, e->l, a, &so), 0);
+}
+
+/* Closes the client and the server, lets the loop finish closing them,
+ * and frees the loop and the segment. */
+static void env_close(struct env *e)
+{
+    mc__rpc_client_close(e->cl);
+    mc__server_close(e->srv);
+    mc_timer_start(e->l, &e->guard, 30, 0, stop_loop);
+    mc_loop_run(e->l);
+    mc_loop_free(e->l);
+    mc__seg_destroy(&e->seg);
+}
+
 static void test_shm_map_passes_the_memfd(void **state)
 {
     struct env e = {0};
@@ -152,12 +175,8 @@ static void test_shm_map_passes_the_memfd(void **state)
     char *map;
 
     mc__log_init("test_shm", MC__LOG_WARN);
-    assert_int_equal(mc_loop_new(&e.l), 0);
-    assert_int_equal(mc__seg_create(SEG_SIZE, "test-seg", &e.seg), 0);
+    env_start(&e, &a);
     memcpy(e.seg.base + 100, "the node's bytes", 16);
-    assert_int_equal(mc__addr_parse("127.0.0.1:0", -1, &a), 0);
-    mc__server_opts_t so = {.seg_lookup = lookup, .seg_arg = &e, .shm = 1};
-    assert_int_equal(mc__server_new(&e.srv, e.l, &a, &so), 0);
 
     assert_int_equal(mc__shm_unix_addr(mc__server_addr(e.srv), name, sizeof(name)), 0);
     assert_int_equal(mc__addr_parse(name, -1, &a), 0);
@@ -181,12 +200,7 @@ static void test_shm_map_passes_the_memfd(void **state)
     mc__server_stats(e.srv, &st);
     assert_int_equal(st.shm_maps, 1);
 
-    mc__rpc_client_close(e.cl);
-    mc__server_close(e.srv);
-    mc_timer_start(e.l, &e.guard, 30, 0, stop_loop);
-    mc_loop_run(e.l);
-    mc_loop_free(e.l);
-    mc__seg_destroy(&e.seg);
+    env_close(&e);
 }
 
 static void test_shm_map_refused_over_tcp(void **state)
@@ -194,21 +208,12 @@ static void test_shm_map_refused_over_tcp(void **state)
     struct env e = {0};
     mc__addr_t a;
 
-    assert_int_equal(mc_loop_new(&e.l), 0);
-    assert_int_equal(mc__seg_create(SEG_SIZE, "test-seg", &e.seg), 0);
-    assert_int_equal(mc__addr_parse("127.0.0.1:0", -1, &a), 0);
-    mc__server_opts_t so = {.seg_lookup = lookup, .seg_arg = &e, .shm = 1};
-    assert_int_equal(mc__server_new(&e.srv, e.l, &a, &so), 0);
+    env_start(&e, &a);
     assert_int_equal(mc__addr_parse(mc__server_addr(e.srv), -1, &a), 0);
     assert_int_equal(mc__rpc_client_new(e.l, &a, 2000, NULL, &e, &e.cl), 0);
     shm_map_call(&e, 7);
     assert_int_equal(e.status, -EOPNOTSUPP);
-    mc__rpc_client_close(e.cl);
-    mc__server_close(e.srv);
-    mc_timer_start(e.l, &e.guard, 30, 0, stop_loop);
-    mc_loop_run(e.l);
-    mc_loop_free(e.l);
-    mc__seg_destroy(&e.seg);
+    env_close(&e);
 }
 
 int main(void)

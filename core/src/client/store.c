@@ -644,29 +644,46 @@ const mc_stat_t *mc_obj_stat(const mc_obj_t *ob)
     return &ob->st;
 }
 
-int mc_obj_read_async(mc_obj_t *ob, uint64_t off, void *buf, size_t len, mc_done_cb cb, void *arg)
+/* Submits an op on a byte range of an open version ob or a writer w (the
+ * other one NULL). */
+static int range_op(mc_store_t *s, enum op_kind kind, mc_obj_t *ob, mc_writer_t *w, uint64_t off,
+                    void *buf, size_t len, mc_done_cb cb, void *arg)
 {
     if (len > INT32_MAX)
         return -EINVAL;
-    op_t *o = op_new(ob->s, OP_OBJ_READ, NULL, 0, NULL, 0, cb, arg);
+    op_t *o = op_new(s, kind, NULL, 0, NULL, 0, cb, arg);
     if (!o)
         return -ENOMEM;
     o->obj = ob;
+    o->w = w;
     o->off = off;
     o->buf = buf;
     o->len = len;
     return submit(o);
 }
 
+/* Submits the op that ends an open version ob or a writer w (the other one
+ * NULL), with no callback: it cannot fail, so out of memory (for 200 bytes)
+ * aborts. */
+static void end_op(mc_store_t *s, enum op_kind kind, mc_obj_t *ob, mc_writer_t *w)
+{
+    op_t *o = op_new(s, kind, NULL, 0, NULL, 0, NULL, NULL);
+    if (!o)
+        abort();
+    o->obj = ob;
+    o->w = w;
+    submit(o);
+}
+
+int mc_obj_read_async(mc_obj_t *ob, uint64_t off, void *buf, size_t len, mc_done_cb cb, void *arg)
+{
+    return range_op(ob->s, OP_OBJ_READ, ob, NULL, off, buf, len, cb, arg);
+}
+
 void mc_obj_close(mc_obj_t *ob)
 {
-    if (!ob)
-        return;
-    op_t *o = op_new(ob->s, OP_OBJ_CLOSE, NULL, 0, NULL, 0, NULL, NULL);
-    if (!o)
-        abort(); /* cannot fail a close; out of memory for 200 bytes */
-    o->obj = ob;
-    submit(o);
+    if (ob)
+        end_op(ob->s, OP_OBJ_CLOSE, ob, NULL);
 }
 
 int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen, const mc_put_opts_t *po,
@@ -681,36 +698,21 @@ int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen, const mc_p
     return submit(o);
 }
 
-static int writer_op(mc_writer_t *w, enum op_kind kind, uint64_t off, void *buf, size_t len,
-                     mc_done_cb cb, void *arg)
-{
-    if (len > INT32_MAX)
-        return -EINVAL;
-    op_t *o = op_new(w->s, kind, NULL, 0, NULL, 0, cb, arg);
-    if (!o)
-        return -ENOMEM;
-    o->w = w;
-    o->off = off;
-    o->buf = buf;
-    o->len = len;
-    return submit(o);
-}
-
 int mc_writer_write_async(mc_writer_t *w, uint64_t off, const void *buf, size_t len, mc_done_cb cb,
                           void *arg)
 {
-    return writer_op(w, OP_W_WRITE, off, (void *)buf, len, cb, arg);
+    return range_op(w->s, OP_W_WRITE, NULL, w, off, (void *)buf, len, cb, arg);
 }
 
 int mc_writer_read_async(mc_writer_t *w, uint64_t off, void *buf, size_t len, mc_done_cb cb,
                          void *arg)
 {
-    return writer_op(w, OP_W_READ, off, buf, len, cb, arg);
+    return range_op(w->s, OP_W_READ, NULL, w, off, buf, len, cb, arg);
 }
 
 int mc_writer_truncate_async(mc_writer_t *w, uint64_t size, mc_done_cb cb, void *arg)
 {
-    return writer_op(w, OP_W_TRUNC, size, NULL, 0, cb, arg);
+    return range_op(w->s, OP_W_TRUNC, NULL, w, size, NULL, 0, cb, arg);
 }
 
 uint64_t mc_writer_size(const mc_writer_t *w)
@@ -748,13 +750,8 @@ int mc_writer_commit_async(mc_writer_t *w, mc_stat_t *st, mc_done_cb cb, void *a
 
 void mc_writer_abort(mc_writer_t *w)
 {
-    if (!w)
-        return;
-    op_t *o = op_new(w->s, OP_W_ABORT, NULL, 0, NULL, 0, NULL, NULL);
-    if (!o)
-        abort();
-    o->w = w;
-    submit(o);
+    if (w)
+        end_op(w->s, OP_W_ABORT, NULL, w);
 }
 
 /* ---- sync API: the async call plus a wait ---- */

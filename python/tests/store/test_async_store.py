@@ -5,7 +5,6 @@ native futures (no thread per call), several event loops, cancellation,
 close with operations in flight."""
 
 import asyncio
-import ctypes
 import gc
 import inspect
 import os
@@ -15,6 +14,7 @@ import array
 
 import pytest
 
+from conftest import SEGMENT, addr, numpy_or_skip
 from mooncake.async_store import MooncakeDistributedStoreAsync
 from mooncake.store import (
     BUFFER_OVERFLOW,
@@ -26,17 +26,6 @@ from mooncake.store import (
     MooncakeDistributedStore,
     ReplicateConfig,
 )
-
-try:
-    import numpy
-except ImportError:
-    numpy = None
-
-SEGMENT = 64 << 20
-
-
-def addr(buf):
-    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
 
 
 def os_threads():
@@ -267,8 +256,7 @@ async def test_async_with_closes_the_store(store):
 
 @pytest.mark.asyncio
 async def test_async_get_into_numpy_in_place(store):
-    if numpy is None:
-        pytest.skip("python3-numpy is not installed")
+    numpy = numpy_or_skip()
     v = numpy.arange(4096, dtype=numpy.int64)
     assert await store.async_put("np", memoryview(v).cast("B")) == 0
     out = numpy.zeros_like(v)

@@ -4,12 +4,12 @@ and direct against a master and two nodes; a test of the direct backend
 alone, through `direct_store` or `direct_mode`, runs embedded and against a
 master and two nodes; see conftest.py)."""
 
-import ctypes
 import os
 import threading
 
 import pytest
 
+from conftest import SEGMENT, addr, numpy_or_skip
 from mooncake import _errors, _store
 from mooncake.store import (
     BUFFER_OVERFLOW,
@@ -25,18 +25,6 @@ from mooncake.store import (
     ReplicateConfig,
     SoftPinAction,
 )
-
-try:
-    import numpy
-except ImportError:
-    numpy = None
-
-SEGMENT = 64 << 20
-
-
-def addr(buf):
-    """The address of a writable buffer's first byte."""
-    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
 
 
 def test_network_errors_are_rpc_fail_on_both_backends():
@@ -230,8 +218,7 @@ def test_get_into_bytearray_in_place(store):
 
 
 def test_get_into_numpy_array_in_place(store):
-    if numpy is None:
-        pytest.skip("python3-numpy is not installed")
+    numpy = numpy_or_skip()
     values = numpy.arange(1000, dtype=numpy.float32)
     assert store.put("np", values.tobytes()) == 0
     out = numpy.zeros(1000, dtype=numpy.float32)

@@ -1,0 +1,81 @@
+/*
+ * master_i.h - what the master logic's files share (master.c, put.c,
+ * namespace.c): the master's fields, its segments and the two version lists.
+ * Not for other layers or for service.c, which use master.h.
+ *
+ * Published versions sit in an ordered index (key -> version) and on an LRU
+ * list (least recently used at the head) that eviction walks. Retired
+ * versions that still have a handle or a lease wait on a second list until
+ * the last handle goes and mc__master_sweep() finds the lease over. So every
+ * version that holds space is on one of the two lists (or is pending and
+ * its writer's), and dropping a segment reaches each of them.
+ */
+#ifndef MC_MASTER_I_H
+#define MC_MASTER_I_H
+
+#include "master/index.h"
+#include "master/master.h"
+
+typedef struct mc__segment {
+    uint32_t id;
+    uint64_t size;
+    uint64_t hold_until; /* nothing new is placed here before then */
+    mc__alloc_t *alloc;
+    int avoid; /* placement takes it last (mc__master_segment_avoid) */
+} mc__segment_t;
+
+struct mc__master {
+    mc__index_t *ix;
+    mc__segment_t *segs;
+    int nseg;
+    uint64_t next_id;
+    mc__master_opts_t o;
+    mc__version_t lru;     /* sentinel: published, least recently used first */
+    mc__version_t retired; /* sentinel: retired, waiting for their lease */
+    uint64_t evicted;
+};
+
+/* The version lists: circular, doubly linked, through a sentinel. A version
+ * on no list has next == NULL. */
+static inline void mc__list_init(mc__version_t *s)
+{
+    s->prev = s->next = s;
+}
+
+static inline void mc__list_del(mc__version_t *v)
+{
+    if (!v->next)
+        return;
+    v->prev->next = v->next;
+    v->next->prev = v->prev;
+    v->prev = v->next = NULL;
+}
+
+static inline void mc__list_add_tail(mc__version_t *s, mc__version_t *v)
+{
+    v->prev = s->prev;
+    v->next = s;
+    s->prev->next = v;
+    s->prev = v;
+}
+
+/* Free bytes in a segment. */
+static inline uint64_t mc__segment_free(const mc__segment_t *s)
+{
+    return mc__alloc_size(s->alloc) - mc__alloc_used(s->alloc);
+}
+
+/* The mounted segment id, or NULL. */
+mc__segment_t *mc__master_seg(mc__master_t *m, uint32_t id);
+
+/* A NUL-terminated copy of key[0..klen) (the caller frees it), or NULL. */
+char *mc__dup_key(const char *key, size_t klen);
+
+/* Frees v, its key and its space, taking it off its list first. */
+void mc__version_destroy(mc__master_t *m, mc__version_t *v);
+
+/* A version leaves the index (the caller has removed it): frees it now, or
+ * parks it on the retired list until its handles and lease end. */
+void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now);
+
+#endif /* MC_MASTER_I_H */

@@ -1,0 +1,331 @@
+/*
+ * namespace.c - the key namespace of the master (see master.h): removing and
+ * renaming keys and prefixes, delimited listing, lookup of files and
+ * directories, metadata, the cursor over every published version.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master/master_i.h"
+
+static int has_prefix(const char *key, size_t klen, const char *p, size_t plen)
+{
+    return klen >= plen && memcmp(key, p, plen) == 0;
+}
+
+/* 1 if some key other than prefix itself starts with prefix. */
+static int prefix_has_children(mc__master_t *m, const char *prefix, size_t plen)
+{
+    mc__index_iter_t it;
+    const char *k;
+    size_t kl;
+    mc__index_seek(m->ix, &it, prefix, plen, 1);
+    return mc__index_next(&it, &k, &kl, NULL) && has_prefix(k, kl, prefix, plen);
+}
+
+int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned flags, uint64_t now)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    if ((flags & MC_REMOVE_DIR) && key[klen - 1] != '/')
+        return -EINVAL;
+    mc__version_t *v = mc__index_get(m->ix, key, klen);
+    if ((flags & MC_REMOVE_DIR) && prefix_has_children(m, key, klen))
+        return -ENOTEMPTY;
+    if (!v)
+        return -ENOENT;
+    if (!(flags & MC_REMOVE_FORCE) && (v->refs || v->lease_until > now))
+        return -EBUSY;
+    mc__index_remove(m->ix, key, klen);
+    mc__master_retire(m, v, now);
+    return 0;
+}
+
+static int rename_one(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
+                      unsigned flags, uint64_t now)
+{
+    mc__version_t *v = mc__index_get(m->ix, from, flen);
+    if (!v)
+        return -ENOENT;
+    if (flen == tlen && memcmp(from, to, flen) == 0)
+        return 0;
+    if ((flags & MC_RENAME_NOREPLACE) && mc__index_get(m->ix, to, tlen))
+        return -EEXIST;
+    char *k = mc__dup_key(to, tlen);
+    if (!k)
+        return -ENOMEM;
+    void *old = NULL;
+    int rc = mc__index_insert(m->ix, to, tlen, v, &old);
+    if (rc < 0) {
+        free(k);
+        return rc;
+    }
+    mc__index_remove(m->ix, from, flen);
+    free(v->key);
+    v->key = k;
+    v->klen = tlen;
+    if (rc == 1 && old)
+        mc__master_retire(m, old, now);
+    return 0;
+}
+
+static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const char *to,
+                         size_t tlen, unsigned flags, uint64_t now)
+{
+    if (from[flen - 1] != '/' || to[tlen - 1] != '/')
+        return -EINVAL;
+    if (has_prefix(to, tlen, from, flen))
+        return -EINVAL; /* into itself */
+    if (has_prefix(from, flen, to, tlen))
+        return -ENOTEMPTY; /* onto an ancestor, which holds from */
+    if (prefix_has_children(m, to, tlen))
+        return -ENOTEMPTY;
+    mc__version_t *dest_marker = mc__index_get(m->ix, to, tlen);
+    if (dest_marker && (flags & MC_RENAME_NOREPLACE))
+        return -EEXIST;
+
+    /* Collect the versions under from, checking the new keys' lengths. */
+    size_t n = 0, cap = 64;
+    mc__version_t **vs = malloc(sizeof(*vs) * cap);
+    if (!vs)
+        return -ENOMEM;
+    mc__index_iter_t it;
+    const char *k;
+    size_t kl;
+    void *val;
+    mc__index_seek(m->ix, &it, from, flen, 0);
+    while (mc__index_next(&it, &k, &kl, &val) && has_prefix(k, kl, from, flen)) {
+        if (kl - flen + tlen > MC_KEY_MAX) {
+            free(vs);
+            return -ENAMETOOLONG;
+        }
+        if (n == cap) {
+            mc__version_t **nv = realloc(vs, sizeof(*vs) * (cap *= 2));
+            if (!nv) {
+                free(vs);
+                return -ENOMEM;
+            }
+            vs = nv;
+        }
+        vs[n++] = val;
+    }
+    if (n == 0) {
+        free(vs);
+        return -ENOENT;
+    }
+    /* Build every new key first so that nothing can fail half-way except
+     * the index's own allocations. */
+    char **keys = malloc(sizeof(*keys) * n);
+    if (!keys) {
+        free(vs);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t nl = vs[i]->klen - flen + tlen;
+        keys[i] = malloc(nl + 1);
+        if (!keys[i]) {
+            while (i--)
+                free(keys[i]);
+            free(keys);
+            free(vs);
+            return -ENOMEM;
+        }
+        memcpy(keys[i], to, tlen);
+        memcpy(keys[i] + tlen, vs[i]->key + flen, vs[i]->klen - flen);
+        keys[i][nl] = '\0';
+    }
+    if (dest_marker) {
+        mc__index_remove(m->ix, to, tlen);
+        mc__master_retire(m, dest_marker, now);
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        mc__version_t *v = vs[i];
+        size_t nl = v->klen - flen + tlen;
+        mc__index_remove(m->ix, v->key, v->klen);
+        if (rc == 0)
+            rc = mc__index_insert(m->ix, keys[i], nl, v, NULL);
+        if (rc < 0) {
+            /* Out of memory half-way: the object is lost, say so. */
+            mc__master_retire(m, v, now);
+            free(keys[i]);
+            continue;
+        }
+        free(v->key);
+        v->key = keys[i];
+        v->klen = nl;
+    }
+    free(keys);
+    free(vs);
+    return rc;
+}
+
+int mc__master_rename(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
+                      unsigned flags, uint64_t now)
+{
+    int rc = mc_key_check(from, flen);
+    if (rc == 0)
+        rc = mc_key_check(to, tlen);
+    if (rc < 0)
+        return rc;
+    if (flags & MC_RENAME_PREFIX)
+        return rename_prefix(m, from, flen, to, tlen, flags, now);
+    return rename_one(m, from, flen, to, tlen, flags, now);
+}
+
+struct list_buf {
+    mc_list_t l;
+    size_t cap;
+};
+
+static int list_push(struct list_buf *b, const char *key, size_t klen, int is_prefix,
+                     const mc__version_t *v, uint64_t now)
+{
+    if (b->l.n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 16;
+        mc_list_entry_t *e = realloc(b->l.entries, sizeof(*e) * cap);
+        if (!e)
+            return -ENOMEM;
+        b->l.entries = e;
+        b->cap = cap;
+    }
+    mc_list_entry_t *e = &b->l.entries[b->l.n];
+    memset(e, 0, sizeof(*e));
+    char *k = mc__dup_key(key, klen);
+    if (!k)
+        return -ENOMEM;
+    e->key = k;
+    e->klen = klen;
+    e->is_prefix = is_prefix;
+    if (v)
+        mc__version_stat(v, now, &e->st);
+    b->l.n++;
+    return 0;
+}
+
+int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char *after,
+                    size_t alen, int delim, size_t max, uint64_t now, mc_list_t **out)
+{
+    struct list_buf *b = calloc(1, sizeof(*b));
+    if (!b)
+        return -ENOMEM;
+    if (!max)
+        max = 1000;
+    mc__index_iter_t it;
+    /* Seek key for skipping a whole common prefix: the prefix with its last
+     * byte (the delimiter) incremented. */
+    char skip[MC_KEY_MAX + 1];
+    /* A cursor that sorts before the prefix (a shorter head of it, or a
+     * longer key before it) lists from the prefix's start. */
+    size_t common = alen < plen ? alen : plen;
+    int cmp = !after || !alen ? -1 : common ? memcmp(after, prefix, common) : 0;
+    if (cmp == 0 && alen < plen)
+        cmp = -1;
+    if (cmp >= 0) {
+        const char *d = delim > 0 && alen > plen ? memchr(after + plen, delim, alen - plen) : NULL;
+        if (d && (size_t)(d - after) == alen - 1 && (unsigned char)delim < 0xff &&
+            alen <= MC_KEY_MAX) {
+            memcpy(skip, after, alen);
+            skip[alen - 1] = (char)(delim + 1);
+            mc__index_seek(m->ix, &it, skip, alen, 0);
+        } else {
+            mc__index_seek(m->ix, &it, after, alen, 1);
+        }
+    } else {
+        mc__index_seek(m->ix, &it, prefix, plen, 0);
+    }
+    const char *k;
+    size_t kl;
+    void *val;
+    int rc = 0;
+    while (mc__index_next(&it, &k, &kl, &val)) {
+        if (!has_prefix(k, kl, prefix, plen))
+            break;
+        if (b->l.n == max) {
+            b->l.more = 1;
+            break;
+        }
+        const char *d = delim > 0 ? memchr(k + plen, delim, kl - plen) : NULL;
+        if (d) { /* a deeper key, or a directory marker: one prefix entry */
+            size_t cl = (size_t)(d - k) + 1;
+            /* The marker's metadata (mode, mtime) stands for the prefix. */
+            rc = list_push(b, k, cl, 1, mc__index_get(m->ix, k, cl), now);
+            if (rc < 0)
+                break;
+            memcpy(skip, k, cl);
+            if ((unsigned char)delim == 0xff) {
+                /* No byte sorts after the delimiter: walk past the run. */
+                mc__index_iter_t run = it;
+                while (mc__index_next(&run, &k, &kl, NULL) && has_prefix(k, kl, skip, cl))
+                    it = run;
+                continue;
+            }
+            skip[cl - 1] = (char)(delim + 1);
+            mc__index_seek(m->ix, &it, skip, cl, 0);
+            continue;
+        }
+        if (delim > 0 && kl < MC_KEY_MAX) {
+            /* A directory of the same name shadows the file. */
+            memcpy(skip, k, kl);
+            skip[kl] = (char)delim;
+            if (prefix_has_children(m, skip, kl + 1) || mc__index_get(m->ix, skip, kl + 1))
+                continue;
+        }
+        rc = list_push(b, k, kl, 0, val, now);
+        if (rc < 0)
+            break;
+    }
+    if (rc < 0) {
+        mc_list_free(&b->l);
+        return rc;
+    }
+    if (b->l.n) {
+        b->l.next = b->l.entries[b->l.n - 1].key;
+        b->l.next_len = b->l.entries[b->l.n - 1].klen;
+    }
+    *out = &b->l;
+    return (int)b->l.n;
+}
+
+int mc__master_lookup(mc__master_t *m, const char *key, size_t klen, int delim, mc__version_t **v)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    *v = NULL;
+    if (delim > 0 && klen < MC_KEY_MAX) {
+        char dir[MC_KEY_MAX + 1];
+        memcpy(dir, key, klen);
+        dir[klen] = (char)delim;
+        mc__version_t *marker = mc__index_get(m->ix, dir, klen + 1);
+        if (marker || prefix_has_children(m, dir, klen + 1)) {
+            *v = marker;
+            return MC_LOOKUP_DIR;
+        }
+    }
+    *v = mc__index_get(m->ix, key, klen);
+    return *v ? MC_LOOKUP_FILE : -ENOENT;
+}
+
+int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, unsigned what, uint32_t mode,
+                        int64_t mtime_ns)
+{
+    mc__version_t *v = mc__index_get(m->ix, key, klen);
+    if (!v)
+        return -ENOENT;
+    if (what & MC_META_MODE)
+        v->mode = mode & 07777;
+    if (what & MC_META_MTIME)
+        v->mtime_ns = mtime_ns;
+    return 0;
+}
+
+mc__version_t *mc__master_next(mc__master_t *m, const char *after, size_t alen)
+{
+    mc__index_iter_t it;
+    void *val = NULL;
+    mc__index_seek(m->ix, &it, alen ? after : NULL, alen, alen != 0);
+    return mc__index_next(&it, NULL, NULL, &val) ? val : NULL;
+}

@@ -1,0 +1,331 @@
+/*
+ * put.c - a put's life and the space it takes (see master.h): placing a
+ * pending version's replicas, reserving space (sweeping, then evicting the
+ * least recently used objects when full), publishing or aborting; the
+ * extents of replicas, also for repair; the space counters.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master/master_i.h"
+
+/* Placement order: segments to avoid last, then the most free space first. */
+static int place_before(const mc__segment_t *a, const mc__segment_t *b)
+{
+    if (a->avoid != b->avoid)
+        return !a->avoid;
+    return mc__segment_free(a) > mc__segment_free(b);
+}
+
+int mc__master_begin(mc__master_t *m, const char *key, size_t klen, const mc_put_opts_t *po,
+                     uint64_t now, mc__version_t **out)
+{
+    return mc__master_begin_at(m, key, klen, po, -1, 0, now, out);
+}
+
+int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_put_opts_t *po,
+                        int64_t pref_seg, uint64_t need, uint64_t now, mc__version_t **out)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    if (m->nseg == 0)
+        return -ENOSPC;
+    /* Segments on hold take nothing new (mc__master_hold_segment()). */
+    char used[256] = {0};
+    uint32_t usable = 0;
+    for (int i = 0; i < m->nseg && i < 256; i++) {
+        if (m->segs[i].hold_until > now)
+            used[i] = 1;
+        else
+            usable++;
+    }
+    if (usable == 0)
+        return -EAGAIN;
+    mc__version_t *v = calloc(1, sizeof(*v));
+    if (!v)
+        return -ENOMEM;
+    v->key = mc__dup_key(key, klen);
+    if (!v->key) {
+        free(v);
+        return -ENOMEM;
+    }
+    v->klen = klen;
+    v->state = MC__PENDING;
+    v->mode = po && po->mode ? (po->mode & 07777) : 0644;
+    v->mtime_ns = po ? po->mtime_ns : 0; /* 0: the commit's time (service.c) */
+    v->pin = po ? po->pin : MC_PIN_NONE;
+    if (v->pin == MC_PIN_SOFT && po->soft_pin_ttl_ms)
+        v->pin_until = now + po->soft_pin_ttl_ms;
+
+    /* Best-effort placement: each replica on a different segment, the
+     * preferred one first when it is mounted and has need bytes free, then
+     * the ones with the most free space. */
+    uint32_t want = po && po->replica_num ? po->replica_num : 1;
+    if (want > MC__MAX_REPLICAS)
+        want = MC__MAX_REPLICAS;
+    if (want > (uint32_t)m->nseg)
+        want = (uint32_t)m->nseg;
+    v->want = want; /* segments on hold count: the repair fills them later */
+    if (want > usable)
+        want = usable;
+    uint32_t r0 = 0;
+    for (int i = 0; pref_seg >= 0 && i < m->nseg && i < 256; i++) {
+        if (!used[i] && m->segs[i].id == (uint32_t)pref_seg && !m->segs[i].avoid &&
+            mc__segment_free(&m->segs[i]) >= need && mc__segment_free(&m->segs[i]) > 0) {
+            used[i] = 1;
+            v->rep[r0++].seg = (uint32_t)pref_seg;
+            break;
+        }
+    }
+    for (uint32_t r = r0; r < want; r++) {
+        int best = -1;
+        for (int i = 0; i < m->nseg && i < 256; i++)
+            if (!used[i] && (best < 0 || place_before(&m->segs[i], &m->segs[best])))
+                best = i;
+        used[best] = 1;
+        v->rep[r].seg = m->segs[best].id;
+    }
+    v->nrep = want;
+    *out = v;
+    return 0;
+}
+
+/* Allocates len more bytes at the end of replica r. */
+static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len)
+{
+    mc__segment_t *s = mc__master_seg(m, rep->seg);
+    if (!s)
+        return -ENOSPC;
+    mc__extent_t got[64];
+    int n = mc__alloc_get(s->alloc, len, got, 64);
+    if (n < 0)
+        return n;
+    if (rep->n + (uint32_t)n > rep->cap) {
+        uint32_t cap = rep->cap ? rep->cap * 2 : 4;
+        while (cap < rep->n + (uint32_t)n)
+            cap *= 2;
+        mc__extent_t *e = realloc(rep->ext, sizeof(*e) * cap);
+        if (!e) {
+            mc__alloc_put(s->alloc, got, n);
+            return -ENOMEM;
+        }
+        rep->ext = e;
+        rep->cap = cap;
+    }
+    for (int i = 0; i < n; i++) {
+        /* Merge with the previous extent when contiguous. */
+        if (rep->n && rep->ext[rep->n - 1].off + rep->ext[rep->n - 1].len == got[i].off)
+            rep->ext[rep->n - 1].len += got[i].len;
+        else
+            rep->ext[rep->n++] = got[i];
+    }
+    return 0;
+}
+
+/* Returns bytes beyond keep (rounded) at the end of replica r. */
+static void replica_trim(mc__master_t *m, mc__replica_t *rep, uint64_t keep)
+{
+    mc__segment_t *s = mc__master_seg(m, rep->seg);
+    uint64_t at = 0;
+    uint32_t i = 0;
+    for (; i < rep->n; i++) {
+        mc__extent_t *e = &rep->ext[i];
+        if (at + e->len > keep) {
+            uint64_t head = keep - at; /* aligned: keep is rounded */
+            if (head) {
+                mc__extent_t tail = {e->off + head, e->len - head};
+                if (s)
+                    mc__alloc_put(s->alloc, &tail, 1);
+                e->len = head;
+                i++;
+            }
+            break;
+        }
+        at += e->len;
+    }
+    if (i < rep->n && s)
+        mc__alloc_put(s->alloc, &rep->ext[i], (int)(rep->n - i));
+    if (i < rep->n)
+        rep->n = i;
+}
+
+/* Rounds len up to the allocation unit (shared by every segment). */
+static uint64_t round_up(const mc__master_t *m, uint64_t len)
+{
+    return (len + m->o.align - 1) & ~(m->o.align - 1);
+}
+
+static uint64_t total_size(const mc__master_t *m)
+{
+    uint64_t t = 0;
+    for (int i = 0; i < m->nseg; i++)
+        t += m->segs[i].size;
+    return t;
+}
+
+static uint64_t total_used(const mc__master_t *m)
+{
+    uint64_t t = 0;
+    for (int i = 0; i < m->nseg; i++)
+        t += mc__alloc_used(m->segs[i].alloc);
+    return t;
+}
+
+static int evictable(const mc__version_t *v, uint64_t now, int allow_soft)
+{
+    if (v->refs || v->lease_until > now || v->pin == MC_PIN_HARD)
+        return 0;
+    if (v->pin == MC_PIN_SOFT && !allow_soft && (v->pin_until == 0 || v->pin_until > now))
+        return 0;
+    return 1;
+}
+
+size_t mc__master_evict(mc__master_t *m, uint64_t target, uint64_t now)
+{
+    size_t n = 0;
+    mc__master_sweep(m, now);
+    for (int pass = 0; pass < 2 && total_used(m) > target; pass++) {
+        mc__version_t *v = m->lru.next;
+        while (v != &m->lru && total_used(m) > target) {
+            mc__version_t *next = v->next;
+            if (evictable(v, now, pass)) {
+                mc__index_remove(m->ix, v->key, v->klen);
+                mc__master_retire(m, v, now);
+                m->evicted++;
+                n++;
+            }
+            v = next;
+        }
+    }
+    return n;
+}
+
+static int evict_enabled(const mc__master_t *m)
+{
+    return m->o.evict_high_pct > 0;
+}
+
+static uint64_t low_mark(const mc__master_t *m)
+{
+    uint64_t total = total_size(m);
+    unsigned pct =
+        m->o.evict_high_pct > m->o.evict_ratio_pct ? m->o.evict_high_pct - m->o.evict_ratio_pct : 0;
+    return total / 100 * pct;
+}
+
+int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uint64_t now)
+{
+    if (capacity <= v->capacity)
+        return 0;
+    if (v->nrep == 0)
+        return -EIO; /* every segment it was placed on is gone */
+    if (capacity > total_size(m))
+        return -EFBIG;
+    uint64_t want = round_up(m, capacity - v->capacity);
+    uint32_t done = 0;
+    int rc = 0;
+    for (; done < v->nrep; done++) {
+        rc = replica_grow(m, &v->rep[done], want);
+        if (rc == -ENOSPC) {
+            /* Space held by expired leases first, then eviction. */
+            mc__master_sweep(m, now);
+            rc = replica_grow(m, &v->rep[done], want);
+            if (rc == -ENOSPC && evict_enabled(m)) {
+                uint64_t target = low_mark(m);
+                uint64_t total = total_size(m);
+                if (total - want < target)
+                    target = total - want;
+                mc__master_evict(m, target, now);
+                rc = replica_grow(m, &v->rep[done], want);
+            }
+        }
+        if (rc < 0)
+            break;
+    }
+    if (rc < 0) {
+        for (uint32_t r = 0; r < done; r++)
+            replica_trim(m, &v->rep[r], v->capacity);
+        return rc;
+    }
+    v->capacity += want;
+    if (evict_enabled(m) && total_used(m) > total_size(m) / 100 * m->o.evict_high_pct)
+        mc__master_evict(m, low_mark(m), now);
+    return 0;
+}
+
+int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_t klen)
+{
+    (void)m;
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    char *k = mc__dup_key(key, klen);
+    if (!k)
+        return -ENOMEM;
+    free(v->key);
+    v->key = k;
+    v->klen = klen;
+    return 0;
+}
+
+int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned flags,
+                      uint64_t now)
+{
+    if (size > v->capacity)
+        return -EINVAL;
+    if ((flags & MC_PUT_NOREPLACE) && mc__index_get(m->ix, v->key, v->klen))
+        return -EEXIST;
+    uint64_t keep = round_up(m, size);
+    if (keep < v->capacity) {
+        for (uint32_t r = 0; r < v->nrep; r++)
+            replica_trim(m, &v->rep[r], keep);
+        v->capacity = keep;
+    }
+    /* Make sure the index can take the key before anything changes. */
+    void *old = NULL;
+    int rc = mc__index_insert(m->ix, v->key, v->klen, v, &old);
+    if (rc < 0)
+        return rc;
+    v->size = size;
+    v->id = m->next_id++;
+    v->state = MC__PUBLISHED;
+    mc__list_add_tail(&m->lru, v);
+    if (rc == 1 && old)
+        mc__master_retire(m, old, now);
+    return 0;
+}
+
+void mc__master_abort(mc__master_t *m, mc__version_t *v)
+{
+    mc__version_destroy(m, v);
+}
+
+void mc__master_space(const mc__master_t *m, mc_space_t *sp)
+{
+    sp->total = total_size(m);
+    sp->used = total_used(m);
+    sp->objects = mc__index_count(m->ix);
+    sp->evicted = m->evicted;
+}
+
+int mc__master_replica_alloc(mc__master_t *m, uint32_t seg, uint64_t len, mc__replica_t *rep)
+{
+    memset(rep, 0, sizeof(*rep));
+    rep->seg = seg;
+    int rc = replica_grow(m, rep, round_up(m, len));
+    if (rc < 0)
+        mc__master_replica_release(m, rep);
+    return rc;
+}
+
+void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep)
+{
+    mc__segment_t *s = mc__master_seg(m, rep->seg);
+    if (s && rep->n)
+        mc__alloc_put(s->alloc, rep->ext, (int)rep->n);
+    free(rep->ext);
+    rep->ext = NULL;
+    rep->n = rep->cap = 0;
+}
