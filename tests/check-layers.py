@@ -63,11 +63,11 @@ NARROW = [
     ),
     (
         r"core/src/master/(index|alloc|ids)\.[ch]$",
-        r"core/src/master/(master|master_i|put|namespace|repair|service)\.[ch]$",
+        r"core/src/master/(master|master_i|put|namespace|repair|service|service_i|nodes)\.[ch]$",
         "index, allocator and id hash are the bottom of the master and use nothing else of it",
     ),
     (
-        r"core/src/master/(repair|service)\.[ch]$",
+        r"core/src/master/(repair|service|service_i|nodes)\.[ch]$",
         r"core/src/master/master_i\.h$",
         "master_i.h is private to the master logic's files; the rest use master.h",
     ),

@@ -1,0 +1,126 @@
+/*
+ * service_i.h - what the master service's two files share (service.c:
+ * writes, handles, dispatch; nodes.c: segments, nodes, repair requests).
+ * Private to them: everyone else uses service.h.
+ */
+#ifndef MC_SERVICE_I_H
+#define MC_SERVICE_I_H
+
+#include "master/ids.h"
+#include "master/repair.h"
+#include "master/service.h"
+#include "wire/proto.h"
+
+/* What a connection (an owner) holds: its writes in progress and its open
+ * handles, on one list. */
+typedef struct owner {
+    mc__idnode_t h; /* in svc->owners by connection id */
+    struct owned *head;
+} owner_t;
+
+typedef struct owned {
+    mc__idnode_t h; /* in svc->puts or svc->handles by its id */
+    owner_t *own;
+    struct owned *oprev, *onext; /* on own->head */
+} owned_t;
+/* A node silent this long is suspected dead: new puts and repairs go to
+ * other nodes while there are any (heartbeats come every second). */
+#define SUSPECT_MS 2500
+
+typedef struct put {
+    owned_t o;
+    uint64_t touched;
+    unsigned flags;
+    mc__version_t *v;
+    struct put *tprev, *tnext; /* on svc->touch_*, least recently touched first */
+} put_t;
+
+typedef struct plist {
+    put_t *head, *tail;
+} plist_t;
+
+typedef struct handle {
+    owned_t o;
+    mc__version_t *v;
+} handle_t;
+
+/* A revoked write whose writer may still be sending bytes: it holds a write
+ * lease until free_at. Its space stays allocated (and goes with its segment
+ * if that is dropped) until then, so that no late write of it can land in
+ * space handed to another object. */
+typedef struct fenced {
+    mc__version_t *v;
+    uint64_t free_at;
+    struct fenced *next;
+} fenced_t;
+
+typedef struct seginfo {
+    uint32_t id;
+    uint64_t node; /* 0: local to this process */
+    uint64_t size;
+    char *addr;
+    char *rdma; /* the node's RDMA record, opaque (NULL: none) */
+    uint32_t rdma_len;
+} seginfo_t;
+
+typedef struct node {
+    uint64_t id;
+    uint64_t last_hb;
+    uint64_t failed_at; /* a writer could not reach it (PUT_DROP_REPLICA); 0: never */
+} node_t;
+
+struct mc__svc {
+    mc__master_t *m;
+    mc__svc_opts_t o;
+    mc__ids_t puts, handles, owners;
+    plist_t by_touch; /* other processes' writes, least recently touched first */
+    plist_t local;    /* this process's own writes (MC__SVC_OWNER_LOCAL) */
+    fenced_t *fenced;
+    uint64_t next_id;
+    seginfo_t *segs;
+    int nseg;
+    node_t *nodes;
+    int nnodes;
+    uint32_t next_seg;
+    char *local_addr;
+    char *local_rdma; /* RDMA record of the local segments (NULL: none) */
+    uint32_t local_rdma_len;
+    uint64_t nodes_expired, objects_lost, puts_expired, replicas_dropped;
+    mc__repair_t *rp;
+};
+
+/* A request that does not decode is -EINVAL (a bad key) or -EBADMSG. */
+#define TAKE(call)                                                                                 \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ < 0)                                                                               \
+            return rc_ == -EINVAL ? -EINVAL : -EBADMSG;                                            \
+    } while (0)
+#define UNPACK(...) TAKE(mc__unpack(body, len, __VA_ARGS__))
+
+/* ---- nodes.c ---- */
+
+seginfo_t *mc__svc_seg_info(mc__svc_t *svc, uint32_t id);
+/* Drops segment id and every replica on it (see nodes.c). */
+void mc__svc_seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now);
+node_t *mc__svc_node_find(mc__svc_t *svc, uint64_t id);
+/* Tells the master which segments placement should avoid right now. */
+void mc__svc_mark_suspects(mc__svc_t *svc, uint64_t now);
+/* Plans repairs onto the segments of live remote nodes. */
+void mc__svc_repair_tick(mc__svc_t *svc, uint64_t now);
+/* Appends v's replica set: each replica's segment, its node's data
+ * address and RDMA record, its extents. Returns w->err. */
+int mc__svc_pack_replicas(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v);
+/* The id of the segment whose data address is addr[0..len), or -1. */
+int64_t mc__svc_seg_by_addr(mc__svc_t *svc, const char *addr, size_t len);
+
+/* The node requests: MOUNT_SEGMENT, UNMOUNT_SEGMENT, HEARTBEAT,
+ * REPAIR_TAKE, REPAIR_DONE (proto.h). */
+int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w);
+int mc__svc_op_unmount(mc__svc_t *svc, const char *body, size_t len, uint64_t now);
+int mc__svc_op_heartbeat(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w);
+int mc__svc_op_repair_take(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
+                           mc__wbuf_t *w);
+int mc__svc_op_repair_done(mc__svc_t *svc, const char *body, size_t len, uint64_t now);
+
+#endif /* MC_SERVICE_I_H */
