@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "runtime/auth.h"
+#include "runtime/listen.h"
 #include "runtime/net.h"
 #include "master/service.h"
 
