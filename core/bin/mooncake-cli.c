@@ -225,7 +225,12 @@ static int cmd_node(void)
     return 0;
 }
 
-int main(int argc, char **argv)
+/*
+ * Parses the options before the command into o, *replicas and *stats (and
+ * the globals above). Returns -1 to go on, or the status to exit with: 0
+ * after --help, 2 after a bad option or no command (said on stderr).
+ */
+static int parse_options(int argc, char **argv, mc_store_opts_t *o, uint32_t *replicas, int *stats)
 {
     static const struct option longopts[] = {
         {"master", required_argument, NULL, 'm'},
@@ -246,49 +251,45 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {0},
     };
-    mc_store_opts_t o;
-    uint32_t replicas = 1;
-    int c, stats = 0;
-    mc_store_opts_init(&o);
-    o.segment_size = 0;
+    int c;
     while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
         switch (c) {
         case 'm':
-            o.master = optarg;
+            o->master = optarg;
             break;
         case 's':
-            if (mc_parse_size(optarg, &o.segment_size) < 0) {
+            if (mc_parse_size(optarg, &o->segment_size) < 0) {
                 fprintf(stderr, "mooncake-cli: bad --segment-size '%s'\n", optarg);
                 return 2;
             }
             break;
         case 'l':
-            o.listen = optarg;
+            o->listen = optarg;
             break;
         case 't':
-            o.timeout_ms = strtoull(optarg, NULL, 10);
+            o->timeout_ms = strtoull(optarg, NULL, 10);
             break;
         case 'r':
-            replicas = (uint32_t)strtoul(optarg, NULL, 10);
+            *replicas = (uint32_t)strtoul(optarg, NULL, 10);
             break;
         case 'a':
-            o.secret_file = optarg;
+            o->secret_file = optarg;
             break;
         case 'S':
-            o.no_shm = 1;
+            o->no_shm = 1;
             break;
         case 'T':
-            stats = 1;
+            *stats = 1;
             break;
         case 'X':
             if (strcmp(optarg, "tcp") && strcmp(optarg, "rdma") && strcmp(optarg, "auto")) {
                 fprintf(stderr, "mooncake-cli: --protocol takes tcp, rdma or auto\n");
                 return 2;
             }
-            o.protocol = optarg;
+            o->protocol = optarg;
             break;
         case 'D':
-            o.rdma_devices = optarg;
+            o->rdma_devices = optarg;
             break;
         case 'p':
             preferred = optarg;
@@ -331,6 +332,58 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    return -1;
+}
+
+/* Runs the command cmd with args[0..nargs) on s. Returns its status, or -1
+ * for an unknown command or a wrong number of arguments. */
+static int run_command(mc_store_t *s, const char *cmd, int nargs, char **args, uint32_t replicas)
+{
+    if (strcmp(cmd, "put") == 0)
+        return cmd_put(s, nargs, args, replicas);
+    if (strcmp(cmd, "get") == 0)
+        return cmd_get(s, nargs, args);
+    if (strcmp(cmd, "stat") == 0)
+        return cmd_stat(s, nargs, args);
+    if (strcmp(cmd, "rm") == 0)
+        return cmd_rm(s, nargs, args);
+    if (strcmp(cmd, "ls") == 0)
+        return cmd_ls(s, nargs, args);
+    if (strcmp(cmd, "stats") == 0 && nargs == 0)
+        return print_master_stats(s, stdout, NULL);
+    if (strcmp(cmd, "node") == 0 && nargs == 0)
+        return cmd_node();
+    return -1;
+}
+
+/* --stats: the bytes moved per transport and the master's counters, to
+ * stderr. */
+static void print_stats(mc_store_t *s)
+{
+    mc_store_stats_t st;
+    mc_store_stats(s, &st);
+    fprintf(stderr,
+            "stats: local_ops %llu local_bytes %llu shm_ops %llu shm_bytes %llu "
+            "tcp_ops %llu tcp_bytes %llu rdma_ops %llu rdma_bytes %llu "
+            "rdma_zero_copy_bytes %llu cache_hits %llu\n",
+            (unsigned long long)st.local_ops, (unsigned long long)st.local_bytes,
+            (unsigned long long)st.shm_ops, (unsigned long long)st.shm_bytes,
+            (unsigned long long)st.tcp_ops, (unsigned long long)st.tcp_bytes,
+            (unsigned long long)st.rdma_ops, (unsigned long long)st.rdma_bytes,
+            (unsigned long long)st.rdma_zero_copy_bytes, (unsigned long long)st.cache_hits);
+    print_master_stats(s, stderr, "master:");
+}
+
+int main(int argc, char **argv)
+{
+    mc_store_opts_t o;
+    uint32_t replicas = 1;
+    int stats = 0;
+    mc_store_opts_init(&o);
+    o.segment_size = 0;
+    int rc = parse_options(argc, argv, &o, &replicas, &stats);
+    if (rc >= 0)
+        return rc;
     const char *cmd = argv[optind];
     int nargs = argc - optind - 1;
     char **args = argv + optind + 1;
@@ -344,39 +397,12 @@ int main(int argc, char **argv)
     }
     mc_nofile_raise(); /* best effort: a node serves connections */
     mc_store_t *s;
-    int rc = mc_store_open(&s, &o);
+    rc = mc_store_open(&s, &o);
     if (rc < 0)
         return fail(o.master ? o.master : "opening the store", rc);
-    if (strcmp(cmd, "put") == 0)
-        rc = cmd_put(s, nargs, args, replicas);
-    else if (strcmp(cmd, "get") == 0)
-        rc = cmd_get(s, nargs, args);
-    else if (strcmp(cmd, "stat") == 0)
-        rc = cmd_stat(s, nargs, args);
-    else if (strcmp(cmd, "rm") == 0)
-        rc = cmd_rm(s, nargs, args);
-    else if (strcmp(cmd, "ls") == 0)
-        rc = cmd_ls(s, nargs, args);
-    else if (strcmp(cmd, "stats") == 0 && nargs == 0)
-        rc = print_master_stats(s, stdout, NULL);
-    else if (strcmp(cmd, "node") == 0 && nargs == 0)
-        rc = cmd_node();
-    else
-        rc = -1;
-    if (stats) {
-        mc_store_stats_t st;
-        mc_store_stats(s, &st);
-        fprintf(stderr,
-                "stats: local_ops %llu local_bytes %llu shm_ops %llu shm_bytes %llu "
-                "tcp_ops %llu tcp_bytes %llu rdma_ops %llu rdma_bytes %llu "
-                "rdma_zero_copy_bytes %llu cache_hits %llu\n",
-                (unsigned long long)st.local_ops, (unsigned long long)st.local_bytes,
-                (unsigned long long)st.shm_ops, (unsigned long long)st.shm_bytes,
-                (unsigned long long)st.tcp_ops, (unsigned long long)st.tcp_bytes,
-                (unsigned long long)st.rdma_ops, (unsigned long long)st.rdma_bytes,
-                (unsigned long long)st.rdma_zero_copy_bytes, (unsigned long long)st.cache_hits);
-        print_master_stats(s, stderr, "master:");
-    }
+    rc = run_command(s, cmd, nargs, args, replicas);
+    if (stats)
+        print_stats(s);
     mc_store_close(s);
     if (rc < 0) {
         usage(stderr);

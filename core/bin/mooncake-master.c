@@ -109,7 +109,34 @@ static int num(const char *s, const char *what, unsigned long long max, unsigned
     return 0;
 }
 
-int main(int argc, char **argv)
+/* What the command line asks for. */
+struct options {
+    char listen_buf[64];
+    const char *listen, *secret_file, *rdma_devices;
+    int no_shm, xport, level;
+    mc__master_opts_t mo;
+    mc__svc_opts_t so;
+    uint64_t idle_ms, handshake_ms;
+    unsigned max_conns;
+};
+
+/* What the process runs; freed by free_master(). */
+struct master {
+    mc_loop_t *loop;
+    mc__master_t *m;
+    mc__svc_t *svc;
+    mc__server_t *srv;
+    mc__rdma_ctx_t *rdma;
+    mc__rdma_mr_t *seg_mr;
+    mc__secret_t *secret;
+};
+
+/*
+ * Parses the command line into o (and the segment's size into seg_size).
+ * Returns -1 to go on, or the status to exit with: 0 after --help or
+ * --version, 2 after a bad option (said on stderr).
+ */
+static int parse_options(int argc, char **argv, struct options *o)
 {
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, 'l'},
@@ -134,29 +161,24 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {0},
     };
-    char listen_buf[64];
-    const char *listen = "127.0.0.1:50051";
-    const char *secret_file = NULL;
-    int no_shm = 0, xport = MC__XPORT_TCP;
-    const char *rdma_devices = NULL;
-    mc__secret_t *secret = NULL;
     unsigned long long v;
-    mc__master_opts_t mo = {.lease_ms = MC_DEFAULT_LEASE_MS, .align = 64};
-    mc__svc_opts_t so = {.first_id = mc__svc_random_id(), .wall_ns = mc__wall_ns};
-    uint64_t idle_ms = 0, handshake_ms = 0;
-    unsigned max_conns = 0;
-    int level = MC__LOG_INFO, c;
+    int c;
 
+    o->listen = "127.0.0.1:50051";
+    o->xport = MC__XPORT_TCP;
+    o->level = MC__LOG_INFO;
+    o->mo = (mc__master_opts_t){.lease_ms = MC_DEFAULT_LEASE_MS, .align = 64};
+    o->so = (mc__svc_opts_t){.first_id = mc__svc_random_id(), .wall_ns = mc__wall_ns};
     while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
         switch (c) {
         case 'l':
-            listen = optarg;
+            o->listen = optarg;
             break;
         case 'p':
             if (num(optarg, "--port", 65535, &v) < 0)
                 return 2;
-            snprintf(listen_buf, sizeof(listen_buf), "127.0.0.1:%llu", v);
-            listen = listen_buf;
+            snprintf(o->listen_buf, sizeof(o->listen_buf), "127.0.0.1:%llu", v);
+            o->listen = o->listen_buf;
             break;
         case 's':
             if (mc_parse_size(optarg, &seg_size) < 0 || (seg_size && seg_size < 4096)) {
@@ -167,72 +189,72 @@ int main(int argc, char **argv)
         case 'L':
             if (num(optarg, "--lease-ms", 86400000, &v) < 0)
                 return 2;
-            mo.lease_ms = v;
+            o->mo.lease_ms = v;
             break;
         case 'T':
             if (num(optarg, "--node-ttl-ms", 86400000, &v) < 0 || v == 0)
                 return 2;
-            so.node_ttl_ms = v;
+            o->so.node_ttl_ms = v;
             break;
         case 'U':
             if (num(optarg, "--put-ttl-ms", 86400000, &v) < 0 || v == 0)
                 return 2;
-            so.put_ttl_ms = v;
+            o->so.put_ttl_ms = v;
             break;
         case 'e':
             if (num(optarg, "--evict-high", 100, &v) < 0)
                 return 2;
-            mo.evict_high_pct = (unsigned)v;
+            o->mo.evict_high_pct = (unsigned)v;
             break;
         case 'r':
             if (num(optarg, "--evict-ratio", 100, &v) < 0)
                 return 2;
-            mo.evict_ratio_pct = (unsigned)v;
+            o->mo.evict_ratio_pct = (unsigned)v;
             break;
         case 'F':
             if (num(optarg, "--repair-inflight", 1024, &v) < 0)
                 return 2;
-            so.repair_inflight = (uint32_t)v;
-            so.no_repair = v == 0;
+            o->so.repair_inflight = (uint32_t)v;
+            o->so.no_repair = v == 0;
             break;
         case 'B':
             if (num(optarg, "--repair-mbps", 1 << 20, &v) < 0)
                 return 2;
-            so.repair_bytes_per_s = v << 20;
+            o->so.repair_bytes_per_s = v << 20;
             break;
         case 'a':
-            secret_file = optarg;
+            o->secret_file = optarg;
             break;
         case 'S':
-            no_shm = 1;
+            o->no_shm = 1;
             break;
         case 'I':
             if (num(optarg, "--idle-timeout-ms", 86400000, &v) < 0 || v == 0)
                 return 2;
-            idle_ms = v;
+            o->idle_ms = v;
             break;
         case 'H':
             if (num(optarg, "--handshake-timeout-ms", 86400000, &v) < 0 || v == 0)
                 return 2;
-            handshake_ms = v;
+            o->handshake_ms = v;
             break;
         case 'C':
             if (num(optarg, "--max-connections", 1000000, &v) < 0 || v == 0)
                 return 2;
-            max_conns = (unsigned)v;
+            o->max_conns = (unsigned)v;
             break;
         case 'P':
-            if ((xport = mc__xport_parse(optarg)) < 0) {
+            if ((o->xport = mc__xport_parse(optarg)) < 0) {
                 fprintf(stderr, "mooncake-master: error: --protocol takes tcp, rdma or auto\n");
                 return 2;
             }
             break;
         case 'D':
-            rdma_devices = optarg;
+            o->rdma_devices = optarg;
             break;
         case 'v':
-            level = mc__log_parse_level(optarg);
-            if (level < 0) {
+            o->level = mc__log_parse_level(optarg);
+            if (o->level < 0) {
                 fprintf(stderr, "mooncake-master: error: bad --log-level '%s'\n", optarg);
                 return 2;
             }
@@ -252,112 +274,166 @@ int main(int argc, char **argv)
         usage(stderr, argv[0]);
         return 2;
     }
-    mc__log_init("mooncake-master", level);
+    return -1;
+}
+
+/*
+ * Starts logging, raises the descriptor limit, parses the listen address
+ * into *addr, loads the secret into *secret (when a file is given) and
+ * blocks the signals that stop the master (sigs), which a signalfd takes
+ * later. Returns 0, or 2 (logged) for a bad address or secret.
+ */
+static int prepare(const struct options *o, mc__addr_t *addr, mc__secret_t **secret, sigset_t *sigs)
+{
+    mc__log_init("mooncake-master", o->level);
     if (mc_nofile_raise() < 0)
         mc__log(MC__LOG_INFO, "cannot raise the descriptor limit: the connection limit follows it");
-
-    mc__addr_t addr;
-    int rc = mc__addr_parse(listen, 50051, &addr);
+    int rc = mc__addr_parse(o->listen, 50051, addr);
     if (rc < 0) {
-        mc__log(MC__LOG_ERROR, "bad --listen '%s': %s", listen, mc_strerror(rc));
+        mc__log(MC__LOG_ERROR, "bad --listen '%s': %s", o->listen, mc_strerror(rc));
         return 2;
     }
-    if (secret_file && mc__secret_load(secret_file, &secret) < 0)
+    if (o->secret_file && mc__secret_load(o->secret_file, secret) < 0)
         return 2; /* the reason is logged */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigprocmask(SIG_BLOCK, &sigs, NULL);
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    sigprocmask(SIG_BLOCK, sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
 
-    mc_loop_t *loop = NULL;
-    mc__master_t *m = NULL;
-    mc__svc_t *svc = NULL;
-    mc__server_t *srv = NULL;
-    mc__rdma_ctx_t *rdma = NULL;
-    mc__rdma_mr_t *seg_mr = NULL;
-    int ret = 1;
-    if ((rc = mc_loop_new(&loop)) < 0 || (rc = mc__master_new(&m, &mo)) < 0 ||
-        (rc = mc__svc_new(&svc, m, &so)) < 0) {
+/* Makes the loop, the master logic, its service and the segment, if any.
+ * Returns 0 or a negative code (logged). */
+static int open_master(const struct options *o, struct master *mp)
+{
+    int rc;
+    if ((rc = mc_loop_new(&mp->loop)) < 0 || (rc = mc__master_new(&mp->m, &o->mo)) < 0 ||
+        (rc = mc__svc_new(&mp->svc, mp->m, &o->so)) < 0) {
         mc__log(MC__LOG_ERROR, "starting: %s", mc_strerror(rc));
-        goto out;
+        return rc;
     }
     if (seg_size) {
         /* In a memfd, so that co-located clients can map it (shm.h). */
         if ((rc = mc__seg_create(seg_size, "mooncake-segment", &seg_mem)) < 0 ||
-            mc__svc_add_local_segment(svc, SEG_LOCAL, seg_size, NULL)) {
+            mc__svc_add_local_segment(mp->svc, SEG_LOCAL, seg_size, NULL)) {
             mc__log(MC__LOG_ERROR, "cannot host a segment of %llu bytes: %s",
                     (unsigned long long)seg_size, mc_strerror(rc < 0 ? rc : -ENOMEM));
-            goto out;
+            return rc < 0 ? rc : -ENOMEM;
         }
     }
-    mc__server_opts_t sro = {.svc = svc,
+    return 0;
+}
+
+/* Serves the service and the segment on addr. Returns 0 or a negative
+ * code (logged). */
+static int serve(const struct options *o, const mc__addr_t *addr, struct master *mp)
+{
+    mc__server_opts_t sro = {.svc = mp->svc,
                              .seg_lookup = seg_lookup,
-                             .secret = secret,
-                             .shm = !no_shm && seg_size,
-                             .idle_timeout_ms = idle_ms,
-                             .handshake_timeout_ms = handshake_ms,
-                             .max_conns = max_conns};
-    rc = mc__server_new(&srv, loop, &addr, &sro);
+                             .secret = mp->secret,
+                             .shm = !o->no_shm && seg_size,
+                             .idle_timeout_ms = o->idle_ms,
+                             .handshake_timeout_ms = o->handshake_ms,
+                             .max_conns = o->max_conns};
+    int rc = mc__server_new(&mp->srv, mp->loop, addr, &sro);
     if (rc < 0) {
-        mc__log(MC__LOG_ERROR, "cannot listen on %s: %s", listen, mc_strerror(rc));
-        goto out;
+        mc__log(MC__LOG_ERROR, "cannot listen on %s: %s", o->listen, mc_strerror(rc));
+        return rc;
     }
-    mc__svc_set_local_addr(svc, mc__server_addr(srv));
-    if (seg_size && (rc = mc__rdma_open(loop, xport, rdma_devices, 0, &rdma)) < 0) {
+    mc__svc_set_local_addr(mp->svc, mc__server_addr(mp->srv));
+    return 0;
+}
+
+/* With a segment and an RDMA device (--protocol rdma or auto), also serves
+ * the segment over RDMA; its record goes out with every replica set that
+ * names it. Returns 0, or a negative code (logged) when --protocol rdma
+ * cannot be had. */
+static int serve_rdma(const struct options *o, struct master *mp)
+{
+    int rc;
+    if (seg_size && (rc = mc__rdma_open(mp->loop, o->xport, o->rdma_devices, 0, &mp->rdma)) < 0) {
         mc__log(MC__LOG_ERROR, "protocol rdma: %s",
                 rc == -ENODEV ? "no usable RDMA device" : mc_strerror(rc));
-        goto out;
+        return rc;
     }
-    if (rdma) {
-        /* The segment is also served over RDMA; its record goes out with
-         * every replica set that names it. */
-        char host[MC__ADDR_STRLEN], *rec = NULL;
-        size_t rec_len = 0;
-        const char *a = mc__server_addr(srv), *colon = strrchr(a, ':');
-        snprintf(host, sizeof(host), "%.*s", colon ? (int)(colon - a) : 0, a);
-        if (host[0] == '[') {
-            memmove(host, host + 1, strlen(host));
-            host[strlen(host) - 1] = '\0';
-        }
-        rc = mc__rdma_serve(rdma, seg_mem.base, seg_mem.size, host, &seg_mr, &rec, &rec_len);
-        if (rc >= 0)
-            rc = mc__svc_set_local_rdma(svc, rec, rec_len);
-        free(rec);
-        if (rc < 0 && xport == MC__XPORT_RDMA) {
-            mc__log(MC__LOG_ERROR, "cannot serve the segment over RDMA on %s: %s", host,
-                    mc_strerror(rc));
-            goto out;
-        }
-        if (rc < 0)
-            mc__log(MC__LOG_INFO, "the segment is served over TCP only: %s", mc_strerror(rc));
+    if (!mp->rdma)
+        return 0;
+    char host[MC__ADDR_STRLEN], *rec = NULL;
+    size_t rec_len = 0;
+    const char *a = mc__server_addr(mp->srv), *colon = strrchr(a, ':');
+    snprintf(host, sizeof(host), "%.*s", colon ? (int)(colon - a) : 0, a);
+    if (host[0] == '[') {
+        memmove(host, host + 1, strlen(host));
+        host[strlen(host) - 1] = '\0';
     }
-    int sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
-    mc_poll_t sig = {.data = loop};
-    if (sfd < 0 || mc_poll_start(loop, &sig, sfd, POLLIN, on_signal) < 0)
-        goto out;
-    mc__log(MC__LOG_INFO, "listening on %s (segment %llu bytes%s)", mc__server_addr(srv),
-            (unsigned long long)seg_size, secret ? ", authentication required" : "");
-    rc = mc_loop_run(loop);
-    ret = rc < 0 ? 1 : 0;
+    rc = mc__rdma_serve(mp->rdma, seg_mem.base, seg_mem.size, host, &mp->seg_mr, &rec, &rec_len);
+    if (rc >= 0)
+        rc = mc__svc_set_local_rdma(mp->svc, rec, rec_len);
+    free(rec);
+    if (rc < 0 && o->xport == MC__XPORT_RDMA) {
+        mc__log(MC__LOG_ERROR, "cannot serve the segment over RDMA on %s: %s", host,
+                mc_strerror(rc));
+        return rc;
+    }
+    if (rc < 0)
+        mc__log(MC__LOG_INFO, "the segment is served over TCP only: %s", mc_strerror(rc));
+    return 0;
+}
+
+/*
+ * Runs the loop until SIGINT or SIGTERM (sigs, blocked), then closes the
+ * server and lets the loop finish with its connections. Returns the exit
+ * status: 0, or 1 when the loop or the signalfd failed.
+ */
+static int run_until_signal(struct master *mp, const sigset_t *sigs)
+{
+    int sfd = signalfd(-1, sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    mc_poll_t sig = {.data = mp->loop};
+    if (sfd < 0 || mc_poll_start(mp->loop, &sig, sfd, POLLIN, on_signal) < 0)
+        return 1;
+    mc__log(MC__LOG_INFO, "listening on %s (segment %llu bytes%s)", mc__server_addr(mp->srv),
+            (unsigned long long)seg_size, mp->secret ? ", authentication required" : "");
+    int rc = mc_loop_run(mp->loop);
     mc_poll_stop(&sig);
     close(sfd);
     /* Close the connections and let the loop finish with them. */
-    mc__server_close(srv);
-    srv = NULL;
-    mc_timer_t drain = {.data = loop};
-    mc_timer_start(loop, &drain, 50, 0, on_drained);
-    mc_loop_run(loop);
-out:
-    mc__server_close(srv);
-    mc__svc_free(svc);
-    mc__master_free(m);
-    mc__rdma_deregister(seg_mr);
-    mc__rdma_ctx_free(rdma);
-    if (loop)
-        mc_loop_free(loop);
+    mc__server_close(mp->srv);
+    mp->srv = NULL;
+    mc_timer_t drain = {.data = mp->loop};
+    mc_timer_start(mp->loop, &drain, 50, 0, on_drained);
+    mc_loop_run(mp->loop);
+    return rc < 0 ? 1 : 0;
+}
+
+/* Frees what prepare(), open_master(), serve() and serve_rdma() made. */
+static void free_master(struct master *mp)
+{
+    mc__server_close(mp->srv);
+    mc__svc_free(mp->svc);
+    mc__master_free(mp->m);
+    mc__rdma_deregister(mp->seg_mr);
+    mc__rdma_ctx_free(mp->rdma);
+    if (mp->loop)
+        mc_loop_free(mp->loop);
     mc__seg_destroy(&seg_mem);
-    mc__secret_free(secret);
+    mc__secret_free(mp->secret);
+}
+
+int main(int argc, char **argv)
+{
+    struct options o = {0};
+    struct master mp = {0};
+    mc__addr_t addr;
+    sigset_t sigs;
+    int ret = parse_options(argc, argv, &o);
+    if (ret >= 0)
+        return ret;
+    if ((ret = prepare(&o, &addr, &mp.secret, &sigs)) != 0)
+        return ret;
+    ret = 1;
+    if (open_master(&o, &mp) == 0 && serve(&o, &addr, &mp) == 0 && serve_rdma(&o, &mp) == 0)
+        ret = run_until_signal(&mp, &sigs);
+    free_master(&mp);
     return ret;
 }

@@ -35,6 +35,7 @@
 #include "runtime/log.h"
 #include "runtime/loop_i.h"
 #include "mooncake/loop.h"
+#include "runtime/listen.h"
 #include "runtime/net.h"
 #include "wire/proto.h"
 #include "runtime/rpc.h"

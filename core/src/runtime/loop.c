@@ -180,13 +180,18 @@ static int arm_poll(mc_loop_t *l, struct tok *t, int fd, unsigned events)
     return 0;
 }
 
+static void ms_to_ts(struct __kernel_timespec *ts, uint64_t ms)
+{
+    ts->tv_sec = (long long)(ms / 1000);
+    ts->tv_nsec = (long long)(ms % 1000) * 1000000;
+}
+
 static int arm_timer(mc_loop_t *l, struct tok *t, uint64_t ms)
 {
     struct io_uring_sqe *sqe = get_sqe(l);
     if (!sqe)
         return -EBUSY;
-    t->ts.tv_sec = (long long)(ms / 1000);
-    t->ts.tv_nsec = (long long)(ms % 1000) * 1000000;
+    ms_to_ts(&t->ts, ms);
     io_uring_prep_timeout(sqe, &t->ts, 0, 0);
     io_uring_sqe_set_data(sqe, t);
     return 0;
@@ -206,6 +211,26 @@ static void cancel_tok(mc_loop_t *l, struct tok *t)
     else
         io_uring_prep_poll_remove(sqe, (uint64_t)(uintptr_t)t);
     io_uring_sqe_set_data(sqe, NULL);
+}
+
+/* Settles arm_*()'s result rc for the handle whose token slot is *token:
+ * when arming failed, the handle is idle again and t is freed. */
+static int armed(mc_loop_t *l, struct tok *t, void **token, int rc)
+{
+    if (rc < 0) {
+        *token = NULL;
+        tok_free(l, t);
+    }
+    return rc;
+}
+
+/* Stops the handle whose token slot is *token, if it is active. */
+static void stop_handle(mc_loop_t *l, void **token)
+{
+    if (!*token)
+        return;
+    cancel_tok(l, *token);
+    *token = NULL;
 }
 
 int mc_loop_new(mc_loop_t **out)
@@ -476,21 +501,12 @@ int mc_poll_start(mc_loop_t *l, mc_poll_t *p, int fd, unsigned events, mc_poll_c
     p->events = events;
     p->cb = cb;
     p->token = t;
-    int rc = arm_poll(l, t, fd, events);
-    if (rc < 0) {
-        p->token = NULL;
-        tok_free(l, t);
-        return rc;
-    }
-    return 0;
+    return armed(l, t, &p->token, arm_poll(l, t, fd, events));
 }
 
 void mc_poll_stop(mc_poll_t *p)
 {
-    if (!p->token)
-        return;
-    cancel_tok(p->loop, p->token);
-    p->token = NULL;
+    stop_handle(p->loop, &p->token);
 }
 
 int mc_timer_start(mc_loop_t *l, mc_timer_t *t, uint64_t timeout_ms, uint64_t repeat_ms,
@@ -505,30 +521,15 @@ int mc_timer_start(mc_loop_t *l, mc_timer_t *t, uint64_t timeout_ms, uint64_t re
     t->repeat_ms = repeat_ms;
     t->cb = cb;
     t->token = k;
-    int rc = arm_timer(l, k, timeout_ms);
-    if (rc < 0) {
-        t->token = NULL;
-        tok_free(l, k);
-        return rc;
-    }
-    return 0;
+    return armed(l, k, &t->token, arm_timer(l, k, timeout_ms));
 }
 
 void mc_timer_stop(mc_timer_t *t)
 {
-    if (!t->token)
-        return;
-    cancel_tok(t->loop, t->token);
-    t->token = NULL;
+    stop_handle(t->loop, &t->token);
 }
 
 /* ---- socket operations (loop_i.h) ---- */
-
-static void ms_to_ts(struct __kernel_timespec *ts, uint64_t ms)
-{
-    ts->tv_sec = (long long)(ms / 1000);
-    ts->tv_nsec = (long long)(ms % 1000) * 1000000;
-}
 
 /* Queues the SQEs for t's op, and its linked timeout when timeout_ms is
  * non-zero. Both go into one submission: a link split across two would run
@@ -661,12 +662,7 @@ static int io_start(mc_loop_t *l, mc__io_t *io, struct tok *t, uint64_t timeout_
     io->loop = l;
     io->cb = cb;
     io->token = t;
-    int rc = arm_io(l, t, timeout_ms);
-    if (rc < 0) {
-        io->token = NULL;
-        tok_free(l, t);
-    }
-    return rc;
+    return armed(l, t, &io->token, arm_io(l, t, timeout_ms));
 }
 
 static struct tok *io_tok(mc_loop_t *l, mc__io_t *io, enum io_op op, int fd, size_t extra)
@@ -711,18 +707,35 @@ int mc__io_recv(mc_loop_t *l, mc__io_t *io, int fd, void *buf, size_t len, uint6
     return io_start(l, io, t, timeout_ms, cb);
 }
 
-int mc__io_sendmsg(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
-                   uint64_t timeout_ms, mc__io_cb cb)
+/* A sendmsg of iov[0..n), passing pass_fd with its first byte when it is
+ * not negative; n is already checked. */
+static int sendmsg_start(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
+                         int pass_fd, uint64_t timeout_ms, mc__io_cb cb)
 {
-    if (n < 1 || n > MC__IO_MAX_IOV)
-        return -EINVAL;
     struct tok *t = io_tok(l, io, IO_SENDMSG, fd, (size_t)n * sizeof(*iov));
     if (!t)
         return -ENOMEM;
     memcpy(t->iov, iov, (size_t)n * sizeof(*iov));
     t->u.msg.msg_iov = t->iov;
     t->u.msg.msg_iovlen = (size_t)n;
+    if (pass_fd >= 0) {
+        t->u.msg.msg_control = t->ctrl.buf;
+        t->u.msg.msg_controllen = CMSG_SPACE(sizeof(int));
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&t->u.msg);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &pass_fd, sizeof(pass_fd));
+    }
     return io_start(l, io, t, timeout_ms, cb);
+}
+
+int mc__io_sendmsg(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
+                   uint64_t timeout_ms, mc__io_cb cb)
+{
+    if (n < 1 || n > MC__IO_MAX_IOV)
+        return -EINVAL;
+    return sendmsg_start(l, io, fd, iov, n, -1, timeout_ms, cb);
 }
 
 int mc__io_sendmsg_fd(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
@@ -732,20 +745,7 @@ int mc__io_sendmsg_fd(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *io
         return -EINVAL;
     if (pass_fd < 0)
         return -EBADF;
-    struct tok *t = io_tok(l, io, IO_SENDMSG, fd, (size_t)n * sizeof(*iov));
-    if (!t)
-        return -ENOMEM;
-    memcpy(t->iov, iov, (size_t)n * sizeof(*iov));
-    t->u.msg.msg_iov = t->iov;
-    t->u.msg.msg_iovlen = (size_t)n;
-    t->u.msg.msg_control = t->ctrl.buf;
-    t->u.msg.msg_controllen = CMSG_SPACE(sizeof(int));
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&t->u.msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &pass_fd, sizeof(pass_fd));
-    return io_start(l, io, t, timeout_ms, cb);
+    return sendmsg_start(l, io, fd, iov, n, pass_fd, timeout_ms, cb);
 }
 
 int mc__io_recvmsg(mc_loop_t *l, mc__io_t *io, int fd, void *buf, size_t len, int *fds, int *nfds,

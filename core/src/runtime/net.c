@@ -1,5 +1,5 @@
 /*
- * net.c - addresses, listeners and framed connections (see net.h).
+ * net.c - framed connections (see net.h).
  *
  * A conn is a state machine driven from one place, drive():
  *
@@ -15,11 +15,8 @@
  * go of every buffer (the loop's release callbacks) before it fails the
  * send queue, tells the rpc hook and the owner, and frees the conn.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
@@ -27,9 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "runtime/log.h"
@@ -42,175 +36,6 @@
 #define SEND_IOV_MAX 64           /* iovecs gathered into one sendmsg ... */
 #define SEND_MAX_BYTES (4U << 20) /* ... and bytes: the send timeout bounds this much */
 #define CONN_MAX_IOV 1000         /* body iovecs per frame */
-#define ACCEPT_RETRY_MS 100
-
-/* ---- addresses ---- */
-
-static int parse_port(const char *s, int *port)
-{
-    if (!*s)
-        return -EINVAL;
-    long v = 0;
-    for (const char *p = s; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return -EINVAL;
-        v = v * 10 + (*p - '0');
-        if (v > 65535)
-            return -EINVAL;
-    }
-    *port = (int)v;
-    return 0;
-}
-
-static int parse_unix(const char *p, mc__addr_t *out)
-{
-    struct sockaddr_un *un = (struct sockaddr_un *)&out->ss;
-    size_t n = strlen(p);
-
-    un->sun_family = AF_UNIX;
-    if (n == 0 || (p[0] == '@' && n == 1))
-        return -EINVAL;
-    if (p[0] == '@') { /* abstract: a NUL, then the name without a terminator */
-        if (n > sizeof(un->sun_path))
-            return -ENAMETOOLONG;
-        un->sun_path[0] = '\0';
-        memcpy(un->sun_path + 1, p + 1, n - 1);
-        out->len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
-    } else {
-        if (n >= sizeof(un->sun_path))
-            return -ENAMETOOLONG;
-        memcpy(un->sun_path, p, n + 1);
-        out->len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
-    }
-    return 0;
-}
-
-/* Resolves host (numeric only if numeric_v6) into out, port not yet set. */
-static int resolve(const char *host, int numeric_v6, mc__addr_t *out)
-{
-    struct addrinfo hints, *res = NULL;
-    struct sockaddr_in *in4 = (struct sockaddr_in *)&out->ss;
-
-    if (!numeric_v6 && inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-        in4->sin_family = AF_INET;
-        out->len = sizeof(*in4);
-        return 0;
-    }
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_family = numeric_v6 ? AF_INET6 : AF_UNSPEC;
-    hints.ai_flags = numeric_v6 ? AI_NUMERICHOST : 0;
-    int rc = getaddrinfo(host, NULL, &hints, &res);
-    if (rc != 0 || !res)
-        return numeric_v6 ? -EINVAL : -ENOENT;
-    if (res->ai_addrlen > sizeof(out->ss)) {
-        freeaddrinfo(res);
-        return -EINVAL;
-    }
-    memcpy(&out->ss, res->ai_addr, res->ai_addrlen);
-    out->len = res->ai_addrlen;
-    freeaddrinfo(res);
-    return 0;
-}
-
-int mc__addr_parse(const char *s, int default_port, mc__addr_t *out)
-{
-    char host[256];
-    const char *port_s = NULL;
-    int numeric_v6 = 0, port = default_port, rc;
-
-    memset(out, 0, sizeof(*out));
-    if (!s || !*s)
-        return -EINVAL;
-    if (strncmp(s, "unix:", 5) == 0)
-        return parse_unix(s + 5, out);
-    if (s[0] == '[') {
-        const char *end = strchr(s, ']');
-        if (!end || end == s + 1 || (size_t)(end - s - 1) >= sizeof(host))
-            return -EINVAL;
-        memcpy(host, s + 1, (size_t)(end - s - 1));
-        host[end - s - 1] = '\0';
-        if (end[1] == ':')
-            port_s = end + 2;
-        else if (end[1] != '\0')
-            return -EINVAL;
-        numeric_v6 = 1;
-    } else {
-        const char *colon = strrchr(s, ':');
-        if (colon && strchr(s, ':') != colon)
-            return -EINVAL; /* a bare IPv6 address: it needs brackets */
-        size_t n = colon ? (size_t)(colon - s) : strlen(s);
-        if (n == 0 || n >= sizeof(host))
-            return -EINVAL;
-        memcpy(host, s, n);
-        host[n] = '\0';
-        if (colon)
-            port_s = colon + 1;
-    }
-    if (port_s && (rc = parse_port(port_s, &port)) < 0)
-        return rc;
-    if (port < 0 || port > 65535)
-        return -EINVAL;
-    if ((rc = resolve(host, numeric_v6, out)) < 0)
-        return rc;
-    if (out->ss.ss_family == AF_INET)
-        ((struct sockaddr_in *)&out->ss)->sin_port = htons((uint16_t)port);
-    else if (out->ss.ss_family == AF_INET6)
-        ((struct sockaddr_in6 *)&out->ss)->sin6_port = htons((uint16_t)port);
-    else
-        return -EINVAL;
-    return 0;
-}
-
-const char *mc__addr_format(const struct sockaddr *sa, socklen_t len, char *buf, size_t n)
-{
-    char ip[INET6_ADDRSTRLEN];
-    size_t off = offsetof(struct sockaddr_un, sun_path);
-
-    if (n == 0)
-        return buf;
-    buf[0] = '\0';
-    if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
-        const struct sockaddr_in *in4 = (const struct sockaddr_in *)sa;
-        inet_ntop(AF_INET, &in4->sin_addr, ip, sizeof(ip));
-        snprintf(buf, n, "%s:%u", ip, ntohs(in4->sin_port));
-    } else if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-        inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
-        snprintf(buf, n, "[%s]:%u", ip, ntohs(in6->sin6_port));
-    } else if (sa->sa_family == AF_UNIX) {
-        const struct sockaddr_un *un = (const struct sockaddr_un *)sa;
-        size_t plen = len > off ? len - off : 0;
-        if (plen == 0)
-            snprintf(buf, n, "unix:");
-        else if (un->sun_path[0] == '\0')
-            snprintf(buf, n, "unix:@%.*s", (int)(plen - 1), un->sun_path + 1);
-        else
-            snprintf(buf, n, "unix:%.*s", (int)strnlen(un->sun_path, plen), un->sun_path);
-    } else {
-        snprintf(buf, n, "?");
-    }
-    return buf;
-}
-
-int mc__addr_is_loopback(const mc__addr_t *a)
-{
-    if (a->ss.ss_family == AF_INET)
-        return ntohl(((const struct sockaddr_in *)&a->ss)->sin_addr.s_addr) >> 24 == 127;
-    if (a->ss.ss_family != AF_INET6)
-        return 0;
-    const struct in6_addr *ip = &((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
-    return IN6_IS_ADDR_LOOPBACK(ip) || (IN6_IS_ADDR_V4MAPPED(ip) && ip->s6_addr[12] == 127);
-}
-
-int mc__addr_port(const mc__addr_t *a)
-{
-    if (a->ss.ss_family == AF_INET)
-        return ntohs(((const struct sockaddr_in *)&a->ss)->sin_port);
-    if (a->ss.ss_family == AF_INET6)
-        return ntohs(((const struct sockaddr_in6 *)&a->ss)->sin6_port);
-    return -1;
-}
 
 /* ---- connections ---- */
 
@@ -682,25 +507,6 @@ static void set_nodelay(int fd, int family)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* Names fd's peer for logs: its address, or a Unix peer's pid. */
-static void peer_name(int fd, char *buf, size_t n)
-{
-    mc__addr_t a;
-    struct ucred cred;
-    socklen_t clen = sizeof(cred);
-
-    a.len = sizeof(a.ss);
-    if (getpeername(fd, (struct sockaddr *)&a.ss, &a.len) < 0) {
-        snprintf(buf, n, "fd %d", fd);
-        return;
-    }
-    mc__addr_format((struct sockaddr *)&a.ss, a.len, buf, n);
-    if (a.ss.ss_family == AF_UNIX && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
-        size_t used = strlen(buf);
-        snprintf(buf + used, n - used, " (pid %d)", (int)cred.pid);
-    }
-}
-
 int mc__conn_start(mc_loop_t *l, int fd, const char *peer, const mc__conn_ops_t *ops, void *data,
                    mc__conn_t **out)
 {
@@ -722,7 +528,7 @@ int mc__conn_start(mc_loop_t *l, int fd, const char *peer, const mc__conn_ops_t 
     if (peer)
         snprintf(c->peer, sizeof(c->peer), "%s", peer);
     else
-        peer_name(fd, c->peer, sizeof(c->peer));
+        mc__addr_peer_name(fd, c->peer, sizeof(c->peer));
     c->state = CS_OPEN;
     kick(c);
     *out = c;
@@ -996,193 +802,4 @@ void mc__conn_set_hook(mc__conn_t *c, const mc__conn_hook_t *hook, void *state)
 void *mc__conn_hook_state(const mc__conn_t *c, const mc__conn_hook_t *hook)
 {
     return c->hook == hook ? c->hook_state : NULL;
-}
-
-/* ---- listeners ---- */
-
-struct mc__listener {
-    mc_loop_t *loop;
-    int fd;
-    mc__addr_t addr; /* as bound */
-    char name[MC__ADDR_STRLEN];
-    mc__conn_ops_t ops;
-    mc__accept_cb cb;
-    void *arg;
-    mc__io_t aio;
-    mc_timer_t retry;
-    int owns_path; /* a Unix socket file to remove on close: this inode */
-    dev_t dev;
-    ino_t ino;
-};
-
-static void on_accept(mc__io_t *io, int res);
-
-static void accept_again(mc_timer_t *t)
-{
-    mc__listener_t *ls = t->data;
-    int rc = mc__io_accept(ls->loop, &ls->aio, ls->fd, on_accept);
-    if (rc < 0) {
-        mc__log(MC__LOG_WARN, "%s: cannot accept (%s); retrying in %d ms", ls->name, strerror(-rc),
-                ACCEPT_RETRY_MS);
-        mc_timer_start(ls->loop, &ls->retry, ACCEPT_RETRY_MS, 0, accept_again);
-    }
-}
-
-static void on_accept(mc__io_t *io, int res)
-{
-    mc__listener_t *ls = io->data;
-    char peer[MC__ADDR_STRLEN], named[2 * MC__ADDR_STRLEN];
-    const char *name = peer;
-    mc__conn_t *c;
-
-    if (res < 0) { /* the multishot accept ended: back off, then accept again */
-        mc__log(MC__LOG_WARN, "%s: accept failed (%s); retrying in %d ms", ls->name, strerror(-res),
-                ACCEPT_RETRY_MS);
-        mc_timer_start(ls->loop, &ls->retry, ACCEPT_RETRY_MS, 0, accept_again);
-        return;
-    }
-    peer_name(res, peer, sizeof(peer));
-    if (ls->addr.ss.ss_family == AF_UNIX && strncmp(peer, "unix: ", 6) == 0) {
-        /* An unnamed Unix peer: say which socket it came in on. */
-        snprintf(named, sizeof(named), "%s%s", ls->name, peer + 5);
-        name = named;
-    }
-    int rc = mc__conn_start(ls->loop, res, name, &ls->ops, ls->arg, &c);
-    if (rc < 0) {
-        mc__log(MC__LOG_WARN, "%s: dropping a connection from %s: %s", ls->name, name,
-                strerror(-rc));
-        return;
-    }
-    mc__log(MC__LOG_DEBUG, "%s: accepted %s", ls->name, mc__conn_peer(c));
-    ls->cb(ls, c); /* may close ls: touch nothing after this */
-}
-
-/* A Unix path in use: replace it if nobody listens there any more. The probe
- * does not block: a live listener with a full backlog says EAGAIN. */
-static int take_stale_path(const struct sockaddr_un *un, socklen_t len)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    int rc = connect(fd, (const struct sockaddr *)un, len);
-    int e = errno;
-    close(fd);
-    if (rc == 0 || e != ECONNREFUSED)
-        return -EADDRINUSE;
-    if (unlink(un->sun_path) < 0 && errno != ENOENT)
-        return -errno;
-    return 0;
-}
-
-static int bind_listen(int fd, const mc__addr_t *a)
-{
-    const struct sockaddr_un *un = (const struct sockaddr_un *)&a->ss;
-    int one = 1;
-
-    if (a->ss.ss_family != AF_UNIX)
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    int rc = bind(fd, (const struct sockaddr *)&a->ss, a->len);
-    if (rc < 0 && errno == EADDRINUSE && a->ss.ss_family == AF_UNIX && un->sun_path[0]) {
-        if ((rc = take_stale_path(un, a->len)) < 0)
-            return rc;
-        rc = bind(fd, (const struct sockaddr *)&a->ss, a->len);
-    }
-    if (rc < 0 || listen(fd, SOMAXCONN) < 0)
-        return -errno;
-    return 0;
-}
-
-int mc__listen(mc_loop_t *l, const mc__addr_t *a, const mc__conn_ops_t *ops, mc__accept_cb cb,
-               void *arg, mc__listener_t **out)
-{
-    const struct sockaddr_un *un = (const struct sockaddr_un *)&a->ss;
-    struct stat st;
-    int rc;
-
-    mc__listener_t *ls = calloc(1, sizeof(*ls));
-    if (!ls)
-        return -ENOMEM;
-    ls->fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (ls->fd < 0) {
-        rc = -errno;
-        free(ls);
-        return rc;
-    }
-    if ((rc = bind_listen(ls->fd, a)) < 0)
-        goto fail;
-    ls->addr.len = sizeof(ls->addr.ss);
-    if (getsockname(ls->fd, (struct sockaddr *)&ls->addr.ss, &ls->addr.len) < 0)
-        ls->addr = *a;
-    if (a->ss.ss_family == AF_UNIX && un->sun_path[0] && stat(un->sun_path, &st) == 0) {
-        ls->owns_path = 1;
-        ls->dev = st.st_dev;
-        ls->ino = st.st_ino;
-    }
-    mc__addr_format((struct sockaddr *)&ls->addr.ss, ls->addr.len, ls->name, sizeof(ls->name));
-    ls->loop = l;
-    ls->ops = *ops;
-    ls->cb = cb;
-    ls->arg = arg;
-    ls->aio.data = ls;
-    ls->retry.data = ls;
-    if ((rc = mc__io_accept(l, &ls->aio, ls->fd, on_accept)) < 0)
-        goto fail;
-    mc__log(MC__LOG_INFO, "listening on %s", ls->name);
-    *out = ls;
-    return 0;
-fail:
-    if (ls->owns_path)
-        unlink(un->sun_path);
-    close(ls->fd);
-    free(ls);
-    return rc;
-}
-
-const mc__addr_t *mc__listener_addr(const mc__listener_t *ls)
-{
-    return &ls->addr;
-}
-
-void *mc__listener_data(const mc__listener_t *ls)
-{
-    return ls->arg;
-}
-
-static void close_fd(void *arg)
-{
-    close((int)(intptr_t)arg);
-}
-
-void mc__listener_close(mc__listener_t *ls)
-{
-    struct stat st;
-    const struct sockaddr_un *un = (const struct sockaddr_un *)&ls->addr.ss;
-
-    mc_timer_stop(&ls->retry);
-    /* The kernel may still hold the socket: close it when it lets go. */
-    mc__io_cancel(&ls->aio, close_fd, (void *)(intptr_t)ls->fd);
-    /* Remove the path only if it is still ours, not a successor's. */
-    if (ls->owns_path && stat(un->sun_path, &st) == 0 && st.st_dev == ls->dev &&
-        st.st_ino == ls->ino)
-        unlink(un->sun_path);
-    free(ls);
-}
-
-/* ---- descriptors ---- */
-
-long mc_nofile_raise(void)
-{
-    struct rlimit rl;
-
-    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
-        return -errno;
-    if (rl.rlim_cur < rl.rlim_max) {
-        rlim_t was = rl.rlim_cur;
-        rl.rlim_cur = rl.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-            return -errno;
-        mc__log(MC__LOG_DEBUG, "descriptor limit raised from %llu to %llu", (unsigned long long)was,
-                (unsigned long long)rl.rlim_cur);
-    }
-    return rl.rlim_cur > LONG_MAX ? LONG_MAX : (long)rl.rlim_cur;
 }

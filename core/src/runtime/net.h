@@ -1,5 +1,5 @@
 /*
- * net.h - addresses, listeners and framed connections on the io_uring loop.
+ * net.h - framed connections on the io_uring loop.
  *
  * An mc__conn_t carries wire-protocol frames (proto.h) over a stream socket,
  * TCP or Unix. It reads into a buffer that grows up to one whole frame,
@@ -7,7 +7,7 @@
  * on_frame callback; it queues outgoing frames in order and sends them with
  * gathered sendmsg() calls. A peer that sends a malformed, oversized or
  * unknown-operation header is cut off with a logged reason; other
- * connections carry on.
+ * connections carry on. Addresses are in addr.h, listeners in listen.h.
  *
  * Lifetime: the net layer allocates a conn and frees it right after its
  * on_close callback, which runs exactly once, always from the loop (never
@@ -24,10 +24,8 @@
 #include <sys/uio.h>
 
 #include "mooncake/loop.h"
+#include "runtime/addr.h"
 #include "wire/proto.h"
-
-/* Room for any address string this layer produces, with its NUL. */
-#define MC__ADDR_STRLEN 160
 
 /* Defaults; see mc__conn_set_limits(). */
 #define MC__CONN_MAX_QUEUED (64U << 20)  /* bytes queued for sending */
@@ -38,43 +36,7 @@
 /* Flags of mc__conn_send_ex(). */
 #define MC__SEND_EARLY 0x1 /* goes out while the conn is held (mc__conn_hold()) */
 
-/* A parsed socket address. */
-typedef struct mc__addr {
-    struct sockaddr_storage ss;
-    socklen_t len;
-} mc__addr_t;
-
-/*
- * mc__addr_parse() parses "host:port", "[v6]:port", "unix:/path" or
- * "unix:@name" (Linux abstract namespace) into *out. A host that is not a
- * numeric IPv4/IPv6 address is resolved with getaddrinfo() (the first
- * result), which may block: parse at startup, not on a busy loop. When the
- * string has no ":port" the port is default_port, or the string is rejected
- * if default_port is negative. Returns 0, -EINVAL for a malformed string or
- * port, -ENAMETOOLONG for a Unix path that does not fit, -ENOENT for a host
- * name that does not resolve.
- */
-int mc__addr_parse(const char *s, int default_port, mc__addr_t *out);
-
-/*
- * mc__addr_format() writes sa as a string mc__addr_parse() accepts
- * ("127.0.0.1:5555", "[::1]:5555", "unix:/run/mc.sock", "unix:@name";
- * "unix:" for an unnamed socket) into buf[0..n). Returns buf.
- */
-const char *mc__addr_format(const struct sockaddr *sa, socklen_t len, char *buf, size_t n);
-
-/* mc__addr_port() returns the port of a TCP address, or -1 for Unix. */
-int mc__addr_port(const mc__addr_t *a);
-
-/*
- * mc__addr_is_loopback() returns 1 for an IP address only this host can
- * reach (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104), 0 for any other, the
- * unspecified address (every interface) and Unix addresses included.
- */
-int mc__addr_is_loopback(const mc__addr_t *a);
-
 typedef struct mc__conn mc__conn_t;
-typedef struct mc__listener mc__listener_t;
 
 /* What a connection tells its owner. Copied by the conn. */
 typedef struct mc__conn_ops {
@@ -268,35 +230,5 @@ void mc__conn_set_hook(mc__conn_t *c, const mc__conn_hook_t *hook, void *state);
 
 /* mc__conn_hook_state() returns the hook's state if hook is attached, or NULL. */
 void *mc__conn_hook_state(const mc__conn_t *c, const mc__conn_hook_t *hook);
-
-/*
- * Called for each accepted connection, already open, with the listener's
- * ops and its data set to the listener's arg; the callback may change the
- * data (mc__conn_set_data()) or close the conn.
- */
-typedef void (*mc__accept_cb)(mc__listener_t *ls, mc__conn_t *c);
-
-/*
- * mc__listen() binds a listening socket (TCP with SO_REUSEADDR; a Unix path
- * left over by a dead process is replaced, a live one is -EADDRINUSE) and
- * accepts on the loop, handing each connection to cb. Accept failures such
- * as -EMFILE are logged and retried after 100 ms. Returns 0 and sets *out,
- * or -errno from socket/bind/listen or -ENOMEM; cb is then never called.
- */
-int mc__listen(mc_loop_t *l, const mc__addr_t *a, const mc__conn_ops_t *ops, mc__accept_cb cb,
-               void *arg, mc__listener_t **out);
-
-/* mc__listener_addr() returns the bound address (the real port after ":0"). */
-const mc__addr_t *mc__listener_addr(const mc__listener_t *ls);
-
-/* mc__listener_data() returns the arg given to mc__listen(). */
-void *mc__listener_data(const mc__listener_t *ls);
-
-/*
- * mc__listener_close() stops accepting, closes the socket, removes a Unix
- * socket's path and frees ls at once (no callback runs after it). Conns
- * already accepted live on.
- */
-void mc__listener_close(mc__listener_t *ls);
 
 #endif /* MC_NET_H */

@@ -1,14 +1,17 @@
 /*
- * util.c - small public helpers with no state: naming result codes, parsing
- * sizes.
+ * util.c - small public helpers: naming result codes, parsing sizes, and
+ * raising the descriptor limit.
  */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 
 #include "mooncake/mooncake.h"
+#include "runtime/log.h"
 
 const char *mc_strerror(int code)
 {
@@ -52,4 +55,21 @@ int mc_parse_size(const char *s, uint64_t *out)
         }
     }
     return -EINVAL;
+}
+
+long mc_nofile_raise(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return -errno;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            return -errno;
+        mc__log(MC__LOG_DEBUG, "descriptor limit raised from %llu to %llu", (unsigned long long)was,
+                (unsigned long long)rl.rlim_cur);
+    }
+    return rl.rlim_cur > LONG_MAX ? LONG_MAX : (long)rl.rlim_cur;
 }

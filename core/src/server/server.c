@@ -1,10 +1,12 @@
 /*
- * server.c - the protocol server (see server.h).
+ * server.c - the protocol server: listeners, connections and sessions
+ * (see server.h).
  *
- * Each accepted connection gets a small state: its owner id for the service
- * (writes in progress and open handles die with the connection) and where
- * it stands in the session handshake. With a secret, a connection is
- * served nothing but HELLO and AUTH until AUTH has succeeded:
+ * Each accepted connection gets a small state: its owner id for the
+ * control plane (writes in progress and open handles die with the
+ * connection) and where it stands in the session handshake. With a
+ * secret, a connection is served nothing but HELLO and AUTH until AUTH has
+ * succeeded:
  *
  *   FRESH --HELLO (client nonce)--> CHALLENGED --AUTH (right MAC)--> OPEN
  *      \____ anything else, a wrong MAC: -EACCES, hang up --> REFUSED
@@ -15,6 +17,13 @@
  * first request (SO_PEERCRED), so that a local user gets from the store no
  * more than from the mount. Without a secret, TCP is served on loopback
  * only (and with a warning: every local user may connect there).
+ *
+ * Past the handshake, a request goes to a plane by its opcode's range
+ * (wire/proto.h): the session's own (HELLO, AUTH) are answered here; the
+ * data requests (READ and up) go to the data plane (node/data_plane.c),
+ * the rest to the control plane (control_plane.c), PING included when
+ * there is a service, which answers it itself; without one PING is
+ * answered here. A plane this server was not given answers -EOPNOTSUPP.
  * Requests are answered in the order they complete; here all complete at
  * once, as the service and segment copies do no I/O.
  *
@@ -34,6 +43,7 @@
 #include "runtime/auth.h"
 #include "runtime/log.h"
 #include "runtime/rpc.h"
+#include "server/control_plane.h"
 #include "server/server.h"
 #include "transport/shm.h"
 
@@ -54,8 +64,6 @@ typedef struct sconn {
     struct sconn *prev, *next;
 } sconn_t;
 
-#define MC__SERVER_TICK_MS 1000
-
 struct mc__server {
     mc_loop_t *loop;
     mc__listener_t *ls;
@@ -67,9 +75,10 @@ struct mc__server {
     unsigned nconns; /* in conns, closing ones included: they hold a descriptor */
     unsigned max_conns;
     uint64_t full_logged_ms; /* when "at the limit" was last logged */
-    mc_timer_t tick, sweep;
-    uint64_t last_tick; /* when on_tick() last ran (ms) */
-    mc__server_stats_t st;
+    mc_timer_t sweep;
+    mc__control_plane_t control; /* started with o.svc */
+    mc__data_plane_t data;       /* with o.seg_lookup */
+    mc__server_stats_t st;       /* the planes count their own bytes and maps */
 };
 
 /* The handshake is done: lift the handshake's limits. */
@@ -87,14 +96,28 @@ static void bad_frame(sconn_t *sc, const mc__hdr_t *h, const char *why)
     mc__conn_close(sc->c);
 }
 
+/* A reply could not be queued (rc < 0): hang up. */
+static void cannot_reply(sconn_t *sc, int rc)
+{
+    mc__log(MC__LOG_WARN, "closing %s: cannot queue a reply (%s)", mc__conn_peer(sc->c),
+            mc_strerror(rc));
+    mc__conn_close(sc->c);
+}
+
 static void reply(sconn_t *sc, const mc__hdr_t *h, int status, const void *body, size_t len)
 {
     int rc = mc__rpc_reply(sc->c, h, status, body, len);
-    if (rc < 0) {
-        mc__log(MC__LOG_WARN, "closing %s: cannot queue a reply (%s)", mc__conn_peer(sc->c),
-                mc_strerror(rc));
-        mc__conn_close(sc->c);
-    }
+    if (rc < 0)
+        cannot_reply(sc, rc);
+}
+
+/* Settles what a plane's handler returned (data_plane.h, control_plane.h). */
+static void planed(sconn_t *sc, const mc__hdr_t *h, int rc)
+{
+    if (rc == -EBADMSG)
+        bad_frame(sc, h, "malformed body");
+    else if (rc < 0)
+        cannot_reply(sc, rc);
 }
 
 /* Answers h with -EACCES and hangs up once the answer is out. */
@@ -166,85 +189,6 @@ static void do_auth(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t le
     reply(sc, h, 0, NULL, 0);
 }
 
-static void do_read(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t len)
-{
-    uint32_t seg, n;
-    uint64_t off;
-    char *base;
-    uint64_t size;
-    int fd;
-    if (mc__unpack(body, len, "uqu", &seg, &off, &n) < 0)
-        return bad_frame(sc, h, "malformed body");
-    if (n > MC__PROTO_CHUNK)
-        return reply(sc, h, -EMSGSIZE, NULL, 0);
-    if (sc->srv->o.seg_lookup(sc->srv->o.seg_arg, seg, &base, &size, &fd) < 0)
-        return reply(sc, h, -ENOENT, NULL, 0);
-    if (off > size || n > size - off)
-        return reply(sc, h, -EINVAL, NULL, 0);
-    /* Straight from the segment: the reader's lease or handle keeps these
-     * bytes from being reused while they are sent. */
-    struct iovec iov = {base + off, n};
-    int rc = mc__rpc_replyv(sc->c, h, 0, &iov, 1, NULL, NULL);
-    if (rc < 0) {
-        mc__log(MC__LOG_WARN, "closing %s: cannot queue a reply (%s)", mc__conn_peer(sc->c),
-                mc_strerror(rc));
-        mc__conn_close(sc->c);
-        return;
-    }
-    sc->srv->st.bytes_read += n;
-}
-
-static void do_write(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t len)
-{
-    uint32_t seg, n;
-    uint64_t off;
-    const char *data;
-    char *base;
-    uint64_t size;
-    int fd;
-    if (mc__unpack(body, len, "uq*", &seg, &off, &data, &n) < 0)
-        return bad_frame(sc, h, "malformed body");
-    if (n > MC__PROTO_CHUNK)
-        return reply(sc, h, -EMSGSIZE, NULL, 0);
-    if (sc->srv->o.seg_lookup(sc->srv->o.seg_arg, seg, &base, &size, &fd) < 0)
-        return reply(sc, h, -ENOENT, NULL, 0);
-    if (off > size || n > size - off)
-        return reply(sc, h, -EINVAL, NULL, 0);
-    memcpy(base + off, data, n);
-    sc->srv->st.bytes_written += n;
-    reply(sc, h, 0, NULL, 0);
-}
-
-/* Hands a co-located client the segment's memfd: over the shm listener's
- * Unix socket only, where reaching us proves the client shares our host. */
-static void do_shm_map(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t len)
-{
-    uint32_t seg;
-    char *base;
-    uint64_t size;
-    int fd = -1;
-    if (mc__unpack(body, len, "u", &seg) < 0)
-        return bad_frame(sc, h, "malformed body");
-    if (!sc->srv->o.shm || !mc__conn_is_unix(sc->c))
-        return reply(sc, h, -EOPNOTSUPP, NULL, 0);
-    if (sc->srv->o.seg_lookup(sc->srv->o.seg_arg, seg, &base, &size, &fd) < 0)
-        return reply(sc, h, -ENOENT, NULL, 0);
-    if (fd < 0)
-        return reply(sc, h, -EOPNOTSUPP, NULL, 0);
-    char resp[8];
-    mc__wbuf_t w = {.p = resp, .cap = sizeof(resp)};
-    mc__pack(&w, "q", size);
-    int rc = mc__rpc_reply_fd(sc->c, h, 0, w.p, w.len, fd);
-    if (rc < 0) {
-        mc__log(MC__LOG_WARN, "closing %s: cannot queue a reply (%s)", mc__conn_peer(sc->c),
-                mc_strerror(rc));
-        mc__conn_close(sc->c);
-        return;
-    }
-    sc->srv->st.shm_maps++;
-    mc__log(MC__LOG_DEBUG, "%s: mapped segment %u", mc__conn_peer(sc->c), seg);
-}
-
 static void on_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t len)
 {
     sconn_t *sc = mc__conn_data(c);
@@ -263,46 +207,26 @@ static void on_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t
     }
     if (sc->sess != S_OPEN && h->op != MC__OP_HELLO && h->op != MC__OP_AUTH)
         return refuse(sc, h, "a request before authentication");
-    switch (h->op) {
-    case MC__OP_HELLO:
+    if (h->op == MC__OP_HELLO)
         return do_hello(sc, h, body, len);
-    case MC__OP_AUTH:
+    if (h->op == MC__OP_AUTH)
         return do_auth(sc, h, body, len);
-    case MC__OP_READ:
+    if (h->op >= MC__OP_READ) { /* data */
         if (!srv->o.seg_lookup)
             return reply(sc, h, -EOPNOTSUPP, NULL, 0);
-        return do_read(sc, h, body, len);
-    case MC__OP_WRITE:
-        if (!srv->o.seg_lookup)
-            return reply(sc, h, -EOPNOTSUPP, NULL, 0);
-        return do_write(sc, h, body, len);
-    case MC__OP_SHM_MAP:
-        if (!srv->o.seg_lookup)
-            return reply(sc, h, -EOPNOTSUPP, NULL, 0);
-        return do_shm_map(sc, h, body, len);
-    default:
-        break;
+        return planed(sc, h, mc__data_plane_handle(&srv->data, sc->c, h, body, len));
     }
-    if (!srv->o.svc) {
-        if (h->op == MC__OP_PING) {
-            mc__wbuf_t w = {0};
-            mc__pack(&w, "q", (uint64_t)mc_loop_now_ms());
-            reply(sc, h, 0, w.p, w.len);
-            free(w.p);
-            return;
-        }
-        return reply(sc, h, -EOPNOTSUPP, NULL, 0);
-    }
-    mc__wbuf_t w = {0};
-    int rc = mc__svc_handle(srv->o.svc, sc->owner, h->op, body, len, mc_loop_now_ms(), &w);
-    if (rc == -EBADMSG) {
+    if (srv->o.svc) /* control */
+        return planed(sc, h,
+                      mc__control_plane_handle(&srv->control, sc->owner, sc->c, h, body, len));
+    if (h->op == MC__OP_PING) {
+        mc__wbuf_t w = {0};
+        mc__pack(&w, "q", (uint64_t)mc_loop_now_ms());
+        reply(sc, h, 0, w.p, w.len);
         free(w.p);
-        return bad_frame(sc, h, "malformed body");
+        return;
     }
-    if (rc >= 0 && w.err)
-        rc = w.err;
-    reply(sc, h, rc, rc >= 0 ? w.p : NULL, rc >= 0 ? w.len : 0);
-    free(w.p);
+    reply(sc, h, -EOPNOTSUPP, NULL, 0);
 }
 
 static void on_close(mc__conn_t *c, int err)
@@ -326,8 +250,7 @@ static void on_close(mc__conn_t *c, int err)
     } else if (err && err != -ECONNRESET) {
         mc__log(MC__LOG_INFO, "connection from %s closed: %s", mc__conn_peer(c), mc_strerror(err));
     }
-    if (srv->o.svc)
-        mc__svc_owner_gone(srv->o.svc, sc->owner, mc_loop_now_ms());
+    mc__control_plane_owner_gone(&srv->control, sc->owner);
     if (sc->prev)
         sc->prev->next = sc->next;
     else
@@ -400,33 +323,6 @@ static void on_accept(mc__listener_t *ls, mc__conn_t *c)
     mc__conn_set_data(c, sc);
 }
 
-static void on_tick(mc_timer_t *t)
-{
-    mc__server_t *srv = t->data;
-    mc__svc_stats_t before, after;
-    uint64_t now = mc_loop_now_ms();
-    /* A tick far behind its period means this loop was busy, not that the
-     * nodes fell silent: their heartbeats may be waiting unread. */
-    if (srv->last_tick && now - srv->last_tick > 2 * MC__SERVER_TICK_MS) {
-        mc__log(MC__LOG_WARN, "the master was busy for %llu ms: node TTLs start again",
-                (unsigned long long)(now - srv->last_tick));
-        mc__svc_forgive(srv->o.svc, now);
-    }
-    srv->last_tick = now;
-    mc__svc_stats(srv->o.svc, &before);
-    mc__svc_tick(srv->o.svc, now);
-    mc__svc_stats(srv->o.svc, &after);
-    if (after.puts_expired > before.puts_expired)
-        mc__log(MC__LOG_INFO, "%llu idle write(s) revoked past the put TTL",
-                (unsigned long long)(after.puts_expired - before.puts_expired));
-    if (after.nodes_expired > before.nodes_expired)
-        mc__log(MC__LOG_WARN,
-                "%llu node(s) silent past their TTL: segments dropped, %llu "
-                "object(s) lost",
-                (unsigned long long)(after.nodes_expired - before.nodes_expired),
-                (unsigned long long)(after.objects_lost - before.objects_lost));
-}
-
 /* Closes the connections that sent nothing for their timeout. One whose
  * replies are still queued is not idle: its send timeout bounds it. */
 static void on_sweep(mc_timer_t *t)
@@ -478,8 +374,9 @@ static void shm_listen(mc__server_t *srv)
     if (rc < 0) {
         mc__log(MC__LOG_INFO, "not offering shared memory on %s: %s", name, mc_strerror(rc));
         srv->shm_ls = NULL;
-        srv->o.shm = 0;
+        return;
     }
+    srv->data.shm = 1;
 }
 
 /* Without a secret, whoever reaches a TCP address reads and writes every
@@ -528,14 +425,11 @@ int mc__server_new(mc__server_t **out, mc_loop_t *l, const mc__addr_t *a,
     }
     const mc__addr_t *b = mc__listener_addr(srv->ls);
     mc__addr_format((const struct sockaddr *)&b->ss, b->len, srv->addr, sizeof(srv->addr));
-    if (srv->o.shm && srv->o.seg_lookup && b->ss.ss_family != AF_UNIX)
-        shm_listen(srv);
-    else
-        srv->o.shm = 0;
-    if (srv->o.svc) {
-        srv->tick.data = srv;
-        mc_timer_start(l, &srv->tick, MC__SERVER_TICK_MS, MC__SERVER_TICK_MS, on_tick);
-    }
+    srv->data = (mc__data_plane_t){.lookup = o->seg_lookup, .arg = o->seg_arg};
+    if (o->shm && o->seg_lookup && b->ss.ss_family != AF_UNIX)
+        shm_listen(srv); /* answers SHM_MAP once it listens */
+    if (srv->o.svc)
+        mc__control_plane_start(&srv->control, l, srv->o.svc);
     /* Often enough that a connection outlives its timeout by a quarter of
      * the shorter one at most (and by 1 s at most). */
     uint64_t every = srv->o.idle_timeout_ms < srv->o.handshake_timeout_ms
@@ -560,13 +454,16 @@ const char *mc__server_addr(const mc__server_t *srv)
 void mc__server_stats(const mc__server_t *srv, mc__server_stats_t *st)
 {
     *st = srv->st;
+    st->bytes_read = srv->data.bytes_read;
+    st->bytes_written = srv->data.bytes_written;
+    st->shm_maps = srv->data.shm_maps;
 }
 
 void mc__server_close(mc__server_t *srv)
 {
     if (!srv)
         return;
-    mc_timer_stop(&srv->tick);
+    mc__control_plane_stop(&srv->control);
     mc_timer_stop(&srv->sweep);
     mc__listener_close(srv->ls);
     if (srv->shm_ls)
@@ -575,8 +472,7 @@ void mc__server_close(mc__server_t *srv)
      * from the server first: it is gone by then. */
     for (sconn_t *sc = srv->conns; sc;) {
         sconn_t *next = sc->next;
-        if (srv->o.svc)
-            mc__svc_owner_gone(srv->o.svc, sc->owner, mc_loop_now_ms());
+        mc__control_plane_owner_gone(&srv->control, sc->owner);
         sc->srv = NULL;
         mc__conn_close(sc->c);
         sc = next;

@@ -1,20 +1,27 @@
 /*
  * server.h - the protocol server of a master and/or a node.
  *
- * Accepts connections on one address and answers requests: master
- * operations through a service (service.h) when the process is a master,
- * data operations (READ, WRITE) on the segments this process holds when it
- * is a node. A malformed request closes its connection with a logged reason;
- * the process and its other connections carry on. Loop thread only.
+ * Accepts connections on one address (and, for shared memory, on a second
+ * one: the abstract Unix name of it), bounds them (how many, how idle, how
+ * large before the handshake), runs the session handshake (HELLO, AUTH),
+ * and then hands each request to a plane by its opcode's range
+ * (wire/proto.h): master operations to the control plane
+ * (control_plane.h, through a service) when the process is a master, data
+ * operations (READ, WRITE, SHM_MAP) to the data plane (node/data_plane.h,
+ * on the segments this process holds) when it is a node. A malformed
+ * request closes its connection with a logged reason; the process and its
+ * other connections carry on. Loop thread only.
  */
 #ifndef MC_SERVER_H
 #define MC_SERVER_H
 
 #include <stdint.h>
 
-#include "runtime/auth.h"
-#include "runtime/net.h"
 #include "master/service.h"
+#include "node/data_plane.h"
+#include "runtime/auth.h"
+#include "runtime/listen.h"
+#include "runtime/net.h"
 
 typedef struct mc__server mc__server_t;
 
@@ -31,13 +38,9 @@ typedef struct mc__server mc__server_t;
 #define MC__SERVER_HANDSHAKE_TIMEOUT_MS 10000
 #define MC__SERVER_MAX_CONNS 8192 /* the most the default takes from RLIMIT_NOFILE */
 
-/* Finds a local segment's memory and its memfd (-1: none, not offered for
- * SHM_MAP); returns 0 or -ENOENT. */
-typedef int (*mc__seg_lookup_fn)(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd);
-
 typedef struct mc__server_opts {
-    mc__svc_t *svc;               /* master operations, or NULL */
-    mc__seg_lookup_fn seg_lookup; /* data operations, or NULL */
+    mc__svc_t *svc;               /* the control plane's service (not owned), or NULL */
+    mc__seg_lookup_fn seg_lookup; /* the data plane's segments (data_plane.h), or NULL */
     void *seg_arg;
     const mc__secret_t *secret; /* require HELLO + AUTH with it (not owned;
                                    it must outlive the server), or NULL */

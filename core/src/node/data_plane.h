@@ -1,0 +1,48 @@
+/*
+ * data_plane.h - the data plane: a node's segment server.
+ *
+ * Answers the data requests (READ, WRITE, SHM_MAP: the opcodes from
+ * MC__OP_READ up, wire/proto.h) on the segments this process holds, which
+ * it finds through a lookup its owner gives. The protocol server
+ * (server/server.h) owns the connections, the session handshake and the
+ * limits, and hands each data request past the handshake to
+ * mc__data_plane_handle(). No I/O of its own but the replies; loop thread
+ * only.
+ */
+#ifndef MC_DATA_PLANE_H
+#define MC_DATA_PLANE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/net.h"
+#include "wire/proto.h"
+
+/* Finds a local segment's memory and its memfd (-1: none, not offered for
+ * SHM_MAP); returns 0 or -ENOENT. */
+typedef int (*mc__seg_lookup_fn)(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd);
+
+/* A data plane: filled in by its owner, which keeps it (no allocation). */
+typedef struct mc__data_plane {
+    mc__seg_lookup_fn lookup;
+    void *arg;
+    int shm; /* answer SHM_MAP (on a Unix conn only); 0: -EOPNOTSUPP */
+    /* Counters, for logs and tests. */
+    uint64_t bytes_read, bytes_written, shm_maps;
+} mc__data_plane_t;
+
+/*
+ * mc__data_plane_handle() answers the data request h with body[0..len) on
+ * c: READ from the segment straight into the reply (the reader's lease or
+ * handle keeps those bytes from being reused while they are sent), WRITE
+ * into it, SHM_MAP with the segment's memfd passed along (SCM_RIGHTS).
+ * A request the plane refuses (-ENOENT for an unknown segment, -EINVAL
+ * beyond its end, -EMSGSIZE over MC__PROTO_CHUNK, -EOPNOTSUPP) is answered
+ * with that status. Returns 0 once a reply is queued; -EBADMSG for a
+ * malformed body, with nothing sent (the caller closes c as a bad frame);
+ * or the -errno of a reply that could not be queued (the caller closes c).
+ */
+int mc__data_plane_handle(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, const char *body,
+                          size_t len);
+
+#endif /* MC_DATA_PLANE_H */
