@@ -42,6 +42,7 @@
 #include "server/server.h"
 #include "transport/shm.h"
 #include "client/store_i.h"
+#include "server/rdma_setup.h"
 #include "transport/transport_rdma.h"
 
 typedef struct mc__rset {
