@@ -265,7 +265,9 @@ static int xfer_parks(xfer_t *x)
 {
     for (uint32_t r = x->write ? 0 : x->replica; r < x->rs->n; r++) {
         const struct rrep *rep = &x->rs->r[r];
-        if (!rep->dead && mc__peer_wait(x, rep))
+        if (rep->dead)
+            continue;
+        if (mc__peer_wait(x, rep))
             return 1;
         if (!x->write)
             break;
