@@ -135,10 +135,11 @@ bench: deps all python-ext
 # running Debian's kernel (installs qemu and the kernel the first time;
 # skips with the reason when they cannot be had).
 RDMA_SELFTEST := $(BUILD)/tests/rdma_selftest
-RDMA_SELFTEST_SRC := tests/rdma/rdma_selftest.c core/src/transport/transport_rdma.c core/src/runtime/loop.c \
+RDMA_SELFTEST_SRC := tests/rdma/rdma_selftest.c core/src/transport/transport_rdma.c \
+	core/src/transport/rdma_io.c core/src/transport/rdma_desc.c core/src/runtime/loop.c \
 	core/src/runtime/log.c
-$(RDMA_SELFTEST): $(RDMA_SELFTEST_SRC) core/src/transport/transport_rdma.h core/src/runtime/loop_i.h \
-	core/src/runtime/log.h
+$(RDMA_SELFTEST): $(RDMA_SELFTEST_SRC) core/src/transport/transport_rdma.h core/src/transport/rdma_i.h \
+	core/src/runtime/loop_i.h core/src/runtime/log.h
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -DMC_HAVE_RDMA -o $@ $(RDMA_SELFTEST_SRC) $(LDFLAGS_ALL) $(RDMA_LIBS) -luring -lpthread
 

@@ -26,6 +26,7 @@
 #include "server/server.h"
 #include "master/service.h"
 #include "transport/shm.h"
+#include "server/rdma_setup.h"
 #include "transport/transport_rdma.h"
 
 #define SEG_LOCAL 0

@@ -29,6 +29,7 @@
 #include "master/service.h"
 #include "transport/shm.h"
 #include "client/store_i.h"
+#include "server/rdma_setup.h"
 #include "transport/transport_rdma.h"
 
 void mc_store_opts_init(mc_store_opts_t *o)

@@ -1,7 +1,7 @@
 /*
  * store_i.h - the store's internals, shared by store.c (the public API,
- * opening and closing) and remote.c (the client: every operation, through a
- * master link).
+ * opening and closing) and the client's files (remote_i.h: every
+ * operation, through a master link).
  */
 #ifndef MC_STORE_I_H
 #define MC_STORE_I_H

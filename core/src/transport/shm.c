@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -16,7 +17,9 @@
 #include <unistd.h>
 
 #include "runtime/net.h"
+#include "mooncake/mooncake.h"
 #include "transport/shm.h"
+#include "transport/transport.h"
 
 #define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
@@ -127,3 +130,13 @@ int mc__addr_is_local(const char *addr)
     }
     return on_an_interface(&a.ss);
 }
+
+/* ---- the shm transport (transport.h): memcpy into the mapping ---- */
+
+const mc__transport_t mc__tp_shm = {
+    .name = "shm",
+    .flags = MC__TP_SYNC,
+    .ops_stat = offsetof(mc_store_stats_t, shm_ops),
+    .bytes_stat = offsetof(mc_store_stats_t, shm_bytes),
+    .move = mc__tp_mem_move,
+};

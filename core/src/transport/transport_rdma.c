@@ -1,5 +1,7 @@
 /*
- * transport_rdma.c - the RDMA transport (see transport_rdma.h).
+ * transport_rdma.c - the RDMA transport (see transport_rdma.h): the context,
+ * and connections with their rdma_cm events. Registrations and operations
+ * are in rdma_io.c, the codecs in rdma_desc.c.
  *
  * A connection is a small state machine driven by rdma_cm events, all of
  * them read from the context's one event channel:
@@ -17,184 +19,27 @@
  * connection once its owner has let go. Callbacks therefore never run
  * inside the call that caused them, and a callback may close its own
  * connection.
- *
- * Operations queue per connection in FIFO order; c->issue is the first with
- * bytes not yet posted. A slice occupies one slot (its staging buffer, when
- * the caller's buffer is not registered) from post to completion; the slots
- * bound what is in flight. An RC send queue completes in order, so
- * operations complete in the order they were queued.
  */
-#include <errno.h>
-#include <limits.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "transport/transport_rdma.h"
-
-/* ---- descriptor codec (always built: the master stores descriptors) ---- */
-
-#define DESC_MAGIC 0x4452434dU /* "MCRD" little endian */
-#define DESC_VERSION 1
-#define DESC_HEAD 28  /* magic u32, version u16, reserved u16, size u64, chunk u64, n u32 */
-#define DESC_ENTRY 12 /* addr u64, rkey u32 */
-
-static void put_le(unsigned char *p, uint64_t v, int bytes)
-{
-    for (int i = 0; i < bytes; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_le(const unsigned char *p, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-size_t mc__rdma_desc_pack(const mc__rdma_desc_t *d, void *buf, size_t cap)
-{
-    size_t need = DESC_HEAD + (size_t)d->n * DESC_ENTRY;
-    if (need > cap)
-        return need;
-    unsigned char *p = buf;
-    put_le(p, DESC_MAGIC, 4);
-    put_le(p + 4, DESC_VERSION, 2);
-    put_le(p + 6, 0, 2);
-    put_le(p + 8, d->size, 8);
-    put_le(p + 16, d->chunk, 8);
-    put_le(p + 24, d->n, 4);
-    for (uint32_t i = 0; i < d->n; i++) {
-        put_le(p + DESC_HEAD + (size_t)i * DESC_ENTRY, d->c[i].addr, 8);
-        put_le(p + DESC_HEAD + (size_t)i * DESC_ENTRY + 8, d->c[i].rkey, 4);
-    }
-    return need;
-}
-
-int mc__rdma_desc_unpack(const void *buf, size_t len, mc__rdma_desc_t **out)
-{
-    const unsigned char *p = buf;
-    if (len < DESC_HEAD || get_le(p, 4) != DESC_MAGIC || get_le(p + 4, 2) != DESC_VERSION)
-        return -EINVAL;
-    uint64_t size = get_le(p + 8, 8), chunk = get_le(p + 16, 8);
-    uint32_t n = (uint32_t)get_le(p + 24, 4);
-    if (!size || !chunk || !n || n > MC__RDMA_DESC_MAX_CHUNKS)
-        return -EINVAL;
-    if (len != DESC_HEAD + (size_t)n * DESC_ENTRY)
-        return -EINVAL;
-    /* n must be exactly the chunks that size needs: no empty tail chunk. */
-    if (size / chunk + (size % chunk != 0) != n)
-        return -EINVAL;
-    mc__rdma_desc_t *d = malloc(mc__rdma_desc_size(n));
-    if (!d)
-        return -ENOMEM;
-    d->size = size;
-    d->chunk = chunk;
-    d->n = n;
-    for (uint32_t i = 0; i < n; i++) {
-        d->c[i].addr = get_le(p + DESC_HEAD + (size_t)i * DESC_ENTRY, 8);
-        d->c[i].rkey = (uint32_t)get_le(p + DESC_HEAD + (size_t)i * DESC_ENTRY + 8, 4);
-    }
-    *out = d;
-    return 0;
-}
-
 #ifdef MC_HAVE_RDMA
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
-#include <infiniband/verbs.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <rdma/rdma_cma.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "runtime/log.h"
+#include "transport/rdma_i.h"
 
 /* Connection parameters in rdma_cm private data, both ways. */
 #define HELLO_MAGIC 0x4f4c484dU /* "MHLO" little endian */
 #define HELLO_VERSION 1
 #define HELLO_LEN 16 /* magic u32, version u16, flags u16, slice u32, inflight u32 */
-
-enum cstate { C_RESOLVING, C_CONNECTING, C_ACCEPTING, C_CONNECTED, C_DEAD };
-
-typedef struct op {
-    struct op *next;
-    mc__rdma_conn_t *c;
-    int write;
-    char *buf; /* NULL: a write of zeros */
-    const mc__rdma_mr_t *mr;
-    const mc__rdma_desc_t *rd;
-    uint64_t roff, len;
-    uint64_t issued; /* bytes posted */
-    uint64_t done;   /* bytes completed */
-    mc_timer_t timer;
-    mc__rdma_cb cb;
-    void *arg;
-} op_t;
-
-typedef struct slot {
-    op_t *op;
-    uint64_t off; /* within the op */
-    uint32_t len;
-} slot_t;
-
-struct mc__rdma_mr {
-    mc__rdma_ctx_t *ctx;
-    char *base;
-    size_t size;
-    struct ibv_mr **mrs; /* desc->n of them */
-    struct mc__rdma_mr *prev, *next;
-    mc__rdma_desc_t *desc;
-};
-
-struct mc__rdma_conn {
-    mc__rdma_ctx_t *ctx;
-    struct mc__rdma_conn *prev, *next; /* ctx->conns */
-    enum cstate state;
-    int passive;     /* accepted by our listener: the context owns it */
-    int err;         /* why it is DEAD */
-    int closed;      /* its owner let go: free it once reaped */
-    int reap_queued; /* reap_timer started */
-    struct rdma_cm_id *id;
-    struct ibv_comp_channel *ch; /* client only */
-    struct ibv_cq *cq;
-    struct ibv_qp *qp;
-    struct ibv_mr *stage_mr; /* client only: slots * slice_size bytes */
-    char *stage;
-    slot_t *slots;
-    uint32_t *free_slots; /* a stack of free slot numbers */
-    uint32_t nfree, nslots, inflight;
-    uint64_t deadline_ms; /* connect/accept */
-    mc_poll_t cq_poll;
-    mc_timer_t setup_timer; /* connect or accept deadline */
-    mc_timer_t reap_timer;
-    mc__rdma_connect_cb ccb; /* NULL once called */
-    void *carg;
-    op_t *head, *tail; /* queued operations */
-    op_t *issue;       /* the first with bytes not yet posted */
-    char peer[64];
-};
-
-struct mc__rdma_ctx {
-    mc_loop_t *loop;
-    mc__rdma_opts_t o; /* device and bind are not kept */
-    struct ibv_context *verbs;
-    struct ibv_pd *pd;
-    struct ibv_device_attr attr;
-    uint64_t mr_chunk; /* bytes per memory region, page aligned */
-    struct rdma_event_channel *cm;
-    mc_poll_t cm_poll;
-    struct rdma_cm_id *listen_id;
-    mc__rdma_conn_t *conns;
-    mc__rdma_mr_t *mrs;
-    mc__rdma_stats_t st;
-    char devname[64];
-};
-
-static void conn_fail(mc__rdma_conn_t *c, int err);
-static void pump(mc__rdma_conn_t *c);
 
 static int set_nonblock(int fd)
 {
@@ -202,12 +47,6 @@ static int set_nonblock(int fd)
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
         return -errno;
     return 0;
-}
-
-/* -errno of a failed verbs/rdma_cm call that set errno, never 0. */
-static int err_of(int fallback)
-{
-    return errno > 0 ? -errno : fallback;
 }
 
 static const char *addr_str(const struct sockaddr *sa, char *buf, size_t n)
@@ -359,88 +198,6 @@ void mc__rdma_stats(const mc__rdma_ctx_t *ctx, mc__rdma_stats_t *st)
     *st = ctx->st;
 }
 
-/* ---- memory registration ---- */
-
-int mc__rdma_register(mc__rdma_ctx_t *ctx, void *base, size_t size, unsigned flags,
-                      mc__rdma_mr_t **out)
-{
-    if (!base || !size)
-        return -EINVAL;
-    uint64_t chunk = ctx->mr_chunk;
-    uint64_t n = size / chunk + (size % chunk != 0);
-    if (n > MC__RDMA_DESC_MAX_CHUNKS)
-        return -EINVAL;
-    mc__rdma_mr_t *mr = calloc(1, sizeof(*mr));
-    if (!mr)
-        return -ENOMEM;
-    mr->desc = calloc(1, mc__rdma_desc_size((uint32_t)n));
-    mr->mrs = calloc(n, sizeof(*mr->mrs));
-    if (!mr->desc || !mr->mrs) {
-        free(mr->desc);
-        free(mr->mrs);
-        free(mr);
-        return -ENOMEM;
-    }
-    int access = IBV_ACCESS_LOCAL_WRITE;
-    if (flags & MC__RDMA_REMOTE)
-        access |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-    mr->ctx = ctx;
-    mr->base = base;
-    mr->size = size;
-    mr->desc->size = size;
-    mr->desc->chunk = chunk;
-    mr->desc->n = (uint32_t)n;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t at = (uint64_t)i * chunk;
-        uint64_t len = size - at < chunk ? size - at : chunk;
-        mr->mrs[i] = ibv_reg_mr(ctx->pd, mr->base + at, len, access);
-        if (!mr->mrs[i]) {
-            int rc = err_of(-ENOMEM);
-            mc__log(MC__LOG_WARN, "rdma: registering %llu bytes on %s failed: %s",
-                    (unsigned long long)len, ctx->devname, strerror(-rc));
-            while (i--)
-                ibv_dereg_mr(mr->mrs[i]);
-            free(mr->desc);
-            free(mr->mrs);
-            free(mr);
-            return rc;
-        }
-        mr->desc->c[i].addr = (uint64_t)(uintptr_t)(mr->base + at);
-        mr->desc->c[i].rkey = mr->mrs[i]->rkey;
-    }
-    mr->next = ctx->mrs;
-    if (ctx->mrs)
-        ctx->mrs->prev = mr;
-    ctx->mrs = mr;
-    ctx->st.registered_bytes += size;
-    *out = mr;
-    return 0;
-}
-
-void mc__rdma_deregister(mc__rdma_mr_t *mr)
-{
-    if (!mr)
-        return;
-    mc__rdma_ctx_t *ctx = mr->ctx;
-    for (uint32_t i = 0; i < mr->desc->n; i++)
-        ibv_dereg_mr(mr->mrs[i]);
-    if (mr->prev)
-        mr->prev->next = mr->next;
-    else
-        ctx->mrs = mr->next;
-    if (mr->next)
-        mr->next->prev = mr->prev;
-    ctx->st.registered_bytes -= mr->size;
-    free(mr->desc);
-    free(mr->mrs);
-    free(mr);
-}
-
-const mc__rdma_desc_t *mc__rdma_mr_desc(const mc__rdma_mr_t *mr)
-{
-    return mr->desc;
-}
-
 /* ---- connections: life cycle ---- */
 
 static mc__rdma_conn_t *conn_new(mc__rdma_ctx_t *ctx, int passive)
@@ -525,26 +282,6 @@ static void teardown(mc__rdma_conn_t *c)
     c->inflight = 0;
 }
 
-static void finish_op(mc__rdma_ctx_t *ctx, op_t *op, int status)
-{
-    mc_timer_stop(&op->timer);
-    if (status == 0 && op->write) {
-        ctx->st.writes++;
-        ctx->st.bytes_written += op->len;
-    } else if (status == 0) {
-        ctx->st.reads++;
-        ctx->st.bytes_read += op->len;
-    } else {
-        ctx->st.failed++;
-        if (status == -ETIMEDOUT)
-            ctx->st.timeouts++;
-    }
-    mc__rdma_cb cb = op->cb;
-    void *arg = op->arg;
-    free(op);
-    cb(arg, status);
-}
-
 /* Runs the callbacks a DEAD or closed connection still owes, then frees it
  * if its owner let go. */
 static void reap(mc__rdma_conn_t *c)
@@ -562,7 +299,7 @@ static void reap(mc__rdma_conn_t *c)
         c->head = op->next;
         if (!c->head)
             c->tail = NULL;
-        finish_op(ctx, op, err);
+        mc__rdma_finish_op(ctx, op, err);
     }
     if (c->closed && !c->reap_queued)
         conn_free(c);
@@ -589,7 +326,7 @@ static void queue_reap(mc__rdma_conn_t *c)
 }
 
 /* Moves c to DEAD with err (-errno), tearing it down; idempotent. */
-static void conn_fail(mc__rdma_conn_t *c, int err)
+void mc__rdma_conn_fail(mc__rdma_conn_t *c, int err)
 {
     mc__rdma_ctx_t *ctx = c->ctx;
     if (c->state == C_DEAD)
@@ -614,7 +351,7 @@ static void conn_fail(mc__rdma_conn_t *c, int err)
 
 static void on_setup_timeout(mc_timer_t *t)
 {
-    conn_fail(t->data, -ETIMEDOUT);
+    mc__rdma_conn_fail(t->data, -ETIMEDOUT);
 }
 
 static uint64_t remaining_ms(const mc__rdma_conn_t *c)
@@ -622,8 +359,6 @@ static uint64_t remaining_ms(const mc__rdma_conn_t *c)
     uint64_t now = mc_loop_now_ms();
     return c->deadline_ms > now ? c->deadline_ms - now : 1;
 }
-
-static void on_cq(mc_poll_t *p, int revents);
 
 /* Creates c's CQ (with a completion channel on the loop, for a client), its
  * staging slots and its RC QP. */
@@ -647,7 +382,7 @@ static int make_qp(mc__rdma_conn_t *c)
             return err_of(-ENOMEM);
         if ((rc = ibv_req_notify_cq(c->cq, 0)) != 0)
             return -rc;
-        if ((rc = mc_poll_start(ctx->loop, &c->cq_poll, c->ch->fd, POLLIN, on_cq)) < 0)
+        if ((rc = mc_poll_start(ctx->loop, &c->cq_poll, c->ch->fd, POLLIN, mc__rdma_on_cq)) < 0)
             return rc;
         size_t bytes = (size_t)c->nslots * ctx->o.slice_size;
         void *stage;
@@ -721,7 +456,7 @@ static void on_connect_request(mc__rdma_ctx_t *ctx, struct rdma_cm_id *id, const
     if (rc < 0) {
         mc__log(MC__LOG_WARN, "rdma: cannot accept %s: %s", peer, strerror(-rc));
         rdma_reject(id, hello, sizeof(hello));
-        conn_fail(c, rc);
+        mc__rdma_conn_fail(c, rc);
     }
 }
 
@@ -731,7 +466,7 @@ static void on_route_resolved(mc__rdma_conn_t *c)
     hello_pack(c->ctx, hello);
     int rc = make_qp(c);
     if (rc < 0) {
-        conn_fail(c, rc);
+        mc__rdma_conn_fail(c, rc);
         return;
     }
     struct rdma_conn_param cp = {
@@ -743,7 +478,7 @@ static void on_route_resolved(mc__rdma_conn_t *c)
         .rnr_retry_count = 7,
     };
     if (rdma_connect(c->id, &cp)) {
-        conn_fail(c, err_of(-ECONNABORTED));
+        mc__rdma_conn_fail(c, err_of(-ECONNABORTED));
         return;
     }
     c->state = C_CONNECTING;
@@ -755,7 +490,7 @@ static void on_established(mc__rdma_conn_t *c, const void *pd, size_t plen)
     if (c->state != (c->passive ? C_ACCEPTING : C_CONNECTING))
         return;
     if (!c->passive && !hello_ok(pd, plen)) {
-        conn_fail(c, -EPROTO);
+        mc__rdma_conn_fail(c, -EPROTO);
         return;
     }
     mc_timer_stop(&c->setup_timer);
@@ -799,9 +534,9 @@ static void on_cm_event(mc__rdma_ctx_t *ctx, const struct rdma_cm_event *e, cons
         if (c->state != C_RESOLVING)
             break;
         if (e->id->verbs != ctx->verbs)
-            conn_fail(c, -ENODEV);
+            mc__rdma_conn_fail(c, -ENODEV);
         else if (rdma_resolve_route(e->id, (int)remaining_ms(c)))
-            conn_fail(c, err_of(-ENETUNREACH));
+            mc__rdma_conn_fail(c, err_of(-ENETUNREACH));
         break;
     case RDMA_CM_EVENT_ROUTE_RESOLVED:
         if (c->state == C_RESOLVING)
@@ -811,25 +546,25 @@ static void on_cm_event(mc__rdma_ctx_t *ctx, const struct rdma_cm_event *e, cons
         on_established(c, pd, plen);
         break;
     case RDMA_CM_EVENT_ADDR_ERROR:
-        conn_fail(c, event_err(e->status, -EHOSTUNREACH));
+        mc__rdma_conn_fail(c, event_err(e->status, -EHOSTUNREACH));
         break;
     case RDMA_CM_EVENT_ROUTE_ERROR:
-        conn_fail(c, event_err(e->status, -ENETUNREACH));
+        mc__rdma_conn_fail(c, event_err(e->status, -ENETUNREACH));
         break;
     case RDMA_CM_EVENT_UNREACHABLE:
-        conn_fail(c, event_err(e->status, -EHOSTUNREACH));
+        mc__rdma_conn_fail(c, event_err(e->status, -EHOSTUNREACH));
         break;
     case RDMA_CM_EVENT_REJECTED:
-        conn_fail(c, -ECONNREFUSED);
+        mc__rdma_conn_fail(c, -ECONNREFUSED);
         break;
     case RDMA_CM_EVENT_CONNECT_ERROR:
-        conn_fail(c, event_err(e->status, -ECONNRESET));
+        mc__rdma_conn_fail(c, event_err(e->status, -ECONNRESET));
         break;
     case RDMA_CM_EVENT_DISCONNECTED:
-        conn_fail(c, -ECONNRESET);
+        mc__rdma_conn_fail(c, -ECONNRESET);
         break;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
-        conn_fail(c, -ENODEV);
+        mc__rdma_conn_fail(c, -ENODEV);
         break;
     default:
         mc__log(MC__LOG_DEBUG, "rdma: event %s on %s ignored", rdma_event_str(e->event), c->peer);
@@ -869,244 +604,6 @@ static void on_cm(mc_poll_t *p, int revents)
         rdma_ack_cm_event(ev);
         on_cm_event(ctx, &e, plen ? pd : NULL, plen);
     }
-}
-
-/* ---- completions ---- */
-
-static int wc_err(enum ibv_wc_status s)
-{
-    switch (s) {
-    case IBV_WC_RETRY_EXC_ERR:
-    case IBV_WC_RNR_RETRY_EXC_ERR:
-    case IBV_WC_WR_FLUSH_ERR:
-    case IBV_WC_LOC_QP_OP_ERR:
-    case IBV_WC_REM_ABORT_ERR:
-    case IBV_WC_FATAL_ERR:
-    case IBV_WC_RESP_TIMEOUT_ERR:
-        return -ECONNRESET; /* the peer or the QP is gone */
-    default:
-        return -EIO; /* access, protection, length: this request was bad */
-    }
-}
-
-static void unlink_op(mc__rdma_conn_t *c, op_t *op)
-{
-    op_t **pp = &c->head, *prev = NULL;
-    while (*pp && *pp != op) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    if (!*pp)
-        return;
-    *pp = op->next;
-    if (c->tail == op)
-        c->tail = prev;
-}
-
-static void on_wc(mc__rdma_conn_t *c, const struct ibv_wc *wc)
-{
-    mc__rdma_ctx_t *ctx = c->ctx;
-    ctx->st.completions++;
-    if (wc->status != IBV_WC_SUCCESS || wc->wr_id >= c->nslots) {
-        mc__log(MC__LOG_WARN, "rdma: work request to %s failed: %s (vendor error %u)", c->peer,
-                ibv_wc_status_str(wc->status), wc->vendor_err);
-        conn_fail(c, wc->status != IBV_WC_SUCCESS ? wc_err(wc->status) : -EIO);
-        return;
-    }
-    uint32_t si = (uint32_t)wc->wr_id;
-    slot_t *s = &c->slots[si];
-    op_t *op = s->op;
-    if (!op->write && !op->mr)
-        memcpy(op->buf + s->off, c->stage + (size_t)si * ctx->o.slice_size, s->len);
-    op->done += s->len;
-    s->op = NULL;
-    c->free_slots[c->nfree++] = si;
-    c->inflight--;
-    if (op->done == op->len) {
-        unlink_op(c, op);
-        finish_op(ctx, op, 0);
-    }
-}
-
-/*
- * The completion channel is readable: acknowledge its events, re-arm the CQ,
- * then drain it. Re-arming before the drain means a completion that lands
- * during the drain raises a new event instead of waiting unseen.
- */
-static void on_cq(mc_poll_t *p, int revents)
-{
-    mc__rdma_conn_t *c = p->data;
-    mc__rdma_ctx_t *ctx = c->ctx;
-    if (revents < 0) {
-        conn_fail(c, -EIO);
-        return;
-    }
-    ctx->st.cq_wakeups++;
-    struct ibv_cq *ecq;
-    void *ectx;
-    unsigned nev = 0;
-    while (ibv_get_cq_event(c->ch, &ecq, &ectx) == 0)
-        nev++;
-    if (nev)
-        ibv_ack_cq_events(c->cq, nev);
-    if (ibv_req_notify_cq(c->cq, 0)) {
-        conn_fail(c, -EIO);
-        return;
-    }
-    struct ibv_wc wc[32];
-    for (;;) {
-        int n = ibv_poll_cq(c->cq, 32, wc);
-        if (n < 0) {
-            conn_fail(c, -EIO);
-            return;
-        }
-        for (int i = 0; i < n; i++) {
-            on_wc(c, &wc[i]);
-            if (c->state != C_CONNECTED) /* failed, or closed by a callback */
-                return;
-        }
-        if (n < 32)
-            break;
-    }
-    pump(c);
-}
-
-/* ---- operations ---- */
-
-/* Posts slices of the queued operations while slots are free. */
-static void pump(mc__rdma_conn_t *c)
-{
-    mc__rdma_ctx_t *ctx = c->ctx;
-    while (c->state == C_CONNECTED && c->issue && c->nfree) {
-        op_t *op = c->issue;
-        const mc__rdma_desc_t *rd = op->rd;
-        uint64_t off = op->issued;
-        uint64_t n = op->len - off;
-        if (n > ctx->o.slice_size)
-            n = ctx->o.slice_size;
-        /* Stay inside one remote chunk... */
-        uint64_t ra = op->roff + off;
-        uint64_t ci = ra / rd->chunk, cw = ra % rd->chunk;
-        if (n > rd->chunk - cw)
-            n = rd->chunk - cw;
-        uint32_t si = c->free_slots[--c->nfree];
-        struct ibv_sge sge;
-        if (op->mr) {
-            /* ... and inside one local memory region. */
-            uint64_t la = (uint64_t)(op->buf + off - op->mr->base);
-            uint64_t lc = op->mr->desc->chunk;
-            if (n > lc - la % lc)
-                n = lc - la % lc;
-            sge = (struct ibv_sge){(uintptr_t)(op->buf + off), (uint32_t)n,
-                                   op->mr->mrs[la / lc]->lkey};
-        } else {
-            char *st = c->stage + (size_t)si * ctx->o.slice_size;
-            if (op->write && op->buf)
-                memcpy(st, op->buf + off, n);
-            else if (op->write)
-                memset(st, 0, n);
-            sge = (struct ibv_sge){(uintptr_t)st, (uint32_t)n, c->stage_mr->lkey};
-        }
-        struct ibv_send_wr wr = {
-            .wr_id = si,
-            .sg_list = &sge,
-            .num_sge = 1,
-            .opcode = op->write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
-            .send_flags = IBV_SEND_SIGNALED,
-            .wr.rdma = {.remote_addr = rd->c[ci].addr + cw, .rkey = rd->c[ci].rkey},
-        };
-        struct ibv_send_wr *bad;
-        int rc = ibv_post_send(c->qp, &wr, &bad);
-        if (rc) {
-            c->free_slots[c->nfree++] = si;
-            mc__log(MC__LOG_WARN, "rdma: posting to %s failed: %s", c->peer, strerror(rc));
-            conn_fail(c, -EIO);
-            return;
-        }
-        c->slots[si] = (slot_t){.op = op, .off = off, .len = (uint32_t)n};
-        op->issued += n;
-        c->inflight++;
-        ctx->st.slices++;
-        if (c->inflight > ctx->st.inflight_peak)
-            ctx->st.inflight_peak = c->inflight;
-        if (op->issued == op->len)
-            c->issue = op->next;
-    }
-}
-
-static void on_op_timeout(mc_timer_t *t)
-{
-    op_t *op = t->data;
-    mc__rdma_conn_t *c = op->c;
-    mc__log(MC__LOG_WARN, "rdma: %s of %llu bytes at %s timed out (%llu done)",
-            op->write ? "write" : "read", (unsigned long long)op->len, c->peer,
-            (unsigned long long)op->done);
-    conn_fail(c, -ETIMEDOUT);
-}
-
-static int submit(mc__rdma_conn_t *c, int write, char *buf, const mc__rdma_mr_t *mr,
-                  const mc__rdma_desc_t *rd, uint64_t roff, size_t len, uint64_t timeout_ms,
-                  mc__rdma_cb cb, void *arg)
-{
-    if (!len || !rd || !cb || !rd->chunk || (!buf && (!write || mr)))
-        return -EINVAL;
-    if (roff > rd->size || len > rd->size - roff)
-        return -EINVAL;
-    if (mr && (mr->ctx != c->ctx || buf < mr->base || (uint64_t)(buf - mr->base) > mr->size ||
-               len > mr->size - (uint64_t)(buf - mr->base)))
-        return -EINVAL;
-    if (c->closed)
-        return -EBADF;
-    if (c->state == C_DEAD)
-        return c->err;
-    if (c->state != C_CONNECTED)
-        return -ENOTCONN;
-    op_t *op = calloc(1, sizeof(*op));
-    if (!op)
-        return -ENOMEM;
-    *op = (op_t){.c = c,
-                 .write = write,
-                 .buf = buf,
-                 .mr = mr,
-                 .rd = rd,
-                 .roff = roff,
-                 .len = len,
-                 .cb = cb,
-                 .arg = arg};
-    op->timer.data = op;
-    int rc = mc_timer_start(c->ctx->loop, &op->timer,
-                            timeout_ms ? timeout_ms : c->ctx->o.timeout_ms, 0, on_op_timeout);
-    if (rc < 0) {
-        free(op);
-        return rc;
-    }
-    if (c->tail)
-        c->tail->next = op;
-    else
-        c->head = op;
-    c->tail = op;
-    if (!c->issue)
-        c->issue = op;
-    /* A failure to post fails the connection; op's callback then runs from
-     * the loop, not here. */
-    pump(c);
-    return 0;
-}
-
-int mc__rdma_read(mc__rdma_conn_t *c, void *buf, const mc__rdma_mr_t *mr, const mc__rdma_desc_t *rd,
-                  uint64_t roff, size_t len, uint64_t timeout_ms, mc__rdma_cb cb, void *arg)
-{
-    if (!buf)
-        return -EINVAL;
-    return submit(c, 0, buf, mr, rd, roff, len, timeout_ms, cb, arg);
-}
-
-int mc__rdma_write(mc__rdma_conn_t *c, const void *buf, const mc__rdma_mr_t *mr,
-                   const mc__rdma_desc_t *rd, uint64_t roff, size_t len, uint64_t timeout_ms,
-                   mc__rdma_cb cb, void *arg)
-{
-    /* The cast is safe: a write only reads buf. */
-    return submit(c, 1, (char *)buf, mr, rd, roff, len, timeout_ms, cb, arg);
 }
 
 /* ---- listen, connect, close ---- */
@@ -1190,7 +687,7 @@ void mc__rdma_close(mc__rdma_conn_t *c)
         return;
     c->closed = 1;
     if (c->state != C_DEAD)
-        conn_fail(c, -ECANCELED);
+        mc__rdma_conn_fail(c, -ECANCELED);
     else
         queue_reap(c);
 }
@@ -1205,7 +702,7 @@ void mc__rdma_ctx_free(mc__rdma_ctx_t *ctx)
     while (ctx->conns) {
         mc__rdma_conn_t *c = ctx->conns;
         c->closed = 1;
-        conn_fail(c, -ECANCELED);
+        mc__rdma_conn_fail(c, -ECANCELED);
         mc_timer_stop(&c->reap_timer);
         c->reap_queued = 0;
         reap(c); /* frees c: it is closed */
@@ -1219,127 +716,3 @@ void mc__rdma_ctx_free(mc__rdma_ctx_t *ctx)
 }
 
 #endif /* MC_HAVE_RDMA */
-
-/* ---- wiring into the store (always built) ---- */
-
-#include <netdb.h>
-#include <stdio.h>
-
-#include "runtime/log.h"
-
-#define RECORD_MAGIC 0x5252434dU /* "MCRR" little endian */
-#define RECORD_VERSION 1
-#define RECORD_HEAD 8 /* magic u32, version u16, address length u16 */
-
-int mc__xport_parse(const char *s)
-{
-    if (!s || !*s || strcmp(s, "tcp") == 0)
-        return MC__XPORT_TCP;
-    if (strcmp(s, "rdma") == 0)
-        return MC__XPORT_RDMA;
-    if (strcmp(s, "auto") == 0)
-        return MC__XPORT_AUTO;
-    return -EINVAL;
-}
-
-int mc__rdma_record_pack(const char *addr, const mc__rdma_desc_t *d, char **out, size_t *len)
-{
-    size_t alen = strlen(addr);
-    if (alen > 255)
-        return -EINVAL;
-    size_t dlen = mc__rdma_desc_pack(d, NULL, 0);
-    unsigned char *p = malloc(RECORD_HEAD + alen + dlen);
-    if (!p)
-        return -ENOMEM;
-    put_le(p, RECORD_MAGIC, 4);
-    put_le(p + 4, RECORD_VERSION, 2);
-    put_le(p + 6, alen, 2);
-    memcpy(p + RECORD_HEAD, addr, alen);
-    mc__rdma_desc_pack(d, p + RECORD_HEAD + alen, dlen);
-    *out = (char *)p;
-    *len = RECORD_HEAD + alen + dlen;
-    return 0;
-}
-
-int mc__rdma_record_unpack(const void *rec, size_t len, char *addr, size_t cap, mc__rdma_desc_t **d)
-{
-    const unsigned char *p = rec;
-    if (len < RECORD_HEAD || get_le(p, 4) != RECORD_MAGIC || get_le(p + 4, 2) != RECORD_VERSION)
-        return -EINVAL;
-    size_t alen = get_le(p + 6, 2);
-    if (!alen || alen >= cap || alen > len - RECORD_HEAD || memchr(p + RECORD_HEAD, 0, alen))
-        return -EINVAL;
-    int rc = mc__rdma_desc_unpack(p + RECORD_HEAD + alen, len - RECORD_HEAD - alen, d);
-    if (rc < 0)
-        return rc;
-    memcpy(addr, p + RECORD_HEAD, alen);
-    addr[alen] = '\0';
-    return 0;
-}
-
-int mc__rdma_open(mc_loop_t *l, int xport, const char *devices, uint64_t timeout_ms,
-                  mc__rdma_ctx_t **out)
-{
-    *out = NULL;
-    if (xport == MC__XPORT_TCP)
-        return 0;
-    int n = mc__rdma_available(), rc = n;
-    if (n == 0 || (n < 0 && n != -ENOTSUP))
-        rc = -ENODEV; /* none, or no kernel support (ENOSYS): no usable device */
-    if (n > 0) {
-        char list[256];
-        snprintf(list, sizeof(list), "%s", devices ? devices : "");
-        char *save = NULL, *name = strtok_r(list, ", ", &save);
-        mc__rdma_opts_t o = {.timeout_ms = timeout_ms};
-        do {
-            o.device = name;
-            rc = mc__rdma_ctx_new(l, &o, out);
-            if (rc == 0) {
-                mc__log(MC__LOG_INFO, "rdma: data moves over RDMA (device %s)",
-                        mc__rdma_device_name(*out));
-                return 0;
-            }
-            mc__log(MC__LOG_INFO, "rdma: device %s: %s", name ? name : "(first)",
-                    strerrordesc_np(-rc));
-        } while (name && (name = strtok_r(NULL, ", ", &save)));
-    }
-    if (rc == -ENOTSUP)
-        rc = -EPROTONOSUPPORT;
-    if (xport == MC__XPORT_AUTO) {
-        mc__log(MC__LOG_INFO, "rdma: %s: data moves over TCP",
-                rc == -EPROTONOSUPPORT ? "not built in"
-                : rc == -ENODEV        ? "no usable device"
-                                       : strerrordesc_np(-rc));
-        return 0;
-    }
-    return rc;
-}
-
-int mc__rdma_serve(mc__rdma_ctx_t *ctx, void *base, size_t size, const char *host,
-                   mc__rdma_mr_t **mr, char **rec, size_t *rec_len)
-{
-    struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_PASSIVE, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *ai = NULL;
-    if (!host || getaddrinfo(host, "0", &hints, &ai) != 0)
-        return -EINVAL;
-    int rc = mc__rdma_listen_port(ctx);
-    if (rc < 0)
-        rc = mc__rdma_listen(ctx, ai->ai_addr);
-    freeaddrinfo(ai);
-    if (rc < 0)
-        return rc;
-    int port = mc__rdma_listen_port(ctx);
-    if (port < 0)
-        return port;
-    rc = mc__rdma_register(ctx, base, size, MC__RDMA_REMOTE, mr);
-    if (rc < 0)
-        return rc;
-    char addr[300];
-    snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
-    rc = mc__rdma_record_pack(addr, mc__rdma_mr_desc(*mr), rec, rec_len);
-    if (rc < 0) {
-        mc__rdma_deregister(*mr);
-        *mr = NULL;
-    }
-    return rc;
-}

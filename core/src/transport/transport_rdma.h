@@ -313,20 +313,7 @@ static inline int mc__rdma_write(mc__rdma_conn_t *c, const void *buf, const mc__
 
 #endif /* MC_HAVE_RDMA */
 
-/* ---- wiring into the store (always built) ---- */
-
-/* A store's data transport (mc_store_opts_t.protocol). */
-enum mc__xport {
-    MC__XPORT_TCP = 0,  /* sockets only */
-    MC__XPORT_RDMA = 1, /* RDMA to every node; an error at open without a device */
-    MC__XPORT_AUTO = 2, /* RDMA when a usable device exists, TCP otherwise */
-};
-
-/*
- * mc__xport_parse() maps "tcp", "rdma" and "auto" (NULL or "": tcp) to
- * MC__XPORT_*; anything else is -EINVAL.
- */
-int mc__xport_parse(const char *s);
+/* ---- the record a node publishes (always built) ---- */
 
 /*
  * The RDMA record a node publishes with MOUNT_SEGMENT and the master hands
@@ -345,32 +332,5 @@ int mc__xport_parse(const char *s);
 int mc__rdma_record_pack(const char *addr, const mc__rdma_desc_t *d, char **out, size_t *len);
 int mc__rdma_record_unpack(const void *rec, size_t len, char *addr, size_t cap,
                            mc__rdma_desc_t **d);
-
-/*
- * mc__rdma_open() makes the context a store with transport xport uses, on
- * loop l: none for MC__XPORT_TCP; for MC__XPORT_RDMA and MC__XPORT_AUTO
- * the first device of devices (a comma-separated list of verbs device
- * names, "rxe0,mlx5_1") that opens, or the first device present when
- * devices is NULL or empty. Returns 0 and sets *out (NULL: TCP; free a
- * context with mc__rdma_ctx_free()), or, for MC__XPORT_RDMA only:
- * -EPROTONOSUPPORT (built without libibverbs/librdmacm), -ENODEV (no RDMA
- * device, or none of devices), -errno from opening it. MC__XPORT_AUTO
- * never fails for want of a device: it logs why and returns TCP.
- */
-int mc__rdma_open(mc_loop_t *l, int xport, const char *devices, uint64_t timeout_ms,
-                  mc__rdma_ctx_t **out);
-
-/*
- * mc__rdma_serve() offers segment [base, base + size) to peers: registers it
- * (MC__RDMA_REMOTE), listens with rdma_cm on host (an IP literal; port 0
- * picks one) unless ctx already listens, and packs the record to publish
- * (*rec, *rec_len; the caller frees *rec with free()). Returns 0 and sets
- * *mr (the caller releases it with mc__rdma_deregister() before freeing
- * ctx), or -EINVAL (host is not an IP address), the errors of
- * mc__rdma_register() and mc__rdma_listen() (-ENODEV: host is not on the
- * context's device, e.g. a loopback address), -ENOMEM.
- */
-int mc__rdma_serve(mc__rdma_ctx_t *ctx, void *base, size_t size, const char *host,
-                   mc__rdma_mr_t **mr, char **rec, size_t *rec_len);
 
 #endif /* MC_TRANSPORT_RDMA_H */

@@ -1,0 +1,369 @@
+/*
+ * node.c - opening and closing the client path, and the node role: a store
+ * with a segment serves its bytes (server.c), mounts it at the master and
+ * heartbeats; a master that forgot the node (it restarted) is answered by
+ * mounting again, and the master's repair tasks copy objects into it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "client/remote_i.h"
+#include "runtime/log.h"
+#include "runtime/loop_i.h"
+#include "server/rdma_setup.h"
+
+/* ---- the node role, and opening ---- */
+
+static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd)
+{
+    mc_store_t *s = arg;
+    if (!s->rm || seg != s->rm->seg_id || !s->seg)
+        return -ENOENT;
+    *base = s->seg;
+    *size = s->seg_size;
+    *fd = s->seg_fd;
+    return 0;
+}
+
+static void opened(struct mc__remote *rm, int rc)
+{
+    if (rm->open_done) {
+        void (*done)(mc_store_t *, int) = rm->open_done;
+        rm->open_done = NULL;
+        done(rm->s, rc);
+    }
+}
+
+static void mount_segment(struct mc__remote *rm);
+
+static void mounted(void *arg, int status, const char *body, size_t len)
+{
+    struct mc__remote *rm = arg;
+    uint32_t seg;
+    rm->mounting = 0;
+    if (status >= 0 && mc__unpack(body, len, "u", &seg) < 0)
+        status = -EIO;
+    if (status == -EEXIST && rm->seg_id) {
+        /* A master that restarted gave our old id to another node: take a
+         * new one (writes addressed to the old id now fail here). */
+        mc__log(MC__LOG_INFO, "segment %u belongs to another node now: mounting under a new id",
+                rm->seg_id);
+        rm->seg_id = 0;
+        rm->own_seg = 0;
+        return mount_segment(rm);
+    }
+    if (status < 0) {
+        mc__log(MC__LOG_WARN, "mounting the segment at the master failed: %s", mc_strerror(status));
+        return opened(rm, status);
+    }
+    if (rm->seg_id && rm->seg_id != seg)
+        mc__log(MC__LOG_INFO, "segment mounted again as %u (was %u)", seg, rm->seg_id);
+    rm->seg_id = seg;
+    rm->own_seg = 1;
+    opened(rm, 0);
+}
+
+static void mount_segment(struct mc__remote *rm)
+{
+    const char *addr = mc__server_addr(rm->srv);
+    rm->mounting = 1;
+    mc_store_t *s = rm->s;
+    int rc = mc__mcall(s, MC__OP_MOUNT_SEGMENT, mounted, rm, "qusqs", rm->node_id, rm->seg_id, addr,
+                       (uint32_t)strlen(addr), s->seg_size, s->rdma_rec ? s->rdma_rec : "",
+                       (uint32_t)s->rdma_rec_len);
+    if (rc < 0) {
+        rm->mounting = 0;
+        opened(rm, rc);
+    }
+}
+
+/* ---- repair tasks (the node role) ----
+ *
+ * The master asks this node, through a flag on the heartbeat reply, to copy
+ * under-replicated objects into space it allocated on our segment
+ * (repair.h). A task reads 4 MiB pieces from a surviving replica (mc__xfer():
+ * failover, any transport) and copies each into our segment, but never
+ * after its time limit, counted from when we sent REPAIR_TAKE (so before
+ * the master's own count starts); REPAIR_DONE reports the end. A master
+ * that forgot us (REMOUNT) cancels every task: that space is not ours to
+ * write any more. One step per loop turn (mc_loop_defer()), so that
+ * pieces copied at once do not recurse.
+ */
+typedef struct rtask {
+    mc_store_t *s;
+    struct mc__remote *rm; /* NULL once the remote closed: freed at the next step */
+    uint64_t id, size, at, n, deadline;
+    mc__rset_t *src, *dst;
+    char *buf;
+    int cancelled;
+    mc_work_t work;
+    struct rtask *next;
+} rtask_t;
+
+static void rt_free(rtask_t *t)
+{
+    mc__rset_free(t->src);
+    mc__rset_free(t->dst);
+    free(t->buf);
+    free(t);
+}
+
+/* Reports the task's end to the master and frees it. */
+static void rt_finish(rtask_t *t, int rc)
+{
+    struct mc__remote *rm = t->rm;
+    if (rm) {
+        for (rtask_t **pp = &rm->tasks; *pp; pp = &(*pp)->next) {
+            if (*pp == t) {
+                *pp = t->next;
+                break;
+            }
+        }
+        if (rc < 0)
+            mc__log(MC__LOG_INFO, "repair task %llu: %s", (unsigned long long)t->id,
+                    mc_strerror(rc));
+        mc__mcall(t->s, MC__OP_REPAIR_DONE, mc__ignore_reply, NULL, "qqi", rm->node_id, t->id,
+                  (int64_t)rc);
+    }
+    rt_free(t);
+}
+
+static void rt_step(void *arg);
+
+static void rt_written(void *arg, int rc)
+{
+    rtask_t *t = arg;
+    if (rc < 0)
+        return rt_finish(t, rc);
+    t->at += t->n;
+    mc_loop_defer(t->s->loop, &t->work, rt_step, t);
+}
+
+static void rt_read(void *arg, int rc)
+{
+    rtask_t *t = arg;
+    if (!t->rm)
+        return rt_free(t);
+    if (rc == 0 && t->cancelled)
+        rc = -ECANCELED;
+    if (rc == 0 && mc_loop_now_ms() >= t->deadline)
+        rc = -ETIMEDOUT;
+    if (rc == 0 && t->dst->r[0].seg != t->rm->seg_id)
+        rc = -ESTALE;
+    if (rc < 0)
+        return rt_finish(t, rc);
+    /* Our own segment: a memcpy, done before mc__xfer() returns. */
+    mc__xfer(t->s, t->dst, 1, t->at, t->buf, t->n, rt_written, t);
+}
+
+static void rt_step(void *arg)
+{
+    rtask_t *t = arg;
+    if (!t->rm)
+        return rt_free(t);
+    if (t->at >= t->size)
+        return rt_finish(t, 0);
+    t->n = t->size - t->at < MC__PROTO_CHUNK ? t->size - t->at : MC__PROTO_CHUNK;
+    mc__xfer(t->s, t->src, 0, t->at, t->buf, t->n, rt_read, t);
+}
+
+/* Starts one task from a REPAIR_TAKE answer (p[0..n): its s field). */
+static void rt_start(struct mc__remote *rm, const char *p, size_t n)
+{
+    uint64_t id, limit, size;
+    const char *rest;
+    uint32_t rl;
+    if (mc__unpack(p, n, "qqq*", &id, &limit, &size, &rest, &rl) < 0)
+        return; /* the master lets it expire */
+    size_t left = rl;
+    rtask_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return;
+    *t = (rtask_t){.s = rm->s, .rm = rm, .id = id, .size = size, .deadline = rm->take_at + limit};
+    int rc = mc__rset_take(&rest, &left, &t->dst);
+    if (rc == 0)
+        rc = mc__rset_take(&rest, &left, &t->src);
+    if (rc == 0 && (t->dst->n != 1 || t->dst->r[0].seg != rm->seg_id || !t->src->n))
+        rc = -ESTALE;
+    if (rc == 0 && !(t->buf = malloc(MC__PROTO_CHUNK)))
+        rc = -ENOMEM;
+    t->next = rm->tasks;
+    rm->tasks = t;
+    if (rc < 0)
+        return rt_finish(t, rc);
+    rt_step(t);
+}
+
+static void repair_taken(void *arg, int status, const char *body, size_t len)
+{
+    struct mc__remote *rm = arg;
+    rm->taking = 0;
+    if (status < 0)
+        return;
+    while (len) {
+        const char *task, *rest;
+        uint32_t tl, rl;
+        if (mc__unpack(body, len, "s*", &task, &tl, &rest, &rl) < 0)
+            return;
+        rt_start(rm, task, tl);
+        body = rest;
+        len = rl;
+    }
+}
+
+static void beat_done(void *arg, int status, const char *body, size_t len)
+{
+    struct mc__remote *rm = arg;
+    uint32_t flags;
+    if (status < 0 || mc__unpack(body, len, "u", &flags) < 0)
+        return; /* the master is away: the next beat tries again */
+    if (flags & MC__HB_REMOUNT) {
+        for (rtask_t *t = rm->tasks; t; t = t->next)
+            t->cancelled = 1;
+    }
+    if ((flags & MC__HB_REPAIR) && !rm->taking && rm->seg_id) {
+        rm->take_at = mc_loop_now_ms();
+        rm->taking = mc__mcall(rm->s, MC__OP_REPAIR_TAKE, repair_taken, rm, "q", rm->node_id) == 0;
+    }
+    if ((flags & MC__HB_REMOUNT) && !rm->mounting) {
+        mc__log(MC__LOG_INFO, "the master does not know this node: mounting the segment again");
+        mount_segment(rm);
+    }
+}
+
+static void on_beat(mc_timer_t *t)
+{
+    struct mc__remote *rm = t->data;
+    mc__mcall(rm->s, MC__OP_HEARTBEAT, beat_done, rm, "q", rm->node_id);
+}
+
+static void pinged(void *arg, int status, const char *body, size_t len)
+{
+    opened(arg, status < 0 ? status : 0);
+}
+
+int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
+                    void (*done)(mc_store_t *s, int rc))
+{
+    mc__addr_t ma, la;
+    int rc = mc__addr_parse(addr, 50051, &ma);
+    if (rc < 0)
+        return rc;
+    if (s->seg && (rc = mc__addr_parse(listen ? listen : "127.0.0.1:0", 0, &la)) < 0)
+        return rc;
+    struct mc__remote *rm = calloc(1, sizeof(*rm));
+    if (!rm)
+        return -ENOMEM;
+    rm->s = s;
+    rm->open_done = done;
+    if (getrandom(&rm->node_id, sizeof(rm->node_id), 0) != sizeof(rm->node_id) || !rm->node_id)
+        rm->node_id = (uint64_t)mc_loop_now_ms() * 2654435761u | 1;
+    rc = mc__link_rpc_new(s->loop, &ma, s->timeout_ms, &mc__master_ops, rm, &rm->master);
+    if (rc < 0) {
+        free(rm);
+        return rc;
+    }
+    s->rm = rm;
+    if (s->seg) {
+        mc__server_opts_t so = {
+            .seg_lookup = seg_lookup, .seg_arg = s, .secret = s->secret, .shm = !s->no_shm};
+        rc = mc__server_new(&rm->srv, s->loop, &la, &so);
+        if (rc < 0) {
+            mc__remote_close(s, NULL);
+            return rc;
+        }
+        if (s->rdma) {
+            /* The rdma_cm listener shares the data address's host. */
+            char host[MC__ADDR_STRLEN];
+            rc = mc__rdma_host_of(mc__server_addr(rm->srv), host, sizeof(host));
+            if (rc >= 0)
+                rc = mc__store_rdma_serve(s, host);
+            if (rc < 0 && s->xport == MC__XPORT_RDMA) {
+                mc__remote_close(s, NULL);
+                return rc;
+            }
+            if (rc < 0)
+                mc__log(MC__LOG_INFO, "the segment is served over TCP only (protocol auto)");
+        }
+        rm->hb.data = rm;
+        mc_timer_start(s->loop, &rm->hb, 1000, 1000, on_beat);
+        mount_segment(rm);
+        return 0;
+    }
+    rc = mc__mcall(s, MC__OP_PING, pinged, rm, "");
+    if (rc < 0) {
+        mc__remote_close(s, NULL);
+        return rc;
+    }
+    return 0;
+}
+
+int mc__remote_open_local(mc_store_t *s, uint32_t seg)
+{
+    struct mc__remote *rm = calloc(1, sizeof(*rm));
+    if (!rm)
+        return -ENOMEM;
+    rm->s = s;
+    rm->seg_id = seg;
+    rm->own_seg = s->seg != NULL;
+    int rc = mc__link_local_new(s->loop, s->svc, MC__SVC_OWNER_LOCAL, &rm->master);
+    if (rc < 0) {
+        free(rm);
+        return rc;
+    }
+    s->rm = rm;
+    return 0;
+}
+
+/* Closes the connections and frees rm; then tells the store. */
+static void remote_free(struct mc__remote *rm)
+{
+    mc_store_t *s = rm->s;
+    void (*done)(mc_store_t *) = rm->close_done;
+    mc__peers_close(rm);
+    while (rm->tasks) { /* their next step frees them */
+        rtask_t *t = rm->tasks;
+        rm->tasks = t->next;
+        t->rm = NULL;
+    }
+    mc__link_close(rm->master);
+    mc__rc_clear(rm);
+    free(rm->rc_tab);
+    free(rm);
+    if (done)
+        done(s);
+}
+
+static void unmounted(void *arg, int status, const char *body, size_t len)
+{
+    remote_free(arg);
+}
+
+void mc__remote_close(mc_store_t *s, void (*done)(mc_store_t *s))
+{
+    struct mc__remote *rm = s->rm;
+    if (!rm) {
+        if (done)
+            done(s);
+        return;
+    }
+    rm->open_done = NULL;
+    rm->close_done = done;
+    mc_timer_stop(&rm->hb);
+    mc__server_close(rm->srv);
+    rm->srv = NULL;
+    s->rm = NULL; /* operations from now on fail with -ECANCELED */
+    /* A node leaving says so, so that the master stops placing data on its
+     * segment at once instead of after the node TTL. Bounded wait. */
+    if (rm->seg_id && rm->master && rm->node_id) {
+        char body[16];
+        mc__wbuf_t w = {.p = body, .cap = sizeof(body)};
+        mc__pack(&w, "qu", rm->node_id, rm->seg_id);
+        uint64_t t = s->timeout_ms < 1000 ? s->timeout_ms : 1000;
+        if (mc__link_call(rm->master, MC__OP_UNMOUNT_SEGMENT, body, w.len, t, unmounted, rm) == 0)
+            return;
+    }
+    remote_free(rm);
+}

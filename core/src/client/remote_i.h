@@ -1,0 +1,198 @@
+/*
+ * remote_i.h - what the files of the client share (store_i.h is what the
+ * store's API shares with them):
+ *
+ *   remote.c  master calls, and the operations: simple ones, put, get, open
+ *   writer.c  streaming writers (OP_W_*)
+ *   xfer.c    replica sets, and transfers between a buffer and replicas
+ *             in pieces, over the transports of transport/transport.h
+ *   peers.c   sessions, the nodes we move data with, and which transport
+ *             reaches a replica (shared memory mappings, RDMA connections)
+ *   rcache.c  the replica-list cache of mc_get()
+ *   node.c    opening and closing; the node role: mounting the segment,
+ *             heartbeats, repair copies
+ *
+ * Loop thread only, all of it.
+ */
+#ifndef MC_REMOTE_I_H
+#define MC_REMOTE_I_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client/link.h"
+#include "client/store_i.h"
+#include "runtime/rpc.h"
+#include "server/server.h"
+#include "transport/transport.h"
+#include "wire/proto.h"
+
+/* A replica set, as the master hands it out (mc__rset_take()). */
+typedef struct mc__rset {
+    uint32_t n;
+    uint64_t put_id; /* a writer's set: the put it belongs to (0: none) */
+    struct rrep {
+        uint32_t seg;
+        char addr[MC__ADDR_STRLEN];
+        char rdma_addr[MC__ADDR_STRLEN]; /* the node's rdma_cm listener */
+        mc__rdma_desc_t *desc;           /* its segment over RDMA; NULL: TCP only */
+        uint32_t next;
+        mc__extent_t *ext;
+        int dead; /* a write could not reach its node: the put goes on without it */
+    } r[];        /* n of them */
+} mc__rset_t;
+
+struct peer;
+struct rtask;
+struct rcache_ent;
+
+struct mc__remote {
+    mc_store_t *s;
+    mc__link_t *master; /* rpc, or local in an embedded store */
+    struct peer *peers;
+    mc__server_t *srv; /* serves our segment, when we have one */
+    uint64_t node_id;
+    uint32_t seg_id; /* our segment's id (a node: 0 until mounted) */
+    int own_seg;     /* seg_id is our own segment: its bytes are copied here */
+    mc_timer_t hb;
+    int mounting;
+    void (*open_done)(mc_store_t *s, int rc);
+    void (*close_done)(mc_store_t *s);
+    struct rcache_ent **rc_tab; /* replica-list cache: RC_BUCKETS chains, or NULL */
+    size_t rc_n;                /* entries in it */
+    struct rtask *tasks;        /* repair copies into our segment */
+    int taking;                 /* a REPAIR_TAKE in flight */
+    uint64_t take_at;           /* when it was sent: tasks' limits count from there */
+};
+
+/* ---- master calls (remote.c) ---- */
+
+/* Calls the master with a body packed per fmt; cb gets the response.
+ * Returns 0, or -errno (cb is never called; -ECANCELED: the store is
+ * closing). */
+int mc__mcall(mc_store_t *s, uint16_t op, mc__rpc_cb cb, void *arg, const char *fmt, ...);
+
+/* The two requests of every put (a whole object's and a writer's), with
+ * their own encoders (proto.h): PUT_START for o (its key and options) with
+ * capacity bytes, and PUT_COMMIT of rq. As mc__mcall() otherwise. */
+int mc__mcall_put_start(op_t *o, uint64_t capacity, mc__rpc_cb cb);
+int mc__mcall_put_commit(mc_store_t *s, const mc__put_commit_rq_t *rq, mc__rpc_cb cb, void *arg);
+
+/* A callback for master calls whose answer does not matter. */
+void mc__ignore_reply(void *arg, int status, const char *body, size_t len);
+
+/* The master forgot a write in progress: its lease ran out (idle past the
+ * put TTL, or a master that restarted). The writer must stop. */
+static inline int revoked(int status)
+{
+    return status == -ENOENT ? -ESTALE : status;
+}
+
+/* The end of a read of o->u64 bytes into o->buf (a get, an open version's
+ * or a writer's read): finishes o with the count or the error. */
+void mc__read_done(void *arg, int rc);
+
+/* ---- writers (writer.c) ---- */
+
+/* Runs a writer's op (OP_W_*); completes it with mc__op_finish(). */
+void mc__writer_exec(op_t *o);
+
+/* ---- transfers (xfer.c) ---- */
+
+/* Decodes a replica set from the front of *p (n bytes left) into an owned
+ * copy *out (free with mc__rset_free()). Returns 0, -EIO, -ENOMEM. */
+int mc__rset_take(const char **p, size_t *n, mc__rset_t **out);
+
+/* A transfer between a buffer and the replicas of an object (mc__xfer()). */
+typedef struct xfer {
+    mc_store_t *s;
+    const mc__rset_t *rs;
+    int write;
+    int zero; /* the source is zeros */
+    uint64_t off, len;
+    char *buf;
+    uint32_t replica;           /* reads: the replica being tried */
+    int rerr[MC__MAX_REPLICAS]; /* writes: the first error per replica */
+    int pending;
+    int issuing;
+    int err;
+    void (*done)(void *arg, int rc);
+    void *arg;
+    struct xfer *wait_next; /* parked on a peer (mc__peer_wait()) */
+} xfer_t;
+
+/*
+ * Moves len bytes between buf and object offset off of the replicas rs
+ * (every replica for a write; the first that works for a read); buf NULL
+ * with write writes zeros. done(arg, rc) runs once, possibly at once.
+ */
+void mc__xfer(mc_store_t *s, const mc__rset_t *rs, int write, uint64_t off, char *buf, uint64_t len,
+              void (*done)(void *, int), void *arg);
+
+/* Issues x's pieces, or parks it until a peer is ready; peers.c resumes
+ * parked transfers with it. */
+void mc__xfer_step(xfer_t *x);
+
+/* ---- peers and routes (peers.c) ---- */
+
+/* The master's rpc client callbacks: the session handshake. */
+extern const mc__rpc_client_ops_t mc__master_ops;
+
+/*
+ * Whether x must wait before it moves bytes on replica rep: the first
+ * transfer to a co-located node waits for the segment's mapping, one over
+ * RDMA for the connection to the node. Parks x (mc__xfer_step() resumes it)
+ * and returns 1, or returns 0: go ahead.
+ */
+int mc__peer_wait(xfer_t *x, const struct rrep *rep);
+
+/*
+ * Picks the transport for pieces on replica rep now, and fills *ep for it;
+ * *peer is the node (NULL: our own segment). Returns 0, or -errno: the
+ * replica is out of reach (-EHOSTUNREACH, -ENOTCONN or the connect's error
+ * for RDMA not up, -EPROTONOSUPPORT: protocol rdma to a node without it).
+ */
+int mc__peer_route(mc_store_t *s, const struct rrep *rep, const mc__transport_t **tp,
+                   struct peer **peer, mc__tp_ep_t *ep);
+
+/* A piece on ep to peer failed with err: a connection that timed out or
+ * broke is dropped (the next transfer makes a new one). The store is open. */
+void mc__peer_piece_failed(struct peer *p, const mc__transport_t *tp, const mc__tp_ep_t *ep,
+                           int err);
+
+/* Closes every peer of rm (at close): pieces and waits in flight fail. */
+void mc__peers_close(struct mc__remote *rm);
+
+/* ---- the replica-list cache (rcache.c) ---- */
+
+typedef struct rcache_ent {
+    struct rcache_ent *hnext;
+    uint32_t refs;
+    uint64_t expires; /* mc_loop_now_ms() */
+    mc_stat_t st;
+    mc__rset_t *rs;
+    size_t klen;
+    char key[];
+} rcache_ent_t;
+
+/* Drops a reference to e (NULL is ignored); the last frees it. */
+void mc__rc_put(rcache_ent_t *e);
+
+/* Drops every entry (rm may be NULL: the store is closing). */
+void mc__rc_clear(struct mc__remote *rm);
+
+/* Drops key's entry (only if it is e, unless e is NULL). */
+void mc__rc_drop(struct mc__remote *rm, const char *key, size_t klen, const rcache_ent_t *e);
+
+/* key's live entry, or NULL (an expired one is dropped). */
+rcache_ent_t *mc__rc_find(struct mc__remote *rm, const char *key, size_t klen);
+
+/* A fresher word from the master on key (a stat): an entry of another
+ * version goes. */
+void mc__rc_check(struct mc__remote *rm, const char *key, size_t klen, const mc_stat_t *st);
+
+/* Puts e in the table (which takes a reference), replacing key's entry. */
+void mc__rc_insert(struct mc__remote *rm, rcache_ent_t *e);
+
+#endif /* MC_REMOTE_I_H */

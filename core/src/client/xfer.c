@@ -1,0 +1,335 @@
+/*
+ * xfer.c - replica sets, and transfers between a buffer and the replicas of
+ * an object (remote_i.h).
+ *
+ * Data moves in pieces of at most MC__PROTO_CHUNK bytes, all pieces of a
+ * transfer in flight at once: writes go to every replica, reads to one and
+ * fail over to the next. Each replica's pieces take the transport
+ * mc__peer_route() picks (transport/transport.h): memcpy into our own
+ * segment or a co-located node's mapped one, RDMA, or TCP; a transfer that
+ * must first wait for a mapping or an RDMA connection is parked on the
+ * peer (mc__peer_wait()). A write that could not reach a replica's node
+ * while another replica took every byte drops that replica.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/remote_i.h"
+#include "runtime/log.h"
+
+/* ---- replica sets ---- */
+
+void mc__rset_free(mc__rset_t *rs)
+{
+    if (!rs)
+        return;
+    for (uint32_t i = 0; i < rs->n; i++) {
+        free(rs->r[i].ext);
+        free(rs->r[i].desc);
+    }
+    free(rs);
+}
+
+int mc__rset_take(const char **p, size_t *n, mc__rset_t **out)
+{
+    mc__wire_replica_t w[MC__MAX_REPLICAS];
+    int cnt = mc__take_replicas(p, n, w, MC__MAX_REPLICAS);
+    if (cnt < 0)
+        return -EIO;
+    mc__rset_t *rs = calloc(1, sizeof(*rs) + sizeof(rs->r[0]) * (size_t)cnt);
+    if (!rs)
+        return -ENOMEM;
+    for (int i = 0; i < cnt; i++) {
+        struct rrep *r = &rs->r[i];
+        r->seg = w[i].seg;
+        size_t al = w[i].addr_len < MC__ADDR_STRLEN - 1 ? w[i].addr_len : MC__ADDR_STRLEN - 1;
+        memcpy(r->addr, w[i].addr, al);
+        r->addr[al] = '\0';
+        r->ext = malloc(sizeof(*r->ext) * (w[i].next ? w[i].next : 1));
+        if (!r->ext) {
+            mc__rset_free(rs);
+            return -ENOMEM;
+        }
+        if (w[i].rdma_len && mc__rdma_record_unpack(w[i].rdma, w[i].rdma_len, r->rdma_addr,
+                                                    sizeof(r->rdma_addr), &r->desc) < 0) {
+            mc__log(MC__LOG_WARN, "%s: malformed RDMA record for segment %u: using TCP", r->addr,
+                    r->seg);
+            r->desc = NULL;
+        }
+        r->next = w[i].next;
+        for (uint32_t e = 0; e < w[i].next; e++)
+            mc__wire_extent(&w[i], e, &r->ext[e].off, &r->ext[e].len);
+        rs->n = (uint32_t)i + 1;
+    }
+    *out = rs;
+    return 0;
+}
+
+/* ---- transfers ---- */
+
+/* A piece in flight on an asynchronous transport. */
+typedef struct piece {
+    xfer_t *x;
+    uint32_t r; /* the replica */
+    struct peer *p;
+    const mc__transport_t *tp;
+    mc__tp_ep_t ep;
+    struct mc__ubuf *ub; /* zero copy: the caller's registered buffer, or NULL */
+    uint32_t len;
+} piece_t;
+
+static void xfer_end(xfer_t *x);
+
+/* Records a piece's error: per replica for a write, for the whole read. */
+static void xfer_fail(xfer_t *x, uint32_t r, int err)
+{
+    int *e = x->write ? &x->rerr[r] : &x->err;
+    if (err < 0 && !*e)
+        *e = err;
+}
+
+/* Errors that say the node is unreachable, not that the request was bad. */
+static int conn_error(int err)
+{
+    switch (-err) {
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case ETIMEDOUT:
+    case EHOSTUNREACH:
+    case EHOSTDOWN:
+    case ENETUNREACH:
+    case ENOTCONN:
+    case EPIPE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/*
+ * The end of a write: the first error, or 0. Replicas whose node could not
+ * be reached while another replica took every byte are dropped (marked dead
+ * in the set, and PUT_DROP_REPLICA to the master, which sends the request
+ * before any later call of this writer): the put goes on with the others,
+ * and the master restores the count later (repair.h).
+ */
+static int xfer_write_result(xfer_t *x)
+{
+    mc__rset_t *rs = (mc__rset_t *)x->rs; /* a writer's own set */
+    int ok = 0, hard = 0;
+    for (uint32_t r = 0; r < rs->n; r++) {
+        if (rs->r[r].dead)
+            continue;
+        if (!x->rerr[r])
+            ok++;
+        else if (!conn_error(x->rerr[r]) || !rs->put_id)
+            hard = x->rerr[r];
+    }
+    int first = 0;
+    for (uint32_t r = 0; r < rs->n && !first; r++)
+        if (!rs->r[r].dead)
+            first = x->rerr[r];
+    if (hard || !ok || x->err)
+        return x->err ? x->err : hard ? hard : first;
+    for (uint32_t r = 0; r < rs->n; r++) {
+        if (rs->r[r].dead || !x->rerr[r])
+            continue;
+        mc__log(MC__LOG_WARN, "%s: %s: writing on without the replica on segment %u", rs->r[r].addr,
+                mc_strerror(x->rerr[r]), rs->r[r].seg);
+        rs->r[r].dead = 1;
+        mc__mcall(x->s, MC__OP_PUT_DROP_REPLICA, mc__ignore_reply, NULL, "qu", rs->put_id,
+                  rs->r[r].seg);
+    }
+    return 0;
+}
+
+/* Counts n bytes moved by tp in s's counters of it. */
+static void tp_count(mc_store_t *s, const mc__transport_t *tp, uint64_t n)
+{
+    mc__count((uint64_t *)((char *)&s->st + tp->ops_stat),
+              (uint64_t *)((char *)&s->st + tp->bytes_stat), n);
+}
+
+static void piece_done(void *arg, int status)
+{
+    piece_t *pc = arg;
+    xfer_t *x = pc->x;
+    if (pc->ub)
+        pc->ub->users--;
+    if (status >= 0) {
+        tp_count(x->s, pc->tp, pc->len);
+        if (pc->ub)
+            __atomic_fetch_add(&x->s->st.rdma_zero_copy_bytes, pc->len, __ATOMIC_RELAXED);
+    } else if (x->s->rm) {
+        mc__peer_piece_failed(pc->p, pc->tp, &pc->ep, status);
+    }
+    xfer_fail(x, pc->r, status);
+    x->pending--;
+    free(pc);
+    xfer_end(x);
+}
+
+static void xfer_end(xfer_t *x)
+{
+    if (x->pending || x->issuing)
+        return;
+    if (x->err && !x->write && x->replica + 1 < x->rs->n) {
+        mc__log(MC__LOG_INFO, "read from %s failed (%s): trying the next replica",
+                x->rs->r[x->replica].addr, mc_strerror(x->err));
+        x->replica++;
+        x->err = 0;
+        mc__xfer_step(x);
+        return;
+    }
+    int rc = x->write ? xfer_write_result(x) : x->err;
+    void (*done)(void *, int) = x->done;
+    void *arg = x->arg;
+    free(x);
+    done(arg, rc);
+}
+
+/* Starts piece p of x on replica r (node peer) over tp. Returns 0 or
+ * -errno (nothing started). */
+static int xfer_piece(xfer_t *x, uint32_t r, struct peer *peer, const mc__transport_t *tp,
+                      const mc__tp_ep_t *ep, mc__tp_piece_t *p)
+{
+    mc_store_t *s = x->s;
+    if (tp->flags & MC__TP_SYNC) {
+        int rc = tp->move(ep, p, NULL, NULL);
+        if (rc >= 0)
+            tp_count(s, tp, p->len);
+        return rc;
+    }
+    piece_t *pc = malloc(sizeof(*pc));
+    if (!pc)
+        return -ENOMEM;
+    *pc = (piece_t){.x = x, .r = r, .p = peer, .tp = tp, .ep = *ep, .len = p->len};
+    /* Zero copy when the piece lies in a buffer the caller registered: the
+     * NIC moves the caller's bytes itself. */
+    struct mc__ubuf *ub =
+        (tp->flags & MC__TP_ZERO_COPY) && p->buf ? mc__ubuf_find(s, p->buf, p->len) : NULL;
+    if (ub && ub->mr) {
+        pc->ub = ub;
+        ub->users++;
+        p->mr = ub->mr;
+    }
+    int rc = tp->move(ep, p, piece_done, pc);
+    if (rc < 0) {
+        if (pc->ub)
+            pc->ub->users--;
+        free(pc);
+        return rc;
+    }
+    x->pending++;
+    return 0;
+}
+
+/* Issues the pieces of [x->off, x->off + x->len) on replica r. */
+static void xfer_replica(xfer_t *x, uint32_t r)
+{
+    const struct rrep *rep = &x->rs->r[r];
+    int *err = x->write ? &x->rerr[r] : &x->err; /* this replica's error */
+    const mc__transport_t *tp;
+    struct peer *peer;
+    mc__tp_ep_t ep;
+    int rc = mc__peer_route(x->s, rep, &tp, &peer, &ep);
+    if (rc < 0) {
+        *err = rc;
+        return;
+    }
+    uint64_t at = 0, end = x->off + x->len;
+    for (uint32_t e = 0; e < rep->next && at < end && !*err; e++) {
+        const mc__extent_t *ex = &rep->ext[e];
+        uint64_t lo = x->off > at ? x->off : at;
+        uint64_t hi = end < at + ex->len ? end : at + ex->len;
+        for (uint64_t p = lo; p < hi && !*err;) {
+            uint32_t n = (uint32_t)(hi - p < MC__PROTO_CHUNK ? hi - p : MC__PROTO_CHUNK);
+            mc__tp_piece_t pc = {.write = x->write,
+                                 .buf = x->buf ? x->buf + (p - x->off) : NULL,
+                                 .seg = rep->seg,
+                                 .off = ex->off + (p - at),
+                                 .len = n,
+                                 .timeout_ms = x->s->timeout_ms};
+            if ((rc = xfer_piece(x, r, peer, tp, &ep, &pc)) < 0)
+                *err = rc;
+            p += n;
+        }
+        at += ex->len;
+    }
+}
+
+/* Whether x must wait for a peer before it issues (mc__peer_wait()). */
+static int xfer_parks(xfer_t *x)
+{
+    for (uint32_t r = x->write ? 0 : x->replica; r < x->rs->n; r++) {
+        const struct rrep *rep = &x->rs->r[r];
+        if (rep->dead)
+            continue;
+        if (mc__peer_wait(x, rep))
+            return 1;
+        if (!x->write)
+            break;
+    }
+    return 0;
+}
+
+void mc__xfer_step(xfer_t *x)
+{
+    if (!x->s->rm) { /* the store is closing */
+        if (!x->err)
+            x->err = -ECANCELED;
+        x->replica = x->rs->n;
+        xfer_end(x);
+        return;
+    }
+    while (!x->write && x->replica + 1 < x->rs->n && x->rs->r[x->replica].dead)
+        x->replica++; /* a writer's dropped replica lacks bytes */
+    if (xfer_parks(x))
+        return; /* the peer resumes it */
+    x->issuing = 1;
+    if (x->write) {
+        for (uint32_t r = 0; r < x->rs->n; r++)
+            if (!x->rs->r[r].dead && !x->rerr[r])
+                xfer_replica(x, r);
+    } else if (x->rs->r[x->replica].dead) {
+        x->err = -EIO;
+    } else {
+        xfer_replica(x, x->replica);
+    }
+    x->issuing = 0;
+    xfer_end(x);
+}
+
+void mc__xfer(mc_store_t *s, const mc__rset_t *rs, int write, uint64_t off, char *buf, uint64_t len,
+              void (*done)(void *, int), void *arg)
+{
+    if (!len) {
+        done(arg, 0);
+        return;
+    }
+    if (!s->rm) { /* the store is closing */
+        done(arg, -ECANCELED);
+        return;
+    }
+    if (!rs || !rs->n) {
+        done(arg, -EIO);
+        return;
+    }
+    xfer_t *x = calloc(1, sizeof(*x));
+    if (!x) {
+        done(arg, -ENOMEM);
+        return;
+    }
+    *x = (xfer_t){.s = s,
+                  .rs = rs,
+                  .write = write,
+                  .zero = write && !buf,
+                  .off = off,
+                  .len = len,
+                  .buf = buf,
+                  .done = done,
+                  .arg = arg};
+    mc__xfer_step(x);
+}

@@ -1,0 +1,363 @@
+/*
+ * rdma_io.c - the RDMA transport's data path (see transport_rdma.h):
+ * memory registrations, and operations on a connected client connection.
+ *
+ * Operations queue per connection in FIFO order; c->issue is the first with
+ * bytes not yet posted. A slice occupies one slot (its staging buffer, when
+ * the caller's buffer is not registered) from post to completion; the slots
+ * bound what is in flight. An RC send queue completes in order, so
+ * operations complete in the order they were queued.
+ */
+#ifdef MC_HAVE_RDMA
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/log.h"
+#include "transport/rdma_i.h"
+
+static void pump(mc__rdma_conn_t *c);
+
+/* ---- memory registration ---- */
+
+int mc__rdma_register(mc__rdma_ctx_t *ctx, void *base, size_t size, unsigned flags,
+                      mc__rdma_mr_t **out)
+{
+    if (!base || !size)
+        return -EINVAL;
+    uint64_t chunk = ctx->mr_chunk;
+    uint64_t n = size / chunk + (size % chunk != 0);
+    if (n > MC__RDMA_DESC_MAX_CHUNKS)
+        return -EINVAL;
+    mc__rdma_mr_t *mr = calloc(1, sizeof(*mr));
+    if (!mr)
+        return -ENOMEM;
+    mr->desc = calloc(1, mc__rdma_desc_size((uint32_t)n));
+    mr->mrs = calloc(n, sizeof(*mr->mrs));
+    if (!mr->desc || !mr->mrs) {
+        free(mr->desc);
+        free(mr->mrs);
+        free(mr);
+        return -ENOMEM;
+    }
+    int access = IBV_ACCESS_LOCAL_WRITE;
+    if (flags & MC__RDMA_REMOTE)
+        access |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+    mr->ctx = ctx;
+    mr->base = base;
+    mr->size = size;
+    mr->desc->size = size;
+    mr->desc->chunk = chunk;
+    mr->desc->n = (uint32_t)n;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t at = (uint64_t)i * chunk;
+        uint64_t len = size - at < chunk ? size - at : chunk;
+        mr->mrs[i] = ibv_reg_mr(ctx->pd, mr->base + at, len, access);
+        if (!mr->mrs[i]) {
+            int rc = err_of(-ENOMEM);
+            mc__log(MC__LOG_WARN, "rdma: registering %llu bytes on %s failed: %s",
+                    (unsigned long long)len, ctx->devname, strerror(-rc));
+            while (i--)
+                ibv_dereg_mr(mr->mrs[i]);
+            free(mr->desc);
+            free(mr->mrs);
+            free(mr);
+            return rc;
+        }
+        mr->desc->c[i].addr = (uint64_t)(uintptr_t)(mr->base + at);
+        mr->desc->c[i].rkey = mr->mrs[i]->rkey;
+    }
+    mr->next = ctx->mrs;
+    if (ctx->mrs)
+        ctx->mrs->prev = mr;
+    ctx->mrs = mr;
+    ctx->st.registered_bytes += size;
+    *out = mr;
+    return 0;
+}
+
+void mc__rdma_deregister(mc__rdma_mr_t *mr)
+{
+    if (!mr)
+        return;
+    mc__rdma_ctx_t *ctx = mr->ctx;
+    for (uint32_t i = 0; i < mr->desc->n; i++)
+        ibv_dereg_mr(mr->mrs[i]);
+    if (mr->prev)
+        mr->prev->next = mr->next;
+    else
+        ctx->mrs = mr->next;
+    if (mr->next)
+        mr->next->prev = mr->prev;
+    ctx->st.registered_bytes -= mr->size;
+    free(mr->desc);
+    free(mr->mrs);
+    free(mr);
+}
+
+const mc__rdma_desc_t *mc__rdma_mr_desc(const mc__rdma_mr_t *mr)
+{
+    return mr->desc;
+}
+
+void mc__rdma_finish_op(mc__rdma_ctx_t *ctx, op_t *op, int status)
+{
+    mc_timer_stop(&op->timer);
+    if (status == 0 && op->write) {
+        ctx->st.writes++;
+        ctx->st.bytes_written += op->len;
+    } else if (status == 0) {
+        ctx->st.reads++;
+        ctx->st.bytes_read += op->len;
+    } else {
+        ctx->st.failed++;
+        if (status == -ETIMEDOUT)
+            ctx->st.timeouts++;
+    }
+    mc__rdma_cb cb = op->cb;
+    void *arg = op->arg;
+    free(op);
+    cb(arg, status);
+}
+
+/* ---- completions ---- */
+
+static int wc_err(enum ibv_wc_status s)
+{
+    switch (s) {
+    case IBV_WC_RETRY_EXC_ERR:
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+    case IBV_WC_WR_FLUSH_ERR:
+    case IBV_WC_LOC_QP_OP_ERR:
+    case IBV_WC_REM_ABORT_ERR:
+    case IBV_WC_FATAL_ERR:
+    case IBV_WC_RESP_TIMEOUT_ERR:
+        return -ECONNRESET; /* the peer or the QP is gone */
+    default:
+        return -EIO; /* access, protection, length: this request was bad */
+    }
+}
+
+static void unlink_op(mc__rdma_conn_t *c, op_t *op)
+{
+    op_t **pp = &c->head, *prev = NULL;
+    while (*pp && *pp != op) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp)
+        return;
+    *pp = op->next;
+    if (c->tail == op)
+        c->tail = prev;
+}
+
+static void on_wc(mc__rdma_conn_t *c, const struct ibv_wc *wc)
+{
+    mc__rdma_ctx_t *ctx = c->ctx;
+    ctx->st.completions++;
+    if (wc->status != IBV_WC_SUCCESS || wc->wr_id >= c->nslots) {
+        mc__log(MC__LOG_WARN, "rdma: work request to %s failed: %s (vendor error %u)", c->peer,
+                ibv_wc_status_str(wc->status), wc->vendor_err);
+        mc__rdma_conn_fail(c, wc->status != IBV_WC_SUCCESS ? wc_err(wc->status) : -EIO);
+        return;
+    }
+    uint32_t si = (uint32_t)wc->wr_id;
+    slot_t *s = &c->slots[si];
+    op_t *op = s->op;
+    if (!op->write && !op->mr)
+        memcpy(op->buf + s->off, c->stage + (size_t)si * ctx->o.slice_size, s->len);
+    op->done += s->len;
+    s->op = NULL;
+    c->free_slots[c->nfree++] = si;
+    c->inflight--;
+    if (op->done == op->len) {
+        unlink_op(c, op);
+        mc__rdma_finish_op(ctx, op, 0);
+    }
+}
+
+/*
+ * The completion channel is readable: acknowledge its events, re-arm the CQ,
+ * then drain it. Re-arming before the drain means a completion that lands
+ * during the drain raises a new event instead of waiting unseen.
+ */
+void mc__rdma_on_cq(mc_poll_t *p, int revents)
+{
+    mc__rdma_conn_t *c = p->data;
+    mc__rdma_ctx_t *ctx = c->ctx;
+    if (revents < 0) {
+        mc__rdma_conn_fail(c, -EIO);
+        return;
+    }
+    ctx->st.cq_wakeups++;
+    struct ibv_cq *ecq;
+    void *ectx;
+    unsigned nev = 0;
+    while (ibv_get_cq_event(c->ch, &ecq, &ectx) == 0)
+        nev++;
+    if (nev)
+        ibv_ack_cq_events(c->cq, nev);
+    if (ibv_req_notify_cq(c->cq, 0)) {
+        mc__rdma_conn_fail(c, -EIO);
+        return;
+    }
+    struct ibv_wc wc[32];
+    for (;;) {
+        int n = ibv_poll_cq(c->cq, 32, wc);
+        if (n < 0) {
+            mc__rdma_conn_fail(c, -EIO);
+            return;
+        }
+        for (int i = 0; i < n; i++) {
+            on_wc(c, &wc[i]);
+            if (c->state != C_CONNECTED) /* failed, or closed by a callback */
+                return;
+        }
+        if (n < 32)
+            break;
+    }
+    pump(c);
+}
+
+/* ---- operations ---- */
+
+/* Posts slices of the queued operations while slots are free. */
+static void pump(mc__rdma_conn_t *c)
+{
+    mc__rdma_ctx_t *ctx = c->ctx;
+    while (c->state == C_CONNECTED && c->issue && c->nfree) {
+        op_t *op = c->issue;
+        const mc__rdma_desc_t *rd = op->rd;
+        uint64_t off = op->issued;
+        uint64_t n = op->len - off;
+        if (n > ctx->o.slice_size)
+            n = ctx->o.slice_size;
+        /* Stay inside one remote chunk... */
+        uint64_t ra = op->roff + off;
+        uint64_t ci = ra / rd->chunk, cw = ra % rd->chunk;
+        if (n > rd->chunk - cw)
+            n = rd->chunk - cw;
+        uint32_t si = c->free_slots[--c->nfree];
+        struct ibv_sge sge;
+        if (op->mr) {
+            /* ... and inside one local memory region. */
+            uint64_t la = (uint64_t)(op->buf + off - op->mr->base);
+            uint64_t lc = op->mr->desc->chunk;
+            if (n > lc - la % lc)
+                n = lc - la % lc;
+            sge = (struct ibv_sge){(uintptr_t)(op->buf + off), (uint32_t)n,
+                                   op->mr->mrs[la / lc]->lkey};
+        } else {
+            char *st = c->stage + (size_t)si * ctx->o.slice_size;
+            if (op->write && op->buf)
+                memcpy(st, op->buf + off, n);
+            else if (op->write)
+                memset(st, 0, n);
+            sge = (struct ibv_sge){(uintptr_t)st, (uint32_t)n, c->stage_mr->lkey};
+        }
+        struct ibv_send_wr wr = {
+            .wr_id = si,
+            .sg_list = &sge,
+            .num_sge = 1,
+            .opcode = op->write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
+            .send_flags = IBV_SEND_SIGNALED,
+            .wr.rdma = {.remote_addr = rd->c[ci].addr + cw, .rkey = rd->c[ci].rkey},
+        };
+        struct ibv_send_wr *bad;
+        int rc = ibv_post_send(c->qp, &wr, &bad);
+        if (rc) {
+            c->free_slots[c->nfree++] = si;
+            mc__log(MC__LOG_WARN, "rdma: posting to %s failed: %s", c->peer, strerror(rc));
+            mc__rdma_conn_fail(c, -EIO);
+            return;
+        }
+        c->slots[si] = (slot_t){.op = op, .off = off, .len = (uint32_t)n};
+        op->issued += n;
+        c->inflight++;
+        ctx->st.slices++;
+        if (c->inflight > ctx->st.inflight_peak)
+            ctx->st.inflight_peak = c->inflight;
+        if (op->issued == op->len)
+            c->issue = op->next;
+    }
+}
+
+static void on_op_timeout(mc_timer_t *t)
+{
+    op_t *op = t->data;
+    mc__rdma_conn_t *c = op->c;
+    mc__log(MC__LOG_WARN, "rdma: %s of %llu bytes at %s timed out (%llu done)",
+            op->write ? "write" : "read", (unsigned long long)op->len, c->peer,
+            (unsigned long long)op->done);
+    mc__rdma_conn_fail(c, -ETIMEDOUT);
+}
+
+static int submit(mc__rdma_conn_t *c, int write, char *buf, const mc__rdma_mr_t *mr,
+                  const mc__rdma_desc_t *rd, uint64_t roff, size_t len, uint64_t timeout_ms,
+                  mc__rdma_cb cb, void *arg)
+{
+    if (!len || !rd || !cb || !rd->chunk || (!buf && (!write || mr)))
+        return -EINVAL;
+    if (roff > rd->size || len > rd->size - roff)
+        return -EINVAL;
+    if (mr && (mr->ctx != c->ctx || buf < mr->base || (uint64_t)(buf - mr->base) > mr->size ||
+               len > mr->size - (uint64_t)(buf - mr->base)))
+        return -EINVAL;
+    if (c->closed)
+        return -EBADF;
+    if (c->state == C_DEAD)
+        return c->err;
+    if (c->state != C_CONNECTED)
+        return -ENOTCONN;
+    op_t *op = calloc(1, sizeof(*op));
+    if (!op)
+        return -ENOMEM;
+    *op = (op_t){.c = c,
+                 .write = write,
+                 .buf = buf,
+                 .mr = mr,
+                 .rd = rd,
+                 .roff = roff,
+                 .len = len,
+                 .cb = cb,
+                 .arg = arg};
+    op->timer.data = op;
+    int rc = mc_timer_start(c->ctx->loop, &op->timer,
+                            timeout_ms ? timeout_ms : c->ctx->o.timeout_ms, 0, on_op_timeout);
+    if (rc < 0) {
+        free(op);
+        return rc;
+    }
+    if (c->tail)
+        c->tail->next = op;
+    else
+        c->head = op;
+    c->tail = op;
+    if (!c->issue)
+        c->issue = op;
+    /* A failure to post fails the connection; op's callback then runs from
+     * the loop, not here. */
+    pump(c);
+    return 0;
+}
+
+int mc__rdma_read(mc__rdma_conn_t *c, void *buf, const mc__rdma_mr_t *mr, const mc__rdma_desc_t *rd,
+                  uint64_t roff, size_t len, uint64_t timeout_ms, mc__rdma_cb cb, void *arg)
+{
+    if (!buf)
+        return -EINVAL;
+    return submit(c, 0, buf, mr, rd, roff, len, timeout_ms, cb, arg);
+}
+
+int mc__rdma_write(mc__rdma_conn_t *c, const void *buf, const mc__rdma_mr_t *mr,
+                   const mc__rdma_desc_t *rd, uint64_t roff, size_t len, uint64_t timeout_ms,
+                   mc__rdma_cb cb, void *arg)
+{
+    /* The cast is safe: a write only reads buf. */
+    return submit(c, 1, (char *)buf, mr, rd, roff, len, timeout_ms, cb, arg);
+}
+
+#endif /* MC_HAVE_RDMA */
