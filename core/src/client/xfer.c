@@ -24,11 +24,9 @@ void mc__rset_free(mc__rset_t *rs)
 {
     if (!rs)
         return;
-    for (uint32_t i = 0; i < rs->n; i++) {
-        free(rs->r[i].ext);
+    for (uint32_t i = 0; i < rs->n; i++)
         free(rs->r[i].desc);
-    }
-    free(rs);
+    free(rs); /* the extents live in the same block */
 }
 
 int mc__rset_take(const char **p, size_t *n, mc__rset_t **out)
@@ -37,20 +35,29 @@ int mc__rset_take(const char **p, size_t *n, mc__rset_t **out)
     int cnt = mc__take_replicas(p, n, w, MC__MAX_REPLICAS);
     if (cnt < 0)
         return -EIO;
-    mc__rset_t *rs = calloc(1, sizeof(*rs) + sizeof(rs->r[0]) * (size_t)cnt);
+    /* One block: the set, its replicas, then every replica's extents (a
+     * put's set is decoded on every put: one allocation, nothing zeroed
+     * that is written next). */
+    size_t next = 0;
+    for (int i = 0; i < cnt; i++)
+        next += w[i].next;
+    size_t head = sizeof(mc__rset_t) + sizeof(struct rrep) * (size_t)cnt;
+    head = (head + _Alignof(mc__extent_t) - 1) / _Alignof(mc__extent_t) * _Alignof(mc__extent_t);
+    mc__rset_t *rs = malloc(head + sizeof(mc__extent_t) * next);
     if (!rs)
         return -ENOMEM;
+    rs->n = 0;
+    rs->put_id = 0;
+    mc__extent_t *ext = (mc__extent_t *)((char *)rs + head);
     for (int i = 0; i < cnt; i++) {
         struct rrep *r = &rs->r[i];
         r->seg = w[i].seg;
         size_t al = w[i].addr_len < MC__ADDR_STRLEN - 1 ? w[i].addr_len : MC__ADDR_STRLEN - 1;
         memcpy(r->addr, w[i].addr, al);
         r->addr[al] = '\0';
-        r->ext = malloc(sizeof(*r->ext) * (w[i].next ? w[i].next : 1));
-        if (!r->ext) {
-            mc__rset_free(rs);
-            return -ENOMEM;
-        }
+        r->rdma_addr[0] = '\0';
+        r->desc = NULL;
+        r->dead = 0;
         if (w[i].rdma_len && mc__rdma_record_unpack(w[i].rdma, w[i].rdma_len, r->rdma_addr,
                                                     sizeof(r->rdma_addr), &r->desc) < 0) {
             mc__log(MC__LOG_WARN, "%s: malformed RDMA record for segment %u: using TCP", r->addr,
@@ -58,8 +65,10 @@ int mc__rset_take(const char **p, size_t *n, mc__rset_t **out)
             r->desc = NULL;
         }
         r->next = w[i].next;
+        r->ext = ext;
         for (uint32_t e = 0; e < w[i].next; e++)
             mc__wire_extent(&w[i], e, &r->ext[e].off, &r->ext[e].len);
+        ext += w[i].next;
         rs->n = (uint32_t)i + 1;
     }
     *out = rs;
