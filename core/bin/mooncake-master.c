@@ -362,13 +362,10 @@ static int serve_rdma(const struct options *o, struct master *mp)
         return 0;
     char host[MC__ADDR_STRLEN], *rec = NULL;
     size_t rec_len = 0;
-    const char *a = mc__server_addr(mp->srv), *colon = strrchr(a, ':');
-    snprintf(host, sizeof(host), "%.*s", colon ? (int)(colon - a) : 0, a);
-    if (host[0] == '[') {
-        memmove(host, host + 1, strlen(host));
-        host[strlen(host) - 1] = '\0';
-    }
-    rc = mc__rdma_serve(mp->rdma, seg_mem.base, seg_mem.size, host, &mp->seg_mr, &rec, &rec_len);
+    rc = mc__rdma_host_of(mc__server_addr(mp->srv), host, sizeof(host));
+    if (rc == 0)
+        rc =
+            mc__rdma_serve(mp->rdma, seg_mem.base, seg_mem.size, host, &mp->seg_mr, &rec, &rec_len);
     if (rc >= 0)
         rc = mc__svc_set_local_rdma(mp->svc, rec, rec_len);
     free(rec);

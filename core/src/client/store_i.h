@@ -192,10 +192,6 @@ int mc__remote_writer_set_key(mc_writer_t *w, const char *key, size_t klen);
  * (bounded), then done(s) runs, possibly at once. done may be NULL. */
 void mc__remote_close(mc_store_t *s, void (*done)(mc_store_t *s));
 
-/* Writes the host part of a data address ("10.0.0.1:7100", "[fe80::1]:7100")
- * into host[0..cap). Returns 0, -EAFNOSUPPORT (a unix: address), -EINVAL. */
-int mc__rdma_host_of(const char *addr, char *host, size_t cap);
-
 /* Offers s's segment over RDMA (once): registers it, listens on host, keeps
  * the record to publish in s->rdma_rec. Returns 0 or -errno (logged). */
 int mc__store_rdma_serve(mc_store_t *s, const char *host);

@@ -88,3 +88,19 @@ int mc__rdma_serve(mc__rdma_ctx_t *ctx, void *base, size_t size, const char *hos
     }
     return rc;
 }
+
+int mc__rdma_host_of(const char *addr, char *host, size_t cap)
+{
+    const char *colon = strrchr(addr, ':');
+    if (strncmp(addr, "unix:", 5) == 0 || !colon)
+        return -EAFNOSUPPORT; /* RDMA needs an IP address */
+    const char *h = addr;
+    size_t n = (size_t)(colon - addr);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']')
+        h++, n -= 2;
+    if (n == 0 || n >= cap)
+        return -EINVAL;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    return 0;
+}

@@ -56,4 +56,9 @@ int mc__rdma_open(mc_loop_t *l, int xport, const char *devices, uint64_t timeout
 int mc__rdma_serve(mc__rdma_ctx_t *ctx, void *base, size_t size, const char *host,
                    mc__rdma_mr_t **mr, char **rec, size_t *rec_len);
 
+/* Writes the host part of a data address ("10.0.0.1:7100", "[fe80::1]:7100"),
+ * the host an RDMA listener binds, into host[0..cap). Returns 0,
+ * -EAFNOSUPPORT (a unix: address), -EINVAL. */
+int mc__rdma_host_of(const char *addr, char *host, size_t cap);
+
 #endif /* MC_RDMA_SETUP_H */
