@@ -1,5 +1,5 @@
 /*
- * cli.c - mooncake-cli: the store from the shell, through the public C API
+ * mooncake-cli.c - mooncake-cli: the store from the shell, through the public C API
  * only (what a libmooncake user writes).
  *
  *   mooncake-cli --master HOST:PORT put KEY [FILE]   (FILE or stdin)

@@ -1,5 +1,5 @@
 /*
- * master.c - mooncake-master: the cluster's metadata master.
+ * mooncake-master.c - mooncake-master: the cluster's metadata master.
  *
  * Serves the master logic (key index, versions, placement, leases, pins,
  * eviction, node liveness) over the wire protocol on one address, optionally

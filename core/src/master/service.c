@@ -422,15 +422,23 @@ static int op_put_revoke(mc__svc_t *svc, const char *body, size_t len)
     return 0;
 }
 
-static int op_open(mc__svc_t *svc, uint64_t owner, const char *body, size_t len, uint64_t now,
-                   mc__wbuf_t *w)
+/* The published version a request naming one key ("k") is about. */
+static int take_version(mc__svc_t *svc, const char *body, size_t len, mc__version_t **out)
 {
     const char *key;
     uint32_t klen;
     UNPACK("k", &key, &klen);
-    mc__version_t *v = mc__master_find(svc->m, key, klen);
-    if (!v)
-        return -ENOENT;
+    *out = mc__master_find(svc->m, key, klen);
+    return *out ? 0 : -ENOENT;
+}
+
+static int op_open(mc__svc_t *svc, uint64_t owner, const char *body, size_t len, uint64_t now,
+                   mc__wbuf_t *w)
+{
+    mc__version_t *v;
+    int rc = take_version(svc, body, len, &v);
+    if (rc < 0)
+        return rc;
     handle_t *h = calloc(1, sizeof(*h));
     if (!h)
         return -ENOMEM;
@@ -459,12 +467,10 @@ static int op_close(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
 static int op_get_replicas(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
                            mc__wbuf_t *w)
 {
-    const char *key;
-    uint32_t klen;
-    UNPACK("k", &key, &klen);
-    mc__version_t *v = mc__master_find(svc->m, key, klen);
-    if (!v)
-        return -ENOENT;
+    mc__version_t *v;
+    int rc = take_version(svc, body, len, &v);
+    if (rc < 0)
+        return rc;
     mc__master_touch(svc->m, v, now, 1);
     mc__pack(w, "q", v->lease_until > now ? v->lease_until - now : (uint64_t)0);
     return pack_version(svc, w, v, now);
@@ -513,10 +519,8 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
     case MC__OP_GET_REPLICAS:
         return op_get_replicas(svc, body, len, now, w);
     case MC__OP_STAT:
-        UNPACK("k", &key, &klen);
-        v = mc__master_find(m, key, klen);
-        if (!v)
-            return -ENOENT;
+        if ((rc = take_version(svc, body, len, &v)) < 0)
+            return rc;
         mc__version_stat(v, now, &st);
         return mc__pack_stat(w, &st);
     case MC__OP_LOOKUP:
