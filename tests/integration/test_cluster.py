@@ -75,7 +75,7 @@ def test_replica_survives_kill_9_of_a_node(cluster, make_mount):
 
 
 def test_node_with_the_only_replica_dies(cluster, make_mount):
-    m = cluster.master("--node-ttl-ms", "1000")
+    m = cluster.master("--node-ttl-ms", "2500")
     a = cluster.node(m)
     cluster.node(m)
     mnt = make_mount("--master", m.addr, "--segment-size", "0", "--timeout-ms", "2000")
@@ -234,7 +234,7 @@ def test_node_that_stops_leaves_at_once(cluster):
 
 
 def test_preferred_segment_takes_every_replica(cluster):
-    m = cluster.master("--node-ttl-ms", "1000")
+    m = cluster.master("--node-ttl-ms", "2500")
     a, b, c = (cluster.node(m) for _ in range(3))
     blobs = {f"p{i}": os.urandom(1000 + 4099 * i) for i in range(10)}
     for key, data in blobs.items():

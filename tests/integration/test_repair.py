@@ -45,7 +45,7 @@ def get(master, key):
 
 
 def test_lost_replicas_are_restored_before_the_next_node_dies(cluster):
-    m = cluster.master("--node-ttl-ms", "1500")
+    m = cluster.master("--node-ttl-ms", "2500")
     nodes = [cluster.node(m) for _ in range(3)]
     blobs = {f"k{i:02d}": os.urandom(1 + (i * 104729) % (700 * 1024)) for i in range(24)}
     blobs["big"] = os.urandom(9 * MiB + 3)  # several 4 MiB pieces
@@ -73,7 +73,9 @@ def test_lost_replicas_are_restored_before_the_next_node_dies(cluster):
 
 
 def test_repair_counters_in_cli_stats(cluster):
-    m = cluster.master("--node-ttl-ms", "1000", "--repair-inflight", "1", "--repair-mbps", "100")
+    # Nodes beat every second: a TTL of two and a half beats expires the
+    # killed node soon, but no live one whose beat a busy machine delays.
+    m = cluster.master("--node-ttl-ms", "2500", "--repair-inflight", "1", "--repair-mbps", "100")
     nodes = [cluster.node(m) for _ in range(3)]
     data = os.urandom(3 * MiB)
     for i in range(4):
