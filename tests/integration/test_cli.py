@@ -2,7 +2,6 @@
 put and get (on a terminal only), and `stats` as a table and as JSON,
 checked against what a workload did to a real master and its nodes."""
 
-import json
 import os
 import pty
 import subprocess
