@@ -71,8 +71,12 @@ def test_wheel_builds_offline_installs_and_exposes_async_store(tmp_path):
     wheels = list(dist.glob("*.whl"))
     assert len(wheels) == 1
     names = zipfile.ZipFile(wheels[0]).namelist()
-    for module in ("__init__", "store", "async_store", "_errors", "_direct", "_mount"):
+    for module in ("__init__", "store", "async_store", "_errors", "_direct", "_mount",
+                   "filesystem"):
         assert f"mooncake/{module}.py" in names
+    eps = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert eps and "[fsspec.specs]\nmooncake = mooncake.filesystem:MooncakeFileSystem" in \
+        zipfile.ZipFile(wheels[0]).read(eps[0]).decode()
     assert [n for n in names if n.startswith("mooncake/_store") and n.endswith(".so")]
     assert not [n for n in names if n.endswith(".c") or "/tests/" in n]
 
@@ -109,6 +113,7 @@ def test_sdist_builds_offline_and_builds_through_pkg_config(tmp_path):
     (sdist,) = (tmp_path / "sd").glob("*.tar.gz")
     r = subprocess.run(["tar", "tzf", str(sdist)], capture_output=True, text=True, check=True)
     assert "mooncake-fs-0.1.0/mooncake/_store_i.h" in r.stdout.split()
+    assert "mooncake-fs-0.1.0/mooncake/filesystem.py" in r.stdout.split()
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
                         "--no-index", "-w", str(tmp_path / "dist"), str(sdist)],
                        capture_output=True, text=True, timeout=300,
