@@ -36,6 +36,8 @@ BASE_CFLAGS_RDMA := -DMC_HAVE_RDMA
 CORE_LIBS += $(RDMA_LIBS)
 endif
 LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
+# mooncake-cli's `stats --json` writes with libjansson.
+$(BUILD)/mooncake-cli: BIN_LIBS = $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
 
 CORE_SRC := $(sort $(wildcard core/src/*/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
@@ -52,7 +54,7 @@ LIB_SO := $(BUILD)/libmooncake.so
 FS_BIN := $(BUILD)/mooncake-fs
 
 .PHONY: all deps run test test-unit test-integration asan bench install clean format format-check check-layers fuzz test-rdma bench-rdma
-all: $(LIB_A) $(LIB_SO) $(FS_BIN) $(BIN_MASTER) $(BIN_CLI) $(UNIT_BIN)
+all: $(LIB_A) $(LIB_SO) $(BUILD)/mooncake.pc $(FS_BIN) $(BIN_MASTER) $(BIN_CLI) $(UNIT_BIN)
 
 deps:
 	$(Q)packaging/deps.sh
@@ -76,7 +78,18 @@ $(FS_BIN): $(FS_OBJ) $(LIB_A)
 
 $(BUILD)/mooncake-%: $(BUILD)/core/bin/mooncake-%.o $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) -o $@ $< $(LIB_A) $(LDFLAGS_ALL) $(CORE_LIBS)
+	$(Q)$(CC) -o $@ $< $(LIB_A) $(LDFLAGS_ALL) $(CORE_LIBS) $(BIN_LIBS)
+
+# mooncake.pc for pkg-config (python/setup.py reads it): this build tree's
+# library and headers; `make install` writes one for PREFIX. Libs.private
+# names what the static archive needs, RDMA's libraries when built in.
+define MC_PC
+prefix=$(1)\nlibdir=$(2)\nincludedir=$(3)\n\nName: mooncake\nDescription: Mooncake FS client library (libmooncake)\nVersion: $(shell sed -n 's/^#define MC_VERSION_STRING "\(.*\)"/\1/p' core/include/mooncake/mooncake.h)\nLibs: -L$${libdir} -lmooncake\nLibs.private: $(CORE_LIBS)\nCflags: -I$${includedir}\n
+endef
+$(BUILD)/mooncake.pc: Makefile core/include/mooncake/mooncake.h
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  GEN     $@")
+	$(Q)printf '$(call MC_PC,$(abspath $(BUILD)),$${prefix},$(abspath core/include))' > $@
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB_A) $(FS_OBJ) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
@@ -184,6 +197,8 @@ install: all
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libmooncake.so.0
 	ln -sf libmooncake.so.0 $(DESTDIR)$(PREFIX)/lib/libmooncake.so
 	install -m 644 core/include/mooncake/*.h $(DESTDIR)$(PREFIX)/include/mooncake/
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	printf '$(call MC_PC,$(PREFIX),$${prefix}/lib,$${prefix}/include)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mooncake.pc
 
 FORMAT_SRC = $(wildcard core/include/mooncake/*.h core/src/*/*.[ch] core/bin/*.c fs/*.[ch] tests/unit/*.[ch] tests/fuzz/*.c tests/rdma/*.c python/mooncake/*.c)
 format:

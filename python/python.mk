@@ -18,7 +18,7 @@ PY_BUILD := $(abspath $(BUILD))/python
 
 python-ext: $(PY_EXT)
 
-$(PY_EXT): $(wildcard python/mooncake/_store*.[ch]) python/setup.py $(BUILD)/libmooncake.a \
+$(PY_EXT): $(wildcard python/mooncake/_store*.[ch]) python/setup.py $(BUILD)/libmooncake.a $(BUILD)/mooncake.pc \
            core/include/mooncake/mooncake.h core/include/mooncake/loop.h
 	@$(if $(Q),echo "  PYEXT   $@")
 	$(Q)cd python && MC_LIBMOONCAKE=$(abspath $(BUILD))/libmooncake.a \
@@ -33,6 +33,6 @@ python-test: python-ext $(BUILD)/mooncake-fs $(BUILD)/mooncake-master $(BUILD)/m
 	$(Q)MC_BUILD=$(BUILD) PYTHONPATH=python $(PYTHON) -m pytest -q -rs python/tests
 endif
 
-python-wheel: $(BUILD)/libmooncake.a
+python-wheel: $(BUILD)/libmooncake.a $(BUILD)/mooncake.pc
 	$(Q)cd python && MC_LIBMOONCAKE=$(abspath $(BUILD))/libmooncake.a \
 	    $(PYTHON) -m pip wheel -q --no-build-isolation --no-deps --no-index -w $(PY_BUILD)/dist .

@@ -18,6 +18,7 @@ close() stops them all (mounts first, then nodes and masters together) and
 returns the problems it found, for the fixture to assert on. A process
 started on its own is the caller's to stop()."""
 
+import json
 import os
 import pathlib
 import re
@@ -64,6 +65,15 @@ def cli(master, *args, input=None, netns=None, timeout=60):
     cmd = [CLI, "--master", master, *args]
     return subprocess.run(in_netns(netns, cmd) if netns else cmd, input=input,
                           capture_output=True, timeout=timeout)
+
+
+def cli_stats(master, netns=None):
+    """The cluster's state as `mooncake-cli stats --json` prints it: a dict
+    of nodes, segments, total_bytes, used_bytes, objects, evicted and
+    counters (the master's, by name)."""
+    r = cli(master, "stats", "--json", netns=netns)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
 
 
 # Every Proc started since the current test began (pytest_runtest_logstart).

@@ -65,11 +65,13 @@ class DirectBackend:
             self._comps[loop] = c
             return c
 
-    def keys(self):
-        """Yields every key (bytes), or returns a negative code."""
+    def keys(self, prefix=b"", markers=False):
+        """Every key (bytes) starting with prefix (bytes) in byte order, or a
+        negative code. Directory markers ("dir/", made by a mount's mkdir)
+        are keys here, so markers changes nothing."""
         out, after = [], None
         while True:
-            r = self._s.list(b"", after, 1000)
+            r = self._s.list(prefix, after, 1000)
             if isinstance(r, int):
                 return r
             batch, more = r

@@ -384,10 +384,17 @@ class MountBackend:
 
     # ---- the rest ----
 
-    def keys(self):
+    def keys(self, prefix=b"", markers=False):
+        """Every file's key (str) under the directory prefix names (bytes,
+        "" or ending in "/"; none when it is no directory); with markers,
+        also every directory's as "dir/", the key the store keeps for a
+        directory made through the mount."""
+        top = os.path.join(self.root, os.fsdecode(prefix))
         out = []
-        for d, _, files in os.walk(self.root):
+        for d, _, files in os.walk(top):
             rel = os.path.relpath(d, self.root)
+            if markers and rel != ".":
+                out.append(rel + "/")
             for f in files:
                 if not f.startswith(TMP_PREFIX):
                     out.append(f if rel == "." else os.path.join(rel, f))

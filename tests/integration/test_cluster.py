@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import CLI, cli
+from harness import CLI, cli, cli_stats
 from wire import HDR, closed_by_peer, frame, recv_exact
 
 MiB = 1 << 20
@@ -66,7 +66,7 @@ def test_replica_survives_kill_9_of_a_node(cluster, make_mount):
     # After the node's TTL the master drops its segment; the objects keep
     # their surviving replica (and the repair copies them to the third node).
     deadline = time.time() + 15
-    while b"nodes_expired 1\n" not in cli(m.addr, "stats").stdout:
+    while cli_stats(m.addr)["counters"]["nodes_expired"] != 1:
         assert time.time() < deadline, "the dead node's segment was never dropped"
         time.sleep(0.2)
     for name in list(blobs)[::5]:

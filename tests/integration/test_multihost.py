@@ -9,6 +9,7 @@ Topology (10.200.0.0/24, reachable only from these namespaces):
 Every process has the cluster's secret: without one, a server refuses to
 listen beyond loopback."""
 
+import json
 import os
 import threading
 import time
@@ -196,7 +197,8 @@ def test_replica_survives_kill_9_of_a_node_host(mh):
     # their surviving replica (the repair copies them to the third host),
     # and new files go to the two nodes left.
     deadline = time.time() + 15
-    while b"nodes_expired 1\n" not in cli_ok(m, mh.node_hosts[2], "stats"):
+    while json.loads(cli_ok(m, mh.node_hosts[2], "stats", "--json"))["counters"][
+            "nodes_expired"] != 1:
         assert time.time() < deadline, "the dead node's segment was never dropped"
         time.sleep(0.2)
     for name in list(blobs)[::5]:

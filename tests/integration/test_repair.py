@@ -8,16 +8,14 @@ import time
 
 import pytest
 
-from harness import cli
+from harness import cli, cli_stats
 
 MiB = 1 << 20
 
 
 def stats(master):
-    """The master's counters, as `mooncake-cli stats` prints them."""
-    r = cli(master.addr, "stats")
-    assert r.returncode == 0, r.stderr
-    return {k: int(v) for k, v in (line.split() for line in r.stdout.decode().splitlines())}
+    """The master's counters, as `mooncake-cli stats --json` prints them."""
+    return cli_stats(master.addr)["counters"]
 
 
 def replicas(master, key):

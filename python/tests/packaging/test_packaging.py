@@ -71,8 +71,12 @@ def test_wheel_builds_offline_installs_and_exposes_async_store(tmp_path):
     wheels = list(dist.glob("*.whl"))
     assert len(wheels) == 1
     names = zipfile.ZipFile(wheels[0]).namelist()
-    for module in ("__init__", "store", "async_store", "_errors", "_direct", "_mount"):
+    for module in ("__init__", "store", "async_store", "_errors", "_direct", "_mount",
+                   "filesystem"):
         assert f"mooncake/{module}.py" in names
+    eps = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert eps and "[fsspec.specs]\nmooncake = mooncake.filesystem:MooncakeFileSystem" in \
+        zipfile.ZipFile(wheels[0]).read(eps[0]).decode()
     assert [n for n in names if n.startswith("mooncake/_store") and n.endswith(".so")]
     assert not [n for n in names if n.endswith(".c") or "/tests/" in n]
 
@@ -90,3 +94,31 @@ def test_wheel_builds_offline_installs_and_exposes_async_store(tmp_path):
     exported = subprocess.run(["nm", "-D", "--defined-only", so], capture_output=True,
                               text=True).stdout.split()
     assert "PyInit__store" in exported and not [s for s in exported if s.startswith("mc_")]
+
+
+def test_sdist_builds_offline_and_builds_through_pkg_config(tmp_path):
+    """setup.py sdist needs no libmooncake; a wheel built from the sdist
+    finds libmooncake through pkg-config (the build tree's mooncake.pc)."""
+    pc = os.path.join(BUILD, "mooncake.pc")
+    if not os.path.exists(pc):
+        pytest.fail(f"{pc} is missing: run make all")
+    src = tmp_path / "python"
+    shutil.copytree(os.path.join(ROOT, "python"), src,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "*.so", "__pycache__",
+                                                  "tests", ".pytest_cache"))
+    r = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "sd")],
+                       cwd=src, capture_output=True, text=True, timeout=120,
+                       env=clean_env(PKG_CONFIG_PATH="/nonexistent"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    (sdist,) = (tmp_path / "sd").glob("*.tar.gz")
+    r = subprocess.run(["tar", "tzf", str(sdist)], capture_output=True, text=True, check=True)
+    assert "mooncake-fs-0.1.0/mooncake/_store_i.h" in r.stdout.split()
+    assert "mooncake-fs-0.1.0/mooncake/filesystem.py" in r.stdout.split()
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+                        "--no-index", "-w", str(tmp_path / "dist"), str(sdist)],
+                       capture_output=True, text=True, timeout=300,
+                       env=clean_env(PKG_CONFIG_PATH=BUILD))
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    assert [n for n in zipfile.ZipFile(wheel).namelist()
+            if n.startswith("mooncake/_store") and n.endswith(".so")]
