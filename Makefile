@@ -80,16 +80,10 @@ $(BUILD)/mooncake-%: $(BUILD)/core/bin/mooncake-%.o $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -o $@ $< $(LIB_A) $(LDFLAGS_ALL) $(CORE_LIBS) $(BIN_LIBS)
 
-# mooncake.pc for pkg-config (python/setup.py reads it): this build tree's
-# library and headers; `make install` writes one for PREFIX. Libs.private
-# names what the static archive needs, RDMA's libraries when built in.
-define MC_PC
-prefix=$(1)\nlibdir=$(2)\nincludedir=$(3)\n\nName: mooncake\nDescription: Mooncake FS client library (libmooncake)\nVersion: $(shell sed -n 's/^#define MC_VERSION_STRING "\(.*\)"/\1/p' core/include/mooncake/mooncake.h)\nLibs: -L$${libdir} -lmooncake\nLibs.private: $(CORE_LIBS)\nCflags: -I$${includedir}\n
-endef
-$(BUILD)/mooncake.pc: Makefile core/include/mooncake/mooncake.h
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  GEN     $@")
-	$(Q)printf '$(call MC_PC,$(abspath $(BUILD)),$${prefix},$(abspath core/include))' > $@
+# mooncake.pc for pkg-config: $(BUILD)/mooncake.pc names this build
+# tree's library and headers (python/setup.py reads it); `make install`
+# installs $(BUILD)/install/mooncake.pc, made for PREFIX. Both come from
+# packaging/mooncake.pc.in (rules in the packaging section below).
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB_A) $(FS_OBJ) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
@@ -112,6 +106,7 @@ endif
 	$(Q)$(MAKE) --no-print-directory python-test
 ifneq ($(SAN),1)
 	$(Q)$(MAKE) --no-print-directory test-model
+	$(Q)$(MAKE) --no-print-directory test-packaging
 endif
 
 # make fuzz FUZZ_SECONDS=300: every libFuzzer target, for that long in all.
@@ -190,15 +185,86 @@ bench-rdma:
 	fi; \
 	if [ $$rc -eq 77 ]; then echo "bench-rdma: skipped"; rc=0; fi; exit $$rc
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/mooncake
-	install -m 755 $(FS_BIN) $(BIN_MASTER) $(BIN_CLI) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libmooncake.so.0
-	ln -sf libmooncake.so.0 $(DESTDIR)$(PREFIX)/lib/libmooncake.so
-	install -m 644 core/include/mooncake/*.h $(DESTDIR)$(PREFIX)/include/mooncake/
-	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	printf '$(call MC_PC,$(PREFIX),$${prefix}/lib,$${prefix}/include)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mooncake.pc
+# ---- Packaging: install, man pages, pkg-config, systemd units, .debs ----
+# make install PREFIX=/usr/local (DESTDIR= for staging) installs the
+# programs, libmooncake (shared, static, headers, mooncake.pc), the man
+# pages (scdoc, from docs/man) and the systemd units; make uninstall
+# removes them. make deb builds the Debian packages into $(BUILD)/deb (the
+# tree staged in a temporary directory with packaging/debian as debian/);
+# make test-packaging checks the man pages against --help, builds the
+# packages, runs lintian and installs them in a clean root
+# (tests/packaging/install-test.py); make test runs it (about a minute).
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+VERSION := $(shell sed -n 's/^\#define MC_VERSION_STRING "\(.*\)"/\1/p' core/include/mooncake/mooncake.h)
+MAN_PAGES := $(patsubst docs/man/%.scd,$(BUILD)/man/%,$(wildcard docs/man/*.scd))
+UNITS := $(BUILD)/systemd/mooncake-master.service $(BUILD)/systemd/mooncake-fs@.service
+INSTALLED_PROGRAMS := $(FS_BIN) $(BIN_MASTER) $(BIN_CLI)
+# Rewrites $@ from $< with the install directories filled in, and only when
+# that changes it: a later PREFIX=... rewrites it, an unchanged one does not.
+SUBST_DIRS = mkdir -p $(dir $@); \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    -e 's|@LIBS_PRIVATE@|$(strip $(CORE_LIBS))|g' $< >$@.tmp && \
+	if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+
+.PHONY: man pc units uninstall deb test-packaging FORCE
+man: $(MAN_PAGES)
+pc: $(BUILD)/mooncake.pc $(BUILD)/install/mooncake.pc
+units: $(UNITS)
+
+$(BUILD)/man/%: docs/man/%.scd
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  SCDOC   $@")
+	$(Q)scdoc <$< >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/install/mooncake.pc: packaging/mooncake.pc.in FORCE
+	$(Q)$(SUBST_DIRS)
+
+# The build tree's own, for building against it in place.
+$(BUILD)/mooncake.pc: PREFIX = $(abspath $(BUILD))
+$(BUILD)/mooncake.pc: LIBDIR = $(abspath $(BUILD))
+$(BUILD)/mooncake.pc: INCLUDEDIR = $(abspath core/include)
+$(BUILD)/mooncake.pc: packaging/mooncake.pc.in FORCE
+	$(Q)$(SUBST_DIRS)
+
+$(BUILD)/systemd/%: packaging/systemd/%.in FORCE
+	$(Q)$(SUBST_DIRS)
+
+install: $(LIB_A) $(LIB_SO) $(INSTALLED_PROGRAMS) $(MAN_PAGES) $(BUILD)/install/mooncake.pc $(UNITS)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/mooncake \
+	    $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 \
+	    $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8
+	install -m 755 $(INSTALLED_PROGRAMS) $(DESTDIR)$(BINDIR)/
+	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 644 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libmooncake.so.0
+	ln -sf libmooncake.so.0 $(DESTDIR)$(LIBDIR)/libmooncake.so
+	install -m 644 core/include/mooncake/*.h $(DESTDIR)$(INCLUDEDIR)/mooncake/
+	install -m 644 $(BUILD)/install/mooncake.pc $(DESTDIR)$(PKGCONFIGDIR)/
+	install -m 644 $(UNITS) $(DESTDIR)$(UNITDIR)/
+	$(foreach m,$(MAN_PAGES),install -m 644 $(m) $(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/ &&) true
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(INSTALLED_PROGRAMS))) \
+	    $(addprefix $(DESTDIR)$(LIBDIR)/,libmooncake.a libmooncake.so libmooncake.so.0) \
+	    $(DESTDIR)$(PKGCONFIGDIR)/mooncake.pc $(addprefix $(DESTDIR)$(UNITDIR)/,$(notdir $(UNITS))) \
+	    $(foreach m,$(MAN_PAGES),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m)))
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/mooncake
+
+deb:
+	$(Q)packaging/deps.sh deb
+	$(Q)packaging/build-deb.sh $(BUILD)/deb
+
+test-packaging: $(INSTALLED_PROGRAMS)
+	$(Q)packaging/deps.sh deb
+	$(Q)MC_BUILD=$(BUILD) $(PYTHON) -m pytest -q -rs tests/packaging
+	$(Q)packaging/build-deb.sh $(BUILD)/deb
+	$(Q)lintian --fail-on error $(BUILD)/deb/*.changes
+	$(Q)$(PYTHON) tests/packaging/install-test.py $(BUILD)/deb
 
 FORMAT_SRC = $(wildcard core/include/mooncake/*.h core/src/*/*.[ch] core/bin/*.c fs/*.[ch] tests/unit/*.[ch] tests/fuzz/*.c tests/rdma/*.c python/mooncake/*.c)
 format:

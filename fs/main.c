@@ -41,38 +41,32 @@ struct options {
     int no_shm;
     int help;
     int version;
+    char *pos[2]; /* the positional arguments: [SOURCE] MOUNTPOINT */
+    int npos;
 };
 
 #define OPT(t, p)                                                                                  \
     {                                                                                              \
         t, offsetof(struct options, p), 1                                                          \
     }
+/* Every long option --NAME VALUE is also --NAME=VALUE and -o NAME=VALUE, the
+ * form an /etc/fstab line (mount.fuse3) passes. */
+#define OPT_ARG(name, p) OPT("--" name "=%s", p), OPT("--" name " %s", p), OPT(name "=%s", p)
 static const struct fuse_opt option_spec[] = {
-    OPT("--segment-size=%s", segment_size),
-    OPT("--segment-size %s", segment_size),
-    OPT("--master=%s", master),
-    OPT("--master %s", master),
-    OPT("--lease-ms=%s", lease_ms),
-    OPT("--lease-ms %s", lease_ms),
-    OPT("--evict-high=%s", evict_high),
-    OPT("--evict-high %s", evict_high),
-    OPT("--evict-ratio=%s", evict_ratio),
-    OPT("--evict-ratio %s", evict_ratio),
-    OPT("--replicas=%s", replicas),
-    OPT("--replicas %s", replicas),
-    OPT("--listen=%s", listen),
-    OPT("--listen %s", listen),
-    OPT("--auth-secret-file=%s", secret_file),
-    OPT("--auth-secret-file %s", secret_file),
-    OPT("--timeout-ms=%s", net_timeout),
-    OPT("--timeout-ms %s", net_timeout),
-    OPT("--cache-timeout=%s", timeout),
-    OPT("--cache-timeout %s", timeout),
+    OPT_ARG("segment-size", segment_size),
+    OPT_ARG("master", master),
+    OPT_ARG("lease-ms", lease_ms),
+    OPT_ARG("evict-high", evict_high),
+    OPT_ARG("evict-ratio", evict_ratio),
+    OPT_ARG("replicas", replicas),
+    OPT_ARG("listen", listen),
+    OPT_ARG("auth-secret-file", secret_file),
+    OPT_ARG("timeout-ms", net_timeout),
+    OPT_ARG("cache-timeout", timeout),
     OPT("--no-shm", no_shm),
-    OPT("--protocol=%s", protocol),
-    OPT("--protocol %s", protocol),
-    OPT("--rdma-device=%s", rdma_devices),
-    OPT("--rdma-device %s", rdma_devices),
+    OPT("no-shm", no_shm),
+    OPT_ARG("protocol", protocol),
+    OPT_ARG("rdma-device", rdma_devices),
     OPT("--help", help),
     OPT("-h", help),
     OPT("--version", version),
@@ -82,9 +76,11 @@ static const struct fuse_opt option_spec[] = {
 
 static void usage(const char *prog)
 {
-    printf("usage: %s [options] MOUNTPOINT\n\n"
+    printf("usage: %s [options] [SOURCE] MOUNTPOINT\n\n"
            "Mounts a Mooncake object store: every key is a file, '/' in a key is a\n"
-           "directory level. Without --master the store is embedded in this process.\n\n"
+           "directory level. Without --master the store is embedded in this process.\n"
+           "SOURCE, as in an /etc/fstab line, is the master's address (as --master)\n"
+           "or 'embedded'; every --NAME VALUE option is also -o NAME=VALUE.\n\n"
            "options:\n"
            "    --segment-size SIZE   memory this node contributes (default 1G;\n"
            "                          units K, M, G, T, e.g. 512M, 4GiB)\n"
@@ -134,6 +130,67 @@ static int parse_uint(const char *s, const char *what, unsigned long max, unsign
     }
     *out = v;
     return 0;
+}
+
+/*
+ * fuse_opt_parse()'s callback: takes the positional arguments, [SOURCE]
+ * MOUNTPOINT, into o->pos (mount.fuse3 runs "mooncake-fs SOURCE MOUNTPOINT
+ * -o OPTIONS" for an /etc/fstab line). Returns 0 (taken), 1 (not ours: kept
+ * for libfuse) or -1 (a third one, or no memory).
+ */
+static int take_positional(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+    struct options *o = data;
+    if (key != FUSE_OPT_KEY_NONOPT)
+        return 1;
+    if (o->npos == 2) {
+        fprintf(stderr, "mooncake-fs: error: unexpected argument '%s' (try --help)\n", arg);
+        return -1;
+    }
+    o->pos[o->npos] = strdup(arg);
+    return o->pos[o->npos++] ? 0 : -1;
+}
+
+/*
+ * Hands the mount point back to libfuse, and with a SOURCE (an /etc/fstab
+ * line's first field) takes it as --master (unless it is "embedded") and
+ * names the mount after it: fsname=SOURCE, type fuse.mooncake-fs, the way
+ * the line reads, so that "mount -a" sees it mounted. Returns 0, or -1
+ * after saying what is wrong.
+ */
+static int apply_positional(struct options *o, struct fuse_args *args)
+{
+    if (o->npos == 0)
+        return 0; /* libfuse says that the mount point is missing */
+    const char *source = o->npos == 2 ? o->pos[0] : NULL;
+    if (fuse_opt_add_arg(args, o->pos[o->npos - 1]) < 0)
+        return -1;
+    if (!source)
+        return 0;
+    if (strcmp(source, "embedded") != 0) {
+        if (o->master && strcmp(o->master, source) != 0) {
+            fprintf(stderr, "mooncake-fs: error: SOURCE '%s' and --master '%s' differ\n", source,
+                    o->master);
+            return -1;
+        }
+        if (!o->master && !(o->master = strdup(source)))
+            return -1;
+    }
+    char *opts = NULL;
+    size_t n = strlen("fsname=") + strlen(source) + 1;
+    char *fsname = malloc(n);
+    int rc = -1;
+    if (fsname) {
+        snprintf(fsname, n, "fsname=%s", source);
+        rc = fuse_opt_add_opt_escaped(&opts, fsname) < 0 ||
+                     fuse_opt_add_opt(&opts, "subtype=mooncake-fs") < 0 ||
+                     fuse_opt_add_arg(args, "-o") < 0 || fuse_opt_add_arg(args, opts) < 0
+                 ? -1
+                 : 0;
+    }
+    free(fsname);
+    free(opts);
+    return rc;
 }
 
 /* Releases open handles while the store's loop still runs, then stops. */
@@ -457,6 +514,8 @@ static void free_options(struct options *o)
     free(o->secret_file);
     free(o->protocol);
     free(o->rdma_devices);
+    free(o->pos[0]);
+    free(o->pos[1]);
 }
 
 int main(int argc, char *argv[])
@@ -470,8 +529,10 @@ int main(int argc, char *argv[])
     int ret = 1, mounted = 0, sfd = -1;
 
     mc_store_opts_init(&so);
-    if (fuse_opt_parse(&args, &o, option_spec, NULL) == -1)
+    if (fuse_opt_parse(&args, &o, option_spec, take_positional) == -1) {
+        free_options(&o);
         return 1;
+    }
     if (o.help) {
         usage(argv[0]);
         fuse_opt_free_args(&args);
@@ -482,8 +543,10 @@ int main(int argc, char *argv[])
         fuse_opt_free_args(&args);
         return 0;
     }
+    if (apply_positional(&o, &args) < 0)
+        goto out_args;
     if (fuse_parse_cmdline(&args, &fopts) != 0)
-        return 1;
+        goto out_args;
     if (fopts.show_help || fopts.show_version) {
         usage(argv[0]);
         ret = 0;
