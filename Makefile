@@ -226,9 +226,9 @@ $(BUILD)/install/mooncake.pc: packaging/mooncake.pc.in FORCE
 	$(Q)$(SUBST_DIRS)
 
 # The build tree's own, for building against it in place.
-$(BUILD)/mooncake.pc: PREFIX = $(abspath $(BUILD))
-$(BUILD)/mooncake.pc: LIBDIR = $(abspath $(BUILD))
-$(BUILD)/mooncake.pc: INCLUDEDIR = $(abspath core/include)
+$(BUILD)/mooncake.pc: override PREFIX = $(abspath $(BUILD))
+$(BUILD)/mooncake.pc: override LIBDIR = $(abspath $(BUILD))
+$(BUILD)/mooncake.pc: override INCLUDEDIR = $(abspath core/include)
 $(BUILD)/mooncake.pc: packaging/mooncake.pc.in FORCE
 	$(Q)$(SUBST_DIRS)
 
