@@ -37,13 +37,10 @@ if ! [ -f "$BUILD/libmooncake.a" ] || ! [ -x "$BUILD/mooncake-master" ] ||
     exit 1
 fi
 
-# The client links what the library links (CORE_LIBS in the Makefile).
-libs=$(sed -n 's/^CORE_LIBS *:\?= *//p' Makefile)
-# Built every time (a second): BUILD may name another library.
-bench_bin=$out/mc_bench
-# shellcheck disable=SC2086 # the libraries are words
-cc -O2 -Wall -Icore/include bench/mc_bench.c "$BUILD/libmooncake.a" ${libs:--luring -lpthread} \
-    -o "$bench_bin"
+# The client is built by the Makefile's own rule (it links what the library
+# links); make bench passes it in MC_BENCH.
+bench_bin=${MC_BENCH:-$BUILD/mc_bench}
+[ -n "${MC_BENCH:-}" ] || make --no-print-directory -s BUILD="$BUILD" "$bench_bin"
 
 work=$(mktemp -d /tmp/mc-cluster-bench.XXXXXX)
 pids=() # long-lived servers, stopped in reverse order
