@@ -128,7 +128,8 @@ test-unit: all
 asan:
 	$(Q)MC_SANITIZED=1 $(MAKE) --no-print-directory BUILD=build-asan SAN=1 CFLAGS="-O1 -g" test
 
-# make bench: the mount and the cluster next to their baselines, in one run
+# make bench: the mount, the cluster and the Python client next to their
+# baselines, in one run; writes bench/out/report.md and its plots
 # (bench/run.sh). mc_bench (bench/cluster.sh's client) links what the
 # library links.
 MC_BENCH := $(BUILD)/mc_bench

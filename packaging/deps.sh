@@ -6,7 +6,7 @@ set -eu
 PKGS="build-essential pkg-config clang clang-format libclang-rt-14-dev fuse3 libfuse3-dev
 liburing-dev libsodium-dev libcmocka-dev python3 python3-dev python3-pytest python3-pytest-asyncio
 python3-aiofiles python3-hypothesis python3-numpy python3-pip python3-setuptools python3-wheel iperf3 memcached
-libibverbs-dev librdmacm-dev"
+python3-matplotlib libibverbs-dev librdmacm-dev"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||
