@@ -100,7 +100,9 @@ def header(runs):
 
 def mount_section(r, out):
     size = r.m("mount.size_mb")
-    lines = [f"## The mount: {fmt(size)} MiB sequential, dd bs=1M (MiB/s)", "",
+    if size is None:
+        return []
+    lines = [f"## The mount: {size:.0f} MiB sequential, dd bs=1M (MiB/s)", "",
              "Baselines: tmpfs directly, and Debian's libfuse passthrough_ll example over "
              "that tmpfs twice, with the page cache (its default, cache=auto) and with "
              "direct I/O (-o cache=never). mooncake-fs does direct I/O, so passthrough_ll "
@@ -121,7 +123,8 @@ def mount_section(r, out):
         lines.append(f"- {label}: {what}.")
     lines.append("")
 
-    sizes = sorted({int(k.split(".")[2]) for k in r.vals if k.startswith("sweep.")})
+    sizes = sorted({int(k.split(".")[2]) for k in r.vals
+                    if k.startswith("sweep.") and k.count(".") == 3})
     if not sizes:
         return lines
     lines += ["## The mount by block size (MiB/s)", "",

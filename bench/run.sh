@@ -14,14 +14,14 @@
 # Every value of every run goes to bench/out/results.txt; bench/report.py
 # turns them into medians, ratios and plots. Runs are interleaved (each
 # run visits every target in turn) so that noise falls on every column
-# alike. Needs root (tmpfs mount, drop_caches); about 6 minutes.
+# alike. Needs root (tmpfs mount, drop_caches); about 7 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 BUILD=${MC_BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 SIZE_MB=${BENCH_SIZE_MB:-1024}
-SWEEP_MB=${BENCH_SWEEP_MB:-128}
+SWEEP_MB=${BENCH_SWEEP_MB:-64}
 SWEEP_BS=${BENCH_SWEEP_BS:-4K 16K 64K 256K 1M}
 RUNS=${BENCH_RUNS:-3}
 out=bench/out
