@@ -131,13 +131,18 @@ asan:
 # make bench: the mount, the cluster and the Python client next to their
 # baselines, in one run; writes bench/out/report.md and its plots
 # (bench/run.sh). mc_bench (bench/cluster.sh's client) links what the
-# library links.
+# library links. BENCH_BASE=REV then compares REV with the working tree:
+# embedded 1 KiB put/get and the mount's write/read (bench/compare.sh).
 MC_BENCH := $(BUILD)/mc_bench
 $(MC_BENCH): bench/mc_bench.c $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -std=gnu11 -O2 -g $(WARN) -Icore/include -o $@ $< $(LIB_A) $(LDFLAGS_ALL) $(CORE_LIBS)
 bench: deps all python-ext $(MC_BENCH)
 	$(Q)MC_BUILD=$(BUILD) MC_BENCH=$(MC_BENCH) PYTHON=$(PYTHON) bench/run.sh
+ifneq ($(BENCH_BASE),)
+	$(Q)MC_BUILD=$(BUILD) bench/compare.sh $(BENCH_BASE)
+	$(Q)cat bench/out/compare.md >>bench/out/report.md
+endif
 
 # make test-rdma: the RDMA transport, for real, on Soft-RoCE in a QEMU VM
 # running Debian's kernel (installs qemu and the kernel the first time;
