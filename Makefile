@@ -141,7 +141,7 @@ bench: deps all python-ext $(MC_BENCH)
 	$(Q)MC_BUILD=$(BUILD) MC_BENCH=$(MC_BENCH) PYTHON=$(PYTHON) bench/run.sh
 ifneq ($(BENCH_BASE),)
 	$(Q)MC_BUILD=$(BUILD) bench/compare.sh $(BENCH_BASE)
-	$(Q)cat bench/out/compare.md >>bench/out/report.md
+	$(Q){ echo; cat bench/out/compare.md; } >>bench/out/report.md
 endif
 
 # make test-rdma: the RDMA transport, for real, on Soft-RoCE in a QEMU VM

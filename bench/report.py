@@ -98,6 +98,27 @@ def header(runs):
     ]
 
 
+def log2_axes(ax, xs, labels, xlabel, title):
+    """A log2 x axis ticked at xs, a log y axis, a grid."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def save(fig, axes, ylabel, path, legend_size=8, legend_cols=1):
+    """Labels the first of the side-by-side axes, writes the figure to path
+    as a PNG and frees it."""
+    axes[0].set_ylabel(ylabel)
+    axes[0].legend(fontsize=legend_size, ncol=legend_cols, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def mount_section(r, out):
     size = r.m("mount.size_mb")
     if size is None:
@@ -139,25 +160,27 @@ def mount_section(r, out):
         for t, label in TARGETS:
             ys = [r.m(f"sweep.{op}.{b}.{t}") for b in sizes]
             ax.plot([b / 1024 for b in sizes], ys, marker="o", label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks([b / 1024 for b in sizes])
-        ax.set_xticklabels([f"{b // 1024}K" if b < 1 << 20 else f"{b >> 20}M" for b in sizes])
-        ax.set_xlabel("dd block size")
-        ax.set_title(f"sequential {op}")
-        ax.grid(True, which="both", alpha=0.3)
+        log2_axes(ax, [b / 1024 for b in sizes],
+                  [f"{b // 1024}K" if b < 1 << 20 else f"{b >> 20}M" for b in sizes],
+                  "dd block size", f"sequential {op}")
         for b in sizes:
             v = {t: r.m(f"sweep.{op}.{b}.{t}") for t, _ in TARGETS}
             lines.append(f"| {op} | {b // 1024} KiB | " +
                          " | ".join(fmt(v[t]) for t, _ in TARGETS) +
                          f" | {ratio(v['mc'], v['ptd'])} |")
-    axes[0].set_ylabel("MiB/s")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "throughput_vs_block_size.png"), dpi=80)
-    plt.close(fig)
+    save(fig, axes, "MiB/s", os.path.join(out, "throughput_vs_block_size.png"))
     lines.append("")
     return lines
+
+
+def ratio_table(c, rows):
+    """A markdown table of (label, key, baseline label, baseline key) rows,
+    values from c(key), each with its ratio to the baseline."""
+    lines = ["| | mooncake | baseline | | ratio |", "|---|---|---|---|---|"]
+    for label, k, blabel, bk in rows:
+        lines.append(f"| {label} | {fmt(c(k))} | {blabel} | {fmt(c(bk))} | "
+                     f"{ratio(c(k), c(bk))} |")
+    return lines + [""]
 
 
 def cluster_section(r, out):
@@ -172,30 +195,23 @@ def cluster_section(r, out):
              "A put is three round trips (start at the master, write to the node, commit); "
              "a get is one read from the node once the client has the key's replica list "
              "(cached since the first put or get of it; mc_bench writes every key once, "
-             "untimed, before it measures).", "",
-             "| | mooncake | baseline | | ratio |", "|---|---|---|---|---|"]
-    rows = [("1 MiB put, N=4 (MiB/s)", "tcp.put.1M", "iperf3, 1 stream", "iperf3"),
-            ("1 MiB get, N=4 (MiB/s)", "tcp.get.1M", "iperf3, 1 stream", "iperf3"),
-            ("1 KiB put, N=16 (ops/s)", "tcp.put.1K", "memcached set, N=16", "memcached.set"),
-            ("1 KiB get, N=16 (ops/s)", "tcp.get.1K", "memcached get, N=16", "memcached.get")]
-    for label, k, blabel, bk in rows:
-        lines.append(f"| {label} | {fmt(c(k))} | {blabel} | {fmt(c(bk))} | "
-                     f"{ratio(c(k), c(bk))} |")
-    lines += ["", "## The same host", "",
+             "untimed, before it measures).", ""]
+    lines += ratio_table(c, [
+        ("1 MiB put, N=4 (MiB/s)", "tcp.put.1M", "iperf3, 1 stream", "iperf3"),
+        ("1 MiB get, N=4 (MiB/s)", "tcp.get.1M", "iperf3, 1 stream", "iperf3"),
+        ("1 KiB put, N=16 (ops/s)", "tcp.put.1K", "memcached set, N=16", "memcached.set"),
+        ("1 KiB get, N=16 (ops/s)", "tcp.get.1K", "memcached get, N=16", "memcached.get")])
+    lines += ["## The same host", "",
               "The embedded store (master and segment in the mc_bench process) and a client "
               "mapping a co-located node's segment (shared memory), against one thread's "
-              "memcpy of the same size out of a 64 MiB region.", "",
-              "| | mooncake | baseline | | ratio |", "|---|---|---|---|---|"]
-    rows = [("embedded 1 MiB put, N=4 (MiB/s)", "emb.put.1M", "memcpy 1 MiB", "memcpy.1M"),
-            ("embedded 1 MiB get, N=4 (MiB/s)", "emb.get.1M", "memcpy 1 MiB", "memcpy.1M"),
-            ("embedded 1 KiB put, N=16 (ops/s)", "emb.put.1K", "memcpy 1 KiB", "memcpy.1K"),
-            ("embedded 1 KiB get, N=16 (ops/s)", "emb.get.1K", "memcpy 1 KiB", "memcpy.1K"),
-            ("shm 1 MiB put, N=4 (MiB/s)", "shm.put.1M", "memcpy 1 MiB", "memcpy.1M"),
-            ("shm 1 MiB get, N=4 (MiB/s)", "shm.get.1M", "memcpy 1 MiB", "memcpy.1M")]
-    for label, k, blabel, bk in rows:
-        lines.append(f"| {label} | {fmt(c(k))} | {blabel} | {fmt(c(bk))} | "
-                     f"{ratio(c(k), c(bk))} |")
-    lines.append("")
+              "memcpy of the same size out of a 64 MiB region.", ""]
+    lines += ratio_table(c, [
+        ("embedded 1 MiB put, N=4 (MiB/s)", "emb.put.1M", "memcpy 1 MiB", "memcpy.1M"),
+        ("embedded 1 MiB get, N=4 (MiB/s)", "emb.get.1M", "memcpy 1 MiB", "memcpy.1M"),
+        ("embedded 1 KiB put, N=16 (ops/s)", "emb.put.1K", "memcpy 1 KiB", "memcpy.1K"),
+        ("embedded 1 KiB get, N=16 (ops/s)", "emb.get.1K", "memcpy 1 KiB", "memcpy.1K"),
+        ("shm 1 MiB put, N=4 (MiB/s)", "shm.put.1M", "memcpy 1 MiB", "memcpy.1M"),
+        ("shm 1 MiB get, N=4 (MiB/s)", "shm.get.1M", "memcpy 1 MiB", "memcpy.1M")])
 
     ns = sorted({int(k.rsplit(".n", 1)[1]) for k in r.vals
                  if k.startswith("cluster.k1.") and k.count(".") == 4})
@@ -220,18 +236,8 @@ def cluster_section(r, out):
         for s, label, names in SYSTEMS:
             ax.plot(ns, [k1(s, names[op], n) for n in ns], marker="o",
                     label=f"{label} ({names[op]})")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(ns)
-        ax.set_xticklabels([str(n) for n in ns])
-        ax.set_xlabel("requests in flight")
-        ax.set_title(f"1 KiB {op}")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel("ops/s")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "ops_vs_concurrency.png"), dpi=80)
-    plt.close(fig)
+        log2_axes(ax, ns, [str(n) for n in ns], "requests in flight", f"1 KiB {op}")
+    save(fig, axes, "ops/s", os.path.join(out, "ops_vs_concurrency.png"))
 
     lat_ns = [n for n in (1, 16) if n in ns]
     lines += ["", "## 1 KiB latency (microseconds, issue to completion)", "",
@@ -258,20 +264,17 @@ def cluster_section(r, out):
             for j, q in enumerate(("p50", "p99")):
                 xs = [x + (i * 2 + j - 2.5) * width / 1.5 for x in range(len(lat_ns))]
                 ax.bar(xs, [k1(s, names[op], n, "." + q) or 0 for n in lat_ns],
-                       width=width / 1.5, label=f"{label} {q}",
+                       width=width / 1.5, label=f"{label.replace('mooncake ', '')} {q}",
                        color=f"C{i}", alpha=1.0 if q == "p50" else 0.5)
             labels.append(label)
         ax.set_xticks(range(len(lat_ns)))
         ax.set_xticklabels([f"N={n}" for n in lat_ns])
         ax.set_yscale("log")
-        ax.set_ylim(bottom=0.1)
+        ax.set_ylim(0.1, 1e6)  # room above the bars for the legend
         ax.set_title(f"1 KiB {op} latency")
         ax.grid(True, axis="y", which="both", alpha=0.3)
-    axes[0].set_ylabel("microseconds")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "latency_1k.png"), dpi=80)
-    plt.close(fig)
+    save(fig, axes, "microseconds", os.path.join(out, "latency_1k.png"), legend_size=7,
+         legend_cols=3)
     lines.append("")
     return lines
 
@@ -300,6 +303,7 @@ def main():
         sys.exit("usage: report.py RESULTS OUTDIR")
     vals = load(sys.argv[1])
     out = sys.argv[2]
+    os.makedirs(out, exist_ok=True)
     r = Results(vals)
     runs = max((len(v) for k, v in vals.items() if k.startswith("mount.")), default=0) or \
         max((len(v) for v in vals.values()), default=0)
@@ -309,7 +313,7 @@ def main():
     lines += python_section(r)
     path = os.path.join(out, "report.md")
     with open(path, "w") as f:
-        f.write("\n".join(lines))
+        f.write("\n".join(lines) + "\n")
     print(f"report: {path}")
 
 
