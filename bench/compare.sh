@@ -10,7 +10,9 @@
 #   - the mount: a fresh mooncake-fs, SIZE_MB MiB written with dd bs=1M to a
 #     new file, then read back after drop_caches (cold; mooncake-fs reads
 #     with direct I/O).
-# Prints each side's median and the ratio new/old, and writes them to
+# Prints each side's median, the ratio of the medians (new/old) and the
+# median of each run's ratio (the two sides of a run ran back to back, so
+# this one cancels slow drift in the machine's load), and writes them to
 # bench/out/compare.md (every run's value: bench/out/compare-runs.txt).
 # Needs root (mount, drop_caches); about 3 minutes, most of it building REV.
 set -euo pipefail
@@ -93,6 +95,12 @@ for i in $(seq "$RUNS"); do
 done
 
 m() { sed -n "s/^$1 //p" "$runs" | median; }
+# run_ratio KEY: the median over runs of new/old (the runs' values pair up
+# in order)
+run_ratio() {
+    paste <(sed -n "s/^new.$1 //p" "$runs") <(sed -n "s/^old.$1 //p" "$runs") |
+        awk '{print $1 / $2}' | median | awk '{printf "%.2fx", $1}'
+}
 {
     echo "## $new_rev (new) against $old_rev (old)"
     echo
@@ -100,13 +108,13 @@ m() { sed -n "s/^$1 //p" "$runs" | median; }
     echo "mount is a fresh mooncake-fs each run, ${SIZE_MB} MiB with dd bs=1M, the read"
     echo "after drop_caches."
     echo
-    echo "| | old ($old_rev) | new ($new_rev) | new / old |"
-    echo "|---|---|---|---|"
+    echo "| | old ($old_rev) | new ($new_rev) | new / old | median of each run's new / old |"
+    echo "|---|---|---|---|---|"
     for row in "emb.put:embedded 1 KiB put, N=16 (ops/s)" "emb.get:embedded 1 KiB get, N=16 (ops/s)" \
         "mount.write:mount ${SIZE_MB} MiB write (MiB/s)" "mount.read:mount ${SIZE_MB} MiB read (MiB/s)"; do
         k=${row%%:*}
         o=$(m "old.$k") n=$(m "new.$k")
-        echo "| ${row#*:} | $o | $n | $(echo "$n $o" | awk '{printf "%.2fx", $1 / $2}') |"
+        echo "| ${row#*:} | $o | $n | $(echo "$n $o" | awk '{printf "%.2fx", $1 / $2}') | $(run_ratio "$k") |"
     done
 } >"$out/compare.md"
 echo
