@@ -14,7 +14,7 @@
 # median of each run's ratio (the two sides of a run ran back to back, so
 # this one cancels slow drift in the machine's load), and writes them to
 # bench/out/compare.md (every run's value: bench/out/compare-runs.txt).
-# Needs root (mount, drop_caches); about 3 minutes, most of it building REV.
+# Needs root (mount, drop_caches); about 2 minutes, building REV included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # bench/lib.sh - shell helpers shared by bench/run.sh and bench/compare.sh
 # (sourced, not run): timing dd through a directory, medians, mounts.
 

@@ -14,7 +14,7 @@
 # Every value of every run goes to bench/out/results.txt; bench/report.py
 # turns them into medians, ratios and plots. Runs are interleaved (each
 # run visits every target in turn) so that noise falls on every column
-# alike. Needs root (tmpfs mount, drop_caches); about 7 minutes.
+# alike. Needs root (tmpfs mount, drop_caches); 4 to 6 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -33,6 +33,7 @@ record() { echo "$1 $2" >>"$results"; }
 
 src=/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c
 if [ ! -x "$out/passthrough_ll" ] || [ "$src" -nt "$out/passthrough_ll" ]; then
+    # shellcheck disable=SC2046 # the flags are words
     gcc -O2 -w "$src" $(pkg-config fuse3 --cflags --libs) -o "$out/passthrough_ll"
 fi
 
