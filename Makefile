@@ -136,8 +136,21 @@ test-unit: all
 asan:
 	$(Q)MC_SANITIZED=1 $(MAKE) --no-print-directory BUILD=build-asan SAN=1 CFLAGS="-O1 -g" test
 
-bench: deps all python-ext
-	$(Q)MC_BUILD=$(BUILD) PYTHON=$(PYTHON) bench/run.sh
+# make bench: the mount, the cluster and the Python client next to their
+# baselines, in one run; writes bench/out/report.md and its plots
+# (bench/run.sh). mc_bench (bench/cluster.sh's client) links what the
+# library links. BENCH_BASE=REV then compares REV with the working tree:
+# embedded 1 KiB put/get and the mount's write/read (bench/compare.sh).
+MC_BENCH := $(BUILD)/mc_bench
+$(MC_BENCH): bench/mc_bench.c $(LIB_A)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -std=gnu11 -O2 -g $(WARN) -Icore/include -o $@ $< $(LIB_A) $(LDFLAGS_ALL) $(CORE_LIBS)
+bench: deps all python-ext $(MC_BENCH)
+	$(Q)MC_BUILD=$(BUILD) MC_BENCH=$(MC_BENCH) PYTHON=$(PYTHON) bench/run.sh
+ifneq ($(BENCH_BASE),)
+	$(Q)MC_BUILD=$(BUILD) bench/compare.sh $(BENCH_BASE)
+	$(Q){ echo; cat bench/out/compare.md; } >>bench/out/report.md
+endif
 
 # make test-rdma: the RDMA transport, for real, on Soft-RoCE in a QEMU VM
 # running Debian's kernel (installs qemu and the kernel the first time;
@@ -173,9 +186,6 @@ test-rdma:
 
 # make bench-rdma: 1 MiB gets over RDMA and over TCP in the same VM, as a
 # ratio. Soft-RoCE under QEMU's emulation proves behaviour, not speed.
-MC_BENCH := $(BUILD)/mc_bench
-$(MC_BENCH): bench/mc_bench.c $(LIB_A)
-	$(Q)$(CC) -std=gnu11 -O2 -g -Wall -Icore/include -o $@ $< $(LIB_A) $(LDFLAGS_ALL) $(CORE_LIBS)
 bench-rdma:
 	$(Q)rc=0; tests/rdma/run-vm.sh --deps || rc=$$?; \
 	if [ $$rc -eq 0 ]; then \

@@ -7,11 +7,15 @@
 #   - baselines on the same loopback: iperf3 (one TCP stream) for 1 MiB,
 #     Debian's memcached (driven by mc_bench --memcached: N connections, one
 #     request in flight each, text protocol) for 1 KiB;
-#   - the same-host path: the embedded (in-process) store vs plain memcpy.
-#     The shared-memory path between processes slots in at "SHM PATH" below.
+#   - the same-host path: the embedded (in-process) store vs plain memcpy,
+#     and a client mapping a co-located node's segment (shared memory);
+#   - 1 KiB ops/s and latency (p50, p99) by concurrency (CONC_SWEEP, and
+#     N_SMALL from the rows above): over TCP, memcached, embedded.
 # Every figure is the median of RUNS short runs, the runs interleaved so that
-# noise falls on every column alike. Loopback only; bounded by BUDGET
-# seconds; every process it starts is stopped on exit, failure or signal.
+# noise falls on every column alike; with BENCH_RESULTS set, every run's
+# value is appended to that file too (KEY VALUE, keys prefixed "cluster.",
+# for bench/report.py). Loopback only; bounded by BUDGET seconds; every
+# process it starts is stopped on exit, failure or signal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${MC_BUILD:-build}
@@ -21,7 +25,10 @@ SECS=${CLUSTER_BENCH_SECONDS:-1.5} # per measured phase of mc_bench
 IPERF_SECS=${CLUSTER_BENCH_IPERF_SECONDS:-3}
 N_SMALL=${CLUSTER_BENCH_N_SMALL:-16} # requests in flight, 1 KiB
 N_LARGE=${CLUSTER_BENCH_N_LARGE:-4}  # requests in flight, 1 MiB
-BUDGET=${CLUSTER_BENCH_BUDGET:-115}
+CONC_SWEEP=${CLUSTER_BENCH_CONC:-1 4 64} # more concurrencies, 1 KiB
+SWEEP_SECS=${CLUSTER_BENCH_SWEEP_SECONDS:-1}
+BUDGET=${CLUSTER_BENCH_BUDGET:-240}
+results=${BENCH_RESULTS:-}
 out=bench/out
 mkdir -p "$out"
 
@@ -37,13 +44,10 @@ if ! [ -f "$BUILD/libmooncake.a" ] || ! [ -x "$BUILD/mooncake-master" ] ||
     exit 1
 fi
 
-# The client links what the library links (CORE_LIBS in the Makefile).
-libs=$(sed -n 's/^CORE_LIBS *:\?= *//p' Makefile)
-# Built every time (a second): BUILD may name another library.
-bench_bin=$out/mc_bench
-# shellcheck disable=SC2086 # the libraries are words
-cc -O2 -Wall -Icore/include bench/mc_bench.c "$BUILD/libmooncake.a" ${libs:--luring -lpthread} \
-    -o "$bench_bin"
+# The client is built by the Makefile's own rule (it links what the library
+# links); make bench passes it in MC_BENCH.
+bench_bin=${MC_BENCH:-$BUILD/mc_bench}
+[ -n "${MC_BENCH:-}" ] || make --no-print-directory -s BUILD="$BUILD" "$bench_bin"
 
 work=$(mktemp -d /tmp/mc-cluster-bench.XXXXXX)
 pids=() # long-lived servers, stopped in reverse order
@@ -150,7 +154,17 @@ wait_for $! "$work/iperf3.log" "Server listening"
 
 # ---- measurements, interleaved ----
 declare -A v # name -> one value per run, space-separated
-add() { v[$1]="${v[$1]:-} $2"; }
+add() {
+    v[$1]="${v[$1]:-} $2"
+    [ -z "$results" ] || echo "cluster.$1 $2" >>"$results"
+}
+# addlat SYS OP N: the ops/s, p50 and p99 (us) of OP's line in $work/last as
+# k1.SYS.OP.nN, .p50 and .p99 (the 1 KiB concurrency sweep)
+addlat() {
+    add "k1.$1.$2.n$3" "$(kv ops_s "$2")"
+    add "k1.$1.$2.n$3.p50" "$(kv p50_us "$2")"
+    add "k1.$1.$2.n$3.p99" "$(kv p99_us "$2")"
+}
 mc_timeout=$(awk -v s="$SECS" 'BEGIN { printf "%d", s * 2 + 20 }')
 mc() { run "$mc_timeout" "$bench_bin" --seconds "$SECS" "$@"; }
 
@@ -167,10 +181,14 @@ d = json.load(open(sys.argv[1])); print("%.0f" % (d["end"]["sum_received"]["bits
     mc --memcached "127.0.0.1:$cport" --size 1K --concurrency "$N_SMALL"
     add memcached.set "$(kv ops_s set)"
     add memcached.get "$(kv ops_s get)"
+    addlat memcached set "$N_SMALL"
+    addlat memcached get "$N_SMALL"
 
     mc --master "127.0.0.1:$mport" --size 1K --concurrency "$N_SMALL" --no-shm
     add tcp.put.1K "$(kv ops_s put)"
     add tcp.get.1K "$(kv ops_s get)"
+    addlat tcp put "$N_SMALL"
+    addlat tcp get "$N_SMALL"
 
     mc --memcpy --size 1M
     add memcpy.1M "$(kv mib_s memcpy)"
@@ -183,12 +201,27 @@ d = json.load(open(sys.argv[1])); print("%.0f" % (d["end"]["sum_received"]["bits
     mc --embedded --size 1K --concurrency "$N_SMALL"
     add emb.put.1K "$(kv ops_s put)"
     add emb.get.1K "$(kv ops_s get)"
+    addlat emb put "$N_SMALL"
+    addlat emb get "$N_SMALL"
 
     # The same-host path: the node's segment mapped into this client.
     mc --master "127.0.0.1:$mport" --size 1M --concurrency "$N_LARGE"
     add shm.put.1M "$(kv mib_s put)"
     add shm.get.1M "$(kv mib_s get)"
     [ "$(xfer tcp_bytes)" = 0 ] || { echo "cluster bench: the shm run used TCP" >&2; exit 1; }
+
+    # 1 KiB at more concurrencies, shorter phases (N_SMALL is above).
+    for n in $CONC_SWEEP; do
+        mc --master "127.0.0.1:$mport" --size 1K --concurrency "$n" --no-shm --seconds "$SWEEP_SECS"
+        addlat tcp put "$n"
+        addlat tcp get "$n"
+        mc --memcached "127.0.0.1:$cport" --size 1K --concurrency "$n" --seconds "$SWEEP_SECS"
+        addlat memcached set "$n"
+        addlat memcached get "$n"
+        mc --embedded --size 1K --concurrency "$n" --seconds "$SWEEP_SECS"
+        addlat emb put "$n"
+        addlat emb get "$n"
+    done
 done
 
 m() { echo "${v[$1]:-}" | tr ' ' '\n' | grep . | median; }

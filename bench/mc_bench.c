@@ -20,7 +20,11 @@
  * phase ends when the last one completes, and is timed up to that point.
  * Prints one line of key=value per phase:
  *   mode=cluster op=get size=1024 conc=16 secs=1.50 ops=N ops_s=N mib_s=N cpu=C errors=0
- * (cpu: this process's CPU use over the phase, in cores).
+ *   p50_us=L p99_us=L
+ * (cpu: this process's CPU use over the phase, in cores; p50_us, p99_us: the
+ * median and 99th percentile of one request's latency, from issue to
+ * completion, in microseconds, within about 3% (the histogram's buckets); not
+ * printed for --memcpy).
  * Exit status 1 if any request failed or returned the wrong bytes.
  */
 #define _GNU_SOURCE
@@ -77,6 +81,57 @@ static double cpu_secs(void)
 
 static double phase_cpu0;
 
+/* ---- latency histogram: 16 buckets per power of two of nanoseconds ---- */
+
+enum { HIST_SUB = 16, HIST_BUCKETS = 61 * HIST_SUB };
+typedef struct hist {
+    uint32_t n[HIST_BUCKETS];
+} hist_t;
+
+static unsigned hist_index(uint64_t ns)
+{
+    if (ns < HIST_SUB)
+        return (unsigned)ns;
+    unsigned e = 63u - (unsigned)__builtin_clzll(ns); /* >= 4 */
+    return (e - 3) * HIST_SUB + (unsigned)((ns >> (e - 4)) & (HIST_SUB - 1));
+}
+
+static void hist_add(hist_t *h, uint64_t ns)
+{
+    h->n[hist_index(ns)]++;
+}
+
+/* The middle of bucket i, in nanoseconds. */
+static double hist_value(unsigned i)
+{
+    if (i < HIST_SUB)
+        return i;
+    unsigned e = i / HIST_SUB + 3, sub = i % HIST_SUB;
+    double lo = (double)((uint64_t)(HIST_SUB + sub) << (e - 4));
+    return lo + (double)(1ULL << (e - 4)) / 2;
+}
+
+/* The smallest latency (ns) that q of the recorded requests do not exceed. */
+static double hist_quantile(const hist_t *h, double q)
+{
+    uint64_t total = 0, seen = 0;
+    for (unsigned i = 0; i < HIST_BUCKETS; i++)
+        total += h->n[i];
+    if (!total)
+        return 0;
+    uint64_t want = (uint64_t)(q * (double)total + 0.999999);
+    for (unsigned i = 0; i < HIST_BUCKETS; i++)
+        if ((seen += h->n[i]) >= want)
+            return hist_value(i);
+    return hist_value(HIST_BUCKETS - 1);
+}
+
+static void hist_merge(hist_t *into, const hist_t *h)
+{
+    for (unsigned i = 0; i < HIST_BUCKETS; i++)
+        into->n[i] += h->n[i];
+}
+
 /* Marks the start of a measured phase (for the cpu= field of report()). */
 static void phase_start(void)
 {
@@ -86,15 +141,19 @@ static void phase_start(void)
 /* cpu= is this process's CPU use over the phase in cores (1.00: one core
  * busy all the time): on a small machine it tells whether the client or the
  * server was the bottleneck. */
-static void report(const char *op, uint64_t ops, uint64_t ns, uint64_t errors)
+static void report(const char *op, uint64_t ops, uint64_t ns, uint64_t errors, const hist_t *lat)
 {
     double secs = (double)ns / 1e9;
     double ops_s = secs > 0 ? (double)ops / secs : 0;
     printf("mode=%s op=%s size=%zu conc=%u secs=%.2f ops=%llu ops_s=%.0f mib_s=%.1f cpu=%.2f "
-           "errors=%llu\n",
+           "errors=%llu",
            cfg.mode, op, cfg.size, cfg.conc, secs, (unsigned long long)ops, ops_s,
            ops_s * (double)cfg.size / 1048576.0, secs > 0 ? (cpu_secs() - phase_cpu0) / secs : 0,
            (unsigned long long)errors);
+    if (lat)
+        printf(" p50_us=%.1f p99_us=%.1f", hist_quantile(lat, 0.50) / 1e3,
+               hist_quantile(lat, 0.99) / 1e3);
+    printf("\n");
     fflush(stdout);
 }
 
@@ -117,6 +176,8 @@ typedef struct slot {
     struct phase *ph;
     unsigned idx;
     uint64_t seq, done, errors;
+    uint64_t t_issue; /* when the request in flight was issued */
+    hist_t lat;       /* latency of this slot's completed requests */
     char key[64];
     size_t klen;
     char *buf;
@@ -150,6 +211,7 @@ static void issue(slot_t *sl)
 {
     phase_t *ph = sl->ph;
     sl->klen = (size_t)make_key(sl->key, sizeof(sl->key), sl->idx, sl->seq++);
+    sl->t_issue = now_ns();
     int rc =
         ph->op == OP_PUT
             ? mc_put_async(ph->s, sl->key, sl->klen, sl->buf, cfg.size, NULL, on_done, sl)
@@ -170,14 +232,16 @@ static void on_done(void *arg, int rc)
                               : rc == (int)cfg.size && sl->st.size == cfg.size &&
                                     (unsigned char)sl->buf[0] == fill_of(sl->idx) &&
                                     (unsigned char)sl->buf[cfg.size - 1] == fill_of(sl->idx);
-    if (ok)
+    uint64_t now = now_ns();
+    if (ok) {
         sl->done++;
-    else {
+        hist_add(&sl->lat, now - sl->t_issue);
+    } else {
         sl->errors++;
         if (!ph->first_err)
             ph->first_err = rc < 0 ? rc : -EIO;
     }
-    if (ok && now_ns() < ph->deadline)
+    if (ok && now < ph->deadline)
         issue(sl);
     else
         slot_done(sl);
@@ -191,6 +255,7 @@ static int store_phase(mc_store_t *s, int op, slot_t *slots)
     for (unsigned i = 0; i < cfg.conc; i++) {
         slots[i].ph = &ph;
         slots[i].seq = slots[i].done = slots[i].errors = 0;
+        memset(&slots[i].lat, 0, sizeof(slots[i].lat));
         if (op == OP_GET)
             memset(slots[i].buf, 0, cfg.size);
     }
@@ -205,11 +270,13 @@ static int store_phase(mc_store_t *s, int op, slot_t *slots)
     pthread_mutex_unlock(&ph.mu);
     uint64_t t1 = now_ns();
     uint64_t ops = 0, errors = 0;
+    hist_t lat = {{0}};
     for (unsigned i = 0; i < cfg.conc; i++) {
         ops += slots[i].done;
         errors += slots[i].errors;
+        hist_merge(&lat, &slots[i].lat);
     }
-    report(op_names[0][op], ops, t1 - t0, errors);
+    report(op_names[0][op], ops, t1 - t0, errors, &lat);
     if (errors)
         fprintf(stderr, "mc_bench: %llu %s errors, first: %s\n", (unsigned long long)errors,
                 op_names[0][op], mc_strerror(ph.first_err));
@@ -289,6 +356,8 @@ typedef struct mconn {
     int fd;
     unsigned idx;
     uint64_t seq, done, errors;
+    uint64_t t_sent; /* when the request in flight was sent */
+    hist_t lat;      /* latency of this connection's completed requests */
     char *rbuf;
     size_t rlen, rcap;
     int active;
@@ -300,6 +369,7 @@ static int mconn_send(mconn_t *c, int op)
 {
     char hdr[128], key[64];
     make_key(key, sizeof(key), c->idx, c->seq++);
+    c->t_sent = now_ns();
     struct iovec iov[3];
     int n;
     if (op == OP_PUT) {
@@ -402,6 +472,7 @@ static int memcached_phase(int ep, mconn_t *cs, int op, double seconds)
     for (unsigned i = 0; i < cfg.conc; i++) {
         mconn_t *c = &cs[i];
         c->seq = c->done = c->errors = 0;
+        memset(&c->lat, 0, sizeof(c->lat));
         c->rlen = 0;
         c->active = mconn_send(c, op) == 0;
         c->errors += !c->active;
@@ -440,6 +511,7 @@ static int memcached_phase(int ep, mconn_t *cs, int op, double seconds)
                 continue;
             }
             c->done++;
+            hist_add(&c->lat, now_ns() - c->t_sent);
             c->rlen = 0;
             if (c->seq < limit && now_ns() < deadline && mconn_send(c, op) == 0)
                 continue;
@@ -448,12 +520,14 @@ static int memcached_phase(int ep, mconn_t *cs, int op, double seconds)
         }
     }
     uint64_t ops = 0, errors = 0;
+    hist_t lat = {{0}};
     for (unsigned i = 0; i < cfg.conc; i++) {
         ops += cs[i].done;
         errors += cs[i].errors;
+        hist_merge(&lat, &cs[i].lat);
     }
     if (seconds > 0)
-        report(op_names[1][op], ops, now_ns() - t0, errors);
+        report(op_names[1][op], ops, now_ns() - t0, errors, &lat);
     if (errors)
         fprintf(stderr, "mc_bench: memcached: %llu %s errors\n", (unsigned long long)errors,
                 op_names[1][op]);
@@ -523,7 +597,7 @@ static int run_memcpy(void)
     }
     uint64_t t1 = now_ns();
     int bad = dst[0] != 'm' || dst[cfg.size - 1] != 'm';
-    report("memcpy", ops, t1 - t0, (uint64_t)bad);
+    report("memcpy", ops, t1 - t0, (uint64_t)bad, NULL);
     free(src);
     free(dst);
     return bad;

@@ -1,16 +1,26 @@
 #!/usr/bin/env python3
-"""async_get throughput of the Python client, side by side, in one run:
+"""async_get throughput of the Python client, side by side, in one run.
 
-  native    MooncakeDistributedStoreAsync.async_get on the direct backend
-            (futures resolved from an eventfd on the event loop);
+Like with like: the bytes live in one place, the embedded store of a
+mooncake-fs daemon started for the run (a separate process), and every
+column but the last reads them from there:
+
+  native    MooncakeDistributedStoreAsync.async_get on the direct backend,
+            a pure client of the daemon's store over its --listen Unix
+            socket (the bytes cross that socket: the daemon's embedded
+            segment is not offered for mapping), futures resolved from an
+            eventfd on the event loop;
   executor  what Mooncake's async wrapper does: loop.run_in_executor() of the
-            sync get() per call, same embedded store;
+            sync get() per call, same client;
   mount     async_get on the mount backend: aiofiles (one executor hop per
-            get) on a mooncake-fs mount started for the run.
+            get) through the daemon's mount;
+  in-proc   for reference only (no ratio): native async_get on an embedded
+            store in this process, which no other process can reach.
 
 For 1 KiB and 1 MiB values, with CONCURRENCY coroutines each issuing gets in
 a loop for SECONDS each; prints ops/s and the ratios native/executor and
-native/mount. About 20 s in all.
+native/mount. With BENCH_RESULTS set, appends each cell to that file
+("python.SIZE.COLUMN OPS", for bench/report.py). About 20 s in all.
 
 At 1 MiB the cost is the bytes object itself: glibc trims the main heap and
 every get() page-faults fresh memory; run once more with
@@ -33,7 +43,7 @@ BUILD = os.path.join(ROOT, os.environ.get("MC_BUILD", "build"))
 
 from mooncake.async_store import MooncakeDistributedStoreAsync  # noqa: E402
 
-SECONDS = float(os.environ.get("BENCH_SECONDS", "2.5"))
+SECONDS = float(os.environ.get("BENCH_SECONDS", "2"))
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "32"))
 SIZES = [("1 KiB", 1 << 10), ("1 MiB", 1 << 20)]
 KEYS = 16
@@ -64,24 +74,25 @@ def mounted(path):
         return any(line.split()[4] == path for line in f)
 
 
-async def run(direct, mount):
+async def run(client, mount, inproc):
     loop = asyncio.get_running_loop()
 
     async def executor_get(key):
-        return await loop.run_in_executor(None, direct.get, key)
+        return await loop.run_in_executor(None, client.get, key)
 
     rows = []
     for label, size in SIZES:
         keys = [f"bench/{size}/{i}" for i in range(KEYS)]
-        for s in (direct, mount):
+        for s in (client, mount, inproc):
             assert await s.async_upsert_batch(keys, [os.urandom(size)] * KEYS) == 0
-        # Warm up each path (loop attachment, executor threads, page cache).
-        for get in (direct.async_get, executor_get, mount.async_get):
+        # Warm up each path (loop attachment, executor threads, mappings).
+        for get in (client.async_get, executor_get, mount.async_get, inproc.async_get):
             await asyncio.gather(*[get(k) for k in keys])
-        native = await measure(direct.async_get, keys, size)
+        native = await measure(client.async_get, keys, size)
         execu = await measure(executor_get, keys, size)
         mnt = await measure(mount.async_get, keys, size)
-        rows.append((label, native, execu, mnt))
+        inp = await measure(inproc.async_get, keys, size)
+        rows.append((label, native, execu, mnt, inp))
     return rows
 
 
@@ -90,32 +101,44 @@ def main():
     tmp = tempfile.mkdtemp(prefix="mc-bench-")
     mnt = os.path.join(tmp, "mnt")
     os.mkdir(mnt)
+    sock = "unix:" + os.path.join(tmp, "store.sock")
     log = open(os.path.join(tmp, "daemon.log"), "w")
-    proc = subprocess.Popen([daemon, "-f", "--segment-size", "512M", mnt], stdout=log,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([daemon, "-f", "--segment-size", "512M", "--listen", sock, mnt],
+                            stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 20
         while not mounted(os.path.realpath(mnt)):
             if proc.poll() is not None or time.time() > deadline:
                 sys.exit(f"mooncake-fs did not mount (see {log.name})")
             time.sleep(0.01)
-        direct = MooncakeDistributedStoreAsync()
+        client = MooncakeDistributedStoreAsync()
         mount = MooncakeDistributedStoreAsync()
-        assert direct.setup({"global_segment_size": "512MB"}) == 0
+        inproc = MooncakeDistributedStoreAsync()
+        # A pure client (no segment of its own): its puts land in the daemon.
+        assert client.setup({"master_server_address": sock, "global_segment_size": 0}) == 0
         assert mount.setup({"mount_point": mnt}) == 0
-        rows = asyncio.run(run(direct, mount))
-        direct.close()
-        mount.close()
+        assert inproc.setup({"global_segment_size": "512MB"}) == 0
+        rows = asyncio.run(run(client, mount, inproc))
+        for s in (client, mount, inproc):
+            s.close()
     finally:
         subprocess.run(["fusermount3", "-u", mnt], check=False)
         rc = proc.wait(timeout=60)
         log.close()
-    print(f"python async_get, {CONCURRENCY} in flight, {SECONDS:g} s per cell (ops/s)")
-    print(f"{'value':>6} {'native':>10} {'executor':>10} {'mount':>10}"
+    print(f"python async_get, {CONCURRENCY} in flight, {SECONDS:g} s per cell (ops/s); "
+          "native, executor and mount read from the same mooncake-fs daemon")
+    print(f"{'value':>6} {'native':>10} {'executor':>10} {'mount':>10} {'in-proc':>10}"
           f" {'native/executor':>16} {'native/mount':>13}")
-    for label, native, execu, mnt_ops in rows:
-        print(f"{label:>6} {native:10.0f} {execu:10.0f} {mnt_ops:10.0f}"
+    results = os.environ.get("BENCH_RESULTS")
+    for label, native, execu, mnt_ops, inp in rows:
+        print(f"{label:>6} {native:10.0f} {execu:10.0f} {mnt_ops:10.0f} {inp:10.0f}"
               f" {native / execu:15.2f}x {native / mnt_ops:12.2f}x")
+        if results:
+            with open(results, "a") as f:
+                size = label.replace(" ", "")
+                for col, v in (("native", native), ("executor", execu), ("mount", mnt_ops),
+                               ("inproc", inp)):
+                    f.write(f"python.{size}.{col} {v:.0f}\n")
     print(f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')!r} (1 MiB gets allocate 1 MiB "
           "bytes each; see docs/PYTHON.md on malloc trimming)")
     if rc != 0:

@@ -1,95 +1,159 @@
 #!/bin/bash
-# make bench: 1 GiB sequential write and read, side by side in one run:
-#   tmpfs directly, Debian's libfuse passthrough_ll example over tmpfs (built
-#   here, at bench time, as a peer to measure against), and mooncake-fs.
-# Prints MiB/s and each result as a ratio to passthrough_ll. Needs root
-# (tmpfs mount, drop_caches). Then bench/cluster.sh (the cluster over loopback
-# TCP vs iperf3 and memcached); extra bench scripts in bench/*.py run last.
+# make bench: every benchmark next to its baselines, in one run, then one
+# report with every ratio and its plots (bench/out/report.md, *.png):
+#   1. the mount, sequential dd of SIZE_MB MiB in 1 MiB blocks: tmpfs
+#      directly, Debian's libfuse passthrough_ll example over tmpfs (built
+#      here) with the kernel's page cache (its default, cache=auto) and with
+#      direct I/O (-o cache=never, as mooncake-fs does), and mooncake-fs.
+#      Four rows: a write to fresh memory, a write over memory already
+#      written, a cold read (after drop_caches) and a re-read;
+#   2. the same targets at block sizes from 4 KiB to 1 MiB (SWEEP_MB each);
+#   3. bench/cluster.sh: the cluster over loopback vs iperf3 and memcached,
+#      the embedded store vs memcpy, ops/s and latency by concurrency;
+#   4. the Python client (bench/python_async.py and any other bench/*.py).
+# Every value of every run goes to bench/out/results.txt; bench/report.py
+# turns them into medians, ratios and plots. Runs are interleaved (each
+# run visits every target in turn) so that noise falls on every column
+# alike. Needs root (tmpfs mount, drop_caches); 4 to 6 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BUILD=${MC_BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 SIZE_MB=${BENCH_SIZE_MB:-1024}
+SWEEP_MB=${BENCH_SWEEP_MB:-64}
+SWEEP_BS=${BENCH_SWEEP_BS:-4K 16K 64K 256K 1M}
 RUNS=${BENCH_RUNS:-3}
 out=bench/out
+results=$out/results.txt
 mkdir -p "$out"
+: >"$results"
+# record KEY VALUE: one run's value, for bench/report.py
+record() { echo "$1 $2" >>"$results"; }
 
 src=/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c
 if [ ! -x "$out/passthrough_ll" ] || [ "$src" -nt "$out/passthrough_ll" ]; then
+    # shellcheck disable=SC2046 # the flags are words
     gcc -O2 -w "$src" $(pkg-config fuse3 --cflags --libs) -o "$out/passthrough_ll"
 fi
 
 work=$(mktemp -d /tmp/mc-bench.XXXXXX)
-tmpfs=$work/tmpfs pt=$work/passthrough mc=$work/mooncake
-mkdir -p "$tmpfs" "$pt" "$mc"
-pids=()
+tmpfs=$work/tmpfs
+declare -A dir=([tmpfs]=$tmpfs/direct [pt]=$work/pt [ptd]=$work/ptd [mc]=$work/mc)
+declare -A pid=()
+targets="tmpfs pt ptd mc"
 cleanup() {
-    fusermount3 -u "$pt" 2>/dev/null || true
-    fusermount3 -u "$mc" 2>/dev/null || true
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    local rc=$?
+    trap - EXIT INT TERM
+    for t in pt ptd mc; do
+        fusermount3 -u "${dir[$t]}" 2>/dev/null || true
+        [ -n "${pid[$t]:-}" ] && { wait "${pid[$t]}" 2>/dev/null || true; }
+    done
     umount "$tmpfs" 2>/dev/null || true
     rm -rf "$work"
+    exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM
 
-mount -t tmpfs -o size=$((SIZE_MB * 2 + 256))M tmpfs "$tmpfs"
-mkdir -p "$tmpfs/pt"
-"$out/passthrough_ll" -f -o source="$tmpfs/pt" "$pt" 2>"$out/passthrough.log" &
-pids+=($!)
-"$BUILD/mooncake-fs" -f --segment-size $((SIZE_MB + 256))M "$mc" 2>"$out/mooncake-fs.log" &
-pids+=($!)
-for d in "$pt" "$mc"; do
-    for _ in $(seq 100); do mountpoint -q "$d" && break; sleep 0.05; done
-    mountpoint -q "$d" || { echo "bench: $d did not mount" >&2; exit 1; }
-done
+mkdir -p "$tmpfs" "${dir[pt]}" "${dir[ptd]}" "${dir[mc]}"
+mount -t tmpfs -o size=$((SIZE_MB + 512))M tmpfs "$tmpfs"
+mkdir -p "${dir[tmpfs]}" "$tmpfs/pt"
+# Both passthrough_ll mounts serve the same tmpfs directory.
+"$out/passthrough_ll" -f -o source="$tmpfs/pt" "${dir[pt]}" 2>"$out/passthrough.log" &
+pid[pt]=$!
+"$out/passthrough_ll" -f -o source="$tmpfs/pt",cache=never "${dir[ptd]}" 2>"$out/passthrough-direct.log" &
+pid[ptd]=$!
+wait_mount "${dir[pt]}" "${pid[pt]}"
+wait_mount "${dir[ptd]}" "${pid[ptd]}"
 
-now() { date +%s.%N; }
-# mibps DIR write|read: one timed run, prints MiB/s
-mibps() {
-    local f=$1/bench.dat t0 t1
-    sync
-    echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
-    if [ "$2" = write ]; then
-        rm -f "$f"
-        t0=$(now)
-        dd if=/dev/zero of="$f" bs=1M count="$SIZE_MB" status=none
-    else
-        t0=$(now)
-        dd if="$f" of=/dev/null bs=1M status=none
-    fi
-    t1=$(now)
-    echo "$SIZE_MB $t0 $t1" | awk '{printf "%.0f\n", $1 / ($3 - $2)}'
+# mc_start: a fresh mooncake-fs (a new segment memfd: no page of it touched
+# yet); mc_stop unmounts it and checks that it exited 0.
+mc_start() {
+    "$BUILD/mooncake-fs" -f --segment-size $((SIZE_MB + 256))M "${dir[mc]}" 2>>"$out/mooncake-fs.log" &
+    pid[mc]=$!
+    wait_mount "${dir[mc]}" "${pid[mc]}"
 }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+mc_stop() {
+    unmount "${dir[mc]}" "${pid[mc]}"
+    pid[mc]=""
+}
+: >"$out/mooncake-fs.log"
+mc_start
 
-declare -A res
-for op in write read; do
-    for target in tmpfs passthrough mooncake; do
-        case $target in
-        tmpfs) dir=$tmpfs ;; passthrough) dir=$pt ;; mooncake) dir=$mc ;;
-        esac
-        res[$target.$op]=$(for _ in $(seq "$RUNS"); do mibps "$dir" "$op"; done | median)
+# The three measurements below run in this shell (not in $(...)): the mount
+# restarts mooncake-fs, whose pid this shell must hold to wait for it.
+# fresh_write KEY T MIB BS: a timed write of a new file to memory no file
+# used before: tmpfs and passthrough_ll free the old file's pages at rm and
+# take fresh ones; mooncake-fs restarts (a new memfd), because a removed
+# file's range of the segment keeps its pages.
+fresh_write() {
+    local f=${dir[$2]}/bench.dat
+    if [ "$2" = mc ]; then
+        mc_stop
+        mc_start
+    else
+        rm -f "$f"
+    fi
+    drop_caches
+    record "$1" "$(dd_mibps "$f" write "$4" "$3")"
+}
+# warm_write KEY T MIB BS: a timed write over memory the previous write
+# touched: tmpfs and passthrough_ll overwrite the file's blocks in place
+# (conv=notrunc); mooncake-fs writes a new file after rm (the allocator hands
+# out the range just freed; an overwrite in place would be copy-on-write).
+warm_write() {
+    local f=${dir[$2]}/bench.dat
+    drop_caches
+    if [ "$2" = mc ]; then
+        rm -f "$f"
+        record "$1" "$(dd_mibps "$f" write "$4" "$3")"
+    else
+        record "$1" "$(dd_mibps "$f" overwrite "$4" "$3")"
+    fi
+}
+# cold_read KEY T MIB BS: the page cache dropped first (tmpfs's own pages
+# stay: they are the file).
+cold_read() {
+    drop_caches
+    record "$1" "$(dd_mibps "${dir[$2]}/bench.dat" read "$4" "$3")"
+}
+
+echo "bench: the mount, ${SIZE_MB} MiB in 1 MiB blocks, $RUNS runs ..."
+record mount.size_mb "$SIZE_MB"
+record sweep.size_mb "$SWEEP_MB"
+for _ in $(seq "$RUNS"); do
+    for t in $targets; do
+        fresh_write "mount.write.fresh.$t" "$t" "$SIZE_MB" 1M
+        warm_write "mount.write.warm.$t" "$t" "$SIZE_MB" 1M
+        cold_read "mount.read.cold.$t" "$t" "$SIZE_MB" 1M
+        # Right after the cold read: what a cache kept is used now.
+        record "mount.read.again.$t" "$(dd_mibps "${dir[$t]}/bench.dat" read 1M "$SIZE_MB")"
+        rm -f "${dir[$t]}/bench.dat"
     done
 done
 
-echo
-echo "Sequential ${SIZE_MB} MiB, dd bs=1M, median of $RUNS runs (MiB/s; ratio to passthrough_ll)"
-printf "%-10s %14s %14s %14s\n" "" "tmpfs" "passthrough_ll" "mooncake-fs"
-for op in write read; do
-    p=${res[passthrough.$op]}
-    printf "%-10s %8s (%.2fx) %8s (%.2fx) %8s (%.2fx)\n" "$op" \
-        "${res[tmpfs.$op]}" "$(echo "${res[tmpfs.$op]} $p" | awk '{print $1/$2}')" \
-        "$p" 1 \
-        "${res[mooncake.$op]}" "$(echo "${res[mooncake.$op]} $p" | awk '{print $1/$2}')"
+echo "bench: block sizes $SWEEP_BS, ${SWEEP_MB} MiB each, $RUNS runs ..."
+for _ in $(seq "$RUNS"); do
+    for bs in $SWEEP_BS; do
+        b=$(numfmt --from=iec "$bs")
+        for t in $targets; do
+            fresh_write "sweep.write.$b.$t" "$t" "$SWEEP_MB" "$bs"
+            cold_read "sweep.read.$b.$t" "$t" "$SWEEP_MB" "$bs"
+            rm -f "${dir[$t]}/bench.dat"
+        done
+    done
+done
+mc_stop
+
+# The cluster over loopback TCP vs iperf3 and memcached, the embedded store vs
+# memcpy, the concurrency sweep (bench/cluster.sh; about two minutes).
+echo "bench: the cluster (bench/cluster.sh) ..."
+MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/cluster.sh
+for b in bench/*.py; do
+    case $b in bench/report.py) continue ;; esac
+    echo "bench: $b ..."
+    MC_BUILD=$BUILD BENCH_RESULTS=$results "$PYTHON" "$b"
 done
 
-fusermount3 -u "$mc"
-# The cluster over loopback TCP vs iperf3 and memcached, the embedded store vs
-# memcpy (bench/cluster.sh; about a minute).
-echo
-MC_BUILD=$BUILD PYTHON=$PYTHON bench/cluster.sh
-for b in bench/*.py; do
-    [ -e "$b" ] || continue
-    echo
-    MC_BUILD=$BUILD "$PYTHON" "$b"
-done
+"$PYTHON" bench/report.py "$results" "$out"

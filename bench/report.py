@@ -1,0 +1,321 @@
+"""bench/report.py RESULTS OUTDIR - the report of one `make bench` run.
+
+RESULTS holds one measured value a line, "KEY VALUE", every run of every
+benchmark (bench/run.sh, bench/cluster.sh and bench/python_async.py append
+to it). This writes OUTDIR/report.md (medians, every ratio, what each row
+compares, the commit and the machine) and three plots next to it:
+throughput by block size (the mount), 1 KiB ops/s by concurrency and 1 KiB
+latency percentiles (the cluster), each next to the baselines of the same
+run. Run with /usr/bin/python3 (matplotlib from Debian: python3-matplotlib).
+"""
+
+import collections
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+TARGETS = [("tmpfs", "tmpfs"), ("pt", "passthrough_ll (page cache)"),
+           ("ptd", "passthrough_ll (direct I/O)"), ("mc", "mooncake-fs")]
+MOUNT_ROWS = [
+    ("write.fresh", "write, fresh memory",
+     "a new file on memory no file used before (mooncake-fs restarted: a new segment)"),
+    ("write.warm", "write, warm memory",
+     "over memory the previous write touched: tmpfs and passthrough_ll overwrite in place "
+     "(conv=notrunc), mooncake-fs writes a new file after rm (the range just freed)"),
+    ("read.cold", "read, cold",
+     "after drop_caches: passthrough_ll (page cache) reads through its daemon, "
+     "tmpfs keeps its pages (they are the file)"),
+    ("read.again", "re-read",
+     "the same file again right after: only a cache that outlives open() helps "
+     "(passthrough_ll's default, cache=auto, drops the file's pages at each open)"),
+]
+SYSTEMS = [("tcp", "mooncake over TCP", {"put": "put", "get": "get"}),
+           ("memcached", "memcached", {"put": "set", "get": "get"}),
+           ("emb", "mooncake embedded", {"put": "put", "get": "get"})]
+
+
+def load(path):
+    vals = collections.defaultdict(list)
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 2 and parts[1] not in ("", "n/a"):
+                vals[parts[0]].append(float(parts[1]))
+    return vals
+
+
+class Results:
+    def __init__(self, vals):
+        self.vals = vals
+
+    def m(self, key):
+        """The median of KEY's runs (the lower middle for an even count), or None."""
+        v = self.vals.get(key)
+        return statistics.median_low(v) if v else None
+
+
+def fmt(v, digits=0):
+    if v is None:
+        return "-"
+    return f"{v:,.{digits}f}" if v >= 100 or digits == 0 else f"{v:.{digits}f}"
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a is not None and b else "-"
+
+
+def git(*args):
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def header(runs):
+    rev = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    subject = git("log", "-1", "--format=%s")[:90]
+    load1, load5, load15 = os.getloadavg()
+    return [
+        "# make bench report",
+        "",
+        f"Commit {rev}{' (with uncommitted changes)' if dirty else ''}: {subject}  ",
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {platform.node()}, {os.cpu_count()} cores, "
+        f"Linux {platform.release()}, load average at the end {load1:.2f} {load5:.2f} "
+        f"{load15:.2f}  ",
+        f"Every figure is the median of {runs} interleaved runs (every run's value: "
+        "results.txt); compare within this report only.",
+        "",
+    ]
+
+
+def log2_axes(ax, xs, labels, xlabel, title):
+    """A log2 x axis ticked at xs, a log y axis, a grid."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def save(fig, axes, ylabel, path, legend_size=8, legend_cols=1):
+    """Labels the first of the side-by-side axes, writes the figure to path
+    as a PNG and frees it."""
+    axes[0].set_ylabel(ylabel)
+    axes[0].legend(fontsize=legend_size, ncol=legend_cols, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def mount_section(r, out):
+    size = r.m("mount.size_mb")
+    if size is None:
+        return []
+    lines = [f"## The mount: {size:.0f} MiB sequential, dd bs=1M (MiB/s)", "",
+             "Baselines: tmpfs directly, and Debian's libfuse passthrough_ll example over "
+             "that tmpfs twice, with the page cache (its default, cache=auto) and with "
+             "direct I/O (-o cache=never). mooncake-fs does direct I/O, so passthrough_ll "
+             "(direct I/O) is the like-for-like ratio: both daemons copy every byte of "
+             "every request; the page-cache column is what a FUSE file system gains or "
+             "loses by caching.", "",
+             "| | " + " | ".join(label for _, label in TARGETS) +
+             " | mooncake / passthrough (direct) | mooncake / passthrough (page cache) "
+             "| mooncake / tmpfs |",
+             "|---" * (len(TARGETS) + 4) + "|"]
+    for key, label, _ in MOUNT_ROWS:
+        v = {t: r.m(f"mount.{key}.{t}") for t, _ in TARGETS}
+        lines.append(f"| {label} | " + " | ".join(fmt(v[t]) for t, _ in TARGETS) +
+                     f" | {ratio(v['mc'], v['ptd'])} | {ratio(v['mc'], v['pt'])} "
+                     f"| {ratio(v['mc'], v['tmpfs'])} |")
+    lines.append("")
+    for _, label, what in MOUNT_ROWS:
+        lines.append(f"- {label}: {what}.")
+    lines.append("")
+
+    sizes = sorted({int(k.split(".")[2]) for k in r.vals
+                    if k.startswith("sweep.") and k.count(".") == 3})
+    if not sizes:
+        return lines
+    lines += ["## The mount by block size (MiB/s)", "",
+              f"A fresh write then a cold read of {fmt(r.m('sweep.size_mb'))} MiB, dd at each "
+              "block size (mooncake-fs restarted before each write, as in the fresh row "
+              "above).", "",
+              "![throughput by block size](throughput_vs_block_size.png)", "",
+              "| | block | " + " | ".join(label for _, label in TARGETS) +
+              " | mooncake / passthrough (direct) |", "|---" * (len(TARGETS) + 3) + "|"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, op in zip(axes, ("write", "read")):
+        for t, label in TARGETS:
+            ys = [r.m(f"sweep.{op}.{b}.{t}") for b in sizes]
+            ax.plot([b / 1024 for b in sizes], ys, marker="o", label=label)
+        log2_axes(ax, [b / 1024 for b in sizes],
+                  [f"{b // 1024}K" if b < 1 << 20 else f"{b >> 20}M" for b in sizes],
+                  "dd block size", f"sequential {op}")
+        for b in sizes:
+            v = {t: r.m(f"sweep.{op}.{b}.{t}") for t, _ in TARGETS}
+            lines.append(f"| {op} | {b // 1024} KiB | " +
+                         " | ".join(fmt(v[t]) for t, _ in TARGETS) +
+                         f" | {ratio(v['mc'], v['ptd'])} |")
+    save(fig, axes, "MiB/s", os.path.join(out, "throughput_vs_block_size.png"))
+    lines.append("")
+    return lines
+
+
+def ratio_table(c, rows):
+    """A markdown table of (label, key, baseline label, baseline key) rows,
+    values from c(key), each with its ratio to the baseline."""
+    lines = ["| | mooncake | baseline | | ratio |", "|---|---|---|---|---|"]
+    for label, k, blabel, bk in rows:
+        lines.append(f"| {label} | {fmt(c(k))} | {blabel} | {fmt(c(bk))} | "
+                     f"{ratio(c(k), c(bk))} |")
+    return lines + [""]
+
+
+def cluster_section(r, out):
+    if r.m("cluster.iperf3") is None:
+        return []
+    c = lambda k: r.m("cluster." + k)  # noqa: E731
+    lines = ["## The cluster over loopback TCP", "",
+             "A mooncake-master, one node (mooncake-cli node) and mc_bench, a pure client "
+             "on the C API keeping N requests in flight (shared memory off: every byte "
+             "crosses a socket), against iperf3 (one TCP stream) and Debian's memcached "
+             "(4 threads; mc_bench opens N connections, one request in flight on each). "
+             "A put is three round trips (start at the master, write to the node, commit); "
+             "a get is one read from the node once the client has the key's replica list "
+             "(cached since the first put or get of it; mc_bench writes every key once, "
+             "untimed, before it measures).", ""]
+    lines += ratio_table(c, [
+        ("1 MiB put, N=4 (MiB/s)", "tcp.put.1M", "iperf3, 1 stream", "iperf3"),
+        ("1 MiB get, N=4 (MiB/s)", "tcp.get.1M", "iperf3, 1 stream", "iperf3"),
+        ("1 KiB put, N=16 (ops/s)", "tcp.put.1K", "memcached set, N=16", "memcached.set"),
+        ("1 KiB get, N=16 (ops/s)", "tcp.get.1K", "memcached get, N=16", "memcached.get")])
+    lines += ["## The same host", "",
+              "The embedded store (master and segment in the mc_bench process) and a client "
+              "mapping a co-located node's segment (shared memory), against one thread's "
+              "memcpy of the same size out of a 64 MiB region.", ""]
+    lines += ratio_table(c, [
+        ("embedded 1 MiB put, N=4 (MiB/s)", "emb.put.1M", "memcpy 1 MiB", "memcpy.1M"),
+        ("embedded 1 MiB get, N=4 (MiB/s)", "emb.get.1M", "memcpy 1 MiB", "memcpy.1M"),
+        ("embedded 1 KiB put, N=16 (ops/s)", "emb.put.1K", "memcpy 1 KiB", "memcpy.1K"),
+        ("embedded 1 KiB get, N=16 (ops/s)", "emb.get.1K", "memcpy 1 KiB", "memcpy.1K"),
+        ("shm 1 MiB put, N=4 (MiB/s)", "shm.put.1M", "memcpy 1 MiB", "memcpy.1M"),
+        ("shm 1 MiB get, N=4 (MiB/s)", "shm.get.1M", "memcpy 1 MiB", "memcpy.1M")])
+
+    ns = sorted({int(k.rsplit(".n", 1)[1]) for k in r.vals
+                 if k.startswith("cluster.k1.") and k.count(".") == 4})
+    if not ns:
+        return lines
+    k1 = lambda s, op, n, q="": c(f"k1.{s}.{op}.n{n}{q}")  # noqa: E731
+    lines += ["## 1 KiB by concurrency", "",
+              "N requests in flight (ops/s; mooncake over TCP and memcached as above, the "
+              "embedded store in process). N=16 comes from the rows above (1.5 s phases), "
+              "the others from 1 s phases of the same runs.", "",
+              "![ops/s by concurrency](ops_vs_concurrency.png)", "",
+              "| N | mooncake put | memcached set | ratio | mooncake get | memcached get "
+              "| ratio | embedded put | embedded get |", "|---" * 9 + "|"]
+    for n in ns:
+        tp, ms, tg, mg = (k1("tcp", "put", n), k1("memcached", "set", n),
+                          k1("tcp", "get", n), k1("memcached", "get", n))
+        lines.append(f"| {n} | {fmt(tp)} | {fmt(ms)} | {ratio(tp, ms)} | {fmt(tg)} | "
+                     f"{fmt(mg)} | {ratio(tg, mg)} | {fmt(k1('emb', 'put', n))} | "
+                     f"{fmt(k1('emb', 'get', n))} |")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, op in zip(axes, ("put", "get")):
+        for s, label, names in SYSTEMS:
+            ax.plot(ns, [k1(s, names[op], n) for n in ns], marker="o",
+                    label=f"{label} ({names[op]})")
+        log2_axes(ax, ns, [str(n) for n in ns], "requests in flight", f"1 KiB {op}")
+    save(fig, axes, "ops/s", os.path.join(out, "ops_vs_concurrency.png"))
+
+    lat_ns = [n for n in (1, 16) if n in ns]
+    lines += ["", "## 1 KiB latency (microseconds, issue to completion)", "",
+              "Per request, from mc_bench's histogram (buckets about 6% wide); at N=1 the "
+              "latency of one request alone, at N=16 with the queueing of 16 in flight.", "",
+              "![latency percentiles](latency_1k.png)", "",
+              "| | N | p50 | p99 | memcached p50 | memcached p99 | p50 ratio |",
+              "|---" * 7 + "|"]
+    for s, label in (("tcp", "over TCP"), ("emb", "embedded")):
+        for op, mop in (("put", "set"), ("get", "get")):
+            for n in lat_ns:
+                p50, p99 = k1(s, op, n, ".p50"), k1(s, op, n, ".p99")
+                if s == "tcp":
+                    m50, m99 = k1("memcached", mop, n, ".p50"), k1("memcached", mop, n, ".p99")
+                    lines.append(f"| {op} {label} | {n} | {fmt(p50, 1)} | {fmt(p99, 1)} | "
+                                 f"{fmt(m50, 1)} | {fmt(m99, 1)} | {ratio(p50, m50)} |")
+                else:
+                    lines.append(f"| {op} {label} | {n} | {fmt(p50, 1)} | {fmt(p99, 1)} "
+                                 "| | | |")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, op in zip(axes, ("put", "get")):
+        labels, width = [], 0.2
+        for i, (s, label, names) in enumerate(SYSTEMS):
+            for j, q in enumerate(("p50", "p99")):
+                xs = [x + (i * 2 + j - 2.5) * width / 1.5 for x in range(len(lat_ns))]
+                ax.bar(xs, [k1(s, names[op], n, "." + q) or 0 for n in lat_ns],
+                       width=width / 1.5, label=f"{label.replace('mooncake ', '')} {q}",
+                       color=f"C{i}", alpha=1.0 if q == "p50" else 0.5)
+            labels.append(label)
+        ax.set_xticks(range(len(lat_ns)))
+        ax.set_xticklabels([f"N={n}" for n in lat_ns])
+        ax.set_yscale("log")
+        ax.set_ylim(0.1, 1e6)  # room above the bars for the legend
+        ax.set_title(f"1 KiB {op} latency")
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    save(fig, axes, "microseconds", os.path.join(out, "latency_1k.png"), legend_size=7,
+         legend_cols=3)
+    lines.append("")
+    return lines
+
+
+def python_section(r):
+    if r.m("python.1KiB.native") is None:
+        return []
+    lines = ["## Python async_get (bench/python_async.py, one run)", "",
+             "Like with like: native, executor and mount read the same bytes from one "
+             "mooncake-fs daemon (native and executor as a pure client over its Unix "
+             "socket, mount through its FUSE mount with aiofiles); in-process is an "
+             "embedded store in the Python process, for reference (ops/s, 32 in flight).",
+             "", "| value | native | executor | mount | in-process | native / executor "
+             "| native / mount |", "|---" * 7 + "|"]
+    for size in ("1KiB", "1MiB"):
+        v = {c: r.m(f"python.{size}.{c}") for c in ("native", "executor", "mount", "inproc")}
+        lines.append(f"| {size[:-3]} {size[-3:]} | {fmt(v['native'])} | {fmt(v['executor'])} "
+                     f"| {fmt(v['mount'])} | {fmt(v['inproc'])} | "
+                     f"{ratio(v['native'], v['executor'])} | {ratio(v['native'], v['mount'])} |")
+    lines.append("")
+    return lines
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: report.py RESULTS OUTDIR")
+    vals = load(sys.argv[1])
+    out = sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    r = Results(vals)
+    runs = max((len(v) for k, v in vals.items() if k.startswith("mount.")), default=0) or \
+        max((len(v) for v in vals.values()), default=0)
+    lines = header(runs)
+    lines += mount_section(r, out)
+    lines += cluster_section(r, out)
+    lines += python_section(r)
+    path = os.path.join(out, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"report: {path}")
+
+
+if __name__ == "__main__":
+    main()
