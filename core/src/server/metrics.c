@@ -84,6 +84,18 @@ void mc__metrics_master(mc_metrics_t *mm, const mc__master_t *m, const mc__svc_t
         c.retired_bytes);
 }
 
+/* A counter family by opcode: a sample for each operation seen. */
+static void by_op(mc_metrics_t *mm, const char *name, const char *help, const uint64_t *counts)
+{
+    char labels[48];
+    mc_metrics_family(mm, name, "counter", help);
+    for (unsigned op = 0; op < MC__SERVER_OPS; op++)
+        if (counts[op]) {
+            snprintf(labels, sizeof(labels), "op=\"%s\"", mc__op_name((uint16_t)op));
+            mc_metrics_sample(mm, name, labels, counts[op]);
+        }
+}
+
 void mc__metrics_server(mc_metrics_t *mm, const mc__server_t *srv)
 {
     mc__server_stats_t st;
@@ -98,21 +110,9 @@ void mc__metrics_server(mc_metrics_t *mm, const mc__server_t *srv)
     one(mm, "mooncake_server_auth_refused_total", "counter",
         "Requests refused for want of authentication.", st.refused);
     one(mm, "mooncake_server_bad_frames_total", "counter", "Malformed requests.", st.bad_frames);
-    char labels[48];
-    mc_metrics_family(mm, "mooncake_server_requests_total", "counter",
-                      "Protocol requests, by operation.");
-    for (unsigned op = 0; op < MC__SERVER_OPS; op++)
-        if (st.op_requests[op]) {
-            snprintf(labels, sizeof(labels), "op=\"%s\"", mc__op_name((uint16_t)op));
-            mc_metrics_sample(mm, "mooncake_server_requests_total", labels, st.op_requests[op]);
-        }
-    mc_metrics_family(mm, "mooncake_server_request_errors_total", "counter",
-                      "Master requests that failed (a negative status), by operation.");
-    for (unsigned op = 0; op < MC__SERVER_OPS; op++)
-        if (st.op_errors[op]) {
-            snprintf(labels, sizeof(labels), "op=\"%s\"", mc__op_name((uint16_t)op));
-            mc_metrics_sample(mm, "mooncake_server_request_errors_total", labels, st.op_errors[op]);
-        }
+    by_op(mm, "mooncake_server_requests_total", "Protocol requests, by operation.", st.op_requests);
+    by_op(mm, "mooncake_server_request_errors_total",
+          "Master requests that failed (a negative status), by operation.", st.op_errors);
     mc_metrics_family(mm, "mooncake_server_segment_bytes_total", "counter",
                       "Bytes this process's segment served over the protocol (READ, WRITE).");
     mc_metrics_sample(mm, "mooncake_server_segment_bytes_total", "direction=\"read\"",
