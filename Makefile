@@ -24,7 +24,9 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 BASE_CFLAGS = -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE -Icore/include -Icore/src $(BASE_CFLAGS_RDMA) $(SAN_FLAGS)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
-CORE_LIBS := -luring -lsodium -lpthread
+# The metrics endpoint (runtime/metrics.c) serves HTTP with libmicrohttpd.
+MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+CORE_LIBS := -luring -lsodium $(MHD_LIBS) -lpthread
 # RDMA: built in when pkg-config finds libibverbs and librdmacm, unless
 # NO_RDMA=1 (then the transport's calls are stubs returning -ENOTSUP and
 # protocol "rdma" fails at open; "auto" means TCP).

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "fs.h"
+#include "metrics.h"
 #include "writers.h"
 
 struct options {
@@ -38,6 +39,7 @@ struct options {
     char *secret_file;
     char *protocol;
     char *rdma_devices;
+    char *metrics;
     int no_shm;
     int help;
     int version;
@@ -67,6 +69,7 @@ static const struct fuse_opt option_spec[] = {
     OPT("no-shm", no_shm),
     OPT_ARG("protocol", protocol),
     OPT_ARG("rdma-device", rdma_devices),
+    OPT_ARG("metrics", metrics),
     OPT("--help", help),
     OPT("-h", help),
     OPT("--version", version),
@@ -110,6 +113,9 @@ static void usage(const char *prog)
            "                          segment is PCT%% full (default 0: never evict,\n"
            "                          writes fail with ENOSPC instead)\n"
            "    --evict-ratio PCT     how much to free per eviction (default 10)\n"
+           "    --metrics ADDR        serve Prometheus metrics and /health over HTTP on\n"
+           "                          ADDR: PORT (on 127.0.0.1) or HOST:PORT (default:\n"
+           "                          none)\n"
            "    --cache-timeout SEC   kernel entry/attribute cache time (default 1)\n"
            "    -f                    stay in the foreground\n"
            "    -d                    debug: foreground, log every FUSE request\n"
@@ -218,6 +224,7 @@ static void on_fuse(mc_poll_t *p, int revents)
                 fprintf(stderr, "mooncake-fs: error: reading /dev/fuse: %s\n", strerror(-rc));
             break;
         }
+        fs_metrics_count(&fs->rbuf, rc);
         fuse_session_process_buf(fs->se, &fs->rbuf);
         if (fs->rbuf_taken) {
             fs->rbuf.mem = NULL; /* libfuse allocates the next one */
@@ -514,6 +521,7 @@ static void free_options(struct options *o)
     free(o->secret_file);
     free(o->protocol);
     free(o->rdma_devices);
+    free(o->metrics);
     free(o->pos[0]);
     free(o->pos[1]);
 }
@@ -526,6 +534,7 @@ int main(int argc, char *argv[])
     mc_store_opts_t so;
     fs_t fs = {0};
     mc_poll_t fuse_poll = {.data = &fs}, sig_poll = {.data = &fs};
+    mc_metrics_server_t *metrics = NULL;
     int ret = 1, mounted = 0, sfd = -1;
 
     mc_store_opts_init(&so);
@@ -579,6 +588,16 @@ int main(int argc, char *argv[])
         goto out;
     if (watch_device_and_signals(&fs, &fuse_poll, &sig_poll, &sfd) < 0)
         goto out;
+    /* After fuse_daemonize() and with the signals blocked: the HTTP thread
+     * inherits the mask. */
+    if (o.metrics) {
+        int mrc = mc_metrics_serve(&metrics, o.metrics, fs.loop, fs_metrics_collect, &fs);
+        if (mrc < 0) {
+            fprintf(stderr, "mooncake-fs: error: cannot serve metrics on %s: %s\n", o.metrics,
+                    mc_strerror(mrc));
+            goto out;
+        }
+    }
     log_mounted(fopts.mountpoint, &so);
     int rc = mc_loop_run(fs.loop);
     if (rc < 0)
@@ -588,6 +607,7 @@ int main(int argc, char *argv[])
     mc_poll_stop(&fuse_poll);
     mc_poll_stop(&sig_poll);
 out:
+    mc_metrics_stop(metrics); /* before the store it reads goes */
     if (sfd >= 0)
         close(sfd);
     if (fs.store) {

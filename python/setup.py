@@ -63,7 +63,7 @@ store_ext = Extension(
     extra_link_args=["-Wl,--exclude-libs,ALL", "-flto"],
     libraries=libraries,
     depends=[archive, os.path.join(HERE, "mooncake", "_store_i.h")] +
-    [os.path.join(d, "mooncake", h) for d in include_dirs for h in ("mooncake.h", "loop.h")],
+    [os.path.join(d, "mooncake", h) for d in include_dirs for h in ("mooncake.h", "loop.h", "metrics.h")],
 )
 
 setup(ext_modules=[store_ext])

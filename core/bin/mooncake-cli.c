@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mooncake/metrics.h"
 #include "mooncake/mooncake.h"
 
 /* One command: its synopsis, a line for the command list, and what
@@ -45,7 +46,7 @@ static void usage(FILE *f)
                "                    [--timeout-ms N] [--replicas N] [--pin hard|soft]\n"
                "                    [--auth-secret-file F] [--no-shm] [--protocol P]\n"
                "                    [--rdma-device NAME] [--preferred ADDR] [--repeat N]\n"
-               "                    [--interval-ms N] [--no-progress]\n"
+               "                    [--interval-ms N] [--no-progress] [--metrics ADDR]\n"
                "                    [--stats] COMMAND [ARGS]\n"
                "commands (mooncake-cli COMMAND --help tells more):\n");
     for (const command_t *c = commands; c->name; c++)
@@ -76,6 +77,9 @@ static void usage(FILE *f)
                "                     last read is written out)\n"
                "    --interval-ms N  get --repeat: pause N ms between reads\n"
                "    --no-progress    put, get: no progress line, even on a terminal\n"
+               "    --metrics ADDR   serve the store's Prometheus metrics and /health over\n"
+               "                     HTTP while the command runs (a node: until it stops)\n"
+               "                     on ADDR: PORT (on 127.0.0.1) or HOST:PORT\n"
                "    --stats          print the bytes moved per transport, and the master's\n"
                "                     counters, to stderr at the end\n"
                "    -h, --help       this text\n");
@@ -91,6 +95,7 @@ static uint32_t pin = MC_PIN_NONE, replicas = 1;
 static const char *preferred;
 static unsigned long repeat = 1, interval_ms;
 static int no_progress;
+static const char *metrics_addr;
 
 /* ---- progress ----
  *
@@ -529,6 +534,7 @@ static int parse_options(int argc, char **argv, mc_store_opts_t *o, int *stats)
         {"repeat", required_argument, NULL, 'n'},
         {"interval-ms", required_argument, NULL, 'i'},
         {"no-progress", no_argument, NULL, 'Q'},
+        {"metrics", required_argument, NULL, 'M'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -588,6 +594,9 @@ static int parse_options(int argc, char **argv, mc_store_opts_t *o, int *stats)
         case 'Q':
             no_progress = 1;
             break;
+        case 'M':
+            metrics_addr = optarg;
+            break;
         case 'v':
             if (mc_log_init("mooncake-cli", optarg) < 0) {
                 fprintf(stderr, "mooncake-cli: bad --log-level '%s'\n", optarg);
@@ -617,6 +626,12 @@ static int parse_options(int argc, char **argv, mc_store_opts_t *o, int *stats)
         return 2;
     }
     return -1;
+}
+
+/* A scrape, on the store's loop: the store's metrics. */
+static int collect(void *arg, mc_metrics_t *m)
+{
+    return mc_metrics_store(m, arg);
 }
 
 /* Prints the master's counters as "name value" on one line after prefix. */
@@ -694,9 +709,16 @@ int main(int argc, char **argv)
     rc = mc_store_open(&s, &o);
     if (rc < 0)
         return fail(o.master ? o.master : "opening the store", rc);
+    mc_metrics_server_t *metrics = NULL;
+    if (metrics_addr &&
+        (rc = mc_metrics_serve(&metrics, metrics_addr, mc_store_loop(s), collect, s)) < 0) {
+        mc_store_close(s);
+        return fail(metrics_addr, rc);
+    }
     rc = cmd->run(s, nargs, args);
     if (stats)
         print_stats(s);
+    mc_metrics_stop(metrics);
     mc_store_close(s);
     if (rc < 0) {
         command_usage(cmd, stderr);

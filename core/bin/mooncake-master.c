@@ -21,8 +21,10 @@
 #include "runtime/log.h"
 #include "runtime/loop_i.h"
 #include "master/master.h"
+#include "mooncake/metrics.h"
 #include "mooncake/mooncake.h"
 #include "runtime/net.h"
+#include "server/metrics.h"
 #include "server/server.h"
 #include "master/service.h"
 #include "transport/shm.h"
@@ -91,6 +93,9 @@ static void usage(FILE *f, const char *prog)
             "                          (also over RDMA; fails without a device) or auto\n"
             "    --rdma-device NAME    the verbs device(s) for RDMA, comma-separated\n"
             "                          as shared memory\n"
+            "    --metrics ADDR        serve Prometheus metrics and /health over HTTP on\n"
+            "                          ADDR: PORT (on 127.0.0.1) or HOST:PORT (default:\n"
+            "                          none)\n"
             "    --log-level LEVEL     error, warn, info (default), debug\n"
             "    -h, --help, -V, --version\n",
             prog, MC_DEFAULT_LEASE_MS, MC__SERVER_IDLE_TIMEOUT_MS, MC__SERVER_HANDSHAKE_TIMEOUT_MS,
@@ -113,7 +118,7 @@ static int num(const char *s, const char *what, unsigned long long max, unsigned
 /* What the command line asks for. */
 struct options {
     char listen_buf[64];
-    const char *listen, *secret_file, *rdma_devices;
+    const char *listen, *secret_file, *rdma_devices, *metrics;
     int no_shm, xport, level;
     mc__master_opts_t mo;
     mc__svc_opts_t so;
@@ -130,6 +135,7 @@ struct master {
     mc__rdma_ctx_t *rdma;
     mc__rdma_mr_t *seg_mr;
     mc__secret_t *secret;
+    mc_metrics_server_t *metrics;
 };
 
 /*
@@ -158,6 +164,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"protocol", required_argument, NULL, 'P'},
         {"rdma-device", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'v'},
+        {"metrics", required_argument, NULL, 'M'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {0},
@@ -252,6 +259,9 @@ static int parse_options(int argc, char **argv, struct options *o)
             break;
         case 'D':
             o->rdma_devices = optarg;
+            break;
+        case 'M':
+            o->metrics = optarg;
             break;
         case 'v':
             o->level = mc__log_parse_level(optarg);
@@ -379,6 +389,36 @@ static int serve_rdma(const struct options *o, struct master *mp)
     return 0;
 }
 
+/* A scrape, on the loop: the master's and its server's metrics. Serving
+ * while the server is up. */
+static int collect(void *arg, mc_metrics_t *m)
+{
+    struct master *mp = arg;
+    if (!mp->srv)
+        return -ESHUTDOWN;
+    if (m) {
+        mc__metrics_master(m, mp->m, mp->svc, mc_loop_now_ms());
+        mc__metrics_server(m, mp->srv);
+    }
+    return 0;
+}
+
+/* With --metrics, serves the metrics over HTTP. Returns 0 or a negative
+ * code (logged). */
+static int serve_metrics(const struct options *o, struct master *mp)
+{
+    if (!o->metrics)
+        return 0;
+    int rc = mc_metrics_serve(&mp->metrics, o->metrics, mp->loop, collect, mp);
+    if (rc < 0) {
+        mc__log(MC__LOG_ERROR, "cannot serve metrics on %s: %s", o->metrics, mc_strerror(rc));
+        return rc;
+    }
+    mc__log(MC__LOG_INFO, "metrics on port %d (/metrics, /health)",
+            mc_metrics_server_port(mp->metrics));
+    return 0;
+}
+
 /*
  * Runs the loop until SIGINT or SIGTERM (sigs, blocked), then closes the
  * server and lets the loop finish with its connections. Returns the exit
@@ -407,6 +447,7 @@ static int run_until_signal(struct master *mp, const sigset_t *sigs)
 /* Frees what prepare(), open_master(), serve() and serve_rdma() made. */
 static void free_master(struct master *mp)
 {
+    mc_metrics_stop(mp->metrics); /* first: its scrapes use the rest */
     mc__server_close(mp->srv);
     mc__svc_free(mp->svc);
     mc__master_free(mp->m);
@@ -430,7 +471,8 @@ int main(int argc, char **argv)
     if ((ret = prepare(&o, &addr, &mp.secret, &sigs)) != 0)
         return ret;
     ret = 1;
-    if (open_master(&o, &mp) == 0 && serve(&o, &addr, &mp) == 0 && serve_rdma(&o, &mp) == 0)
+    if (open_master(&o, &mp) == 0 && serve(&o, &addr, &mp) == 0 && serve_rdma(&o, &mp) == 0 &&
+        serve_metrics(&o, &mp) == 0)
         ret = run_until_signal(&mp, &sigs);
     free_master(&mp);
     return ret;

@@ -58,6 +58,7 @@ static op_t *op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t kl
         return NULL;
     o->s = s;
     o->kind = kind;
+    o->t0_ns = mc__op_clock_ns();
     o->cb = cb;
     o->arg = arg;
     o->key = o->keys;
@@ -82,6 +83,7 @@ static void complete(void *arg)
 void mc__op_finish(op_t *o, int rc)
 {
     o->result = rc;
+    mc__op_count(o->s, o->kind, rc, o->t0_ns);
     mc_loop_defer(o->s->loop, &o->work, complete, o);
 }
 

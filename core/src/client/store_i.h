@@ -21,6 +21,15 @@ struct mc__rdma_ctx;
 struct mc__rdma_mr;
 
 #define SEG_LOCAL 0
+
+/* Operations by kind (enum op_kind) and their latency (client/metrics.c):
+ * relaxed atomics, written on the loop thread, read from any. */
+#define MC__OP_KINDS 19
+#define MC__LAT_BUCKETS 16 /* upper bounds in client/metrics.c, plus +Inf */
+typedef struct mc__op_metrics {
+    uint64_t ops[MC__OP_KINDS], errors[MC__OP_KINDS], lat_sum_ns[MC__OP_KINDS];
+    uint64_t lat[MC__OP_KINDS][MC__LAT_BUCKETS + 1];
+} mc__op_metrics_t;
 #define WRITER_MAX_STEP (64ULL << 20) /* reservation growth per step */
 
 struct mc_store {
@@ -48,7 +57,8 @@ struct mc_store {
     struct mc__rdma_mr *seg_mr; /* the segment, registered for peers; or NULL */
     char *rdma_rec;             /* the segment's RDMA record, published */
     size_t rdma_rec_len;
-    mc_store_stats_t st; /* updated with mc__count() on the loop thread */
+    mc_store_stats_t st;  /* updated with mc__count() on the loop thread */
+    mc__op_metrics_t opm; /* updated by mc__op_finish() */
     mc_timer_t sweep;
     mc_timer_t drain; /* closing: lets connections finish */
     int thread_started;
@@ -122,11 +132,13 @@ enum op_kind {
     OP_W_COMMIT,
     OP_W_ABORT,
 };
+_Static_assert(OP_W_ABORT + 1 == MC__OP_KINDS, "MC__OP_KINDS counts enum op_kind");
 
 typedef struct op {
     mc_work_t work;
     mc_store_t *s;
     enum op_kind kind;
+    uint64_t t0_ns; /* when it was made (CLOCK_MONOTONIC), for its latency */
     mc_done_cb cb;
     void *arg;
     int result;
@@ -169,8 +181,16 @@ static inline void mc__count(uint64_t *ops, uint64_t *bytes, uint64_t n)
     __atomic_fetch_add(bytes, n, __ATOMIC_RELAXED);
 }
 
-/* Completes o with rc from the loop thread, after the current callback. */
+/* Completes o with rc from the loop thread, after the current callback,
+ * and counts it (mc__op_count()). */
 void mc__op_finish(op_t *o, int rc);
+
+/* Counts a finished operation of this kind: one op, an error when rc < 0,
+ * its latency since t0_ns (client/metrics.c). */
+void mc__op_count(mc_store_t *s, enum op_kind kind, int rc, uint64_t t0_ns);
+
+/* The monotonic clock, in ns. */
+uint64_t mc__op_clock_ns(void);
 
 /* Runs o against the cluster; completes it with mc__op_finish(). */
 void mc__remote_exec(op_t *o);

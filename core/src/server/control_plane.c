@@ -63,6 +63,8 @@ int mc__control_plane_handle(mc__control_plane_t *p, uint64_t owner, mc__conn_t 
     }
     if (rc >= 0 && w.err)
         rc = w.err;
+    if (rc < 0 && h->op < sizeof(p->op_errors) / sizeof(p->op_errors[0]))
+        p->op_errors[h->op]++;
     rc = mc__rpc_reply(c, h, rc, rc >= 0 ? w.p : NULL, rc >= 0 ? w.len : 0);
     free(w.p);
     return rc;

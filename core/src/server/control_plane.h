@@ -27,7 +27,8 @@
 typedef struct mc__control_plane {
     mc__svc_t *svc; /* not owned */
     mc_timer_t tick;
-    uint64_t last_tick; /* when the tick last ran (ms) */
+    uint64_t last_tick;     /* when the tick last ran (ms) */
+    uint64_t op_errors[64]; /* requests the service failed, by opcode (< 64) */
 } mc__control_plane_t;
 
 /* Starts serving svc (not owned: it must outlive the plane) on l: starts

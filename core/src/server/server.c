@@ -196,6 +196,8 @@ static void on_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t
     if (!srv)
         return;
     srv->st.requests++;
+    if (h->op < MC__SERVER_OPS)
+        srv->st.op_requests[h->op]++;
     sc->last_ms = mc_loop_now_ms();
     if (h->flags & MC__F_RESPONSE)
         return bad_frame(sc, h, "unexpected response");
@@ -457,6 +459,9 @@ void mc__server_stats(const mc__server_t *srv, mc__server_stats_t *st)
     st->bytes_read = srv->data.bytes_read;
     st->bytes_written = srv->data.bytes_written;
     st->shm_maps = srv->data.shm_maps;
+    st->open_conns = srv->nconns;
+    _Static_assert(sizeof(st->op_errors) == sizeof(srv->control.op_errors), "op_errors");
+    memcpy(st->op_errors, srv->control.op_errors, sizeof(st->op_errors));
 }
 
 void mc__server_close(mc__server_t *srv)
