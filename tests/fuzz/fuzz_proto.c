@@ -195,13 +195,13 @@ static void check_put_requests(const char *body, size_t len)
     mc__wbuf_t w = {0};
 
     int rc = mc__take_put_start(body, len, &s);
-    CHECK(rc == unpack_fields(body, len, "kquuuuqis", &f));
+    CHECK(rc == unpack_fields(body, len, "kquuuuqisuuuq", &f));
     if (rc == 0) {
         CHECK(mc__pack_put_start(&w, &s) == 0 && same_bytes(&w, body, len));
         w.len = 0;
     }
     rc = mc__take_put_commit(body, len, &c);
-    CHECK(rc == unpack_fields(body, len, "qkqui", &f));
+    CHECK(rc == unpack_fields(body, len, "qkquui", &f));
     if (rc == 0)
         CHECK(mc__pack_put_commit(&w, &c) == 0 && same_bytes(&w, body, len));
     free(w.p);
