@@ -1,7 +1,8 @@
 /*
  * attrs.c - attributes: getattr, setattr (size through the file's writer,
- * then mode and mtime, then the reply), statfs and access, and how an
- * inode's attributes are filled in for every reply that carries them.
+ * then mode, owner and times in one metadata change, then the reply; chown's
+ * rules for the caller), statfs and access, and how an inode's attributes are
+ * filled in for every reply that carries them.
  */
 #include <errno.h>
 #include <limits.h>
@@ -17,17 +18,27 @@
 #define DIR_MODE_DEFAULT 0755
 #define BLKSIZE (1 << 20)
 
+static struct timespec ts_of(int64_t ns)
+{
+    return (struct timespec){.tv_sec = ns / 1000000000LL, .tv_nsec = ns % 1000000000LL};
+}
+
 void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
 {
     memset(a, 0, sizeof(*a));
     a->st_ino = in->ino;
-    a->st_uid = fs->uid;
-    a->st_gid = fs->gid;
+    /* A key no owner was recorded for (put through the API) is the
+     * daemon's, as every file was before owners were stored. */
+    a->st_uid = st && st->uid != MC_OWNER_NONE ? (uid_t)st->uid : fs->uid;
+    a->st_gid = st && st->gid != MC_OWNER_NONE ? (gid_t)st->gid : fs->gid;
     a->st_blksize = BLKSIZE;
-    int64_t mt = st && st->mtime_ns ? st->mtime_ns : fs->start_ns;
+    /* A directory's st without a version: it has no marker (its lookup
+     * still counted its subdirectories). */
+    int marker = st && (!in->is_dir || st->version);
+    int64_t mt = marker && st->mtime_ns ? st->mtime_ns : fs->start_ns;
     if (in->is_dir) {
-        a->st_mode = S_IFDIR | (st && st->mode ? st->mode : DIR_MODE_DEFAULT);
-        a->st_nlink = 2;
+        a->st_mode = S_IFDIR | (marker ? st->mode : DIR_MODE_DEFAULT);
+        a->st_nlink = st && st->nlink >= 2 ? st->nlink : 2;
     } else {
         a->st_mode = S_IFREG | (st ? st->mode : 0644);
         a->st_nlink = in->key ? 1 : 0;
@@ -36,10 +47,9 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
             a->st_size = (off_t)mc_writer_size(in->ws->w);
         a->st_blocks = (a->st_size + 511) / 512;
     }
-    a->st_mtim.tv_sec = mt / 1000000000LL;
-    a->st_mtim.tv_nsec = mt % 1000000000LL;
-    a->st_ctim = a->st_mtim;
-    a->st_atim = a->st_mtim;
+    a->st_mtim = ts_of(mt);
+    a->st_ctim = ts_of(marker && st->ctime_ns ? st->ctime_ns : mt);
+    a->st_atim = ts_of(marker && st->atime_ns ? st->atime_ns : mt);
 }
 
 void fs_fill_entry(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct fuse_entry_param *e)
@@ -75,8 +85,10 @@ static void attr_stat_done(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
     fs_inode_t *in = c->in;
+    if (in->is_dir && rc == MC_LOOKUP_DIR)
+        in->st = c->st;
     if (in->is_dir)
-        return attr_reply(c, rc == 0 ? &c->st : NULL);
+        return attr_reply(c, rc == MC_LOOKUP_DIR ? &c->st : NULL);
     if (rc == -ENOENT && (!in->key || in->opens))
         return attr_reply(c, &in->st); /* open, unlinked: last known */
     if (rc < 0)
@@ -95,8 +107,7 @@ static void attr_fetch(fs_ctx_t *c)
     if (in->ws && in->ws->state != WS_NONE)
         return attr_reply(c, &in->st);
     if (in->is_dir) {
-        c->klen2 = marker_key(in, c->key2);
-        rc = mc_stat_async(c->fs->store, c->key2, c->klen2, &c->st, attr_stat_done, c);
+        rc = mc_lookup_async(c->fs->store, in->key, in->klen, '/', &c->st, attr_stat_done, c);
     } else {
         rc = mc_stat_async(c->fs->store, in->key, in->klen, &c->st, attr_stat_done, c);
     }
@@ -205,30 +216,68 @@ static void setattr_have_writer(fs_waiter_t *w, int err)
         setattr_truncated(c, rc);
 }
 
+static void setattr_meta(fs_ctx_t *c);
+
 static void setattr_marker_put(void *arg, int rc)
 {
-    setattr_next(arg, rc == -EEXIST ? 0 : rc);
+    fs_ctx_t *c = arg;
+    if (rc < 0 && rc != -EEXIST)
+        return fs_ctx_fail(c, rc);
+    setattr_meta(c); /* now on the marker */
 }
 
 static void setattr_meta_done(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
-    if (rc == -ENOENT && c->in->is_dir && (c->to_set & FUSE_SET_ATTR_MODE)) {
-        /* An implicit directory: give it a marker to hold the mode. */
-        mc_put_opts_t po = {.flags = MC_PUT_NOREPLACE,
-                            .mode = c->attr.st_mode & 07777,
+    fs_inode_t *in = c->in;
+    if (rc == -ENOENT && in->is_dir && !c->kind) {
+        /* An implicit directory: give it a marker to hold the metadata. */
+        mc_put_opts_t po = {.flags = MC_PUT_NOREPLACE | MC_PUT_MODE,
+                            .mode = DIR_MODE_DEFAULT,
                             .replica_num = c->fs->replicas};
+        c->kind = 1;
         rc = mc_put_async(c->fs->store, c->key2, c->klen2, "", 0, &po, setattr_marker_put, c);
         if (rc == 0)
             return;
     }
+    if (rc == 0 && !in->is_dir) {
+        uint64_t size = in->st.size, version = in->st.version;
+        in->st = c->st;
+        if (in->ws && in->ws->state != WS_NONE) { /* its size is the writer's */
+            in->st.size = size;
+            in->st.version = version;
+        }
+    } else if (rc == 0) {
+        in->st = c->st;
+    }
     setattr_next(c, rc);
+}
+
+/* Sends the metadata change c->meta for the file, or for the directory's
+ * marker (c->key2). */
+static void setattr_meta(fs_ctx_t *c)
+{
+    fs_inode_t *in = c->in;
+    const char *key = in->key;
+    size_t klen = in->klen;
+    if (in->is_dir) {
+        c->klen2 = marker_key(in, c->key2);
+        key = c->key2;
+        klen = c->klen2;
+    }
+    int rc = mc_set_meta_async(c->fs->store, key, klen, &c->meta, &c->st, setattr_meta_done, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
+static int64_t ns_of(const struct timespec *t)
+{
+    return (int64_t)t->tv_sec * 1000000000LL + t->tv_nsec;
 }
 
 static void setattr_step(fs_ctx_t *c)
 {
     fs_inode_t *in = c->in;
-    int rc = 0;
     switch (c->stage) {
     case 0: /* size */
         c->stage = 1;
@@ -248,41 +297,39 @@ static void setattr_step(fs_ctx_t *c)
         c->stage = 2;
         /* fall through */
     case 1:
-    case 2: { /* mode and mtime */
+    case 2: { /* mode, owner, times */
         c->stage = 2;
-        unsigned what = 0;
-        int64_t mtime = 0;
-        if (c->to_set & FUSE_SET_ATTR_MODE)
-            what |= MC_META_MODE;
-        if (c->to_set & FUSE_SET_ATTR_MTIME_NOW) {
-            what |= MC_META_MTIME;
-            mtime = fs_now_ns();
-        } else if (c->to_set & FUSE_SET_ATTR_MTIME) {
-            what |= MC_META_MTIME;
-            mtime = (int64_t)c->attr.st_mtim.tv_sec * 1000000000LL + c->attr.st_mtim.tv_nsec;
+        mc_meta_t *m = &c->meta;
+        int64_t now = fs_now_ns();
+        memset(m, 0, sizeof(*m));
+        if (c->to_set & FUSE_SET_ATTR_MODE) {
+            m->what |= MC_META_MODE;
+            m->mode = c->attr.st_mode & 07777;
         }
-        if (!what || !in->key || in->ino == FUSE_ROOT_ID) {
+        if (c->to_set & FUSE_SET_ATTR_UID) {
+            m->what |= MC_META_UID;
+            m->uid = (uint32_t)c->attr.st_uid;
+        }
+        if (c->to_set & FUSE_SET_ATTR_GID) {
+            m->what |= MC_META_GID;
+            m->gid = (uint32_t)c->attr.st_gid;
+        }
+        if (c->to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
+            m->what |= MC_META_ATIME;
+            m->atime_ns = (c->to_set & FUSE_SET_ATTR_ATIME_NOW) ? now : ns_of(&c->attr.st_atim);
+        }
+        if (c->to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) {
+            m->what |= MC_META_MTIME;
+            m->mtime_ns = (c->to_set & FUSE_SET_ATTR_MTIME_NOW) ? now : ns_of(&c->attr.st_mtim);
+        }
+        if (!m->what || !in->key || in->ino == FUSE_ROOT_ID) {
             c->stage = 3;
             return setattr_step(c);
         }
-        uint32_t mode = c->attr.st_mode & 07777;
+        /* A version being written publishes with the new mode and mtime. */
         if (in->ws && in->ws->state == WS_READY)
-            mc_writer_set_meta(in->ws->w, (what & MC_META_MODE) ? mode : 0, mtime);
-        if (what & MC_META_MODE)
-            in->st.mode = mode;
-        if (what & MC_META_MTIME)
-            in->st.mtime_ns = mtime;
-        if (in->is_dir) {
-            c->klen2 = marker_key(in, c->key2);
-            rc = mc_set_meta_async(c->fs->store, c->key2, c->klen2, what, mode, mtime,
-                                   setattr_meta_done, c);
-        } else {
-            rc = mc_set_meta_async(c->fs->store, in->key, in->klen, what, mode, mtime,
-                                   setattr_meta_done, c);
-        }
-        if (rc < 0)
-            fs_ctx_fail(c, rc);
-        return;
+            mc_writer_set_meta(in->ws->w, m);
+        return setattr_meta(c);
     }
     default:
         if (c->fh && !in->is_dir) {
@@ -293,6 +340,38 @@ static void setattr_step(fs_ctx_t *c)
     }
 }
 
+/* 1 if the requester is in group gid (its own group or a supplementary
+ * one). */
+static int in_group(fuse_req_t req, gid_t gid)
+{
+    if (fuse_req_ctx(req)->gid == gid)
+        return 1;
+    gid_t groups[64];
+    int n = fuse_req_getgroups(req, 64, groups);
+    for (int i = 0; i < n && i < 64; i++)
+        if (groups[i] == gid)
+            return 1;
+    return 0;
+}
+
+/* chown(2)'s rules for the requester on a file whose attributes are cur:
+ * root changes both; the owner may "change" the owner to itself and the
+ * group to one of its groups. The kernel checks the same under
+ * default_permissions; this holds without it. Returns 0 or -EPERM. */
+static int may_chown(fuse_req_t req, const struct stat *cur, int to_set, const struct stat *attr)
+{
+    uid_t uid = fuse_req_ctx(req)->uid;
+    if (uid == 0 || !(to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)))
+        return 0;
+    if (uid != cur->st_uid)
+        return -EPERM;
+    if ((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != cur->st_uid)
+        return -EPERM;
+    if ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != cur->st_gid && !in_group(req, attr->st_gid))
+        return -EPERM;
+    return 0;
+}
+
 void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
                    struct fuse_file_info *fi)
 {
@@ -300,9 +379,11 @@ void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set
     fs_inode_t *in = fs_inode_get(fs->it, ino);
     if (!in)
         return reply_err(req, -ENOENT);
-    if (((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != fs->uid) ||
-        ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != fs->gid))
-        return reply_err(req, -EPERM);
+    struct stat cur;
+    fs_fill_attr(fs, in, &in->st, &cur);
+    int rc = may_chown(req, &cur, to_set, attr);
+    if (rc < 0)
+        return reply_err(req, rc);
     if ((to_set & FUSE_SET_ATTR_SIZE) && in->is_dir)
         return reply_err(req, -EISDIR);
     fs_ctx_t *c = fs_ctx_new(req, in);

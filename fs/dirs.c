@@ -30,10 +30,9 @@ static void lookup_done(void *arg, int rc)
     fs_inode_t *in = fs_inode_ref(c->fs->it, c->key, c->klen, is_dir);
     if (!in)
         return fs_ctx_fail(c, -ENOMEM);
-    if (!is_dir)
-        in->st = c->st;
+    in->st = c->st; /* a directory's: its marker's, with its link count */
     struct fuse_entry_param e;
-    fs_fill_entry(c->fs, in, is_dir && !c->st.version ? NULL : &c->st, &e);
+    fs_fill_entry(c->fs, in, &c->st, &e);
     fuse_reply_entry(c->req, &e);
     fs_ctx_free(c);
 }
@@ -105,6 +104,10 @@ static int dir_add(fs_ctx_t *c, const char *name, fs_inode_t *in, const mc_stat_
     if (c->plus) {
         struct fuse_entry_param e;
         fs_fill_entry(c->fs, in, st, &e);
+        /* A listing does not count a subdirectory's subdirectories: its
+         * st_nlink comes from a getattr (a lookup), not from here. */
+        if (in->is_dir)
+            e.attr_timeout = 0;
         need = fuse_add_direntry_plus(c->req, NULL, 0, name, &e, off);
         if (need > room)
             return 1;
@@ -142,7 +145,7 @@ static void readdir_done(void *arg, int rc)
             name[nl] = '\0';
             int is_dir = e->is_prefix;
             size_t ilen = is_dir ? e->klen - 1 : e->klen;
-            const mc_stat_t *st = is_dir && !e->st.version ? NULL : &e->st;
+            const mc_stat_t *st = &e->st;
             fs_inode_t *in = fs_inode_find(c->fs->it, e->key, ilen, is_dir);
             fs_inode_t tmp = {.ino = 0, .is_dir = is_dir, .key = (char *)"", .klen = 0};
             if (c->plus) {

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "fs.h"
 #include "fs_i.h"
@@ -215,8 +216,8 @@ static void create_looked_up(void *arg, int rc)
         return create_put_done(c, -EEXIST);
     if (rc != -ENOENT)
         return fs_ctx_fail(c, rc);
-    mc_put_opts_t po = {
-        .flags = MC_PUT_NOREPLACE, .mode = c->mode & 07777, .replica_num = c->fs->replicas};
+    mc_put_opts_t po;
+    fs_new_object_opts(c, &po);
     rc = mc_put_async(c->fs->store, c->key, c->klen, "", 0, &po, create_put_done, c);
     if (rc < 0)
         fs_ctx_fail(c, rc);
@@ -230,6 +231,8 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
         return;
     c->fi = *fi;
     c->mode = mode;
+    c->uid = fuse_req_ctx(req)->uid;
+    c->gid = fuse_req_ctx(req)->gid;
     int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, create_looked_up, c);
     if (rc < 0)
         fs_ctx_fail(c, rc);
@@ -312,6 +315,25 @@ static void write_done(void *arg, int rc)
     fs_ctx_free(c);
 }
 
+/* A write by a process without privilege (here: not root) clears the
+ * set-user-ID bit, and the set-group-ID bit when group-execute is set, as
+ * Linux does: the version being written publishes without them. */
+static void kill_set_id(fs_ctx_t *c)
+{
+    fs_inode_t *in = c->in;
+    uint32_t mode = in->st.mode;
+    if (c->uid == 0 || !(mode & (S_ISUID | S_ISGID)))
+        return;
+    mode &= ~(uint32_t)S_ISUID;
+    if (mode & S_IXGRP)
+        mode &= ~(uint32_t)S_ISGID;
+    if (mode == in->st.mode)
+        return;
+    in->st.mode = mode;
+    mc_meta_t m = {.what = MC_META_MODE, .mode = mode};
+    mc_writer_set_meta(in->ws->w, &m);
+}
+
 static void write_run(fs_waiter_t *w, int err)
 {
     fs_ctx_t *c = (fs_ctx_t *)w;
@@ -321,6 +343,7 @@ static void write_run(fs_waiter_t *w, int err)
     if (c->fh->err)
         return fs_ctx_fail(c, c->fh->err);
     ws->dirty = 1;
+    kill_set_id(c);
     if (c->fh->append)
         c->off = (off_t)mc_writer_size(ws->w);
     fs_ws_op_start(ws);
@@ -345,6 +368,7 @@ void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, o
      * done instead of copying it. */
     c->data = fs_take_request_buffer(fs);
     fs_ws_add_owner(fh->in->ws, req);
+    c->uid = fuse_req_ctx(req)->uid;
     c->wbuf = buf;
     c->size = size;
     c->off = off;

@@ -54,11 +54,14 @@ typedef struct fs_ctx {
     int kind;
     int flags;
     mode_t mode;
+    uid_t uid; /* the requester's, where an operation needs them */
+    gid_t gid;
     int to_set;
     struct stat attr;
     struct fuse_file_info fi;
     mc_stat_t st;
     mc_stat_t st2;
+    mc_meta_t meta;
     mc_list_t *list;
     mc_space_t sp;
     void *data; /* owned request buffer or read buffer */
@@ -103,6 +106,10 @@ void fs_ctx_fail(fs_ctx_t *c, int rc);
  * bytes) and its length to *klen. Returns 0, or -1 after replying to c's
  * request with the error and freeing c. */
 int fs_child_key(fs_ctx_t *c, fuse_ino_t parent, const char *name, char *key, size_t *klen);
+
+/* The options of an object this request creates (create, mkdir, mknod):
+ * the name must be free, mode c->mode exactly, owned by c->uid / c->gid. */
+void fs_new_object_opts(const fs_ctx_t *c, mc_put_opts_t *po);
 
 /* The wall clock, in nanoseconds since the epoch. */
 int64_t fs_now_ns(void);

@@ -26,7 +26,15 @@ static void empty_done(void *arg, int rc)
     fs_inode_t *in = fs_inode_ref(c->fs->it, c->key, c->klen, is_dir);
     if (!in)
         return fs_ctx_fail(c, -ENOMEM);
-    mc_stat_t st = {.mode = c->mode & 07777, .mtime_ns = fs_now_ns()};
+    int64_t now = fs_now_ns();
+    mc_stat_t st = {.mode = c->mode & 07777,
+                    .mtime_ns = now,
+                    .atime_ns = now,
+                    .ctime_ns = now,
+                    .uid = c->uid,
+                    .gid = c->gid,
+                    .version = (uint64_t)is_dir, /* a directory has its marker */
+                    .nlink = is_dir ? 2 : 1};
     if (!is_dir)
         in->st = st;
     struct fuse_entry_param e;
@@ -42,8 +50,8 @@ static void empty_looked_up(void *arg, int rc)
         return fs_ctx_fail(c, -EEXIST);
     if (rc != -ENOENT)
         return fs_ctx_fail(c, rc);
-    mc_put_opts_t po = {
-        .flags = MC_PUT_NOREPLACE, .mode = c->mode & 07777, .replica_num = c->fs->replicas};
+    mc_put_opts_t po;
+    fs_new_object_opts(c, &po);
     const char *key = c->key;
     size_t klen = c->klen;
     if (c->kind) {
@@ -65,6 +73,8 @@ static void make_empty(fuse_req_t req, fuse_ino_t parent, const char *name, mode
         return;
     c->mode = mode;
     c->kind = is_dir;
+    c->uid = fuse_req_ctx(req)->uid;
+    c->gid = fuse_req_ctx(req)->gid;
     int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, empty_looked_up, c);
     if (rc < 0)
         fs_ctx_fail(c, rc);

@@ -47,6 +47,15 @@ void *fs_take_request_buffer(fs_t *fs)
     return fs->rbuf.mem;
 }
 
+void fs_new_object_opts(const fs_ctx_t *c, mc_put_opts_t *po)
+{
+    *po = (mc_put_opts_t){.flags = MC_PUT_NOREPLACE | MC_PUT_MODE | MC_PUT_OWNER,
+                          .mode = c->mode & 07777,
+                          .uid = c->uid,
+                          .gid = c->gid,
+                          .replica_num = c->fs->replicas};
+}
+
 int64_t fs_now_ns(void)
 {
     struct timespec ts;

@@ -171,7 +171,9 @@ static void ws_opened(void *arg, int rc)
 static void ws_base_opened(void *arg, int rc)
 {
     fs_wstate_t *ws = arg;
-    mc_put_opts_t po = {.mode = ws->in->st.mode, .replica_num = ws->fs->replicas};
+    /* No mode and no owner: the commit keeps those of the version it
+     * replaces (as chmod and chown left them meanwhile). */
+    mc_put_opts_t po = {.replica_num = ws->fs->replicas};
     if (rc < 0)
         ws->base = NULL;
     const char *key = ws->in->key ? ws->in->key : "orphan";

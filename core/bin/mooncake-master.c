@@ -274,7 +274,7 @@ static int parse_options(int argc, char **argv, struct options *o)
             usage(stdout, argv[0]);
             return 0;
         case 'V':
-            printf("mooncake-master %s (protocol %d)\n", MC_VERSION_STRING, MC__PROTO_VERSION);
+            printf("mooncake-master %s (protocol %d)\n", MC_VERSION_STRING, MC__PROTO_SESSION);
             return 0;
         default:
             usage(stderr, argv[0]);

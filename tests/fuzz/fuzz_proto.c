@@ -77,6 +77,8 @@ static int check_fields(const char *fmt, const char *body, size_t len, fields_t 
     return 0;
 }
 
+#define STAT_BYTES 76 /* a stat on the wire (proto.h) */
+
 /* mc__take_stat() with its checks. */
 static int take_stat(const char **p, size_t *n)
 {
@@ -86,13 +88,13 @@ static int take_stat(const char **p, size_t *n)
 
     int rc = mc__take_stat(p, n, &st);
     if (rc) {
-        CHECK(rc == -EBADMSG && *p == p0 && *n == n0 && n0 < 36);
+        CHECK(rc == -EBADMSG && *p == p0 && *n == n0 && n0 < STAT_BYTES);
         return rc;
     }
-    CHECK(*p == p0 + 36 && *n == n0 - 36);
+    CHECK(*p == p0 + STAT_BYTES && *n == n0 - STAT_BYTES);
     mc__wbuf_t w = {0};
     CHECK(mc__pack_stat(&w, &st) == 0);
-    CHECK(same_bytes(&w, p0, 36));
+    CHECK(same_bytes(&w, p0, STAT_BYTES));
     free(w.p);
     return 0;
 }
@@ -195,13 +197,13 @@ static void check_put_requests(const char *body, size_t len)
     mc__wbuf_t w = {0};
 
     int rc = mc__take_put_start(body, len, &s);
-    CHECK(rc == unpack_fields(body, len, "kquuuuqis", &f));
+    CHECK(rc == unpack_fields(body, len, "kquuuuqisuuuq", &f));
     if (rc == 0) {
         CHECK(mc__pack_put_start(&w, &s) == 0 && same_bytes(&w, body, len));
         w.len = 0;
     }
     rc = mc__take_put_commit(body, len, &c);
-    CHECK(rc == unpack_fields(body, len, "qkqui", &f));
+    CHECK(rc == unpack_fields(body, len, "qkquui", &f));
     if (rc == 0)
         CHECK(mc__pack_put_commit(&w, &c) == 0 && same_bytes(&w, body, len));
     free(w.p);

@@ -58,19 +58,20 @@ static void setup(void)
          "", 0u);
     const char *keys[] = {"a", "a/b", "a/c/", "d/e/f", "z"};
     for (int i = 0; i < 5; i++) { /* put ids are handed out from 1 */
-        call(1, MC__OP_PUT_START, "kquuuuqis", keys[i], (uint32_t)strlen(keys[i]),
-             (uint64_t)(100 * i + 1), 0u, 0644u, 2u, 0u, (uint64_t)0, (int64_t)0, "", 0u);
-        call(1, MC__OP_PUT_COMMIT, "qkqui", (uint64_t)(i + 1), keys[i], (uint32_t)strlen(keys[i]),
-             (uint64_t)(100 * i), 0u, (int64_t)0);
+        call(1, MC__OP_PUT_START, "kquuuuqisuuuq", keys[i], (uint32_t)strlen(keys[i]),
+             (uint64_t)(100 * i + 1), (unsigned)MC_PUT_OWNER, 0644u, 2u, 0u, (uint64_t)0,
+             (int64_t)0, "", 0u, 1000u, 1000u, 0u, (uint64_t)0);
+        call(1, MC__OP_PUT_COMMIT, "qkquui", (uint64_t)(i + 1), keys[i], (uint32_t)strlen(keys[i]),
+             (uint64_t)(100 * i), 0u, 0u, (int64_t)0);
     }
-    call(2, MC__OP_PUT_START, "kquuuuqis", "pending", 7u, (uint64_t)4096, 0u, 0u, 1u, 0u,
-         (uint64_t)0, (int64_t)0, "", 0u);
+    call(2, MC__OP_PUT_START, "kquuuuqisuuuq", "pending", 7u, (uint64_t)4096, 0u, 0u, 1u, 0u,
+         (uint64_t)0, (int64_t)0, "", 0u, 0u, 0u, 0u, (uint64_t)0);
     call(2, MC__OP_OPEN, "k", "a/b", 3u);
     /* Put 6 loses a replica (its writer could not reach the node); node
      * 11 leaves, so the objects it held are copied: node 13 takes its tasks
      * (ids from 1), node 12 may have some waiting. */
-    call(2, MC__OP_PUT_START, "kquuuuqis", "drop", 4u, (uint64_t)4096, 0u, 0u, 2u, 0u, (uint64_t)0,
-         (int64_t)0, "", 0u);
+    call(2, MC__OP_PUT_START, "kquuuuqisuuuq", "drop", 4u, (uint64_t)4096, 0u, 0u, 2u, 0u,
+         (uint64_t)0, (int64_t)0, "", 0u, 0u, 0u, 0u, (uint64_t)0);
     call(2, MC__OP_PUT_DROP_REPLICA, "qu", (uint64_t)7, 1u);
     call(1, MC__OP_UNMOUNT_SEGMENT, "qu", (uint64_t)11, 1u);
     mc__svc_tick(svc, now);

@@ -98,7 +98,12 @@ static const mc_stat_t st = {.size = 1048576,
                              .mtime_ns = 1700000000123456789ll,
                              .mode = 0644,
                              .replicas = 2,
-                             .flags = MC_STAT_LEASED};
+                             .flags = MC_STAT_LEASED,
+                             .uid = 1000,
+                             .gid = 100,
+                             .nlink = 1,
+                             .atime_ns = 1700000000000000000ll,
+                             .ctime_ns = 1700000000123456789ll};
 
 static void replicas(mc__wbuf_t *w)
 {
@@ -122,7 +127,7 @@ int main(int argc, char **argv)
         nonce[i] = (unsigned char)(i * 53 + 7);
     }
 
-    mc__pack(&b, "hhuss", 1u, 1u, (unsigned)MC__ROLE_CLIENT, S("mooncake-fs/1234"), nonce,
+    mc__pack(&b, "hhuss", 2u, 2u, (unsigned)MC__ROLE_CLIENT, S("mooncake-fs/1234"), nonce,
              (uint32_t)sizeof(nonce));
     seed("hello-req", MC__OP_HELLO, 0, 0, &b, 1);
     mc__pack(&b, "huss", 1u, 1u, nonce, (uint32_t)sizeof(nonce), mac, (uint32_t)sizeof(mac));
@@ -156,13 +161,16 @@ int main(int argc, char **argv)
     seed("put_drop_replica-req", MC__OP_PUT_DROP_REPLICA, 0, 0, &b, 0);
     mc__pack(&b, "sqsq", S("repair_done"), (uint64_t)3, S("repair_bytes"), (uint64_t)3 << 20);
     seed("stats-resp", MC__OP_STATS, 1, 0, &b, 1);
-    mc__pack(&b, "kquuuuqis", S("dir/file.bin"), (uint64_t)1048576, (unsigned)MC_PUT_NOREPLACE,
-             0644u, 2u, (unsigned)MC_PIN_SOFT, (uint64_t)60000, (int64_t)0, S("127.0.0.1:7101"));
+    mc__pack(&b, "kquuuuqisuuuq", S("dir/file.bin"), (uint64_t)1048576,
+             (unsigned)(MC_PUT_NOREPLACE | MC_PUT_OWNER | MC_PUT_MODE), 0644u, 2u,
+             (unsigned)MC_PIN_SOFT, (uint64_t)60000, (int64_t)0, S("127.0.0.1:7101"), 1000u, 100u,
+             (unsigned)MC_TYPE_FILE, (uint64_t)0);
     seed("put_start-req", MC__OP_PUT_START, 0, 0, &b, 1);
     mc__pack(&b, "q", (uint64_t)99);
     replicas(&b);
     seed("put_start-resp", MC__OP_PUT_START, 1, 0, &b, 1);
-    mc__pack(&b, "qkqui", (uint64_t)99, S("dir/file.bin"), (uint64_t)1000000, 0600u, (int64_t)-1);
+    mc__pack(&b, "qkquui", (uint64_t)99, S("dir/file.bin"), (uint64_t)1000000,
+             (unsigned)MC_META_MODE, 0600u, (int64_t)-1);
     seed("put_commit-req", MC__OP_PUT_COMMIT, 0, 0, &b, 1);
     mc__pack_stat(&b, &st);
     seed("put_commit-resp", MC__OP_PUT_COMMIT, 1, 0, &b, 0);
@@ -186,9 +194,12 @@ int main(int argc, char **argv)
     mc__pack_list(&b, &l);
     seed("list-resp", MC__OP_LIST, 1, 0, &b, 1);
 
-    mc__pack(&b, "kuui", S("dir/file.bin"), (unsigned)(MC_META_MODE | MC_META_MTIME), 0755u,
-             (int64_t)1700000000000000000ll);
+    mc__pack(&b, "kuuuuii", S("dir/file.bin"),
+             (unsigned)(MC_META_MODE | MC_META_UID | MC_META_ATIME | MC_META_MTIME), 0755u, 1000u,
+             0u, (int64_t)1600000000000000000ll, (int64_t)1700000000000000000ll);
     seed("set_meta-req", MC__OP_SET_META, 0, 0, &b, 0);
+    mc__pack_stat(&b, &st);
+    seed("set_meta-resp", MC__OP_SET_META, 1, 0, &b, 0);
     mc__pack(&b, "qqqq", (uint64_t)1 << 30, (uint64_t)1 << 20, (uint64_t)12, (uint64_t)3);
     seed("statfs-resp", MC__OP_STATFS, 1, 0, &b, 0);
     mc__pack(&b, "uqu", 3u, (uint64_t)524288, 4096u);

@@ -42,7 +42,7 @@ def call(sock, op, body=b"", req_id=1):
 
 
 def hello(sock, nonce=b""):
-    body = struct.pack("<HHI", 1, 1, 1) + s_field(b"test_limits") + s_field(nonce)
+    body = struct.pack("<HHI", 2, 2, 1) + s_field(b"test_limits") + s_field(nonce)
     status, _ = call(sock, OP_HELLO, body)
     assert status == 0
 
@@ -97,7 +97,7 @@ def test_big_frame_between_hello_and_auth_is_not_buffered(cluster, tmp_path):
     os.chmod(secret, 0o600)
     m = cluster.master("--segment-size", "16M", "--auth-secret-file", str(secret))
     s = connect(m.addr)
-    body = struct.pack("<HHI", 1, 1, 1) + s_field(b"test_limits") + s_field(os.urandom(32))
+    body = struct.pack("<HHI", 2, 2, 1) + s_field(b"test_limits") + s_field(os.urandom(32))
     status, _ = call(s, OP_HELLO, body)
     assert status == 0
     send_some(s, frame(OP_PUT_START, length=16 * MiB) + os.urandom(2 * MiB))
@@ -179,7 +179,7 @@ def get_replica(addr, key):
     status, body = call(s, OP_GET_REPLICAS, s_field(key))
     s.close()
     assert status == 0
-    p = 8 + 36  # lease, stat
+    p = 8 + 76  # lease, stat
     (count,) = struct.unpack_from("<I", body, p)
     assert count >= 1
     seg, alen = struct.unpack_from("<II", body, p + 4)

@@ -60,17 +60,18 @@ typedef struct fields {
     X("qusqs", Q(0), U(1), S(2), Q(3), S(4))                                                       \
     X("u", U(0))                                                                                   \
     X("qu", Q(0), U(1))                                                                            \
-    X("kquuuuqis", S(0), Q(1), U(2), U(3), U(4), U(5), Q(6), I(7), S(8))                           \
+    X("kquuuuqisuuuq", S(0), Q(1), U(2), U(3), U(4), U(5), Q(6), I(7), S(8), U(9), U(10), U(11),   \
+      Q(12))                                                                                       \
     X("q*", Q(0), S(1))                                                                            \
     X("qq", Q(0), Q(1))                                                                            \
     X("qq*", Q(0), Q(1), S(2))                                                                     \
     X("*", S(0))                                                                                   \
-    X("qkqui", Q(0), S(1), Q(2), U(3), I(4))                                                       \
+    X("qkquui", Q(0), S(1), Q(2), U(3), U(4), I(5))                                                \
     X("k", S(0))                                                                                   \
     X("ku", S(0), U(1))                                                                            \
     X("kku", S(0), S(1), U(2))                                                                     \
     X("ssuu", S(0), S(1), U(2), U(3))                                                              \
-    X("kuui", S(0), U(1), U(2), I(3))                                                              \
+    X("kuuuuii", S(0), U(1), U(2), U(3), U(4), I(5), I(6))                                         \
     X("qqqq", Q(0), Q(1), Q(2), Q(3))                                                              \
     X("qqi", Q(0), Q(1), I(2))                                                                     \
     X("uqu", U(0), Q(1), U(2))                                                                     \

@@ -555,6 +555,13 @@ static const mc_stat_t some_stat = {
     .mode = 04755,
     .replicas = 3,
     .flags = MC_STAT_LEASED | MC_STAT_HARD_PIN,
+    .uid = 1001,
+    .gid = MC_OWNER_NONE,
+    .type = MC_TYPE_CHR,
+    .nlink = 7,
+    .atime_ns = -5,
+    .ctime_ns = 1700000000123456789ll,
+    .rdev = 0x0102030405060708ull,
 };
 
 static void assert_stat_equal(const mc_stat_t *a, const mc_stat_t *b)
@@ -565,6 +572,13 @@ static void assert_stat_equal(const mc_stat_t *a, const mc_stat_t *b)
     assert_int_equal(a->mode, b->mode);
     assert_int_equal(a->replicas, b->replicas);
     assert_int_equal(a->flags, b->flags);
+    assert_int_equal(a->uid, b->uid);
+    assert_int_equal(a->gid, b->gid);
+    assert_int_equal(a->type, b->type);
+    assert_int_equal(a->nlink, b->nlink);
+    assert_int_equal(a->atime_ns, b->atime_ns);
+    assert_int_equal(a->ctime_ns, b->ctime_ns);
+    assert_int_equal(a->rdev, b->rdev);
 }
 
 static void test_stat_round_trip(void **state)
@@ -579,8 +593,15 @@ static void test_stat_round_trip(void **state)
     ref_le(&want, some_stat.mode, 4);
     ref_le(&want, some_stat.replicas, 4);
     ref_le(&want, some_stat.flags, 4);
-    assert_int_equal(w.len, 36);
-    assert_memory_equal(w.p, want.b, 36);
+    ref_le(&want, some_stat.uid, 4);
+    ref_le(&want, some_stat.gid, 4);
+    ref_le(&want, some_stat.type, 4);
+    ref_le(&want, some_stat.nlink, 4);
+    ref_le(&want, (uint64_t)some_stat.atime_ns, 8);
+    ref_le(&want, (uint64_t)some_stat.ctime_ns, 8);
+    ref_le(&want, some_stat.rdev, 8);
+    assert_int_equal(w.len, 76);
+    assert_memory_equal(w.p, want.b, 76);
     assert_int_equal(mc__pack(&w, "u", 0xabcdu), 0); /* something after it */
 
     char *body = dup_bytes(w.p, w.len);
@@ -589,10 +610,10 @@ static void test_stat_round_trip(void **state)
     mc_stat_t st;
     assert_int_equal(mc__take_stat(&p, &n, &st), 0);
     assert_stat_equal(&st, &some_stat);
-    assert_ptr_equal(p, body + 36);
+    assert_ptr_equal(p, body + 76);
     assert_int_equal(n, 4);
 
-    for (size_t cut = 0; cut < 36; cut++) {
+    for (size_t cut = 0; cut < 76; cut++) {
         char *part = dup_bytes(body, cut);
         p = part;
         n = cut;
@@ -933,8 +954,9 @@ static char *with_tail(const mc__wbuf_t *w)
 static void check_typed_start(const mc__put_start_rq_t *rq)
 {
     mc__wbuf_t a = {0}, b = {0};
-    int ra = mc__pack(&a, "kquuuuqis", rq->key, rq->klen, rq->capacity, rq->flags, rq->mode,
-                      rq->replicas, rq->pin, rq->pin_ttl_ms, rq->mtime_ns, rq->pref, rq->plen);
+    int ra = mc__pack(&a, "kquuuuqisuuuq", rq->key, rq->klen, rq->capacity, rq->flags, rq->mode,
+                      rq->replicas, rq->pin, rq->pin_ttl_ms, rq->mtime_ns, rq->pref, rq->plen,
+                      rq->uid, rq->gid, rq->type, rq->rdev);
     int rb = mc__pack_put_start(&b, rq);
     assert_int_equal(ra, rb);
     if (ra == 0) {
@@ -943,11 +965,11 @@ static void check_typed_start(const mc__put_start_rq_t *rq)
             char *c = with_tail(&a);
             mc__put_start_rq_t t;
             const char *k, *pf;
-            uint32_t kl, f, m, r, pn, pl;
-            uint64_t cap, ttl;
+            uint32_t kl, f, m, r, pn, pl, uid, gid, ty;
+            uint64_t cap, ttl, rdev;
             int64_t mt;
-            int ua = mc__unpack(c, cut, "kquuuuqis", &k, &kl, &cap, &f, &m, &r, &pn, &ttl, &mt, &pf,
-                                &pl);
+            int ua = mc__unpack(c, cut, "kquuuuqisuuuq", &k, &kl, &cap, &f, &m, &r, &pn, &ttl, &mt,
+                                &pf, &pl, &uid, &gid, &ty, &rdev);
             int ub = mc__take_put_start(c, cut, &t);
             assert_int_equal(ua, ub);
             if (ub == 0) {
@@ -962,6 +984,10 @@ static void check_typed_start(const mc__put_start_rq_t *rq)
                 assert_int_equal(t.mtime_ns, rq->mtime_ns);
                 assert_int_equal(t.plen, rq->plen);
                 assert_memory_equal(t.pref, rq->pref, rq->plen);
+                assert_int_equal(t.uid, rq->uid);
+                assert_int_equal(t.gid, rq->gid);
+                assert_int_equal(t.type, rq->type);
+                assert_int_equal(t.rdev, rq->rdev);
             }
             free(c);
         }
@@ -973,7 +999,8 @@ static void check_typed_start(const mc__put_start_rq_t *rq)
 static void check_typed_commit(const mc__put_commit_rq_t *rq)
 {
     mc__wbuf_t a = {0}, b = {0};
-    int ra = mc__pack(&a, "qkqui", rq->id, rq->key, rq->klen, rq->size, rq->mode, rq->mtime_ns);
+    int ra = mc__pack(&a, "qkquui", rq->id, rq->key, rq->klen, rq->size, rq->what, rq->mode,
+                      rq->mtime_ns);
     int rb = mc__pack_put_commit(&b, rq);
     assert_int_equal(ra, rb);
     if (ra == 0) {
@@ -983,9 +1010,9 @@ static void check_typed_commit(const mc__put_commit_rq_t *rq)
             mc__put_commit_rq_t t;
             uint64_t id, size;
             const char *k;
-            uint32_t kl, m;
+            uint32_t kl, wh, m;
             int64_t mt;
-            int ua = mc__unpack(c, cut, "qkqui", &id, &k, &kl, &size, &m, &mt);
+            int ua = mc__unpack(c, cut, "qkquui", &id, &k, &kl, &size, &wh, &m, &mt);
             int ub = mc__take_put_commit(c, cut, &t);
             assert_int_equal(ua, ub);
             if (ub == 0) {
@@ -993,6 +1020,7 @@ static void check_typed_commit(const mc__put_commit_rq_t *rq)
                 assert_int_equal(t.klen, rq->klen);
                 assert_memory_equal(t.key, rq->key, rq->klen);
                 assert_int_equal(t.size, rq->size);
+                assert_int_equal(t.what, rq->what);
                 assert_int_equal(t.mode, rq->mode);
                 assert_int_equal(t.mtime_ns, rq->mtime_ns);
             }
@@ -1028,12 +1056,17 @@ static void test_put_requests_typed(void **state)
                                 .pin_ttl_ms = 7000,
                                 .mtime_ns = -5,
                                 .pref = i % 2 ? "10.0.0.1:7000" : "",
-                                .plen = i % 2 ? 13 : 0};
+                                .plen = i % 2 ? 13 : 0,
+                                .uid = 1000 + (uint32_t)i,
+                                .gid = MC_OWNER_NONE,
+                                .type = MC_TYPE_BLK,
+                                .rdev = 0x0807060504030201ull};
         check_typed_start(&s);
         mc__put_commit_rq_t c = {.id = 0xfedcba9876543210ull,
                                  .key = keys[i].key,
                                  .klen = keys[i].klen,
                                  .size = 1024,
+                                 .what = MC_META_MODE | MC_META_MTIME,
                                  .mode = 0600,
                                  .mtime_ns = 1700000000000000000ll};
         check_typed_commit(&c);
@@ -1221,7 +1254,7 @@ static int enomem_child(void)
 
     /* Listings prepared before the limit: one whose entry array cannot be
      * allocated, one whose keys run out of memory half way. */
-    mc_list_t *many = make_list(200000, 0);
+    mc_list_t *many = make_list(120000, 0); /* under MC__PROTO_MAX_BODY packed */
     mc_list_t *wide = calloc(1, sizeof(*wide));
     static char key[MC_KEY_MAX];
     if (!wide)

@@ -92,8 +92,9 @@ static uint64_t used(fixture_t *f)
 static uint64_t put_start(fixture_t *f, uint64_t owner, const char *key, uint64_t size,
                           uint32_t replicas, uint64_t now)
 {
-    int rc = call(f, owner, now, MC__OP_PUT_START, "kquuuuqis", key, (uint32_t)strlen(key), size, 0,
-                  0644, replicas, MC_PIN_NONE, (uint64_t)0, (int64_t)0, "", 0);
+    int rc =
+        call(f, owner, now, MC__OP_PUT_START, "kquuuuqisuuuq", key, (uint32_t)strlen(key), size, 0,
+             0644, replicas, MC_PIN_NONE, (uint64_t)0, (int64_t)0, "", 0, 0, 0, 0, (uint64_t)0);
     assert_int_equal(rc, 0);
     const char *p = f->resp.p;
     size_t n = f->resp.len;
@@ -120,8 +121,8 @@ static uint64_t put_start(fixture_t *f, uint64_t owner, const char *key, uint64_
 
 static int commit(fixture_t *f, uint64_t id, const char *key, uint64_t size, uint64_t now)
 {
-    return call(f, 1, now, MC__OP_PUT_COMMIT, "qkqui", id, key, (uint32_t)strlen(key), size,
-                (uint32_t)0, (int64_t)0);
+    return call(f, 1, now, MC__OP_PUT_COMMIT, "qkquui", id, key, (uint32_t)strlen(key), size,
+                (uint32_t)0, (uint32_t)0, (int64_t)0);
 }
 
 /* A whole put: put_start() and a commit that must succeed. */
@@ -172,18 +173,19 @@ static void test_noreplace_and_errors(void **state)
 {
     fixture_t *f = *state;
     /* No segment: nowhere to put it. */
-    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqis", "k", 1, (uint64_t)10, 0, 0, 1, 0,
-                          (uint64_t)0, (int64_t)0, "", 0),
+    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqisuuuq", "k", 1, (uint64_t)10, 0, 0,
+                          1, 0, (uint64_t)0, (int64_t)0, "", 0, 0, 0, 0, (uint64_t)0),
                      -ENOSPC);
     mount(f, 11, 4 * MiB, T0);
     put(f, 1, "k", 10, 1, T0);
-    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqis", "k", 1, (uint64_t)10,
-                          MC_PUT_NOREPLACE, 0, 1, 0, (uint64_t)0, (int64_t)0, "", 0),
+    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqisuuuq", "k", 1, (uint64_t)10,
+                          MC_PUT_NOREPLACE, 0, 1, 0, (uint64_t)0, (int64_t)0, "", 0, 0, 0, 0,
+                          (uint64_t)0),
                      -EEXIST);
-    /* Larger than the whole store. */
-    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqis", "big", 3, 8 * MiB, 0, 0, 1, 0,
-                          (uint64_t)0, (int64_t)0, "", 0),
-                     -EFBIG);
+    /* Larger than the whole store: no space (EFBIG is past the largest file). */
+    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqisuuuq", "big", 3, 8 * MiB, 0, 0, 1,
+                          0, (uint64_t)0, (int64_t)0, "", 0, 0, 0, 0, (uint64_t)0),
+                     -ENOSPC);
     /* Malformed bodies and bad keys. */
     assert_int_equal(mc__svc_handle(f->svc, 1, MC__OP_STAT, "\x01", 1, T0, &f->resp), -EBADMSG);
     assert_int_equal(call(f, 1, T0, MC__OP_STAT, "s", "", 0), -EINVAL);
@@ -279,8 +281,9 @@ static void test_remounted_segment_is_held_for_a_lease(void **state)
     uint32_t seg = mount(f, 11, 16 * MiB, T0);
     assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1);
     assert_int_equal(mount_rdma(f, 11, seg, 16 * MiB, T0 + 5000, ""), seg);
-    assert_int_equal(call(f, 5, T0 + 5000, MC__OP_PUT_START, "kquuuuqis", "k", 1, (uint64_t)100, 0,
-                          0644, 1, MC_PIN_NONE, (uint64_t)0, (int64_t)0, "", 0),
+    assert_int_equal(call(f, 5, T0 + 5000, MC__OP_PUT_START, "kquuuuqisuuuq", "k", 1, (uint64_t)100,
+                          0, 0644, 1, MC_PIN_NONE, (uint64_t)0, (int64_t)0, "", 0, 0, 0, 0,
+                          (uint64_t)0),
                      -EAGAIN);
     /* A fresh node's segment is usable at once. */
     mount(f, 12, 16 * MiB, T0 + 6000);
@@ -681,10 +684,231 @@ static void test_put_drop_replica(void **state)
     assert_true(used(f) < held);
 }
 
+/* ---- metadata: owners, modes, times, link counts (issue 10) ---- */
+
+static int64_t wall_now; /* the wall clock the service reads, set by the tests */
+
+static int64_t fake_wall(void)
+{
+    return wall_now;
+}
+
+static int setup_wall(void **state)
+{
+    setup(state);
+    fixture_t *f = *state;
+    mc__svc_free(f->svc);
+    mc__svc_opts_t so = {.node_ttl_ms = 3000, .put_ttl_ms = 10000, .wall_ns = fake_wall};
+    assert_int_equal(mc__svc_new(&f->svc, f->m, &so), 0);
+    wall_now = 1000;
+    return 0;
+}
+
+/* A put with flags, mode and owner; returns 0 or the commit's error. */
+static int put_meta(fixture_t *f, const char *key, unsigned flags, uint32_t mode, uint32_t uid,
+                    uint32_t gid)
+{
+    int rc = call(f, 1, T0, MC__OP_PUT_START, "kquuuuqisuuuq", key, (uint32_t)strlen(key),
+                  (uint64_t)10, flags, mode, 1u, 0u, (uint64_t)0, (int64_t)0, "", 0u, uid, gid,
+                  (uint32_t)MC_TYPE_FILE, (uint64_t)0);
+    if (rc < 0)
+        return rc;
+    uint64_t id;
+    const char *rest;
+    uint32_t rl;
+    uint64_t lease;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "qq*", &id, &lease, &rest, &rl), 0);
+    return commit(f, id, key, 10, T0);
+}
+
+/* The stat a request answered with (the whole body, or its front). */
+static mc_stat_t resp_stat(fixture_t *f)
+{
+    const char *p = f->resp.p;
+    size_t n = f->resp.len;
+    mc_stat_t st;
+    assert_int_equal(mc__take_stat(&p, &n, &st), 0);
+    return st;
+}
+
+static mc_stat_t stat_of(fixture_t *f, const char *key)
+{
+    assert_int_equal(call(f, 1, T0, MC__OP_STAT, "k", key, (uint32_t)strlen(key)), 0);
+    return resp_stat(f);
+}
+
+static int set_meta(fixture_t *f, const char *key, unsigned what, uint32_t mode, uint32_t uid,
+                    uint32_t gid, int64_t atime, int64_t mtime)
+{
+    return call(f, 1, T0, MC__OP_SET_META, "kuuuuii", key, (uint32_t)strlen(key), what, mode, uid,
+                gid, atime, mtime);
+}
+
+/* The owner and mode a create names stay through a republish that names
+ * none (a writer's new version), and through a rename; mode 0 is a mode. */
+static void test_owner_kept_through_republish(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 4 * MiB, T0);
+    assert_int_equal(put_meta(f, "f", MC_PUT_OWNER | MC_PUT_MODE, 0, 1000, 100), 0);
+    mc_stat_t st = stat_of(f, "f");
+    assert_int_equal(st.uid, 1000);
+    assert_int_equal(st.gid, 100);
+    assert_int_equal(st.mode, 0);
+    assert_int_equal(st.nlink, 1);
+    assert_int_equal(put_meta(f, "f", 0, 0, 0, 0), 0);
+    st = stat_of(f, "f");
+    assert_int_equal(st.uid, 1000);
+    assert_int_equal(st.gid, 100);
+    assert_int_equal(st.mode, 0);
+    assert_int_equal(call(f, 1, T0, MC__OP_RENAME, "kku", "f", 1u, "g", 1u, 0u), 0);
+    st = stat_of(f, "g");
+    assert_int_equal(st.uid, 1000);
+    /* A key put without an owner has none; a new owner replaces it. */
+    assert_int_equal(put_meta(f, "h", 0, 0, 0, 0), 0);
+    st = stat_of(f, "h");
+    assert_int_equal(st.uid, MC_OWNER_NONE);
+    assert_int_equal(st.mode, 0644);
+    assert_int_equal(put_meta(f, "h", MC_PUT_OWNER, 0600, 7, 8), 0);
+    st = stat_of(f, "h");
+    assert_int_equal(st.uid, 7);
+    assert_int_equal(st.gid, 8);
+    assert_int_equal(st.mode, 0600);
+    /* An unknown type is refused. */
+    assert_int_equal(call(f, 1, T0, MC__OP_PUT_START, "kquuuuqisuuuq", "t", 1u, (uint64_t)1, 0u, 0u,
+                          1u, 0u, (uint64_t)0, (int64_t)0, "", 0u, 0u, 0u, 99u, (uint64_t)0),
+                     -EINVAL);
+}
+
+/* chown clears set-user-ID, and set-group-ID with group-execute, of what is
+ * not a directory; every change moves ctime. */
+static void test_chown_clears_set_id(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 4 * MiB, T0);
+    assert_int_equal(put_meta(f, "x", MC_PUT_MODE, 06755, 0, 0), 0);
+    assert_int_equal(put_meta(f, "y", MC_PUT_MODE, 06644, 0, 0), 0);
+    assert_int_equal(put_meta(f, "d/", MC_PUT_MODE, 06755, 0, 0), 0);
+    wall_now = 5000;
+    assert_int_equal(set_meta(f, "x", MC_META_UID | MC_META_GID, 0, 1000, 100, 0, 0), 0);
+    mc_stat_t st = resp_stat(f);
+    assert_int_equal(st.mode, 0755);
+    assert_int_equal(st.uid, 1000);
+    assert_int_equal(st.gid, 100);
+    assert_int_equal(st.ctime_ns, 5000);
+    assert_int_equal(set_meta(f, "y", MC_META_GID, 0, 0, 100, 0, 0), 0);
+    assert_int_equal(resp_stat(f).mode, 02644); /* no group-execute: set-group-ID stays */
+    assert_int_equal(set_meta(f, "d/", MC_META_UID, 0, 1000, 0, 0, 0), 0);
+    assert_int_equal(resp_stat(f).mode, 06755);
+    /* chmod and utimes, each field alone. */
+    wall_now = 6000;
+    assert_int_equal(set_meta(f, "x", MC_META_MODE, 04711, 0, 0, 0, 0), 0);
+    st = resp_stat(f);
+    assert_int_equal(st.mode, 04711);
+    assert_int_equal(st.ctime_ns, 6000);
+    assert_int_equal(st.uid, 1000);
+    int64_t mtime = st.mtime_ns;
+    assert_int_equal(set_meta(f, "x", MC_META_ATIME, 0, 0, 0, 123, 0), 0);
+    st = resp_stat(f);
+    assert_int_equal(st.atime_ns, 123);
+    assert_int_equal(st.mtime_ns, mtime);
+    assert_int_equal(set_meta(f, "x", MC_META_MTIME, 0, 0, 0, 0, -456), 0);
+    st = resp_stat(f);
+    assert_int_equal(st.atime_ns, 123);
+    assert_int_equal(st.mtime_ns, -456);
+    assert_int_equal(set_meta(f, "x", 0x100, 0, 0, 0, 0, 0), -EINVAL);
+    assert_int_equal(set_meta(f, "nope", MC_META_MODE, 0, 0, 0, 0, 0), -ENOENT);
+}
+
+/* A directory's marker takes mtime and ctime when a name appears in it or
+ * leaves it, not when a file in it is rewritten; a lookup counts its
+ * subdirectories. */
+static void test_dir_times_and_nlink(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 4 * MiB, T0);
+    wall_now = 100;
+    assert_int_equal(put_meta(f, "d/", 0, 0, 0, 0), 0);
+    assert_int_equal(put_meta(f, "e/", 0, 0, 0, 0), 0);
+    wall_now = 200;
+    assert_int_equal(put_meta(f, "d/x", 0, 0, 0, 0), 0);
+    mc_stat_t st = stat_of(f, "d/");
+    assert_int_equal(st.mtime_ns, 200);
+    assert_int_equal(st.ctime_ns, 200);
+    assert_int_equal(stat_of(f, "e/").mtime_ns, 100);
+    wall_now = 300;
+    assert_int_equal(put_meta(f, "d/x", 0, 0, 0, 0), 0); /* a rewrite: no new name */
+    assert_int_equal(stat_of(f, "d/").mtime_ns, 200);
+    assert_int_equal(stat_of(f, "d/x").mtime_ns, 300);
+    wall_now = 400;
+    assert_int_equal(call(f, 1, T0, MC__OP_RENAME, "kku", "d/x", 3u, "e/x", 3u, 0u), 0);
+    assert_int_equal(stat_of(f, "d/").mtime_ns, 400);
+    assert_int_equal(stat_of(f, "e/").ctime_ns, 400);
+    st = stat_of(f, "e/x");
+    assert_int_equal(st.ctime_ns, 400);
+    assert_int_equal(st.mtime_ns, 300);
+    wall_now = 500;
+    assert_int_equal(call(f, 1, T0, MC__OP_REMOVE, "ku", "e/x", 3u, 0u), 0);
+    assert_int_equal(stat_of(f, "e/").mtime_ns, 500);
+    /* A new directory marker changes its parent; the root has none. */
+    wall_now = 600;
+    assert_int_equal(put_meta(f, "d/sub/", 0, 0, 0, 0), 0);
+    assert_int_equal(stat_of(f, "d/").mtime_ns, 600);
+
+    /* d holds sub/ (a marker), a/ (implicit), b (a file), c/ (deep). */
+    assert_int_equal(put_meta(f, "d/a/1", 0, 0, 0, 0), 0);
+    assert_int_equal(put_meta(f, "d/a/2", 0, 0, 0, 0), 0);
+    assert_int_equal(put_meta(f, "d/b", 0, 0, 0, 0), 0);
+    assert_int_equal(put_meta(f, "d/c/x/y", 0, 0, 0, 0), 0);
+    assert_int_equal(call(f, 1, T0, MC__OP_LOOKUP, "ku", "d", 1u, (uint32_t)'/'), MC_LOOKUP_DIR);
+    st = resp_stat(f);
+    assert_int_equal(st.nlink, 2 + 3);
+    assert_int_equal(st.mtime_ns, 600);
+    assert_int_equal(call(f, 1, T0, MC__OP_LOOKUP, "ku", "d/a", 3u, (uint32_t)'/'), MC_LOOKUP_DIR);
+    assert_int_equal(resp_stat(f).nlink, 2);
+    assert_int_equal(call(f, 1, T0, MC__OP_LOOKUP, "ku", "d/b", 3u, (uint32_t)'/'), MC_LOOKUP_FILE);
+    assert_int_equal(resp_stat(f).nlink, 1);
+}
+
+/* atime: a read (OPEN, GET_REPLICAS) moves it when it is not after the last
+ * change (relatime), a rewrite keeps it. */
+static void test_atime_relatime(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 4 * MiB, T0);
+    wall_now = 100;
+    assert_int_equal(put_meta(f, "f", 0, 0, 0, 0), 0);
+    mc_stat_t st = stat_of(f, "f");
+    assert_int_equal(st.atime_ns, 100);
+    assert_int_equal(st.mtime_ns, 100);
+    assert_int_equal(st.ctime_ns, 100);
+    wall_now = 200;
+    assert_int_equal(call(f, 1, T0, MC__OP_GET_REPLICAS, "k", "f", 1u), 0);
+    assert_int_equal(stat_of(f, "f").atime_ns, 200);
+    wall_now = 300;
+    assert_int_equal(call(f, 1, T0, MC__OP_GET_REPLICAS, "k", "f", 1u), 0);
+    assert_int_equal(stat_of(f, "f").atime_ns, 200); /* after the last change: stays */
+    wall_now = 400;
+    assert_int_equal(put_meta(f, "f", 0, 0, 0, 0), 0);
+    st = stat_of(f, "f");
+    assert_int_equal(st.atime_ns, 200); /* writing is no access */
+    assert_int_equal(st.mtime_ns, 400);
+    wall_now = 500;
+    assert_int_equal(call(f, 1, T0, MC__OP_OPEN, "k", "f", 1u), 0);
+    assert_int_equal(stat_of(f, "f").atime_ns, 500);
+    wall_now = 500 + 86400LL * 1000000000LL;
+    assert_int_equal(call(f, 1, T0, MC__OP_GET_REPLICAS, "k", "f", 1u), 0);
+    assert_int_equal(stat_of(f, "f").atime_ns, wall_now); /* a day later */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_put_commit_stat, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_owner_kept_through_republish, setup_wall, teardown),
+        cmocka_unit_test_setup_teardown(test_chown_clears_set_id, setup_wall, teardown),
+        cmocka_unit_test_setup_teardown(test_dir_times_and_nlink, setup_wall, teardown),
+        cmocka_unit_test_setup_teardown(test_atime_relatime, setup_wall, teardown),
         cmocka_unit_test_setup_teardown(test_grow_and_rename_at_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_noreplace_and_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_owner_gone_revokes_and_closes, setup, teardown),

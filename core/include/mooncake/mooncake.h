@@ -96,11 +96,32 @@ typedef struct mc_store_opts {
 typedef struct mc_stat {
     uint64_t size;     /* bytes */
     uint64_t version;  /* unique per publish, grows over time */
-    int64_t mtime_ns;  /* wall clock at publish (or as set) */
+    int64_t mtime_ns;  /* content changed: wall clock at publish (or as set) */
     uint32_t mode;     /* permission bits (07777) */
     uint32_t replicas; /* number of complete replicas */
     uint32_t flags;    /* MC_STAT_* */
+    uint32_t uid;      /* owner, or MC_OWNER_NONE when none was recorded */
+    uint32_t gid;      /* group, or MC_OWNER_NONE */
+    uint32_t type;     /* MC_TYPE_* */
+    uint32_t nlink;    /* names: 1 for a key; a directory's lookup counts
+                          2 + its subdirectories */
+    int64_t atime_ns;  /* last read (relatime rule, docs/SEMANTICS.md) or as set */
+    int64_t ctime_ns;  /* metadata or name changed: publish, set-meta, rename */
+    uint64_t rdev;     /* device number of a device node (MC_TYPE_CHR, _BLK) */
 } mc_stat_t;
+
+/* uid / gid of an object whose writer named no owner. */
+#define MC_OWNER_NONE 0xffffffffu
+
+/* Object types (mc_stat_t.type). Only MC_TYPE_FILE has content; the others
+ * are recorded as given (symbolic links and special files of the mount). */
+#define MC_TYPE_FILE 0
+#define MC_TYPE_SYMLINK 1
+#define MC_TYPE_FIFO 2
+#define MC_TYPE_SOCK 3
+#define MC_TYPE_CHR 4
+#define MC_TYPE_BLK 5
+#define MC_TYPE_MAX MC_TYPE_BLK
 
 #define MC_STAT_LEASED 0x1   /* a read lease or an open handle holds it */
 #define MC_STAT_SOFT_PIN 0x2 /* soft-pinned (evicted only as a last resort) */
@@ -112,7 +133,9 @@ typedef struct mc_stat {
 
 typedef struct mc_put_opts {
     uint32_t flags;           /* MC_PUT_* */
-    uint32_t mode;            /* permission bits; 0 means 0644 */
+    uint32_t mode;            /* permission bits; with MC_PUT_MODE exactly these
+                                 (0 too), else 0 keeps the replaced version's
+                                 mode, or 0644 for a new key */
     uint32_t replica_num;     /* 0 means 1 */
     uint32_t pin;             /* MC_PIN_* */
     uint64_t soft_pin_ttl_ms; /* 0: the pin lasts until removed */
@@ -121,10 +144,18 @@ typedef struct mc_put_opts {
      * place the first replica on when its segment has room; NULL: none.
      * Best effort: otherwise placement is as usual. Copied at submission. */
     const char *preferred_segment;
+    uint32_t uid, gid; /* with MC_PUT_OWNER: the owner; else the replaced
+                          version's, or MC_OWNER_NONE for a new key */
+    uint32_t type;     /* MC_TYPE_* (0: a file) */
+    uint64_t rdev;     /* MC_TYPE_CHR, MC_TYPE_BLK: the device number */
 } mc_put_opts_t;
 
 /* Fail with -EEXIST instead of replacing an existing key. */
 #define MC_PUT_NOREPLACE 0x1
+/* mc_put_opts_t.uid and .gid name the owner. */
+#define MC_PUT_OWNER 0x2
+/* mc_put_opts_t.mode is the mode even when it is 0. */
+#define MC_PUT_MODE 0x4
 
 /* Remove even if leased or open; readers finish on the old version. */
 #define MC_REMOVE_FORCE 0x1
@@ -292,14 +323,35 @@ MC_EXPORT int mc_get_async(mc_store_t *s, const char *key, size_t klen, uint64_t
 MC_EXPORT int mc_lookup_async(mc_store_t *s, const char *key, size_t klen, int delim, mc_stat_t *st,
                               mc_done_cb cb, void *arg);
 
-/* What mc_set_meta_async() changes. */
+/* What mc_set_meta_async() changes (mc_meta_t.what). */
 #define MC_META_MODE 0x1
 #define MC_META_MTIME 0x2
+#define MC_META_ATIME 0x4
+#define MC_META_UID 0x8
+#define MC_META_GID 0x10
 
-/* Changes the current version's mode and/or mtime in place (metadata is not
- * part of a version's immutable bytes). Result 0 or -ENOENT. */
-MC_EXPORT int mc_set_meta_async(mc_store_t *s, const char *key, size_t klen, unsigned what,
-                                uint32_t mode, int64_t mtime_ns, mc_done_cb cb, void *arg);
+/* Metadata to change: the fields what names, the others ignored. */
+typedef struct mc_meta {
+    unsigned what;    /* MC_META_* */
+    uint32_t mode;    /* permission bits (07777) */
+    uint32_t uid;     /* new owner */
+    uint32_t gid;     /* new group */
+    int64_t atime_ns; /* wall clock, nanoseconds since the epoch */
+    int64_t mtime_ns;
+} mc_meta_t;
+
+/*
+ * Changes the current version's metadata in place (metadata is not part of
+ * a version's immutable bytes); the ctime becomes the master's wall clock.
+ * A new owner or group (MC_META_UID, MC_META_GID) of an object that is not a
+ * directory marker (a key ending in '/') also clears its set-user-ID bit, and
+ * its set-group-ID bit when group-execute is set, as chown(2) does on Linux.
+ * The store checks no credentials: who may change what is the caller's rule
+ * (the mount applies POSIX's). Fills *st (if not NULL) with the result.
+ * Result 0, -ENOENT, -EINVAL (an unknown bit in what).
+ */
+MC_EXPORT int mc_set_meta_async(mc_store_t *s, const char *key, size_t klen, const mc_meta_t *m,
+                                mc_stat_t *st, mc_done_cb cb, void *arg);
 
 /* Fills *st. Result 0 or -ENOENT. */
 MC_EXPORT int mc_stat_async(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st,
@@ -404,8 +456,11 @@ MC_EXPORT int mc_writer_truncate_async(mc_writer_t *w, uint64_t size, mc_done_cb
 MC_EXPORT uint64_t mc_writer_size(const mc_writer_t *w);
 /* Changes the key the writer will publish under. Loop thread only. */
 MC_EXPORT int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen);
-/* Sets the mode and mtime to publish with. Loop thread only. */
-MC_EXPORT void mc_writer_set_meta(mc_writer_t *w, uint32_t mode, int64_t mtime_ns);
+/* Sets metadata to publish with: the mode (MC_META_MODE), the mtime
+ * (MC_META_MTIME); other bits are ignored. Without them the commit keeps the
+ * mode of the version it replaces and takes the commit's time. Loop thread
+ * only. */
+MC_EXPORT void mc_writer_set_meta(mc_writer_t *w, const mc_meta_t *m);
 /*
  * Publishes the version (replacing the key's current one, or failing with
  * -EEXIST under MC_PUT_NOREPLACE), fills *st if not NULL, and frees the

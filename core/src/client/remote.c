@@ -48,7 +48,11 @@ int mc__mcall_put_start(op_t *o, uint64_t capacity, mc__rpc_cb cb)
                              .pin_ttl_ms = o->po.soft_pin_ttl_ms,
                              .mtime_ns = o->po.mtime_ns,
                              .pref = pref,
-                             .plen = (uint32_t)strlen(pref)};
+                             .plen = (uint32_t)strlen(pref),
+                             .uid = o->po.uid,
+                             .gid = o->po.gid,
+                             .type = o->po.type,
+                             .rdev = o->po.rdev};
     if (!s->rm)
         return -ECANCELED; /* the store is closing */
     mc__pack_put_start(mc__link_body(s->rm->master), &rq);
@@ -101,6 +105,10 @@ static void simple_done(void *arg, int status, const char *body, size_t len)
         mc__rc_drop(o->s->rm, o->key, o->klen, NULL);
     if (status >= 0) {
         switch (o->kind) {
+        case OP_SET_META:
+            if (!o->st)
+                break;
+            /* fall through */
         case OP_STAT:
         case OP_LOOKUP:
             if (mc__take_stat(&p, &n, o->st) < 0)
@@ -196,8 +204,8 @@ static void put_step(op_t *o)
                                   .key = o->key,
                                   .klen = (uint32_t)o->klen,
                                   .size = o->len,
-                                  .mode = o->po.mode,
-                                  .mtime_ns = o->po.mtime_ns};
+                                  .what = o->po.mtime_ns ? MC_META_MTIME : 0,
+                                  .mtime_ns = o->po.mtime_ns}; /* the mode went with PUT_START */
         rc = mc__mcall_put_commit(o->s, &rq, put_committed, o);
         if (rc < 0)
             put_end(o, rc);
@@ -410,8 +418,9 @@ void mc__remote_exec(op_t *o)
                        (uint32_t)o->klen2, (uint32_t)o->delim, (uint32_t)(o->max ? o->max : 1000));
         break;
     case OP_SET_META:
-        rc = mc__mcall(s, MC__OP_SET_META, simple_done, o, "kuui", o->key, (uint32_t)o->klen,
-                       o->flags, o->po.mode, o->po.mtime_ns);
+        rc = mc__mcall(s, MC__OP_SET_META, simple_done, o, "kuuuuii", o->key, (uint32_t)o->klen,
+                       o->meta.what, o->meta.mode, o->meta.uid, o->meta.gid, o->meta.atime_ns,
+                       o->meta.mtime_ns);
         break;
     case OP_STATFS:
         rc = mc__mcall(s, MC__OP_STATFS, simple_done, o, "");

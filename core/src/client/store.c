@@ -210,16 +210,15 @@ int mc_lookup_async(mc_store_t *s, const char *key, size_t klen, int delim, mc_s
     return submit(o);
 }
 
-int mc_set_meta_async(mc_store_t *s, const char *key, size_t klen, unsigned what, uint32_t mode,
-                      int64_t mtime_ns, mc_done_cb cb, void *arg)
+int mc_set_meta_async(mc_store_t *s, const char *key, size_t klen, const mc_meta_t *m,
+                      mc_stat_t *st, mc_done_cb cb, void *arg)
 {
     op_t *o;
     int rc = key_op(s, OP_SET_META, key, klen, cb, arg, &o);
     if (rc < 0)
         return rc;
-    o->flags = what;
-    o->po.mode = mode;
-    o->po.mtime_ns = mtime_ns;
+    o->meta = *m;
+    o->st = st;
     return submit(o);
 }
 
@@ -382,14 +381,13 @@ int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen)
     return mc__remote_writer_set_key(w, key, klen);
 }
 
-void mc_writer_set_meta(mc_writer_t *w, uint32_t mode, int64_t mtime_ns)
+void mc_writer_set_meta(mc_writer_t *w, const mc_meta_t *m)
 {
-    if (mode)
-        w->mode = mode & 07777;
-    if (mtime_ns) {
-        w->mtime_ns = mtime_ns;
-        w->mtime_set = 1;
-    }
+    if (m->what & MC_META_MODE)
+        w->mode = m->mode & 07777;
+    if (m->what & MC_META_MTIME)
+        w->mtime_ns = m->mtime_ns;
+    w->meta_what |= m->what & (MC_META_MODE | MC_META_MTIME);
 }
 
 int mc_writer_commit_async(mc_writer_t *w, mc_stat_t *st, mc_done_cb cb, void *arg)

@@ -79,15 +79,15 @@ struct mc_writer {
     mc_store_t *s;
     uint64_t size;
     unsigned put_flags;
-    int mtime_set;
     uint64_t put_id;     /* remote: the master's write id */
     struct mc__rset *rs; /* remote: the replicas being written */
     uint64_t capacity;   /* remote: bytes reserved */
     uint64_t lease_ms;   /* remote: the write lease the master grants */
     uint64_t renew_at;   /* remote: renew the lease before writing from then on */
-    uint32_t mode;       /* remote: to publish with */
-    int64_t mtime_ns;
-    char *key; /* remote: the key to publish under */
+    unsigned meta_what;  /* MC_META_MODE, MC_META_MTIME: set for the commit */
+    uint32_t mode;       /* remote: to publish with (MC_META_MODE) */
+    int64_t mtime_ns;    /* MC_META_MTIME */
+    char *key;           /* remote: the key to publish under */
     size_t klen;
     mc_writer_t *prev, *next; /* on s->writers */
 };
@@ -152,6 +152,7 @@ typedef struct op {
     mc_stat_t *st;
     mc_put_opts_t po;
     int have_po;
+    mc_meta_t meta; /* OP_SET_META */
     mc_list_t **list;
     size_t max;
     int delim;

@@ -131,7 +131,6 @@ static void w_started(void *arg, int status, const char *body, size_t len)
         return mc__op_finish(o, -ENOMEM);
     w->s = o->s;
     w->put_flags = o->po.flags;
-    w->mode = o->po.mode;
     w->key = malloc(o->klen + 1);
     if (!w->key || mc__unpack(body, len, "qq*", &w->put_id, &w->lease_ms, &rest, &rl) < 0 ||
         w_take_rset(w, rest, rl) < 0) {
@@ -150,8 +149,6 @@ static void w_started(void *arg, int status, const char *body, size_t len)
         return mc__op_finish(o, 0);
     }
     w->capacity = o->obj->st.size;
-    if (!o->po.mode)
-        w->mode = o->obj->st.mode;
     o->tmp = malloc(MC__PROTO_CHUNK);
     if (!o->tmp) {
         w_copied(o, -ENOMEM);
@@ -251,13 +248,15 @@ void mc__writer_exec(op_t *o)
         rc = mc__mcall_put_start(o, o->obj ? o->obj->st.size : 0, w_started);
         break;
     case OP_W_WRITE:
-        if (o->off + o->len < o->off)
-            return mc__op_finish(o, -EFBIG);
+        if (o->off > (uint64_t)INT64_MAX || o->len > (uint64_t)INT64_MAX - o->off)
+            return mc__op_finish(o, -EFBIG); /* past the largest file, as Linux's */
         return w_reserve(o, o->off + o->len);
     case OP_W_READ:
         /* Its own bytes, as long as the space is still its own. */
         return w_stale(o->w) ? w_grow(o, o->w->capacity, w_read) : w_read(o);
     case OP_W_TRUNC:
+        if (o->off > (uint64_t)INT64_MAX)
+            return mc__op_finish(o, -EFBIG);
         if (o->off <= o->w->size) {
             o->w->size = o->off;
             return mc__op_finish(o, 0);
@@ -269,8 +268,9 @@ void mc__writer_exec(op_t *o)
                                   .key = w->key,
                                   .klen = (uint32_t)w->klen,
                                   .size = w->size,
+                                  .what = w->meta_what,
                                   .mode = w->mode,
-                                  .mtime_ns = w->mtime_set ? w->mtime_ns : 0};
+                                  .mtime_ns = w->mtime_ns};
         rc = mc__mcall_put_commit(s, &rq, w_committed, o);
         if (rc < 0) {
             mc__mcall(s, MC__OP_PUT_REVOKE, mc__ignore_reply, NULL, "q", w->put_id);

@@ -249,7 +249,14 @@ void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st)
     st->size = v->size;
     st->version = v->id;
     st->mtime_ns = v->mtime_ns;
+    st->atime_ns = v->atime_ns;
+    st->ctime_ns = v->ctime_ns;
     st->mode = v->mode;
+    st->uid = v->uid;
+    st->gid = v->gid;
+    st->type = v->type;
+    st->rdev = v->rdev;
+    st->nlink = 1;
     st->replicas = v->nrep;
     st->flags = 0;
     if (v->refs || v->lease_until > now)

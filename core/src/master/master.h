@@ -31,6 +31,12 @@ typedef struct mc__replica {
 
 enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
 
+/* What a pending version takes from the version its commit replaces: the
+ * mode when the put named none, the owner when it named none, the atime
+ * (publishing new content is no access). */
+#define MC__INHERIT_MODE 0x1
+#define MC__INHERIT_OWNER 0x2
+
 typedef struct mc__version {
     char *key; /* NUL-terminated copy, owned */
     size_t klen;
@@ -38,7 +44,13 @@ typedef struct mc__version {
     uint64_t size;     /* bytes of data */
     uint64_t capacity; /* bytes reserved in each replica */
     int64_t mtime_ns;
+    int64_t atime_ns, ctime_ns; /* wall clock (ns); the service sets them */
     uint32_t mode;
+    uint32_t uid, gid; /* MC_OWNER_NONE: none recorded */
+    uint32_t type;     /* MC_TYPE_* */
+    uint64_t rdev;
+    unsigned inherit;   /* pending: MC__INHERIT_*, what to take at commit from
+                           the version it replaces */
     uint32_t pin;       /* MC_PIN_* */
     uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
     uint64_t lease_until;
@@ -123,8 +135,9 @@ int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_
 
 /*
  * Publishes a pending version with the given size (<= capacity; extra space
- * is returned), replacing the key's current version. With MC_PUT_NOREPLACE in
- * flags, fails with -EEXIST if the key exists, and the caller still owns v.
+ * is returned), replacing the key's current version, whose mode and owner it
+ * takes as v->inherit says, and whose atime it keeps. With MC_PUT_NOREPLACE
+ * in flags, fails with -EEXIST if the key exists, and the caller still owns v.
  */
 int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned flags,
                       uint64_t now);
@@ -148,9 +161,27 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
  * mc_lookup_async(). */
 int mc__master_lookup(mc__master_t *m, const char *key, size_t klen, int delim, mc__version_t **v);
 
-/* Changes the mode and/or mtime (MC_META_*) of key's current version. */
-int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, unsigned what, uint32_t mode,
-                        int64_t mtime_ns);
+/*
+ * Changes the metadata of key's current version as mc_set_meta_async() says
+ * (a new owner clears set-ID bits of what is not a directory marker), with
+ * ctime wall_ns, and sets *out to the version. Returns 0, -ENOENT, -EINVAL
+ * (an unknown bit in meta->what).
+ */
+int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, const mc_meta_t *meta,
+                        int64_t wall_ns, mc__version_t **out);
+
+/*
+ * A name appeared in, or left, the directory holding key (the keys are paths
+ * split at '/'): the directory's marker key, if it has one, takes mtime and
+ * ctime wall_ns. The directory of a marker "a/b/" is "a/"; a key without
+ * '/' lies in the root, which has no marker.
+ */
+void mc__master_dir_changed(mc__master_t *m, const char *key, size_t klen, int64_t wall_ns);
+
+/* The number of distinct prefixes key + delim + name + delim (the
+ * subdirectories of the directory key). Costs one step per key directly
+ * under key + delim and one index seek per subdirectory. */
+uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int delim);
 
 /* Fills the space counters. */
 void mc__master_space(const mc__master_t *m, mc_space_t *sp);

@@ -175,6 +175,26 @@ int mc__master_rename(mc__master_t *m, const char *from, size_t flen, const char
     return rename_one(m, from, flen, to, tlen, flags, now);
 }
 
+/* Moves *it past every key that starts with prefix[0..plen) (a common
+ * prefix ending in delim), with one seek, or a walk when delim is 0xff (no
+ * byte sorts after it). */
+static void skip_prefix(mc__master_t *m, mc__index_iter_t *it, const char *prefix, size_t plen,
+                        int delim)
+{
+    char skip[MC_KEY_MAX + 1];
+    const char *k;
+    size_t kl;
+    memcpy(skip, prefix, plen);
+    if ((unsigned char)delim == 0xff) {
+        mc__index_iter_t run = *it;
+        while (mc__index_next(&run, &k, &kl, NULL) && has_prefix(k, kl, skip, plen))
+            *it = run;
+        return;
+    }
+    skip[plen - 1] = (char)(delim + 1);
+    mc__index_seek(m->ix, it, skip, plen, 0);
+}
+
 struct list_buf {
     mc_list_t l;
     size_t cap;
@@ -254,16 +274,7 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
             rc = list_push(b, k, cl, 1, mc__index_get(m->ix, k, cl), now);
             if (rc < 0)
                 break;
-            memcpy(skip, k, cl);
-            if ((unsigned char)delim == 0xff) {
-                /* No byte sorts after the delimiter: walk past the run. */
-                mc__index_iter_t run = it;
-                while (mc__index_next(&run, &k, &kl, NULL) && has_prefix(k, kl, skip, cl))
-                    it = run;
-                continue;
-            }
-            skip[cl - 1] = (char)(delim + 1);
-            mc__index_seek(m->ix, &it, skip, cl, 0);
+            skip_prefix(m, &it, k, cl, delim);
             continue;
         }
         if (delim > 0 && kl < MC_KEY_MAX) {
@@ -309,17 +320,73 @@ int mc__master_lookup(mc__master_t *m, const char *key, size_t klen, int delim, 
     return *v ? MC_LOOKUP_FILE : -ENOENT;
 }
 
-int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, unsigned what, uint32_t mode,
-                        int64_t mtime_ns)
+#define META_ALL (MC_META_MODE | MC_META_MTIME | MC_META_ATIME | MC_META_UID | MC_META_GID)
+
+int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, const mc_meta_t *meta,
+                        int64_t wall_ns, mc__version_t **out)
 {
+    if (meta->what & ~META_ALL)
+        return -EINVAL;
     mc__version_t *v = mc__index_get(m->ix, key, klen);
     if (!v)
         return -ENOENT;
-    if (what & MC_META_MODE)
-        v->mode = mode & 07777;
-    if (what & MC_META_MTIME)
-        v->mtime_ns = mtime_ns;
+    if (meta->what & MC_META_MODE)
+        v->mode = meta->mode & 07777;
+    if (meta->what & MC_META_MTIME)
+        v->mtime_ns = meta->mtime_ns;
+    if (meta->what & MC_META_ATIME)
+        v->atime_ns = meta->atime_ns;
+    if (meta->what & MC_META_UID)
+        v->uid = meta->uid;
+    if (meta->what & MC_META_GID)
+        v->gid = meta->gid;
+    /* chown(2) of what is not a directory: the set-user-ID bit goes, and
+     * the set-group-ID bit with group-execute (without, it marks mandatory
+     * locking on Linux, and stays). */
+    if ((meta->what & (MC_META_UID | MC_META_GID)) && key[klen - 1] != '/') {
+        v->mode &= ~(uint32_t)04000;
+        if (v->mode & 010)
+            v->mode &= ~(uint32_t)02000;
+    }
+    v->ctime_ns = wall_ns;
+    *out = v;
     return 0;
+}
+
+void mc__master_dir_changed(mc__master_t *m, const char *key, size_t klen, int64_t wall_ns)
+{
+    size_t end = klen && key[klen - 1] == '/' ? klen - 1 : klen; /* a marker's own '/' */
+    const char *slash = end ? memrchr(key, '/', end) : NULL;
+    if (!slash)
+        return; /* the root */
+    mc__version_t *dir = mc__index_get(m->ix, key, (size_t)(slash - key) + 1);
+    if (dir) {
+        dir->mtime_ns = wall_ns;
+        dir->ctime_ns = wall_ns;
+    }
+}
+
+uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int delim)
+{
+    char dir[MC_KEY_MAX + 2];
+    if (delim <= 0 || klen >= MC_KEY_MAX)
+        return 0;
+    memcpy(dir, key, klen);
+    dir[klen] = (char)delim;
+    size_t dlen = klen + 1;
+    uint32_t n = 0;
+    mc__index_iter_t it;
+    const char *k;
+    size_t kl;
+    mc__index_seek(m->ix, &it, dir, dlen, 1);
+    while (mc__index_next(&it, &k, &kl, NULL) && has_prefix(k, kl, dir, dlen)) {
+        const char *d = memchr(k + dlen, delim, kl - dlen);
+        if (!d)
+            continue; /* a file of the directory */
+        n++;
+        skip_prefix(m, &it, k, (size_t)(d - k) + 1, delim);
+    }
+    return n;
 }
 
 mc__version_t *mc__master_next(mc__master_t *m, const char *after, size_t alen)

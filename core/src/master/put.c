@@ -30,6 +30,8 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     int rc = mc_key_check(key, klen);
     if (rc < 0)
         return rc;
+    if (po && po->type > MC_TYPE_MAX)
+        return -EINVAL;
     if (m->nseg == 0)
         return -ENOSPC;
     /* Segments on hold take nothing new (mc__master_hold_segment()). */
@@ -53,7 +55,21 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     }
     v->klen = klen;
     v->state = MC__PENDING;
-    v->mode = po && po->mode ? (po->mode & 07777) : 0644;
+    if (po && ((po->flags & MC_PUT_MODE) || po->mode)) {
+        v->mode = po->mode & 07777;
+    } else {
+        v->mode = 0644;
+        v->inherit |= MC__INHERIT_MODE;
+    }
+    if (po && (po->flags & MC_PUT_OWNER)) {
+        v->uid = po->uid;
+        v->gid = po->gid;
+    } else {
+        v->uid = v->gid = MC_OWNER_NONE;
+        v->inherit |= MC__INHERIT_OWNER;
+    }
+    v->type = po ? po->type : MC_TYPE_FILE;
+    v->rdev = po ? po->rdev : 0;
     v->mtime_ns = po ? po->mtime_ns : 0; /* 0: the commit's time (service.c) */
     v->pin = po ? po->pin : MC_PIN_NONE;
     if (v->pin == MC_PIN_SOFT && po->soft_pin_ttl_ms)
@@ -222,7 +238,7 @@ int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uin
     if (v->nrep == 0)
         return -EIO; /* every segment it was placed on is gone */
     if (capacity > total_size(m))
-        return -EFBIG;
+        return -ENOSPC; /* EFBIG is for past the largest file (INT64_MAX) */
     uint64_t want = round_up(m, capacity - v->capacity);
     uint32_t done = 0;
     int rc = 0;
@@ -292,8 +308,18 @@ int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned
     v->id = m->next_id++;
     v->state = MC__PUBLISHED;
     mc__list_add_tail(&m->lru, v);
-    if (rc == 1 && old)
+    if (rc == 1 && old) {
+        const mc__version_t *o = old;
+        if (v->inherit & MC__INHERIT_MODE)
+            v->mode = o->mode;
+        if (v->inherit & MC__INHERIT_OWNER) {
+            v->uid = o->uid;
+            v->gid = o->gid;
+        }
+        v->atime_ns = o->atime_ns;
         mc__master_retire(m, old, now);
+    }
+    v->inherit = 0;
     return 0;
 }
 

@@ -292,6 +292,24 @@ static int pack_version(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v, u
     return mc__svc_pack_replicas(svc, w, v);
 }
 
+/* The wall clock (ns) for the times a request sets; 0 without one. */
+static int64_t wall(const mc__svc_t *svc)
+{
+    return svc->o.wall_ns ? svc->o.wall_ns() : 0;
+}
+
+#define DAY_NS (86400LL * 1000000000LL)
+
+/* A read of v (an OPEN or GET_REPLICAS): its atime moves, under the relatime
+ * rule: when it is not after the last change of content or metadata, or is
+ * a day old. */
+static void read_access(const mc__svc_t *svc, mc__version_t *v)
+{
+    int64_t t = wall(svc);
+    if (v->atime_ns <= v->mtime_ns || v->atime_ns <= v->ctime_ns || t - v->atime_ns >= DAY_NS)
+        v->atime_ns = t;
+}
+
 /* ---- operations ---- */
 
 static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t len, uint64_t now,
@@ -308,7 +326,11 @@ static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t
                         .replica_num = rq.replicas,
                         .pin = rq.pin,
                         .soft_pin_ttl_ms = rq.pin_ttl_ms,
-                        .mtime_ns = rq.mtime_ns};
+                        .mtime_ns = rq.mtime_ns,
+                        .uid = rq.uid,
+                        .gid = rq.gid,
+                        .type = rq.type,
+                        .rdev = rq.rdev};
     mc__version_t *v;
     mc__svc_mark_suspects(svc, now);
     int rc = mc__master_begin_at(svc->m, rq.key, rq.klen, &po,
@@ -369,15 +391,22 @@ static int op_put_commit(mc__svc_t *svc, const char *body, size_t len, uint64_t 
         rc = -EINVAL;
     if (rc < 0)
         return rc;
-    if (rq.mode)
+    if (rq.what & MC_META_MODE) {
         v->mode = rq.mode & 07777;
-    v->mtime_ns = rq.mtime_ns ? rq.mtime_ns : svc->o.wall_ns ? svc->o.wall_ns() : 0;
+        v->inherit &= ~(unsigned)MC__INHERIT_MODE;
+    }
+    int64_t t = wall(svc);
+    v->mtime_ns = (rq.what & MC_META_MTIME) ? rq.mtime_ns : t;
+    v->ctime_ns = v->atime_ns = t; /* a replaced version's atime stays (commit) */
+    int is_new = !mc__master_find(svc->m, v->key, v->klen);
     rc = mc__master_commit(svc->m, v, rq.size, p->flags, now);
     put_del(svc, p);
     if (rc < 0) {
         mc__master_abort(svc->m, v);
         return rc;
     }
+    if (is_new)
+        mc__master_dir_changed(svc->m, v->key, v->klen, t);
     if (v->nrep < v->want)
         mc__repair_wake(svc->rp); /* a replica was dropped on the way */
     mc_stat_t st;
@@ -449,6 +478,7 @@ static int op_open(mc__svc_t *svc, uint64_t owner, const char *body, size_t len,
     }
     mc__master_ref(v);
     mc__master_touch(svc->m, v, now, 0);
+    read_access(svc, v);
     mc__pack(w, "q", h->o.h.id);
     return pack_version(svc, w, v, now);
 }
@@ -472,8 +502,21 @@ static int op_get_replicas(mc__svc_t *svc, const char *body, size_t len, uint64_
     if (rc < 0)
         return rc;
     mc__master_touch(svc->m, v, now, 1);
+    read_access(svc, v);
     mc__pack(w, "q", v->lease_until > now ? v->lease_until - now : (uint64_t)0);
     return pack_version(svc, w, v, now);
+}
+
+/* A rename took from to to: the names of both directories changed, and the
+ * object moved (or the directory's marker) changed its ctime. */
+static void renamed(mc__svc_t *svc, const char *from, uint32_t flen, const char *to, uint32_t tlen)
+{
+    int64_t t = wall(svc);
+    mc__master_dir_changed(svc->m, from, flen, t);
+    mc__master_dir_changed(svc->m, to, tlen, t);
+    mc__version_t *v = mc__master_find(svc->m, to, tlen);
+    if (v)
+        v->ctime_ns = t;
 }
 
 int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body, size_t len,
@@ -482,7 +525,6 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
     mc__master_t *m = svc->m;
     const char *key, *key2;
     uint32_t klen, klen2, flags, u1, u2;
-    int64_t mtime;
     mc__version_t *v;
     mc_stat_t st;
     int rc;
@@ -531,14 +573,22 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         memset(&st, 0, sizeof(st));
         if (v)
             mc__version_stat(v, now, &st);
+        if (rc == MC_LOOKUP_DIR)
+            st.nlink = 2 + mc__master_subdirs(m, key, klen, (int)u1);
         mc__pack_stat(w, &st);
         return w->err ? w->err : rc;
     case MC__OP_REMOVE:
         UNPACK("ku", &key, &klen, &flags);
-        return mc__master_remove(m, key, klen, flags, now);
+        rc = mc__master_remove(m, key, klen, flags, now);
+        if (rc == 0)
+            mc__master_dir_changed(m, key, klen, wall(svc));
+        return rc;
     case MC__OP_RENAME:
         UNPACK("kku", &key, &klen, &key2, &klen2, &flags);
-        return mc__master_rename(m, key, klen, key2, klen2, flags, now);
+        rc = mc__master_rename(m, key, klen, key2, klen2, flags, now);
+        if (rc == 0)
+            renamed(svc, key, klen, key2, klen2);
+        return rc;
     case MC__OP_LIST: {
         UNPACK("ssuu", &key, &klen, &key2, &klen2, &u1, &u2);
         if (klen > MC_KEY_MAX || klen2 > MC_KEY_MAX)
@@ -552,9 +602,15 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         mc_list_free(l);
         return w->err;
     }
-    case MC__OP_SET_META:
-        UNPACK("kuui", &key, &klen, &flags, &u1, &mtime);
-        return mc__master_set_meta(m, key, klen, flags, u1, mtime);
+    case MC__OP_SET_META: {
+        mc_meta_t meta;
+        UNPACK("kuuuuii", &key, &klen, &meta.what, &meta.mode, &meta.uid, &meta.gid, &meta.atime_ns,
+               &meta.mtime_ns);
+        if ((rc = mc__master_set_meta(m, key, klen, &meta, wall(svc), &v)) < 0)
+            return rc;
+        mc__version_stat(v, now, &st);
+        return mc__pack_stat(w, &st);
+    }
     case MC__OP_STATFS: {
         UNPACK("");
         mc_space_t sp;

@@ -212,7 +212,7 @@ static void hello_done(void *arg, int status, const char *body, size_t len)
         mc__log(MC__LOG_WARN, "%s: malformed HELLO answer", ss->peer);
         return session_end(ss, -EPROTO);
     }
-    if (ver != MC__PROTO_VERSION)
+    if (ver != MC__PROTO_SESSION)
         return session_end(ss, -EPROTONOSUPPORT);
     if (!auth && !ss->secret)
         return session_end(ss, 0);
@@ -267,7 +267,7 @@ int mc__session_start(mc__conn_t *c, const mc__session_opts_t *o, mc__session_cb
     if (!o->name)
         snprintf(name, sizeof(name), "mooncake/%d", (int)getpid());
     const char *nm = o->name ? o->name : name;
-    int rc = mc__pack(&w, "hhuss", (unsigned)MC__PROTO_VERSION, (unsigned)MC__PROTO_VERSION,
+    int rc = mc__pack(&w, "hhuss", (unsigned)MC__PROTO_SESSION, (unsigned)MC__PROTO_SESSION,
                       (unsigned)o->role, nm, (uint32_t)strlen(nm), ss->cnonce,
                       (uint32_t)sizeof(ss->cnonce));
     if (rc == 0)

@@ -142,7 +142,7 @@ static void do_hello(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t l
     if (sc->said_hello)
         return secret ? refuse(sc, h, "a second HELLO") : reply(sc, h, -EPROTO, NULL, 0);
     sc->said_hello = 1;
-    if (lo > MC__PROTO_VERSION || hi < MC__PROTO_VERSION) {
+    if (lo > MC__PROTO_SESSION || hi < MC__PROTO_SESSION) {
         mc__log(MC__LOG_WARN, "closing %s: no common protocol version (it speaks %u..%u)",
                 mc__conn_peer(sc->c), lo, hi);
         reply(sc, h, -EPROTONOSUPPORT, NULL, 0);
@@ -153,7 +153,7 @@ static void do_hello(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t l
             (int)(nlen > 64 ? 64 : nlen), name, role);
     mc__wbuf_t w = {0};
     if (!secret) {
-        mc__pack(&w, "huss", (unsigned)MC__PROTO_VERSION, 0u, "", 0u, "", 0u);
+        mc__pack(&w, "huss", (unsigned)MC__PROTO_SESSION, 0u, "", 0u, "", 0u);
         greet(sc);
     } else {
         if (clen != MC__AUTH_NONCE)
@@ -162,7 +162,7 @@ static void do_hello(sconn_t *sc, const mc__hdr_t *h, const char *body, size_t l
         memcpy(sc->cnonce, cnonce, MC__AUTH_NONCE);
         mc__auth_nonce(sc->snonce);
         mc__auth_mac(secret, MC__AUTH_LABEL_SERVER, sc->cnonce, sc->snonce, proof);
-        mc__pack(&w, "huss", (unsigned)MC__PROTO_VERSION, 1u, sc->snonce, (uint32_t)MC__AUTH_NONCE,
+        mc__pack(&w, "huss", (unsigned)MC__PROTO_SESSION, 1u, sc->snonce, (uint32_t)MC__AUTH_NONCE,
                  proof, (uint32_t)MC__AUTH_MAC);
         sc->sess = S_CHALLENGED;
     }

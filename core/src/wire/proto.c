@@ -23,10 +23,10 @@
 #include "wire/proto.h"
 
 /* Wire sizes of the nested structures. */
-#define STAT_SIZE 36u       /* q q i u u u */
+#define STAT_SIZE 76u       /* q q i u u u u u u u i i q */
 #define EXTENT_SIZE 16u     /* q offset, q length */
 #define REPLICA_MIN 16u     /* u seg, u addr length, u rdma length, u extent count */
-#define LIST_ENTRY_MIN 42u  /* u key length, 1 key byte, b is_prefix, stat */
+#define LIST_ENTRY_MIN 82u  /* u key length, 1 key byte, b is_prefix, stat */
 #define WBUF_FIRST_CAP 256u /* first allocation of an empty wbuf */
 
 /* ---- little-endian loads and stores ---- */
@@ -423,9 +423,10 @@ int mc__unpack(const char *body, size_t len, const char *fmt, ...)
 /* ---- stat ---- */
 
 /* mc__pack_stat() appends st as `q size, q version, i mtime_ns, u mode,
- * u replicas, u flags` (36 bytes). Returns w->err. */
-/* As mc__pack(w, "qqiuuu", ...) of the fields, without reading a format:
- * every GET_REPLICAS, OPEN and PUT_COMMIT answer carries one. */
+ * u replicas, u flags, u uid, u gid, u type, u nlink, i atime_ns,
+ * i ctime_ns, q rdev` (76 bytes). Returns w->err. */
+/* As mc__pack(w, "qqiuuuuuuuiiq", ...) of the fields, without reading a
+ * format: every GET_REPLICAS, OPEN and PUT_COMMIT answer carries one. */
 int mc__pack_stat(mc__wbuf_t *w, const mc_stat_t *st)
 {
     char *b = wbuf_room(w, STAT_SIZE);
@@ -437,12 +438,19 @@ int mc__pack_stat(mc__wbuf_t *w, const mc_stat_t *st)
     st32(b + 24, st->mode);
     st32(b + 28, st->replicas);
     st32(b + 32, st->flags);
+    st32(b + 36, st->uid);
+    st32(b + 40, st->gid);
+    st32(b + 44, st->type);
+    st32(b + 48, st->nlink);
+    st64(b + 52, (uint64_t)st->atime_ns);
+    st64(b + 60, (uint64_t)st->ctime_ns);
+    st64(b + 68, st->rdev);
     return 0;
 }
 
 /*
- * mc__take_stat() decodes the 36-byte stat at the front of *p / *n into *st
- * and advances *p and *n past it. Returns 0, or -EBADMSG when fewer than 36
+ * mc__take_stat() decodes the 76-byte stat at the front of *p / *n into *st
+ * and advances *p and *n past it. Returns 0, or -EBADMSG when fewer than 76
  * bytes are left (then *p, *n and *st are untouched).
  */
 int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
@@ -457,6 +465,13 @@ int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
     st->mode = ld32(b + 24);
     st->replicas = ld32(b + 28);
     st->flags = ld32(b + 32);
+    st->uid = ld32(b + 36);
+    st->gid = ld32(b + 40);
+    st->type = ld32(b + 44);
+    st->nlink = ld32(b + 48);
+    st->atime_ns = (int64_t)ld64(b + 52);
+    st->ctime_ns = (int64_t)ld64(b + 60);
+    st->rdev = ld64(b + 68);
     *p += STAT_SIZE;
     *n -= STAT_SIZE;
     return 0;
@@ -732,7 +747,7 @@ int mc__pack_put_start(mc__wbuf_t *w, const mc__put_start_rq_t *rq)
         fail(w, rc);
         return w->err;
     }
-    char *b = wbuf_room(w, 4 + (size_t)rq->klen + 8 + 4 * 4 + 8 + 8 + 4 + rq->plen);
+    char *b = wbuf_room(w, 4 + (size_t)rq->klen + 8 + 4 * 4 + 8 + 8 + 4 + rq->plen + 3 * 4 + 8);
     if (!b)
         return w->err;
     wr_str(&b, rq->key, rq->klen);
@@ -745,6 +760,10 @@ int mc__pack_put_start(mc__wbuf_t *w, const mc__put_start_rq_t *rq)
     st64(b + 32, (uint64_t)rq->mtime_ns);
     b += 40;
     wr_str(&b, rq->pref, rq->plen);
+    st32(b, rq->uid);
+    st32(b + 4, rq->gid);
+    st32(b + 8, rq->type);
+    st64(b + 12, rq->rdev);
     return 0;
 }
 
@@ -760,6 +779,10 @@ int mc__take_put_start(const char *body, size_t len, mc__put_start_rq_t *rq)
     rq->pin_ttl_ms = rd64(&r);
     rq->mtime_ns = (int64_t)rd64(&r);
     rd_str(&r, 0, &rq->pref, &rq->plen);
+    rq->uid = rd32(&r);
+    rq->gid = rd32(&r);
+    rq->type = rd32(&r);
+    rq->rdev = rd64(&r);
     return rd_end(&r);
 }
 
@@ -770,15 +793,16 @@ int mc__pack_put_commit(mc__wbuf_t *w, const mc__put_commit_rq_t *rq)
         fail(w, rc);
         return w->err;
     }
-    char *b = wbuf_room(w, 8 + 4 + (size_t)rq->klen + 8 + 4 + 8);
+    char *b = wbuf_room(w, 8 + 4 + (size_t)rq->klen + 8 + 4 + 4 + 8);
     if (!b)
         return w->err;
     st64(b, rq->id);
     b += 8;
     wr_str(&b, rq->key, rq->klen);
     st64(b, rq->size);
-    st32(b + 8, rq->mode);
-    st64(b + 12, (uint64_t)rq->mtime_ns);
+    st32(b + 8, rq->what);
+    st32(b + 12, rq->mode);
+    st64(b + 16, (uint64_t)rq->mtime_ns);
     return 0;
 }
 
@@ -788,6 +812,7 @@ int mc__take_put_commit(const char *body, size_t len, mc__put_commit_rq_t *rq)
     rq->id = rd64(&r);
     rd_str(&r, 1, &rq->key, &rq->klen);
     rq->size = rd64(&r);
+    rq->what = rd32(&r);
     rq->mode = rd32(&r);
     rq->mtime_ns = (int64_t)rd64(&r);
     return rd_end(&r);

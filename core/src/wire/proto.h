@@ -24,7 +24,11 @@
 #include <stdint.h>
 
 #define MC__PROTO_MAGIC 0x314b434dU /* "MCK1" in little-endian byte order */
-#define MC__PROTO_VERSION 1
+#define MC__PROTO_VERSION 1         /* the frame layout (the header's version field) */
+/* The version HELLO negotiates: the bodies. 2: stats carry owner, type, link
+ * count, atime, ctime and rdev; PUT_START an owner, type and rdev; PUT_COMMIT
+ * and SET_META say which fields they set. A peer of version 1 is refused. */
+#define MC__PROTO_SESSION 2
 #define MC__PROTO_HDR_SIZE 24
 #define MC__PROTO_MAX_BODY (16U << 20) /* 16 MiB: data moves in chunks below */
 #define MC__PROTO_CHUNK (4U << 20)     /* largest READ/WRITE payload */
@@ -51,24 +55,25 @@
     X(REPAIR_TAKE, 13, "q", "*")       /* node id -> repair tasks, each an s (see below) */        \
     X(REPAIR_DONE, 14, "qqi", "")      /* node id, task id, status (0: copied) */                  \
     /* objects (master) */                                                                         \
-    X(PUT_START, 20, "kquuuuqis", "qq*") /* key, capacity, flags, mode, replicas, pin, pin ttl,    \
-                                            mtime, preferred data addr -> put id, write lease ms,  \
-                                            replica set */                                         \
-    X(PUT_GROW, 21, "qq", "*")           /* put id, capacity -> replica set */                     \
-    X(PUT_COMMIT, 22, "qkqui", "*")      /* put id, key, size, mode, mtime (0: now) -> stat */     \
-    X(PUT_REVOKE, 23, "q", "")           /* put id */                                              \
-    X(OPEN, 24, "k", "q*")               /* key -> handle id, stat + replica set (pins it) */      \
-    X(CLOSE, 25, "q", "")                /* handle id */                                           \
-    X(PUT_DROP_REPLICA, 26, "qu", "")    /* put id, segment id (its node is unreachable) */        \
-    X(GET_REPLICAS, 30, "k", "q*")       /* key -> lease ms, stat + replica set (lease granted) */ \
-    X(STAT, 31, "k", "*")                /* key -> stat */                                         \
-    X(LOOKUP, 32, "ku", "*")             /* key, delim -> stat (status = MC_LOOKUP_*) */           \
-    X(REMOVE, 33, "ku", "")              /* key, flags */                                          \
-    X(RENAME, 34, "kku", "")             /* from, to, flags */                                     \
-    X(LIST, 35, "ssuu", "*")             /* prefix, after, delim, max -> listing */                \
-    X(SET_META, 36, "kuui", "")          /* key, what, mode, mtime */                              \
-    X(STATFS, 37, "", "qqqq")            /* -> total, used, objects, evicted */                    \
-    X(STATS, 38, "", "*")                /* -> counters, each s name + q value */                  \
+    X(PUT_START, 20, "kquuuuqisuuuq", "qq*") /* key, capacity, flags, mode, replicas, pin, pin     \
+                                                ttl, mtime, preferred data addr, uid, gid, type,   \
+                                                rdev -> put id, write lease ms, replica set */     \
+    X(PUT_GROW, 21, "qq", "*")               /* put id, capacity -> replica set */                 \
+    X(PUT_COMMIT, 22, "qkquui", "*")  /* put id, key, size, what (MC_META_MODE, _MTIME), mode,     \
+                                         mtime -> stat */                                          \
+    X(PUT_REVOKE, 23, "q", "")        /* put id */                                                 \
+    X(OPEN, 24, "k", "q*")            /* key -> handle id, stat + replica set (pins it) */         \
+    X(CLOSE, 25, "q", "")             /* handle id */                                              \
+    X(PUT_DROP_REPLICA, 26, "qu", "") /* put id, segment id (its node is unreachable) */           \
+    X(GET_REPLICAS, 30, "k", "q*")    /* key -> lease ms, stat + replica set (lease granted) */    \
+    X(STAT, 31, "k", "*")             /* key -> stat */                                            \
+    X(LOOKUP, 32, "ku", "*")          /* key, delim -> stat (status = MC_LOOKUP_*) */              \
+    X(REMOVE, 33, "ku", "")           /* key, flags */                                             \
+    X(RENAME, 34, "kku", "")          /* from, to, flags */                                        \
+    X(LIST, 35, "ssuu", "*")          /* prefix, after, delim, max -> listing */                   \
+    X(SET_META, 36, "kuuuuii", "*")   /* key, what, mode, uid, gid, atime, mtime -> stat */        \
+    X(STATFS, 37, "", "qqqq")         /* -> total, used, objects, evicted */                       \
+    X(STATS, 38, "", "*")             /* -> counters, each s name + q value */                     \
     /* data (nodes) */                                                                             \
     X(READ, 50, "uqu", "*")  /* seg id, offset, length -> bytes */                                 \
     X(WRITE, 51, "uq*", "")  /* seg id, offset, bytes */                                           \
@@ -151,7 +156,8 @@ int mc__vunpack(const char *body, size_t len, const char *fmt, va_list ap);
 /*
  * Helpers for the nested structures carried as raw (`*`) fields.
  *
- * stat:        q size, q version, i mtime_ns, u mode, u replicas, u flags
+ * stat:        q size, q version, i mtime_ns, u mode, u replicas, u flags,
+ *              u uid, u gid, u type, u nlink, i atime_ns, i ctime_ns, q rdev
  * replica set: u count, then per replica: u seg id, s data address,
  *              s RDMA record (empty: TCP only; opaque to the master, see
  *              transport_rdma.h), u extent count, then per extent:
@@ -192,7 +198,7 @@ void mc__wire_extent(const mc__wire_replica_t *r, uint32_t i, uint64_t *off, uin
 
 /*
  * The two requests every put makes, with codecs of their own: the same
- * bytes as their formats in the table ("kquuuuqis", "qkqui") and the same
+ * bytes as their formats in the table ("kquuuuqisuuuq", "qkquui") and the same
  * errors as mc__pack()/mc__unpack(), but no format to read, which costs an
  * embedded store's small puts more than the rest of the codec.
  */
@@ -205,6 +211,8 @@ typedef struct mc__put_start_rq {
     int64_t mtime_ns;
     const char *pref; /* preferred segment's address ("" : none) */
     uint32_t plen;
+    uint32_t uid, gid, type; /* mc_put_opts_t's (uid, gid apply with MC_PUT_OWNER) */
+    uint64_t rdev;
 } mc__put_start_rq_t;
 
 typedef struct mc__put_commit_rq {
@@ -212,6 +220,8 @@ typedef struct mc__put_commit_rq {
     const char *key;
     uint32_t klen;
     uint64_t size;
+    uint32_t what; /* MC_META_MODE: mode applies; MC_META_MTIME: mtime does
+                      (else the commit's wall clock) */
     uint32_t mode;
     int64_t mtime_ns;
 } mc__put_commit_rq_t;
