@@ -57,7 +57,9 @@ static int xattr_key(fs_ctx_t *c)
     return 0;
 }
 
-/* Starts c for ino, or replies with the error and returns NULL. */
+/* Starts c for ino with the attribute's name (if any) copied into c->key2
+ * (the kernel sends at most XATTR_NAME_MAX bytes), or replies with the
+ * error and returns NULL. */
 static fs_ctx_t *xattr_ctx(fuse_req_t req, fuse_ino_t ino, const char *name, int set)
 {
     fs_t *fs = fs_of(req);
@@ -65,6 +67,8 @@ static fs_ctx_t *xattr_ctx(fuse_req_t req, fuse_ino_t ino, const char *name, int
     int rc = in ? 0 : -ENOENT;
     if (rc == 0 && name)
         rc = may_xattr(req, in, name, set);
+    if (rc == 0 && name && strlen(name) > MC_XATTR_NAME_MAX)
+        rc = -ERANGE;
     if (rc < 0) {
         reply_err(req, rc);
         return NULL;
@@ -76,7 +80,20 @@ static fs_ctx_t *xattr_ctx(fuse_req_t req, fuse_ino_t ino, const char *name, int
         fs_ctx_fail(c, rc);
         return NULL;
     }
+    if (name) {
+        c->klen2 = strlen(name);
+        memcpy(c->key2, name, c->klen2 + 1);
+    }
     return c;
+}
+
+/* Makes room for a get or a list: the kernel asked for size bytes (0: the
+ * size only), the answer may be cap. Returns 0 or -ENOMEM. */
+static int answer_room(fs_ctx_t *c, size_t size, size_t cap)
+{
+    c->size = size;
+    c->data = malloc(cap);
+    return c->data ? 0 : -ENOMEM;
 }
 
 /* Replies to a get or a list with n bytes of c->data, as the kernel asked
@@ -109,11 +126,9 @@ void fs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t siz
     fs_ctx_t *c = xattr_ctx(req, ino, name, 0);
     if (!c)
         return;
-    c->size = size;
-    c->data = malloc(MC_XATTR_SIZE_MAX);
-    if (!c->data)
-        return fs_ctx_fail(c, -ENOMEM);
-    int rc = mc_xattr_get_async(c->fs->store, c->key, c->klen, name, c->data, MC_XATTR_SIZE_MAX,
+    int rc = answer_room(c, size, MC_XATTR_SIZE_MAX);
+    if (rc == 0)
+        rc = mc_xattr_get_async(c->fs->store, c->key, c->klen, name, c->data, MC_XATTR_SIZE_MAX,
                                 get_done, c);
     if (rc < 0)
         fs_ctx_fail(c, rc);
@@ -151,11 +166,9 @@ void fs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
     fs_ctx_t *c = xattr_ctx(req, ino, NULL, 0);
     if (!c)
         return;
-    c->size = size;
-    c->data = malloc(MC_XATTR_LIST_MAX);
-    if (!c->data)
-        return fs_ctx_fail(c, -ENOMEM);
-    int rc = mc_xattr_list_async(c->fs->store, c->key, c->klen, c->data, MC_XATTR_LIST_MAX,
+    int rc = answer_room(c, size, MC_XATTR_LIST_MAX);
+    if (rc == 0)
+        rc = mc_xattr_list_async(c->fs->store, c->key, c->klen, c->data, MC_XATTR_LIST_MAX,
                                  list_done, c);
     if (rc < 0)
         fs_ctx_fail(c, rc);
@@ -200,27 +213,13 @@ static void change_done(void *arg, int rc)
     fs_ctx_fail(c, rc < 0 ? rc : 0);
 }
 
-/* Copies the request's name and value into c: the value stays the
- * kernel's until the reply, the name goes in c->key2. */
-static int take_name(fs_ctx_t *c, const char *name)
-{
-    size_t n = strlen(name);
-    if (n > MC_XATTR_NAME_MAX)
-        return -ERANGE;
-    memcpy(c->key2, name, n + 1);
-    c->klen2 = n;
-    return 0;
-}
-
 void fs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                     size_t size, int flags)
 {
+    int rc;
     fs_ctx_t *c = xattr_ctx(req, ino, name, 1);
     if (!c)
         return;
-    int rc = take_name(c, name);
-    if (rc < 0)
-        return fs_ctx_fail(c, rc);
     if (size) { /* the kernel's buffer is gone once this handler returns */
         c->data = malloc(size);
         if (!c->data)
@@ -242,10 +241,8 @@ void fs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
     fs_ctx_t *c = xattr_ctx(req, ino, name, 1);
     if (!c)
         return;
-    int rc = take_name(c, name);
-    if (rc < 0)
-        return fs_ctx_fail(c, rc);
     c->kind = 2;
-    if ((rc = send_change(c)) < 0)
+    int rc = send_change(c);
+    if (rc < 0)
         fs_ctx_fail(c, rc);
 }

@@ -238,18 +238,27 @@ static int xattr_op(mc_store_t *s, enum op_kind kind, const char *key, size_t kl
     return *out ? 0 : -ENOMEM;
 }
 
-int mc_xattr_get_async(mc_store_t *s, const char *key, size_t klen, const char *name, void *buf,
-                       size_t len, mc_done_cb cb, void *arg)
+/* A get (name) or a list (name NULL) answered into buf[0..len). */
+static int xattr_read(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
+                      const char *name, void *buf, size_t len, mc_done_cb cb, void *arg)
 {
     op_t *o;
-    if (!name || (len && !buf))
+    if (len && !buf)
         return -EINVAL;
-    int rc = xattr_op(s, OP_XATTR_GET, key, klen, name, cb, arg, &o);
+    int rc = xattr_op(s, kind, key, klen, name, cb, arg, &o);
     if (rc < 0)
         return rc;
     o->buf = buf;
     o->len = len;
     return submit(o);
+}
+
+int mc_xattr_get_async(mc_store_t *s, const char *key, size_t klen, const char *name, void *buf,
+                       size_t len, mc_done_cb cb, void *arg)
+{
+    if (!name)
+        return -EINVAL;
+    return xattr_read(s, OP_XATTR_GET, key, klen, name, buf, len, cb, arg);
 }
 
 int mc_xattr_set_async(mc_store_t *s, const char *key, size_t klen, const char *name,
@@ -272,15 +281,7 @@ int mc_xattr_set_async(mc_store_t *s, const char *key, size_t klen, const char *
 int mc_xattr_list_async(mc_store_t *s, const char *key, size_t klen, char *buf, size_t len,
                         mc_done_cb cb, void *arg)
 {
-    op_t *o;
-    if (len && !buf)
-        return -EINVAL;
-    int rc = xattr_op(s, OP_XATTR_LIST, key, klen, NULL, cb, arg, &o);
-    if (rc < 0)
-        return rc;
-    o->buf = buf;
-    o->len = len;
-    return submit(o);
+    return xattr_read(s, OP_XATTR_LIST, key, klen, NULL, buf, len, cb, arg);
 }
 
 int mc_xattr_remove_async(mc_store_t *s, const char *key, size_t klen, const char *name,

@@ -63,16 +63,27 @@ static int check_name(const char *name, size_t nlen)
     return 0;
 }
 
-int mc__xattr_get(const mc__version_t *v, const char *name, size_t nlen, const char **val,
-                  uint32_t *vlen)
+/* Checks name and finds its entry: 0 and *off, -ENODATA, or the name's
+ * error. */
+static int find_named(const mc__version_t *v, const char *name, size_t nlen, size_t *off)
 {
     int rc = check_name(name, nlen);
     if (rc < 0)
         return rc;
-    long off = find(v, name, nlen);
-    if (off < 0)
+    long at = find(v, name, nlen);
+    if (at < 0)
         return -ENODATA;
-    size_t at = (size_t)off;
+    *off = (size_t)at;
+    return 0;
+}
+
+int mc__xattr_get(const mc__version_t *v, const char *name, size_t nlen, const char **val,
+                  uint32_t *vlen)
+{
+    size_t at;
+    int rc = find_named(v, name, nlen, &at);
+    if (rc < 0)
+        return rc;
     const char *n;
     size_t nl;
     mc__xattr_next(v, &at, &n, &nl, val, vlen);
@@ -143,13 +154,11 @@ int mc__xattr_set(mc__version_t *v, const char *name, size_t nlen, const char *v
 
 int mc__xattr_remove(mc__version_t *v, const char *name, size_t nlen)
 {
-    int rc = check_name(name, nlen);
+    size_t at;
+    int rc = find_named(v, name, nlen, &at);
     if (rc < 0)
         return rc;
-    long off = find(v, name, nlen);
-    if (off < 0)
-        return -ENODATA;
-    size_t at = (size_t)off, sz = entry_size(v, at);
+    size_t sz = entry_size(v, at);
     memmove(v->xattr + at, v->xattr + at + sz, v->xattr_len - at - sz);
     v->xattr_len -= (uint32_t)sz;
     if (v->xattr_len == 0) {
