@@ -130,6 +130,14 @@ void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set
 void fs_op_statfs(fuse_req_t req, fuse_ino_t ino);
 void fs_op_access(fuse_req_t req, fuse_ino_t ino, int mask);
 
+/* ---- xattrs.c ---- */
+
+void fs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void fs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                    size_t size, int flags);
+void fs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void fs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+
 /* ---- dirs.c ---- */
 
 void fs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);

@@ -49,4 +49,8 @@ const struct fuse_lowlevel_ops fs_ops = {
     .statfs = fs_op_statfs,
     .access = fs_op_access,
     .create = fs_op_create,
+    .setxattr = fs_op_setxattr,
+    .getxattr = fs_op_getxattr,
+    .listxattr = fs_op_listxattr,
+    .removexattr = fs_op_removexattr,
 };

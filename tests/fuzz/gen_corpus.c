@@ -200,6 +200,15 @@ int main(int argc, char **argv)
     seed("set_meta-req", MC__OP_SET_META, 0, 0, &b, 0);
     mc__pack_stat(&b, &st);
     seed("set_meta-resp", MC__OP_SET_META, 1, 0, &b, 0);
+    mc__pack(&b, "ksu*", S("dir/file.bin"), S("user.color"), (unsigned)MC_XATTR_CREATE, S("blue"));
+    seed("xattr_set-req", MC__OP_XATTR_SET, 0, 0, &b, 1);
+    mc__pack(&b, "ks", S("dir/file.bin"), S("user.color"));
+    seed("xattr_get-req", MC__OP_XATTR_GET, 0, 0, &b, 0);
+    mc__pack(&b, "*", S("blue"));
+    seed("xattr_get-resp", MC__OP_XATTR_GET, 1, 0, &b, 1);
+    mc__pack(&b, "*", "user.a\0user.color", (uint32_t)18);
+    seed("xattr_list-resp", MC__OP_XATTR_LIST, 1, 0, &b, 1);
+    seed("xattr_get-err", MC__OP_XATTR_GET, 1, -ENODATA, &b, 0);
     mc__pack(&b, "qqqq", (uint64_t)1 << 30, (uint64_t)1 << 20, (uint64_t)12, (uint64_t)3);
     seed("statfs-resp", MC__OP_STATFS, 1, 0, &b, 0);
     mc__pack(&b, "uqu", 3u, (uint64_t)524288, 4096u);

@@ -68,6 +68,8 @@ typedef struct fields {
     X("*", S(0))                                                                                   \
     X("qkquui", Q(0), S(1), Q(2), U(3), U(4), I(5))                                                \
     X("k", S(0))                                                                                   \
+    X("ks", S(0), S(1))                                                                            \
+    X("ksu*", S(0), S(1), U(2), S(3))                                                              \
     X("ku", S(0), U(1))                                                                            \
     X("kku", S(0), S(1), U(2))                                                                     \
     X("ssuu", S(0), S(1), U(2), U(3))                                                              \

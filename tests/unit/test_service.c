@@ -901,6 +901,121 @@ static void test_atime_relatime(void **state)
     assert_int_equal(stat_of(f, "f").atime_ns, wall_now); /* a day later */
 }
 
+/* ---- extended attributes (issue 10, point 4) ---- */
+
+static int xset(fixture_t *f, const char *key, const char *name, const char *val, size_t vlen,
+                unsigned flags)
+{
+    return call(f, 1, T0, MC__OP_XATTR_SET, "ksu*", key, (uint32_t)strlen(key), name,
+                (uint32_t)strlen(name), flags, val, (uint32_t)vlen);
+}
+
+static int xget(fixture_t *f, const char *key, const char *name)
+{
+    return call(f, 1, T0, MC__OP_XATTR_GET, "ks", key, (uint32_t)strlen(key), name,
+                (uint32_t)strlen(name));
+}
+
+static int xrm(fixture_t *f, const char *key, const char *name)
+{
+    return call(f, 1, T0, MC__OP_XATTR_REMOVE, "ks", key, (uint32_t)strlen(key), name,
+                (uint32_t)strlen(name));
+}
+
+/* The response body as a string (values and lists are text here). */
+static void assert_resp(fixture_t *f, const char *want, size_t n)
+{
+    assert_int_equal(f->resp.len, n);
+    assert_memory_equal(f->resp.p, want, n);
+}
+
+/* set / get / list / remove, CREATE and REPLACE, ctime on each change. */
+static void test_xattr_set_get_list_remove(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 4 * MiB, T0);
+    assert_int_equal(xset(f, "nope", "user.a", "1", 1, 0), -ENOENT);
+    assert_int_equal(put_meta(f, "x", 0, 0, 0, 0), 0);
+    assert_int_equal(xget(f, "x", "user.a"), -ENODATA);
+    assert_int_equal(xset(f, "x", "user.a", "1", 1, MC_XATTR_REPLACE), -ENODATA);
+    wall_now = 2000;
+    assert_int_equal(xset(f, "x", "user.a", "1", 1, MC_XATTR_CREATE), 0);
+    assert_int_equal(stat_of(f, "x").ctime_ns, 2000);
+    assert_int_equal(xset(f, "x", "user.a", "2", 1, MC_XATTR_CREATE), -EEXIST);
+    assert_int_equal(xset(f, "x", "user.b", "", 0, 0), 0);
+    assert_int_equal(xset(f, "x", "user.a", "three", 5, MC_XATTR_REPLACE), 0);
+    assert_int_equal(xget(f, "x", "user.a"), 0);
+    assert_resp(f, "three", 5);
+    assert_int_equal(xget(f, "x", "user.b"), 0);
+    assert_resp(f, "", 0);
+    assert_int_equal(call(f, 1, T0, MC__OP_XATTR_LIST, "k", "x", 1), 0);
+    assert_resp(f, "user.b\0user.a", 14); /* a replaced value moves to the end */
+    assert_int_equal(xset(f, "x", "user.a", "1", 1, MC_XATTR_CREATE | MC_XATTR_REPLACE), -EEXIST);
+    assert_int_equal(xset(f, "x", "user.a", "1", 1, 0x4), -EINVAL);
+    wall_now = 3000;
+    assert_int_equal(xrm(f, "x", "user.b"), 0);
+    assert_int_equal(stat_of(f, "x").ctime_ns, 3000);
+    assert_int_equal(xrm(f, "x", "user.b"), -ENODATA);
+    assert_int_equal(xrm(f, "x", "user.a"), 0);
+    assert_int_equal(call(f, 1, T0, MC__OP_XATTR_LIST, "k", "x", 1), 0);
+    assert_int_equal(f->resp.len, 0);
+    wall_now = 4000;
+    assert_int_equal(xget(f, "x", "user.a"), -ENODATA);
+    assert_int_equal(stat_of(f, "x").ctime_ns, 3000); /* reads change nothing */
+}
+
+/* Linux's limits: names 1..255 bytes (ERANGE), values up to 64 KiB (E2BIG),
+ * per object 128 KiB of names and values (ENOSPC). */
+static void test_xattr_limits(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 4 * MiB, T0);
+    assert_int_equal(put_meta(f, "x", 0, 0, 0, 0), 0);
+    char name[300], *big = calloc(1, MC_XATTR_SIZE_MAX + 1);
+    memset(name, 'n', sizeof(name));
+    name[255] = '\0';
+    assert_int_equal(xset(f, "x", name, "v", 1, 0), 0);
+    name[255] = 'n';
+    name[256] = '\0';
+    assert_int_equal(xset(f, "x", name, "v", 1, 0), -ERANGE);
+    assert_int_equal(xget(f, "x", name), -ERANGE);
+    assert_int_equal(xset(f, "x", "", "v", 1, 0), -ERANGE);
+    assert_int_equal(call(f, 1, T0, MC__OP_XATTR_SET, "ksu*", "x", 1, "a\0b", 3, 0, "v", 1),
+                     -EINVAL);
+    assert_int_equal(xset(f, "x", "user.big", big, MC_XATTR_SIZE_MAX + 1, 0), -E2BIG);
+    assert_int_equal(xset(f, "x", "user.big", big, MC_XATTR_SIZE_MAX, 0), 0);
+    /* 255 + 1 + 1 + 9 + 65536 used: another 64 KiB no longer fits. */
+    assert_int_equal(xset(f, "x", "user.big2", big, MC_XATTR_SIZE_MAX, 0), -ENOSPC);
+    size_t room = MC_XATTR_TOTAL_MAX - (255 + 1 + 1) - (9 + MC_XATTR_SIZE_MAX) - 10;
+    assert_int_equal(xset(f, "x", "user.big2", big, room, 0), 0);
+    assert_int_equal(xset(f, "x", "user.c", "", 0, 0), -ENOSPC);
+    /* Replacing a value counts the new size instead of the old. */
+    assert_int_equal(xset(f, "x", "user.big2", big, room - 7, 0), 0);
+    assert_int_equal(xset(f, "x", "user.c", "", 0, 0), 0);
+    free(big);
+}
+
+/* A new version keeps the attributes of the one it replaces; a rename
+ * carries them; a remove drops them. */
+static void test_xattr_kept_by_republish_and_rename(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 4 * MiB, T0);
+    assert_int_equal(put_meta(f, "x", 0, 0, 0, 0), 0);
+    assert_int_equal(xset(f, "x", "user.a", "1", 1, 0), 0);
+    assert_int_equal(put_meta(f, "x", 0, 0, 0, 0), 0);
+    assert_int_equal(xget(f, "x", "user.a"), 0);
+    assert_resp(f, "1", 1);
+    assert_int_equal(call(f, 5, T0, MC__OP_RENAME, "kku", "x", 1, "d/y", 3, 0), 0);
+    assert_int_equal(xget(f, "d/y", "user.a"), 0);
+    assert_int_equal(call(f, 5, T0, MC__OP_RENAME, "kku", "d/", 2, "e/", 2, MC_RENAME_PREFIX), 0);
+    assert_int_equal(xget(f, "e/y", "user.a"), 0);
+    assert_resp(f, "1", 1);
+    assert_int_equal(call(f, 5, T0, MC__OP_REMOVE, "ku", "e/y", 3, 0), 0);
+    assert_int_equal(put_meta(f, "e/y", 0, 0, 0, 0), 0);
+    assert_int_equal(xget(f, "e/y", "user.a"), -ENODATA);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -909,6 +1024,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_chown_clears_set_id, setup_wall, teardown),
         cmocka_unit_test_setup_teardown(test_dir_times_and_nlink, setup_wall, teardown),
         cmocka_unit_test_setup_teardown(test_atime_relatime, setup_wall, teardown),
+        cmocka_unit_test_setup_teardown(test_xattr_set_get_list_remove, setup_wall, teardown),
+        cmocka_unit_test_setup_teardown(test_xattr_limits, setup_wall, teardown),
+        cmocka_unit_test_setup_teardown(test_xattr_kept_by_republish_and_rename, setup_wall,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_grow_and_rename_at_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_noreplace_and_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_owner_gone_revokes_and_closes, setup, teardown),

@@ -364,6 +364,36 @@ static void test_stat_and_versions(void **state)
     assert_cmp(st2.version, >, st1.version);
 }
 
+/* The mc_xattr_* calls through the client: getxattr(2)'s size rules (0:
+ * the size; too small: -ERANGE), the master's errors, and the attributes
+ * kept by a new put of the key. */
+static void test_xattr_calls(void **state)
+{
+    mc_store_t *s = *state;
+    char buf[64];
+    assert_int_equal(mc_xattr_set(s, K("nope"), "user.a", "1", 1, 0), -ENOENT);
+    assert_int_equal(mc_put(s, K("x"), "v", 1, NULL), 0);
+    assert_int_equal(mc_xattr_set(s, K("x"), "user.a", "hello", 5, MC_XATTR_CREATE), 0);
+    assert_int_equal(mc_xattr_set(s, K("x"), "user.a", "x", 1, MC_XATTR_CREATE), -EEXIST);
+    assert_int_equal(mc_xattr_set(s, K("x"), "user.b", "x", 1, MC_XATTR_REPLACE), -ENODATA);
+    assert_int_equal(mc_xattr_set(s, K("x"), "user.b", "", 0, 0), 0);
+    assert_int_equal(mc_xattr_get(s, K("x"), "user.a", NULL, 0), 5);
+    assert_int_equal(mc_xattr_get(s, K("x"), "user.a", buf, 4), -ERANGE);
+    assert_int_equal(mc_xattr_get(s, K("x"), "user.a", buf, sizeof(buf)), 5);
+    assert_memory_equal(buf, "hello", 5);
+    assert_int_equal(mc_xattr_get(s, K("x"), "user.c", buf, sizeof(buf)), -ENODATA);
+    assert_int_equal(mc_xattr_list(s, K("x"), NULL, 0), 14);
+    assert_int_equal(mc_xattr_list(s, K("x"), buf, 13), -ERANGE);
+    assert_int_equal(mc_xattr_list(s, K("x"), buf, sizeof(buf)), 14);
+    assert_memory_equal(buf, "user.a\0user.b\0", 14);
+    assert_int_equal(mc_xattr_set(s, K("x"), "user.big", buf, MC_XATTR_SIZE_MAX + 1, 0), -E2BIG);
+    assert_int_equal(mc_put(s, K("x"), "new", 3, NULL), 0);
+    assert_int_equal(mc_xattr_get(s, K("x"), "user.a", buf, sizeof(buf)), 5);
+    assert_int_equal(mc_xattr_remove(s, K("x"), "user.a"), 0);
+    assert_int_equal(mc_xattr_remove(s, K("x"), "user.a"), -ENODATA);
+    assert_int_equal(mc_xattr_list(s, K("x"), buf, sizeof(buf)), 7);
+}
+
 static void test_remove(void **state)
 {
     mc_store_t *s = *state;
@@ -1237,6 +1267,7 @@ int main(void)
         T(test_putv_gathers),
         T(test_stat_and_versions),
         T(test_remove),
+        T(test_xattr_calls),
         T(test_rename),
         T(test_key_checks),
         T(test_put_too_big),

@@ -353,6 +353,53 @@ typedef struct mc_meta {
 MC_EXPORT int mc_set_meta_async(mc_store_t *s, const char *key, size_t klen, const mc_meta_t *m,
                                 mc_stat_t *st, mc_done_cb cb, void *arg);
 
+/* ---- extended attributes ---- */
+
+/*
+ * An object's extended attributes are its metadata: name -> value pairs in
+ * the master's record of the current version, changed in place (the ctime
+ * becomes the master's wall clock), kept by a rename, and taken over by a
+ * new version of the key (a put, a writer's commit) from the one it
+ * replaces. Any name is stored as given; namespaces ("user.", "trusted.")
+ * and who may touch them are the caller's rule (the mount applies Linux's).
+ * Limits, as Linux gives them: a name of 1..MC_XATTR_NAME_MAX bytes
+ * (-ERANGE), a value of at most MC_XATTR_SIZE_MAX bytes (-E2BIG), and per
+ * object at most MC_XATTR_TOTAL_MAX bytes of names + 1 + values, with the
+ * names list at most MC_XATTR_LIST_MAX (-ENOSPC beyond either).
+ */
+#define MC_XATTR_NAME_MAX 255
+#define MC_XATTR_SIZE_MAX 65536
+#define MC_XATTR_LIST_MAX 65536
+#define MC_XATTR_TOTAL_MAX (128 * 1024)
+
+/* mc_xattr_set_async() flags: the values of XATTR_CREATE and XATTR_REPLACE. */
+#define MC_XATTR_CREATE 0x1  /* fail with -EEXIST if name exists */
+#define MC_XATTR_REPLACE 0x2 /* fail with -ENODATA if name does not exist */
+
+/*
+ * Reads attribute name (a C string) of key into buf[0..len). Result: the
+ * value's length; with len 0 nothing is copied (a size query); -ERANGE when
+ * the value is longer than a len > 0; -ENODATA, -ENOENT.
+ */
+MC_EXPORT int mc_xattr_get_async(mc_store_t *s, const char *key, size_t klen, const char *name,
+                                 void *buf, size_t len, mc_done_cb cb, void *arg);
+
+/* Sets attribute name of key to val[0..vlen), MC_XATTR_* flags. Result 0,
+ * -ENOENT, -EEXIST, -ENODATA, -ERANGE, -E2BIG, -ENOSPC, -EINVAL. */
+MC_EXPORT int mc_xattr_set_async(mc_store_t *s, const char *key, size_t klen, const char *name,
+                                 const void *val, size_t vlen, unsigned flags, mc_done_cb cb,
+                                 void *arg);
+
+/* Lists key's attribute names into buf[0..len), each followed by a NUL, as
+ * listxattr(2). Result: the list's length (len 0: a size query), -ERANGE
+ * when it is longer than a len > 0, -ENOENT. */
+MC_EXPORT int mc_xattr_list_async(mc_store_t *s, const char *key, size_t klen, char *buf,
+                                  size_t len, mc_done_cb cb, void *arg);
+
+/* Removes attribute name of key. Result 0, -ENOENT, -ENODATA, -ERANGE. */
+MC_EXPORT int mc_xattr_remove_async(mc_store_t *s, const char *key, size_t klen, const char *name,
+                                    mc_done_cb cb, void *arg);
+
 /* Fills *st. Result 0 or -ENOENT. */
 MC_EXPORT int mc_stat_async(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st,
                             mc_done_cb cb, void *arg);
@@ -413,6 +460,12 @@ MC_EXPORT int mc_list(mc_store_t *s, const char *prefix, size_t plen, const char
                       size_t alen, int delim, size_t max, mc_list_t **out);
 MC_EXPORT int mc_statfs(mc_store_t *s, mc_space_t *sp);
 MC_EXPORT int mc_master_stats(mc_store_t *s, mc_counter_t *out, size_t max);
+MC_EXPORT int mc_xattr_get(mc_store_t *s, const char *key, size_t klen, const char *name, void *buf,
+                           size_t len);
+MC_EXPORT int mc_xattr_set(mc_store_t *s, const char *key, size_t klen, const char *name,
+                           const void *val, size_t vlen, unsigned flags);
+MC_EXPORT int mc_xattr_list(mc_store_t *s, const char *key, size_t klen, char *buf, size_t len);
+MC_EXPORT int mc_xattr_remove(mc_store_t *s, const char *key, size_t klen, const char *name);
 
 /* ---- open versions (read handles) ---- */
 

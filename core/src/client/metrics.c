@@ -35,6 +35,10 @@ static const char *const op_names[MC__OP_KINDS] = {
     "writer_truncate",
     "writer_commit",
     "writer_abort",
+    "xattr_get",
+    "xattr_set",
+    "xattr_list",
+    "xattr_remove",
 };
 
 /* The latency buckets' upper bounds, in seconds. */

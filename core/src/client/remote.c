@@ -446,6 +446,11 @@ void mc__remote_exec(op_t *o)
     case OP_W_COMMIT:
     case OP_W_ABORT:
         return mc__writer_exec(o);
+    case OP_XATTR_GET:
+    case OP_XATTR_SET:
+    case OP_XATTR_LIST:
+    case OP_XATTR_REMOVE:
+        return mc__xattr_exec(o);
     }
     if (rc < 0)
         mc__op_finish(o, rc);

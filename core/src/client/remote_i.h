@@ -93,6 +93,11 @@ static inline int revoked(int status)
  * or a writer's read): finishes o with the count or the error. */
 void mc__read_done(void *arg, int rc);
 
+/* ---- extended attributes (xattr.c) ---- */
+
+/* Runs an OP_XATTR_* op; completes it with mc__op_finish(). */
+void mc__xattr_exec(op_t *o);
+
 /* ---- writers (writer.c) ---- */
 
 /* Runs a writer's op (OP_W_*); completes it with mc__op_finish(). */

@@ -222,6 +222,78 @@ int mc_set_meta_async(mc_store_t *s, const char *key, size_t klen, const mc_meta
     return submit(o);
 }
 
+/* An op on key's attribute name (NULL for a list): the name travels in
+ * the op's second key slot. Names longer than a key cannot be valid (the
+ * master's rule says -ERANGE past MC_XATTR_NAME_MAX); they stop here. */
+static int xattr_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
+                    const char *name, mc_done_cb cb, void *arg, op_t **out)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    size_t nlen = name ? strnlen(name, MC_KEY_MAX + 1) : 0;
+    if (nlen > MC_KEY_MAX)
+        return -ERANGE;
+    *out = op_new(s, kind, key, klen, name, nlen, cb, arg);
+    return *out ? 0 : -ENOMEM;
+}
+
+/* A get (name) or a list (name NULL) answered into buf[0..len). */
+static int xattr_read(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
+                      const char *name, void *buf, size_t len, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    if (len && !buf)
+        return -EINVAL;
+    int rc = xattr_op(s, kind, key, klen, name, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->buf = buf;
+    o->len = len;
+    return submit(o);
+}
+
+int mc_xattr_get_async(mc_store_t *s, const char *key, size_t klen, const char *name, void *buf,
+                       size_t len, mc_done_cb cb, void *arg)
+{
+    if (!name)
+        return -EINVAL;
+    return xattr_read(s, OP_XATTR_GET, key, klen, name, buf, len, cb, arg);
+}
+
+int mc_xattr_set_async(mc_store_t *s, const char *key, size_t klen, const char *name,
+                       const void *val, size_t vlen, unsigned flags, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    if (!name || (vlen && !val))
+        return -EINVAL;
+    if (vlen > MC_XATTR_SIZE_MAX)
+        return -E2BIG; /* the master's rule too; a huge value would not fit a frame */
+    int rc = xattr_op(s, OP_XATTR_SET, key, klen, name, cb, arg, &o);
+    if (rc < 0)
+        return rc;
+    o->buf = (void *)val;
+    o->len = vlen;
+    o->flags = flags;
+    return submit(o);
+}
+
+int mc_xattr_list_async(mc_store_t *s, const char *key, size_t klen, char *buf, size_t len,
+                        mc_done_cb cb, void *arg)
+{
+    return xattr_read(s, OP_XATTR_LIST, key, klen, NULL, buf, len, cb, arg);
+}
+
+int mc_xattr_remove_async(mc_store_t *s, const char *key, size_t klen, const char *name,
+                          mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    if (!name)
+        return -EINVAL;
+    int rc = xattr_op(s, OP_XATTR_REMOVE, key, klen, name, cb, arg, &o);
+    return rc < 0 ? rc : submit(o);
+}
+
 int mc_remove_async(mc_store_t *s, const char *key, size_t klen, unsigned flags, mc_done_cb cb,
                     void *arg)
 {
@@ -584,4 +656,26 @@ int mc_unregister_buffer(mc_store_t *s, void *ptr)
         return -EINVAL;
     struct reg_call c = {.s = s, .ptr = ptr, .unreg = 1};
     return reg_call(&c);
+}
+
+int mc_xattr_get(mc_store_t *s, const char *key, size_t klen, const char *name, void *buf,
+                 size_t len)
+{
+    SYNC(s, mc_xattr_get_async(s, key, klen, name, buf, len, waiter_cb, &w_));
+}
+
+int mc_xattr_set(mc_store_t *s, const char *key, size_t klen, const char *name, const void *val,
+                 size_t vlen, unsigned flags)
+{
+    SYNC(s, mc_xattr_set_async(s, key, klen, name, val, vlen, flags, waiter_cb, &w_));
+}
+
+int mc_xattr_list(mc_store_t *s, const char *key, size_t klen, char *buf, size_t len)
+{
+    SYNC(s, mc_xattr_list_async(s, key, klen, buf, len, waiter_cb, &w_));
+}
+
+int mc_xattr_remove(mc_store_t *s, const char *key, size_t klen, const char *name)
+{
+    SYNC(s, mc_xattr_remove_async(s, key, klen, name, waiter_cb, &w_));
 }

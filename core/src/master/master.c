@@ -62,6 +62,7 @@ void mc__version_destroy(mc__master_t *m, mc__version_t *v)
 {
     mc__list_del(v);
     version_release_space(m, v);
+    free(v->xattr);
     free(v->key);
     free(v);
 }
@@ -81,6 +82,7 @@ static void free_published(void *p)
     mc__version_t *v = p;
     for (uint32_t r = 0; r < v->nrep; r++)
         free(v->rep[r].ext); /* the allocators go away as a whole */
+    free(v->xattr);
     free(v->key);
     free(v);
 }

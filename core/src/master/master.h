@@ -33,7 +33,8 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
 
 /* What a pending version takes from the version its commit replaces: the
  * mode when the put named none, the owner when it named none, the atime
- * (publishing new content is no access). */
+ * (publishing new content is no access), and always its extended
+ * attributes (a put carries none). */
 #define MC__INHERIT_MODE 0x1
 #define MC__INHERIT_OWNER 0x2
 
@@ -49,6 +50,8 @@ typedef struct mc__version {
     uint32_t uid, gid; /* MC_OWNER_NONE: none recorded */
     uint32_t type;     /* MC_TYPE_* */
     uint64_t rdev;
+    char *xattr; /* owned: extended attributes, packed (xattr.c); NULL: none */
+    uint32_t xattr_len;
     unsigned inherit;   /* pending: MC__INHERIT_*, what to take at commit from
                            the version it replaces */
     uint32_t pin;       /* MC_PIN_* */
@@ -136,7 +139,8 @@ int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_
 /*
  * Publishes a pending version with the given size (<= capacity; extra space
  * is returned), replacing the key's current version, whose mode and owner it
- * takes as v->inherit says, and whose atime it keeps. With MC_PUT_NOREPLACE
+ * takes as v->inherit says, and whose atime and extended attributes it
+ * keeps. With MC_PUT_NOREPLACE
  * in flags, fails with -EEXIST if the key exists, and the caller still owns v.
  */
 int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned flags,
@@ -228,6 +232,37 @@ int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep)
 /* The first published version whose key sorts after after[0..alen) (alen 0:
  * the first of all), or NULL at the end: a cursor that survives changes. */
 mc__version_t *mc__master_next(mc__master_t *m, const char *after, size_t alen);
+
+/* ---- extended attributes (xattr.c) ---- */
+
+/* Steps through v's attributes: *at starts at 0; returns 1 with the next
+ * name and value (pointing into v's list, valid until it changes), or 0 at
+ * the end. */
+int mc__xattr_next(const mc__version_t *v, size_t *at, const char **name, size_t *nlen,
+                   const char **val, uint32_t *vlen);
+
+/* Finds attribute name: *val and *vlen point into v's list. Returns 0,
+ * -ENODATA, -ERANGE (a name empty or over MC_XATTR_NAME_MAX), -EINVAL (a
+ * NUL in the name). */
+int mc__xattr_get(const mc__version_t *v, const char *name, size_t nlen, const char **val,
+                  uint32_t *vlen);
+
+/*
+ * Sets attribute name to val[0..vlen) as setxattr(2) does, flags
+ * MC_XATTR_CREATE / MC_XATTR_REPLACE. Returns 0, -EEXIST, -ENODATA,
+ * -ERANGE / -EINVAL (the name), -E2BIG (a value over MC_XATTR_SIZE_MAX),
+ * -ENOSPC (the object's attributes would pass MC_XATTR_TOTAL_MAX, or their
+ * names MC_XATTR_LIST_MAX), -EINVAL (unknown flags), -ENOMEM.
+ */
+int mc__xattr_set(mc__version_t *v, const char *name, size_t nlen, const char *val, size_t vlen,
+                  unsigned flags);
+
+/* Removes attribute name. Returns 0, -ENODATA, -ERANGE, -EINVAL. */
+int mc__xattr_remove(mc__version_t *v, const char *name, size_t nlen);
+
+/* Moves from's attributes to to (whose own are freed): a new version takes
+ * those of the one it replaces. */
+void mc__xattr_take(mc__version_t *to, mc__version_t *from);
 
 /* Fills st from a version. */
 void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st);

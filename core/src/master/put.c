@@ -317,6 +317,7 @@ int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned
             v->gid = o->gid;
         }
         v->atime_ns = o->atime_ns;
+        mc__xattr_take(v, old);
         mc__master_retire(m, old, now);
     }
     v->inherit = 0;

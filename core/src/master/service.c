@@ -519,6 +519,50 @@ static void renamed(mc__svc_t *svc, const char *from, uint32_t flen, const char 
         v->ctime_ns = t;
 }
 
+/* XATTR_GET, _SET, _LIST, _REMOVE: the rules are xattr.c's; a change sets
+ * the ctime. */
+static int op_xattr(mc__svc_t *svc, uint16_t op, const char *body, size_t len, mc__wbuf_t *w)
+{
+    const char *key, *name, *val;
+    uint32_t klen, nlen = 0, flags = 0, vlen = 0;
+    int rc;
+    switch (op) {
+    case MC__OP_XATTR_LIST:
+        UNPACK("k", &key, &klen);
+        break;
+    case MC__OP_XATTR_SET:
+        UNPACK("ksu*", &key, &klen, &name, &nlen, &flags, &val, &vlen);
+        break;
+    default:
+        UNPACK("ks", &key, &klen, &name, &nlen);
+    }
+    mc__version_t *v = mc__master_find(svc->m, key, klen);
+    if (!v)
+        return -ENOENT;
+    switch (op) {
+    case MC__OP_XATTR_GET:
+        if ((rc = mc__xattr_get(v, name, nlen, &val, &vlen)) < 0)
+            return rc;
+        return mc__pack(w, "*", val, vlen);
+    case MC__OP_XATTR_LIST: {
+        size_t at = 0, nl;
+        while (mc__xattr_next(v, &at, &name, &nl, &val, &vlen)) {
+            mc__pack(w, "*", name, (uint32_t)nl); /* a raw field is last: one each */
+            mc__pack(w, "*", "", (uint32_t)1);
+        }
+        return w->err;
+    }
+    case MC__OP_XATTR_SET:
+        rc = mc__xattr_set(v, name, nlen, val, vlen, flags);
+        break;
+    default:
+        rc = mc__xattr_remove(v, name, nlen);
+    }
+    if (rc == 0)
+        v->ctime_ns = wall(svc);
+    return rc;
+}
+
 int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body, size_t len,
                    uint64_t now, mc__wbuf_t *w)
 {
@@ -611,6 +655,11 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         mc__version_stat(v, now, &st);
         return mc__pack_stat(w, &st);
     }
+    case MC__OP_XATTR_GET:
+    case MC__OP_XATTR_SET:
+    case MC__OP_XATTR_LIST:
+    case MC__OP_XATTR_REMOVE:
+        return op_xattr(svc, op, body, len, w);
     case MC__OP_STATFS: {
         UNPACK("");
         mc_space_t sp;

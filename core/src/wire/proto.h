@@ -54,6 +54,11 @@
     X(HEARTBEAT, 12, "q", "u")         /* node id -> flags (MC__HB_*) */                           \
     X(REPAIR_TAKE, 13, "q", "*")       /* node id -> repair tasks, each an s (see below) */        \
     X(REPAIR_DONE, 14, "qqi", "")      /* node id, task id, status (0: copied) */                  \
+    /* extended attributes (master) */                                                             \
+    X(XATTR_GET, 15, "ks", "*")   /* key, name -> value */                                         \
+    X(XATTR_SET, 16, "ksu*", "")  /* key, name, flags (MC_XATTR_*), value */                       \
+    X(XATTR_LIST, 17, "k", "*")   /* key -> names, each ending in NUL */                           \
+    X(XATTR_REMOVE, 18, "ks", "") /* key, name */                                                  \
     /* objects (master) */                                                                         \
     X(PUT_START, 20, "kquuuuqisuuuq", "qq*") /* key, capacity, flags, mode, replicas, pin, pin     \
                                                 ttl, mtime, preferred data addr, uid, gid, type,   \

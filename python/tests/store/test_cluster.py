@@ -252,6 +252,23 @@ def mount_and_store(request, make_daemon, make_cluster, make_store):
     return d, s
 
 
+def test_xattrs_are_the_objects_metadata(mount_and_store):
+    """An object's extended attributes are its metadata in the master: set
+    on the mount, kept by a Python upsert (a new version), gone with a
+    Python remove; Python reads them through the mount (os.getxattr)."""
+    d, s = mount_and_store
+    f = os.path.join(d.path, "meta-obj")
+    assert s.put("meta-obj", b"one") == 0
+    os.setxattr(f, "user.tag", b"kv-cache")
+    assert s.upsert("meta-obj", b"two, from python") == 0
+    assert open(f, "rb").read() == b"two, from python"
+    assert os.getxattr(f, "user.tag") == b"kv-cache"
+    assert os.listxattr(f) == ["user.tag"]
+    assert s.remove("meta-obj", force=True) == 0
+    assert s.put("meta-obj", b"three") == 0
+    assert os.listxattr(f) == []
+
+
 @pytest.mark.asyncio
 async def test_files_in_the_mount_are_objects_of_the_direct_backend(mount_and_store, tmp_path):
     d, s = mount_and_store
