@@ -23,6 +23,42 @@ static struct timespec ts_of(int64_t ns)
     return (struct timespec){.tv_sec = ns / 1000000000LL, .tv_nsec = ns % 1000000000LL};
 }
 
+mode_t fs_type_bits(uint32_t type)
+{
+    switch (type) {
+    case MC_TYPE_SYMLINK:
+        return S_IFLNK;
+    case MC_TYPE_FIFO:
+        return S_IFIFO;
+    case MC_TYPE_SOCK:
+        return S_IFSOCK;
+    case MC_TYPE_CHR:
+        return S_IFCHR;
+    case MC_TYPE_BLK:
+        return S_IFBLK;
+    default:
+        return S_IFREG;
+    }
+}
+
+uint32_t fs_type_of(mode_t mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFLNK:
+        return MC_TYPE_SYMLINK;
+    case S_IFIFO:
+        return MC_TYPE_FIFO;
+    case S_IFSOCK:
+        return MC_TYPE_SOCK;
+    case S_IFCHR:
+        return MC_TYPE_CHR;
+    case S_IFBLK:
+        return MC_TYPE_BLK;
+    default:
+        return MC_TYPE_FILE;
+    }
+}
+
 void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
 {
     memset(a, 0, sizeof(*a));
@@ -40,8 +76,10 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
         a->st_mode = S_IFDIR | (marker ? st->mode : DIR_MODE_DEFAULT);
         a->st_nlink = st && st->nlink >= 2 ? st->nlink : 2;
     } else {
-        a->st_mode = S_IFREG | (st ? st->mode : 0644);
-        a->st_nlink = in->key ? 1 : 0;
+        a->st_mode = st ? fs_type_bits(st->type) | st->mode : S_IFREG | 0644;
+        a->st_rdev = st ? (dev_t)st->rdev : 0;
+        /* Names of the object: more than one for a hard-linked file. */
+        a->st_nlink = in->key ? (st && st->nlink > 1 ? st->nlink : 1) : 0;
         a->st_size = st ? (off_t)st->size : 0;
         if (in->ws && in->ws->state == WS_READY)
             a->st_size = (off_t)mc_writer_size(in->ws->w);

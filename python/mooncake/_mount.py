@@ -19,6 +19,9 @@ from . import _errors as E
 _NAME_MAX = 255
 _KEY_MAX = 4095  # MC_KEY_MAX - 1 through the mount (see docs/SEMANTICS.md)
 TMP_PREFIX = ".mctmp-"
+# Opening a key for reading: a symbolic link is not followed (ELOOP) and a
+# FIFO does not block; both, and every other special file, read as missing.
+_RDONLY = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 NATIVE = (
     "get", "get_buffer", "get_batch", "get_buffer_batch", "get_into", "get_into_batch",
@@ -164,7 +167,7 @@ class MountBackend:
 
     def _read(self, key):
         """The object's bytes as a MountBuffer; raises OSError or _BadKey."""
-        fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(self._path(key), _RDONLY)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -210,7 +213,7 @@ class MountBackend:
     def get_into(self, key, target, size=None):
         try:
             mv = self._memory(target, size, True)
-            fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self._path(key), _RDONLY)
         except _BadKey:
             return E.INVALID_KEY
         except _BadMemory:
@@ -248,7 +251,7 @@ class MountBackend:
                 try:
                     mv = self._memory(addr, size, True)
                     if key not in fds:
-                        fds[key] = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
+                        fds[key] = os.open(self._path(key), _RDONLY)
                     fd = fds[key]
                     if off + size > os.fstat(fd).st_size:
                         out.append(E.INVALID_PARAMS)
@@ -267,7 +270,7 @@ class MountBackend:
 
     def exist(self, key):
         try:
-            return 1 if stat.S_ISREG(os.stat(self._path(key)).st_mode) else 0
+            return 1 if stat.S_ISREG(os.lstat(self._path(key)).st_mode) else 0
         except _BadKey:
             return E.INVALID_KEY
         except (FileNotFoundError, NotADirectoryError):
@@ -280,7 +283,7 @@ class MountBackend:
 
     def size(self, key):
         try:
-            st = os.stat(self._path(key))
+            st = os.lstat(self._path(key))
         except _BadKey:
             return E.INVALID_KEY
         except OSError as e:

@@ -113,8 +113,12 @@ typedef struct mc_stat {
 /* uid / gid of an object whose writer named no owner. */
 #define MC_OWNER_NONE 0xffffffffu
 
-/* Object types (mc_stat_t.type). Only MC_TYPE_FILE has content; the others
- * are recorded as given (symbolic links and special files of the mount). */
+/* Object types (mc_stat_t.type), recorded as put (the mount's symbolic
+ * links and special files). The store treats every type alike: a get of a
+ * symbolic link returns its bytes, which are the link's target, and a get
+ * of a FIFO, socket or device node returns its bytes, which the mount leaves
+ * empty; a put over any of them publishes the put's type (a file unless
+ * named). Readers that care check st.type. */
 #define MC_TYPE_FILE 0
 #define MC_TYPE_SYMLINK 1
 #define MC_TYPE_FIFO 2
