@@ -40,7 +40,6 @@ _ERRNO = {
     errno.EAGAIN: NO_AVAILABLE_HANDLE,  # every segment on hold, for a moment
     errno.ENAMETOOLONG: INVALID_KEY,
     errno.EINVAL: INVALID_PARAMS,
-    errno.ELOOP: OBJECT_NOT_FOUND,  # a symbolic link of the mount is no object
     errno.ENOTCONN: RPC_FAIL,  # the mount's daemon is gone
     errno.ECONNABORTED: RPC_FAIL,
     # The network (a mount of a cluster; the C side maps the same errnos).

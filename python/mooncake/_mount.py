@@ -23,6 +23,11 @@ TMP_PREFIX = ".mctmp-"
 # FIFO does not block; both, and every other special file, read as missing.
 _RDONLY = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
+
+def _not_an_object(e):
+    """The code for an OSError of opening a key with _RDONLY."""
+    return E.OBJECT_NOT_FOUND if e.errno == errno.ELOOP else E.from_oserror(e)
+
 NATIVE = (
     "get", "get_buffer", "get_batch", "get_buffer_batch", "get_into", "get_into_batch",
     "read_ranges", "put", "put_parts", "put_batch", "put_from", "put_from_batch",
@@ -219,7 +224,7 @@ class MountBackend:
         except _BadMemory:
             return E.INVALID_PARAMS
         except OSError as e:
-            return E.from_oserror(e)
+            return _not_an_object(e)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -262,7 +267,7 @@ class MountBackend:
                 except _BadMemory:
                     out.append(E.INVALID_PARAMS)
                 except OSError as e:
-                    out.append(E.from_oserror(e))
+                    out.append(_not_an_object(e))
         finally:
             for fd in fds.values():
                 os.close(fd)
