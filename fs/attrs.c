@@ -62,7 +62,9 @@ uint32_t fs_type_of(mode_t mode)
 void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
 {
     memset(a, 0, sizeof(*a));
-    a->st_ino = in->ino;
+    /* A hard-linked file shows one number under all its names (tar and
+     * rsync -H find links by it), apart from the daemon's own numbers. */
+    a->st_ino = st && st->ino && !in->is_dir ? (ino_t)(st->ino | 1ULL << 62) : (ino_t)in->ino;
     /* A key no owner was recorded for (put through the API) is the
      * daemon's, as every file was before owners were stored. */
     a->st_uid = st && st->uid != MC_OWNER_NONE ? (uid_t)st->uid : fs->uid;
@@ -90,12 +92,20 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
     a->st_atim = ts_of(marker && st->atime_ns ? st->atime_ns : mt);
 }
 
+double fs_attr_timeout(const fs_t *fs, const mc_stat_t *st)
+{
+    /* A link or unlink through another name changes the count and ctime
+     * of a hard-linked file, and the kernel knows nothing of names other
+     * than the one it asked about: it must ask each time. */
+    return st && st->ino ? 0 : fs->timeout;
+}
+
 void fs_fill_entry(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct fuse_entry_param *e)
 {
     memset(e, 0, sizeof(*e));
     e->ino = in->ino;
     e->generation = 1;
-    e->attr_timeout = fs->timeout;
+    e->attr_timeout = fs_attr_timeout(fs, st);
     e->entry_timeout = fs->timeout;
     fs_fill_attr(fs, in, st, &e->attr);
 }
@@ -115,7 +125,7 @@ static void attr_reply(fs_ctx_t *c, const mc_stat_t *st)
 {
     struct stat a;
     fs_fill_attr(c->fs, c->in, st, &a);
-    fuse_reply_attr(c->req, &a, c->fs->timeout);
+    fuse_reply_attr(c->req, &a, fs_attr_timeout(c->fs, st));
     fs_ctx_free(c);
 }
 
@@ -166,7 +176,7 @@ static void attr_reply_fh(fuse_req_t req, fs_t *fs, fs_fh_t *fh)
     else if (fh->obj)
         a.st_size = (off_t)mc_obj_stat(fh->obj)->size;
     a.st_blocks = (a.st_size + 511) / 512;
-    fuse_reply_attr(req, &a, fs->timeout);
+    fuse_reply_attr(req, &a, fs_attr_timeout(fs, &in->st));
 }
 
 void fs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -129,6 +129,10 @@ uint32_t fs_type_of(mode_t mode);
  * there is one. */
 void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a);
 
+/* How long the kernel may keep attributes st: the mount's timeout, 0 for a
+ * hard-linked file. */
+double fs_attr_timeout(const fs_t *fs, const mc_stat_t *st);
+
 /* Fills e for replying with inode in (attributes as fs_fill_attr()). */
 void fs_fill_entry(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct fuse_entry_param *e);
 

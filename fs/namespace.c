@@ -3,7 +3,8 @@
  * mknod (an empty object published if the name is free: a file, a FIFO, a
  * socket or a device node), symlink (an object whose bytes are the target)
  * and readlink, rmdir, unlink, rename (a key, or a directory's whole
- * prefix, on the master), and link.
+ * prefix, on the master), and link (a second name of a file, kept by the
+ * master).
  */
 #include <errno.h>
 #include <limits.h>
@@ -255,9 +256,41 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
         fs_ctx_fail(c, rc);
 }
 
+/* link: the master gives the file a second name (mc_link_async()); the new
+ * name gets its own inode here, showing the file's shared st_ino. */
+static void link_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    c->in->st = c->st;
+    /* The source's attributes were cached before it was linked (count 1,
+     * its own number): the kernel drops them (attributes only, no pages). */
+    fuse_lowlevel_notify_inval_inode(c->fs->se, c->in->ino, -1, 0);
+    fs_inode_t *in = fs_inode_ref(c->fs->it, c->key2, c->klen2, 0);
+    if (!in)
+        return fs_ctx_fail(c, -ENOMEM);
+    in->st = c->st;
+    struct fuse_entry_param e;
+    fs_fill_entry(c->fs, in, &c->st, &e);
+    fuse_reply_entry(c->req, &e);
+    fs_ctx_free(c);
+}
+
 void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
-    reply_err(req, -EPERM); /* a key names one object: no hard links */
+    fs_inode_t *in = fs_inode_get(fs_of(req)->it, ino);
+    if (!in || !in->key)
+        return reply_err(req, -ENOENT);
+    if (in->is_dir)
+        return reply_err(req, -EPERM); /* the kernel refuses it first */
+    fs_ctx_t *c = fs_ctx_new(req, in);
+    if (!c || fs_child_key(c, newparent, newname, c->key2, &c->klen2) < 0)
+        return;
+    int rc =
+        mc_link_async(c->fs->store, in->key, in->klen, c->key2, c->klen2, &c->st, link_done, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
 }
 
 void fs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)

@@ -152,3 +152,114 @@ def test_mknod_devices_and_socket(mnt):
     s.close()
     os.unlink(mnt.p("sock"))
     assert sorted(os.listdir(mnt.p())) == ["blk", "null", "reg"]
+
+
+def test_hard_link_shares_writes_and_counts_names(mnt):
+    with open(mnt.p("a"), "w") as f:
+        f.write("first")
+    os.mkdir(mnt.p("d"))
+    run("ln", mnt.p("a"), mnt.p("d/b"))
+    sa, sb = os.stat(mnt.p("a")), os.stat(mnt.p("d/b"))
+    assert sa.st_nlink == sb.st_nlink == 2
+    assert sa.st_ino == sb.st_ino
+    assert open(mnt.p("d/b")).read() == "first"
+    with open(mnt.p("d/b"), "w") as f:  # through the second name
+        f.write("second, longer")
+    assert open(mnt.p("a")).read() == "second, longer"
+    with open(mnt.p("a"), "a") as f:
+        f.write("!")
+    assert open(mnt.p("d/b")).read() == "second, longer!"
+    os.chmod(mnt.p("a"), 0o600)
+    assert stat.S_IMODE(os.stat(mnt.p("d/b")).st_mode) == 0o600
+    os.link(mnt.p("d/b"), mnt.p("c"))
+    assert os.stat(mnt.p("a")).st_nlink == 3
+    assert sorted(os.listdir(mnt.p())) == ["a", "c", "d"]
+    assert [e.stat().st_nlink for e in os.scandir(mnt.p()) if e.name == "c"] == [3]
+    # Unlinking one name keeps the others.
+    os.unlink(mnt.p("a"))
+    assert os.stat(mnt.p("c")).st_nlink == 2
+    assert open(mnt.p("d/b")).read() == "second, longer!"
+    # rename of a name onto another name of the same file does nothing.
+    os.rename(mnt.p("c"), mnt.p("d/b"))
+    assert os.path.exists(mnt.p("c")) and os.stat(mnt.p("c")).st_nlink == 2
+    # rename of another file over a name drops that name only.
+    with open(mnt.p("other"), "w") as f:
+        f.write("other")
+    os.rename(mnt.p("other"), mnt.p("c"))
+    assert open(mnt.p("c")).read() == "other"
+    assert os.stat(mnt.p("c")).st_nlink == 1
+    assert os.stat(mnt.p("d/b")).st_nlink == 1
+    assert open(mnt.p("d/b")).read() == "second, longer!"
+    os.unlink(mnt.p("d/b"))
+    assert os.listdir(mnt.p("d")) == []
+    os.rmdir(mnt.p("d"))
+    assert sorted(os.listdir(mnt.p())) == ["c"]
+
+
+def test_hard_link_errors(mnt):
+    os.mkdir(mnt.p("d"))
+    with open(mnt.p("f"), "w") as f:
+        f.write("x")
+    with pytest.raises(OSError) as e:
+        os.link(mnt.p("d"), mnt.p("d2"))
+    assert e.value.errno == errno.EPERM
+    with pytest.raises(OSError) as e:
+        os.link(mnt.p("f"), mnt.p("d"))
+    assert e.value.errno == errno.EEXIST
+    with pytest.raises(OSError) as e:
+        os.link(mnt.p("nope"), mnt.p("g"))
+    assert e.value.errno == errno.ENOENT
+    os.symlink("f", mnt.p("s"))
+    os.link(mnt.p("s"), mnt.p("s2"), follow_symlinks=False)  # a link to a symlink
+    assert os.readlink(mnt.p("s2")) == "f"
+    assert os.lstat(mnt.p("s")).st_nlink == 2
+
+
+def make_tree(root):
+    os.makedirs(os.path.join(root, "sub", "deep"))
+    with open(os.path.join(root, "sub", "file"), "wb") as f:
+        f.write(os.urandom(100_000))
+    with open(os.path.join(root, "small"), "w") as f:
+        f.write("small")
+    os.chmod(os.path.join(root, "small"), 0o640)
+    os.link(os.path.join(root, "sub", "file"), os.path.join(root, "sub", "deep", "hard"))
+    os.link(os.path.join(root, "small"), os.path.join(root, "hard-small"))
+    os.symlink("sub/file", os.path.join(root, "rel"))
+    os.symlink("/nonexistent/target", os.path.join(root, "dangling"))
+    os.symlink("sub", os.path.join(root, "dirlink"))
+    os.mkfifo(os.path.join(root, "sub", "fifo"), 0o600)
+    os.utime(os.path.join(root, "small"), ns=(10**18, 10**18))
+
+
+def test_tar_round_trip_with_links_and_fifos(mnt, tmp_path):
+    src = tmp_path / "src"
+    make_tree(str(src))
+    archive = tmp_path / "t.tar"
+    run("tar", "-C", str(src), "-cf", str(archive), ".")
+    os.mkdir(mnt.p("x"))
+    run("tar", "-C", mnt.p("x"), "-xpf", str(archive))
+    assert run("tar", "-C", mnt.p("x"), "-df", str(archive)) == ""
+    assert os.stat(mnt.p("x/sub/file")).st_ino == os.stat(mnt.p("x/sub/deep/hard")).st_ino
+    assert os.stat(mnt.p("x/small")).st_nlink == 2
+    assert stat.S_ISFIFO(os.lstat(mnt.p("x/sub/fifo")).st_mode)
+    # And back: an archive made in the mount extracts to the same tree.
+    archive2 = tmp_path / "t2.tar"
+    run("tar", "-C", mnt.p("x"), "-cf", str(archive2), ".")
+    out = tmp_path / "out"
+    out.mkdir()
+    run("tar", "-C", str(out), "-xpf", str(archive2))
+    assert run("tar", "-C", str(out), "-df", str(archive)) == ""
+    assert os.stat(out / "sub/file").st_ino == os.stat(out / "sub/deep/hard").st_ino
+
+
+@pytest.mark.skipif(not shutil.which("rsync"), reason="needs rsync")
+def test_rsync_ah_round_trip(mnt, tmp_path):
+    src = tmp_path / "src"
+    make_tree(str(src))
+    run("rsync", "-aH", str(src) + "/", mnt.p("r") + "/")
+    assert run("rsync", "-naHi", str(src) + "/", mnt.p("r") + "/") == ""
+    assert os.stat(mnt.p("r/small")).st_ino == os.stat(mnt.p("r/hard-small")).st_ino
+    back = tmp_path / "back"
+    run("rsync", "-aH", mnt.p("r") + "/", str(back) + "/")
+    assert run("rsync", "-naHi", mnt.p("r") + "/", str(back) + "/") == ""
+    assert os.stat(back / "small").st_ino == os.stat(back / "hard-small").st_ino

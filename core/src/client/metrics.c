@@ -35,6 +35,7 @@ static const char *const op_names[MC__OP_KINDS] = {
     "writer_truncate",
     "writer_commit",
     "writer_abort",
+    "link",
 };
 
 /* The latency buckets' upper bounds, in seconds. */
