@@ -195,16 +195,24 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
     return rc;
 }
 
-int mc__master_rename(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
-                      unsigned flags, uint64_t now)
+/* The keys of a request that changes two names (rename, link): valid, and
+ * neither an inode key. Returns 0 or -EINVAL / -ENAMETOOLONG. */
+static int check_pair(const char *from, size_t flen, const char *to, size_t tlen)
 {
     int rc = mc_key_check(from, flen);
     if (rc == 0)
         rc = mc_key_check(to, tlen);
+    if (rc == 0 && (mc__master_is_inode_key(from, flen) || mc__master_is_inode_key(to, tlen)))
+        rc = -EINVAL;
+    return rc;
+}
+
+int mc__master_rename(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
+                      unsigned flags, uint64_t now)
+{
+    int rc = check_pair(from, flen, to, tlen);
     if (rc < 0)
         return rc;
-    if (mc__master_is_inode_key(from, flen) || mc__master_is_inode_key(to, tlen))
-        return -EINVAL;
     if (flags & MC_RENAME_PREFIX)
         return rename_prefix(m, from, flen, to, tlen, flags, now);
     return rename_one(m, from, flen, to, tlen, flags, now);
@@ -454,13 +462,9 @@ static mc__version_t *name_new(mc__master_t *m, const char *key, size_t klen, co
 int mc__master_link(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
                     mc__version_t **out)
 {
-    int rc = mc_key_check(from, flen);
-    if (rc == 0)
-        rc = mc_key_check(to, tlen);
+    int rc = check_pair(from, flen, to, tlen);
     if (rc < 0)
         return rc;
-    if (mc__master_is_inode_key(from, flen) || mc__master_is_inode_key(to, tlen))
-        return -EINVAL;
     if (from[flen - 1] == '/' || to[tlen - 1] == '/')
         return -EPERM; /* a directory */
     mc__version_t *src = mc__index_get(m->ix, from, flen);
