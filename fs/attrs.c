@@ -23,10 +23,48 @@ static struct timespec ts_of(int64_t ns)
     return (struct timespec){.tv_sec = ns / 1000000000LL, .tv_nsec = ns % 1000000000LL};
 }
 
+mode_t fs_type_bits(uint32_t type)
+{
+    switch (type) {
+    case MC_TYPE_SYMLINK:
+        return S_IFLNK;
+    case MC_TYPE_FIFO:
+        return S_IFIFO;
+    case MC_TYPE_SOCK:
+        return S_IFSOCK;
+    case MC_TYPE_CHR:
+        return S_IFCHR;
+    case MC_TYPE_BLK:
+        return S_IFBLK;
+    default:
+        return S_IFREG;
+    }
+}
+
+uint32_t fs_type_of(mode_t mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFLNK:
+        return MC_TYPE_SYMLINK;
+    case S_IFIFO:
+        return MC_TYPE_FIFO;
+    case S_IFSOCK:
+        return MC_TYPE_SOCK;
+    case S_IFCHR:
+        return MC_TYPE_CHR;
+    case S_IFBLK:
+        return MC_TYPE_BLK;
+    default:
+        return MC_TYPE_FILE;
+    }
+}
+
 void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
 {
     memset(a, 0, sizeof(*a));
-    a->st_ino = in->ino;
+    /* A hard-linked file shows one number under all its names (tar and
+     * rsync -H find links by it), apart from the daemon's own numbers. */
+    a->st_ino = st && st->ino && !in->is_dir ? (ino_t)(st->ino | 1ULL << 62) : (ino_t)in->ino;
     /* A key no owner was recorded for (put through the API) is the
      * daemon's, as every file was before owners were stored. */
     a->st_uid = st && st->uid != MC_OWNER_NONE ? (uid_t)st->uid : fs->uid;
@@ -40,8 +78,10 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
         a->st_mode = S_IFDIR | (marker ? st->mode : DIR_MODE_DEFAULT);
         a->st_nlink = st && st->nlink >= 2 ? st->nlink : 2;
     } else {
-        a->st_mode = S_IFREG | (st ? st->mode : 0644);
-        a->st_nlink = in->key ? 1 : 0;
+        a->st_mode = st ? fs_type_bits(st->type) | st->mode : S_IFREG | 0644;
+        a->st_rdev = st ? (dev_t)st->rdev : 0;
+        /* Names of the object: more than one for a hard-linked file. */
+        a->st_nlink = in->key ? (st && st->nlink > 1 ? st->nlink : 1) : 0;
         a->st_size = st ? (off_t)st->size : 0;
         if (in->ws && in->ws->state == WS_READY)
             a->st_size = (off_t)mc_writer_size(in->ws->w);
@@ -52,12 +92,20 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
     a->st_atim = ts_of(marker && st->atime_ns ? st->atime_ns : mt);
 }
 
+double fs_attr_timeout(const fs_t *fs, const mc_stat_t *st)
+{
+    /* A link or unlink through another name changes the count and ctime
+     * of a hard-linked file, and the kernel knows nothing of names other
+     * than the one it asked about: it must ask each time. */
+    return st && st->ino ? 0 : fs->timeout;
+}
+
 void fs_fill_entry(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct fuse_entry_param *e)
 {
     memset(e, 0, sizeof(*e));
     e->ino = in->ino;
     e->generation = 1;
-    e->attr_timeout = fs->timeout;
+    e->attr_timeout = fs_attr_timeout(fs, st);
     e->entry_timeout = fs->timeout;
     fs_fill_attr(fs, in, st, &e->attr);
 }
@@ -77,7 +125,7 @@ static void attr_reply(fs_ctx_t *c, const mc_stat_t *st)
 {
     struct stat a;
     fs_fill_attr(c->fs, c->in, st, &a);
-    fuse_reply_attr(c->req, &a, c->fs->timeout);
+    fuse_reply_attr(c->req, &a, fs_attr_timeout(c->fs, st));
     fs_ctx_free(c);
 }
 
@@ -128,7 +176,7 @@ static void attr_reply_fh(fuse_req_t req, fs_t *fs, fs_fh_t *fh)
     else if (fh->obj)
         a.st_size = (off_t)mc_obj_stat(fh->obj)->size;
     a.st_blocks = (a.st_size + 511) / 512;
-    fuse_reply_attr(req, &a, fs->timeout);
+    fuse_reply_attr(req, &a, fs_attr_timeout(fs, &in->st));
 }
 
 void fs_op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

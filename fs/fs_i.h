@@ -107,8 +107,10 @@ void fs_ctx_fail(fs_ctx_t *c, int rc);
  * request with the error and freeing c. */
 int fs_child_key(fs_ctx_t *c, fuse_ino_t parent, const char *name, char *key, size_t *klen);
 
-/* The options of an object this request creates (create, mkdir, mknod):
- * the name must be free, mode c->mode exactly, owned by c->uid / c->gid. */
+/* The options of an object this request creates (create, mkdir, mknod,
+ * symlink): the name must be free, permission bits c->mode exactly, the type
+ * of c->mode's S_IF* bits with device number c->attr.st_rdev, owned by
+ * c->uid / c->gid. */
 void fs_new_object_opts(const fs_ctx_t *c, mc_put_opts_t *po);
 
 /* The wall clock, in nanoseconds since the epoch. */
@@ -116,10 +118,20 @@ int64_t fs_now_ns(void);
 
 /* ---- attrs.c ---- */
 
+/* The S_IF* bits of an MC_TYPE_* (a regular file for an unknown one). */
+mode_t fs_type_bits(uint32_t type);
+
+/* The MC_TYPE_* of the S_IF* bits of mode (a file for 0 and S_IFREG). */
+uint32_t fs_type_of(mode_t mode);
+
 /* Fills a with the attributes of inode in, from st (NULL: not known, for
  * a directory without a marker); a file's size is its open writer's when
  * there is one. */
 void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a);
+
+/* How long the kernel may keep attributes st: the mount's timeout, 0 for a
+ * hard-linked file. */
+double fs_attr_timeout(const fs_t *fs, const mc_stat_t *st);
 
 /* Fills e for replying with inode in (attributes as fs_fill_attr()). */
 void fs_fill_entry(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct fuse_entry_param *e);
@@ -160,6 +172,7 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
                   const char *newname, unsigned int flags);
 void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname);
 void fs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name);
+void fs_op_readlink(fuse_req_t req, fuse_ino_t ino);
 
 /* ---- files.c ---- */
 

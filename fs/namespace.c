@@ -1,10 +1,13 @@
 /*
  * namespace.c - operations that make, remove and move names: mkdir and
- * mknod (an empty object published if the name is free), rmdir, unlink,
- * rename (a key, or a directory's whole prefix, on the master), and the
- * refusals of link and symlink.
+ * mknod (an empty object published if the name is free: a file, a FIFO, a
+ * socket or a device node), symlink (an object whose bytes are the target)
+ * and readlink, rmdir, unlink, rename (a key, or a directory's whole
+ * prefix, on the master), and link (a second name of a file, kept by the
+ * master).
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +18,9 @@
 #include "inode.h"
 #include "writers.h"
 
-/* mkdir and mknod: publish an empty object (a directory's marker "a/b/",
- * or the file) if the name is free, then reply with the new entry. */
+/* mkdir, mknod and symlink: publish an object (a directory's marker
+ * "a/b/", an empty file or special file, or a link holding its target in
+ * c->data) if the name is free, then reply with the new entry. */
 static void empty_done(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
@@ -34,7 +38,10 @@ static void empty_done(void *arg, int rc)
                     .uid = c->uid,
                     .gid = c->gid,
                     .version = (uint64_t)is_dir, /* a directory has its marker */
-                    .nlink = is_dir ? 2 : 1};
+                    .nlink = is_dir ? 2 : 1,
+                    .size = c->size,
+                    .type = is_dir ? MC_TYPE_FILE : fs_type_of(c->mode),
+                    .rdev = (uint64_t)c->attr.st_rdev};
     if (!is_dir)
         in->st = st;
     struct fuse_entry_param e;
@@ -61,17 +68,27 @@ static void empty_looked_up(void *arg, int rc)
         key = c->key2;
         klen = c->klen2;
     }
-    rc = mc_put_async(c->fs->store, key, klen, "", 0, &po, empty_done, c);
+    rc = mc_put_async(c->fs->store, key, klen, c->data ? c->data : "", c->size, &po, empty_done, c);
     if (rc < 0)
         fs_ctx_fail(c, rc);
 }
 
-static void make_empty(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, int is_dir)
+/* Creates name under parent: a directory, or an object of mode's type
+ * with device rdev and content target (NULL: none). */
+static void make_empty(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, int is_dir,
+                       dev_t rdev, const char *target)
 {
     fs_ctx_t *c = fs_ctx_new(req, NULL);
     if (!c || fs_child_key(c, parent, name, c->key, &c->klen) < 0)
         return;
+    if (target) {
+        c->size = strlen(target);
+        c->data = strdup(target);
+        if (!c->data)
+            return fs_ctx_fail(c, -ENOMEM);
+    }
     c->mode = mode;
+    c->attr.st_rdev = rdev;
     c->kind = is_dir;
     c->uid = fuse_req_ctx(req)->uid;
     c->gid = fuse_req_ctx(req)->gid;
@@ -82,14 +99,25 @@ static void make_empty(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 
 void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-    make_empty(req, parent, name, mode, 1);
+    make_empty(req, parent, name, mode, 1, 0, NULL);
 }
 
 void fs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-    if (!S_ISREG(mode))
-        return reply_err(req, -EPERM); /* only regular files are objects */
-    make_empty(req, parent, name, mode, 0);
+    switch (mode & S_IFMT) {
+    case 0:
+    case S_IFREG:
+    case S_IFIFO:
+    case S_IFSOCK:
+        rdev = 0;
+        break;
+    case S_IFCHR:
+    case S_IFBLK:
+        break; /* a device node is metadata: the kernel opens the device */
+    default:
+        return reply_err(req, -EINVAL);
+    }
+    make_empty(req, parent, name, mode, 0, rdev, NULL);
 }
 
 static void rmdir_done(void *arg, int rc)
@@ -228,12 +256,80 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
         fs_ctx_fail(c, rc);
 }
 
+/* link: the master gives the file a second name (mc_link_async()); the new
+ * name gets its own inode here, showing the file's shared st_ino. */
+static void link_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    c->in->st = c->st;
+    /* The source's attributes were cached before it was linked (count 1,
+     * its own number): the kernel drops them (attributes only, no pages). */
+    fuse_lowlevel_notify_inval_inode(c->fs->se, c->in->ino, -1, 0);
+    fs_inode_t *in = fs_inode_ref(c->fs->it, c->key2, c->klen2, 0);
+    if (!in)
+        return fs_ctx_fail(c, -ENOMEM);
+    in->st = c->st;
+    struct fuse_entry_param e;
+    fs_fill_entry(c->fs, in, &c->st, &e);
+    fuse_reply_entry(c->req, &e);
+    fs_ctx_free(c);
+}
+
 void fs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
-    reply_err(req, -EPERM); /* a key names one object: no hard links */
+    fs_inode_t *in = fs_inode_get(fs_of(req)->it, ino);
+    if (!in || !in->key)
+        return reply_err(req, -ENOENT);
+    if (in->is_dir)
+        return reply_err(req, -EPERM); /* the kernel refuses it first */
+    fs_ctx_t *c = fs_ctx_new(req, in);
+    if (!c || fs_child_key(c, newparent, newname, c->key2, &c->klen2) < 0)
+        return;
+    int rc =
+        mc_link_async(c->fs->store, in->key, in->klen, c->key2, c->klen2, &c->st, link_done, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
 }
 
 void fs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-    reply_err(req, -EPERM);
+    if (strlen(link) >= PATH_MAX)
+        return reply_err(req, -ENAMETOOLONG);
+    make_empty(req, parent, name, S_IFLNK | 0777, 0, 0, link);
+}
+
+/* readlink: the bytes of the link's object are its target. */
+static void readlink_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    if (c->st.type != MC_TYPE_SYMLINK)
+        return fs_ctx_fail(c, -EINVAL); /* replaced by a file through the API */
+    if (c->st.size >= PATH_MAX)
+        return fs_ctx_fail(c, -ENAMETOOLONG);
+    ((char *)c->data)[rc] = '\0';
+    fuse_reply_readlink(c->req, c->data);
+    fs_ctx_free(c);
+}
+
+void fs_op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+    fs_inode_t *in = fs_inode_get(fs_of(req)->it, ino);
+    if (!in || !in->key)
+        return reply_err(req, -ENOENT);
+    if (in->is_dir)
+        return reply_err(req, -EINVAL);
+    fs_ctx_t *c = fs_ctx_new(req, in);
+    if (!c)
+        return;
+    c->data = malloc(PATH_MAX);
+    if (!c->data)
+        return fs_ctx_fail(c, -ENOMEM);
+    int rc = mc_get_async(c->fs->store, in->key, in->klen, 0, c->data, PATH_MAX - 1, &c->st,
+                          readlink_done, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
 }

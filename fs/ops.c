@@ -34,6 +34,7 @@ const struct fuse_lowlevel_ops fs_ops = {
     .unlink = fs_op_unlink,
     .rmdir = fs_op_rmdir,
     .symlink = fs_op_symlink,
+    .readlink = fs_op_readlink,
     .rename = fs_op_rename,
     .link = fs_op_link,
     .open = fs_op_open,

@@ -53,6 +53,8 @@ void fs_new_object_opts(const fs_ctx_t *c, mc_put_opts_t *po)
                           .mode = c->mode & 07777,
                           .uid = c->uid,
                           .gid = c->gid,
+                          .type = fs_type_of(c->mode),
+                          .rdev = (uint64_t)c->attr.st_rdev,
                           .replica_num = c->fs->replicas};
 }
 

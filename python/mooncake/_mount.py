@@ -19,6 +19,14 @@ from . import _errors as E
 _NAME_MAX = 255
 _KEY_MAX = 4095  # MC_KEY_MAX - 1 through the mount (see docs/SEMANTICS.md)
 TMP_PREFIX = ".mctmp-"
+# Opening a key for reading: a symbolic link is not followed (ELOOP) and a
+# FIFO does not block; both, and every other special file, read as missing.
+_RDONLY = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def _not_an_object(e):
+    """The code for an OSError of opening a key with _RDONLY."""
+    return E.OBJECT_NOT_FOUND if e.errno == errno.ELOOP else E.from_oserror(e)
 
 NATIVE = (
     "get", "get_buffer", "get_batch", "get_buffer_batch", "get_into", "get_into_batch",
@@ -164,7 +172,7 @@ class MountBackend:
 
     def _read(self, key):
         """The object's bytes as a MountBuffer; raises OSError or _BadKey."""
-        fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(self._path(key), _RDONLY)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -210,13 +218,13 @@ class MountBackend:
     def get_into(self, key, target, size=None):
         try:
             mv = self._memory(target, size, True)
-            fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self._path(key), _RDONLY)
         except _BadKey:
             return E.INVALID_KEY
         except _BadMemory:
             return E.INVALID_PARAMS
         except OSError as e:
-            return E.from_oserror(e)
+            return _not_an_object(e)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -248,7 +256,7 @@ class MountBackend:
                 try:
                     mv = self._memory(addr, size, True)
                     if key not in fds:
-                        fds[key] = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
+                        fds[key] = os.open(self._path(key), _RDONLY)
                     fd = fds[key]
                     if off + size > os.fstat(fd).st_size:
                         out.append(E.INVALID_PARAMS)
@@ -259,7 +267,7 @@ class MountBackend:
                 except _BadMemory:
                     out.append(E.INVALID_PARAMS)
                 except OSError as e:
-                    out.append(E.from_oserror(e))
+                    out.append(_not_an_object(e))
         finally:
             for fd in fds.values():
                 os.close(fd)
@@ -267,7 +275,7 @@ class MountBackend:
 
     def exist(self, key):
         try:
-            return 1 if stat.S_ISREG(os.stat(self._path(key)).st_mode) else 0
+            return 1 if stat.S_ISREG(os.lstat(self._path(key)).st_mode) else 0
         except _BadKey:
             return E.INVALID_KEY
         except (FileNotFoundError, NotADirectoryError):
@@ -280,7 +288,7 @@ class MountBackend:
 
     def size(self, key):
         try:
-            st = os.stat(self._path(key))
+            st = os.lstat(self._path(key))
         except _BadKey:
             return E.INVALID_KEY
         except OSError as e:

@@ -559,6 +559,129 @@ static void test_list_after_cursor_before_prefix(void **state)
 }
 
 /* The folded listing of prefix computed from the undelimited one. */
+/* ---- hard links ---- */
+
+static mc__version_t *link_keys(mc__master_t *m, const char *from, const char *to)
+{
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_link(m, from, strlen(from), to, strlen(to), &v), 0);
+    assert_non_null(v);
+    return v;
+}
+
+static void test_link_shares_one_file(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master();
+    mc__version_t *v = put(m, "a", 128, T0);
+    assert_ptr_equal(link_keys(m, "a", "d/b"), v);
+    assert_ptr_equal(find(m, "a"), v);
+    assert_ptr_equal(find(m, "d/b"), v);
+    mc_stat_t st;
+    mc__version_stat(v, T0, &st);
+    assert_int_equal(st.nlink, 2);
+    assert_int_not_equal(st.ino, 0);
+    /* A new version through either name is the file's, under every name. */
+    mc__version_t *w = put(m, "d/b", 256, T0 + 1);
+    assert_ptr_equal(find(m, "a"), w);
+    assert_int_equal(w->links, 2);
+    mc_stat_t st2;
+    mc__version_stat(w, T0, &st2);
+    assert_int_equal(st2.ino, st.ino);
+    assert_int_equal(used(m), 256);
+    /* Listings show the names, never the inode key. */
+    assert_list(m, "", NULL, '/', "a d/+");
+    assert_list(m, "", NULL, 0, "a d/b");
+    assert_list(m, "d/", NULL, '/', "d/b");
+    /* A third name; removing names keeps the file until the last. */
+    assert_ptr_equal(link_keys(m, "d/b", "c"), w);
+    assert_int_equal(w->links, 3);
+    assert_int_equal(mc__master_remove(m, "a", 1, 0, T0 + 2), 0);
+    assert_null(find(m, "a"));
+    assert_ptr_equal(find(m, "c"), w);
+    assert_int_equal(w->links, 2);
+    assert_int_equal(mc__master_remove(m, "c", 1, 0, T0 + 2), 0);
+    assert_int_equal(used(m), 256);
+    assert_int_equal(mc__master_remove(m, "d/b", 3, 0, T0 + 2), 0);
+    assert_int_equal(used(m), 0);
+    assert_int_equal(objects(m), 0);
+    assert_list(m, "", NULL, 0, "");
+    mc__master_free(m);
+}
+
+static void test_link_rename_rules(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master();
+    mc__version_t *v = put(m, "a", 64, T0);
+    link_keys(m, "a", "b");
+    /* Two names of one file: rename does nothing. */
+    assert_int_equal(mc__master_rename(m, "b", 1, "a", 1, 0, T0), 0);
+    assert_ptr_equal(find(m, "a"), v);
+    assert_ptr_equal(find(m, "b"), v);
+    assert_int_equal(v->links, 2);
+    /* Another file over a name drops that name only. */
+    mc__version_t *c = put(m, "c", 64, T0);
+    assert_int_equal(mc__master_rename(m, "c", 1, "b", 1, 0, T0), 0);
+    assert_ptr_equal(find(m, "b"), c);
+    assert_int_equal(v->links, 1);
+    /* A name moves like any key, also with its directory. */
+    assert_int_equal(mc__master_rename(m, "a", 1, "d/a", 3, 0, T0), 0);
+    assert_ptr_equal(find(m, "d/a"), v);
+    assert_int_equal(mc__master_rename(m, "d/", 2, "e/", 2, MC_RENAME_PREFIX, T0), 0);
+    assert_ptr_equal(find(m, "e/a"), v);
+    /* A name over another file's name: the replaced file goes. */
+    link_keys(m, "b", "b2");
+    assert_int_equal(mc__master_rename(m, "e/a", 3, "b2", 2, 0, T0), 0);
+    assert_ptr_equal(find(m, "b2"), v);
+    assert_int_equal(c->links, 1);
+    assert_int_equal(mc__master_remove(m, "b2", 2, 0, T0), 0);
+    assert_int_equal(mc__master_remove(m, "b", 1, 0, T0), 0);
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+static void test_link_errors_and_inode_keys(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master();
+    mc__version_t *v = NULL;
+    put(m, "a", 64, T0);
+    put(m, "d/", 0, T0);
+    assert_int_equal(mc__master_link(m, "x", 1, "y", 1, &v), -ENOENT);
+    assert_int_equal(mc__master_link(m, "a", 1, "d/", 2, &v), -EPERM);
+    assert_int_equal(mc__master_link(m, "d/", 2, "e", 1, &v), -EPERM);
+    assert_int_equal(mc__master_link(m, "a", 1, "d/", 2, &v), -EPERM);
+    put(m, "b", 64, T0);
+    assert_int_equal(mc__master_link(m, "a", 1, "b", 1, &v), -EEXIST);
+    link_keys(m, "a", "c");
+    /* The inode key is the master's: no client changes it. */
+    mc_list_t *l = NULL;
+    const char *ik = find(m, "a")->key;
+    assert_true(mc__master_is_inode_key(ik, strlen(ik)));
+    assert_int_equal(mc__master_remove(m, ik, strlen(ik), 0, T0), -EINVAL);
+    assert_int_equal(mc__master_rename(m, ik, strlen(ik), "z", 1, 0, T0), -EINVAL);
+    assert_int_equal(mc__master_rename(m, "b", 1, ik, strlen(ik), 0, T0), -EINVAL);
+    assert_int_equal(mc__master_link(m, ik, strlen(ik), "z", 1, &v), -EINVAL);
+    assert_int_equal(mc__master_begin(m, ik, strlen(ik), NULL, T0, &v), -EINVAL);
+    assert_int_equal(mc__master_list(m, "", 0, NULL, 0, 0, 100, T0, &l), 4); /* a b c d/ */
+    mc_list_free(l);
+    mc__master_free(m);
+}
+
+static void test_link_never_evicted(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master_opts(SEG_SIZE, 90, 50);
+    mc__version_t *v = put(m, "linked", 1024, T0);
+    link_keys(m, "linked", "other");
+    put(m, "plain", 1024, T0 + 1);
+    assert_int_equal(mc__master_evict(m, 0, T0 + 10 * LEASE_MS), 1);
+    assert_null(find(m, "plain"));
+    assert_ptr_equal(find(m, "other"), v);
+    mc__master_free(m);
+}
+
 static char *fold_reference(mc__master_t *m, const char *prefix, int delim)
 {
     mc_list_t *l = NULL;
@@ -988,6 +1111,10 @@ int main(void)
         cmocka_unit_test(test_rename_prefix),
         cmocka_unit_test(test_rename_prefix_keeps_refs_and_leases),
         cmocka_unit_test(test_list_delimiter),
+        cmocka_unit_test(test_link_shares_one_file),
+        cmocka_unit_test(test_link_rename_rules),
+        cmocka_unit_test(test_link_errors_and_inode_keys),
+        cmocka_unit_test(test_link_never_evicted),
         cmocka_unit_test(test_list_after_cursor_before_prefix),
         cmocka_unit_test(test_list_paging),
         cmocka_unit_test(test_list_more_flag),

@@ -562,6 +562,7 @@ static const mc_stat_t some_stat = {
     .atime_ns = -5,
     .ctime_ns = 1700000000123456789ll,
     .rdev = 0x0102030405060708ull,
+    .ino = 0x1112131415161718ull,
 };
 
 static void assert_stat_equal(const mc_stat_t *a, const mc_stat_t *b)
@@ -579,6 +580,7 @@ static void assert_stat_equal(const mc_stat_t *a, const mc_stat_t *b)
     assert_int_equal(a->atime_ns, b->atime_ns);
     assert_int_equal(a->ctime_ns, b->ctime_ns);
     assert_int_equal(a->rdev, b->rdev);
+    assert_int_equal(a->ino, b->ino);
 }
 
 static void test_stat_round_trip(void **state)
@@ -600,8 +602,9 @@ static void test_stat_round_trip(void **state)
     ref_le(&want, (uint64_t)some_stat.atime_ns, 8);
     ref_le(&want, (uint64_t)some_stat.ctime_ns, 8);
     ref_le(&want, some_stat.rdev, 8);
-    assert_int_equal(w.len, 76);
-    assert_memory_equal(w.p, want.b, 76);
+    ref_le(&want, some_stat.ino, 8);
+    assert_int_equal(w.len, 84);
+    assert_memory_equal(w.p, want.b, 84);
     assert_int_equal(mc__pack(&w, "u", 0xabcdu), 0); /* something after it */
 
     char *body = dup_bytes(w.p, w.len);
@@ -610,10 +613,10 @@ static void test_stat_round_trip(void **state)
     mc_stat_t st;
     assert_int_equal(mc__take_stat(&p, &n, &st), 0);
     assert_stat_equal(&st, &some_stat);
-    assert_ptr_equal(p, body + 76);
+    assert_ptr_equal(p, body + 84);
     assert_int_equal(n, 4);
 
-    for (size_t cut = 0; cut < 76; cut++) {
+    for (size_t cut = 0; cut < 84; cut++) {
         char *part = dup_bytes(body, cut);
         p = part;
         n = cut;

@@ -744,6 +744,38 @@ static int set_meta(fixture_t *f, const char *key, unsigned what, uint32_t mode,
                 gid, atime, mtime);
 }
 
+/* LINK: both names answer the file's stat (nlink, one ino) through STAT,
+ * LOOKUP and SET_META; a put through one name is read through the other;
+ * the link sets the file's ctime and the new name's directory's. */
+static void test_link_through_the_service(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 64 * MiB, T0);
+    put(f, 1, "d/", 0, 1, T0);
+    put(f, 1, "a", 100, 1, T0);
+    int64_t before = stat_of(f, "d/").ctime_ns;
+    assert_int_equal(call(f, 1, T0, MC__OP_LINK, "kku", "a", 1, "d/b", 3, 0), 0);
+    mc_stat_t st = resp_stat(f);
+    assert_int_equal(st.nlink, 2);
+    assert_int_not_equal(st.ino, 0);
+    assert_true(stat_of(f, "d/").ctime_ns >= before);
+    assert_int_equal(call(f, 1, T0, MC__OP_LINK, "kku", "a", 1, "c", 1, 1), -EINVAL);
+    assert_int_equal(call(f, 1, T0, MC__OP_LINK, "kku", "a", 1, "d/b", 3, 0), -EEXIST);
+    put(f, 1, "d/b", 300, 1, T0 + 1);
+    mc_stat_t a = stat_of(f, "a");
+    assert_int_equal(a.size, 300);
+    assert_int_equal(a.nlink, 2);
+    assert_int_equal(a.ino, st.ino);
+    assert_int_equal(call(f, 1, T0, MC__OP_LOOKUP, "ku", "d/b", 3, '/'), MC_LOOKUP_FILE);
+    assert_int_equal(resp_stat(f).size, 300);
+    assert_int_equal(set_meta(f, "a", MC_META_MODE, 0600, 0, 0, 0, 0), 0);
+    assert_int_equal(stat_of(f, "d/b").mode, 0600);
+    assert_int_equal(call(f, 1, T0, MC__OP_REMOVE, "ku", "a", 1, MC_REMOVE_FORCE), 0);
+    assert_int_equal(stat_of(f, "d/b").nlink, 1);
+    assert_int_equal(call(f, 1, T0, MC__OP_REMOVE, "ku", "d/b", 3, MC_REMOVE_FORCE), 0);
+    assert_int_equal(call(f, 1, T0, MC__OP_STAT, "k", "d/b", 3), -ENOENT);
+}
+
 /* The owner and mode a create names stay through a republish that names
  * none (a writer's new version), and through a rename; mode 0 is a mode. */
 static void test_owner_kept_through_republish(void **state)
@@ -1020,6 +1052,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_put_commit_stat, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_link_through_the_service, setup_wall, teardown),
         cmocka_unit_test_setup_teardown(test_owner_kept_through_republish, setup_wall, teardown),
         cmocka_unit_test_setup_teardown(test_chown_clears_set_id, setup_wall, teardown),
         cmocka_unit_test_setup_teardown(test_dir_times_and_nlink, setup_wall, teardown),

@@ -108,13 +108,20 @@ typedef struct mc_stat {
     int64_t atime_ns;  /* last read (relatime rule, docs/SEMANTICS.md) or as set */
     int64_t ctime_ns;  /* metadata or name changed: publish, set-meta, rename */
     uint64_t rdev;     /* device number of a device node (MC_TYPE_CHR, _BLK) */
+    uint64_t ino;      /* a hard-linked file (mc_link_async()): its number, the
+                          same under each of its names; 0 for a key that
+                          shares its object with no other */
 } mc_stat_t;
 
 /* uid / gid of an object whose writer named no owner. */
 #define MC_OWNER_NONE 0xffffffffu
 
-/* Object types (mc_stat_t.type). Only MC_TYPE_FILE has content; the others
- * are recorded as given (symbolic links and special files of the mount). */
+/* Object types (mc_stat_t.type), recorded as put (the mount's symbolic
+ * links and special files). The store treats every type alike: a get of a
+ * symbolic link returns its bytes, which are the link's target, and a get
+ * of a FIFO, socket or device node returns its bytes, which the mount leaves
+ * empty; a put over any of them publishes the put's type (a file unless
+ * named). Readers that care check st.type. */
 #define MC_TYPE_FILE 0
 #define MC_TYPE_SYMLINK 1
 #define MC_TYPE_FIFO 2
@@ -415,6 +422,19 @@ MC_EXPORT int mc_rename_async(mc_store_t *s, const char *from, size_t flen, cons
                               size_t tlen, unsigned flags, mc_done_cb cb, void *arg);
 
 /*
+ * Gives the object named by key from a second name, key to (a hard link):
+ * both then name one object, whose next versions, metadata and reads are
+ * the same through either; st.nlink counts the names and st.ino identifies
+ * the object. Removing or replacing (put, rename over) a name drops that
+ * name only; the object goes with its last name. A hard-linked object is
+ * never evicted. Fills *st (if not NULL) with the object's metadata.
+ * Result 0, -ENOENT, -EEXIST (to exists), -EPERM (a directory marker: a key
+ * ending in '/'), -EINVAL, -ENAMETOOLONG.
+ */
+MC_EXPORT int mc_link_async(mc_store_t *s, const char *from, size_t flen, const char *to,
+                            size_t tlen, mc_stat_t *st, mc_done_cb cb, void *arg);
+
+/*
  * Lists keys starting with prefix, in byte order, strictly after `after`
  * (NULL: from the start), at most max entries (0: 1000). With delim (e.g.
  * '/'), keys with delim after the prefix are folded into one is_prefix entry.
@@ -456,6 +476,8 @@ MC_EXPORT int mc_stat(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st
 MC_EXPORT int mc_remove(mc_store_t *s, const char *key, size_t klen, unsigned flags);
 MC_EXPORT int mc_rename(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
                         unsigned flags);
+MC_EXPORT int mc_link(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
+                      mc_stat_t *st);
 MC_EXPORT int mc_list(mc_store_t *s, const char *prefix, size_t plen, const char *after,
                       size_t alen, int delim, size_t max, mc_list_t **out);
 MC_EXPORT int mc_statfs(mc_store_t *s, mc_space_t *sp);

@@ -39,6 +39,7 @@ static const char *const op_names[MC__OP_KINDS] = {
     "xattr_set",
     "xattr_list",
     "xattr_remove",
+    "link",
 };
 
 /* The latency buckets' upper bounds, in seconds. */

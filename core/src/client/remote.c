@@ -99,7 +99,8 @@ static void simple_done(void *arg, int status, const char *body, size_t len)
     int rc = status;
     const char *p = body;
     size_t n = len;
-    if (o->kind == OP_RENAME || (o->kind == OP_REMOVE && (o->flags & ~MC_REMOVE_FORCE)))
+    if (o->kind == OP_RENAME || o->kind == OP_LINK ||
+        (o->kind == OP_REMOVE && (o->flags & ~MC_REMOVE_FORCE)))
         mc__rc_clear(o->s->rm);
     else if (o->kind == OP_REMOVE || (o->kind == OP_STAT && status == -ENOENT))
         mc__rc_drop(o->s->rm, o->key, o->klen, NULL);
@@ -111,6 +112,9 @@ static void simple_done(void *arg, int status, const char *body, size_t len)
             /* fall through */
         case OP_STAT:
         case OP_LOOKUP:
+        case OP_LINK:
+            if (!o->st)
+                break;
             if (mc__take_stat(&p, &n, o->st) < 0)
                 rc = -EIO;
             else if (o->kind == OP_STAT)
@@ -412,6 +416,10 @@ void mc__remote_exec(op_t *o)
     case OP_RENAME:
         rc = mc__mcall(s, MC__OP_RENAME, simple_done, o, "kku", o->key, (uint32_t)o->klen, o->key2,
                        (uint32_t)o->klen2, o->flags);
+        break;
+    case OP_LINK:
+        rc = mc__mcall(s, MC__OP_LINK, simple_done, o, "kku", o->key, (uint32_t)o->klen, o->key2,
+                       (uint32_t)o->klen2, (uint32_t)0);
         break;
     case OP_LIST:
         rc = mc__mcall(s, MC__OP_LIST, simple_done, o, "ssuu", o->key, (uint32_t)o->klen, o->key2,

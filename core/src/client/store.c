@@ -320,6 +320,21 @@ int mc_rename_async(mc_store_t *s, const char *from, size_t flen, const char *to
     return submit(o);
 }
 
+int mc_link_async(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
+                  mc_stat_t *st, mc_done_cb cb, void *arg)
+{
+    int rc = mc_key_check(from, flen);
+    if (rc == 0)
+        rc = mc_key_check(to, tlen);
+    if (rc < 0)
+        return rc;
+    op_t *o = op_new(s, OP_LINK, from, flen, to, tlen, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->st = st;
+    return submit(o);
+}
+
 int mc_list_async(mc_store_t *s, const char *prefix, size_t plen, const char *after, size_t alen,
                   int delim, size_t max, mc_list_t **out, mc_done_cb cb, void *arg)
 {
@@ -551,6 +566,12 @@ int mc_rename(mc_store_t *s, const char *from, size_t flen, const char *to, size
               unsigned flags)
 {
     SYNC(s, mc_rename_async(s, from, flen, to, tlen, flags, waiter_cb, &w_));
+}
+
+int mc_link(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
+            mc_stat_t *st)
+{
+    SYNC(s, mc_link_async(s, from, flen, to, tlen, st, waiter_cb, &w_));
 }
 
 int mc_list(mc_store_t *s, const char *prefix, size_t plen, const char *after, size_t alen,

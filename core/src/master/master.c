@@ -64,6 +64,7 @@ void mc__version_destroy(mc__master_t *m, mc__version_t *v)
     version_release_space(m, v);
     free(v->xattr);
     free(v->key);
+    free(v->link);
     free(v);
 }
 
@@ -84,6 +85,7 @@ static void free_published(void *p)
         free(v->rep[r].ext); /* the allocators go away as a whole */
     free(v->xattr);
     free(v->key);
+    free(v->link);
     free(v);
 }
 
@@ -220,9 +222,21 @@ uint64_t mc__master_segment_free(const mc__master_t *m, uint32_t id)
     return 0;
 }
 
+mc__version_t *mc__master_resolve(mc__master_t *m, mc__version_t *v)
+{
+    if (!v || !v->link)
+        return v;
+    return mc__index_get(m->ix, v->link, v->linklen);
+}
+
 mc__version_t *mc__master_find(mc__master_t *m, const char *key, size_t klen)
 {
-    return mc__index_get(m->ix, key, klen);
+    return mc__master_resolve(m, mc__index_get(m->ix, key, klen));
+}
+
+int mc__master_is_inode_key(const char *key, size_t klen)
+{
+    return klen >= MC__INODE_PLEN && memcmp(key, MC__INODE_PREFIX, MC__INODE_PLEN) == 0;
 }
 
 void mc__master_touch(mc__master_t *m, mc__version_t *v, uint64_t now, int lease)
@@ -258,7 +272,8 @@ void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st)
     st->gid = v->gid;
     st->type = v->type;
     st->rdev = v->rdev;
-    st->nlink = 1;
+    st->nlink = v->links ? v->links : 1;
+    st->ino = v->links ? strtoull(v->key + MC__INODE_PLEN, NULL, 16) : 0;
     st->replicas = v->nrep;
     st->flags = 0;
     if (v->refs || v->lease_until > now)

@@ -9,6 +9,14 @@
  * the index maps its key to it, and RETIRED once replaced or removed: a
  * retired version's space is returned when the last handle (ref) is dropped
  * and its read lease has run out.
+ *
+ * Hard links: a key that names a file shared with other keys maps to a
+ * name entry (a published version with `link` set, no replicas, off the
+ * LRU list) whose `link` is the key of the shared file, an inode key under
+ * MC__INODE_PREFIX that no client may put, rename or remove, and that no
+ * listing shows. The inode's version counts its names in `links`. Lookups,
+ * opens, reads, metadata changes and commits of a name go to the inode;
+ * removing or replacing a name drops one count, the last one the inode.
  */
 #ifndef MC_MASTER_H
 #define MC_MASTER_H
@@ -20,6 +28,10 @@
 #include "mooncake/mooncake.h"
 
 #define MC__MAX_REPLICAS 8
+
+/* The keys of hard-linked files (inodes); see the top of this file. */
+#define MC__INODE_PREFIX "\x01mooncake-inode/"
+#define MC__INODE_PLEN (sizeof(MC__INODE_PREFIX) - 1)
 
 typedef struct mc__master mc__master_t;
 
@@ -58,6 +70,9 @@ typedef struct mc__version {
     uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
     uint64_t lease_until;
     uint32_t refs; /* open handles */
+    char *link;    /* a name entry: the inode key it names (owned), else NULL */
+    size_t linklen;
+    uint32_t links; /* an inode: the names of the file (0: a plain key) */
     enum mc__vstate state;
     struct mc__version *prev, *next; /* LRU list (published) or retired list */
     uint32_t nrep;
@@ -103,8 +118,28 @@ int mc__master_has_segment(const mc__master_t *m, uint32_t id);
 /* Removes the replica on segment seg from v, if any. */
 void mc__version_drop_replica(mc__version_t *v, uint32_t seg);
 
-/* The published version of key, or NULL. */
+/* The published version of key, or NULL; for a hard link's name, the
+ * version of the file it names (NULL if that was lost). */
 mc__version_t *mc__master_find(mc__master_t *m, const char *key, size_t klen);
+
+/* What an index entry stands for: for a name entry the version of the file
+ * it names (NULL if lost), else v itself. */
+mc__version_t *mc__master_resolve(mc__master_t *m, mc__version_t *v);
+
+/* 1 if key lies under MC__INODE_PREFIX (no client may change it). */
+int mc__master_is_inode_key(const char *key, size_t klen);
+
+/*
+ * Gives the file named by key `from` a new name `to` (a hard link): the
+ * first link moves the file's version to a new inode key and leaves a name
+ * entry under from; every link adds a name entry and counts one more name.
+ * Sets *out to the file's version. Returns 0, -ENOENT (from is absent, or
+ * the file it names was lost), -EEXIST (to exists), -EPERM (from or to is a
+ * directory marker, ending in '/'), -EINVAL (an inode key, or a bad key),
+ * -ENAMETOOLONG, -ENOMEM.
+ */
+int mc__master_link(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
+                    mc__version_t **out);
 
 /* Records an access (LRU) and, with lease != 0, grants a read lease. */
 void mc__master_touch(mc__master_t *m, mc__version_t *v, uint64_t now, int lease);
@@ -149,7 +184,9 @@ int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned
 /* Drops a pending version and its space. */
 void mc__master_abort(mc__master_t *m, mc__version_t *v);
 
-/* Removes key; see MC_REMOVE_*. Returns 0, -ENOENT, -EBUSY, -ENOTEMPTY, -EINVAL. */
+/* Removes key; see MC_REMOVE_*. A hard link's name goes with one count of
+ * its file, which goes with its last name. Returns 0, -ENOENT, -EBUSY,
+ * -ENOTEMPTY, -EINVAL (also for an inode key). */
 int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned flags, uint64_t now);
 
 /* Renames a key or a prefix; see MC_RENAME_*. */

@@ -1,9 +1,11 @@
 /*
  * namespace.c - the key namespace of the master (see master.h): removing and
  * renaming keys and prefixes, delimited listing, lookup of files and
- * directories, metadata, the cursor over every published version.
+ * directories, metadata, hard links (see master.h), the cursor over every
+ * published version.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,11 +26,36 @@ static int prefix_has_children(mc__master_t *m, const char *prefix, size_t plen)
     return mc__index_next(&it, &k, &kl, NULL) && has_prefix(k, kl, prefix, plen);
 }
 
+/* A name entry left the index (removed, replaced): its file loses a name,
+ * and goes with the last. */
+static void name_gone(mc__master_t *m, mc__version_t *name, uint64_t now)
+{
+    mc__version_t *ino = mc__master_resolve(m, name);
+    mc__master_retire(m, name, now);
+    if (ino && ino->links > 1) {
+        ino->links--;
+    } else if (ino) {
+        mc__index_remove(m->ix, ino->key, ino->klen);
+        mc__master_retire(m, ino, now);
+    }
+}
+
+/* Retires v, which left the index: a name entry as name_gone() says. */
+static void entry_gone(mc__master_t *m, mc__version_t *v, uint64_t now)
+{
+    if (v->link)
+        name_gone(m, v, now);
+    else
+        mc__master_retire(m, v, now);
+}
+
 int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned flags, uint64_t now)
 {
     int rc = mc_key_check(key, klen);
     if (rc < 0)
         return rc;
+    if (mc__master_is_inode_key(key, klen))
+        return -EINVAL;
     if ((flags & MC_REMOVE_DIR) && key[klen - 1] != '/')
         return -EINVAL;
     mc__version_t *v = mc__index_get(m->ix, key, klen);
@@ -36,10 +63,11 @@ int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned fl
         return -ENOTEMPTY;
     if (!v)
         return -ENOENT;
-    if (!(flags & MC_REMOVE_FORCE) && (v->refs || v->lease_until > now))
+    mc__version_t *f = mc__master_resolve(m, v); /* what is busy: the file */
+    if (!(flags & MC_REMOVE_FORCE) && f && (f->refs || f->lease_until > now))
         return -EBUSY;
     mc__index_remove(m->ix, key, klen);
-    mc__master_retire(m, v, now);
+    entry_gone(m, v, now);
     return 0;
 }
 
@@ -51,8 +79,13 @@ static int rename_one(mc__master_t *m, const char *from, size_t flen, const char
         return -ENOENT;
     if (flen == tlen && memcmp(from, to, flen) == 0)
         return 0;
-    if ((flags & MC_RENAME_NOREPLACE) && mc__index_get(m->ix, to, tlen))
+    mc__version_t *dst = mc__index_get(m->ix, to, tlen);
+    if ((flags & MC_RENAME_NOREPLACE) && dst)
         return -EEXIST;
+    /* Two names of one file: rename(2) does nothing and succeeds. */
+    if (v->link && dst && dst->link && v->linklen == dst->linklen &&
+        memcmp(v->link, dst->link, v->linklen) == 0)
+        return 0;
     char *k = mc__dup_key(to, tlen);
     if (!k)
         return -ENOMEM;
@@ -67,7 +100,7 @@ static int rename_one(mc__master_t *m, const char *from, size_t flen, const char
     v->key = k;
     v->klen = tlen;
     if (rc == 1 && old)
-        mc__master_retire(m, old, now);
+        entry_gone(m, old, now);
     return 0;
 }
 
@@ -162,12 +195,22 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
     return rc;
 }
 
-int mc__master_rename(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
-                      unsigned flags, uint64_t now)
+/* The keys of a request that changes two names (rename, link): valid, and
+ * neither an inode key. Returns 0 or -EINVAL / -ENAMETOOLONG. */
+static int check_pair(const char *from, size_t flen, const char *to, size_t tlen)
 {
     int rc = mc_key_check(from, flen);
     if (rc == 0)
         rc = mc_key_check(to, tlen);
+    if (rc == 0 && (mc__master_is_inode_key(from, flen) || mc__master_is_inode_key(to, tlen)))
+        rc = -EINVAL;
+    return rc;
+}
+
+int mc__master_rename(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
+                      unsigned flags, uint64_t now)
+{
+    int rc = check_pair(from, flen, to, tlen);
     if (rc < 0)
         return rc;
     if (flags & MC_RENAME_PREFIX)
@@ -263,6 +306,10 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
     while (mc__index_next(&it, &k, &kl, &val)) {
         if (!has_prefix(k, kl, prefix, plen))
             break;
+        if (mc__master_is_inode_key(k, kl)) { /* hard-linked files: by name only */
+            skip_prefix(m, &it, MC__INODE_PREFIX, MC__INODE_PLEN, '/');
+            continue;
+        }
         if (b->l.n == max) {
             b->l.more = 1;
             break;
@@ -284,7 +331,8 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
             if (prefix_has_children(m, skip, kl + 1) || mc__index_get(m->ix, skip, kl + 1))
                 continue;
         }
-        rc = list_push(b, k, kl, 0, val, now);
+        mc__version_t *f = mc__master_resolve(m, val);
+        rc = list_push(b, k, kl, 0, f ? f : val, now);
         if (rc < 0)
             break;
     }
@@ -316,7 +364,7 @@ int mc__master_lookup(mc__master_t *m, const char *key, size_t klen, int delim, 
             return MC_LOOKUP_DIR;
         }
     }
-    *v = mc__index_get(m->ix, key, klen);
+    *v = mc__master_find(m, key, klen);
     return *v ? MC_LOOKUP_FILE : -ENOENT;
 }
 
@@ -327,7 +375,7 @@ int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, const mc_
 {
     if (meta->what & ~META_ALL)
         return -EINVAL;
-    mc__version_t *v = mc__index_get(m->ix, key, klen);
+    mc__version_t *v = mc__master_find(m, key, klen);
     if (!v)
         return -ENOENT;
     if (meta->what & MC_META_MODE)
@@ -387,6 +435,81 @@ uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int d
         skip_prefix(m, &it, k, (size_t)(d - k) + 1, delim);
     }
     return n;
+}
+
+/* A name entry for key naming inode key ino; NULL on ENOMEM. */
+static mc__version_t *name_new(mc__master_t *m, const char *key, size_t klen, const char *ino,
+                               size_t ilen)
+{
+    mc__version_t *n = calloc(1, sizeof(*n));
+    if (!n)
+        return NULL;
+    n->key = mc__dup_key(key, klen);
+    n->link = mc__dup_key(ino, ilen);
+    if (!n->key || !n->link) {
+        free(n->key);
+        free(n->link);
+        free(n);
+        return NULL;
+    }
+    n->klen = klen;
+    n->linklen = ilen;
+    n->id = m->next_id++;
+    n->state = MC__PUBLISHED; /* off the LRU list: it holds no space */
+    return n;
+}
+
+int mc__master_link(mc__master_t *m, const char *from, size_t flen, const char *to, size_t tlen,
+                    mc__version_t **out)
+{
+    int rc = check_pair(from, flen, to, tlen);
+    if (rc < 0)
+        return rc;
+    if (from[flen - 1] == '/' || to[tlen - 1] == '/')
+        return -EPERM; /* a directory */
+    mc__version_t *src = mc__index_get(m->ix, from, flen);
+    mc__version_t *f = mc__master_resolve(m, src);
+    if (!f)
+        return -ENOENT;
+    if (mc__index_get(m->ix, to, tlen))
+        return -EEXIST;
+    char ino[MC__INODE_PLEN + 17];
+    size_t ilen = f->klen;
+    if (src->link) {
+        memcpy(ino, src->link, src->linklen);
+    } else {
+        ilen = (size_t)snprintf(ino, sizeof(ino), "%s%llx", MC__INODE_PREFIX,
+                                (unsigned long long)m->next_id++);
+    }
+    mc__version_t *dst = name_new(m, to, tlen, ino, ilen);
+    mc__version_t *name = src->link ? NULL : name_new(m, from, flen, ino, ilen);
+    char *ikey = src->link ? NULL : mc__dup_key(ino, ilen);
+    if (!dst || (!src->link && (!name || !ikey)))
+        goto nomem;
+    if (mc__index_insert(m->ix, to, tlen, dst, NULL) < 0)
+        goto nomem;
+    if (!src->link) {
+        /* The file moves to its inode key; from becomes a name of it. */
+        if (mc__index_insert(m->ix, ino, ilen, f, NULL) < 0) {
+            mc__index_remove(m->ix, to, tlen);
+            goto nomem;
+        }
+        mc__index_insert(m->ix, from, flen, name, NULL); /* replaces: no allocation */
+        free(f->key);
+        f->key = ikey;
+        f->klen = ilen;
+        f->links = 1;
+    }
+    f->links++;
+    *out = f;
+    return 0;
+nomem:
+    if (dst)
+        mc__version_destroy(m, dst);
+    if (name)
+        mc__version_destroy(m, name);
+    free(ikey);
+    return -ENOMEM;
 }
 
 mc__version_t *mc__master_next(mc__master_t *m, const char *after, size_t alen)

@@ -30,7 +30,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     int rc = mc_key_check(key, klen);
     if (rc < 0)
         return rc;
-    if (po && po->type > MC_TYPE_MAX)
+    if ((po && po->type > MC_TYPE_MAX) || mc__master_is_inode_key(key, klen))
         return -EINVAL;
     if (m->nseg == 0)
         return -ENOSPC;
@@ -193,6 +193,8 @@ static int evictable(const mc__version_t *v, uint64_t now, int allow_soft)
 {
     if (v->refs || v->lease_until > now || v->pin == MC_PIN_HARD)
         return 0;
+    if (v->links)
+        return 0; /* a hard-linked file: its names would be left dangling */
     if (v->pin == MC_PIN_SOFT && !allow_soft && (v->pin_until == 0 || v->pin_until > now))
         return 0;
     return 1;
@@ -291,8 +293,16 @@ int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned
 {
     if (size > v->capacity)
         return -EINVAL;
-    if ((flags & MC_PUT_NOREPLACE) && mc__index_get(m->ix, v->key, v->klen))
+    mc__version_t *name = mc__index_get(m->ix, v->key, v->klen);
+    if ((flags & MC_PUT_NOREPLACE) && name)
         return -EEXIST;
+    if (name && name->link) {
+        /* A hard link's name: the new version is the file's, under its
+         * inode key, for every name. */
+        int rc = mc__master_set_key(m, v, name->link, name->linklen);
+        if (rc < 0)
+            return rc;
+    }
     uint64_t keep = round_up(m, size);
     if (keep < v->capacity) {
         for (uint32_t r = 0; r < v->nrep; r++)
@@ -318,7 +328,10 @@ int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned
         }
         v->atime_ns = o->atime_ns;
         mc__xattr_take(v, old);
+        v->links = o->links;
         mc__master_retire(m, old, now);
+    } else if (name && name->link) {
+        v->links = 1; /* the file was lost: this name brings it back */
     }
     v->inherit = 0;
     return 0;

@@ -633,6 +633,16 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         if (rc == 0)
             renamed(svc, key, klen, key2, klen2);
         return rc;
+    case MC__OP_LINK:
+        UNPACK("kku", &key, &klen, &key2, &klen2, &flags);
+        if (flags)
+            return -EINVAL;
+        if ((rc = mc__master_link(m, key, klen, key2, klen2, &v)) < 0)
+            return rc;
+        v->ctime_ns = wall(svc);
+        mc__master_dir_changed(m, key2, klen2, v->ctime_ns);
+        mc__version_stat(v, now, &st);
+        return mc__pack_stat(w, &st);
     case MC__OP_LIST: {
         UNPACK("ssuu", &key, &klen, &key2, &klen2, &u1, &u2);
         if (klen > MC_KEY_MAX || klen2 > MC_KEY_MAX)

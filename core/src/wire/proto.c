@@ -23,10 +23,10 @@
 #include "wire/proto.h"
 
 /* Wire sizes of the nested structures. */
-#define STAT_SIZE 76u       /* q q i u u u u u u u i i q */
+#define STAT_SIZE 84u       /* q q i u u u u u u u i i q q */
 #define EXTENT_SIZE 16u     /* q offset, q length */
 #define REPLICA_MIN 16u     /* u seg, u addr length, u rdma length, u extent count */
-#define LIST_ENTRY_MIN 82u  /* u key length, 1 key byte, b is_prefix, stat */
+#define LIST_ENTRY_MIN 90u  /* u key length, 1 key byte, b is_prefix, stat */
 #define WBUF_FIRST_CAP 256u /* first allocation of an empty wbuf */
 
 /* ---- little-endian loads and stores ---- */
@@ -424,8 +424,8 @@ int mc__unpack(const char *body, size_t len, const char *fmt, ...)
 
 /* mc__pack_stat() appends st as `q size, q version, i mtime_ns, u mode,
  * u replicas, u flags, u uid, u gid, u type, u nlink, i atime_ns,
- * i ctime_ns, q rdev` (76 bytes). Returns w->err. */
-/* As mc__pack(w, "qqiuuuuuuuiiq", ...) of the fields, without reading a
+ * i ctime_ns, q rdev, q ino` (84 bytes). Returns w->err. */
+/* As mc__pack(w, "qqiuuuuuuuiiqq", ...) of the fields, without reading a
  * format: every GET_REPLICAS, OPEN and PUT_COMMIT answer carries one. */
 int mc__pack_stat(mc__wbuf_t *w, const mc_stat_t *st)
 {
@@ -445,12 +445,13 @@ int mc__pack_stat(mc__wbuf_t *w, const mc_stat_t *st)
     st64(b + 52, (uint64_t)st->atime_ns);
     st64(b + 60, (uint64_t)st->ctime_ns);
     st64(b + 68, st->rdev);
+    st64(b + 76, st->ino);
     return 0;
 }
 
 /*
- * mc__take_stat() decodes the 76-byte stat at the front of *p / *n into *st
- * and advances *p and *n past it. Returns 0, or -EBADMSG when fewer than 76
+ * mc__take_stat() decodes the 84-byte stat at the front of *p / *n into *st
+ * and advances *p and *n past it. Returns 0, or -EBADMSG when fewer than 84
  * bytes are left (then *p, *n and *st are untouched).
  */
 int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
@@ -472,6 +473,7 @@ int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
     st->atime_ns = (int64_t)ld64(b + 52);
     st->ctime_ns = (int64_t)ld64(b + 60);
     st->rdev = ld64(b + 68);
+    st->ino = ld64(b + 76);
     *p += STAT_SIZE;
     *n -= STAT_SIZE;
     return 0;

@@ -79,6 +79,7 @@
     X(SET_META, 36, "kuuuuii", "*")   /* key, what, mode, uid, gid, atime, mtime -> stat */        \
     X(STATFS, 37, "", "qqqq")         /* -> total, used, objects, evicted */                       \
     X(STATS, 38, "", "*")             /* -> counters, each s name + q value */                     \
+    X(LINK, 49, "kku", "*")           /* from, to, flags (0) -> stat of the file (hard link) */    \
     /* data (nodes) */                                                                             \
     X(READ, 50, "uqu", "*")  /* seg id, offset, length -> bytes */                                 \
     X(WRITE, 51, "uq*", "")  /* seg id, offset, bytes */                                           \

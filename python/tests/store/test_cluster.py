@@ -285,6 +285,11 @@ async def test_files_in_the_mount_are_objects_of_the_direct_backend(mount_and_st
     assert await s.async_get("copied.bin") == data
     assert s.get_size("copied.bin") == len(data) and s.is_exist("copied.bin") == 1
     assert s.get("dir/sub/small") == b"small file"
+    # A symbolic link is an object holding its target; a FIFO an empty one.
+    os.symlink("dir/sub/small", os.path.join(mnt, "link"))
+    os.mkfifo(os.path.join(mnt, "fifo"))
+    assert s.get("link") == b"dir/sub/small"
+    assert s.get("fifo") == b"" and s.is_exist("fifo") == 1
     buf = s.get_buffer("dir/sub/small")
     assert bytes(buf) == b"small file"
     target = bytearray(len(data))

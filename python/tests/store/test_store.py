@@ -520,6 +520,21 @@ def test_mount_backend_keys_are_files(mount_store):
     assert mount_store.put("a/b", b"under a file") == INVALID_KEY
 
 
+def test_mount_backend_links_and_special_files_are_not_objects(mount_store):
+    root = mount_store.daemon.path
+    assert mount_store.put("real", b"data") == 0
+    os.symlink("real", os.path.join(root, "link"))
+    os.symlink("/etc/passwd", os.path.join(root, "outside"))
+    os.mkfifo(os.path.join(root, "fifo"))  # a get must not wait for a writer
+    for k in ("link", "outside", "fifo"):
+        assert mount_store.get(k) == b""
+        assert mount_store.get_buffer(k) is None
+        assert mount_store.is_exist(k) == 0
+        assert mount_store.get_size(k) == OBJECT_NOT_FOUND
+        assert mount_store.get_into(k, bytearray(100)) == OBJECT_NOT_FOUND
+    assert mount_store.get("real") == b"data"
+
+
 # ---- threads ----
 
 
