@@ -119,17 +119,20 @@ run: deps all
 	@echo "mounting an embedded store at $(MOUNT) (Ctrl-C unmounts)"
 	$(Q)$(FS_BIN) -f --segment-size $(SEGMENT_SIZE) $(MOUNT)
 
+# Each suite of make test is a stage: tests/stage.sh prints its duration
+# (and appends it to MC_STAGE_LOG, which .ci/run sums up).
+STAGE = tests/stage.sh $(if $(filter 1,$(SAN)),asan-)$(1)
 test: deps all format-check check-layers
-	$(Q)tests/run-unit.sh $(BUILD)
+	$(Q)$(call STAGE,unit) tests/run-unit.sh $(BUILD)
 ifneq ($(SAN),1)
-	$(Q)tests/fuzz/run.sh $(FUZZ_CI_SECONDS)
-	$(Q)$(MAKE) --no-print-directory test-rdma
+	$(Q)$(call STAGE,fuzz) tests/fuzz/run.sh $(FUZZ_CI_SECONDS)
+	$(Q)$(call STAGE,rdma-vm) $(MAKE) --no-print-directory test-rdma
 endif
-	$(Q)MC_BUILD=$(BUILD) $(PYTHON) -m pytest -q -rs tests/integration
-	$(Q)$(MAKE) --no-print-directory python-test
+	$(Q)MC_BUILD=$(BUILD) $(call STAGE,integration) $(PYTHON) -m pytest -q -rs $(INTEGRATION)
+	$(Q)$(call STAGE,python) $(MAKE) --no-print-directory python-test
 ifneq ($(SAN),1)
-	$(Q)$(MAKE) --no-print-directory test-model
-	$(Q)$(MAKE) --no-print-directory test-packaging
+	$(Q)$(call STAGE,model) $(MAKE) --no-print-directory test-model
+	$(Q)$(call STAGE,packaging) $(MAKE) --no-print-directory test-packaging
 endif
 
 # make fuzz FUZZ_SECONDS=300: every libFuzzer target, for that long in all.
@@ -156,6 +159,9 @@ test-model: all python-ext
 test-unit: all
 	$(Q)tests/run-unit.sh $(BUILD)
 
+# INTEGRATION=tests/integration/test_x.py ... runs only those integration
+# tests (.ci/run's make asan does).
+INTEGRATION ?= tests/integration
 asan:
 	$(Q)MC_SANITIZED=1 $(MAKE) --no-print-directory BUILD=build-asan SAN=1 CFLAGS="-O1 -g" test
 
@@ -329,7 +335,7 @@ check-layers: $(CORE_OBJ) $(FS_OBJ) $(BIN_OBJ)
 	$(Q)$(PYTHON) tests/check-layers.py --objects $(BUILD)
 
 clean:
-	rm -rf build build-asan python/mooncake/_store*.so python/build python/*.egg-info
+	rm -rf build build-asan build-nordma $(BUILD) python/mooncake/_store*.so python/build python/*.egg-info
 
 -include $(CORE_OBJ:.o=.d) $(FS_OBJ:.o=.d) $(BIN_OBJ:.o=.d)
 -include python/python.mk
