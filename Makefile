@@ -206,11 +206,12 @@ $(RDMA_ZC_CHECK): tests/rdma/zc_check.c $(LIB_A)
 RDMA_VM_BINS = $(RDMA_SELFTEST) $(RDMA_ZC_CHECK) $(BIN_MASTER) $(BIN_CLI) $(FS_BIN) tests/rdma/vm-selftest.sh \
 	$(wildcard /usr/bin/fusermount3)
 # run-vm.sh writes why it skips to MC_VM_SKIP_FILE; RDMA_SKIPPED reports it
-# as the last line ($(1): the target's name) and, for test-rdma under
-# REQUIRE_RDMA=1, fails.
+# as the last line ($(1): the target's name), and in MC_STAGE_LOG for
+# .ci/run's summary, and, for test-rdma under REQUIRE_RDMA=1, fails.
 RDMA_SKIP_FILE = $(BUILD)/rdma-vm/skip-reason
 RDMA_SKIPPED = if [ $$rc -eq 77 ]; then \
-	    echo "$(1): SKIPPED: $$(cat $(RDMA_SKIP_FILE) 2>/dev/null || echo 'no reason given')"; \
+	    msg="$(1): SKIPPED: $$(cat $(RDMA_SKIP_FILE) 2>/dev/null || echo 'no reason given')"; \
+	    echo "$$msg"; [ -z "$${MC_STAGE_LOG:-}" ] || echo "$$msg" >>"$$MC_STAGE_LOG"; \
 	    if [ "$(1)$(REQUIRE_RDMA)" = test-rdma1 ]; then \
 	        echo "$(1): FAIL: REQUIRE_RDMA=1 and the RDMA VM test could not run"; rc=1; \
 	    else rc=0; fi; \
