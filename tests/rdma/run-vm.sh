@@ -15,14 +15,18 @@
 #
 # Environment: MC_VM_ACCEL (default tcg: this machine's KVM cannot boot a
 # stock kernel), MC_VM_MEM (MiB, default 1536), KVER (a Debian kernel
-# version; default the newest installed with rdma_rxe).
+# version; default the newest installed with rdma_rxe), MC_VM_SKIP_FILE
+# (where a skip writes its reason).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 PKGS="qemu-system-x86 linux-image-amd64 busybox-static ibverbs-providers ibverbs-utils rdma-core
 rdmacm-utils perftest libibverbs-dev librdmacm-dev cpio kmod iproute2 python3"
 
+# Exit 77 with the reason, printed and, when MC_VM_SKIP_FILE names a file,
+# written there (make test-rdma reports it last).
 skip() {
     echo "SKIP rdma VM: $*"
+    [ -z "${MC_VM_SKIP_FILE:-}" ] || echo "$*" >"$MC_VM_SKIP_FILE"
     exit 77
 }
 
