@@ -180,6 +180,11 @@ int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_
  */
 int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned flags,
                       uint64_t now);
+/* mc__master_commit(), also telling whether the name is a new one in its
+ * directory (*added 1: no entry stood under it) so that the caller need not
+ * look the key up again. added may be NULL. */
+int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned flags,
+                         uint64_t now, int *added);
 
 /* Drops a pending version and its space. */
 void mc__master_abort(mc__master_t *m, mc__version_t *v);

@@ -291,9 +291,17 @@ int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_
 int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned flags,
                       uint64_t now)
 {
+    return mc__master_commit_as(m, v, size, flags, now, NULL);
+}
+
+int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned flags,
+                         uint64_t now, int *added)
+{
     if (size > v->capacity)
         return -EINVAL;
     mc__version_t *name = mc__index_get(m->ix, v->key, v->klen);
+    if (added)
+        *added = !name;
     if ((flags & MC_PUT_NOREPLACE) && name)
         return -EEXIST;
     if (name && name->link) {

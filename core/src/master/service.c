@@ -398,8 +398,8 @@ static int op_put_commit(mc__svc_t *svc, const char *body, size_t len, uint64_t 
     int64_t t = wall(svc);
     v->mtime_ns = (rq.what & MC_META_MTIME) ? rq.mtime_ns : t;
     v->ctime_ns = v->atime_ns = t; /* a replaced version's atime stays (commit) */
-    int is_new = !mc__master_find(svc->m, v->key, v->klen);
-    rc = mc__master_commit(svc->m, v, rq.size, p->flags, now);
+    int is_new = 0;
+    rc = mc__master_commit_as(svc->m, v, rq.size, p->flags, now, &is_new);
     put_del(svc, p);
     if (rc < 0) {
         mc__master_abort(svc->m, v);
