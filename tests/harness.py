@@ -47,6 +47,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+def clock_past(ns, timeout=1.0):
+    """Returns once the wall clock reads later than ns (a stamp the store
+    took from the same clock), so that the next stamp differs from it: what
+    a timestamp test needs, without a fixed sleep. Bounded by timeout."""
+    deadline = time.monotonic() + timeout
+    while time.time_ns() <= ns:
+        assert time.monotonic() < deadline, f"the clock never passed {ns}"
+        time.sleep(0.001)
+
+
 def is_mounted(path):
     """Whether a FUSE file system is mounted at path (/proc/self/mountinfo)."""
     path = os.path.realpath(path)

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from harness import Cluster
+from harness import Cluster, clock_past
 
 USERS = {"mc10a": ["mc10g"], "mc10b": ["mc10g", "mc10h"]}
 GROUPS = ["mc10g", "mc10h"]
@@ -248,7 +248,7 @@ def test_timestamps(shared_mount, users):
     os.mkdir(d)
     f = os.path.join(d, "f")
     t0 = os.stat(d)
-    time.sleep(0.05)
+    clock_past(t0.st_mtime_ns)
     with open(f, "w") as fh:
         fh.write("x")
     t1 = os.stat(d)
@@ -256,13 +256,13 @@ def test_timestamps(shared_mount, users):
     st = os.stat(f)
     assert st.st_mtime_ns == st.st_ctime_ns
     # chmod: ctime moves, mtime does not; the directory stays.
-    time.sleep(0.05)
+    clock_past(st.st_ctime_ns)
     os.chmod(f, 0o600)
     st2 = os.stat(f)
     assert st2.st_ctime_ns > st.st_ctime_ns and st2.st_mtime_ns == st.st_mtime_ns
     assert os.stat(d).st_mtime_ns == t1.st_mtime_ns
     # Rewriting a file changes its mtime and ctime, not its directory's.
-    time.sleep(0.05)
+    clock_past(max(st2.st_mtime_ns, st2.st_ctime_ns))
     with open(f, "a") as fh:
         fh.write("y")
     st3 = os.stat(f)
@@ -303,13 +303,13 @@ def test_timestamps(shared_mount, users):
     os.mkdir(e)
     te, td = os.stat(e), os.stat(d)
     cf = os.stat(f).st_ctime_ns
-    time.sleep(0.05)
+    clock_past(max(te.st_mtime_ns, td.st_mtime_ns, cf))
     os.rename(f, os.path.join(e, "f"))
     assert os.stat(e).st_mtime_ns > te.st_mtime_ns
     assert os.stat(d).st_mtime_ns > td.st_mtime_ns
     assert os.stat(os.path.join(e, "f")).st_ctime_ns > cf
     te = os.stat(e)
-    time.sleep(0.05)
+    clock_past(te.st_mtime_ns)
     os.unlink(os.path.join(e, "f"))
     assert os.stat(e).st_mtime_ns > te.st_mtime_ns
     # A user may touch (UTIME_NOW) a file it may write, not set explicit times.
