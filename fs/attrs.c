@@ -163,17 +163,15 @@ static void attr_fetch(fs_ctx_t *c)
         fs_ctx_fail(c, rc);
 }
 
-/* Replies with the attributes a handle sees: its writer's size, or the
- * size of the version it opened. */
+/* Replies with the attributes a handle sees: the size of what it reads
+ * (fs_fh_follows()): its writer's version in progress or the newest
+ * version known, else the version it opened. */
 static void attr_reply_fh(fuse_req_t req, fs_t *fs, fs_fh_t *fh)
 {
     fs_inode_t *in = fh->in;
-    fs_wstate_t *ws = in->ws;
     struct stat a;
-    fs_fill_attr(fs, in, &in->st, &a);
-    if (fh->writable && ws && ws->state == WS_READY)
-        a.st_size = (off_t)mc_writer_size(ws->w);
-    else if (fh->obj)
+    fs_fill_attr(fs, in, &in->st, &a); /* the writer's size, if one is open */
+    if (!fs_fh_follows(fs, fh) && fh->obj)
         a.st_size = (off_t)mc_obj_stat(fh->obj)->size;
     a.st_blocks = (a.st_size + 511) / 512;
     fuse_reply_attr(req, &a, fs_attr_timeout(fs, &in->st));

@@ -2,7 +2,9 @@
  * files.c - open files: create, open (O_TRUNC through the file's writer),
  * read, write, flush (publishes), release and fsync, and the handles
  * (fs_fh_t) they share. Writes go through the file's writer state
- * (writers.c); a handle reads the version it opened, or its writer.
+ * (writers.c). With the page cache (cache.c) reads the kernel's cache
+ * misses come from the content it holds; with --cache-mode direct a handle
+ * reads the version it opened, or, open for writing, its writer.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -50,7 +52,8 @@ static void fh_free(fs_t *fs, fs_fh_t *fh)
     if (fh->obj)
         mc_obj_close(fh->obj);
     fs_inode_t *in = fh->in;
-    in->opens--;
+    if (--in->opens == 0)
+        fs_cache_unpin(in); /* no reads without a handle */
     if (fh->writable && in->ws) {
         in->ws->handles--;
         fs_ws_settle(in->ws);
@@ -76,16 +79,21 @@ static void open_done(void *arg, int rc)
             fs_inode_forget(c->fs->it, in, 1);
         return fs_ctx_fail(c, rc);
     }
-    const mc_stat_t *st = mc_obj_stat(fh->obj);
-    in->st = *st;
+    c->st = *mc_obj_stat(fh->obj);
+    const mc_stat_t *st = &c->st;
     c->fi.fh = (uintptr_t)fh;
     fh->append = (c->fi.flags & O_APPEND) != 0;
-    /* The kernel keeps one page cache and one size per inode, and a
-     * writer's O_TRUNC and writes change them under every reader of that
-     * inode. So each handle does direct I/O: it reads exactly the version
-     * it opened, whatever another handle publishes meanwhile. */
-    c->fi.direct_io = 1;
-    in->version = st->version;
+    if (c->fs->direct_io) {
+        /* --cache-mode direct: the kernel keeps one page cache and one size per
+         * inode, and a writer's O_TRUNC and writes change them under every
+         * reader of that inode. So each handle does direct I/O: it reads
+         * exactly the version it opened, whatever is published meanwhile. */
+        c->fi.direct_io = 1;
+        in->version = st->version;
+    } else {
+        fs_cache_open(c->fs, in, fh, c->kind == 1, &c->fi);
+    }
+    in->st = *st;
     if (c->kind == 1) {
         struct fuse_entry_param e;
         fs_fill_entry(c->fs, in, &in->st, &e);
@@ -231,8 +239,7 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
         return;
     c->fi = *fi;
     c->mode = mode;
-    c->uid = fuse_req_ctx(req)->uid;
-    c->gid = fuse_req_ctx(req)->gid;
+    fs_new_owner(c, parent, 0);
     int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, create_looked_up, c);
     if (rc < 0)
         fs_ctx_fail(c, rc);
@@ -262,6 +269,30 @@ static void read_writer_done(void *arg, int rc)
     read_done(c, rc);
 }
 
+/* --cache-mode pages: what the cache lacks comes from the content it holds:
+ * the writer's version in progress, else the inode's cur. */
+static void read_cached(fs_ctx_t *c)
+{
+    fs_inode_t *in = c->fh->in;
+    fs_wstate_t *ws = in->ws;
+    int rc;
+    if (ws && ws->state == WS_READY) {
+        fs_ws_op_start(ws);
+        rc = mc_writer_read_async(ws->w, (uint64_t)c->off, c->data, c->size, read_writer_done, c);
+        if (rc < 0)
+            fs_ws_op_done(ws, 0);
+    } else if (in->cur) {
+        rc = mc_obj_read_async(in->cur, (uint64_t)c->off, c->data, c->size, read_done, c);
+    } else {
+        rc = fs_cache_wait(c->fs, in, &c->wait); /* after a publish by this very handle */
+        if (rc < 0)
+            fs_ctx_fail(c, rc);
+        return;
+    }
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
 static void read_run(fs_waiter_t *w, int err)
 {
     fs_ctx_t *c = (fs_ctx_t *)w;
@@ -270,14 +301,17 @@ static void read_run(fs_waiter_t *w, int err)
     int rc;
     if (err < 0)
         return fs_ctx_fail(c, err);
-    if (fh->writable && ws && ws->state == WS_READY) {
+    if (!c->fs->direct_io)
+        return read_cached(c);
+    int follow = fh->writable; /* a writable handle reads what it wrote */
+    if (follow && ws && ws->state == WS_READY) {
         fs_ws_op_start(ws);
         rc = mc_writer_read_async(ws->w, (uint64_t)c->off, c->data, c->size, read_writer_done, c);
         if (rc < 0)
             fs_ws_op_done(ws, 0);
-    } else if (fh->writable && fh->in->key && fh->in->version != mc_obj_stat(fh->obj)->version) {
+    } else if (follow && fh->in->key && fh->in->version != mc_obj_stat(fh->obj)->version) {
         rc = mc_get_async(c->fs->store, fh->in->key, fh->in->klen, (uint64_t)c->off, c->data,
-                          c->size, NULL, read_done, c); /* our own newer version */
+                          c->size, NULL, read_done, c); /* a newer version than the handle's */
     } else {
         rc = mc_obj_read_async(fh->obj, (uint64_t)c->off, c->data, c->size, read_done, c);
     }
@@ -299,7 +333,7 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct f
         return fs_ctx_fail(c, -ENOMEM);
     c->wait.run = read_run;
     c->wait.need_writer = 0;
-    if (fh->writable && fh->in->ws)
+    if (fs_fh_follows(c->fs, fh) && fh->in->ws)
         fs_ws_when_idle(fh->in->ws, &c->wait);
     else
         read_run(&c->wait, 0);
@@ -352,30 +386,40 @@ static void write_run(fs_waiter_t *w, int err)
         write_done(c, rc);
 }
 
+fs_ctx_t *fs_write_ctx(fuse_req_t req, fs_fh_t *fh)
+{
+    if (!fh->writable || !fh->in->ws) {
+        reply_err(req, -EBADF);
+        return NULL;
+    }
+    if (fh->err) {
+        reply_err(req, fh->err);
+        return NULL;
+    }
+    fs_ctx_t *c = fs_ctx_new(req, fh->in);
+    if (!c)
+        return NULL;
+    fs_ws_add_owner(fh->in->ws, req);
+    c->fh = fh;
+    c->wait.need_writer = 1;
+    return c;
+}
+
 void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                  struct fuse_file_info *fi)
 {
-    fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
-    fs_t *fs = fs_of(req);
-    if (!fh->writable || !fh->in->ws)
-        return reply_err(req, -EBADF);
-    if (fh->err)
-        return reply_err(req, fh->err);
-    fs_ctx_t *c = fs_ctx_new(req, fh->in);
+    fs_ctx_t *c = fs_write_ctx(req, (fs_fh_t *)(uintptr_t)fi->fh);
     if (!c)
         return;
     /* The data lives in the request buffer: keep it until the write is
      * done instead of copying it. */
-    c->data = fs_take_request_buffer(fs);
-    fs_ws_add_owner(fh->in->ws, req);
+    c->data = fs_take_request_buffer(c->fs);
     c->uid = fuse_req_ctx(req)->uid;
     c->wbuf = buf;
     c->size = size;
     c->off = off;
-    c->fh = fh;
-    c->wait.need_writer = 1;
     c->wait.run = write_run;
-    fs_ws_need(fh->in->ws, &c->wait);
+    fs_ws_need(c->in->ws, &c->wait);
 }
 
 static void flush_committed(fs_waiter_t *w, int err)

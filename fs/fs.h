@@ -22,6 +22,7 @@ typedef struct fs {
     fs_itable_t *it;
     struct fuse_session *se;
     double timeout;    /* entry and attribute cache time, seconds */
+    int direct_io;     /* --cache direct: no page cache for file content */
     uint32_t replicas; /* replicas of each file written */
     uid_t uid;
     gid_t gid;

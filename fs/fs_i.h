@@ -39,6 +39,15 @@ typedef struct fs_fh {
     struct fs_fh *prev, *next;
 } fs_fh_t;
 
+/* Whether handle fh reads the file's current content in this mount (the
+ * version in progress of its writer, else the newest version this mount
+ * knows) rather than the version it opened: every handle with the page
+ * cache (--cache-mode pages), a writable one with direct I/O. */
+static inline int fs_fh_follows(const fs_t *fs, const fs_fh_t *fh)
+{
+    return fh->writable || !fs->direct_io;
+}
+
 /* An open directory (dirs.c). */
 typedef struct fs_dh fs_dh_t;
 
@@ -113,6 +122,11 @@ int fs_child_key(fs_ctx_t *c, fuse_ino_t parent, const char *name, char *key, si
  * c->uid / c->gid. */
 void fs_new_object_opts(const fs_ctx_t *c, mc_put_opts_t *po);
 
+/* Sets the owner of an object c's request creates under directory parent
+ * (a directory if is_dir): the requester, with the group of a set-group-ID parent
+ * (which a new directory inherits with the bit). */
+void fs_new_owner(fs_ctx_t *c, fuse_ino_t parent, int is_dir);
+
 /* The wall clock, in nanoseconds since the epoch. */
 int64_t fs_now_ns(void);
 
@@ -185,5 +199,37 @@ void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, o
 void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+/* ---- files.c ---- */
+
+/* A context for a request that changes the version in progress through
+ * handle fh (write, fallocate): the handle must be open for writing and not
+ * failed (else it replies EBADF or the failure and returns NULL). The
+ * requester may publish at close (fs_ws_add_owner()); c->fh is fh and
+ * c->wait needs the writer. */
+fs_ctx_t *fs_write_ctx(fuse_req_t req, fs_fh_t *fh);
+
+/* ---- cache.c (--cache-mode pages) ---- */
+
+/* Finishes the open of handle fh (its version open in fh->obj; created: by
+ * this create) on file in: tells the kernel (fi) to keep or drop the pages
+ * and size it has, and moves the version to the inode (in->cur) or closes
+ * it: fh->obj is NULL after. */
+void fs_cache_open(fs_t *fs, fs_inode_t *in, fs_fh_t *fh, int created, struct fuse_file_info *fi);
+
+/* A version of in was published from this mount (its writes are what the
+ * page cache holds). */
+void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version);
+
+/* The last handle of in closed: lets go of its version. */
+void fs_cache_unpin(fs_inode_t *in);
+
+/* Runs w (a read that missed the cache) once in->cur is open, opening it;
+ * or returns -errno when it cannot be opened (the file was unlinked). */
+int fs_cache_wait(fs_t *fs, fs_inode_t *in, fs_waiter_t *w);
+
+/* ---- fallocate.c ---- */
+
+void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+                     struct fuse_file_info *fi);
 
 #endif /* FS_FS_I_H */

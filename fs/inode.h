@@ -16,6 +16,7 @@
 #include "mooncake/mooncake.h"
 
 struct fs_wstate;
+struct fs_waiter;
 
 typedef struct fs_inode {
     uint64_t ino;
@@ -23,10 +24,17 @@ typedef struct fs_inode {
     size_t klen;
     int is_dir;
     uint64_t nlookup;
-    uint64_t version;     /* version the page cache holds (0: none) */
-    mc_stat_t st;         /* last known metadata */
-    struct fs_wstate *ws; /* the shared writer of this file, if any */
-    int opens;            /* open file handles */
+    uint64_t version;           /* version the page cache holds (0: none, or unknown);
+                                   with --cache-mode direct, the newest version an
+                                   open found or a writer published */
+    mc_obj_t *cur;              /* --cache-mode pages, while the file is open: that
+                                   version, which reads the cache misses come from
+                                   (NULL: not open yet) */
+    int cur_opening;            /* cur is being opened */
+    struct fs_waiter *cur_wait; /* reads waiting for it */
+    mc_stat_t st;               /* last known metadata */
+    struct fs_wstate *ws;       /* the shared writer of this file, if any */
+    int opens;                  /* open file handles */
     struct fs_inode *by_ino_next, *by_key_next;
 } fs_inode_t;
 

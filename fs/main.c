@@ -40,6 +40,7 @@ struct options {
     char *protocol;
     char *rdma_devices;
     char *metrics;
+    char *cache;
     int no_shm;
     int help;
     int version;
@@ -65,6 +66,7 @@ static const struct fuse_opt option_spec[] = {
     OPT_ARG("auth-secret-file", secret_file),
     OPT_ARG("timeout-ms", net_timeout),
     OPT_ARG("cache-timeout", timeout),
+    OPT_ARG("cache-mode", cache),
     OPT("--no-shm", no_shm),
     OPT("no-shm", no_shm),
     OPT_ARG("protocol", protocol),
@@ -117,6 +119,10 @@ static void usage(const char *prog)
            "                          ADDR: PORT (on 127.0.0.1) or HOST:PORT (default:\n"
            "                          none)\n"
            "    --cache-timeout SEC   kernel entry/attribute cache time (default 1)\n"
+           "    --cache-mode MODE     file content: 'pages' (default) through the kernel's\n"
+           "                          page cache (mmap works; a mount sees one content per\n"
+           "                          file), or 'direct': direct I/O, each open reads the\n"
+           "                          version it opened (no shared mmap)\n"
            "    -f                    stay in the foreground\n"
            "    -d                    debug: foreground, log every FUSE request\n"
            "    -o OPT[,OPT...]       FUSE mount options (see mount.fuse3(8))\n"
@@ -378,6 +384,14 @@ static int apply_options(const struct options *o, mc_store_opts_t *so, fs_t *fs)
             return -1;
         }
     }
+    fs->direct_io = 0;
+    if (o->cache) {
+        if (strcmp(o->cache, "pages") && strcmp(o->cache, "direct")) {
+            fprintf(stderr, "mooncake-fs: error: --cache-mode takes pages or direct\n");
+            return -1;
+        }
+        fs->direct_io = !strcmp(o->cache, "direct");
+    }
     so->master = o->master;
     so->secret_file = o->secret_file;
     so->no_shm = o->no_shm;
@@ -515,6 +529,7 @@ static void free_options(struct options *o)
     free(o->evict_high);
     free(o->evict_ratio);
     free(o->timeout);
+    free(o->cache);
     free(o->listen);
     free(o->net_timeout);
     free(o->replicas);

@@ -90,8 +90,7 @@ static void make_empty(fuse_req_t req, fuse_ino_t parent, const char *name, mode
     c->mode = mode;
     c->attr.st_rdev = rdev;
     c->kind = is_dir;
-    c->uid = fuse_req_ctx(req)->uid;
-    c->gid = fuse_req_ctx(req)->gid;
+    fs_new_owner(c, parent, is_dir);
     int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, empty_looked_up, c);
     if (rc < 0)
         fs_ctx_fail(c, rc);

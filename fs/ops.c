@@ -43,6 +43,7 @@ const struct fuse_lowlevel_ops fs_ops = {
     .flush = fs_op_flush,
     .release = fs_op_release,
     .fsync = fs_op_fsync,
+    .fallocate = fs_op_fallocate,
     .opendir = fs_op_opendir,
     .readdir = fs_op_readdir,
     .readdirplus = fs_op_readdirplus,

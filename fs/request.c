@@ -58,6 +58,22 @@ void fs_new_object_opts(const fs_ctx_t *c, mc_put_opts_t *po)
                           .replica_num = c->fs->replicas};
 }
 
+void fs_new_owner(fs_ctx_t *c, fuse_ino_t parent, int is_dir)
+{
+    const struct fuse_ctx *ctx = fuse_req_ctx(c->req);
+    c->uid = ctx->uid;
+    c->gid = ctx->gid;
+    /* In a set-group-ID directory, what is made takes the directory's
+     * group, and a directory the set-group-ID bit too (as on Linux). */
+    const fs_inode_t *p = fs_inode_get(c->fs->it, parent);
+    const mc_stat_t *st = p ? &p->st : NULL;
+    if (st && st->version && (st->mode & S_ISGID) && st->gid != MC_OWNER_NONE) {
+        c->gid = (gid_t)st->gid;
+        if (is_dir)
+            c->mode |= S_ISGID;
+    }
+}
+
 int64_t fs_now_ns(void)
 {
     struct timespec ts;

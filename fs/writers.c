@@ -214,6 +214,9 @@ void fs_ws_need(fs_wstate_t *ws, fs_waiter_t *w)
  * the file fails its later writes and its flushes with rc. */
 void fs_ws_poison(fs_wstate_t *ws, int rc)
 {
+    /* The page cache may hold what the failed writes put there: the next
+     * open drops it (cache_open() in files.c). */
+    ws->in->version = 0;
     for (fs_fh_t *fh = ws->fs->fhs; fh; fh = fh->next)
         if (fh->writable && fh->in == ws->in && !fh->err)
             fh->err = rc;
@@ -235,8 +238,10 @@ static void ws_finish(fs_wstate_t *ws, int rc, int published)
     ws->dirty = 0;
     if (rc < 0)
         fs_ws_poison(ws, rc); /* what the writers wrote is lost */
-    if (published)
-        ws->in->st = ws->st; /* written with direct I/O: not in the page cache */
+    if (published) {
+        ws->in->st = ws->st;
+        fs_cache_published(ws->fs, ws->in, ws->st.version);
+    }
     fs_waiter_t *c = ws->committers;
     ws->committers = NULL;
     while (c) {

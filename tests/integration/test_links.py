@@ -263,3 +263,61 @@ def test_rsync_ah_round_trip(mnt, tmp_path):
     run("rsync", "-aH", mnt.p("r") + "/", str(back) + "/")
     assert run("rsync", "-naHi", mnt.p("r") + "/", str(back) + "/") == ""
     assert os.stat(back / "small").st_ino == os.stat(back / "hard-small").st_ino
+
+
+def add_owners_and_xattrs(root):
+    """Gives make_tree()'s tree what an archive of a shared tree holds too:
+    another owner and extended attributes. False when root's file system
+    keeps no user.* attributes (then there is nothing to compare with)."""
+    try:
+        os.setxattr(os.path.join(root, "small"), "user.note", b"kept")
+    except OSError as e:
+        if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            return False
+        raise
+    os.setxattr(os.path.join(root, "sub"), "user.dir", b"d" * 300)
+    os.setxattr(os.path.join(root, "sub", "file"), "user.big", os.urandom(3000))
+    os.chown(os.path.join(root, "sub", "file"), 65534, 65534)
+    return True
+
+
+def xattrs_of(root):
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            if os.path.islink(p) or stat.S_ISFIFO(os.lstat(p).st_mode):
+                continue
+            out[os.path.relpath(p, root)] = {k: os.getxattr(p, k) for k in os.listxattr(p)}
+    return out
+
+
+@pytest.mark.skipif(not shutil.which("rsync"), reason="needs rsync")
+def test_tar_rsync_and_cp_keep_everything(mnt, tmp_path):
+    """The whole tree (hard links, symlinks, a FIFO, owners, times, modes
+    and user.* attributes) through `tar --xattrs -xpf`, `rsync -aHAX` and
+    `cp -a`, into the mount and back out, with nothing lost on the way."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to give files another owner")
+    src = str(tmp_path / "src")
+    make_tree(src)
+    if not add_owners_and_xattrs(src):
+        pytest.skip(f"{tmp_path} keeps no user.* attributes to compare with")
+    want = xattrs_of(src)
+    archive = tmp_path / "t.tar"
+    xattr_opts = ["--xattrs", "--xattrs-include=user.*"]
+    run("tar", *xattr_opts, "-C", src, "-cf", str(archive), ".")
+    os.mkdir(mnt.p("t"))
+    run("tar", *xattr_opts, "-C", mnt.p("t"), "-xpf", str(archive))
+    assert run("tar", "-C", mnt.p("t"), "-df", str(archive)) == ""  # content, owners, modes, times
+    assert xattrs_of(mnt.p("t")) == want
+    assert os.stat(mnt.p("t/sub/file")).st_uid == 65534
+    run("rsync", "-aHAX", src + "/", mnt.p("r") + "/")
+    assert run("rsync", "-naHAXi", src + "/", mnt.p("r") + "/") == ""
+    run("cp", "-a", mnt.p("r"), mnt.p("c"))  # within the mount
+    assert run("rsync", "-naHAXi", src + "/", mnt.p("c") + "/") == ""
+    assert xattrs_of(mnt.p("c")) == want
+    back = str(tmp_path / "back")
+    run("rsync", "-aHAX", mnt.p("c") + "/", back + "/")
+    assert run("rsync", "-naHAXi", src + "/", back + "/") == ""
+    assert xattrs_of(back) == want

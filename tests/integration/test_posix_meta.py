@@ -356,3 +356,32 @@ def test_pwrite_past_store_is_enospc_not_efbig(shared_mount, users):
                 os.close(fd)  # the failed version: its close reports it
             assert e.value.errno == errno.ENOSPC
         assert os.stat(m.p(name)).st_size == 0
+
+
+def test_set_group_id_directory_passes_its_group_on(shared_mount, users):
+    """In a set-group-ID directory, what a user makes takes the directory's
+    group (not the user's), and a directory made there the bit too."""
+    m = shared_mount()
+    uid, gid = users["mc10a"]
+    _, other_gid = users["mc10b"]
+    d = m.p("team")
+    os.mkdir(d)
+    os.chown(d, 0, other_gid)
+    os.chmod(d, 0o2777)
+    out = as_user("mc10a", """
+with open(os.path.join(d, "f"), "w") as f:
+    f.write("x")
+os.mkdir(os.path.join(d, "sub"), 0o755)
+os.symlink("f", os.path.join(d, "l"))
+st, sd, sl = (os.lstat(os.path.join(d, n)) for n in ("f", "sub", "l"))
+out = [st.st_uid, st.st_gid, sd.st_gid, sd.st_mode & 0o7777, sl.st_gid]
+""", d=d)
+    assert out == [uid, other_gid, other_gid, 0o2755, other_gid]
+    # Without the bit, the creator's own group.
+    os.chmod(d, 0o777)
+    out = as_user("mc10a", """
+with open(os.path.join(d, "g"), "w") as f:
+    f.write("x")
+out = os.stat(os.path.join(d, "g")).st_gid
+""", d=d)
+    assert out == gid

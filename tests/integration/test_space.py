@@ -3,6 +3,7 @@ files stay intact; with eviction enabled, least recently used files go.
 Each test runs in both modes: the segment in the mount's own (embedded)
 store, and a node's segment behind a master the mount is a client of."""
 
+import ctypes
 import errno
 import os
 import subprocess
@@ -137,6 +138,9 @@ def test_failed_write_poisons_every_writer_of_the_file(store_mount):
             with pytest.raises(OSError) as e:
                 os.write(fd, b"late")
             assert e.value.errno == errno.ENOSPC
+        # Nothing of the failed version shows, not even from the kernel's
+        # page cache, which held what the writes had put there.
+        assert open(m.p("f"), "rb").read() == old
         # A descriptor opened after the failure writes a version of its own.
         c = os.open(m.p("f"), os.O_WRONLY | os.O_TRUNC)
         fds.append(c)
@@ -145,7 +149,7 @@ def test_failed_write_poisons_every_writer_of_the_file(store_mount):
             with pytest.raises(OSError) as e:
                 os.close(fd)
             assert e.value.errno == errno.ENOSPC
-        assert open(m.p("f"), "rb").read() == old
+        assert cli(m.store_addr, "get", "f").stdout == old  # c's version is not published yet
         os.write(c, b"fresh")
         fds.remove(c)
         os.close(c)
@@ -174,3 +178,49 @@ def test_eviction_removes_least_recently_used(store_mount):
     for name in present:
         i = int(name[1:])
         assert open(m.p(name), "rb").read() == bytes([i]) * MiB
+
+
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_COLLAPSE_RANGE, FALLOC_FL_ZERO_RANGE = 1, 2, 8, 16
+
+
+def fallocate(fd, mode, off, length):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    if libc.fallocate(fd, mode, off, length) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def test_fallocate_modes(store_mount):
+    """fallocate(2): the default mode grows the file (taking the space, or
+    failing with ENOSPC), FALLOC_FL_KEEP_SIZE changes nothing, PUNCH_HOLE and
+    ZERO_RANGE clear the range; other modes are EOPNOTSUPP. What it does is
+    part of the version in progress, published at close like a write, and a
+    failure fails that version like a failed write."""
+    m = store_mount("64M")
+    p = m.p("f")
+    with open(p, "wb") as f:
+        f.write(b"x" * 10000)
+    fd = os.open(p, os.O_RDWR)
+    os.posix_fallocate(fd, 0, 20000)  # the default mode, through libc
+    assert os.fstat(fd).st_size == 20000
+    assert os.pread(fd, 20000, 0) == b"x" * 10000 + bytes(10000)
+    fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 1 << 20)
+    assert os.fstat(fd).st_size == 20000
+    fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 50)
+    fallocate(fd, FALLOC_FL_ZERO_RANGE, 19990, 20)  # and grows by 10
+    with pytest.raises(OSError) as e:
+        fallocate(fd, FALLOC_FL_COLLAPSE_RANGE, 0, 4096)
+    assert e.value.errno == errno.EOPNOTSUPP
+    os.close(fd)
+    want = b"x" * 100 + bytes(50) + b"x" * 9850 + bytes(10010)
+    assert open(p, "rb").read() == want
+    assert cli(m.store_addr, "get", "f").stdout == want
+    fd = os.open(p, os.O_RDWR)
+    with pytest.raises(OSError) as e:
+        os.posix_fallocate(fd, 0, 1 << 30)  # more than the store holds
+    assert e.value.errno == errno.ENOSPC
+    with pytest.raises(OSError) as e:
+        os.close(fd)
+    assert e.value.errno == errno.ENOSPC
+    assert open(p, "rb").read() == want  # nothing of the failed version

@@ -55,6 +55,16 @@ def put_ttl_option(binary):
     return [], PUT_TTL_MS_DEFAULT
 
 
+def cache_mode_option():
+    """mooncake-fs options for the cache mode the model checks: --cache-mode
+    direct (each open reads the version it opened, what model.py knows), on
+    binaries that have the option. The default mode (the page cache: one
+    content per file in a mount, writes in progress shown to readers on the
+    same mount) is checked by tests/integration/test_page_cache.py and
+    test_concurrency.py, not by the model."""
+    return ["--cache-mode", "direct"] if "--cache-mode" in _help(harness.DAEMON) else []
+
+
 # A process that died like this crashed (as opposed to exiting with an error).
 CRASH = re.compile(r"AddressSanitizer|LeakSanitizer|runtime error|Segmentation|Assertion|"
                    r"abort|double free|corrupted", re.I)
@@ -154,7 +164,7 @@ class Embedded(World):
             self.mount = self.group.mount("--segment-size", str(self.segment), "--listen",
                                           self.addr, "--timeout-ms", str(TIMEOUT_MS),
                                           "--cache-timeout", "0", "--lease-ms", str(LEASE_MS),
-                                          *self.put_ttl_args)
+                                          *cache_mode_option(), *self.put_ttl_args)
             self.open_store(self.addr)
         except BaseException:
             self.close(False)
@@ -176,7 +186,7 @@ class Cluster(World):
                 self.add_node()
             self.mount = self.group.mount("--master", self.master.addr, "--replicas", "2",
                                           "--segment-size", "0", "--timeout-ms", str(TIMEOUT_MS),
-                                          "--cache-timeout", "0")
+                                          "--cache-timeout", "0", *cache_mode_option())
             self.open_store(self.master.addr)
         except BaseException:
             self.close(False)

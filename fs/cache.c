@@ -1,0 +1,135 @@
+/*
+ * cache.c - the kernel's page cache under --cache-mode pages (the default):
+ * which version of a file it holds (in->version), the open version reads
+ * that miss it come from (in->cur), and what an open tells the kernel to
+ * keep or drop. docs/SEMANTICS.md ("Consistency") has the rules this gives.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "fs.h"
+#include "fs_i.h"
+#include "inode.h"
+#include "writers.h"
+
+/*
+ * --cache-mode pages (the default): the kernel keeps one page cache per inode,
+ * and it holds the content this mount shows for the file: the version in
+ * progress while the file has a writer here (writes go through the cache,
+ * and reads that miss it read the writer), else the newest version an open
+ * here found or published (in->version; 0 when unknown, as after a failed
+ * version). An open that finds another version drops the cached pages (no
+ * keep_cache: the kernel invalidates them in the opener's open()) and the
+ * kernel's attributes, so that the size is asked for again; only the
+ * attributes are invalidated by a notification: invalidating pages from
+ * the loop could wait on a page locked by a read queued behind it.
+ */
+static void cache_keep_or_drop(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, int created,
+                               struct fuse_file_info *fi)
+{
+    fi->direct_io = 0;
+    fi->keep_cache = 1;
+    if (st->version == in->version || (in->ws && in->ws->state != WS_NONE))
+        return; /* the cache holds this version, or the writer's */
+    fi->keep_cache = 0;
+    if (!created) /* the size the kernel knows may be another version's */
+        fuse_lowlevel_notify_inval_inode(fs->se, in->ino, -1, 0);
+    in->version = st->version;
+}
+
+/* Makes o (or NULL) the version the reads of in that miss the page cache
+ * come from, closing the one before. */
+static void cur_set(fs_inode_t *in, mc_obj_t *o)
+{
+    if (in->cur)
+        mc_obj_close(in->cur);
+    in->cur = o;
+}
+
+typedef struct cur_open {
+    fs_t *fs;
+    fs_inode_t *in;
+    mc_obj_t *obj;
+} cur_open_t;
+
+static void cur_opened(void *arg, int rc)
+{
+    cur_open_t *o = arg;
+    fs_inode_t *in = o->in;
+    in->cur_opening = 0;
+    in->opens--; /* cur_open()'s hold */
+    if (rc == 0 && (!in->opens || (in->cur && mc_obj_stat(in->cur)->version == in->version))) {
+        mc_obj_close(o->obj); /* nobody reads, or an open set it meanwhile */
+    } else if (rc == 0) {
+        if (mc_obj_stat(o->obj)->version != in->version)
+            in->version = 0; /* published again since: the next open drops the cache */
+        cur_set(in, o->obj);
+    }
+    fs_waiter_t *w = in->cur_wait;
+    in->cur_wait = NULL;
+    while (w) {
+        fs_waiter_t *next = w->next;
+        w->run(w, rc < 0 ? rc : 0);
+        w = next;
+    }
+    fs_inode_maybe_free(o->fs->it, in);
+    free(o);
+}
+
+/* Opens the current version of in as its cur (cur_opening while it runs). */
+static void cur_open(fs_t *fs, fs_inode_t *in)
+{
+    cur_open_t *o = malloc(sizeof(*o));
+    if (!o || !in->key || in->cur_opening) {
+        free(o);
+        return;
+    }
+    o->fs = fs;
+    o->in = in;
+    in->cur_opening = 1;
+    in->opens++; /* keeps the inode until the open ends */
+    int rc = mc_obj_open_async(fs->store, in->key, in->klen, &o->obj, cur_opened, o);
+    if (rc < 0)
+        cur_opened(o, rc);
+}
+
+void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version)
+{
+    in->version = version;
+    if (fs->direct_io)
+        return;
+    cur_set(in, NULL);
+    /* Another handle may read what the cache lacks: open the version now,
+     * while its key is sure to name it. The publisher's own handle opens
+     * it when it needs it (usually it is released first). */
+    if (in->opens > 1)
+        cur_open(fs, in);
+}
+
+void fs_cache_open(fs_t *fs, fs_inode_t *in, fs_fh_t *fh, int created, struct fuse_file_info *fi)
+{
+    cache_keep_or_drop(fs, in, mc_obj_stat(fh->obj), created, fi);
+    /* The handle's version becomes the inode's cur when it is the one the
+     * page cache holds; the handle keeps none of its own. */
+    uint64_t v = mc_obj_stat(fh->obj)->version;
+    if (v == in->version && (!in->cur || mc_obj_stat(in->cur)->version != v))
+        cur_set(in, fh->obj);
+    else
+        mc_obj_close(fh->obj); /* cur has it, or the cache holds a writer's */
+    fh->obj = NULL;
+}
+
+void fs_cache_unpin(fs_inode_t *in)
+{
+    cur_set(in, NULL);
+}
+
+int fs_cache_wait(fs_t *fs, fs_inode_t *in, fs_waiter_t *w)
+{
+    cur_open(fs, in);
+    if (!in->cur_opening)
+        return in->key ? -ENOMEM : -EIO; /* unlinked since it published */
+    w->next = in->cur_wait;
+    in->cur_wait = w;
+    return 0;
+}

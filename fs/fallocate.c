@@ -1,0 +1,105 @@
+/*
+ * fallocate.c - fallocate(2) on a file open for writing: the default mode,
+ * FALLOC_FL_KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE, on the version in
+ * progress of the file's writer (writers.h), as a write would.
+ */
+#include <errno.h>
+#include <linux/falloc.h>
+#include <stdint.h>
+
+#include "fs.h"
+#include "fs_i.h"
+#include "writers.h"
+
+/* The zeros a range is cleared with, a piece at a time. */
+static const char zeros[64 << 10];
+
+static void falloc_step(void *arg, int rc);
+
+/* Clears [c->off, c->off + c->size) of the version in progress, then grows
+ * it to c->attr.st_size (0: no growth); one writer operation at a time. */
+static void falloc_next(fs_ctx_t *c)
+{
+    fs_wstate_t *ws = c->in->ws;
+    int rc;
+    if (c->size) {
+        size_t n = c->size < sizeof(zeros) ? c->size : sizeof(zeros);
+        c->stage = (int)n;
+        rc = mc_writer_write_async(ws->w, (uint64_t)c->off, zeros, n, falloc_step, c);
+    } else if ((uint64_t)c->attr.st_size > mc_writer_size(ws->w)) {
+        c->stage = 0;
+        rc = mc_writer_truncate_async(ws->w, (uint64_t)c->attr.st_size, falloc_step, c);
+        c->attr.st_size = 0;
+    } else {
+        fs_ws_op_done(ws, 0);
+        return fs_ctx_fail(c, 0);
+    }
+    if (rc < 0)
+        falloc_step(c, rc);
+}
+
+static void falloc_step(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0) {
+        fs_ws_op_done(c->in->ws, rc); /* fails the version, as a write does */
+        return fs_ctx_fail(c, rc);
+    }
+    c->off += c->stage;
+    c->size -= (size_t)c->stage;
+    falloc_next(c);
+}
+
+static void falloc_run(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    fs_wstate_t *ws = c->in->ws;
+    if (err < 0)
+        fs_ws_poison(ws, err);
+    if (c->fh->err)
+        return fs_ctx_fail(c, c->fh->err);
+    uint64_t size = mc_writer_size(ws->w);
+    uint64_t end = (uint64_t)c->off + c->size;
+    /* Only the part inside the file needs clearing: past its end it reads
+     * as zeros already. */
+    c->size = (uint64_t)c->off >= size ? 0 : (size_t)((end < size ? end : size) - (uint64_t)c->off);
+    if (!(c->mode & FALLOC_FL_KEEP_SIZE) && end > size)
+        c->attr.st_size = (off_t)end;
+    if (!c->size && !c->attr.st_size)
+        return fs_ctx_fail(c, 0); /* nothing changes */
+    ws->dirty = 1;
+    fs_ws_op_start(ws);
+    falloc_next(c);
+}
+
+/*
+ * fallocate(2) on a handle open for writing, in the version in progress.
+ * Every byte of a file takes space in a segment (files are not sparse), so
+ * the default mode only has to grow the file (which takes the space, or
+ * fails with ENOSPC); with FALLOC_FL_KEEP_SIZE it changes nothing (space
+ * past the end is not reserved ahead). PUNCH_HOLE and ZERO_RANGE write
+ * zeros over the range inside the file (the space stays taken). Other
+ * modes: EOPNOTSUPP.
+ */
+void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+                     struct fuse_file_info *fi)
+{
+    fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
+    int known = FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE;
+    if (mode & ~known || ((mode & FALLOC_FL_PUNCH_HOLE) && (mode & FALLOC_FL_ZERO_RANGE)))
+        return reply_err(req, -EOPNOTSUPP);
+    if (off < 0 || len <= 0)
+        return reply_err(req, -EINVAL);
+    if (len > INT64_MAX - off)
+        return reply_err(req, -EFBIG);
+    fs_ctx_t *c = fs_write_ctx(req, fh);
+    if (!c)
+        return;
+    c->mode = (mode_t)mode;
+    c->off = off;
+    c->size = (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) ? (size_t)len : 0;
+    if (!c->size) /* the default mode clears nothing: only the end matters */
+        c->off = off + len;
+    c->wait.run = falloc_run;
+    fs_ws_need(fh->in->ws, &c->wait);
+}

@@ -1,0 +1,188 @@
+"""mmap and the page cache (issue 10, point 5): with --cache-mode pages (the
+default) file content goes through the kernel's page cache, so shared
+mappings work, read-only and writable; re-reads of a file are served by the
+kernel; an open that finds a version published by another client drops what
+the cache held, size included. --cache-mode direct keeps direct I/O: each open
+reads the version it opened, and shared mappings fail with ENODEV.
+"""
+
+import errno
+import mmap
+import multiprocessing
+import os
+import sqlite3
+import subprocess
+import time
+
+import pytest
+
+from harness import DAEMON, cli, free_port
+from test_metrics import scrape
+
+PAGE = mmap.PAGESIZE
+
+
+def other_client_get(m, key):
+    """The bytes of key as another client of the store (mooncake-cli) reads
+    them: the published version."""
+    r = cli(m.store_addr, "get", key)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def other_client_put(m, key, data):
+    r = cli(m.store_addr, "put", key, input=data)
+    assert r.returncode == 0, r.stderr
+
+
+def test_shared_writable_mapping_is_published_at_close(store_mount):
+    m = store_mount("64M")
+    data = bytearray(os.urandom(3 * PAGE + 100))
+    with open(m.p("f"), "wb") as f:
+        f.write(data)
+    fd = os.open(m.p("f"), os.O_RDWR)
+    mm = mmap.mmap(fd, len(data), mmap.MAP_SHARED)
+    mm[PAGE:PAGE + 5] = b"HELLO"
+    mm[len(data) - 3:] = b"END"
+    mm.flush()  # msync(MS_SYNC)
+    data[PAGE:PAGE + 5] = b"HELLO"
+    data[len(data) - 3:] = b"END"
+    # A reader on this mount sees the mapping's writes at once.
+    with open(m.p("f"), "rb") as r:
+        assert r.read() == data
+    mm.close()
+    os.close(fd)
+    assert other_client_get(m, "f") == bytes(data)
+    with open(m.p("f"), "rb") as r:
+        assert r.read() == data
+
+
+def test_a_new_file_grown_by_ftruncate_and_written_through_a_mapping(store_mount):
+    m = store_mount("64M")
+    fd = os.open(m.p("g"), os.O_RDWR | os.O_CREAT, 0o644)
+    os.ftruncate(fd, 2 * PAGE)
+    mm = mmap.mmap(fd, 2 * PAGE, mmap.MAP_SHARED)
+    os.close(fd)  # the mapping keeps the file open
+    mm[:4] = b"head"
+    mm[2 * PAGE - 4:] = b"tail"
+    mm.close()  # munmap writes the dirty pages back; the last release publishes
+    want = b"head" + bytes(2 * PAGE - 8) + b"tail"
+    deadline = time.monotonic() + 10
+    while other_client_get(m, "g") != want:  # the release reaches the daemon after munmap
+        assert time.monotonic() < deadline, "the mapping's writes were never published"
+        time.sleep(0.05)
+    assert os.path.getsize(m.p("g")) == 2 * PAGE
+
+
+def test_shared_read_only_mapping(store_mount):
+    m = store_mount("64M")
+    other_client_put(m, "r", b"0123456789" * 1000)
+    with open(m.p("r"), "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ)
+        assert mm[:] == b"0123456789" * 1000
+        assert mm.find(b"89012") == 8
+        mm.close()
+
+
+def fuse_reads(port):
+    return scrape(port).get(("mooncake_fuse_requests_total", 'opcode="READ"'), 0)
+
+
+def test_rereads_come_from_the_page_cache_and_a_new_version_drops_it(cluster):
+    port = free_port()
+    m = cluster.mount("--segment-size", "64M", "--metrics", str(port), "--cache-timeout", "60")
+    m.store_addr = m.served_addr()
+    v1 = os.urandom(1 << 20)
+    other_client_put(m, "f", v1)
+    with open(m.p("f"), "rb") as f:
+        assert f.read() == v1
+    before = fuse_reads(port)
+    for _ in range(3):
+        with open(m.p("f"), "rb") as f:
+            assert f.read() == v1
+    assert fuse_reads(port) == before, "re-reads of an unchanged file reached the daemon"
+    # Another client publishes a longer, then a shorter version. The kernel
+    # keeps names and attributes for 60 s here, yet each open reads the new
+    # version whole: the open drops the cached pages and the stale size.
+    v2 = os.urandom(3 << 20)
+    other_client_put(m, "f", v2)
+    with open(m.p("f"), "rb") as f:
+        assert f.read() == v2
+    v3 = b"short"
+    other_client_put(m, "f", v3)
+    with open(m.p("f"), "rb") as f:
+        assert f.read() == v3
+    assert os.stat(m.p("f")).st_size == len(v3)
+
+
+def test_a_reader_on_the_mount_sees_its_writes_at_once(store_mount):
+    m = store_mount("64M")
+    with open(m.p("f"), "wb") as f:
+        f.write(b"old content")
+    r = open(m.p("f"), "rb")
+    w = open(m.p("f"), "r+b", buffering=0)
+    w.write(b"NEW")
+    assert os.pread(r.fileno(), 100, 0) == b"NEW content"  # one file in one mount, as POSIX
+    assert other_client_get(m, "f") == b"old content"  # published at close
+    w.close()
+    assert other_client_get(m, "f") == b"NEW content"
+    r.close()
+
+
+def test_direct_mode_pins_versions_and_refuses_shared_mappings(store_mount):
+    m = store_mount("64M", "--cache-mode", "direct")
+    with open(m.p("f"), "wb") as f:
+        f.write(b"old content")
+    r = open(m.p("f"), "rb", buffering=0)
+    with open(m.p("f"), "r+b") as w:
+        w.write(b"NEW")
+        assert os.pread(r.fileno(), 100, 0) == b"old content"
+    assert os.pread(r.fileno(), 100, 0) == b"old content"  # the version it opened
+    with pytest.raises(OSError) as e:
+        mmap.mmap(r.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ)
+    assert e.value.errno == errno.ENODEV
+    mm = mmap.mmap(r.fileno(), 0, mmap.MAP_PRIVATE, mmap.PROT_READ)
+    assert mm[:] == b"old content"
+    mm.close()
+    r.close()
+    with open(m.p("f"), "rb") as f:
+        assert f.read() == b"NEW content"
+
+
+def test_a_bad_cache_mode_is_refused(tmp_path):
+    r = subprocess.run([DAEMON, "-f", "--cache-mode", "sometimes", str(tmp_path)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert "--cache-mode takes pages or direct" in r.stderr
+
+
+def sqlite_writer(path, who, n):
+    db = sqlite3.connect(path, timeout=60)
+    for i in range(n):
+        with db:
+            db.execute("insert into t values (?, ?)", (who, i))
+    db.close()
+
+
+def test_sqlite_in_wal_mode_with_concurrent_writers(store_mount):
+    m = store_mount("256M")
+    path = m.p("db.sqlite")
+    db = sqlite3.connect(path, timeout=60)
+    assert db.execute("pragma journal_mode=wal").fetchone()[0] == "wal"
+    db.execute("create table t (who int, i int)")
+    db.commit()
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=sqlite_writer, args=(path, w, 100)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    assert db.execute("select count(*), count(distinct who) from t").fetchone() == (300, 3)
+    assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
+    db.execute("pragma wal_checkpoint(truncate)")
+    db.close()
+    # Another process, after every connection closed, reads the same rows.
+    again = sqlite3.connect(path)
+    assert again.execute("select count(*) from t").fetchone()[0] == 300
+    again.close()
