@@ -8,8 +8,8 @@
 #   - the embedded store: mc_bench --embedded --size 1K --concurrency 16,
 #     put then get ops/s;
 #   - the mount: a fresh mooncake-fs, SIZE_MB MiB written with dd bs=1M to a
-#     new file, then read back after drop_caches (cold; mooncake-fs reads
-#     with direct I/O).
+#     new file, then read back after drop_caches (cold; mooncake-fs with
+#     direct I/O on both sides, --cache-mode direct where the option exists).
 # Prints each side's median, the ratio of the medians (new/old) and the
 # median of each run's ratio (the two sides of a run ran back to back, so
 # this one cancels slow drift in the machine's load), and writes them to
@@ -77,7 +77,10 @@ measure() {
     record "$1.emb.put" "$(kv ops_s put)"
     record "$1.emb.get" "$(kv ops_s get)"
 
-    "$b/mooncake-fs" -f --segment-size $((SIZE_MB + 256))M "$mnt" 2>>"$work/fs-$1.log" &
+    # Direct I/O on both sides: what every revision before --cache-mode did.
+    local mode=()
+    "$b/mooncake-fs" --help 2>&1 | grep -q -- --cache-mode && mode=(--cache-mode direct)
+    "$b/mooncake-fs" -f --segment-size $((SIZE_MB + 256))M "${mode[@]}" "$mnt" 2>>"$work/fs-$1.log" &
     fs_pid=$!
     wait_mount "$mnt" "$fs_pid"
     drop_caches

@@ -4,10 +4,14 @@
 #   1. the mount, sequential dd of SIZE_MB MiB in 1 MiB blocks: tmpfs
 #      directly, Debian's libfuse passthrough_ll example over tmpfs (built
 #      here) with the kernel's page cache (its default, cache=auto) and with
-#      direct I/O (-o cache=never, as mooncake-fs does), and mooncake-fs.
-#      Four rows: a write to fresh memory, a write over memory already
-#      written, a cold read (after drop_caches) and a re-read;
-#   2. the same targets at block sizes from 4 KiB to 1 MiB (SWEEP_MB each);
+#      direct I/O (-o cache=never), and mooncake-fs in both cache modes:
+#      --cache-mode pages (its default) and direct. Four rows: a write to
+#      fresh memory, a write over memory already written, a cold read
+#      (after drop_caches) and a re-read (what the page cache keeps);
+#   2. the same targets (mooncake-fs in its default mode) at block sizes from
+#      4 KiB to 1 MiB (SWEEP_MB each);
+#   2b. tar -xf of a tree of TAR_FILES small files (made here, the same
+#      every run) into each target of 1., files/s;
 #   3. bench/cluster.sh: the cluster over loopback vs iperf3 and memcached,
 #      the embedded store vs memcpy, ops/s and latency by concurrency;
 #   4. the Python client (bench/python_async.py and any other bench/*.py).
@@ -39,13 +43,15 @@ fi
 
 work=$(mktemp -d /tmp/mc-bench.XXXXXX)
 tmpfs=$work/tmpfs
-declare -A dir=([tmpfs]=$tmpfs/direct [pt]=$work/pt [ptd]=$work/ptd [mc]=$work/mc)
+declare -A dir=([tmpfs]=$tmpfs/direct [pt]=$work/pt [ptd]=$work/ptd [mc]=$work/mc [mcd]=$work/mcd)
 declare -A pid=()
-targets="tmpfs pt ptd mc"
+targets="tmpfs pt ptd mc mcd"
+sweep_targets="tmpfs pt ptd mc"
+TAR_FILES=${BENCH_TAR_FILES:-5000}
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
-    for t in pt ptd mc; do
+    for t in pt ptd mc mcd; do
         fusermount3 -u "${dir[$t]}" 2>/dev/null || true
         [ -n "${pid[$t]:-}" ] && { wait "${pid[$t]}" 2>/dev/null || true; }
     done
@@ -56,7 +62,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-mkdir -p "$tmpfs" "${dir[pt]}" "${dir[ptd]}" "${dir[mc]}"
+mkdir -p "$tmpfs" "${dir[pt]}" "${dir[ptd]}" "${dir[mc]}" "${dir[mcd]}"
 mount -t tmpfs -o size=$((SIZE_MB + 512))M tmpfs "$tmpfs"
 mkdir -p "${dir[tmpfs]}" "$tmpfs/pt"
 # Both passthrough_ll mounts serve the same tmpfs directory.
@@ -67,19 +73,24 @@ pid[ptd]=$!
 wait_mount "${dir[pt]}" "${pid[pt]}"
 wait_mount "${dir[ptd]}" "${pid[ptd]}"
 
-# mc_start: a fresh mooncake-fs (a new segment memfd: no page of it touched
-# yet); mc_stop unmounts it and checks that it exited 0.
+# mc_start T: a fresh mooncake-fs for target T, mc (--cache-mode pages, the
+# default) or mcd (--cache-mode direct), on a new segment memfd (no page of
+# it touched yet); mc_stop T unmounts it and checks that it exited 0.
 mc_start() {
-    "$BUILD/mooncake-fs" -f --segment-size $((SIZE_MB + 256))M "${dir[mc]}" 2>>"$out/mooncake-fs.log" &
-    pid[mc]=$!
-    wait_mount "${dir[mc]}" "${pid[mc]}"
+    local mode=pages
+    [ "$1" = mcd ] && mode=direct
+    "$BUILD/mooncake-fs" -f --segment-size $((SIZE_MB + 256))M --cache-mode $mode "${dir[$1]}" \
+        2>>"$out/mooncake-fs.log" &
+    pid[$1]=$!
+    wait_mount "${dir[$1]}" "${pid[$1]}"
 }
 mc_stop() {
-    unmount "${dir[mc]}" "${pid[mc]}"
-    pid[mc]=""
+    unmount "${dir[$1]}" "${pid[$1]}"
+    pid[$1]=""
 }
 : >"$out/mooncake-fs.log"
-mc_start
+mc_start mc
+mc_start mcd
 
 # The three measurements below run in this shell (not in $(...)): the mount
 # restarts mooncake-fs, whose pid this shell must hold to wait for it.
@@ -89,9 +100,9 @@ mc_start
 # file's range of the segment keeps its pages.
 fresh_write() {
     local f=${dir[$2]}/bench.dat
-    if [ "$2" = mc ]; then
-        mc_stop
-        mc_start
+    if [ "$2" = mc ] || [ "$2" = mcd ]; then
+        mc_stop "$2"
+        mc_start "$2"
     else
         rm -f "$f"
     fi
@@ -105,7 +116,7 @@ fresh_write() {
 warm_write() {
     local f=${dir[$2]}/bench.dat
     drop_caches
-    if [ "$2" = mc ]; then
+    if [ "$2" = mc ] || [ "$2" = mcd ]; then
         rm -f "$f"
         record "$1" "$(dd_mibps "$f" write "$4" "$3")"
     else
@@ -137,14 +148,46 @@ echo "bench: block sizes $SWEEP_BS, ${SWEEP_MB} MiB each, $RUNS runs ..."
 for _ in $(seq "$RUNS"); do
     for bs in $SWEEP_BS; do
         b=$(numfmt --from=iec "$bs")
-        for t in $targets; do
+        for t in $sweep_targets; do
             fresh_write "sweep.write.$b.$t" "$t" "$SWEEP_MB" "$bs"
             cold_read "sweep.read.$b.$t" "$t" "$SWEEP_MB" "$bs"
             rm -f "${dir[$t]}/bench.dat"
         done
     done
 done
-mc_stop
+
+# tar_tree FILE: a tar of TAR_FILES files of 1 to 16 KiB in directories of
+# 50 (a source tree's shape), the same bytes every run.
+tar_tree() {
+    local src=$work/tree
+    "$PYTHON" - "$src" "$TAR_FILES" <<'PY'
+import os, random, sys
+root, n = sys.argv[1], int(sys.argv[2])
+rng = random.Random(10)
+for i in range(n):
+    d = os.path.join(root, f"d{i // 50:03d}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"f{i:05d}.c"), "wb") as f:
+        f.write(rng.randbytes(rng.randint(1024, 16384)))
+PY
+    tar -C "$src" -cf "$1" .
+    rm -rf "$src"
+}
+echo "bench: tar -xf of $TAR_FILES files, $RUNS runs ..."
+tar_tree "$work/tree.tar"
+record tar.files "$TAR_FILES"
+for _ in $(seq "$RUNS"); do
+    for t in $targets; do
+        mkdir "${dir[$t]}/x"
+        t0=$(now)
+        tar -C "${dir[$t]}/x" -xf "$work/tree.tar"
+        t1=$(now)
+        record "tar.files_per_s.$t" "$(echo "$TAR_FILES $t0 $t1" | awk '{printf "%.0f\n", $1 / ($3 - $2)}')"
+        rm -rf "${dir[$t]}/x"
+    done
+done
+mc_stop mc
+mc_stop mcd
 
 # The cluster over loopback TCP vs iperf3 and memcached, the embedded store vs
 # memcpy, the concurrency sweep (bench/cluster.sh; about two minutes).
