@@ -269,6 +269,45 @@ static void read_writer_done(void *arg, int rc)
     read_done(c, rc);
 }
 
+/* The buffer a read is copied into, allocated when the bytes cannot be
+ * replied from where they lie. 0 or -ENOMEM. */
+static int read_buf(fs_ctx_t *c)
+{
+    if (!c->data)
+        c->data = malloc(c->size ? c->size : 1);
+    return c->data ? 0 : -ENOMEM;
+}
+
+/* Reads c's range of version o: replied in place when its bytes lie in
+ * memory this process addresses (the only copy is the kernel's), else read
+ * into a buffer. 0 (the reply is sent or will be) or -errno. */
+static int read_obj(fs_ctx_t *c, mc_obj_t *o)
+{
+    const void *p;
+    int64_t n = mc_obj_view(o, (uint64_t)c->off, c->size, &p);
+    if (n >= 0 &&
+        ((size_t)n == c->size || (uint64_t)c->off + (uint64_t)n >= mc_obj_stat(o)->size)) {
+        fuse_reply_buf(c->req, p, (size_t)n);
+        fs_ctx_free(c);
+        return 0;
+    }
+    int rc = read_buf(c);
+    return rc < 0 ? rc : mc_obj_read_async(o, (uint64_t)c->off, c->data, c->size, read_done, c);
+}
+
+/* Reads c's range of the version in progress of writer state ws. */
+static int read_writer(fs_ctx_t *c, fs_wstate_t *ws)
+{
+    int rc = read_buf(c);
+    if (rc < 0)
+        return rc;
+    fs_ws_op_start(ws);
+    rc = mc_writer_read_async(ws->w, (uint64_t)c->off, c->data, c->size, read_writer_done, c);
+    if (rc < 0)
+        fs_ws_op_done(ws, 0);
+    return rc;
+}
+
 /* --cache-mode pages: what the cache lacks comes from the content it holds:
  * the writer's version in progress, else the inode's cur. */
 static void read_cached(fs_ctx_t *c)
@@ -277,12 +316,9 @@ static void read_cached(fs_ctx_t *c)
     fs_wstate_t *ws = in->ws;
     int rc;
     if (ws && ws->state == WS_READY) {
-        fs_ws_op_start(ws);
-        rc = mc_writer_read_async(ws->w, (uint64_t)c->off, c->data, c->size, read_writer_done, c);
-        if (rc < 0)
-            fs_ws_op_done(ws, 0);
+        rc = read_writer(c, ws);
     } else if (in->cur) {
-        rc = mc_obj_read_async(in->cur, (uint64_t)c->off, c->data, c->size, read_done, c);
+        rc = read_obj(c, in->cur);
     } else {
         rc = fs_cache_wait(c->fs, in, &c->wait); /* after a publish by this very handle */
         if (rc < 0)
@@ -305,15 +341,14 @@ static void read_run(fs_waiter_t *w, int err)
         return read_cached(c);
     int follow = fh->writable; /* a writable handle reads what it wrote */
     if (follow && ws && ws->state == WS_READY) {
-        fs_ws_op_start(ws);
-        rc = mc_writer_read_async(ws->w, (uint64_t)c->off, c->data, c->size, read_writer_done, c);
-        if (rc < 0)
-            fs_ws_op_done(ws, 0);
+        rc = read_writer(c, ws);
     } else if (follow && fh->in->key && fh->in->version != mc_obj_stat(fh->obj)->version) {
-        rc = mc_get_async(c->fs->store, fh->in->key, fh->in->klen, (uint64_t)c->off, c->data,
-                          c->size, NULL, read_done, c); /* a newer version than the handle's */
+        rc = read_buf(c); /* a newer version than the handle's */
+        if (rc == 0)
+            rc = mc_get_async(c->fs->store, fh->in->key, fh->in->klen, (uint64_t)c->off, c->data,
+                              c->size, NULL, read_done, c);
     } else {
-        rc = mc_obj_read_async(fh->obj, (uint64_t)c->off, c->data, c->size, read_done, c);
+        rc = read_obj(c, fh->obj);
     }
     if (rc < 0)
         fs_ctx_fail(c, rc);
@@ -328,9 +363,6 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct f
     c->fh = fh;
     c->off = off;
     c->size = size;
-    c->data = malloc(size ? size : 1);
-    if (!c->data)
-        return fs_ctx_fail(c, -ENOMEM);
     c->wait.run = read_run;
     c->wait.need_writer = 0;
     if (fs_fh_follows(c->fs, fh) && fh->in->ws)

@@ -906,6 +906,61 @@ static void test_obj_survives_replace_and_remove(void **state)
     assert_int_equal(ASYNC(s, mc_obj_open_async(s, K("k"), &o, cbw_cb, &w_)), -ENOENT);
 }
 
+struct view_call {
+    mc_obj_t *o;
+    uint64_t off;
+    size_t len;
+    const void *p;
+    int64_t n;
+};
+
+static void view_fn(mc_store_t *s, void *arg)
+{
+    struct view_call *v = arg;
+
+    v->n = mc_obj_view(v->o, v->off, v->len, &v->p);
+}
+
+/* mc_obj_view() is loop-thread only. */
+static int64_t obj_view(mc_store_t *s, mc_obj_t *o, uint64_t off, size_t len, const void **p)
+{
+    struct view_call v = {.o = o, .off = off, .len = len};
+
+    on_loop(s, view_fn, &v);
+    *p = v.p;
+    return v.n;
+}
+
+/* An embedded store's versions lie in its own segment: read in place, the
+ * same bytes as a copy, clipped to the size, and unchanged while the
+ * version is open although the key is replaced and removed. */
+static void test_obj_view_in_place(void **state)
+{
+    mc_store_t *s = *state;
+    char want[10000], got[10000];
+    const void *p = NULL;
+
+    for (size_t i = 0; i < sizeof(want); i++)
+        want[i] = (char)(i * 7);
+    assert_int_equal(mc_put(s, K("v"), want, sizeof(want), NULL), 0);
+    mc_obj_t *o = obj_open(s, "v");
+    assert_int_equal(obj_view(s, o, 0, sizeof(want), &p), sizeof(want));
+    assert_memory_equal(p, want, sizeof(want));
+    assert_int_equal(obj_view(s, o, 9000, 4096, &p), 1000); /* clipped to the size */
+    assert_memory_equal(p, want + 9000, 1000);
+    assert_int_equal(obj_view(s, o, 10000, 10, &p), 0); /* at the end */
+    assert_int_equal(obj_view(s, o, 1 << 20, 10, &p), 0);
+    assert_int_equal(obj_view(s, o, 123, 100, &p), 100);
+    assert_int_equal(obj_read(s, o, 123, got, 100), 100);
+    assert_memory_equal(p, got, 100);
+    /* Replaced and removed: the open version's bytes stay where they are. */
+    assert_int_equal(put_str(s, "v", "new"), 0);
+    assert_int_equal(mc_remove(s, K("v"), 0), 0);
+    assert_int_equal(obj_view(s, o, 0, sizeof(want), &p), sizeof(want));
+    assert_memory_equal(p, want, sizeof(want));
+    mc_obj_close(o);
+}
+
 static void test_open_handle_blocks_remove(void **state)
 {
     mc_store_t *s = open_store(SEG, 1, 0); /* leases end at once */
@@ -1263,6 +1318,7 @@ int main(void)
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_put_get_round_trip),
+        T(test_obj_view_in_place),
         T(test_put_opts),
         T(test_putv_gathers),
         T(test_stat_and_versions),

@@ -503,6 +503,16 @@ MC_EXPORT const mc_stat_t *mc_obj_stat(const mc_obj_t *o);
 /* Reads up to len bytes at off. Result: bytes read (short at the end). */
 MC_EXPORT int mc_obj_read_async(mc_obj_t *o, uint64_t off, void *buf, size_t len, mc_done_cb cb,
                                 void *arg);
+/*
+ * Reads in place: when bytes [off, off + len) of the version (clipped to its
+ * size) start in memory this process addresses - its own segment, or a
+ * co-located node's segment already mapped over shared memory - sets *p to
+ * them and returns how many lie there contiguously (at most len; 0 at or
+ * past the end). They stay valid, unchanged, until mc_obj_close(). -EXDEV
+ * when they are elsewhere (then read them with mc_obj_read_async()).
+ * On the store's loop thread only.
+ */
+MC_EXPORT int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p);
 /* Releases the handle. Reads still in flight complete first. */
 MC_EXPORT void mc_obj_close(mc_obj_t *o);
 

@@ -26,7 +26,7 @@ int mc__tp_mem_move(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb cb
 
 const mc__transport_t mc__tp_local = {
     .name = "local",
-    .flags = MC__TP_SYNC,
+    .flags = MC__TP_SYNC | MC__TP_MEM,
     .ops_stat = offsetof(mc_store_stats_t, local_ops),
     .bytes_stat = offsetof(mc_store_stats_t, local_bytes),
     .move = mc__tp_mem_move,

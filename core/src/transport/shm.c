@@ -135,7 +135,7 @@ int mc__addr_is_local(const char *addr)
 
 const mc__transport_t mc__tp_shm = {
     .name = "shm",
-    .flags = MC__TP_SYNC,
+    .flags = MC__TP_SYNC | MC__TP_MEM,
     .ops_stat = offsetof(mc_store_stats_t, shm_ops),
     .bytes_stat = offsetof(mc_store_stats_t, shm_bytes),
     .move = mc__tp_mem_move,

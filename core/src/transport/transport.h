@@ -56,6 +56,7 @@ typedef void (*mc__tp_cb)(void *arg, int status);
 /* mc__transport_t flags. */
 #define MC__TP_SYNC 0x1      /* move() is done when it returns; cb is never called */
 #define MC__TP_ZERO_COPY 0x2 /* with piece.mr the bytes move without a copy */
+#define MC__TP_MEM 0x4       /* the endpoint is memory this process addresses (ep->mem) */
 
 typedef struct mc__transport {
     const char *name;

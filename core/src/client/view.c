@@ -1,0 +1,50 @@
+/*
+ * view.c - mc_obj_view(): the bytes of an open version read in place when
+ * they lie in memory this process addresses: its own segment (the local
+ * transport) or a co-located node's segment mapped over shared memory (the
+ * shm transport, once mapped). The version is pinned while it is open, and
+ * a published version's bytes never change, so the pointer stays good
+ * until mc_obj_close().
+ */
+#include <errno.h>
+
+#include "client/remote_i.h"
+#include "transport/transport.h"
+
+int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p)
+{
+    mc_store_t *s = o->s;
+    if (!s->rm)
+        return -ECANCELED; /* the store is closing */
+    if (off >= o->st.size || !len)
+        return 0;
+    if (len > o->st.size - off)
+        len = (size_t)(o->st.size - off);
+    const mc__rset_t *rs = o->rs;
+    for (uint32_t i = 0; rs && i < rs->n; i++) {
+        const struct rrep *rep = &rs->r[i];
+        const mc__transport_t *tp;
+        struct peer *peer;
+        mc__tp_ep_t ep;
+        if (rep->dead || mc__peer_route(s, rep, &tp, &peer, &ep) < 0 || !(tp->flags & MC__TP_MEM))
+            continue;
+        uint64_t at = 0; /* the bytes are the extents, in order */
+        for (uint32_t e = 0; e < rep->next; e++) {
+            const mc__extent_t *x = &rep->ext[e];
+            if (off >= at + x->len) {
+                at += x->len;
+                continue;
+            }
+            uint64_t in = off - at;
+            uint64_t n = x->len - in < len ? x->len - in : len;
+            if (x->off > ep.mem.size || in + n > ep.mem.size - x->off)
+                return -EIO;
+            *p = (const char *)ep.mem.base + x->off + in;
+            mc__count((uint64_t *)((char *)&s->st + tp->ops_stat),
+                      (uint64_t *)((char *)&s->st + tp->bytes_stat), n);
+            return (int64_t)n;
+        }
+        return -EIO; /* the extents end before the size */
+    }
+    return -EXDEV;
+}
