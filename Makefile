@@ -26,7 +26,9 @@ FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
 # The metrics endpoint (runtime/metrics.c) serves HTTP with libmicrohttpd.
 MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
-CORE_LIBS := -luring -lsodium $(MHD_LIBS) -lpthread
+# The etcd client (runtime/etcd.c) speaks HTTP/JSON with libcurl and libjansson.
+ETCD_LIBS := $(shell pkg-config --libs libcurl jansson 2>/dev/null || echo -lcurl -ljansson)
+CORE_LIBS := -luring -lsodium $(MHD_LIBS) $(ETCD_LIBS) -lpthread
 # RDMA: built in when pkg-config finds libibverbs and librdmacm, unless
 # NO_RDMA=1 (then the transport's calls are stubs returning -ENOTSUP and
 # protocol "rdma" fails at open; "auto" means TCP).
@@ -68,7 +70,8 @@ deps:
 # `make deps` first (run, test, bench) check after it. RDMA is optional
 # (left out when libibverbs-dev or librdmacm-dev is missing).
 BUILD_DEPS := fuse3=libfuse3-dev liburing=liburing-dev libsodium=libsodium-dev \
-	libmicrohttpd=libmicrohttpd-dev jansson=libjansson-dev cmocka=libcmocka-dev
+	libmicrohttpd=libmicrohttpd-dev jansson=libjansson-dev libcurl=libcurl4-openssl-dev \
+	cmocka=libcmocka-dev
 check-deps: $(if $(filter deps run test bench,$(MAKECMDGOALS)),| deps)
 	@pkg-config --exists $(foreach d,$(BUILD_DEPS),$(firstword $(subst =, ,$(d)))) 2>/dev/null && \
 	    command -v $(firstword $(CC)) >/dev/null && exit 0; \

@@ -1,0 +1,395 @@
+/*
+ * test_etcd.c - the etcd client (runtime/etcd.h) against a real etcd: the
+ * test starts Debian's etcd (etcd-server) on loopback ports of its own, in
+ * a temporary data directory, and runs each request on a loop on this
+ * thread until its callback stops the loop. Skips (77) without etcd.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mooncake/loop.h"
+#include "runtime/etcd.h"
+#include "unit.h"
+
+static mc_loop_t *loop;
+static pid_t etcd_pid;
+static char ep[64];
+static char dir[] = "/tmp/mc-test-etcd.XXXXXX";
+
+/* ---- harness ---- */
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t n = sizeof(a);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &n) < 0)
+        abort();
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* What one request answered. */
+typedef struct got {
+    int done, rc;
+    int64_t revision, lease, ttl, deleted;
+    int succeeded;
+    size_t nkvs;
+    char key[8][64], val[8][64];
+    size_t klen[8], vlen[8];
+    int64_t mod_rev[8], create_rev[8], kv_lease[8];
+} got_t;
+
+static void on_res(void *arg, int rc, const mc__etcd_res_t *res)
+{
+    got_t *g = arg;
+    g->done = 1;
+    g->rc = rc;
+    if (res) {
+        g->revision = res->revision;
+        g->lease = res->lease;
+        g->ttl = res->ttl;
+        g->deleted = res->deleted;
+        g->succeeded = res->succeeded;
+        g->nkvs = res->nkvs;
+        for (size_t i = 0; i < res->nkvs && i < 8; i++) {
+            const mc__etcd_kv_t *kv = &res->kvs[i];
+            g->klen[i] = kv->klen < 64 ? kv->klen : 64;
+            g->vlen[i] = kv->vlen < 64 ? kv->vlen : 64;
+            memcpy(g->key[i], kv->key, g->klen[i]);
+            memcpy(g->val[i], kv->val, g->vlen[i]);
+            g->mod_rev[i] = kv->mod_rev;
+            g->create_rev[i] = kv->create_rev;
+            g->kv_lease[i] = kv->lease;
+        }
+    }
+    mc_loop_stop(loop);
+}
+
+/* Runs the loop until g's request ended; returns its rc. */
+static int wait_res(got_t *g, int start_rc)
+{
+    assert_int_equal(start_rc, 0);
+    while (!g->done)
+        assert_int_equal(mc_loop_run(loop), 0);
+    return g->rc;
+}
+
+#define K(s) (s), sizeof(s) - 1
+
+static mc__etcd_t *client(const char *eps, unsigned timeout_ms)
+{
+    mc__etcd_t *e = NULL;
+    assert_int_equal(mc__etcd_new(loop, eps, timeout_ms, &e), 0);
+    return e;
+}
+
+static int setup_etcd(void **state)
+{
+    if (system("command -v etcd >/dev/null 2>&1") != 0) {
+        printf("needs etcd (Debian's etcd-server; packaging/deps.sh installs it)\n");
+        exit(77);
+    }
+    if (!mkdtemp(dir))
+        return -1;
+    int cport = free_port(), pport = free_port();
+    snprintf(ep, sizeof(ep), "127.0.0.1:%d", cport);
+    char curl[64], purl[64], cluster[96], data[128], logf[128];
+    snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", cport);
+    snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", pport);
+    snprintf(cluster, sizeof(cluster), "t=%s", purl);
+    snprintf(data, sizeof(data), "%s/data", dir);
+    snprintf(logf, sizeof(logf), "%s/etcd.log", dir);
+    etcd_pid = fork();
+    if (etcd_pid == 0) {
+        int fd = open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execlp("etcd", "etcd", "--name", "t", "--data-dir", data, "--listen-client-urls", curl,
+               "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+               "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster, (char *)NULL);
+        _exit(127);
+    }
+    assert_int_equal(mc_loop_new(&loop), 0);
+    /* Ready when it answers a range. */
+    mc__etcd_t *e = client(ep, 1000);
+    for (int i = 0; i < 200; i++) {
+        got_t g = {0};
+        if (wait_res(&g, mc__etcd_range(e, K("ready"), 0, on_res, &g)) == 0) {
+            mc__etcd_free(e);
+            return 0;
+        }
+        usleep(100 * 1000);
+    }
+    fail_msg("etcd did not start (log: %s)", logf);
+    return -1;
+}
+
+static int teardown_etcd(void **state)
+{
+    if (etcd_pid > 0) {
+        kill(etcd_pid, SIGKILL);
+        waitpid(etcd_pid, NULL, 0);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        return -1;
+    mc_loop_free(loop);
+    return 0;
+}
+
+/* ---- tests ---- */
+
+/* Bytes keys and values (a 0 byte, a 0xff byte) go in and come back; a
+ * prefix range sees exactly its keys, in order; revisions grow; a prefix
+ * delete removes them. */
+static void test_put_range_delete(void **state)
+{
+    mc__etcd_t *e = client(ep, 5000);
+    got_t g = {0};
+    assert_int_equal(wait_res(&g, mc__etcd_put(e, K("p/a"), K("one\0two"), 0, on_res, &g)), 0);
+    int64_t r1 = g.revision;
+    assert_cmp(r1, >, 0);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put(e, K("p/b\xff"), K("\xff"), 0, on_res, &g)), 0);
+    assert_cmp(g.revision, >, r1);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put(e, K("q"), K("other"), 0, on_res, &g)), 0);
+
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("p/"), 1, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 2);
+    assert_int_equal(g.klen[0], 3);
+    assert_memory_equal(g.key[0], "p/a", 3);
+    assert_int_equal(g.vlen[0], 7);
+    assert_memory_equal(g.val[0], "one\0two", 7);
+    assert_memory_equal(g.key[1], "p/b\xff", 4);
+    assert_memory_equal(g.val[1], "\xff", 1);
+    assert_int_equal(g.mod_rev[0], r1);
+
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("p/a"), 0, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 1);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("nothing"), 0, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 0);
+
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_delete(e, K("p/"), 1, on_res, &g)), 0);
+    assert_int_equal(g.deleted, 2);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("p/"), 1, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 0);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("q"), 0, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 1); /* outside the prefix */
+    mc__etcd_free(e);
+}
+
+/* put_if: create-only wins once; the loser sees the winner's value; a
+ * compare on the last revision holds once. */
+static void test_put_if(void **state)
+{
+    mc__etcd_t *e = client(ep, 5000);
+    got_t g = {0};
+    assert_int_equal(wait_res(&g, mc__etcd_put_if(e, K("leader"), K("A"), 0, 0, on_res, &g)), 0);
+    assert_true(g.succeeded);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put_if(e, K("leader"), K("B"), 0, 0, on_res, &g)), 0);
+    assert_false(g.succeeded);
+    assert_int_equal(g.nkvs, 1);
+    assert_memory_equal(g.val[0], "A", 1);
+    int64_t rev = g.mod_rev[0];
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put_if(e, K("leader"), K("C"), 0, rev, on_res, &g)), 0);
+    assert_true(g.succeeded);
+    memset(&g, 0, sizeof(g)); /* the same revision again: no longer the last */
+    assert_int_equal(wait_res(&g, mc__etcd_put_if(e, K("leader"), K("D"), 0, rev, on_res, &g)), 0);
+    assert_false(g.succeeded);
+    assert_memory_equal(g.val[0], "C", 1);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_delete(e, K("leader"), 0, on_res, &g)), 0);
+    mc__etcd_free(e);
+}
+
+/* A key on a lease goes with it: at revoke, and when it is not kept alive. */
+static void test_leases(void **state)
+{
+    mc__etcd_t *e = client(ep, 5000);
+    got_t g = {0};
+    assert_int_equal(wait_res(&g, mc__etcd_lease_grant(e, 30, on_res, &g)), 0);
+    int64_t lease = g.lease;
+    assert_cmp(lease, !=, 0);
+    assert_int_equal(g.ttl, 30);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put(e, K("l/k"), K("v"), lease, on_res, &g)), 0);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("l/k"), 0, on_res, &g)), 0);
+    assert_int_equal(g.kv_lease[0], lease);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_lease_keepalive(e, lease, on_res, &g)), 0);
+    assert_int_equal(g.ttl, 30);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_lease_revoke(e, lease, on_res, &g)), 0);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("l/k"), 0, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 0);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_lease_keepalive(e, lease, on_res, &g)), -ENOENT);
+
+    /* Not kept alive: gone after its TTL. */
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_lease_grant(e, 1, on_res, &g)), 0);
+    lease = g.lease;
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put(e, K("l/short"), K("v"), lease, on_res, &g)), 0);
+    size_t n = 1;
+    for (int i = 0; i < 60 && n; i++) {
+        usleep(100 * 1000);
+        memset(&g, 0, sizeof(g));
+        assert_int_equal(wait_res(&g, mc__etcd_range(e, K("l/short"), 0, on_res, &g)), 0);
+        n = g.nkvs;
+    }
+    assert_int_equal(n, 0);
+    assert_int_equal(mc__etcd_lease_grant(e, 0, on_res, &g), -EINVAL);
+    mc__etcd_free(e);
+}
+
+typedef struct seen {
+    int n, ended, rc;
+    int deleted[8];
+    char key[8][16];
+    int64_t revision;
+} seen_t;
+
+static void on_watch(void *arg, int rc, const mc__etcd_event_t *ev, size_t n, int64_t revision)
+{
+    seen_t *s = arg;
+    if (rc < 0) {
+        s->ended = 1;
+        s->rc = rc;
+        mc_loop_stop(loop);
+        return;
+    }
+    for (size_t i = 0; i < n && s->n < 8; i++, s->n++) {
+        s->deleted[s->n] = ev[i].deleted;
+        snprintf(s->key[s->n], 16, "%.*s", (int)ev[i].kv.klen, ev[i].kv.key);
+    }
+    s->revision = revision;
+    mc_loop_stop(loop);
+}
+
+/* A prefix watch sees puts and deletes under it, in order, and nothing
+ * else; one from an old revision replays what came since. */
+static void test_watch(void **state)
+{
+    mc__etcd_t *e = client(ep, 5000);
+    seen_t s = {0};
+    mc__etcd_watch_t *w = NULL;
+    got_t g = {0};
+    assert_int_equal(wait_res(&g, mc__etcd_put(e, K("w0"), K("before"), 0, on_res, &g)), 0);
+    int64_t from = g.revision;
+    assert_int_equal(mc__etcd_watch(e, K("w/"), 1, 0, on_watch, &s, &w), 0);
+    /* Give the watch time to be created before the changes. */
+    for (int i = 0; i < 5; i++) {
+        memset(&g, 0, sizeof(g));
+        assert_int_equal(wait_res(&g, mc__etcd_range(e, K("x"), 0, on_res, &g)), 0);
+        usleep(50 * 1000);
+    }
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put(e, K("w/a"), K("1"), 0, on_res, &g)), 0);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put(e, K("other"), K("1"), 0, on_res, &g)), 0);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_delete(e, K("w/a"), 0, on_res, &g)), 0);
+    uint64_t t0 = mc_loop_now_ms();
+    while (s.n < 2 && !s.ended && mc_loop_now_ms() - t0 < 5000)
+        assert_int_equal(mc_loop_run(loop), 0);
+    assert_false(s.ended);
+    assert_int_equal(s.n, 2);
+    assert_string_equal(s.key[0], "w/a");
+    assert_int_equal(s.deleted[0], 0);
+    assert_string_equal(s.key[1], "w/a");
+    assert_int_equal(s.deleted[1], 1);
+    mc__etcd_watch_cancel(w);
+
+    /* From an old revision: the put of w0 (not under w/) is not seen, the
+     * put and delete of w/a are. */
+    seen_t s2 = {0};
+    assert_int_equal(mc__etcd_watch(e, K("w"), 1, from, on_watch, &s2, &w), 0);
+    t0 = mc_loop_now_ms();
+    while (s2.n < 3 && !s2.ended && mc_loop_now_ms() - t0 < 5000)
+        assert_int_equal(mc_loop_run(loop), 0);
+    assert_int_equal(s2.n, 3);
+    assert_string_equal(s2.key[0], "w0");
+    assert_string_equal(s2.key[1], "w/a");
+    assert_int_equal(s2.deleted[2], 1);
+    mc__etcd_watch_cancel(w);
+    mc__etcd_free(e);
+}
+
+/* A dead endpoint first: the request goes to the next one. All dead: a
+ * clear error, in bounded time. A stopped etcd: -ETIMEDOUT. */
+static void test_endpoints_and_timeouts(void **state)
+{
+    char eps[160];
+    snprintf(eps, sizeof(eps), "http://127.0.0.1:%d;%s", free_port(), ep);
+    mc__etcd_t *e = client(eps, 3000);
+    got_t g = {0};
+    assert_int_equal(wait_res(&g, mc__etcd_put(e, K("fo"), K("v"), 0, on_res, &g)), 0);
+    mc__etcd_free(e);
+
+    snprintf(eps, sizeof(eps), "127.0.0.1:%d,127.0.0.1:%d", free_port(), free_port());
+    e = client(eps, 3000);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("fo"), 0, on_res, &g)), -ECONNREFUSED);
+    mc__etcd_free(e);
+
+    e = client(ep, 500);
+    kill(etcd_pid, SIGSTOP);
+    uint64_t t0 = mc_loop_now_ms();
+    memset(&g, 0, sizeof(g));
+    int rc = wait_res(&g, mc__etcd_range(e, K("fo"), 0, on_res, &g));
+    uint64_t took = mc_loop_now_ms() - t0;
+    kill(etcd_pid, SIGCONT);
+    assert_int_equal(rc, -ETIMEDOUT);
+    assert_cmp(took, <, 3000);
+    /* Freed with a request in flight: it ends with -ECANCELED. */
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(mc__etcd_range(e, K("fo"), 0, on_res, &g), 0);
+    mc__etcd_free(e);
+    assert_int_equal(g.rc, -ECANCELED);
+
+    mc__etcd_t *bad = NULL;
+    assert_int_equal(mc__etcd_new(loop, "", 1000, &bad), -EINVAL);
+    assert_int_equal(mc__etcd_new(loop, ",;", 1000, &bad), -EINVAL);
+    assert_int_equal(mc__etcd_new(loop, "h:1", 0, &bad), -EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_range_delete),
+        cmocka_unit_test(test_put_if),
+        cmocka_unit_test(test_leases),
+        cmocka_unit_test(test_watch),
+        cmocka_unit_test(test_endpoints_and_timeouts),
+    };
+    return cmocka_run_group_tests(tests, setup_etcd, teardown_etcd);
+}
