@@ -355,6 +355,13 @@ static void test_endpoints_and_timeouts(void **state)
     assert_int_equal(wait_res(&g, mc__etcd_put(e, K("fo"), K("v"), 0, on_res, &g)), 0);
     mc__etcd_free(e);
 
+    snprintf(eps, sizeof(eps), "etcd://127.0.0.1:%d;%s", free_port(), ep); /* Mooncake's form */
+    e = client(eps, 3000);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("fo"), 0, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 1);
+    mc__etcd_free(e);
+
     snprintf(eps, sizeof(eps), "127.0.0.1:%d,127.0.0.1:%d", free_port(), free_port());
     e = client(eps, 3000);
     memset(&g, 0, sizeof(g));

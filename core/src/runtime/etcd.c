@@ -585,6 +585,8 @@ int mc__etcd_new(mc_loop_t *loop, const char *endpoints, unsigned timeout_ms, mc
     e->loop = loop;
     e->timeout_ms = timeout_ms;
     const char *p = endpoints;
+    if (!strncmp(p, "etcd://", 7)) /* Mooncake's form of a master address */
+        p += 7;
     while (*p) {
         size_t n = strcspn(p, ",;");
         if (n && e->neps == EP_MAX) {
