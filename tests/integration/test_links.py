@@ -196,6 +196,27 @@ def test_hard_link_shares_writes_and_counts_names(mnt):
     assert sorted(os.listdir(mnt.p())) == ["c"]
 
 
+def test_hard_linked_file_shares_its_attributes(mnt):
+    """Extended attributes belong to the file, not to a name: set through
+    one name they show through every other, survive a rewrite and the
+    unlink of the name they were set through."""
+    with open(mnt.p("f"), "w") as f:
+        f.write("x")
+    os.link(mnt.p("f"), mnt.p("g"))
+    os.setxattr(mnt.p("f"), "user.k", b"v1")
+    assert os.getxattr(mnt.p("g"), "user.k") == b"v1"
+    os.setxattr(mnt.p("g"), "user.k", b"v2", os.XATTR_REPLACE)
+    assert os.getxattr(mnt.p("f"), "user.k") == b"v2"
+    with open(mnt.p("g"), "a") as f:  # a rewrite through the other name
+        f.write("y")
+    assert os.listxattr(mnt.p("f")) == ["user.k"]
+    os.unlink(mnt.p("f"))
+    assert os.getxattr(mnt.p("g"), "user.k") == b"v2"
+    os.removexattr(mnt.p("g"), "user.k")
+    assert os.listxattr(mnt.p("g")) == []
+    assert open(mnt.p("g")).read() == "xy"
+
+
 def test_hard_link_errors(mnt):
     os.mkdir(mnt.p("d"))
     with open(mnt.p("f"), "w") as f:
