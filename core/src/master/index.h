@@ -34,6 +34,15 @@ void mc__index_free(mc__index_t *ix, void (*free_val)(void *));
  */
 int mc__index_insert(mc__index_t *ix, const char *key, size_t len, void *val, void **old);
 
+/*
+ * The slot of key's value, to read and write in one walk: key is inserted
+ * with a NULL value when absent (*added 1, else 0), the index keeping its
+ * own copy. A caller that leaves NULL in an added slot must remove the key
+ * (mc__index_remove()); the slot is valid until the index is next
+ * modified. Returns NULL when out of memory (index unchanged).
+ */
+void **mc__index_slot(mc__index_t *ix, const char *key, size_t len, int *added);
+
 /* Returns the value for key, or NULL when absent. */
 void *mc__index_get(const mc__index_t *ix, const char *key, size_t len);
 
