@@ -9,6 +9,12 @@
  * on the sequence of operations applied to it (reproducible in tests).
  * Promotion probability is 1/4, which keeps the expected tower at 4/3
  * pointers per node.
+ *
+ * Every node is also in a hash table of its key, for the lookups of one
+ * exact key (mc__index_get(), and mc__index_slot() of a key present: a
+ * commit replacing a version): one or two compares where a walk takes a
+ * dozen. The table doubles when it holds more nodes than buckets; a table
+ * that cannot grow (out of memory) keeps working with longer chains.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -19,10 +25,13 @@
 
 #define INDEX_MAX_LEVEL 32
 #define INDEX_SEED 0x9e3779b97f4a7c15ULL
+#define HASH_MIN 64 /* buckets of a new index's table (a power of two) */
 
 struct index_node {
     void *val;
     size_t len;                /* key length in bytes */
+    uint64_t hash;             /* key_hash() of the key */
+    struct index_node *hnext;  /* in its bucket of the hash table */
     unsigned char level;       /* entries in next[], 1..INDEX_MAX_LEVEL */
     struct index_node *next[]; /* then the len key bytes */
 };
@@ -32,6 +41,8 @@ struct mc__index {
     uint64_t rng; /* xorshift64 state, never 0 */
     int level;    /* levels in use: head[level..] are all NULL */
     struct index_node *head[INDEX_MAX_LEVEL];
+    struct index_node **tab; /* the hash table: nbucket chains */
+    size_t nbucket;          /* a power of two */
 };
 
 static char *node_key(const struct index_node *n)
@@ -75,6 +86,77 @@ static int node_cmp(const struct index_node *n, const char *key, size_t len)
         if (a[i] != b[i])
             return a[i] < b[i] ? -1 : 1;
     return (n->len > len) - (n->len < len);
+}
+
+/* A 64-bit hash of key[0..len), eight bytes at a time. */
+static uint64_t key_hash(const char *key, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)key;
+    uint64_t h = INDEX_SEED ^ len;
+    size_t i = 0;
+
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+
+        memcpy(&w, p + i, sizeof(w));
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+    }
+    if (i < len) {
+        uint64_t w = 0;
+
+        memcpy(&w, p + i, len - i);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+    }
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 33);
+}
+
+/* The node of key (its hash h), or NULL. */
+static struct index_node *hash_find(const mc__index_t *ix, const char *key, size_t len, uint64_t h)
+{
+    for (struct index_node *n = ix->tab[h & (ix->nbucket - 1)]; n; n = n->hnext)
+        if (n->hash == h && n->len == len && (!len || memcmp(node_key(n), key, len) == 0))
+            return n;
+    return NULL;
+}
+
+/* Puts n in the hash table, doubling it first when it holds as many nodes
+ * as buckets (and memory allows). */
+static void hash_add(mc__index_t *ix, struct index_node *n)
+{
+    if (ix->count >= ix->nbucket) {
+        size_t nb = ix->nbucket * 2;
+        struct index_node **tab = calloc(nb, sizeof(*tab));
+
+        if (tab) {
+            for (size_t b = 0; b < ix->nbucket; b++) {
+                for (struct index_node *e = ix->tab[b], *next; e; e = next) {
+                    next = e->hnext;
+                    e->hnext = tab[e->hash & (nb - 1)];
+                    tab[e->hash & (nb - 1)] = e;
+                }
+            }
+            free(ix->tab);
+            ix->tab = tab;
+            ix->nbucket = nb;
+        }
+    }
+    struct index_node **b = &ix->tab[n->hash & (ix->nbucket - 1)];
+
+    n->hnext = *b;
+    *b = n;
+}
+
+/* Takes n out of the hash table. */
+static void hash_del(mc__index_t *ix, struct index_node *n)
+{
+    struct index_node **pp = &ix->tab[n->hash & (ix->nbucket - 1)];
+
+    while (*pp != n)
+        pp = &(*pp)->hnext;
+    *pp = n->hnext;
 }
 
 /* Draws a tower height: 1, then one more level with probability 1/4 each,
@@ -135,8 +217,15 @@ mc__index_t *mc__index_new(void)
 {
     mc__index_t *ix = calloc(1, sizeof(*ix));
 
-    if (ix)
-        ix->rng = INDEX_SEED;
+    if (!ix)
+        return NULL;
+    ix->rng = INDEX_SEED;
+    ix->nbucket = HASH_MIN;
+    ix->tab = calloc(ix->nbucket, sizeof(*ix->tab));
+    if (!ix->tab) {
+        free(ix);
+        return NULL;
+    }
     return ix;
 }
 
@@ -154,6 +243,7 @@ void mc__index_free(mc__index_t *ix, void (*free_val)(void *))
             free_val(n->val);
         free(n);
     }
+    free(ix->tab);
     free(ix);
 }
 
@@ -166,15 +256,17 @@ void mc__index_free(mc__index_t *ix, void (*free_val)(void *))
 void **mc__index_slot(mc__index_t *ix, const char *key, size_t len, int *added)
 {
     struct index_node **update[INDEX_MAX_LEVEL];
-    struct index_node *n = find(ix, key, len, 0, update);
+    uint64_t h = key_hash(key, len);
+    struct index_node *n = hash_find(ix, key, len, h);
     size_t hdr;
     uint64_t saved_rng = ix->rng;
     int level;
 
     *added = 0;
-    if (n && node_cmp(n, key, len) == 0)
+    if (n)
         return &n->val;
 
+    find(ix, key, len, 0, update);
     level = random_level(ix);
     hdr = sizeof(*n) + (size_t)level * sizeof(n->next[0]);
     n = len <= SIZE_MAX - hdr ? malloc(hdr + len) : NULL;
@@ -184,6 +276,7 @@ void **mc__index_slot(mc__index_t *ix, const char *key, size_t len, int *added)
     }
     n->val = NULL;
     n->len = len;
+    n->hash = h;
     n->level = (unsigned char)level;
     if (len)
         memcpy(node_key(n), key, len);
@@ -196,6 +289,7 @@ void **mc__index_slot(mc__index_t *ix, const char *key, size_t len, int *added)
         n->next[i] = update[i][i];
         update[i][i] = n;
     }
+    hash_add(ix, n);
     ix->count++;
     *added = 1;
     return &n->val;
@@ -223,9 +317,9 @@ int mc__index_insert(mc__index_t *ix, const char *key, size_t len, void *val, vo
 /* Returns the value for key, or NULL when absent (or when NULL was stored). */
 void *mc__index_get(const mc__index_t *ix, const char *key, size_t len)
 {
-    struct index_node *n = find(ix, key, len, 0, NULL);
+    struct index_node *n = hash_find(ix, key, len, key_hash(key, len));
 
-    return n && node_cmp(n, key, len) == 0 ? n->val : NULL;
+    return n ? n->val : NULL;
 }
 
 /* Removes key and frees the index's copy of it; returns its value, which the
@@ -242,6 +336,7 @@ void *mc__index_remove(mc__index_t *ix, const char *key, size_t len)
      * from update[i]. */
     for (int i = 0; i < n->level; i++)
         update[i][i] = n->next[i];
+    hash_del(ix, n);
     while (ix->level > 0 && ix->head[ix->level - 1] == NULL)
         ix->level--;
     ix->count--;

@@ -1,9 +1,11 @@
 /*
- * index.h - ordered map from byte-string keys to pointers (a skiplist).
+ * index.h - ordered map from byte-string keys to pointers (a skiplist, with
+ * a hash table beside it for exact keys).
  *
  * Keys are compared as unsigned bytes (memcmp, shorter first on a tie), so
  * the keys under a prefix form one contiguous run: seek to the prefix, walk
- * while keys still start with it. Lookup, insert and remove are O(log n)
+ * while keys still start with it. Looking up one key (mc__index_get(), the
+ * slot of a key present) is O(1) expected; insert and remove are O(log n)
  * expected; a seek plus k steps is O(log n + k). Not thread-safe: the master
  * logic owns one and touches it from one thread.
  */
