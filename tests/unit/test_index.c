@@ -121,6 +121,58 @@ static void test_insert_get_replace_remove(void **state)
     assert_ptr_equal(mc__index_get(ix, "gamma", 5), V(5));
 }
 
+/* mc__index_slot(): one walk to read and write a key's value, adding the key
+ * (with NULL) when absent. */
+static void test_slot(void **state)
+{
+    mc__index_t *ix = *state;
+    int added = -1;
+    void **slot = mc__index_slot(ix, "alpha", 5, &added);
+    assert_non_null(slot);
+    assert_int_equal(added, 1);
+    assert_null(*slot);
+    assert_int_equal(mc__index_count(ix), 1);
+    *slot = V(1);
+    assert_ptr_equal(mc__index_get(ix, "alpha", 5), V(1));
+    slot = mc__index_slot(ix, "alpha", 5, &added);
+    assert_int_equal(added, 0);
+    assert_ptr_equal(*slot, V(1));
+    *slot = V(2);
+    assert_ptr_equal(mc__index_get(ix, "alpha", 5), V(2));
+    assert_int_equal(mc__index_count(ix), 1);
+    /* An added slot left NULL is removed by its caller. */
+    assert_non_null(mc__index_slot(ix, "beta", 4, &added));
+    assert_int_equal(added, 1);
+    assert_null(mc__index_remove(ix, "beta", 4));
+    assert_int_equal(mc__index_count(ix), 1);
+}
+
+/* Keys that agree in their first 8 or 16 bytes and differ after, by a high
+ * byte or by length: the compare goes a word at a time, then byte by byte. */
+static void test_order_past_a_word(void **state)
+{
+    mc__index_t *ix = *state;
+    static const test_key_t sorted[] = {
+        K("dir/name"),          K("dir/name\x00"),      K("dir/name/a"),     K("dir/name/abcdefg"),
+        K("dir/name/abcdefgh"), K("dir/name/abcdefgi"), K("dir/name/a\x7f"), K("dir/name/a\x80"),
+        K("dir/name\xff"),      K("dir/nam\x80"),
+    };
+    size_t n = sizeof(sorted) / sizeof(sorted[0]);
+    for (size_t i = n; i-- > 0;)
+        assert_int_equal(mc__index_insert(ix, sorted[i].s, sorted[i].len, V(i + 1), NULL), 0);
+    mc__index_iter_t it;
+    const char *k;
+    size_t kl;
+    void *v;
+    mc__index_seek(ix, &it, NULL, 0, 0);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(mc__index_next(&it, &k, &kl, &v));
+        assert_ptr_equal(v, V(i + 1));
+        assert_ptr_equal(mc__index_get(ix, sorted[i].s, sorted[i].len), V(i + 1));
+    }
+    assert_false(mc__index_next(&it, &k, &kl, &v));
+}
+
 static void test_empty_key(void **state)
 {
     mc__index_t *ix = *state;
@@ -635,6 +687,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_empty, setup, teardown),
         cmocka_unit_test_setup_teardown(test_insert_get_replace_remove, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_order_past_a_word, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_is_copied, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_tricky_keys, setup, teardown),

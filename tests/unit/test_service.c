@@ -155,6 +155,71 @@ static void test_put_commit_stat(void **state)
     assert_int_equal(call(f, 5, T0, MC__OP_LOOKUP, "ku", "a/b", 3, '/'), MC_LOOKUP_FILE);
 }
 
+/* mc__svc_put()'s write: records what it was handed, returns write_rc. */
+static struct {
+    int calls, rc;
+    uint32_t nrep;
+    uint64_t bytes; /* in the replicas' extents */
+} wr;
+
+static int record_write(void *arg, const mc__replica_t *rep, uint32_t nrep)
+{
+    (void)arg;
+    wr.calls++;
+    wr.nrep = nrep;
+    wr.bytes = 0;
+    for (uint32_t r = 0; r < nrep; r++)
+        for (uint32_t e = 0; e < rep[r].n; e++)
+            wr.bytes += rep[r].ext[e].len;
+    return wr.rc;
+}
+
+/* A put in one call (an embedded store's, mc__svc_put()): the rules of
+ * PUT_START and PUT_COMMIT, the write in between, nothing left when it
+ * fails. */
+static void test_put_in_one_call(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 4 * MiB, T0);
+    mount(f, 12, 4 * MiB, T0);
+    mc__put_start_rq_t start = {.key = "one", .klen = 3, .capacity = 1000, .replicas = 2};
+    mc__put_commit_rq_t commit = {.key = "one", .klen = 3, .size = 1000};
+    mc_stat_t st;
+    memset(&wr, 0, sizeof(wr));
+    assert_int_equal(mc__svc_put(f->svc, &start, &commit, record_write, NULL, T0, &st), 0);
+    assert_int_equal(wr.calls, 1);
+    assert_int_equal(wr.nrep, 2);
+    assert_true(wr.bytes >= 2000);
+    assert_int_equal(st.size, 1000);
+    assert_int_equal(st.mode, 0644);
+    assert_int_equal(call(f, 5, T0, MC__OP_STAT, "k", "one", 3), 0);
+    uint64_t in_use = used(f);
+
+    /* The rules of PUT_START: NOREPLACE, and the write is never called. */
+    start.flags = MC_PUT_NOREPLACE;
+    assert_int_equal(mc__svc_put(f->svc, &start, &commit, record_write, NULL, T0, NULL), -EEXIST);
+    assert_int_equal(wr.calls, 1);
+    /* ... and of PUT_COMMIT: a size past what was reserved. */
+    start.flags = 0;
+    commit.size = 1 * MiB;
+    assert_int_equal(mc__svc_put(f->svc, &start, &commit, record_write, NULL, T0, NULL), -EINVAL);
+    /* A write that fails: its error, nothing published, the space freed. */
+    commit.size = 1000;
+    wr.rc = -EREMOTE;
+    assert_int_equal(mc__svc_put(f->svc, &start, &commit, record_write, NULL, T0, NULL), -EREMOTE);
+    assert_int_equal(used(f), in_use);
+    /* A new version replaces the old one, whose space is freed. */
+    wr.rc = 0;
+    commit.size = 10;
+    assert_int_equal(mc__svc_put(f->svc, &start, &commit, record_write, NULL, T0, &st), 0);
+    assert_int_equal(st.size, 10);
+    assert_true(used(f) < in_use);
+    /* No write in progress is left behind. */
+    mc__svc_stats_t ss;
+    mc__svc_stats(f->svc, &ss);
+    assert_int_equal(ss.puts, 0);
+}
+
 static void test_grow_and_rename_at_commit(void **state)
 {
     fixture_t *f = *state;
@@ -1061,6 +1126,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_xattr_limits, setup_wall, teardown),
         cmocka_unit_test_setup_teardown(test_xattr_kept_by_republish_and_rename, setup_wall,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_put_in_one_call, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grow_and_rename_at_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_noreplace_and_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_owner_gone_revokes_and_closes, setup, teardown),

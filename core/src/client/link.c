@@ -8,7 +8,6 @@
 
 #include "client/link.h"
 #include "runtime/loop_i.h"
-#include "master/service.h"
 
 typedef struct reply reply_t;
 
@@ -134,6 +133,14 @@ int mc__link_vcall(mc__link_t *l, uint16_t op, uint64_t timeout_ms, mc__rpc_cb c
 {
     mc__vpack(mc__link_body(l), fmt, ap);
     return mc__link_send(l, op, timeout_ms, cb, arg);
+}
+
+int mc__link_put(mc__link_t *l, const mc__put_start_rq_t *start, const mc__put_commit_rq_t *commit,
+                 mc__svc_write_fn write, void *arg, mc_stat_t *st)
+{
+    if (l->cl)
+        return -EOPNOTSUPP;
+    return mc__svc_put(l->svc, start, commit, write, arg, mc__loop_time(l->loop), st);
 }
 
 void mc__link_close(mc__link_t *l)

@@ -15,6 +15,10 @@
  *
  * So the client runs the same code, and the master's request handling the
  * same rules, whether the master is here or elsewhere. Loop thread only.
+ *
+ * One call exists for the local binding only: a whole small put whose
+ * bytes go into this process's own segment (mc__link_put()), the two
+ * requests of a put made one call, without a codec or a second round.
  */
 #ifndef MC_LINK_H
 #define MC_LINK_H
@@ -23,11 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "master/service.h"
 #include "mooncake/loop.h"
 #include "runtime/net.h"
 #include "runtime/rpc.h"
-
-struct mc__svc;
 
 typedef struct mc__link mc__link_t;
 
@@ -55,6 +58,17 @@ int mc__link_vcall(mc__link_t *l, uint16_t op, uint64_t timeout_ms, mc__rpc_cb c
  */
 mc__wbuf_t *mc__link_body(mc__link_t *l);
 int mc__link_send(mc__link_t *l, uint16_t op, uint64_t timeout_ms, mc__rpc_cb cb, void *arg);
+
+/*
+ * A whole put in one call (mc__svc_put(): the rules of PUT_START and
+ * PUT_COMMIT, with write() moving the bytes in between), answered on the
+ * spot in *st (unless NULL) and the return value, with no callback: the local binding
+ * only, for a caller that can write every replica at once. Returns what
+ * mc__svc_put() does, or -EOPNOTSUPP on the rpc binding (nothing done: the
+ * caller sends PUT_START and PUT_COMMIT).
+ */
+int mc__link_put(mc__link_t *l, const mc__put_start_rq_t *start, const mc__put_commit_rq_t *commit,
+                 mc__svc_write_fn write, void *arg, mc_stat_t *st);
 
 /* Closes the link: calls in flight fail with -ECANCELED (rpc) or are
  * answered as usual (local); a local link's owner is gone for the

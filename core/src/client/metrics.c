@@ -62,11 +62,11 @@ void mc__op_count(mc_store_t *s, enum op_kind kind, int rc, uint64_t t0_ns)
     int b = 0;
     while (b < MC__LAT_BUCKETS && (double)ns > lat_bounds[b] * 1e9)
         b++;
-    __atomic_fetch_add(&m->ops[kind], 1, __ATOMIC_RELAXED);
+    mc__bump(&m->ops[kind], 1); /* the loop thread's counters */
     if (rc < 0)
-        __atomic_fetch_add(&m->errors[kind], 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&m->lat_sum_ns[kind], ns, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&m->lat[kind][b], 1, __ATOMIC_RELAXED);
+        mc__bump(&m->errors[kind], 1);
+    mc__bump(&m->lat_sum_ns[kind], ns);
+    mc__bump(&m->lat[kind][b], 1);
 }
 
 static uint64_t load(const uint64_t *p)

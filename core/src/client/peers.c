@@ -436,10 +436,22 @@ static int rdma_wait(xfer_t *x, peer_t *p, const struct rrep *rep)
 
 /* ---- routes ---- */
 
+int mc__peer_own(const mc_store_t *s, uint32_t seg, const mc__transport_t **tp, mc__tp_ep_t *ep)
+{
+    if (!s->rm->own_seg || seg != s->rm->seg_id || !s->seg)
+        return 0;
+    ep->mem.base = s->seg;
+    ep->mem.size = s->seg_size;
+    *tp = &mc__tp_local;
+    return 1;
+}
+
 /* Whether rep is our own segment, whose bytes are copied here. */
 static int own_replica(const mc_store_t *s, const struct rrep *rep)
 {
-    return s->rm->own_seg && rep->seg == s->rm->seg_id && s->seg;
+    const mc__transport_t *tp;
+    mc__tp_ep_t ep;
+    return mc__peer_own(s, rep->seg, &tp, &ep);
 }
 
 int mc__peer_wait(xfer_t *x, const struct rrep *rep)
@@ -454,12 +466,8 @@ int mc__peer_route(mc_store_t *s, const struct rrep *rep, const mc__transport_t 
                    struct peer **peer, mc__tp_ep_t *ep)
 {
     *peer = NULL;
-    if (own_replica(s, rep)) {
-        ep->mem.base = s->seg;
-        ep->mem.size = s->seg_size;
-        *tp = &mc__tp_local;
+    if (mc__peer_own(s, rep->seg, tp, ep))
         return 0;
-    }
     peer_t *p = peer_get(s->rm, rep->addr);
     if (!p)
         return -EHOSTUNREACH;

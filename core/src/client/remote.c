@@ -33,28 +33,35 @@ int mc__mcall(mc_store_t *s, uint16_t op, mc__rpc_cb cb, void *arg, const char *
 
 void mc__ignore_reply(void *arg, int status, const char *body, size_t len) {}
 
+/* The PUT_START of o (its key and options) with capacity bytes. */
+static void put_start_rq(const op_t *o, uint64_t capacity, mc__put_start_rq_t *rq)
+{
+    const char *pref = o->po.preferred_segment ? o->po.preferred_segment : "";
+    *rq = (mc__put_start_rq_t){.key = o->key,
+                               .klen = (uint32_t)o->klen,
+                               .capacity = capacity,
+                               .flags = o->po.flags,
+                               .mode = o->po.mode,
+                               .replicas = o->po.replica_num,
+                               .pin = o->po.pin,
+                               .pin_ttl_ms = o->po.soft_pin_ttl_ms,
+                               .mtime_ns = o->po.mtime_ns,
+                               .pref = pref,
+                               .plen = (uint32_t)strlen(pref),
+                               .uid = o->po.uid,
+                               .gid = o->po.gid,
+                               .type = o->po.type,
+                               .rdev = o->po.rdev};
+}
+
 /* The two requests of every put go through their own encoders (proto.h). */
 int mc__mcall_put_start(op_t *o, uint64_t capacity, mc__rpc_cb cb)
 {
     mc_store_t *s = o->s;
-    const char *pref = o->po.preferred_segment ? o->po.preferred_segment : "";
-    mc__put_start_rq_t rq = {.key = o->key,
-                             .klen = (uint32_t)o->klen,
-                             .capacity = capacity,
-                             .flags = o->po.flags,
-                             .mode = o->po.mode,
-                             .replicas = o->po.replica_num,
-                             .pin = o->po.pin,
-                             .pin_ttl_ms = o->po.soft_pin_ttl_ms,
-                             .mtime_ns = o->po.mtime_ns,
-                             .pref = pref,
-                             .plen = (uint32_t)strlen(pref),
-                             .uid = o->po.uid,
-                             .gid = o->po.gid,
-                             .type = o->po.type,
-                             .rdev = o->po.rdev};
+    mc__put_start_rq_t rq;
     if (!s->rm)
         return -ECANCELED; /* the store is closing */
+    put_start_rq(o, capacity, &rq);
     mc__pack_put_start(mc__link_body(s->rm->master), &rq);
     return mc__link_send(s->rm->master, MC__OP_PUT_START, s->timeout_ms, cb, o);
 }
@@ -170,6 +177,17 @@ static void put_committed(void *arg, int status, const char *body, size_t len)
 
 static void put_step(op_t *o);
 
+/* The PUT_COMMIT of o's o->len bytes (the mode went with PUT_START). */
+static void put_commit_rq(const op_t *o, mc__put_commit_rq_t *rq)
+{
+    *rq = (mc__put_commit_rq_t){.id = o->u64,
+                                .key = o->key,
+                                .klen = (uint32_t)o->klen,
+                                .size = o->len,
+                                .what = o->po.mtime_ns ? MC_META_MTIME : 0,
+                                .mtime_ns = o->po.mtime_ns};
+}
+
 static void put_renewed(void *arg, int status, const char *body, size_t len)
 {
     op_t *o = arg;
@@ -204,12 +222,8 @@ static void put_step(op_t *o)
     if (o->done == o->len) {
         mc__rset_free(o->buf);
         o->buf = NULL;
-        mc__put_commit_rq_t rq = {.id = o->u64,
-                                  .key = o->key,
-                                  .klen = (uint32_t)o->klen,
-                                  .size = o->len,
-                                  .what = o->po.mtime_ns ? MC_META_MTIME : 0,
-                                  .mtime_ns = o->po.mtime_ns}; /* the mode went with PUT_START */
+        mc__put_commit_rq_t rq;
+        put_commit_rq(o, &rq);
         rc = mc__mcall_put_commit(o->s, &rq, put_committed, o);
         if (rc < 0)
             put_end(o, rc);
@@ -246,6 +260,34 @@ static void put_started(void *arg, int status, const char *body, size_t len)
     put_step(o);
 }
 
+/* put_at_once()'s write: o's bytes into the new version's replicas. */
+static int put_write_own(void *arg, const mc__replica_t *rep, uint32_t nrep)
+{
+    op_t *o = arg;
+    const char *src = o->tmp ? o->tmp : (o->iovcnt ? o->iov[0].iov_base : "");
+    return mc__xfer_write_own(o->s, rep, nrep, src, o->len);
+}
+
+/*
+ * A put whose master is in this process and whose replicas are all in our
+ * own segment is one call (mc__link_put()): the same rules as PUT_START and
+ * PUT_COMMIT, the bytes copied in between. Returns 1 when it finished o, 0
+ * when o must take the two requests (an rpc link, or a replica elsewhere).
+ */
+static int put_at_once(op_t *o)
+{
+    mc__put_start_rq_t start;
+    mc__put_commit_rq_t commit;
+    put_start_rq(o, o->len, &start);
+    put_commit_rq(o, &commit);
+    int rc = mc__link_put(o->s->rm->master, &start, &commit, put_write_own, o, NULL);
+    if (rc == -EOPNOTSUPP || rc == -EREMOTE)
+        return 0;
+    mc__rc_drop(o->s->rm, o->key, o->klen, NULL);
+    put_end(o, rc);
+    return 1;
+}
+
 static void remote_put(op_t *o)
 {
     size_t total = 0;
@@ -263,6 +305,8 @@ static void remote_put(op_t *o)
             at += o->iov[i].iov_len;
         }
     }
+    if (total <= PUT_STEP && put_at_once(o))
+        return;
     o->sent_ms = mc__loop_time(o->s->loop);
     int rc = mc__mcall_put_start(o, total, put_started);
     if (rc < 0) {
@@ -357,7 +401,7 @@ static int remote_get(op_t *o)
         return mc__mcall(o->s, MC__OP_GET_REPLICAS, get_replicas_done, o, "k", o->key,
                          (uint32_t)o->klen);
     }
-    __atomic_fetch_add(&o->s->st.cache_hits, 1, __ATOMIC_RELAXED);
+    mc__bump(&o->s->st.cache_hits, 1);
     e->refs++;
     o->stage = 1;
     o->tmp = e;

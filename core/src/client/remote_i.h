@@ -135,6 +135,15 @@ typedef struct xfer {
 void mc__xfer(mc_store_t *s, const mc__rset_t *rs, int write, uint64_t off, char *buf, uint64_t len,
               void (*done)(void *, int), void *arg);
 
+/*
+ * Writes buf[0..len) into the replicas rep[0..nrep) of a pending version on
+ * the spot, when each is in our own segment (mc__peer_own()): the write of
+ * a put made in one call (mc__link_put()). Returns 0, -EREMOTE (a replica
+ * is elsewhere; nothing written), or the transport's error.
+ */
+int mc__xfer_write_own(mc_store_t *s, const mc__replica_t *rep, uint32_t nrep, const char *buf,
+                       uint64_t len);
+
 /* Issues x's pieces, or parks it until a peer is ready; peers.c resumes
  * parked transfers with it. */
 void mc__xfer_step(xfer_t *x);
@@ -151,6 +160,10 @@ extern const mc__rpc_client_ops_t mc__master_ops;
  * and returns 1, or returns 0: go ahead.
  */
 int mc__peer_wait(xfer_t *x, const struct rrep *rep);
+
+/* Whether segment seg is our own (its bytes are copied here); if so, fills
+ * *tp and *ep with the local transport over it. Returns 1 or 0. */
+int mc__peer_own(const mc_store_t *s, uint32_t seg, const mc__transport_t **tp, mc__tp_ep_t *ep);
 
 /*
  * Picks the transport for pieces on replica rep now, and fills *ep for it;

@@ -179,12 +179,20 @@ typedef struct op {
     char keys[];
 } op_t;
 
+/* Adds n to counter *c, which only the loop thread writes and any thread
+ * may read (mc_store_stats(), a metrics scrape): a relaxed load and store,
+ * so a reader never sees a torn value, without the cost of a locked add. */
+static inline void mc__bump(uint64_t *c, uint64_t n)
+{
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+}
+
 /* Counts one transfer of n bytes into the counters *ops and *bytes of
- * s->st (relaxed atomics: mc_store_stats() reads them from any thread). */
+ * s->st, on the loop thread (mc__bump()). */
 static inline void mc__count(uint64_t *ops, uint64_t *bytes, uint64_t n)
 {
-    __atomic_fetch_add(ops, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(bytes, n, __ATOMIC_RELAXED);
+    mc__bump(ops, 1);
+    mc__bump(bytes, n);
 }
 
 /* Completes o with rc from the loop thread, after the current callback,

@@ -9,7 +9,9 @@
  * segment or a co-located node's mapped one, RDMA, or TCP; a transfer that
  * must first wait for a mapping or an RDMA connection is parked on the
  * peer (mc__peer_wait()). A write that could not reach a replica's node
- * while another replica took every byte drops that replica.
+ * while another replica took every byte drops that replica. A put made in
+ * one call (mc__link_put()) copies into our own segment on the spot, with
+ * the same pieces, through mc__xfer_write_own().
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -170,7 +172,7 @@ static void piece_done(void *arg, int status)
     if (status >= 0) {
         tp_count(x->s, pc->tp, pc->len);
         if (pc->ub)
-            __atomic_fetch_add(&x->s->st.rdma_zero_copy_bytes, pc->len, __ATOMIC_RELAXED);
+            mc__bump(&x->s->st.rdma_zero_copy_bytes, pc->len);
     } else if (x->s->rm) {
         mc__peer_piece_failed(pc->p, pc->tp, &pc->ep, status);
     }
@@ -235,6 +237,35 @@ static int xfer_piece(xfer_t *x, uint32_t r, struct peer *peer, const mc__transp
     return 0;
 }
 
+/* Issues the pieces of [x->off, x->off + x->len) on replica r, whose
+ * extents ext[0..next) are in segment seg, over tp and ep; the first error
+ * goes to *err and ends it. */
+static void xfer_extents(xfer_t *x, uint32_t r, struct peer *peer, const mc__transport_t *tp,
+                         const mc__tp_ep_t *ep, uint32_t seg, const mc__extent_t *ext,
+                         uint32_t next, int *err)
+{
+    uint64_t at = 0, end = x->off + x->len;
+    for (uint32_t e = 0; e < next && at < end && !*err; e++) {
+        const mc__extent_t *ex = &ext[e];
+        uint64_t lo = x->off > at ? x->off : at;
+        uint64_t hi = end < at + ex->len ? end : at + ex->len;
+        for (uint64_t p = lo; p < hi && !*err;) {
+            uint32_t n = (uint32_t)(hi - p < MC__PROTO_CHUNK ? hi - p : MC__PROTO_CHUNK);
+            mc__tp_piece_t pc = {.write = x->write,
+                                 .buf = x->buf ? x->buf + (p - x->off) : NULL,
+                                 .seg = seg,
+                                 .off = ex->off + (p - at),
+                                 .len = n,
+                                 .timeout_ms = x->s->timeout_ms};
+            int rc = xfer_piece(x, r, peer, tp, ep, &pc);
+            if (rc < 0)
+                *err = rc;
+            p += n;
+        }
+        at += ex->len;
+    }
+}
+
 /* Issues the pieces of [x->off, x->off + x->len) on replica r. */
 static void xfer_replica(xfer_t *x, uint32_t r)
 {
@@ -248,25 +279,31 @@ static void xfer_replica(xfer_t *x, uint32_t r)
         *err = rc;
         return;
     }
-    uint64_t at = 0, end = x->off + x->len;
-    for (uint32_t e = 0; e < rep->next && at < end && !*err; e++) {
-        const mc__extent_t *ex = &rep->ext[e];
-        uint64_t lo = x->off > at ? x->off : at;
-        uint64_t hi = end < at + ex->len ? end : at + ex->len;
-        for (uint64_t p = lo; p < hi && !*err;) {
-            uint32_t n = (uint32_t)(hi - p < MC__PROTO_CHUNK ? hi - p : MC__PROTO_CHUNK);
-            mc__tp_piece_t pc = {.write = x->write,
-                                 .buf = x->buf ? x->buf + (p - x->off) : NULL,
-                                 .seg = rep->seg,
-                                 .off = ex->off + (p - at),
-                                 .len = n,
-                                 .timeout_ms = x->s->timeout_ms};
-            if ((rc = xfer_piece(x, r, peer, tp, &ep, &pc)) < 0)
-                *err = rc;
-            p += n;
-        }
-        at += ex->len;
-    }
+    xfer_extents(x, r, peer, tp, &ep, rep->seg, rep->ext, rep->next, err);
+}
+
+int mc__xfer_write_own(mc_store_t *s, const mc__replica_t *rep, uint32_t nrep, const char *buf,
+                       uint64_t len)
+{
+    const mc__transport_t *tp;
+    mc__tp_ep_t ep;
+    for (uint32_t r = 0; r < nrep; r++)
+        if (!mc__peer_own(s, rep[r].seg, &tp, &ep))
+            return -EREMOTE;
+    /* The local transport is synchronous: xfer_piece() moves each piece
+     * before it returns and never keeps x, and these are the fields that
+     * xfer_extents() reads (set one by one: zeroing the whole transfer
+     * cost a 1 KiB put more than its copy). */
+    xfer_t x;
+    x.s = s;
+    x.write = 1;
+    x.off = 0;
+    x.len = len;
+    x.buf = (char *)buf;
+    x.err = 0;
+    for (uint32_t r = 0; r < nrep && !x.err; r++)
+        xfer_extents(&x, r, NULL, tp, &ep, rep[r].seg, rep[r].ext, rep[r].n, &x.err);
+    return x.err;
 }
 
 /* Whether x must wait for a peer before it issues (mc__peer_wait()). */

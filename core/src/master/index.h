@@ -1,9 +1,11 @@
 /*
- * index.h - ordered map from byte-string keys to pointers (a skiplist).
+ * index.h - ordered map from byte-string keys to pointers (a skiplist, with
+ * a hash table beside it for exact keys).
  *
  * Keys are compared as unsigned bytes (memcmp, shorter first on a tie), so
  * the keys under a prefix form one contiguous run: seek to the prefix, walk
- * while keys still start with it. Lookup, insert and remove are O(log n)
+ * while keys still start with it. Looking up one key (mc__index_get(), the
+ * slot of a key present) is O(1) expected; insert and remove are O(log n)
  * expected; a seek plus k steps is O(log n + k). Not thread-safe: the master
  * logic owns one and touches it from one thread.
  */
@@ -33,6 +35,15 @@ void mc__index_free(mc__index_t *ix, void (*free_val)(void *));
  * memory (index unchanged).
  */
 int mc__index_insert(mc__index_t *ix, const char *key, size_t len, void *val, void **old);
+
+/*
+ * The slot of key's value, to read and write in one walk: key is inserted
+ * with a NULL value when absent (*added 1, else 0), the index keeping its
+ * own copy. A caller that leaves NULL in an added slot must remove the key
+ * (mc__index_remove()); the slot is valid until the index is next
+ * modified. Returns NULL when out of memory (index unchanged).
+ */
+void **mc__index_slot(mc__index_t *ix, const char *key, size_t len, int *added);
 
 /* Returns the value for key, or NULL when absent. */
 void *mc__index_get(const mc__index_t *ix, const char *key, size_t len);

@@ -35,8 +35,9 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     if (m->nseg == 0)
         return -ENOSPC;
     /* Segments on hold take nothing new (mc__master_hold_segment()). */
-    char used[256] = {0};
+    char used[256];
     uint32_t usable = 0;
+    memset(used, 0, m->nseg < 256 ? (size_t)m->nseg : 256); /* the bytes read below */
     for (int i = 0; i < m->nseg && i < 256; i++) {
         if (m->segs[i].hold_until > now)
             used[i] = 1;
@@ -299,7 +300,13 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
 {
     if (size > v->capacity)
         return -EINVAL;
-    mc__version_t *name = mc__index_get(m->ix, v->key, v->klen);
+    /* One walk finds the name and makes room for it; an added slot is
+     * filled below, as nothing can fail once a slot was added. */
+    int fresh;
+    void **slot = mc__index_slot(m->ix, v->key, v->klen, &fresh);
+    if (!slot)
+        return -ENOMEM;
+    mc__version_t *name = *slot;
     if (added)
         *added = !name;
     if ((flags & MC_PUT_NOREPLACE) && name)
@@ -310,6 +317,8 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         int rc = mc__master_set_key(m, v, name->link, name->linklen);
         if (rc < 0)
             return rc;
+        if (!(slot = mc__index_slot(m->ix, v->key, v->klen, &fresh)))
+            return -ENOMEM;
     }
     uint64_t keep = round_up(m, size);
     if (keep < v->capacity) {
@@ -317,26 +326,22 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
             replica_trim(m, &v->rep[r], keep);
         v->capacity = keep;
     }
-    /* Make sure the index can take the key before anything changes. */
-    void *old = NULL;
-    int rc = mc__index_insert(m->ix, v->key, v->klen, v, &old);
-    if (rc < 0)
-        return rc;
+    mc__version_t *old = *slot;
+    *slot = v;
     v->size = size;
     v->id = m->next_id++;
     v->state = MC__PUBLISHED;
     mc__list_add_tail(&m->lru, v);
-    if (rc == 1 && old) {
-        const mc__version_t *o = old;
+    if (old) {
         if (v->inherit & MC__INHERIT_MODE)
-            v->mode = o->mode;
+            v->mode = old->mode;
         if (v->inherit & MC__INHERIT_OWNER) {
-            v->uid = o->uid;
-            v->gid = o->gid;
+            v->uid = old->uid;
+            v->gid = old->gid;
         }
-        v->atime_ns = o->atime_ns;
+        v->atime_ns = old->atime_ns;
         mc__xattr_take(v, old);
-        v->links = o->links;
+        v->links = old->links;
         mc__master_retire(m, old, now);
     } else if (name && name->link) {
         v->links = 1; /* the file was lost: this name brings it back */

@@ -312,35 +312,54 @@ static void read_access(const mc__svc_t *svc, mc__version_t *v)
 
 /* ---- operations ---- */
 
+/*
+ * The rules of a PUT_START: a pending version of rq's key with rq's options
+ * and rq->capacity bytes reserved, placed by the master. Returns 0 and the
+ * version (the caller's: it publishes or aborts it), or a negative errno.
+ */
+static int put_begin(mc__svc_t *svc, const mc__put_start_rq_t *rq, uint64_t now,
+                     mc__version_t **out)
+{
+    if (rq->pin > MC_PIN_HARD)
+        return -EINVAL;
+    if ((rq->flags & MC_PUT_NOREPLACE) && mc__master_find(svc->m, rq->key, rq->klen))
+        return -EEXIST;
+    mc_put_opts_t po = {.flags = rq->flags,
+                        .mode = rq->mode,
+                        .replica_num = rq->replicas,
+                        .pin = rq->pin,
+                        .soft_pin_ttl_ms = rq->pin_ttl_ms,
+                        .mtime_ns = rq->mtime_ns,
+                        .uid = rq->uid,
+                        .gid = rq->gid,
+                        .type = rq->type,
+                        .rdev = rq->rdev};
+    mc__version_t *v;
+    mc__svc_mark_suspects(svc, now);
+    int rc =
+        mc__master_begin_at(svc->m, rq->key, rq->klen, &po,
+                            mc__svc_seg_by_addr(svc, rq->pref, rq->plen), rq->capacity, now, &v);
+    if (rc < 0)
+        return rc;
+    if (rq->capacity && (rc = mc__master_reserve(svc->m, v, rq->capacity, now)) < 0) {
+        mc__master_abort(svc->m, v);
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
 static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t len, uint64_t now,
                         mc__wbuf_t *w)
 {
     mc__put_start_rq_t rq;
     TAKE(mc__take_put_start(body, len, &rq));
-    if (rq.pin > MC_PIN_HARD)
-        return -EINVAL;
-    if ((rq.flags & MC_PUT_NOREPLACE) && mc__master_find(svc->m, rq.key, rq.klen))
-        return -EEXIST;
-    mc_put_opts_t po = {.flags = rq.flags,
-                        .mode = rq.mode,
-                        .replica_num = rq.replicas,
-                        .pin = rq.pin,
-                        .soft_pin_ttl_ms = rq.pin_ttl_ms,
-                        .mtime_ns = rq.mtime_ns,
-                        .uid = rq.uid,
-                        .gid = rq.gid,
-                        .type = rq.type,
-                        .rdev = rq.rdev};
     mc__version_t *v;
-    mc__svc_mark_suspects(svc, now);
-    int rc = mc__master_begin_at(svc->m, rq.key, rq.klen, &po,
-                                 mc__svc_seg_by_addr(svc, rq.pref, rq.plen), rq.capacity, now, &v);
+    int rc = put_begin(svc, &rq, now, &v);
     if (rc < 0)
         return rc;
-    if (rq.capacity)
-        rc = mc__master_reserve(svc->m, v, rq.capacity, now);
-    put_t *p = rc == 0 ? calloc(1, sizeof(*p)) : NULL;
-    if (rc == 0 && !p)
+    put_t *p = calloc(1, sizeof(*p));
+    if (!p)
         rc = -ENOMEM;
     if (rc == 0) {
         p->flags = rq.flags;
@@ -374,33 +393,35 @@ static int op_put_grow(mc__svc_t *svc, const char *body, size_t len, uint64_t no
     return mc__svc_pack_replicas(svc, w, p->v);
 }
 
-static int op_put_commit(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
+/* The rules a PUT_COMMIT checks before it publishes pending v: a failure
+ * leaves the write in progress (its writer may revoke it). */
+static int put_check(mc__svc_t *svc, mc__version_t *v, const mc__put_commit_rq_t *rq)
 {
-    mc__put_commit_rq_t rq;
-    TAKE(mc__take_put_commit(body, len, &rq));
-    put_t *p = put_get(svc, rq.id);
-    if (!p)
-        return -ENOENT;
-    mc__version_t *v = p->v;
     if (v->nrep == 0)
         return -EIO; /* every node it was written to is gone */
     int rc = 0;
-    if (rq.klen != v->klen || memcmp(rq.key, v->key, rq.klen) != 0)
-        rc = mc__master_set_key(svc->m, v, rq.key, rq.klen);
-    if (rc == 0 && rq.size > v->capacity)
+    if (rq->klen != v->klen || memcmp(rq->key, v->key, rq->klen) != 0)
+        rc = mc__master_set_key(svc->m, v, rq->key, rq->klen);
+    if (rc == 0 && rq->size > v->capacity)
         rc = -EINVAL;
-    if (rc < 0)
-        return rc;
-    if (rq.what & MC_META_MODE) {
-        v->mode = rq.mode & 07777;
+    return rc;
+}
+
+/* The rest of a PUT_COMMIT: publishes v (put_check() passed; v is no longer
+ * a write in progress), or aborts it. Fills *st (unless NULL) with the new
+ * version's stat. Returns 0 or a negative errno. */
+static int put_publish(mc__svc_t *svc, mc__version_t *v, unsigned flags,
+                       const mc__put_commit_rq_t *rq, uint64_t now, mc_stat_t *st)
+{
+    if (rq->what & MC_META_MODE) {
+        v->mode = rq->mode & 07777;
         v->inherit &= ~(unsigned)MC__INHERIT_MODE;
     }
     int64_t t = wall(svc);
-    v->mtime_ns = (rq.what & MC_META_MTIME) ? rq.mtime_ns : t;
+    v->mtime_ns = (rq->what & MC_META_MTIME) ? rq->mtime_ns : t;
     v->ctime_ns = v->atime_ns = t; /* a replaced version's atime stays (commit) */
     int is_new = 0;
-    rc = mc__master_commit_as(svc->m, v, rq.size, p->flags, now, &is_new);
-    put_del(svc, p);
+    int rc = mc__master_commit_as(svc->m, v, rq->size, flags, now, &is_new);
     if (rc < 0) {
         mc__master_abort(svc->m, v);
         return rc;
@@ -409,9 +430,42 @@ static int op_put_commit(mc__svc_t *svc, const char *body, size_t len, uint64_t 
         mc__master_dir_changed(svc->m, v->key, v->klen, t);
     if (v->nrep < v->want)
         mc__repair_wake(svc->rp); /* a replica was dropped on the way */
+    if (st)
+        mc__version_stat(v, now, st);
+    return 0;
+}
+
+static int op_put_commit(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
+{
+    mc__put_commit_rq_t rq;
+    TAKE(mc__take_put_commit(body, len, &rq));
+    put_t *p = put_get(svc, rq.id);
+    if (!p)
+        return -ENOENT;
+    mc__version_t *v = p->v;
+    unsigned flags = p->flags;
+    int rc = put_check(svc, v, &rq);
+    if (rc < 0)
+        return rc;
+    put_del(svc, p);
     mc_stat_t st;
-    mc__version_stat(v, now, &st);
+    if ((rc = put_publish(svc, v, flags, &rq, now, &st)) < 0)
+        return rc;
     return mc__pack_stat(w, &st);
+}
+
+int mc__svc_put(mc__svc_t *svc, const mc__put_start_rq_t *start, const mc__put_commit_rq_t *commit,
+                mc__svc_write_fn write, void *arg, uint64_t now, mc_stat_t *st)
+{
+    mc__version_t *v;
+    int rc = put_begin(svc, start, now, &v);
+    if (rc < 0)
+        return rc;
+    if ((rc = write(arg, v->rep, v->nrep)) < 0 || (rc = put_check(svc, v, commit)) < 0) {
+        mc__master_abort(svc->m, v);
+        return rc;
+    }
+    return put_publish(svc, v, start->flags, commit, now, st);
 }
 
 /* A writer could not reach the node of one replica while others took the

@@ -81,6 +81,27 @@ int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len);
 int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body, size_t len,
                    uint64_t now, mc__wbuf_t *w);
 
+/*
+ * Writes the bytes of a put into the replicas rep[0..nrep) of its pending
+ * version, before mc__svc_put() publishes it. Returns 0, or a negative errno:
+ * the put fails with it (-EREMOTE: a replica is not where the caller can
+ * write at once).
+ */
+typedef int (*mc__svc_write_fn)(void *arg, const mc__replica_t *rep, uint32_t nrep);
+
+/*
+ * A whole put in one call, for a caller in this process that can write the
+ * bytes at once (an embedded store into its own segment): the rules of
+ * PUT_START with start, write(arg, ...) on the version's replicas, then the
+ * rules of PUT_COMMIT with commit (its id unused), exactly as the two
+ * requests apply them, without the write in progress they would keep in
+ * between. Fills *st (unless NULL) with the new version's stat. Returns 0,
+ * or a negative errno (nothing published, the space freed; write's error
+ * as it is).
+ */
+int mc__svc_put(mc__svc_t *svc, const mc__put_start_rq_t *start, const mc__put_commit_rq_t *commit,
+                mc__svc_write_fn write, void *arg, uint64_t now, mc_stat_t *st);
+
 /* The owner's connection closed: revoke its writes (their space is freed
  * once their write lease is over), close its handles. O(what it held). */
 void mc__svc_owner_gone(mc__svc_t *svc, uint64_t owner, uint64_t now);
