@@ -1,8 +1,8 @@
 """bench/report.py RESULTS OUTDIR - the report of one `make bench` run.
 
 RESULTS holds one measured value a line, "KEY VALUE", every run of every
-benchmark (bench/run.sh, bench/cluster.sh and bench/python_async.py append
-to it). This writes OUTDIR/report.md (medians, every ratio, what each row
+benchmark (bench/run.sh, bench/cluster.sh, bench/python_async.py and
+bench/python_tensor.py append to it). This writes OUTDIR/report.md (medians, every ratio, what each row
 compares, the commit and the machine) and three plots next to it:
 throughput by block size (the mount), 1 KiB ops/s by concurrency and 1 KiB
 latency percentiles (the cluster), each next to the baselines of the same
@@ -298,6 +298,26 @@ def python_section(r):
     return lines
 
 
+def tensor_section(r):
+    if r.m("tensor.64MiB.put.mc") is None:
+        return []
+    lines = ["## Python tensors (bench/python_tensor.py)", "",
+             "put_tensor/get_tensor on an embedded store in the Python process against "
+             "torch.save/torch.load through io.BytesIO (what a user writes without the "
+             "store: serializing into memory only). Median of the repeats; ratio above 1: "
+             "the store is faster.", "",
+             "| case | put_tensor | torch.save | ratio | get_tensor | torch.load | ratio |",
+             "|---" * 7 + "|"]
+    for case, label in (("64MiB", "one 64 MiB float16 tensor (MiB/s)"),
+                        ("small", "1,000 float16 tensors of 4 KiB (tensors/s)")):
+        v = {k: r.m(f"tensor.{case}.{k}") for k in ("put.mc", "put.torch", "get.mc", "get.torch")}
+        lines.append(f"| {label} | {fmt(v['put.mc'])} | {fmt(v['put.torch'])} | "
+                     f"{ratio(v['put.mc'], v['put.torch'])} | {fmt(v['get.mc'])} | "
+                     f"{fmt(v['get.torch'])} | {ratio(v['get.mc'], v['get.torch'])} |")
+    lines.append("")
+    return lines
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: report.py RESULTS OUTDIR")
@@ -311,6 +331,7 @@ def main():
     lines += mount_section(r, out)
     lines += cluster_section(r, out)
     lines += python_section(r)
+    lines += tensor_section(r)
     path = os.path.join(out, "report.md")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
