@@ -279,43 +279,47 @@ def cluster_section(r, out):
     return lines
 
 
+def section(title, intro, columns, rows):
+    """A report section: a title, a paragraph and a table of rows (cells)."""
+    return [f"## {title}", "", intro, "", "| " + " | ".join(columns) + " |",
+            "|---" * len(columns) + "|", *("| " + " | ".join(row) + " |" for row in rows), ""]
+
+
 def python_section(r):
     if r.m("python.1KiB.native") is None:
         return []
-    lines = ["## Python async_get (bench/python_async.py, one run)", "",
-             "Like with like: native, executor and mount read the same bytes from one "
-             "mooncake-fs daemon (native and executor as a pure client over its Unix "
-             "socket, mount through its FUSE mount with aiofiles); in-process is an "
-             "embedded store in the Python process, for reference (ops/s, 32 in flight).",
-             "", "| value | native | executor | mount | in-process | native / executor "
-             "| native / mount |", "|---" * 7 + "|"]
+    rows = []
     for size in ("1KiB", "1MiB"):
         v = {c: r.m(f"python.{size}.{c}") for c in ("native", "executor", "mount", "inproc")}
-        lines.append(f"| {size[:-3]} {size[-3:]} | {fmt(v['native'])} | {fmt(v['executor'])} "
-                     f"| {fmt(v['mount'])} | {fmt(v['inproc'])} | "
-                     f"{ratio(v['native'], v['executor'])} | {ratio(v['native'], v['mount'])} |")
-    lines.append("")
-    return lines
+        rows.append([f"{size[:-3]} {size[-3:]}", *(fmt(v[c]) for c in v),
+                     ratio(v["native"], v["executor"]), ratio(v["native"], v["mount"])])
+    return section(
+        "Python async_get (bench/python_async.py, one run)",
+        "Like with like: native, executor and mount read the same bytes from one "
+        "mooncake-fs daemon (native and executor as a pure client over its Unix "
+        "socket, mount through its FUSE mount with aiofiles); in-process is an "
+        "embedded store in the Python process, for reference (ops/s, 32 in flight).",
+        ["value", "native", "executor", "mount", "in-process", "native / executor",
+         "native / mount"], rows)
 
 
 def tensor_section(r):
     if r.m("tensor.64MiB.put.mc") is None:
         return []
-    lines = ["## Python tensors (bench/python_tensor.py)", "",
-             "put_tensor/get_tensor on an embedded store in the Python process against "
-             "torch.save/torch.load through io.BytesIO (what a user writes without the "
-             "store: serializing into memory only). Median of the repeats; ratio above 1: "
-             "the store is faster.", "",
-             "| case | put_tensor | torch.save | ratio | get_tensor | torch.load | ratio |",
-             "|---" * 7 + "|"]
+    rows = []
     for case, label in (("64MiB", "one 64 MiB float16 tensor (MiB/s)"),
                         ("small", "1,000 float16 tensors of 4 KiB (tensors/s)")):
         v = {k: r.m(f"tensor.{case}.{k}") for k in ("put.mc", "put.torch", "get.mc", "get.torch")}
-        lines.append(f"| {label} | {fmt(v['put.mc'])} | {fmt(v['put.torch'])} | "
-                     f"{ratio(v['put.mc'], v['put.torch'])} | {fmt(v['get.mc'])} | "
-                     f"{fmt(v['get.torch'])} | {ratio(v['get.mc'], v['get.torch'])} |")
-    lines.append("")
-    return lines
+        rows.append([label, fmt(v["put.mc"]), fmt(v["put.torch"]),
+                     ratio(v["put.mc"], v["put.torch"]), fmt(v["get.mc"]), fmt(v["get.torch"]),
+                     ratio(v["get.mc"], v["get.torch"])])
+    return section(
+        "Python tensors (bench/python_tensor.py)",
+        "put_tensor/get_tensor on an embedded store in the Python process against "
+        "torch.save/torch.load through io.BytesIO (what a user writes without the store: "
+        "serializing into memory only). Median of the repeats; ratio above 1: the store is "
+        "faster.",
+        ["case", "put_tensor", "torch.save", "ratio", "get_tensor", "torch.load", "ratio"], rows)
 
 
 def main():
