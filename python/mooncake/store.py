@@ -329,9 +329,15 @@ def _size_arg(name, value):
 
 # ---- tensors (the layout and torch live in _tensor, imported on first use) ----
 
+_tensor_module = None
+
+
 def _T():
-    from . import _tensor
-    return _tensor
+    """mooncake._tensor, imported (with torch) on the first tensor call."""
+    global _tensor_module
+    if _tensor_module is None:
+        from . import _tensor as _tensor_module
+    return _tensor_module
 
 
 def _tensor_put_args(key, tensor, config, upsert):
