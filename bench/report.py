@@ -1,8 +1,8 @@
 """bench/report.py RESULTS OUTDIR - the report of one `make bench` run.
 
 RESULTS holds one measured value a line, "KEY VALUE", every run of every
-benchmark (bench/run.sh, bench/cluster.sh and bench/python_async.py append
-to it). This writes OUTDIR/report.md (medians, every ratio, what each row
+benchmark (bench/run.sh, bench/cluster.sh, bench/python_async.py and
+bench/python_tensor.py append to it). This writes OUTDIR/report.md (medians, every ratio, what each row
 compares, the commit and the machine) and three plots next to it:
 throughput by block size (the mount), 1 KiB ops/s by concurrency and 1 KiB
 latency percentiles (the cluster), each next to the baselines of the same
@@ -301,23 +301,47 @@ def cluster_section(r, out):
     return lines
 
 
+def section(title, intro, columns, rows):
+    """A report section: a title, a paragraph and a table of rows (cells)."""
+    return [f"## {title}", "", intro, "", "| " + " | ".join(columns) + " |",
+            "|---" * len(columns) + "|", *("| " + " | ".join(row) + " |" for row in rows), ""]
+
+
 def python_section(r):
     if r.m("python.1KiB.native") is None:
         return []
-    lines = ["## Python async_get (bench/python_async.py, one run)", "",
-             "Like with like: native, executor and mount read the same bytes from one "
-             "mooncake-fs daemon (native and executor as a pure client over its Unix "
-             "socket, mount through its FUSE mount with aiofiles); in-process is an "
-             "embedded store in the Python process, for reference (ops/s, 32 in flight).",
-             "", "| value | native | executor | mount | in-process | native / executor "
-             "| native / mount |", "|---" * 7 + "|"]
+    rows = []
     for size in ("1KiB", "1MiB"):
         v = {c: r.m(f"python.{size}.{c}") for c in ("native", "executor", "mount", "inproc")}
-        lines.append(f"| {size[:-3]} {size[-3:]} | {fmt(v['native'])} | {fmt(v['executor'])} "
-                     f"| {fmt(v['mount'])} | {fmt(v['inproc'])} | "
-                     f"{ratio(v['native'], v['executor'])} | {ratio(v['native'], v['mount'])} |")
-    lines.append("")
-    return lines
+        rows.append([f"{size[:-3]} {size[-3:]}", *(fmt(v[c]) for c in v),
+                     ratio(v["native"], v["executor"]), ratio(v["native"], v["mount"])])
+    return section(
+        "Python async_get (bench/python_async.py, one run)",
+        "Like with like: native, executor and mount read the same bytes from one "
+        "mooncake-fs daemon (native and executor as a pure client over its Unix "
+        "socket, mount through its FUSE mount with aiofiles); in-process is an "
+        "embedded store in the Python process, for reference (ops/s, 32 in flight).",
+        ["value", "native", "executor", "mount", "in-process", "native / executor",
+         "native / mount"], rows)
+
+
+def tensor_section(r):
+    if r.m("tensor.64MiB.put.mc") is None:
+        return []
+    rows = []
+    for case, label in (("64MiB", "one 64 MiB float16 tensor (MiB/s)"),
+                        ("small", "1,000 float16 tensors of 4 KiB (tensors/s)")):
+        v = {k: r.m(f"tensor.{case}.{k}") for k in ("put.mc", "put.torch", "get.mc", "get.torch")}
+        rows.append([label, fmt(v["put.mc"]), fmt(v["put.torch"]),
+                     ratio(v["put.mc"], v["put.torch"]), fmt(v["get.mc"]), fmt(v["get.torch"]),
+                     ratio(v["get.mc"], v["get.torch"])])
+    return section(
+        "Python tensors (bench/python_tensor.py)",
+        "put_tensor/get_tensor on an embedded store in the Python process against "
+        "torch.save/torch.load through io.BytesIO (what a user writes without the store: "
+        "serializing into memory only). Median of the repeats; ratio above 1: the store is "
+        "faster.",
+        ["case", "put_tensor", "torch.save", "ratio", "get_tensor", "torch.load", "ratio"], rows)
 
 
 def main():
@@ -334,6 +358,7 @@ def main():
     lines += tar_section(r)
     lines += cluster_section(r, out)
     lines += python_section(r)
+    lines += tensor_section(r)
     path = os.path.join(out, "report.md")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")

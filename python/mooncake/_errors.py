@@ -19,6 +19,8 @@ OBJECT_HAS_LEASE = -706
 RPC_FAIL = -900
 UNAVAILABLE_IN_CURRENT_STATUS = -1010
 UNAVAILABLE_IN_CURRENT_MODE = -1011
+FILE_NOT_FOUND = -1100  # save_tensor_to_safetensor: no such tensor, or no such directory
+PERSISTENT_FAIL = -1503  # save_tensor_to_safetensor: the file could not be written
 
 #: What every operation returns on a store that is not set up or is closed.
 STORE_CLOSED = UNAVAILABLE_IN_CURRENT_STATUS
