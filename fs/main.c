@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -475,6 +476,33 @@ static int mount_and_open_store(fs_t *fs, struct fuse_args *args,
  * the signalfd on the loop. The caller owns both polls. Returns 0, or -1
  * (logged).
  */
+/* A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) writes the stack to
+ * stderr, the daemon's log, before the default action (the exit status
+ * and a core dump, if enabled, stay as they were): a crash that happens
+ * once in many runs can then be read from one log. */
+static void on_crash(int sig)
+{
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    static const char msg[] = "mooncake-fs: crashed; stack:\n";
+    if (write(2, msg, sizeof(msg) - 1) < 0)
+        _exit(128 + sig);
+    backtrace_symbols_fd(frames, n, 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void report_crashes(void)
+{
+    void *warm[1];
+    backtrace(warm, 1); /* loads libgcc now: not from the handler */
+    struct sigaction sa = {.sa_handler = on_crash, .sa_flags = SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        sigaction(sigs[i], &sa, NULL);
+}
+
 static int watch_device_and_signals(fs_t *fs, mc_poll_t *fuse_poll, mc_poll_t *sig_poll, int *sfd)
 {
     sigset_t sigs;
@@ -484,6 +512,7 @@ static int watch_device_and_signals(fs_t *fs, mc_poll_t *fuse_poll, mc_poll_t *s
     sigaddset(&sigs, SIGHUP);
     sigprocmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    report_crashes();
     *sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
     int fd = fuse_session_fd(fs->se);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
