@@ -32,6 +32,7 @@ typedef struct fs {
     struct fs_fh *fhs;      /* every open file handle, for shutdown */
     struct fs_wstate *wss;  /* every writer state, for shutdown */
     unsigned long inflight; /* requests started and not yet answered */
+    int stopping;           /* shutting down: no more requests are read */
 } fs_t;
 
 /* The FUSE low-level operations of the daemon. */

@@ -209,6 +209,9 @@ static int apply_positional(struct options *o, struct fuse_args *args)
 /* Releases open handles while the store's loop still runs, then stops. */
 static void shutdown_and_stop(fs_t *fs)
 {
+    if (fs->stopping)
+        return;
+    fs->stopping = 1;
     fs_shutdown(fs);
     mc_loop_stop(fs->loop);
 }
@@ -216,6 +219,11 @@ static void shutdown_and_stop(fs_t *fs)
 static void on_fuse(mc_poll_t *p, int revents)
 {
     fs_t *fs = p->data;
+    /* The loop finishes the round it is in after a stop: a request read now
+     * (a RELEASE the kernel sent as the signal came) would name a handle
+     * fs_shutdown() freed. The unmount ends what the kernel still has. */
+    if (fs->stopping)
+        return;
     if (revents < 0 || (revents & (POLLERR | POLLHUP | POLLNVAL))) {
         shutdown_and_stop(fs);
         return;
