@@ -161,6 +161,52 @@ static int take_list(const char *p, size_t n)
     return rc;
 }
 
+/* mc__take_rec() with its checks: a record it accepts re-encodes to the
+ * input. */
+static void take_rec(const char *p, size_t n)
+{
+    mc__rec_t r;
+    if (mc__take_rec(p, n, &r) < 0)
+        return;
+    CHECK(r.klen >= 1 && r.klen <= MC_KEY_MAX);
+    mc__wbuf_t w = {0};
+    CHECK(mc__pack_rec_head(&w, &r) == 0);
+    mc__wire_replica_t wr = {.next = r.next, .ext = r.ext};
+    for (uint32_t i = 0; i < r.next; i++) {
+        uint64_t off, len;
+        mc__wire_extent(&wr, i, &off, &len);
+        CHECK(mc__pack_extent(&w, off, len) == 0);
+    }
+    CHECK(same_bytes(&w, p, n));
+    free(w.p);
+}
+
+/* A sequence of s fields (RECORDS_REPORT's records, RECORDS_TAKE's
+ * notices), each checked by one(). */
+static void each_s(const char *p, size_t n, void (*one)(const char *, size_t))
+{
+    while (n) {
+        const char *e, *rest;
+        uint32_t el, rl;
+        if (mc__unpack(p, n, "s*", &e, &el, &rest, &rl) < 0)
+            return;
+        one(e, el);
+        p = rest;
+        n = rl;
+    }
+}
+
+/* A notice: b kind, q version, and a record for a put. */
+static void take_note(const char *p, size_t n)
+{
+    uint8_t kind;
+    uint64_t id;
+    const char *rec;
+    uint32_t len;
+    if (mc__unpack(p, n, "bqs", &kind, &id, &rec, &len) == 0)
+        take_rec(rec, len);
+}
+
 /* Decodes the structure a response's raw field carries, as a client would:
  * all of it, nothing left over. */
 static void check_nested(uint16_t op, const char *p, size_t n)
@@ -181,6 +227,9 @@ static void check_nested(uint16_t op, const char *p, size_t n)
         break;
     case MC__OP_LIST:
         take_list(p, n);
+        break;
+    case MC__OP_RECORDS_TAKE:
+        each_s(p, n, take_note);
         break;
     default: /* READ: plain bytes */
         break;
@@ -223,6 +272,8 @@ static void check_frame(const mc__hdr_t *h, const char *body, size_t len)
         size_t last = strlen(fmt);
         if (last && fmt[last - 1] == '*')
             check_nested(h->op, f.p[last - 1], f.l[last - 1]);
+    } else if (h->op == MC__OP_RECORDS_REPORT && check_fields(fmt, body, len, &f) == 0) {
+        each_s(f.p[3], f.l[3], take_rec);
     }
 }
 

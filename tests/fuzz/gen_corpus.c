@@ -127,8 +127,8 @@ int main(int argc, char **argv)
         nonce[i] = (unsigned char)(i * 53 + 7);
     }
 
-    mc__pack(&b, "hhuss", 2u, 2u, (unsigned)MC__ROLE_CLIENT, S("mooncake-fs/1234"), nonce,
-             (uint32_t)sizeof(nonce));
+    mc__pack(&b, "hhuss", (unsigned)MC__PROTO_SESSION, (unsigned)MC__PROTO_SESSION,
+             (unsigned)MC__ROLE_CLIENT, S("mooncake-fs/1234"), nonce, (uint32_t)sizeof(nonce));
     seed("hello-req", MC__OP_HELLO, 0, 0, &b, 1);
     mc__pack(&b, "huss", 1u, 1u, nonce, (uint32_t)sizeof(nonce), mac, (uint32_t)sizeof(mac));
     seed("hello-resp", MC__OP_HELLO, 1, 0, &b, 1);
@@ -137,11 +137,49 @@ int main(int argc, char **argv)
     seed("auth-err", MC__OP_AUTH, 1, -EACCES, &b, 0);
     mc__pack(&b, "q", (uint64_t)1700000000123ull);
     seed("ping-resp", MC__OP_PING, 1, 0, &b, 0);
-    mc__pack(&b, "qusqs", (uint64_t)0x1122334455667788ull, 0u, S("127.0.0.1:7100"),
-             (uint64_t)1 << 30, S("MCRR opaque: 127.0.0.1:4791"));
+    mc__pack(&b, "qusqsu", (uint64_t)0x1122334455667788ull, 0u, S("127.0.0.1:7100"),
+             (uint64_t)1 << 30, S("MCRR opaque: 127.0.0.1:4791"), (unsigned)MC__MOUNT_REPORT);
     seed("mount_segment-req", MC__OP_MOUNT_SEGMENT, 0, 0, &b, 0);
+    mc__pack(&b, "uq", 3u, (uint64_t)0x1234567890abcdefull);
+    seed("mount_segment-resp", MC__OP_MOUNT_SEGMENT, 1, 0, &b, 0);
     mc__pack(&b, "u", (unsigned)MC__HB_REMOUNT);
     seed("heartbeat-resp", MC__OP_HEARTBEAT, 1, 0, &b, 0);
+    {
+        static const char xattr[] = {4, 'u', 's', 'e', 'r', 2, 0, 0, 0, 'h', 'i'};
+        mc__rec_t r = {.version = 1796050401994252ull,
+                       .stamp = 1796050401994300ull,
+                       .key = "a/b",
+                       .klen = 3,
+                       .link = "",
+                       .size = 100,
+                       .mtime_ns = 1700000000123456789ll,
+                       .atime_ns = 1700000000000000000ll,
+                       .ctime_ns = 1700000000123456789ll,
+                       .mode = 0644,
+                       .uid = 1000,
+                       .gid = 100,
+                       .want = 2,
+                       .xattr = xattr,
+                       .xattr_len = sizeof(xattr),
+                       .next = 2};
+        mc__wbuf_t rec = {0}, note = {0};
+        mc__pack_rec_head(&rec, &r);
+        mc__pack_extent(&rec, 4096, 64);
+        mc__pack_extent(&rec, 65536, 64);
+        mc__pack(&b, "quu", (uint64_t)0x1122334455667788ull, 3u, 1u);
+        mc__pack(&b, "s", rec.p, (uint32_t)rec.len);
+        seed("records_report-req", MC__OP_RECORDS_REPORT, 0, 0, &b, 1);
+        mc__pack(&note, "bqs", (unsigned)MC__NOTE_PUT, r.version, rec.p, (uint32_t)rec.len);
+        mc__pack(&b, "s", note.p, (uint32_t)note.len);
+        note.len = 0;
+        mc__pack(&note, "bq", (unsigned)MC__NOTE_DROP, (uint64_t)77);
+        mc__pack(&b, "s", note.p, (uint32_t)note.len);
+        seed("records_take-resp", MC__OP_RECORDS_TAKE, 1, 0, &b, 1);
+        mc__pack(&b, "quq", (uint64_t)0x1122334455667788ull, 3u, (uint64_t)4096);
+        seed("records_take-req", MC__OP_RECORDS_TAKE, 0, 0, &b, 0);
+        free(rec.p);
+        free(note.p);
+    }
     mc__pack(&b, "u", (unsigned)MC__HB_REPAIR);
     seed("heartbeat-repair-resp", MC__OP_HEARTBEAT, 1, 0, &b, 0);
     mc__pack(&b, "q", (uint64_t)0x1122334455667788ull);

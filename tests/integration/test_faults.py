@@ -146,7 +146,7 @@ def test_mount_segment_with_huge_id_does_not_lock_out_nodes(cluster, seg_id):
     s = socket.create_connection((host, int(port)))
     s.settimeout(10)
     body = struct.pack("<QI", 77, seg_id) + k_field(b"127.0.0.1:9") + struct.pack("<Q", 1 << 20) \
-        + k_field(b"")
+        + k_field(b"") + struct.pack("<I", 0)
     s.sendall(frame(OP_MOUNT_SEGMENT, body))
     responses(s, 1)  # refused or accepted: either way the next nodes join
     nodes = [cluster.node(m) for _ in range(2)]

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from harness import cli
-from wire import HDR, MAGIC, closed_by_peer, frame, recv_exact
+from wire import HDR, MAGIC, SESSION, closed_by_peer, frame, recv_exact
 
 MiB = 1 << 20
 OP_HELLO, OP_PING, OP_GET_REPLICAS, OP_PUT_START, OP_READ, OP_WRITE = 1, 3, 30, 20, 50, 51
@@ -42,7 +42,7 @@ def call(sock, op, body=b"", req_id=1):
 
 
 def hello(sock, nonce=b""):
-    body = struct.pack("<HHI", 2, 2, 1) + s_field(b"test_limits") + s_field(nonce)
+    body = struct.pack("<HHI", SESSION, SESSION, 1) + s_field(b"test_limits") + s_field(nonce)
     status, _ = call(sock, OP_HELLO, body)
     assert status == 0
 
@@ -97,7 +97,7 @@ def test_big_frame_between_hello_and_auth_is_not_buffered(cluster, tmp_path):
     os.chmod(secret, 0o600)
     m = cluster.master("--segment-size", "16M", "--auth-secret-file", str(secret))
     s = connect(m.addr)
-    body = struct.pack("<HHI", 2, 2, 1) + s_field(b"test_limits") + s_field(os.urandom(32))
+    body = struct.pack("<HHI", SESSION, SESSION, 1) + s_field(b"test_limits") + s_field(os.urandom(32))
     status, _ = call(s, OP_HELLO, body)
     assert status == 0
     send_some(s, frame(OP_PUT_START, length=16 * MiB) + os.urandom(2 * MiB))

@@ -14,7 +14,7 @@ import subprocess
 import time
 
 from harness import DAEMON, MASTER, cli
-from wire import HDR, MAGIC, closed_by_peer, frame, recv_exact
+from wire import HDR, MAGIC, SESSION, closed_by_peer, frame, recv_exact
 
 OP_HELLO, OP_AUTH, OP_PING, OP_STAT, OP_READ = 1, 2, 3, 31, 50
 EACCES = -errno.EACCES
@@ -42,7 +42,7 @@ def call(sock, op, body=b"", req_id=1):
 
 
 def hello(sock, nonce):
-    body = struct.pack("<HHI", 2, 2, 1) + s_field(b"test_security") + s_field(nonce)
+    body = struct.pack("<HHI", SESSION, SESSION, 1) + s_field(b"test_security") + s_field(nonce)
     status, resp = call(sock, OP_HELLO, body)
     if status < 0:
         return status, None, None, None
@@ -50,7 +50,7 @@ def hello(sock, nonce):
     snonce = resp[10:10 + nlen]
     (plen,) = struct.unpack_from("<I", resp, 10 + nlen)
     proof = resp[14 + nlen:14 + nlen + plen]
-    assert ver == 2 and 14 + nlen + plen == len(resp)
+    assert ver == SESSION and 14 + nlen + plen == len(resp)
     return status, auth, snonce, proof
 
 
@@ -156,7 +156,7 @@ def test_raw_socket_that_skips_auth_is_closed(cluster, tmp_path):
 
     # A HELLO without a nonce; an AUTH with a wrong MAC; AUTH before HELLO.
     s = connect(m.addr)
-    body = struct.pack("<HHI", 2, 2, 1) + s_field(b"x") + s_field(b"")
+    body = struct.pack("<HHI", SESSION, SESSION, 1) + s_field(b"x") + s_field(b"")
     assert call(s, OP_HELLO, body)[0] == EACCES
     assert closed_by_peer(s)
     s = connect(m.addr)

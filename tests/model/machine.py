@@ -18,8 +18,8 @@ What the model allows is what docs/SEMANTICS.md promises:
 - a failed write (any errno) leaves the previous version;
 - a node silent past the TTL takes the files with no other copy with it
   (ENOENT); the others keep serving;
-- a restarted master starts empty (MC_MODEL_MASTER_REBUILD=1: it may also keep
-  what it had);
+- a restarted master rebuilds what it had from the nodes' records: each key
+  keeps its version or, where its nodes died meanwhile, may be lost;
 - errors other than ENOENT (EIO, ETIMEDOUT, ENOTCONN, ...) only while a fault
   is in effect (a node dead or stopped and not yet dropped, a master just
   restarted); ENOSPC only once the store was filled.
@@ -680,20 +680,17 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.cluster_fault("masterrestart") and self.slow > 0)
     @rule()
     def restart_master(self):
-        """kill -9 and restart the master: it starts empty (SEMANTICS)."""
+        """kill -9 and restart the master: it rebuilds its namespace from the
+        nodes' records (SEMANTICS)."""
         self.slow -= 1
         self.restarts += 1
         self.fault(3)
         self.w.restart_master()
-        rebuild = os.environ.get("MC_MODEL_MASTER_REBUILD") == "1"
         for name, k in self.m.keys.items():
-            if rebuild:
-                self.m.may_be_lost(name, 0)
-            else:
-                self.m.removed(name)
+            self.m.may_be_lost(name, 0)
             for v in k.present():
                 v.placed = None
-        self.full = False
+        # self.full stays: the objects, and the space they take, are back.
         for n in self.w.nodes:
             self.new_incarnation(n)
         # The nodes mount their segments again within a heartbeat; the master

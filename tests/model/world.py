@@ -225,6 +225,18 @@ class Cluster(World):
         the Python store answer."""
         before = {id(n): self.remounts(n) for n in self.nodes}
         old = self.master
+        # The restart comes when the live nodes have fetched the notices of
+        # what they hold (a second or two; a dead node's never drain), so
+        # that what the new master rebuilds is what was published
+        # (SEMANTICS: a removal in the last moments may come back).
+        deadline = time.time() + 3
+        while time.time() < deadline:
+            try:
+                if harness.cli_stats(old.addr)["counters"]["notices_waiting"] == 0:
+                    break
+            except AssertionError:
+                break
+            time.sleep(0.1)
         old.kill9()
         old.log.close()
         self.restarts += 1

@@ -57,7 +57,10 @@ typedef struct fields {
     X("huss", H(0), U(1), S(2), S(3))                                                              \
     X("s", S(0))                                                                                   \
     X("q", Q(0))                                                                                   \
-    X("qusqs", Q(0), U(1), S(2), Q(3), S(4))                                                       \
+    X("qusqsu", Q(0), U(1), S(2), Q(3), S(4), U(5))                                                \
+    X("uq", U(0), Q(1))                                                                            \
+    X("quq", Q(0), U(1), Q(2))                                                                     \
+    X("quu*", Q(0), U(1), U(2), S(3))                                                              \
     X("u", U(0))                                                                                   \
     X("qu", Q(0), U(1))                                                                            \
     X("kquuuuqisuuuq", S(0), Q(1), U(2), U(3), U(4), U(5), Q(6), I(7), S(8), U(9), U(10), U(11),   \

@@ -1656,7 +1656,8 @@ static int raw_call(int fd, uint16_t op, const void *body, uint32_t len)
 static int raw_hello(int fd)
 {
     mc__wbuf_t w = {0};
-    mc__pack(&w, "hhuss", 2u, 2u, (unsigned)MC__ROLE_CLIENT, "t", 1u, "", 0u);
+    mc__pack(&w, "hhuss", (unsigned)MC__PROTO_SESSION, (unsigned)MC__PROTO_SESSION,
+             (unsigned)MC__ROLE_CLIENT, "t", 1u, "", 0u);
     int rc = raw_call(fd, MC__OP_HELLO, w.p, (uint32_t)w.len);
     free(w.p);
     return rc;

@@ -68,11 +68,12 @@ static uint32_t mount_rdma(fixture_t *f, uint64_t node, uint32_t seg, uint64_t s
                            const char *rdma)
 {
     const char *addr = "127.0.0.1:7000";
-    assert_int_equal(call(f, 1, now, MC__OP_MOUNT_SEGMENT, "qusqs", node, seg, addr,
-                          (uint32_t)strlen(addr), size, rdma, (uint32_t)strlen(rdma)),
+    assert_int_equal(call(f, 1, now, MC__OP_MOUNT_SEGMENT, "qusqsu", node, seg, addr,
+                          (uint32_t)strlen(addr), size, rdma, (uint32_t)strlen(rdma), 0u),
                      0);
     uint32_t got;
-    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &got), 0);
+    uint64_t run;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "uq", &got, &run), 0);
     return got;
 }
 
@@ -363,8 +364,8 @@ static void test_segment_ids_do_not_wrap(void **state)
 {
     fixture_t *f = *state;
     const char *addr = "127.0.0.1:7000";
-    assert_int_equal(call(f, 1, T0, MC__OP_MOUNT_SEGMENT, "qusqs", (uint64_t)9, UINT32_MAX, addr,
-                          (uint32_t)strlen(addr), 16 * MiB, "", 0),
+    assert_int_equal(call(f, 1, T0, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)9, UINT32_MAX, addr,
+                          (uint32_t)strlen(addr), 16 * MiB, "", 0, 0u),
                      -EINVAL);
     assert_int_equal(mount_rdma(f, 9, UINT32_MAX - 1, 16 * MiB, T0, ""), UINT32_MAX - 1);
     uint32_t a = mount(f, 10, 16 * MiB, T0);
@@ -404,7 +405,7 @@ static void test_node_expiry_and_remount(void **state)
     assert_int_equal(call(f, 0, T0 + 2000, MC__OP_HEARTBEAT, "q", (uint64_t)12), 0);
     uint32_t flags;
     assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
-    assert_int_equal(flags, 0);
+    assert_int_equal(flags & ~(uint32_t)MC__HB_RECORDS, 0);
     assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1);
     mc__svc_stats_t st;
     mc__svc_stats(f->svc, &st);
@@ -521,7 +522,7 @@ static uint32_t hb_flags(fixture_t *f, uint64_t node, uint64_t now)
     uint32_t flags;
     assert_int_equal(call(f, 0, now, MC__OP_HEARTBEAT, "q", node), 0);
     assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
-    return flags;
+    return flags & ~(uint32_t)MC__HB_RECORDS; /* notices: test_records_* */
 }
 
 typedef struct task {
@@ -1113,6 +1114,119 @@ static void test_xattr_kept_by_republish_and_rename(void **state)
     assert_int_equal(xget(f, "e/y", "user.a"), -ENODATA);
 }
 
+/* ---- records: notices to nodes, reports after a restart ---- */
+
+/* Fetches node's notices for seg (acknowledging ack bytes); returns the
+ * answer's length, the notices' kinds and ids in kind[] / id[] (at most
+ * max), their count in *n, and the first PUT's record bytes in rec. */
+static size_t take_notes(fixture_t *f, uint64_t node, uint32_t seg, uint64_t ack, uint64_t now,
+                         int *kind, uint64_t *id, int max, int *n, mc__wbuf_t *rec)
+{
+    assert_int_equal(call(f, 0, now, MC__OP_RECORDS_TAKE, "quq", node, seg, ack), 0);
+    const char *p = f->resp.p;
+    size_t left = f->resp.len, total = left;
+    *n = 0;
+    while (left) {
+        const char *e, *rest, *r;
+        uint32_t el, rl, len;
+        uint8_t k;
+        uint64_t v;
+        assert_int_equal(mc__unpack(p, left, "s*", &e, &el, &rest, &rl), 0);
+        assert_int_equal(mc__unpack(e, el, "bq*", &k, &v, &r, &len), 0);
+        if (*n < max) {
+            kind[*n] = k;
+            id[*n] = v;
+        }
+        (*n)++;
+        if (k == MC__NOTE_PUT && rec && !rec->len) {
+            const char *b;
+            uint32_t bl;
+            assert_int_equal(mc__unpack(r, len, "s", &b, &bl), 0);
+            mc__pack(rec, "*", b, bl);
+        }
+        p = rest;
+        left = rl;
+    }
+    return total;
+}
+
+static void test_records_reach_nodes_and_rebuild_a_new_master(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t seg = mount(f, 11, 16 * MiB, T0);
+    put(f, 1, "a/k", 1000, 1, T0);
+    put(f, 1, "gone", 10, 1, T0);
+    uint32_t flags;
+    assert_int_equal(call(f, 0, T0 + 1, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
+    assert_int_equal(flags, MC__HB_RECORDS);
+    int kind[8], n;
+    uint64_t id[8];
+    mc__wbuf_t rec = {0};
+    size_t got = take_notes(f, 11, seg, 0, T0 + 1, kind, id, 8, &n, &rec);
+    assert_int_equal(n, 2);
+    assert_int_equal(kind[0], MC__NOTE_PUT);
+    mc__rec_t r;
+    assert_int_equal(mc__take_rec(rec.p, rec.len, &r), 0);
+    assert_int_equal(r.klen, 3);
+    assert_memory_equal(r.key, "a/k", 3);
+    assert_int_equal(r.size, 1000);
+    assert_int_equal(r.next, 1);
+    uint64_t kid = r.version;
+    /* Acknowledged: nothing waits; a remove sends a drop. */
+    assert_int_equal(take_notes(f, 11, seg, got, T0 + 2, kind, id, 8, &n, NULL), 0);
+    assert_int_equal(call(f, 1, T0 + 3, MC__OP_REMOVE, "ku", "gone", 4u, 0u), 0);
+    take_notes(f, 11, seg, 0, T0 + 3, kind, id, 8, &n, NULL);
+    assert_int_equal(n, 1);
+    assert_int_equal(kind[0], MC__NOTE_DROP);
+    assert_int_equal(
+        call(f, 0, T0 + 4, MC__OP_RECORDS_TAKE, "quq", (uint64_t)11, seg, (uint64_t)1 << 40),
+        -EINVAL); /* more than was answered */
+    assert_int_equal(call(f, 0, T0 + 4, MC__OP_RECORDS_TAKE, "quq", (uint64_t)12, seg, 0ull),
+                     -ENOENT); /* another node's segment */
+
+    /* A new master: the node mounts with its records, the segment is held
+     * until the report ends, and the object is back. */
+    fixture_t *g = NULL;
+    setup((void **)&g);
+    const char *addr = "127.0.0.1:7000";
+    assert_int_equal(call(g, 1, T0, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)11, seg, addr,
+                          (uint32_t)strlen(addr), 16 * MiB, "", 0u, (uint32_t)MC__MOUNT_REPORT),
+                     0);
+    uint32_t seg2;
+    uint64_t run;
+    assert_int_equal(mc__unpack(g->resp.p, g->resp.len, "uq", &seg2, &run), 0);
+    assert_int_equal(seg2, seg);
+    assert_int_equal(call(g, 1, T0 + 20000, MC__OP_PUT_START, "kquuuuqisuuuq", "x", 1u,
+                          (uint64_t)10, 0u, 0644u, 1u, 0u, (uint64_t)0, (int64_t)0, "", 0u, 0u, 0u,
+                          0u, (uint64_t)0),
+                     -EAGAIN); /* held past the write lease: the report is not over */
+    mc__wbuf_t body = {0};
+    mc__pack(&body, "s", rec.p, (uint32_t)rec.len);
+    mc__pack(&body, "s", "junk", 4u); /* unreadable: refused, not fatal */
+    assert_int_equal(call(g, 0, T0 + 20001, MC__OP_RECORDS_REPORT, "quu*", (uint64_t)11, seg, 1u,
+                          body.p, (uint32_t)body.len),
+                     0);
+    free(body.p);
+    assert_int_equal(call(g, 1, T0 + 20002, MC__OP_STAT, "k", "a/k", 3u), 0);
+    mc_stat_t st;
+    const char *sp = g->resp.p;
+    size_t sl = g->resp.len;
+    assert_int_equal(mc__take_stat(&sp, &sl, &st), 0);
+    assert_int_equal(st.version, kid);
+    assert_int_equal(st.size, 1000);
+    assert_int_equal(st.replicas, 1);
+    assert_int_equal(call(g, 1, T0 + 20002, MC__OP_STAT, "k", "gone", 4u), -ENOENT);
+    mc__svc_stats_t ss;
+    mc__svc_stats(g->svc, &ss);
+    assert_int_equal(ss.records_merged, 1);
+    assert_int_equal(ss.records_refused, 1);
+    /* The report is over: new puts go there again. */
+    put(g, 1, "x", 10, 1, T0 + 20003);
+    free(rec.p);
+    teardown((void **)&g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1145,6 +1259,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_repair_task_expires, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_of_a_replaced_object, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_drop_replica, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_records_reach_nodes_and_rebuild_a_new_master, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

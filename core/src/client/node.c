@@ -38,12 +38,163 @@ static void opened(struct mc__remote *rm, int rc)
 
 static void mount_segment(struct mc__remote *rm);
 
+/* ---- records of what our segment holds ----
+ *
+ * The master tells us, in notices we fetch when a heartbeat says so
+ * (RECORDS_TAKE), the record of every published version with a replica in
+ * our segment, and which ones left. We keep them, opaque, by version id, at
+ * most the segment's size in bytes (each belongs to bytes in it), and
+ * report them when we mount our segment at a master that restarted
+ * (RECORDS_REPORT), so that it gets its namespace back. A master that
+ * merely forgot us (it dropped our segment: the objects were lost to it)
+ * gets nothing: we forget them too.
+ */
+typedef struct nrec {
+    mc__idnode_t h;
+    uint32_t len;
+    char b[];
+} nrec_t;
+
+static void recs_forget(struct mc__remote *rm, uint64_t id)
+{
+    nrec_t *r = (nrec_t *)mc__ids_del(&rm->recs, id);
+    if (r) {
+        rm->rec_bytes -= r->len;
+        free(r);
+    }
+}
+
+static void recs_clear(struct mc__remote *rm)
+{
+    size_t at = 0;
+    for (mc__idnode_t *e; rm->recs.b && (e = mc__ids_first(&rm->recs, &at));)
+        recs_forget(rm, e->id);
+}
+
+/* Applies one notice (proto.h: b kind, q version, for a put s record). */
+static void recs_apply(struct mc__remote *rm, const char *p, size_t n)
+{
+    uint8_t kind;
+    uint64_t id;
+    const char *rest, *rec;
+    uint32_t rl, len;
+    if (mc__unpack(p, n, "bq*", &kind, &id, &rest, &rl) < 0)
+        return;
+    if (!rm->recs.b && mc__ids_init(&rm->recs) < 0)
+        return;
+    recs_forget(rm, id);
+    if (kind != MC__NOTE_PUT || mc__unpack(rest, rl, "s", &rec, &len) < 0)
+        return;
+    if (rm->rec_bytes + len > rm->s->seg_size) {
+        mc__log(MC__LOG_WARN, "records of the segment pass its size: version %llu not kept",
+                (unsigned long long)id);
+        return;
+    }
+    nrec_t *r = malloc(sizeof(*r) + len);
+    if (!r)
+        return;
+    r->h.id = id;
+    r->len = len;
+    memcpy(r->b, rec, len);
+    mc__ids_add(&rm->recs, &r->h);
+    rm->rec_bytes += len;
+}
+
+static void records_take(struct mc__remote *rm);
+
+static void records_taken(void *arg, int status, const char *body, size_t len)
+{
+    struct mc__remote *rm = arg;
+    rm->rtaking = 0;
+    if (status < 0) {
+        rm->rec_ack = 0; /* the next take starts over: notices are idempotent */
+        return;
+    }
+    rm->rec_ack = len;
+    while (len) {
+        const char *e, *rest;
+        uint32_t el, rl;
+        if (mc__unpack(body, len, "s*", &e, &el, &rest, &rl) < 0)
+            break;
+        recs_apply(rm, e, el);
+        body = rest;
+        len = rl;
+    }
+    if (rm->rec_ack)
+        records_take(rm); /* acknowledges these, fetches more */
+}
+
+static void records_take(struct mc__remote *rm)
+{
+    if (rm->rtaking || !rm->seg_id || rm->mounting || rm->reporting)
+        return;
+    rm->rtaking = mc__mcall(rm->s, MC__OP_RECORDS_TAKE, records_taken, rm, "quq", rm->node_id,
+                            rm->seg_id, rm->rec_ack) == 0;
+}
+
+static void report_next(struct mc__remote *rm);
+
+static void reported(void *arg, int status, const char *body, size_t len)
+{
+    struct mc__remote *rm = arg;
+    (void)body, (void)len;
+    if (status < 0) {
+        /* The master ends the segment's hold without the rest in time. */
+        mc__log(MC__LOG_WARN, "reporting the segment's records to the master failed: %s",
+                mc_strerror(status));
+        rm->reporting = 0;
+        return;
+    }
+    if (rm->rep_at == SIZE_MAX)
+        rm->reporting = 0; /* that was the last */
+    else
+        report_next(rm);
+}
+
+/* Sends the next RECORDS_REPORT: the records of the next buckets, about
+ * MC__NOTES_BATCH bytes, one call at a time (the table does not change
+ * meanwhile: no notices are fetched while reporting). */
+static void report_next(struct mc__remote *rm)
+{
+    mc__wbuf_t w = {0};
+    size_t nb = rm->recs.b ? (size_t)1 << rm->recs.bits : 0;
+    while (rm->rep_at < nb && w.len < MC__NOTES_BATCH) {
+        for (mc__idnode_t *e = rm->recs.b[rm->rep_at]; e; e = e->hnext)
+            mc__pack(&w, "s", ((nrec_t *)e)->b, ((nrec_t *)e)->len);
+        rm->rep_at++;
+    }
+    int last = rm->rep_at >= nb;
+    if (last)
+        rm->rep_at = SIZE_MAX;
+    int rc = w.err ? w.err
+                   : mc__mcall(rm->s, MC__OP_RECORDS_REPORT, reported, rm, "quu*", rm->node_id,
+                               rm->seg_id, (unsigned)last, w.p ? w.p : "", (uint32_t)w.len);
+    free(w.p);
+    if (rc < 0)
+        reported(rm, rc, NULL, 0);
+}
+
+/* Reports every record to a new master, or, to the one that dropped our
+ * segment (the objects were lost to it), none: we forget them, and send
+ * only the end of the report. */
+static void records_report(struct mc__remote *rm, int all)
+{
+    if (all)
+        mc__log(MC__LOG_INFO, "reporting %zu records of the segment to a master that restarted",
+                rm->recs.n);
+    else
+        recs_clear(rm);
+    rm->rep_at = 0;
+    report_next(rm);
+}
+
 static void mounted(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
     uint32_t seg;
+    uint64_t run = 0;
     rm->mounting = 0;
-    if (status >= 0 && mc__unpack(body, len, "u", &seg) < 0)
+    if (status >= 0 && mc__unpack(body, len, "uq", &seg, &run) < 0)
         status = -EIO;
     if (status == -EEXIST && rm->seg_id) {
         /* A master that restarted gave our old id to another node: take a
@@ -62,6 +213,11 @@ static void mounted(void *arg, int status, const char *body, size_t len)
         mc__log(MC__LOG_INFO, "segment mounted again as %u (was %u)", seg, rm->seg_id);
     rm->seg_id = seg;
     rm->own_seg = 1;
+    rm->rec_ack = 0;
+    int all = run != rm->run; /* a new master: it gets every record */
+    rm->run = run;
+    if (rm->reporting)
+        records_report(rm, all);
     opened(rm, 0);
 }
 
@@ -70,9 +226,10 @@ static void mount_segment(struct mc__remote *rm)
     const char *addr = mc__server_addr(rm->srv);
     rm->mounting = 1;
     mc_store_t *s = rm->s;
-    int rc = mc__mcall(s, MC__OP_MOUNT_SEGMENT, mounted, rm, "qusqs", rm->node_id, rm->seg_id, addr,
-                       (uint32_t)strlen(addr), s->seg_size, s->rdma_rec ? s->rdma_rec : "",
-                       (uint32_t)s->rdma_rec_len);
+    rm->reporting = rm->recs.n != 0;
+    int rc = mc__mcall(s, MC__OP_MOUNT_SEGMENT, mounted, rm, "qusqsu", rm->node_id, rm->seg_id,
+                       addr, (uint32_t)strlen(addr), s->seg_size, s->rdma_rec ? s->rdma_rec : "",
+                       (uint32_t)s->rdma_rec_len, rm->reporting ? MC__MOUNT_REPORT : 0u);
     if (rc < 0) {
         rm->mounting = 0;
         opened(rm, rc);
@@ -227,6 +384,8 @@ static void beat_done(void *arg, int status, const char *body, size_t len)
         rm->take_at = mc_loop_now_ms();
         rm->taking = mc__mcall(rm->s, MC__OP_REPAIR_TAKE, repair_taken, rm, "q", rm->node_id) == 0;
     }
+    if ((flags & MC__HB_RECORDS) && !(flags & MC__HB_REMOUNT))
+        records_take(rm);
     if ((flags & MC__HB_REMOUNT) && !rm->mounting) {
         mc__log(MC__LOG_INFO, "the master does not know this node: mounting the segment again");
         mount_segment(rm);
@@ -330,6 +489,8 @@ static void remote_free(struct mc__remote *rm)
     }
     mc__link_close(rm->master);
     mc__rc_clear(rm);
+    recs_clear(rm);
+    mc__ids_fini(&rm->recs);
     free(rm->rc_tab);
     free(rm);
     if (done)

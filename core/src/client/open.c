@@ -59,6 +59,9 @@ static int embedded_master(mc_store_t *s, const mc_store_opts_t *o)
         .evict_high_pct = o->evict_high_pct,
         .evict_ratio_pct = o->evict_ratio_pct,
         .align = 64,
+        /* Above the ids of an earlier run, as mooncake-master's: nodes that
+         * joined it report what they hold when it comes back. */
+        .first_id = (uint64_t)(mc__wall_ns() / 1000),
     };
     int rc = mc__master_new(&s->m, &mo);
     if (rc < 0 || (rc = mc__master_add_segment(s->m, SEG_LOCAL, s->seg_size)) < 0)

@@ -23,6 +23,7 @@
 
 #include "client/link.h"
 #include "client/store_i.h"
+#include "master/ids.h"
 #include "runtime/rpc.h"
 #include "server/server.h"
 #include "transport/transport.h"
@@ -64,6 +65,13 @@ struct mc__remote {
     struct rtask *tasks;        /* repair copies into our segment */
     int taking;                 /* a REPAIR_TAKE in flight */
     uint64_t take_at;           /* when it was sent: tasks' limits count from there */
+    mc__ids_t recs;             /* the records of what our segment holds, by version id (node.c) */
+    uint64_t rec_bytes;         /* their bytes: at most the segment's size */
+    uint64_t rec_ack;           /* bytes of the last RECORDS_TAKE answer applied */
+    uint64_t run;               /* the master run our segment was last mounted at (0: none) */
+    int rtaking;                /* a RECORDS_TAKE in flight */
+    int reporting; /* records follow our mount: until the report's last call is answered */
+    size_t rep_at; /* the next bucket of recs to report (SIZE_MAX: the last is sent) */
 };
 
 /* ---- master calls (remote.c) ---- */

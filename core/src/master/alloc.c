@@ -341,6 +341,42 @@ static void put_one(mc__alloc_t *a, uint64_t off, uint64_t len)
     a->used -= len;
 }
 
+int mc__alloc_take(mc__alloc_t *a, uint64_t off, uint64_t len)
+{
+    if (len == 0 || ((off | len) & (a->align - 1)) != 0 || off >= a->size || len > a->size - off)
+        return -EINVAL;
+    size_t i = upper_bound(a, off);
+    if (i == 0)
+        return -EBUSY;
+    mc__extent_t *f = &a->free[i - 1];
+    if (f->off + f->len < off + len)
+        return -EBUSY; /* not all of it is free */
+    uint64_t head = off - f->off, tail = f->off + f->len - (off + len);
+    if (head && tail) {
+        if (a->nfree == a->cap) {
+            mc__extent_t *p = realloc(a->free, a->cap * 2 * sizeof(*p));
+            if (!p)
+                return -ENOMEM;
+            a->free = p;
+            a->cap *= 2;
+            f = &a->free[i - 1];
+        }
+        memmove(&a->free[i + 1], &a->free[i], (a->nfree - i) * sizeof(*a->free));
+        a->free[i] = (mc__extent_t){.off = off + len, .len = tail};
+        a->nfree++;
+        f->len = head;
+    } else if (head) {
+        f->len = head;
+    } else if (tail) {
+        f->off = off + len;
+        f->len = tail;
+    } else {
+        remove_at(a, i - 1);
+    }
+    a->used += len;
+    return 0;
+}
+
 void mc__alloc_put(mc__alloc_t *a, const mc__extent_t *ext, int n)
 {
     for (int j = 0; j < n; j++)

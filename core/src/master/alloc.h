@@ -44,6 +44,13 @@ int mc__alloc_get(mc__alloc_t *a, uint64_t len, mc__extent_t *out, int max);
  * out, or any aligned sub-range of one) to the free space. */
 void mc__alloc_put(mc__alloc_t *a, const mc__extent_t *ext, int n);
 
+/*
+ * Takes exactly [off, off + len) out of the free space (a master rebuilding
+ * what a node reports it holds). Returns 0, -EBUSY (some of it is not free),
+ * -EINVAL (empty, misaligned or outside the region), -ENOMEM.
+ */
+int mc__alloc_take(mc__alloc_t *a, uint64_t off, uint64_t len);
+
 /* Rounds len up to the allocator's alignment. */
 uint64_t mc__alloc_round(const mc__alloc_t *a, uint64_t len);
 

@@ -44,9 +44,16 @@ int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
         m->o.align = 64;
     if (!m->o.evict_ratio_pct)
         m->o.evict_ratio_pct = 10;
-    m->next_id = 1;
+    m->next_id = o->first_id ? o->first_id : 1;
+    m->stamp = m->next_id;
     mc__list_init(&m->lru);
     mc__list_init(&m->retired);
+    m->dirty.dprev = m->dirty.dnext = &m->dirty;
+    if (mc__ids_init(&m->rebuilt) < 0) {
+        mc__index_free(m->ix, NULL);
+        free(m);
+        return -ENOMEM;
+    }
     *out = m;
     return 0;
 }
@@ -61,6 +68,9 @@ static void version_release_space(mc__master_t *m, mc__version_t *v)
 void mc__version_destroy(mc__master_t *m, mc__version_t *v)
 {
     mc__list_del(v);
+    mc__master_undirty(v);
+    if (v->rec)
+        v->rec->v = NULL;
     version_release_space(m, v);
     free(v->xattr);
     free(v->key);
@@ -71,6 +81,13 @@ void mc__version_destroy(mc__master_t *m, mc__version_t *v)
 void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
     mc__list_del(v);
+    mc__master_undirty(v);
+    if (v->rec) { /* gone: a late record of it must not bring it back */
+        v->rec->v = NULL;
+        v->rec = NULL;
+    }
+    if (m->notice && v->stamp)
+        m->notice(m->notice_arg, m, v, 1);
     v->state = MC__RETIRED;
     if (v->refs || v->lease_until > now)
         mc__list_add_tail(&m->retired, v);
@@ -100,6 +117,10 @@ void mc__master_free(mc__master_t *m)
         v->state = MC__RETIRED;
     mc__list_init(&m->lru);
     mc__index_free(m->ix, free_published);
+    size_t at = 0;
+    for (mc__idnode_t *e; m->rebuilt.b && (e = mc__ids_first(&m->rebuilt, &at));)
+        free(mc__ids_del(&m->rebuilt, e->id));
+    mc__ids_fini(&m->rebuilt);
     for (int i = 0; i < m->nseg; i++)
         mc__alloc_destroy(m->segs[i].alloc);
     free(m->segs);

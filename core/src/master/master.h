@@ -74,14 +74,25 @@ typedef struct mc__version {
     size_t linklen;
     uint32_t links; /* an inode: the names of the file (0: a plain key) */
     enum mc__vstate state;
-    struct mc__version *prev, *next; /* LRU list (published) or retired list */
+    struct mc__version *prev, *next;   /* LRU list (published) or retired list */
+    struct mc__version *dprev, *dnext; /* on the dirty list: its nodes' records are stale */
+    uint64_t stamp;                    /* when its record was last sent to its nodes (0: never) */
+    struct mc__recovered *rec;         /* rebuilt from nodes' records: its entry by version id */
     uint32_t nrep;
     uint32_t want; /* replicas asked for (clamped to the segments at the start) */
     mc__replica_t rep[MC__MAX_REPLICAS];
 } mc__version_t;
 
+/* Tells the nodes that hold v's replicas (or, for a name entry, its file's)
+ * that v's record changed (drop 0: v->stamp is new) or that v left the
+ * namespace (drop 1). See mc__master_dirty(). */
+typedef void (*mc__notice_cb)(void *arg, mc__master_t *m, mc__version_t *v, int drop);
+
 typedef struct mc__master_opts {
     uint64_t lease_ms;
+    uint64_t first_id;        /* the first version id and stamp (0: 1); a master that
+                                 may restart passes one above every id of its
+                                 earlier runs (the wall clock in microseconds) */
     unsigned evict_high_pct;  /* 0: never evict */
     unsigned evict_ratio_pct; /* % of all space to free per eviction */
     uint64_t align;           /* allocation unit (power of two) */
@@ -305,6 +316,54 @@ int mc__xattr_remove(mc__version_t *v, const char *name, size_t nlen);
 /* Moves from's attributes to to (whose own are freed): a new version takes
  * those of the one it replaces. */
 void mc__xattr_take(mc__version_t *to, mc__version_t *from);
+
+/* ---- records kept by nodes, and rebuilding from them (records.c) ---- */
+
+/* v's record changed (a commit, a rename, new metadata, a new replica): it
+ * goes on the dirty list, and mc__master_flush() hands it to the notice
+ * callback once, however often it changed meanwhile. O(1); nothing without
+ * a notice callback or before mc__master_notices() turned them on. */
+void mc__master_dirty(mc__master_t *m, mc__version_t *v);
+
+/* Starts sending notices to cb (NULL: stops): a master with no node to
+ * keep records pays nothing for them. */
+void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg);
+
+/* Stamps every dirty version and hands it to the notice callback. */
+void mc__master_flush(mc__master_t *m);
+
+/* The record of a version that a node keeps (the service carries it as
+ * proto.h's mc__rec_t): its metadata and its extents in one segment. */
+typedef struct mc__record {
+    uint64_t version, stamp;
+    const char *key, *link; /* link: a name entry's inode key (NULL: none) */
+    uint32_t klen, linklen;
+    uint64_t size;
+    int64_t mtime_ns, atime_ns, ctime_ns;
+    uint32_t mode, uid, gid, type;
+    uint64_t rdev;
+    uint32_t links, pin, want;
+    const char *xattr;
+    uint32_t xattr_len;
+    uint32_t next;
+    const mc__extent_t *ext;
+} mc__record_t;
+
+/* Fills the record of v as kept for its replica on segment seg (its extents
+ * there; none for a name entry). It points into v. */
+void mc__master_record(const mc__version_t *v, uint32_t seg, mc__record_t *rec);
+
+/*
+ * Merges one record reported by the node of segment seg (mounted again
+ * after a restart of the master): the newest version of a key wins
+ * (version ids grow across runs, see first_id); a record of a version
+ * already rebuilt adds its replica, and the record with the latest stamp
+ * gives the metadata; a version rebuilt and then removed or replaced stays
+ * gone. The record's extents must be free in the segment: they are taken.
+ * Returns 1 (merged), 0 (refused: older, gone, or its space not free: the
+ * node should forget it), -EINVAL (a bad record), -ENOMEM.
+ */
+int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *rec, uint64_t now);
 
 /* Fills st from a version. */
 void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st);

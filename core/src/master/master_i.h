@@ -13,6 +13,7 @@
 #ifndef MC_MASTER_I_H
 #define MC_MASTER_I_H
 
+#include "master/ids.h"
 #include "master/index.h"
 #include "master/master.h"
 
@@ -33,7 +34,23 @@ struct mc__master {
     mc__version_t lru;     /* sentinel: published, least recently used first */
     mc__version_t retired; /* sentinel: retired, waiting for their lease */
     uint64_t evicted;
+    uint64_t stamp;       /* the last record stamp handed out */
+    mc__version_t dirty;  /* sentinel: versions whose nodes' records are stale */
+    mc__notice_cb notice; /* mc__master_notices(); NULL: none */
+    void *notice_arg;
+    mc__ids_t rebuilt; /* mc__recovered_t by version id (records.c) */
 };
+
+/* A version rebuilt from nodes' records, by its id, so that the records of
+ * its other replicas find it; v NULL once it left the namespace (a later
+ * record of it must not bring it back). */
+typedef struct mc__recovered {
+    mc__idnode_t h;
+    mc__version_t *v;
+} mc__recovered_t;
+
+/* Takes v off the dirty list (records.c); it is leaving. */
+void mc__master_undirty(mc__version_t *v);
 
 /* The version lists: circular, doubly linked, through a sentinel. A version
  * on no list has next == NULL. */

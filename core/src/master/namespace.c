@@ -99,6 +99,7 @@ static int rename_one(mc__master_t *m, const char *from, size_t flen, const char
     free(v->key);
     v->key = k;
     v->klen = tlen;
+    mc__master_dirty(m, v);
     if (rc == 1 && old)
         entry_gone(m, old, now);
     return 0;
@@ -189,6 +190,7 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
         free(v->key);
         v->key = keys[i];
         v->klen = nl;
+        mc__master_dirty(m, v);
     }
     free(keys);
     free(vs);
@@ -397,6 +399,7 @@ int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, const mc_
             v->mode &= ~(uint32_t)02000;
     }
     v->ctime_ns = wall_ns;
+    mc__master_dirty(m, v);
     *out = v;
     return 0;
 }
@@ -411,6 +414,7 @@ void mc__master_dir_changed(mc__master_t *m, const char *key, size_t klen, int64
     if (dir) {
         dir->mtime_ns = wall_ns;
         dir->ctime_ns = wall_ns;
+        mc__master_dirty(m, dir);
     }
 }
 
@@ -501,6 +505,9 @@ int mc__master_link(mc__master_t *m, const char *from, size_t flen, const char *
         f->links = 1;
     }
     f->links++;
+    mc__master_dirty(m, f);
+    mc__master_dirty(m, dst);
+    mc__master_dirty(m, name);
     *out = f;
     return 0;
 nomem:

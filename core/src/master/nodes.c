@@ -8,6 +8,7 @@
  * Segments and nodes live in small arrays: a cluster has tens of them, not
  * millions.
  */
+#include <endian.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +111,7 @@ void mc__svc_seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now)
         if (svc->segs[i].id == id) {
             free(svc->segs[i].addr);
             free(svc->segs[i].rdma);
+            free(svc->segs[i].notes.p);
             svc->segs[i] = svc->segs[--svc->nseg];
             break;
         }
@@ -190,6 +192,12 @@ void mc__svc_stats(const mc__svc_t *svc, mc__svc_stats_t *st)
     st->repair_bytes = rs.bytes;
     st->repair_inflight = rs.inflight;
     st->repair_waiting = rs.waiting;
+    st->records_merged = svc->records_merged;
+    st->records_refused = svc->records_refused;
+    st->notices_dropped = svc->notices_dropped;
+    st->notices_waiting = 0;
+    for (int i = 0; i < svc->nseg; i++)
+        st->notices_waiting += svc->segs[i].notes.len;
 }
 
 size_t mc__svc_counters(const mc__svc_t *svc, mc_counter_t *out, size_t max)
@@ -214,6 +222,10 @@ size_t mc__svc_counters(const mc__svc_t *svc, mc_counter_t *out, size_t max)
         {"repair_bytes", st.repair_bytes},
         {"repair_inflight", st.repair_inflight},
         {"repair_waiting", st.repair_waiting},
+        {"records_merged", st.records_merged},
+        {"records_refused", st.records_refused},
+        {"notices_dropped", st.notices_dropped},
+        {"notices_waiting", st.notices_waiting},
     };
     size_t n = 0;
     for (; n < max && n < sizeof(all) / sizeof(all[0]); n++) {
@@ -268,12 +280,220 @@ int64_t mc__svc_seg_by_addr(mc__svc_t *svc, const char *addr, size_t len)
     return -1;
 }
 
+/* ---- records: notices to nodes, reports from them ----
+ *
+ * Each node keeps the record of every published version with a replica in
+ * its segment (records.c). Notices for it wait here, per segment, until
+ * the node fetches them (RECORDS_TAKE, when its heartbeat says there are
+ * some): the master never calls a node. A node that mounts its segment
+ * again after a restart of the master reports its records
+ * (RECORDS_REPORT), which the master merges; its segment takes nothing new
+ * until the report is over.
+ */
+
+/* Appends one notice about v to the queue of segment seg's node. */
+static void note_add(mc__svc_t *svc, uint32_t seg, mc__version_t *v, int drop)
+{
+    seginfo_t *si = mc__svc_seg_info(svc, seg);
+    if (!si || si->node == 0)
+        return; /* our own segment goes with us */
+    if (si->notes.len > NOTES_MAX) {
+        svc->notices_dropped++;
+        return;
+    }
+    mc__wbuf_t e = {0};
+    mc__pack(&e, "bq", drop ? MC__NOTE_DROP : MC__NOTE_PUT, v->id);
+    if (!drop) {
+        mc__record_t r;
+        mc__master_record(v, seg, &r);
+        mc__rec_t wr = {.version = r.version,
+                        .stamp = r.stamp,
+                        .key = r.key,
+                        .klen = r.klen,
+                        .link = r.link ? r.link : "",
+                        .linklen = r.linklen,
+                        .size = r.size,
+                        .mtime_ns = r.mtime_ns,
+                        .atime_ns = r.atime_ns,
+                        .ctime_ns = r.ctime_ns,
+                        .mode = r.mode,
+                        .uid = r.uid,
+                        .gid = r.gid,
+                        .type = r.type,
+                        .rdev = r.rdev,
+                        .links = r.links,
+                        .pin = r.pin,
+                        .want = r.want,
+                        .xattr = r.xattr ? r.xattr : "",
+                        .xattr_len = r.xattr_len,
+                        .next = r.next};
+        mc__wbuf_t rb = {0};
+        mc__pack_rec_head(&rb, &wr);
+        for (uint32_t i = 0; i < r.next; i++)
+            mc__pack_extent(&rb, r.ext[i].off, r.ext[i].len);
+        if (rb.err == 0)
+            mc__pack(&e, "s", rb.p, (uint32_t)rb.len);
+        else
+            e.err = rb.err;
+        free(rb.p);
+    }
+    if (e.err == 0)
+        mc__pack(&si->notes, "s", e.p, (uint32_t)e.len);
+    if (e.err || si->notes.err) {
+        svc->notices_dropped++;
+        si->notes.err = 0; /* what was queued before stays whole */
+    }
+    free(e.p);
+}
+
+/* The master's notice callback (mc__master_notices()): v's record went
+ * stale, or v left the namespace; its nodes are those of its replicas (a
+ * name entry's: its file's). */
+static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
+{
+    mc__svc_t *svc = arg;
+    const mc__version_t *f = v->link ? mc__master_resolve(m, v) : v;
+    if (!f)
+        return;
+    for (uint32_t r = 0; r < f->nrep; r++)
+        note_add(svc, f->rep[r].seg, v, drop);
+}
+
+void mc__svc_flush(mc__svc_t *svc)
+{
+    mc__master_flush(svc->m);
+}
+
+/* 1 if notices wait for one of node's segments. */
+static int notes_for(mc__svc_t *svc, uint64_t node)
+{
+    for (int i = 0; i < svc->nseg; i++)
+        if (svc->segs[i].node == node && svc->segs[i].notes.len)
+            return 1;
+    return 0;
+}
+
+int mc__svc_op_records_take(mc__svc_t *svc, const char *body, size_t len, mc__wbuf_t *w)
+{
+    uint64_t node, ack;
+    uint32_t seg;
+    UNPACK("quq", &node, &seg, &ack);
+    seginfo_t *si = mc__svc_seg_info(svc, seg);
+    if (!si || si->node != node)
+        return -ENOENT;
+    mc__svc_flush(svc);
+    /* The node applied the last answer: those notices are done. */
+    if (ack > si->sent)
+        return -EINVAL;
+    memmove(si->notes.p, si->notes.p + ack, si->notes.len - ack);
+    si->notes.len -= ack;
+    size_t n = 0;
+    while (n + 4 <= si->notes.len) {
+        uint32_t el;
+        memcpy(&el, si->notes.p + n, 4);
+        el = le32toh(el);
+        if (n && n + 4 + el > MC__NOTES_BATCH)
+            break;
+        n += 4 + el;
+    }
+    si->sent = n;
+    return mc__pack(w, "*", si->notes.p, (uint32_t)n);
+}
+
+int mc__svc_op_records_report(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
+{
+    uint64_t node;
+    uint32_t seg, last, rl;
+    const char *rest;
+    UNPACK("quu*", &node, &seg, &last, &rest, &rl);
+    seginfo_t *si = mc__svc_seg_info(svc, seg);
+    if (!si || si->node != node)
+        return -ENOENT;
+    size_t left = rl;
+    while (left) {
+        const char *p, *next;
+        uint32_t pl, nl;
+        TAKE(mc__unpack(rest, left, "s*", &p, &pl, &next, &nl));
+        rest = next;
+        left = nl;
+        mc__rec_t wr;
+        mc__extent_t ext[64], *e = ext;
+        int rc = mc__take_rec(p, pl, &wr);
+        if (rc == 0 && wr.next > 64 && !(e = malloc(sizeof(*e) * wr.next)))
+            return -ENOMEM;
+        if (rc == 0) {
+            mc__wire_replica_t wrep = {.next = wr.next, .ext = wr.ext};
+            for (uint32_t i = 0; i < wr.next; i++)
+                mc__wire_extent(&wrep, i, &e[i].off, &e[i].len);
+            mc__record_t r = {.version = wr.version,
+                              .stamp = wr.stamp,
+                              .key = wr.key,
+                              .klen = wr.klen,
+                              .link = wr.linklen ? wr.link : NULL,
+                              .linklen = wr.linklen,
+                              .size = wr.size,
+                              .mtime_ns = wr.mtime_ns,
+                              .atime_ns = wr.atime_ns,
+                              .ctime_ns = wr.ctime_ns,
+                              .mode = wr.mode,
+                              .uid = wr.uid,
+                              .gid = wr.gid,
+                              .type = wr.type,
+                              .rdev = wr.rdev,
+                              .links = wr.links,
+                              .pin = wr.pin,
+                              .want = wr.want,
+                              .xattr = wr.xattr,
+                              .xattr_len = wr.xattr_len,
+                              .next = wr.next,
+                              .ext = e};
+            rc = mc__master_merge(svc->m, seg, &r, now);
+            if (e != ext)
+                free(e);
+            if (rc == -ENOMEM)
+                return rc;
+        }
+        if (rc == 1) {
+            svc->records_merged++;
+            continue;
+        }
+        /* Refused (older, gone, its space taken) or unreadable: the node
+         * forgets it. */
+        svc->records_refused++;
+        uint64_t id;
+        if (pl >= 8) {
+            memcpy(&id, p, 8);
+            mc__version_t tmp = {.id = le64toh(id)};
+            note_add(svc, seg, &tmp, 1);
+        }
+    }
+    if (last && si->hold_to) {
+        /* The report is over: new data may go there once the writers of
+         * before are over too. */
+        mc__master_hold_segment(svc->m, seg, si->hold_to > now ? si->hold_to : now);
+        si->hold_to = 0;
+        mc__repair_wake(svc->rp);
+    }
+    return 0;
+}
+
+void mc__svc_reports_tick(mc__svc_t *svc, uint64_t now)
+{
+    for (int i = 0; i < svc->nseg; i++) {
+        seginfo_t *si = &svc->segs[i];
+        if (si->hold_to && now >= si->report_by) {
+            mc__master_hold_segment(svc->m, si->id, si->hold_to > now ? si->hold_to : now);
+            si->hold_to = 0;
+        }
+    }
+}
+
 int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
 {
     uint64_t node, size;
-    uint32_t seg, alen, rlen;
+    uint32_t seg, alen, rlen, flags;
     const char *addr, *rdma;
-    UNPACK("qusqs", &node, &seg, &addr, &alen, &size, &rdma, &rlen);
+    UNPACK("qusqsu", &node, &seg, &addr, &alen, &size, &rdma, &rlen, &flags);
     if (node == 0 || size < 4096 || alen == 0 || seg == UINT32_MAX)
         return -EINVAL;
     seginfo_t *si = seg ? mc__svc_seg_info(svc, seg) : NULL;
@@ -293,7 +513,16 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
         if (again)
             mc__master_hold_segment(svc->m, seg, now + svc->o.write_lease_ms);
         si = mc__svc_seg_info(svc, seg);
+        if (flags & MC__MOUNT_REPORT) {
+            /* Its records follow: nothing new goes there before they are
+             * merged (their space is not free), then as for a segment
+             * mounted again. */
+            mc__master_hold_segment(svc->m, seg, UINT64_MAX);
+            si->hold_to = now + svc->o.write_lease_ms;
+            si->report_by = now + REPORT_MAX_MS;
+        }
     }
+    mc__master_notices(svc->m, on_notice, svc);
     /* The record is the node's to describe (address, keys): kept verbatim,
      * replaced by every mount so that a node that restarted its RDMA side
      * publishes fresh keys. */
@@ -302,7 +531,7 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
     if (!node_touch(svc, node, now))
         return -ENOMEM;
     mc__repair_wake(svc->rp); /* room for copies */
-    mc__pack(w, "u", seg);
+    mc__pack(w, "uq", seg, svc->run);
     return w->err;
 }
 
@@ -326,6 +555,9 @@ int mc__svc_op_heartbeat(mc__svc_t *svc, const char *body, size_t len, uint64_t 
     if (n)
         n->last_hb = now;
     uint32_t flags = !n ? MC__HB_REMOUNT : mc__repair_pending(svc->rp, node) ? MC__HB_REPAIR : 0;
+    mc__svc_flush(svc);
+    if (n && notes_for(svc, node))
+        flags |= MC__HB_RECORDS;
     mc__pack(w, "u", flags);
     return w->err;
 }

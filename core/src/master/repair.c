@@ -173,6 +173,7 @@ static int plan(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
         memset(&rep, 0, sizeof(rep));
         rep.seg = tg->seg;
         mc__master_replica_attach(v, &rep);
+        mc__master_dirty(m, v); /* the new replica's node keeps its record */
         r->st.started++;
         r->st.done++;
         r->woken = 1; /* it may want still more */
@@ -313,6 +314,7 @@ int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t 
     mc__version_t *v = status == 0 ? mc__master_find(m, t->key, t->klen) : NULL;
     if (v && v->id == t->vid && v->state == MC__PUBLISHED &&
         mc__master_replica_attach(v, &t->dst) == 0) {
+        mc__master_dirty(m, v); /* the new replica's node keeps its record */
         r->st.done++;
         r->st.bytes += t->size;
     } else {

@@ -54,6 +54,7 @@ int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o)
         return -ENOMEM;
     }
     svc->next_id = svc->o.first_id ? svc->o.first_id : 1;
+    svc->run = svc->next_id;
     svc->next_seg = 1;
     *out = svc;
     return 0;
@@ -215,6 +216,7 @@ void mc__svc_free(mc__svc_t *svc)
     for (int i = 0; i < svc->nseg; i++) {
         free(svc->segs[i].addr);
         free(svc->segs[i].rdma);
+        free(svc->segs[i].notes.p);
     }
     free(svc->segs);
     free(svc->nodes);
@@ -266,6 +268,8 @@ int mc__svc_tick(mc__svc_t *svc, uint64_t now)
         svc->puts_expired++;
     }
     fenced_sweep(svc, now);
+    mc__svc_flush(svc);
+    mc__svc_reports_tick(svc, now);
     mc__master_sweep(svc->m, now);
     mc__svc_repair_tick(svc, now);
     return dropped;
@@ -306,8 +310,10 @@ static int64_t wall(const mc__svc_t *svc)
 static void read_access(const mc__svc_t *svc, mc__version_t *v)
 {
     int64_t t = wall(svc);
-    if (v->atime_ns <= v->mtime_ns || v->atime_ns <= v->ctime_ns || t - v->atime_ns >= DAY_NS)
+    if (v->atime_ns <= v->mtime_ns || v->atime_ns <= v->ctime_ns || t - v->atime_ns >= DAY_NS) {
         v->atime_ns = t;
+        mc__master_dirty(svc->m, v);
+    }
 }
 
 /* ---- operations ---- */
@@ -426,6 +432,7 @@ static int put_publish(mc__svc_t *svc, mc__version_t *v, unsigned flags,
         mc__master_abort(svc->m, v);
         return rc;
     }
+    mc__master_dirty(svc->m, v); /* its nodes learn its record (records.c) */
     if (is_new)
         mc__master_dir_changed(svc->m, v->key, v->klen, t);
     if (v->nrep < v->want)
@@ -569,8 +576,10 @@ static void renamed(mc__svc_t *svc, const char *from, uint32_t flen, const char 
     mc__master_dir_changed(svc->m, from, flen, t);
     mc__master_dir_changed(svc->m, to, tlen, t);
     mc__version_t *v = mc__master_find(svc->m, to, tlen);
-    if (v)
+    if (v) {
         v->ctime_ns = t;
+        mc__master_dirty(svc->m, v);
+    }
 }
 
 /* XATTR_GET, _SET, _LIST, _REMOVE: the rules are xattr.c's; a change sets
@@ -612,8 +621,10 @@ static int op_xattr(mc__svc_t *svc, uint16_t op, const char *body, size_t len, m
     default:
         rc = mc__xattr_remove(v, name, nlen);
     }
-    if (rc == 0)
+    if (rc == 0) {
         v->ctime_ns = wall(svc);
+        mc__master_dirty(svc->m, v);
+    }
     return rc;
 }
 
@@ -652,6 +663,10 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         return mc__svc_op_repair_take(svc, body, len, now, w);
     case MC__OP_REPAIR_DONE:
         return mc__svc_op_repair_done(svc, body, len, now);
+    case MC__OP_RECORDS_TAKE:
+        return mc__svc_op_records_take(svc, body, len, w);
+    case MC__OP_RECORDS_REPORT:
+        return mc__svc_op_records_report(svc, body, len, now);
     case MC__OP_OPEN:
         return op_open(svc, owner, body, len, now, w);
     case MC__OP_CLOSE:
@@ -694,6 +709,7 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         if ((rc = mc__master_link(m, key, klen, key2, klen2, &v)) < 0)
             return rc;
         v->ctime_ns = wall(svc);
+        mc__master_dirty(m, v);
         mc__master_dir_changed(m, key2, klen2, v->ctime_ns);
         mc__version_stat(v, now, &st);
         return mc__pack_stat(w, &st);
@@ -733,6 +749,7 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
     }
     case MC__OP_STATS: {
         UNPACK("");
+        mc__svc_flush(svc); /* so that notices_waiting counts every change made */
         mc_counter_t c[32];
         size_t n = mc__svc_counters(svc, c, 32);
         for (size_t i = 0; i < n; i++)

@@ -121,7 +121,11 @@ typedef struct mc__svc_stats {
     uint64_t nodes, segments, puts, handles, nodes_expired, objects_lost, puts_expired;
     uint64_t replicas_dropped; /* by writers that could not reach a node (PUT_DROP_REPLICA) */
     uint64_t repair_started, repair_done, repair_failed, repair_bytes, repair_inflight,
-        repair_waiting; /* see repair.h */
+        repair_waiting;       /* see repair.h */
+    uint64_t records_merged;  /* nodes' records merged after a restart */
+    uint64_t records_refused; /* ... and refused (older, gone, unreadable) */
+    uint64_t notices_dropped; /* notices a node's full queue could not take */
+    uint64_t notices_waiting; /* bytes of notices nodes have not fetched yet */
 } mc__svc_stats_t;
 void mc__svc_stats(const mc__svc_t *svc, mc__svc_stats_t *st);
 

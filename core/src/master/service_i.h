@@ -54,6 +54,14 @@ typedef struct fenced {
     struct fenced *next;
 } fenced_t;
 
+/* Notices waiting for one segment's node, at most this many bytes: past
+ * it, notices are dropped and counted (notices_dropped). */
+#define NOTES_MAX (64u << 20)
+/* A node reports its records within this long of its mount, or its
+ * segment's hold ends without the rest (a node that lost its connection
+ * half-way must not keep its segment held for ever). */
+#define REPORT_MAX_MS 60000
+
 typedef struct seginfo {
     uint32_t id;
     uint64_t node; /* 0: local to this process */
@@ -61,6 +69,10 @@ typedef struct seginfo {
     char *addr;
     char *rdma; /* the node's RDMA record, opaque (NULL: none) */
     uint32_t rdma_len;
+    mc__wbuf_t notes;   /* notices for its node, each an s (proto.h) */
+    size_t sent;        /* bytes of notes the last RECORDS_TAKE answered */
+    uint64_t hold_to;   /* the hold a report in progress ends at (0: none) */
+    uint64_t report_by; /* ... which must end by then, or the hold ends anyway */
 } seginfo_t;
 
 typedef struct node {
@@ -86,6 +98,8 @@ struct mc__svc {
     char *local_rdma; /* RDMA record of the local segments (NULL: none) */
     uint32_t local_rdma_len;
     uint64_t nodes_expired, objects_lost, puts_expired, replicas_dropped;
+    uint64_t run; /* this run's id (MOUNT_SEGMENT answers it) */
+    uint64_t notices_dropped, records_merged, records_refused;
     mc__repair_t *rp;
 };
 
@@ -122,5 +136,11 @@ int mc__svc_op_heartbeat(mc__svc_t *svc, const char *body, size_t len, uint64_t 
 int mc__svc_op_repair_take(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
                            mc__wbuf_t *w);
 int mc__svc_op_repair_done(mc__svc_t *svc, const char *body, size_t len, uint64_t now);
+int mc__svc_op_records_take(mc__svc_t *svc, const char *body, size_t len, mc__wbuf_t *w);
+int mc__svc_op_records_report(mc__svc_t *svc, const char *body, size_t len, uint64_t now);
+/* Hands the master's dirty versions to their nodes' notices. */
+void mc__svc_flush(mc__svc_t *svc);
+/* Ends the hold of segments whose report is overdue (REPORT_MAX_MS). */
+void mc__svc_reports_tick(mc__svc_t *svc, uint64_t now);
 
 #endif /* MC_SERVICE_I_H */

@@ -526,6 +526,20 @@ int mc__pack_extent(mc__wbuf_t *w, uint64_t off, uint64_t len)
  * passes 2^64, or a replica's extent lengths add up past 2^64. out may be
  * NULL when max is 0.
  */
+/* 1 if none of the n extents at b (q offset, q length each) passes 2^64 - 1,
+ * nor do their lengths added. */
+static int extents_ok(const char *b, uint32_t n)
+{
+    uint64_t total = 0;
+    for (uint32_t e = 0; e < n; e++) {
+        uint64_t off = ld64(b + e * EXTENT_SIZE), len = ld64(b + e * EXTENT_SIZE + 8);
+        if (len > UINT64_MAX - off || len > UINT64_MAX - total)
+            return 0;
+        total += len;
+    }
+    return 1;
+}
+
 int mc__take_replicas(const char **p, size_t *n, mc__wire_replica_t *out, int max)
 {
     const char *b = *p;
@@ -563,13 +577,8 @@ int mc__take_replicas(const char **p, size_t *n, mc__wire_replica_t *out, int ma
         if (o->next > left / EXTENT_SIZE)
             return -EBADMSG;
         o->ext = (const unsigned char *)b;
-        uint64_t total = 0;
-        for (uint32_t e = 0; e < o->next; e++) {
-            uint64_t off = ld64(b + e * EXTENT_SIZE), len = ld64(b + e * EXTENT_SIZE + 8);
-            if (len > UINT64_MAX - off || len > UINT64_MAX - total)
-                return -EBADMSG;
-            total += len;
-        }
+        if (!extents_ok(b, o->next))
+            return -EBADMSG;
         b += (size_t)o->next * EXTENT_SIZE, left -= (size_t)o->next * EXTENT_SIZE;
     }
     *p = b;
@@ -587,6 +596,38 @@ void mc__wire_extent(const mc__wire_replica_t *r, uint32_t i, uint64_t *off, uin
     }
     *off = ld64(r->ext + (size_t)i * EXTENT_SIZE);
     *len = ld64(r->ext + (size_t)i * EXTENT_SIZE + 8);
+}
+
+/* ---- records (a node's copy of a version's metadata) ---- */
+
+#define REC_HEAD "qqksqiiiuuuuquuusu"
+
+int mc__pack_rec_head(mc__wbuf_t *w, const mc__rec_t *r)
+{
+    return mc__pack(w, REC_HEAD, r->version, r->stamp, r->key, r->klen, r->link, r->linklen,
+                    r->size, r->mtime_ns, r->atime_ns, r->ctime_ns, r->mode, r->uid, r->gid,
+                    r->type, r->rdev, r->links, r->pin, r->want, r->xattr, r->xattr_len, r->next);
+}
+
+/* mc__take_rec() decodes a whole record: its head with mc__unpack(), the
+ * link checked as a key when not empty, then exactly `next` extents, none
+ * whose offset + length, or whose lengths added, pass 2^64 - 1. */
+int mc__take_rec(const char *p, size_t n, mc__rec_t *r)
+{
+    const char *rest;
+    uint32_t rl;
+    int rc = mc__unpack(p, n, REC_HEAD "*", &r->version, &r->stamp, &r->key, &r->klen, &r->link,
+                        &r->linklen, &r->size, &r->mtime_ns, &r->atime_ns, &r->ctime_ns, &r->mode,
+                        &r->uid, &r->gid, &r->type, &r->rdev, &r->links, &r->pin, &r->want,
+                        &r->xattr, &r->xattr_len, &r->next, &rest, &rl);
+    if (rc < 0)
+        return rc;
+    if (r->linklen && mc_key_check(r->link, r->linklen) < 0)
+        return -EINVAL;
+    if (r->next != rl / EXTENT_SIZE || rl % EXTENT_SIZE || !extents_ok(rest, r->next))
+        return -EBADMSG;
+    r->ext = (const unsigned char *)rest;
+    return 0;
 }
 
 /* ---- listings ---- */

@@ -27,8 +27,11 @@
 #define MC__PROTO_VERSION 1         /* the frame layout (the header's version field) */
 /* The version HELLO negotiates: the bodies. 2: stats carry owner, type, link
  * count, atime, ctime and rdev; PUT_START an owner, type and rdev; PUT_COMMIT
- * and SET_META say which fields they set. A peer of version 1 is refused. */
-#define MC__PROTO_SESSION 2
+ * and SET_META say which fields they set. 3: MOUNT_SEGMENT carries flags and
+ * answers the master's run id; RECORDS_TAKE and RECORDS_REPORT (a restarted
+ * master rebuilds its namespace from the nodes). A peer of another version
+ * is refused. */
+#define MC__PROTO_SESSION 3
 #define MC__PROTO_HDR_SIZE 24
 #define MC__PROTO_MAX_BODY (16U << 20) /* 16 MiB: data moves in chunks below */
 #define MC__PROTO_CHUNK (4U << 20)     /* largest READ/WRITE payload */
@@ -48,17 +51,22 @@
     X(AUTH, 2, "s", "")          /* client proof */                                                \
     X(PING, 3, "", "q")          /* -> server time (ms) */                                         \
     /* nodes and segments (master) */                                                              \
-    X(MOUNT_SEGMENT, 10, "qusqs", "u") /* node id, seg id (0: any), data addr, size, RDMA          \
-                                          record (empty: none) -> seg id */                        \
-    X(UNMOUNT_SEGMENT, 11, "qu", "")   /* node id, seg id */                                       \
-    X(HEARTBEAT, 12, "q", "u")         /* node id -> flags (MC__HB_*) */                           \
-    X(REPAIR_TAKE, 13, "q", "*")       /* node id -> repair tasks, each an s (see below) */        \
-    X(REPAIR_DONE, 14, "qqi", "")      /* node id, task id, status (0: copied) */                  \
+    X(MOUNT_SEGMENT, 10, "qusqsu", "uq") /* node id, seg id (0: any), data addr, size, RDMA        \
+                                            record (empty: none), flags (MC__MOUNT_*) -> seg id,   \
+                                            the master's run id */                                 \
+    X(UNMOUNT_SEGMENT, 11, "qu", "")     /* node id, seg id */                                     \
+    X(HEARTBEAT, 12, "q", "u")           /* node id -> flags (MC__HB_*) */                         \
+    X(REPAIR_TAKE, 13, "q", "*")         /* node id -> repair tasks, each an s (see below) */      \
+    X(REPAIR_DONE, 14, "qqi", "")        /* node id, task id, status (0: copied) */                \
     /* extended attributes (master) */                                                             \
     X(XATTR_GET, 15, "ks", "*")   /* key, name -> value */                                         \
     X(XATTR_SET, 16, "ksu*", "")  /* key, name, flags (MC_XATTR_*), value */                       \
     X(XATTR_LIST, 17, "k", "*")   /* key -> names, each ending in NUL */                           \
     X(XATTR_REMOVE, 18, "ks", "") /* key, name */                                                  \
+    /* the nodes' records of what they hold (master) */                                            \
+    X(RECORDS_TAKE, 40, "quq", "*")   /* node id, seg id, bytes of the last answer applied ->      \
+                                         notices, each an s (see below) */                         \
+    X(RECORDS_REPORT, 41, "quu*", "") /* node id, seg id, last (0/1), records, each an s */        \
     /* objects (master) */                                                                         \
     X(PUT_START, 20, "kquuuuqisuuuq", "qq*") /* key, capacity, flags, mode, replicas, pin, pin     \
                                                 ttl, mtime, preferred data addr, uid, gid, type,   \
@@ -94,6 +102,19 @@ enum mc__op {
 /* Heartbeat reply flags. */
 #define MC__HB_REMOUNT 0x1 /* the master does not know this node: mount again */
 #define MC__HB_REPAIR 0x2  /* repair tasks wait for this node: REPAIR_TAKE */
+#define MC__HB_RECORDS 0x4 /* notices of records wait for this node: RECORDS_TAKE */
+
+/* MOUNT_SEGMENT flags. MC__MOUNT_REPORT: records follow (RECORDS_REPORT);
+ * hold the segment until the last. */
+#define MC__MOUNT_REPORT 0x1
+
+/* A notice in a RECORDS_TAKE answer (the bytes of its s field): b kind, q
+ * version id, and for MC__NOTE_PUT the record (an s, see mc__rec_t). */
+#define MC__NOTE_PUT 1  /* keep (or replace) the record of this version */
+#define MC__NOTE_DROP 2 /* forget the record of this version */
+/* The most bytes of notices one RECORDS_TAKE answers, and of records one
+ * RECORDS_REPORT carries (give or take one). */
+#define MC__NOTES_BATCH (1u << 20)
 
 /*
  * A repair task in a REPAIR_TAKE answer (the bytes of its s field):
@@ -236,6 +257,42 @@ int mc__pack_put_start(mc__wbuf_t *w, const mc__put_start_rq_t *rq);
 int mc__take_put_start(const char *body, size_t len, mc__put_start_rq_t *rq);
 int mc__pack_put_commit(mc__wbuf_t *w, const mc__put_commit_rq_t *rq);
 int mc__take_put_commit(const char *body, size_t len, mc__put_commit_rq_t *rq);
+
+/*
+ * The record of a published version that a node keeps for each version with
+ * a replica in its segment, and reports to a master that restarted (see
+ * docs/PROTOCOL.md, "Records"). Its bytes:
+ *   q version, q stamp (orders records of one version: the latest wins),
+ *   k key, s link (a name entry: the inode key it names; else empty),
+ *   q size, i mtime_ns, i atime_ns, i ctime_ns, u mode, u uid, u gid, u type,
+ *   q rdev, u links, u pin, u want (replicas asked for), s xattrs (packed,
+ *   as the master keeps them), u extent count, then per extent q offset,
+ *   q length (the replica in the segment of the node that holds the record).
+ * Decoded fields point into the input.
+ */
+typedef struct mc__rec {
+    uint64_t version, stamp;
+    const char *key;
+    uint32_t klen;
+    const char *link;
+    uint32_t linklen;
+    uint64_t size;
+    int64_t mtime_ns, atime_ns, ctime_ns;
+    uint32_t mode, uid, gid, type;
+    uint64_t rdev;
+    uint32_t links, pin, want;
+    const char *xattr;
+    uint32_t xattr_len;
+    uint32_t next;            /* extents */
+    const unsigned char *ext; /* decoded: next * 16 bytes, LE offset, length */
+} mc__rec_t;
+
+/* Appends a record up to and including its extent count (rec->next); the
+ * caller appends that many extents with mc__pack_extent(). Returns w->err. */
+int mc__pack_rec_head(mc__wbuf_t *w, const mc__rec_t *rec);
+/* Decodes a whole record from p[0..n). Returns 0, -EBADMSG (truncated,
+ * trailing bytes, extents that overflow) or -EINVAL (a bad key or link). */
+int mc__take_rec(const char *p, size_t n, mc__rec_t *rec);
 
 /* Decodes a listing body into a freshly allocated mc_list_t (free with
  * mc_list_free()). Returns the entry count, -EBADMSG or -ENOMEM. */

@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+import harness
 from conftest import CLI, free_port
 from mooncake.async_store import MooncakeDistributedStoreAsync
 from mooncake.store import (
@@ -152,6 +153,11 @@ async def test_master_killed_then_restarted(make_cluster, make_store):
     c = make_cluster()
     s = make_store("cluster", cluster=c, timeout_ms=1000)
     assert s.put("before", b"x") == 0 and s.health_check() == 0
+    # Once the nodes hold its record, "before" survives the restart.
+    deadline = time.monotonic() + 10
+    while harness.cli_stats(c.addr)["counters"]["notices_waiting"]:
+        assert time.monotonic() < deadline, "the nodes did not fetch their records"
+        time.sleep(0.05)
     c.master.kill9()
     t0 = time.monotonic()
     assert s.health_check() == 2
@@ -168,14 +174,14 @@ async def test_master_killed_then_restarted(make_cluster, make_store):
     assert await s.async_health_check() == 2
     assert time.monotonic() - t0 < 5 * 1.0 + 2  # nothing waited past its timeout
     # A new master on the same address: the client reconnects, the nodes
-    # mount their segments again, writes succeed (the old metadata is gone).
+    # mount their segments again and report what they hold, writes succeed.
     c.start_master(port=c.master.port)
     deadline = time.monotonic() + 15
     while s.health_check() != 0 or s.put("after", b"back") != 0:
         assert time.monotonic() < deadline, "the store did not come back"
         await asyncio.sleep(0.05)
     assert s.get("after") == b"back" and await s.async_get("after") == b"back"
-    assert s.is_exist("before") == 0
+    assert s.is_exist("before") == 1 and s.get("before") == b"x"
 
 
 def test_hung_master_health_check_is_bounded(make_cluster, make_store):

@@ -1,0 +1,302 @@
+/*
+ * records.c - what nodes keep so that a master that restarts loses nothing
+ * (see master.h): the dirty list of versions whose record changed, the
+ * record of a version as a node keeps it, and merging the records nodes
+ * report into an empty master.
+ *
+ * A node holds bytes; the master holds the metadata. So that a restarted
+ * master can rebuild its namespace from the nodes, each node keeps, for
+ * every published version with a replica in its segment, that version's
+ * record (key, metadata, its extents there). The master tells it through
+ * notices (service.c, nodes.c), sent after the fact: a change only marks its
+ * version dirty here (a pointer on a list, on the commit path), and
+ * mc__master_flush() stamps each dirty version once however often it
+ * changed. Versions leaving the namespace are told at once, as drops.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master/master_i.h"
+
+void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg)
+{
+    m->notice = cb;
+    m->notice_arg = arg;
+}
+
+void mc__master_dirty(mc__master_t *m, mc__version_t *v)
+{
+    if (!m->notice || !v || v->dnext || v->state != MC__PUBLISHED)
+        return;
+    v->dprev = m->dirty.dprev;
+    v->dnext = &m->dirty;
+    m->dirty.dprev->dnext = v;
+    m->dirty.dprev = v;
+}
+
+void mc__master_undirty(mc__version_t *v)
+{
+    if (!v->dnext)
+        return;
+    v->dprev->dnext = v->dnext;
+    v->dnext->dprev = v->dprev;
+    v->dprev = v->dnext = NULL;
+}
+
+void mc__master_flush(mc__master_t *m)
+{
+    while (m->dirty.dnext != &m->dirty) {
+        mc__version_t *v = m->dirty.dnext;
+        mc__master_undirty(v);
+        v->stamp = ++m->stamp;
+        if (m->notice)
+            m->notice(m->notice_arg, m, v, 0);
+    }
+}
+
+void mc__master_record(const mc__version_t *v, uint32_t seg, mc__record_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->version = v->id;
+    r->stamp = v->stamp;
+    r->key = v->key;
+    r->klen = (uint32_t)v->klen;
+    r->link = v->link;
+    r->linklen = (uint32_t)v->linklen;
+    r->size = v->size;
+    r->mtime_ns = v->mtime_ns;
+    r->atime_ns = v->atime_ns;
+    r->ctime_ns = v->ctime_ns;
+    r->mode = v->mode;
+    r->uid = v->uid;
+    r->gid = v->gid;
+    r->type = v->type;
+    r->rdev = v->rdev;
+    r->links = v->links;
+    /* A soft pin's expiry is a time of this master's clock: not kept. */
+    r->pin = v->pin == MC_PIN_SOFT && v->pin_until ? MC_PIN_NONE : v->pin;
+    r->want = v->want;
+    r->xattr = v->xattr;
+    r->xattr_len = v->xattr_len;
+    for (uint32_t i = 0; i < v->nrep; i++) {
+        if (v->rep[i].seg == seg) {
+            r->next = v->rep[i].n;
+            r->ext = v->rep[i].ext;
+            break;
+        }
+    }
+}
+
+/* ---- merging ---- */
+
+/* 1 if xattr[0..len) is a well-formed packed list (xattr.c's layout)
+ * within the per-object limits. */
+static int xattrs_ok(const char *x, uint32_t len)
+{
+    if (len > MC_XATTR_TOTAL_MAX)
+        return 0;
+    for (uint32_t at = 0; at < len;) {
+        uint32_t nl = (unsigned char)x[at], vl;
+        if (nl == 0 || len - at < 1 + nl + sizeof(vl))
+            return 0;
+        memcpy(&vl, x + at + 1 + nl, sizeof(vl));
+        if (vl > MC_XATTR_SIZE_MAX || len - at - 1 - nl - sizeof(vl) < vl)
+            return 0;
+        at += 1 + nl + (uint32_t)sizeof(vl) + vl;
+    }
+    return 1;
+}
+
+/* Takes the record's extents out of segment s's free space into *rep.
+ * Returns 0, or -EBUSY (some are not free: nothing is taken) / -ENOMEM. */
+static int take_extents(mc__segment_t *s, const mc__record_t *r, mc__replica_t *rep)
+{
+    memset(rep, 0, sizeof(*rep));
+    rep->seg = s->id;
+    if (!r->next)
+        return 0;
+    rep->ext = malloc(sizeof(*rep->ext) * r->next);
+    if (!rep->ext)
+        return -ENOMEM;
+    rep->cap = r->next;
+    for (uint32_t i = 0; i < r->next; i++) {
+        uint64_t off = r->ext[i].off, len = r->ext[i].len;
+        int rc = mc__alloc_take(s->alloc, off, len);
+        if (rc < 0) {
+            if (rep->n)
+                mc__alloc_put(s->alloc, rep->ext, (int)rep->n);
+            free(rep->ext);
+            rep->ext = NULL;
+            return rc == -ENOMEM ? rc : -EBUSY;
+        }
+        rep->ext[rep->n++] = (mc__extent_t){off, len};
+    }
+    return 0;
+}
+
+static uint64_t rec_bytes(const mc__record_t *r)
+{
+    uint64_t t = 0;
+    for (uint32_t i = 0; i < r->next; i++)
+        t += r->ext[i].len;
+    return t;
+}
+
+/* Sets v's metadata (not its key or replicas) from r. Returns 0 or -ENOMEM. */
+static int take_meta(mc__version_t *v, const mc__record_t *r)
+{
+    char *x = NULL;
+    if (r->xattr_len && !(x = malloc(r->xattr_len)))
+        return -ENOMEM;
+    if (x)
+        memcpy(x, r->xattr, r->xattr_len);
+    free(v->xattr);
+    v->xattr = x;
+    v->xattr_len = r->xattr_len;
+    v->size = r->size;
+    v->mtime_ns = r->mtime_ns;
+    v->atime_ns = r->atime_ns;
+    v->ctime_ns = r->ctime_ns;
+    v->mode = r->mode & 07777;
+    v->uid = r->uid;
+    v->gid = r->gid;
+    v->type = r->type;
+    v->rdev = r->rdev;
+    v->links = r->links;
+    v->pin = r->pin;
+    v->pin_until = 0;
+    v->want = r->want > MC__MAX_REPLICAS ? MC__MAX_REPLICAS : r->want;
+    v->stamp = r->stamp;
+    return 0;
+}
+
+/* Puts v (not in the index yet) under key[0..klen), which it owns already
+ * in v->key, replacing an older version there. Returns 0, -ENOMEM. */
+static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
+{
+    void *old = NULL;
+    int rc = mc__index_insert(m->ix, v->key, v->klen, v, &old);
+    if (rc < 0)
+        return rc;
+    v->state = MC__PUBLISHED;
+    if (!v->link)
+        mc__list_add_tail(&m->lru, v);
+    if (rc == 1 && old && old != v)
+        mc__master_retire(m, old, now);
+    return 0;
+}
+
+/* A later record of version v (rebuilt already) renames it: it moves when
+ * its new key holds no newer version. */
+static void rekey(mc__master_t *m, mc__version_t *v, const mc__record_t *r, uint64_t now)
+{
+    if (r->klen == v->klen && memcmp(r->key, v->key, r->klen) == 0)
+        return;
+    mc__version_t *there = mc__index_get(m->ix, r->key, r->klen);
+    if (there && there->id >= v->id)
+        return;
+    char *k = mc__dup_key(r->key, r->klen);
+    if (!k)
+        return;
+    mc__index_remove(m->ix, v->key, v->klen);
+    mc__list_del(v);
+    free(v->key);
+    v->key = k;
+    v->klen = r->klen;
+    if (publish(m, v, now) < 0) {
+        mc__master_retire(m, v, now); /* out of memory: lost */
+    }
+}
+
+int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint64_t now)
+{
+    mc__segment_t *s = mc__master_seg(m, seg);
+    if (!s)
+        return 0;
+    if (r->version == 0 || r->type > MC_TYPE_MAX || r->pin > MC_PIN_HARD ||
+        (r->linklen && r->next) || !xattrs_ok(r->xattr, r->xattr_len) ||
+        (r->linklen && !mc__master_is_inode_key(r->link, r->linklen)) ||
+        mc_key_check(r->key, r->klen) < 0)
+        return -EINVAL;
+    /* Ids and stamps handed out from now on are newer than any reported. */
+    if (r->version >= m->next_id)
+        m->next_id = r->version + 1;
+    if (r->stamp > m->stamp)
+        m->stamp = r->stamp;
+
+    mc__recovered_t *e = (mc__recovered_t *)mc__ids_get(&m->rebuilt, r->version);
+    if (e && !e->v)
+        return 0; /* rebuilt, then removed or replaced: it stays gone */
+    mc__replica_t rep;
+    if (e) {
+        /* Another replica of a version rebuilt already. */
+        mc__version_t *v = e->v;
+        int rc = 1;
+        if (!v->link) {
+            for (uint32_t i = 0; i < v->nrep; i++)
+                if (v->rep[i].seg == seg)
+                    return 1; /* reported twice */
+            if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r) != v->capacity)
+                return 0;
+            if ((rc = take_extents(s, r, &rep)) < 0)
+                return rc == -ENOMEM ? rc : 0;
+            mc__master_replica_attach(v, &rep);
+            rc = 1;
+        }
+        if (r->stamp > v->stamp) {
+            if (take_meta(v, r) < 0)
+                return -ENOMEM;
+            rekey(m, v, r, now);
+        }
+        if (r->stamp != v->stamp)
+            mc__master_dirty(m, v); /* one of its nodes has a stale record */
+        return rc;
+    }
+
+    /* A version this master has not seen: the newest version of a key wins
+     * (ids grow across runs: whatever was committed since is newer). */
+    mc__version_t *cur = mc__index_get(m->ix, r->key, r->klen);
+    if (cur && cur->id >= r->version)
+        return 0;
+    uint64_t bytes = rec_bytes(r);
+    if (bytes < r->size || bytes - r->size >= m->o.align)
+        return 0; /* not the space of this size */
+    mc__version_t *v = calloc(1, sizeof(*v));
+    e = calloc(1, sizeof(*e));
+    int rc = v && e ? 0 : -ENOMEM;
+    if (rc == 0 && !(v->key = mc__dup_key(r->key, r->klen)))
+        rc = -ENOMEM;
+    if (rc == 0 && r->linklen && !(v->link = mc__dup_key(r->link, r->linklen)))
+        rc = -ENOMEM;
+    if (rc == 0)
+        rc = take_meta(v, r);
+    if (rc == 0 && !r->linklen)
+        rc = take_extents(s, r, &rep);
+    if (rc < 0) {
+        if (v) {
+            free(v->key);
+            free(v->link);
+            free(v->xattr);
+        }
+        free(v);
+        free(e);
+        return rc == -ENOMEM ? rc : 0;
+    }
+    v->klen = r->klen;
+    v->linklen = r->linklen;
+    v->id = r->version;
+    v->capacity = bytes;
+    if (!r->linklen)
+        mc__master_replica_attach(v, &rep);
+    if (publish(m, v, now) < 0) {
+        mc__version_destroy(m, v);
+        free(e);
+        return -ENOMEM;
+    }
+    e->h.id = v->id;
+    e->v = v;
+    v->rec = e;
+    mc__ids_add(&m->rebuilt, &e->h);
+    return 1;
+}

@@ -1,0 +1,328 @@
+/*
+ * test_records.c - unit tests of the records nodes keep and of the merge
+ * rules of a master rebuilding its namespace from them
+ * (core/src/master/records.c): the newest version of a key wins, replicas
+ * of one version on several segments are one object, a version rebuilt and
+ * then removed or replaced stays gone, space a record names must be free,
+ * the latest record of a version gives its metadata, and ids handed out
+ * after a merge are newer than every one reported.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master/master.h"
+#include "unit.h"
+
+#define UNIT 64
+#define SEG_SIZE (64 * 1024)
+#define T0 1000
+
+static mc__master_t *new_master(uint32_t nseg)
+{
+    mc__master_opts_t o = {.lease_ms = 100, .align = UNIT};
+    mc__master_t *m = NULL;
+    assert_int_equal(mc__master_new(&m, &o), 0);
+    for (uint32_t s = 1; s <= nseg; s++)
+        assert_int_equal(mc__master_add_segment(m, s, SEG_SIZE), 0);
+    return m;
+}
+
+static uint64_t used(const mc__master_t *m)
+{
+    mc_space_t sp;
+    mc__master_space(m, &sp);
+    return sp.used;
+}
+
+static mc__version_t *find(mc__master_t *m, const char *key)
+{
+    return mc__master_find(m, key, strlen(key));
+}
+
+/* A record of key as version id (stamp), size bytes at offset off. */
+static mc__record_t rec(const char *key, uint64_t id, uint64_t stamp, uint64_t size,
+                        mc__extent_t *ext)
+{
+    mc__record_t r = {.version = id,
+                      .stamp = stamp,
+                      .key = key,
+                      .klen = (uint32_t)strlen(key),
+                      .size = size,
+                      .mtime_ns = 111,
+                      .atime_ns = 222,
+                      .ctime_ns = 333,
+                      .mode = 0640,
+                      .uid = 1000,
+                      .gid = 100,
+                      .want = 2,
+                      .next = size ? 1 : 0,
+                      .ext = ext};
+    return r;
+}
+
+static void test_a_record_brings_its_object_back(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master(1);
+    mc__extent_t e = {4096, 128};
+    mc__record_t r = rec("a/b", 77, 5, 100, &e);
+    assert_int_equal(mc__master_merge(m, 1, &r, T0), 1);
+    mc__version_t *v = find(m, "a/b");
+    assert_non_null(v);
+    assert_int_equal(v->id, 77);
+    assert_int_equal(v->size, 100);
+    assert_int_equal(v->mode, 0640);
+    assert_int_equal(v->uid, 1000);
+    assert_int_equal(v->mtime_ns, 111);
+    assert_int_equal(v->nrep, 1);
+    assert_int_equal(v->rep[0].seg, 1);
+    assert_int_equal(v->rep[0].ext[0].off, 4096);
+    assert_int_equal(used(m), 128);
+    /* A record of the same segment again (reported twice): nothing new. */
+    assert_int_equal(mc__master_merge(m, 1, &r, T0), 1);
+    assert_int_equal(used(m), 128);
+    /* New puts never land on its space, and get newer ids. */
+    mc__version_t *n = NULL;
+    assert_int_equal(mc__master_begin(m, "c", 1, NULL, T0, &n), 0);
+    assert_int_equal(mc__master_reserve(m, n, SEG_SIZE - 128, T0), 0);
+    for (uint32_t i = 0; i < n->rep[0].n; i++)
+        assert_true(n->rep[0].ext[i].off + n->rep[0].ext[i].len <= 4096 ||
+                    n->rep[0].ext[i].off >= 4096 + 128);
+    assert_int_equal(mc__master_commit(m, n, 10, 0, T0), 0);
+    assert_cmp(n->id, >, 77);
+    mc__master_free(m);
+}
+
+static void test_replicas_of_one_version_are_one_object(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master(2);
+    mc__extent_t e1 = {0, 128}, e2 = {1024, 128};
+    mc__record_t r1 = rec("k", 9, 3, 128, &e1), r2 = rec("k", 9, 3, 128, &e2);
+    assert_int_equal(mc__master_merge(m, 1, &r1, T0), 1);
+    assert_int_equal(mc__master_merge(m, 2, &r2, T0), 1);
+    mc__version_t *v = find(m, "k");
+    assert_int_equal(v->nrep, 2);
+    assert_int_equal(v->want, 2);
+    mc_space_t sp;
+    mc__master_space(m, &sp);
+    assert_int_equal(sp.objects, 1);
+    assert_int_equal(sp.used, 256);
+    /* A replica whose bytes differ in length is not of this version. */
+    mc__master_t *m2 = new_master(2);
+    mc__extent_t e3 = {0, 64};
+    mc__record_t r3 = rec("k", 9, 3, 64, &e3);
+    assert_int_equal(mc__master_merge(m2, 1, &r1, T0), 1);
+    assert_int_equal(mc__master_merge(m2, 2, &r3, T0), 0);
+    assert_int_equal(find(m2, "k")->nrep, 1);
+    mc__master_free(m2);
+    mc__master_free(m);
+}
+
+static void test_the_newest_version_of_a_key_wins(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master(2);
+    mc__extent_t old = {0, 64}, new = {0, 128}, old2 = {512, 64};
+    /* Older first, then newer (on another node): the newer replaces it and
+     * frees its space. */
+    mc__record_t ro = rec("k", 5, 1, 64, &old), rn = rec("k", 8, 2, 128, &new);
+    assert_int_equal(mc__master_merge(m, 1, &ro, T0), 1);
+    assert_int_equal(mc__master_merge(m, 2, &rn, T0), 1);
+    assert_int_equal(find(m, "k")->id, 8);
+    assert_int_equal(used(m), 128);
+    /* Another replica of the older one comes late: refused. */
+    mc__record_t ro2 = rec("k", 5, 1, 64, &old2);
+    assert_int_equal(mc__master_merge(m, 1, &ro2, T0), 0);
+    assert_int_equal(find(m, "k")->id, 8);
+    assert_int_equal(used(m), 128);
+    mc__master_free(m);
+}
+
+static void test_removed_after_the_rebuild_stays_gone(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master(2);
+    mc__extent_t e1 = {0, 64}, e2 = {0, 64};
+    mc__record_t r1 = rec("k", 5, 1, 64, &e1), r2 = rec("k", 5, 1, 64, &e2);
+    assert_int_equal(mc__master_merge(m, 1, &r1, T0), 1);
+    assert_int_equal(mc__master_remove(m, "k", 1, 0, T0), 0);
+    mc__master_sweep(m, T0 + 1000);
+    assert_int_equal(mc__master_merge(m, 2, &r2, T0), 0);
+    assert_null(find(m, "k"));
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+static void test_what_this_run_published_wins(void **state)
+{
+    (void)state;
+    mc__master_opts_t o = {.lease_ms = 100, .align = UNIT, .first_id = 1000};
+    mc__master_t *m = NULL;
+    assert_int_equal(mc__master_new(&m, &o), 0);
+    assert_int_equal(mc__master_add_segment(m, 1, SEG_SIZE), 0);
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_begin(m, "k", 1, NULL, T0, &v), 0);
+    assert_int_equal(mc__master_reserve(m, v, 64, T0), 0);
+    assert_int_equal(mc__master_commit(m, v, 64, 0, T0), 0);
+    assert_int_equal(v->id, 1000);
+    mc__extent_t e = {4096, 64};
+    mc__record_t r = rec("k", 999, 1, 64, &e);
+    assert_int_equal(mc__master_merge(m, 1, &r, T0), 0);
+    assert_ptr_equal(find(m, "k"), v);
+    assert_int_equal(used(m), 64);
+    mc__master_free(m);
+}
+
+static void test_space_that_is_not_free_is_refused(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master(1);
+    mc__extent_t a = {0, 256}, b = {128, 256}, bad = {3, 64}, past = {SEG_SIZE, 64};
+    mc__record_t ra = rec("a", 5, 1, 256, &a), rb = rec("b", 6, 1, 256, &b);
+    assert_int_equal(mc__master_merge(m, 1, &ra, T0), 1);
+    assert_int_equal(mc__master_merge(m, 1, &rb, T0), 0); /* overlaps a */
+    mc__record_t rbad = rec("c", 7, 1, 64, &bad), rpast = rec("d", 8, 1, 64, &past);
+    assert_int_equal(mc__master_merge(m, 1, &rbad, T0), 0);
+    assert_int_equal(mc__master_merge(m, 1, &rpast, T0), 0);
+    /* A size the space cannot hold, a bad type, an unknown segment. */
+    mc__extent_t e = {1024, 64};
+    mc__record_t big = rec("e", 9, 1, 65, &e), type = rec("f", 10, 1, 64, &e);
+    type.type = MC_TYPE_MAX + 1;
+    assert_int_equal(mc__master_merge(m, 1, &big, T0), 0);
+    assert_int_equal(mc__master_merge(m, 1, &type, T0), -EINVAL);
+    assert_int_equal(mc__master_merge(m, 9, &ra, T0), 0);
+    assert_int_equal(used(m), 256);
+    mc__master_free(m);
+}
+
+static void test_the_latest_record_gives_the_metadata(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master(2);
+    mc__extent_t e1 = {0, 64}, e2 = {0, 64};
+    /* Node 1 missed a rename and a chmod (stamp 4); node 2 has them (7). */
+    mc__record_t stale = rec("old", 5, 4, 64, &e1), fresh = rec("new", 5, 7, 64, &e2);
+    fresh.mode = 0600;
+    char x[] = {4, 'u', 's', 'e', 'r', 2, 0, 0, 0, 'h', 'i'};
+    fresh.xattr = x;
+    fresh.xattr_len = sizeof(x);
+    assert_int_equal(mc__master_merge(m, 1, &stale, T0), 1);
+    assert_non_null(find(m, "old"));
+    assert_int_equal(mc__master_merge(m, 2, &fresh, T0), 1);
+    assert_null(find(m, "old"));
+    mc__version_t *v = find(m, "new");
+    assert_non_null(v);
+    assert_int_equal(v->mode, 0600);
+    assert_int_equal(v->nrep, 2);
+    const char *val;
+    uint32_t vl;
+    assert_int_equal(mc__xattr_get(v, "user", 4, &val, &vl), 0);
+    assert_int_equal(vl, 2);
+    /* The other way round: the stale one, later, changes nothing. */
+    mc__master_t *m2 = new_master(2);
+    assert_int_equal(mc__master_merge(m2, 2, &fresh, T0), 1);
+    assert_int_equal(mc__master_merge(m2, 1, &stale, T0), 1);
+    assert_null(find(m2, "old"));
+    assert_int_equal(find(m2, "new")->mode, 0600);
+    /* Broken attributes are refused. */
+    char bad[] = {9, 'u'};
+    mc__record_t rb = rec("z", 20, 1, 0, NULL);
+    rb.xattr = bad;
+    rb.xattr_len = sizeof(bad);
+    assert_int_equal(mc__master_merge(m2, 1, &rb, T0), -EINVAL);
+    mc__master_free(m2);
+    mc__master_free(m);
+}
+
+static void test_hard_links_come_back(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master(1);
+    const char ino[] = MC__INODE_PREFIX "2a";
+    mc__extent_t e = {0, 64};
+    mc__record_t f = rec(ino, 40, 3, 10, &e);
+    f.links = 2;
+    mc__record_t n1 = rec("x", 41, 3, 0, NULL), n2 = rec("d/y", 42, 3, 0, NULL);
+    n1.link = n2.link = ino;
+    n1.linklen = n2.linklen = (uint32_t)strlen(ino);
+    /* A name may come before its file. */
+    assert_int_equal(mc__master_merge(m, 1, &n1, T0), 1);
+    assert_null(find(m, "x"));
+    assert_int_equal(mc__master_merge(m, 1, &f, T0), 1);
+    assert_int_equal(mc__master_merge(m, 1, &n2, T0), 1);
+    assert_ptr_equal(find(m, "x"), find(m, "d/y"));
+    mc_stat_t st;
+    mc__version_stat(find(m, "x"), T0, &st);
+    assert_int_equal(st.nlink, 2);
+    assert_int_equal(st.ino, 0x2a);
+    /* A name must name an inode key, and holds no bytes. */
+    mc__record_t bad = rec("w", 43, 3, 0, NULL);
+    bad.link = "x";
+    bad.linklen = 1;
+    assert_int_equal(mc__master_merge(m, 1, &bad, T0), -EINVAL);
+    mc__master_free(m);
+}
+
+/* Notices: a change marks its version dirty once; a flush stamps it and
+ * hands it over; a version leaving the namespace is handed over at once. */
+static int notes[16], nnotes;
+
+static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
+{
+    (void)arg, (void)m;
+    if (nnotes < 16)
+        notes[nnotes++] = drop ? -(int)v->id : (int)v->id;
+}
+
+static void test_changes_are_noticed_once_per_flush(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master(1);
+    mc__master_notices(m, on_notice, NULL);
+    nnotes = 0;
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_begin(m, "k", 1, NULL, T0, &v), 0);
+    assert_int_equal(mc__master_commit(m, v, 0, 0, T0), 0);
+    mc__master_dirty(m, v);
+    mc__master_dirty(m, v);
+    assert_int_equal(nnotes, 0);
+    mc__master_flush(m);
+    assert_int_equal(nnotes, 1);
+    assert_int_equal(notes[0], (int)v->id);
+    assert_cmp(v->stamp, >, 0);
+    mc__master_flush(m);
+    assert_int_equal(nnotes, 1);
+    /* Renamed and then removed before the next flush: only the drop. */
+    int id = (int)v->id;
+    assert_int_equal(mc__master_rename(m, "k", 1, "j", 1, 0, T0), 0);
+    assert_int_equal(mc__master_remove(m, "j", 1, 0, T0), 0);
+    assert_int_equal(nnotes, 2);
+    assert_int_equal(notes[1], -id);
+    mc__master_flush(m);
+    assert_int_equal(nnotes, 2);
+    mc__master_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_record_brings_its_object_back),
+        cmocka_unit_test(test_replicas_of_one_version_are_one_object),
+        cmocka_unit_test(test_the_newest_version_of_a_key_wins),
+        cmocka_unit_test(test_removed_after_the_rebuild_stays_gone),
+        cmocka_unit_test(test_what_this_run_published_wins),
+        cmocka_unit_test(test_space_that_is_not_free_is_refused),
+        cmocka_unit_test(test_the_latest_record_gives_the_metadata),
+        cmocka_unit_test(test_hard_links_come_back),
+        cmocka_unit_test(test_changes_are_noticed_once_per_flush),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
