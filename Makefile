@@ -125,7 +125,9 @@ run: deps all
 # Each suite of make test is a stage: tests/stage.sh prints its duration
 # (and appends it to MC_STAGE_LOG, which .ci/run sums up).
 STAGE = tests/stage.sh $(if $(filter 1,$(SAN)),asan-)$(1)
-test: deps all format-check check-layers
+# The integration stage drives the Python client too (test_restart): the
+# extension is built first, except under the sanitizers (it cannot load).
+test: deps all $(if $(filter 1,$(SAN)),,python-ext) format-check check-layers
 	$(Q)$(call STAGE,unit) tests/run-unit.sh $(BUILD)
 ifneq ($(SAN),1)
 	$(Q)$(call STAGE,fuzz) tests/fuzz/run.sh $(FUZZ_CI_SECONDS)
