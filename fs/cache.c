@@ -108,7 +108,21 @@ void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version)
 
 void fs_cache_open(fs_t *fs, fs_inode_t *in, fs_fh_t *fh, int created, struct fuse_file_info *fi)
 {
-    cache_keep_or_drop(fs, in, mc_obj_stat(fh->obj), created, fi);
+    const mc_stat_t *st = mc_obj_stat(fh->obj);
+    /* Another version than the cache holds while other descriptors read
+     * the file here: switching the cache would hand them pages of both. So
+     * this reader reads its version with direct I/O, and they keep theirs.
+     * (A rename over the file by this very mount reaches the master before
+     * the kernel's open of the file it replaces can: that open finds the
+     * new file's version under the old one's key.) */
+    int readers = in->opens - in->cur_opening - 1; /* cur_open() holds one */
+    if (!fh->writable && in->version && st->version != in->version && readers > 0 &&
+        !(in->ws && in->ws->state != WS_NONE)) {
+        fi->direct_io = 1;
+        fh->direct = 1;
+        return;
+    }
+    cache_keep_or_drop(fs, in, st, created, fi);
     /* The handle's version becomes the inode's cur when it is the one the
      * page cache holds; the handle keeps none of its own. */
     uint64_t v = mc_obj_stat(fh->obj)->version;

@@ -337,7 +337,7 @@ static void read_run(fs_waiter_t *w, int err)
     int rc;
     if (err < 0)
         return fs_ctx_fail(c, err);
-    if (!c->fs->direct_io)
+    if (!c->fs->direct_io && !fh->direct)
         return read_cached(c);
     int follow = fh->writable; /* a writable handle reads what it wrote */
     if (follow && ws && ws->state == WS_READY) {

@@ -33,6 +33,8 @@ typedef struct fs_fh {
     fs_inode_t *in;
     mc_obj_t *obj; /* the version opened, for reads */
     int writable;
+    int direct; /* with the page cache, this one reads its own version with
+                   direct I/O (fs_cache_open()) */
     int append; /* O_APPEND: writes go to the end, whatever the offset */
     int err;    /* a write to the file failed while this handle was open for
                    writing: its later writes and its flushes fail with err */
@@ -42,10 +44,11 @@ typedef struct fs_fh {
 /* Whether handle fh reads the file's current content in this mount (the
  * version in progress of its writer, else the newest version this mount
  * knows) rather than the version it opened: every handle with the page
- * cache (--cache-mode pages), a writable one with direct I/O. */
+ * cache (--cache-mode pages) but one fs_cache_open() gave direct I/O, a
+ * writable one with direct I/O. */
 static inline int fs_fh_follows(const fs_t *fs, const fs_fh_t *fh)
 {
-    return fh->writable || !fs->direct_io;
+    return fh->writable || (!fs->direct_io && !fh->direct);
 }
 
 /* An open directory (dirs.c). */
@@ -213,7 +216,8 @@ fs_ctx_t *fs_write_ctx(fuse_req_t req, fs_fh_t *fh);
 /* Finishes the open of handle fh (its version open in fh->obj; created: by
  * this create) on file in: tells the kernel (fi) to keep or drop the pages
  * and size it has, and moves the version to the inode (in->cur) or closes
- * it: fh->obj is NULL after. */
+ * it: fh->obj is NULL after. A reader that found another version than
+ * other descriptors read keeps it and gets direct I/O (fh->direct). */
 void fs_cache_open(fs_t *fs, fs_inode_t *in, fs_fh_t *fh, int created, struct fuse_file_info *fi);
 
 /* A version of in was published from this mount (its writes are what the

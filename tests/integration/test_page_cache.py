@@ -186,3 +186,25 @@ def test_sqlite_in_wal_mode_with_concurrent_writers(store_mount):
     again = sqlite3.connect(path)
     assert again.execute("select count(*) from t").fetchone()[0] == 300
     again.close()
+
+
+def test_a_held_reader_keeps_its_version_while_a_new_open_reads_the_next(store_mount):
+    """A descriptor reading a file keeps reading its version whole when
+    another client publishes a new one and a second open on this mount reads
+    that: the second reads with direct I/O, the page cache stays the
+    first's; once the first is closed, the next open moves the cache."""
+    m = store_mount("64M")
+    v1, v2 = b"1" * (2 << 20), b"2" * (3 << 20)
+    other_client_put(m, "f", v1)
+    r1 = os.open(m.p("f"), os.O_RDONLY)
+    assert os.pread(r1, 1 << 20, 0) == v1[:1 << 20]
+    other_client_put(m, "f", v2)
+    with open(m.p("f"), "rb") as r2:
+        assert r2.read() == v2
+    assert os.pread(r1, 4 << 20, 0) == v1  # all of it, the cached and the rest
+    os.close(r1)
+    with open(m.p("f"), "rb") as r3:
+        assert r3.read() == v2
+        mm = mmap.mmap(r3.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ)  # the cache's again
+        assert mm[:] == v2
+        mm.close()
