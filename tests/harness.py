@@ -57,6 +57,15 @@ def clock_past(ns, timeout=1.0):
         time.sleep(0.001)
 
 
+def wait_for(cond, what, timeout=30, step=0.1):
+    """Polls cond() every step seconds until it holds; fails saying what it
+    waited for after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(step)
+
+
 def is_mounted(path):
     """Whether a FUSE file system is mounted at path (/proc/self/mountinfo)."""
     path = os.path.realpath(path)

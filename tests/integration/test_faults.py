@@ -12,18 +12,11 @@ import time
 
 import pytest
 
-from harness import cli
+from harness import cli, wait_for
 from wire import HDR, frame, recv_exact
 
 MiB = 1 << 20
 OP_PING, OP_MOUNT_SEGMENT, OP_OPEN = 3, 10, 24
-
-
-def wait_for(cond, what, timeout=30, step=0.1):
-    deadline = time.time() + timeout
-    while not cond():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(step)
 
 
 def k_field(b):

@@ -12,11 +12,10 @@ import multiprocessing
 import os
 import sqlite3
 import subprocess
-import time
 
 import pytest
 
-from harness import DAEMON, cli, free_port
+from harness import DAEMON, cli, free_port, wait_for
 from test_metrics import scrape
 
 PAGE = mmap.PAGESIZE
@@ -67,10 +66,9 @@ def test_a_new_file_grown_by_ftruncate_and_written_through_a_mapping(store_mount
     mm[2 * PAGE - 4:] = b"tail"
     mm.close()  # munmap writes the dirty pages back; the last release publishes
     want = b"head" + bytes(2 * PAGE - 8) + b"tail"
-    deadline = time.monotonic() + 10
-    while other_client_get(m, "g") != want:  # the release reaches the daemon after munmap
-        assert time.monotonic() < deadline, "the mapping's writes were never published"
-        time.sleep(0.05)
+    # The release reaches the daemon after munmap returns.
+    wait_for(lambda: other_client_get(m, "g") == want, "the mapping's writes to be published",
+             timeout=10, step=0.05)
     assert os.path.getsize(m.p("g")) == 2 * PAGE
 
 

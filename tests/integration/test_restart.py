@@ -12,18 +12,11 @@ import time
 
 import pytest
 
-from harness import cli, cli_stats
+from harness import cli, cli_stats, wait_for
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 MiB = 1 << 20
-
-
-def wait_for(cond, what, timeout=30, step=0.1):
-    deadline = time.time() + timeout
-    while not cond():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(step)
 
 
 def settled(m):

@@ -589,17 +589,12 @@ int mc__etcd_new(mc_loop_t *loop, const char *endpoints, unsigned timeout_ms, mc
         p += 7;
     while (*p) {
         size_t n = strcspn(p, ",;");
-        if (n && e->neps == EP_MAX) {
+        int rc = n >= 256 || (n && e->neps == EP_MAX) ? -EINVAL : 0;
+        if (!rc && n && !(e->eps[e->neps++] = strndup(p, n)))
+            rc = -ENOMEM;
+        if (rc < 0) {
             mc__etcd_free(e);
-            return -EINVAL;
-        }
-        if (n && n < 256 && !(e->eps[e->neps++] = strndup(p, n))) {
-            mc__etcd_free(e);
-            return -ENOMEM;
-        }
-        if (n >= 256) {
-            mc__etcd_free(e);
-            return -EINVAL;
+            return rc;
         }
         p += n + (p[n] != '\0');
     }
