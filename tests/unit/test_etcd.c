@@ -369,7 +369,12 @@ static void test_endpoints_and_timeouts(void **state)
     mc__etcd_free(e);
 
     e = client(ep, 500);
+    /* Stopped means every thread of it: waitpid reports the stop once the
+     * group stop is complete (a thread still running could answer). */
     kill(etcd_pid, SIGSTOP);
+    int st = 0;
+    assert_int_equal(waitpid(etcd_pid, &st, WUNTRACED), etcd_pid);
+    assert_true(WIFSTOPPED(st));
     uint64_t t0 = mc_loop_now_ms();
     memset(&g, 0, sizeof(g));
     int rc = wait_res(&g, mc__etcd_range(e, K("fo"), 0, on_res, &g));
