@@ -228,6 +228,48 @@ static void test_put_if(void **state)
     mc__etcd_free(e);
 }
 
+/* put_fenced: the keys go in together while the fence is the one created at
+ * the revision given; once it was deleted and made again, nothing goes in. */
+static void test_put_fenced(void **state)
+{
+    mc__etcd_t *e = client(ep, 5000);
+    got_t g = {0};
+    assert_int_equal(wait_res(&g, mc__etcd_put_if(e, K("fence"), K("A"), 0, 0, on_res, &g)), 0);
+    assert_true(g.succeeded);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("fence"), 0, on_res, &g)), 0);
+    int64_t created = g.create_rev[0];
+    mc__etcd_put_kv_t kvs[2] = {{K("log/1"), K("one")}, {K("log/2"), K("two")}};
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put_fenced(e, K("fence"), created, kvs, 2, on_res, &g)),
+                     0);
+    assert_true(g.succeeded);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("log/"), 1, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 2);
+    assert_memory_equal(g.val[1], "two", 3);
+
+    /* Another holder of the fence: the first one's writes fail whole. */
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_delete(e, K("fence"), 0, on_res, &g)), 0);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put_if(e, K("fence"), K("B"), 0, 0, on_res, &g)), 0);
+    mc__etcd_put_kv_t late[2] = {{K("log/2"), K("late")}, {K("log/3"), K("three")}};
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put_fenced(e, K("fence"), created, late, 2, on_res, &g)),
+                     0);
+    assert_false(g.succeeded);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("log/"), 1, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 2);
+    assert_memory_equal(g.val[1], "two", 3);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_delete(e, K("log/"), 1, on_res, &g)), 0);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_delete(e, K("fence"), 0, on_res, &g)), 0);
+    mc__etcd_free(e);
+}
+
 /* A key on a lease goes with it: at revoke, and when it is not kept alive. */
 static void test_leases(void **state)
 {
@@ -399,6 +441,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_range_delete),
         cmocka_unit_test(test_put_if),
+        cmocka_unit_test(test_put_fenced),
         cmocka_unit_test(test_leases),
         cmocka_unit_test(test_watch),
         cmocka_unit_test(test_endpoints_and_timeouts),

@@ -716,6 +716,25 @@ int mc__etcd_put_if(mc__etcd_t *e, const char *key, size_t klen, const char *val
     return j ? req_start(e, K_PUT_IF, "/v3/kv/txn", j, cb, NULL, arg, NULL) : -ENOMEM;
 }
 
+int mc__etcd_put_fenced(mc__etcd_t *e, const char *fence, size_t flen, int64_t create_rev,
+                        const mc__etcd_put_kv_t *kvs, size_t n, mc__etcd_cb cb, void *arg)
+{
+    char b[24];
+    json_t *cmp = key_obj(fence, flen, 0), *ops = json_array(), *j = NULL;
+    int ok = cmp && ops && json_object_set_new(cmp, "target", json_string("CREATE")) == 0 &&
+             json_object_set_new(cmp, "create_revision", json_string(i64(b, create_rev))) == 0 &&
+             json_object_set_new(cmp, "result", json_string("EQUAL")) == 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        json_t *put = put_obj(kvs[i].key, kvs[i].klen, kvs[i].val, kvs[i].vlen, 0);
+        ok = put && json_array_append_new(ops, json_pack("{s:o}", "request_put", put)) == 0;
+    }
+    if (ok)
+        j = json_pack("{s:[O],s:O}", "compare", cmp, "success", ops);
+    json_decref(cmp);
+    json_decref(ops);
+    return j ? req_start(e, K_PUT_IF, "/v3/kv/txn", j, cb, NULL, arg, NULL) : -ENOMEM;
+}
+
 int mc__etcd_range(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc__etcd_cb cb,
                    void *arg)
 {

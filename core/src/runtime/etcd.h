@@ -80,6 +80,21 @@ int mc__etcd_put(mc__etcd_t *e, const char *key, size_t klen, const char *val, s
 int mc__etcd_put_if(mc__etcd_t *e, const char *key, size_t klen, const char *val, size_t vlen,
                     int64_t lease, int64_t mod_rev, mc__etcd_cb cb, void *arg);
 
+/* One key of mc__etcd_put_fenced(). */
+typedef struct mc__etcd_put_kv {
+    const char *key;
+    size_t klen;
+    const char *val;
+    size_t vlen;
+} mc__etcd_put_kv_t;
+
+/* Puts kvs[0..n) (no lease) only if the key fence still holds the value its
+ * creation at revision create_rev gave it (it was not deleted, nor deleted
+ * and made again): one transaction, all or nothing. res->succeeded says
+ * whether the fence held. A leader's writes, fenced by its leader key. */
+int mc__etcd_put_fenced(mc__etcd_t *e, const char *fence, size_t flen, int64_t create_rev,
+                        const mc__etcd_put_kv_t *kvs, size_t n, mc__etcd_cb cb, void *arg);
+
 /* The key (prefix 0) or every key starting with it (prefix 1), in key order. */
 int mc__etcd_range(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc__etcd_cb cb,
                    void *arg);
