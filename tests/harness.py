@@ -283,6 +283,46 @@ class Master(Proc):
             self.wait_ready()
 
 
+class Etcd(Proc):
+    """One etcd member (Debian's etcd-server) on loopback ports of its own,
+    its data in tmp/etcd-PORT; log tmp/etcd-PORT.log. start() again after
+    stop() brings the same member back with its data. Skips the test when
+    etcd is not installed (packaging/deps.sh installs it)."""
+
+    name = "etcd"
+
+    def __init__(self, tmp, wait=True):
+        import pytest
+        import shutil
+        if not shutil.which("etcd"):
+            pytest.skip("etcd is not installed (Debian's etcd-server; packaging/deps.sh)")
+        self.tmp = pathlib.Path(tmp)
+        self.port, self.peer = free_port(), free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        self.url = f"etcd://{self.endpoint}"  # a master address that follows the leader
+        self.start(wait)
+
+    def start(self, wait=True):
+        c, p = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.peer}"
+        self.stopping = False
+        super().__init__(["etcd", "--name", "t", "--data-dir", str(self.tmp / f"etcd-{self.port}"),
+                          "--listen-client-urls", c, "--advertise-client-urls", c,
+                          "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
+                          "--initial-cluster", f"t={p}"],
+                         self.tmp / f"etcd-{self.port}.log", r"ready to serve client requests")
+        if wait:
+            self.wait_ready()
+        return self
+
+    def problems(self, bad=BAD_LOG):
+        """Stops it; etcd's exit status and log are not ours to judge."""
+        try:
+            self.stop()
+        except AssertionError as e:
+            return [str(e)]
+        return []
+
+
 class Node(Proc):
     """A process contributing a segment of `size` to master:
     mooncake-cli node; its log is tmp/node-PORT.log."""
@@ -371,6 +411,10 @@ class Cluster:
     def master(self, *args, **kw):
         """A Master (see there for the options)."""
         return self.add(Master(self.tmp, *args, **kw))
+
+    def etcd(self):
+        """An Etcd member (skips the test without etcd)."""
+        return self.add(Etcd(self.tmp))
 
     def node(self, master, size="64M", *args, **kw):
         """A Node of master (a Master or an address)."""

@@ -181,6 +181,10 @@ static void on_answer(void *arg, int status, const char *body, size_t len)
     if (status == -EREMCHG) {
         again = 1; /* refused unhandled: not the leader */
         mc__rpc_client_reconnect(g->cl);
+    } else if (status == -ETIMEDOUT) {
+        /* A leader that stopped answering (stopped, cut off) may have been
+         * replaced: look it up again for the next calls. */
+        mc__rpc_client_reconnect(g->cl);
     } else if (status == -EAGAIN && g->op == MC__OP_PUT_START) {
         again = 1; /* a new leader holds its segments a moment (SEMANTICS) */
     } else if (status == -ECONNRESET || status == -EPIPE || status == -ENOTCONN ||

@@ -73,6 +73,12 @@ static void on_tick(mc_timer_t *t)
         mc__svc_forgive(p->svc, now);
     }
     p->last_tick = now;
+    if (p->ha && !mc__ha_writable(p->ha)) {
+        /* Not the leader, or not sure of it: a change now could not go to
+         * the log. The nodes' TTLs start again once we are. */
+        mc__svc_forgive(p->svc, now);
+        return;
+    }
     mc__svc_stats(p->svc, &before);
     mc__svc_tick(p->svc, now);
     mc__svc_stats(p->svc, &after);

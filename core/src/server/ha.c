@@ -19,6 +19,7 @@
 #define TXN_KEYS 4             /* log keys in one transaction */
 #define RETRY_MS 500
 #define SEQ_DIGITS 20
+#define REMOUNT_GRACE_MS 5000 /* a new leader's first moments: nodes mount again */
 
 enum state { ST_STANDBY, ST_CAMPAIGN, ST_CATCHUP, ST_LEADER, ST_DEPOSED };
 
@@ -42,6 +43,7 @@ struct mc__ha {
     int ka_busy, grant_busy; /* a keepalive / grant in flight */
     uint64_t ka_sent;        /* when the keepalive in flight went out */
     uint64_t deadline;       /* the lease is ours at least until then (ms) */
+    uint64_t since;          /* when we began to lead */
     int64_t created;         /* our leader key's create revision */
     mc__oplog_t *view;       /* the log as read so far */
     uint64_t applied;        /* its last key applied (0: none) */
@@ -74,6 +76,11 @@ int mc__ha_leader_key(const char *cluster, char *buf, size_t n)
 int mc__ha_leading(const mc__ha_t *ha)
 {
     return ha->st == ST_LEADER;
+}
+
+int mc__ha_writable(const mc__ha_t *ha)
+{
+    return ha->st == ST_LEADER && !ha->failing && mc_loop_now_ms() < ha->deadline;
 }
 
 static void deposed(mc__ha_t *ha, const char *why)
@@ -277,6 +284,7 @@ static void on_catchup(void *arg, int rc, const mc__etcd_res_t *res)
                 ha->o.cluster, ha->applied, live, gone);
         ha->next_seq = ha->applied + 1;
         ha->st = ST_LEADER;
+        ha->since = mc_loop_now_ms();
         mc__svc_journal(ha->svc, on_journal, ha, ha->view);
         return;
     }
@@ -482,7 +490,13 @@ int mc__ha_admit(mc__ha_t *ha, uint16_t op)
         return 0;
     if (ha->st != ST_LEADER)
         return -EREMCHG;
-    if (is_change(op, 1) && (ha->failing || mc_loop_now_ms() >= ha->deadline)) {
+    if (op == MC__OP_PUT_START && mc_loop_now_ms() < ha->since + REMOUNT_GRACE_MS) {
+        mc__svc_stats_t st;
+        mc__svc_stats(ha->svc, &st);
+        if (!st.segments)
+            return -EAGAIN; /* the nodes have not found us yet */
+    }
+    if (is_change(op, 1) && !mc__ha_writable(ha)) {
         if (!ha->failing && !ha->ka_busy)
             on_ka_tick(&ha->ka); /* find out at once */
         return -EROFS;

@@ -82,4 +82,8 @@ void mc__ha_on_durable(mc__ha_t *ha, void (*fn)(void *arg, uint64_t seq, int rc)
 /* 1 while leading. */
 int mc__ha_leading(const mc__ha_t *ha);
 
+/* 1 while leading with the lease proven and the log written: the master may
+ * change its state on its own (expire nodes, revoke writes). */
+int mc__ha_writable(const mc__ha_t *ha);
+
 #endif /* MC_SERVER_HA_H */

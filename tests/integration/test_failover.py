@@ -1,0 +1,149 @@
+"""Standby masters on etcd (issue 11, parts 2 and 3): real processes, one
+etcd member on ports of the test's own (Debian's etcd; the test skips
+without it), two masters campaigning on a short lease (--etcd-ttl 2),
+nodes and a mount that find the leader through etcd:// addresses."""
+
+import errno
+import filecmp
+import os
+import threading
+import time
+
+from harness import cli, wait_for
+
+TTL = "2"  # s: the leader's lease
+MASTER_ARGS = ("--etcd-ttl", TTL, "--put-ttl-ms", "3000")  # hold of a segment mounted again: 3 s
+# Lines the failover makes the processes log on purpose.
+EXPECT = r"lost the connection|cannot connect|cannot find the master|session with|" \
+    r"stepping down|starting again|cannot append|op log|write.*failed|publishing .* failed|ESTALE|Stale"
+
+
+def masters(cluster, etcd, n=2):
+    """n masters of etcd's cluster; returns them with the leader first."""
+    ms = [cluster.master("--etcd", etcd.endpoint, *MASTER_ARGS, expect_log=EXPECT)
+          for _ in range(n)]
+    wait_for(lambda: any("leading cluster" in m.read_log() for m in ms), "a leader")
+    return sorted(ms, key=lambda m: "leading cluster" not in m.read_log())
+
+
+def leads(m):
+    return m.read_log().count("leading cluster")
+
+
+def test_kill9_of_the_leader_while_files_are_copied(cluster, tmp_path):
+    """kill -9 of the leader while a loop copies files into a mount and
+    reads them back: every file whose close returned success reads back
+    equal after the failover, and new files are written again."""
+    etcd = cluster.etcd()
+    leader, standby = masters(cluster, etcd)
+    for _ in range(2):
+        cluster.node(etcd.url, "32M", expect_log=EXPECT)
+    mnt = cluster.mount("--master", etcd.url, "--segment-size", "0", "--timeout-ms", "15000",
+                        expect_log=EXPECT)
+    src = tmp_path / "src"
+    src.mkdir()
+    files = []
+    for i in range(40):
+        p = src / f"f{i}"
+        p.write_bytes(os.urandom(1 + (i * 7919) % 200_000))
+        files.append(p)
+
+    done, failed, first_after = [], [], []
+    killed = threading.Event()
+
+    def copy_loop():
+        for p in files:
+            dst = mnt.p(p.name)
+            try:
+                with open(p, "rb") as fi, open(dst, "wb") as fo:
+                    fo.write(fi.read())  # close at the end of the block
+            except OSError as e:
+                failed.append((p.name, e.errno))
+                continue
+            done.append(p)
+            if killed.is_set() and not first_after:
+                first_after.append(time.monotonic())
+            if len(done) == 10:
+                killed.set()
+
+    t = threading.Thread(target=copy_loop)
+    t.start()
+    assert killed.wait(60), "the first files were never written"
+    t0 = time.monotonic()
+    leader.kill9()
+    t.join(120)
+    assert not t.is_alive(), "the copy loop hangs"
+    assert first_after, f"no file was written after the failover: {failed}"
+    print(f"failover: {first_after[0] - t0:.2f} s from kill -9 of the leader to the next "
+          f"file closed; {len(failed)} of {len(files)} closes failed meanwhile")
+    assert leads(standby) == 1
+    for p in done:  # read back through the new leader
+        assert filecmp.cmp(p, mnt.p(p.name), shallow=False), p.name
+    for name, e in failed:  # a close that failed said why, and was never half-published
+        assert e in (errno.EIO, errno.ESTALE, errno.ETIMEDOUT, errno.ENOTCONN, errno.EAGAIN,
+                     errno.ECONNRESET), (name, errno.errorcode.get(e))
+    # What was renamed and removed before the kill stays so.
+    os.rename(mnt.p(done[0].name), mnt.p("renamed"))
+    os.remove(mnt.p(done[1].name))
+    standby.kill9()  # and once more, onto a master that starts afresh
+    m3 = cluster.master("--etcd", etcd.endpoint, *MASTER_ARGS, expect_log=EXPECT)
+    wait_for(lambda: leads(m3) == 1, "the third master to lead")
+    wait_for(lambda: os.path.exists(mnt.p("renamed")), "the mount to follow the third master")
+    assert filecmp.cmp(done[0], mnt.p("renamed"), shallow=False)
+    assert not os.path.exists(mnt.p(done[0].name))
+    assert not os.path.exists(mnt.p(done[1].name))
+
+
+def test_a_stopped_leader_steps_down(cluster):
+    """SIGSTOP of the leader past its lease: the standby takes over; after
+    SIGCONT the old leader steps down, and a write sent to it is refused,
+    while writes through etcd go to the new leader."""
+    etcd = cluster.etcd()
+    leader, standby = masters(cluster, etcd)
+    cluster.node(etcd.url, "32M", expect_log=EXPECT)
+    assert cli(etcd.url, "put", "before", input=b"one").returncode == 0
+    leader.pause()
+    wait_for(lambda: leads(standby) == 1, "the standby to take over", timeout=20)
+    r = cli(etcd.url, "--timeout-ms", "15000", "put", "after", input=b"two")
+    assert r.returncode == 0, r.stderr
+    leader.resume()
+    wait_for(lambda: "stepping down" in leader.read_log(), "the old leader to step down")
+    r = cli(leader.addr, "--timeout-ms", "3000", "put", "refused", input=b"x")
+    assert r.returncode != 0
+    assert b"Remote address changed" in r.stderr or b"Read-only" in r.stderr or \
+        b"refused" in r.stderr, r.stderr
+    assert cli(etcd.url, "get", "refused").returncode != 0
+    assert cli(etcd.url, "get", "before").stdout == b"one"
+    assert cli(etcd.url, "get", "after").stdout == b"two"
+
+
+def test_etcd_down_reads_go_on_changes_are_refused(cluster):
+    """etcd stopped: the leader answers reads, refuses changes with EROFS,
+    and takes them again once etcd is back."""
+    etcd = cluster.etcd()
+    leader, _ = masters(cluster, etcd)
+    cluster.node(etcd.url, "32M", expect_log=EXPECT)
+    mnt = cluster.mount("--master", etcd.url, "--segment-size", "0", expect_log=EXPECT)
+    with open(mnt.p("kept"), "wb") as f:
+        f.write(b"kept bytes")
+    assert cli(leader.addr, "put", "k", input=b"v").returncode == 0
+    etcd.stop()
+    assert cli(leader.addr, "get", "k").stdout == b"v"
+    with open(mnt.p("kept"), "rb") as f:
+        assert f.read() == b"kept bytes"
+    r = cli(leader.addr, "put", "k2", input=b"no")
+    assert r.returncode != 0 and b"Read-only file system" in r.stderr, r.stderr
+    try:
+        with open(mnt.p("new"), "wb") as f:
+            f.write(b"no")
+        raise AssertionError("a write while etcd is down succeeded")
+    except OSError as e:
+        assert e.errno in (errno.EROFS, errno.EIO), e
+    etcd.start()
+    wait_for(lambda: cli(leader.addr, "put", "k2", input=b"yes").returncode == 0,
+             "changes to be taken again", timeout=20)
+    with open(mnt.p("new"), "wb") as f:
+        f.write(b"yes")
+    assert cli(etcd.url, "get", "k2").stdout == b"yes"
+    with open(mnt.p("new"), "rb") as f:
+        assert f.read() == b"yes"
