@@ -103,10 +103,12 @@ static void usage(FILE *f, const char *prog)
             "                          follow its op log and take over when it goes\n"
             "    --cluster-id NAME     the cluster's name in etcd (default %s)\n"
             "    --etcd-ttl S          the leader's lease in seconds (default 5)\n"
+            "    --etcd-compact N      snapshot the op log and trim it every N keys\n"
+            "                          (default %d)\n"
             "    --log-level LEVEL     error, warn, info (default), debug\n"
             "    -h, --help, -V, --version\n",
             prog, MC_DEFAULT_LEASE_MS, MC__SERVER_IDLE_TIMEOUT_MS, MC__SERVER_HANDSHAKE_TIMEOUT_MS,
-            MC__SERVER_MAX_CONNS, MC__HA_CLUSTER_DEFAULT);
+            MC__SERVER_MAX_CONNS, MC__HA_CLUSTER_DEFAULT, MC__HA_COMPACT_KEYS);
 }
 
 static int num(const char *s, const char *what, unsigned long long max, unsigned long long *out)
@@ -177,6 +179,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"etcd", required_argument, NULL, 'E'},
         {"cluster-id", required_argument, NULL, 'c'},
         {"etcd-ttl", required_argument, NULL, 't'},
+        {"etcd-compact", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {0},
@@ -290,6 +293,11 @@ static int parse_options(int argc, char **argv, struct options *o)
             if (num(optarg, "--etcd-ttl", 3600, &v) < 0 || v == 0)
                 return 2;
             o->ha.ttl_s = (unsigned)v;
+            break;
+        case 'K':
+            if (num(optarg, "--etcd-compact", 1000000, &v) < 0 || v == 0)
+                return 2;
+            o->ha.compact_keys = (unsigned)v;
             break;
         case 'v':
             o->level = mc__log_parse_level(optarg);

@@ -7,6 +7,7 @@ import asyncio
 import errno
 import filecmp
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -18,7 +19,8 @@ from harness import cli, wait_for
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 TTL = "2"  # s: the leader's lease
-MASTER_ARGS = ("--etcd-ttl", TTL, "--put-ttl-ms", "3000")  # hold of a segment mounted again: 3 s
+# The hold of a segment mounted again: 3 s; the log compacted every 8 keys.
+MASTER_ARGS = ("--etcd-ttl", TTL, "--put-ttl-ms", "3000", "--etcd-compact", "8")
 # Lines the failover makes the processes log on purpose.
 EXPECT = r"lost the connection|cannot connect|cannot find the master|session with|" \
     r"stepping down|starting again|cannot append|op log|write.*failed|publishing .* failed|ESTALE|Stale"
@@ -30,6 +32,15 @@ def masters(cluster, etcd, n=2):
           for _ in range(n)]
     wait_for(lambda: any("leading cluster" in m.read_log() for m in ms), "a leader")
     return sorted(ms, key=lambda m: "leading cluster" not in m.read_log())
+
+
+def etcd_keys(etcd):
+    """The cluster's keys in etcd (etcdctl, Debian's etcd-client)."""
+    r = subprocess.run(["etcdctl", "--endpoints", etcd.endpoint, "get", "--prefix", "/mooncake/",
+                        "--keys-only"], capture_output=True, text=True,
+                       env={**os.environ, "ETCDCTL_API": "3"}, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return [k for k in r.stdout.splitlines() if k]
 
 
 def leads(m):
@@ -91,7 +102,11 @@ def test_kill9_of_the_leader_while_files_are_copied(cluster, tmp_path):
     # What was renamed and removed before the kill stays so.
     os.rename(mnt.p(done[0].name), mnt.p("renamed"))
     os.remove(mnt.p(done[1].name))
-    standby.kill9()  # and once more, onto a master that starts afresh
+    # The log was compacted into a snapshot and trimmed as it went.
+    keys = etcd_keys(etcd)
+    assert any(k.endswith("/snapshot") for k in keys), keys
+    assert sum("/log/" in k for k in keys) < 8 + 4, keys
+    standby.kill9()  # and once more, onto a master that starts afresh from the snapshot
     m3 = cluster.master("--etcd", etcd.endpoint, *MASTER_ARGS, expect_log=EXPECT)
     wait_for(lambda: leads(m3) == 1, "the third master to lead")
     wait_for(lambda: os.path.exists(mnt.p("renamed")), "the mount to follow the third master")

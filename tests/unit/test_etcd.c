@@ -263,6 +263,14 @@ static void test_put_fenced(void **state)
     assert_int_equal(wait_res(&g, mc__etcd_range(e, K("log/"), 1, on_res, &g)), 0);
     assert_int_equal(g.nkvs, 2);
     assert_memory_equal(g.val[1], "two", 3);
+    /* A range delete: [log/1, log/2) takes log/1 only. */
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_delete_range(e, K("log/1"), K("log/2"), on_res, &g)), 0);
+    assert_int_equal(g.deleted, 1);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("log/"), 1, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 1);
+    assert_memory_equal(g.key[0], "log/2", 5);
     memset(&g, 0, sizeof(g));
     assert_int_equal(wait_res(&g, mc__etcd_delete(e, K("log/"), 1, on_res, &g)), 0);
     memset(&g, 0, sizeof(g));

@@ -186,3 +186,49 @@ void mc__oplog_counts(const mc__oplog_t *l, uint64_t *live, uint64_t *gone)
     *live = l->live;
     *gone = l->gone;
 }
+
+/* Appends an entry to the last buffer of *b, or a new one past chunk_max. */
+static int snap_add(mc__wbuf_t **b, size_t *n, size_t chunk_max, uint32_t seg, const char *note,
+                    size_t len)
+{
+    if (!*n || (*b)[*n - 1].len + len + 8 > chunk_max) {
+        mc__wbuf_t *nb = realloc(*b, sizeof(*nb) * (*n + 1));
+        if (!nb)
+            return -ENOMEM;
+        *b = nb;
+        nb[(*n)++] = (mc__wbuf_t){0};
+    }
+    return mc__oplog_pack(&(*b)[*n - 1], seg, note, len) < 0 ? -ENOMEM : 0;
+}
+
+int mc__oplog_snapshot(const mc__oplog_t *l, size_t chunk_max, mc__wbuf_t **out, size_t *n)
+{
+    mc__wbuf_t *b = NULL, note = {0};
+    size_t nb = 0;
+    int rc = 0;
+    for (size_t k = 0; rc == 0 && k < ((size_t)1 << l->by_id.bits); k++) {
+        for (mc__idnode_t *h = l->by_id.b[k]; rc == 0 && h; h = h->hnext) {
+            const entry_t *e = (const entry_t *)h;
+            for (uint32_t i = 0; rc == 0 && i < (e->gone ? 1 : e->n); i++) {
+                note.len = note.err = 0;
+                if (e->gone)
+                    mc__pack(&note, "bq", MC__NOTE_DROP, h->id);
+                else
+                    mc__pack(&note, "bqs", MC__NOTE_PUT, h->id, e->r[i].rec, e->r[i].len);
+                rc = note.err ? -ENOMEM
+                              : snap_add(&b, &nb, chunk_max, e->gone ? 0 : e->r[i].seg, note.p,
+                                         note.len);
+            }
+        }
+    }
+    free(note.p);
+    if (rc < 0) {
+        for (size_t i = 0; i < nb; i++)
+            free(b[i].p);
+        free(b);
+        return rc;
+    }
+    *out = b;
+    *n = nb;
+    return 0;
+}

@@ -48,6 +48,15 @@ void mc__oplog_each(const mc__oplog_t *l, uint32_t seg,
 /* Calls cb with each version id that left the namespace. */
 void mc__oplog_each_gone(const mc__oplog_t *l, void (*cb)(void *arg, uint64_t id), void *arg);
 
+/*
+ * The view as batches (the compacted log: a snapshot), each at most
+ * chunk_max bytes unless one entry is larger: a PUT entry per record, a
+ * DROP entry (segment 0) per version gone. Applying them in order to an
+ * empty view gives this view back. Sets *out to an array of *n buffers,
+ * each w.p the caller frees, as the array. Returns 0 or -ENOMEM.
+ */
+int mc__oplog_snapshot(const mc__oplog_t *l, size_t chunk_max, mc__wbuf_t **out, size_t *n);
+
 /* Versions the view holds records of, and versions gone. */
 void mc__oplog_counts(const mc__oplog_t *l, uint64_t *live, uint64_t *gone);
 

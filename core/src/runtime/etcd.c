@@ -749,6 +749,20 @@ int mc__etcd_delete(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc_
     return j ? req_start(e, K_DELETE, "/v3/kv/deleterange", j, cb, NULL, arg, NULL) : -ENOMEM;
 }
 
+int mc__etcd_delete_range(mc__etcd_t *e, const char *key, size_t klen, const char *end, size_t elen,
+                          mc__etcd_cb cb, void *arg)
+{
+    json_t *j = key_obj(key, klen, 0);
+    char *e64 = b64_encode(end, elen);
+    if (!j || !e64 || json_object_set_new(j, "range_end", json_string(e64)) < 0) {
+        free(e64);
+        json_decref(j);
+        return -ENOMEM;
+    }
+    free(e64);
+    return req_start(e, K_DELETE, "/v3/kv/deleterange", j, cb, NULL, arg, NULL);
+}
+
 /* A lease request: {TTL} (grant) or {ID} (keepalive, revoke). */
 static int lease_req(mc__etcd_t *e, enum kind kind, const char *path, const char *field, int64_t v,
                      mc__etcd_cb cb, void *arg)

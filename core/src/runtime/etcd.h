@@ -103,6 +103,10 @@ int mc__etcd_range(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc__
 int mc__etcd_delete(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc__etcd_cb cb,
                     void *arg);
 
+/* Deletes every key from key (included) to end (excluded), in byte order. */
+int mc__etcd_delete_range(mc__etcd_t *e, const char *key, size_t klen, const char *end, size_t elen,
+                          mc__etcd_cb cb, void *arg);
+
 /* A lease of ttl_s seconds (res->lease, res->ttl). */
 int mc__etcd_lease_grant(mc__etcd_t *e, int64_t ttl_s, mc__etcd_cb cb, void *arg);
 

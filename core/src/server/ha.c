@@ -51,9 +51,16 @@ struct mc__ha {
     mc_timer_t again;        /* standby: restart after an error */
     chunk_t *chunks;         /* leader: entries not durable yet, oldest first */
     size_t nchunks;
-    uint64_t taken, durable; /* entries handed to the log / durable */
-    uint64_t next_seq;       /* the next log key */
-    int sending, failing;    /* a transaction in flight; the last one failed */
+    uint64_t taken, durable;     /* entries handed to the log / durable */
+    uint64_t next_seq;           /* the next log key */
+    int sending, failing;        /* a transaction in flight; the last one failed */
+    char snapp[300], snapk[300]; /* "<prefix>snap/", "<prefix>snapshot" */
+    size_t snaplen, snapklen;
+    uint64_t snap_seq;     /* the log key the last snapshot covers */
+    mc__wbuf_t *snap;      /* leader: a snapshot being written, its batches */
+    size_t nsnap, snap_at; /* ... how many, how many written (nsnap: the pointer next) */
+    uint64_t snap_upto;    /* ... the log key it covers */
+    uint64_t compact;      /* log keys between snapshots */
     mc_timer_t retry;
     mc_work_t kick;
     int kicked;
@@ -65,6 +72,7 @@ struct mc__ha {
 static void standby(mc__ha_t *ha);
 static void campaign(mc__ha_t *ha);
 static void send_log(mc__ha_t *ha);
+static void on_retry(mc_timer_t *t);
 
 int mc__ha_leader_key(const char *cluster, char *buf, size_t n)
 {
@@ -123,6 +131,155 @@ static void on_ka_tick(mc_timer_t *t)
     ha->ka_sent = mc_loop_now_ms();
     if (mc__etcd_lease_keepalive(ha->etcd, ha->lease, on_keepalive, ha) == 0)
         ha->ka_busy = 1;
+}
+
+/* ---- snapshots: the log compacted, and trimmed ---- */
+
+static void snap_free(mc__ha_t *ha)
+{
+    for (size_t i = 0; i < ha->nsnap; i++)
+        free(ha->snap[i].p);
+    free(ha->snap);
+    ha->snap = NULL;
+    ha->nsnap = ha->snap_at = 0;
+}
+
+/* Takes the view (the log up to ha->applied) as batches to write. */
+static void snap_start(mc__ha_t *ha)
+{
+    if (mc__oplog_snapshot(ha->view, CHUNK_MAX, &ha->snap, &ha->nsnap) < 0) {
+        ha->snap_seq = ha->applied; /* try again later */
+        return;
+    }
+    if (!ha->nsnap) { /* nothing kept: still a pointer, with no batch */
+        free(ha->snap);
+        ha->snap = calloc(1, sizeof(*ha->snap));
+        if (!ha->snap)
+            return;
+    }
+    ha->snap_at = 0;
+    ha->snap_upto = ha->applied;
+}
+
+static void on_trimmed(void *arg, int rc, const mc__etcd_res_t *res)
+{
+    (void)arg;
+    (void)res;
+    if (rc < 0)
+        mc__log(MC__LOG_DEBUG, "trimming the op log: %s", mc_strerror(rc));
+}
+
+static void on_snap(void *arg, int rc, const mc__etcd_res_t *res);
+
+/* Writes the next batches of the snapshot, then its pointer (fenced). */
+static void snap_send(mc__ha_t *ha)
+{
+    mc__etcd_put_kv_t kvs[TXN_KEYS];
+    char keys[TXN_KEYS][320], val[64];
+    size_t n = 0;
+    if (ha->snap_at < ha->nsnap && ha->snap[0].p) {
+        for (; n < TXN_KEYS && ha->snap_at + n < ha->nsnap; n++) {
+            int kl = snprintf(keys[n], sizeof(keys[n]), "%s%0*" PRIu64 "/%06zu", ha->snapp,
+                              SEQ_DIGITS, ha->snap_upto, ha->snap_at + n);
+            const mc__wbuf_t *b = &ha->snap[ha->snap_at + n];
+            kvs[n] = (mc__etcd_put_kv_t){keys[n], (size_t)kl, b->p, b->len};
+        }
+    } else {
+        size_t batches = ha->snap[0].p ? ha->nsnap : 0;
+        int vl =
+            snprintf(val, sizeof(val), "%0*" PRIu64 " %zu", SEQ_DIGITS, ha->snap_upto, batches);
+        kvs[n++] = (mc__etcd_put_kv_t){ha->snapk, ha->snapklen, val, (size_t)vl};
+    }
+    ha->sending = 1;
+    if (mc__etcd_put_fenced(ha->etcd, ha->leader, ha->llen, ha->created, kvs, n, on_snap, ha) < 0) {
+        ha->sending = 0;
+        mc_timer_start(ha->loop, &ha->retry, RETRY_MS, 0, on_retry);
+    }
+}
+
+/* The end of a fenced transaction: 1 if the caller goes on (rc tells how
+ * it went), 0 if there is nothing more to do (closing, deposed). */
+static int fenced_end(mc__ha_t *ha, int rc, const mc__etcd_res_t *res)
+{
+    if (ha->closing)
+        return 0;
+    ha->sending = 0;
+    if (ha->st != ST_LEADER)
+        return 0;
+    if (rc == 0 && !res->succeeded) {
+        deposed(ha, "another master holds the leader key");
+        return 0;
+    }
+    return 1;
+}
+
+static void on_snap(void *arg, int rc, const mc__etcd_res_t *res)
+{
+    mc__ha_t *ha = arg;
+    if (!fenced_end(ha, rc, res))
+        return;
+    if (rc < 0) {
+        mc_timer_start(ha->loop, &ha->retry, RETRY_MS, 0, on_retry);
+        return;
+    }
+    int pointer = ha->snap_at >= ha->nsnap || !ha->snap[0].p;
+    if (!pointer) {
+        ha->snap_at += TXN_KEYS;
+        if (ha->snap_at > ha->nsnap)
+            ha->snap_at = ha->nsnap;
+    } else {
+        /* The pointer names it: the log it covers and older snapshots go. */
+        char end[320];
+        int el =
+            snprintf(end, sizeof(end), "%s%0*" PRIu64, ha->logp, SEQ_DIGITS, ha->snap_upto + 1);
+        mc__etcd_delete_range(ha->etcd, ha->logp, ha->lplen, end, (size_t)el, on_trimmed, ha);
+        el = snprintf(end, sizeof(end), "%s%0*" PRIu64, ha->snapp, SEQ_DIGITS, ha->snap_upto);
+        mc__etcd_delete_range(ha->etcd, ha->snapp, ha->snaplen, end, (size_t)el, on_trimmed, ha);
+        mc__log(MC__LOG_DEBUG, "op log compacted to key %" PRIu64 " (%zu batches)", ha->snap_upto,
+                ha->nsnap);
+        ha->snap_seq = ha->snap_upto;
+        snap_free(ha);
+    }
+    send_log(ha);
+}
+
+/* Reads the snapshot named by the pointer kv among res's keys into a new
+ * view, when it is newer than what we applied. Returns 0, or -EAGAIN (a
+ * batch missing: read again), -ENOMEM. */
+static int take_snapshot(mc__ha_t *ha, const mc__etcd_kv_t *ptr, const mc__etcd_res_t *res)
+{
+    char v[64];
+    uint64_t seq;
+    size_t n;
+    if (ptr->vlen >= sizeof(v))
+        return -EAGAIN;
+    memcpy(v, ptr->val, ptr->vlen);
+    v[ptr->vlen] = '\0';
+    if (sscanf(v, "%" SCNu64 " %zu", &seq, &n) != 2)
+        return -EAGAIN;
+    ha->snap_seq = seq;
+    if (seq <= ha->applied)
+        return 0;
+    char pre[320];
+    int pl = snprintf(pre, sizeof(pre), "%s%0*" PRIu64 "/", ha->snapp, SEQ_DIGITS, seq);
+    mc__oplog_t *nv;
+    if (mc__oplog_new(&nv) < 0)
+        return -ENOMEM;
+    size_t found = 0;
+    for (size_t i = 0; i < res->nkvs; i++) {
+        const mc__etcd_kv_t *kv = &res->kvs[i];
+        if (kv->klen > (size_t)pl && memcmp(kv->key, pre, (size_t)pl) == 0 &&
+            mc__oplog_apply(nv, kv->val, kv->vlen) == 0)
+            found++;
+    }
+    if (found != n) {
+        mc__oplog_free(nv);
+        return -EAGAIN;
+    }
+    mc__oplog_free(ha->view);
+    ha->view = nv;
+    ha->applied = seq;
+    return 0;
 }
 
 /* ---- following the log ---- */
@@ -227,7 +384,13 @@ static void on_watch(void *arg, int rc, const mc__etcd_event_t *ev, size_t n, in
  * Returns 1 (a leader), 0 (none), or -errno. */
 static int take_range(mc__ha_t *ha, const mc__etcd_res_t *res)
 {
-    int leader = 0;
+    int leader = 0, rc;
+    for (size_t i = 0; i < res->nkvs; i++) {
+        const mc__etcd_kv_t *kv = &res->kvs[i];
+        if (kv->klen == ha->snapklen && memcmp(kv->key, ha->snapk, ha->snapklen) == 0 &&
+            (rc = take_snapshot(ha, kv, res)) < 0)
+            return rc;
+    }
     for (size_t i = 0; i < res->nkvs; i++) {
         const mc__etcd_kv_t *kv = &res->kvs[i];
         if (kv->klen == ha->llen && memcmp(kv->key, ha->leader, ha->llen) == 0)
@@ -397,15 +560,8 @@ static void on_retry(mc_timer_t *t)
 static void on_appended(void *arg, int rc, const mc__etcd_res_t *res)
 {
     mc__ha_t *ha = arg;
-    if (ha->closing)
+    if (!fenced_end(ha, rc, res))
         return;
-    ha->sending = 0;
-    if (ha->st != ST_LEADER)
-        return;
-    if (rc == 0 && !res->succeeded) {
-        deposed(ha, "another master holds the leader key");
-        return;
-    }
     size_t n = 0;
     while (n < ha->nchunks && n < TXN_KEYS && ha->chunks[n].seq)
         n++;
@@ -425,8 +581,15 @@ static void on_appended(void *arg, int rc, const mc__etcd_res_t *res)
     if (ha->failing)
         mc__log(MC__LOG_INFO, "the op log is written again");
     ha->failing = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        /* Our view follows the log, for the snapshots. */
+        if (mc__oplog_apply(ha->view, ha->chunks[i].w.p, ha->chunks[i].w.len) < 0) {
+            deposed(ha, "out of memory for the op log");
+            return;
+        }
+        ha->applied = ha->chunks[i].seq;
         free(ha->chunks[i].w.p);
+    }
     memmove(ha->chunks, ha->chunks + n, sizeof(*ha->chunks) * (ha->nchunks - n));
     ha->nchunks -= n;
     ha->durable = upto;
@@ -438,7 +601,16 @@ static void on_appended(void *arg, int rc, const mc__etcd_res_t *res)
 /* Sends the oldest chunks in one fenced transaction (one at a time). */
 static void send_log(mc__ha_t *ha)
 {
-    if (ha->st != ST_LEADER || ha->sending || !ha->nchunks)
+    if (ha->st != ST_LEADER || ha->sending)
+        return;
+    if (!ha->snap && ha->applied >= ha->snap_seq + ha->compact &&
+        (!ha->nchunks || !ha->chunks[0].seq))
+        snap_start(ha);
+    if (ha->snap) {
+        snap_send(ha);
+        return;
+    }
+    if (!ha->nchunks)
         return;
     mc_timer_stop(&ha->retry);
     mc__etcd_put_kv_t kvs[TXN_KEYS];
@@ -538,6 +710,9 @@ int mc__ha_new(mc_loop_t *l, mc__svc_t *svc, const mc__ha_opts_t *o, mc__ha_t **
         ha->plen = (size_t)pl;
         ha->llen = (size_t)snprintf(ha->leader, sizeof(ha->leader), "%sleader", ha->prefix);
         ha->lplen = (size_t)snprintf(ha->logp, sizeof(ha->logp), "%slog/", ha->prefix);
+        ha->snaplen = (size_t)snprintf(ha->snapp, sizeof(ha->snapp), "%ssnap/", ha->prefix);
+        ha->snapklen = (size_t)snprintf(ha->snapk, sizeof(ha->snapk), "%ssnapshot", ha->prefix);
+        ha->compact = o->compact_keys ? o->compact_keys : MC__HA_COMPACT_KEYS;
         rc = mc__oplog_new(&ha->view);
     }
     if (rc == 0)
@@ -579,6 +754,7 @@ void mc__ha_free(mc__ha_t *ha)
     for (size_t i = 0; i < ha->nchunks; i++)
         free(ha->chunks[i].w.p);
     free(ha->chunks);
+    snap_free(ha);
     mc__oplog_free(ha->view);
     free(ha->addr);
     free(ha);

@@ -13,7 +13,10 @@
  * (mc__svc_journal()); entries are batched into keys MC__HA_ROOT<cluster>
  * /log/<seq>, appended in one etcd transaction that holds only while the
  * leader key is still the one this master created (fencing). The answer to
- * a change waits until its entries are durable (mc__ha_defers()).
+ * a change waits until its entries are durable (mc__ha_defers()). Every
+ * compact_keys log keys the leader writes its view of the log as a
+ * snapshot (keys snap/<seq>/<n>, then the pointer "snapshot"), and deletes
+ * the log keys and older snapshots it covers.
  *
  * A leader that cannot prove its lease (no keepalive answered within the
  * TTL: etcd unreachable, or this process was stopped) or whose appends fail
@@ -35,6 +38,9 @@
 /* The cluster id when none is given (Mooncake's default). */
 #define MC__HA_CLUSTER_DEFAULT "mooncake_cluster"
 
+/* The log is compacted into a snapshot, and trimmed, every this many keys. */
+#define MC__HA_COMPACT_KEYS 1000
+
 typedef struct mc__ha mc__ha_t;
 
 typedef struct mc__ha_opts {
@@ -42,6 +48,7 @@ typedef struct mc__ha_opts {
     const char *cluster;   /* the cluster id (NULL: MC__HA_CLUSTER_DEFAULT) */
     unsigned ttl_s;        /* the lease (>= 1) */
     unsigned timeout_ms;   /* each etcd request */
+    unsigned compact_keys; /* log keys between snapshots (0: MC__HA_COMPACT_KEYS) */
     /* The lease is gone for good: this master's state must not be served
      * again (the program starts afresh as a candidate). */
     void (*deposed)(void *arg);
