@@ -14,6 +14,8 @@
 #      every run) into each target of 1., files/s;
 #   3. bench/cluster.sh: the cluster over loopback vs iperf3 and memcached,
 #      the embedded store vs memcpy, ops/s and latency by concurrency;
+#      bench/ha.sh: masters on etcd, 1 KiB puts with the op log vs a master
+#      alone, and the failover time;
 #   4. the Python client (bench/python_async.py and any other bench/*.py).
 # Every value of every run goes to bench/out/results.txt; bench/report.py
 # turns them into medians, ratios and plots. Runs are interleaved (each
@@ -193,6 +195,10 @@ mc_stop mcd
 # memcpy, the concurrency sweep (bench/cluster.sh; about two minutes).
 echo "bench: the cluster (bench/cluster.sh) ..."
 MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/cluster.sh
+# Masters on etcd: the op log's cost and the failover time (bench/ha.sh;
+# under a minute; skipped without etcd).
+echo "bench: masters on etcd (bench/ha.sh) ..."
+MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/ha.sh
 for b in bench/*.py; do
     case $b in bench/report.py) continue ;; esac
     echo "bench: $b ..."
