@@ -480,7 +480,9 @@ static int run_until_signal(struct master *mp, const sigset_t *sigs)
     int rc = mc_loop_run(mp->loop);
     mc_poll_stop(&sig);
     close(sfd);
-    /* Close the connections and let the loop finish with them. */
+    /* Close the connections and let the loop finish with them (and a
+     * standby take over at once). */
+    mc__ha_resign(mp->ha);
     mc__server_close(mp->srv);
     mp->srv = NULL;
     mc_timer_t drain = {.data = mp->loop};

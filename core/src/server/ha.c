@@ -740,6 +740,26 @@ int mc__ha_start(mc__ha_t *ha, const char *addr)
     return 0;
 }
 
+static void on_revoked(void *arg, int rc, const mc__etcd_res_t *res)
+{
+    (void)arg;
+    (void)res;
+    if (rc < 0)
+        mc__log(MC__LOG_DEBUG, "giving the lease back: %s", mc_strerror(rc));
+}
+
+void mc__ha_resign(mc__ha_t *ha)
+{
+    if (!ha || ha->st == ST_DEPOSED)
+        return;
+    if (ha->st == ST_LEADER)
+        mc__log(MC__LOG_INFO, "leaving the lead of cluster %s", ha->o.cluster);
+    ha->st = ST_DEPOSED;
+    if (ha->lease)
+        mc__etcd_lease_revoke(ha->etcd, ha->lease, on_revoked, ha);
+    ha->lease = 0;
+}
+
 void mc__ha_free(mc__ha_t *ha)
 {
     if (!ha)

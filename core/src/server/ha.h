@@ -68,8 +68,12 @@ int mc__ha_new(mc_loop_t *l, mc__svc_t *svc, const mc__ha_opts_t *o, mc__ha_t **
  * leader key's value). Returns 0 or -ENOMEM. */
 int mc__ha_start(mc__ha_t *ha, const char *addr);
 
-/* Stops (revokes the lease when leading, so that a standby takes over at
- * once) and frees. */
+/* Gives the lease back (a revoke, sent now: its answer is not waited for),
+ * so that a standby takes over at once rather than after the TTL; answers
+ * nothing more. For a master shutting down. */
+void mc__ha_resign(mc__ha_t *ha);
+
+/* Stops and frees (without resigning: the lease then lapses by itself). */
 void mc__ha_free(mc__ha_t *ha);
 
 /* 0 if request op may be handled now; -EREMCHG (not the leader: look the
