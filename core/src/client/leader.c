@@ -181,9 +181,11 @@ static void on_answer(void *arg, int status, const char *body, size_t len)
     if (status == -EREMCHG) {
         again = 1; /* refused unhandled: not the leader */
         mc__rpc_client_reconnect(g->cl);
-    } else if (status == -ETIMEDOUT) {
-        /* A leader that stopped answering (stopped, cut off) may have been
-         * replaced: look it up again for the next calls. */
+    } else if (status == -ETIMEDOUT && idempotent(g->op)) {
+        /* No answer in time (a change's answer may carry ETIMEDOUT from
+         * the leader itself: its log could not be written): a leader that
+         * stopped answering (stopped, cut off) may have been replaced:
+         * look it up again for the next calls. */
         mc__rpc_client_reconnect(g->cl);
     } else if (status == -EAGAIN && g->op == MC__OP_PUT_START) {
         again = 1; /* a new leader holds its segments a moment (SEMANTICS) */
