@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "runtime/log.h"
+#include "runtime/loop_i.h"
 #include "mooncake/mooncake.h"
 #include "client/store_i.h"
 #include "transport/transport_rdma.h"
@@ -58,7 +59,7 @@ static op_t *op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t kl
         return NULL;
     o->s = s;
     o->kind = kind;
-    o->t0_ns = mc__op_clock_ns();
+    o->t0_ns = mc__loop_recent_ns(s->loop);
     o->cb = cb;
     o->arg = arg;
     o->key = o->keys;
