@@ -195,6 +195,33 @@ def tar_section(r):
             f"| {ratio(v['mc'], v['tmpfs'])} |", ""]
 
 
+TABLE_ROWS = [
+    ("read4", "{mb:.0f} MiB sequential read by 4 readers at once, 1 MiB blocks, cold (MiB/s)"),
+    ("rand1", "4 KiB random reads, 1 in flight, after that read (IOPS)"),
+    ("rand16", "4 KiB random reads, libaio 16 in flight, O_DIRECT (IOPS)"),
+    ("create", "create + write 4 KiB + close, one process (files/s)"),
+    ("stat", "stat of those files (per s)"),
+]
+
+
+def table_section(r):
+    """Issue 14's table: tmpfs, passthrough_ll (page cache) and mooncake-fs
+    (pages) doing the same fio jobs and small-file loop (bench/mount_table.sh)."""
+    mb, files = r.m("table.size_mb"), r.m("table.files")
+    if mb is None:
+        return []
+    lines = ["## The mount table (fio, small files)", "",
+             f"Each target does the same work, one after the other in each run "
+             f"({files:.0f} small files; fio's own counts); medians.", "",
+             "| measure | tmpfs | passthrough_ll | mooncake-fs | ÷ passthrough_ll | ÷ tmpfs |",
+             "|---|---|---|---|---|---|"]
+    for key, label in TABLE_ROWS:
+        v = {t: r.m(f"table.{key}.{t}") for t in ("tmpfs", "pt", "mc")}
+        lines.append(f"| {label.format(mb=mb)} | {fmt(v['tmpfs'])} | {fmt(v['pt'])} | "
+                     f"{fmt(v['mc'])} | {ratio(v['mc'], v['pt'])} | {ratio(v['mc'], v['tmpfs'])} |")
+    return lines + [""]
+
+
 def ratio_table(c, rows):
     """A markdown table of (label, key, baseline label, baseline key) rows,
     values from c(key), each with its ratio to the baseline."""
@@ -356,6 +383,7 @@ def main():
     lines = header(runs)
     lines += mount_section(r, out)
     lines += tar_section(r)
+    lines += table_section(r)
     lines += cluster_section(r, out)
     lines += python_section(r)
     lines += tensor_section(r)

@@ -12,16 +12,20 @@
 #      4 KiB to 1 MiB (SWEEP_MB each);
 #   2b. tar -xf of a tree of TAR_FILES small files (made here, the same
 #      every run) into each target of 1., files/s;
+#   2c. the table of issue 14 on tmpfs, passthrough_ll and mooncake-fs:
+#      4 parallel readers, 4 KiB random reads (1 and 16 in flight), small
+#      files created and stat'ed (bench/mount_table.sh, with fio);
 #   3. bench/cluster.sh: the cluster over loopback vs iperf3 and memcached,
 #      the embedded store vs memcpy, ops/s and latency by concurrency;
 #   4. the Python client (bench/python_async.py and any other bench/*.py).
 # Every value of every run goes to bench/out/results.txt; bench/report.py
 # turns them into medians, ratios and plots. Runs are interleaved (each
 # run visits every target in turn) so that noise falls on every column
-# alike. Needs root (tmpfs mount, drop_caches); 4 to 6 minutes.
+# alike. Needs root (tmpfs mount, drop_caches); 5 to 8 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
+. bench/mount_table.sh
 BUILD=${MC_BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 SIZE_MB=${BENCH_SIZE_MB:-1024}
@@ -184,6 +188,14 @@ for _ in $(seq "$RUNS"); do
         t1=$(now)
         record "tar.files_per_s.$t" "$(echo "$TAR_FILES $t0 $t1" | awk '{printf "%.0f\n", $1 / ($3 - $2)}')"
         rm -rf "${dir[$t]}/x"
+    done
+done
+echo "bench: the mount table (fio, small files), $RUNS runs ..."
+record table.size_mb "$TABLE_MB"
+record table.files "$TABLE_FILES"
+for _ in $(seq "$RUNS"); do
+    for t in tmpfs pt mc; do
+        mount_table "$t"
     done
 done
 mc_stop mc
