@@ -222,6 +222,36 @@ def table_section(r):
     return lines + [""]
 
 
+def scale_section(r):
+    """Memory per key next to Redis, and the master's ops/s by connections
+    (bench/scale.sh)."""
+    keys = r.m("scale.mem.keys")
+    if keys is None:
+        return []
+    mc, redis = r.m("scale.mem.mc"), r.m("scale.mem.redis")
+    lines = ["## Past this machine: memory per key, the master's ops/s", "",
+             f"Memory per key: the growth of resident memory per key holding {keys:,.0f} "
+             "keys of 100 bytes, an embedded store (its segment's pages and the master's "
+             "metadata) next to redis-server (`DEBUG POPULATE`, its `used_memory_rss`).", "",
+             "| keys | mooncake (B/key) | redis (B/key) | mooncake / redis |",
+             "|---|---|---|---|",
+             f"| {keys:,.0f} | {fmt(mc)} | {fmt(redis)} | {ratio(mc, redis)} |"]
+    big = r.m("scale.mem_big.keys")
+    if big is not None:
+        lines.append(f"| {big:,.0f} (mooncake alone, one run) | {fmt(r.m('scale.mem_big.mc'))} "
+                     "| - | - |")
+    conns = sorted(int(k.rsplit(".", 1)[1]) for k in r.vals if k.startswith("scale.master_ops."))
+    if conns:
+        one = r.m("scale.master_ops.1")
+        lines += ["", "The master's ops/s: STATs (answered by the master alone) from that many "
+                  "client processes, each one connection with 16 in flight, summed.", "",
+                  "| connections | ops/s | ÷ 1 connection |", "|---|---|---|"]
+        for n in conns:
+            v = r.m(f"scale.master_ops.{n}")
+            lines.append(f"| {n} | {fmt(v)} | {ratio(v, one)} |")
+    return lines + [""]
+
+
 def ratio_table(c, rows):
     """A markdown table of (label, key, baseline label, baseline key) rows,
     values from c(key), each with its ratio to the baseline."""
@@ -385,6 +415,7 @@ def main():
     lines += tar_section(r)
     lines += table_section(r)
     lines += cluster_section(r, out)
+    lines += scale_section(r)
     lines += python_section(r)
     lines += tensor_section(r)
     path = os.path.join(out, "report.md")

@@ -17,6 +17,8 @@
 #      files created and stat'ed (bench/mount_table.sh, with fio);
 #   3. bench/cluster.sh: the cluster over loopback vs iperf3 and memcached,
 #      the embedded store vs memcpy, ops/s and latency by concurrency;
+#   3b. bench/scale.sh: memory per key next to redis-server, the master's
+#      ops/s at 1, 8 and 64 client connections;
 #   4. the Python client (bench/python_async.py and any other bench/*.py).
 # Every value of every run goes to bench/out/results.txt; bench/report.py
 # turns them into medians, ratios and plots. Runs are interleaved (each
@@ -205,6 +207,10 @@ mc_stop mcd
 # memcpy, the concurrency sweep (bench/cluster.sh; about two minutes).
 echo "bench: the cluster (bench/cluster.sh) ..."
 MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/cluster.sh
+# Memory per key next to Redis, the master's ops/s by connections
+# (bench/scale.sh; about a minute).
+echo "bench: memory per key and the master's ops/s (bench/scale.sh) ..."
+MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/scale.sh
 for b in bench/*.py; do
     case $b in bench/report.py) continue ;; esac
     echo "bench: $b ..."
