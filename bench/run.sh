@@ -23,7 +23,7 @@
 # Every value of every run goes to bench/out/results.txt; bench/report.py
 # turns them into medians, ratios and plots. Runs are interleaved (each
 # run visits every target in turn) so that noise falls on every column
-# alike. Needs root (tmpfs mount, drop_caches); 5 to 8 minutes.
+# alike. Needs root (tmpfs mount, drop_caches); 6 to 9 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
