@@ -12,18 +12,24 @@
 #      4 KiB to 1 MiB (SWEEP_MB each);
 #   2b. tar -xf of a tree of TAR_FILES small files (made here, the same
 #      every run) into each target of 1., files/s;
+#   2c. the table of issue 14 on tmpfs, passthrough_ll and mooncake-fs:
+#      4 parallel readers, 4 KiB random reads (1 and 16 in flight), small
+#      files created and stat'ed (bench/mount_table.sh, with fio);
 #   3. bench/cluster.sh: the cluster over loopback vs iperf3 and memcached,
 #      the embedded store vs memcpy, ops/s and latency by concurrency;
 #      bench/ha.sh: masters on etcd, 1 KiB puts with the op log vs a master
 #      alone, and the failover time;
+#   3b. bench/scale.sh: memory per key next to redis-server, the master's
+#      ops/s at 1, 8 and 64 client connections;
 #   4. the Python client (bench/python_async.py and any other bench/*.py).
 # Every value of every run goes to bench/out/results.txt; bench/report.py
 # turns them into medians, ratios and plots. Runs are interleaved (each
 # run visits every target in turn) so that noise falls on every column
-# alike. Needs root (tmpfs mount, drop_caches); 4 to 6 minutes.
+# alike. Needs root (tmpfs mount, drop_caches); 6 to 9 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
+. bench/mount_table.sh
 BUILD=${MC_BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 SIZE_MB=${BENCH_SIZE_MB:-1024}
@@ -188,6 +194,14 @@ for _ in $(seq "$RUNS"); do
         rm -rf "${dir[$t]}/x"
     done
 done
+echo "bench: the mount table (fio, small files), $RUNS runs ..."
+record table.size_mb "$TABLE_MB"
+record table.files "$TABLE_FILES"
+for _ in $(seq "$RUNS"); do
+    for t in tmpfs pt mc; do
+        mount_table "$t"
+    done
+done
 mc_stop mc
 mc_stop mcd
 
@@ -199,6 +213,10 @@ MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/cluster.sh
 # under a minute; skipped without etcd).
 echo "bench: masters on etcd (bench/ha.sh) ..."
 MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/ha.sh
+# Memory per key next to Redis, the master's ops/s by connections
+# (bench/scale.sh; about a minute).
+echo "bench: memory per key and the master's ops/s (bench/scale.sh) ..."
+MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/scale.sh
 for b in bench/*.py; do
     case $b in bench/report.py) continue ;; esac
     echo "bench: $b ..."

@@ -383,7 +383,7 @@ static void get_replicas_done(void *arg, int status, const char *body, size_t le
     /* Half the lease: a margin for the trip and the clocks' tick. */
     uint64_t keep = lease_ms - lease_ms / 2;
     if (keep && lease_ms / 2 && o->s->rm && !o->s->no_rcache) {
-        e->expires = mc_loop_now_ms() + keep;
+        e->expires = mc__loop_recent_ns(o->s->loop) / 1000000 + keep;
         mc__rc_insert(o->s->rm, e);
     }
     if (o->st)

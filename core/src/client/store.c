@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "runtime/log.h"
+#include "runtime/loop_i.h"
 #include "mooncake/mooncake.h"
 #include "client/store_i.h"
 #include "transport/transport_rdma.h"
@@ -58,7 +59,7 @@ static op_t *op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t kl
         return NULL;
     o->s = s;
     o->kind = kind;
-    o->t0_ns = mc__op_clock_ns();
+    o->t0_ns = mc__loop_recent_ns(s->loop);
     o->cb = cb;
     o->arg = arg;
     o->key = o->keys;
@@ -305,17 +306,26 @@ int mc_remove_async(mc_store_t *s, const char *key, size_t klen, unsigned flags,
     return submit(o);
 }
 
-int mc_rename_async(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
-                    unsigned flags, mc_done_cb cb, void *arg)
+/* key_op() for an operation on two keys (rename, link). */
+static int two_key_op(mc_store_t *s, enum op_kind kind, const char *from, size_t flen,
+                      const char *to, size_t tlen, mc_done_cb cb, void *arg, op_t **out)
 {
     int rc = mc_key_check(from, flen);
     if (rc == 0)
         rc = mc_key_check(to, tlen);
     if (rc < 0)
         return rc;
-    op_t *o = op_new(s, OP_RENAME, from, flen, to, tlen, cb, arg);
-    if (!o)
-        return -ENOMEM;
+    *out = op_new(s, kind, from, flen, to, tlen, cb, arg);
+    return *out ? 0 : -ENOMEM;
+}
+
+int mc_rename_async(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
+                    unsigned flags, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    int rc = two_key_op(s, OP_RENAME, from, flen, to, tlen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
     o->flags = flags;
     return submit(o);
 }
@@ -323,14 +333,10 @@ int mc_rename_async(mc_store_t *s, const char *from, size_t flen, const char *to
 int mc_link_async(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
                   mc_stat_t *st, mc_done_cb cb, void *arg)
 {
-    int rc = mc_key_check(from, flen);
-    if (rc == 0)
-        rc = mc_key_check(to, tlen);
+    op_t *o;
+    int rc = two_key_op(s, OP_LINK, from, flen, to, tlen, cb, arg, &o);
     if (rc < 0)
         return rc;
-    op_t *o = op_new(s, OP_LINK, from, flen, to, tlen, cb, arg);
-    if (!o)
-        return -ENOMEM;
     o->st = st;
     return submit(o);
 }

@@ -200,11 +200,9 @@ static inline void mc__count(uint64_t *ops, uint64_t *bytes, uint64_t n)
 void mc__op_finish(op_t *o, int rc);
 
 /* Counts a finished operation of this kind: one op, an error when rc < 0,
- * its latency since t0_ns (client/metrics.c). */
+ * its latency since t0_ns (client/metrics.c): op_new() stamps t0_ns with
+ * mc__loop_recent_ns() and the end reads the clock, once per operation. */
 void mc__op_count(mc_store_t *s, enum op_kind kind, int rc, uint64_t t0_ns);
-
-/* The monotonic clock, in ns. */
-uint64_t mc__op_clock_ns(void);
 
 /* Runs o against the cluster; completes it with mc__op_finish(). */
 void mc__remote_exec(op_t *o);
