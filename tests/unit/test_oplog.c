@@ -68,6 +68,11 @@ static void on_gone(void *arg, uint64_t id)
     *(uint64_t *)arg += id;
 }
 
+static void on_seg(void *arg, uint32_t seg)
+{
+    *(uint32_t *)arg |= 1u << seg;
+}
+
 static void test_latest_record_per_segment(void **state)
 {
     mc__oplog_t *l;
@@ -82,6 +87,9 @@ static void test_latest_record_per_segment(void **state)
     assert_false(has(l, 1, "v10-a"));
     assert_true(has(l, 2, "v10-a"));
     assert_int_equal(count(l, 1), 2);
+    uint32_t segs = 0; /* each segment once */
+    mc__oplog_each_seg(l, on_seg, &segs);
+    assert_int_equal(segs, (1u << 1) | (1u << 2));
 
     /* A drop forgets the version everywhere, and its late records. */
     w.len = 0;

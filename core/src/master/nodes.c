@@ -95,6 +95,29 @@ int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len)
     return blob_set(&svc->local_rdma, &svc->local_rdma_len, rec, len);
 }
 
+static void pend_add(void *arg, uint32_t seg)
+{
+    mc__svc_t *svc = arg;
+    uint32_t *p = realloc(svc->pend, sizeof(*p) * (size_t)(svc->npend + 1));
+    if (p) { /* else the log's records of seg are not merged: as without etcd */
+        svc->pend = p;
+        p[svc->npend++] = seg;
+    }
+}
+
+/* 1 (once) if segment seg still waits for the log's records of it: taken
+ * off the list, as when it is dropped here. */
+static int pend_take(mc__svc_t *svc, uint32_t seg)
+{
+    for (int i = 0; i < svc->npend; i++) {
+        if (svc->pend[i] == seg) {
+            svc->pend[i] = svc->pend[--svc->npend];
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The segment seg dropped: tell the log. */
 static void log_seg_gone(mc__svc_t *svc, uint32_t seg)
 {
@@ -118,6 +141,7 @@ void mc__svc_seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now)
         mc__version_drop_replica(f->v, id);
     svc->objects_lost += mc__master_drop_segment(svc->m, id, now);
     log_seg_gone(svc, id);
+    pend_take(svc, id);                          /* what the log knew of it is gone too */
     mc__repair_seg_dropped(svc->rp, svc->m, id); /* and wakes the repair */
     for (int i = 0; i < svc->nseg; i++) {
         if (svc->segs[i].id == id) {
@@ -401,8 +425,10 @@ void mc__svc_journal(mc__svc_t *svc, mc__svc_journal_fn fn, void *arg, const mc_
     svc->journal_arg = arg;
     svc->view = view;
     mc__master_notices(svc->m, on_notice, svc);
-    if (view)
+    if (view) {
         mc__oplog_each_gone(view, forget, svc->m);
+        mc__oplog_each_seg(view, pend_add, svc);
+    }
 }
 
 void mc__svc_flush(mc__svc_t *svc)
@@ -504,13 +530,14 @@ static void merge_logged(void *arg, const char *rec, size_t len)
         vm->svc->records_refused++;
 }
 
-/* Segment seg is back (mounted again, its report over): the op log's
- * records of it join what its node reported (the log may know of changes
- * the node had not fetched yet). */
+/* Segment seg is back (mounted again at a new leader, its report over):
+ * the op log's records of it join what its node reported (the log may know
+ * of changes the node had not fetched yet). Once per segment the log knew
+ * at the takeover: a segment this master dropped since gets nothing. */
 static void merge_view(mc__svc_t *svc, uint32_t seg, uint64_t now)
 {
     view_merge_t vm = {svc, seg, now};
-    if (svc->view)
+    if (svc->view && pend_take(svc, seg))
         mc__oplog_each(svc->view, seg, merge_logged, &vm);
 }
 

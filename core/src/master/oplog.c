@@ -173,6 +173,26 @@ void mc__oplog_each(const mc__oplog_t *l, uint32_t seg,
         }
 }
 
+void mc__oplog_each_seg(const mc__oplog_t *l, void (*cb)(void *arg, uint32_t seg), void *arg)
+{
+    uint32_t seen[64];
+    size_t n = 0;
+    for (size_t b = 0; b < ((size_t)1 << l->by_id.bits); b++)
+        for (mc__idnode_t *h = l->by_id.b[b]; h; h = h->hnext) {
+            const entry_t *e = (const entry_t *)h;
+            for (uint32_t i = 0; i < e->n; i++) {
+                size_t k = 0;
+                while (k < n && seen[k] != e->r[i].seg)
+                    k++;
+                if (k < n)
+                    continue;
+                if (n < sizeof(seen) / sizeof(seen[0]))
+                    seen[n++] = e->r[i].seg;
+                cb(arg, e->r[i].seg); /* past 64 segments, maybe twice: callers take that */
+            }
+        }
+}
+
 void mc__oplog_each_gone(const mc__oplog_t *l, void (*cb)(void *arg, uint64_t id), void *arg)
 {
     for (size_t b = 0; b < ((size_t)1 << l->by_id.bits); b++)

@@ -45,6 +45,9 @@ int mc__oplog_apply(mc__oplog_t *l, const char *p, size_t n);
 void mc__oplog_each(const mc__oplog_t *l, uint32_t seg,
                     void (*cb)(void *arg, const char *rec, size_t len), void *arg);
 
+/* Calls cb once with each segment the view keeps records of. */
+void mc__oplog_each_seg(const mc__oplog_t *l, void (*cb)(void *arg, uint32_t seg), void *arg);
+
 /* Calls cb with each version id that left the namespace. */
 void mc__oplog_each_gone(const mc__oplog_t *l, void (*cb)(void *arg, uint64_t id), void *arg);
 

@@ -104,6 +104,8 @@ struct mc__svc {
     mc__svc_journal_fn journal; /* the op log (mc__svc_journal()); NULL: none */
     void *journal_arg;
     const mc__oplog_t *view; /* the log as this master found it (not owned) */
+    uint32_t *pend;          /* segments the view has records of that have not */
+    int npend;               /* mounted again here yet (merge_view(), once each) */
 };
 
 /* A request that does not decode is -EINVAL (a bad key) or -EBADMSG. */
