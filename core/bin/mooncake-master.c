@@ -398,6 +398,9 @@ static int serve(const struct options *o, const mc__addr_t *addr, struct master 
     mc__svc_set_local_addr(mp->svc, mc__server_addr(mp->srv));
     if (mp->ha && (rc = mc__ha_start(mp->ha, mc__server_addr(mp->srv))) < 0)
         return rc;
+    if (mp->ha && seg_size)
+        mc__log(MC__LOG_WARN, "--segment-size with --etcd: the objects in this master's own "
+                              "segment do not survive a failover (give the memory to nodes)");
     return 0;
 }
 
