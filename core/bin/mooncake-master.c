@@ -447,6 +447,8 @@ static int collect(void *arg, mc_metrics_t *m)
     if (m) {
         mc__metrics_master(m, mp->m, mp->svc, mc_loop_now_ms());
         mc__metrics_server(m, mp->srv);
+        if (mp->ha)
+            mc__metrics_ha(m, mp->ha);
     }
     return 0;
 }

@@ -11,10 +11,11 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 
-from harness import cli, wait_for
+from harness import cli, free_port, wait_for
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
@@ -26,10 +27,15 @@ EXPECT = r"lost the connection|cannot connect|cannot find the master|session wit
     r"stepping down|starting again|cannot append|op log|write.*failed|publishing .* failed|ESTALE|Stale"
 
 
-def masters(cluster, etcd, n=2):
-    """n masters of etcd's cluster; returns them with the leader first."""
-    ms = [cluster.master("--etcd", etcd.endpoint, *MASTER_ARGS, expect_log=EXPECT)
-          for _ in range(n)]
+def masters(cluster, etcd, n=2, metrics=False):
+    """n masters of etcd's cluster; returns them with the leader first. With
+    metrics, each serves them on m.metrics (a loopback port)."""
+    ms = []
+    for _ in range(n):
+        port = free_port()
+        extra = ("--metrics", str(port)) if metrics else ()
+        ms.append(cluster.master("--etcd", etcd.endpoint, *MASTER_ARGS, *extra, expect_log=EXPECT))
+        ms[-1].metrics = port
     wait_for(lambda: any("leading cluster" in m.read_log() for m in ms), "a leader")
     return sorted(ms, key=lambda m: "leading cluster" not in m.read_log())
 
@@ -41,6 +47,15 @@ def etcd_keys(etcd):
                        env={**os.environ, "ETCDCTL_API": "3"}, timeout=30)
     assert r.returncode == 0, r.stderr
     return [k for k in r.stdout.splitlines() if k]
+
+
+def metric(m, name):
+    """The value of metric name (no labels) that master m serves."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{m.metrics}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"no metric {name}")
 
 
 def leads(m):
@@ -152,7 +167,9 @@ def test_etcd_down_reads_go_on_changes_are_refused(cluster):
     """etcd stopped: the leader answers reads, refuses changes with EROFS,
     and takes them again once etcd is back."""
     etcd = cluster.etcd()
-    leader, _ = masters(cluster, etcd)
+    leader, standby = masters(cluster, etcd, metrics=True)
+    assert metric(leader, "mooncake_master_leading") == 1
+    assert metric(standby, "mooncake_master_leading") == 0
     cluster.node(etcd.url, "32M", expect_log=EXPECT)
     mnt = cluster.mount("--master", etcd.url, "--segment-size", "0", expect_log=EXPECT)
     with open(mnt.p("kept"), "wb") as f:
@@ -164,6 +181,7 @@ def test_etcd_down_reads_go_on_changes_are_refused(cluster):
         assert f.read() == b"kept bytes"
     r = cli(leader.addr, "put", "k2", input=b"no")
     assert r.returncode != 0 and b"Read-only file system" in r.stderr, r.stderr
+    assert metric(leader, "mooncake_master_oplog_writable") == 0
     try:
         with open(mnt.p("new"), "wb") as f:
             f.write(b"no")
@@ -176,6 +194,9 @@ def test_etcd_down_reads_go_on_changes_are_refused(cluster):
     with open(mnt.p("new"), "wb") as f:
         f.write(b"yes")
     assert cli(etcd.url, "get", "k2").stdout == b"yes"
+    assert metric(leader, "mooncake_master_oplog_writable") == 1
+    wait_for(lambda: metric(leader, "mooncake_master_oplog_pending") == 0,
+             "the op log to hold every change")
     with open(mnt.p("new"), "rb") as f:
         assert f.read() == b"yes"
 

@@ -91,6 +91,15 @@ int mc__ha_writable(const mc__ha_t *ha)
     return ha->st == ST_LEADER && !ha->failing && mc_loop_now_ms() < ha->deadline;
 }
 
+void mc__ha_stats(const mc__ha_t *ha, mc__ha_stats_t *st)
+{
+    *st = (mc__ha_stats_t){.leading = mc__ha_leading(ha),
+                           .writable = mc__ha_writable(ha),
+                           .entries = ha->taken,
+                           .pending = ha->taken - ha->durable,
+                           .key = ha->applied};
+}
+
 static void deposed(mc__ha_t *ha, const char *why)
 {
     if (ha->st == ST_DEPOSED)

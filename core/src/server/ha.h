@@ -90,6 +90,14 @@ int mc__ha_defers(mc__ha_t *ha, uint16_t op, uint64_t *seq);
  * are retried; those answers may not wait longer). */
 void mc__ha_on_durable(mc__ha_t *ha, void (*fn)(void *arg, uint64_t seq, int rc), void *arg);
 
+/* What mc__ha_stats() tells (metrics). */
+typedef struct mc__ha_stats {
+    int leading, writable;     /* mc__ha_leading(), mc__ha_writable() */
+    uint64_t entries, pending; /* entries handed to the log; not durable yet */
+    uint64_t key;              /* the last log key applied to the view */
+} mc__ha_stats_t;
+void mc__ha_stats(const mc__ha_t *ha, mc__ha_stats_t *st);
+
 /* 1 while leading. */
 int mc__ha_leading(const mc__ha_t *ha);
 
