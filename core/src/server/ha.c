@@ -15,8 +15,10 @@
 #include "server/ha.h"
 #include "wire/proto.h"
 
-#define CHUNK_MAX (256u << 10) /* bytes of entries in one log key */
-#define TXN_KEYS 4             /* log keys in one transaction */
+/* Bytes of entries in one log key: a transaction of TXN_KEYS of them stays
+ * well under etcd's request limit (1.5 MiB). */
+#define CHUNK_MAX (128u << 10)
+#define TXN_KEYS 4 /* log keys in one transaction */
 #define RETRY_MS 500
 #define SEQ_DIGITS 20
 #define REMOUNT_GRACE_MS 5000 /* a new leader's first moments: nodes mount again */
@@ -61,6 +63,7 @@ struct mc__ha {
     size_t nsnap, snap_at; /* ... how many, how many written (nsnap: the pointer next) */
     uint64_t snap_upto;    /* ... the log key it covers */
     uint64_t compact;      /* log keys between snapshots */
+    int snap_turn;         /* the next transaction is the snapshot's */
     mc_timer_t retry;
     mc_work_t kick;
     int kicked;
@@ -615,10 +618,14 @@ static void send_log(mc__ha_t *ha)
     if (!ha->snap && ha->applied >= ha->snap_seq + ha->compact &&
         (!ha->nchunks || !ha->chunks[0].seq))
         snap_start(ha);
-    if (ha->snap) {
+    /* A snapshot's transactions take turns with the log's, so that the
+     * answers to changes do not wait for a whole snapshot. */
+    if (ha->snap && (ha->snap_turn || !ha->nchunks)) {
+        ha->snap_turn = 0;
         snap_send(ha);
         return;
     }
+    ha->snap_turn = 1;
     if (!ha->nchunks)
         return;
     mc_timer_stop(&ha->retry);
