@@ -236,3 +236,28 @@ def test_python_async_puts_across_a_failover(cluster):
             assert v == blobs[k], k
     finally:
         s.close()
+
+
+def test_three_etcd_members_one_lost(cluster):
+    """etcd of three members: kill -9 of the member every process asks
+    first changes nothing the user sees (the others keep a quorum, the
+    clients of etcd go to the next endpoint); a failover of the masters
+    then still works."""
+    etcd = cluster.etcd(3)
+    leader, standby = masters(cluster, etcd)
+    cluster.node(etcd.url, "32M", expect_log=EXPECT)
+    assert cli(etcd.url, "put", "k1", input=b"one").returncode == 0
+    etcd.members[0].kill9()
+
+    def put_k2():
+        r = cli(etcd.url, "--timeout-ms", "10000", "put", "k2", input=b"two")
+        return r.returncode == 0
+    wait_for(put_k2, "a put with one etcd member gone", timeout=20, step=0.5)
+    assert cli(etcd.url, "get", "k1").stdout == b"one"
+    leader.kill9()
+    wait_for(lambda: leads(standby) == 1, "the standby to take over", timeout=20)
+    r = cli(etcd.url, "--timeout-ms", "15000", "get", "k2")
+    assert r.stdout == b"two", r.stderr
+    r = cli(etcd.url, "--timeout-ms", "15000", "put", "k3", input=b"three")
+    assert r.returncode == 0, r.stderr
+    assert cli(etcd.url, "get", "k3").stdout == b"three"

@@ -419,6 +419,11 @@ static void forget(void *arg, uint64_t id)
     mc__master_forget(arg, id);
 }
 
+int mc__svc_rebuilding(const mc__svc_t *svc)
+{
+    return svc->npend > 0;
+}
+
 void mc__svc_journal(mc__svc_t *svc, mc__svc_journal_fn fn, void *arg, const mc__oplog_t *view)
 {
     svc->journal = fn;

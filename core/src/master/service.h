@@ -132,6 +132,11 @@ typedef void (*mc__svc_journal_fn)(void *arg, uint32_t seg, const char *note, si
  */
 void mc__svc_journal(mc__svc_t *svc, mc__svc_journal_fn fn, void *arg, const mc__oplog_t *view);
 
+/* 1 while segments the op log knows have not come back (mounted again and
+ * reported) since this master took over: a key missing now may still come
+ * with them. */
+int mc__svc_rebuilding(const mc__svc_t *svc);
+
 /* Hands the master's dirty versions to their nodes' notices and, with an
  * op log, to the log (a leader calls it after each request, before the
  * answer goes out). */

@@ -24,6 +24,13 @@ typedef struct mc__held {
     mc__wbuf_t w;
 } held_t;
 
+/* The requests that look a key up. */
+static int is_read(uint16_t op)
+{
+    return op == MC__OP_GET_REPLICAS || op == MC__OP_OPEN || op == MC__OP_STAT ||
+           op == MC__OP_LOOKUP || op == MC__OP_XATTR_GET || op == MC__OP_XATTR_LIST;
+}
+
 /* Sends (rc 0) or fails (rc < 0) the held answers up to seq. */
 static void on_durable(void *arg, uint64_t seq, int rc)
 {
@@ -131,6 +138,9 @@ int mc__control_plane_handle(mc__control_plane_t *p, uint64_t owner, mc__conn_t 
     }
     if (rc >= 0 && w.err)
         rc = w.err;
+    if (rc == -ENOENT && p->ha && is_read(h->op) && mc__ha_arriving(p->ha) &&
+        mc__svc_rebuilding(p->svc))
+        rc = -EAGAIN; /* its node may not have mounted at this new leader yet */
     uint64_t seq;
     if (p->ha && (mc__svc_flush(p->svc), mc__ha_defers(p->ha, h->op, &seq)) &&
         hold(p, owner, c, h, rc, &w, seq) == 0)

@@ -94,6 +94,11 @@ int mc__ha_writable(const mc__ha_t *ha)
     return ha->st == ST_LEADER && !ha->failing && mc_loop_now_ms() < ha->deadline;
 }
 
+int mc__ha_arriving(const mc__ha_t *ha)
+{
+    return ha->st == ST_LEADER && mc_loop_now_ms() < ha->since + REMOUNT_GRACE_MS;
+}
+
 void mc__ha_stats(const mc__ha_t *ha, mc__ha_stats_t *st)
 {
     *st = (mc__ha_stats_t){.leading = mc__ha_leading(ha),

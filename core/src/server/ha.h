@@ -98,6 +98,11 @@ typedef struct mc__ha_stats {
 } mc__ha_stats_t;
 void mc__ha_stats(const mc__ha_t *ha, mc__ha_stats_t *st);
 
+/* 1 in a new leader's first moments, while the nodes mount again: a miss
+ * (-ENOENT) of a read that mc__svc_rebuilding() may still fill is answered
+ * -EAGAIN, which clients following the leader wait out. */
+int mc__ha_arriving(const mc__ha_t *ha);
+
 /* 1 while leading. */
 int mc__ha_leading(const mc__ha_t *ha);
 
