@@ -7,9 +7,29 @@ loop that uses this store, whose eventfd the loop watches with add_reader().
 """
 
 import asyncio
+import ctypes
+import errno
+import itertools
+import os
 import threading
 
 from . import _store
+
+TMP_PREFIX = b".mctmp-"  # as the mount backend's temporary names
+_RENAME_NOREPLACE = 1  # MC_RENAME_NOREPLACE
+_seq = itertools.count()
+
+
+def key_bytes(key):
+    """key (str or bytes) as bytes; None for a str that is no UTF-8."""
+    if isinstance(key, bytes):
+        return key
+    if not isinstance(key, str):
+        raise TypeError(f"key must be str or bytes, not {type(key).__name__}")
+    try:
+        return key.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
 
 # Methods with a native async twin in the extension (name + "_async").
 NATIVE = (
@@ -64,6 +84,44 @@ class DirectBackend:
             loop.add_reader(c.fileno(), c.drain)
             self._comps[loop] = c
             return c
+
+    def memory(self, target, size):
+        """A read-only view of size bytes of caller memory: an int address
+        inside a registered buffer, or an object with the buffer protocol;
+        None when it is neither registered nor large enough."""
+        if isinstance(target, int) and not isinstance(target, bool):
+            if size < 0 or not self._s.registered(target, size):
+                return None
+            return memoryview((ctypes.c_char * size).from_address(target)).cast("B") if size \
+                else memoryview(b"")
+        mv = memoryview(target).cast("B")
+        return mv[:size] if size <= len(mv) else None
+
+    def put_with_xattrs(self, key, parts, xattrs, opts, upsert):
+        """Publishes the concatenation of parts under key together with the
+        extended attributes xattrs ({bytes name: bytes value}) in one step
+        for readers: the object is written under a temporary key in the
+        same directory (TMP_PREFIX), given its attributes, then renamed into
+        place (without replacing unless upsert: write-once, an existing key
+        keeps its value and attributes). Returns a code."""
+        k = key_bytes(key)
+        if k is None or not k or len(k) > _store.KEY_MAX or b"\0" in k:
+            return _store.INVALID_KEY
+        d = k[:k.rfind(b"/") + 1]
+        tmp = d + TMP_PREFIX + b"%d-%d" % (os.getpid(), next(_seq))
+        rc = self._s.put_parts(tmp, list(parts), opts, True)
+        if rc != 0:
+            return rc
+        for name, value in xattrs.items():
+            r = self._s.xattr_set(tmp, name, value, 0)
+            if r < 0:
+                self._s.remove(tmp, True)
+                return _store.to_code(r)
+        r = self._s.rename(tmp, k, 0 if upsert else _RENAME_NOREPLACE)
+        if r < 0:
+            self._s.remove(tmp, True)
+            return 0 if r == -errno.EEXIST else _store.to_code(r)
+        return 0
 
     def keys(self, prefix=b"", markers=False):
         """Every key (bytes) starting with prefix (bytes) in byte order, or a

@@ -297,8 +297,10 @@ class MountBackend:
 
     # ---- writes ----
 
-    def _write(self, key, parts, upsert):
-        """Writes parts (memoryviews) under key; returns a code."""
+    def _write(self, key, parts, upsert, xattrs=None):
+        """Writes parts (memoryviews) under key, with the extended
+        attributes xattrs ({bytes name: bytes value}) set on the temporary
+        file before it is renamed into place; returns a code."""
         try:
             path = self._path(key)
         except _BadKey:
@@ -323,6 +325,8 @@ class MountBackend:
                     mv = memoryview(p).cast("B")
                     while mv:
                         mv = mv[os.write(fd, mv):]
+                for name, value in (xattrs or {}).items():
+                    os.setxattr(fd, name, value)
             finally:
                 os.close(fd)
             if upsert:
@@ -349,6 +353,18 @@ class MountBackend:
 
     def put_parts(self, key, parts, opts, upsert):
         return self._write(key, list(parts), upsert)
+
+    def put_with_xattrs(self, key, parts, xattrs, opts, upsert):
+        """put_parts() that publishes the file with extended attributes."""
+        return self._write(key, list(parts), upsert, xattrs)
+
+    def memory(self, target, size):
+        """A view of size bytes of caller memory (a registered int address
+        or a buffer object), or None."""
+        try:
+            return self._memory(target, size, False)
+        except _BadMemory:
+            return None
 
     def put_batch(self, keys, values, opts, upsert):
         if len(keys) != len(values):

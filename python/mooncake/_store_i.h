@@ -10,6 +10,7 @@
  *                      loop thread, and how results become Python values
  *   _store_buffers.c   registered buffers, caller memory, the Buffer type
  *   _store_completer.c async completion: the Completer and its eventfd
+ *   _store_meta.c      extended attributes, rename, the master's counters
  *
  * Non-static names carry the prefix mcpy_: the extension links libmooncake.a
  * statically, whose internal names use mc__.
@@ -268,6 +269,14 @@ PyObject *mcpy_buffer_new(char *buf, size_t len);
 /* Store.register() and Store.unregister(). */
 PyObject *mcpy_store_register(PyObject *self, PyObject *const *a, Py_ssize_t n);
 PyObject *mcpy_store_unregister(PyObject *self, PyObject *arg);
+
+/* ---- _store_meta.c: one blocking call each, the library's result as it is ---- */
+
+PyObject *mcpy_store_xattr_get(PyObject *self, PyObject *args);
+PyObject *mcpy_store_xattr_set(PyObject *self, PyObject *args);
+PyObject *mcpy_store_rename(PyObject *self, PyObject *args);
+PyObject *mcpy_store_master_stats(PyObject *self, PyObject *unused);
+PyObject *mcpy_store_registered(PyObject *self, PyObject *args);
 
 /* ---- _store_completer.c ---- */
 

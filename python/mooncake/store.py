@@ -185,6 +185,10 @@ def _size_arg(name, value):
 
 
 
+#: The extended attribute of an object stored by put_from_with_metadata():
+#: the length of the metadata its value starts with (decimal ASCII).
+METADATA_SIZE_XATTR = b"user.mooncake.metadata_size"
+
 _SETUP_KEYS = {
     "local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
     "protocol", "rdma_devices", "device_name", "master_server_addr", "master_server_address",
@@ -399,6 +403,37 @@ class MooncakeDistributedStore(TensorMethods):
     @_op("put_from", STORE_CLOSED)
     def upsert_from(self, key, buffer_ptr, size, config=None):
         return _from_args(key, buffer_ptr, size, config, True)
+
+    def put_from_with_metadata(self, key, buffer_ptr, metadata_buffer_ptr, size, metadata_size,
+                               config=None):
+        """Stores metadata_size bytes at metadata_buffer_ptr followed by size
+        bytes at buffer_ptr as key's value (Mooncake's layout: metadata
+        first), write-once like put_from(), and records where the data
+        starts as the object's extended attribute METADATA_SIZE_XATTR (the
+        decimal metadata_size), published with the value in one step. Both
+        addresses are registered memory (or buffer objects). size 0 stores
+        nothing and returns 0, as Mooncake. 0 or a code: INVALID_PARAMS
+        (memory not registered, bad sizes), INTERNAL_ERROR (-1, as Mooncake:
+        config.prefer_alloc_in_same_node)."""
+        o = _opts(config)
+        if type(o) is _Early:
+            return o.value
+        if config is not None and config.prefer_alloc_in_same_node:
+            return INTERNAL_ERROR
+        for n in (size, metadata_size):
+            if type(n) is not int or n < 0:
+                return INVALID_PARAMS
+        b = self._b
+        if b is None:
+            return STORE_CLOSED
+        if size == 0:
+            return 0
+        data = b.memory(buffer_ptr, size)
+        meta = b.memory(metadata_buffer_ptr, metadata_size)
+        if data is None or meta is None:
+            return INVALID_PARAMS
+        return b.put_with_xattrs(key, [meta, data],
+                                 {METADATA_SIZE_XATTR: b"%d" % metadata_size}, o, False)
 
     @_op("put_from_batch", _closed_list)
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
