@@ -12,6 +12,7 @@ import errno
 import itertools
 import os
 import threading
+import weakref
 
 from . import _store
 
@@ -54,6 +55,13 @@ class DirectBackend:
                                listen, timeout_ms, protocol, rdma_devices)
         self._comps = {}  # event loop -> Completer
         self._lock = threading.Lock()
+        # A process that exits (or drops the store) without close() still
+        # closes the library store: a node then unmounts its segment at
+        # once instead of leaving it on the master until the node TTL.
+        # weakref.finalize runs at interpreter exit (atexit) for a backend
+        # still alive, or when the backend is collected; close() runs it
+        # itself. It holds the extension's Store, never self.
+        self._fin = weakref.finalize(self, self._s.close)
         for name in NATIVE:
             setattr(self, name, getattr(self._s, name))
             setattr(self, "a_" + name, self._async_entry(getattr(self._s, name + "_async")))
@@ -166,7 +174,7 @@ class DirectBackend:
             self._s.wait_idle()
             if not sum(c.drain() for c in local):
                 break
-        self._s.close()
+        self._fin()
         with self._lock:
             comps, self._comps = self._comps, {}
         for loop, c in comps.items():
