@@ -44,6 +44,7 @@ from ._errors import (  # noqa: F401  (re-exported constants)
 
 from ._config import DEFAULT_SOFT_PIN_TTL_MS, ReplicateConfig, SoftPinAction  # noqa: F401
 from ._ops import _Early, _closed_list, _first_error, _op, _opts, _start  # noqa: F401
+from ._parallel import ParallelAxis, ReadTarget, TensorParallelism, ParallelMethods  # noqa: F401
 from ._tensor_methods import TensorMethods
 
 try:
@@ -57,7 +58,8 @@ __all__ = [
     "OK", "INTERNAL_ERROR", "BUFFER_OVERFLOW", "NO_AVAILABLE_HANDLE", "INVALID_KEY",
     "INVALID_PARAMS", "OBJECT_NOT_FOUND", "OBJECT_ALREADY_EXISTS", "OBJECT_HAS_LEASE",
     "RPC_FAIL", "UNAVAILABLE_IN_CURRENT_STATUS", "UNAVAILABLE_IN_CURRENT_MODE", "STORE_CLOSED",
-    "FILE_NOT_FOUND", "PERSISTENT_FAIL",
+    "FILE_NOT_FOUND", "PERSISTENT_FAIL", "ParallelAxis", "TensorParallelism", "ReadTarget",
+    "METADATA_SIZE_XATTR",
 ]
 
 log = logging.getLogger("mooncake")
@@ -199,7 +201,7 @@ _SETUP_KEYS = {
 _EMBEDDED = ("", "embedded", None)
 
 
-class MooncakeDistributedStore(TensorMethods):
+class MooncakeDistributedStore(TensorMethods, ParallelMethods):
     """A Mooncake store client. Create it, then setup(); every method returns
     Mooncake's integer codes (0 success, negative errors) unless it returns
     data. On a store that is not set up or is closed every method returns

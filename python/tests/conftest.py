@@ -46,6 +46,19 @@ def addr(buf):
     return ctypes.addressof(ctypes.c_char.from_buffer(buf))
 
 
+def python_env():
+    """The environment of a child Python process that imports this tree's
+    mooncake package."""
+    return dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+
+
+def shared_options(s):
+    """setup() options with which another process reaches the store of the
+    test store s (mode "mount" or "cluster")."""
+    return {"mount_point": s.daemon.path} if s.mode == "mount" else \
+        {"master_server_addr": s.cluster.addr, "timeout_ms": TIMEOUT_MS}
+
+
 def numpy_or_skip():
     """numpy, or the calling test is skipped."""
     return pytest.importorskip("numpy", reason="python3-numpy is not installed")

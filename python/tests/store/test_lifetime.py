@@ -4,12 +4,11 @@ counting it at once instead of after the node TTL. Seen through the
 master's own view (mooncake-cli stats), with a node TTL far longer than the
 test so that only the unmount can explain a segment gone."""
 
-import os
 import subprocess
 import sys
 
 import harness
-from conftest import ROOT
+from conftest import python_env
 
 # The child: a node of the master at argv[1] with a 16 MiB segment that
 # stores a key, then ends as argv[2] says, never calling close().
@@ -38,8 +37,7 @@ elif sys.argv[2] == "kill":
 
 
 def child(master, how):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
-    return subprocess.Popen([sys.executable, "-c", CHILD, master, how], env=env,
+    return subprocess.Popen([sys.executable, "-c", CHILD, master, how], env=python_env(),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
