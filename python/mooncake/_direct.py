@@ -131,6 +131,15 @@ class DirectBackend:
             return 0 if r == -errno.EEXIST else _store.to_code(r)
         return 0
 
+    def replicas(self, key):
+        """(size, version, [(segment id, data address, offset, bytes,
+        pieces)]) of key's current version, or a code."""
+        k = key_bytes(key)
+        if k is None or not k or len(k) > _store.KEY_MAX or b"\0" in k:
+            return _store.INVALID_KEY
+        r = self._s.replicas(k)
+        return _store.to_code(r) if isinstance(r, int) else r
+
     def keys(self, prefix=b"", markers=False):
         """Every key (bytes) starting with prefix (bytes) in byte order, or a
         negative code. Directory markers ("dir/", made by a mount's mkdir)

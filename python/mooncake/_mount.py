@@ -358,6 +358,10 @@ class MountBackend:
         """put_parts() that publishes the file with extended attributes."""
         return self._write(key, list(parts), upsert, xattrs)
 
+    def replicas(self, key):
+        """Placement is not visible through the mount."""
+        return E.UNAVAILABLE_IN_CURRENT_MODE
+
     def memory(self, target, size):
         """A view of size bytes of caller memory (a registered int address
         or a buffer object), or None."""

@@ -277,6 +277,7 @@ PyObject *mcpy_store_xattr_set(PyObject *self, PyObject *args);
 PyObject *mcpy_store_rename(PyObject *self, PyObject *args);
 PyObject *mcpy_store_master_stats(PyObject *self, PyObject *unused);
 PyObject *mcpy_store_registered(PyObject *self, PyObject *args);
+PyObject *mcpy_store_replicas(PyObject *self, PyObject *args);
 
 /* ---- _store_completer.c ---- */
 

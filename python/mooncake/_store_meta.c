@@ -1,9 +1,8 @@
 /*
  * _store_meta.c - the Store's calls about objects rather than their bytes:
  * extended attributes (an object's metadata), rename, the master's counters,
- * and whether caller memory is registered. Each is one blocking library
- * call made with the GIL released and counted in flight, so that close()
- * waits for it.
+ * where a version's replicas are, and whether caller memory is registered. Each is one blocking
+ * library call made with the GIL released and counted in flight, so that close() waits for it.
  *
  * Unlike the table-driven operations these return the library's result as
  * it is (0, a length, or -errno): mooncake.store needs to tell ENODATA or
@@ -128,4 +127,57 @@ PyObject *mcpy_store_registered(PyObject *op, PyObject *args)
         if (!r->dead && p >= r->start && p - r->start <= r->len && n <= r->len - (p - r->start))
             Py_RETURN_TRUE;
     Py_RETURN_FALSE;
+}
+
+#define MAX_REPLICAS 16
+
+/* Opens key's current version, copies its stat and replicas, closes it.
+ * Without the GIL. Returns the replica count or -errno. */
+static int read_replicas(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st,
+                         mc_replica_t *out)
+{
+    mc_obj_t *ob = NULL;
+    int rc = mc_obj_open(s, key, klen, &ob);
+    if (rc < 0)
+        return rc;
+    *st = *mc_obj_stat(ob);
+    rc = mc_obj_replicas(ob, out, MAX_REPLICAS);
+    mc_obj_close(ob);
+    return rc < MAX_REPLICAS ? rc : MAX_REPLICAS;
+}
+
+/* replicas(key) -> (size, version, [(segment, addr, offset, bytes,
+ * extents)]) of key's current version, or -errno. It opens the version
+ * (which pins it, grants no read lease) and closes it again. */
+PyObject *mcpy_store_replicas(PyObject *op, PyObject *args)
+{
+    StoreObject *self = (StoreObject *)op;
+    const char *key;
+    Py_ssize_t klen;
+    if (!PyArg_ParseTuple(args, "y#:replicas", &key, &klen))
+        return NULL;
+    if (enter(self) < 0)
+        return CLOSED();
+    mc_replica_t reps[MAX_REPLICAS];
+    mc_stat_t st;
+    int n;
+    Py_BEGIN_ALLOW_THREADS;
+    n = read_replicas(self->s, key, (size_t)klen, &st, reps);
+    Py_END_ALLOW_THREADS;
+    mcpy_store_leave(self);
+    if (n < 0)
+        return PyLong_FromLong(n);
+    PyObject *list = PyList_New(n);
+    for (int i = 0; list && i < n; i++) {
+        PyObject *t = Py_BuildValue("(IsKKI)", reps[i].segment, reps[i].addr,
+                                    (unsigned long long)reps[i].offset,
+                                    (unsigned long long)reps[i].bytes, reps[i].extents);
+        if (!t)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, t);
+    }
+    return list ? Py_BuildValue("(KKN)", (unsigned long long)st.size,
+                                (unsigned long long)st.version, list)
+                : NULL;
 }

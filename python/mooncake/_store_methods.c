@@ -476,6 +476,7 @@ PyMethodDef mcpy_store_methods[] = {
     {"rename", mcpy_store_rename, METH_VARARGS, "rename(src, dst, flags) -> 0 or -errno"},
     {"master_stats", mcpy_store_master_stats, METH_NOARGS, "master_stats() -> dict or -errno"},
     {"registered", mcpy_store_registered, METH_VARARGS, "registered(ptr, size) -> bool"},
+    {"replicas", mcpy_store_replicas, METH_VARARGS, "replicas(key) -> (size, version, list) or -errno"},
     {NULL, NULL, 0, NULL},
 };
 // clang-format on

@@ -40,11 +40,16 @@ from ._errors import (  # noqa: F401  (re-exported constants)
     UNAVAILABLE_IN_CURRENT_STATUS,
     FILE_NOT_FOUND,
     PERSISTENT_FAIL,
+    TASK_NOT_FOUND,
+    TASK_PENDING_LIMIT_EXCEEDED,
 )
 
 from ._config import DEFAULT_SOFT_PIN_TTL_MS, ReplicateConfig, SoftPinAction  # noqa: F401
 from ._ops import _Early, _closed_list, _first_error, _op, _opts, _start  # noqa: F401
 from ._parallel import ParallelAxis, ReadTarget, TensorParallelism, ParallelMethods  # noqa: F401
+from ._replicas import (  # noqa: F401
+    BufferDescriptor, DiskDescriptor, MemoryDescriptor, QueryTaskResponse, ReplicaDescriptor,
+    ReplicaMethods, ReplicaStatus, TaskStatus, TaskType)
 from ._tensor_methods import TensorMethods
 
 try:
@@ -59,7 +64,9 @@ __all__ = [
     "INVALID_PARAMS", "OBJECT_NOT_FOUND", "OBJECT_ALREADY_EXISTS", "OBJECT_HAS_LEASE",
     "RPC_FAIL", "UNAVAILABLE_IN_CURRENT_STATUS", "UNAVAILABLE_IN_CURRENT_MODE", "STORE_CLOSED",
     "FILE_NOT_FOUND", "PERSISTENT_FAIL", "ParallelAxis", "TensorParallelism", "ReadTarget",
-    "METADATA_SIZE_XATTR",
+    "METADATA_SIZE_XATTR", "TASK_NOT_FOUND", "TASK_PENDING_LIMIT_EXCEEDED", "ReplicaStatus",
+    "ReplicaDescriptor", "MemoryDescriptor", "DiskDescriptor", "BufferDescriptor", "TaskType",
+    "TaskStatus", "QueryTaskResponse",
 ]
 
 log = logging.getLogger("mooncake")
@@ -82,6 +89,8 @@ class ErrorCode(enum.IntEnum):
     UNAVAILABLE_IN_CURRENT_MODE = UNAVAILABLE_IN_CURRENT_MODE
     FILE_NOT_FOUND = FILE_NOT_FOUND
     PERSISTENT_FAIL = PERSISTENT_FAIL
+    TASK_NOT_FOUND = TASK_NOT_FOUND
+    TASK_PENDING_LIMIT_EXCEEDED = TASK_PENDING_LIMIT_EXCEEDED
 
 
 def _put_args(key, value, config, upsert):
@@ -201,7 +210,7 @@ _SETUP_KEYS = {
 _EMBEDDED = ("", "embedded", None)
 
 
-class MooncakeDistributedStore(TensorMethods, ParallelMethods):
+class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods):
     """A Mooncake store client. Create it, then setup(); every method returns
     Mooncake's integer codes (0 success, negative errors) unless it returns
     data. On a store that is not set up or is closed every method returns
