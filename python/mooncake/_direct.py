@@ -50,9 +50,10 @@ class DirectBackend:
 
     def __init__(self, segment_size=0, lease_ms=0, master=None, evict_high_pct=0,
                  evict_ratio_pct=0, listen=None, timeout_ms=0, protocol=None,
-                 rdma_devices=None):
+                 rdma_devices=None, secret_file=None):
         self._s = _store.Store(segment_size, lease_ms, master, evict_high_pct, evict_ratio_pct,
-                               listen, timeout_ms, protocol, rdma_devices)
+                               listen, timeout_ms, protocol, rdma_devices,
+                               secret_file=secret_file)
         self._comps = {}  # event loop -> Completer
         self._lock = threading.Lock()
         # A process that exits (or drops the store) without close() still

@@ -204,7 +204,7 @@ _SETUP_KEYS = {
     "local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
     "protocol", "rdma_devices", "device_name", "master_server_addr", "master_server_address",
     "mount_point", "lease_ms", "default_kv_lease_ttl", "evict_high_pct", "evict_ratio_pct",
-    "engine", "timeout_ms", "listen",
+    "engine", "timeout_ms", "listen", "auth_secret_file",
 }
 
 _EMBEDDED = ("", "embedded", None)
@@ -267,10 +267,15 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods):
         if master in (None, ""):
             master = cfg.get("master_server_address")
         listen = cfg.get("listen")
-        for name, v in (("master_server_addr", master), ("listen", listen)):
+        secret = cfg.get("auth_secret_file") or None
+        for name, v in (("master_server_addr", master), ("listen", listen),
+                        ("auth_secret_file", secret)):
             if v is not None and not isinstance(v, str):
                 log.error("mooncake setup: %s=%r is not a str", name, v)
                 return INVALID_PARAMS
+        if secret is not None and not os.path.isfile(secret):
+            log.error("mooncake setup: auth_secret_file %s is no file", secret)
+            return INVALID_PARAMS
         protocol = cfg.get("protocol") or "tcp"
         if protocol not in ("tcp", "rdma", "auto"):
             log.error("mooncake setup: protocol=%r: use tcp, rdma or auto", protocol)
@@ -293,6 +298,7 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods):
                     evict_high_pct=nums["evict_high_pct"],
                     evict_ratio_pct=nums["evict_ratio_pct"],
                     listen=listen or None,
+                    secret_file=secret,
                     timeout_ms=nums["timeout_ms"],
                     protocol=protocol,
                     rdma_devices=rdma_devices or None)
@@ -318,6 +324,10 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods):
                 return INTERNAL_ERROR
             if kw.get("master") and e.errno == errno.ENOENT:
                 return RPC_FAIL  # the master's host name does not resolve
+            if kw.get("secret_file") and e.errno in (errno.EPERM, errno.EISDIR, errno.EINVAL):
+                return INVALID_PARAMS  # the secret file cannot be used (mode, content)
+            if e.errno == errno.EACCES:
+                return RPC_FAIL  # the master refused: another secret, or none
             if e.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL) and \
                     kw.get("listen"):
                 return INVALID_PARAMS  # the listen address cannot be bound
