@@ -50,6 +50,7 @@ from ._parallel import ParallelAxis, ReadTarget, TensorParallelism, ParallelMeth
 from ._replicas import (  # noqa: F401
     BufferDescriptor, DiskDescriptor, MemoryDescriptor, QueryTaskResponse, ReplicaDescriptor,
     ReplicaMethods, ReplicaStatus, TaskStatus, TaskType)
+from ._segments import SegmentMethods
 from ._tensor_methods import TensorMethods
 
 try:
@@ -210,7 +211,7 @@ _SETUP_KEYS = {
 _EMBEDDED = ("", "embedded", None)
 
 
-class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods):
+class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, SegmentMethods):
     """A Mooncake store client. Create it, then setup(); every method returns
     Mooncake's integer codes (0 success, negative errors) unless it returns
     data. On a store that is not set up or is closed every method returns
@@ -291,7 +292,7 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods):
             if mount:
                 backend = self._open_mount(mount)
             else:
-                backend = self._open_direct(
+                self._direct_kw = kw = dict(
                     segment_size=sizes["global_segment_size"],
                     lease_ms=nums["lease_ms"] or nums["default_kv_lease_ttl"],
                     master=None if master in _EMBEDDED else str(master),
@@ -302,6 +303,7 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods):
                     timeout_ms=nums["timeout_ms"],
                     protocol=protocol,
                     rdma_devices=rdma_devices or None)
+                backend = self._open_direct(**kw)
             if isinstance(backend, int):
                 return backend
             self._b = backend
@@ -355,6 +357,7 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods):
     def close(self):
         """Waits for operations in flight and closes the store; 0, also when
         already closed."""
+        self._close_extra_segments()
         with self._lock:
             b, self._b = self._b, None
         if b is not None:
