@@ -5,7 +5,7 @@ class (which makes its native async_<name> from the same parts)."""
 import functools
 
 from ._config import ReplicateConfig
-from ._errors import INVALID_PARAMS, STORE_CLOSED
+from ._errors import STORE_CLOSED
 
 
 class _Early:
@@ -23,7 +23,7 @@ def _opts(config):
     if not isinstance(config, ReplicateConfig):
         raise TypeError(f"config must be a ReplicateConfig, not {type(config).__name__}")
     o = config._opts()
-    return _Early(INVALID_PARAMS) if o is None else o
+    return _Early(o) if isinstance(o, int) else o
 
 
 def _closed_list(args):

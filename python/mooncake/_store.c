@@ -93,7 +93,10 @@ static void store_close(StoreObject *self)
         return;
     self->closing = 1;
     mc_store_t *s = self->s;
+    mc_metrics_server_t *metrics = self->metrics;
+    self->metrics = NULL;
     Py_BEGIN_ALLOW_THREADS;
+    mc_metrics_stop(metrics); /* before the store its scrapes read */
     store_wait_idle(self);
     mc_store_close(s);
     Py_END_ALLOW_THREADS;

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "mooncake/metrics.h"
 #include "mooncake/mooncake.h"
 
 /* ---- Mooncake ErrorCode values ---- */
@@ -85,6 +86,7 @@ typedef struct StoreObject {
     pthread_mutex_t mu;   /* with cv: close() waits for inflight == 0 */
     pthread_cond_t cv;
     region_t *regions; /* live registered buffers; guarded by the GIL */
+    mc_metrics_server_t *metrics; /* serve_metrics()'s server, or NULL; GIL */
 } StoreObject;
 
 struct CompleterObject {
@@ -278,6 +280,7 @@ PyObject *mcpy_store_rename(PyObject *self, PyObject *args);
 PyObject *mcpy_store_master_stats(PyObject *self, PyObject *unused);
 PyObject *mcpy_store_registered(PyObject *self, PyObject *args);
 PyObject *mcpy_store_replicas(PyObject *self, PyObject *args);
+PyObject *mcpy_store_serve_metrics(PyObject *self, PyObject *args);
 
 /* ---- _store_completer.c ---- */
 

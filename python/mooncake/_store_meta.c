@@ -1,8 +1,9 @@
 /*
  * _store_meta.c - the Store's calls about objects rather than their bytes:
  * extended attributes (an object's metadata), rename, the master's counters,
- * where a version's replicas are, and whether caller memory is registered. Each is one blocking
- * library call made with the GIL released and counted in flight, so that close() waits for it.
+ * where a version's replicas are, whether caller memory is registered, and
+ * the metrics server. Each is one blocking library call made with the GIL
+ * released and counted in flight, so that close() waits for it.
  *
  * Unlike the table-driven operations these return the library's result as
  * it is (0, a length, or -errno): mooncake.store needs to tell ENODATA or
@@ -180,4 +181,34 @@ PyObject *mcpy_store_replicas(PyObject *op, PyObject *args)
     return list ? Py_BuildValue("(KKN)", (unsigned long long)st.size,
                                 (unsigned long long)st.version, list)
                 : NULL;
+}
+
+static int collect(void *arg, mc_metrics_t *m)
+{
+    return mc_metrics_store(m, arg);
+}
+
+/* serve_metrics(addr) -> the TCP port, or -errno: serves the store's
+ * Prometheus metrics (/metrics) and /health over HTTP on addr ("PORT",
+ * "HOST:PORT") until the store closes. -EEXIST when it already serves. */
+PyObject *mcpy_store_serve_metrics(PyObject *op, PyObject *args)
+{
+    StoreObject *self = (StoreObject *)op;
+    const char *addr;
+    if (!PyArg_ParseTuple(args, "s:serve_metrics", &addr))
+        return NULL;
+    if (self->metrics)
+        return PyLong_FromLong(-EEXIST);
+    if (enter(self) < 0)
+        return CLOSED();
+    mc_metrics_server_t *srv = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = mc_metrics_serve(&srv, addr, mc_store_loop(self->s), collect, self->s);
+    Py_END_ALLOW_THREADS;
+    mcpy_store_leave(self);
+    if (rc < 0)
+        return PyLong_FromLong(rc);
+    self->metrics = srv;
+    return PyLong_FromLong(mc_metrics_server_port(srv));
 }

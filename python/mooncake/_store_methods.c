@@ -477,6 +477,7 @@ PyMethodDef mcpy_store_methods[] = {
     {"master_stats", mcpy_store_master_stats, METH_NOARGS, "master_stats() -> dict or -errno"},
     {"registered", mcpy_store_registered, METH_VARARGS, "registered(ptr, size) -> bool"},
     {"replicas", mcpy_store_replicas, METH_VARARGS, "replicas(key) -> (size, version, list) or -errno"},
+    {"serve_metrics", mcpy_store_serve_metrics, METH_VARARGS, "serve_metrics(addr) -> port or -errno"},
     {NULL, NULL, 0, NULL},
 };
 // clang-format on

@@ -46,7 +46,7 @@ def _tensor_writes(groups, config, upsert):
     extra last argument tells _tensor_writes_post how to shape the codes."""
     o = _opts(config)
     if type(o) is _Early:
-        return _Early([INVALID_PARAMS] * len(groups))
+        return _Early([o.value] * len(groups))
     keys, values, where = [], [], []
     for g, items in enumerate(groups):
         for k, v in items:

@@ -44,7 +44,8 @@ from ._errors import (  # noqa: F401  (re-exported constants)
     TASK_PENDING_LIMIT_EXCEEDED,
 )
 
-from ._config import DEFAULT_SOFT_PIN_TTL_MS, ReplicateConfig, SoftPinAction  # noqa: F401
+from ._config import (  # noqa: F401
+    DEFAULT_SOFT_PIN_TTL_MS, ObjectDataType, ReplicateConfig, SoftPinAction)
 from ._ops import _Early, _closed_list, _first_error, _op, _opts, _start  # noqa: F401
 from ._parallel import ParallelAxis, ReadTarget, TensorParallelism, ParallelMethods  # noqa: F401
 from ._replicas import (  # noqa: F401
@@ -60,7 +61,7 @@ except ImportError as e:  # the mount backend works without the extension
     _STORE_IMPORT_ERROR = e
 
 __all__ = [
-    "MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ErrorCode",
+    "MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ErrorCode", "ObjectDataType",
     "OK", "INTERNAL_ERROR", "BUFFER_OVERFLOW", "NO_AVAILABLE_HANDLE", "INVALID_KEY",
     "INVALID_PARAMS", "OBJECT_NOT_FOUND", "OBJECT_ALREADY_EXISTS", "OBJECT_HAS_LEASE",
     "RPC_FAIL", "UNAVAILABLE_IN_CURRENT_STATUS", "UNAVAILABLE_IN_CURRENT_MODE", "STORE_CLOSED",
@@ -116,7 +117,7 @@ def _from_args(key, ptr, size, config, upsert):
 def _batch_from_args(keys, ptrs, sizes, config, upsert):
     o = _opts(config)
     if type(o) is _Early:
-        return _Early([INVALID_PARAMS] * len(keys))
+        return _Early([o.value] * len(keys))
     return (keys, ptrs, sizes, o, upsert)
 
 
@@ -206,7 +207,51 @@ _SETUP_KEYS = {
     "protocol", "rdma_devices", "device_name", "master_server_addr", "master_server_address",
     "mount_point", "lease_ms", "default_kv_lease_ttl", "evict_high_pct", "evict_ratio_pct",
     "engine", "timeout_ms", "listen", "auth_secret_file",
+    # Mooncake's further options (_mooncake_options() says what each does here)
+    "enable_ssd_offload", "ssd_offload_path", "tenant_id", "enable_client_http_server",
+    "client_http_port", "ipc_socket_path", "enable_egm_store_pool", "egm_numa_nodes",
 }
+
+
+def _flag(v):
+    """A boolean option as Mooncake takes it (a bool, or in the dict form a
+    string such as "true" or "0"); None when it is neither."""
+    if v is None or isinstance(v, bool):
+        return bool(v)
+    if isinstance(v, int):
+        return v != 0
+    if isinstance(v, str) and v.strip().lower() in ("true", "1", "yes", "on"):
+        return True
+    if isinstance(v, str) and v.strip().lower() in ("false", "0", "no", "off", ""):
+        return False
+    return None
+
+
+def _mooncake_options(cfg, embedded):
+    """Checks Mooncake's options that this store has no tier or service
+    for, or serves its own way. Returns a code, or (HTTP port to serve the
+    metrics on or None, Unix socket path to serve the protocol on or
+    None)."""
+    ssd, egm, http = (_flag(cfg.get(k)) for k in (
+        "enable_ssd_offload", "enable_egm_store_pool", "enable_client_http_server"))
+    tenant = cfg.get("tenant_id")
+    ipc = cfg.get("ipc_socket_path") or None
+    port = cfg.get("client_http_port") or 0
+    if isinstance(port, str) and port.strip().isdigit():
+        port = int(port)
+    if None in (ssd, egm, http) or type(port) is not int or not 0 <= port < 65536 or \
+            any(v is not None and not isinstance(v, str) for v in (
+                tenant, ipc, cfg.get("ssd_offload_path"), cfg.get("egm_numa_nodes"))):
+        log.error("mooncake setup: a Mooncake option has the wrong type")
+        return INVALID_PARAMS
+    if ssd or egm or tenant not in (None, "", "default") or (ipc and not embedded):
+        log.error("mooncake setup: SSD offload, EGM pools, tenants other than 'default' and "
+                  "an ipc_socket_path beyond an embedded store are not available here")
+        return UNAVAILABLE_IN_CURRENT_MODE
+    if ipc and cfg.get("listen"):
+        log.error("mooncake setup: ipc_socket_path and listen both say where to serve")
+        return INVALID_PARAMS
+    return (port if http else None), ipc
 
 _EMBEDDED = ("", "embedded", None)
 
@@ -227,7 +272,8 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, S
 
     def setup(self, local_hostname=None, metadata_server="", global_segment_size=None,
               local_buffer_size=None, protocol="tcp", rdma_devices="", master_server_addr="",
-              engine=None, **options):
+              engine=None, enable_ssd_offload=False, ssd_offload_path="", tenant_id="default",
+              **options):
         """setup(local_hostname, metadata_server, global_segment_size,
         local_buffer_size, protocol, rdma_devices, master_server_addr) or
         setup(config: dict). Returns 0, or a negative code:
@@ -242,7 +288,8 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, S
                        global_segment_size=global_segment_size,
                        local_buffer_size=local_buffer_size, protocol=protocol,
                        rdma_devices=rdma_devices, master_server_addr=master_server_addr,
-                       engine=engine, **options)
+                       engine=engine, enable_ssd_offload=enable_ssd_offload,
+                       ssd_offload_path=ssd_offload_path, tenant_id=tenant_id, **options)
         unknown = set(cfg) - _SETUP_KEYS
         if unknown:
             log.error("mooncake setup: unknown option(s) %s", ", ".join(sorted(unknown)))
@@ -286,6 +333,15 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, S
             log.error("mooncake setup: rdma_devices=%r is not a str", rdma_devices)
             return INVALID_PARAMS
         mount = cfg.get("mount_point")
+        extra = _mooncake_options(cfg, not mount and master in _EMBEDDED)
+        if isinstance(extra, int):
+            return extra
+        http_port, ipc = extra
+        if ipc:
+            listen = "unix:" + ipc
+        if mount and http_port is not None:
+            log.error("mooncake setup: the mount backend serves no HTTP")
+            return UNAVAILABLE_IN_CURRENT_MODE
         with self._lock:
             if self._b is not None:
                 return UNAVAILABLE_IN_CURRENT_STATUS
@@ -304,6 +360,8 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, S
                     protocol=protocol,
                     rdma_devices=rdma_devices or None)
                 backend = self._open_direct(**kw)
+                if http_port is not None and not isinstance(backend, int):
+                    backend = self._serve_http(backend, http_port)
             if isinstance(backend, int):
                 return backend
             self._b = backend
@@ -337,6 +395,24 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, S
         except (OverflowError, ValueError) as e:
             log.error("mooncake setup: %s", e)
             return INVALID_PARAMS
+
+    def _serve_http(self, backend, port):
+        """Serves the store's metrics and /health on 127.0.0.1:port (0: any
+        free port; client_http_port tells which); backend, or
+        INVALID_PARAMS (closed) when the port cannot be bound."""
+        got = backend._s.serve_metrics(f"127.0.0.1:{port}")
+        if got < 0:
+            log.error("mooncake setup: client HTTP server on port %d: %s", port,
+                      os.strerror(-got))
+            backend.close()
+            return INVALID_PARAMS
+        self._http_port = got
+        return backend
+
+    @property
+    def client_http_port(self):
+        """The port of the HTTP server (enable_client_http_server), or 0."""
+        return getattr(self, "_http_port", 0) if self._b is not None else 0
 
     @staticmethod
     def _open_mount(path):
