@@ -182,6 +182,20 @@ def mount_store(request, procs):
 
 
 @pytest.fixture
+def blank_store(request):
+    """blank_store(): a MooncakeDistributedStore not set up yet, closed at
+    the end of the test."""
+    from mooncake.store import MooncakeDistributedStore
+
+    def make():
+        s = MooncakeDistributedStore()
+        request.addfinalizer(s.close)
+        return s
+
+    return make
+
+
+@pytest.fixture
 def make_store(request, procs):
     """make_store(mode, cluster=None, **setup_options) for tests that need
     options."""

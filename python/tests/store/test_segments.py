@@ -18,17 +18,11 @@ from mooncake.store import (
 )
 
 
-def new_store(request):
-    s = MooncakeDistributedStore()
-    request.addfinalizer(s.close)
-    return s
-
-
-def test_setup_dummy_attaches_to_a_local_store(request, tmp_path):
-    full = new_store(request)
+def test_setup_dummy_attaches_to_a_local_store(blank_store, tmp_path):
+    full = blank_store()
     sock = f"unix:{tmp_path}/full.sock"
     assert full.setup({"global_segment_size": SEGMENT, "listen": sock}) == 0
-    dummy = new_store(request)
+    dummy = blank_store()
     assert dummy.setup_dummy(256 << 20, "64MB", sock) == 0
     assert dummy.put("d/k", b"from the dummy") == 0
     assert full.get("d/k") == b"from the dummy"
@@ -37,17 +31,17 @@ def test_setup_dummy_attaches_to_a_local_store(request, tmp_path):
     assert dummy.setup_dummy(1, 1, sock) == -1010  # already set up
 
 
-def test_setup_dummy_attaches_to_a_mount(request, make_daemon):
+def test_setup_dummy_attaches_to_a_mount(blank_store, make_daemon):
     d = make_daemon("--cache-timeout", "0", serve=True)
-    dummy = new_store(request)
+    dummy = blank_store()
     assert dummy.setup_dummy(0, 0, d.served_addr()) == 0
     assert dummy.put("seen-as-a-file", b"x" * 100) == 0
     with open(f"{d.path}/seen-as-a-file", "rb") as f:
         assert f.read() == b"x" * 100
 
 
-def test_setup_dummy_errors(request):
-    s = new_store(request)
+def test_setup_dummy_errors(blank_store):
+    s = blank_store()
     assert s.setup_dummy(1 << 20, 1 << 20, "") == INVALID_PARAMS
     assert s.setup_dummy("50%", 1 << 20, "unix:/nowhere") == INVALID_PARAMS
     assert s.setup_dummy(1 << 20, "lots", "unix:/nowhere") == INVALID_PARAMS

@@ -11,29 +11,22 @@ import pytest
 from mooncake.store import (
     INVALID_PARAMS,
     UNAVAILABLE_IN_CURRENT_MODE,
-    MooncakeDistributedStore,
     ObjectDataType,
     ReplicateConfig,
     SoftPinAction,
 )
 
 
-def new(request):
-    s = MooncakeDistributedStore()
-    request.addfinalizer(s.close)
-    return s
-
-
-def test_mooncakes_positional_and_keyword_forms(request):
-    s = new(request)
+def test_mooncakes_positional_and_keyword_forms(blank_store):
+    s = blank_store()
     assert s.setup("localhost", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", "", None,
                    False, "", "default") == 0
-    s = new(request)
+    s = blank_store()
     assert s.setup(local_hostname="h", metadata_server="", global_segment_size="16MB",
                    local_buffer_size="0", protocol="tcp", rdma_devices="",
                    master_server_addr="", engine=None, enable_ssd_offload=False,
                    ssd_offload_path="/unused", tenant_id="default") == 0
-    s = new(request)
+    s = blank_store()
     assert s.setup({"global_segment_size": str(16 << 20), "local_buffer_size": "0",
                     "enable_ssd_offload": "false", "enable_egm_store_pool": "false",
                     "egm_numa_nodes": "auto", "tenant_id": ""}) == 0
@@ -50,14 +43,14 @@ def test_mooncakes_positional_and_keyword_forms(request):
     ({"ipc_socket_path": "/tmp/x.sock", "master_server_addr": "127.0.0.1:1"},
      UNAVAILABLE_IN_CURRENT_MODE),
 ])
-def test_options_without_a_tier_here(request, opts, code):
-    s = new(request)
+def test_options_without_a_tier_here(blank_store, opts, code):
+    s = blank_store()
     assert s.setup({"global_segment_size": 16 << 20, **opts}) == code
     assert s.health_check() == 1
 
 
-def test_client_http_server_serves_metrics_and_health(request):
-    s = new(request)
+def test_client_http_server_serves_metrics_and_health(blank_store):
+    s = blank_store()
     assert s.setup({"global_segment_size": 16 << 20, "enable_client_http_server": "true",
                     "client_http_port": "0"}) == 0
     port = s.client_http_port
@@ -68,19 +61,19 @@ def test_client_http_server_serves_metrics_and_health(request):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         assert b"# TYPE" in r.read()
     # a second store cannot take the same port
-    t = new(request)
+    t = blank_store()
     assert t.setup({"global_segment_size": 16 << 20, "enable_client_http_server": True,
                     "client_http_port": port}) == INVALID_PARAMS
     s.close()
     assert s.client_http_port == 0
 
 
-def test_ipc_socket_path_serves_an_embedded_store(request, tmp_path):
-    s = new(request)
+def test_ipc_socket_path_serves_an_embedded_store(blank_store, tmp_path):
+    s = blank_store()
     path = str(tmp_path / "ipc.sock")
     assert s.setup({"global_segment_size": 16 << 20, "ipc_socket_path": path}) == 0
     assert os.path.exists(path)
-    d = new(request)
+    d = blank_store()
     assert d.setup_dummy(0, 0, "unix:" + path) == 0
     assert d.put("via-ipc", b"x") == 0 and s.get("via-ipc") == b"x"
 
