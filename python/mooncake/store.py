@@ -51,6 +51,7 @@ from ._parallel import ParallelAxis, ReadTarget, TensorParallelism, ParallelMeth
 from ._replicas import (  # noqa: F401
     BufferDescriptor, DiskDescriptor, MemoryDescriptor, QueryTaskResponse, ReplicaDescriptor,
     ReplicaMethods, ReplicaStatus, TaskStatus, TaskType)
+from ._buffers import BufferMethods
 from ._segments import SegmentMethods
 from ._tensor_methods import TensorMethods
 
@@ -256,7 +257,8 @@ def _mooncake_options(cfg, embedded):
 _EMBEDDED = ("", "embedded", None)
 
 
-class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, SegmentMethods):
+class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, SegmentMethods,
+                               BufferMethods):
     """A Mooncake store client. Create it, then setup(); every method returns
     Mooncake's integer codes (0 success, negative errors) unless it returns
     data. On a store that is not set up or is closed every method returns
