@@ -52,6 +52,7 @@ from ._replicas import (  # noqa: F401
     BufferDescriptor, DiskDescriptor, MemoryDescriptor, QueryTaskResponse, ReplicaDescriptor,
     ReplicaMethods, ReplicaStatus, TaskStatus, TaskType)
 from ._buffers import BufferMethods
+from ._memory import MemPoolMethods, MooncakeHostMemAllocator, bind_to_numa_node  # noqa: F401
 from ._segments import SegmentMethods
 from ._tensor_methods import TensorMethods
 
@@ -69,7 +70,8 @@ __all__ = [
     "FILE_NOT_FOUND", "PERSISTENT_FAIL", "ParallelAxis", "TensorParallelism", "ReadTarget",
     "METADATA_SIZE_XATTR", "TASK_NOT_FOUND", "TASK_PENDING_LIMIT_EXCEEDED", "ReplicaStatus",
     "ReplicaDescriptor", "MemoryDescriptor", "DiskDescriptor", "BufferDescriptor", "TaskType",
-    "TaskStatus", "QueryTaskResponse",
+    "TaskStatus", "QueryTaskResponse", "MooncakeHostMemAllocator",
+    "bind_to_numa_node",
 ]
 
 log = logging.getLogger("mooncake")
@@ -258,7 +260,7 @@ _EMBEDDED = ("", "embedded", None)
 
 
 class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, SegmentMethods,
-                               BufferMethods):
+                               BufferMethods, MemPoolMethods):
     """A Mooncake store client. Create it, then setup(); every method returns
     Mooncake's integer codes (0 success, negative errors) unless it returns
     data. On a store that is not set up or is closed every method returns
@@ -440,6 +442,7 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, S
             b, self._b = self._b, None
         if b is not None:
             b.close()
+        self._free_pool()  # the operations that used it are done
         return 0
 
     def health_check(self):
