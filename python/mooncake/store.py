@@ -54,6 +54,7 @@ from ._replicas import (  # noqa: F401
 from ._buffers import BufferMethods
 from ._memory import MemPoolMethods, MooncakeHostMemAllocator, bind_to_numa_node  # noqa: F401
 from ._segments import SegmentMethods
+from ._sessions import SessionMethods
 from ._tensor_methods import TensorMethods
 
 try:
@@ -260,7 +261,7 @@ _EMBEDDED = ("", "embedded", None)
 
 
 class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, SegmentMethods,
-                               BufferMethods, MemPoolMethods):
+                               BufferMethods, MemPoolMethods, SessionMethods):
     """A Mooncake store client. Create it, then setup(); every method returns
     Mooncake's integer codes (0 success, negative errors) unless it returns
     data. On a store that is not set up or is closed every method returns
@@ -443,6 +444,9 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, S
         if b is not None:
             b.close()
         self._free_pool()  # the operations that used it are done
+        with self._lock:
+            self.__dict__.pop("_put_sessions", None)  # open sessions end with the store
+            self.__dict__.pop("_get_sessions", None)
         return 0
 
     def health_check(self):

@@ -46,6 +46,15 @@ def addr(buf):
     return ctypes.addressof(ctypes.c_char.from_buffer(buf))
 
 
+def registered(store, n):
+    """n bytes of ctypes memory registered with store: (the array, its
+    address). The caller keeps the array alive while the store uses it."""
+    buf = (ctypes.c_char * n)()
+    a = ctypes.addressof(buf)
+    assert store.register_buffer(a, n) == 0
+    return buf, a
+
+
 def python_env():
     """The environment of a child Python process that imports this tree's
     mooncake package."""

@@ -6,6 +6,8 @@ import asyncio
 import ctypes
 import os
 
+from conftest import registered
+
 from mooncake.store import (
     BUFFER_OVERFLOW,
     INVALID_PARAMS,
@@ -17,16 +19,9 @@ from mooncake.store import (
 )
 
 
-def region(store, n):
-    """n registered bytes: (ctypes array, its address)."""
-    buf = (ctypes.c_char * n)()
-    a = ctypes.addressof(buf)
-    assert store.register_buffer(a, n) == 0
-    return buf, a
-
 
 def test_gather_put_and_scatter_get(store):
-    src, s = region(store, 3 * 4096)
+    src, s = registered(store, 3 * 4096)
     data = os.urandom(3 * 4096)
     ctypes.memmove(s, data, len(data))
     # key 0: pieces 2 then 0; key 1: piece 1 split in two
@@ -36,7 +31,7 @@ def test_gather_put_and_scatter_get(store):
     assert store.batch_put_from_multi_buffers(keys, ptrs, sizes) == [0, 0]
     assert store.get("mb/0") == data[8192:] + data[:4096]
     assert store.get("mb/1") == data[4096:8192]
-    dst, d = region(store, 4 * 4096)
+    dst, d = registered(store, 4 * 4096)
     got = store.batch_get_into_multi_buffers(keys, [[d, d + 5000], [d + 10000, d + 13000]],
                                              [[5000, 5000], [3000, 2000]])
     assert got == [8192, 4096]
@@ -49,7 +44,7 @@ def test_gather_put_and_scatter_get(store):
 
 
 def test_errors(store):
-    src, s = region(store, 1024)
+    src, s = registered(store, 1024)
     plain = (ctypes.c_char * 64)()
     p = ctypes.addressof(plain)
     assert store.batch_put_from_multi_buffers(["e/0", "e/1"], [[s], [p]], [[10], [10]]) == \
@@ -65,7 +60,7 @@ def test_errors(store):
 
 
 def test_async_forms(store):
-    src, s = region(store, 64)
+    src, s = registered(store, 64)
     ctypes.memmove(s, b"abcdefgh", 8)
 
     async def main():
