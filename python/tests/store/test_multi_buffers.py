@@ -7,7 +7,6 @@ import ctypes
 import os
 
 from conftest import registered
-
 from mooncake.store import (
     BUFFER_OVERFLOW,
     INVALID_PARAMS,

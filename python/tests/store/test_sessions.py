@@ -6,7 +6,6 @@ import ctypes
 import os
 
 from conftest import registered
-
 from mooncake.store import (
     INVALID_PARAMS,
     OBJECT_ALREADY_EXISTS,
