@@ -1,6 +1,6 @@
 """Segments and the dummy client (a mixin of MooncakeDistributedStore):
-setup_dummy(), allocate_and_mount_segment(), unmount_and_free_segment(),
-mount_segment(), unmount_segment().
+setup_dummy(), init_all(), allocate_and_mount_segment(),
+unmount_and_free_segment(), mount_segment(), unmount_segment().
 
 A libmooncake store contributes at most one segment (global_segment_size
 at setup). allocate_and_mount_segment() contributes more memory from this
@@ -42,6 +42,21 @@ class SegmentMethods:
             return INVALID_PARAMS
         return self.setup({"master_server_addr": server_address, "global_segment_size": 0,
                            "local_buffer_size": local_buffer_size})
+
+    def init_all(self, protocol, device_name, mount_segment_size=16 << 20):
+        """Mooncake's shorthand: setup("localhost:12345", "127.0.0.1:2379",
+        mount_segment_size, 1 GiB, protocol, device_name,
+        "127.0.0.1:50051"), i.e. a node contributing mount_segment_size
+        bytes to the master on 127.0.0.1:50051. setup()'s codes, and
+        INVALID_PARAMS when already set up (as Mooncake)."""
+        if self._b is not None:
+            return INVALID_PARAMS
+        return self.setup({"local_hostname": "localhost:12345",
+                           "metadata_server": "127.0.0.1:2379",
+                           "global_segment_size": mount_segment_size,
+                           "local_buffer_size": 1 << 30, "protocol": protocol,
+                           "rdma_devices": device_name,
+                           "master_server_addr": "127.0.0.1:50051"})
 
     def allocate_and_mount_segment(self, size, protocol="tcp", location=""):
         """Contributes size more bytes of this process's memory to the

@@ -113,3 +113,14 @@ def test_on_a_closed_store(call):
         assert s.mount_segment("/x", 1)["ret"] == STORE_CLOSED
     else:
         assert s.unmount_and_free_segment([]) == 0
+
+
+def test_init_all_errors(blank_store, direct_store):
+    """init_all() joins the master on 127.0.0.1:50051 as a node; only its
+    errors are tested (a master on that fixed port may belong to someone
+    else on this machine)."""
+    assert direct_store.init_all("tcp", "") == INVALID_PARAMS  # already set up
+    s = blank_store()
+    assert s.init_all("carrier-pigeon", "") == INVALID_PARAMS
+    assert s.init_all("tcp", "", "lots") == INVALID_PARAMS
+    assert s.health_check() == 1
