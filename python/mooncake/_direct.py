@@ -141,6 +141,22 @@ class DirectBackend:
         r = self._s.replicas(k)
         return _store.to_code(r) if isinstance(r, int) else r
 
+    def pin(self, key):
+        """Pins key's current version: (pin, size), or a code."""
+        k = key_bytes(key)
+        if k is None or not k or len(k) > _store.KEY_MAX or b"\0" in k:
+            return _store.INVALID_KEY
+        r = self._s.pin(k)
+        return _store.to_code(r) if isinstance(r, int) else r
+
+    def pin_read(self, pin, off, ptr, size):
+        """Reads size bytes at off of a pinned version into registered
+        memory at ptr: the bytes read, or a code."""
+        return _store.to_code(self._s.pin_read(pin, off, ptr, size))
+
+    def unpin(self, pin):
+        self._s.unpin(pin)
+
     def keys(self, prefix=b"", markers=False):
         """Every key (bytes) starting with prefix (bytes) in byte order, or a
         negative code. Directory markers ("dir/", made by a mount's mkdir)

@@ -358,6 +358,42 @@ class MountBackend:
         """put_parts() that publishes the file with extended attributes."""
         return self._write(key, list(parts), upsert, xattrs)
 
+    def pin(self, key):
+        """Pins key's current version: an open file of the mount keeps the
+        version it opened. (fd, size), or a code."""
+        try:
+            fd = os.open(self._path(key), _RDONLY)
+        except _BadKey:
+            return E.INVALID_KEY
+        except OSError as e:
+            return _not_an_object(e)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return E.OBJECT_NOT_FOUND
+        with self._lock:
+            self._pins = getattr(self, "_pins", set()) | {fd}
+        return fd, st.st_size
+
+    def pin_read(self, fd, off, ptr, size):
+        try:
+            mv = self._memory(ptr, size, True)
+            if off + size > os.fstat(fd).st_size:
+                return E.INVALID_PARAMS
+            return os.preadv(fd, [mv], off) if size else 0
+        except _BadMemory:
+            return E.INVALID_PARAMS
+        except OSError as e:
+            return E.from_oserror(e)
+
+    def unpin(self, fd):
+        with self._lock:
+            pins = getattr(self, "_pins", set())
+            if fd not in pins:
+                return
+            pins.discard(fd)
+        os.close(fd)
+
     def replicas(self, key):
         """Placement is not visible through the mount."""
         return E.UNAVAILABLE_IN_CURRENT_MODE
@@ -441,6 +477,9 @@ class MountBackend:
     def close(self):
         with self._lock:
             self._regions.clear()
+            pins, self._pins = getattr(self, "_pins", set()), set()
+        for fd in pins:
+            os.close(fd)
         return 0
 
 

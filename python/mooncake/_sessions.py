@@ -11,11 +11,11 @@ it; here the pieces are staged in this process (a buffer of object_size
 bytes per open session) and the object is stored at end, so a full store
 shows at end (NO_AVAILABLE_HANDLE), not at start.
 
-Get: batch_get_session_start(keys) checks each object and remembers its size;
-batch_get_into_multi_buffer_ranges() reads byte ranges into registered
-memory (the ranged reads of get_into_ranges); batch_get_session_end() ends
-the sessions. The version is not pinned between calls: an object replaced
-meanwhile is read from its new version.
+Get: batch_get_session_start(keys) pins each key's current version (a
+libmooncake handle; on the mount, an open file), which stays readable
+however the key changes until batch_get_session_end();
+batch_get_into_multi_buffer_ranges() reads byte ranges of it into
+registered memory.
 """
 
 from ._errors import INVALID_PARAMS, OBJECT_ALREADY_EXISTS, OBJECT_NOT_FOUND, STORE_CLOSED
@@ -124,18 +124,22 @@ class SessionMethods:
     # ---- get sessions ----
 
     def batch_get_session_start(self, keys):
-        """Opens a read session per key: 0, or the object's code
-        (OBJECT_NOT_FOUND)."""
+        """Opens a read session per key, pinning its current version (a
+        session already open for the key starts again). 0, or the
+        object's code (OBJECT_NOT_FOUND)."""
         b = self._b
         if b is None:
             return [STORE_CLOSED] * len(keys)
         t = self._table("_get_sessions")
         out = []
         for k in keys:
-            n = b.size(k)
-            if n >= 0:
-                t[k] = n
-            out.append(0 if n >= 0 else n)
+            old = t.pop(k, None)
+            if old is not None:
+                b.unpin(old)
+            r = b.pin(k)
+            if isinstance(r, tuple):
+                t[k] = r[0]
+            out.append(r if isinstance(r, int) else 0)
         return out
 
     def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes,
@@ -150,29 +154,29 @@ class SessionMethods:
         if not _ranges_ok(keys, all_buffer_ptrs, all_sizes, all_src_offsets):
             return [INVALID_PARAMS] * len(keys)
         t = self._table("_get_sessions")
-        rk, ra, rs, rz, owner, out = [], [], [], [], [], []
-        for i, (k, ptrs, sizes, offs) in enumerate(zip(keys, all_buffer_ptrs, all_sizes,
-                                                        all_src_offsets)):
-            out.append(0 if k in t else OBJECT_NOT_FOUND)
-            if k not in t:
-                continue
+        out = []
+        for k, ptrs, sizes, offs in zip(keys, all_buffer_ptrs, all_sizes, all_src_offsets):
+            pin = t.get(k)
+            total = 0 if pin is not None else OBJECT_NOT_FOUND
             for p, n, off in zip(ptrs, sizes, offs):
-                ok = all(type(v) is int and v >= 0 for v in (p, n, off))
-                rk.append(k)
-                ra.append(p if ok else 0)  # 0 is never registered: INVALID_PARAMS
-                rs.append(off if ok else 0)
-                rz.append(n if ok else 0)
-                owner.append(i)
-        if rk:
-            for i, r in zip(owner, b.read_ranges(rk, ra, rs, rz)):
-                if out[i] >= 0:
-                    out[i] = r if r < 0 else out[i] + r
+                if total < 0:
+                    break
+                if not all(type(v) is int and v >= 0 for v in (p, n, off)):
+                    total = INVALID_PARAMS
+                    break
+                r = b.pin_read(pin, off, p, n)
+                total = r if r < 0 else total + r
+            out.append(total)
         return out
 
     def batch_get_session_end(self, keys):
-        """Ends the read sessions of keys; 0 (also for keys without one)."""
+        """Ends the read sessions of keys (their versions are unpinned); 0,
+        also for keys without one."""
+        b = self._b
         t = self._table("_get_sessions")
         for k in keys:
-            t.pop(k, None)
+            pin = t.pop(k, None)
+            if pin is not None and b is not None:
+                b.unpin(pin)
         return 0
 

@@ -102,6 +102,7 @@ static void store_close(StoreObject *self)
     Py_END_ALLOW_THREADS;
     self->s = NULL;
     mcpy_store_drop_regions(self);
+    mcpy_store_drop_pins(self);
 }
 
 /* wait_idle(): waits until no operation is in flight on the C side (results

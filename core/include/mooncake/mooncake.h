@@ -505,6 +505,8 @@ MC_EXPORT const mc_stat_t *mc_obj_stat(const mc_obj_t *o);
 /* Reads up to len bytes at off. Result: bytes read (short at the end). */
 MC_EXPORT int mc_obj_read_async(mc_obj_t *o, uint64_t off, void *buf, size_t len, mc_done_cb cb,
                                 void *arg);
+/* The same, waited for. */
+MC_EXPORT int mc_obj_read(mc_obj_t *o, uint64_t off, void *buf, size_t len);
 /*
  * Reads in place: when bytes [off, off + len) of the version (clipped to its
  * size) start in memory this process addresses - its own segment, or a

@@ -88,3 +88,19 @@ def test_sessions_on_a_closed_store():
     assert s.batch_put_session_start(["k"], [1]) == [STORE_CLOSED]
     assert s.batch_get_session_start(["k"]) == [STORE_CLOSED]
     assert s.batch_put_session_end(["k"]) == [STORE_CLOSED]
+
+
+def test_get_session_pins_the_version(store):
+    assert store.put("gv", b"old" * 100) == 0
+    dst, d = registered(store, 300)
+    assert store.batch_get_session_start(["gv"]) == [0]
+    assert store.upsert("gv", b"new" * 50) == 0  # replaced (and shorter) meanwhile
+    assert store.batch_get_into_multi_buffer_ranges(["gv"], [[d]], [[300]], [[0]]) == [300]
+    assert dst.raw == b"old" * 100
+    assert store.batch_get_session_end(["gv"]) == 0
+    assert store.batch_get_session_start(["gv"]) == [0]
+    assert store.batch_get_into_multi_buffer_ranges(["gv"], [[d]], [[150]], [[0]]) == [150]
+    assert dst.raw[:150] == b"new" * 50
+    assert store.remove("gv", force=True) == 0
+    # the session's version outlives the remove; close() drops the pin
+    assert store.batch_get_into_multi_buffer_ranges(["gv"], [[d]], [[3]], [[0]]) == [3]
