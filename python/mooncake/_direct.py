@@ -141,6 +141,11 @@ class DirectBackend:
         r = self._s.replicas(k)
         return _store.to_code(r) if isinstance(r, int) else r
 
+    def served_addr(self):
+        """Where this store serves its segment (or, embedded, its listen):
+        "host:port" as bound, or ""."""
+        return self._s.served_addr()
+
     def pin(self, key):
         """Pins key's current version: (pin, size), or a code."""
         k = key_bytes(key)

@@ -284,6 +284,7 @@ PyObject *mcpy_store_master_stats(PyObject *self, PyObject *unused);
 PyObject *mcpy_store_registered(PyObject *self, PyObject *args);
 PyObject *mcpy_store_replicas(PyObject *self, PyObject *args);
 PyObject *mcpy_store_serve_metrics(PyObject *self, PyObject *args);
+PyObject *mcpy_store_served_addr(PyObject *self, PyObject *unused);
 
 /* ---- _store_pins.c: pinned versions of the get sessions ---- */
 

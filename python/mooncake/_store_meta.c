@@ -212,3 +212,13 @@ PyObject *mcpy_store_serve_metrics(PyObject *op, PyObject *args)
     self->metrics = srv;
     return PyLong_FromLong(mc_metrics_server_port(srv));
 }
+
+/* served_addr() -> the address this store serves on ("" when none). */
+PyObject *mcpy_store_served_addr(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    StoreObject *self = (StoreObject *)op;
+    if (!self->s || self->closing)
+        return PyUnicode_FromString("");
+    return PyUnicode_FromString(mc_store_served_addr(self->s));
+}

@@ -478,6 +478,7 @@ PyMethodDef mcpy_store_methods[] = {
     {"registered", mcpy_store_registered, METH_VARARGS, "registered(ptr, size) -> bool"},
     {"replicas", mcpy_store_replicas, METH_VARARGS, "replicas(key) -> (size, version, list) or -errno"},
     {"serve_metrics", mcpy_store_serve_metrics, METH_VARARGS, "serve_metrics(addr) -> port or -errno"},
+    {"served_addr", mcpy_store_served_addr, METH_NOARGS, "served_addr() -> address or ''"},
     {"pin", mcpy_store_pin, METH_VARARGS, "pin(key) -> (id, size) or -errno"},
     {"pin_read", mcpy_store_pin_read, METH_VARARGS, "pin_read(id, off, ptr, size) -> n or -errno"},
     {"unpin", mcpy_store_unpin, METH_VARARGS, "unpin(id) -> 0 or -errno"},

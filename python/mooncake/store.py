@@ -459,8 +459,18 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, S
         return 1 if b is None else b.health()
 
     def get_hostname(self):
-        """The local_hostname given to setup() (the host name by default)."""
-        return self._hostname if self._b is not None else ""
+        """A node of a cluster: its data address ("host:port" as bound), the
+        name of its segment in replica descriptors, which
+        ReplicateConfig.preferred_segment takes (as Mooncake's host:port).
+        Otherwise the local_hostname given to setup() (the host name by
+        default); "" when not set up."""
+        b = self._b
+        if b is None:
+            return ""
+        kw = getattr(self, "_direct_kw", None) or {}
+        if b.kind == "direct" and kw.get("master") and kw.get("segment_size"):
+            return b.served_addr() or self._hostname
+        return self._hostname
 
     @property
     def backend(self):

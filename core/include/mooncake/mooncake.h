@@ -292,6 +292,15 @@ typedef struct mc_store_stats {
  * is read atomically, the set as a whole is not a snapshot. */
 MC_EXPORT void mc_store_stats(mc_store_t *s, mc_store_stats_t *out);
 
+/*
+ * mc_store_served_addr() returns the address this store serves on, as
+ * bound ("127.0.0.1:40123", "unix:/path"): a node's segment data (the data
+ * address its replicas carry and mc_put_opts_t.preferred_segment names),
+ * or an embedded store's listen; "" when it serves nothing. Owned by the
+ * store, valid until mc_store_close(); any thread.
+ */
+MC_EXPORT const char *mc_store_served_addr(mc_store_t *s);
+
 /* mc_store_loop() returns the loop the store's callbacks run on. */
 MC_EXPORT mc_loop_t *mc_store_loop(mc_store_t *s);
 

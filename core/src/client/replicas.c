@@ -1,7 +1,8 @@
 /*
- * replicas.c - where an open version's bytes are: mc_obj_replicas() reads
- * the replica set the master handed out with the handle (OPEN), so it
- * needs no call of its own and changes nothing.
+ * replicas.c - where bytes are: mc_obj_replicas() reads the replica set the
+ * master handed out with an open version's handle (OPEN), so it needs no
+ * call of its own and changes nothing; mc_store_served_addr() is where this
+ * store serves its own segment, the name replicas there carry.
  */
 #include <string.h>
 
@@ -27,4 +28,12 @@ int mc_obj_replicas(const mc_obj_t *ob, mc_replica_t *out, int max)
         o->addr[sizeof(o->addr) - 1] = '\0';
     }
     return (int)rs->n;
+}
+
+const char *mc_store_served_addr(mc_store_t *s)
+{
+    /* Both servers live from mc_store_open() to mc_store_close(), and
+     * their bound address never changes: any thread may read it. */
+    const struct mc__server *srv = s->rm && s->rm->srv ? s->rm->srv : s->srv;
+    return srv ? mc__server_addr(srv) : "";
 }

@@ -174,3 +174,16 @@ def test_desc_classes_have_mooncakes_names(mode):
     assert [t.name for t in TaskType] == ["REPLICA_COPY", "REPLICA_MOVE"]
     assert DiskDescriptor().file_path == "" and MemoryDescriptor(None).buffer_descriptor is None
     assert "message" in QueryTaskResponse.__slots__
+
+
+def test_preferred_segment_is_get_hostname_of_a_node(cluster_store, blank_store):
+    """Mooncake's way to keep data local: preferred_segment =
+    store.get_hostname() on a node."""
+    node = blank_store()
+    assert node.setup({"master_server_addr": cluster_store.cluster.addr,
+                       "global_segment_size": "16MB", "timeout_ms": 2000}) == 0
+    me = node.get_hostname()
+    assert me not in {n.addr for n in cluster_store.cluster.nodes}
+    for i in range(4):  # whatever else the master would pick
+        assert node.put(f"r/local{i}", VALUE, ReplicateConfig(preferred_segment=me)) == 0
+        assert endpoints(node, f"r/local{i}") == [me]
