@@ -115,3 +115,19 @@ def test_replicate_config_codes(store):
     g.group_ids = ["grp"]
     g.data_type = ObjectDataType.TENSOR
     assert store.put("g", b"v", g) == 0 and store.get("g") == b"v"
+
+
+def test_options_on_the_mount_and_in_a_cluster(blank_store, make_daemon, make_cluster):
+    d = make_daemon()
+    assert blank_store().setup({"mount_point": d.path, "enable_client_http_server": True}) == \
+        UNAVAILABLE_IN_CURRENT_MODE
+    assert blank_store().setup({"mount_point": d.path, "tenant_id": "t"}) == \
+        UNAVAILABLE_IN_CURRENT_MODE
+    m = blank_store()
+    assert m.setup({"mount_point": d.path, "tenant_id": "default",
+                    "enable_ssd_offload": False}) == 0 and m.backend == "mount"
+    c = make_cluster(nodes=1)
+    s = blank_store()
+    assert s.setup("h", "P2PHANDSHAKE", 0, 0, "tcp", "", c.addr, None, False, "",
+                   "default", enable_client_http_server=True, timeout_ms=2000) == 0
+    assert s.client_http_port > 0 and s.put("k", b"v") == 0
