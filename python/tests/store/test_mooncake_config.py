@@ -23,7 +23,7 @@ def test_from_file_and_setup(tmp_path, cluster_store, blank_store):
                    c.local_buffer_size, c.protocol, c.device_name or "",
                    c.master_server_address, None, c.enable_ssd_offload, c.ssd_offload_path,
                    c.tenant_id) == 0
-    assert s.get_hostname() == "node-a"
+    assert s.get_hostname().startswith("127.0.0.1:")  # a node: its data address
     assert s.put("cfg", b"v") == 0 and cluster_store.get("cfg") == b"v"
 
 
