@@ -364,6 +364,30 @@ static void test_stat_and_versions(void **state)
     assert_cmp(st2.version, >, st1.version);
 }
 
+/* mc_obj_open() and mc_obj_read() wait for their results; mc_obj_replicas()
+ * tells where the pinned version lies (an embedded store: its one segment,
+ * no data address), and the version stays readable after the key changes. */
+static void test_obj_sync_and_replicas(void **state)
+{
+    mc_store_t *s = *state;
+    mc_obj_t *o = NULL;
+    mc_replica_t r[2];
+    char buf[16] = {0};
+
+    assert_int_equal(mc_obj_open(s, K("r"), &o), -ENOENT);
+    assert_int_equal(put_str(s, "r", "pinned bytes"), 0);
+    assert_int_equal(mc_obj_open(s, K("r"), &o), 0);
+    assert_int_equal(put_str(s, "r", "the next version"), 0);
+    assert_int_equal(mc_obj_replicas(o, r, 2), 1);
+    assert_int_equal(r[0].extents, 1);
+    assert_cmp(r[0].bytes, >=, 12);
+    assert_string_equal(r[0].addr, "");
+    assert_int_equal(mc_obj_replicas(o, r, 0), 1); /* counts without filling */
+    assert_int_equal(mc_obj_read(o, 7, buf, sizeof(buf)), 5);
+    assert_memory_equal(buf, "bytes", 5);
+    mc_obj_close(o);
+}
+
 /* The mc_xattr_* calls through the client: getxattr(2)'s size rules (0:
  * the size; too small: -ERANGE), the master's errors, and the attributes
  * kept by a new put of the key. */
@@ -1322,6 +1346,7 @@ int main(void)
         T(test_put_opts),
         T(test_putv_gathers),
         T(test_stat_and_versions),
+        T(test_obj_sync_and_replicas),
         T(test_remove),
         T(test_xattr_calls),
         T(test_rename),

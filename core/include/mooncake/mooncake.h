@@ -295,6 +295,15 @@ typedef struct mc_store_stats {
  * is read atomically, the set as a whole is not a snapshot. */
 MC_EXPORT void mc_store_stats(mc_store_t *s, mc_store_stats_t *out);
 
+/*
+ * mc_store_served_addr() returns the address this store serves on, as
+ * bound ("127.0.0.1:40123", "unix:/path"): a node's segment data (the data
+ * address its replicas carry and mc_put_opts_t.preferred_segment names),
+ * or an embedded store's listen; "" when it serves nothing. Owned by the
+ * store, valid until mc_store_close(); any thread.
+ */
+MC_EXPORT const char *mc_store_served_addr(mc_store_t *s);
+
 /* mc_store_loop() returns the loop the store's callbacks run on. */
 MC_EXPORT mc_loop_t *mc_store_loop(mc_store_t *s);
 
@@ -501,11 +510,15 @@ MC_EXPORT int mc_xattr_remove(mc_store_t *s, const char *key, size_t klen, const
  */
 MC_EXPORT int mc_obj_open_async(mc_store_t *s, const char *key, size_t klen, mc_obj_t **out,
                                 mc_done_cb cb, void *arg);
+/* The same, waited for: 0 with *out set, or -ENOENT. */
+MC_EXPORT int mc_obj_open(mc_store_t *s, const char *key, size_t klen, mc_obj_t **out);
 /* The version's metadata; valid until mc_obj_close(). */
 MC_EXPORT const mc_stat_t *mc_obj_stat(const mc_obj_t *o);
 /* Reads up to len bytes at off. Result: bytes read (short at the end). */
 MC_EXPORT int mc_obj_read_async(mc_obj_t *o, uint64_t off, void *buf, size_t len, mc_done_cb cb,
                                 void *arg);
+/* The same, waited for. */
+MC_EXPORT int mc_obj_read(mc_obj_t *o, uint64_t off, void *buf, size_t len);
 /*
  * Reads in place: when bytes [off, off + len) of the version (clipped to its
  * size) start in memory this process addresses - its own segment, or a
@@ -516,6 +529,23 @@ MC_EXPORT int mc_obj_read_async(mc_obj_t *o, uint64_t off, void *buf, size_t len
  * On the store's loop thread only.
  */
 MC_EXPORT int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p);
+/* One replica of an open version (mc_obj_replicas()). */
+typedef struct mc_replica {
+    uint32_t segment; /* the segment's id at the master */
+    uint32_t extents; /* pieces the replica is stored in */
+    uint64_t offset;  /* the first piece's offset in the segment */
+    uint64_t bytes;   /* bytes the pieces hold (at least the version's size) */
+    char addr[160];   /* the segment's node: its data address ("host:port",
+                         "unix:/path"; "" in an embedded store), NUL-terminated */
+} mc_replica_t;
+
+/*
+ * Where the version's bytes are: fills out[0..max) with its replicas as
+ * the master placed them (each on another segment) and returns how many it
+ * has (more than max: only max are filled). Any thread while the handle is
+ * open; it asks no one and changes nothing.
+ */
+MC_EXPORT int mc_obj_replicas(const mc_obj_t *o, mc_replica_t *out, int max);
 /* Releases the handle. Reads still in flight complete first. */
 MC_EXPORT void mc_obj_close(mc_obj_t *o);
 

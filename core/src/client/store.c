@@ -706,3 +706,13 @@ int mc_xattr_remove(mc_store_t *s, const char *key, size_t klen, const char *nam
 {
     SYNC(s, mc_xattr_remove_async(s, key, klen, name, waiter_cb, &w_));
 }
+
+int mc_obj_open(mc_store_t *s, const char *key, size_t klen, mc_obj_t **out)
+{
+    SYNC(s, mc_obj_open_async(s, key, klen, out, waiter_cb, &w_));
+}
+
+int mc_obj_read(mc_obj_t *ob, uint64_t off, void *buf, size_t len)
+{
+    SYNC(ob->s, mc_obj_read_async(ob, off, buf, len, waiter_cb, &w_));
+}
