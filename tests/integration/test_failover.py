@@ -105,6 +105,12 @@ def test_kill9_of_the_leader_while_files_are_copied(cluster, tmp_path):
                 killed.set()
                 gone.wait(60)  # the next file goes to a cluster without its leader
 
+    # Things without bytes are records too: a directory, an empty file, a
+    # symbolic link, a mode.
+    os.mkdir(mnt.p("dir"))
+    open(mnt.p("dir", "empty"), "wb").close()
+    os.symlink("dir/empty", mnt.p("link"))
+    os.chmod(mnt.p("dir", "empty"), 0o600)
     t = threading.Thread(target=copy_loop)
     t.start()
     assert killed.wait(60), "the first files were never written"
@@ -118,19 +124,25 @@ def test_kill9_of_the_leader_while_files_are_copied(cluster, tmp_path):
           f"file closed; {len(failed)} of {len(files)} closes and {len(reads_failed)} reads "
           f"failed meanwhile")
     assert leads(standby) == 1
+    assert os.path.isdir(mnt.p("dir"))
+    assert os.stat(mnt.p("dir", "empty")).st_size == 0
+    assert os.stat(mnt.p("dir", "empty")).st_mode & 0o777 == 0o600
+    assert os.readlink(mnt.p("link")) == "dir/empty"
     for p in done:  # read back through the new leader
         r = subprocess.run(["cmp", str(p), mnt.p(p.name)], capture_output=True)
         assert r.returncode == 0, (p.name, r.stdout, r.stderr)
     for name, e in failed:  # a close that failed said why, and was never half-published
         assert e in (errno.EIO, errno.ESTALE, errno.ETIMEDOUT, errno.ENOTCONN, errno.EAGAIN,
                      errno.ECONNRESET), (name, errno.errorcode.get(e))
-    # What was renamed and removed before the kill stays so.
-    os.rename(mnt.p(done[0].name), mnt.p("renamed"))
-    os.remove(mnt.p(done[1].name))
     # The log was compacted into a snapshot and trimmed as it went.
     keys = etcd_keys(etcd)
     assert any(k.endswith("/snapshot") for k in keys), keys
     assert sum("/log/" in k for k in keys) < 8 + 4, keys
+    # What was renamed, removed and chmod'ed a moment before the kill (before
+    # the nodes heard of it: only the op log has it) stays so.
+    os.rename(mnt.p(done[0].name), mnt.p("renamed"))
+    os.remove(mnt.p(done[1].name))
+    os.chmod(mnt.p(done[2].name), 0o640)
     standby.kill9()  # and once more, onto a master that starts afresh from the snapshot
     m3 = cluster.master("--etcd", etcd.endpoint, *MASTER_ARGS, expect_log=EXPECT)
     wait_for(lambda: leads(m3) == 1, "the third master to lead")
@@ -138,6 +150,7 @@ def test_kill9_of_the_leader_while_files_are_copied(cluster, tmp_path):
     assert filecmp.cmp(done[0], mnt.p("renamed"), shallow=False)
     assert not os.path.exists(mnt.p(done[0].name))
     assert not os.path.exists(mnt.p(done[1].name))
+    assert os.stat(mnt.p(done[2].name)).st_mode & 0o777 == 0o640
 
 
 def test_a_stopped_leader_steps_down(cluster):
