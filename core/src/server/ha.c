@@ -1,7 +1,7 @@
 /*
  * ha.c - a master with standbys on etcd: the election on a lease, the op
  * log's appends (fenced by the leader key) and a standby following the log
- * (see ha.h).
+ * (see ha.h); the snapshots are in ha_snap.c.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -9,73 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "master/oplog.h"
-#include "runtime/etcd.h"
 #include "runtime/log.h"
-#include "server/ha.h"
-#include "wire/proto.h"
-
-/* Bytes of entries in one log key: a transaction of TXN_KEYS of them stays
- * well under etcd's request limit (1.5 MiB). */
-#define CHUNK_MAX (128u << 10)
-#define TXN_KEYS 4 /* log keys in one transaction */
-#define RETRY_MS 500
-#define SEQ_DIGITS 20
-#define REMOUNT_GRACE_MS 5000 /* a new leader's first moments: nodes mount again */
-
-enum state { ST_STANDBY, ST_CAMPAIGN, ST_CATCHUP, ST_LEADER, ST_DEPOSED };
-
-typedef struct chunk {
-    mc__wbuf_t w;
-    uint64_t upto; /* entries taken up to its end */
-    uint64_t seq;  /* its log key (0: not sent yet) */
-} chunk_t;
-
-struct mc__ha {
-    mc_loop_t *loop;
-    mc__svc_t *svc;
-    mc__etcd_t *etcd;
-    mc__ha_opts_t o;
-    char *addr;
-    char prefix[256], leader[300], logp[300];
-    size_t plen, llen, lplen;
-    enum state st;
-    int64_t lease;
-    mc_timer_t ka;           /* keepalive, every third of the TTL */
-    int ka_busy, grant_busy; /* a keepalive / grant in flight */
-    uint64_t ka_sent;        /* when the keepalive in flight went out */
-    uint64_t deadline;       /* the lease is ours at least until then (ms) */
-    uint64_t since;          /* when we began to lead */
-    int64_t created;         /* our leader key's create revision */
-    mc__oplog_t *view;       /* the log as read so far */
-    uint64_t applied;        /* its last key applied (0: none) */
-    mc__etcd_watch_t *watch; /* standby: the cluster's keys */
-    mc_timer_t again;        /* standby: restart after an error */
-    chunk_t *chunks;         /* leader: entries not durable yet, oldest first */
-    size_t nchunks;
-    uint64_t taken, durable;     /* entries handed to the log / durable */
-    uint64_t next_seq;           /* the next log key */
-    int sending, failing;        /* a transaction in flight; the last one failed */
-    char snapp[300], snapk[300]; /* "<prefix>snap/", "<prefix>snapshot" */
-    size_t snaplen, snapklen;
-    uint64_t snap_seq;     /* the log key the last snapshot covers */
-    mc__wbuf_t *snap;      /* leader: a snapshot being written, its batches */
-    size_t nsnap, snap_at; /* ... how many, how many written (nsnap: the pointer next) */
-    uint64_t snap_upto;    /* ... the log key it covers */
-    uint64_t compact;      /* log keys between snapshots */
-    int snap_turn;         /* the next transaction is the snapshot's */
-    mc_timer_t retry;
-    mc_work_t kick;
-    int kicked;
-    int closing; /* mc__ha_free(): callbacks do nothing */
-    void (*on_durable)(void *arg, uint64_t seq, int rc);
-    void *dur_arg;
-};
+#include "server/ha_i.h"
 
 static void standby(mc__ha_t *ha);
 static void campaign(mc__ha_t *ha);
-static void send_log(mc__ha_t *ha);
-static void on_retry(mc_timer_t *t);
 
 int mc__ha_leader_key(const char *cluster, char *buf, size_t n)
 {
@@ -108,7 +46,7 @@ void mc__ha_stats(const mc__ha_t *ha, mc__ha_stats_t *st)
                            .key = ha->applied};
 }
 
-static void deposed(mc__ha_t *ha, const char *why)
+void mc__ha_deposed(mc__ha_t *ha, const char *why)
 {
     if (ha->st == ST_DEPOSED)
         return;
@@ -137,7 +75,7 @@ static void on_keepalive(void *arg, int rc, const mc__etcd_res_t *res)
     }
     ha->lease = 0;
     if (ha->st == ST_LEADER || ha->st == ST_CATCHUP)
-        deposed(ha, "the lease expired");
+        mc__ha_deposed(ha, "the lease expired");
 }
 
 static void on_ka_tick(mc_timer_t *t)
@@ -148,155 +86,6 @@ static void on_ka_tick(mc_timer_t *t)
     ha->ka_sent = mc_loop_now_ms();
     if (mc__etcd_lease_keepalive(ha->etcd, ha->lease, on_keepalive, ha) == 0)
         ha->ka_busy = 1;
-}
-
-/* ---- snapshots: the log compacted, and trimmed ---- */
-
-static void snap_free(mc__ha_t *ha)
-{
-    for (size_t i = 0; i < ha->nsnap; i++)
-        free(ha->snap[i].p);
-    free(ha->snap);
-    ha->snap = NULL;
-    ha->nsnap = ha->snap_at = 0;
-}
-
-/* Takes the view (the log up to ha->applied) as batches to write. */
-static void snap_start(mc__ha_t *ha)
-{
-    if (mc__oplog_snapshot(ha->view, CHUNK_MAX, &ha->snap, &ha->nsnap) < 0) {
-        ha->snap_seq = ha->applied; /* try again later */
-        return;
-    }
-    if (!ha->nsnap) { /* nothing kept: still a pointer, with no batch */
-        free(ha->snap);
-        ha->snap = calloc(1, sizeof(*ha->snap));
-        if (!ha->snap)
-            return;
-    }
-    ha->snap_at = 0;
-    ha->snap_upto = ha->applied;
-}
-
-static void on_trimmed(void *arg, int rc, const mc__etcd_res_t *res)
-{
-    (void)arg;
-    (void)res;
-    if (rc < 0)
-        mc__log(MC__LOG_DEBUG, "trimming the op log: %s", mc_strerror(rc));
-}
-
-static void on_snap(void *arg, int rc, const mc__etcd_res_t *res);
-
-/* Writes the next batches of the snapshot, then its pointer (fenced). */
-static void snap_send(mc__ha_t *ha)
-{
-    mc__etcd_put_kv_t kvs[TXN_KEYS];
-    char keys[TXN_KEYS][320], val[64];
-    size_t n = 0;
-    if (ha->snap_at < ha->nsnap && ha->snap[0].p) {
-        for (; n < TXN_KEYS && ha->snap_at + n < ha->nsnap; n++) {
-            int kl = snprintf(keys[n], sizeof(keys[n]), "%s%0*" PRIu64 "/%06zu", ha->snapp,
-                              SEQ_DIGITS, ha->snap_upto, ha->snap_at + n);
-            const mc__wbuf_t *b = &ha->snap[ha->snap_at + n];
-            kvs[n] = (mc__etcd_put_kv_t){keys[n], (size_t)kl, b->p, b->len};
-        }
-    } else {
-        size_t batches = ha->snap[0].p ? ha->nsnap : 0;
-        int vl =
-            snprintf(val, sizeof(val), "%0*" PRIu64 " %zu", SEQ_DIGITS, ha->snap_upto, batches);
-        kvs[n++] = (mc__etcd_put_kv_t){ha->snapk, ha->snapklen, val, (size_t)vl};
-    }
-    ha->sending = 1;
-    if (mc__etcd_put_fenced(ha->etcd, ha->leader, ha->llen, ha->created, kvs, n, on_snap, ha) < 0) {
-        ha->sending = 0;
-        mc_timer_start(ha->loop, &ha->retry, RETRY_MS, 0, on_retry);
-    }
-}
-
-/* The end of a fenced transaction: 1 if the caller goes on (rc tells how
- * it went), 0 if there is nothing more to do (closing, deposed). */
-static int fenced_end(mc__ha_t *ha, int rc, const mc__etcd_res_t *res)
-{
-    if (ha->closing)
-        return 0;
-    ha->sending = 0;
-    if (ha->st != ST_LEADER)
-        return 0;
-    if (rc == 0 && !res->succeeded) {
-        deposed(ha, "another master holds the leader key");
-        return 0;
-    }
-    return 1;
-}
-
-static void on_snap(void *arg, int rc, const mc__etcd_res_t *res)
-{
-    mc__ha_t *ha = arg;
-    if (!fenced_end(ha, rc, res))
-        return;
-    if (rc < 0) {
-        mc_timer_start(ha->loop, &ha->retry, RETRY_MS, 0, on_retry);
-        return;
-    }
-    int pointer = ha->snap_at >= ha->nsnap || !ha->snap[0].p;
-    if (!pointer) {
-        ha->snap_at += TXN_KEYS;
-        if (ha->snap_at > ha->nsnap)
-            ha->snap_at = ha->nsnap;
-    } else {
-        /* The pointer names it: the log it covers and older snapshots go. */
-        char end[320];
-        int el =
-            snprintf(end, sizeof(end), "%s%0*" PRIu64, ha->logp, SEQ_DIGITS, ha->snap_upto + 1);
-        mc__etcd_delete_range(ha->etcd, ha->logp, ha->lplen, end, (size_t)el, on_trimmed, ha);
-        el = snprintf(end, sizeof(end), "%s%0*" PRIu64, ha->snapp, SEQ_DIGITS, ha->snap_upto);
-        mc__etcd_delete_range(ha->etcd, ha->snapp, ha->snaplen, end, (size_t)el, on_trimmed, ha);
-        mc__log(MC__LOG_DEBUG, "op log compacted to key %" PRIu64 " (%zu batches)", ha->snap_upto,
-                ha->nsnap);
-        ha->snap_seq = ha->snap_upto;
-        snap_free(ha);
-    }
-    send_log(ha);
-}
-
-/* Reads the snapshot named by the pointer kv among res's keys into a new
- * view, when it is newer than what we applied. Returns 0, or -EAGAIN (a
- * batch missing: read again), -ENOMEM. */
-static int take_snapshot(mc__ha_t *ha, const mc__etcd_kv_t *ptr, const mc__etcd_res_t *res)
-{
-    char v[64];
-    uint64_t seq;
-    size_t n;
-    if (ptr->vlen >= sizeof(v))
-        return -EAGAIN;
-    memcpy(v, ptr->val, ptr->vlen);
-    v[ptr->vlen] = '\0';
-    if (sscanf(v, "%" SCNu64 " %zu", &seq, &n) != 2)
-        return -EAGAIN;
-    ha->snap_seq = seq;
-    if (seq <= ha->applied)
-        return 0;
-    char pre[320];
-    int pl = snprintf(pre, sizeof(pre), "%s%0*" PRIu64 "/", ha->snapp, SEQ_DIGITS, seq);
-    mc__oplog_t *nv;
-    if (mc__oplog_new(&nv) < 0)
-        return -ENOMEM;
-    size_t found = 0;
-    for (size_t i = 0; i < res->nkvs; i++) {
-        const mc__etcd_kv_t *kv = &res->kvs[i];
-        if (kv->klen > (size_t)pl && memcmp(kv->key, pre, (size_t)pl) == 0 &&
-            mc__oplog_apply(nv, kv->val, kv->vlen) == 0)
-            found++;
-    }
-    if (found != n) {
-        mc__oplog_free(nv);
-        return -EAGAIN;
-    }
-    mc__oplog_free(ha->view);
-    ha->view = nv;
-    ha->applied = seq;
-    return 0;
 }
 
 /* ---- following the log ---- */
@@ -405,7 +194,7 @@ static int take_range(mc__ha_t *ha, const mc__etcd_res_t *res)
     for (size_t i = 0; i < res->nkvs; i++) {
         const mc__etcd_kv_t *kv = &res->kvs[i];
         if (kv->klen == ha->snapklen && memcmp(kv->key, ha->snapk, ha->snapklen) == 0 &&
-            (rc = take_snapshot(ha, kv, res)) < 0)
+            (rc = mc__ha_snap_take(ha, kv, res)) < 0)
             return rc;
     }
     for (size_t i = 0; i < res->nkvs; i++) {
@@ -471,7 +260,7 @@ static void on_catchup(void *arg, int rc, const mc__etcd_res_t *res)
     /* Our key is there unless the lease went: try the log again. */
     mc__log(MC__LOG_WARN, "reading the op log: %s", mc_strerror(rc < 0 ? rc : -EAGAIN));
     if (mc__etcd_range(ha->etcd, ha->prefix, ha->plen, 1, on_catchup, ha) < 0)
-        deposed(ha, "cannot read the op log");
+        mc__ha_deposed(ha, "cannot read the op log");
 }
 
 static void on_campaign(void *arg, int rc, const mc__etcd_res_t *res)
@@ -493,7 +282,7 @@ static void on_campaign(void *arg, int rc, const mc__etcd_res_t *res)
     ha->created = res->revision;
     ha->st = ST_CATCHUP;
     if (mc__etcd_range(ha->etcd, ha->prefix, ha->plen, 1, on_catchup, ha) < 0)
-        deposed(ha, "cannot read the op log");
+        mc__ha_deposed(ha, "cannot read the op log");
 }
 
 static void put_leader(mc__ha_t *ha)
@@ -541,7 +330,7 @@ static void kick(void *arg)
 {
     mc__ha_t *ha = arg;
     ha->kicked = 0;
-    send_log(ha);
+    mc__ha_send(ha);
 }
 
 static void on_journal(void *arg, uint32_t seg, const char *note, size_t len)
@@ -551,7 +340,7 @@ static void on_journal(void *arg, uint32_t seg, const char *note, size_t len)
     if (!c || c->seq || c->w.len + len + 8 > CHUNK_MAX) {
         chunk_t *nc = realloc(ha->chunks, sizeof(*nc) * (ha->nchunks + 1));
         if (!nc) {
-            deposed(ha, "out of memory for the op log");
+            mc__ha_deposed(ha, "out of memory for the op log");
             return;
         }
         ha->chunks = nc;
@@ -559,7 +348,7 @@ static void on_journal(void *arg, uint32_t seg, const char *note, size_t len)
         *c = (chunk_t){0};
     }
     if (mc__oplog_pack(&c->w, seg, note, len) < 0) {
-        deposed(ha, "out of memory for the op log");
+        mc__ha_deposed(ha, "out of memory for the op log");
         return;
     }
     c->upto = ++ha->taken;
@@ -571,13 +360,32 @@ static void on_journal(void *arg, uint32_t seg, const char *note, size_t len)
 
 static void on_retry(mc_timer_t *t)
 {
-    send_log(t->data);
+    mc__ha_send(t->data);
+}
+
+void mc__ha_retry_later(mc__ha_t *ha)
+{
+    mc_timer_start(ha->loop, &ha->retry, RETRY_MS, 0, on_retry);
+}
+
+int mc__ha_fenced_end(mc__ha_t *ha, int rc, const mc__etcd_res_t *res)
+{
+    if (ha->closing)
+        return 0;
+    ha->sending = 0;
+    if (ha->st != ST_LEADER)
+        return 0;
+    if (rc == 0 && !res->succeeded) {
+        mc__ha_deposed(ha, "another master holds the leader key");
+        return 0;
+    }
+    return 1;
 }
 
 static void on_appended(void *arg, int rc, const mc__etcd_res_t *res)
 {
     mc__ha_t *ha = arg;
-    if (!fenced_end(ha, rc, res))
+    if (!mc__ha_fenced_end(ha, rc, res))
         return;
     size_t n = 0;
     while (n < ha->nchunks && n < TXN_KEYS && ha->chunks[n].seq)
@@ -592,7 +400,7 @@ static void on_appended(void *arg, int rc, const mc__etcd_res_t *res)
         ha->failing = 1;
         if (ha->on_durable)
             ha->on_durable(ha->dur_arg, upto, -ETIMEDOUT);
-        mc_timer_start(ha->loop, &ha->retry, RETRY_MS, 0, on_retry);
+        mc__ha_retry_later(ha);
         return;
     }
     if (ha->failing)
@@ -601,7 +409,7 @@ static void on_appended(void *arg, int rc, const mc__etcd_res_t *res)
     for (size_t i = 0; i < n; i++) {
         /* Our view follows the log, for the snapshots. */
         if (mc__oplog_apply(ha->view, ha->chunks[i].w.p, ha->chunks[i].w.len) < 0) {
-            deposed(ha, "out of memory for the op log");
+            mc__ha_deposed(ha, "out of memory for the op log");
             return;
         }
         ha->applied = ha->chunks[i].seq;
@@ -612,22 +420,22 @@ static void on_appended(void *arg, int rc, const mc__etcd_res_t *res)
     ha->durable = upto;
     if (ha->on_durable)
         ha->on_durable(ha->dur_arg, upto, 0);
-    send_log(ha);
+    mc__ha_send(ha);
 }
 
 /* Sends the oldest chunks in one fenced transaction (one at a time). */
-static void send_log(mc__ha_t *ha)
+void mc__ha_send(mc__ha_t *ha)
 {
     if (ha->st != ST_LEADER || ha->sending)
         return;
     if (!ha->snap && ha->applied >= ha->snap_seq + ha->compact &&
         (!ha->nchunks || !ha->chunks[0].seq))
-        snap_start(ha);
+        mc__ha_snap_start(ha);
     /* A snapshot's transactions take turns with the log's, so that the
      * answers to changes do not wait for a whole snapshot. */
     if (ha->snap && (ha->snap_turn || !ha->nchunks)) {
         ha->snap_turn = 0;
-        snap_send(ha);
+        mc__ha_snap_send(ha);
         return;
     }
     ha->snap_turn = 1;
@@ -647,7 +455,7 @@ static void send_log(mc__ha_t *ha)
     int rc =
         mc__etcd_put_fenced(ha->etcd, ha->leader, ha->llen, ha->created, kvs, n, on_appended, ha);
     if (rc < 0)
-        mc_timer_start(ha->loop, &ha->retry, RETRY_MS, 0, on_retry);
+        mc__ha_retry_later(ha);
     else
         ha->sending = 1;
 }
@@ -795,7 +603,7 @@ void mc__ha_free(mc__ha_t *ha)
     for (size_t i = 0; i < ha->nchunks; i++)
         free(ha->chunks[i].w.p);
     free(ha->chunks);
-    snap_free(ha);
+    mc__ha_snap_free(ha);
     mc__oplog_free(ha->view);
     free(ha->addr);
     free(ha);
