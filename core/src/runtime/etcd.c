@@ -207,6 +207,7 @@ static void unary_done(req_t *r, int rc)
         switch (r->kind) {
         case K_RANGE:
             rc = mc__etcd_parse_kvs(json_object_get(j, "kvs"), &res, &kvs);
+            res.more = json_is_true(json_object_get(j, "more"));
             break;
         case K_DELETE:
             res.deleted = mc__etcd_jint(j, "deleted");
@@ -617,6 +618,23 @@ int mc__etcd_range(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc__
 {
     json_t *j = key_obj(key, klen, prefix);
     return j ? req_start(e, K_RANGE, "/v3/kv/range", j, cb, NULL, arg, NULL) : -ENOMEM;
+}
+
+int mc__etcd_range_page(mc__etcd_t *e, const char *key, size_t klen, const char *end, size_t elen,
+                        int64_t limit, int64_t rev, mc__etcd_cb cb, void *arg)
+{
+    char b[24];
+    json_t *j = key_obj(key, klen, 0);
+    char *e64 = mc__etcd_b64_encode(end, elen);
+    if (!j || !e64 || json_object_set_new(j, "range_end", json_string(e64)) < 0 ||
+        (limit && json_object_set_new(j, "limit", json_string(i64(b, limit))) < 0) ||
+        (rev && json_object_set_new(j, "revision", json_string(i64(b, rev))) < 0)) {
+        free(e64);
+        json_decref(j);
+        return -ENOMEM;
+    }
+    free(e64);
+    return req_start(e, K_RANGE, "/v3/kv/range", j, cb, NULL, arg, NULL);
 }
 
 int mc__etcd_delete(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc__etcd_cb cb,

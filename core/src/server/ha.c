@@ -229,7 +229,7 @@ static void on_standby_range(void *arg, int rc, const mc__etcd_res_t *res)
 static void standby(mc__ha_t *ha)
 {
     ha->st = ST_STANDBY;
-    if (mc__etcd_range(ha->etcd, ha->prefix, ha->plen, 1, on_standby_range, ha) < 0)
+    if (mc__etcd_range_all(ha->etcd, ha->prefix, ha->plen, on_standby_range, ha) < 0)
         restart_soon(ha);
 }
 
@@ -259,7 +259,7 @@ static void on_catchup(void *arg, int rc, const mc__etcd_res_t *res)
     }
     /* Our key is there unless the lease went: try the log again. */
     mc__log(MC__LOG_WARN, "reading the op log: %s", mc_strerror(rc < 0 ? rc : -EAGAIN));
-    if (mc__etcd_range(ha->etcd, ha->prefix, ha->plen, 1, on_catchup, ha) < 0)
+    if (mc__etcd_range_all(ha->etcd, ha->prefix, ha->plen, on_catchup, ha) < 0)
         mc__ha_deposed(ha, "cannot read the op log");
 }
 
@@ -281,7 +281,7 @@ static void on_campaign(void *arg, int rc, const mc__etcd_res_t *res)
     }
     ha->created = res->revision;
     ha->st = ST_CATCHUP;
-    if (mc__etcd_range(ha->etcd, ha->prefix, ha->plen, 1, on_catchup, ha) < 0)
+    if (mc__etcd_range_all(ha->etcd, ha->prefix, ha->plen, on_catchup, ha) < 0)
         mc__ha_deposed(ha, "cannot read the op log");
 }
 
