@@ -521,19 +521,8 @@ static json_t *key_obj(const char *key, size_t klen, int prefix)
     free(k);
     if (!j || !prefix)
         return j;
-    /* The prefix's end: the key with its last byte below 0xff raised by one
-     * (trailing 0xff bytes dropped); "\0" (every key) if none is. */
-    char *end = malloc(klen ? klen : 1);
-    size_t n = klen;
-    if (end) {
-        memcpy(end, key, klen);
-        while (n && (unsigned char)end[n - 1] == 0xff)
-            n--;
-        if (n)
-            end[n - 1]++;
-        else
-            end[n++] = '\0';
-    }
+    size_t n;
+    char *end = mc__etcd_prefix_end(key, klen, &n);
     char *e64 = end ? mc__etcd_b64_encode(end, n) : NULL;
     free(end);
     if (!e64 || json_object_set_new(j, "range_end", json_string(e64)) < 0) {

@@ -15,6 +15,12 @@
 /* p[0..n) in base64, NUL-terminated; the caller frees it. NULL: no memory. */
 char *mc__etcd_b64_encode(const char *p, size_t n);
 
+/* The end of the range of keys starting with key[0..klen): the key with its
+ * last byte below 0xff raised by one (trailing 0xff bytes dropped); "\0"
+ * (every key) if none is. Sets *n to its length; the caller frees it (NULL:
+ * no memory). */
+char *mc__etcd_prefix_end(const char *key, size_t klen, size_t *n);
+
 /* An int64 field of o (a string, or left out: 0). */
 int64_t mc__etcd_jint(json_t *o, const char *name);
 

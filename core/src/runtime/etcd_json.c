@@ -1,6 +1,6 @@
 /*
  * etcd_json.c - the JSON of etcd's gateway (see etcd_i.h): base64 bytes
- * fields, int64 strings, key-values and error codes.
+ * fields, int64 strings, key-values and error codes; and a prefix's range end.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -57,6 +57,22 @@ static long b64_decode(char *s)
             s[o++] = (char)v;
     }
     return (long)o;
+}
+
+char *mc__etcd_prefix_end(const char *key, size_t klen, size_t *n)
+{
+    char *end = malloc(klen ? klen : 1);
+    if (!end)
+        return NULL;
+    memcpy(end, key, klen);
+    *n = klen;
+    while (*n && (unsigned char)end[*n - 1] == 0xff)
+        --*n;
+    if (*n)
+        end[*n - 1]++;
+    else
+        end[(*n)++] = '\0';
+    return end;
 }
 
 /* ---- JSON of the gateway ---- */

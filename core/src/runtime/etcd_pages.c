@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/etcd.h"
+#include "runtime/etcd_i.h"
 
 #define PAGE_KEYS 256
 
@@ -94,21 +95,10 @@ static void on_page(void *arg, int rc, const mc__etcd_res_t *res)
 int mc__etcd_range_all(mc__etcd_t *e, const char *prefix, size_t plen, mc__etcd_cb cb, void *arg)
 {
     pager_t *p = calloc(1, sizeof(*p));
-    if (!p || !(p->end = malloc(plen ? plen : 1))) {
+    if (!p || !(p->end = mc__etcd_prefix_end(prefix, plen, &p->elen))) {
         free(p);
         return -ENOMEM;
     }
-    /* The prefix's end: its last byte below 0xff raised by one (trailing
-     * 0xff bytes dropped); "\0" (every key) if none is. */
-    size_t n = plen;
-    memcpy(p->end, prefix, plen);
-    while (n && (unsigned char)p->end[n - 1] == 0xff)
-        n--;
-    if (n)
-        p->end[n - 1]++;
-    else
-        p->end[n++] = '\0';
-    p->elen = n;
     p->e = e;
     p->cb = cb;
     p->arg = arg;
