@@ -83,9 +83,13 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
         /* Names of the object: more than one for a hard-linked file. */
         a->st_nlink = in->key ? (st && st->nlink > 1 ? st->nlink : 1) : 0;
         a->st_size = st ? (off_t)st->size : 0;
-        if (in->ws && in->ws->state == WS_READY)
+        /* The space its bytes take: a sparse file's holes take none. A
+         * version in progress counts every byte. */
+        a->st_blocks = st ? (blkcnt_t)((st->alloc + 511) / 512) : 0;
+        if (in->ws && in->ws->state == WS_READY) {
             a->st_size = (off_t)mc_writer_size(in->ws->w);
-        a->st_blocks = (a->st_size + 511) / 512;
+            a->st_blocks = (a->st_size + 511) / 512;
+        }
     }
     a->st_mtim = ts_of(mt);
     a->st_ctim = ts_of(marker && st->ctime_ns ? st->ctime_ns : mt);
@@ -171,9 +175,10 @@ static void attr_reply_fh(fuse_req_t req, fs_t *fs, fs_fh_t *fh)
     fs_inode_t *in = fh->in;
     struct stat a;
     fs_fill_attr(fs, in, &in->st, &a); /* the writer's size, if one is open */
-    if (!fs_fh_follows(fs, fh) && fh->obj)
+    if (!fs_fh_follows(fs, fh) && fh->obj) {
         a.st_size = (off_t)mc_obj_stat(fh->obj)->size;
-    a.st_blocks = (a.st_size + 511) / 512;
+        a.st_blocks = (blkcnt_t)((mc_obj_stat(fh->obj)->alloc + 511) / 512);
+    }
     fuse_reply_attr(req, &a, fs_attr_timeout(fs, &in->st));
 }
 

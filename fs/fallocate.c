@@ -1,7 +1,8 @@
 /*
  * fallocate.c - fallocate(2) on a file open for writing: the default mode,
- * FALLOC_FL_KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE, on the version in
- * progress of the file's writer (writers.h), as a write would.
+ * FALLOC_FL_KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE (real holes of a sparse
+ * file), on the version in progress of the file's writer (writers.h), as a
+ * write would.
  */
 #include <errno.h>
 #include <linux/falloc.h>
@@ -11,25 +12,30 @@
 #include "fs_i.h"
 #include "writers.h"
 
-/* The zeros a range is cleared with, a piece at a time. */
-static const char zeros[64 << 10];
+/* The zeros the default mode writes past the end, a piece at a time (in
+ * .bss: never written). */
+static char zeros[1 << 20];
 
 static void falloc_step(void *arg, int rc);
 
-/* Clears [c->off, c->off + c->size) of the version in progress, then grows
- * it to c->attr.st_size (0: no growth); one writer operation at a time. */
+/* Punches [c->off, c->off + c->size) of the version in progress (a hole
+ * reads as zeros), then grows it to c->attr.st_size (0: no growth): with
+ * space (zeros written) in the default mode, a hole for ZERO_RANGE; one
+ * writer operation at a time. */
 static void falloc_next(fs_ctx_t *c)
 {
     fs_wstate_t *ws = c->in->ws;
+    uint64_t size = mc_writer_size(ws->w), end = (uint64_t)c->attr.st_size;
     int rc;
     if (c->size) {
-        size_t n = c->size < sizeof(zeros) ? c->size : sizeof(zeros);
-        c->stage = (int)n;
-        rc = mc_writer_write_async(ws->w, (uint64_t)c->off, zeros, n, falloc_step, c);
-    } else if ((uint64_t)c->attr.st_size > mc_writer_size(ws->w)) {
-        c->stage = 0;
-        rc = mc_writer_truncate_async(ws->w, (uint64_t)c->attr.st_size, falloc_step, c);
+        rc = mc_writer_punch_async(ws->w, (uint64_t)c->off, c->size, falloc_step, c);
+        c->size = 0;
+    } else if (end > size && (c->mode & FALLOC_FL_ZERO_RANGE)) {
+        rc = mc_writer_truncate_async(ws->w, end, falloc_step, c);
         c->attr.st_size = 0;
+    } else if (end > size) {
+        size_t n = end - size < sizeof(zeros) ? (size_t)(end - size) : sizeof(zeros);
+        rc = mc_writer_write_async(ws->w, size, zeros, n, falloc_step, c);
     } else {
         fs_ws_op_done(ws, 0);
         return fs_ctx_fail(c, 0);
@@ -45,8 +51,6 @@ static void falloc_step(void *arg, int rc)
         fs_ws_op_done(c->in->ws, rc); /* fails the version, as a write does */
         return fs_ctx_fail(c, rc);
     }
-    c->off += c->stage;
-    c->size -= (size_t)c->stage;
     falloc_next(c);
 }
 
@@ -74,12 +78,13 @@ static void falloc_run(fs_waiter_t *w, int err)
 
 /*
  * fallocate(2) on a handle open for writing, in the version in progress.
- * Every byte of a file takes space in a segment (files are not sparse), so
- * the default mode only has to grow the file (which takes the space, or
- * fails with ENOSPC); with FALLOC_FL_KEEP_SIZE it changes nothing (space
- * past the end is not reserved ahead). PUNCH_HOLE and ZERO_RANGE write
- * zeros over the range inside the file (the space stays taken). Other
- * modes: EOPNOTSUPP.
+ * The default mode grows the file with zeros written, which take their
+ * space (or fail with ENOSPC); holes inside the file stay holes. With
+ * FALLOC_FL_KEEP_SIZE it changes nothing (space past the end is not
+ * reserved ahead). PUNCH_HOLE and ZERO_RANGE make the range inside the file
+ * a hole (mc_writer_punch_async(): its whole allocation units give their
+ * space back); ZERO_RANGE without KEEP_SIZE grows the file with a hole.
+ * Other modes: EOPNOTSUPP.
  */
 void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
                      struct fuse_file_info *fi)

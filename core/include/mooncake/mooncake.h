@@ -111,6 +111,8 @@ typedef struct mc_stat {
     uint64_t ino;      /* a hard-linked file (mc_link_async()): its number, the
                           same under each of its names; 0 for a key that
                           shares its object with no other */
+    uint64_t alloc;    /* bytes of segment space one replica takes: holes
+                          (sparse files) take none; st_blocks * 512 */
 } mc_stat_t;
 
 /* uid / gid of an object whose writer named no owner. */
@@ -521,7 +523,8 @@ MC_EXPORT int mc_obj_read(mc_obj_t *o, uint64_t off, void *buf, size_t len);
  * size) start in memory this process addresses - its own segment, or a
  * co-located node's segment already mapped over shared memory - sets *p to
  * them and returns how many lie there contiguously (at most len; 0 at or
- * past the end). They stay valid, unchanged, until mc_obj_close(). -EXDEV
+ * past the end). They stay valid, unchanged, until mc_obj_close(). A hole
+ * of a sparse file is zeros in this process's memory. -EXDEV
  * when they are elsewhere (then read them with mc_obj_read_async()).
  * On the store's loop thread only.
  */
@@ -558,15 +561,24 @@ MC_EXPORT void mc_obj_close(mc_obj_t *o);
 MC_EXPORT int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen,
                                    const mc_put_opts_t *po, mc_obj_t *base, mc_writer_t **out,
                                    mc_done_cb cb, void *arg);
-/* Writes len bytes at off (a gap reads as zeros). Result len or -ENOSPC,
- * -EFBIG. */
+/* Writes len bytes at off (a gap reads as zeros: past the end, a hole that
+ * takes no space). Result len or -ENOSPC, -EFBIG. */
 MC_EXPORT int mc_writer_write_async(mc_writer_t *w, uint64_t off, const void *buf, size_t len,
                                     mc_done_cb cb, void *arg);
 /* Reads back what was written. Result: bytes read. */
 MC_EXPORT int mc_writer_read_async(mc_writer_t *w, uint64_t off, void *buf, size_t len,
                                    mc_done_cb cb, void *arg);
-/* Sets the size (shrinks, or grows with zeros). Result 0 or -ENOSPC. */
+/* Sets the size (shrinks, or grows with zeros: a hole, taking no space).
+ * Result 0 or -ENOSPC. */
 MC_EXPORT int mc_writer_truncate_async(mc_writer_t *w, uint64_t size, mc_done_cb cb, void *arg);
+/*
+ * Makes bytes [off, off + len) of the version in progress read as zeros,
+ * giving back the space of the whole allocation units inside (a hole: a
+ * sparse file); the size stays (the part past it changes nothing). Result
+ * 0, or -ENOSPC / -EIO as a write.
+ */
+MC_EXPORT int mc_writer_punch_async(mc_writer_t *w, uint64_t off, uint64_t len, mc_done_cb cb,
+                                    void *arg);
 /* Current size. Loop thread only. */
 MC_EXPORT uint64_t mc_writer_size(const mc_writer_t *w);
 /* Changes the key the writer will publish under. Loop thread only. */

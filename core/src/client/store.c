@@ -461,6 +461,17 @@ int mc_writer_truncate_async(mc_writer_t *w, uint64_t size, mc_done_cb cb, void 
     return range_op(w->s, OP_W_TRUNC, NULL, w, size, NULL, 0, cb, arg);
 }
 
+int mc_writer_punch_async(mc_writer_t *w, uint64_t off, uint64_t len, mc_done_cb cb, void *arg)
+{
+    op_t *o = op_new(w->s, OP_W_PUNCH, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->w = w;
+    o->off = off;
+    o->len = len > SIZE_MAX ? SIZE_MAX : (size_t)len;
+    return submit(o);
+}
+
 uint64_t mc_writer_size(const mc_writer_t *w)
 {
     return w->size;

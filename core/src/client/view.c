@@ -4,12 +4,15 @@
  * transport) or a co-located node's segment mapped over shared memory (the
  * shm transport, once mapped). The version is pinned while it is open, and
  * a published version's bytes never change, so the pointer stays good
- * until mc_obj_close().
+ * until mc_obj_close(). A hole of a sparse file is viewed as zeros.
  */
 #include <errno.h>
 
 #include "client/remote_i.h"
 #include "transport/transport.h"
+
+/* What a hole of a sparse file reads as (never written: in .bss). */
+static char zeros[1 << 20];
 
 int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p)
 {
@@ -37,6 +40,10 @@ int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p)
             }
             uint64_t in = off - at;
             uint64_t n = x->len - in < len ? x->len - in : len;
+            if (x->off == MC__HOLE) { /* a sparse file's hole: zeros no segment holds */
+                *p = zeros;
+                return (int64_t)(n < sizeof(zeros) ? n : sizeof(zeros));
+            }
             if (x->off > ep.mem.size || in + n > ep.mem.size - x->off)
                 return -EIO;
             *p = (const char *)ep.mem.base + x->off + in;

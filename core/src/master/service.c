@@ -387,13 +387,16 @@ static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t
 
 static int op_put_grow(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
 {
-    uint64_t id, capacity;
-    UNPACK("qq", &id, &capacity);
+    uint64_t id, off, n;
+    uint32_t flags;
+    UNPACK("qqqu", &id, &off, &n, &flags);
     put_t *p = put_get(svc, id);
     if (!p)
         return -ENOENT;
+    if (flags & ~(uint32_t)MC__GROW_PUNCH)
+        return -EINVAL;
     put_touch(svc, p, now);
-    int rc = mc__master_reserve(svc->m, p->v, capacity, now);
+    int rc = mc__master_reserve_range(svc->m, p->v, off, n, flags & MC__GROW_PUNCH, now);
     if (rc < 0)
         return rc;
     return mc__svc_pack_replicas(svc, w, p->v);
