@@ -89,6 +89,9 @@ struct mc_writer {
     int64_t mtime_ns;    /* MC_META_MTIME */
     char *key;           /* remote: the key to publish under */
     size_t klen;
+    struct op *filling;       /* remote: the write filling a hole (writer.c), or NULL */
+    struct op *fill_wait;     /* remote: writes waiting for it, in order */
+    uint32_t busy;            /* remote: writes and truncates past w_reserve() */
     mc_writer_t *prev, *next; /* on s->writers */
 };
 
@@ -175,6 +178,7 @@ typedef struct op {
     uint64_t done;               /* remote: bytes of a whole-object put sent so far */
     void (*cont)(struct op *o);  /* remote: what to do once the lease is renewed */
     uint64_t lo, hi;  /* remote: a writer's bytes to zero around a write that fills a hole */
+    struct op *wnext; /* remote: on its writer's fill_wait */
     void *tmp;        /* remote: scratch buffer */
     char *key, *key2; /* copies, inside this allocation */
     size_t klen, klen2;

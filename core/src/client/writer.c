@@ -38,6 +38,7 @@ static int w_take_rset(mc_writer_t *w, const char *p, size_t n)
 
 static void w_copy_step(op_t *o);
 static void w_copied(void *arg, int rc);
+static void w_fail(op_t *o, int rc);
 
 static void w_renewed(void *arg, int status, const char *body, size_t len)
 {
@@ -48,7 +49,7 @@ static void w_renewed(void *arg, int status, const char *body, size_t len)
     if (status < 0 && o->kind == OP_W_OPEN)
         return w_copied(o, revoked(status)); /* revokes and frees the writer */
     if (status < 0)
-        return mc__op_finish(o, revoked(status));
+        return w_fail(o, revoked(status));
     w->renew_at = o->sent_ms + w->lease_ms / 2;
     if (o->u64 > w->capacity)
         w->capacity = o->u64;
@@ -73,7 +74,7 @@ static void w_grow(op_t *o, uint64_t off, uint64_t len, int punch, void (*cont)(
     if (rc < 0 && o->kind == OP_W_OPEN)
         w_copied(o, rc);
     else if (rc < 0)
-        mc__op_finish(o, rc);
+        w_fail(o, rc);
 }
 
 /* Whether w's lease must be renewed before it moves another byte: half of
@@ -201,6 +202,8 @@ static void w_op_done(void *arg, int rc)
 {
     op_t *o = arg;
     mc_writer_t *w = o->w;
+    if (o->kind == OP_W_WRITE || o->kind == OP_W_TRUNC)
+        w->busy--;
     if (rc >= 0 && o->kind == OP_W_WRITE) {
         if (o->off + o->len > w->size)
             w->size = o->off + o->len;
@@ -216,12 +219,45 @@ static void w_op_done(void *arg, int rc)
 }
 
 static void w_have_space(op_t *o);
+static void w_reserve(op_t *o);
+
+/*
+ * Ends o's fill of a hole (its new space around what it writes is zeroed):
+ * the writes that waited for it look at the layout again. While a write
+ * fills a hole every other write of the writer waits, so that the zeros
+ * around it land on space no other write has touched yet.
+ */
+static void w_unfill(op_t *o)
+{
+    mc_writer_t *w = o->w;
+    if (w->filling != o)
+        return;
+    w->filling = NULL;
+    op_t *q = w->fill_wait;
+    w->fill_wait = NULL;
+    while (q) {
+        op_t *next = q->wnext;
+        q->wnext = NULL;
+        w_reserve(q);
+        q = next;
+    }
+}
+
+/* Finishes o with rc < 0 (o->w's op but its open), letting writes that
+ * wait for it go on. */
+static void w_fail(op_t *o, int rc)
+{
+    w_unfill(o);
+    if (o->kind == OP_W_WRITE || o->kind == OP_W_TRUNC)
+        o->w->busy--;
+    mc__op_finish(o, rc);
+}
 
 static void w_step_done(void *arg, int rc)
 {
     op_t *o = arg;
     if (rc < 0)
-        return mc__op_finish(o, rc);
+        return w_fail(o, rc);
     if (o->stage == 4)
         o->w->size = o->off; /* the gap is zeros now */
     w_have_space(o);
@@ -250,10 +286,13 @@ static void w_have_space(op_t *o)
         if (o->hi > end)
             return mc__xfer(o->s, w->rs, 1, end, NULL, o->hi - end, w_step_done, o);
         return w_have_space(o);
-    case 2:
-        if (o->off > w->size + W_PUNCH_GAP &&
-            !(mc__rset_run(w->rs, w->size, &a, &b) && b >= o->off))
+    case 2: /* a punch while no other write is on its way there */
+        w_unfill(o);
+        if (o->off > w->size + W_PUNCH_GAP && w->busy == 1 && !w->filling &&
+            !(mc__rset_run(w->rs, w->size, &a, &b) && b >= o->off)) {
+            w->filling = o; /* the others wait until the gap is zeros */
             return w_grow(o, w->size, o->off - w->size, 1, w_have_space);
+        }
         return w_have_space(o);
     case 3:
         if (o->off > w->size) /* reads as zeros: write them where it has space */
@@ -263,6 +302,7 @@ static void w_have_space(op_t *o)
     default:
         break;
     }
+    w_unfill(o);
     if (o->kind == OP_W_TRUNC)
         return w_op_done(o, 0);
     mc__xfer(o->s, w->rs, 1, o->off, o->buf, o->len, w_op_done, o);
@@ -278,6 +318,14 @@ static void w_reserve(op_t *o)
 {
     mc_writer_t *w = o->w;
     uint64_t off = o->off, end = o->off + o->len, cap = w->capacity, a, b, c, d;
+    if (w->filling) { /* after it, in order */
+        op_t **pp = &w->fill_wait;
+        while (*pp)
+            pp = &(*pp)->wnext;
+        *pp = o;
+        return;
+    }
+    w->busy++;
     o->stage = 0;
     o->lo = off; /* nothing to zero around it */
     o->hi = end;
@@ -289,6 +337,7 @@ static void w_reserve(op_t *o)
             o->hi = mc__rset_run(w->rs, top - 1, &c, &d) && end <= cap ? d : end;
             if (o->hi > cap)
                 o->hi = cap;
+            w->filling = o;
             return w_grow(o, off, end - off, 0, w_have_space);
         }
     }
