@@ -1,12 +1,13 @@
 /*
- * fallocate.c - fallocate(2) on a file open for writing: the default mode,
- * FALLOC_FL_KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE (real holes of a sparse
- * file), on the version in progress of the file's writer (writers.h), as a
- * write would.
+ * fallocate.c - a sparse file's holes: fallocate(2) on a file open for
+ * writing (the default mode, FALLOC_FL_KEEP_SIZE, PUNCH_HOLE and
+ * ZERO_RANGE making real holes), on the version in progress of the file's
+ * writer (writers.h), as a write would; lseek(2)'s SEEK_DATA and SEEK_HOLE.
  */
 #include <errno.h>
 #include <linux/falloc.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include "fs.h"
 #include "fs_i.h"
@@ -107,4 +108,31 @@ void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t 
         c->off = off + len;
     c->wait.run = falloc_run;
     fs_ws_need(fh->in->ws, &c->wait);
+}
+
+/*
+ * lseek(2) with SEEK_DATA or SEEK_HOLE (the kernel does the others itself):
+ * in the content a read through this handle sees (files.c): the version in
+ * progress, the inode's newest version (page cache) or the handle's own.
+ */
+void fs_op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
+{
+    fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
+    fs_t *fs = fs_of(req);
+    fs_inode_t *in = fh->in;
+    int cached = !fs->direct_io && !fh->direct;
+    (void)ino;
+    if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0)
+        return reply_err(req, -EINVAL);
+    int hole = whence == SEEK_HOLE;
+    int64_t r = -ENXIO;
+    if (in->ws && in->ws->state == WS_READY && (cached || fh->writable))
+        r = mc_writer_seek(in->ws->w, (uint64_t)off, hole);
+    else if (cached && in->cur)
+        r = mc_obj_seek(in->cur, (uint64_t)off, hole);
+    else if (fh->obj)
+        r = mc_obj_seek(fh->obj, (uint64_t)off, hole);
+    if (r < 0)
+        return reply_err(req, (int)r);
+    fuse_reply_lseek(req, (off_t)r);
 }

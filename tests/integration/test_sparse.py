@@ -1,7 +1,8 @@
 """Sparse files (issue 10): a hole takes no space in the store and reads as
 zeros, through a real mount, embedded and in a cluster: one byte far past
 the store's size, `cp --sparse=always`, a hole filled by a later write,
-truncate growing a file, fallocate's PUNCH_HOLE, st_blocks and `du`; in a
+truncate growing a file, fallocate's PUNCH_HOLE, st_blocks and `du`,
+lseek's SEEK_DATA and SEEK_HOLE; in a
 cluster a sparse file survives a restart of the master and, replicated on
 two nodes, the death of one of them."""
 
@@ -84,6 +85,20 @@ def test_holes_through_cp_writes_truncate_and_punch(store_mount, tmp_path):
     assert os.stat(p).st_size == 100 * MiB
     assert blocks(p) < MiB
     subprocess.run(["cmp", str(src), p], check=True)
+    # lseek finds the holes and the bytes (by 64-byte allocation unit).
+    fd = os.open(p, os.O_RDONLY)
+    hole = os.lseek(fd, 0, os.SEEK_HOLE)
+    assert 10000 <= hole < 20000
+    assert os.lseek(fd, hole, os.SEEK_DATA) == 40 * MiB
+    assert os.lseek(fd, 40 * MiB + 1, os.SEEK_DATA) == 40 * MiB + 1
+    assert 40 * MiB + 70000 <= os.lseek(fd, 40 * MiB, os.SEEK_HOLE) < 41 * MiB
+    assert os.lseek(fd, 100 * MiB - 1, os.SEEK_HOLE) == 100 * MiB  # the end
+    try:
+        os.lseek(fd, 100 * MiB, os.SEEK_DATA)
+        raise AssertionError("SEEK_DATA at the end")
+    except OSError as e:
+        assert e.errno == errno.ENXIO
+    os.close(fd)
 
     # A write into the hole, and the ranges around it still zeros.
     with open(p, "r+b") as f:

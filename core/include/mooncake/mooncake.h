@@ -546,6 +546,13 @@ typedef struct mc_replica {
  * open; it asks no one and changes nothing.
  */
 MC_EXPORT int mc_obj_replicas(const mc_obj_t *o, mc_replica_t *out, int max);
+/*
+ * Sparse files: the first offset at or after off where the version's bytes
+ * (hole 0, lseek's SEEK_DATA) or a hole (hole 1, SEEK_HOLE; its end counts
+ * as one) start. Result that offset, or -ENXIO when off is at or past the
+ * size, or no bytes follow it. On the store's loop thread only.
+ */
+MC_EXPORT int64_t mc_obj_seek(const mc_obj_t *o, uint64_t off, int hole);
 /* Releases the handle. Reads still in flight complete first. */
 MC_EXPORT void mc_obj_close(mc_obj_t *o);
 
@@ -581,6 +588,8 @@ MC_EXPORT int mc_writer_punch_async(mc_writer_t *w, uint64_t off, uint64_t len, 
                                     void *arg);
 /* Current size. Loop thread only. */
 MC_EXPORT uint64_t mc_writer_size(const mc_writer_t *w);
+/* mc_obj_seek() in the version in progress. Loop thread only. */
+MC_EXPORT int64_t mc_writer_seek(const mc_writer_t *w, uint64_t off, int hole);
 /* Changes the key the writer will publish under. Loop thread only. */
 MC_EXPORT int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen);
 /* Sets metadata to publish with: the mode (MC_META_MODE), the mtime

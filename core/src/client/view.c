@@ -5,6 +5,7 @@
  * shm transport, once mapped). The version is pinned while it is open, and
  * a published version's bytes never change, so the pointer stays good
  * until mc_obj_close(). A hole of a sparse file is viewed as zeros.
+ * mc_obj_seek() and mc_writer_seek() find a sparse file's holes and bytes.
  */
 #include <errno.h>
 
@@ -54,4 +55,29 @@ int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p)
         return -EIO; /* the extents end before the size */
     }
     return -EXDEV;
+}
+
+/* The first offset at or after off, before size, in a hole (hole 1; size
+ * itself counts as one) or in bytes (hole 0) of rs; -ENXIO if none. */
+static int64_t rset_seek(const mc__rset_t *rs, uint64_t size, uint64_t off, int hole)
+{
+    uint64_t a, b;
+    if (off >= size)
+        return -ENXIO;
+    while (mc__rset_run(rs, off, &a, &b) != !!hole) {
+        if (b >= size)
+            return hole ? (int64_t)size : -ENXIO;
+        off = b;
+    }
+    return (int64_t)off;
+}
+
+int64_t mc_obj_seek(const mc_obj_t *o, uint64_t off, int hole)
+{
+    return rset_seek(o->rs, o->st.size, off, hole);
+}
+
+int64_t mc_writer_seek(const mc_writer_t *w, uint64_t off, int hole)
+{
+    return rset_seek(w->rs, w->size, off, hole);
 }
