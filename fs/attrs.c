@@ -73,7 +73,8 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
     /* A directory's st without a version: it has no marker (its lookup
      * still counted its subdirectories). */
     int marker = st && (!in->is_dir || st->version);
-    int64_t mt = marker && st->mtime_ns ? st->mtime_ns : fs->start_ns;
+    /* The root has no marker but times (the master's). */
+    int64_t mt = st && st->mtime_ns ? st->mtime_ns : fs->start_ns;
     if (in->is_dir) {
         a->st_mode = S_IFDIR | (marker ? st->mode : DIR_MODE_DEFAULT);
         a->st_nlink = st && st->nlink >= 2 ? st->nlink : 2;
@@ -92,7 +93,7 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
         }
     }
     a->st_mtim = ts_of(mt);
-    a->st_ctim = ts_of(marker && st->ctime_ns ? st->ctime_ns : mt);
+    a->st_ctim = ts_of(st && st->ctime_ns ? st->ctime_ns : mt);
     a->st_atim = ts_of(marker && st->atime_ns ? st->atime_ns : mt);
 }
 
@@ -154,11 +155,13 @@ static void attr_fetch(fs_ctx_t *c)
 {
     fs_inode_t *in = c->in;
     int rc;
-    if (!in->key || in->ino == FUSE_ROOT_ID)
-        return attr_reply(c, in->ino == FUSE_ROOT_ID ? NULL : &in->st);
+    if (!in->key)
+        return attr_reply(c, &in->st);
     if (in->ws && in->ws->state != WS_NONE)
         return attr_reply(c, &in->st);
-    if (in->is_dir) {
+    if (in->ino == FUSE_ROOT_ID) { /* the master's LOOKUP of "/" is the root */
+        rc = mc_lookup_async(c->fs->store, "/", 1, '/', &c->st, attr_stat_done, c);
+    } else if (in->is_dir) {
         rc = mc_lookup_async(c->fs->store, in->key, in->klen, '/', &c->st, attr_stat_done, c);
     } else {
         rc = mc_stat_async(c->fs->store, in->key, in->klen, &c->st, attr_stat_done, c);

@@ -217,6 +217,39 @@ def test_hard_linked_file_shares_its_attributes(mnt):
     assert open(mnt.p("g")).read() == "xy"
 
 
+def test_unlink_of_one_name_and_a_writer_through_it(mnt):
+    """unlink of one of several names sets the file's ctime (its link
+    count changed); writes through a descriptor opened by another name
+    still publish. A descriptor whose own name is unlinked (or renamed
+    over) loses what it wrote, close answering 0, and the other names keep
+    the content published before (SEMANTICS, Hard links: Limits)."""
+    from harness import clock_past
+
+    with open(mnt.p("a"), "w") as f:
+        f.write("one")
+    os.link(mnt.p("a"), mnt.p("b"))
+    ct = os.stat(mnt.p("a")).st_ctime_ns
+    fd = os.open(mnt.p("a"), os.O_WRONLY)
+    clock_past(ct)
+    os.unlink(mnt.p("b"))
+    st = os.stat(mnt.p("a"))
+    assert st.st_nlink == 1 and st.st_ctime_ns > ct
+    os.write(fd, b"TWO")
+    os.close(fd)
+    assert open(mnt.p("a")).read() == "TWO"
+
+    with open(mnt.p("c"), "w") as f:
+        f.write("one")
+    os.link(mnt.p("c"), mnt.p("d"))
+    fd = os.open(mnt.p("c"), os.O_WRONLY)
+    os.write(fd, b"X")
+    os.unlink(mnt.p("c"))
+    os.write(fd, b"YZ")
+    os.close(fd)  # no error: the version in progress of a gone name is dropped
+    assert open(mnt.p("d")).read() == "one"
+    assert os.stat(mnt.p("d")).st_nlink == 1
+
+
 def test_hard_link_errors(mnt):
     os.mkdir(mnt.p("d"))
     with open(mnt.p("f"), "w") as f:

@@ -321,6 +321,32 @@ def test_timestamps(shared_mount, users):
     assert as_user("mc10a", "os.utime(p, (1, 1)); out = 0", p=g) == {"errno": errno.EPERM}
 
 
+def test_root_directory_counts_subdirectories_and_has_times(store_mount):
+    """The root shows 2 + its subdirectories, and its mtime and ctime move
+    when an entry is made or removed in it (the master keeps them)."""
+    m = store_mount("64M")
+    root = m.p()
+    assert os.stat(root).st_nlink == 2
+    t0 = os.stat(root).st_mtime_ns
+    clock_past(t0)
+    os.mkdir(m.p("a"))
+    os.makedirs(m.p("b", "deep"))
+    open(m.p("f"), "w").close()
+    st = os.stat(root)
+    assert st.st_nlink == 4
+    assert st.st_mtime_ns > t0 and st.st_ctime_ns == st.st_mtime_ns
+    clock_past(st.st_mtime_ns)
+    os.unlink(m.p("f"))
+    st2 = os.stat(root)
+    assert st2.st_mtime_ns > st.st_mtime_ns
+    clock_past(st2.st_mtime_ns)
+    os.rmdir(m.p("a"))
+    st3 = os.stat(root)
+    assert st3.st_nlink == 3 and st3.st_mtime_ns > st2.st_mtime_ns
+    os.mkdir(m.p("b", "other"))  # not in the root
+    assert os.stat(root).st_mtime_ns == st3.st_mtime_ns
+
+
 def test_directory_nlink_counts_subdirectories(shared_mount, users):
     m = shared_mount()
     os.mkdir(m.p("d"))

@@ -96,6 +96,31 @@ static mc__version_t *put(mc__master_t *m, const char *key, uint64_t size, uint6
     return put_pin(m, key, size, MC_PIN_NONE, now);
 }
 
+/* The root directory: a LOOKUP of the delimiter alone, its subdirectories
+ * (hard links' inode keys are in none) and its times. */
+static void test_root_directory(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master();
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_lookup(m, "/", 1, '/', &v), MC_LOOKUP_DIR);
+    assert_null(v);
+    assert_int_equal(mc__master_subdirs(m, "/", 1, '/'), 0);
+    put(m, "a/x", 10, T0);
+    put(m, "a/y/z", 10, T0);
+    put(m, "b/", 0, T0);
+    put(m, "f", 10, T0);
+    assert_int_equal(mc__master_link(m, "f", 1, "g", 1, &v), 0); /* an inode key */
+    assert_int_equal(mc__master_subdirs(m, "/", 1, '/'), 2);
+    assert_int_equal(mc__master_root_ns(m), 0);
+    mc__master_dir_changed(m, "a/x", 3, 5);
+    mc__master_dir_changed(m, "a/", 2, 6);
+    assert_int_equal(mc__master_root_ns(m), 6); /* a marker in the root */
+    mc__master_dir_changed(m, "f", 1, 7);
+    assert_int_equal(mc__master_root_ns(m), 7);
+    mc__master_free(m);
+}
+
 /* Sparse files (holes.c): a range past the end leaves a hole that takes no
  * space, even past the whole store; a range inside a hole gets space, with
  * eviction when full; a punch gives whole units back; commit trims a hole
@@ -1152,6 +1177,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_commit_publishes),
         cmocka_unit_test(test_holes),
+        cmocka_unit_test(test_root_directory),
         cmocka_unit_test(test_empty_object),
         cmocka_unit_test(test_begin_bad_key),
         cmocka_unit_test(test_begin_without_segment),

@@ -232,8 +232,8 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
                     size_t alen, int delim, size_t max, uint64_t now, mc_list_t **out);
 
 /* Tells whether key is a directory (some key starts with key + delim; *v is
- * the marker key + delim or NULL), a file (*v its version) or absent; see
- * mc_lookup_async(). */
+ * the marker key + delim or NULL; the delimiter alone is the root, always
+ * a directory), a file (*v its version) or absent; see mc_lookup_async(). */
 int mc__master_lookup(mc__master_t *m, const char *key, size_t klen, int delim, mc__version_t **v);
 
 /*
@@ -249,13 +249,22 @@ int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, const mc_
  * A name appeared in, or left, the directory holding key (the keys are paths
  * split at '/'): the directory's marker key, if it has one, takes mtime and
  * ctime wall_ns. The directory of a marker "a/b/" is "a/"; a key without
- * '/' lies in the root, which has no marker.
+ * '/' lies in the root, which has no marker: its times are the master's
+ * (mc__master_root_ns()).
  */
 void mc__master_dir_changed(mc__master_t *m, const char *key, size_t klen, int64_t wall_ns);
 
+/* When a name last appeared in or left the root directory (wall clock,
+ * ns; 0: not since the master started): its mtime and ctime. */
+int64_t mc__master_root_ns(const mc__master_t *m);
+
+/* v's metadata changed (ctime wall_ns): its nodes get its record. */
+void mc__master_changed(mc__master_t *m, mc__version_t *v, int64_t wall_ns);
+
 /* The number of distinct prefixes key + delim + name + delim (the
- * subdirectories of the directory key). Costs one step per key directly
- * under key + delim and one index seek per subdirectory. */
+ * subdirectories of the directory key; of the root, name + delim, when
+ * key is the delimiter alone). Costs one step per key directly under
+ * key + delim and one index seek per subdirectory. */
 uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int delim);
 
 /* Fills the space counters. */

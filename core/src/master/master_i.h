@@ -39,6 +39,7 @@ struct mc__master {
     mc__notice_cb notice; /* mc__master_notices(); NULL: none */
     void *notice_arg;
     mc__ids_t rebuilt; /* mc__recovered_t by version id (records.c) */
+    int64_t root_ns;   /* the root directory's mtime and ctime (namespace.c) */
 };
 
 /* A version rebuilt from nodes' records, by its id, so that the records of

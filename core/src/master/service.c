@@ -691,13 +691,19 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
             mc__version_stat(v, now, &st);
         if (rc == MC_LOOKUP_DIR)
             st.nlink = 2 + mc__master_subdirs(m, key, klen, (int)u1);
+        if (rc == MC_LOOKUP_DIR && !v && klen == 1 && key[0] == (char)u1)
+            st.mtime_ns = st.ctime_ns = mc__master_root_ns(m); /* the root */
         mc__pack_stat(w, &st);
         return w->err ? w->err : rc;
     case MC__OP_REMOVE:
         UNPACK("ku", &key, &klen, &flags);
+        v = mc__master_find(m, key, klen); /* a hard-linked file keeps its other names */
+        u1 = v && v->links > 1;
         rc = mc__master_remove(m, key, klen, flags, now);
         if (rc == 0)
             mc__master_dir_changed(m, key, klen, wall(svc));
+        if (rc == 0 && u1)
+            mc__master_changed(m, v, wall(svc)); /* its link count changed: ctime */
         return rc;
     case MC__OP_RENAME:
         UNPACK("kku", &key, &klen, &key2, &klen2, &flags);
