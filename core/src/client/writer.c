@@ -269,9 +269,9 @@ static void w_step_done(void *arg, int rc)
 
 /*
  * Space is reserved up to at least the end: zeroes the new space around a
- * write that filled a hole (stages 1 and 2, [o->lo, off) and [end, o->hi)),
- * makes a gap past the size zeros (3: punched when long and not a hole
- * already, 4: zeroed where it has space), then does the op.
+ * write that filled a hole (stages 0 and 1, [o->lo, off) and [end, o->hi)),
+ * makes a gap past the size zeros (2: punched when long and not a hole
+ * already, 3: zeroed where it has space), then does the op.
  */
 static void w_have_space(op_t *o)
 {
