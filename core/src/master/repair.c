@@ -194,8 +194,8 @@ static int plan(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
                              .key = key,
                              .klen = v->klen,
                              .size = v->size,
-                             .limit_ms = 10000 + v->capacity / (10 << 10), /* >= 10 MB/s,
-                                                                              holes read too */
+                             /* >= 10 MB/s of its bytes (a repair skips holes) */
+                             .limit_ms = 10000 + mc__replica_bytes(&rep) / (10 << 10),
                              .dst = rep,
                              .created = now,
                              .next = r->tasks};
@@ -313,12 +313,15 @@ int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t 
     if (!t)
         return -ENOENT;
     *pp = t->next;
+    uint64_t bytes = mc__replica_bytes(&t->dst); /* copied: a sparse file's holes are not */
+    if (bytes > t->size)
+        bytes = t->size;
     mc__version_t *v = status == 0 ? mc__master_find(m, t->key, t->klen) : NULL;
     if (v && v->id == t->vid && v->state == MC__PUBLISHED &&
         mc__master_replica_attach(v, &t->dst) == 0) {
         mc__master_dirty(m, v); /* the new replica's node keeps its record */
         r->st.done++;
-        r->st.bytes += t->size;
+        r->st.bytes += bytes;
     } else {
         r->st.failed++;
     }
