@@ -886,10 +886,24 @@ static void test_link_through_the_service(void **state)
     assert_int_equal(resp_stat(f).size, 300);
     assert_int_equal(set_meta(f, "a", MC_META_MODE, 0600, 0, 0, 0, 0), 0);
     assert_int_equal(stat_of(f, "d/b").mode, 0600);
+    /* A commit to the file's inode key (mc_inode_key()) publishes for
+     * every name, while the file has one; removing a name sets its ctime. */
+    char ikey[64];
+    int ilen = mc_inode_key(st.ino, ikey, sizeof(ikey));
+    assert_true(ilen > 0);
+    uint64_t id = put_start(f, 1, "tmp", 500, 1, T0);
+    assert_int_equal(commit(f, id, ikey, 500, T0), 0);
+    assert_int_equal(stat_of(f, "a").size, 500);
+    int64_t ct = stat_of(f, "a").ctime_ns;
+    wall_now += 1000;
     assert_int_equal(call(f, 1, T0, MC__OP_REMOVE, "ku", "a", 1, MC_REMOVE_FORCE), 0);
     assert_int_equal(stat_of(f, "d/b").nlink, 1);
+    assert_true(stat_of(f, "d/b").ctime_ns > ct);
     assert_int_equal(call(f, 1, T0, MC__OP_REMOVE, "ku", "d/b", 3, MC_REMOVE_FORCE), 0);
     assert_int_equal(call(f, 1, T0, MC__OP_STAT, "k", "d/b", 3), -ENOENT);
+    id = put_start(f, 1, "tmp", 10, 1, T0);
+    assert_int_equal(commit(f, id, ikey, 10, T0), -ENOENT); /* no name left */
+    assert_int_equal(call(f, 1, T0, MC__OP_STAT, "k", ikey, (uint32_t)ilen), -ENOENT);
 }
 
 /* The owner and mode a create names stay through a republish that names

@@ -590,6 +590,14 @@ MC_EXPORT int mc_writer_punch_async(mc_writer_t *w, uint64_t off, uint64_t len, 
 MC_EXPORT uint64_t mc_writer_size(const mc_writer_t *w);
 /* mc_obj_seek() in the version in progress. Loop thread only. */
 MC_EXPORT int64_t mc_writer_seek(const mc_writer_t *w, uint64_t off, int hole);
+/*
+ * The key a hard-linked file (mc_stat_t.ino, not 0) is kept under, whatever
+ * its names, into buf (NUL-terminated): it can be opened and stat'ed, and a
+ * writer can publish to it (mc_writer_set_key()) while the file has a name
+ * left (-ENOENT at commit otherwise); it cannot be put, renamed or removed.
+ * Returns the key's length, or -EINVAL (ino 0), -ERANGE (buf too small).
+ */
+MC_EXPORT int mc_inode_key(uint64_t ino, char *buf, size_t size);
 /* Changes the key the writer will publish under. Loop thread only. */
 MC_EXPORT int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen);
 /* Sets metadata to publish with: the mode (MC_META_MODE), the mtime

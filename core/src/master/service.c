@@ -413,6 +413,9 @@ static int put_check(mc__svc_t *svc, mc__version_t *v, const mc__put_commit_rq_t
         rc = mc__master_set_key(svc->m, v, rq->key, rq->klen);
     if (rc == 0 && rq->size > v->capacity)
         rc = -EINVAL;
+    if (rc == 0 && mc__master_is_inode_key(v->key, v->klen) &&
+        !mc__master_find(svc->m, v->key, v->klen))
+        rc = -ENOENT; /* a hard-linked file's key: only while the file has a name */
     return rc;
 }
 
