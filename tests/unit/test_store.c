@@ -858,6 +858,10 @@ static void test_writer_sparse(void **state)
     /* A copy keeps the holes; truncate grows with one; a punch makes one. */
     mc_obj_t *o = NULL;
     assert_int_equal(ASYNC(s, mc_obj_open_async(s, K("sparse"), &o, cbw_cb, &w_)), 0);
+    mc_replica_t rp;
+    assert_int_equal(mc_obj_replicas(o, &rp, 1), 1);
+    assert_int_equal(rp.bytes, 3 * UNIT); /* its holes hold none */
+    assert_int_equal(rp.extents, 3);
     w = w_open(s, "sparse", NULL, o);
     assert_int_equal(w_size(s, w), (uint64_t)INT64_MAX);
     assert_int_equal(w_truncate(s, w, 2 * SEG), 0);

@@ -534,7 +534,8 @@ typedef struct mc_replica {
     uint32_t segment; /* the segment's id at the master */
     uint32_t extents; /* pieces the replica is stored in */
     uint64_t offset;  /* the first piece's offset in the segment */
-    uint64_t bytes;   /* bytes the pieces hold (at least the version's size) */
+    uint64_t bytes;   /* bytes the pieces hold (at least the version's size,
+                         but for a sparse file's holes, which take none) */
     char addr[160];   /* the segment's node: its data address ("host:port",
                          "unix:/path"; "" in an embedded store), NUL-terminated */
 } mc_replica_t;
