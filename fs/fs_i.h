@@ -233,6 +233,7 @@ int fs_cache_wait(fs_t *fs, fs_inode_t *in, fs_waiter_t *w);
 
 /* ---- fallocate.c ---- */
 
+void fs_op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi);
 void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
                      struct fuse_file_info *fi);
 

@@ -77,7 +77,7 @@ static int check_fields(const char *fmt, const char *body, size_t len, fields_t 
     return 0;
 }
 
-#define STAT_BYTES 84 /* a stat on the wire (proto.h) */
+#define STAT_BYTES 92 /* a stat on the wire (proto.h) */
 
 /* mc__take_stat() with its checks. */
 static int take_stat(const char **p, size_t *n)

@@ -114,6 +114,8 @@ typedef struct mc_stat {
     uint64_t ino;      /* a hard-linked file (mc_link_async()): its number, the
                           same under each of its names; 0 for a key that
                           shares its object with no other */
+    uint64_t alloc;    /* bytes of segment space one replica takes: holes
+                          (sparse files) take none; st_blocks * 512 */
 } mc_stat_t;
 
 /* uid / gid of an object whose writer named no owner. */
@@ -524,7 +526,8 @@ MC_EXPORT int mc_obj_read(mc_obj_t *o, uint64_t off, void *buf, size_t len);
  * size) start in memory this process addresses - its own segment, or a
  * co-located node's segment already mapped over shared memory - sets *p to
  * them and returns how many lie there contiguously (at most len; 0 at or
- * past the end). They stay valid, unchanged, until mc_obj_close(). -EXDEV
+ * past the end). They stay valid, unchanged, until mc_obj_close(). A hole
+ * of a sparse file is zeros in this process's memory. -EXDEV
  * when they are elsewhere (then read them with mc_obj_read_async()).
  * On the store's loop thread only.
  */
@@ -534,7 +537,8 @@ typedef struct mc_replica {
     uint32_t segment; /* the segment's id at the master */
     uint32_t extents; /* pieces the replica is stored in */
     uint64_t offset;  /* the first piece's offset in the segment */
-    uint64_t bytes;   /* bytes the pieces hold (at least the version's size) */
+    uint64_t bytes;   /* bytes the pieces hold (at least the version's size,
+                         but for a sparse file's holes, which take none) */
     char addr[160];   /* the segment's node: its data address ("host:port",
                          "unix:/path"; "" in an embedded store), NUL-terminated */
 } mc_replica_t;
@@ -546,6 +550,13 @@ typedef struct mc_replica {
  * open; it asks no one and changes nothing.
  */
 MC_EXPORT int mc_obj_replicas(const mc_obj_t *o, mc_replica_t *out, int max);
+/*
+ * Sparse files: the first offset at or after off where the version's bytes
+ * (hole 0, lseek's SEEK_DATA) or a hole (hole 1, SEEK_HOLE; its end counts
+ * as one) start. Result that offset, or -ENXIO when off is at or past the
+ * size, or no bytes follow it. On the store's loop thread only.
+ */
+MC_EXPORT int64_t mc_obj_seek(const mc_obj_t *o, uint64_t off, int hole);
 /* Releases the handle. Reads still in flight complete first. */
 MC_EXPORT void mc_obj_close(mc_obj_t *o);
 
@@ -561,17 +572,36 @@ MC_EXPORT void mc_obj_close(mc_obj_t *o);
 MC_EXPORT int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen,
                                    const mc_put_opts_t *po, mc_obj_t *base, mc_writer_t **out,
                                    mc_done_cb cb, void *arg);
-/* Writes len bytes at off (a gap reads as zeros). Result len or -ENOSPC,
- * -EFBIG. */
+/* Writes len bytes at off (a gap reads as zeros: past the end, a hole that
+ * takes no space). Result len or -ENOSPC, -EFBIG. */
 MC_EXPORT int mc_writer_write_async(mc_writer_t *w, uint64_t off, const void *buf, size_t len,
                                     mc_done_cb cb, void *arg);
 /* Reads back what was written. Result: bytes read. */
 MC_EXPORT int mc_writer_read_async(mc_writer_t *w, uint64_t off, void *buf, size_t len,
                                    mc_done_cb cb, void *arg);
-/* Sets the size (shrinks, or grows with zeros). Result 0 or -ENOSPC. */
+/* Sets the size (shrinks, or grows with zeros: a hole, taking no space).
+ * Result 0 or -ENOSPC. */
 MC_EXPORT int mc_writer_truncate_async(mc_writer_t *w, uint64_t size, mc_done_cb cb, void *arg);
+/*
+ * Makes bytes [off, off + len) of the version in progress read as zeros,
+ * giving back the space of the whole allocation units inside (a hole: a
+ * sparse file); the size stays (the part past it changes nothing). Result
+ * 0, or -ENOSPC / -EIO as a write.
+ */
+MC_EXPORT int mc_writer_punch_async(mc_writer_t *w, uint64_t off, uint64_t len, mc_done_cb cb,
+                                    void *arg);
 /* Current size. Loop thread only. */
 MC_EXPORT uint64_t mc_writer_size(const mc_writer_t *w);
+/* mc_obj_seek() in the version in progress. Loop thread only. */
+MC_EXPORT int64_t mc_writer_seek(const mc_writer_t *w, uint64_t off, int hole);
+/*
+ * The key a hard-linked file (mc_stat_t.ino, not 0) is kept under, whatever
+ * its names, into buf (NUL-terminated): it can be opened and stat'ed, and a
+ * writer can publish to it (mc_writer_set_key()) while the file has a name
+ * left (-ENOENT at commit otherwise); it cannot be put, renamed or removed.
+ * Returns the key's length, or -EINVAL (ino 0), -ERANGE (buf too small).
+ */
+MC_EXPORT int mc_inode_key(uint64_t ino, char *buf, size_t size);
 /* Changes the key the writer will publish under. Loop thread only. */
 MC_EXPORT int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen);
 /* Sets metadata to publish with: the mode (MC_META_MODE), the mtime

@@ -41,6 +41,7 @@ static const char *const op_names[MC__OP_KINDS] = {
     "xattr_list",
     "xattr_remove",
     "link",
+    "writer_punch",
 };
 
 /* The latency buckets' upper bounds, in seconds. */

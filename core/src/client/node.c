@@ -242,7 +242,8 @@ static void mount_segment(struct mc__remote *rm)
  * The master asks this node, through a flag on the heartbeat reply, to copy
  * under-replicated objects into space it allocated on our segment
  * (repair.h). A task reads 4 MiB pieces from a surviving replica (mc__xfer():
- * failover, any transport) and copies each into our segment, but never
+ * failover, any transport) and copies each into our segment (a sparse
+ * file's holes, which the target has too, are skipped), but never
  * after its time limit, counted from when we sent REPAIR_TAKE (so before
  * the master's own count starts); REPAIR_DONE reports the end. A master
  * that forgot us (REMOUNT) cancels every task: that space is not ours to
@@ -321,6 +322,9 @@ static void rt_step(void *arg)
     rtask_t *t = arg;
     if (!t->rm)
         return rt_free(t);
+    uint64_t a, b;
+    if (t->at < t->size && mc__rset_run(t->dst, t->at, &a, &b))
+        t->at = b; /* a hole of a sparse file: nothing to copy */
     if (t->at >= t->size)
         return rt_finish(t, 0);
     t->n = t->size - t->at < MC__PROTO_CHUNK ? t->size - t->at : MC__PROTO_CHUNK;

@@ -495,6 +495,7 @@ void mc__remote_exec(op_t *o)
     case OP_W_WRITE:
     case OP_W_READ:
     case OP_W_TRUNC:
+    case OP_W_PUNCH:
     case OP_W_COMMIT:
     case OP_W_ABORT:
         return mc__writer_exec(o);

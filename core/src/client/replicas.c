@@ -18,10 +18,13 @@ int mc_obj_replicas(const mc_obj_t *ob, mc_replica_t *out, int max)
         mc_replica_t *o = &out[i];
         memset(o, 0, sizeof(*o));
         o->segment = r->seg;
-        o->extents = r->next;
-        o->offset = r->next ? r->ext[0].off : 0;
-        for (uint32_t e = 0; e < r->next; e++)
+        for (uint32_t e = 0; e < r->next; e++) {
+            if (r->ext[e].off == MC__HOLE)
+                continue; /* a sparse file's hole: no piece, no bytes */
+            if (!o->extents++)
+                o->offset = r->ext[e].off;
             o->bytes += r->ext[e].len;
+        }
         /* Both are MC__ADDR_STRLEN long: the copy is whole. */
         _Static_assert(sizeof(o->addr) >= MC__ADDR_STRLEN, "mc_replica_t.addr holds an address");
         memcpy(o->addr, r->addr, MC__ADDR_STRLEN);

@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@
 #include "runtime/loop_i.h"
 #include "mooncake/mooncake.h"
 #include "client/store_i.h"
+#include "master/master.h"
 #include "transport/transport_rdma.h"
 
 void mc_store_opts_init(mc_store_opts_t *o)
@@ -461,9 +463,28 @@ int mc_writer_truncate_async(mc_writer_t *w, uint64_t size, mc_done_cb cb, void 
     return range_op(w->s, OP_W_TRUNC, NULL, w, size, NULL, 0, cb, arg);
 }
 
+int mc_writer_punch_async(mc_writer_t *w, uint64_t off, uint64_t len, mc_done_cb cb, void *arg)
+{
+    op_t *o = op_new(w->s, OP_W_PUNCH, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->w = w;
+    o->off = off;
+    o->len = len > SIZE_MAX ? SIZE_MAX : (size_t)len;
+    return submit(o);
+}
+
 uint64_t mc_writer_size(const mc_writer_t *w)
 {
     return w->size;
+}
+
+int mc_inode_key(uint64_t ino, char *buf, size_t size)
+{
+    if (!ino)
+        return -EINVAL;
+    int n = snprintf(buf, size, "%s%llx", MC__INODE_PREFIX, (unsigned long long)ino);
+    return n < 0 || (size_t)n >= size ? -ERANGE : n;
 }
 
 int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen)

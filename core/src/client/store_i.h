@@ -24,7 +24,7 @@ struct mc__rdma_mr;
 
 /* Operations by kind (enum op_kind) and their latency (client/metrics.c):
  * relaxed atomics, written on the loop thread, read from any. */
-#define MC__OP_KINDS 24
+#define MC__OP_KINDS 25
 #define MC__LAT_BUCKETS 16 /* upper bounds in client/metrics.c, plus +Inf */
 typedef struct mc__op_metrics {
     uint64_t ops[MC__OP_KINDS], errors[MC__OP_KINDS], lat_sum_ns[MC__OP_KINDS];
@@ -89,6 +89,9 @@ struct mc_writer {
     int64_t mtime_ns;    /* MC_META_MTIME */
     char *key;           /* remote: the key to publish under */
     size_t klen;
+    struct op *filling;       /* remote: the write filling a hole (writer.c), or NULL */
+    struct op *fill_wait;     /* remote: writes waiting for it, in order */
+    uint32_t busy;            /* remote: writes and truncates past w_reserve() */
     mc_writer_t *prev, *next; /* on s->writers */
 };
 
@@ -136,8 +139,9 @@ enum op_kind {
     OP_XATTR_LIST,
     OP_XATTR_REMOVE,
     OP_LINK,
+    OP_W_PUNCH,
 };
-_Static_assert(OP_LINK + 1 == MC__OP_KINDS, "MC__OP_KINDS counts enum op_kind");
+_Static_assert(OP_W_PUNCH + 1 == MC__OP_KINDS, "MC__OP_KINDS counts enum op_kind");
 
 typedef struct op {
     mc_work_t work;
@@ -173,8 +177,10 @@ typedef struct op {
     uint64_t lease_ms, renew_at; /* remote: a whole-object put's write lease */
     uint64_t done;               /* remote: bytes of a whole-object put sent so far */
     void (*cont)(struct op *o);  /* remote: what to do once the lease is renewed */
-    void *tmp;                   /* remote: scratch buffer */
-    char *key, *key2;            /* copies, inside this allocation */
+    uint64_t lo, hi;  /* remote: a writer's bytes to zero around a write that fills a hole */
+    struct op *wnext; /* remote: on its writer's fill_wait */
+    void *tmp;        /* remote: scratch buffer */
+    char *key, *key2; /* copies, inside this allocation */
     size_t klen, klen2;
     char keys[];
 } op_t;

@@ -122,10 +122,9 @@ static int take_extents(mc__segment_t *s, const mc__record_t *r, mc__replica_t *
     rep->cap = r->next;
     for (uint32_t i = 0; i < r->next; i++) {
         uint64_t off = r->ext[i].off, len = r->ext[i].len;
-        int rc = mc__alloc_take(s->alloc, off, len);
+        int rc = off == MC__HOLE ? 0 : mc__alloc_take(s->alloc, off, len); /* a hole: no space */
         if (rc < 0) {
-            if (rep->n)
-                mc__alloc_put(s->alloc, rep->ext, (int)rep->n);
+            mc__extents_put(s->alloc, rep->ext, rep->n);
             free(rep->ext);
             rep->ext = NULL;
             return rc == -ENOMEM ? rc : -EBUSY;

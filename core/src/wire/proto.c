@@ -24,10 +24,10 @@
 #include "wire/wire_i.h"
 
 /* Wire sizes of the nested structures. */
-#define STAT_SIZE 84u      /* q q i u u u u u u u i i q q */
+#define STAT_SIZE 92u      /* q q i u u u u u u u i i q q q */
 #define EXTENT_SIZE 16u    /* q offset, q length */
 #define REPLICA_MIN 16u    /* u seg, u addr length, u rdma length, u extent count */
-#define LIST_ENTRY_MIN 90u /* u key length, 1 key byte, b is_prefix, stat */
+#define LIST_ENTRY_MIN 98u /* u key length, 1 key byte, b is_prefix, stat */
 
 /* ---- the operation table ---- */
 
@@ -124,8 +124,8 @@ void mc__hdr_encode(void *buf, const mc__hdr_t *h)
 
 /* mc__pack_stat() appends st as `q size, q version, i mtime_ns, u mode,
  * u replicas, u flags, u uid, u gid, u type, u nlink, i atime_ns,
- * i ctime_ns, q rdev, q ino` (84 bytes). Returns w->err. */
-/* As mc__pack(w, "qqiuuuuuuuiiqq", ...) of the fields, without reading a
+ * i ctime_ns, q rdev, q ino, q alloc` (92 bytes). Returns w->err. */
+/* As mc__pack(w, "qqiuuuuuuuiiqqq", ...) of the fields, without reading a
  * format: every GET_REPLICAS, OPEN and PUT_COMMIT answer carries one. */
 int mc__pack_stat(mc__wbuf_t *w, const mc_stat_t *st)
 {
@@ -146,12 +146,13 @@ int mc__pack_stat(mc__wbuf_t *w, const mc_stat_t *st)
     st64(b + 60, (uint64_t)st->ctime_ns);
     st64(b + 68, st->rdev);
     st64(b + 76, st->ino);
+    st64(b + 84, st->alloc);
     return 0;
 }
 
 /*
- * mc__take_stat() decodes the 84-byte stat at the front of *p / *n into *st
- * and advances *p and *n past it. Returns 0, or -EBADMSG when fewer than 84
+ * mc__take_stat() decodes the 92-byte stat at the front of *p / *n into *st
+ * and advances *p and *n past it. Returns 0, or -EBADMSG when fewer than 92
  * bytes are left (then *p, *n and *st are untouched).
  */
 int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
@@ -174,6 +175,7 @@ int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
     st->ctime_ns = (int64_t)ld64(b + 60);
     st->rdev = ld64(b + 68);
     st->ino = ld64(b + 76);
+    st->alloc = ld64(b + 84);
     *p += STAT_SIZE;
     *n -= STAT_SIZE;
     return 0;
@@ -226,13 +228,16 @@ int mc__pack_extent(mc__wbuf_t *w, uint64_t off, uint64_t len)
  * passes 2^64, or a replica's extent lengths add up past 2^64. out may be
  * NULL when max is 0.
  */
-/* 1 if none of the n extents at b (q offset, q length each) passes 2^64 - 1,
- * nor do their lengths added. */
+/* 1 if none of the n extents at b (q offset, q length each) passes 2^64 - 1
+ * (a hole, offset MC__WIRE_HOLE, has no end in a segment), nor do their
+ * lengths added. */
 static int extents_ok(const char *b, uint32_t n)
 {
     uint64_t total = 0;
     for (uint32_t e = 0; e < n; e++) {
         uint64_t off = ld64(b + e * EXTENT_SIZE), len = ld64(b + e * EXTENT_SIZE + 8);
+        if (off == MC__WIRE_HOLE)
+            off = 0;
         if (len > UINT64_MAX - off || len > UINT64_MAX - total)
             return 0;
         total += len;
