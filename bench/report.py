@@ -401,6 +401,24 @@ def tensor_section(r):
         ["case", "put_tensor", "torch.save", "ratio", "get_tensor", "torch.load", "ratio"], rows)
 
 
+def ha_section(r):
+    """Masters on etcd (bench/ha.sh): the op log's cost, the failover time."""
+    if r.m("ha.put.1K.etcd") is None:
+        return []
+    c = lambda k: r.m("ha." + k)  # noqa: E731
+    return ["## Masters on etcd", "",
+            "Two mooncake-masters on one etcd member (Debian's etcd-server, its data on this "
+            "machine's disk), one node, mc_bench keeping 16 puts of 1 KiB in flight over "
+            "loopback TCP: the leader writes every commit to the op log in etcd before it "
+            "answers. The baseline is a master alone. The failover time runs from kill -9 of "
+            "the leader to the first put that succeeds through etcd:// (lease 2 s; the hold of "
+            "a segment mounted again at the new leader capped at 3 s by --put-ttl-ms).", "",
+            "| | on etcd | baseline | | ratio |", "|---|---|---|---|---|",
+            f"| 1 KiB put, N=16 (ops/s) | {fmt(c('put.1K.etcd'))} | a master alone | "
+            f"{fmt(c('put.1K.alone'))} | {ratio(c('put.1K.etcd'), c('put.1K.alone'))} |",
+            f"| failover, kill -9 to the next put (ms) | {fmt(c('failover_ms'))} | | | |", ""]
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: report.py RESULTS OUTDIR")
@@ -415,6 +433,7 @@ def main():
     lines += tar_section(r)
     lines += table_section(r)
     lines += cluster_section(r, out)
+    lines += ha_section(r)
     lines += scale_section(r)
     lines += python_section(r)
     lines += tensor_section(r)

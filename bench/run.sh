@@ -17,6 +17,8 @@
 #      files created and stat'ed (bench/mount_table.sh, with fio);
 #   3. bench/cluster.sh: the cluster over loopback vs iperf3 and memcached,
 #      the embedded store vs memcpy, ops/s and latency by concurrency;
+#      bench/ha.sh: masters on etcd, 1 KiB puts with the op log vs a master
+#      alone, and the failover time;
 #   3b. bench/scale.sh: memory per key next to redis-server, the master's
 #      ops/s at 1, 8 and 64 client connections;
 #   4. the Python client (bench/python_async.py and any other bench/*.py).
@@ -207,6 +209,10 @@ mc_stop mcd
 # memcpy, the concurrency sweep (bench/cluster.sh; about two minutes).
 echo "bench: the cluster (bench/cluster.sh) ..."
 MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/cluster.sh
+# Masters on etcd: the op log's cost and the failover time (bench/ha.sh;
+# under a minute; skipped without etcd).
+echo "bench: masters on etcd (bench/ha.sh) ..."
+MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/ha.sh
 # Memory per key next to Redis, the master's ops/s by connections
 # (bench/scale.sh; about a minute).
 echo "bench: memory per key and the master's ops/s (bench/scale.sh) ..."

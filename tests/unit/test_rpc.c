@@ -270,6 +270,79 @@ static void test_rpc_client_reconnects(void **state)
     free(t);
 }
 
+/* ---- a client that looks its server up before each connect ---- */
+
+struct rs_case {
+    struct rc_case rc; /* first: rc_on_connect() finds it as the client's data */
+    mc__addr_t target; /* where the lookup points now */
+    atomic_int lookups;
+    atomic_int fail; /* the next lookup finds nothing */
+};
+
+static void rs_resolve(mc__rpc_client_t *cl)
+{
+    struct rs_case *t = mc__rpc_client_resolve_arg(cl);
+    atomic_fetch_add(&t->lookups, 1);
+    if (atomic_exchange(&t->fail, 0))
+        mc__rpc_client_resolved(cl, NULL, -ENOENT);
+    else
+        mc__rpc_client_resolved(cl, &t->target, 0);
+}
+
+static void rs_new_fn(void *arg)
+{
+    struct rs_case *t = arg;
+    mc__rpc_client_ops_t ops = rc_ops;
+    ops.resolve = rs_resolve;
+    ops.resolve_arg = t;
+    mc__addr_t none = {0};
+    t->rc.rc = mc__rpc_client_new(t->rc.e->cl, &none, 500, &ops, t, &t->rc.cl);
+}
+
+static void rs_reconnect_fn(void *arg)
+{
+    struct rs_case *t = arg;
+    mc__rpc_client_reconnect(t->rc.cl);
+}
+
+/* The address comes from the lookup, before every connect: a client told to
+ * reconnect finds the server that took over; a lookup that finds nothing
+ * is retried with backoff. */
+static void test_rpc_client_resolves(void **state)
+{
+    struct env *e = *state;
+    struct rs_case *t = calloc(1, sizeof(*t));
+    struct server a, b;
+    char wa[64], wb[64];
+    snprintf(wa, sizeof(wa), "127.0.0.1:%d", free_port());
+    snprintf(wb, sizeof(wb), "127.0.0.1:%d", free_port());
+    server_start(&a, e->sl, wa, SRV_ECHO);
+    server_start(&b, e->sl, wb, SRV_ECHO);
+    t->rc.e = e;
+    assert_int_equal(mc__addr_parse(wa, -1, &t->target), 0);
+    atomic_store(&t->fail, 1);
+    run_on(e->cl, rs_new_fn, t);
+    assert_int_equal(t->rc.rc, 0);
+    WAIT_FOR(atomic_load(&t->rc.connected), 3000);
+    assert_cmp(atomic_load(&t->lookups), >=, 2);   /* the first found nothing */
+    WAIT_FOR(atomic_load(&a.accepted) == 1, 2000); /* counted on the server's loop */
+    rc_call_ok(&t->rc);
+
+    /* B takes over: told to reconnect, the client looks again and goes there. */
+    assert_int_equal(mc__addr_parse(wb, -1, &t->target), 0);
+    run_on(e->cl, rs_reconnect_fn, t);
+    WAIT_FOR(atomic_load(&t->rc.connects) == 2, 3000);
+    WAIT_FOR(atomic_load(&b.accepted) == 1, 2000);
+    rc_call_ok(&t->rc);
+
+    run_on(e->cl, rc_close_fn, &t->rc);
+    WAIT_FOR(atomic_load(&b.closed) == atomic_load(&b.accepted), 2000);
+    server_stop(&a);
+    server_stop(&b);
+    usleep(10000); /* the client frees itself on the loop */
+    free(t);
+}
+
 static void rc_keepalive_fn(void *arg)
 {
     struct rc_case *t = arg;
@@ -492,6 +565,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rpc_server_close_fails_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_midflight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_reconnects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rpc_client_resolves, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_keepalive_and_reconnect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_connection_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_handshake_limits, setup, teardown),

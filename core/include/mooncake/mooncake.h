@@ -49,7 +49,10 @@ typedef void (*mc_done_cb)(void *arg, int result);
 typedef struct mc_store_opts {
     uint64_t segment_size;    /* bytes of memory this node contributes (embedded, 0:
                                  default; with a master, 0: a pure client) */
-    const char *master;       /* NULL or "": embedded (master in this process) */
+    const char *master;       /* NULL or "": embedded (master in this process);
+                                 "host:port", "unix:/path", or "etcd://h:p;h:p":
+                                 the leader of masters on etcd (cluster from
+                                 $MOONCAKE_CLUSTER_ID, default mooncake_cluster) */
     uint64_t lease_ms;        /* read lease granted by get/open (0: default) */
     unsigned evict_high_pct;  /* evict when use exceeds this % (0: never, puts fail) */
     unsigned evict_ratio_pct; /* then free this % of the segment (0: 10) */

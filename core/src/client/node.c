@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "client/leader.h"
 #include "client/remote_i.h"
 #include "runtime/log.h"
 #include "runtime/loop_i.h"
@@ -411,7 +412,8 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
                     void (*done)(mc_store_t *s, int rc))
 {
     mc__addr_t ma, la;
-    int rc = mc__addr_parse(addr, 50051, &ma);
+    int follow = mc__follow_is_etcd(addr);
+    int rc = follow ? 0 : mc__addr_parse(addr, 50051, &ma);
     if (rc < 0)
         return rc;
     if (s->seg && (rc = mc__addr_parse(listen ? listen : "127.0.0.1:0", 0, &la)) < 0)
@@ -423,7 +425,9 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
     rm->open_done = done;
     if (getrandom(&rm->node_id, sizeof(rm->node_id), 0) != sizeof(rm->node_id) || !rm->node_id)
         rm->node_id = (uint64_t)mc_loop_now_ms() * 2654435761u | 1;
-    rc = mc__link_rpc_new(s->loop, &ma, s->timeout_ms, &mc__master_ops, rm, &rm->master);
+    rc = follow
+             ? mc__link_follow_new(s->loop, addr, s->timeout_ms, &mc__master_ops, rm, &rm->master)
+             : mc__link_rpc_new(s->loop, &ma, s->timeout_ms, &mc__master_ops, rm, &rm->master);
     if (rc < 0) {
         free(rm);
         return rc;

@@ -231,7 +231,8 @@ static void put_step(op_t *o)
     }
     if (now >= o->renew_at) {
         o->sent_ms = now;
-        rc = mc__mcall(o->s, MC__OP_PUT_GROW, put_renewed, o, "qq", o->u64, (uint64_t)0);
+        rc = mc__mcall(o->s, MC__OP_PUT_GROW, put_renewed, o, "qqqu", o->u64, (uint64_t)0,
+                       (uint64_t)0, 0u); /* nothing new: the lease renewed */
         if (rc < 0)
             put_fail(o, rc);
         return;

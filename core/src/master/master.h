@@ -397,6 +397,10 @@ void mc__master_record(const mc__version_t *v, uint32_t seg, mc__record_t *rec);
  */
 int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *rec, uint64_t now);
 
+/* Version id left the namespace before this master rebuilt it (the op log
+ * says so): records of it are refused from now on. Returns 0 or -ENOMEM. */
+int mc__master_forget(mc__master_t *m, uint64_t id);
+
 /* Fills st from a version. */
 void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st);
 

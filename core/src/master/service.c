@@ -219,6 +219,7 @@ void mc__svc_free(mc__svc_t *svc)
         free(svc->segs[i].notes.p);
     }
     free(svc->segs);
+    free(svc->pend);
     free(svc->nodes);
     free(svc->local_addr);
     free(svc->local_rdma);
