@@ -9,6 +9,9 @@
  * the fs state (inodes, handles, writers, the page cache's bookkeeping) and
  * the store stay the loop's alone.
  *
+ * While no view is published the workers sleep and the loop reads every
+ * request, as with --threads 1.
+ *
  * A view is published with an atomic store and withdrawn by storing NULL
  * and then waiting until no worker holds it (each worker announces the
  * view it reads in its hazard pointer before it checks that the view is
@@ -66,6 +69,12 @@ struct fs_workers {
     unsigned n;     /* running */
     unsigned cap;   /* w[] */
     uint64_t reads; /* atomic */
+    /* Views published (atomic; changed on the loop). While there is none,
+     * the workers do not read the device: every request they read would
+     * be posted to the loop, a hop that only makes it slower. */
+    unsigned long views;
+    pthread_mutex_t gate_mu; /* guards the sleep on gate_cv */
+    pthread_cond_t gate_cv;  /* views became 1, or stop */
     worker_t w[];
 };
 
@@ -110,6 +119,22 @@ fail:
     return NULL;
 }
 
+/* Wakes the workers sleeping in gate_wait(). */
+static void gate_open(struct fs_workers *all)
+{
+    pthread_mutex_lock(&all->gate_mu);
+    pthread_cond_broadcast(&all->gate_cv);
+    pthread_mutex_unlock(&all->gate_mu);
+}
+
+/* Publishes v in *slot (NULL before) for the workers. */
+static void view_publish(fs_t *fs, fs_view_t **slot, fs_view_t *v)
+{
+    __atomic_store_n(slot, v, __ATOMIC_RELEASE);
+    if (__atomic_fetch_add(&fs->workers->views, 1, __ATOMIC_SEQ_CST) == 0)
+        gate_open(fs->workers);
+}
+
 /* Makes *slot NULL and frees the view it held once no worker reads it. */
 static void view_withdraw(fs_t *fs, fs_view_t **slot)
 {
@@ -118,6 +143,8 @@ static void view_withdraw(fs_t *fs, fs_view_t **slot)
         return;
     __atomic_store_n(slot, NULL, __ATOMIC_SEQ_CST);
     struct fs_workers *ws = fs->workers;
+    if (ws)
+        __atomic_fetch_sub(&ws->views, 1, __ATOMIC_SEQ_CST);
     for (unsigned i = 0; ws && i < ws->n; i++)
         while (__atomic_load_n(&ws->w[i].hazard, __ATOMIC_SEQ_CST) == v)
             sched_yield(); /* a reply being written: microseconds */
@@ -130,7 +157,7 @@ void fs_view_publish_fh(fs_t *fs, fs_fh_t *fh)
         return;
     fs_view_t *v = view_build(fh->obj);
     if (v)
-        __atomic_store_n(&fh->view, v, __ATOMIC_RELEASE);
+        view_publish(fs, &fh->view, v);
 }
 
 void fs_view_withdraw_fh(fs_t *fs, fs_fh_t *fh)
@@ -145,7 +172,7 @@ void fs_view_publish_inode(fs_t *fs, fs_inode_t *in, mc_obj_t *o)
         return;
     fs_view_t *v = view_build(o);
     if (v)
-        __atomic_store_n(&in->view, v, __ATOMIC_RELEASE);
+        view_publish(fs, &in->view, v);
 }
 
 /* ---- the workers ---- */
@@ -301,6 +328,14 @@ static void *worker_main(void *arg)
     worker_t *w = arg;
     struct fs_workers *all = w->all;
     while (!__atomic_load_n(&all->stop, __ATOMIC_ACQUIRE)) {
+        if (!__atomic_load_n(&all->views, __ATOMIC_SEQ_CST)) {
+            pthread_mutex_lock(&all->gate_mu);
+            while (!__atomic_load_n(&all->views, __ATOMIC_SEQ_CST) &&
+                   !__atomic_load_n(&all->stop, __ATOMIC_ACQUIRE))
+                pthread_cond_wait(&all->gate_cv, &all->gate_mu);
+            pthread_mutex_unlock(&all->gate_mu);
+            continue;
+        }
         struct epoll_event ev[2];
         int n = epoll_wait(w->ep, ev, 2, -1);
         if (n < 0 && errno != EINTR)
@@ -339,6 +374,8 @@ int fs_workers_start(fs_t *fs, unsigned n)
         return -ENOMEM;
     all->fs = fs;
     all->fd = fuse_session_fd(fs->se);
+    pthread_mutex_init(&all->gate_mu, NULL);
+    pthread_cond_init(&all->gate_cv, NULL);
     all->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     int rc = all->stopfd < 0 ? -errno : 0;
     all->cap = n;
@@ -363,6 +400,7 @@ void fs_workers_stop(fs_t *fs)
     if (!all)
         return;
     __atomic_store_n(&all->stop, 1, __ATOMIC_RELEASE);
+    gate_open(all);
     uint64_t one = 1;
     if (write(all->stopfd, &one, sizeof(one)) < 0)
         fprintf(stderr, "mooncake-fs: error: stopping the workers: %s\n", strerror(errno));
@@ -377,6 +415,8 @@ void fs_workers_stop(fs_t *fs)
     }
     if (all->stopfd >= 0)
         close(all->stopfd);
+    pthread_mutex_destroy(&all->gate_mu);
+    pthread_cond_destroy(&all->gate_cv);
     free(all);
 }
 
