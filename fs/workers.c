@@ -190,7 +190,7 @@ static fs_view_t *view_hold(worker_t *w, fs_view_t **slot)
     }
 }
 
-/* Replies to READ request rq of size bytes at off from view v: 0, or -1
+/* Replies to the READ of ih, size bytes at off, from view v: 0, or -1
  * when the bytes lie in too many pieces (the loop answers it then). */
 static int reply_from_view(worker_t *w, const struct fuse_in_header *ih, const fs_view_t *v,
                            uint64_t off, uint64_t size)
@@ -287,7 +287,9 @@ static int forward(worker_t *w, size_t n)
         memcpy(f->mem, w->buf, n);
     }
     if (!f->mem || mc_loop_post(f->fs->loop, fwd_run, f) < 0) {
-        if (f->mem != w->buf)
+        if (!w->buf)
+            w->buf = f->mem; /* handed over: take it back */
+        else
             free(f->mem);
         free(f);
         return -ENOMEM;

@@ -18,7 +18,9 @@ from harness import cli, free_port, wait_for
 from test_metrics import scrape
 
 MiB = 1 << 20
-THREADS = "3"  # the loop and two workers, even on a 2-core machine
+# the loop and two workers, even on 2 cores (MC_TEST_THREADS=1: the same
+# tests against one thread)
+THREADS = os.environ.get("MC_TEST_THREADS", "3")
 
 
 def worker_reads(port):
@@ -60,7 +62,7 @@ def test_parallel_readers_of_different_and_the_same_files(store_mount, tmp_path,
         assert [p.wait(timeout=60) for p in procs] == [0] * len(procs)
     # The loop reads the device too: which thread takes a request is a race,
     # but over hundreds of READs the workers take some.
-    assert worker_reads(port) > 0, "no READ was answered by a worker"
+    assert THREADS == "1" or worker_reads(port) > 0, "no READ was answered by a worker"
 
 
 def uniform_version(data):
@@ -85,7 +87,14 @@ while not os.path.exists(stop):
         data = f.read()
     b = data[0] if data else -1
     if not data or data.count(data[0]) != len(data) or len(data) != (1 << 20) + 4099 * b:
-        print(f"mixed or cut: {len(data)} bytes starting {data[:1]!r}")
+        runs, at = [], 0
+        while at < len(data) and len(runs) < 8:
+            end = at
+            while end < len(data) and data[end] == data[at]:
+                end += 1
+            runs.append((data[at], at, end))
+            at = end
+        print(f"mixed or cut: {len(data)} bytes: runs {runs}")
         sys.exit(1)
     seen.add(b)
 print(len(seen))
@@ -109,7 +118,7 @@ def test_a_file_replaced_while_read_is_seen_whole(store_mount, tmp_path, cache):
     assert [r.returncode for r in readers] == [0] * 4, outs
     with open(m.p("f"), "rb") as f:
         assert uniform_version(f.read()) == 13
-    assert worker_reads(port) > 0, "no READ was answered by a worker"
+    assert THREADS == "1" or worker_reads(port) > 0, "no READ was answered by a worker"
 
 
 READ_FOREVER = r"""
