@@ -64,6 +64,7 @@ read4_mibps() {
 # mount_threads T: read4 on mooncake-fs mounted on target T's directory with
 # --threads 1 .. nproc, in --cache-mode pages and direct (a fresh daemon each
 # time, pid[T] while it runs; $BUILD, $out and record are run.sh's).
+# shellcheck disable=SC2154 # dir and out are run.sh's
 mount_threads() {
     local mode n d=${dir[$1]}
     for mode in pages direct; do
