@@ -38,7 +38,7 @@ struct fs_view {
     struct piece {
         uint64_t off; /* in the version */
         uint64_t len;
-        const char *p;
+        const char *p; /* NULL: a hole, zeros */
     } piece[];
 };
 
@@ -87,30 +87,53 @@ typedef struct fwd {
 
 /* ---- views (built and withdrawn on the loop) ---- */
 
+/* A version in more pieces than this gets no view (the loop reads it). */
+#define MAX_VIEW_PIECES 65536
+
+/* What a hole of a sparse file reads as (a piece without memory). */
+static const char zeros[1 << 20];
+
+/* Appends piece [off, off + len) at p (NULL: a hole) to *vp. 0 or -1. */
+static int view_add(fs_view_t **vp, uint32_t *cap, uint64_t off, uint64_t len, const char *p)
+{
+    fs_view_t *v = *vp;
+    if (v->n == *cap) {
+        if (*cap >= MAX_VIEW_PIECES)
+            return -1;
+        v = realloc(v, sizeof(*v) + 2 * *cap * sizeof(v->piece[0]));
+        if (!v)
+            return -1;
+        *vp = v;
+        *cap *= 2;
+    }
+    v->piece[v->n++] = (struct piece){.off = off, .len = len, .p = p};
+    return 0;
+}
+
 /* The view of version o, or NULL when some of its bytes lie elsewhere (or
- * memory is short). mc_obj_view() counts every byte as moved once, here. */
+ * in too many pieces, or memory is short). A sparse file's hole is one
+ * piece of zeros, however long. mc_obj_view() counts every byte as moved
+ * once, here. */
 static fs_view_t *view_build(mc_obj_t *o)
 {
     uint64_t size = mc_obj_stat(o)->size, off = 0;
-    fs_view_t *v = malloc(sizeof(*v) + 4 * sizeof(v->piece[0]));
     uint32_t cap = 4;
+    fs_view_t *v = malloc(sizeof(*v) + cap * sizeof(v->piece[0]));
     if (!v)
         return NULL;
     v->size = size;
     v->n = 0;
     while (off < size) {
-        const void *p;
-        int64_t n = mc_obj_view(o, off, (size_t)(size - off), &p);
-        if (n <= 0)
-            goto fail;
-        if (v->n == cap) {
-            fs_view_t *nv = realloc(v, sizeof(*v) + 2 * cap * sizeof(v->piece[0]));
-            if (!nv)
-                goto fail;
-            v = nv;
-            cap *= 2;
+        const void *p = NULL;
+        int64_t n;
+        if (mc_obj_seek(o, off, 1) == (int64_t)off) { /* a hole: up to the next bytes */
+            int64_t data = mc_obj_seek(o, off, 0);
+            n = (data < 0 ? (int64_t)size : data) - (int64_t)off;
+        } else {
+            n = mc_obj_view(o, off, (size_t)(size - off), &p);
         }
-        v->piece[v->n++] = (struct piece){.off = off, .len = (uint64_t)n, .p = p};
+        if (n <= 0 || view_add(&v, &cap, off, (uint64_t)n, p) < 0)
+            goto fail;
         off += (uint64_t)n;
     }
     return v;
@@ -217,7 +240,10 @@ static int reply_from_view(worker_t *w, const struct fuse_in_header *ih, const f
             uint64_t in = off + len - p->off, n = p->len - in;
             if (n > size - len)
                 n = size - len;
-            iov[k] = (struct iovec){.iov_base = (void *)(p->p + in), .iov_len = (size_t)n};
+            if (!p->p && n > sizeof(zeros))
+                return -1; /* more zeros than a READ asks for (max_read) */
+            const char *at = p->p ? p->p + in : zeros;
+            iov[k] = (struct iovec){.iov_base = (void *)at, .iov_len = (size_t)n};
             len += n;
         }
     }

@@ -55,8 +55,16 @@ def test_parallel_readers_of_different_and_the_same_files(store_mount, tmp_path,
         refs.append(ref)
         # published by another client: the mount's page cache holds none of it
         put(m, f"f{i}", data)
+    # a sparse file, written through the mount: its holes are views of zeros
+    hole = tmp_path / "ref3"
+    with open(hole, "wb") as r, open(m.p("f3"), "wb") as f:
+        for off, data in ((3 * MiB + 7, b"x" * 5000), (9 * MiB, b"y" * MiB), (20 * MiB - 1, b"z")):
+            for out in (r, f):
+                out.seek(off)
+                out.write(data)
+    refs.append(hole)
     # four processes on f0 at once, one on each of the others, twice over
-    pairs = [(0, refs[0])] * 4 + [(i, refs[i]) for i in (1, 2)]
+    pairs = [(0, refs[0])] * 4 + [(i, refs[i]) for i in (1, 2, 3, 3)]
     for _ in range(2):
         procs = [subprocess.Popen(["cmp", m.p(f"f{i}"), str(ref)]) for i, ref in pairs]
         assert [p.wait(timeout=60) for p in procs] == [0] * len(procs)
