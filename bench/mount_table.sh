@@ -12,6 +12,8 @@
 #   create  open(O_CREAT) + write 4 KiB + close of TABLE_FILES new files,
 #           one process: files/s
 #   stat    os.stat of those files, 4 rounds: stats/s
+# and mount_threads: read4 again on a fresh mooncake-fs with --threads 1 up
+# to the machine's CPUs, in each cache mode, as table.read4.MODE.tN.
 # Every target does the same work with the same client concurrency; what
 # differs is only the file system under the directory.
 
@@ -52,15 +54,39 @@ print(round(n / (t1 - t0)), round(4 * n / (t2 - t1)))
 PY
 }
 
+# read4_mibps FILE: the read4 job on FILE (after drop_caches): MiB/s.
+read4_mibps() {
+    drop_caches
+    fio_json --name=read4 --filename="$1" --rw=read --bs=1M --size="${TABLE_MB}M" \
+        --numjobs=4 --ioengine=psync | json_field bw | awk '{printf "%.0f\n", $1 / 1024}'
+}
+
+# mount_threads T: read4 on mooncake-fs mounted on target T's directory with
+# --threads 1 .. nproc, in --cache-mode pages and direct (a fresh daemon each
+# time, pid[T] while it runs; $BUILD, $out and record are run.sh's).
+# shellcheck disable=SC2154 # dir and out are run.sh's
+mount_threads() {
+    local mode n d=${dir[$1]}
+    for mode in pages direct; do
+        for n in $(seq 1 "$(nproc)"); do
+            "$BUILD/mooncake-fs" -f --segment-size $((TABLE_MB + 256))M --cache-mode "$mode" \
+                --threads "$n" "$d" 2>>"$out/mooncake-fs.log" &
+            pid[$1]=$!
+            wait_mount "$d" "${pid[$1]}"
+            dd if=/dev/zero of="$d/table.dat" bs=1M count="$TABLE_MB" status=none
+            record "table.read4.$mode.t$n" "$(read4_mibps "$d/table.dat")"
+            unmount "$d" "${pid[$1]}"
+            pid[$1]=""
+        done
+    done
+}
+
 # mount_table T: every measure once on target T's directory.
 mount_table() {
     local d=${dir[$1]} f
     f=$d/table.dat
     dd if=/dev/zero of="$f" bs=1M count="$TABLE_MB" status=none
-    drop_caches
-    record "table.read4.$1" "$(fio_json --name=read4 --filename="$f" --rw=read --bs=1M \
-        --size="${TABLE_MB}M" --numjobs=4 --ioengine=psync | json_field bw |
-        awk '{printf "%.0f\n", $1 / 1024}')"
+    record "table.read4.$1" "$(read4_mibps "$f")"
     record "table.rand1.$1" "$(fio_json --name=rand1 --filename="$f" --rw=randread --bs=4k \
         --size="${TABLE_MB}M" --ioengine=psync --runtime="$TABLE_SECONDS" --time_based |
         json_field iops)"

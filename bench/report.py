@@ -219,6 +219,25 @@ def table_section(r):
         v = {t: r.m(f"table.{key}.{t}") for t in ("tmpfs", "pt", "mc")}
         lines.append(f"| {label.format(mb=mb)} | {fmt(v['tmpfs'])} | {fmt(v['pt'])} | "
                      f"{fmt(v['mc'])} | {ratio(v['mc'], v['pt'])} | {ratio(v['mc'], v['tmpfs'])} |")
+    return lines + [""] + threads_rows(r, mb)
+
+
+def threads_rows(r, mb):
+    """The 4 readers of the table on mooncake-fs --threads 1 .. nproc, in each
+    cache mode (bench/mount_table.sh's mount_threads), next to passthrough_ll."""
+    ns = sorted({int(k.rsplit(".t", 1)[1]) for k in r.vals if k.startswith("table.read4.pages.t")})
+    if not ns:
+        return []
+    pt = r.m("table.read4.pt")
+    lines = [f"{mb:.0f} MiB read by 4 readers at once (MiB/s) by `--threads` (a fresh mount "
+             "each; the others answer reads straight from segment memory):", "",
+             "| --cache-mode | " + " | ".join(f"--threads {n}" for n in ns) +
+             f" | --threads {ns[-1]} ÷ 1 | --threads {ns[-1]} ÷ passthrough_ll |",
+             "|---|" + "---|" * (len(ns) + 2)]
+    for mode in ("pages", "direct"):
+        v = [r.m(f"table.read4.{mode}.t{n}") for n in ns]
+        lines.append(f"| {mode} | " + " | ".join(fmt(x) for x in v) +
+                     f" | {ratio(v[-1], v[0])} | {ratio(v[-1], pt)} |")
     return lines + [""]
 
 

@@ -14,7 +14,8 @@
 #      every run) into each target of 1., files/s;
 #   2c. the table of issue 14 on tmpfs, passthrough_ll and mooncake-fs:
 #      4 parallel readers, 4 KiB random reads (1 and 16 in flight), small
-#      files created and stat'ed (bench/mount_table.sh, with fio);
+#      files created and stat'ed (bench/mount_table.sh, with fio), and the
+#      4 readers on mooncake-fs --threads 1 .. nproc in each cache mode;
 #   3. bench/cluster.sh: the cluster over loopback vs iperf3 and memcached,
 #      the embedded store vs memcpy, ops/s and latency by concurrency;
 #      bench/ha.sh: masters on etcd, 1 KiB puts with the op log vs a master
@@ -51,7 +52,7 @@ fi
 
 work=$(mktemp -d /tmp/mc-bench.XXXXXX)
 tmpfs=$work/tmpfs
-declare -A dir=([tmpfs]=$tmpfs/direct [pt]=$work/pt [ptd]=$work/ptd [mc]=$work/mc [mcd]=$work/mcd)
+declare -A dir=([tmpfs]=$tmpfs/direct [pt]=$work/pt [ptd]=$work/ptd [mc]=$work/mc [mcd]=$work/mcd [mct]=$work/mct)
 declare -A pid=()
 targets="tmpfs pt ptd mc mcd"
 sweep_targets="tmpfs pt ptd mc"
@@ -59,7 +60,7 @@ TAR_FILES=${BENCH_TAR_FILES:-5000}
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
-    for t in pt ptd mc mcd; do
+    for t in pt ptd mc mcd mct; do
         fusermount3 -u "${dir[$t]}" 2>/dev/null || true
         [ -n "${pid[$t]:-}" ] && { wait "${pid[$t]}" 2>/dev/null || true; }
     done
@@ -70,7 +71,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-mkdir -p "$tmpfs" "${dir[pt]}" "${dir[ptd]}" "${dir[mc]}" "${dir[mcd]}"
+mkdir -p "$tmpfs" "${dir[pt]}" "${dir[ptd]}" "${dir[mc]}" "${dir[mcd]}" "${dir[mct]}"
 mount -t tmpfs -o size=$((SIZE_MB + 512))M tmpfs "$tmpfs"
 mkdir -p "${dir[tmpfs]}" "$tmpfs/pt"
 # Both passthrough_ll mounts serve the same tmpfs directory.
@@ -204,6 +205,10 @@ for _ in $(seq "$RUNS"); do
 done
 mc_stop mc
 mc_stop mcd
+echo "bench: 4 parallel readers by --threads, $RUNS runs ..."
+for _ in $(seq "$RUNS"); do
+    mount_threads mct
+done
 
 # The cluster over loopback TCP vs iperf3 and memcached, the embedded store vs
 # memcpy, the concurrency sweep (bench/cluster.sh; about two minutes).

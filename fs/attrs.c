@@ -90,6 +90,13 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
         if (in->ws && in->ws->state == WS_READY) {
             a->st_size = (off_t)mc_writer_size(in->ws->w);
             a->st_blocks = (a->st_size + 511) / 512;
+        } else if (!fs->direct_io && in->cur) {
+            /* The page cache holds cur while the file is open: the kernel
+             * must not take the size of a newer version that a reader
+             * opened with direct I/O meanwhile (readers of the cache would
+             * get cur's bytes padded with zeros to that size). */
+            a->st_size = (off_t)mc_obj_stat(in->cur)->size;
+            a->st_blocks = (blkcnt_t)((mc_obj_stat(in->cur)->alloc + 511) / 512);
         }
     }
     a->st_mtim = ts_of(mt);

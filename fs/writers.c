@@ -24,6 +24,7 @@
 #include "fs.h"
 #include "fs_i.h"
 #include "inode.h"
+#include "workers.h"
 #include "writers.h"
 
 /* The process (thread group) of a request's thread. */
@@ -80,6 +81,7 @@ fs_wstate_t *fs_ws_get(fs_t *fs, fs_inode_t *in)
         fs->wss->prev = ws;
     fs->wss = ws;
     in->ws = ws;
+    fs_view_publish_inode(fs, in, NULL); /* its reads wait for the writer now */
     return ws;
 }
 
