@@ -124,7 +124,9 @@ static int take_replicas(const char **p, size_t *n, int max)
         for (uint32_t e = 0; e < r[i].next; e++) {
             uint64_t off, len;
             mc__wire_extent(&r[i], e, &off, &len);
-            CHECK(len <= UINT64_MAX - off && len <= UINT64_MAX - total);
+            /* A hole (offset MC__WIRE_HOLE) has no end in a segment. */
+            uint64_t end_from = off == MC__WIRE_HOLE ? 0 : off;
+            CHECK(len <= UINT64_MAX - end_from && len <= UINT64_MAX - total);
             total += len;
             mc__pack_extent(&w, off, len);
         }
