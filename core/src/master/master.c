@@ -58,6 +58,42 @@ int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
     return 0;
 }
 
+mc__version_t *mc__version_new(const char *key, size_t klen, uint32_t repcap)
+{
+    size_t reps = sizeof(mc__replica_t) * repcap;
+    mc__version_t *v = calloc(1, sizeof(*v) + reps + klen + 1);
+    if (!v)
+        return NULL;
+    v->rep = (mc__replica_t *)(v + 1);
+    v->repcap = (uint8_t)repcap;
+    v->key = (char *)v->rep + reps;
+    memcpy(v->key, key, klen);
+    v->klen = (uint32_t)klen;
+    return v;
+}
+
+void mc__version_set_key(mc__version_t *v, char *k, size_t klen)
+{
+    if (v->flags & MC__V_KEY_OWNED)
+        free(v->key);
+    v->key = k;
+    v->klen = (uint32_t)klen;
+    v->flags |= MC__V_KEY_OWNED;
+}
+
+void mc__version_free(mc__version_t *v)
+{
+    for (uint32_t r = 0; r < v->nrep; r++)
+        free(v->rep[r].ext);
+    if (v->flags & MC__V_REP_OWNED)
+        free(v->rep);
+    if (v->flags & MC__V_KEY_OWNED)
+        free(v->key);
+    free(v->xattr);
+    free(v->link);
+    free(v);
+}
+
 static void version_release_space(mc__master_t *m, mc__version_t *v)
 {
     for (uint32_t r = 0; r < v->nrep; r++)
@@ -72,10 +108,7 @@ void mc__version_destroy(mc__master_t *m, mc__version_t *v)
     if (v->rec)
         v->rec->v = NULL;
     version_release_space(m, v);
-    free(v->xattr);
-    free(v->key);
-    free(v->link);
-    free(v);
+    mc__version_free(v);
 }
 
 void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
@@ -97,13 +130,7 @@ void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
 
 static void free_published(void *p)
 {
-    mc__version_t *v = p;
-    for (uint32_t r = 0; r < v->nrep; r++)
-        free(v->rep[r].ext); /* the allocators go away as a whole */
-    free(v->xattr);
-    free(v->key);
-    free(v->link);
-    free(v);
+    mc__version_free(p); /* its space: the allocators go away as a whole */
 }
 
 void mc__master_free(mc__master_t *m)
@@ -323,6 +350,19 @@ int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep)
         return -EEXIST;
     if (v->nrep >= MC__MAX_REPLICAS)
         return -ENOSPC;
+    if (v->nrep >= v->repcap) {
+        /* Out of the room it was made with: a repair's replica, or a
+         * rebuilt version's next one. */
+        mc__replica_t *a = malloc(sizeof(*a) * MC__MAX_REPLICAS);
+        if (!a)
+            return -ENOMEM;
+        memcpy(a, v->rep, sizeof(*a) * v->nrep);
+        if (v->flags & MC__V_REP_OWNED)
+            free(v->rep);
+        v->rep = a;
+        v->repcap = MC__MAX_REPLICAS;
+        v->flags |= MC__V_REP_OWNED;
+    }
     v->rep[v->nrep++] = *rep;
     memset(rep, 0, sizeof(*rep));
     return 0;

@@ -50,37 +50,50 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
 #define MC__INHERIT_MODE 0x1
 #define MC__INHERIT_OWNER 0x2
 
+/* mc__version_t.flags: what of a version lives outside its own allocation
+ * (its key after a rename, its replica array after growing past the room
+ * it was made with) and is freed on its own. */
+#define MC__V_KEY_OWNED 0x1
+#define MC__V_REP_OWNED 0x2
+
+/*
+ * One version. Sized for the million small objects of a cache: one
+ * allocation holds the struct, the replica array (room for the replicas
+ * asked for, usually 1) and the key; the fields are as wide as their values
+ * need (issue 14: 1M keys of 100 B take no more memory than in Redis).
+ */
 typedef struct mc__version {
-    char *key; /* NUL-terminated copy, owned */
-    size_t klen;
+    struct mc__version *prev, *next;   /* LRU list (published) or retired list */
+    struct mc__version *dprev, *dnext; /* on the dirty list: its nodes' records are stale */
+    char *key;          /* NUL-terminated, in this allocation unless MC__V_KEY_OWNED */
+    mc__replica_t *rep; /* rep[0..nrep), room for repcap; in this allocation unless
+                           MC__V_REP_OWNED */
     uint64_t id;
     uint64_t size;     /* bytes of data */
     uint64_t capacity; /* bytes reserved in each replica */
     int64_t mtime_ns;
     int64_t atime_ns, ctime_ns; /* wall clock (ns); the service sets them */
+    uint64_t lease_until;
+    uint64_t stamp;     /* when its record was last sent to its nodes (0: never) */
+    uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
+    uint64_t rdev;
+    char *xattr;               /* owned: extended attributes, packed (xattr.c); NULL: none */
+    char *link;                /* a name entry: the inode key it names (owned), else NULL */
+    struct mc__recovered *rec; /* rebuilt from nodes' records: its entry by version id */
+    uint32_t klen, linklen, xattr_len;
     uint32_t mode;
     uint32_t uid, gid; /* MC_OWNER_NONE: none recorded */
-    uint32_t type;     /* MC_TYPE_* */
-    uint64_t rdev;
-    char *xattr; /* owned: extended attributes, packed (xattr.c); NULL: none */
-    uint32_t xattr_len;
-    unsigned inherit;   /* pending: MC__INHERIT_*, what to take at commit from
-                           the version it replaces */
-    uint32_t pin;       /* MC_PIN_* */
-    uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
-    uint64_t lease_until;
-    uint32_t refs; /* open handles */
-    char *link;    /* a name entry: the inode key it names (owned), else NULL */
-    size_t linklen;
-    uint32_t links; /* an inode: the names of the file (0: a plain key) */
-    enum mc__vstate state;
-    struct mc__version *prev, *next;   /* LRU list (published) or retired list */
-    struct mc__version *dprev, *dnext; /* on the dirty list: its nodes' records are stale */
-    uint64_t stamp;                    /* when its record was last sent to its nodes (0: never) */
-    struct mc__recovered *rec;         /* rebuilt from nodes' records: its entry by version id */
-    uint32_t nrep;
-    uint32_t want; /* replicas asked for (clamped to the segments at the start) */
-    mc__replica_t rep[MC__MAX_REPLICAS];
+    uint32_t refs;     /* open handles */
+    uint32_t links;    /* an inode: the names of the file (0: a plain key) */
+    uint8_t type;      /* MC_TYPE_* */
+    uint8_t state;     /* enum mc__vstate */
+    uint8_t pin;       /* MC_PIN_* */
+    uint8_t inherit;   /* pending: MC__INHERIT_*, what to take at commit from
+                          the version it replaces */
+    uint8_t nrep;
+    uint8_t want; /* replicas asked for (clamped to the segments at the start) */
+    uint8_t repcap;
+    uint8_t flags; /* MC__V_* */
 } mc__version_t;
 
 /* Tells the nodes that hold v's replicas (or, for a name entry, its file's)
@@ -306,7 +319,8 @@ void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep);
 /*
  * Adds rep (from mc__master_replica_alloc()) to v as a complete replica; v
  * owns it from then on. Returns 0, or -EEXIST (v already has a replica on
- * that segment) / -ENOSPC (v has MC__MAX_REPLICAS): rep is then unchanged.
+ * that segment) / -ENOSPC (v has MC__MAX_REPLICAS) / -ENOMEM (v's array had
+ * no room left and could not grow): rep is then unchanged.
  */
 int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep);
 

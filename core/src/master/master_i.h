@@ -97,6 +97,19 @@ mc__segment_t *mc__master_seg(mc__master_t *m, uint32_t id);
 /* A NUL-terminated copy of key[0..klen) (the caller frees it), or NULL. */
 char *mc__dup_key(const char *key, size_t klen);
 
+/* A new version (zeroed, on no list) of key[0..klen) with room for repcap
+ * replicas, in one allocation; NULL when out of memory. Free it with
+ * mc__version_destroy(), or mc__version_free() if it holds no space. */
+mc__version_t *mc__version_new(const char *key, size_t klen, uint32_t repcap);
+
+/* Frees v's memory (key, replica and extent arrays, attributes, link)
+ * without returning its space or touching any list. */
+void mc__version_free(mc__version_t *v);
+
+/* v's key becomes k[0..klen), a malloc'd NUL-terminated string it now
+ * owns (mc__dup_key()); the old key is freed. */
+void mc__version_set_key(mc__version_t *v, char *k, size_t klen);
+
 /* Frees v, its key and its space, taking it off its list first. */
 void mc__version_destroy(mc__master_t *m, mc__version_t *v);
 

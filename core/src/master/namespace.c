@@ -96,9 +96,7 @@ static int rename_one(mc__master_t *m, const char *from, size_t flen, const char
         return rc;
     }
     mc__index_remove(m->ix, from, flen);
-    free(v->key);
-    v->key = k;
-    v->klen = tlen;
+    mc__version_set_key(v, k, tlen);
     mc__master_dirty(m, v);
     if (rc == 1 && old)
         entry_gone(m, old, now);
@@ -187,9 +185,7 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
             free(keys[i]);
             continue;
         }
-        free(v->key);
-        v->key = keys[i];
-        v->klen = nl;
+        mc__version_set_key(v, keys[i], nl);
         mc__master_dirty(m, v);
     }
     free(keys);
@@ -460,19 +456,15 @@ uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int d
 static mc__version_t *name_new(mc__master_t *m, const char *key, size_t klen, const char *ino,
                                size_t ilen)
 {
-    mc__version_t *n = calloc(1, sizeof(*n));
+    mc__version_t *n = mc__version_new(key, klen, 0);
     if (!n)
         return NULL;
-    n->key = mc__dup_key(key, klen);
     n->link = mc__dup_key(ino, ilen);
-    if (!n->key || !n->link) {
-        free(n->key);
-        free(n->link);
-        free(n);
+    if (!n->link) {
+        mc__version_free(n);
         return NULL;
     }
-    n->klen = klen;
-    n->linklen = ilen;
+    n->linklen = (uint32_t)ilen;
     n->id = m->next_id++;
     n->state = MC__PUBLISHED; /* off the LRU list: it holds no space */
     return n;
@@ -514,9 +506,7 @@ int mc__master_link(mc__master_t *m, const char *from, size_t flen, const char *
             goto nomem;
         }
         mc__index_insert(m->ix, from, flen, name, NULL); /* replaces: no allocation */
-        free(f->key);
-        f->key = ikey;
-        f->klen = ilen;
+        mc__version_set_key(f, ikey, ilen);
         f->links = 1;
     }
     f->links++;

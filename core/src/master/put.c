@@ -30,7 +30,8 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     int rc = mc_key_check(key, klen);
     if (rc < 0)
         return rc;
-    if ((po && po->type > MC_TYPE_MAX) || mc__master_is_inode_key(key, klen))
+    if ((po && (po->type > MC_TYPE_MAX || po->pin > MC_PIN_HARD)) ||
+        mc__master_is_inode_key(key, klen))
         return -EINVAL;
     if (m->nseg == 0)
         return -ENOSPC;
@@ -46,15 +47,17 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     }
     if (usable == 0)
         return -EAGAIN;
-    mc__version_t *v = calloc(1, sizeof(*v));
+    /* Best-effort placement: each replica on a different segment, the
+     * preferred one first when it is mounted and has need bytes free, then
+     * the ones with the most free space. */
+    uint32_t want = po && po->replica_num ? po->replica_num : 1;
+    if (want > MC__MAX_REPLICAS)
+        want = MC__MAX_REPLICAS;
+    if (want > (uint32_t)m->nseg)
+        want = (uint32_t)m->nseg;
+    mc__version_t *v = mc__version_new(key, klen, want);
     if (!v)
         return -ENOMEM;
-    v->key = mc__dup_key(key, klen);
-    if (!v->key) {
-        free(v);
-        return -ENOMEM;
-    }
-    v->klen = klen;
     v->state = MC__PENDING;
     if (po && ((po->flags & MC_PUT_MODE) || po->mode)) {
         v->mode = po->mode & 07777;
@@ -76,15 +79,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     if (v->pin == MC_PIN_SOFT && po->soft_pin_ttl_ms)
         v->pin_until = now + po->soft_pin_ttl_ms;
 
-    /* Best-effort placement: each replica on a different segment, the
-     * preferred one first when it is mounted and has need bytes free, then
-     * the ones with the most free space. */
-    uint32_t want = po && po->replica_num ? po->replica_num : 1;
-    if (want > MC__MAX_REPLICAS)
-        want = MC__MAX_REPLICAS;
-    if (want > (uint32_t)m->nseg)
-        want = (uint32_t)m->nseg;
-    v->want = want; /* segments on hold count: the repair fills them later */
+    v->want = (uint8_t)want; /* segments on hold count: the repair fills them later */
     if (want > usable)
         want = usable;
     uint32_t r0 = 0;
@@ -104,7 +99,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         used[best] = 1;
         v->rep[r].seg = m->segs[best].id;
     }
-    v->nrep = want;
+    v->nrep = (uint8_t)want;
     *out = v;
     return 0;
 }
@@ -120,7 +115,7 @@ static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len)
     if (n < 0)
         return n;
     if (rep->n + (uint32_t)n > rep->cap) {
-        uint32_t cap = rep->cap ? rep->cap * 2 : 4;
+        uint32_t cap = rep->cap ? rep->cap * 2 : 1; /* most objects: one extent */
         while (cap < rep->n + (uint32_t)n)
             cap *= 2;
         mc__extent_t *e = realloc(rep->ext, sizeof(*e) * cap);
@@ -323,9 +318,7 @@ int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_
     char *k = mc__dup_key(key, klen);
     if (!k)
         return -ENOMEM;
-    free(v->key);
-    v->key = k;
-    v->klen = klen;
+    mc__version_set_key(v, k, klen);
     return 0;
 }
 

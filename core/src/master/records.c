@@ -200,9 +200,7 @@ static void rekey(mc__master_t *m, mc__version_t *v, const mc__record_t *r, uint
         return;
     mc__index_remove(m->ix, v->key, v->klen);
     mc__list_del(v);
-    free(v->key);
-    v->key = k;
-    v->klen = r->klen;
+    mc__version_set_key(v, k, r->klen);
     if (publish(m, v, now) < 0) {
         mc__master_retire(m, v, now); /* out of memory: lost */
     }
@@ -240,7 +238,10 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint6
                 return 0;
             if ((rc = take_extents(s, r, &rep)) < 0)
                 return rc == -ENOMEM ? rc : 0;
-            mc__master_replica_attach(v, &rep);
+            if (mc__master_replica_attach(v, &rep) < 0) {
+                mc__master_replica_release(m, &rep);
+                return -ENOMEM;
+            }
             rc = 1;
         }
         if (r->stamp > v->stamp) {
@@ -261,11 +262,9 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint6
     uint64_t bytes = rec_bytes(r);
     if (bytes < r->size || bytes - r->size >= m->o.align)
         return 0; /* not the space of this size */
-    mc__version_t *v = calloc(1, sizeof(*v));
+    mc__version_t *v = mc__version_new(r->key, r->klen, r->linklen ? 0 : 1);
     e = calloc(1, sizeof(*e));
     int rc = v && e ? 0 : -ENOMEM;
-    if (rc == 0 && !(v->key = mc__dup_key(r->key, r->klen)))
-        rc = -ENOMEM;
     if (rc == 0 && r->linklen && !(v->link = mc__dup_key(r->link, r->linklen)))
         rc = -ENOMEM;
     if (rc == 0)
@@ -273,16 +272,11 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint6
     if (rc == 0 && !r->linklen)
         rc = take_extents(s, r, &rep);
     if (rc < 0) {
-        if (v) {
-            free(v->key);
-            free(v->link);
-            free(v->xattr);
-        }
-        free(v);
+        if (v)
+            mc__version_free(v);
         free(e);
         return rc == -ENOMEM ? rc : 0;
     }
-    v->klen = r->klen;
     v->linklen = r->linklen;
     v->id = r->version;
     v->capacity = bytes;
