@@ -177,6 +177,39 @@ static void test_holes(void **state)
     mc__master_free(m);
 }
 
+/* The small-object class: a version under MC__SMALL_MAX bytes with no hole
+ * keeps its size in MC__SMALL_UNIT at commit; one with a hole, or of
+ * MC__SMALL_MAX bytes and more, keeps whole allocation units (a hole's edge
+ * stays on the unit). The space that goes is free for the next object. */
+static void test_small_objects(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master();
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_begin(m, "small", 5, NULL, T0, &v), 0);
+    assert_int_equal(mc__master_reserve(m, v, 100, T0), 0);
+    assert_int_equal(v->capacity, 2 * UNIT);
+    assert_int_equal(mc__master_commit(m, v, 100, 0, T0), 0);
+    assert_int_equal(v->capacity, 7 * MC__SMALL_UNIT);
+    assert_int_equal(v->rep[0].ext[0].len, 7 * MC__SMALL_UNIT);
+    assert_int_equal(used(m), 7 * MC__SMALL_UNIT);
+    mc__version_t *next = put(m, "next", 1, T0);
+    assert_int_equal(next->capacity, MC__SMALL_UNIT);
+    assert_int_equal(next->rep[0].ext[0].off, 7 * MC__SMALL_UNIT); /* right after */
+
+    assert_int_equal(mc__master_begin(m, "holey", 5, NULL, T0, &v), 0);
+    assert_int_equal(mc__master_reserve_range(m, v, 2 * UNIT, 1, 0, T0), 0);
+    assert_int_equal(mc__master_commit(m, v, 2 * UNIT + 2, 0, T0), 0);
+    assert_int_equal(v->capacity, 3 * UNIT);
+    assert_int_equal(mc__replica_bytes(&v->rep[0]), UNIT);
+
+    assert_int_equal(mc__master_begin(m, "big", 3, NULL, T0, &v), 0);
+    assert_int_equal(mc__master_reserve(m, v, 2 * MC__SMALL_MAX, T0), 0);
+    assert_int_equal(mc__master_commit(m, v, MC__SMALL_MAX + 1, 0, T0), 0);
+    assert_int_equal(v->capacity, MC__SMALL_MAX + UNIT);
+    mc__master_free(m);
+}
+
 /* Renders a listing as "k1 k2 p/+ ..." (prefix entries marked with '+'),
  * and checks each entry's invariants on the way. */
 static char *list_render(const mc_list_t *l)
@@ -260,13 +293,14 @@ static void test_commit_publishes(void **state)
     assert_int_equal(objects(m), 0);
     assert_list(m, "", NULL, 0, "");
 
-    /* Committing a smaller size returns the extra space. */
+    /* Committing a smaller size returns the extra space: a small object
+     * (under MC__SMALL_MAX, no hole) keeps its size in MC__SMALL_UNIT. */
     assert_int_equal(mc__master_commit(m, v, 100, 0, T0), 0);
     assert_ptr_equal(find(m, "k"), v);
     assert_int_equal(v->state, MC__PUBLISHED);
     assert_int_equal(v->size, 100);
-    assert_int_equal(v->capacity, 128);
-    assert_int_equal(used(m), 128);
+    assert_int_equal(v->capacity, 112);
+    assert_int_equal(used(m), 112);
     assert_int_equal(objects(m), 1);
     assert_cmp(v->id, >, 0);
 
@@ -1086,7 +1120,7 @@ static void test_replicas_on_distinct_segments(void **state)
     assert_int_equal(mc__master_reserve(m, v, 640, T0), 0);
     assert_int_equal(used(m), 2 * 640);
     assert_int_equal(mc__master_commit(m, v, 100, 0, T0), 0);
-    assert_int_equal(used(m), 2 * 128);
+    assert_int_equal(used(m), 2 * 112); /* trimmed to MC__SMALL_UNIT in both */
     assert_int_equal(mc__master_remove(m, "k", 1, 0, T0), 0);
     assert_int_equal(used(m), 0);
     mc__master_free(m);
@@ -1177,6 +1211,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_commit_publishes),
         cmocka_unit_test(test_holes),
+        cmocka_unit_test(test_small_objects),
         cmocka_unit_test(test_root_directory),
         cmocka_unit_test(test_empty_object),
         cmocka_unit_test(test_begin_bad_key),

@@ -164,7 +164,8 @@ int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size)
     m->segs = ns;
     mc__segment_t *s = &m->segs[m->nseg];
     memset(s, 0, sizeof(*s));
-    int rc = mc__alloc_create(&s->alloc, size, m->o.align);
+    uint64_t unit = m->o.align < MC__SMALL_UNIT ? m->o.align : MC__SMALL_UNIT;
+    int rc = mc__alloc_create(&s->alloc, size, unit);
     if (rc < 0)
         return rc;
     s->id = id;

@@ -186,6 +186,18 @@ static uint64_t round_up(const mc__master_t *m, uint64_t len)
     return (len + m->o.align - 1) & ~(m->o.align - 1);
 }
 
+/* The space a version of size bytes keeps at its commit: size rounded to
+ * the allocation unit, or to MC__SMALL_UNIT for a small one with no hole
+ * (its layout is all data, so no hole edge leaves the unit). */
+static uint64_t small_keep(const mc__master_t *m, const mc__version_t *v, uint64_t size)
+{
+    uint64_t unit = MC__SMALL_UNIT;
+    if (size >= MC__SMALL_MAX || m->o.align < unit || !v->nrep ||
+        mc__replica_bytes(&v->rep[0]) != v->capacity)
+        return round_up(m, size);
+    return (size + unit - 1) & ~(unit - 1);
+}
+
 static uint64_t total_size(const mc__master_t *m)
 {
     uint64_t t = 0;
@@ -353,7 +365,7 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         if (!(slot = mc__index_slot(m->ix, v->key, v->klen, &fresh)))
             return -ENOMEM;
     }
-    uint64_t keep = round_up(m, size);
+    uint64_t keep = small_keep(m, v, size);
     if (keep < v->capacity) {
         for (uint32_t r = 0; r < v->nrep; r++)
             replica_trim(m, &v->rep[r], keep);
