@@ -26,6 +26,7 @@
 
 #include "master/alloc.h"
 #include "mooncake/mooncake.h"
+#include "wire/record.h"
 
 #define MC__MAX_REPLICAS 8
 
@@ -385,26 +386,11 @@ void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg);
 /* Stamps every dirty version and hands it to the notice callback. */
 void mc__master_flush(mc__master_t *m);
 
-/* The record of a version that a node keeps (the service carries it as
- * proto.h's mc__rec_t): its metadata and its extents in one segment. */
-typedef struct mc__record {
-    uint64_t version, stamp;
-    const char *key, *link; /* link: a name entry's inode key (NULL: none) */
-    uint32_t klen, linklen;
-    uint64_t size;
-    int64_t mtime_ns, atime_ns, ctime_ns;
-    uint32_t mode, uid, gid, type;
-    uint64_t rdev;
-    uint32_t links, pin, want;
-    const char *xattr;
-    uint32_t xattr_len;
-    uint32_t next;
-    const mc__extent_t *ext;
-} mc__record_t;
-
-/* Fills the record of v as kept for its replica on segment seg (its extents
- * there; none for a name entry). It points into v. */
-void mc__master_record(const mc__version_t *v, uint32_t seg, mc__record_t *rec);
+/* Fills the record (wire/record.h's mc__rec_t) of v as kept for its replica on
+ * segment seg: its metadata, and rec->next, the count of its extents there
+ * (none for a name entry), which it returns (NULL: none); rec->ext is NULL.
+ * Everything points into v. */
+const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__rec_t *rec);
 
 /*
  * Merges one record reported by the node of segment seg (mounted again
@@ -412,11 +398,12 @@ void mc__master_record(const mc__version_t *v, uint32_t seg, mc__record_t *rec);
  * (version ids grow across runs, see first_id); a record of a version
  * already rebuilt adds its replica, and the record with the latest stamp
  * gives the metadata; a version rebuilt and then removed or replaced stays
- * gone. The record's extents must be free in the segment: they are taken.
- * Returns 1 (merged), 0 (refused: older, gone, or its space not free: the
- * node should forget it), -EINVAL (a bad record), -ENOMEM.
+ * gone. The record's extents, ext[0..rec->next) (rec->ext is not read),
+ * must be free in the segment: they are taken. Returns 1 (merged), 0 (refused: older, gone, or its
+ * space not free: the node should forget it), -EINVAL (a bad record), -ENOMEM.
  */
-int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *rec, uint64_t now);
+int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *rec, const mc__extent_t *ext,
+                     uint64_t now);
 
 /* Version id left the namespace before this master rebuilt it (the op log
  * says so): records of it are refused from now on. Returns 0 or -ENOMEM. */

@@ -55,15 +55,15 @@ void mc__master_flush(mc__master_t *m)
     }
 }
 
-void mc__master_record(const mc__version_t *v, uint32_t seg, mc__record_t *r)
+const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__rec_t *r)
 {
     memset(r, 0, sizeof(*r));
     r->version = v->id;
     r->stamp = v->stamp;
     r->key = v->key;
-    r->klen = (uint32_t)v->klen;
+    r->klen = v->klen;
     r->link = v->link;
-    r->linklen = (uint32_t)v->linklen;
+    r->linklen = v->linklen;
     r->size = v->size;
     r->mtime_ns = v->mtime_ns;
     r->atime_ns = v->atime_ns;
@@ -82,10 +82,10 @@ void mc__master_record(const mc__version_t *v, uint32_t seg, mc__record_t *r)
     for (uint32_t i = 0; i < v->nrep; i++) {
         if (v->rep[i].seg == seg) {
             r->next = v->rep[i].n;
-            r->ext = v->rep[i].ext;
-            break;
+            return v->rep[i].ext;
         }
     }
+    return NULL;
 }
 
 /* ---- merging ---- */
@@ -110,7 +110,8 @@ static int xattrs_ok(const char *x, uint32_t len)
 
 /* Takes the record's extents out of segment s's free space into *rep.
  * Returns 0, or -EBUSY (some are not free: nothing is taken) / -ENOMEM. */
-static int take_extents(mc__segment_t *s, const mc__record_t *r, mc__replica_t *rep)
+static int take_extents(mc__segment_t *s, const mc__rec_t *r, const mc__extent_t *ext,
+                        mc__replica_t *rep)
 {
     memset(rep, 0, sizeof(*rep));
     rep->seg = s->id;
@@ -121,7 +122,7 @@ static int take_extents(mc__segment_t *s, const mc__record_t *r, mc__replica_t *
         return -ENOMEM;
     rep->cap = r->next;
     for (uint32_t i = 0; i < r->next; i++) {
-        uint64_t off = r->ext[i].off, len = r->ext[i].len;
+        uint64_t off = ext[i].off, len = ext[i].len;
         int rc = off == MC__HOLE ? 0 : mc__alloc_take(s->alloc, off, len); /* a hole: no space */
         if (rc < 0) {
             mc__extents_put(s->alloc, rep->ext, rep->n);
@@ -134,16 +135,16 @@ static int take_extents(mc__segment_t *s, const mc__record_t *r, mc__replica_t *
     return 0;
 }
 
-static uint64_t rec_bytes(const mc__record_t *r)
+static uint64_t rec_bytes(const mc__rec_t *r, const mc__extent_t *ext)
 {
     uint64_t t = 0;
     for (uint32_t i = 0; i < r->next; i++)
-        t += r->ext[i].len;
+        t += ext[i].len;
     return t;
 }
 
 /* Sets v's metadata (not its key or replicas) from r. Returns 0 or -ENOMEM. */
-static int take_meta(mc__version_t *v, const mc__record_t *r)
+static int take_meta(mc__version_t *v, const mc__rec_t *r)
 {
     char *x = NULL;
     if (r->xattr_len && !(x = malloc(r->xattr_len)))
@@ -188,7 +189,7 @@ static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
 
 /* A later record of version v (rebuilt already) renames it: it moves when
  * its new key holds no newer version. */
-static void rekey(mc__master_t *m, mc__version_t *v, const mc__record_t *r, uint64_t now)
+static void rekey(mc__master_t *m, mc__version_t *v, const mc__rec_t *r, uint64_t now)
 {
     if (r->klen == v->klen && memcmp(r->key, v->key, r->klen) == 0)
         return;
@@ -206,7 +207,8 @@ static void rekey(mc__master_t *m, mc__version_t *v, const mc__record_t *r, uint
     }
 }
 
-int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint64_t now)
+int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc__extent_t *ext,
+                     uint64_t now)
 {
     mc__segment_t *s = mc__master_seg(m, seg);
     if (!s)
@@ -234,9 +236,9 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint6
         for (uint32_t i = 0; i < v->nrep; i++)
             twice |= v->rep[i].seg == seg;
         if (!v->link && !twice) {
-            if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r) != v->capacity)
+            if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r, ext) != v->capacity)
                 return 0;
-            if ((rc = take_extents(s, r, &rep)) < 0)
+            if ((rc = take_extents(s, r, ext, &rep)) < 0)
                 return rc == -ENOMEM ? rc : 0;
             if (mc__master_replica_attach(v, &rep) < 0) {
                 mc__master_replica_release(m, &rep);
@@ -259,7 +261,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint6
     mc__version_t *cur = mc__index_get(m->ix, r->key, r->klen);
     if (cur && cur->id >= r->version)
         return 0;
-    uint64_t bytes = rec_bytes(r);
+    uint64_t bytes = rec_bytes(r, ext);
     if (bytes < r->size || bytes - r->size >= m->o.align)
         return 0; /* not the space of this size */
     mc__version_t *v = mc__version_new(r->key, r->klen, r->linklen ? 0 : 1);
@@ -270,7 +272,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint6
     if (rc == 0)
         rc = take_meta(v, r);
     if (rc == 0 && !r->linklen)
-        rc = take_extents(s, r, &rep);
+        rc = take_extents(s, r, ext, &rep);
     if (rc < 0) {
         if (v)
             mc__version_free(v);
