@@ -68,7 +68,7 @@ mc__version_t *mc__version_new(const char *key, size_t klen, uint32_t repcap)
     v->repcap = (uint8_t)repcap;
     v->key = (char *)v->rep + reps;
     memcpy(v->key, key, klen);
-    v->klen = (uint32_t)klen;
+    v->klen = (uint16_t)klen;
     return v;
 }
 
@@ -77,14 +77,14 @@ void mc__version_set_key(mc__version_t *v, char *k, size_t klen)
     if (v->flags & MC__V_KEY_OWNED)
         free(v->key);
     v->key = k;
-    v->klen = (uint32_t)klen;
+    v->klen = (uint16_t)klen;
     v->flags |= MC__V_KEY_OWNED;
 }
 
 void mc__version_free(mc__version_t *v)
 {
     for (uint32_t r = 0; r < v->nrep; r++)
-        free(v->rep[r].ext);
+        mc__replica_free_ext(&v->rep[r]);
     if (v->flags & MC__V_REP_OWNED)
         free(v->rep);
     if (v->flags & MC__V_KEY_OWNED)
@@ -101,12 +101,23 @@ static void version_release_space(mc__master_t *m, mc__version_t *v)
     v->capacity = 0;
 }
 
+/* A rebuilt version leaves: its entry by id stays, with no version, so that
+ * later records of it are refused. */
+static void forget_rebuilt(mc__master_t *m, mc__version_t *v)
+{
+    if (!(v->flags & MC__V_REBUILT))
+        return;
+    mc__recovered_t *e = (mc__recovered_t *)mc__ids_get(&m->rebuilt, v->id);
+    if (e && e->v == v)
+        e->v = NULL;
+    v->flags &= (uint8_t)~MC__V_REBUILT;
+}
+
 void mc__version_destroy(mc__master_t *m, mc__version_t *v)
 {
     mc__list_del(v);
     mc__master_undirty(v);
-    if (v->rec)
-        v->rec->v = NULL;
+    forget_rebuilt(m, v);
     version_release_space(m, v);
     mc__version_free(v);
 }
@@ -115,10 +126,7 @@ void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
     mc__list_del(v);
     mc__master_undirty(v);
-    if (v->rec) { /* gone: a late record of it must not bring it back */
-        v->rec->v = NULL;
-        v->rec = NULL;
-    }
+    forget_rebuilt(m, v); /* gone: a late record of it must not bring it back */
     if (m->notice && v->stamp)
         m->notice(m->notice_arg, m, v, 1);
     v->state = MC__RETIRED;
@@ -190,7 +198,7 @@ void mc__version_drop_replica(mc__version_t *v, uint32_t seg)
             r++;
             continue;
         }
-        free(v->rep[r].ext);
+        mc__replica_free_ext(&v->rep[r]);
         replica_unlink(v, r);
     }
 }
@@ -375,6 +383,14 @@ int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep)
         if (v->rep[r].seg != seg)
             continue;
         *rep = v->rep[r];
+        if (!rep->cap && rep->n) { /* v's ext1: the replica takes a copy along */
+            if (!(rep->ext = malloc(sizeof(*rep->ext) * rep->n)))
+                return -ENOMEM;
+            memcpy(rep->ext, v->rep[r].ext, sizeof(*rep->ext) * rep->n);
+            rep->cap = rep->n;
+        } else if (!rep->cap) {
+            rep->ext = NULL;
+        }
         replica_unlink(v, r);
         return 1;
     }

@@ -45,7 +45,8 @@ typedef struct mc__master mc__master_t;
 
 typedef struct mc__replica {
     uint32_t seg;      /* segment id */
-    uint32_t n, cap;   /* extents used / allocated */
+    uint32_t n, cap;   /* extents used / allocated (cap 0: ext is not the
+                          replica's own, see mc__version_t ext1) */
     mc__extent_t *ext; /* byte ranges in the segment, in object order */
 } mc__replica_t;
 
@@ -63,6 +64,9 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  * it was made with) and is freed on its own. */
 #define MC__V_KEY_OWNED 0x1
 #define MC__V_REP_OWNED 0x2
+#define MC__V_REBUILT                                                                              \
+    0x4 /* rebuilt from nodes' records: an entry by its id in the                                  \
+           master's table of those (records.c) */
 
 /*
  * One version. Sized for the million small objects of a cache: one
@@ -85,10 +89,14 @@ typedef struct mc__version {
     uint64_t stamp;     /* when its record was last sent to its nodes (0: never) */
     uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
     uint64_t rdev;
-    char *xattr;               /* owned: extended attributes, packed (xattr.c); NULL: none */
-    char *link;                /* a name entry: the inode key it names (owned), else NULL */
-    struct mc__recovered *rec; /* rebuilt from nodes' records: its entry by version id */
-    uint32_t klen, linklen, xattr_len;
+    char *xattr;       /* owned: extended attributes, packed (xattr.c); NULL: none */
+    char *link;        /* a name entry: the inode key it names (owned), else NULL */
+    mc__extent_t ext1; /* the extent array of its first replica while that has one
+                          extent (rep[0].ext points here, rep[0].cap is 0): most
+                          objects' only extent needs no allocation of its own */
+    uint16_t klen;     /* <= MC_KEY_MAX */
+    uint16_t linklen;  /* <= MC_KEY_MAX */
+    uint32_t xattr_len;
     uint32_t mode;
     uint32_t uid, gid; /* MC_OWNER_NONE: none recorded */
     uint32_t refs;     /* open handles */
@@ -333,7 +341,7 @@ void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep);
 int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep);
 
 /* Moves v's replica on segment seg, if any, into *rep (space still
- * allocated); returns 1 if there was one, else 0. */
+ * allocated); returns 1 if there was one, 0 if not, -ENOMEM (v unchanged). */
 int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep);
 
 /* The first published version whose key sorts after after[0..alen) (alen 0:

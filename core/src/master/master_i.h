@@ -13,6 +13,8 @@
 #ifndef MC_MASTER_I_H
 #define MC_MASTER_I_H
 
+#include <stdlib.h>
+
 #include "master/ids.h"
 #include "master/index.h"
 #include "master/master.h"
@@ -49,6 +51,16 @@ typedef struct mc__recovered {
     mc__idnode_t h;
     mc__version_t *v;
 } mc__recovered_t;
+
+/* Frees rep's extent array when it is rep's own (cap 0: it is a version's
+ * ext1, freed with the version). */
+static inline void mc__replica_free_ext(mc__replica_t *rep)
+{
+    if (rep->cap)
+        free(rep->ext);
+    rep->ext = NULL;
+    rep->cap = 0;
+}
 
 /* Takes v off the dirty list (records.c); it is leaving. */
 void mc__master_undirty(mc__version_t *v);

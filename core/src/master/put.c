@@ -104,8 +104,10 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     return 0;
 }
 
-/* Allocates len more bytes at the end of replica r. */
-static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len)
+/* Allocates len more bytes at the end of replica rep; one with no extent
+ * yet that gets one takes slot (when not NULL: its version's ext1) as its
+ * array. */
+static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__extent_t *slot)
 {
     mc__segment_t *s = mc__master_seg(m, rep->seg);
     if (!s)
@@ -114,15 +116,19 @@ static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len)
     int n = mc__alloc_get(s->alloc, len, got, 64);
     if (n < 0)
         return n;
-    if (rep->n + (uint32_t)n > rep->cap) {
-        uint32_t cap = rep->cap ? rep->cap * 2 : 1; /* most objects: one extent */
+    if (slot && rep->n == 0 && rep->cap == 0 && n == 1) {
+        rep->ext = slot; /* cap stays 0: not the replica's own */
+    } else if (rep->n + (uint32_t)n > rep->cap) {
+        uint32_t cap = rep->cap ? rep->cap * 2 : 2;
         while (cap < rep->n + (uint32_t)n)
             cap *= 2;
-        mc__extent_t *e = realloc(rep->ext, sizeof(*e) * cap);
+        mc__extent_t *e = rep->cap ? realloc(rep->ext, sizeof(*e) * cap) : malloc(sizeof(*e) * cap);
         if (!e) {
             mc__alloc_put(s->alloc, got, n);
             return -ENOMEM;
         }
+        if (!rep->cap && rep->n)
+            memcpy(e, rep->ext, sizeof(*e) * rep->n); /* out of the version's ext1 */
         rep->ext = e;
         rep->cap = cap;
     }
@@ -293,18 +299,18 @@ int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uin
     uint32_t done = 0;
     int rc = 0;
     for (; done < v->nrep; done++) {
-        rc = replica_grow(m, &v->rep[done], want);
+        rc = replica_grow(m, &v->rep[done], want, done ? NULL : &v->ext1);
         if (rc == -ENOSPC) {
             /* Space held by expired leases first, then eviction. */
             mc__master_sweep(m, now);
-            rc = replica_grow(m, &v->rep[done], want);
+            rc = replica_grow(m, &v->rep[done], want, done ? NULL : &v->ext1);
             if (rc == -ENOSPC && evict_enabled(m)) {
                 uint64_t target = low_mark(m);
                 uint64_t total = total_size(m);
                 if (total - want < target)
                     target = total - want;
                 mc__master_evict(m, target, now);
-                rc = replica_grow(m, &v->rep[done], want);
+                rc = replica_grow(m, &v->rep[done], want, done ? NULL : &v->ext1);
             }
         }
         if (rc < 0)
@@ -412,7 +418,7 @@ int mc__master_replica_alloc(mc__master_t *m, uint32_t seg, uint64_t len, mc__re
 {
     memset(rep, 0, sizeof(*rep));
     rep->seg = seg;
-    int rc = replica_grow(m, rep, round_up(m, len));
+    int rc = replica_grow(m, rep, round_up(m, len), NULL);
     if (rc < 0)
         mc__master_replica_release(m, rep);
     return rc;
@@ -423,7 +429,6 @@ void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep)
     mc__segment_t *s = mc__master_seg(m, rep->seg);
     if (s && rep->n)
         mc__extents_put(s->alloc, rep->ext, rep->n);
-    free(rep->ext);
-    rep->ext = NULL;
-    rep->n = rep->cap = 0;
+    mc__replica_free_ext(rep);
+    rep->n = 0;
 }

@@ -291,7 +291,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     }
     e->h.id = v->id;
     e->v = v;
-    v->rec = e;
+    v->flags |= MC__V_REBUILT;
     mc__ids_add(&m->rebuilt, &e->h);
     return 1;
 }
