@@ -81,6 +81,13 @@ void mc__version_set_key(mc__version_t *v, char *k, size_t klen)
     v->flags |= MC__V_KEY_OWNED;
 }
 
+mc__vmore_t *mc__version_more(mc__version_t *v)
+{
+    if (!v->more)
+        v->more = calloc(1, sizeof(*v->more));
+    return v->more;
+}
+
 void mc__version_free(mc__version_t *v)
 {
     for (uint32_t r = 0; r < v->nrep; r++)
@@ -89,8 +96,11 @@ void mc__version_free(mc__version_t *v)
         free(v->rep);
     if (v->flags & MC__V_KEY_OWNED)
         free(v->key);
-    free(v->xattr);
-    free(v->link);
+    if (v->more) {
+        free(v->more->xattr);
+        free(v->more->link);
+        free(v->more);
+    }
     free(v);
 }
 
@@ -281,9 +291,9 @@ uint64_t mc__master_segment_free(const mc__master_t *m, uint32_t id)
 
 mc__version_t *mc__master_resolve(mc__master_t *m, mc__version_t *v)
 {
-    if (!v || !v->link)
+    if (!v || !mc__vmore(v)->link)
         return v;
-    return mc__index_get(m->ix, v->link, v->linklen);
+    return mc__index_get(m->ix, mc__vmore(v)->link, mc__vmore(v)->linklen);
 }
 
 mc__version_t *mc__master_find(mc__master_t *m, const char *key, size_t klen)
@@ -328,15 +338,15 @@ void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st)
     st->uid = v->uid;
     st->gid = v->gid;
     st->type = v->type;
-    st->rdev = v->rdev;
-    st->nlink = v->links ? v->links : 1;
-    st->ino = v->links ? strtoull(v->key + MC__INODE_PLEN, NULL, 16) : 0;
+    st->rdev = mc__vmore(v)->rdev;
+    st->nlink = mc__vmore(v)->links ? mc__vmore(v)->links : 1;
+    st->ino = mc__vmore(v)->links ? strtoull(v->key + MC__INODE_PLEN, NULL, 16) : 0;
     st->replicas = v->nrep;
     st->alloc = v->nrep ? mc__replica_bytes(&v->rep[0]) : 0;
     st->flags = 0;
     if (v->refs || v->lease_until > now)
         st->flags |= MC_STAT_LEASED;
-    if (v->pin == MC_PIN_SOFT && (v->pin_until == 0 || v->pin_until > now))
+    if (v->pin == MC_PIN_SOFT && (mc__vmore(v)->pin_until == 0 || mc__vmore(v)->pin_until > now))
         st->flags |= MC_STAT_SOFT_PIN;
     if (v->pin == MC_PIN_HARD)
         st->flags |= MC_STAT_HARD_PIN;

@@ -86,21 +86,16 @@ typedef struct mc__version {
     int64_t mtime_ns;
     int64_t atime_ns, ctime_ns; /* wall clock (ns); the service sets them */
     uint64_t lease_until;
-    uint64_t stamp;     /* when its record was last sent to its nodes (0: never) */
-    uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
-    uint64_t rdev;
-    char *xattr;       /* owned: extended attributes, packed (xattr.c); NULL: none */
-    char *link;        /* a name entry: the inode key it names (owned), else NULL */
-    mc__extent_t ext1; /* the extent array of its first replica while that has one
-                          extent (rep[0].ext points here, rep[0].cap is 0): most
-                          objects' only extent needs no allocation of its own */
-    uint16_t klen;     /* <= MC_KEY_MAX */
-    uint16_t linklen;  /* <= MC_KEY_MAX */
-    uint32_t xattr_len;
+    uint64_t stamp;         /* when its record was last sent to its nodes (0: never) */
+    struct mc__vmore *more; /* what few versions have (owned; NULL: all zero);
+                               read it through mc__vmore() */
+    mc__extent_t ext1;      /* the extent array of its first replica while that has one
+                               extent (rep[0].ext points here, rep[0].cap is 0): most
+                               objects' only extent needs no allocation of its own */
+    uint16_t klen;          /* <= MC_KEY_MAX */
     uint32_t mode;
     uint32_t uid, gid; /* MC_OWNER_NONE: none recorded */
     uint32_t refs;     /* open handles */
-    uint32_t links;    /* an inode: the names of the file (0: a plain key) */
     uint8_t type;      /* MC_TYPE_* */
     uint8_t state;     /* enum mc__vstate */
     uint8_t pin;       /* MC_PIN_* */
@@ -111,6 +106,30 @@ typedef struct mc__version {
     uint8_t repcap;
     uint8_t flags; /* MC__V_* */
 } mc__version_t;
+
+/* The fields of a version that few versions set (xattrs, hard links, soft
+ * pins with a TTL, device numbers), kept apart so that the others do not
+ * carry them: a version without any has none (more NULL). */
+typedef struct mc__vmore {
+    char *xattr;        /* owned: extended attributes, packed (xattr.c); NULL: none */
+    char *link;         /* a name entry: the inode key it names (owned), else NULL */
+    uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
+    uint64_t rdev;
+    uint32_t xattr_len;
+    uint32_t links;   /* an inode: the names of the file (0: a plain key) */
+    uint16_t linklen; /* <= MC_KEY_MAX */
+} mc__vmore_t;
+
+/* v's rare fields to read: all zero when it has none. */
+static inline const mc__vmore_t *mc__vmore(const mc__version_t *v)
+{
+    static const mc__vmore_t none;
+    return v->more ? v->more : &none;
+}
+
+/* v's rare fields to write, made (zeroed) the first time; NULL when out of
+ * memory. */
+mc__vmore_t *mc__version_more(mc__version_t *v);
 
 /* Tells the nodes that hold v's replicas (or, for a name entry, its file's)
  * that v's record changed (drop 0: v->stamp is new) or that v left the
@@ -376,7 +395,8 @@ int mc__xattr_set(mc__version_t *v, const char *name, size_t nlen, const char *v
 int mc__xattr_remove(mc__version_t *v, const char *name, size_t nlen);
 
 /* Moves from's attributes to to (whose own are freed): a new version takes
- * those of the one it replaces. */
+ * those of the one it replaces. When from has some, to must have its rare
+ * fields made already (mc__version_more()): this cannot fail. */
 void mc__xattr_take(mc__version_t *to, mc__version_t *from);
 
 /* ---- records kept by nodes, and rebuilding from them (records.c) ---- */

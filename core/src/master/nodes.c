@@ -384,7 +384,7 @@ static void note_add(mc__svc_t *svc, uint32_t seg, mc__version_t *v, int drop, i
 static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
 {
     mc__svc_t *svc = arg;
-    const mc__version_t *f = v->link ? mc__master_resolve(m, v) : v;
+    const mc__version_t *f = mc__vmore(v)->link ? mc__master_resolve(m, v) : v;
     if (!f)
         return;
     for (uint32_t r = 0; r < f->nrep; r++)

@@ -73,11 +73,18 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         v->inherit |= MC__INHERIT_OWNER;
     }
     v->type = po ? po->type : MC_TYPE_FILE;
-    v->rdev = po ? po->rdev : 0;
     v->mtime_ns = po ? po->mtime_ns : 0; /* 0: the commit's time (service.c) */
     v->pin = po ? po->pin : MC_PIN_NONE;
-    if (v->pin == MC_PIN_SOFT && po->soft_pin_ttl_ms)
-        v->pin_until = now + po->soft_pin_ttl_ms;
+    int ttl = v->pin == MC_PIN_SOFT && po->soft_pin_ttl_ms;
+    if ((po && po->rdev) || ttl) {
+        mc__vmore_t *x = mc__version_more(v);
+        if (!x) {
+            mc__version_free(v);
+            return -ENOMEM;
+        }
+        x->rdev = po->rdev;
+        x->pin_until = ttl ? now + po->soft_pin_ttl_ms : 0;
+    }
 
     v->want = (uint8_t)want; /* segments on hold count: the repair fills them later */
     if (want > usable)
@@ -224,9 +231,10 @@ static int evictable(const mc__version_t *v, uint64_t now, int allow_soft)
 {
     if (v->refs || v->lease_until > now || v->pin == MC_PIN_HARD)
         return 0;
-    if (v->links)
+    if (mc__vmore(v)->links)
         return 0; /* a hard-linked file: its names would be left dangling */
-    if (v->pin == MC_PIN_SOFT && !allow_soft && (v->pin_until == 0 || v->pin_until > now))
+    if (v->pin == MC_PIN_SOFT && !allow_soft &&
+        (mc__vmore(v)->pin_until == 0 || mc__vmore(v)->pin_until > now))
         return 0;
     return 1;
 }
@@ -362,10 +370,16 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         *added = !name;
     if ((flags & MC_PUT_NOREPLACE) && name)
         return -EEXIST;
-    if (name && name->link) {
+    /* What v takes from the version it replaces (its file's names, its
+     * attributes) goes into v's rare fields: made now, while failing
+     * changes nothing (no slot was added: name is there). */
+    const mc__vmore_t *nx = name ? mc__vmore(name) : NULL;
+    if (nx && (nx->link || nx->xattr || nx->links) && !mc__version_more(v))
+        return -ENOMEM;
+    if (name && mc__vmore(name)->link) {
         /* A hard link's name: the new version is the file's, under its
          * inode key, for every name. */
-        int rc = mc__master_set_key(m, v, name->link, name->linklen);
+        int rc = mc__master_set_key(m, v, mc__vmore(name)->link, mc__vmore(name)->linklen);
         if (rc < 0)
             return rc;
         if (!(slot = mc__index_slot(m->ix, v->key, v->klen, &fresh)))
@@ -392,10 +406,11 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         }
         v->atime_ns = old->atime_ns;
         mc__xattr_take(v, old);
-        v->links = old->links;
+        if (mc__vmore(old)->links)
+            v->more->links = old->more->links; /* an inode: made above (a link) */
         mc__master_retire(m, old, now);
-    } else if (name && name->link) {
-        v->links = 1; /* the file was lost: this name brings it back */
+    } else if (name && mc__vmore(name)->link) {
+        v->more->links = 1; /* the file was lost: this name brings it back */
     }
     v->inherit = 0;
     return 0;

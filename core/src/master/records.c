@@ -62,8 +62,8 @@ const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__
     r->stamp = v->stamp;
     r->key = v->key;
     r->klen = v->klen;
-    r->link = v->link;
-    r->linklen = v->linklen;
+    r->link = mc__vmore(v)->link;
+    r->linklen = mc__vmore(v)->linklen;
     r->size = v->size;
     r->mtime_ns = v->mtime_ns;
     r->atime_ns = v->atime_ns;
@@ -72,13 +72,13 @@ const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__
     r->uid = v->uid;
     r->gid = v->gid;
     r->type = v->type;
-    r->rdev = v->rdev;
-    r->links = v->links;
+    r->rdev = mc__vmore(v)->rdev;
+    r->links = mc__vmore(v)->links;
     /* A soft pin's expiry is a time of this master's clock: not kept. */
-    r->pin = v->pin == MC_PIN_SOFT && v->pin_until ? MC_PIN_NONE : v->pin;
+    r->pin = v->pin == MC_PIN_SOFT && mc__vmore(v)->pin_until ? MC_PIN_NONE : v->pin;
     r->want = v->want;
-    r->xattr = v->xattr;
-    r->xattr_len = v->xattr_len;
+    r->xattr = mc__vmore(v)->xattr;
+    r->xattr_len = mc__vmore(v)->xattr_len;
     for (uint32_t i = 0; i < v->nrep; i++) {
         if (v->rep[i].seg == seg) {
             r->next = v->rep[i].n;
@@ -147,13 +147,21 @@ static uint64_t rec_bytes(const mc__rec_t *r, const mc__extent_t *ext)
 static int take_meta(mc__version_t *v, const mc__rec_t *r)
 {
     char *x = NULL;
+    mc__vmore_t *more = NULL;
+    if ((r->xattr_len || r->rdev || r->links || v->more) && !(more = mc__version_more(v)))
+        return -ENOMEM;
     if (r->xattr_len && !(x = malloc(r->xattr_len)))
         return -ENOMEM;
     if (x)
         memcpy(x, r->xattr, r->xattr_len);
-    free(v->xattr);
-    v->xattr = x;
-    v->xattr_len = r->xattr_len;
+    if (more) { /* rare fields: a version without any stays without */
+        free(more->xattr);
+        more->xattr = x;
+        more->xattr_len = r->xattr_len;
+        more->rdev = r->rdev;
+        more->links = r->links;
+        more->pin_until = 0;
+    }
     v->size = r->size;
     v->mtime_ns = r->mtime_ns;
     v->atime_ns = r->atime_ns;
@@ -162,10 +170,7 @@ static int take_meta(mc__version_t *v, const mc__rec_t *r)
     v->uid = r->uid;
     v->gid = r->gid;
     v->type = r->type;
-    v->rdev = r->rdev;
-    v->links = r->links;
     v->pin = r->pin;
-    v->pin_until = 0;
     v->want = r->want > MC__MAX_REPLICAS ? MC__MAX_REPLICAS : r->want;
     v->stamp = r->stamp;
     return 0;
@@ -180,7 +185,7 @@ static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
     if (rc < 0)
         return rc;
     v->state = MC__PUBLISHED;
-    if (!v->link)
+    if (!mc__vmore(v)->link)
         mc__list_add_tail(&m->lru, v);
     if (rc == 1 && old && old != v)
         mc__master_retire(m, old, now);
@@ -235,7 +240,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         int twice = 0; /* reported again (by the node and the op log) */
         for (uint32_t i = 0; i < v->nrep; i++)
             twice |= v->rep[i].seg == seg;
-        if (!v->link && !twice) {
+        if (!mc__vmore(v)->link && !twice) {
             if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r, ext) != v->capacity)
                 return 0;
             if ((rc = take_extents(s, r, ext, &rep)) < 0)
@@ -267,8 +272,11 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     mc__version_t *v = mc__version_new(r->key, r->klen, r->linklen ? 0 : 1);
     e = calloc(1, sizeof(*e));
     int rc = v && e ? 0 : -ENOMEM;
-    if (rc == 0 && r->linklen && !(v->link = mc__dup_key(r->link, r->linklen)))
+    mc__vmore_t *more = rc == 0 && r->linklen ? mc__version_more(v) : NULL;
+    if (rc == 0 && r->linklen && (!more || !(more->link = mc__dup_key(r->link, r->linklen))))
         rc = -ENOMEM;
+    if (more)
+        more->linklen = (uint16_t)r->linklen;
     if (rc == 0)
         rc = take_meta(v, r);
     if (rc == 0 && !r->linklen)
@@ -279,7 +287,6 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         free(e);
         return rc == -ENOMEM ? rc : 0;
     }
-    v->linklen = r->linklen;
     v->id = r->version;
     v->capacity = bytes;
     if (!r->linklen)

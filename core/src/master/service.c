@@ -703,7 +703,7 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
     case MC__OP_REMOVE:
         UNPACK("ku", &key, &klen, &flags);
         v = mc__master_find(m, key, klen); /* a hard-linked file keeps its other names */
-        u1 = v && v->links > 1;
+        u1 = v && mc__vmore(v)->links > 1;
         rc = mc__master_remove(m, key, klen, flags, now);
         if (rc == 0)
             mc__master_dir_changed(m, key, klen, wall(svc));
