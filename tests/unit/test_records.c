@@ -46,11 +46,16 @@ static mc__version_t *find(mc__master_t *m, const char *key)
     return mc__master_find(m, key, strlen(key));
 }
 
+/* A record (proto.h's mc__rec_t) and the extents merged with it. */
+typedef struct trec {
+    mc__rec_t r;
+    const mc__extent_t *ext;
+} trec_t;
+
 /* A record of key as version id (stamp), size bytes at offset off. */
-static mc__record_t rec(const char *key, uint64_t id, uint64_t stamp, uint64_t size,
-                        mc__extent_t *ext)
+static trec_t rec(const char *key, uint64_t id, uint64_t stamp, uint64_t size, mc__extent_t *ext)
 {
-    mc__record_t r = {.version = id,
+    trec_t t = {.r = {.version = id,
                       .stamp = stamp,
                       .key = key,
                       .klen = (uint32_t)strlen(key),
@@ -62,9 +67,14 @@ static mc__record_t rec(const char *key, uint64_t id, uint64_t stamp, uint64_t s
                       .uid = 1000,
                       .gid = 100,
                       .want = 2,
-                      .next = size ? 1 : 0,
-                      .ext = ext};
-    return r;
+                      .next = size ? 1 : 0},
+                .ext = ext};
+    return t;
+}
+
+static int merge(mc__master_t *m, uint32_t seg, const trec_t *t, uint64_t now)
+{
+    return mc__master_merge(m, seg, &t->r, t->ext, now);
 }
 
 static void test_a_record_brings_its_object_back(void **state)
@@ -72,8 +82,8 @@ static void test_a_record_brings_its_object_back(void **state)
     (void)state;
     mc__master_t *m = new_master(1);
     mc__extent_t e = {4096, 128};
-    mc__record_t r = rec("a/b", 77, 5, 100, &e);
-    assert_int_equal(mc__master_merge(m, 1, &r, T0), 1);
+    trec_t r = rec("a/b", 77, 5, 100, &e);
+    assert_int_equal(merge(m, 1, &r, T0), 1);
     mc__version_t *v = find(m, "a/b");
     assert_non_null(v);
     assert_int_equal(v->id, 77);
@@ -86,7 +96,7 @@ static void test_a_record_brings_its_object_back(void **state)
     assert_int_equal(v->rep[0].ext[0].off, 4096);
     assert_int_equal(used(m), 128);
     /* A record of the same segment again (reported twice): nothing new. */
-    assert_int_equal(mc__master_merge(m, 1, &r, T0), 1);
+    assert_int_equal(merge(m, 1, &r, T0), 1);
     assert_int_equal(used(m), 128);
     /* New puts never land on its space, and get newer ids. */
     mc__version_t *n = NULL;
@@ -111,12 +121,12 @@ static void test_a_record_keeps_holes(void **state)
     assert_int_equal(mc__master_reserve_range(m, v, 100 * SEG_SIZE, 10, 0, T0), 0);
     assert_int_equal(mc__master_reserve_range(m, v, 0, 10, 0, T0), 0);
     assert_int_equal(mc__master_commit(m, v, 100 * SEG_SIZE + 10, 0, T0), 0);
-    mc__record_t r;
-    mc__master_record(v, 1, &r);
-    assert_int_equal(r.next, 3);
+    trec_t r;
+    r.ext = mc__master_record(v, 1, &r.r);
+    assert_int_equal(r.r.next, 3);
     assert_int_equal(r.ext[1].off, MC__HOLE);
     mc__master_t *m2 = new_master(1);
-    assert_int_equal(mc__master_merge(m2, 1, &r, T0), 1);
+    assert_int_equal(merge(m2, 1, &r, T0), 1);
     mc__version_t *w = find(m2, "s");
     assert_non_null(w);
     assert_int_equal(w->size, 100 * SEG_SIZE + 10);
@@ -134,9 +144,9 @@ static void test_replicas_of_one_version_are_one_object(void **state)
     (void)state;
     mc__master_t *m = new_master(2);
     mc__extent_t e1 = {0, 128}, e2 = {1024, 128};
-    mc__record_t r1 = rec("k", 9, 3, 128, &e1), r2 = rec("k", 9, 3, 128, &e2);
-    assert_int_equal(mc__master_merge(m, 1, &r1, T0), 1);
-    assert_int_equal(mc__master_merge(m, 2, &r2, T0), 1);
+    trec_t r1 = rec("k", 9, 3, 128, &e1), r2 = rec("k", 9, 3, 128, &e2);
+    assert_int_equal(merge(m, 1, &r1, T0), 1);
+    assert_int_equal(merge(m, 2, &r2, T0), 1);
     mc__version_t *v = find(m, "k");
     assert_int_equal(v->nrep, 2);
     assert_int_equal(v->want, 2);
@@ -147,9 +157,9 @@ static void test_replicas_of_one_version_are_one_object(void **state)
     /* A replica whose bytes differ in length is not of this version. */
     mc__master_t *m2 = new_master(2);
     mc__extent_t e3 = {0, 64};
-    mc__record_t r3 = rec("k", 9, 3, 64, &e3);
-    assert_int_equal(mc__master_merge(m2, 1, &r1, T0), 1);
-    assert_int_equal(mc__master_merge(m2, 2, &r3, T0), 0);
+    trec_t r3 = rec("k", 9, 3, 64, &e3);
+    assert_int_equal(merge(m2, 1, &r1, T0), 1);
+    assert_int_equal(merge(m2, 2, &r3, T0), 0);
     assert_int_equal(find(m2, "k")->nrep, 1);
     mc__master_free(m2);
     mc__master_free(m);
@@ -162,14 +172,14 @@ static void test_the_newest_version_of_a_key_wins(void **state)
     mc__extent_t old = {0, 64}, new = {0, 128}, old2 = {512, 64};
     /* Older first, then newer (on another node): the newer replaces it and
      * frees its space. */
-    mc__record_t ro = rec("k", 5, 1, 64, &old), rn = rec("k", 8, 2, 128, &new);
-    assert_int_equal(mc__master_merge(m, 1, &ro, T0), 1);
-    assert_int_equal(mc__master_merge(m, 2, &rn, T0), 1);
+    trec_t ro = rec("k", 5, 1, 64, &old), rn = rec("k", 8, 2, 128, &new);
+    assert_int_equal(merge(m, 1, &ro, T0), 1);
+    assert_int_equal(merge(m, 2, &rn, T0), 1);
     assert_int_equal(find(m, "k")->id, 8);
     assert_int_equal(used(m), 128);
     /* Another replica of the older one comes late: refused. */
-    mc__record_t ro2 = rec("k", 5, 1, 64, &old2);
-    assert_int_equal(mc__master_merge(m, 1, &ro2, T0), 0);
+    trec_t ro2 = rec("k", 5, 1, 64, &old2);
+    assert_int_equal(merge(m, 1, &ro2, T0), 0);
     assert_int_equal(find(m, "k")->id, 8);
     assert_int_equal(used(m), 128);
     mc__master_free(m);
@@ -180,11 +190,11 @@ static void test_removed_after_the_rebuild_stays_gone(void **state)
     (void)state;
     mc__master_t *m = new_master(2);
     mc__extent_t e1 = {0, 64}, e2 = {0, 64};
-    mc__record_t r1 = rec("k", 5, 1, 64, &e1), r2 = rec("k", 5, 1, 64, &e2);
-    assert_int_equal(mc__master_merge(m, 1, &r1, T0), 1);
+    trec_t r1 = rec("k", 5, 1, 64, &e1), r2 = rec("k", 5, 1, 64, &e2);
+    assert_int_equal(merge(m, 1, &r1, T0), 1);
     assert_int_equal(mc__master_remove(m, "k", 1, 0, T0), 0);
     mc__master_sweep(m, T0 + 1000);
-    assert_int_equal(mc__master_merge(m, 2, &r2, T0), 0);
+    assert_int_equal(merge(m, 2, &r2, T0), 0);
     assert_null(find(m, "k"));
     assert_int_equal(used(m), 0);
     mc__master_free(m);
@@ -203,8 +213,8 @@ static void test_what_this_run_published_wins(void **state)
     assert_int_equal(mc__master_commit(m, v, 64, 0, T0), 0);
     assert_int_equal(v->id, 1000);
     mc__extent_t e = {4096, 64};
-    mc__record_t r = rec("k", 999, 1, 64, &e);
-    assert_int_equal(mc__master_merge(m, 1, &r, T0), 0);
+    trec_t r = rec("k", 999, 1, 64, &e);
+    assert_int_equal(merge(m, 1, &r, T0), 0);
     assert_ptr_equal(find(m, "k"), v);
     assert_int_equal(used(m), 64);
     mc__master_free(m);
@@ -215,19 +225,19 @@ static void test_space_that_is_not_free_is_refused(void **state)
     (void)state;
     mc__master_t *m = new_master(1);
     mc__extent_t a = {0, 256}, b = {128, 256}, bad = {3, 64}, past = {SEG_SIZE, 64};
-    mc__record_t ra = rec("a", 5, 1, 256, &a), rb = rec("b", 6, 1, 256, &b);
-    assert_int_equal(mc__master_merge(m, 1, &ra, T0), 1);
-    assert_int_equal(mc__master_merge(m, 1, &rb, T0), 0); /* overlaps a */
-    mc__record_t rbad = rec("c", 7, 1, 64, &bad), rpast = rec("d", 8, 1, 64, &past);
-    assert_int_equal(mc__master_merge(m, 1, &rbad, T0), 0);
-    assert_int_equal(mc__master_merge(m, 1, &rpast, T0), 0);
+    trec_t ra = rec("a", 5, 1, 256, &a), rb = rec("b", 6, 1, 256, &b);
+    assert_int_equal(merge(m, 1, &ra, T0), 1);
+    assert_int_equal(merge(m, 1, &rb, T0), 0); /* overlaps a */
+    trec_t rbad = rec("c", 7, 1, 64, &bad), rpast = rec("d", 8, 1, 64, &past);
+    assert_int_equal(merge(m, 1, &rbad, T0), 0);
+    assert_int_equal(merge(m, 1, &rpast, T0), 0);
     /* A size the space cannot hold, a bad type, an unknown segment. */
     mc__extent_t e = {1024, 64};
-    mc__record_t big = rec("e", 9, 1, 65, &e), type = rec("f", 10, 1, 64, &e);
-    type.type = MC_TYPE_MAX + 1;
-    assert_int_equal(mc__master_merge(m, 1, &big, T0), 0);
-    assert_int_equal(mc__master_merge(m, 1, &type, T0), -EINVAL);
-    assert_int_equal(mc__master_merge(m, 9, &ra, T0), 0);
+    trec_t big = rec("e", 9, 1, 65, &e), type = rec("f", 10, 1, 64, &e);
+    type.r.type = MC_TYPE_MAX + 1;
+    assert_int_equal(merge(m, 1, &big, T0), 0);
+    assert_int_equal(merge(m, 1, &type, T0), -EINVAL);
+    assert_int_equal(merge(m, 9, &ra, T0), 0);
     assert_int_equal(used(m), 256);
     mc__master_free(m);
 }
@@ -238,14 +248,14 @@ static void test_the_latest_record_gives_the_metadata(void **state)
     mc__master_t *m = new_master(2);
     mc__extent_t e1 = {0, 64}, e2 = {0, 64};
     /* Node 1 missed a rename and a chmod (stamp 4); node 2 has them (7). */
-    mc__record_t stale = rec("old", 5, 4, 64, &e1), fresh = rec("new", 5, 7, 64, &e2);
-    fresh.mode = 0600;
+    trec_t stale = rec("old", 5, 4, 64, &e1), fresh = rec("new", 5, 7, 64, &e2);
+    fresh.r.mode = 0600;
     char x[] = {4, 'u', 's', 'e', 'r', 2, 0, 0, 0, 'h', 'i'};
-    fresh.xattr = x;
-    fresh.xattr_len = sizeof(x);
-    assert_int_equal(mc__master_merge(m, 1, &stale, T0), 1);
+    fresh.r.xattr = x;
+    fresh.r.xattr_len = sizeof(x);
+    assert_int_equal(merge(m, 1, &stale, T0), 1);
     assert_non_null(find(m, "old"));
-    assert_int_equal(mc__master_merge(m, 2, &fresh, T0), 1);
+    assert_int_equal(merge(m, 2, &fresh, T0), 1);
     assert_null(find(m, "old"));
     mc__version_t *v = find(m, "new");
     assert_non_null(v);
@@ -257,16 +267,16 @@ static void test_the_latest_record_gives_the_metadata(void **state)
     assert_int_equal(vl, 2);
     /* The other way round: the stale one, later, changes nothing. */
     mc__master_t *m2 = new_master(2);
-    assert_int_equal(mc__master_merge(m2, 2, &fresh, T0), 1);
-    assert_int_equal(mc__master_merge(m2, 1, &stale, T0), 1);
+    assert_int_equal(merge(m2, 2, &fresh, T0), 1);
+    assert_int_equal(merge(m2, 1, &stale, T0), 1);
     assert_null(find(m2, "old"));
     assert_int_equal(find(m2, "new")->mode, 0600);
     /* Broken attributes are refused. */
     char bad[] = {9, 'u'};
-    mc__record_t rb = rec("z", 20, 1, 0, NULL);
-    rb.xattr = bad;
-    rb.xattr_len = sizeof(bad);
-    assert_int_equal(mc__master_merge(m2, 1, &rb, T0), -EINVAL);
+    trec_t rb = rec("z", 20, 1, 0, NULL);
+    rb.r.xattr = bad;
+    rb.r.xattr_len = sizeof(bad);
+    assert_int_equal(merge(m2, 1, &rb, T0), -EINVAL);
     mc__master_free(m2);
     mc__master_free(m);
 }
@@ -277,26 +287,26 @@ static void test_hard_links_come_back(void **state)
     mc__master_t *m = new_master(1);
     const char ino[] = MC__INODE_PREFIX "2a";
     mc__extent_t e = {0, 64};
-    mc__record_t f = rec(ino, 40, 3, 10, &e);
-    f.links = 2;
-    mc__record_t n1 = rec("x", 41, 3, 0, NULL), n2 = rec("d/y", 42, 3, 0, NULL);
-    n1.link = n2.link = ino;
-    n1.linklen = n2.linklen = (uint32_t)strlen(ino);
+    trec_t f = rec(ino, 40, 3, 10, &e);
+    f.r.links = 2;
+    trec_t n1 = rec("x", 41, 3, 0, NULL), n2 = rec("d/y", 42, 3, 0, NULL);
+    n1.r.link = n2.r.link = ino;
+    n1.r.linklen = n2.r.linklen = (uint32_t)strlen(ino);
     /* A name may come before its file. */
-    assert_int_equal(mc__master_merge(m, 1, &n1, T0), 1);
+    assert_int_equal(merge(m, 1, &n1, T0), 1);
     assert_null(find(m, "x"));
-    assert_int_equal(mc__master_merge(m, 1, &f, T0), 1);
-    assert_int_equal(mc__master_merge(m, 1, &n2, T0), 1);
+    assert_int_equal(merge(m, 1, &f, T0), 1);
+    assert_int_equal(merge(m, 1, &n2, T0), 1);
     assert_ptr_equal(find(m, "x"), find(m, "d/y"));
     mc_stat_t st;
     mc__version_stat(find(m, "x"), T0, &st);
     assert_int_equal(st.nlink, 2);
     assert_int_equal(st.ino, 0x2a);
     /* A name must name an inode key, and holds no bytes. */
-    mc__record_t bad = rec("w", 43, 3, 0, NULL);
-    bad.link = "x";
-    bad.linklen = 1;
-    assert_int_equal(mc__master_merge(m, 1, &bad, T0), -EINVAL);
+    trec_t bad = rec("w", 43, 3, 0, NULL);
+    bad.r.link = "x";
+    bad.r.linklen = 1;
+    assert_int_equal(merge(m, 1, &bad, T0), -EINVAL);
     mc__master_free(m);
 }
 

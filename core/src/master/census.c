@@ -15,7 +15,8 @@ void mc__master_census(const mc__master_t *m, uint64_t now, mc__census_t *c)
         c->published++;
         c->leased += v->lease_until > now;
         c->hard_pinned += v->pin == MC_PIN_HARD;
-        c->soft_pinned += v->pin == MC_PIN_SOFT && (!v->pin_until || v->pin_until > now);
+        c->soft_pinned +=
+            v->pin == MC_PIN_SOFT && (!mc__vmore(v)->pin_until || mc__vmore(v)->pin_until > now);
         c->open += v->refs > 0;
     }
     for (const mc__version_t *v = m->retired.next; v != &m->retired; v = v->next) {

@@ -175,7 +175,7 @@ int mc__master_reserve_range(mc__master_t *m, mc__version_t *v, uint64_t off, ui
         }
         if (s)
             mc__extents_put(s->alloc, drop[i].e, drop[i].n);
-        free(v->rep[i].ext);
+        mc__replica_free_ext(&v->rep[i]);
         v->rep[i].ext = out[i].e;
         v->rep[i].n = out[i].n;
         v->rep[i].cap = out[i].cap;

@@ -27,11 +27,12 @@
 #define INDEX_SEED 0x9e3779b97f4a7c15ULL
 #define HASH_MIN 64 /* buckets of a new index's table (a power of two) */
 
+/* 24 bytes before the tower: a million keys are a million nodes. */
 struct index_node {
     void *val;
-    size_t len;                /* key length in bytes */
-    uint64_t hash;             /* key_hash() of the key */
     struct index_node *hnext;  /* in its bucket of the hash table */
+    uint32_t hash;             /* key_hash() of the key, its low 32 bits */
+    uint16_t len;              /* key length in bytes, <= MC__INDEX_KEY_MAX */
     unsigned char level;       /* entries in next[], 1..INDEX_MAX_LEVEL */
     struct index_node *next[]; /* then the len key bytes */
 };
@@ -88,8 +89,8 @@ static int node_cmp(const struct index_node *n, const char *key, size_t len)
     return (n->len > len) - (n->len < len);
 }
 
-/* A 64-bit hash of key[0..len), eight bytes at a time. */
-static uint64_t key_hash(const char *key, size_t len)
+/* A 32-bit hash of key[0..len), eight bytes at a time. */
+static uint32_t key_hash(const char *key, size_t len)
 {
     const unsigned char *p = (const unsigned char *)key;
     uint64_t h = INDEX_SEED ^ len;
@@ -110,11 +111,11 @@ static uint64_t key_hash(const char *key, size_t len)
     }
     h ^= h >> 33;
     h *= 0xc4ceb9fe1a85ec53ULL;
-    return h ^ (h >> 33);
+    return (uint32_t)(h ^ (h >> 33));
 }
 
 /* The node of key (its hash h), or NULL. */
-static struct index_node *hash_find(const mc__index_t *ix, const char *key, size_t len, uint64_t h)
+static struct index_node *hash_find(const mc__index_t *ix, const char *key, size_t len, uint32_t h)
 {
     for (struct index_node *n = ix->tab[h & (ix->nbucket - 1)]; n; n = n->hnext)
         if (n->hash == h && n->len == len && (!len || memcmp(node_key(n), key, len) == 0))
@@ -251,18 +252,24 @@ void mc__index_free(mc__index_t *ix, void (*free_val)(void *))
  * The slot of key's value, for the caller to read and write: key is inserted
  * with a NULL value when absent (*added 1, else 0), and the index keeps its
  * own copy of the key. A caller that leaves NULL in an added slot removes
- * the key again. Returns NULL when out of memory (index unchanged).
+ * the key again. Returns NULL when out of memory, or for a key longer than
+ * MC__INDEX_KEY_MAX (index unchanged).
  */
 void **mc__index_slot(mc__index_t *ix, const char *key, size_t len, int *added)
 {
     struct index_node **update[INDEX_MAX_LEVEL];
-    uint64_t h = key_hash(key, len);
-    struct index_node *n = hash_find(ix, key, len, h);
+    uint32_t h;
+    struct index_node *n;
+
+    *added = 0;
+    if (len > MC__INDEX_KEY_MAX)
+        return NULL;
+    h = key_hash(key, len);
+    n = hash_find(ix, key, len, h);
     size_t hdr;
     uint64_t saved_rng = ix->rng;
     int level;
 
-    *added = 0;
     if (n)
         return &n->val;
 
@@ -275,7 +282,7 @@ void **mc__index_slot(mc__index_t *ix, const char *key, size_t len, int *added)
         return NULL;
     }
     n->val = NULL;
-    n->len = len;
+    n->len = (uint16_t)len;
     n->hash = h;
     n->level = (unsigned char)level;
     if (len)
@@ -299,7 +306,8 @@ void **mc__index_slot(mc__index_t *ix, const char *key, size_t len, int *added)
  * Maps key to val. The index keeps its own copy of the key. If the key was
  * present its value is replaced: returns 1 and stores the previous value in
  * *old (when old is not NULL); the caller owns that value again. Returns 0
- * when inserted, -ENOMEM when out of memory (index unchanged).
+ * when inserted, -ENOMEM when out of memory or for a key longer than
+ * MC__INDEX_KEY_MAX (index unchanged).
  */
 int mc__index_insert(mc__index_t *ix, const char *key, size_t len, void *val, void **old)
 {
@@ -317,7 +325,8 @@ int mc__index_insert(mc__index_t *ix, const char *key, size_t len, void *val, vo
 /* Returns the value for key, or NULL when absent (or when NULL was stored). */
 void *mc__index_get(const mc__index_t *ix, const char *key, size_t len)
 {
-    struct index_node *n = hash_find(ix, key, len, key_hash(key, len));
+    struct index_node *n =
+        len <= MC__INDEX_KEY_MAX ? hash_find(ix, key, len, key_hash(key, len)) : NULL;
 
     return n ? n->val : NULL;
 }

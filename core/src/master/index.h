@@ -16,6 +16,10 @@
 
 typedef struct mc__index mc__index_t;
 
+/* The longest key the index holds (a node keeps its length in 16 bits);
+ * the master's keys are at most MC_KEY_MAX. */
+#define MC__INDEX_KEY_MAX 65535
+
 /* A position in the index; valid until the index is next modified. */
 typedef struct mc__index_iter {
     void *node; /* private */
@@ -32,7 +36,7 @@ void mc__index_free(mc__index_t *ix, void (*free_val)(void *));
  * Maps key to val. The index keeps its own copy of the key. If the key was
  * present its value is replaced: returns 1 and stores the previous value in
  * *old (when old is not NULL). Returns 0 when inserted, -ENOMEM when out of
- * memory (index unchanged).
+ * memory or the key is longer than MC__INDEX_KEY_MAX (index unchanged).
  */
 int mc__index_insert(mc__index_t *ix, const char *key, size_t len, void *val, void **old);
 
@@ -41,7 +45,8 @@ int mc__index_insert(mc__index_t *ix, const char *key, size_t len, void *val, vo
  * with a NULL value when absent (*added 1, else 0), the index keeping its
  * own copy. A caller that leaves NULL in an added slot must remove the key
  * (mc__index_remove()); the slot is valid until the index is next
- * modified. Returns NULL when out of memory (index unchanged).
+ * modified. Returns NULL when out of memory or for a key longer than
+ * MC__INDEX_KEY_MAX (index unchanged).
  */
 void **mc__index_slot(mc__index_t *ix, const char *key, size_t len, int *added);
 

@@ -58,6 +58,52 @@ int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
     return 0;
 }
 
+mc__version_t *mc__version_new(const char *key, size_t klen, uint32_t repcap)
+{
+    size_t reps = sizeof(mc__replica_t) * repcap;
+    mc__version_t *v = calloc(1, sizeof(*v) + reps + klen + 1);
+    if (!v)
+        return NULL;
+    v->rep = (mc__replica_t *)(v + 1);
+    v->repcap = (uint8_t)repcap;
+    v->key = (char *)v->rep + reps;
+    memcpy(v->key, key, klen);
+    v->klen = (uint16_t)klen;
+    return v;
+}
+
+void mc__version_set_key(mc__version_t *v, char *k, size_t klen)
+{
+    if (v->flags & MC__V_KEY_OWNED)
+        free(v->key);
+    v->key = k;
+    v->klen = (uint16_t)klen;
+    v->flags |= MC__V_KEY_OWNED;
+}
+
+mc__vmore_t *mc__version_more(mc__version_t *v)
+{
+    if (!v->more)
+        v->more = calloc(1, sizeof(*v->more));
+    return v->more;
+}
+
+void mc__version_free(mc__version_t *v)
+{
+    for (uint32_t r = 0; r < v->nrep; r++)
+        mc__replica_free_ext(&v->rep[r]);
+    if (v->flags & MC__V_REP_OWNED)
+        free(v->rep);
+    if (v->flags & MC__V_KEY_OWNED)
+        free(v->key);
+    if (v->more) {
+        free(v->more->xattr);
+        free(v->more->link);
+        free(v->more);
+    }
+    free(v);
+}
+
 static void version_release_space(mc__master_t *m, mc__version_t *v)
 {
     for (uint32_t r = 0; r < v->nrep; r++)
@@ -65,27 +111,32 @@ static void version_release_space(mc__master_t *m, mc__version_t *v)
     v->capacity = 0;
 }
 
+/* A rebuilt version leaves: its entry by id stays, with no version, so that
+ * later records of it are refused. */
+static void forget_rebuilt(mc__master_t *m, mc__version_t *v)
+{
+    if (!(v->flags & MC__V_REBUILT))
+        return;
+    mc__recovered_t *e = (mc__recovered_t *)mc__ids_get(&m->rebuilt, v->id);
+    if (e && e->v == v)
+        e->v = NULL;
+    v->flags &= (uint8_t)~MC__V_REBUILT;
+}
+
 void mc__version_destroy(mc__master_t *m, mc__version_t *v)
 {
     mc__list_del(v);
     mc__master_undirty(v);
-    if (v->rec)
-        v->rec->v = NULL;
+    forget_rebuilt(m, v);
     version_release_space(m, v);
-    free(v->xattr);
-    free(v->key);
-    free(v->link);
-    free(v);
+    mc__version_free(v);
 }
 
 void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
     mc__list_del(v);
     mc__master_undirty(v);
-    if (v->rec) { /* gone: a late record of it must not bring it back */
-        v->rec->v = NULL;
-        v->rec = NULL;
-    }
+    forget_rebuilt(m, v); /* gone: a late record of it must not bring it back */
     if (m->notice && v->stamp)
         m->notice(m->notice_arg, m, v, 1);
     v->state = MC__RETIRED;
@@ -97,13 +148,7 @@ void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
 
 static void free_published(void *p)
 {
-    mc__version_t *v = p;
-    for (uint32_t r = 0; r < v->nrep; r++)
-        free(v->rep[r].ext); /* the allocators go away as a whole */
-    free(v->xattr);
-    free(v->key);
-    free(v->link);
-    free(v);
+    mc__version_free(p); /* its space: the allocators go away as a whole */
 }
 
 void mc__master_free(mc__master_t *m)
@@ -137,7 +182,8 @@ int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size)
     m->segs = ns;
     mc__segment_t *s = &m->segs[m->nseg];
     memset(s, 0, sizeof(*s));
-    int rc = mc__alloc_create(&s->alloc, size, m->o.align);
+    uint64_t unit = m->o.align < MC__SMALL_UNIT ? m->o.align : MC__SMALL_UNIT;
+    int rc = mc__alloc_create(&s->alloc, size, unit);
     if (rc < 0)
         return rc;
     s->id = id;
@@ -162,7 +208,7 @@ void mc__version_drop_replica(mc__version_t *v, uint32_t seg)
             r++;
             continue;
         }
-        free(v->rep[r].ext);
+        mc__replica_free_ext(&v->rep[r]);
         replica_unlink(v, r);
     }
 }
@@ -245,9 +291,9 @@ uint64_t mc__master_segment_free(const mc__master_t *m, uint32_t id)
 
 mc__version_t *mc__master_resolve(mc__master_t *m, mc__version_t *v)
 {
-    if (!v || !v->link)
+    if (!v || !mc__vmore(v)->link)
         return v;
-    return mc__index_get(m->ix, v->link, v->linklen);
+    return mc__index_get(m->ix, mc__vmore(v)->link, mc__vmore(v)->linklen);
 }
 
 mc__version_t *mc__master_find(mc__master_t *m, const char *key, size_t klen)
@@ -292,15 +338,15 @@ void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st)
     st->uid = v->uid;
     st->gid = v->gid;
     st->type = v->type;
-    st->rdev = v->rdev;
-    st->nlink = v->links ? v->links : 1;
-    st->ino = v->links ? strtoull(v->key + MC__INODE_PLEN, NULL, 16) : 0;
+    st->rdev = mc__vmore(v)->rdev;
+    st->nlink = mc__vmore(v)->links ? mc__vmore(v)->links : 1;
+    st->ino = mc__vmore(v)->links ? strtoull(v->key + MC__INODE_PLEN, NULL, 16) : 0;
     st->replicas = v->nrep;
     st->alloc = v->nrep ? mc__replica_bytes(&v->rep[0]) : 0;
     st->flags = 0;
     if (v->refs || v->lease_until > now)
         st->flags |= MC_STAT_LEASED;
-    if (v->pin == MC_PIN_SOFT && (v->pin_until == 0 || v->pin_until > now))
+    if (v->pin == MC_PIN_SOFT && (mc__vmore(v)->pin_until == 0 || mc__vmore(v)->pin_until > now))
         st->flags |= MC_STAT_SOFT_PIN;
     if (v->pin == MC_PIN_HARD)
         st->flags |= MC_STAT_HARD_PIN;
@@ -323,6 +369,19 @@ int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep)
         return -EEXIST;
     if (v->nrep >= MC__MAX_REPLICAS)
         return -ENOSPC;
+    if (v->nrep >= v->repcap) {
+        /* Out of the room it was made with: a repair's replica, or a
+         * rebuilt version's next one. */
+        mc__replica_t *a = malloc(sizeof(*a) * MC__MAX_REPLICAS);
+        if (!a)
+            return -ENOMEM;
+        memcpy(a, v->rep, sizeof(*a) * v->nrep);
+        if (v->flags & MC__V_REP_OWNED)
+            free(v->rep);
+        v->rep = a;
+        v->repcap = MC__MAX_REPLICAS;
+        v->flags |= MC__V_REP_OWNED;
+    }
     v->rep[v->nrep++] = *rep;
     memset(rep, 0, sizeof(*rep));
     return 0;
@@ -334,6 +393,14 @@ int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep)
         if (v->rep[r].seg != seg)
             continue;
         *rep = v->rep[r];
+        if (!rep->cap && rep->n) { /* v's ext1: the replica takes a copy along */
+            if (!(rep->ext = malloc(sizeof(*rep->ext) * rep->n)))
+                return -ENOMEM;
+            memcpy(rep->ext, v->rep[r].ext, sizeof(*rep->ext) * rep->n);
+            rep->cap = rep->n;
+        } else if (!rep->cap) {
+            rep->ext = NULL;
+        }
         replica_unlink(v, r);
         return 1;
     }

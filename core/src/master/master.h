@@ -26,8 +26,16 @@
 
 #include "master/alloc.h"
 #include "mooncake/mooncake.h"
+#include "wire/record.h"
 
 #define MC__MAX_REPLICAS 8
+
+/* Space is reserved in the master's allocation unit (mc__master_opts_t
+ * align, 64 bytes by default). A version under MC__SMALL_MAX bytes with no
+ * hole is trimmed at its commit to a multiple of MC__SMALL_UNIT, the
+ * segments' allocators' unit: a 100-byte value takes 112 bytes, not 128. */
+#define MC__SMALL_UNIT 16
+#define MC__SMALL_MAX 1024
 
 /* The keys of hard-linked files (inodes); see the top of this file. */
 #define MC__INODE_PREFIX "\x01mooncake-inode/"
@@ -37,7 +45,8 @@ typedef struct mc__master mc__master_t;
 
 typedef struct mc__replica {
     uint32_t seg;      /* segment id */
-    uint32_t n, cap;   /* extents used / allocated */
+    uint32_t n, cap;   /* extents used / allocated (cap 0: ext is not the
+                          replica's own, see mc__version_t ext1) */
     mc__extent_t *ext; /* byte ranges in the segment, in object order */
 } mc__replica_t;
 
@@ -50,38 +59,77 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
 #define MC__INHERIT_MODE 0x1
 #define MC__INHERIT_OWNER 0x2
 
+/* mc__version_t.flags: what of a version lives outside its own allocation
+ * (its key after a rename, its replica array after growing past the room
+ * it was made with) and is freed on its own. */
+#define MC__V_KEY_OWNED 0x1
+#define MC__V_REP_OWNED 0x2
+#define MC__V_REBUILT                                                                              \
+    0x4 /* rebuilt from nodes' records: an entry by its id in the                                  \
+           master's table of those (records.c) */
+
+/*
+ * One version. Sized for the million small objects of a cache: one
+ * allocation holds the struct, the replica array (room for the replicas
+ * asked for, usually 1) and the key; the fields are as wide as their values
+ * need (issue 14: 1M keys of 100 B take no more memory than in Redis).
+ */
 typedef struct mc__version {
-    char *key; /* NUL-terminated copy, owned */
-    size_t klen;
+    struct mc__version *prev, *next;   /* LRU list (published) or retired list */
+    struct mc__version *dprev, *dnext; /* on the dirty list: its nodes' records are stale */
+    char *key;          /* NUL-terminated, in this allocation unless MC__V_KEY_OWNED */
+    mc__replica_t *rep; /* rep[0..nrep), room for repcap; in this allocation unless
+                           MC__V_REP_OWNED */
     uint64_t id;
     uint64_t size;     /* bytes of data */
     uint64_t capacity; /* bytes reserved in each replica */
     int64_t mtime_ns;
     int64_t atime_ns, ctime_ns; /* wall clock (ns); the service sets them */
+    uint64_t lease_until;
+    uint64_t stamp;         /* when its record was last sent to its nodes (0: never) */
+    struct mc__vmore *more; /* what few versions have (owned; NULL: all zero);
+                               read it through mc__vmore() */
+    mc__extent_t ext1;      /* the extent array of its first replica while that has one
+                               extent (rep[0].ext points here, rep[0].cap is 0): most
+                               objects' only extent needs no allocation of its own */
+    uint16_t klen;          /* <= MC_KEY_MAX */
     uint32_t mode;
     uint32_t uid, gid; /* MC_OWNER_NONE: none recorded */
-    uint32_t type;     /* MC_TYPE_* */
-    uint64_t rdev;
-    char *xattr; /* owned: extended attributes, packed (xattr.c); NULL: none */
-    uint32_t xattr_len;
-    unsigned inherit;   /* pending: MC__INHERIT_*, what to take at commit from
-                           the version it replaces */
-    uint32_t pin;       /* MC_PIN_* */
-    uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
-    uint64_t lease_until;
-    uint32_t refs; /* open handles */
-    char *link;    /* a name entry: the inode key it names (owned), else NULL */
-    size_t linklen;
-    uint32_t links; /* an inode: the names of the file (0: a plain key) */
-    enum mc__vstate state;
-    struct mc__version *prev, *next;   /* LRU list (published) or retired list */
-    struct mc__version *dprev, *dnext; /* on the dirty list: its nodes' records are stale */
-    uint64_t stamp;                    /* when its record was last sent to its nodes (0: never) */
-    struct mc__recovered *rec;         /* rebuilt from nodes' records: its entry by version id */
-    uint32_t nrep;
-    uint32_t want; /* replicas asked for (clamped to the segments at the start) */
-    mc__replica_t rep[MC__MAX_REPLICAS];
+    uint32_t refs;     /* open handles */
+    uint8_t type;      /* MC_TYPE_* */
+    uint8_t state;     /* enum mc__vstate */
+    uint8_t pin;       /* MC_PIN_* */
+    uint8_t inherit;   /* pending: MC__INHERIT_*, what to take at commit from
+                          the version it replaces */
+    uint8_t nrep;
+    uint8_t want; /* replicas asked for (clamped to the segments at the start) */
+    uint8_t repcap;
+    uint8_t flags; /* MC__V_* */
 } mc__version_t;
+
+/* The fields of a version that few versions set (xattrs, hard links, soft
+ * pins with a TTL, device numbers), kept apart so that the others do not
+ * carry them: a version without any has none (more NULL). */
+typedef struct mc__vmore {
+    char *xattr;        /* owned: extended attributes, packed (xattr.c); NULL: none */
+    char *link;         /* a name entry: the inode key it names (owned), else NULL */
+    uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
+    uint64_t rdev;
+    uint32_t xattr_len;
+    uint32_t links;   /* an inode: the names of the file (0: a plain key) */
+    uint16_t linklen; /* <= MC_KEY_MAX */
+} mc__vmore_t;
+
+/* v's rare fields to read: all zero when it has none. */
+static inline const mc__vmore_t *mc__vmore(const mc__version_t *v)
+{
+    static const mc__vmore_t none;
+    return v->more ? v->more : &none;
+}
+
+/* v's rare fields to write, made (zeroed) the first time; NULL when out of
+ * memory. */
+mc__vmore_t *mc__version_more(mc__version_t *v);
 
 /* Tells the nodes that hold v's replicas (or, for a name entry, its file's)
  * that v's record changed (drop 0: v->stamp is new) or that v left the
@@ -306,12 +354,13 @@ void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep);
 /*
  * Adds rep (from mc__master_replica_alloc()) to v as a complete replica; v
  * owns it from then on. Returns 0, or -EEXIST (v already has a replica on
- * that segment) / -ENOSPC (v has MC__MAX_REPLICAS): rep is then unchanged.
+ * that segment) / -ENOSPC (v has MC__MAX_REPLICAS) / -ENOMEM (v's array had
+ * no room left and could not grow): rep is then unchanged.
  */
 int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep);
 
 /* Moves v's replica on segment seg, if any, into *rep (space still
- * allocated); returns 1 if there was one, else 0. */
+ * allocated); returns 1 if there was one, 0 if not, -ENOMEM (v unchanged). */
 int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep);
 
 /* The first published version whose key sorts after after[0..alen) (alen 0:
@@ -346,7 +395,8 @@ int mc__xattr_set(mc__version_t *v, const char *name, size_t nlen, const char *v
 int mc__xattr_remove(mc__version_t *v, const char *name, size_t nlen);
 
 /* Moves from's attributes to to (whose own are freed): a new version takes
- * those of the one it replaces. */
+ * those of the one it replaces. When from has some, to must have its rare
+ * fields made already (mc__version_more()): this cannot fail. */
 void mc__xattr_take(mc__version_t *to, mc__version_t *from);
 
 /* ---- records kept by nodes, and rebuilding from them (records.c) ---- */
@@ -364,26 +414,11 @@ void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg);
 /* Stamps every dirty version and hands it to the notice callback. */
 void mc__master_flush(mc__master_t *m);
 
-/* The record of a version that a node keeps (the service carries it as
- * proto.h's mc__rec_t): its metadata and its extents in one segment. */
-typedef struct mc__record {
-    uint64_t version, stamp;
-    const char *key, *link; /* link: a name entry's inode key (NULL: none) */
-    uint32_t klen, linklen;
-    uint64_t size;
-    int64_t mtime_ns, atime_ns, ctime_ns;
-    uint32_t mode, uid, gid, type;
-    uint64_t rdev;
-    uint32_t links, pin, want;
-    const char *xattr;
-    uint32_t xattr_len;
-    uint32_t next;
-    const mc__extent_t *ext;
-} mc__record_t;
-
-/* Fills the record of v as kept for its replica on segment seg (its extents
- * there; none for a name entry). It points into v. */
-void mc__master_record(const mc__version_t *v, uint32_t seg, mc__record_t *rec);
+/* Fills the record (wire/record.h's mc__rec_t) of v as kept for its replica on
+ * segment seg: its metadata, and rec->next, the count of its extents there
+ * (none for a name entry), which it returns (NULL: none); rec->ext is NULL.
+ * Everything points into v. */
+const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__rec_t *rec);
 
 /*
  * Merges one record reported by the node of segment seg (mounted again
@@ -391,11 +426,12 @@ void mc__master_record(const mc__version_t *v, uint32_t seg, mc__record_t *rec);
  * (version ids grow across runs, see first_id); a record of a version
  * already rebuilt adds its replica, and the record with the latest stamp
  * gives the metadata; a version rebuilt and then removed or replaced stays
- * gone. The record's extents must be free in the segment: they are taken.
- * Returns 1 (merged), 0 (refused: older, gone, or its space not free: the
- * node should forget it), -EINVAL (a bad record), -ENOMEM.
+ * gone. The record's extents, ext[0..rec->next) (rec->ext is not read),
+ * must be free in the segment: they are taken. Returns 1 (merged), 0 (refused: older, gone, or its
+ * space not free: the node should forget it), -EINVAL (a bad record), -ENOMEM.
  */
-int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *rec, uint64_t now);
+int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *rec, const mc__extent_t *ext,
+                     uint64_t now);
 
 /* Version id left the namespace before this master rebuilt it (the op log
  * says so): records of it are refused from now on. Returns 0 or -ENOMEM. */

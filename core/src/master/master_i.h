@@ -13,6 +13,8 @@
 #ifndef MC_MASTER_I_H
 #define MC_MASTER_I_H
 
+#include <stdlib.h>
+
 #include "master/ids.h"
 #include "master/index.h"
 #include "master/master.h"
@@ -49,6 +51,16 @@ typedef struct mc__recovered {
     mc__idnode_t h;
     mc__version_t *v;
 } mc__recovered_t;
+
+/* Frees rep's extent array when it is rep's own (cap 0: it is a version's
+ * ext1, freed with the version). */
+static inline void mc__replica_free_ext(mc__replica_t *rep)
+{
+    if (rep->cap)
+        free(rep->ext);
+    rep->ext = NULL;
+    rep->cap = 0;
+}
 
 /* Takes v off the dirty list (records.c); it is leaving. */
 void mc__master_undirty(mc__version_t *v);
@@ -96,6 +108,19 @@ mc__segment_t *mc__master_seg(mc__master_t *m, uint32_t id);
 
 /* A NUL-terminated copy of key[0..klen) (the caller frees it), or NULL. */
 char *mc__dup_key(const char *key, size_t klen);
+
+/* A new version (zeroed, on no list) of key[0..klen) with room for repcap
+ * replicas, in one allocation; NULL when out of memory. Free it with
+ * mc__version_destroy(), or mc__version_free() if it holds no space. */
+mc__version_t *mc__version_new(const char *key, size_t klen, uint32_t repcap);
+
+/* Frees v's memory (key, replica and extent arrays, attributes, link)
+ * without returning its space or touching any list. */
+void mc__version_free(mc__version_t *v);
+
+/* v's key becomes k[0..klen), a malloc'd NUL-terminated string it now
+ * owns (mc__dup_key()); the old key is freed. */
+void mc__version_set_key(mc__version_t *v, char *k, size_t klen);
 
 /* Frees v, its key and its space, taking it off its list first. */
 void mc__version_destroy(mc__master_t *m, mc__version_t *v);

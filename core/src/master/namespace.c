@@ -32,8 +32,8 @@ static void name_gone(mc__master_t *m, mc__version_t *name, uint64_t now)
 {
     mc__version_t *ino = mc__master_resolve(m, name);
     mc__master_retire(m, name, now);
-    if (ino && ino->links > 1) {
-        ino->links--;
+    if (ino && mc__vmore(ino)->links > 1) {
+        ino->more->links--;
     } else if (ino) {
         mc__index_remove(m->ix, ino->key, ino->klen);
         mc__master_retire(m, ino, now);
@@ -43,7 +43,7 @@ static void name_gone(mc__master_t *m, mc__version_t *name, uint64_t now)
 /* Retires v, which left the index: a name entry as name_gone() says. */
 static void entry_gone(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
-    if (v->link)
+    if (mc__vmore(v)->link)
         name_gone(m, v, now);
     else
         mc__master_retire(m, v, now);
@@ -83,8 +83,9 @@ static int rename_one(mc__master_t *m, const char *from, size_t flen, const char
     if ((flags & MC_RENAME_NOREPLACE) && dst)
         return -EEXIST;
     /* Two names of one file: rename(2) does nothing and succeeds. */
-    if (v->link && dst && dst->link && v->linklen == dst->linklen &&
-        memcmp(v->link, dst->link, v->linklen) == 0)
+    if (mc__vmore(v)->link && dst && mc__vmore(dst)->link &&
+        mc__vmore(v)->linklen == mc__vmore(dst)->linklen &&
+        memcmp(mc__vmore(v)->link, mc__vmore(dst)->link, mc__vmore(v)->linklen) == 0)
         return 0;
     char *k = mc__dup_key(to, tlen);
     if (!k)
@@ -96,9 +97,7 @@ static int rename_one(mc__master_t *m, const char *from, size_t flen, const char
         return rc;
     }
     mc__index_remove(m->ix, from, flen);
-    free(v->key);
-    v->key = k;
-    v->klen = tlen;
+    mc__version_set_key(v, k, tlen);
     mc__master_dirty(m, v);
     if (rc == 1 && old)
         entry_gone(m, old, now);
@@ -187,9 +186,7 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
             free(keys[i]);
             continue;
         }
-        free(v->key);
-        v->key = keys[i];
-        v->klen = nl;
+        mc__version_set_key(v, keys[i], nl);
         mc__master_dirty(m, v);
     }
     free(keys);
@@ -460,19 +457,15 @@ uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int d
 static mc__version_t *name_new(mc__master_t *m, const char *key, size_t klen, const char *ino,
                                size_t ilen)
 {
-    mc__version_t *n = calloc(1, sizeof(*n));
+    mc__version_t *n = mc__version_new(key, klen, 0);
     if (!n)
         return NULL;
-    n->key = mc__dup_key(key, klen);
-    n->link = mc__dup_key(ino, ilen);
-    if (!n->key || !n->link) {
-        free(n->key);
-        free(n->link);
-        free(n);
+    mc__vmore_t *x = mc__version_more(n);
+    if (!x || !(x->link = mc__dup_key(ino, ilen))) {
+        mc__version_free(n);
         return NULL;
     }
-    n->klen = klen;
-    n->linklen = ilen;
+    x->linklen = (uint16_t)ilen;
     n->id = m->next_id++;
     n->state = MC__PUBLISHED; /* off the LRU list: it holds no space */
     return n;
@@ -494,32 +487,31 @@ int mc__master_link(mc__master_t *m, const char *from, size_t flen, const char *
         return -EEXIST;
     char ino[MC__INODE_PLEN + 17];
     size_t ilen = f->klen;
-    if (src->link) {
-        memcpy(ino, src->link, src->linklen);
+    if (mc__vmore(src)->link) {
+        memcpy(ino, mc__vmore(src)->link, mc__vmore(src)->linklen);
     } else {
         ilen = (size_t)snprintf(ino, sizeof(ino), "%s%llx", MC__INODE_PREFIX,
                                 (unsigned long long)m->next_id++);
     }
     mc__version_t *dst = name_new(m, to, tlen, ino, ilen);
-    mc__version_t *name = src->link ? NULL : name_new(m, from, flen, ino, ilen);
-    char *ikey = src->link ? NULL : mc__dup_key(ino, ilen);
-    if (!dst || (!src->link && (!name || !ikey)))
+    mc__version_t *name = mc__vmore(src)->link ? NULL : name_new(m, from, flen, ino, ilen);
+    char *ikey = mc__vmore(src)->link ? NULL : mc__dup_key(ino, ilen);
+    mc__vmore_t *fx = mc__version_more(f); /* counts its names */
+    if (!dst || !fx || (!mc__vmore(src)->link && (!name || !ikey)))
         goto nomem;
     if (mc__index_insert(m->ix, to, tlen, dst, NULL) < 0)
         goto nomem;
-    if (!src->link) {
+    if (!mc__vmore(src)->link) {
         /* The file moves to its inode key; from becomes a name of it. */
         if (mc__index_insert(m->ix, ino, ilen, f, NULL) < 0) {
             mc__index_remove(m->ix, to, tlen);
             goto nomem;
         }
         mc__index_insert(m->ix, from, flen, name, NULL); /* replaces: no allocation */
-        free(f->key);
-        f->key = ikey;
-        f->klen = ilen;
-        f->links = 1;
+        mc__version_set_key(f, ikey, ilen);
+        fx->links = 1;
     }
-    f->links++;
+    fx->links++;
     mc__master_dirty(m, f);
     mc__master_dirty(m, dst);
     mc__master_dirty(m, name);

@@ -333,33 +333,12 @@ static void note_encode(mc__wbuf_t *e, uint32_t seg, mc__version_t *v, int drop)
     mc__pack(e, "bq", drop ? MC__NOTE_DROP : MC__NOTE_PUT, v->id);
     if (drop)
         return;
-    mc__record_t r;
-    mc__master_record(v, seg, &r);
-    mc__rec_t wr = {.version = r.version,
-                    .stamp = r.stamp,
-                    .key = r.key,
-                    .klen = r.klen,
-                    .link = r.link ? r.link : "",
-                    .linklen = r.linklen,
-                    .size = r.size,
-                    .mtime_ns = r.mtime_ns,
-                    .atime_ns = r.atime_ns,
-                    .ctime_ns = r.ctime_ns,
-                    .mode = r.mode,
-                    .uid = r.uid,
-                    .gid = r.gid,
-                    .type = r.type,
-                    .rdev = r.rdev,
-                    .links = r.links,
-                    .pin = r.pin,
-                    .want = r.want,
-                    .xattr = r.xattr ? r.xattr : "",
-                    .xattr_len = r.xattr_len,
-                    .next = r.next};
+    mc__rec_t r;
+    const mc__extent_t *ext = mc__master_record(v, seg, &r);
     mc__wbuf_t rb = {0};
-    mc__pack_rec_head(&rb, &wr);
+    mc__pack_rec_head(&rb, &r);
     for (uint32_t i = 0; i < r.next; i++)
-        mc__pack_extent(&rb, r.ext[i].off, r.ext[i].len);
+        mc__pack_extent(&rb, ext[i].off, ext[i].len);
     if (rb.err == 0)
         mc__pack(e, "s", rb.p, (uint32_t)rb.len);
     else
@@ -405,7 +384,7 @@ static void note_add(mc__svc_t *svc, uint32_t seg, mc__version_t *v, int drop, i
 static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
 {
     mc__svc_t *svc = arg;
-    const mc__version_t *f = v->link ? mc__master_resolve(m, v) : v;
+    const mc__version_t *f = mc__vmore(v)->link ? mc__master_resolve(m, v) : v;
     if (!f)
         return;
     for (uint32_t r = 0; r < f->nrep; r++)
@@ -491,29 +470,7 @@ static int merge_one(mc__svc_t *svc, uint32_t seg, const char *p, uint32_t pl, u
     mc__wire_replica_t wrep = {.next = wr.next, .ext = wr.ext};
     for (uint32_t i = 0; i < wr.next; i++)
         mc__wire_extent(&wrep, i, &e[i].off, &e[i].len);
-    mc__record_t r = {.version = wr.version,
-                      .stamp = wr.stamp,
-                      .key = wr.key,
-                      .klen = wr.klen,
-                      .link = wr.linklen ? wr.link : NULL,
-                      .linklen = wr.linklen,
-                      .size = wr.size,
-                      .mtime_ns = wr.mtime_ns,
-                      .atime_ns = wr.atime_ns,
-                      .ctime_ns = wr.ctime_ns,
-                      .mode = wr.mode,
-                      .uid = wr.uid,
-                      .gid = wr.gid,
-                      .type = wr.type,
-                      .rdev = wr.rdev,
-                      .links = wr.links,
-                      .pin = wr.pin,
-                      .want = wr.want,
-                      .xattr = wr.xattr,
-                      .xattr_len = wr.xattr_len,
-                      .next = wr.next,
-                      .ext = e};
-    rc = mc__master_merge(svc->m, seg, &r, now);
+    rc = mc__master_merge(svc->m, seg, &wr, e, now);
     if (e != ext)
         free(e);
     return rc;

@@ -30,7 +30,8 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     int rc = mc_key_check(key, klen);
     if (rc < 0)
         return rc;
-    if ((po && po->type > MC_TYPE_MAX) || mc__master_is_inode_key(key, klen))
+    if ((po && (po->type > MC_TYPE_MAX || po->pin > MC_PIN_HARD)) ||
+        mc__master_is_inode_key(key, klen))
         return -EINVAL;
     if (m->nseg == 0)
         return -ENOSPC;
@@ -46,15 +47,17 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     }
     if (usable == 0)
         return -EAGAIN;
-    mc__version_t *v = calloc(1, sizeof(*v));
+    /* Best-effort placement: each replica on a different segment, the
+     * preferred one first when it is mounted and has need bytes free, then
+     * the ones with the most free space. */
+    uint32_t want = po && po->replica_num ? po->replica_num : 1;
+    if (want > MC__MAX_REPLICAS)
+        want = MC__MAX_REPLICAS;
+    if (want > (uint32_t)m->nseg)
+        want = (uint32_t)m->nseg;
+    mc__version_t *v = mc__version_new(key, klen, want);
     if (!v)
         return -ENOMEM;
-    v->key = mc__dup_key(key, klen);
-    if (!v->key) {
-        free(v);
-        return -ENOMEM;
-    }
-    v->klen = klen;
     v->state = MC__PENDING;
     if (po && ((po->flags & MC_PUT_MODE) || po->mode)) {
         v->mode = po->mode & 07777;
@@ -70,21 +73,20 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         v->inherit |= MC__INHERIT_OWNER;
     }
     v->type = po ? po->type : MC_TYPE_FILE;
-    v->rdev = po ? po->rdev : 0;
     v->mtime_ns = po ? po->mtime_ns : 0; /* 0: the commit's time (service.c) */
     v->pin = po ? po->pin : MC_PIN_NONE;
-    if (v->pin == MC_PIN_SOFT && po->soft_pin_ttl_ms)
-        v->pin_until = now + po->soft_pin_ttl_ms;
+    int ttl = v->pin == MC_PIN_SOFT && po->soft_pin_ttl_ms;
+    if ((po && po->rdev) || ttl) {
+        mc__vmore_t *x = mc__version_more(v);
+        if (!x) {
+            mc__version_free(v);
+            return -ENOMEM;
+        }
+        x->rdev = po->rdev;
+        x->pin_until = ttl ? now + po->soft_pin_ttl_ms : 0;
+    }
 
-    /* Best-effort placement: each replica on a different segment, the
-     * preferred one first when it is mounted and has need bytes free, then
-     * the ones with the most free space. */
-    uint32_t want = po && po->replica_num ? po->replica_num : 1;
-    if (want > MC__MAX_REPLICAS)
-        want = MC__MAX_REPLICAS;
-    if (want > (uint32_t)m->nseg)
-        want = (uint32_t)m->nseg;
-    v->want = want; /* segments on hold count: the repair fills them later */
+    v->want = (uint8_t)want; /* segments on hold count: the repair fills them later */
     if (want > usable)
         want = usable;
     uint32_t r0 = 0;
@@ -104,13 +106,15 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         used[best] = 1;
         v->rep[r].seg = m->segs[best].id;
     }
-    v->nrep = want;
+    v->nrep = (uint8_t)want;
     *out = v;
     return 0;
 }
 
-/* Allocates len more bytes at the end of replica r. */
-static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len)
+/* Allocates len more bytes at the end of replica rep; one with no extent
+ * yet that gets one takes slot (when not NULL: its version's ext1) as its
+ * array. */
+static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__extent_t *slot)
 {
     mc__segment_t *s = mc__master_seg(m, rep->seg);
     if (!s)
@@ -119,15 +123,19 @@ static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len)
     int n = mc__alloc_get(s->alloc, len, got, 64);
     if (n < 0)
         return n;
-    if (rep->n + (uint32_t)n > rep->cap) {
-        uint32_t cap = rep->cap ? rep->cap * 2 : 4;
+    if (slot && rep->n == 0 && rep->cap == 0 && n == 1) {
+        rep->ext = slot; /* cap stays 0: not the replica's own */
+    } else if (rep->n + (uint32_t)n > rep->cap) {
+        uint32_t cap = rep->cap ? rep->cap * 2 : 2;
         while (cap < rep->n + (uint32_t)n)
             cap *= 2;
-        mc__extent_t *e = realloc(rep->ext, sizeof(*e) * cap);
+        mc__extent_t *e = rep->cap ? realloc(rep->ext, sizeof(*e) * cap) : malloc(sizeof(*e) * cap);
         if (!e) {
             mc__alloc_put(s->alloc, got, n);
             return -ENOMEM;
         }
+        if (!rep->cap && rep->n)
+            memcpy(e, rep->ext, sizeof(*e) * rep->n); /* out of the version's ext1 */
         rep->ext = e;
         rep->cap = cap;
     }
@@ -191,6 +199,18 @@ static uint64_t round_up(const mc__master_t *m, uint64_t len)
     return (len + m->o.align - 1) & ~(m->o.align - 1);
 }
 
+/* The space a version of size bytes keeps at its commit: size rounded to
+ * the allocation unit, or to MC__SMALL_UNIT for a small one with no hole
+ * (its layout is all data, so no hole edge leaves the unit). */
+static uint64_t small_keep(const mc__master_t *m, const mc__version_t *v, uint64_t size)
+{
+    uint64_t unit = MC__SMALL_UNIT;
+    if (size >= MC__SMALL_MAX || m->o.align < unit || !v->nrep ||
+        mc__replica_bytes(&v->rep[0]) != v->capacity)
+        return round_up(m, size);
+    return (size + unit - 1) & ~(unit - 1);
+}
+
 static uint64_t total_size(const mc__master_t *m)
 {
     uint64_t t = 0;
@@ -211,9 +231,10 @@ static int evictable(const mc__version_t *v, uint64_t now, int allow_soft)
 {
     if (v->refs || v->lease_until > now || v->pin == MC_PIN_HARD)
         return 0;
-    if (v->links)
+    if (mc__vmore(v)->links)
         return 0; /* a hard-linked file: its names would be left dangling */
-    if (v->pin == MC_PIN_SOFT && !allow_soft && (v->pin_until == 0 || v->pin_until > now))
+    if (v->pin == MC_PIN_SOFT && !allow_soft &&
+        (mc__vmore(v)->pin_until == 0 || mc__vmore(v)->pin_until > now))
         return 0;
     return 1;
 }
@@ -286,18 +307,18 @@ int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uin
     uint32_t done = 0;
     int rc = 0;
     for (; done < v->nrep; done++) {
-        rc = replica_grow(m, &v->rep[done], want);
+        rc = replica_grow(m, &v->rep[done], want, done ? NULL : &v->ext1);
         if (rc == -ENOSPC) {
             /* Space held by expired leases first, then eviction. */
             mc__master_sweep(m, now);
-            rc = replica_grow(m, &v->rep[done], want);
+            rc = replica_grow(m, &v->rep[done], want, done ? NULL : &v->ext1);
             if (rc == -ENOSPC && evict_enabled(m)) {
                 uint64_t target = low_mark(m);
                 uint64_t total = total_size(m);
                 if (total - want < target)
                     target = total - want;
                 mc__master_evict(m, target, now);
-                rc = replica_grow(m, &v->rep[done], want);
+                rc = replica_grow(m, &v->rep[done], want, done ? NULL : &v->ext1);
             }
         }
         if (rc < 0)
@@ -323,9 +344,7 @@ int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_
     char *k = mc__dup_key(key, klen);
     if (!k)
         return -ENOMEM;
-    free(v->key);
-    v->key = k;
-    v->klen = klen;
+    mc__version_set_key(v, k, klen);
     return 0;
 }
 
@@ -351,16 +370,22 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         *added = !name;
     if ((flags & MC_PUT_NOREPLACE) && name)
         return -EEXIST;
-    if (name && name->link) {
+    /* What v takes from the version it replaces (its file's names, its
+     * attributes) goes into v's rare fields: made now, while failing
+     * changes nothing (no slot was added: name is there). */
+    const mc__vmore_t *nx = name ? mc__vmore(name) : NULL;
+    if (nx && (nx->link || nx->xattr || nx->links) && !mc__version_more(v))
+        return -ENOMEM;
+    if (name && mc__vmore(name)->link) {
         /* A hard link's name: the new version is the file's, under its
          * inode key, for every name. */
-        int rc = mc__master_set_key(m, v, name->link, name->linklen);
+        int rc = mc__master_set_key(m, v, mc__vmore(name)->link, mc__vmore(name)->linklen);
         if (rc < 0)
             return rc;
         if (!(slot = mc__index_slot(m->ix, v->key, v->klen, &fresh)))
             return -ENOMEM;
     }
-    uint64_t keep = round_up(m, size);
+    uint64_t keep = small_keep(m, v, size);
     if (keep < v->capacity) {
         for (uint32_t r = 0; r < v->nrep; r++)
             replica_trim(m, &v->rep[r], keep);
@@ -381,10 +406,11 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         }
         v->atime_ns = old->atime_ns;
         mc__xattr_take(v, old);
-        v->links = old->links;
+        if (mc__vmore(old)->links)
+            v->more->links = old->more->links; /* an inode: made above (a link) */
         mc__master_retire(m, old, now);
-    } else if (name && name->link) {
-        v->links = 1; /* the file was lost: this name brings it back */
+    } else if (name && mc__vmore(name)->link) {
+        v->more->links = 1; /* the file was lost: this name brings it back */
     }
     v->inherit = 0;
     return 0;
@@ -407,7 +433,7 @@ int mc__master_replica_alloc(mc__master_t *m, uint32_t seg, uint64_t len, mc__re
 {
     memset(rep, 0, sizeof(*rep));
     rep->seg = seg;
-    int rc = replica_grow(m, rep, round_up(m, len));
+    int rc = replica_grow(m, rep, round_up(m, len), NULL);
     if (rc < 0)
         mc__master_replica_release(m, rep);
     return rc;
@@ -418,7 +444,6 @@ void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep)
     mc__segment_t *s = mc__master_seg(m, rep->seg);
     if (s && rep->n)
         mc__extents_put(s->alloc, rep->ext, rep->n);
-    free(rep->ext);
-    rep->ext = NULL;
-    rep->n = rep->cap = 0;
+    mc__replica_free_ext(rep);
+    rep->n = 0;
 }

@@ -55,15 +55,15 @@ void mc__master_flush(mc__master_t *m)
     }
 }
 
-void mc__master_record(const mc__version_t *v, uint32_t seg, mc__record_t *r)
+const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__rec_t *r)
 {
     memset(r, 0, sizeof(*r));
     r->version = v->id;
     r->stamp = v->stamp;
     r->key = v->key;
-    r->klen = (uint32_t)v->klen;
-    r->link = v->link;
-    r->linklen = (uint32_t)v->linklen;
+    r->klen = v->klen;
+    r->link = mc__vmore(v)->link;
+    r->linklen = mc__vmore(v)->linklen;
     r->size = v->size;
     r->mtime_ns = v->mtime_ns;
     r->atime_ns = v->atime_ns;
@@ -72,20 +72,20 @@ void mc__master_record(const mc__version_t *v, uint32_t seg, mc__record_t *r)
     r->uid = v->uid;
     r->gid = v->gid;
     r->type = v->type;
-    r->rdev = v->rdev;
-    r->links = v->links;
+    r->rdev = mc__vmore(v)->rdev;
+    r->links = mc__vmore(v)->links;
     /* A soft pin's expiry is a time of this master's clock: not kept. */
-    r->pin = v->pin == MC_PIN_SOFT && v->pin_until ? MC_PIN_NONE : v->pin;
+    r->pin = v->pin == MC_PIN_SOFT && mc__vmore(v)->pin_until ? MC_PIN_NONE : v->pin;
     r->want = v->want;
-    r->xattr = v->xattr;
-    r->xattr_len = v->xattr_len;
+    r->xattr = mc__vmore(v)->xattr;
+    r->xattr_len = mc__vmore(v)->xattr_len;
     for (uint32_t i = 0; i < v->nrep; i++) {
         if (v->rep[i].seg == seg) {
             r->next = v->rep[i].n;
-            r->ext = v->rep[i].ext;
-            break;
+            return v->rep[i].ext;
         }
     }
+    return NULL;
 }
 
 /* ---- merging ---- */
@@ -110,7 +110,8 @@ static int xattrs_ok(const char *x, uint32_t len)
 
 /* Takes the record's extents out of segment s's free space into *rep.
  * Returns 0, or -EBUSY (some are not free: nothing is taken) / -ENOMEM. */
-static int take_extents(mc__segment_t *s, const mc__record_t *r, mc__replica_t *rep)
+static int take_extents(mc__segment_t *s, const mc__rec_t *r, const mc__extent_t *ext,
+                        mc__replica_t *rep)
 {
     memset(rep, 0, sizeof(*rep));
     rep->seg = s->id;
@@ -121,7 +122,7 @@ static int take_extents(mc__segment_t *s, const mc__record_t *r, mc__replica_t *
         return -ENOMEM;
     rep->cap = r->next;
     for (uint32_t i = 0; i < r->next; i++) {
-        uint64_t off = r->ext[i].off, len = r->ext[i].len;
+        uint64_t off = ext[i].off, len = ext[i].len;
         int rc = off == MC__HOLE ? 0 : mc__alloc_take(s->alloc, off, len); /* a hole: no space */
         if (rc < 0) {
             mc__extents_put(s->alloc, rep->ext, rep->n);
@@ -134,25 +135,33 @@ static int take_extents(mc__segment_t *s, const mc__record_t *r, mc__replica_t *
     return 0;
 }
 
-static uint64_t rec_bytes(const mc__record_t *r)
+static uint64_t rec_bytes(const mc__rec_t *r, const mc__extent_t *ext)
 {
     uint64_t t = 0;
     for (uint32_t i = 0; i < r->next; i++)
-        t += r->ext[i].len;
+        t += ext[i].len;
     return t;
 }
 
 /* Sets v's metadata (not its key or replicas) from r. Returns 0 or -ENOMEM. */
-static int take_meta(mc__version_t *v, const mc__record_t *r)
+static int take_meta(mc__version_t *v, const mc__rec_t *r)
 {
     char *x = NULL;
+    mc__vmore_t *more = NULL;
+    if ((r->xattr_len || r->rdev || r->links || v->more) && !(more = mc__version_more(v)))
+        return -ENOMEM;
     if (r->xattr_len && !(x = malloc(r->xattr_len)))
         return -ENOMEM;
     if (x)
         memcpy(x, r->xattr, r->xattr_len);
-    free(v->xattr);
-    v->xattr = x;
-    v->xattr_len = r->xattr_len;
+    if (more) { /* rare fields: a version without any stays without */
+        free(more->xattr);
+        more->xattr = x;
+        more->xattr_len = r->xattr_len;
+        more->rdev = r->rdev;
+        more->links = r->links;
+        more->pin_until = 0;
+    }
     v->size = r->size;
     v->mtime_ns = r->mtime_ns;
     v->atime_ns = r->atime_ns;
@@ -161,10 +170,7 @@ static int take_meta(mc__version_t *v, const mc__record_t *r)
     v->uid = r->uid;
     v->gid = r->gid;
     v->type = r->type;
-    v->rdev = r->rdev;
-    v->links = r->links;
     v->pin = r->pin;
-    v->pin_until = 0;
     v->want = r->want > MC__MAX_REPLICAS ? MC__MAX_REPLICAS : r->want;
     v->stamp = r->stamp;
     return 0;
@@ -179,7 +185,7 @@ static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
     if (rc < 0)
         return rc;
     v->state = MC__PUBLISHED;
-    if (!v->link)
+    if (!mc__vmore(v)->link)
         mc__list_add_tail(&m->lru, v);
     if (rc == 1 && old && old != v)
         mc__master_retire(m, old, now);
@@ -188,7 +194,7 @@ static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
 
 /* A later record of version v (rebuilt already) renames it: it moves when
  * its new key holds no newer version. */
-static void rekey(mc__master_t *m, mc__version_t *v, const mc__record_t *r, uint64_t now)
+static void rekey(mc__master_t *m, mc__version_t *v, const mc__rec_t *r, uint64_t now)
 {
     if (r->klen == v->klen && memcmp(r->key, v->key, r->klen) == 0)
         return;
@@ -200,15 +206,14 @@ static void rekey(mc__master_t *m, mc__version_t *v, const mc__record_t *r, uint
         return;
     mc__index_remove(m->ix, v->key, v->klen);
     mc__list_del(v);
-    free(v->key);
-    v->key = k;
-    v->klen = r->klen;
+    mc__version_set_key(v, k, r->klen);
     if (publish(m, v, now) < 0) {
         mc__master_retire(m, v, now); /* out of memory: lost */
     }
 }
 
-int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint64_t now)
+int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc__extent_t *ext,
+                     uint64_t now)
 {
     mc__segment_t *s = mc__master_seg(m, seg);
     if (!s)
@@ -235,12 +240,15 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint6
         int twice = 0; /* reported again (by the node and the op log) */
         for (uint32_t i = 0; i < v->nrep; i++)
             twice |= v->rep[i].seg == seg;
-        if (!v->link && !twice) {
-            if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r) != v->capacity)
+        if (!mc__vmore(v)->link && !twice) {
+            if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r, ext) != v->capacity)
                 return 0;
-            if ((rc = take_extents(s, r, &rep)) < 0)
+            if ((rc = take_extents(s, r, ext, &rep)) < 0)
                 return rc == -ENOMEM ? rc : 0;
-            mc__master_replica_attach(v, &rep);
+            if (mc__master_replica_attach(v, &rep) < 0) {
+                mc__master_replica_release(m, &rep);
+                return -ENOMEM;
+            }
             rc = 1;
         }
         if (r->stamp > v->stamp) {
@@ -258,32 +266,27 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint6
     mc__version_t *cur = mc__index_get(m->ix, r->key, r->klen);
     if (cur && cur->id >= r->version)
         return 0;
-    uint64_t bytes = rec_bytes(r);
+    uint64_t bytes = rec_bytes(r, ext);
     if (bytes < r->size || bytes - r->size >= m->o.align)
         return 0; /* not the space of this size */
-    mc__version_t *v = calloc(1, sizeof(*v));
+    mc__version_t *v = mc__version_new(r->key, r->klen, r->linklen ? 0 : 1);
     e = calloc(1, sizeof(*e));
     int rc = v && e ? 0 : -ENOMEM;
-    if (rc == 0 && !(v->key = mc__dup_key(r->key, r->klen)))
+    mc__vmore_t *more = rc == 0 && r->linklen ? mc__version_more(v) : NULL;
+    if (rc == 0 && r->linklen && (!more || !(more->link = mc__dup_key(r->link, r->linklen))))
         rc = -ENOMEM;
-    if (rc == 0 && r->linklen && !(v->link = mc__dup_key(r->link, r->linklen)))
-        rc = -ENOMEM;
+    if (more)
+        more->linklen = (uint16_t)r->linklen;
     if (rc == 0)
         rc = take_meta(v, r);
     if (rc == 0 && !r->linklen)
-        rc = take_extents(s, r, &rep);
+        rc = take_extents(s, r, ext, &rep);
     if (rc < 0) {
-        if (v) {
-            free(v->key);
-            free(v->link);
-            free(v->xattr);
-        }
-        free(v);
+        if (v)
+            mc__version_free(v);
         free(e);
         return rc == -ENOMEM ? rc : 0;
     }
-    v->klen = r->klen;
-    v->linklen = r->linklen;
     v->id = r->version;
     v->capacity = bytes;
     if (!r->linklen)
@@ -295,7 +298,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint6
     }
     e->h.id = v->id;
     e->v = v;
-    v->rec = e;
+    v->flags |= MC__V_REBUILT;
     mc__ids_add(&m->rebuilt, &e->h);
     return 1;
 }

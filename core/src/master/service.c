@@ -496,8 +496,9 @@ static int op_put_drop(mc__svc_t *svc, const char *body, size_t len, uint64_t no
         return -ENOENT;
     put_touch(svc, p, now);
     mc__replica_t rep;
-    if (!mc__version_take_replica(p->v, seg, &rep))
-        return 0; /* gone already (its segment was dropped) */
+    int rc = mc__version_take_replica(p->v, seg, &rep);
+    if (rc <= 0)
+        return rc; /* 0: gone already (its segment was dropped) */
     mc__repair_hold(svc->rp, svc->m, &rep, now + svc->o.node_ttl_ms);
     seginfo_t *si = mc__svc_seg_info(svc, seg);
     node_t *n = si && si->node ? mc__svc_node_find(svc, si->node) : NULL;
@@ -702,7 +703,7 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
     case MC__OP_REMOVE:
         UNPACK("ku", &key, &klen, &flags);
         v = mc__master_find(m, key, klen); /* a hard-linked file keeps its other names */
-        u1 = v && v->links > 1;
+        u1 = v && mc__vmore(v)->links > 1;
         rc = mc__master_remove(m, key, klen, flags, now);
         if (rc == 0)
             mc__master_dir_changed(m, key, klen, wall(svc));

@@ -5,7 +5,7 @@
  * XATTR_CREATE / XATTR_REPLACE, a per-object total). Namespaces and
  * credentials are the caller's rule (the mount applies them).
  *
- * The list (v->xattr, v->xattr_len bytes) holds entries one after another:
+ * The list (mc__vmore(v)->xattr, mc__vmore(v)->xattr_len bytes) holds entries one after another:
  * u8 name length (1..MC_XATTR_NAME_MAX), the name, u32 value length (host
  * order), the value. It never leaves the master in this form.
  */
@@ -24,7 +24,7 @@ static long find(const mc__version_t *v, const char *name, size_t nlen)
     uint32_t vl;
     while (mc__xattr_next(v, &at, &n, &nl, &val, &vl)) {
         if (nl == nlen && memcmp(n, name, nlen) == 0)
-            return (long)(n - 1 - v->xattr);
+            return (long)(n - 1 - mc__vmore(v)->xattr);
     }
     return -1;
 }
@@ -33,17 +33,17 @@ static long find(const mc__version_t *v, const char *name, size_t nlen)
 static size_t entry_size(const mc__version_t *v, size_t off)
 {
     uint32_t vl;
-    size_t nl = (unsigned char)v->xattr[off];
-    memcpy(&vl, v->xattr + off + 1 + nl, sizeof(vl));
+    size_t nl = (unsigned char)mc__vmore(v)->xattr[off];
+    memcpy(&vl, mc__vmore(v)->xattr + off + 1 + nl, sizeof(vl));
     return 1 + nl + sizeof(vl) + vl;
 }
 
 int mc__xattr_next(const mc__version_t *v, size_t *at, const char **name, size_t *nlen,
                    const char **val, uint32_t *vlen)
 {
-    if (*at >= v->xattr_len)
+    if (*at >= mc__vmore(v)->xattr_len)
         return 0;
-    const char *p = v->xattr + *at;
+    const char *p = mc__vmore(v)->xattr + *at;
     *nlen = (unsigned char)p[0];
     *name = p + 1;
     memcpy(vlen, p + 1 + *nlen, sizeof(*vlen));
@@ -128,27 +128,30 @@ int mc__xattr_set(mc__version_t *v, const char *name, size_t nlen, const char *v
     }
     if (all + nlen + 1 + vlen > MC_XATTR_TOTAL_MAX || names + nlen + 1 > MC_XATTR_LIST_MAX)
         return -ENOSPC;
+    mc__vmore_t *x = mc__version_more(v);
+    if (!x)
+        return -ENOMEM;
     size_t add = 1 + nlen + sizeof(uint32_t) + vlen;
-    size_t len = v->xattr_len - old + add;
+    size_t len = x->xattr_len - old + add;
     char *p = malloc(len);
     if (!p)
         return -ENOMEM;
     /* The list without the old entry, then the new one at the end. */
-    size_t keep = off >= 0 ? (size_t)off : v->xattr_len;
+    size_t keep = off >= 0 ? (size_t)off : x->xattr_len;
     if (keep)
-        memcpy(p, v->xattr, keep);
-    if (off >= 0 && v->xattr_len > keep + old)
-        memcpy(p + keep, v->xattr + keep + old, v->xattr_len - keep - old);
-    char *e = p + v->xattr_len - old;
+        memcpy(p, x->xattr, keep);
+    if (off >= 0 && x->xattr_len > keep + old)
+        memcpy(p + keep, x->xattr + keep + old, x->xattr_len - keep - old);
+    char *e = p + x->xattr_len - old;
     uint32_t vl = (uint32_t)vlen;
     e[0] = (char)nlen;
     memcpy(e + 1, name, nlen);
     memcpy(e + 1 + nlen, &vl, sizeof(vl));
     if (vlen)
         memcpy(e + 1 + nlen + sizeof(vl), val, vlen);
-    free(v->xattr);
-    v->xattr = p;
-    v->xattr_len = (uint32_t)len;
+    free(x->xattr);
+    x->xattr = p;
+    x->xattr_len = (uint32_t)len;
     return 0;
 }
 
@@ -159,20 +162,27 @@ int mc__xattr_remove(mc__version_t *v, const char *name, size_t nlen)
     if (rc < 0)
         return rc;
     size_t sz = entry_size(v, at);
-    memmove(v->xattr + at, v->xattr + at + sz, v->xattr_len - at - sz);
-    v->xattr_len -= (uint32_t)sz;
-    if (v->xattr_len == 0) {
-        free(v->xattr);
-        v->xattr = NULL;
+    mc__vmore_t *x = v->more; /* it has the attribute found */
+    memmove(x->xattr + at, x->xattr + at + sz, x->xattr_len - at - sz);
+    x->xattr_len -= (uint32_t)sz;
+    if (x->xattr_len == 0) {
+        free(x->xattr);
+        x->xattr = NULL;
     }
     return 0;
 }
 
 void mc__xattr_take(mc__version_t *to, mc__version_t *from)
 {
-    free(to->xattr);
-    to->xattr = from->xattr;
-    to->xattr_len = from->xattr_len;
-    from->xattr = NULL;
-    from->xattr_len = 0;
+    if (to->more) {
+        free(to->more->xattr);
+        to->more->xattr = NULL;
+        to->more->xattr_len = 0;
+    }
+    if (!mc__vmore(from)->xattr)
+        return;
+    to->more->xattr = from->more->xattr; /* to->more: the caller made it */
+    to->more->xattr_len = from->more->xattr_len;
+    from->more->xattr = NULL;
+    from->more->xattr_len = 0;
 }

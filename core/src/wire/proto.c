@@ -309,9 +309,11 @@ void mc__wire_extent(const mc__wire_replica_t *r, uint32_t i, uint64_t *off, uin
 
 int mc__pack_rec_head(mc__wbuf_t *w, const mc__rec_t *r)
 {
-    return mc__pack(w, REC_HEAD, r->version, r->stamp, r->key, r->klen, r->link, r->linklen,
-                    r->size, r->mtime_ns, r->atime_ns, r->ctime_ns, r->mode, r->uid, r->gid,
-                    r->type, r->rdev, r->links, r->pin, r->want, r->xattr, r->xattr_len, r->next);
+    /* The master's record says "none" with NULL. */
+    const char *link = r->link ? r->link : "", *xattr = r->xattr ? r->xattr : "";
+    return mc__pack(w, REC_HEAD, r->version, r->stamp, r->key, r->klen, link, r->linklen, r->size,
+                    r->mtime_ns, r->atime_ns, r->ctime_ns, r->mode, r->uid, r->gid, r->type,
+                    r->rdev, r->links, r->pin, r->want, xattr, r->xattr_len, r->next);
 }
 
 /* mc__take_rec() decodes a whole record: its head with mc__unpack(), the

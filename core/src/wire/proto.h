@@ -204,6 +204,7 @@ int mc__vunpack(const char *body, size_t len, const char *fmt, va_list ap);
  * listing:     u count, u more, then per entry: s key, b is_prefix, stat
  */
 #include "mooncake/mooncake.h"
+#include "wire/record.h"
 
 int mc__pack_stat(mc__wbuf_t *w, const mc_stat_t *st);
 /* Reads a stat from the front of *p / *n, advancing them. 0 or -EBADMSG. */
@@ -270,34 +271,8 @@ int mc__take_put_start(const char *body, size_t len, mc__put_start_rq_t *rq);
 int mc__pack_put_commit(mc__wbuf_t *w, const mc__put_commit_rq_t *rq);
 int mc__take_put_commit(const char *body, size_t len, mc__put_commit_rq_t *rq);
 
-/*
- * The record of a published version that a node keeps for each version with
- * a replica in its segment, and reports to a master that restarted (see
- * docs/PROTOCOL.md, "Records"). Its bytes:
- *   q version, q stamp (orders records of one version: the latest wins),
- *   k key, s link (a name entry: the inode key it names; else empty),
- *   q size, i mtime_ns, i atime_ns, i ctime_ns, u mode, u uid, u gid, u type,
- *   q rdev, u links, u pin, u want (replicas asked for), s xattrs (packed,
- *   as the master keeps them), u extent count, then per extent q offset,
- *   q length (the replica in the segment of the node that holds the record).
- * Decoded fields point into the input.
- */
-typedef struct mc__rec {
-    uint64_t version, stamp;
-    const char *key;
-    uint32_t klen;
-    const char *link;
-    uint32_t linklen;
-    uint64_t size;
-    int64_t mtime_ns, atime_ns, ctime_ns;
-    uint32_t mode, uid, gid, type;
-    uint64_t rdev;
-    uint32_t links, pin, want;
-    const char *xattr;
-    uint32_t xattr_len;
-    uint32_t next;            /* extents */
-    const unsigned char *ext; /* decoded: next * 16 bytes, LE offset, length */
-} mc__rec_t;
+/* The record of a published version (mc__rec_t) is in wire/record.h: the
+ * master fills and merges it without the codec. */
 
 /* Appends a record up to and including its extent count (rec->next); the
  * caller appends that many extents with mc__pack_extent(). Returns w->err. */
