@@ -93,6 +93,22 @@ typedef struct mc_store_opts {
                                  of keeping replica lists for half the read
                                  lease (a get may then miss another client's
                                  change for that long) */
+    const char *segment_file; /* NULL: the segment is anonymous memory. Else the
+                                 segment is segment_size bytes of this existing
+                                 file (on tmpfs, /dev/shm, or any regular file)
+                                 from segment_offset, mapped shared: what is put
+                                 there is in the file's bytes. segment_size must
+                                 be given and the file must hold offset + size
+                                 bytes (else mc_store_open() fails: -ENOENT no
+                                 such file, -EISDIR a directory, -EINVAL another
+                                 kind of file or an offset that is not a
+                                 multiple of the page size,
+                                 -EOVERFLOW a file too small). The file must not
+                                 shrink while the store is open (its pages would
+                                 fault). Such a segment is not offered to
+                                 co-located clients over shared memory: they
+                                 reach it over TCP */
+    uint64_t segment_offset;  /* where segment_file's segment starts */
 } mc_store_opts_t;
 
 /* Object metadata, as published. */
