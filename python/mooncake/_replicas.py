@@ -21,8 +21,6 @@ import enum
 import errno
 import uuid
 
-from . import _store
-from ._direct import key_bytes
 from ._errors import (
     INVALID_PARAMS,
     SEGMENT_NOT_FOUND,
@@ -145,6 +143,8 @@ def _addrs(info):
 
 def _create_code(r):
     """Mooncake's code for a failed task creation (-errno)."""
+    from . import _store
+
     return {-errno.EBUSY: TASK_PENDING_LIMIT_EXCEEDED, -errno.ENXIO: SEGMENT_NOT_FOUND,
             -errno.EOPNOTSUPP: UNAVAILABLE_IN_CURRENT_MODE}.get(r, None) or _store.to_code(r)
 
@@ -198,6 +198,8 @@ class ReplicaMethods:
         return b, 0
 
     def _create_task(self, key, *args):
+        from ._direct import key_bytes  # the direct backend: the extension is there
+
         b, rc = self._task_backend()
         if b is None:
             return NIL, rc
@@ -238,7 +240,7 @@ class ReplicaMethods:
             return None, TASK_NOT_FOUND
         r = b._s.task_query(task_id.int)
         if isinstance(r, int):
-            return None, TASK_NOT_FOUND if r == -errno.ENOENT else _store.to_code(r)
+            return None, TASK_NOT_FOUND if r == -errno.ENOENT else _create_code(r)
         kind, status, _err, created, updated, node, message = r
         q = QueryTaskResponse()
         q.id, q.type, q.status, q.message = task_id, TaskType(kind), TaskStatus(status), message

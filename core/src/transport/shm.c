@@ -1,6 +1,7 @@
 /*
- * shm.c - segments in sealed memfds, their mapping by co-located clients,
- * and the addresses of the shm transport (see shm.h).
+ * shm.c - segments in sealed memfds (or in a file the caller names), their
+ * mapping by co-located clients, and the addresses of the shm transport
+ * (see shm.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>

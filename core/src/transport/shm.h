@@ -13,6 +13,8 @@
  * the node (or other clients) fault with SIGBUS on its next access. The node
  * seals its memfd against shrinking and growing; a client maps only a memfd
  * sealed against shrinking, for the same reason in the other direction.
+ * A segment in a file the caller named (mc__seg_map_file()) has no seals to
+ * offer: it is not handed out, and its peers reach it over TCP.
  */
 #ifndef MC_SHM_H
 #define MC_SHM_H
