@@ -10,7 +10,7 @@ import errno
 OK = 0
 INTERNAL_ERROR = -1
 BUFFER_OVERFLOW = -10
-SEGMENT_NOT_FOUND = -101  # create_*_task, mount_segment: no such segment
+SEGMENT_NOT_FOUND = -101  # create_*_task: a target or source that is no segment
 NO_AVAILABLE_HANDLE = -200
 INVALID_KEY = -400
 INVALID_PARAMS = -600
