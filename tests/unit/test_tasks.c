@@ -287,6 +287,23 @@ static void test_a_failed_copy_fails_the_task(void **state)
     assert_int_equal(replicas(f, "k", segs), 1);
 }
 
+/* A segment mounted again under its old id is on hold (writers of before
+ * may still write into its free space): no copy lands there. */
+static void test_no_copy_into_a_held_segment(void **state)
+{
+    fixture_t *f = *state;
+    const char *addr = "127.0.0.1:7013";
+    uint64_t id;
+    assert_int_equal(call(f, T0, MC__OP_UNMOUNT_SEGMENT, "qu", (uint64_t)13, 3u), 0);
+    assert_int_equal(call(f, T0, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)13, 3u, addr,
+                          (uint32_t)strlen(addr), (uint64_t)(16 << 20), "", 0u, 0u),
+                     0);
+    assert_int_equal(create(f, "k", MC_TASK_COPY, "", addr, NULL, &id), 0);
+    int64_t err;
+    assert_int_equal(query(f, id, &err), MC_TASK_FAILED);
+    assert_int_equal(err, -EAGAIN);
+}
+
 static void test_pending_limit(void **state)
 {
     fixture_t *f = *state;
@@ -318,6 +335,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_target_node_dies_mid_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_failed_copy_fails_the_task, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_copy_into_a_held_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending_limit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -191,6 +191,14 @@ static void start(mc__svc_t *svc, task_t *t, uint64_t now)
             set_msg(t, -ENXIO, "target %s is gone", si && si->addr ? si->addr : "segment");
             break;
         }
+        if (!mc__version_has_replica(v, t->seg[i]) &&
+            mc__master_segment_held(svc->m, t->seg[i], now)) {
+            /* Mounted again a moment ago: writers of before may still
+             * write into its free space, as for a repair. */
+            set_msg(t, -EAGAIN, "target %s is on hold (mounted again a moment ago)",
+                    si->addr ? si->addr : "segment");
+            break;
+        }
         int rc = mc__repair_copy_to(svc->rp, svc->m, v, t->seg[i], t->node[i], t->h.id, now);
         if (rc == 0)
             t->running++;
