@@ -245,3 +245,20 @@ def test_preferred_segment_is_get_hostname_of_a_node(cluster_store, blank_store)
     for i in range(4):  # whatever else the master would pick
         assert node.put(f"r/local{i}", VALUE, ReplicateConfig(preferred_segment=me)) == 0
         assert endpoints(node, f"r/local{i}") == [me]
+
+
+def test_a_target_node_dying_fails_the_copy(cluster_store):
+    """The target's node dies before it copies: once the master drops it
+    (node TTL) the task fails, and no replica of it was ever visible."""
+    s = cluster_store
+    a, b = s.cluster.nodes
+    value = b"d" * 200000
+    assert s.put("r/dead", value, ReplicateConfig(preferred_segment=a.addr)) == 0
+    tid, rc = s.create_copy_task("r/dead", [b.addr])
+    assert rc == 0
+    b.kill9()  # at once: the node takes tasks on its next heartbeat
+    r = finished(s, tid)
+    if r.status == TaskStatus.FAILED:  # else it copied within those moments
+        assert "went away" in r.message or "failed" in r.message, r.message
+    harness.wait_for(lambda: endpoints(s, "r/dead") == [a.addr], "the dead node dropped")
+    assert s.get("r/dead") == value
