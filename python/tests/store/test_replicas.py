@@ -15,6 +15,7 @@ from mooncake.store import (
     SEGMENT_NOT_FOUND,
     STORE_CLOSED,
     TASK_NOT_FOUND,
+    TASK_PENDING_LIMIT_EXCEEDED,
     UNAVAILABLE_IN_CURRENT_MODE,
     MooncakeDistributedStore,
     ReplicaStatus,
@@ -262,3 +263,22 @@ def test_a_target_node_dying_fails_the_copy(cluster_store):
         assert "went away" in r.message or "failed" in r.message, r.message
     harness.wait_for(lambda: endpoints(s, "r/dead") == [a.addr], "the dead node dropped")
     assert s.get("r/dead") == value
+
+
+def test_the_masters_queue_is_bounded(cluster_store):
+    """Mooncake's TASK_PENDING_LIMIT_EXCEEDED once 1,024 tasks wait on the
+    master (16 more run); the tasks queued still end. One object per task,
+    so that no task is done at once (the target copies 16 a heartbeat)."""
+    s = cluster_store
+    a, b = (n.addr for n in s.cluster.nodes)
+    keys = [f"r/q{i}" for i in range(1500)]
+    assert s.put_batch(keys, [b"q" * 100] * len(keys),
+                       ReplicateConfig(preferred_segment=a)) == 0
+    made = []
+    for k in keys:
+        tid, rc = s.create_copy_task(k, [b])
+        if rc != 0:
+            break
+        made.append(tid)
+    assert rc == TASK_PENDING_LIMIT_EXCEEDED and len(made) >= 1024, (rc, len(made))
+    assert finished(s, made[0]).status == TaskStatus.SUCCESS
