@@ -39,14 +39,15 @@ static int call(fixture_t *f, uint64_t now, uint16_t op, const char *fmt, ...)
     return rc;
 }
 
-/* A whole put of SIZE bytes of key with one replica on segment seg. */
-static void put_on(fixture_t *f, const char *key, uint32_t seg, uint64_t now)
+/* A whole put of SIZE bytes of key with nrep replicas, the first on
+ * segment seg. */
+static void put_n(fixture_t *f, const char *key, uint32_t seg, uint32_t nrep, uint64_t now)
 {
     char pref[32];
     snprintf(pref, sizeof(pref), "127.0.0.1:%u", 7010 + seg);
     assert_int_equal(call(f, now, MC__OP_PUT_START, "kquuuuqisuuuq", key, (uint32_t)strlen(key),
-                          (uint64_t)SIZE, 0u, 0644u, 1u, MC_PIN_NONE, (uint64_t)0, (int64_t)0, pref,
-                          (uint32_t)strlen(pref), 0u, 0u, 0u, (uint64_t)0),
+                          (uint64_t)SIZE, 0u, 0644u, nrep, MC_PIN_NONE, (uint64_t)0, (int64_t)0,
+                          pref, (uint32_t)strlen(pref), 0u, 0u, 0u, (uint64_t)0),
                      0);
     uint64_t id;
     assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", &id, NULL, NULL), 0);
@@ -55,11 +56,16 @@ static void put_on(fixture_t *f, const char *key, uint32_t seg, uint64_t now)
                      0);
 }
 
+static void put_on(fixture_t *f, const char *key, uint32_t seg, uint64_t now)
+{
+    put_n(f, key, seg, 1, now);
+}
+
 static int setup(void **state)
 {
     fixture_t *f = calloc(1, sizeof(*f));
     mc__master_opts_t mo = {.lease_ms = 5000, .align = 64};
-    mc__svc_opts_t so = {.node_ttl_ms = 3000, .put_ttl_ms = 10000, .no_repair = 1};
+    mc__svc_opts_t so = {.node_ttl_ms = 3000, .put_ttl_ms = 10000};
     assert_int_equal(mc__master_new(&f->m, &mo), 0);
     assert_int_equal(mc__svc_new(&f->svc, f->m, &so), 0);
     for (int i = 0; i < 3; i++) {
@@ -216,6 +222,30 @@ static void test_move_survives_its_source(void **state)
     assert_int_equal(segs[0], 2);
 }
 
+/* A move to a segment that holds a replica already only drops the source:
+ * the object then asks for one replica less (no repair brings it back). */
+static void test_move_onto_a_replica_drops_the_source(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t id;
+    uint32_t segs[8];
+    int n;
+    put_n(f, "k2", 1, 2, T0);
+    assert_int_equal(replicas(f, "k2", segs), 2);
+    uint32_t other = segs[0] == 1 ? segs[1] : segs[0];
+    char to[32];
+    snprintf(to, sizeof(to), "127.0.0.1:%u", 7010 + other);
+    assert_int_equal(create(f, "k2", MC_TASK_MOVE, "127.0.0.1:7011", to, NULL, &id), 0);
+    assert_int_equal(query(f, id, NULL), MC_TASK_SUCCESS);
+    assert_int_equal(replicas(f, "k2", segs), 1);
+    assert_int_equal(segs[0], other);
+    mc__svc_tick(f->svc, T0 + 1); /* the repair finds nothing to do */
+    for (uint64_t node = 11; node <= 13; node++) {
+        take(f, node, &n);
+        assert_int_equal(n, 0);
+    }
+}
+
 static void test_create_errors(void **state)
 {
     fixture_t *f = *state;
@@ -330,6 +360,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_copy_joins_the_same_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_move_survives_its_source, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_move_onto_a_replica_drops_the_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_version_during_copy_fails_the_task, setup,
                                         teardown),

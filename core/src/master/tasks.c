@@ -156,6 +156,12 @@ static int drop_source(mc__svc_t *svc, task_t *t, uint64_t now)
         mc__svc_replica_gone(svc, v, t->src);
         uint64_t until = v->lease_until > now ? v->lease_until : now;
         mc__repair_hold(svc->rp, svc->m, &rep, until + MC__REPAIR_MARGIN_MS);
+        if (v->nrep < v->want) {
+            /* The target held a replica already: the move took one away,
+             * which the repair must not put back. */
+            v->want = v->nrep;
+            mc__master_dirty(svc->m, v);
+        }
     }
     return 1;
 }
