@@ -50,10 +50,11 @@ class DirectBackend:
 
     def __init__(self, segment_size=0, lease_ms=0, master=None, evict_high_pct=0,
                  evict_ratio_pct=0, listen=None, timeout_ms=0, protocol=None,
-                 rdma_devices=None, secret_file=None):
+                 rdma_devices=None, secret_file=None, segment_file=None, segment_offset=0):
         self._s = _store.Store(segment_size, lease_ms, master, evict_high_pct, evict_ratio_pct,
                                listen, timeout_ms, protocol, rdma_devices,
-                               secret_file=secret_file)
+                               secret_file=secret_file, segment_file=segment_file,
+                               segment_offset=segment_offset)
         self._comps = {}  # event loop -> Completer
         self._lock = threading.Lock()
         # A process that exits (or drops the store) without close() still

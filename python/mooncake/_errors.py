@@ -10,6 +10,7 @@ import errno
 OK = 0
 INTERNAL_ERROR = -1
 BUFFER_OVERFLOW = -10
+SEGMENT_NOT_FOUND = -101  # create_*_task: a target or source that is no segment
 NO_AVAILABLE_HANDLE = -200
 INVALID_KEY = -400
 INVALID_PARAMS = -600
@@ -19,7 +20,7 @@ OBJECT_HAS_LEASE = -706
 RPC_FAIL = -900
 UNAVAILABLE_IN_CURRENT_STATUS = -1010
 UNAVAILABLE_IN_CURRENT_MODE = -1011
-FILE_NOT_FOUND = -1100  # save_tensor_to_safetensor: no such tensor, or no such directory
+FILE_NOT_FOUND = -1100  # save_tensor_to_safetensor: no such tensor or directory; mount_segment
 PERSISTENT_FAIL = -1503  # save_tensor_to_safetensor: the file could not be written
 TASK_NOT_FOUND = -1400  # query_task: no such task (or pruned)
 TASK_PENDING_LIMIT_EXCEEDED = -1401  # create_*_task: too many tasks waiting

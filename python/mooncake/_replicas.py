@@ -9,32 +9,27 @@ replica on one segment, named by its node's data address ("host:port";
 "" for an embedded store's own segment), which is the name
 ReplicateConfig.preferred_segment and the task targets use.
 
-Copy and move tasks run in this client, not in the master: the master's
-repair machinery re-replicates only versions that lost replicas, onto
-segments it picks, and has no request to place a replica on a named
-segment. A task reads the object and writes it again as a new version
-placed with the target as preferred segment (see docs/PYTHON.md for what
-that means), then checks where the replicas went.
+Copy and move tasks run in the master (libmooncake's mc_task_copy(),
+mc_task_move(), mc_task_query()): it allocates space on each target
+segment, the target node copies the bytes from a replica over the data
+plane, and the master adds the replica to the same version (a move then
+drops the source replica). The task id is the master's 64-bit id as a
+UUID (UUID(int=id)); the master keeps its last 1,024 finished tasks.
 """
 
 import enum
-import queue
-import threading
-import time
+import errno
 import uuid
 
-from ._config import ReplicateConfig
 from ._errors import (
     INVALID_PARAMS,
-    OBJECT_NOT_FOUND,
+    SEGMENT_NOT_FOUND,
     STORE_CLOSED,
     TASK_NOT_FOUND,
     TASK_PENDING_LIMIT_EXCEEDED,
     UNAVAILABLE_IN_CURRENT_MODE,
 )
 
-MAX_PENDING = 1024  # tasks waiting before create_*_task() refuses more
-MAX_FINISHED = 1024  # finished tasks kept for query_task()
 NIL = uuid.UUID(int=0)
 
 
@@ -146,112 +141,12 @@ def _addrs(info):
     return {r[1] for r in info[2]}
 
 
-class _Task:
-    __slots__ = ("resp", "key", "targets", "source")
+def _create_code(r):
+    """Mooncake's code for a failed task creation (-errno)."""
+    from . import _store
 
-
-class _Tasks:
-    """The copy and move tasks of one store: a queue and one worker thread
-    that runs them in order, started on first use."""
-
-    def __init__(self, store):
-        self.store = store
-        self.lock = threading.Lock()
-        self.all = {}  # id -> _Task
-        self.finished = []  # ids, oldest first
-        self.q = queue.Queue()
-        self.pending = 0
-        self.thread = None
-        self.client = uuid.uuid4()
-
-    def submit(self, kind, key, targets, source=None):
-        t = _Task()
-        r = t.resp = QueryTaskResponse()
-        r.id, r.type, r.status, r.message = uuid.uuid4(), kind, TaskStatus.PENDING, ""
-        r.created_at_ms_epoch = r.last_updated_at_ms_epoch = int(time.time() * 1000)
-        r.assigned_client = NIL
-        t.key, t.targets, t.source = key, list(targets), source
-        with self.lock:
-            if self.pending >= MAX_PENDING:
-                return NIL, TASK_PENDING_LIMIT_EXCEEDED
-            self.pending += 1
-            self.all[r.id] = t
-            if self.thread is None:
-                self.thread = threading.Thread(target=self.run, name="mooncake-tasks",
-                                               daemon=True)
-                self.thread.start()
-        self.q.put(t)
-        return r.id, 0
-
-    def set(self, t, status, message=""):
-        with self.lock:
-            r = t.resp
-            r.status, r.message = status, message
-            r.last_updated_at_ms_epoch = int(time.time() * 1000)
-            if status == TaskStatus.PROCESSING:
-                r.assigned_client = self.client
-                self.pending -= 1
-            elif status in (TaskStatus.SUCCESS, TaskStatus.FAILED):
-                self.finished.append(r.id)
-                while len(self.finished) > MAX_FINISHED:
-                    self.all.pop(self.finished.pop(0), None)
-
-    def query(self, task_id):
-        with self.lock:
-            t = self.all.get(task_id)
-            if t is None:
-                return None
-            r, c = t.resp, QueryTaskResponse()
-            for name in QueryTaskResponse.__slots__:
-                setattr(c, name, getattr(r, name))
-            return c
-
-    def run(self):
-        while True:
-            t = self.q.get()
-            self.set(t, TaskStatus.PROCESSING)
-            try:
-                status, message = self.execute(t)
-            except Exception as e:  # the task fails, the worker goes on
-                status, message = TaskStatus.FAILED, f"{type(e).__name__}: {e}"
-            self.set(t, status, message)
-
-    def execute(self, t):
-        """Rewrites t's object placed on each target in turn; (status,
-        message)."""
-        s, key = self.store, t.key
-        b = s._b
-        if b is None:
-            return TaskStatus.FAILED, "the store is closed"
-        info = b.replicas(key)
-        if isinstance(info, int):
-            return TaskStatus.FAILED, f"the object cannot be read ({info})"
-        have = _addrs(info)
-        todo = [x for x in t.targets if x not in have]
-        if t.source is None and not todo:
-            return TaskStatus.SUCCESS, "the targets already hold replicas"
-        value = s.get(key)
-        again = b.replicas(key)
-        if isinstance(again, int) or again[1] != info[1] or len(value) != info[0]:
-            return TaskStatus.FAILED, "the object changed or went while it was read"
-        n = len(info[2])
-        for x in todo:
-            cfg = ReplicateConfig(replica_num=n if t.source is not None else len(have) + 1,
-                                  preferred_segment=x)
-            rc = s.upsert(key, value, cfg)
-            if rc != 0:
-                return TaskStatus.FAILED, f"writing the object placed on {x!r} failed ({rc})"
-            now = b.replicas(key)
-            if isinstance(now, int):
-                return TaskStatus.FAILED, f"the object went meanwhile ({now})"
-            have = _addrs(now)
-        missing = [x for x in t.targets if x not in have]
-        if missing:
-            return TaskStatus.FAILED, (f"no replica on {missing!r}: no room there, or no "
-                                       f"node's data address")
-        if t.source is not None and t.source in have:
-            return TaskStatus.FAILED, f"a replica is still on the source {t.source!r}"
-        return TaskStatus.SUCCESS, ""
+    return {-errno.EBUSY: TASK_PENDING_LIMIT_EXCEEDED, -errno.ENXIO: SEGMENT_NOT_FOUND,
+            -errno.EOPNOTSUPP: UNAVAILABLE_IN_CURRENT_MODE}.get(r, None) or _store.to_code(r)
 
 
 class ReplicaMethods:
@@ -294,53 +189,61 @@ class ReplicaMethods:
                 out.append(k)
         return out
 
-    def _tasks(self):
+    def _task_backend(self):
         b = self._b
         if b is None:
             return None, STORE_CLOSED
         if b.kind != "direct":
             return None, UNAVAILABLE_IN_CURRENT_MODE
-        with self._lock:
-            t = getattr(self, "_task_table", None)
-            if t is None:
-                t = self._task_table = _Tasks(self)
-        return t, 0
+        return b, 0
+
+    def _create_task(self, key, *args):
+        from ._direct import key_bytes  # the direct backend: the extension is there
+
+        b, rc = self._task_backend()
+        if b is None:
+            return NIL, rc
+        k = key_bytes(key)
+        if k is None or not k:
+            return NIL, INVALID_PARAMS
+        r = b._s.task_create(k, *args)
+        return (uuid.UUID(int=r), 0) if r >= 0 else (NIL, _create_code(r))
 
     def create_copy_task(self, key, targets):
-        """Starts copying key's object to the segments targets (data
-        addresses) in the background; (task UUID, 0), or (UUID(int=0),
-        code): OBJECT_NOT_FOUND, INVALID_PARAMS (no targets),
-        UNAVAILABLE_IN_CURRENT_MODE (mount backend)."""
-        t, rc = self._tasks()
-        if t is None:
-            return NIL, rc
-        if not targets or not all(isinstance(x, str) for x in targets):
-            return NIL, INVALID_PARAMS
-        if isinstance(self._b.replicas(key), int):
-            return NIL, OBJECT_NOT_FOUND
-        return t.submit(TaskType.REPLICA_COPY, key, targets)
+        """Asks the master to copy key's object to the segments targets
+        (data addresses; "" an embedded store's own segment); (task UUID, 0),
+        or (UUID(int=0), code): OBJECT_NOT_FOUND, INVALID_PARAMS (no targets,
+        more than 8), SEGMENT_NOT_FOUND (a target is no segment),
+        TASK_PENDING_LIMIT_EXCEEDED (1,024 tasks wait),
+        UNAVAILABLE_IN_CURRENT_MODE (mount backend; a master's own segment
+        as the target of a copy)."""
+        if isinstance(targets, str) or not targets or \
+                not all(isinstance(x, str) for x in targets):
+            return (NIL, STORE_CLOSED) if self._b is None else (NIL, INVALID_PARAMS)
+        return self._create_task(key, list(targets))
 
     def create_move_task(self, key, source, target):
-        """Starts moving key's replica from segment source to segment
-        target; (task UUID, 0) or (UUID(int=0), code): OBJECT_NOT_FOUND,
-        INVALID_PARAMS (source holds no replica, or is the target)."""
-        t, rc = self._tasks()
-        if t is None:
-            return NIL, rc
-        if not isinstance(source, str) or not isinstance(target, str) or source == target:
-            return NIL, INVALID_PARAMS
-        info = self._b.replicas(key)
-        if isinstance(info, int):
-            return NIL, OBJECT_NOT_FOUND
-        if source not in _addrs(info):
-            return NIL, INVALID_PARAMS
-        return t.submit(TaskType.REPLICA_MOVE, key, [target], source)
+        """Asks the master to move key's replica from segment source to
+        segment target; (task UUID, 0) or (UUID(int=0), code): as
+        create_copy_task(), and INVALID_PARAMS when source holds no replica
+        or is the target."""
+        if not isinstance(source, str) or not isinstance(target, str):
+            return (NIL, STORE_CLOSED) if self._b is None else (NIL, INVALID_PARAMS)
+        return self._create_task(key, target, source)
 
     def query_task(self, task_id):
         """(QueryTaskResponse, 0), or (None, TASK_NOT_FOUND)."""
-        t, rc = self._tasks()
-        if t is None:
+        b, rc = self._task_backend()
+        if b is None:
             return None, rc
-        r = t.query(task_id)
-        return (r, 0) if r is not None else (None, TASK_NOT_FOUND)
-
+        if not isinstance(task_id, uuid.UUID) or task_id.int >> 64:
+            return None, TASK_NOT_FOUND
+        r = b._s.task_query(task_id.int)
+        if isinstance(r, int):
+            return None, TASK_NOT_FOUND if r == -errno.ENOENT else _create_code(r)
+        kind, status, _err, created, updated, node, message = r
+        q = QueryTaskResponse()
+        q.id, q.type, q.status, q.message = task_id, TaskType(kind), TaskStatus(status), message
+        q.created_at_ms_epoch, q.last_updated_at_ms_epoch = created, updated
+        q.assigned_client = uuid.UUID(int=node)
+        return q, 0

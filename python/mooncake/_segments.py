@@ -8,13 +8,18 @@ process the way a cluster grows: it opens one more node of the same
 cluster inside this process (a libmooncake store with that segment, its
 data served on a loopback port of its own), whose data address is the
 segment id; unmount_and_free_segment() closes it, which unmounts the
-segment at the master and frees the memory. File-backed segments
-(mount_segment() of a path) do not exist here.
+segment at the master and frees the memory. mount_segment() does the
+same with a file's bytes as the segment (libmooncake's
+mc_store_opts_t.segment_file: the file mapped shared), and
+unmount_segment() unmaps it.
 """
 
+import mmap
+import os
 import socket
+import stat
 
-from ._errors import INVALID_PARAMS, STORE_CLOSED, UNAVAILABLE_IN_CURRENT_MODE
+from ._errors import FILE_NOT_FOUND, INVALID_PARAMS, STORE_CLOSED, UNAVAILABLE_IN_CURRENT_MODE
 
 
 def _loopback_port():
@@ -58,6 +63,38 @@ class SegmentMethods:
                            "rdma_devices": device_name,
                            "master_server_addr": "127.0.0.1:50051"})
 
+    def _cannot_grow(self):
+        """0 when this store can add segments (a direct client of a
+        master), else the code that says why not."""
+        b = self._b
+        if b is None:
+            return STORE_CLOSED
+        kw = getattr(self, "_direct_kw", None)
+        if b.kind != "direct" or not kw or not kw.get("master"):
+            return UNAVAILABLE_IN_CURRENT_MODE
+        return 0
+
+    def _mount_extra(self, size, protocol, location, **extra):
+        """Opens one more node of this cluster in this process with a
+        segment of size bytes (extra: its file); (ret, data address, size)."""
+        from .store import _size_arg
+
+        rc = self._cannot_grow()
+        if rc:
+            return rc, None, 0
+        kw = self._direct_kw
+        n = _size_arg("size", size)
+        if not n or not isinstance(location, str) or protocol not in ("tcp", "rdma", "auto"):
+            return INVALID_PARAMS, None, 0
+        addr = f"127.0.0.1:{_loopback_port()}"
+        node = self._open_direct(**dict(kw, segment_size=n, listen=addr, protocol=protocol,
+                                         **extra))
+        if isinstance(node, int):
+            return node, None, 0
+        with self._lock:
+            self.__dict__.setdefault("_extra_segments", {})[addr] = node
+        return 0, addr, n
+
     def allocate_and_mount_segment(self, size, protocol="tcp", location=""):
         """Contributes size more bytes of this process's memory to the
         cluster as a new segment. {"ret": 0, "segment_ids": [its data
@@ -65,27 +102,8 @@ class SegmentMethods:
         [], "allocated_size": 0}: INVALID_PARAMS (a bad size or protocol),
         UNAVAILABLE_IN_CURRENT_MODE (an embedded store or the mount: no
         cluster to grow), RPC_FAIL (the master refused or is gone)."""
-        def fail(code):
-            return {"ret": code, "segment_ids": [], "allocated_size": 0}
-
-        from .store import _size_arg
-
-        b = self._b
-        if b is None:
-            return fail(STORE_CLOSED)
-        kw = getattr(self, "_direct_kw", None)
-        if b.kind != "direct" or not kw or not kw.get("master"):
-            return fail(UNAVAILABLE_IN_CURRENT_MODE)
-        n = _size_arg("size", size)
-        if not n or not isinstance(location, str) or protocol not in ("tcp", "rdma", "auto"):
-            return fail(INVALID_PARAMS)
-        addr = f"127.0.0.1:{_loopback_port()}"
-        extra = self._open_direct(**dict(kw, segment_size=n, listen=addr, protocol=protocol))
-        if isinstance(extra, int):
-            return fail(extra)
-        with self._lock:
-            self.__dict__.setdefault("_extra_segments", {})[addr] = extra
-        return {"ret": 0, "segment_ids": [addr], "allocated_size": n}
+        rc, addr, n = self._mount_extra(size, protocol, location)
+        return {"ret": rc, "segment_ids": [addr] if addr else [], "allocated_size": n}
 
     def unmount_and_free_segment(self, segment_ids, grace_period_seconds=0):
         """Unmounts segments allocate_and_mount_segment() made (the master
@@ -104,15 +122,43 @@ class SegmentMethods:
         return 0
 
     def mount_segment(self, path, size, offset=0, protocol="tcp", location=""):
-        """File or shared-memory backed segments do not exist here:
-        {"ret": UNAVAILABLE_IN_CURRENT_MODE, "segment_ids": []} (use
-        allocate_and_mount_segment())."""
-        return {"ret": STORE_CLOSED if self._b is None else UNAVAILABLE_IN_CURRENT_MODE,
-                "segment_ids": []}
+        """Contributes size bytes of the file at path, from offset, as a new
+        segment of the cluster: the file (on tmpfs, /dev/shm, or any
+        regular file) is mapped shared, so what is put there is in its
+        bytes. {"ret": 0, "segment_ids": [its data address]}, or {"ret":
+        code, "segment_ids": []}: FILE_NOT_FOUND (no such file),
+        INVALID_PARAMS (not a regular file, an offset that is not a
+        multiple of the page size, a file smaller than offset + size, a bad
+        size or protocol), UNAVAILABLE_IN_CURRENT_MODE (an embedded store or
+        the mount: no cluster to grow), RPC_FAIL."""
+        def fail(code):
+            return {"ret": code, "segment_ids": []}
+
+        from .store import _size_arg
+
+        rc = self._cannot_grow()
+        if rc:
+            return fail(rc)
+        n = _size_arg("size", size)
+        if not isinstance(path, (str, bytes, os.PathLike)) or not n or \
+                not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            return fail(INVALID_PARAMS)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return fail(FILE_NOT_FOUND)
+        except (OSError, ValueError):
+            return fail(INVALID_PARAMS)
+        if not stat.S_ISREG(st.st_mode) or offset % mmap.PAGESIZE or st.st_size < offset + n:
+            return fail(INVALID_PARAMS)
+        rc, addr, _ = self._mount_extra(n, protocol, location, segment_file=os.fsdecode(path),
+                                        segment_offset=offset)
+        return {"ret": rc, "segment_ids": [addr] if addr else []}
 
     def unmount_segment(self, segment_ids, grace_period_seconds=0):
-        """Segments of allocate_and_mount_segment() (mount_segment() makes
-        none): as unmount_and_free_segment()."""
+        """Segments of mount_segment() (the file is unmapped; its bytes stay
+        as they are) or allocate_and_mount_segment(): as
+        unmount_and_free_segment()."""
         return self.unmount_and_free_segment(segment_ids, grace_period_seconds)
 
     def _close_extra_segments(self):

@@ -147,18 +147,25 @@ PyObject *mcpy_store_m_inflight(PyObject *op, PyObject *unused)
  * library's default). protocol is "tcp" (None: the default), "rdma" or
  * "auto"; rdma_devices names the verbs devices to try, comma-separated
  * (None or "": the first present). secret_file: the cluster's shared secret
- * (mc_store_opts_t.secret_file; None: no authentication). Raises
+ * (mc_store_opts_t.secret_file; None: no authentication). segment_file,
+ * segment_offset: the segment is that file's bytes from that offset
+ * (mc_store_opts_t.segment_file). Raises
  * OSError(errno) on failure, e.g. ENODEV for protocol "rdma" without a
  * usable device, EACCES when the master wants another secret. */
 static int Store_init(PyObject *op, PyObject *args, PyObject *kw)
 {
     StoreObject *self = (StoreObject *)op;
-    static char *kwlist[] = {"segment_size",    "lease_ms",      "master",      "evict_high_pct",
-                             "evict_ratio_pct", "listen",        "timeout_ms",  "protocol",
-                             "rdma_devices",    "replica_cache", "secret_file", NULL};
+    static char *kwlist[] = {"segment_size",    "lease_ms",
+                             "master",          "evict_high_pct",
+                             "evict_ratio_pct", "listen",
+                             "timeout_ms",      "protocol",
+                             "rdma_devices",    "replica_cache",
+                             "secret_file",     "segment_file",
+                             "segment_offset",  NULL};
     unsigned long long seg = 0, lease = 0, timeout = 0;
     const char *master = NULL, *listen = NULL, *protocol = NULL, *rdma_devices = NULL;
-    const char *secret_file = NULL;
+    const char *secret_file = NULL, *segment_file = NULL;
+    unsigned long long segment_offset = 0;
     unsigned int high = 0, ratio = 0;
     /* No replica-list cache: get() sees other clients' removes and
      * replacements at once, as this API promises. */
@@ -167,9 +174,9 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Store is already open");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKzIIzKzzpz", kwlist, &seg, &lease, &master, &high,
-                                     &ratio, &listen, &timeout, &protocol, &rdma_devices,
-                                     &replica_cache, &secret_file))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKzIIzKzzpzzK", kwlist, &seg, &lease, &master,
+                                     &high, &ratio, &listen, &timeout, &protocol, &rdma_devices,
+                                     &replica_cache, &secret_file, &segment_file, &segment_offset))
         return -1;
     mc_store_opts_t o;
     mc_store_opts_init(&o);
@@ -188,6 +195,8 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kw)
     o.rdma_devices = rdma_devices && rdma_devices[0] ? rdma_devices : NULL;
     o.no_replica_cache = !replica_cache;
     o.secret_file = secret_file && secret_file[0] ? secret_file : NULL;
+    o.segment_file = segment_file;
+    o.segment_offset = segment_offset;
     mc_store_t *s = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS;

@@ -283,6 +283,8 @@ PyObject *mcpy_store_rename(PyObject *self, PyObject *args);
 PyObject *mcpy_store_master_stats(PyObject *self, PyObject *unused);
 PyObject *mcpy_store_registered(PyObject *self, PyObject *args);
 PyObject *mcpy_store_replicas(PyObject *self, PyObject *args);
+PyObject *mcpy_store_task_create(PyObject *self, PyObject *args);
+PyObject *mcpy_store_task_query(PyObject *self, PyObject *args);
 PyObject *mcpy_store_serve_metrics(PyObject *self, PyObject *args);
 PyObject *mcpy_store_served_addr(PyObject *self, PyObject *unused);
 

@@ -1,8 +1,8 @@
 /*
  * _store_meta.c - the Store's calls about objects rather than their bytes:
  * extended attributes (an object's metadata), rename, the master's counters,
- * where a version's replicas are, whether caller memory is registered, and
- * the metrics server. Each is one blocking library call made with the GIL
+ * where a version's replicas are, copy and move tasks, whether caller memory
+ * is registered, and the metrics server. Each is one blocking library call made with the GIL
  * released and counted in flight, so that close() waits for it.
  *
  * Unlike the table-driven operations these return the library's result as
@@ -221,4 +221,63 @@ PyObject *mcpy_store_served_addr(PyObject *op, PyObject *unused)
     if (!self->s || self->closing)
         return PyUnicode_FromString("");
     return PyUnicode_FromString(mc_store_served_addr(self->s));
+}
+
+/* task_copy(key, [targets]) or task_move(key, source, target) -> the
+ * master's task id (an int), or -errno. Addresses are str. */
+PyObject *mcpy_store_task_create(PyObject *op, PyObject *args)
+{
+    StoreObject *self = (StoreObject *)op;
+    const char *key, *src = NULL, *one = NULL;
+    Py_ssize_t klen;
+    PyObject *targets = NULL;
+    if (!PyArg_ParseTuple(args, "y#O|s:task_create", &key, &klen, &targets, &src))
+        return NULL;
+    const char *t[MC_TASK_TARGETS_MAX];
+    Py_ssize_t n = 0;
+    if (src) { /* a move: targets is the one target */
+        if (!(one = PyUnicode_AsUTF8(targets)))
+            return NULL;
+        t[n++] = one;
+    } else {
+        if (!PyList_Check(targets))
+            return PyErr_Format(PyExc_TypeError, "targets must be a list");
+        if (PyList_GET_SIZE(targets) > MC_TASK_TARGETS_MAX || !PyList_GET_SIZE(targets))
+            return PyLong_FromLong(-EINVAL);
+        for (; n < PyList_GET_SIZE(targets); n++)
+            if (!(t[n] = PyUnicode_AsUTF8(PyList_GET_ITEM(targets, n))))
+                return NULL;
+    }
+    if (enter(self) < 0)
+        return CLOSED();
+    uint64_t id = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = src ? mc_task_move(self->s, key, (size_t)klen, src, one, &id)
+             : mc_task_copy(self->s, key, (size_t)klen, t, (size_t)n, &id);
+    Py_END_ALLOW_THREADS;
+    mcpy_store_leave(self);
+    return rc < 0 ? PyLong_FromLong(rc) : PyLong_FromUnsignedLongLong(id);
+}
+
+/* task_query(id) -> (type, status, error, created ms, updated ms, node,
+ * message), or -errno (ENOENT: no such task). */
+PyObject *mcpy_store_task_query(PyObject *op, PyObject *args)
+{
+    StoreObject *self = (StoreObject *)op;
+    unsigned long long id;
+    if (!PyArg_ParseTuple(args, "K:task_query", &id))
+        return NULL;
+    if (enter(self) < 0)
+        return CLOSED();
+    mc_task_info_t ti;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = mc_task_query(self->s, id, &ti);
+    Py_END_ALLOW_THREADS;
+    mcpy_store_leave(self);
+    if (rc < 0)
+        return PyLong_FromLong(rc);
+    return Py_BuildValue("(IIiLLKs)", ti.type, ti.status, ti.error, (long long)ti.created_ms,
+                         (long long)ti.updated_ms, (unsigned long long)ti.node, ti.message);
 }

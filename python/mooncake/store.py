@@ -35,6 +35,7 @@ from ._errors import (  # noqa: F401  (re-exported constants)
     OBJECT_NOT_FOUND,
     OK,
     RPC_FAIL,
+    SEGMENT_NOT_FOUND,
     STORE_CLOSED,
     UNAVAILABLE_IN_CURRENT_MODE,
     UNAVAILABLE_IN_CURRENT_STATUS,

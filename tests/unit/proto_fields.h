@@ -82,6 +82,8 @@ typedef struct fields {
     X("qqi", Q(0), Q(1), I(2))                                                                     \
     X("uqu", U(0), Q(1), U(2))                                                                     \
     X("uq*", U(0), Q(1), S(2))                                                                     \
+    X("kus*", S(0), U(1), S(2), S(3))                                                              \
+    X("uuiiiqs", U(0), U(1), I(2), I(3), I(4), Q(5), S(6))                                         \
     X("bhuqisk*", B(0), H(1), U(2), Q(3), I(4), S(5), S(6), S(7))
 
 #define PF_PK_B(n) (unsigned)f->b[n]

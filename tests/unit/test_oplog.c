@@ -118,6 +118,28 @@ static void test_latest_record_per_segment(void **state)
     mc__oplog_free(l);
 }
 
+/* A move: one replica of a version leaves (its record on that segment),
+ * the version and its record elsewhere stay. */
+static void test_replica_gone_keeps_the_version(void **state)
+{
+    (void)state;
+    mc__oplog_t *l;
+    assert_int_equal(mc__oplog_new(&l), 0);
+    mc__wbuf_t w = {0};
+    entry(&w, 1, MC__NOTE_PUT, 20, "v20");
+    entry(&w, 2, MC__NOTE_PUT, 20, "v20");
+    entry(&w, 1, MC__LOG_REP_GONE, 20, NULL);
+    entry(&w, 3, MC__LOG_REP_GONE, 99, NULL); /* of no version: nothing */
+    assert_int_equal(mc__oplog_apply(l, w.p, w.len), 0);
+    assert_int_equal(count(l, 1), 0);
+    assert_true(has(l, 2, "v20"));
+    uint64_t gone = 0;
+    mc__oplog_each_gone(l, on_gone, &gone);
+    assert_int_equal(gone, 0);
+    free(w.p);
+    mc__oplog_free(l);
+}
+
 static void test_snapshot_round_trip(void **state)
 {
     mc__oplog_t *l, *back;
@@ -163,6 +185,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_latest_record_per_segment),
         cmocka_unit_test(test_snapshot_round_trip),
+        cmocka_unit_test(test_replica_gone_keeps_the_version),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

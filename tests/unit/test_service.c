@@ -16,6 +16,7 @@
 #include "wire/proto.h"
 #include "master/repair.h"
 #include "master/service.h"
+#include "svc_call.h"
 
 #define T0 1000000
 #define MiB (1ULL << 20)
@@ -51,15 +52,10 @@ static int teardown(void **state)
  * body is in f->resp. */
 static int call(fixture_t *f, uint64_t owner, uint64_t now, uint16_t op, const char *fmt, ...)
 {
-    mc__wbuf_t req = {0};
     va_list ap;
     va_start(ap, fmt);
-    assert_int_equal(mc__vpack(&req, fmt, ap), 0);
+    int rc = svc_vcall(f->svc, &f->resp, owner, now, op, fmt, ap);
     va_end(ap);
-    f->resp.len = 0;
-    f->resp.err = 0;
-    int rc = mc__svc_handle(f->svc, owner, op, req.p ? req.p : "", req.len, now, &f->resp);
-    free(req.p);
     return rc;
 }
 

@@ -66,6 +66,35 @@ static void test_map_refuses_unsealed_memfd(void **state)
     close(fd);
 }
 
+/* A file's bytes as a segment: written through the mapping, read back
+ * with pread(); the errors of a file that cannot be one. */
+static void test_segment_in_a_file(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/mc-test-segfile-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    long page = sysconf(_SC_PAGESIZE);
+    assert_int_equal(ftruncate(fd, 3 * page), 0);
+    mc__seg_t seg;
+    assert_int_equal(mc__seg_map_file(path, (uint64_t)page, (uint64_t)page, &seg), 0);
+    assert_int_equal(seg.fd, -1); /* not offered to peers */
+    memcpy(seg.base + 10, "hello", 5);
+    char got[5];
+    assert_int_equal(pread(fd, got, 5, page + 10), 5);
+    assert_memory_equal(got, "hello", 5);
+    mc__seg_destroy(&seg);
+    assert_null(seg.base);
+
+    assert_int_equal(mc__seg_map_file(path, (uint64_t)page, 100, &seg), -EINVAL);
+    assert_int_equal(mc__seg_map_file(path, 3 * (uint64_t)page, (uint64_t)page, &seg), -EOVERFLOW);
+    assert_int_equal(mc__seg_map_file(path, 0, 0, &seg), -EINVAL);
+    assert_int_equal(mc__seg_map_file("/tmp", (uint64_t)page, 0, &seg), -EISDIR);
+    close(fd);
+    unlink(path);
+    assert_int_equal(mc__seg_map_file(path, (uint64_t)page, 0, &seg), -ENOENT);
+}
+
 static void test_unix_addr_and_locality(void **state)
 {
     char name[MC__ADDR_STRLEN], longer[200];
@@ -221,6 +250,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_segment_is_a_sealed_memfd),
         cmocka_unit_test(test_map_refuses_unsealed_memfd),
+        cmocka_unit_test(test_segment_in_a_file),
         cmocka_unit_test(test_unix_addr_and_locality),
         cmocka_unit_test(test_shm_map_passes_the_memfd),
         cmocka_unit_test(test_shm_map_refused_over_tcp),

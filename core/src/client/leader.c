@@ -122,6 +122,7 @@ static int idempotent(uint16_t op)
     case MC__OP_STATS:
     case MC__OP_XATTR_GET:
     case MC__OP_XATTR_LIST:
+    case MC__OP_TASK_QUERY:
         return 1;
     default:
         return 0;

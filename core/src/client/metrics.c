@@ -42,6 +42,8 @@ static const char *const op_names[MC__OP_KINDS] = {
     "xattr_remove",
     "link",
     "writer_punch",
+    "task_create",
+    "task_query",
 };
 
 /* The latency buckets' upper bounds, in seconds. */

@@ -183,11 +183,21 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
     rc = 0;
     if (o->secret_file && (rc = mc__secret_load(o->secret_file, &s->secret)) < 0)
         goto fail;
+    if (o->segment_file && !o->segment_size) {
+        rc = -EINVAL; /* a file's segment has the size asked for, no default */
+        goto fail;
+    }
     if (seg_size) {
-        /* In a memfd, so that co-located clients can map it (shm.h). */
+        /* In a memfd, so that co-located clients can map it (shm.h), or in
+         * the file asked for. */
         mc__seg_t seg;
-        if ((rc = mc__seg_create(seg_size, "mooncake-segment", &seg)) < 0)
+        rc = o->segment_file ? mc__seg_map_file(o->segment_file, seg_size, o->segment_offset, &seg)
+                             : mc__seg_create(seg_size, "mooncake-segment", &seg);
+        if (rc < 0) {
+            if (o->segment_file)
+                mc__log(MC__LOG_ERROR, "segment file %s: %s", o->segment_file, mc_strerror(rc));
             goto fail;
+        }
         s->seg = seg.base;
         s->seg_size = seg.size;
         s->seg_fd = seg.fd;

@@ -505,6 +505,9 @@ void mc__remote_exec(op_t *o)
     case OP_XATTR_LIST:
     case OP_XATTR_REMOVE:
         return mc__xattr_exec(o);
+    case OP_TASK_CREATE:
+    case OP_TASK_QUERY:
+        return mc__task_exec(o);
     }
     if (rc < 0)
         mc__op_finish(o, rc);

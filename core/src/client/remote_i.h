@@ -106,6 +106,11 @@ void mc__read_done(void *arg, int rc);
 /* Runs an OP_XATTR_* op; completes it with mc__op_finish(). */
 void mc__xattr_exec(op_t *o);
 
+/* ---- copy and move tasks (tasks.c) ---- */
+
+/* Runs an OP_TASK_* op; completes it with mc__op_finish(). */
+void mc__task_exec(op_t *o);
+
 /* ---- writers (writer.c) ---- */
 
 /* Runs a writer's op (OP_W_*); completes it with mc__op_finish(). */

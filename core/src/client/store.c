@@ -112,6 +112,17 @@ static int submit(op_t *o)
     return rc;
 }
 
+op_t *mc__op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t klen, const char *key2,
+                 size_t klen2, mc_done_cb cb, void *arg)
+{
+    return op_new(s, kind, key, klen, key2, klen2, cb, arg);
+}
+
+int mc__op_submit(op_t *o)
+{
+    return submit(o);
+}
+
 /* ---- async API ---- */
 
 static int key_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen, mc_done_cb cb,
@@ -571,6 +582,23 @@ int mc_putv(mc_store_t *s, const char *key, size_t klen, const struct iovec *iov
             const mc_put_opts_t *po)
 {
     SYNC(s, mc_putv_async(s, key, klen, iov, iovcnt, po, waiter_cb, &w_));
+}
+
+int mc_task_copy(mc_store_t *s, const char *key, size_t klen, const char *const *targets, size_t n,
+                 uint64_t *id)
+{
+    SYNC(s, mc_task_copy_async(s, key, klen, targets, n, id, waiter_cb, &w_));
+}
+
+int mc_task_move(mc_store_t *s, const char *key, size_t klen, const char *source,
+                 const char *target, uint64_t *id)
+{
+    SYNC(s, mc_task_move_async(s, key, klen, source, target, id, waiter_cb, &w_));
+}
+
+int mc_task_query(mc_store_t *s, uint64_t id, mc_task_info_t *info)
+{
+    SYNC(s, mc_task_query_async(s, id, info, waiter_cb, &w_));
 }
 
 int mc_get(mc_store_t *s, const char *key, size_t klen, uint64_t off, void *buf, size_t len,

@@ -24,7 +24,7 @@ struct mc__rdma_mr;
 
 /* Operations by kind (enum op_kind) and their latency (client/metrics.c):
  * relaxed atomics, written on the loop thread, read from any. */
-#define MC__OP_KINDS 25
+#define MC__OP_KINDS 27
 #define MC__LAT_BUCKETS 16 /* upper bounds in client/metrics.c, plus +Inf */
 typedef struct mc__op_metrics {
     uint64_t ops[MC__OP_KINDS], errors[MC__OP_KINDS], lat_sum_ns[MC__OP_KINDS];
@@ -140,8 +140,10 @@ enum op_kind {
     OP_XATTR_REMOVE,
     OP_LINK,
     OP_W_PUNCH,
+    OP_TASK_CREATE,
+    OP_TASK_QUERY,
 };
-_Static_assert(OP_W_PUNCH + 1 == MC__OP_KINDS, "MC__OP_KINDS counts enum op_kind");
+_Static_assert(OP_TASK_QUERY + 1 == MC__OP_KINDS, "MC__OP_KINDS counts enum op_kind");
 
 typedef struct op {
     mc_work_t work;
@@ -177,10 +179,12 @@ typedef struct op {
     uint64_t lease_ms, renew_at; /* remote: a whole-object put's write lease */
     uint64_t done;               /* remote: bytes of a whole-object put sent so far */
     void (*cont)(struct op *o);  /* remote: what to do once the lease is renewed */
-    uint64_t lo, hi;  /* remote: a writer's bytes to zero around a write that fills a hole */
-    struct op *wnext; /* remote: on its writer's fill_wait */
-    void *tmp;        /* remote: scratch buffer */
-    char *key, *key2; /* copies, inside this allocation */
+    uint64_t lo, hi;      /* remote: a writer's bytes to zero around a write that fills a hole */
+    struct op *wnext;     /* remote: on its writer's fill_wait */
+    void *tmp;            /* remote: scratch buffer */
+    mc_task_info_t *task; /* OP_TASK_QUERY: the answer; OP_TASK_CREATE: *id in u64's place */
+    uint64_t *task_id;    /* OP_TASK_CREATE: where the new task's id goes */
+    char *key, *key2;     /* copies, inside this allocation */
     size_t klen, klen2;
     char keys[];
 } op_t;
@@ -209,6 +213,15 @@ void mc__op_finish(op_t *o, int rc);
  * its latency since t0_ns (client/metrics.c): op_new() stamps t0_ns with
  * mc__loop_recent_ns() and the end reads the clock, once per operation. */
 void mc__op_count(mc_store_t *s, enum op_kind kind, int rc, uint64_t t0_ns);
+
+/* An op of kind on key[0..klen) and key2[0..klen2) (copies, in the op), to
+ * hand to mc__op_submit(); NULL without memory. */
+op_t *mc__op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t klen, const char *key2,
+                 size_t klen2, mc_done_cb cb, void *arg);
+
+/* Runs o on the loop; its callback runs later, never inside this call.
+ * Returns 0 or -errno (o is freed, the callback never runs). */
+int mc__op_submit(op_t *o);
 
 /* Runs o against the cluster; completes it with mc__op_finish(). */
 void mc__remote_exec(op_t *o);

@@ -387,6 +387,11 @@ int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep)
     return 0;
 }
 
+int mc__version_has_replica(const mc__version_t *v, uint32_t seg)
+{
+    return has_replica_on(v, seg);
+}
+
 int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep)
 {
     for (uint32_t r = 0; r < v->nrep; r++) {

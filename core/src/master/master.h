@@ -359,6 +359,9 @@ void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep);
  */
 int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep);
 
+/* 1 if v has a replica on segment seg, else 0. */
+int mc__version_has_replica(const mc__version_t *v, uint32_t seg);
+
 /* Moves v's replica on segment seg, if any, into *rep (space still
  * allocated); returns 1 if there was one, 0 if not, -ENOMEM (v unchanged). */
 int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep);

@@ -141,8 +141,8 @@ void mc__svc_seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now)
         mc__version_drop_replica(f->v, id);
     svc->objects_lost += mc__master_drop_segment(svc->m, id, now);
     log_seg_gone(svc, id);
-    pend_take(svc, id);                          /* what the log knew of it is gone too */
-    mc__repair_seg_dropped(svc->rp, svc->m, id); /* and wakes the repair */
+    pend_take(svc, id);                               /* what the log knew of it is gone too */
+    mc__repair_seg_dropped(svc->rp, svc->m, id, now); /* and wakes the repair */
     for (int i = 0; i < svc->nseg; i++) {
         if (svc->segs[i].id == id) {
             free(svc->segs[i].addr);
@@ -375,6 +375,21 @@ static void note_add(mc__svc_t *svc, uint32_t seg, mc__version_t *v, int drop, i
     if (log && svc->journal && e.err == 0)
         svc->journal(svc->journal_arg, seg, e.p, e.len);
     note_queue(svc, seg, &e);
+    free(e.p);
+}
+
+void mc__svc_replica_gone(mc__svc_t *svc, const mc__version_t *v, uint32_t seg)
+{
+    seginfo_t *si = mc__svc_seg_info(svc, seg);
+    if (!si || si->node == 0)
+        return; /* our own segment keeps no records */
+    mc__wbuf_t e = {0};
+    mc__pack(&e, "bq", MC__NOTE_DROP, v->id);
+    note_queue(svc, seg, &e);
+    e.len = 0;
+    mc__pack(&e, "bq", MC__LOG_REP_GONE, v->id);
+    if (svc->journal && e.err == 0)
+        svc->journal(svc->journal_arg, seg, e.p, e.len);
     free(e.p);
 }
 

@@ -131,6 +131,19 @@ static void seg_gone(mc__oplog_t *l, uint32_t seg)
     }
 }
 
+/* Version id's record on segment seg goes (its other records stay). */
+static void rep_gone(mc__oplog_t *l, uint64_t id, uint32_t seg)
+{
+    entry_t *e = (entry_t *)mc__ids_get(&l->by_id, id);
+    for (uint32_t i = 0; e && i < e->n; i++) {
+        if (e->r[i].seg == seg) {
+            free(e->r[i].rec);
+            e->r[i] = e->r[--e->n];
+            return;
+        }
+    }
+}
+
 int mc__oplog_apply(mc__oplog_t *l, const char *p, size_t n)
 {
     while (n) {
@@ -152,6 +165,8 @@ int mc__oplog_apply(mc__oplog_t *l, const char *p, size_t n)
             rc = drop(l, id);
         } else if (kind == MC__LOG_SEG_GONE) {
             seg_gone(l, seg);
+        } else if (kind == MC__LOG_REP_GONE) {
+            rep_gone(l, id, seg);
         } else {
             return -EBADMSG;
         }

@@ -24,8 +24,11 @@
 
 #include "wire/proto.h"
 
-/* A notice kind of the log only: segment dropped (its records go). */
+/* Notice kinds of the log only: segment dropped (its records go); one
+ * version's replica on the segment dropped (a move: that record goes, the
+ * version stays). */
 #define MC__LOG_SEG_GONE 3
+#define MC__LOG_REP_GONE 4
 
 typedef struct mc__oplog mc__oplog_t;
 

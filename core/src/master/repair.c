@@ -39,6 +39,8 @@ struct mc__repair {
     int64_t budget;         /* bytes that may start now (bytes_per_s) */
     uint64_t last_tick;
     mc__repair_stats_t st;
+    mc__repair_job_cb job_cb; /* told of the end of a job's copies */
+    void *job_arg;
 };
 
 int mc__repair_new(mc__repair_t **out, const mc__repair_opts_t *o)
@@ -61,6 +63,18 @@ static void task_free(mc__repair_t *r, mc__master_t *m, mc__repair_task_t *t)
     free(t->key);
     free(t);
     r->st.inflight--;
+}
+
+/* Ends t, taken off the list, with rc (v: the version its replica joined
+ * when rc is 0): a repair is counted, a job's owner is told. */
+static void task_end(mc__repair_t *r, mc__master_t *m, mc__repair_task_t *t, int rc,
+                     mc__version_t *v, uint64_t now)
+{
+    if (!t->job && rc < 0)
+        r->st.failed++;
+    if (t->job && r->job_cb)
+        r->job_cb(r->job_arg, t->job, rc, rc == 0 ? v : NULL, now);
+    task_free(r, m, t);
 }
 
 void mc__repair_free(mc__repair_t *r, mc__master_t *m)
@@ -87,7 +101,7 @@ void mc__repair_wake(mc__repair_t *r)
     r->woken = 1;
 }
 
-void mc__repair_seg_dropped(mc__repair_t *r, mc__master_t *m, uint32_t seg)
+void mc__repair_seg_dropped(mc__repair_t *r, mc__master_t *m, uint32_t seg, uint64_t now)
 {
     for (mc__repair_task_t **pp = &r->tasks; *pp;) {
         mc__repair_task_t *t = *pp;
@@ -96,8 +110,7 @@ void mc__repair_seg_dropped(mc__repair_t *r, mc__master_t *m, uint32_t seg)
             continue;
         }
         *pp = t->next;
-        r->st.failed++;
-        task_free(r, m, t);
+        task_end(r, m, t, -ENODEV, NULL, now);
     }
     for (hold_t **pp = &r->holds; *pp;) {
         hold_t *h = *pp;
@@ -161,31 +174,23 @@ static const mc__repair_target_t *pick_target(mc__master_t *m, const mc__version
     return best;
 }
 
-/* Plans one more replica for v; returns 1 if it did, 0 if v must wait. */
-static int plan(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
-                const mc__repair_target_t *targets, size_t n, uint64_t now)
+/* Allocates space for a replica of v on target tg, with v's layout (holes
+ * stay holes), and files the task that copies it there into *out. Returns
+ * 0, -ENOSPC or -ENOMEM. */
+static int plan_one(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
+                    const mc__repair_target_t *tg, uint64_t now, mc__repair_task_t **out)
 {
-    const mc__repair_target_t *tg = pick_target(m, v, targets, n);
-    if (!tg)
-        return 0;
     mc__replica_t rep;
-    if (v->capacity == 0) { /* an empty object: nothing to copy */
-        memset(&rep, 0, sizeof(rep));
-        rep.seg = tg->seg;
-        mc__master_replica_attach(v, &rep);
-        mc__master_dirty(m, v); /* the new replica's node keeps its record */
-        r->st.started++;
-        r->st.done++;
-        r->woken = 1; /* it may want still more */
-        return 1;
-    }
     mc__repair_task_t *t = calloc(1, sizeof(*t));
     char *key = t ? malloc(v->klen + 1) : NULL;
-    /* The same layout as the replica it copies: holes stay holes. */
-    if (!key || mc__master_replica_alloc_like(m, tg->seg, &v->rep[0], &rep) < 0) {
+    if (!key) {
+        free(t);
+        return -ENOMEM;
+    }
+    if (mc__master_replica_alloc_like(m, tg->seg, &v->rep[0], &rep) < 0) {
         free(key);
         free(t);
-        return 0;
+        return -ENOSPC;
     }
     memcpy(key, v->key, v->klen + 1);
     *t = (mc__repair_task_t){.id = r->next_id++,
@@ -200,9 +205,34 @@ static int plan(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
                              .created = now,
                              .next = r->tasks};
     r->tasks = t;
-    r->st.started++;
     r->st.inflight++;
     r->budget -= (int64_t)mc__replica_bytes(&rep);
+    *out = t;
+    return 0;
+}
+
+/* Plans one more replica for v; returns 1 if it did, 0 if v must wait. */
+static int plan(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
+                const mc__repair_target_t *targets, size_t n, uint64_t now)
+{
+    const mc__repair_target_t *tg = pick_target(m, v, targets, n);
+    if (!tg)
+        return 0;
+    if (v->capacity == 0) { /* an empty object: nothing to copy */
+        mc__replica_t rep;
+        memset(&rep, 0, sizeof(rep));
+        rep.seg = tg->seg;
+        mc__master_replica_attach(v, &rep);
+        mc__master_dirty(m, v); /* the new replica's node keeps its record */
+        r->st.started++;
+        r->st.done++;
+        r->woken = 1; /* it may want still more */
+        return 1;
+    }
+    mc__repair_task_t *t;
+    if (plan_one(r, m, v, tg, now, &t) < 0)
+        return 0;
+    r->st.started++;
     return 1;
 }
 
@@ -216,8 +246,7 @@ static void expire(mc__repair_t *r, mc__master_t *m, uint64_t now)
             continue;
         }
         *pp = t->next;
-        r->st.failed++;
-        task_free(r, m, t);
+        task_end(r, m, t, -ETIMEDOUT, NULL, now);
         r->woken = 1;
     }
     for (hold_t **pp = &r->holds; *pp;) {
@@ -305,7 +334,6 @@ mc__repair_task_t *mc__repair_take(mc__repair_t *r, uint64_t node, uint64_t now)
 int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t id, int status,
                       uint64_t now)
 {
-    (void)now;
     mc__repair_task_t **pp = &r->tasks;
     while (*pp && ((*pp)->id != id || (*pp)->node != node))
         pp = &(*pp)->next;
@@ -317,20 +345,56 @@ int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t 
     if (bytes > t->size)
         bytes = t->size;
     mc__version_t *v = status == 0 ? mc__master_find(m, t->key, t->klen) : NULL;
-    if (v && v->id == t->vid && v->state == MC__PUBLISHED &&
-        mc__master_replica_attach(v, &t->dst) == 0) {
-        mc__master_dirty(m, v); /* the new replica's node keeps its record */
-        r->st.done++;
-        r->st.bytes += bytes;
-    } else {
-        r->st.failed++;
+    int rc = status == 0 || status == -ENOENT ? -ESTALE : -EIO; /* -ENOENT: v went */
+    int at = v && v->id == t->vid && v->state == MC__PUBLISHED
+                 ? mc__master_replica_attach(v, &t->dst)
+                 : -ESTALE;
+    if (at == 0) {
+        mc__master_dirty(m, v); /* the new replica's node keeps its record (and the op log) */
+        rc = 0;
+        if (!t->job) {
+            r->st.done++;
+            r->st.bytes += bytes;
+        }
+    } else if (at == -EEXIST && t->job) {
+        rc = 0; /* another copy got there first: the target has its replica */
+    } else if (at == -ENOSPC) {
+        rc = -ENOSPC; /* MC__MAX_REPLICAS meanwhile */
     }
-    task_free(r, m, t); /* frees dst unless it joined v */
-    r->woken = 1;       /* the version may want more, or another target */
+    task_end(r, m, t, rc, v, now); /* frees dst unless it joined v */
+    r->woken = 1;                  /* the version may want more, or another target */
     return 0;
 }
 
 void mc__repair_stats(const mc__repair_t *r, mc__repair_stats_t *st)
 {
     *st = r->st;
+}
+
+void mc__repair_on_job(mc__repair_t *r, mc__repair_job_cb cb, void *arg)
+{
+    r->job_cb = cb;
+    r->job_arg = arg;
+}
+
+int mc__repair_copy_to(mc__repair_t *r, mc__master_t *m, mc__version_t *v, uint32_t seg,
+                       uint64_t node, uint64_t job, uint64_t now)
+{
+    if (has_replica_on(v, seg))
+        return -EEXIST;
+    if (v->nrep >= MC__MAX_REPLICAS || v->nrep == 0)
+        return -ENOSPC;
+    mc__repair_target_t tg = {seg, node};
+    mc__repair_task_t *t = NULL;
+    if (v->capacity == 0) { /* an empty object: nothing to copy */
+        mc__replica_t rep = {.seg = seg};
+        mc__master_replica_attach(v, &rep);
+        mc__master_dirty(m, v);
+        return 1;
+    }
+    int rc = plan_one(r, m, v, &tg, now, &t);
+    if (rc < 0)
+        return rc;
+    t->job = job;
+    return 0;
 }

@@ -59,6 +59,7 @@ typedef struct mc__repair_task {
     mc__replica_t dst; /* the new replica's extents, on the target segment */
     uint64_t created;
     uint64_t expires; /* 0 until handed out; then when the master gives up */
+    uint64_t job;     /* a user's task it belongs to (tasks.c); 0: a repair */
     struct mc__repair_task *next;
 } mc__repair_task_t;
 
@@ -71,6 +72,16 @@ typedef struct mc__repair_stats {
     uint64_t waiting;  /* under-replicated objects the last full scan could not place */
 } mc__repair_stats_t;
 
+/*
+ * Told when a copy planned with mc__repair_copy_to() ends: rc 0 (the
+ * replica joined v, which is then the version's current published form),
+ * -ESTALE (the version was replaced or removed meanwhile: the space went
+ * back), -ENOSPC (the version got MC__MAX_REPLICAS meanwhile), -ENODEV (the target segment was
+ * dropped), -ETIMEDOUT (the node did not take it or finish in time) or -EIO (the node failed to
+ * copy); v is NULL unless rc is 0. Not called when the repair state is freed.
+ */
+typedef void (*mc__repair_job_cb)(void *arg, uint64_t job, int rc, mc__version_t *v, uint64_t now);
+
 /* Creates the repair state. Returns 0 or -ENOMEM. */
 int mc__repair_new(mc__repair_t **out, const mc__repair_opts_t *o);
 
@@ -81,8 +92,8 @@ void mc__repair_free(mc__repair_t *r, mc__master_t *m);
 void mc__repair_wake(mc__repair_t *r);
 
 /* Segment seg is gone (its allocator with it): tasks writing there and held
- * extents there are dropped. */
-void mc__repair_seg_dropped(mc__repair_t *r, mc__master_t *m, uint32_t seg);
+ * extents there are dropped, at time now. */
+void mc__repair_seg_dropped(mc__repair_t *r, mc__master_t *m, uint32_t seg, uint64_t now);
 
 /* Keeps rep's extents allocated until now + ms, then frees them (a writer's
  * requests may still be on their way there). Takes rep's contents. */
@@ -107,7 +118,8 @@ int mc__repair_pending(const mc__repair_t *r, uint64_t node);
 mc__repair_task_t *mc__repair_take(mc__repair_t *r, uint64_t node, uint64_t now);
 
 /*
- * Ends task id of node with status (0: the copy is complete): the replica
+ * Ends task id of node with status (0: the copy is complete; -ENOENT: the
+ * version went before the copy began; else the copy failed): the replica
  * joins the version when it is still the same published one, else (and on
  * failure) its space is freed. Returns 0, or -ENOENT for an unknown task
  * (expired, or another node's).
@@ -116,5 +128,19 @@ int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t 
                       uint64_t now);
 
 void mc__repair_stats(const mc__repair_t *r, mc__repair_stats_t *st);
+
+/* Sets the function told of the end of every copy planned for a job. */
+void mc__repair_on_job(mc__repair_t *r, mc__repair_job_cb cb, void *arg);
+
+/*
+ * Plans a copy of published version v onto segment seg of node (a live
+ * remote node, which does the copy as for a repair) for job (non-zero): the
+ * space is allocated now, with v's layout. It counts among the copies in
+ * flight but not in the repair counters. Returns 0, -EEXIST (v already has
+ * a replica there), -ENOSPC (no room, or v has MC__MAX_REPLICAS) or
+ * -ENOMEM. An empty object's replica joins v at once: 1, and no callback.
+ */
+int mc__repair_copy_to(mc__repair_t *r, mc__master_t *m, mc__version_t *v, uint32_t seg,
+                       uint64_t node, uint64_t job, uint64_t now);
 
 #endif /* MC_REPAIR_H */

@@ -206,6 +206,7 @@ void mc__svc_free(mc__svc_t *svc)
     for (mc__idnode_t *e; svc->handles.b && (e = mc__ids_first(&svc->handles, &at));)
         handle_del(svc, (handle_t *)e, 0);
     fenced_sweep(svc, UINT64_MAX);
+    mc__tasks_free(svc->tasks);
     mc__repair_free(svc->rp, svc->m);
     at = 0;
     for (mc__idnode_t *e; svc->owners.b && (e = mc__ids_first(&svc->owners, &at));)
@@ -273,6 +274,7 @@ int mc__svc_tick(mc__svc_t *svc, uint64_t now)
     mc__svc_reports_tick(svc, now);
     mc__master_sweep(svc->m, now);
     mc__svc_repair_tick(svc, now);
+    mc__tasks_tick(svc, now);
     return dropped;
 }
 
@@ -675,6 +677,10 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         return mc__svc_op_records_take(svc, body, len, w);
     case MC__OP_RECORDS_REPORT:
         return mc__svc_op_records_report(svc, body, len, now);
+    case MC__OP_TASK_CREATE:
+        return mc__svc_op_task_create(svc, body, len, now, w);
+    case MC__OP_TASK_QUERY:
+        return mc__svc_op_task_query(svc, body, len, w);
     case MC__OP_OPEN:
         return op_open(svc, owner, body, len, now, w);
     case MC__OP_CLOSE:

@@ -103,6 +103,7 @@ struct mc__svc {
     mc__repair_t *rp;
     mc__svc_journal_fn journal; /* the op log (mc__svc_journal()); NULL: none */
     void *journal_arg;
+    struct mc__tasks *tasks; /* copy and move tasks (tasks.c); NULL until the first */
     const mc__oplog_t *view; /* the log as this master found it (not owned) */
     uint32_t *pend;          /* segments the view has records of that have not */
     int npend;               /* mounted again here yet (merge_view(), once each) */
@@ -145,5 +146,21 @@ int mc__svc_op_records_take(mc__svc_t *svc, const char *body, size_t len, mc__wb
 int mc__svc_op_records_report(mc__svc_t *svc, const char *body, size_t len, uint64_t now);
 /* Ends the hold of segments whose report is overdue (REPORT_MAX_MS). */
 void mc__svc_reports_tick(mc__svc_t *svc, uint64_t now);
+/* v's replica on segment seg left it (a move): its node forgets the
+ * record, and the op log the replica (MC__LOG_REP_GONE). */
+void mc__svc_replica_gone(mc__svc_t *svc, const mc__version_t *v, uint32_t seg);
+
+/* ---- tasks.c: copy and move tasks ---- */
+
+typedef struct mc__tasks mc__tasks_t;
+
+/* TASK_CREATE and TASK_QUERY (proto.h). */
+int mc__svc_op_task_create(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
+                           mc__wbuf_t *w);
+int mc__svc_op_task_query(mc__svc_t *svc, const char *body, size_t len, mc__wbuf_t *w);
+/* Starts waiting tasks and ends moves whose source waited for handles. */
+void mc__tasks_tick(mc__svc_t *svc, uint64_t now);
+/* Frees the table (NULL: nothing); the copies in flight are the repair's. */
+void mc__tasks_free(mc__tasks_t *ts);
 
 #endif /* MC_SERVICE_I_H */

@@ -1,6 +1,7 @@
 /*
- * shm.c - segments in sealed memfds, their mapping by co-located clients,
- * and the addresses of the shm transport (see shm.h).
+ * shm.c - segments in sealed memfds (or in a file the caller names), their
+ * mapping by co-located clients, and the addresses of the shm transport
+ * (see shm.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -49,11 +50,43 @@ int mc__seg_create(uint64_t size, const char *name, mc__seg_t *out)
     return 0;
 }
 
+int mc__seg_map_file(const char *path, uint64_t size, uint64_t off, mc__seg_t *out)
+{
+    struct stat st;
+    long page = sysconf(_SC_PAGESIZE);
+
+    if (size == 0 || size > (uint64_t)SIZE_MAX || (off_t)size < 0 || (off_t)off < 0 ||
+        off % (uint64_t)(page > 0 ? page : 4096))
+        return -EINVAL;
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return -errno;
+    int rc = fstat(fd, &st) < 0 ? -errno : 0;
+    if (rc == 0 && !S_ISREG(st.st_mode))
+        rc = -EINVAL;
+    if (rc == 0 && ((uint64_t)st.st_size < off || (uint64_t)st.st_size - off < size))
+        rc = -EOVERFLOW;
+    void *p = MAP_FAILED;
+    if (rc == 0) {
+        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, (off_t)off);
+        if (p == MAP_FAILED)
+            rc = -errno;
+    }
+    close(fd); /* the mapping keeps the file */
+    if (rc < 0)
+        return rc;
+    out->base = p;
+    out->size = size;
+    out->fd = -1;
+    return 0;
+}
+
 void mc__seg_destroy(mc__seg_t *seg)
 {
     if (seg->base) {
         munmap(seg->base, seg->size);
-        close(seg->fd);
+        if (seg->fd >= 0)
+            close(seg->fd);
     }
     seg->base = NULL;
     seg->size = 0;

@@ -13,6 +13,8 @@
  * the node (or other clients) fault with SIGBUS on its next access. The node
  * seals its memfd against shrinking and growing; a client maps only a memfd
  * sealed against shrinking, for the same reason in the other direction.
+ * A segment in a file the caller named (mc__seg_map_file()) has no seals to
+ * offer: it is not handed out, and its peers reach it over TCP.
  */
 #ifndef MC_SHM_H
 #define MC_SHM_H
@@ -35,6 +37,16 @@ typedef struct mc__seg {
  * mc__seg_destroy().
  */
 int mc__seg_create(uint64_t size, const char *name, mc__seg_t *out);
+
+/*
+ * mc__seg_map_file() maps size bytes of the regular file path from offset
+ * off (a multiple of the page size) read-write shared into *out, whose fd
+ * is then -1: the file is not offered for mapping by peers (no seals guard
+ * its size). Returns 0, -ENOENT (no such file), -EISDIR (a directory),
+ * -EINVAL (another kind of file, a bad offset, size 0), -EOVERFLOW (the file holds fewer than off +
+ * size bytes), or open()'s and mmap()'s errors. Undo with mc__seg_destroy().
+ */
+int mc__seg_map_file(const char *path, uint64_t size, uint64_t off, mc__seg_t *out);
 
 /* mc__seg_destroy() unmaps and closes what mc__seg_create() made, and
  * clears *seg; a seg whose base is NULL is left alone. */

@@ -78,6 +78,10 @@
     X(RECORDS_TAKE, 40, "quq", "*")   /* node id, seg id, bytes of the last answer applied ->      \
                                          notices, each an s (see below) */                         \
     X(RECORDS_REPORT, 41, "quu*", "") /* node id, seg id, last (0/1), records, each an s */        \
+    X(TASK_CREATE, 42, "kus*", "q")   /* key, type (MC_TASK_*), source, targets, each an s ->      \
+                                         task id */                                                \
+    X(TASK_QUERY, 43, "q", "uuiiiqs") /* task id -> type, status, error, created, updated (ms),    \
+                                         node, message */                                          \
     /* objects (master) */                                                                         \
     X(PUT_START, 20, "kquuuuqisuuuq", "qq*") /* key, capacity, flags, mode, replicas, pin, pin     \
                                                 ttl, mtime, preferred data addr, uid, gid, type,   \

@@ -12,8 +12,10 @@ import harness
 from mooncake.store import (
     INVALID_PARAMS,
     OBJECT_NOT_FOUND,
+    SEGMENT_NOT_FOUND,
     STORE_CLOSED,
     TASK_NOT_FOUND,
+    TASK_PENDING_LIMIT_EXCEEDED,
     UNAVAILABLE_IN_CURRENT_MODE,
     MooncakeDistributedStore,
     ReplicaStatus,
@@ -91,10 +93,66 @@ def test_copy_and_move_tasks(cluster_store):
     r = finished(s, tid)
     assert (r.type, r.status) == (TaskType.REPLICA_MOVE, TaskStatus.SUCCESS), r.message
     assert endpoints(s, "r/m") == [b] and s.get("r/m") == VALUE
-    # a target that is no node fails the task, the value stays
-    tid, rc = s.create_copy_task("r/m", ["127.0.0.1:1"])
-    assert rc == 0 and finished(s, tid).status == TaskStatus.FAILED
+    # a target that is no node: Mooncake's SEGMENT_NOT_FOUND, the value stays
+    assert s.create_copy_task("r/m", ["127.0.0.1:1"]) == (uuid.UUID(int=0), SEGMENT_NOT_FOUND)
     assert s.get("r/m") == VALUE
+
+
+def version(s, key):
+    return s._b.replicas(key)[1]
+
+
+def test_the_master_copies_without_a_new_version(cluster_store):
+    """The copy is the master's: the replica joins the same version, and
+    the bytes on the new node are the object's (read after the first node
+    is gone)."""
+    s = cluster_store
+    a, b = (n.addr for n in s.cluster.nodes)
+    big = bytes(range(256)) * (5 * 4096 + 7)  # > one 4 MiB piece
+    assert s.put("r/v", big, ReplicateConfig(preferred_segment=a)) == 0
+    before = version(s, "r/v")
+    tid, rc = s.create_copy_task("r/v", [b])
+    assert rc == 0
+    r = finished(s, tid)
+    assert r.status == TaskStatus.SUCCESS, r.message
+    assert r.assigned_client != uuid.UUID(int=0)  # the target node did the copy
+    assert version(s, "r/v") == before and endpoints(s, "r/v") == sorted([a, b])
+    # a query later still finds the finished task
+    assert s.query_task(tid)[0].status == TaskStatus.SUCCESS
+
+
+def test_a_moved_object_survives_its_source_node(cluster_store):
+    s = cluster_store
+    nodes = s.cluster.nodes
+    a, b = nodes[0].addr, nodes[1].addr
+    big = bytes(range(251)) * 40000
+    assert s.put("r/mv", big, ReplicateConfig(preferred_segment=a)) == 0
+    before = version(s, "r/mv")
+    tid, rc = s.create_move_task("r/mv", a, b)
+    assert rc == 0
+    r = finished(s, tid)
+    assert (r.type, r.status) == (TaskType.REPLICA_MOVE, TaskStatus.SUCCESS), r.message
+    assert endpoints(s, "r/mv") == [b] and version(s, "r/mv") == before
+    nodes[0].kill9()  # the source: nothing of the object is left there
+    assert s.get("r/mv") == big and endpoints(s, "r/mv") == [b]
+
+
+def test_a_copy_never_joins_a_newer_version(cluster_store):
+    """A version published while the copy runs: the copied bytes (the old
+    version's) never become a replica of the new one; the task fails, or
+    succeeded on the old version before the new one came."""
+    s = cluster_store
+    a, b = (n.addr for n in s.cluster.nodes)
+    old, new = b"o" * 300000, b"n" * 300000
+    assert s.put("r/w", old, ReplicateConfig(preferred_segment=a)) == 0
+    tid, rc = s.create_copy_task("r/w", [b])
+    assert rc == 0
+    assert s.upsert("r/w", new, ReplicateConfig(preferred_segment=a)) == 0
+    r = finished(s, tid)
+    if r.status == TaskStatus.FAILED:
+        assert "replaced" in r.message, r.message
+        assert endpoints(s, "r/w") == [a]
+    assert s.get("r/w") == new
 
 
 def test_task_errors(store):
@@ -107,7 +165,8 @@ def test_task_errors(store):
     assert store.create_copy_task("r/none", ["x"]) == (nil, OBJECT_NOT_FOUND)
     assert store.create_copy_task("r/e", []) == (nil, INVALID_PARAMS)
     here = endpoints(store, "r/e")[0]
-    assert store.create_move_task("r/e", "not-a-source", here) == (nil, INVALID_PARAMS)
+    assert store.create_move_task("r/e", "not-a-source:1", here) == (nil, SEGMENT_NOT_FOUND)
+    assert store.create_copy_task("r/e", ["nowhere:1"]) == (nil, SEGMENT_NOT_FOUND)
     assert store.create_move_task("r/e", here, here) == (nil, INVALID_PARAMS)
     assert store.query_task(uuid.uuid4()) == (None, TASK_NOT_FOUND)
     # copying to where it already is succeeds at once
@@ -153,7 +212,7 @@ def test_async_forms(store):
     if store.mode == "mount":
         assert descs == [] and rc == UNAVAILABLE_IN_CURRENT_MODE
     else:
-        assert len(descs) == 1 and len(many["r/as"]) == 1 and rc == 0
+        assert len(descs) == 1 and len(many["r/as"]) == 1 and rc == SEGMENT_NOT_FOUND
         assert q == (None, TASK_NOT_FOUND)
 
 
@@ -187,3 +246,39 @@ def test_preferred_segment_is_get_hostname_of_a_node(cluster_store, blank_store)
     for i in range(4):  # whatever else the master would pick
         assert node.put(f"r/local{i}", VALUE, ReplicateConfig(preferred_segment=me)) == 0
         assert endpoints(node, f"r/local{i}") == [me]
+
+
+def test_a_target_node_dying_fails_the_copy(cluster_store):
+    """The target's node dies before it copies: once the master drops it
+    (node TTL) the task fails, and no replica of it was ever visible."""
+    s = cluster_store
+    a, b = s.cluster.nodes
+    value = b"d" * 200000
+    assert s.put("r/dead", value, ReplicateConfig(preferred_segment=a.addr)) == 0
+    tid, rc = s.create_copy_task("r/dead", [b.addr])
+    assert rc == 0
+    b.kill9()  # at once: the node takes tasks on its next heartbeat
+    r = finished(s, tid)
+    if r.status == TaskStatus.FAILED:  # else it copied within those moments
+        assert "went away" in r.message or "failed" in r.message, r.message
+    harness.wait_for(lambda: endpoints(s, "r/dead") == [a.addr], "the dead node dropped")
+    assert s.get("r/dead") == value
+
+
+def test_the_masters_queue_is_bounded(cluster_store):
+    """Mooncake's TASK_PENDING_LIMIT_EXCEEDED once 1,024 tasks wait on the
+    master (16 more run); the tasks queued still end. One object per task,
+    so that no task is done at once (the target copies 16 a heartbeat)."""
+    s = cluster_store
+    a, b = (n.addr for n in s.cluster.nodes)
+    keys = [f"r/q{i}" for i in range(1500)]
+    assert s.put_batch(keys, [b"q" * 100] * len(keys),
+                       ReplicateConfig(preferred_segment=a)) == 0
+    made = []
+    for k in keys:
+        tid, rc = s.create_copy_task(k, [b])
+        if rc != 0:
+            break
+        made.append(tid)
+    assert rc == TASK_PENDING_LIMIT_EXCEEDED and len(made) >= 1024, (rc, len(made))
+    assert finished(s, made[0]).status == TaskStatus.SUCCESS

@@ -1,15 +1,18 @@
 """setup_dummy() (a pure client of a local full client: an embedded store
 or mooncake-fs serving the protocol, or a master), and the segment calls:
 allocate_and_mount_segment() / unmount_and_free_segment() grow a cluster
-by a node inside this process; mount_segment() of a file is unavailable."""
+by a node inside this process; mount_segment() does it with a file's
+bytes as the segment."""
 
 import asyncio
+import os
 
 import pytest
 
 import harness
 from conftest import SEGMENT
 from mooncake.store import (
+    FILE_NOT_FOUND,
     INVALID_PARAMS,
     STORE_CLOSED,
     UNAVAILABLE_IN_CURRENT_MODE,
@@ -86,8 +89,9 @@ def test_segment_calls_elsewhere(store):
             UNAVAILABLE_IN_CURRENT_MODE
         assert store.unmount_segment(r["segment_ids"]) == 0
         assert store.allocate_and_mount_segment(0)["ret"] == INVALID_PARAMS
-    assert store.mount_segment("/dev/shm/x", 1 << 20) == \
-        {"ret": UNAVAILABLE_IN_CURRENT_MODE, "segment_ids": []}
+    assert store.mount_segment("/dev/shm/no-such-mooncake-file", 1 << 20) == \
+        {"ret": FILE_NOT_FOUND if store.mode == "cluster" else UNAVAILABLE_IN_CURRENT_MODE,
+         "segment_ids": []}
     assert store.unmount_segment(["no-such-segment"]) == INVALID_PARAMS
     assert store.unmount_and_free_segment("a-string") == INVALID_PARAMS
 
@@ -101,7 +105,68 @@ def test_async_forms(store):
 
     r, rc, m = asyncio.run(main())
     assert r["ret"] == (0 if store.mode == "cluster" else UNAVAILABLE_IN_CURRENT_MODE)
-    assert rc == 0 and m["ret"] == UNAVAILABLE_IN_CURRENT_MODE
+    assert rc == 0
+    assert m["ret"] == (FILE_NOT_FOUND if store.mode == "cluster" else UNAVAILABLE_IN_CURRENT_MODE)
+
+
+def segment_file(tmp_path, size):
+    """A file of size bytes of zeros: on /dev/shm when there is one (the
+    usual place for a shared segment), else in tmp_path."""
+    d = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tmp_path
+    fd, path = __import__("tempfile").mkstemp(prefix="mooncake-test-seg-", dir=d)
+    os.ftruncate(fd, size)
+    os.close(fd)
+    return path
+
+
+def test_mount_segment_of_a_file(cluster_store, blank_store, tmp_path):
+    """The segment is the file's bytes: a value put there is in the file, at
+    the replica's offset past the segment's start, and another client reads
+    it; unmount_segment() drops it."""
+    s = cluster_store
+    off, size = 2 * 4096, 16 << 20
+    path = segment_file(tmp_path, off + size + 100)
+    try:
+        r = s.mount_segment(path, size, off)
+        assert r["ret"] == 0 and len(r["segment_ids"]) == 1, r
+        seg = r["segment_ids"][0]
+        assert segments(s.cluster) == 3
+        value = bytes(range(256)) * 300 + b"end"
+        assert s.put("f/k", value, ReplicateConfig(preferred_segment=seg)) == 0
+        (d,) = s.get_replica_desc("f/k")
+        buf = d.get_memory_descriptor().buffer_descriptor
+        assert buf.transport_endpoint_ == seg and buf.extents == 1
+        with open(path, "rb") as f:
+            f.seek(off + buf.buffer_address_)
+            assert f.read(len(value)) == value
+        other = blank_store()
+        assert other.setup({"master_server_addr": s.cluster.addr, "global_segment_size": 0,
+                            "timeout_ms": 5000}) == 0
+        assert other.get("f/k") == value
+        assert s.unmount_segment([seg]) == 0
+        assert segments(s.cluster) == 2
+        assert other.is_exist("f/k") == 0  # its only replica went with the segment
+        with open(path, "rb") as f:  # unmapped, the file keeps its bytes
+            f.seek(off + buf.buffer_address_)
+            assert f.read(len(value)) == value
+    finally:
+        os.unlink(path)
+
+
+def test_mount_segment_errors(cluster_store, tmp_path):
+    s = cluster_store
+    path = segment_file(tmp_path, 1 << 20)
+    try:
+        assert s.mount_segment(str(tmp_path / "missing"), 1 << 20)["ret"] == FILE_NOT_FOUND
+        assert s.mount_segment(path, 1 << 20, 100)["ret"] == INVALID_PARAMS  # not page-aligned
+        assert s.mount_segment(path, 1 << 20, 4096)["ret"] == INVALID_PARAMS  # past its end
+        assert s.mount_segment(path, 2 << 20)["ret"] == INVALID_PARAMS  # the file is smaller
+        assert s.mount_segment(str(tmp_path), 1 << 20)["ret"] == INVALID_PARAMS  # a directory
+        assert s.mount_segment(path, 0)["ret"] == INVALID_PARAMS
+        assert s.mount_segment(path, 1 << 20, protocol="udp")["ret"] == INVALID_PARAMS
+        assert segments(s.cluster) == 2
+    finally:
+        os.unlink(path)
 
 
 @pytest.mark.parametrize("call", ["allocate", "mount", "dummy_twice"])

@@ -1,0 +1,373 @@
+/*
+ * test_tasks.c - copy and move tasks on the master (core/src/master/tasks.c)
+ * driven with request bodies, as the server would, with explicit time: the
+ * nodes' side is played by REPAIR_TAKE and REPAIR_DONE requests.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "master/master.h"
+#include "master/service.h"
+#include "wire/proto.h"
+#include "svc_call.h"
+
+#define T0 1000000
+#define SIZE 100000 /* bytes of the object */
+
+typedef struct fixture {
+    mc__master_t *m;
+    mc__svc_t *svc;
+    mc__wbuf_t resp;
+    uint32_t seg[3]; /* nodes 11, 12, 13 at 127.0.0.1:7011, 7012, 7013 */
+    uint64_t version;
+} fixture_t;
+
+static int call(fixture_t *f, uint64_t now, uint16_t op, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = svc_vcall(f->svc, &f->resp, 1, now, op, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* A whole put of SIZE bytes of key with nrep replicas, the first on
+ * segment seg. */
+static void put_n(fixture_t *f, const char *key, uint32_t seg, uint32_t nrep, uint64_t now)
+{
+    char pref[32];
+    snprintf(pref, sizeof(pref), "127.0.0.1:%u", 7010 + seg);
+    assert_int_equal(call(f, now, MC__OP_PUT_START, "kquuuuqisuuuq", key, (uint32_t)strlen(key),
+                          (uint64_t)SIZE, 0u, 0644u, nrep, MC_PIN_NONE, (uint64_t)0, (int64_t)0,
+                          pref, (uint32_t)strlen(pref), 0u, 0u, 0u, (uint64_t)0),
+                     0);
+    uint64_t id;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", &id, NULL, NULL), 0);
+    assert_int_equal(call(f, now, MC__OP_PUT_COMMIT, "qkquui", id, key, (uint32_t)strlen(key),
+                          (uint64_t)SIZE, 0u, 0u, (int64_t)0),
+                     0);
+}
+
+static void put_on(fixture_t *f, const char *key, uint32_t seg, uint64_t now)
+{
+    put_n(f, key, seg, 1, now);
+}
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+    mc__master_opts_t mo = {.lease_ms = 5000, .align = 64};
+    mc__svc_opts_t so = {.node_ttl_ms = 3000, .put_ttl_ms = 10000};
+    assert_int_equal(mc__master_new(&f->m, &mo), 0);
+    assert_int_equal(mc__svc_new(&f->svc, f->m, &so), 0);
+    for (int i = 0; i < 3; i++) {
+        char addr[32];
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", 7011 + i);
+        assert_int_equal(call(f, T0, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)(11 + i), 0u, addr,
+                              (uint32_t)strlen(addr), (uint64_t)(16 << 20), "", 0u, 0u),
+                         0);
+        assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u*", &f->seg[i], NULL, NULL), 0);
+        assert_int_equal(f->seg[i], (uint32_t)(i + 1));
+    }
+    put_on(f, "k", 1, T0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    mc__svc_free(f->svc);
+    mc__master_free(f->m);
+    free(f->resp.p);
+    free(f);
+    return 0;
+}
+
+/* TASK_CREATE: type, source ("" for a copy), then the targets. Returns the
+ * status; the id in *id. */
+static int create(fixture_t *f, const char *key, uint32_t type, const char *src, const char *t1,
+                  const char *t2, uint64_t *id)
+{
+    mc__wbuf_t rest = {0};
+    mc__pack(&rest, "s", src, (uint32_t)strlen(src));
+    mc__pack(&rest, "s", t1, (uint32_t)strlen(t1));
+    if (t2)
+        mc__pack(&rest, "s", t2, (uint32_t)strlen(t2));
+    int rc = call(f, T0, MC__OP_TASK_CREATE, "ku*", key, (uint32_t)strlen(key), type, rest.p,
+                  (uint32_t)rest.len);
+    free(rest.p);
+    if (rc == 0)
+        assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q", id), 0);
+    return rc;
+}
+
+/* TASK_QUERY: the status (MC_TASK_*), its error in *err. */
+static uint32_t query(fixture_t *f, uint64_t id, int64_t *err)
+{
+    uint32_t type, status, ml;
+    int64_t c, u, e;
+    uint64_t node;
+    const char *msg;
+    assert_int_equal(call(f, T0, MC__OP_TASK_QUERY, "q", id), 0);
+    assert_int_equal(
+        mc__unpack(f->resp.p, f->resp.len, "uuiiiqs", &type, &status, &e, &c, &u, &node, &msg, &ml),
+        0);
+    if (err)
+        *err = e;
+    return status;
+}
+
+/* The segments of key's replicas, into segs; their count. The version in
+ * f->version. */
+static int replicas(fixture_t *f, const char *key, uint32_t *segs)
+{
+    assert_int_equal(call(f, T0, MC__OP_GET_REPLICAS, "k", key, (uint32_t)strlen(key)), 0);
+    const char *p;
+    uint32_t pl;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", NULL, &p, &pl), 0);
+    size_t n = pl;
+    mc_stat_t st;
+    assert_int_equal(mc__take_stat(&p, &n, &st), 0);
+    f->version = st.version;
+    mc__wire_replica_t reps[8];
+    int cnt = mc__take_replicas(&p, &n, reps, 8);
+    for (int i = 0; i < cnt; i++)
+        segs[i] = reps[i].seg;
+    return cnt;
+}
+
+/* Node takes its copy tasks (at most 16 a call, each an s): their ids
+ * into ids (NULL: only the first is kept); returns the first, 0 for none. */
+static uint64_t take_all(fixture_t *f, uint64_t node, int *count, uint64_t *ids)
+{
+    assert_int_equal(call(f, T0, MC__OP_REPAIR_TAKE, "q", node), 0);
+    const char *p = f->resp.p, *tb, *rest;
+    size_t n = f->resp.len;
+    uint32_t tl, rl;
+    uint64_t first = 0, id;
+    *count = 0;
+    while (n) {
+        assert_int_equal(mc__unpack(p, n, "s*", &tb, &tl, &rest, &rl), 0);
+        assert_int_equal(mc__unpack(tb, tl, "q*", &id, NULL, NULL), 0);
+        if (!first)
+            first = id;
+        if (ids)
+            ids[*count] = id;
+        ++*count;
+        p = rest;
+        n = rl;
+    }
+    return first;
+}
+
+static uint64_t take(fixture_t *f, uint64_t node, int *count)
+{
+    return take_all(f, node, count, NULL);
+}
+
+static void done(fixture_t *f, uint64_t node, uint64_t task, int64_t status)
+{
+    assert_int_equal(call(f, T0, MC__OP_REPAIR_DONE, "qqi", node, task, status), 0);
+}
+
+static void test_copy_joins_the_same_version(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t segs[8];
+    assert_int_equal(replicas(f, "k", segs), 1);
+    uint64_t v = f->version, id;
+    assert_int_equal(create(f, "k", MC_TASK_COPY, "", "127.0.0.1:7012", "127.0.0.1:7013", &id), 0);
+    assert_int_equal(query(f, id, NULL), MC_TASK_PROCESSING);
+    int n;
+    uint64_t t2 = take(f, 12, &n), t3;
+    assert_int_equal(n, 1);
+    t3 = take(f, 13, &n);
+    assert_int_equal(n, 1);
+    done(f, 12, t2, 0);
+    assert_int_equal(query(f, id, NULL), MC_TASK_PROCESSING); /* one copy still runs */
+    done(f, 13, t3, 0);
+    int64_t err;
+    assert_int_equal(query(f, id, &err), MC_TASK_SUCCESS);
+    assert_int_equal(err, 0);
+    assert_int_equal(replicas(f, "k", segs), 3);
+    assert_int_equal(f->version, v);
+}
+
+static void test_move_survives_its_source(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t id;
+    uint32_t segs[8];
+    assert_int_equal(create(f, "k", MC_TASK_MOVE, "127.0.0.1:7011", "127.0.0.1:7012", NULL, &id),
+                     0);
+    int n;
+    uint64_t t = take(f, 12, &n);
+    assert_int_equal(n, 1);
+    done(f, 12, t, 0);
+    assert_int_equal(query(f, id, NULL), MC_TASK_SUCCESS);
+    assert_int_equal(replicas(f, "k", segs), 1);
+    assert_int_equal(segs[0], 2);
+    /* The source node goes: the object stays. */
+    assert_int_equal(call(f, T0, MC__OP_UNMOUNT_SEGMENT, "qu", (uint64_t)11, 1u), 0);
+    assert_int_equal(replicas(f, "k", segs), 1);
+    assert_int_equal(segs[0], 2);
+}
+
+/* A move to a segment that holds a replica already only drops the source:
+ * the object then asks for one replica less (no repair brings it back). */
+static void test_move_onto_a_replica_drops_the_source(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t id;
+    uint32_t segs[8];
+    int n;
+    put_n(f, "k2", 1, 2, T0);
+    assert_int_equal(replicas(f, "k2", segs), 2);
+    uint32_t other = segs[0] == 1 ? segs[1] : segs[0];
+    char to[32];
+    snprintf(to, sizeof(to), "127.0.0.1:%u", 7010 + other);
+    assert_int_equal(create(f, "k2", MC_TASK_MOVE, "127.0.0.1:7011", to, NULL, &id), 0);
+    assert_int_equal(query(f, id, NULL), MC_TASK_SUCCESS);
+    assert_int_equal(replicas(f, "k2", segs), 1);
+    assert_int_equal(segs[0], other);
+    mc__svc_tick(f->svc, T0 + 1); /* the repair finds nothing to do */
+    for (uint64_t node = 11; node <= 13; node++) {
+        take(f, node, &n);
+        assert_int_equal(n, 0);
+    }
+}
+
+static void test_create_errors(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t id;
+    assert_int_equal(create(f, "none", MC_TASK_COPY, "", "127.0.0.1:7012", NULL, &id), -ENOENT);
+    assert_int_equal(create(f, "k", MC_TASK_COPY, "", "127.0.0.1:1", NULL, &id), -ENXIO);
+    assert_int_equal(create(f, "k", MC_TASK_MOVE, "127.0.0.1:7011", "127.0.0.1:7011", NULL, &id),
+                     -EINVAL);
+    assert_int_equal(create(f, "k", MC_TASK_MOVE, "127.0.0.1:7013", "127.0.0.1:7012", NULL, &id),
+                     -EINVAL); /* no replica on the source */
+    assert_int_equal(call(f, T0, MC__OP_TASK_QUERY, "q", (uint64_t)12345), -ENOENT);
+    /* A target that already holds a replica: done at once. */
+    assert_int_equal(create(f, "k", MC_TASK_COPY, "", "127.0.0.1:7011", NULL, &id), 0);
+    assert_int_equal(query(f, id, NULL), MC_TASK_SUCCESS);
+}
+
+static void test_new_version_during_copy_fails_the_task(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t id, id2;
+    uint32_t segs[8];
+    int n;
+    assert_int_equal(create(f, "k", MC_TASK_COPY, "", "127.0.0.1:7012", NULL, &id), 0);
+    assert_int_equal(create(f, "k", MC_TASK_COPY, "", "127.0.0.1:7013", NULL, &id2), 0);
+    uint64_t t = take(f, 12, &n); /* this copy is under way */
+    put_on(f, "k", 1, T0);        /* a writer publishes a new version */
+    done(f, 12, t, 0);
+    int64_t err;
+    assert_int_equal(query(f, id, &err), MC_TASK_FAILED);
+    assert_int_equal(err, -ESTALE);
+    /* This one's node had not taken it yet: it is never handed out. */
+    take(f, 13, &n);
+    assert_int_equal(n, 0);
+    assert_int_equal(query(f, id2, &err), MC_TASK_FAILED);
+    assert_int_equal(err, -ESTALE);
+    assert_int_equal(replicas(f, "k", segs), 1); /* the new version's own */
+    assert_int_equal(segs[0], 1);
+}
+
+static void test_target_node_dies_mid_copy(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t id;
+    uint32_t segs[8];
+    int n;
+    assert_int_equal(create(f, "k", MC_TASK_MOVE, "127.0.0.1:7011", "127.0.0.1:7012", NULL, &id),
+                     0);
+    take(f, 12, &n);
+    assert_int_equal(call(f, T0, MC__OP_UNMOUNT_SEGMENT, "qu", (uint64_t)12, 2u), 0);
+    int64_t err;
+    assert_int_equal(query(f, id, &err), MC_TASK_FAILED);
+    assert_int_equal(err, -ENODEV);
+    assert_int_equal(replicas(f, "k", segs), 1); /* no half replica, the source kept */
+    assert_int_equal(segs[0], 1);
+}
+
+static void test_a_failed_copy_fails_the_task(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t id;
+    uint32_t segs[8];
+    int n;
+    assert_int_equal(create(f, "k", MC_TASK_COPY, "", "127.0.0.1:7013", NULL, &id), 0);
+    uint64_t t = take(f, 13, &n);
+    done(f, 13, t, -EIO);
+    int64_t err;
+    assert_int_equal(query(f, id, &err), MC_TASK_FAILED);
+    assert_int_equal(err, -EIO);
+    assert_int_equal(replicas(f, "k", segs), 1);
+}
+
+/* A segment mounted again under its old id is on hold (writers of before
+ * may still write into its free space): no copy lands there. */
+static void test_no_copy_into_a_held_segment(void **state)
+{
+    fixture_t *f = *state;
+    const char *addr = "127.0.0.1:7013";
+    uint64_t id;
+    assert_int_equal(call(f, T0, MC__OP_UNMOUNT_SEGMENT, "qu", (uint64_t)13, 3u), 0);
+    assert_int_equal(call(f, T0, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)13, 3u, addr,
+                          (uint32_t)strlen(addr), (uint64_t)(16 << 20), "", 0u, 0u),
+                     0);
+    assert_int_equal(create(f, "k", MC_TASK_COPY, "", addr, NULL, &id), 0);
+    int64_t err;
+    assert_int_equal(query(f, id, &err), MC_TASK_FAILED);
+    assert_int_equal(err, -EAGAIN);
+}
+
+static void test_pending_limit(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t id;
+    int made = 0, rc;
+    while ((rc = create(f, "k", MC_TASK_COPY, "", "127.0.0.1:7012", NULL, &id)) == 0)
+        made++;
+    assert_int_equal(rc, -EBUSY);
+    assert_true(made >= MC_TASK_PENDING_MAX && made < MC_TASK_PENDING_MAX + 64);
+    assert_int_equal(query(f, id, NULL), MC_TASK_PENDING); /* the last one made */
+    /* The running copies end: the waiting tasks start at the next tick, and
+     * see the replica there. */
+    int n;
+    uint64_t ids[16];
+    while (take_all(f, 12, &n, ids))
+        while (n--)
+            done(f, 12, ids[n], 0);
+    mc__svc_tick(f->svc, T0 + 10);
+    assert_int_equal(query(f, id, NULL), MC_TASK_SUCCESS);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_copy_joins_the_same_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_move_survives_its_source, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_move_onto_a_replica_drops_the_source, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_new_version_during_copy_fails_the_task, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_target_node_dies_mid_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_failed_copy_fails_the_task, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_copy_into_a_held_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pending_limit, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
