@@ -202,6 +202,46 @@ def test_fallocate_gives_holes_space(store_mount, tmp_path):
     assert pread_file(q, 200 * MiB - 2, 2) == b"\0r"
 
 
+def test_gaps_left_by_parallel_writers_read_zeros(store_mount):
+    """Threads pwrite at random places past the end of one file at once
+    (through one descriptor and through their own), in a store whose free
+    space holds another file's bytes: every byte no write covered reads as
+    zeros, before and after the close."""
+    import random
+    import threading
+
+    m = store_mount("64M")
+    junk = m.p("junk")
+    with open(junk, "wb") as f:
+        f.write(b"\xaa" * (48 * MiB))
+    os.unlink(junk)
+    rng = random.Random(10)
+    slots = rng.sample(range(64), 32)
+    writes = [(k * 256 * 1024 + rng.randrange(100000), os.urandom(rng.randrange(1, 100000)))
+              for k in slots]
+    p = m.p("f")
+    shared = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+
+    def writer(part, own):
+        fd = os.open(p, os.O_RDWR) if own else shared
+        for off, data in part:
+            assert os.pwrite(fd, data, off) == len(data)
+        if own:
+            os.close(fd)
+
+    threads = [threading.Thread(target=writer, args=(writes[i::8], i % 2)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    want = bytearray(max(off + len(d) for off, d in writes))
+    for off, data in writes:
+        want[off:off + len(data)] = data
+    assert os.pread(shared, len(want) + 1, 0) == want
+    os.close(shared)
+    assert pread_file(p, 0, len(want) + 1) == want
+
+
 def write_sparse(path):
     """A file of 256 MiB with three runs of bytes between holes; returns
     {offset: bytes} of the runs."""
