@@ -87,6 +87,7 @@ typedef struct fs_ctx {
     int plus;
     char *out; /* readdir reply */
     size_t outlen;
+    /* Last, and not zeroed by fs_ctx_new() (empty strings): the keys. */
     char key[MC_KEY_MAX + 2];
     size_t klen;
     char key2[MC_KEY_MAX + 2];
@@ -153,6 +154,10 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
 /* How long the kernel may keep attributes st: the mount's timeout, 0 for a
  * hard-linked file. */
 double fs_attr_timeout(const fs_t *fs, const mc_stat_t *st);
+
+/* A subdirectory of the directory holding key (a child's key) comes or
+ * goes through this mount: its count of them is asked for again. */
+void fs_subdirs_changed(fs_t *fs, const char *key, size_t klen);
 
 /* Fills e for replying with inode in (attributes as fs_fill_attr()). */
 void fs_fill_entry(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct fuse_entry_param *e);
