@@ -113,8 +113,12 @@ static inline void reply_err(fuse_req_t req, int rc)
 fs_ctx_t *fs_ctx_new(fuse_req_t req, fs_inode_t *in);
 
 /* Frees c with its listing, data and readdir buffers and counts it out of
- * flight; does not reply. */
+ * flight (the context itself may be kept for the next request); does not
+ * reply. */
 void fs_ctx_free(fs_ctx_t *c);
+
+/* Frees the contexts fs_ctx_free() kept (at exit, after the store). */
+void fs_ctx_spares_free(fs_t *fs);
 
 /* Replies to c's request with rc (0: success) and frees c. */
 void fs_ctx_fail(fs_ctx_t *c, int rc);
