@@ -145,8 +145,10 @@ static void attr_stat_done(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
     fs_inode_t *in = c->in;
-    if (in->is_dir && rc == MC_LOOKUP_DIR)
+    if (in->is_dir && rc == MC_LOOKUP_DIR) {
         in->st = c->st;
+        in->counted_ns = fs_now_ns();
+    }
     if (in->is_dir)
         return attr_reply(c, rc == MC_LOOKUP_DIR ? &c->st : NULL);
     if (rc == -ENOENT && (!in->key || in->opens))
@@ -155,6 +157,45 @@ static void attr_stat_done(void *arg, int rc)
         return fs_ctx_fail(c, rc);
     in->st = c->st;
     attr_reply(c, &c->st);
+}
+
+static void attr_fetch(fs_ctx_t *c);
+
+/* A directory's marker was stat'ed: its attributes with the count of
+ * subdirectories known; without a marker (gone), a lookup after all. */
+static void attr_marker_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    fs_inode_t *in = c->in;
+    if (rc < 0) {
+        in->counted_ns = 0;
+        return attr_fetch(c);
+    }
+    c->st.nlink = in->st.nlink;
+    in->st = c->st;
+    attr_reply(c, &c->st);
+}
+
+/* Whether directory in's count of subdirectories is recent enough to
+ * answer with: within the attribute timeout since the master counted
+ * them, as the kernel keeps attributes that long (counting walks every
+ * key of the directory: it was most of the work of creating a file in a
+ * large one, since each create makes the kernel ask for the directory's
+ * attributes again). */
+static int subdirs_fresh(const fs_t *fs, const fs_inode_t *in)
+{
+    return in->counted_ns && in->st.version &&
+           (double)(fs_now_ns() - in->counted_ns) < fs->timeout * 1e9;
+}
+
+void fs_subdirs_changed(fs_t *fs, const char *key, size_t klen)
+{
+    size_t plen = klen;
+    while (plen > 0 && key[plen - 1] != '/')
+        plen--;
+    fs_inode_t *p = fs_inode_find(fs->it, plen ? key : "", plen ? plen - 1 : 0, 1);
+    if (p)
+        p->counted_ns = 0;
 }
 
 /* Replies to c->req with the inode's current attributes. */
@@ -166,7 +207,10 @@ static void attr_fetch(fs_ctx_t *c)
         return attr_reply(c, &in->st);
     if (in->ws && in->ws->state != WS_NONE)
         return attr_reply(c, &in->st);
-    if (in->ino == FUSE_ROOT_ID) { /* the master's LOOKUP of "/" is the root */
+    if (in->is_dir && in->ino != FUSE_ROOT_ID && subdirs_fresh(c->fs, in)) {
+        c->klen = marker_key(in, c->key);
+        rc = mc_stat_async(c->fs->store, c->key, c->klen, &c->st, attr_marker_done, c);
+    } else if (in->ino == FUSE_ROOT_ID) { /* the master's LOOKUP of "/" is the root */
         rc = mc_lookup_async(c->fs->store, "/", 1, '/', &c->st, attr_stat_done, c);
     } else if (in->is_dir) {
         rc = mc_lookup_async(c->fs->store, in->key, in->klen, '/', &c->st, attr_stat_done, c);

@@ -98,6 +98,12 @@ static void cur_open(fs_t *fs, fs_inode_t *in)
 void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version)
 {
     in->version = version;
+    /* The kernel holds the attributes it had while the file was written,
+     * where every byte up to the size takes space: a sparse file's
+     * st_blocks is asked for again (attributes only: no page is waited
+     * for). */
+    if (in->st.alloc < in->st.size)
+        fuse_lowlevel_notify_inval_inode(fs->se, in->ino, -1, 0);
     if (fs->direct_io)
         return;
     cur_set(fs, in, NULL);

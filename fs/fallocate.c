@@ -1,8 +1,9 @@
 /*
  * fallocate.c - a sparse file's holes: fallocate(2) on a file open for
- * writing (the default mode, FALLOC_FL_KEEP_SIZE, PUNCH_HOLE and
- * ZERO_RANGE making real holes), on the version in progress of the file's
- * writer (writers.h), as a write would; lseek(2)'s SEEK_DATA and SEEK_HOLE.
+ * writing (the default mode and FALLOC_FL_KEEP_SIZE filling holes with
+ * space, PUNCH_HOLE and ZERO_RANGE making real holes), on the version in
+ * progress of the file's writer (writers.h), as a write would; lseek(2)'s
+ * SEEK_DATA and SEEK_HOLE.
  */
 #include <errno.h>
 #include <linux/falloc.h>
@@ -13,33 +14,57 @@
 #include "fs_i.h"
 #include "writers.h"
 
-/* The zeros the default mode writes past the end, a piece at a time (in
- * .bss: never written). */
-static char zeros[1 << 20];
+/* The zeros the default mode writes into holes, a piece at a time (in
+ * .bss and never written: every page of it is the kernel's zero page, so
+ * it takes no memory). A hole up to this long gets its space in one
+ * request to the master: all of it, or none and ENOSPC. */
+static char zeros[64 << 20];
+
+/* What a request's context holds through the steps (fs_ctx_t's fields):
+ * c->off the next byte to look at, c->size the length to punch (PUNCH_HOLE,
+ * ZERO_RANGE), c->attr.st_size the size to grow to (0: none), c->st.size
+ * the size before (what an ENOSPC restores), c->st2.size the end of the
+ * range whose holes get space (the default mode), c->flags the error being
+ * reported while the size is restored. */
 
 static void falloc_step(void *arg, int rc);
 
+/* The next hole in [c->off, c->st2.size) of the version in progress, at
+ * most one piece of zeros long: its length (0: none) and start (*at). */
+static size_t falloc_hole(const fs_ctx_t *c, const mc_writer_t *w, uint64_t *at)
+{
+    uint64_t lim = c->st2.size;
+    int64_t h = (uint64_t)c->off < lim ? mc_writer_seek(w, (uint64_t)c->off, 1) : -ENXIO;
+    if (h < 0 || (uint64_t)h >= lim)
+        return 0;
+    int64_t d = mc_writer_seek(w, (uint64_t)h, 0);
+    uint64_t end = d < 0 || (uint64_t)d > lim ? lim : (uint64_t)d;
+    *at = (uint64_t)h;
+    return end - (uint64_t)h > sizeof(zeros) ? sizeof(zeros) : (size_t)(end - (uint64_t)h);
+}
+
 /* Punches [c->off, c->off + c->size) of the version in progress (a hole
- * reads as zeros), then grows it to c->attr.st_size (0: no growth): with
- * space (zeros written) in the default mode, a hole for ZERO_RANGE; one
- * writer operation at a time. */
+ * reads as zeros), then grows it to c->attr.st_size (0: no growth) with a
+ * hole, then gives the holes of [c->off, c->st2.size) space (zeros written
+ * into them: the default mode); one writer operation at a time. */
 static void falloc_next(fs_ctx_t *c)
 {
     fs_wstate_t *ws = c->in->ws;
-    uint64_t size = mc_writer_size(ws->w), end = (uint64_t)c->attr.st_size;
+    uint64_t size = mc_writer_size(ws->w), end = (uint64_t)c->attr.st_size, at;
+    size_t n;
     int rc;
     if (c->size) {
         rc = mc_writer_punch_async(ws->w, (uint64_t)c->off, c->size, falloc_step, c);
         c->size = 0;
-    } else if (end > size && (c->mode & FALLOC_FL_ZERO_RANGE)) {
+    } else if (end > size) {
         rc = mc_writer_truncate_async(ws->w, end, falloc_step, c);
         c->attr.st_size = 0;
-    } else if (end > size) {
-        size_t n = end - size < sizeof(zeros) ? (size_t)(end - size) : sizeof(zeros);
-        rc = mc_writer_write_async(ws->w, size, zeros, n, falloc_step, c);
+    } else if ((n = falloc_hole(c, ws->w, &at)) > 0) {
+        c->off = (off_t)(at + n);
+        rc = mc_writer_write_async(ws->w, at, zeros, n, falloc_step, c);
     } else {
         fs_ws_op_done(ws, 0);
-        return fs_ctx_fail(c, 0);
+        return fs_ctx_fail(c, c->flags);
     }
     if (rc < 0)
         falloc_step(c, rc);
@@ -48,8 +73,22 @@ static void falloc_next(fs_ctx_t *c)
 static void falloc_step(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
+    fs_wstate_t *ws = c->in->ws;
+    if (rc == -ENOSPC && c->st2.size && !c->flags) {
+        /* No space for a hole: the file keeps its size and its bytes (the
+         * holes filled so far read as zeros, as before), and its version
+         * goes on: as on Linux, a failed fallocate leaves the file usable. */
+        c->flags = rc; /* replied once the size is back */
+        c->st2.size = 0;
+        rc = 0;
+        if (mc_writer_size(ws->w) > c->st.size) {
+            rc = mc_writer_truncate_async(ws->w, c->st.size, falloc_step, c);
+            if (rc == 0)
+                return;
+        }
+    }
     if (rc < 0) {
-        fs_ws_op_done(c->in->ws, rc); /* fails the version, as a write does */
+        fs_ws_op_done(ws, rc); /* fails the version, as a write does */
         return fs_ctx_fail(c, rc);
     }
     falloc_next(c);
@@ -63,14 +102,21 @@ static void falloc_run(fs_waiter_t *w, int err)
         fs_ws_poison(ws, err);
     if (c->fh->err)
         return fs_ctx_fail(c, c->fh->err);
-    uint64_t size = mc_writer_size(ws->w);
-    uint64_t end = (uint64_t)c->off + c->size;
+    uint64_t size = mc_writer_size(ws->w), off = (uint64_t)c->off, end = c->st2.size, at;
+    int keep = (c->mode & FALLOC_FL_KEEP_SIZE) != 0;
+    c->st.size = size;
     /* Only the part inside the file needs clearing: past its end it reads
      * as zeros already. */
-    c->size = (uint64_t)c->off >= size ? 0 : (size_t)((end < size ? end : size) - (uint64_t)c->off);
-    if (!(c->mode & FALLOC_FL_KEEP_SIZE) && end > size)
+    if (c->size)
+        c->size = off >= size ? 0 : (size_t)((end < size ? end : size) - off);
+    if (!keep && end > size)
         c->attr.st_size = (off_t)end;
-    if (!c->size && !c->attr.st_size)
+    /* The default mode fills the holes of the range, inside the file's
+     * (new) size. */
+    c->st2.size = c->mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) ? 0
+                  : keep && end > size                                    ? size
+                                                                          : end;
+    if (!c->size && !c->attr.st_size && !falloc_hole(c, ws->w, &at))
         return fs_ctx_fail(c, 0); /* nothing changes */
     ws->dirty = 1;
     fs_ws_op_start(ws);
@@ -79,13 +125,15 @@ static void falloc_run(fs_waiter_t *w, int err)
 
 /*
  * fallocate(2) on a handle open for writing, in the version in progress.
- * The default mode grows the file with zeros written, which take their
- * space (or fail with ENOSPC); holes inside the file stay holes. With
- * FALLOC_FL_KEEP_SIZE it changes nothing (space past the end is not
- * reserved ahead). PUNCH_HOLE and ZERO_RANGE make the range inside the file
- * a hole (mc_writer_punch_async(): its whole allocation units give their
- * space back); ZERO_RANGE without KEEP_SIZE grows the file with a hole.
- * Other modes: EOPNOTSUPP.
+ * The default mode grows the file to the range's end (with a hole) and
+ * gives every hole of the range space (zeros written into it), so that a
+ * later write there needs none; or fails with ENOSPC, leaving the file's
+ * size and bytes as they were. FALLOC_FL_KEEP_SIZE does the same inside
+ * the file's size (space past the end is not reserved ahead). PUNCH_HOLE
+ * and ZERO_RANGE make the range inside the file a hole
+ * (mc_writer_punch_async(): its whole allocation units give their space
+ * back); ZERO_RANGE without KEEP_SIZE grows the file with a hole. Other
+ * modes: EOPNOTSUPP.
  */
 void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
                      struct fuse_file_info *fi)
@@ -103,9 +151,8 @@ void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t 
         return;
     c->mode = (mode_t)mode;
     c->off = off;
+    c->st2.size = (uint64_t)off + (uint64_t)len; /* the range's end, until falloc_run() */
     c->size = (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) ? (size_t)len : 0;
-    if (!c->size) /* the default mode clears nothing: only the end matters */
-        c->off = off + len;
     c->wait.run = falloc_run;
     fs_ws_need(fh->in->ws, &c->wait);
 }

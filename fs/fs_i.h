@@ -87,6 +87,7 @@ typedef struct fs_ctx {
     int plus;
     char *out; /* readdir reply */
     size_t outlen;
+    /* Last, and not zeroed by fs_ctx_new() (empty strings): the keys. */
     char key[MC_KEY_MAX + 2];
     size_t klen;
     char key2[MC_KEY_MAX + 2];
@@ -112,8 +113,12 @@ static inline void reply_err(fuse_req_t req, int rc)
 fs_ctx_t *fs_ctx_new(fuse_req_t req, fs_inode_t *in);
 
 /* Frees c with its listing, data and readdir buffers and counts it out of
- * flight; does not reply. */
+ * flight (the context itself may be kept for the next request); does not
+ * reply. */
 void fs_ctx_free(fs_ctx_t *c);
+
+/* Frees the contexts fs_ctx_free() kept (at exit, after the store). */
+void fs_ctx_spares_free(fs_t *fs);
 
 /* Replies to c's request with rc (0: success) and frees c. */
 void fs_ctx_fail(fs_ctx_t *c, int rc);
@@ -153,6 +158,10 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
 /* How long the kernel may keep attributes st: the mount's timeout, 0 for a
  * hard-linked file. */
 double fs_attr_timeout(const fs_t *fs, const mc_stat_t *st);
+
+/* A subdirectory of the directory holding key (a child's key) comes or
+ * goes through this mount: its count of them is asked for again. */
+void fs_subdirs_changed(fs_t *fs, const char *key, size_t klen);
 
 /* Fills e for replying with inode in (attributes as fs_fill_attr()). */
 void fs_fill_entry(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct fuse_entry_param *e);

@@ -37,6 +37,9 @@ typedef struct fs_inode {
     int cur_opening;            /* cur is being opened */
     struct fs_waiter *cur_wait; /* reads waiting for it */
     mc_stat_t st;               /* last known metadata */
+    int64_t counted_ns;         /* a directory: when the master last counted its
+                                   subdirectories (st.nlink); 0: never, or one of
+                                   them came or went through this mount since */
     struct fs_wstate *ws;       /* the shared writer of this file, if any */
     int opens;                  /* open file handles */
     struct fs_inode *by_ino_next, *by_key_next;

@@ -708,6 +708,7 @@ out:
         mc_store_close(fs.store);
         fs_ws_shutdown(&fs, 1); /* what was still in flight at shutdown */
     }
+    fs_ctx_spares_free(&fs);
     if (temp_dir[0])
         rmdir(temp_dir);
     if (fs.loop)

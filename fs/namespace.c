@@ -27,6 +27,8 @@ static void empty_done(void *arg, int rc)
     if (rc < 0)
         return fs_ctx_fail(c, rc);
     int is_dir = c->kind;
+    if (is_dir)
+        fs_subdirs_changed(c->fs, c->key, c->klen);
     fs_inode_t *in = fs_inode_ref(c->fs->it, c->key, c->klen, is_dir);
     if (!in)
         return fs_ctx_fail(c, -ENOMEM);
@@ -90,6 +92,8 @@ static void make_empty(fuse_req_t req, fuse_ino_t parent, const char *name, mode
     c->mode = mode;
     c->attr.st_rdev = rdev;
     c->kind = is_dir;
+    if (is_dir) /* and again when done: a count taken meanwhile lacks it */
+        fs_subdirs_changed(c->fs, c->key, c->klen);
     fs_new_owner(c, parent, is_dir);
     int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, empty_looked_up, c);
     if (rc < 0)
@@ -131,6 +135,7 @@ static void rmdir_done(void *arg, int rc)
         return fs_ctx_fail(c, rc);
     if (in)
         fs_inode_unlink(c->fs->it, in);
+    fs_subdirs_changed(c->fs, c->key, c->klen);
     reply_err(c->req, 0);
     fs_ctx_free(c);
 }
@@ -140,6 +145,7 @@ void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
     fs_ctx_t *c = fs_ctx_new(req, NULL);
     if (!c || fs_child_key(c, parent, name, c->key, &c->klen) < 0)
         return;
+    fs_subdirs_changed(c->fs, c->key, c->klen);
     memcpy(c->key2, c->key, c->klen);
     c->key2[c->klen] = '/';
     c->klen2 = c->klen + 1;
@@ -180,6 +186,8 @@ static void rename_done(void *arg, int rc)
         return fs_ctx_fail(c, rc);
     int is_dir = c->kind == MC_LOOKUP_DIR;
     size_t flen = c->klen, tlen = c->klen2;
+    fs_subdirs_changed(fs, c->key, flen);
+    fs_subdirs_changed(fs, c->key2, tlen);
     /* The replaced destination's inodes lose their key. */
     fs_inode_t *dst = fs_inode_find(fs->it, c->key2, tlen, 0);
     if (dst) {
@@ -249,6 +257,8 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
     if (!c || fs_child_key(c, parent, name, c->key, &c->klen) < 0 ||
         fs_child_key(c, newparent, newname, c->key2, &c->klen2) < 0)
         return;
+    fs_subdirs_changed(c->fs, c->key, c->klen);
+    fs_subdirs_changed(c->fs, c->key2, c->klen2);
     c->flags = (int)flags;
     int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, rename_src_looked_up, c);
     if (rc < 0)

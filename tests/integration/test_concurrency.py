@@ -112,3 +112,31 @@ def test_readers_see_old_or_new_never_a_mix(store_mount, cache):
             t.join()
     assert reads[0] >= 40
     assert not bad, bad[:5]
+
+
+def test_who_publishes_a_close(mnt):
+    """The close of a descriptor publishes only for a process that opened
+    the file for writing or wrote to it (SEMANTICS, "Who publishes"): a
+    forked child closing what it inherited publishes nothing, a thread of
+    the writing process does; other clients see the file only then."""
+    p = mnt.p("f")
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(fd, b"half")
+    child = os.fork()
+    if child == 0:  # the child: close what it inherited, and go
+        os.close(fd)
+        os._exit(0)
+    assert os.waitpid(child, 0)[1] == 0
+    assert cli(mnt.store_addr, "get", "f").stdout == b""  # not published
+    done = []
+
+    def close_in_thread():
+        os.write(fd, b" and the rest")
+        os.close(fd)
+        done.append(1)
+
+    t = threading.Thread(target=close_in_thread)
+    t.start()
+    t.join()
+    assert done == [1]
+    assert cli(mnt.store_addr, "get", "f").stdout == b"half and the rest"

@@ -1,7 +1,8 @@
 """Sparse files (issue 10): a hole takes no space in the store and reads as
 zeros, through a real mount, embedded and in a cluster: one byte far past
 the store's size, `cp --sparse=always`, a hole filled by a later write,
-truncate growing a file, fallocate's PUNCH_HOLE, st_blocks and `du`,
+truncate growing a file, fallocate's PUNCH_HOLE, fallocate giving holes
+space (or ENOSPC, changing nothing), st_blocks and `du`,
 lseek's SEEK_DATA and SEEK_HOLE; in a
 cluster a sparse file survives a restart of the master and, replicated on
 two nodes, the death of one of them."""
@@ -9,6 +10,8 @@ two nodes, the death of one of them."""
 import errno
 import os
 import subprocess
+
+import pytest
 
 from harness import cli, cli_stats, wait_for
 from test_space import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fallocate
@@ -130,6 +133,113 @@ def test_holes_through_cp_writes_truncate_and_punch(store_mount, tmp_path):
     out = tmp_path / "out"
     subprocess.run(["cp", "--sparse=always", p, str(out)], check=True)
     subprocess.run(["cmp", p, str(out)], check=True)
+
+
+def fill_store(m, tmp_path, leave):
+    """Puts one object that leaves `leave` bytes of the store of mount m
+    free (through the C API: exactly its size, no headroom)."""
+    st = cli_stats(m.store_addr)
+    filler = tmp_path / "filler"
+    filler.write_bytes(b"f" * (st["total_bytes"] - st["used_bytes"] - leave))
+    r = cli(m.store_addr, "put", "filler", str(filler))
+    assert r.returncode == 0, r.stderr
+
+
+def test_fallocate_gives_holes_space(store_mount, tmp_path):
+    """fallocate's default mode (and KEEP_SIZE inside the file) gives a
+    sparse range space: SEEK_HOLE finds no hole there any more, st_blocks
+    covers it, and writes into it succeed in a store that is full
+    meanwhile. When the store cannot hold the range, fallocate fails with
+    ENOSPC and nothing changes: size, bytes, blocks, and the file still
+    writable and published at close."""
+    m = store_mount("64M")
+    p = m.p("f")
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+    os.pwrite(fd, b"a" * 4096, 0)
+    os.ftruncate(fd, 16 * MiB)
+    os.close(fd)
+    before = blocks(p)
+    assert before <= 64 * 1024
+
+    fd = os.open(p, os.O_RDWR)
+    fallocate(fd, 0, 4 * MiB, 8 * MiB)
+    fallocate(fd, FALLOC_FL_KEEP_SIZE, 14 * MiB, 4 * MiB)  # past the end: only up to it
+    assert os.fstat(fd).st_size == 16 * MiB
+    assert os.lseek(fd, 4 * MiB, os.SEEK_HOLE) >= 12 * MiB
+    assert os.lseek(fd, 14 * MiB, os.SEEK_HOLE) == 16 * MiB
+    assert os.lseek(fd, 4096, os.SEEK_HOLE) < 4 * MiB  # a hole outside stays
+    fill_store(m, tmp_path, 256 * 1024)  # less than any range left
+    data = os.urandom(8 * MiB)
+    assert os.pwrite(fd, data, 4 * MiB) == 8 * MiB
+    assert os.pwrite(fd, data[:2 * MiB], 14 * MiB) == 2 * MiB
+    os.close(fd)
+    after = blocks(p)
+    assert after - before >= 10 * MiB
+    assert pread_file(p, 0, 4 * MiB) == b"a" * 4096 + bytes(4 * MiB - 4096)
+    assert pread_file(p, 4 * MiB, 8 * MiB) == data
+    assert pread_file(p, 12 * MiB, 2 * MiB) == bytes(2 * MiB)
+    assert pread_file(p, 14 * MiB, 4 * MiB) == data[:2 * MiB]
+
+    # No room: ENOSPC, and the file as it was.
+    r = cli(m.store_addr, "rm", "filler")
+    assert r.returncode == 0, r.stderr
+    q = m.p("q")
+    fd = os.open(q, os.O_CREAT | os.O_RDWR, 0o644)
+    os.pwrite(fd, b"q" * 100, 0)
+    os.ftruncate(fd, 200 * MiB)
+    for mode, off, length in ((0, 0, 100 * MiB), (FALLOC_FL_KEEP_SIZE, 0, 300 * MiB),
+                              (0, 150 * MiB, 300 * MiB)):
+        with pytest.raises(OSError) as e:
+            fallocate(fd, mode, off, length)
+        assert e.value.errno == errno.ENOSPC
+        assert os.fstat(fd).st_size == 200 * MiB
+        assert os.lseek(fd, 0, os.SEEK_HOLE) < MiB
+    assert os.pwrite(fd, b"r", 200 * MiB - 1) == 1
+    os.close(fd)
+    assert os.stat(q).st_size == 200 * MiB
+    assert blocks(q) <= 64 * 1024
+    assert pread_file(q, 0, 200) == b"q" * 100 + bytes(100)
+    assert pread_file(q, 200 * MiB - 2, 2) == b"\0r"
+
+
+def test_gaps_left_by_parallel_writers_read_zeros(store_mount):
+    """Threads pwrite at random places past the end of one file at once
+    (through one descriptor and through their own), in a store whose free
+    space holds another file's bytes: every byte no write covered reads as
+    zeros, before and after the close."""
+    import random
+    import threading
+
+    m = store_mount("64M")
+    junk = m.p("junk")
+    with open(junk, "wb") as f:
+        f.write(b"\xaa" * (48 * MiB))
+    os.unlink(junk)
+    rng = random.Random(10)
+    slots = rng.sample(range(64), 32)
+    writes = [(k * 256 * 1024 + rng.randrange(100000), os.urandom(rng.randrange(1, 100000)))
+              for k in slots]
+    p = m.p("f")
+    shared = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+
+    def writer(part, own):
+        fd = os.open(p, os.O_RDWR) if own else shared
+        for off, data in part:
+            assert os.pwrite(fd, data, off) == len(data)
+        if own:
+            os.close(fd)
+
+    threads = [threading.Thread(target=writer, args=(writes[i::8], i % 2)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    want = bytearray(max(off + len(d) for off, d in writes))
+    for off, data in writes:
+        want[off:off + len(data)] = data
+    assert os.pread(shared, len(want) + 1, 0) == want
+    os.close(shared)
+    assert pread_file(p, 0, len(want) + 1) == want
 
 
 def write_sparse(path):

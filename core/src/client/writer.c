@@ -356,6 +356,10 @@ static void w_reserve(op_t *o)
         if (to > (uint64_t)INT64_MAX)
             to = end; /* no headroom past the largest file */
     }
+    /* The others wait for the layout this grow gets: one that asked for
+     * space meanwhile could be handed the gap this one leaves, which
+     * nobody would zero (test_writer_gaps). */
+    w->filling = o;
     w_grow(o, from, to - from, 0, w_have_space);
 }
 

@@ -1,0 +1,249 @@
+/*
+ * test_writer_gaps.c - writes in flight together on one streaming writer
+ * (mc_writer_t) of a real embedded store, past its end: every byte no write
+ * covers reads as zeros, never as what the segment's space held before.
+ *
+ * The writes are issued from the store's loop thread in one go, so that
+ * each one's request for space to the master goes out before any answer
+ * comes back: the order in which a writer learns its layout then differs
+ * from the order it asked. The freed space is full of 0xaa first, so that
+ * zeros must be written, not found.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mooncake/mooncake.h"
+#include "unit.h"
+
+#define MiB (1024 * 1024)
+#define SEG (8 * MiB)
+#define NW 8 /* writes in flight together */
+
+/* Operations of one batch, waited for together. */
+typedef struct batch {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int left;       /* callbacks still to come */
+    int rc[NW + 1]; /* each operation's result */
+} batch_t;
+
+typedef struct slot {
+    batch_t *b;
+    int i;
+} slot_t;
+
+static void batch_init(batch_t *b, int n)
+{
+    memset(b, 0, sizeof(*b));
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    b->left = n;
+}
+
+static void slot_done(void *arg, int rc)
+{
+    slot_t *sl = arg;
+    batch_t *b = sl->b;
+
+    pthread_mutex_lock(&b->mu);
+    b->rc[sl->i] = rc;
+    b->left--;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* Waits (at most 10 s) until every operation of b called back. */
+static void batch_wait(batch_t *b)
+{
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    pthread_mutex_lock(&b->mu);
+    while (b->left > 0)
+        if (pthread_cond_timedwait(&b->cv, &b->mu, &until) == ETIMEDOUT)
+            break;
+    int left = b->left;
+    pthread_mutex_unlock(&b->mu);
+    assert_int_equal(left, 0);
+}
+
+/* The writes of one round: issued together on the loop thread. */
+typedef struct round {
+    mc_writer_t *w;
+    int n;
+    uint64_t off[NW];
+    size_t len[NW];
+    const char *buf;
+    slot_t sl[NW];
+    batch_t b;
+} round_t;
+
+static void issue(void *arg)
+{
+    round_t *r = arg;
+
+    for (int i = 0; i < r->n; i++) {
+        int rc = mc_writer_write_async(r->w, r->off[i], r->buf + r->off[i], r->len[i], slot_done,
+                                       &r->sl[i]);
+        if (rc < 0)
+            slot_done(&r->sl[i], rc);
+    }
+}
+
+/* Leaves the segment's free space full of 0xaa (what a version removed
+ * but still leased holds stays so until its lease runs out). */
+static void dirty(mc_store_t *s)
+{
+    mc_space_t sp;
+
+    assert_int_equal(mc_statfs(s, &sp), 0);
+    size_t len = (size_t)(sp.total - sp.used);
+    char *junk = malloc(len);
+    memset(junk, 0xaa, len);
+    assert_int_equal(mc_put(s, "junk", 4, junk, len, NULL), 0);
+    assert_int_equal(mc_remove(s, "junk", 4, 0), 0);
+    free(junk);
+}
+
+static mc_writer_t *open_writer(mc_store_t *s)
+{
+    batch_t b;
+    slot_t sl = {&b, 0};
+    mc_writer_t *w = NULL;
+
+    batch_init(&b, 1);
+    assert_int_equal(mc_writer_open_async(s, "f", 1, NULL, NULL, &w, slot_done, &sl), 0);
+    batch_wait(&b);
+    assert_int_equal(b.rc[0], 0);
+    return w;
+}
+
+/* Runs r's writes together, then checks that the writer holds want[0,
+ * end) (the bytes written, zeros elsewhere), read back and published. */
+static void run_round(mc_store_t *s, round_t *r, const char *want, size_t end)
+{
+    batch_init(&r->b, r->n);
+    for (int i = 0; i < r->n; i++)
+        r->sl[i] = (slot_t){&r->b, i};
+    assert_int_equal(mc_loop_post(mc_store_loop(s), issue, r), 0);
+    batch_wait(&r->b);
+    for (int i = 0; i < r->n; i++)
+        assert_int_equal(r->b.rc[i], (int)r->len[i]);
+    assert_cmp(mc_writer_size(r->w), ==, end);
+
+    char *got = malloc(end);
+    batch_t b;
+    slot_t sl = {&b, 0};
+    batch_init(&b, 1);
+    memset(got, 0x55, end);
+    assert_int_equal(mc_writer_read_async(r->w, 0, got, end, slot_done, &sl), 0);
+    batch_wait(&b);
+    assert_int_equal(b.rc[0], (int)end);
+    for (size_t i = 0; i < end; i++)
+        if (got[i] != want[i])
+            fail_msg("byte %zu is 0x%02x, not 0x%02x", i, (unsigned char)got[i],
+                     (unsigned char)want[i]);
+    batch_init(&b, 1);
+    assert_int_equal(mc_writer_commit_async(r->w, NULL, slot_done, &sl), 0);
+    batch_wait(&b);
+    assert_int_equal(b.rc[0], 0);
+    memset(got, 0x55, end);
+    assert_int_equal(mc_get(s, "f", 1, 0, got, end, NULL), (int)end);
+    assert_memory_equal(got, want, end);
+    assert_int_equal(mc_remove(s, "f", 1, MC_REMOVE_FORCE), 0); /* its read lease too */
+    free(got);
+}
+
+/* A write past the reserved space and, before the master answered it, a
+ * write into the gap it leaves: the second one's space is handed out after
+ * the first's, and whatever of it lies around what it writes is zeroed. */
+static void test_write_into_a_gap_being_reserved(void **state)
+{
+    mc_store_t *s = *state;
+    char *data = malloc(3 * MiB), *want = calloc(1, 3 * MiB);
+    round_t r = {.n = 3, .off = {2 * MiB, 64 * 1024, MiB + 7}, .len = {4096, 4096, 100}};
+
+    for (size_t i = 0; i < 3 * MiB; i++)
+        data[i] = (char)(i % 251 + 1);
+    for (int i = 0; i < r.n; i++)
+        memcpy(want + r.off[i], data + r.off[i], r.len[i]);
+    dirty(s);
+    r.w = open_writer(s);
+    r.buf = data;
+    run_round(s, &r, want, 2 * MiB + 4096);
+    free(data);
+    free(want);
+}
+
+/* Rounds of writes at random places past the end, in flight together. */
+static void test_random_writes_in_flight_past_the_end(void **state)
+{
+    mc_store_t *s = *state;
+    size_t span = 6 * MiB, slot = span / 48;
+    char *data = malloc(span), *want = malloc(span);
+
+    rng_state = 0x9e3779b97f4a7c15ULL;
+    for (size_t i = 0; i < span; i++)
+        data[i] = (char)(i % 253 + 1);
+    for (int round = 0; round < 40; round++) {
+        round_t r = {.n = NW, .buf = data};
+        int used[48] = {0};
+        size_t end = 0;
+        memset(want, 0, span);
+        for (int i = 0; i < NW; i++) {
+            int k;
+            do
+                k = (int)(rnd() % 48);
+            while (used[k]);
+            used[k] = 1;
+            r.off[i] = (uint64_t)k * slot + rnd() % (slot / 2);
+            r.len[i] = 1 + rnd() % (slot / 2);
+            memcpy(want + r.off[i], data + r.off[i], r.len[i]);
+            if (r.off[i] + r.len[i] > end)
+                end = r.off[i] + r.len[i];
+        }
+        dirty(s);
+        r.w = open_writer(s);
+        run_round(s, &r, want, end);
+    }
+    free(data);
+    free(want);
+}
+
+static int setup(void **state)
+{
+    mc_store_opts_t o;
+    mc_store_t *s = NULL;
+
+    mc_store_opts_init(&o);
+    o.segment_size = SEG;
+    o.lease_ms = 1; /* a round's version, read and removed, frees its space at once */
+    assert_int_equal(mc_store_open(&s, &o), 0);
+    *state = s;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    mc_store_close(*state);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_write_into_a_gap_being_reserved, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_random_writes_in_flight_past_the_end, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
