@@ -5,9 +5,10 @@ node's mapped over shared memory; an async caller shares the copy with the
 store's loop thread), or has the loop thread read it into the result when
 the node is reached over a socket. Each must give exactly the value put,
 sync and async, one key or a batch, bytes or a Buffer, also while another
-client replaces the key. Real processes: a master and nodes on loopback,
-one of them without shared memory (--no-shm), and an embedded
-mooncake-fs daemon reached through its Unix socket."""
+client replaces the key; and the mount backend's reads of the same values.
+Real processes: a master and nodes on loopback, one of them without shared
+memory (--no-shm), and embedded mooncake-fs daemons (a mount, and one
+reached through its Unix socket)."""
 
 import asyncio
 import os
@@ -57,8 +58,12 @@ async def test_large_gets_from_shared_memory_and_over_tcp(make_cluster, procs, m
 
 
 @pytest.mark.asyncio
-async def test_large_gets_embedded(make_store):
-    s = make_store("direct")
+@pytest.mark.parametrize("mode", ["direct", "mount"])
+async def test_large_gets_embedded_and_on_the_mount_backend(make_store, mode):
+    # Embedded: views of the store's own segment. The mount backend reads a
+    # file of up to 64 KiB with the GIL released once, a larger one straight
+    # into its bytes. The same values either way.
+    s = make_store(mode)
     vals = values()
     assert s.upsert_batch(list(vals), list(vals.values())) == 0
     await check_all(s, vals)
