@@ -7,13 +7,13 @@ column but the last reads them from there:
 
   native    MooncakeDistributedStoreAsync.async_get on the direct backend,
             a pure client of the daemon's store over its --listen Unix
-            socket (the bytes cross that socket: the daemon's embedded
-            segment is not offered for mapping), futures resolved from an
-            eventfd on the event loop;
+            socket, through which it maps the daemon's segment (shared
+            memory: the bytes do not cross the socket), futures resolved
+            from an eventfd on the event loop;
   executor  what Mooncake's async wrapper does: loop.run_in_executor() of the
             sync get() per call, same client;
-  mount     async_get on the mount backend: aiofiles (one executor hop per
-            get) through the daemon's mount;
+  mount     async_get on the mount backend (one hop per get to its own
+            threads) through the daemon's mount;
   in-proc   for reference only (no ratio): native async_get on an embedded
             store in this process, which no other process can reach.
 

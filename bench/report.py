@@ -395,7 +395,7 @@ def python_section(r):
         "Python async_get (bench/python_async.py, one run)",
         "Like with like: native, executor and mount read the same bytes from one "
         "mooncake-fs daemon (native and executor as a pure client over its Unix "
-        "socket, mount through its FUSE mount with aiofiles); in-process is an "
+        "socket, mount through its FUSE mount with the mount backend); in-process is an "
         "embedded store in the Python process, for reference (ops/s, 32 in flight).",
         ["value", "native", "executor", "mount", "in-process", "native / executor",
          "native / mount"], rows)

@@ -98,6 +98,10 @@ static void open_done(void *arg, int rc)
     } else {
         fs_cache_open(c->fs, in, fh, c->kind == 1, &c->fi);
     }
+    /* A read-only handle has nothing to publish at close (fs_op_flush()
+     * answers 0 at once): the kernel skips FLUSH, one round trip of every
+     * open-read-close (FOPEN_NOFLUSH). */
+    c->fi.noflush = !fh->writable;
     fs_view_publish_fh(c->fs, fh); /* before the kernel can read through it */
     in->st = *st;
     if (c->kind == 1) {

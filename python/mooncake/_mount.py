@@ -3,14 +3,17 @@
 A key is a path under the mount point (key "a/b" is MOUNT/a/b). Writes go to
 a temporary name in the same directory and are renamed into place: put()
 with RENAME_NOREPLACE (write-once: an existing key keeps its value), upsert()
-with os.replace(). Each async method is one executor hop (aiofiles' wrap() of
-the sync method), whatever files it touches.
+with os.replace(). Each async method is one hop to the backend's own threads
+(_Offload) running the sync method, whatever files it touches; results come
+back to the event loop in batches.
 """
 
+import asyncio
 import ctypes
 import errno
 import itertools
 import os
+import queue
 import stat
 import threading
 
@@ -33,6 +36,11 @@ NATIVE = (
     "read_ranges", "put", "put_parts", "put_batch", "put_from", "put_from_batch",
     "exist", "exist_batch", "size", "remove", "remove_batch",
 )
+
+try:  # the whole of a small get in one call without the GIL
+    from ._store import read_file as _read_file
+except ImportError:  # the extension is not built: os calls do it
+    _read_file = None
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _renameat2 = getattr(_libc, "renameat2", None)
@@ -85,10 +93,9 @@ class MountBackend:
         self._regions = {}  # start address -> (length, object kept alive or None)
         self._lock = threading.Lock()
         self._seq = itertools.count()
-        from aiofiles.os import wrap  # the async methods need aiofiles
-
+        self._offload = _Offload()
         for name in NATIVE:
-            setattr(self, "a_" + name, wrap(getattr(self, name)))
+            setattr(self, "a_" + name, self._offload.wrap(getattr(self, name)))
 
     # ---- keys and memory ----
 
@@ -198,10 +205,42 @@ class MountBackend:
             os.close(fd)
 
     def get(self, key):
+        """The object's bytes, read straight into the bytes returned: one
+        read of size + 1 bytes (a longer answer means it grew meanwhile,
+        which a version of the mount never does; a shorter one is read on
+        from) instead of _read()'s buffer and copy. With the extension, in
+        one call that releases the GIL once or twice (_read_file)."""
         try:
-            return bytes(self._read(key))
-        except (OSError, _BadKey):
+            path = self._path(key)
+        except _BadKey:
             return b""
+        if _read_file is not None:
+            r = _read_file(path, _RDONLY)
+            if not isinstance(r, int):
+                return r
+            if r != -errno.EAGAIN:
+                return b""
+        try:
+            fd = os.open(path, _RDONLY)
+        except OSError:
+            return b""
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return b""
+            data = os.read(fd, st.st_size + 1)
+            if len(data) == st.st_size:
+                return data
+            parts = [data]
+            more = os.read(fd, 1 << 20)
+            while more:
+                parts.append(more)
+                more = os.read(fd, 1 << 20)
+            return b"".join(parts)
+        except OSError:
+            return b""
+        finally:
+            os.close(fd)
 
     def get_buffer(self, key):
         try:
@@ -475,12 +514,105 @@ class MountBackend:
         return 0
 
     def close(self):
+        self._offload.close()
         with self._lock:
             self._regions.clear()
             pins, self._pins = getattr(self, "_pins", set()), set()
         for fd in pins:
             os.close(fd)
         return 0
+
+
+class _Offload:
+    """Runs the blocking calls of async methods on a few threads of their own.
+
+    One hop per call, as run_in_executor() gives, without its per-call
+    costs: a call is a tuple on a SimpleQueue that an idle thread takes (no
+    concurrent.futures.Future to chain to the asyncio one), and the results
+    that threads finish meanwhile go back to their event loop together, one
+    call_soon_threadsafe() per batch rather than a wake-up of the loop per
+    call. Any number of event loops may use it. A cancelled call still runs
+    (like an executor's); its result is dropped."""
+
+    THREADS = 4
+
+    def __init__(self):
+        self._jobs = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._done = {}  # event loop -> [(future, result, exception)]; guarded by _lock
+        self._threads = []
+        self._closed = False
+
+    def wrap(self, fn):
+        def call(*args):
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
+            if not self._threads:
+                self._start_threads()
+            with self._lock:
+                if not self._closed:
+                    self._jobs.put((loop, fut, fn, args))
+                    return fut
+            try:  # closed (a call racing close()): run it here
+                fut.set_result(fn(*args))
+            except Exception as e:  # noqa: BLE001 (the caller's, as from a thread)
+                fut.set_exception(e)
+            return fut
+
+        call.__name__ = call.__qualname__ = fn.__name__
+        return call
+
+    def _start_threads(self):
+        """Starts the threads, all at the first call (a fixed count)."""
+        with self._lock:
+            if self._closed or self._threads:
+                return
+            self._threads = [threading.Thread(target=self._work, name="mooncake-mount", daemon=True)
+                             for _ in range(self.THREADS)]
+            for t in self._threads:
+                t.start()
+
+    def _work(self):
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            loop, fut, fn, args = job
+            try:
+                res, exc = fn(*args), None
+            except BaseException as e:  # handed to the caller, as an executor does
+                res, exc = None, e
+            with self._lock:
+                batch = self._done.setdefault(loop, [])
+                batch.append((fut, res, exc))
+                first = len(batch) == 1
+            if first:
+                try:
+                    loop.call_soon_threadsafe(self._deliver, loop)
+                except RuntimeError:  # the loop is closed: nobody waits
+                    with self._lock:
+                        self._done.pop(loop, None)
+
+    def _deliver(self, loop):
+        with self._lock:
+            batch = self._done.pop(loop, [])
+        for fut, res, exc in batch:
+            if fut.cancelled():
+                continue
+            if exc is None:
+                fut.set_result(res)
+            else:
+                fut.set_exception(exc)
+
+    def close(self):
+        """Stops the threads once the calls queued before have run."""
+        with self._lock:
+            self._closed, threads = True, self._threads
+            for _ in threads:
+                self._jobs.put(None)  # after every call queued before
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join()
 
 
 def _unlink_quietly(path):

@@ -1,11 +1,20 @@
 /*
  * _store_group.c - requests in flight. A request is a group of one or more
  * ops; each op is one chain of async library calls that runs on the store's
- * loop thread (a whole-object get is "read the first bytes and the size, then
- * the rest", chained on the loop thread, so a get costs one hand-off whatever
- * its size). When the last op of a group is done the group completes: a sync
- * caller waiting with the GIL released wakes up, or the group is queued on
- * its Completer (_store_completer.c) for the event loop.
+ * loop thread (a whole-object get is "read the first bytes and the size,
+ * then open the version", chained on the loop thread). When the last op of a
+ * group is done the group completes: a sync caller waiting with the GIL
+ * released wakes up, or the group is queued on its Completer
+ * (_store_completer.c) for the event loop.
+ *
+ * A get larger than its first read is opened (the handle pins the version)
+ * and, when its bytes lie in this process's memory (the store's own segment,
+ * or a co-located node's mapped over shared memory: mc_obj_view()), copied
+ * once by the caller's thread into a result allocated at its final size
+ * (mcpy_group_feed()): sync callers in several threads copy in parallel, and
+ * an event loop's one thread shares a large group with the loop thread (the
+ * group then comes back once more). Elsewhere (TCP, RDMA) the loop thread
+ * reads the bytes into that result instead (also one more turn).
  *
  * Ownership: a group holds strong references to the keys, the value and
  * target objects (and their Py_buffer exports), the future, the Completer and
@@ -24,10 +33,16 @@
 /* Called once per group, on whichever thread finished its last op. */
 static void group_done(group_t *g)
 {
-    mcpy_store_leave(g->store);
+    StoreObject *store = g->store;
     if (g->comp) {
+        /* Queued before it stops counting as in flight: close() waits for
+         * nothing in flight and then drains, and must find it. (The group
+         * may be freed at once, but its store cannot: Store_dealloc() waits
+         * for this leave.) */
         mcpy_completer_push(g->comp, g);
+        mcpy_store_leave(store);
     } else {
+        mcpy_store_leave(store);
         pthread_mutex_lock(&g->mu);
         g->done = 1;
         pthread_cond_signal(&g->cv);
@@ -47,16 +62,22 @@ static void op_cb(void *arg, int r);
 
 /* Starts the library call for the op's current phase. Returns 0 (op_cb will
  * run) or -errno (it will not). */
+/* K_GET's phases: the first read (which gives the size), the open of a
+ * larger object, and its reads when it has no views. */
+enum { GET_FIRST, GET_OPEN, GET_READ };
+
 static int op_issue(op_t *o)
 {
     mc_store_t *s = o->g->store->s;
     size_t n;
     switch (o->kind) {
     case K_GET:
-        if (o->phase == 0)
+        if (o->phase == GET_FIRST)
             return mc_get_async(s, o->key, o->klen, 0, o->buf, o->cap, &o->st, op_cb, o);
+        if (o->phase == GET_OPEN)
+            return mc_obj_open_async(s, o->key, o->klen, &o->obj, op_cb, o);
         n = o->len - o->off < READ_CHUNK ? o->len - o->off : READ_CHUNK;
-        return mc_get_async(s, o->key, o->klen, o->off, o->dst + o->off, n, &o->st, op_cb, o);
+        return mc_obj_read_async(o->obj, o->off, o->dst + o->off, n, op_cb, o);
     case K_GET_INTO:
         if (o->phase == 0)
             return mc_stat_async(s, o->key, o->klen, &o->st, op_cb, o);
@@ -79,59 +100,70 @@ static int op_issue(op_t *o)
     return -EINVAL;
 }
 
-/* K_GET: decides what follows a read. Returns 1 to issue the next read, 0
- * when the op is finished with *r set. */
+/* K_GET: collects where the open version's bytes lie in this process's
+ * memory. Returns 0, or -1 when some are elsewhere (or in too many pieces):
+ * then nothing is kept. Loop thread. */
+static int get_views(op_t *o)
+{
+    size_t cap = 0;
+    for (uint64_t off = 0; off < o->len;) {
+        const void *p;
+        int64_t n = mc_obj_view(o->obj, off, o->len - off, &p);
+        if (n <= 0 || (size_t)o->nviews == GET_MAX_VIEWS)
+            goto elsewhere;
+        if ((size_t)o->nviews == cap) {
+            cap = cap ? 2 * cap : 4;
+            struct iovec *nv = realloc(o->views, cap * sizeof(*nv));
+            if (!nv)
+                goto elsewhere;
+            o->views = nv;
+        }
+        o->views[o->nviews++] = (struct iovec){(void *)p, (size_t)n};
+        off += (uint64_t)n;
+    }
+    return 0;
+elsewhere:
+    free(o->views);
+    o->views = NULL;
+    o->nviews = 0;
+    return -1;
+}
+
+/* K_GET: decides what follows a step. Returns 1 to issue the next one, 0
+ * when the op is finished (for now) with *r set. */
 static int get_step(op_t *o, int *r)
 {
-    if (o->phase == 0) {
+    switch (o->phase) {
+    case GET_FIRST:
         if (o->st.size <= o->cap) {
             o->len = o->st.size;
             *r = 0;
             return 0;
         }
+        o->phase = GET_OPEN; /* the version read so far may be replaced: pin one */
+        return 1;
+    case GET_OPEN:
+        o->st = *mc_obj_stat(o->obj);
         if (o->st.size > SIZE_MAX || o->st.size > PY_SSIZE_T_MAX) {
             *r = -EFBIG;
             return 0;
         }
         o->len = o->st.size;
-        o->version = o->st.version;
-        if (o->g->rk == R_BYTES) {
-            /* Python allocates the bytes object, then the rest is read into
-             * it (mcpy_group_feed()): one copy, no transient buffer. */
-            o->need = 1;
-            *r = 0;
+        /* The caller copies from the views, or gives the memory to read into. */
+        o->need = get_views(o) < 0 && o->len > 0;
+        *r = 0;
+        return 0;
+    default: /* GET_READ */
+        if (*r == 0) {
+            *r = -EIO; /* an open version cannot shrink */
             return 0;
         }
-        char *nb = realloc(o->buf, o->st.size);
-        if (!nb) {
-            *r = -ENOMEM;
-            return 0;
-        }
-        o->buf = o->dst = nb;
-        o->cap = o->st.size;
-        o->off = (uint64_t)*r;
-        o->phase = 1;
-        return 1;
-    }
-    if (o->st.version != o->version) {
-        /* Replaced between reads: start again with the new size. */
-        if (++o->tries >= GET_MAX_TRIES) {
-            *r = -EIO; /* replaced too often: INTERNAL_ERROR */
-            return 0;
-        }
-        o->phase = 0;
-        o->off = 0;
-        return 1;
-    }
-    if (*r == 0) {
-        *r = -EIO; /* the same version cannot shrink */
+        o->off += (uint64_t)*r;
+        if (o->off < o->len)
+            return 1;
+        *r = 0;
         return 0;
     }
-    o->off += (uint64_t)*r;
-    if (o->off < o->len)
-        return 1;
-    *r = 0;
-    return 0;
 }
 
 /* K_GET_INTO: stat first so that a buffer too small is never written. */
@@ -241,8 +273,13 @@ void mcpy_group_free(group_t *g)
 {
     for (size_t i = 0; i < g->n; i++) {
         op_t *o = &g->ops[i];
-        if (o->kind == K_GET)
+        if (o->kind == K_GET) {
             free(o->buf);
+            free(o->views);
+            /* A closed store released the handle itself. */
+            if (o->obj && g->store->s && !g->store->closing)
+                mc_obj_close(o->obj);
+        }
         if (o->kind == K_LIST) {
             Py_XDECREF(o->afterobj);
             if (o->list)
@@ -393,45 +430,157 @@ PyObject *mcpy_group_result(group_t *g)
     return list;
 }
 
-/*
- * Prepares the ops of a completed group that wait for a bytes object (large
- * get() values): allocates each, copies the part already read, and marks the
- * op to read the rest into it. Returns how many to start again (the group's
- * accounting is then set for them), 0 when the group is finished.
- */
-int mcpy_group_feed(group_t *g)
+/* The memory of a large get's result, at its final size: a bytes object's
+ * (R_BYTES) or a malloc'ed buffer that becomes the Buffer's (R_BUFFER).
+ * NULL when out of memory. With the GIL. */
+static char *get_dest(op_t *o)
 {
-    StoreObject *self = g->store;
-    int again = 0;
-    for (size_t i = 0; i < g->n; i++) {
-        op_t *o = &g->ops[i];
-        if (!o->need)
-            continue;
-        o->need = 0;
-        if (!self->s || self->closing) {
-            o->result = -E_CLOSED;
-            continue;
-        }
+    if (o->g->rk == R_BYTES) {
         Py_CLEAR(o->bytes);
         o->bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)o->len);
         if (!o->bytes) {
             PyErr_Clear();
+            return NULL;
+        }
+        return PyBytes_AS_STRING(o->bytes);
+    }
+    char *nb = realloc(o->buf, o->len ? o->len : 1);
+    if (!nb)
+        return NULL;
+    o->buf = nb;
+    o->cap = o->len;
+    return nb;
+}
+
+/* Copies bytes [from, to) of an op's views into its result. Any thread; no
+ * Python. */
+static void copy_range(op_t *o, size_t from, size_t to)
+{
+    size_t at = 0;
+    for (int v = 0; v < o->nviews && at < to; v++) {
+        size_t n = o->views[v].iov_len;
+        if (at + n > from) {
+            size_t a = from > at ? from - at : 0, b = to - at < n ? to - at : n;
+            memcpy(o->dst + at + a, (const char *)o->views[v].iov_base + a, b - a);
+        }
+        at += n;
+    }
+}
+
+/* The loop thread's share of an async group's copies (see copy_views()). */
+static void loop_copy(void *arg)
+{
+    group_t *g = arg;
+    for (size_t i = 0; i < g->n; i++) {
+        op_t *o = &g->ops[i];
+        if (o->kind == K_GET && o->copied)
+            copy_range(o, o->split, o->len);
+    }
+    if (atomic_fetch_sub(&g->pending, 1) == 1)
+        group_done(g);
+}
+
+/*
+ * Copies the views of g's ops that have their results (o->dst) into them.
+ * An event loop's thread is one thread for every get of its loop, so an
+ * async group of at least COPY_SHARE bytes shares the work with the store's
+ * loop thread, which copies the second half of each (the group then runs
+ * once more, as a unit counted by the caller: share is 1; the versions are
+ * closed when it comes back). Otherwise the versions are closed here. The
+ * group counts as in flight while the bytes are copied, so that a close()
+ * on another thread waits before the store unmaps what they come from.
+ * With the GIL (released around a large copy); the store is open.
+ */
+static void copy_views(group_t *g, size_t total, int share)
+{
+    StoreObject *self = g->store;
+    for (size_t i = 0; i < g->n; i++) {
+        op_t *o = &g->ops[i];
+        if (o->kind == K_GET && o->views && o->dst) {
+            o->copied = share;
+            o->split = share ? (o->len / 2) & ~(size_t)4095 : o->len;
+        }
+    }
+    if (share && mc_loop_post(mc_store_loop(self->s), loop_copy, g) < 0)
+        loop_copy(g); /* cannot fail to reach 0: the submitter's unit is left */
+    if (!share)
+        atomic_fetch_add(&self->inflight, 1);
+    PyThreadState *ts = total >= COPY_NOGIL ? PyEval_SaveThread() : NULL;
+    for (size_t i = 0; i < g->n; i++) {
+        op_t *o = &g->ops[i];
+        if (o->kind == K_GET && o->views && o->dst)
+            copy_range(o, 0, o->split);
+    }
+    if (ts)
+        PyEval_RestoreThread(ts);
+    if (share)
+        return;
+    for (size_t i = 0; i < g->n; i++) {
+        op_t *o = &g->ops[i];
+        if (o->kind == K_GET && o->views) {
+            free(o->views);
+            o->views = NULL;
+            mc_obj_close(o->obj);
+            o->obj = NULL;
+        }
+    }
+    mcpy_store_leave(self);
+}
+
+int mcpy_group_feed(group_t *g)
+{
+    StoreObject *self = g->store;
+    int again = 0;
+    size_t total = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        op_t *o = &g->ops[i];
+        if (o->kind != K_GET || !o->obj)
+            continue;
+        if (!self->s || self->closing) {
+            o->result = -E_CLOSED; /* its handle went with the store */
+            o->obj = NULL;
+            o->need = o->copied = 0;
+            continue;
+        }
+        if (o->copied) { /* back from loop_copy(): the bytes are in */
+            o->copied = 0;
+            free(o->views);
+            o->views = NULL;
+            mc_obj_close(o->obj);
+            o->obj = NULL;
+            continue;
+        }
+        if (o->views) {
+            if (!(o->dst = get_dest(o))) {
+                o->result = -ENOMEM;
+                free(o->views);
+                o->views = NULL;
+            }
+            total += o->dst ? o->len : 0;
+            continue;
+        }
+        if (!o->need)
+            continue;
+        o->need = 0;
+        o->dst = get_dest(o);
+        if (!o->dst) {
             o->result = -ENOMEM;
             continue;
         }
-        o->dst = PyBytes_AS_STRING(o->bytes);
-        memcpy(o->dst, o->buf, o->cap); /* phase 0 read cap bytes of this version */
-        o->off = o->cap;
-        o->phase = 1;
+        o->off = 0;
+        o->phase = GET_READ;
         o->issue = 1;
         again++;
     }
-    if (again) {
-        atomic_store(&g->pending, again + 1);
+    int share = g->comp && total >= COPY_SHARE;
+    if (again + share) {
+        atomic_store(&g->pending, again + share + 1);
         atomic_fetch_add(&self->inflight, 1);
         g->done = 0;
     }
-    return again;
+    if (total)
+        copy_views(g, total, share);
+    return again + share;
 }
 
 /* Starts g's marked ops and, for a sync caller, waits for the group. */

@@ -51,9 +51,16 @@
 #define E_TOOSMALL EOVERFLOW  /* the object does not fit the caller's buffer */
 #define E_OUTSIDE ERANGE      /* a range lies past the object's end */
 
-/* First read of a whole-object get; larger objects are completed by a second
- * read chained on the loop thread. */
+/* First read of a whole-object get; a larger object is then opened (on the
+ * loop thread, chained) and copied by the caller's thread straight from
+ * where its bytes lie in this process (views), or read into the result. */
 #define GET_FIRST_READ 8192
+/* Pieces of views one get collects at most; more are read instead. */
+#define GET_MAX_VIEWS 4096
+/* Copies at least this large release the GIL. */
+#define COPY_NOGIL 65536
+/* An async group copying at least this much shares it with the loop thread. */
+#define COPY_SHARE (256 * 1024)
 /* Largest single library read (mc_get takes at most INT32_MAX bytes). */
 #define READ_CHUNK (1U << 30)
 /* A get restarts when the key is replaced between its reads; give up after. */
@@ -139,7 +146,8 @@ typedef struct op {
     enum op_kind kind;
     int started; /* 0: failed before submission with `result` */
     int issue;   /* group_submit() starts it */
-    int need;    /* K_GET into bytes: finished phase 0, needs a bytes object of len */
+    int need;    /* K_GET: the version is open, its len bytes need a destination
+                    (then phase GET_READ reads them into it) */
     int result;  /* bytes, 0, or -errno */
     int phase;
     int tries;
@@ -149,6 +157,14 @@ typedef struct op {
     char *buf;       /* K_GET: malloc'ed, owned; others: the caller's memory */
     char *dst;       /* K_GET: where reads after the first go (buf, or bytes' storage) */
     PyObject *bytes; /* K_GET for R_BYTES: the result, read into in place */
+    mc_obj_t *obj;   /* K_GET past the first read: the open version, or NULL;
+                        closed with the GIL by the caller's thread */
+    struct iovec *views; /* K_GET: obj's bytes in this process's memory, in order
+                            (malloc'ed, owned), or NULL */
+    int nviews;
+    int copied;   /* K_GET: views copied but for [split, len), which the loop
+                     thread copies (async) */
+    size_t split; /* K_GET: the caller's thread copies [0, split) */
     size_t cap;      /* bytes the caller's buffer holds */
     size_t len;      /* bytes of the object being read */
     uint64_t off;    /* next read offset (K_RANGE: the source offset) */
@@ -234,9 +250,12 @@ void mcpy_op_prepare(op_t *o);
  * NULL with an exception set on failure. */
 PyObject *mcpy_group_run(group_t *g, CompleterObject *comp);
 
-/* mcpy_group_feed() prepares the ops of a completed group that wait for a
- * bytes object (large get() values). Returns how many must run again (then
- * call mcpy_group_start()), 0 when the group is finished. */
+/* mcpy_group_feed() finishes the large gets of a completed group on the
+ * caller's thread: each gets its result's memory at its final size (a bytes
+ * object, or a Buffer's), filled by one copy from its views here (the GIL
+ * released for large copies), or by a read that the loop thread runs when
+ * the bytes are elsewhere. Returns how many must run again (then call
+ * mcpy_group_start()), 0 when the group is finished. With the GIL. */
 int mcpy_group_feed(group_t *g);
 
 /* mcpy_group_start() starts g's marked ops; a sync caller waits for them. */

@@ -5,8 +5,9 @@ The hot methods (get, put, get_into, put_from, their batch forms, is_exist,
 remove, upsert and friends) are native: on the direct backend the C extension
 resolves an asyncio future from an eventfd that the running loop watches
 (loop.add_reader), with no thread per call; on the mount backend each is one
-executor hop (aiofiles). The other methods run the sync method in the loop's
-default executor.
+hop to the backend's own few threads, whose results come back to the loop in
+batches. The other methods run the sync method in the loop's default
+executor.
 
 Cancelling a task never frees or reuses memory the store is still writing:
 the operation keeps its buffers until it completes, and its result is then

@@ -432,7 +432,7 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, S
         try:
             from ._mount import MountBackend
         except ImportError as e:
-            log.error("mooncake setup: the mount backend needs aiofiles (%s)", e)
+            log.error("mooncake setup: cannot load the mount backend (%s)", e)
             return INTERNAL_ERROR
         return MountBackend(path)
 

@@ -206,3 +206,34 @@ def test_a_held_reader_keeps_its_version_while_a_new_open_reads_the_next(store_m
         mm = mmap.mmap(r3.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ)  # the cache's again
         assert mm[:] == v2
         mm.close()
+
+
+def test_a_read_only_close_sends_no_flush(cluster):
+    # A read-only handle has nothing to publish: its open asks the kernel
+    # to skip FLUSH (FOPEN_NOFLUSH), so an open-read-close of a small file
+    # is OPEN and RELEASE only (the read comes from the page cache). A
+    # writer's close still flushes, and publishes.
+    port = free_port()
+    m = cluster.mount("--segment-size", "16M", "--metrics", str(port))
+    m.store_addr = m.served_addr()
+    data = os.urandom(1000)
+    with open(m.p("f"), "wb") as f:
+        f.write(data)
+    assert other_client_get(m, "f") == data
+
+    def count(op):
+        return scrape(port).get(("mooncake_fuse_requests_total", f'opcode="{op}"'), 0)
+
+    before = {op: count(op) for op in ("OPEN", "RELEASE", "FLUSH")}
+    for _ in range(20):
+        fd = os.open(m.p("f"), os.O_RDONLY)
+        assert os.read(fd, 4096) == data
+        os.close(fd)
+    assert count("OPEN") - before["OPEN"] == 20
+    assert count("FLUSH") == before["FLUSH"]
+    wait_for(lambda: count("RELEASE") - before["RELEASE"] == 20, "20 RELEASEs")  # asynchronous
+    data2 = os.urandom(2000)
+    with open(m.p("f"), "r+b") as f:
+        f.write(data2)
+    assert count("FLUSH") == before["FLUSH"] + 1
+    assert other_client_get(m, "f") == data2

@@ -163,3 +163,26 @@ def test_shm_map_hands_over_the_segment(cluster):
     with pytest.raises(OSError):
         os.ftruncate(seg, 0)
     os.close(seg)
+
+
+def test_client_of_an_embedded_mount_maps_its_segment(make_mount):
+    # An embedded mooncake-fs serves its store on a Unix socket (its
+    # default --listen): a C client of that socket maps the daemon's
+    # segment through the same socket and copies; no byte crosses it.
+    mnt = make_mount("--segment-size", "64M")
+    addr = mnt.served_addr()
+    assert addr.startswith("unix:/")
+    data = os.urandom(3 * MiB + 5)
+    put, get = put_get(addr, data)
+    for st in (put, get):
+        assert st["shm_bytes"] == len(data) and st["tcp_bytes"] == 0, st
+    assert open(mnt.p("obj"), "rb").read() == data
+    # A client without shared memory sends the bytes over the socket; a
+    # daemon without it answers SHM_MAP -EOPNOTSUPP and the client does too.
+    put, get = put_get(addr, data, "--no-shm")
+    for st in (put, get):
+        assert st["tcp_bytes"] == len(data) and st["shm_bytes"] == 0, st
+    plain = make_mount("--segment-size", "16M", "--no-shm")
+    put, get = put_get(plain.served_addr(), data)
+    for st in (put, get):
+        assert st["tcp_bytes"] == len(data) and st["shm_bytes"] == 0, st

@@ -101,6 +101,9 @@ static void test_unix_addr_and_locality(void **state)
 
     assert_int_equal(mc__shm_unix_addr("127.0.0.1:7100", name, sizeof(name)), 0);
     assert_string_equal(name, "unix:@mooncake-data/127.0.0.1:7100");
+    /* A node served on a Unix socket answers SHM_MAP on that socket. */
+    assert_int_equal(mc__shm_unix_addr("unix:/run/mc.sock", name, sizeof(name)), 0);
+    assert_string_equal(name, "unix:/run/mc.sock");
     memset(longer, 'a', sizeof(longer) - 1);
     longer[sizeof(longer) - 1] = '\0';
     assert_int_equal(mc__shm_unix_addr(longer, name, sizeof(name)), -ENAMETOOLONG);
@@ -114,7 +117,8 @@ static void test_unix_addr_and_locality(void **state)
     assert_true(mc__addr_is_local("[::1]:1"));
     assert_true(mc__addr_is_local("[::]:1"));
     assert_false(mc__addr_is_local("192.0.2.1:1")); /* TEST-NET-1: documentation only */
-    assert_false(mc__addr_is_local("unix:@x"));
+    assert_true(mc__addr_is_local("unix:@x"));      /* a Unix socket is on this host */
+    assert_true(mc__addr_is_local("unix:/run/mc.sock"));
     assert_false(mc__addr_is_local("not an address"));
     assert_false(mc__addr_is_local(NULL));
 }

@@ -114,6 +114,37 @@ static void shm_unmap_all(peer_t *p)
     }
 }
 
+/* A node's shm socket closed: unmaps its segments, but keeps those mapped
+ * while any handle is open (mc_obj_view() promised its pointers until
+ * mc_obj_close(), and another thread may be copying from them): the pages
+ * of a memfd stay valid while mapped, whatever became of the node. */
+static void shm_retire_all(peer_t *p)
+{
+    struct mc__remote *rm = p->rm;
+    while (p->maps) {
+        shm_map_t *m = p->maps;
+        p->maps = m->next;
+        if (m->state == SHM_MAPPED && rm->s->objs) {
+            m->next = rm->retired;
+            rm->retired = m;
+            continue;
+        }
+        if (m->state == SHM_MAPPED)
+            munmap(m->base, m->size);
+        free(m);
+    }
+}
+
+void mc__peers_unretire(struct mc__remote *rm)
+{
+    while (rm->retired) {
+        shm_map_t *m = rm->retired;
+        rm->retired = m->next;
+        munmap(m->base, m->size);
+        free(m);
+    }
+}
+
 static void peer_free(peer_t *p)
 {
     shm_unmap_all(p);
@@ -231,13 +262,14 @@ static void shm_mapped(void *arg, int status, const char *body, size_t len)
 }
 
 /* The node's shm socket closed (it died, or restarted): its memory is no
- * longer the segment the master knows, so drop the mappings. */
+ * longer the segment the master knows, so drop the mappings (once no handle
+ * may still view them). */
 static void shm_lost(mc__rpc_client_t *cl, int err)
 {
     peer_t *p = mc__rpc_client_data(cl);
     mc__log(MC__LOG_INFO, "%s: shared memory lost (%s): using TCP until it maps again", p->addr,
             err ? mc_strerror(err) : "closed");
-    shm_unmap_all(p);
+    shm_retire_all(p);
     mc__rpc_client_close(cl);
     p->shm_cl = NULL;
 }
@@ -519,6 +551,7 @@ void mc__peer_piece_failed(struct peer *p, const mc__transport_t *tp, const mc__
 
 void mc__peers_close(struct mc__remote *rm)
 {
+    mc__peers_unretire(rm);
     while (rm->peers) {
         peer_t *p = rm->peers;
         rm->peers = p->next;

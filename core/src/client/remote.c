@@ -491,6 +491,8 @@ void mc__remote_exec(op_t *o)
         UNLINK(&s->objs, o->obj);
         mc__rset_free(o->obj->rs);
         free(o->obj);
+        if (!s->objs && s->rm && s->rm->retired)
+            mc__peers_unretire(s->rm);
         return mc__op_finish(o, 0);
     case OP_W_OPEN:
     case OP_W_WRITE:

@@ -52,7 +52,8 @@ struct mc__remote {
     mc_store_t *s;
     mc__link_t *master; /* rpc, or local in an embedded store */
     struct peer *peers;
-    mc__server_t *srv; /* serves our segment, when we have one */
+    struct shm_map *retired; /* lost nodes' mappings that open handles may view (peers.c) */
+    mc__server_t *srv;       /* serves our segment, when we have one */
     uint64_t node_id;
     uint32_t seg_id; /* our segment's id (a node: 0 until mounted) */
     int own_seg;     /* seg_id is our own segment: its bytes are copied here */
@@ -202,6 +203,11 @@ void mc__peer_piece_failed(struct peer *p, const mc__transport_t *tp, const mc__
 
 /* Closes every peer of rm (at close): pieces and waits in flight fail. */
 void mc__peers_close(struct mc__remote *rm);
+
+/* Unmaps the segments of lost nodes that were kept mapped because handles
+ * were open (mc_obj_view()'s pointers into them stay good until
+ * mc_obj_close()). Called when the last handle closes, and at close. */
+void mc__peers_unretire(struct mc__remote *rm);
 
 /* ---- the replica-list cache (rcache.c) ---- */
 

@@ -428,7 +428,9 @@ int mc__server_new(mc__server_t **out, mc_loop_t *l, const mc__addr_t *a,
     const mc__addr_t *b = mc__listener_addr(srv->ls);
     mc__addr_format((const struct sockaddr *)&b->ss, b->len, srv->addr, sizeof(srv->addr));
     srv->data = (mc__data_plane_t){.lookup = o->seg_lookup, .arg = o->seg_arg};
-    if (o->shm && o->seg_lookup && b->ss.ss_family != AF_UNIX)
+    if (o->shm && o->seg_lookup && b->ss.ss_family == AF_UNIX)
+        srv->data.shm = 1; /* SHM_MAP on the Unix socket we serve */
+    else if (o->shm && o->seg_lookup)
         shm_listen(srv); /* answers SHM_MAP once it listens */
     if (srv->o.svc)
         mc__control_plane_start(&srv->control, l, srv->o.svc, srv->o.ha);

@@ -114,7 +114,10 @@ int mc__shm_map(int fd, uint64_t size, char **base)
 int mc__shm_unix_addr(const char *tcp_addr, char *out, size_t n)
 {
     struct sockaddr_un un;
-    int len = snprintf(out, n, "unix:@mooncake-data/%s", tcp_addr);
+    /* A node served on a Unix socket answers SHM_MAP there itself. */
+    int len = strncmp(tcp_addr, "unix:", 5) == 0
+                  ? snprintf(out, n, "%s", tcp_addr)
+                  : snprintf(out, n, "unix:@mooncake-data/%s", tcp_addr);
     /* "unix:@" becomes the leading NUL of an abstract name. */
     if (len < 0 || (size_t)len >= n || (size_t)len - 5 > sizeof(un.sun_path))
         return -ENAMETOOLONG;
@@ -147,7 +150,9 @@ int mc__addr_is_local(const char *addr)
 {
     mc__addr_t a;
 
-    if (!addr || strncmp(addr, "unix:", 5) == 0 || mc__addr_parse(addr, -1, &a) < 0)
+    if (addr && strncmp(addr, "unix:", 5) == 0)
+        return 1; /* a Unix socket is always on this host */
+    if (!addr || mc__addr_parse(addr, -1, &a) < 0)
         return 0;
     if (a.ss.ss_family == AF_INET) {
         uint32_t ip = ntohl(((const struct sockaddr_in *)&a.ss)->sin_addr.s_addr);

@@ -6,8 +6,9 @@
  * TCP data address, the node listens on an abstract Unix socket named from
  * that address (mc__shm_unix_addr()); abstract names are per network
  * namespace, so reaching one proves that client and node share the host
- * (and namespace). There the client asks SHM_MAP for the segment's memfd,
- * maps it read-write, and from then on moves bytes with memcpy.
+ * (and namespace). A node whose data address is a Unix socket (an embedded
+ * store's listen, "unix:/path") answers on that socket itself. There the client asks SHM_MAP for
+ * the segment's memfd, maps it read-write, and from then on moves bytes with memcpy.
  *
  * The seals matter: a client could otherwise ftruncate() the memfd and make
  * the node (or other clients) fault with SIGBUS on its next access. The node
@@ -64,15 +65,17 @@ int mc__shm_map(int fd, uint64_t size, char **base);
 /*
  * mc__shm_unix_addr() writes the abstract Unix address on which the node
  * whose TCP data address is tcp_addr ("127.0.0.1:7100") offers SHM_MAP:
- * "unix:@mooncake-data/127.0.0.1:7100". Returns 0, or -ENAMETOOLONG when it
- * does not fit out[0..n) or a Unix socket name.
+ * "unix:@mooncake-data/127.0.0.1:7100"; a node served on a Unix socket
+ * ("unix:/path") offers it on that very socket, whose address is copied.
+ * Returns 0, or -ENAMETOOLONG when it does not fit out[0..n) or a Unix
+ * socket name.
  */
 int mc__shm_unix_addr(const char *tcp_addr, char *out, size_t n);
 
 /*
- * mc__addr_is_local() returns 1 when the TCP address string names this host
- * (a loopback address, the unspecified address, or one of its interfaces'
- * addresses), else 0 (also for Unix addresses and unparsable ones). It reads
+ * mc__addr_is_local() returns 1 when the address string names this host
+ * (any Unix address; a loopback address, the unspecified address, or one of
+ * its interfaces' addresses), else 0 (also for unparsable ones). It reads
  * the interface list (getifaddrs(), a local netlink query) on each call.
  */
 int mc__addr_is_local(const char *addr);
