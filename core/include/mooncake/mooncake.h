@@ -90,6 +90,16 @@ typedef struct mc_store_opts {
                                  of keeping replica lists for half the read
                                  lease (a get may then miss another client's
                                  change for that long) */
+    uint64_t readahead_max;   /* read-ahead of one open version (mc_obj_t) whose
+                                 replica is on another node (TCP, RDMA): sequential
+                                 mc_obj_read_async()s are detected and up to this
+                                 many bytes ahead of them are fetched, in 1 MiB
+                                 blocks with several in flight, and served from
+                                 memory. 0: the default, 8 MiB; under 1 MiB: no
+                                 read-ahead. A seek drops it and starts again */
+    uint64_t readahead_total; /* the bound on the read-ahead of every open version
+                                 of the store together (0: the default, 256 MiB);
+                                 a read past the bounds reads the replica directly */
 } mc_store_opts_t;
 
 /* Object metadata, as published. */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/prefetch.h"
 #include "client/remote_i.h"
 #include "runtime/loop_i.h"
 
@@ -484,10 +485,11 @@ void mc__remote_exec(op_t *o)
         rc = mc__mcall(s, MC__OP_OPEN, open_done, o, "k", o->key, (uint32_t)o->klen);
         break;
     case OP_OBJ_READ:
-        return read_range(o, o->obj->rs, o->obj->st.size);
+        return mc__ra_read(o);
     case OP_OBJ_CLOSE:
         mc__mcall(s, MC__OP_CLOSE, mc__ignore_reply, NULL, "q", o->obj->rid);
         UNLINK(&s->objs, o->obj);
+        mc__ra_close(o->obj);
         mc__rset_free(o->obj->rs);
         free(o->obj);
         return mc__op_finish(o, 0);

@@ -65,6 +65,10 @@ struct mc_store {
     struct mc__ubuf *ubufs; /* mc_register_buffer()'s regions; loop thread only */
     mc_obj_t *objs;         /* open handles, released by close; loop thread only */
     mc_writer_t *writers;   /* open writers, released by close; loop thread only */
+    uint64_t ra_max;        /* read-ahead per open version, bytes (0: none; prefetch.h) */
+    uint64_t ra_total;      /* read-ahead of the whole store, bytes */
+    uint64_t ra_used;       /* bytes of read-ahead blocks now; loop thread only */
+    struct mc__ra *ras;     /* read-ahead states, open or draining; loop thread only */
 };
 
 struct mc_obj {
@@ -72,6 +76,7 @@ struct mc_obj {
     mc_stat_t st;
     uint64_t rid;          /* the master's handle id */
     struct mc__rset *rs;   /* where its bytes are */
+    struct mc__ra *ra;     /* its read-ahead (prefetch.c), or NULL */
     mc_obj_t *prev, *next; /* on s->objs */
 };
 
@@ -172,6 +177,7 @@ typedef struct op {
     uint64_t sent_ms; /* remote: when the last master call that renews a lease went out */
     uint64_t lease_ms, renew_at; /* remote: a whole-object put's write lease */
     uint64_t done;               /* remote: bytes of a whole-object put sent so far */
+    uint64_t base;               /* remote: a writer's size when its write or truncate began */
     void (*cont)(struct op *o);  /* remote: what to do once the lease is renewed */
     void *tmp;                   /* remote: scratch buffer */
     char *key, *key2;            /* copies, inside this allocation */
@@ -243,7 +249,7 @@ struct mc__ubuf {
  * Loop thread. */
 struct mc__ubuf *mc__ubuf_find(mc_store_t *s, const void *p, size_t len);
 
-/* Frees a replica set. */
+/* Drops a reference to a replica set (NULL is ignored); the last frees it. */
 void mc__rset_free(struct mc__rset *rs);
 
 #endif /* MC_STORE_I_H */

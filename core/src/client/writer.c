@@ -35,6 +35,7 @@ static int w_take_rset(mc_writer_t *w, const char *p, size_t n)
 
 static void w_copy_step(op_t *o);
 static void w_copied(void *arg, int rc);
+static void w_op_done(void *arg, int rc);
 
 static void w_renewed(void *arg, int status, const char *body, size_t len)
 {
@@ -45,7 +46,7 @@ static void w_renewed(void *arg, int status, const char *body, size_t len)
     if (status < 0 && o->kind == OP_W_OPEN)
         return w_copied(o, revoked(status)); /* revokes and frees the writer */
     if (status < 0)
-        return mc__op_finish(o, revoked(status));
+        return w_op_done(o, revoked(status));
     w->renew_at = o->sent_ms + w->lease_ms / 2;
     if (o->u64 > w->capacity)
         w->capacity = o->u64;
@@ -66,7 +67,7 @@ static void w_grow(op_t *o, uint64_t capacity, void (*cont)(op_t *))
     if (rc < 0 && o->kind == OP_W_OPEN)
         w_copied(o, rc);
     else if (rc < 0)
-        mc__op_finish(o, rc);
+        w_op_done(o, rc);
 }
 
 /* Whether w's lease must be renewed before it moves another byte: half of
@@ -161,11 +162,10 @@ static void w_op_done(void *arg, int rc)
 {
     op_t *o = arg;
     mc_writer_t *w = o->w;
-    if (rc >= 0 && o->kind == OP_W_WRITE) {
-        if (o->off + o->len > w->size)
-            w->size = o->off + o->len;
-        rc = (int)o->len;
-    }
+    if (rc < 0 && o->kind == OP_W_WRITE && w->size == o->off + o->len)
+        w->size = o->base; /* no later write grew it: as before this one */
+    if (rc >= 0 && o->kind == OP_W_WRITE)
+        rc = (int)o->len; /* the size counted it when it started */
     if (rc >= 0 && o->kind == OP_W_TRUNC) {
         w->size = o->off;
         rc = 0;
@@ -179,8 +179,9 @@ static void w_gap_filled(void *arg, int rc)
 {
     op_t *o = arg;
     if (rc < 0)
-        return mc__op_finish(o, rc);
-    o->w->size = o->off; /* the hole is zeros now */
+        return w_op_done(o, rc);
+    if (o->off > o->w->size)
+        o->w->size = o->off; /* the hole is zeros now */
     w_have_space(o);
 }
 
@@ -188,10 +189,11 @@ static void w_gap_filled(void *arg, int rc)
 static void w_have_space(op_t *o)
 {
     mc_writer_t *w = o->w;
-    if (o->stage == 0 && o->off > w->size) {
-        /* A hole reads as zeros: write them first. */
+    if (o->stage == 0 && o->off > o->base) {
+        /* A hole reads as zeros: write them first (past every write
+         * started before this one, which may still be in flight). */
         o->stage = 1;
-        mc__xfer(o->s, w->rs, 1, w->size, NULL, o->off - w->size, w_gap_filled, o);
+        mc__xfer(o->s, w->rs, 1, o->base, NULL, o->off - o->base, w_gap_filled, o);
         return;
     }
     if (o->kind == OP_W_TRUNC)
@@ -250,6 +252,12 @@ void mc__writer_exec(op_t *o)
     case OP_W_WRITE:
         if (o->off > (uint64_t)INT64_MAX || o->len > (uint64_t)INT64_MAX - o->off)
             return mc__op_finish(o, -EFBIG); /* past the largest file, as Linux's */
+        /* Writes may be in flight together (write-behind): the size covers
+         * each from its start, so that a later one fills no gap that an
+         * earlier one is writing, and an append lands after both. */
+        o->base = o->w->size;
+        if (o->off + o->len > o->w->size)
+            o->w->size = o->off + o->len;
         return w_reserve(o, o->off + o->len);
     case OP_W_READ:
         /* Its own bytes, as long as the space is still its own. */
@@ -261,6 +269,7 @@ void mc__writer_exec(op_t *o)
             o->w->size = o->off;
             return mc__op_finish(o, 0);
         }
+        o->base = o->w->size;
         return w_reserve(o, o->off);
     case OP_W_COMMIT: {
         mc_writer_t *w = o->w;
