@@ -366,7 +366,7 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct f
     c->wait.run = read_run;
     c->wait.need_writer = 0;
     if (fs_fh_follows(c->fs, fh) && fh->in->ws)
-        fs_ws_when_idle(fh->in->ws, &c->wait);
+        fs_wb_wait(fh->in->ws, &c->wait); /* after the writes behind, when idle */
     else
         read_run(&c->wait, 0);
 }
@@ -374,6 +374,8 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct f
 static void write_done(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
+    if (fs_wb_done(c, rc))
+        return;                   /* answered already (write-behind) */
     fs_ws_op_done(c->in->ws, rc); /* the handle holds the state */
     if (rc < 0)
         return fs_ctx_fail(c, rc);
@@ -416,6 +418,8 @@ static void write_run(fs_waiter_t *w, int err)
     int rc = mc_writer_write_async(ws->w, (uint64_t)c->off, c->wbuf, c->size, write_done, c);
     if (rc < 0)
         write_done(c, rc);
+    else
+        fs_wb_answer(c); /* its callback comes later, never inside the call */
 }
 
 fs_ctx_t *fs_write_ctx(fuse_req_t req, fs_fh_t *fh)
@@ -490,11 +494,27 @@ void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fs_ws_when_idle(fh->in->ws, &c->wait);
 }
 
+static void fsync_run(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    fs_ctx_fail(c, err < 0 ? err : fs_fh_err(c->fh));
+}
+
 void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
     /* Data lives in memory segments; the version is published at close.
-     * See docs/SEMANTICS.md. */
-    reply_err(req, 0);
+     * See docs/SEMANTICS.md. What fsync waits for is the writes answered
+     * before they landed (write-behind): a failure among them is its error. */
+    fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
+    if (!fh->writable || !fh->in->ws)
+        return reply_err(req, fs_fh_err(fh));
+    fs_ctx_t *c = fs_ctx_new(req, fh->in);
+    if (!c)
+        return;
+    c->fh = fh;
+    c->wait.need_writer = 0;
+    c->wait.run = fsync_run;
+    fs_wb_wait(fh->in->ws, &c->wait);
 }
 
 void fs_shutdown(fs_t *fs)

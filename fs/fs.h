@@ -31,8 +31,12 @@ typedef struct fs {
     int rbuf_taken;         /* a handler kept rbuf.mem; receive into a new one */
     struct fs_fh *fhs;      /* every open file handle, for shutdown */
     struct fs_wstate *wss;  /* every writer state, for shutdown */
-    unsigned long inflight; /* requests started and not yet answered */
+    unsigned long inflight; /* requests started and not yet answered, and writes
+                               answered while their bytes are in flight (wbehind.c) */
     int stopping;           /* shutting down: no more requests are read */
+    uint64_t wb_max;        /* write-behind per file, bytes (0: none; wbehind.c) */
+    uint64_t wb_total;      /* write-behind of the whole mount, bytes */
+    uint64_t wb_used;       /* bytes of writes answered and still in flight */
 } fs_t;
 
 /* The FUSE low-level operations of the daemon. */

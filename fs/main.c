@@ -42,6 +42,7 @@ struct options {
     char *rdma_devices;
     char *metrics;
     char *cache;
+    char *stream[4]; /* --readahead, --total-readahead, --write-behind, --total-write-behind */
     int no_shm;
     int help;
     int version;
@@ -68,6 +69,10 @@ static const struct fuse_opt option_spec[] = {
     OPT_ARG("timeout-ms", net_timeout),
     OPT_ARG("cache-timeout", timeout),
     OPT_ARG("cache-mode", cache),
+    OPT_ARG("total-readahead", stream[1]),
+    OPT_ARG("readahead", stream[0]),
+    OPT_ARG("total-write-behind", stream[3]),
+    OPT_ARG("write-behind", stream[2]),
     OPT("--no-shm", no_shm),
     OPT("no-shm", no_shm),
     OPT_ARG("protocol", protocol),
@@ -124,6 +129,13 @@ static void usage(const char *prog)
            "                          page cache (mmap works; a mount sees one content per\n"
            "                          file), or 'direct': direct I/O, each open reads the\n"
            "                          version it opened (no shared mmap)\n"
+           "    --readahead SIZE      read ahead of a file read sequentially from another\n"
+           "                          node, up to SIZE per open file (default 8M; 0: off)\n"
+           "    --total-readahead SIZE  bound on all read-ahead together (default 256M)\n"
+           "    --write-behind SIZE   with --master: answer writes while up to SIZE of a\n"
+           "                          file's are still in flight (default 8M; 0: off;\n"
+           "                          errors then fail the next write, fsync or close)\n"
+           "    --total-write-behind SIZE  bound on all writes in flight (default 64M)\n"
            "    -f                    stay in the foreground\n"
            "    -d                    debug: foreground, log every FUSE request\n"
            "    -o OPT[,OPT...]       FUSE mount options (see mount.fuse3(8))\n"
@@ -411,6 +423,8 @@ static int apply_options(const struct options *o, mc_store_opts_t *so, fs_t *fs)
         fprintf(stderr, "mooncake-fs: error: --protocol takes tcp, rdma or auto\n");
         return -1;
     }
+    if (fs_stream_options(fs, so, o->master && o->master[0], (const char *const *)o->stream) < 0)
+        return -1;
     fs->replicas = 1;
     if (o->replicas) {
         if (parse_uint(o->replicas, "--replicas", 8, &v) < 0 || v == 0)
@@ -567,6 +581,8 @@ static void free_options(struct options *o)
     free(o->evict_ratio);
     free(o->timeout);
     free(o->cache);
+    for (int i = 0; i < 4; i++)
+        free(o->stream[i]);
     free(o->listen);
     free(o->net_timeout);
     free(o->replicas);

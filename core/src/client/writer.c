@@ -37,6 +37,23 @@ static void w_copy_step(op_t *o);
 static void w_copied(void *arg, int rc);
 static void w_op_done(void *arg, int rc);
 
+/* Why a PUT_GROW failed, as the writer's error: a connection to the master
+ * lost with it lost the put too (a master lets go of what a connection
+ * held when it closes, and one that restarted never knew it), as when the
+ * master says the put is gone (-ESTALE). */
+static int grow_error(int status)
+{
+    switch (-status) {
+    case ECONNRESET:
+    case ECONNABORTED:
+    case ENOTCONN:
+    case EPIPE:
+        return -ESTALE;
+    default:
+        return revoked(status);
+    }
+}
+
 static void w_renewed(void *arg, int status, const char *body, size_t len)
 {
     op_t *o = arg;
@@ -46,7 +63,7 @@ static void w_renewed(void *arg, int status, const char *body, size_t len)
     if (status < 0 && o->kind == OP_W_OPEN)
         return w_copied(o, revoked(status)); /* revokes and frees the writer */
     if (status < 0)
-        return w_op_done(o, revoked(status));
+        return w_op_done(o, grow_error(status));
     w->renew_at = o->sent_ms + w->lease_ms / 2;
     if (o->u64 > w->capacity)
         w->capacity = o->u64;
@@ -67,7 +84,7 @@ static void w_grow(op_t *o, uint64_t capacity, void (*cont)(op_t *))
     if (rc < 0 && o->kind == OP_W_OPEN)
         w_copied(o, rc);
     else if (rc < 0)
-        w_op_done(o, rc);
+        w_op_done(o, grow_error(rc));
 }
 
 /* Whether w's lease must be renewed before it moves another byte: half of
