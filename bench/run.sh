@@ -14,6 +14,8 @@
 #      every run) into each target of 1., files/s;
 #   3. bench/cluster.sh: the cluster over loopback vs iperf3 and memcached,
 #      the embedded store vs memcpy, ops/s and latency by concurrency;
+#   3b. bench/stream.sh: a cluster mount over loopback TCP vs iperf3 (write,
+#      1 MiB and 128 KiB reads, both cache modes);
 #   4. the Python client (bench/python_async.py and any other bench/*.py).
 # Every value of every run goes to bench/out/results.txt; bench/report.py
 # turns them into medians, ratios and plots. Runs are interleaved (each
@@ -193,6 +195,11 @@ mc_stop mcd
 # memcpy, the concurrency sweep (bench/cluster.sh; about two minutes).
 echo "bench: the cluster (bench/cluster.sh) ..."
 MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/cluster.sh
+# The cluster mount streaming over TCP vs iperf3 (bench/stream.sh; about a
+# minute, two with BENCH_STREAM_BASE, another build's directory, as before).
+echo "bench: the cluster mount (bench/stream.sh) ..."
+MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results STREAM_BASE_BUILD=${BENCH_STREAM_BASE:-} \
+    bench/stream.sh
 for b in bench/*.py; do
     case $b in bench/report.py) continue ;; esac
     echo "bench: $b ..."

@@ -415,11 +415,12 @@ static void write_run(fs_waiter_t *w, int err)
     if (c->fh->append)
         c->off = (off_t)mc_writer_size(ws->w);
     fs_ws_op_start(ws);
+    uint64_t end = mc_writer_size(ws->w);
     int rc = mc_writer_write_async(ws->w, (uint64_t)c->off, c->wbuf, c->size, write_done, c);
     if (rc < 0)
         write_done(c, rc);
     else
-        fs_wb_answer(c); /* its callback comes later, never inside the call */
+        fs_wb_answer(c, end); /* its callback comes later, never inside the call */
 }
 
 fs_ctx_t *fs_write_ctx(fuse_req_t req, fs_fh_t *fh)

@@ -1,6 +1,8 @@
 /*
- * wbehind.c - write-behind on a cluster mount (writers.h): a write is
- * answered as soon as its writer operation has started, while its bytes
+ * wbehind.c - write-behind on a cluster mount (writers.h): a sequential
+ * write (at the end of what the file's version in progress holds: a
+ * stream, as cp and dd write) is answered as soon as its writer operation
+ * has started, while its bytes
  * travel to the nodes, so that the next write of the file (the kernel
  * sends them one at a time) overlaps it and several are in flight. The
  * request buffer holding the bytes is the write's own (fs_take_request_
@@ -29,12 +31,12 @@
 #define WB_DEFAULT_MAX (8ULL << 20)
 #define WB_DEFAULT_TOTAL (64ULL << 20)
 
-int fs_wb_answer(fs_ctx_t *c)
+int fs_wb_answer(fs_ctx_t *c, uint64_t end)
 {
     fs_t *fs = c->fs;
     fs_wstate_t *ws = c->in->ws;
-    if (!fs->wb_max || ws->behind_wait || ws->behind + c->size > fs->wb_max ||
-        fs->wb_used + c->size > fs->wb_total)
+    if ((uint64_t)c->off != end || !fs->wb_max || ws->behind_wait ||
+        ws->behind + c->size > fs->wb_max || fs->wb_used + c->size > fs->wb_total)
         return 0;
     ws->behind += c->size;
     fs->wb_used += c->size;

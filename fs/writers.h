@@ -97,11 +97,12 @@ void fs_ws_shutdown(fs_t *fs, int store_closed);
 
 /* ---- write-behind (wbehind.c) ---- */
 
-/* Answers write c (its writer operation started) at once when the bounds
- * of write-behind allow it: the bytes are still in flight, the state held
- * until they land (fs_wb_done()). Returns 1 if answered, else 0: answer
- * it when it ends, as before. */
-int fs_wb_answer(fs_ctx_t *c);
+/* Answers write c (its writer operation started) at once when it is
+ * sequential (at end, the size of the version in progress before it) and
+ * the bounds of write-behind allow it: the bytes are still in flight, the
+ * state held until they land (fs_wb_done()). Returns 1 if answered, else
+ * 0: answer it when it ends, as before. */
+int fs_wb_answer(fs_ctx_t *c, uint64_t end);
 
 /* The writer operation of write c ended with rc: returns 0 if c was not
  * answered by fs_wb_answer() (the caller answers), else ends it (a failure

@@ -114,6 +114,7 @@ static int conn_error(int err)
     case ENETUNREACH:
     case ENOTCONN:
     case EPIPE:
+    case ECANCELED: /* its connection was closed under it: another piece on it timed out */
         return 1;
     default:
         return 0;
