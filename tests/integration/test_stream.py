@@ -160,6 +160,8 @@ def rss_mib(proc):
     return proc.rss() / MiB
 
 
+@pytest.mark.skipif(os.environ.get("MC_SANITIZED") == "1",
+                    reason="AddressSanitizer's shadow memory and quarantine inflate RSS")
 def test_read_ahead_memory_is_bounded(cluster, tmp_path):
     total = 8  # MiB
     a, b = writer_and_reader(cluster, "256M", "--cache-mode", "direct", "--readahead", "4M",
