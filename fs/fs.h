@@ -13,6 +13,10 @@
 #include "inode.h"
 #include "mooncake/mooncake.h"
 
+/* The kernel's readahead for the mount's files: max_readahead (ops.c) and
+ * the window of the mount's device (bdi.c). */
+#define FS_MAX_READAHEAD (1u << 20)
+
 struct fs_fh;
 struct fs_wstate;
 
@@ -45,6 +49,11 @@ extern const struct fuse_lowlevel_ops fs_ops;
 /* Takes ownership of the current request buffer: the caller free()s it
  * when done. In request.c. */
 void *fs_take_request_buffer(fs_t *fs);
+
+/* Raises the kernel's readahead window for the files mounted at mountpoint
+ * (absolute, resolved: as fuse_parse_cmdline() gives it; mounted already)
+ * to kib KiB, when this process may (root); else leaves it. In bdi.c. */
+void fs_kernel_readahead(const char *mountpoint, unsigned kib);
 
 /* Releases every open handle and writer, at unmount. In files.c. */
 void fs_shutdown(fs_t *fs);

@@ -485,6 +485,7 @@ static int mount_and_open_store(fs_t *fs, struct fuse_args *args,
     if (fuse_session_mount(fs->se, fopts->mountpoint) != 0)
         return -1;
     *mounted = 1;
+    fs_kernel_readahead(fopts->mountpoint, FS_MAX_READAHEAD >> 10);
     if (fuse_daemonize(fopts->foreground) != 0)
         return -1;
     if (!fopts->foreground && open_store(fs, so, default_listen) < 0)
