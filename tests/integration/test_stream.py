@@ -11,6 +11,7 @@ import errno
 import os
 import random
 import subprocess
+import threading
 
 import pytest
 
@@ -186,3 +187,40 @@ def test_read_ahead_memory_is_bounded(cluster, tmp_path):
             os.close(fd)
     # The margin: libfuse's request buffers and the reads' own buffers.
     assert peak - base < total + 24, (base, peak)
+
+
+@pytest.mark.parametrize("cache", ["pages", "direct"])
+def test_readers_of_one_file_at_once(cluster, tmp_path, cache):
+    """Regression: with the page cache, every reader of a file on the mount
+    reads through one open version, so their streams interleave there and
+    seek while others' reads wait for blocks; a read waiting for a block
+    that a seek dropped was never answered (the reader hung)."""
+    a, b = writer_and_reader(cluster, "128M", "--cache-mode", cache)
+    src, data = source(tmp_path, "src", 20 * MiB + 99, 8)
+    subprocess.run(["cp", src, a.p("f")], check=True, timeout=120)
+    errors = []
+
+    def read_from(start, step):
+        try:
+            with open(b.p("f"), "rb", buffering=0) as f:
+                f.seek(start)
+                off = start
+                while True:
+                    chunk = f.read(step)
+                    if not chunk:
+                        break
+                    assert chunk == data[off:off + len(chunk)], off
+                    off += len(chunk)
+                assert off == len(data)
+        except Exception as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=read_from, args=(start, step))
+               for start, step in ((0, 128 * 1024), (7 * MiB + 5, 64 * 1024), (13 * MiB, MiB),
+                                   (3 * MiB, 4096))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a reader hung"
+    assert not errors, errors

@@ -102,6 +102,20 @@ static void ra_drop_all(mc__ra_t *ra, uint64_t at)
     ra->end = at;
 }
 
+/* Sends the reads waiting for blocks straight to the replicas: the blocks
+ * are about to be dropped (a seek), and a dropped block wakes nobody. */
+static void ra_unpark(mc__ra_t *ra)
+{
+    op_t *w = ra->waiting;
+    ra->waiting = NULL;
+    while (w) {
+        op_t *next = w->tmp;
+        w->tmp = NULL;
+        plain(w, ra->rs);
+        w = next;
+    }
+}
+
 /* Frees the blocks that end at or before off, which no waiting read needs. */
 static void ra_trim(mc__ra_t *ra, uint64_t off)
 {
@@ -275,6 +289,8 @@ void mc__ra_read(op_t *o)
         return plain(o, ob->rs);
     uint64_t off = o->off, n = o->u64;
     int held = ra->head && off >= ra->head->off && off <= ra->end;
+    if (!held)
+        ra_unpark(ra);             /* another reader's reads, in flight together */
     if (!held && off != ra->seq) { /* a seek */
         ra_drop_all(ra, off);
         ra->window = 0;
