@@ -102,16 +102,21 @@ static void ra_drop_all(mc__ra_t *ra, uint64_t at)
     ra->end = at;
 }
 
-/* Sends the reads waiting for blocks straight to the replicas: the blocks
- * are about to be dropped (a seek), and a dropped block wakes nobody. */
-static void ra_unpark(mc__ra_t *ra)
+/* Lets go of every read waiting for blocks: those that need a byte of
+ * [lo, hi) finish with err, the others are sent straight to the replicas
+ * (their blocks are about to be dropped, and a dropped block wakes
+ * nobody). */
+static void ra_release(mc__ra_t *ra, uint64_t lo, uint64_t hi, int err)
 {
     op_t *w = ra->waiting;
     ra->waiting = NULL;
     while (w) {
         op_t *next = w->tmp;
         w->tmp = NULL;
-        plain(w, ra->rs);
+        if (w->off < hi && w->off + w->u64 > lo)
+            mc__op_finish(w, err);
+        else
+            plain(w, ra->rs);
         w = next;
     }
 }
@@ -195,21 +200,10 @@ static void blk_done(void *arg, int rc)
  */
 static void ra_fail(mc__ra_t *ra, const ra_blk_t *failed, int err)
 {
-    uint64_t lo = failed->off, hi = failed->off + failed->len;
-    op_t *w = ra->waiting;
-    ra->waiting = NULL;
+    ra_release(ra, failed->off, failed->off + failed->len, err);
     ra_drop_all(ra, ra->seq); /* frees failed */
     ra->window = 0;
     ra->gen++;
-    while (w) {
-        op_t *next = w->tmp;
-        w->tmp = NULL;
-        if (w->off < hi && w->off + w->u64 > lo)
-            mc__op_finish(w, err);
-        else
-            plain(w, ra->rs);
-        w = next;
-    }
 }
 
 /* Fetches blocks from ra->end up to target (at most the version's end),
@@ -290,7 +284,7 @@ void mc__ra_read(op_t *o)
     uint64_t off = o->off, n = o->u64;
     int held = ra->head && off >= ra->head->off && off <= ra->end;
     if (!held)
-        ra_unpark(ra);             /* another reader's reads, in flight together */
+        ra_release(ra, 0, 0, 0);   /* another reader's reads, in flight together */
     if (!held && off != ra->seq) { /* a seek */
         ra_drop_all(ra, off);
         ra->window = 0;
@@ -318,14 +312,7 @@ void mc__ra_close(mc_obj_t *ob)
     if (!ra)
         return;
     ob->ra = NULL;
-    op_t *w = ra->waiting; /* reads in flight at close: a caller's bug */
-    ra->waiting = NULL;
-    while (w) {
-        op_t *next = w->tmp;
-        w->tmp = NULL;
-        mc__op_finish(w, -ECANCELED);
-        w = next;
-    }
+    ra_release(ra, 0, UINT64_MAX, -ECANCELED); /* reads in flight at close: a caller's bug */
     ra_drop_all(ra, 0);
     ra->obj = NULL; /* the transfers in flight hold the replica set */
     ra->rs = NULL;
