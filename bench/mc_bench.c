@@ -12,9 +12,14 @@
  *                                        source region into one buffer
  * opts: --size SIZE (1K, 1M, ...), -n/--concurrency N (requests in flight),
  *       --seconds S (per measured phase), --keys K (keys per in-flight slot),
- *       --ops put,get (phases; put/set first so that get finds the keys)
+ *       --ops put,get,stat (phases; put/set first so that get finds the keys;
+ *       stat asks the master only, no byte moves: its ops/s are the master's),
+ *       --memory (store modes: no phase; after the fill, prints
+ *       keys=N rss_bytes_per_key=B, what this process's resident memory grew
+ *       by per key, segment pages and the master's metadata included)
  *
- * Every key is written once, untimed, before the measured phases. The store
+ * Every key is written once, untimed, before the measured phases (N writes
+ * in flight, as the phases keep). The store
  * and memcached modes keep exactly N requests in flight: each completion
  * issues the next request of its slot until the phase's time is up; the
  * phase ends when the last one completes, and is timed up to that point.
@@ -47,8 +52,8 @@
 
 #include "mooncake/mooncake.h"
 
-enum { OP_PUT, OP_GET };
-static const char *const op_names[][2] = {{"put", "get"}, {"set", "get"}};
+enum { OP_PUT, OP_GET, OP_STAT };
+static const char *const op_names[][3] = {{"put", "get", "stat"}, {"set", "get", "stat"}};
 
 static struct {
     const char *mode;
@@ -56,8 +61,9 @@ static struct {
     unsigned conc;
     unsigned keys; /* per slot */
     double seconds;
-    int phases[2];
+    int phases[3];
     int nphases;
+    int memory; /* --memory */
     int no_shm;                         /* --no-shm: a co-located node is still reached over TCP */
     const char *protocol, *rdma_device; /* --protocol, --rdma-device */
     const char *secret_file;            /* --auth-secret-file */
@@ -193,6 +199,7 @@ typedef struct phase {
     pthread_cond_t cv;
     unsigned inflight;
     int first_err;
+    uint64_t per_slot; /* 0: until the deadline; else this many requests a slot, untimed */
 } phase_t;
 
 static void slot_done(slot_t *sl)
@@ -215,7 +222,9 @@ static void issue(slot_t *sl)
     int rc =
         ph->op == OP_PUT
             ? mc_put_async(ph->s, sl->key, sl->klen, sl->buf, cfg.size, NULL, on_done, sl)
-            : mc_get_async(ph->s, sl->key, sl->klen, 0, sl->buf, cfg.size, &sl->st, on_done, sl);
+        : ph->op == OP_GET
+            ? mc_get_async(ph->s, sl->key, sl->klen, 0, sl->buf, cfg.size, &sl->st, on_done, sl)
+            : mc_stat_async(ph->s, sl->key, sl->klen, &sl->st, on_done, sl);
     if (rc < 0) {
         sl->errors++;
         ph->first_err = ph->first_err ? ph->first_err : rc;
@@ -228,10 +237,11 @@ static void on_done(void *arg, int rc)
 {
     slot_t *sl = arg;
     phase_t *ph = sl->ph;
-    int ok = ph->op == OP_PUT ? rc == 0
-                              : rc == (int)cfg.size && sl->st.size == cfg.size &&
-                                    (unsigned char)sl->buf[0] == fill_of(sl->idx) &&
-                                    (unsigned char)sl->buf[cfg.size - 1] == fill_of(sl->idx);
+    int ok = ph->op == OP_PUT    ? rc == 0
+             : ph->op == OP_STAT ? rc == 0 && sl->st.size == cfg.size
+                                 : rc == (int)cfg.size && sl->st.size == cfg.size &&
+                                       (unsigned char)sl->buf[0] == fill_of(sl->idx) &&
+                                       (unsigned char)sl->buf[cfg.size - 1] == fill_of(sl->idx);
     uint64_t now = now_ns();
     if (ok) {
         sl->done++;
@@ -241,15 +251,17 @@ static void on_done(void *arg, int rc)
         if (!ph->first_err)
             ph->first_err = rc < 0 ? rc : -EIO;
     }
-    if (ok && now < ph->deadline)
+    if (ok && (ph->per_slot ? sl->seq < ph->per_slot : now < ph->deadline))
         issue(sl);
     else
         slot_done(sl);
 }
 
-static int store_phase(mc_store_t *s, int op, slot_t *slots)
+/* A timed phase of op (per_slot 0), or the untimed fill: every slot puts
+ * its per_slot keys once, and nothing is printed. */
+static int store_phase(mc_store_t *s, int op, slot_t *slots, uint64_t per_slot)
 {
-    phase_t ph = {.s = s, .op = op, .slots = slots, .inflight = cfg.conc};
+    phase_t ph = {.s = s, .op = op, .slots = slots, .inflight = cfg.conc, .per_slot = per_slot};
     pthread_mutex_init(&ph.mu, NULL);
     pthread_cond_init(&ph.cv, NULL);
     for (unsigned i = 0; i < cfg.conc; i++) {
@@ -276,7 +288,8 @@ static int store_phase(mc_store_t *s, int op, slot_t *slots)
         errors += slots[i].errors;
         hist_merge(&lat, &slots[i].lat);
     }
-    report(op_names[0][op], ops, t1 - t0, errors, &lat);
+    if (!per_slot)
+        report(op_names[0][op], ops, t1 - t0, errors, &lat);
     if (errors)
         fprintf(stderr, "mc_bench: %llu %s errors, first: %s\n", (unsigned long long)errors,
                 op_names[0][op], mc_strerror(ph.first_err));
@@ -285,8 +298,23 @@ static int store_phase(mc_store_t *s, int op, slot_t *slots)
     return errors ? -1 : 0;
 }
 
+/* This process's resident memory (VmRSS), in bytes; 0 if unknown. */
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %llu kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
 static int run_store(const char *master)
 {
+    uint64_t rss0 = rss_bytes(); /* before the store: what --memory counts from */
     mc_store_opts_t o;
     mc_store_opts_init(&o);
     if (master) {
@@ -318,21 +346,18 @@ static int run_store(const char *master)
             memset(slots[i].buf, fill_of(i), cfg.size);
     }
     /* Untimed: every key once (connections made, replica lists learned). */
-    for (unsigned i = 0; !bad && i < cfg.conc; i++)
-        for (unsigned k = 0; !bad && k < cfg.keys; k++) {
-            char key[64];
-            int klen = make_key(key, sizeof(key), i, k);
-            rc = mc_put(s, key, (size_t)klen, slots[i].buf, cfg.size, NULL);
-            if (rc < 0) {
-                fprintf(stderr, "mc_bench: put %s: %s\n", key, mc_strerror(rc));
-                bad = 1;
-            }
-        }
-    for (int p = 0; !bad && p < cfg.nphases; p++) {
+    if (!bad)
+        bad = store_phase(s, OP_PUT, slots, cfg.keys) < 0;
+    if (!bad && cfg.memory) {
+        uint64_t n = (uint64_t)cfg.conc * cfg.keys;
+        printf("mode=%s keys=%llu size=%zu rss_bytes_per_key=%.0f\n", cfg.mode,
+               (unsigned long long)n, cfg.size, (double)(rss_bytes() - rss0) / (double)n);
+    }
+    for (int p = 0; !bad && !cfg.memory && p < cfg.nphases; p++) {
         if (cfg.phases[p] == OP_GET)
             for (unsigned i = 0; i < cfg.conc; i++)
                 memset(slots[i].buf, fill_of(i), cfg.size);
-        bad = store_phase(s, cfg.phases[p], slots) < 0;
+        bad = store_phase(s, cfg.phases[p], slots, 0) < 0;
         /* A get overwrote the buffers; a later put must write the fill. */
         for (unsigned i = 0; i < cfg.conc; i++)
             memset(slots[i].buf, fill_of(i), cfg.size);
@@ -610,8 +635,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: mc_bench (--master HOST:PORT | --embedded | --memcached HOST:PORT |\n"
             "                 --memcpy) [--size SIZE] [--concurrency N] [--seconds S] [--no-shm]\n"
-            "                [--keys K] [--ops put,get] [--protocol tcp|rdma|auto]\n"
-            "                [--rdma-device NAME] [--auth-secret-file F]\n");
+            "                [--keys K] [--ops put,get,stat] [--memory]\n"
+            "                [--protocol tcp|rdma|auto] [--rdma-device NAME] [--auth-secret-file F]\n");
 }
 
 int main(int argc, char **argv)
@@ -630,6 +655,7 @@ int main(int argc, char **argv)
         {"protocol", required_argument, NULL, 'P'},
         {"rdma-device", required_argument, NULL, 'D'},
         {"auth-secret-file", required_argument, NULL, 'a'},
+        {"memory", no_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -684,6 +710,9 @@ int main(int argc, char **argv)
         case 'o':
             ops = optarg;
             break;
+        case 'R':
+            cfg.memory = 1;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -701,9 +730,10 @@ int main(int argc, char **argv)
     for (char *t = strtok_r(opsdup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int op = strcmp(t, "put") == 0 || strcmp(t, "set") == 0 ? OP_PUT
                  : strcmp(t, "get") == 0                        ? OP_GET
+                 : strcmp(t, "stat") == 0                       ? OP_STAT
                                                                 : -1;
-        if (op < 0 || cfg.nphases == 2) {
-            fprintf(stderr, "mc_bench: --ops takes put,get (or one of them)\n");
+        if (op < 0 || cfg.nphases == 3) {
+            fprintf(stderr, "mc_bench: --ops takes put,get,stat (or some of them)\n");
             return 2;
         }
         cfg.phases[cfg.nphases++] = op;
@@ -713,8 +743,14 @@ int main(int argc, char **argv)
         cfg.conc = 1; /* one thread copying */
         return run_memcpy();
     }
-    if (strcmp(cfg.mode, "memcached") == 0)
+    if (strcmp(cfg.mode, "memcached") == 0) {
+        for (int p = 0; p < cfg.nphases; p++)
+            if (cfg.phases[p] == OP_STAT || cfg.memory) {
+                fprintf(stderr, "mc_bench: stat and --memory are for the store modes\n");
+                return 2;
+            }
         return run_memcached(addr);
+    }
     /* SHM PATH: a `--shm --master ADDR` mode goes here once the shared-memory
      * data path exists: the same run_store() with the path enabled, checked
      * through the store's counters (see STATS in run_store), compared with

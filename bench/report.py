@@ -195,6 +195,82 @@ def tar_section(r):
             f"| {ratio(v['mc'], v['tmpfs'])} |", ""]
 
 
+TABLE_ROWS = [
+    ("read4", "{mb:.0f} MiB sequential read by 4 readers at once, 1 MiB blocks, cold (MiB/s)"),
+    ("rand1", "4 KiB random reads, 1 in flight, after that read (IOPS)"),
+    ("rand16", "4 KiB random reads, libaio 16 in flight, O_DIRECT (IOPS)"),
+    ("create", "create + write 4 KiB + close, one process (files/s)"),
+    ("stat", "stat of those files (per s)"),
+]
+
+
+def table_section(r):
+    """Issue 14's table: tmpfs, passthrough_ll (page cache) and mooncake-fs
+    (pages) doing the same fio jobs and small-file loop (bench/mount_table.sh)."""
+    mb, files = r.m("table.size_mb"), r.m("table.files")
+    if mb is None:
+        return []
+    lines = ["## The mount table (fio, small files)", "",
+             f"Each target does the same work, one after the other in each run "
+             f"({files:.0f} small files; fio's own counts); medians.", "",
+             "| measure | tmpfs | passthrough_ll | mooncake-fs | ÷ passthrough_ll | ÷ tmpfs |",
+             "|---|---|---|---|---|---|"]
+    for key, label in TABLE_ROWS:
+        v = {t: r.m(f"table.{key}.{t}") for t in ("tmpfs", "pt", "mc")}
+        lines.append(f"| {label.format(mb=mb)} | {fmt(v['tmpfs'])} | {fmt(v['pt'])} | "
+                     f"{fmt(v['mc'])} | {ratio(v['mc'], v['pt'])} | {ratio(v['mc'], v['tmpfs'])} |")
+    return lines + [""] + threads_rows(r, mb)
+
+
+def threads_rows(r, mb):
+    """The 4 readers of the table on mooncake-fs --threads 1 .. nproc, in each
+    cache mode (bench/mount_table.sh's mount_threads), next to passthrough_ll."""
+    ns = sorted({int(k.rsplit(".t", 1)[1]) for k in r.vals if k.startswith("table.read4.pages.t")})
+    if not ns:
+        return []
+    pt = r.m("table.read4.pt")
+    lines = [f"{mb:.0f} MiB read by 4 readers at once (MiB/s) by `--threads` (a fresh mount "
+             "each; the others answer reads straight from segment memory):", "",
+             "| --cache-mode | " + " | ".join(f"--threads {n}" for n in ns) +
+             f" | --threads {ns[-1]} ÷ 1 | --threads {ns[-1]} ÷ passthrough_ll |",
+             "|---|" + "---|" * (len(ns) + 2)]
+    for mode in ("pages", "direct"):
+        v = [r.m(f"table.read4.{mode}.t{n}") for n in ns]
+        lines.append(f"| {mode} | " + " | ".join(fmt(x) for x in v) +
+                     f" | {ratio(v[-1], v[0])} | {ratio(v[-1], pt)} |")
+    return lines + [""]
+
+
+def scale_section(r):
+    """Memory per key next to Redis, and the master's ops/s by connections
+    (bench/scale.sh)."""
+    keys = r.m("scale.mem.keys")
+    if keys is None:
+        return []
+    mc, redis = r.m("scale.mem.mc"), r.m("scale.mem.redis")
+    lines = ["## Past this machine: memory per key, the master's ops/s", "",
+             f"Memory per key: the growth of resident memory per key holding {keys:,.0f} "
+             "keys of 100 bytes, an embedded store (its segment's pages and the master's "
+             "metadata) next to redis-server (`DEBUG POPULATE`, its `used_memory_rss`).", "",
+             "| keys | mooncake (B/key) | redis (B/key) | mooncake / redis |",
+             "|---|---|---|---|",
+             f"| {keys:,.0f} | {fmt(mc)} | {fmt(redis)} | {ratio(mc, redis)} |"]
+    big = r.m("scale.mem_big.keys")
+    if big is not None:
+        lines.append(f"| {big:,.0f} (mooncake alone, one run) | {fmt(r.m('scale.mem_big.mc'))} "
+                     "| - | - |")
+    conns = sorted(int(k.rsplit(".", 1)[1]) for k in r.vals if k.startswith("scale.master_ops."))
+    if conns:
+        one = r.m("scale.master_ops.1")
+        lines += ["", "The master's ops/s: STATs (answered by the master alone) from that many "
+                  "client processes, each one connection with 16 in flight, summed.", "",
+                  "| connections | ops/s | ÷ 1 connection |", "|---|---|---|"]
+        for n in conns:
+            v = r.m(f"scale.master_ops.{n}")
+            lines.append(f"| {n} | {fmt(v)} | {ratio(v, one)} |")
+    return lines + [""]
+
+
 def ratio_table(c, rows):
     """A markdown table of (label, key, baseline label, baseline key) rows,
     values from c(key), each with its ratio to the baseline."""
@@ -368,6 +444,24 @@ def tensor_section(r):
         ["case", "put_tensor", "torch.save", "ratio", "get_tensor", "torch.load", "ratio"], rows)
 
 
+def ha_section(r):
+    """Masters on etcd (bench/ha.sh): the op log's cost, the failover time."""
+    if r.m("ha.put.1K.etcd") is None:
+        return []
+    c = lambda k: r.m("ha." + k)  # noqa: E731
+    return ["## Masters on etcd", "",
+            "Two mooncake-masters on one etcd member (Debian's etcd-server, its data on this "
+            "machine's disk), one node, mc_bench keeping 16 puts of 1 KiB in flight over "
+            "loopback TCP: the leader writes every commit to the op log in etcd before it "
+            "answers. The baseline is a master alone. The failover time runs from kill -9 of "
+            "the leader to the first put that succeeds through etcd:// (lease 2 s; the hold of "
+            "a segment mounted again at the new leader capped at 3 s by --put-ttl-ms).", "",
+            "| | on etcd | baseline | | ratio |", "|---|---|---|---|---|",
+            f"| 1 KiB put, N=16 (ops/s) | {fmt(c('put.1K.etcd'))} | a master alone | "
+            f"{fmt(c('put.1K.alone'))} | {ratio(c('put.1K.etcd'), c('put.1K.alone'))} |",
+            f"| failover, kill -9 to the next put (ms) | {fmt(c('failover_ms'))} | | | |", ""]
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: report.py RESULTS OUTDIR")
@@ -380,8 +474,11 @@ def main():
     lines = header(runs)
     lines += mount_section(r, out)
     lines += tar_section(r)
+    lines += table_section(r)
     lines += cluster_section(r, out)
     lines += stream_section(r)
+    lines += ha_section(r)
+    lines += scale_section(r)
     lines += python_section(r)
     lines += tensor_section(r)
     path = os.path.join(out, "report.md")

@@ -12,18 +12,27 @@
 #      4 KiB to 1 MiB (SWEEP_MB each);
 #   2b. tar -xf of a tree of TAR_FILES small files (made here, the same
 #      every run) into each target of 1., files/s;
+#   2c. the table of issue 14 on tmpfs, passthrough_ll and mooncake-fs:
+#      4 parallel readers, 4 KiB random reads (1 and 16 in flight), small
+#      files created and stat'ed (bench/mount_table.sh, with fio), and the
+#      4 readers on mooncake-fs --threads 1 .. nproc in each cache mode;
 #   3. bench/cluster.sh: the cluster over loopback vs iperf3 and memcached,
 #      the embedded store vs memcpy, ops/s and latency by concurrency;
-#   3b. bench/stream.sh: a cluster mount over loopback TCP vs iperf3 (write,
+#      bench/ha.sh: masters on etcd, 1 KiB puts with the op log vs a master
+#      alone, and the failover time;
+#   3b. bench/scale.sh: memory per key next to redis-server, the master's
+#      ops/s at 1, 8 and 64 client connections;
+#   3c. bench/stream.sh: a cluster mount over loopback TCP vs iperf3 (write,
 #      1 MiB and 128 KiB reads, both cache modes);
 #   4. the Python client (bench/python_async.py and any other bench/*.py).
 # Every value of every run goes to bench/out/results.txt; bench/report.py
 # turns them into medians, ratios and plots. Runs are interleaved (each
 # run visits every target in turn) so that noise falls on every column
-# alike. Needs root (tmpfs mount, drop_caches); 4 to 6 minutes.
+# alike. Needs root (tmpfs mount, drop_caches); 6 to 9 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
+. bench/mount_table.sh
 BUILD=${MC_BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 SIZE_MB=${BENCH_SIZE_MB:-1024}
@@ -45,7 +54,7 @@ fi
 
 work=$(mktemp -d /tmp/mc-bench.XXXXXX)
 tmpfs=$work/tmpfs
-declare -A dir=([tmpfs]=$tmpfs/direct [pt]=$work/pt [ptd]=$work/ptd [mc]=$work/mc [mcd]=$work/mcd)
+declare -A dir=([tmpfs]=$tmpfs/direct [pt]=$work/pt [ptd]=$work/ptd [mc]=$work/mc [mcd]=$work/mcd [mct]=$work/mct)
 declare -A pid=()
 targets="tmpfs pt ptd mc mcd"
 sweep_targets="tmpfs pt ptd mc"
@@ -53,7 +62,7 @@ TAR_FILES=${BENCH_TAR_FILES:-5000}
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
-    for t in pt ptd mc mcd; do
+    for t in pt ptd mc mcd mct; do
         fusermount3 -u "${dir[$t]}" 2>/dev/null || true
         [ -n "${pid[$t]:-}" ] && { wait "${pid[$t]}" 2>/dev/null || true; }
     done
@@ -64,7 +73,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-mkdir -p "$tmpfs" "${dir[pt]}" "${dir[ptd]}" "${dir[mc]}" "${dir[mcd]}"
+mkdir -p "$tmpfs" "${dir[pt]}" "${dir[ptd]}" "${dir[mc]}" "${dir[mcd]}" "${dir[mct]}"
 mount -t tmpfs -o size=$((SIZE_MB + 512))M tmpfs "$tmpfs"
 mkdir -p "${dir[tmpfs]}" "$tmpfs/pt"
 # Both passthrough_ll mounts serve the same tmpfs directory.
@@ -188,13 +197,33 @@ for _ in $(seq "$RUNS"); do
         rm -rf "${dir[$t]}/x"
     done
 done
+echo "bench: the mount table (fio, small files), $RUNS runs ..."
+record table.size_mb "$TABLE_MB"
+record table.files "$TABLE_FILES"
+for _ in $(seq "$RUNS"); do
+    for t in tmpfs pt mc; do
+        mount_table "$t"
+    done
+done
 mc_stop mc
 mc_stop mcd
+echo "bench: 4 parallel readers by --threads, $RUNS runs ..."
+for _ in $(seq "$RUNS"); do
+    mount_threads mct
+done
 
 # The cluster over loopback TCP vs iperf3 and memcached, the embedded store vs
 # memcpy, the concurrency sweep (bench/cluster.sh; about two minutes).
 echo "bench: the cluster (bench/cluster.sh) ..."
 MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/cluster.sh
+# Masters on etcd: the op log's cost and the failover time (bench/ha.sh;
+# under a minute; skipped without etcd).
+echo "bench: masters on etcd (bench/ha.sh) ..."
+MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/ha.sh
+# Memory per key next to Redis, the master's ops/s by connections
+# (bench/scale.sh; about a minute).
+echo "bench: memory per key and the master's ops/s (bench/scale.sh) ..."
+MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/scale.sh
 # The cluster mount streaming over TCP vs iperf3 (bench/stream.sh; about a
 # minute, two with BENCH_STREAM_BASE, another build's directory, as before).
 echo "bench: the cluster mount (bench/stream.sh) ..."

@@ -53,20 +53,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-free_port() {
-    "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-wait_log() { # PID LOG REGEX
-    for _ in $(seq 200); do
-        grep -qE "$3" "$2" 2>/dev/null && return 0
-        kill -0 "$1" 2>/dev/null || break
-        sleep 0.05
-    done
-    echo "stream bench: not ready: $2" >&2
-    tail -5 "$2" >&2
-    exit 1
-}
-
 mport=$(free_port)
 "$BUILD/mooncake-master" --listen "127.0.0.1:$mport" >"$work/master.log" 2>&1 &
 pids+=($!)

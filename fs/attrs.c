@@ -73,7 +73,8 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
     /* A directory's st without a version: it has no marker (its lookup
      * still counted its subdirectories). */
     int marker = st && (!in->is_dir || st->version);
-    int64_t mt = marker && st->mtime_ns ? st->mtime_ns : fs->start_ns;
+    /* The root has no marker but times (the master's). */
+    int64_t mt = st && st->mtime_ns ? st->mtime_ns : fs->start_ns;
     if (in->is_dir) {
         a->st_mode = S_IFDIR | (marker ? st->mode : DIR_MODE_DEFAULT);
         a->st_nlink = st && st->nlink >= 2 ? st->nlink : 2;
@@ -83,12 +84,23 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
         /* Names of the object: more than one for a hard-linked file. */
         a->st_nlink = in->key ? (st && st->nlink > 1 ? st->nlink : 1) : 0;
         a->st_size = st ? (off_t)st->size : 0;
-        if (in->ws && in->ws->state == WS_READY)
+        /* The space its bytes take: a sparse file's holes take none. A
+         * version in progress counts every byte. */
+        a->st_blocks = st ? (blkcnt_t)((st->alloc + 511) / 512) : 0;
+        if (in->ws && in->ws->state == WS_READY) {
             a->st_size = (off_t)mc_writer_size(in->ws->w);
-        a->st_blocks = (a->st_size + 511) / 512;
+            a->st_blocks = (a->st_size + 511) / 512;
+        } else if (!fs->direct_io && in->cur) {
+            /* The page cache holds cur while the file is open: the kernel
+             * must not take the size of a newer version that a reader
+             * opened with direct I/O meanwhile (readers of the cache would
+             * get cur's bytes padded with zeros to that size). */
+            a->st_size = (off_t)mc_obj_stat(in->cur)->size;
+            a->st_blocks = (blkcnt_t)((mc_obj_stat(in->cur)->alloc + 511) / 512);
+        }
     }
     a->st_mtim = ts_of(mt);
-    a->st_ctim = ts_of(marker && st->ctime_ns ? st->ctime_ns : mt);
+    a->st_ctim = ts_of(st && st->ctime_ns ? st->ctime_ns : mt);
     a->st_atim = ts_of(marker && st->atime_ns ? st->atime_ns : mt);
 }
 
@@ -150,11 +162,13 @@ static void attr_fetch(fs_ctx_t *c)
 {
     fs_inode_t *in = c->in;
     int rc;
-    if (!in->key || in->ino == FUSE_ROOT_ID)
-        return attr_reply(c, in->ino == FUSE_ROOT_ID ? NULL : &in->st);
+    if (!in->key)
+        return attr_reply(c, &in->st);
     if (in->ws && in->ws->state != WS_NONE)
         return attr_reply(c, &in->st);
-    if (in->is_dir) {
+    if (in->ino == FUSE_ROOT_ID) { /* the master's LOOKUP of "/" is the root */
+        rc = mc_lookup_async(c->fs->store, "/", 1, '/', &c->st, attr_stat_done, c);
+    } else if (in->is_dir) {
         rc = mc_lookup_async(c->fs->store, in->key, in->klen, '/', &c->st, attr_stat_done, c);
     } else {
         rc = mc_stat_async(c->fs->store, in->key, in->klen, &c->st, attr_stat_done, c);
@@ -171,9 +185,10 @@ static void attr_reply_fh(fuse_req_t req, fs_t *fs, fs_fh_t *fh)
     fs_inode_t *in = fh->in;
     struct stat a;
     fs_fill_attr(fs, in, &in->st, &a); /* the writer's size, if one is open */
-    if (!fs_fh_follows(fs, fh) && fh->obj)
+    if (!fs_fh_follows(fs, fh) && fh->obj) {
         a.st_size = (off_t)mc_obj_stat(fh->obj)->size;
-    a.st_blocks = (a.st_size + 511) / 512;
+        a.st_blocks = (blkcnt_t)((mc_obj_stat(fh->obj)->alloc + 511) / 512);
+    }
     fuse_reply_attr(req, &a, fs_attr_timeout(fs, &in->st));
 }
 

@@ -10,6 +10,7 @@
 #include "fs.h"
 #include "fs_i.h"
 #include "inode.h"
+#include "workers.h"
 #include "writers.h"
 
 /*
@@ -38,9 +39,10 @@ static void cache_keep_or_drop(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, in
 }
 
 /* Makes o (or NULL) the version the reads of in that miss the page cache
- * come from, closing the one before. */
-static void cur_set(fs_inode_t *in, mc_obj_t *o)
+ * come from, closing the one before (once no worker reads it). */
+static void cur_set(fs_t *fs, fs_inode_t *in, mc_obj_t *o)
 {
+    fs_view_publish_inode(fs, in, o);
     if (in->cur)
         mc_obj_close(in->cur);
     in->cur = o;
@@ -63,7 +65,7 @@ static void cur_opened(void *arg, int rc)
     } else if (rc == 0) {
         if (mc_obj_stat(o->obj)->version != in->version)
             in->version = 0; /* published again since: the next open drops the cache */
-        cur_set(in, o->obj);
+        cur_set(o->fs, in, o->obj);
     }
     fs_waiter_t *w = in->cur_wait;
     in->cur_wait = NULL;
@@ -98,7 +100,7 @@ void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version)
     in->version = version;
     if (fs->direct_io)
         return;
-    cur_set(in, NULL);
+    cur_set(fs, in, NULL);
     /* Another handle may read what the cache lacks: open the version now,
      * while its key is sure to name it. The publisher's own handle opens
      * it when it needs it (usually it is released first). */
@@ -127,15 +129,15 @@ void fs_cache_open(fs_t *fs, fs_inode_t *in, fs_fh_t *fh, int created, struct fu
      * page cache holds; the handle keeps none of its own. */
     uint64_t v = mc_obj_stat(fh->obj)->version;
     if (v == in->version && (!in->cur || mc_obj_stat(in->cur)->version != v))
-        cur_set(in, fh->obj);
+        cur_set(fs, in, fh->obj);
     else
         mc_obj_close(fh->obj); /* cur has it, or the cache holds a writer's */
     fh->obj = NULL;
 }
 
-void fs_cache_unpin(fs_inode_t *in)
+void fs_cache_unpin(fs_t *fs, fs_inode_t *in)
 {
-    cur_set(in, NULL);
+    cur_set(fs, in, NULL);
 }
 
 int fs_cache_wait(fs_t *fs, fs_inode_t *in, fs_waiter_t *w)

@@ -1,35 +1,42 @@
 /*
- * fallocate.c - fallocate(2) on a file open for writing: the default mode,
- * FALLOC_FL_KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE, on the version in
- * progress of the file's writer (writers.h), as a write would.
+ * fallocate.c - a sparse file's holes: fallocate(2) on a file open for
+ * writing (the default mode, FALLOC_FL_KEEP_SIZE, PUNCH_HOLE and
+ * ZERO_RANGE making real holes), on the version in progress of the file's
+ * writer (writers.h), as a write would; lseek(2)'s SEEK_DATA and SEEK_HOLE.
  */
 #include <errno.h>
 #include <linux/falloc.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include "fs.h"
 #include "fs_i.h"
 #include "writers.h"
 
-/* The zeros a range is cleared with, a piece at a time. */
-static const char zeros[64 << 10];
+/* The zeros the default mode writes past the end, a piece at a time (in
+ * .bss: never written). */
+static char zeros[1 << 20];
 
 static void falloc_step(void *arg, int rc);
 
-/* Clears [c->off, c->off + c->size) of the version in progress, then grows
- * it to c->attr.st_size (0: no growth); one writer operation at a time. */
+/* Punches [c->off, c->off + c->size) of the version in progress (a hole
+ * reads as zeros), then grows it to c->attr.st_size (0: no growth): with
+ * space (zeros written) in the default mode, a hole for ZERO_RANGE; one
+ * writer operation at a time. */
 static void falloc_next(fs_ctx_t *c)
 {
     fs_wstate_t *ws = c->in->ws;
+    uint64_t size = mc_writer_size(ws->w), end = (uint64_t)c->attr.st_size;
     int rc;
     if (c->size) {
-        size_t n = c->size < sizeof(zeros) ? c->size : sizeof(zeros);
-        c->stage = (int)n;
-        rc = mc_writer_write_async(ws->w, (uint64_t)c->off, zeros, n, falloc_step, c);
-    } else if ((uint64_t)c->attr.st_size > mc_writer_size(ws->w)) {
-        c->stage = 0;
-        rc = mc_writer_truncate_async(ws->w, (uint64_t)c->attr.st_size, falloc_step, c);
+        rc = mc_writer_punch_async(ws->w, (uint64_t)c->off, c->size, falloc_step, c);
+        c->size = 0;
+    } else if (end > size && (c->mode & FALLOC_FL_ZERO_RANGE)) {
+        rc = mc_writer_truncate_async(ws->w, end, falloc_step, c);
         c->attr.st_size = 0;
+    } else if (end > size) {
+        size_t n = end - size < sizeof(zeros) ? (size_t)(end - size) : sizeof(zeros);
+        rc = mc_writer_write_async(ws->w, size, zeros, n, falloc_step, c);
     } else {
         fs_ws_op_done(ws, 0);
         return fs_ctx_fail(c, 0);
@@ -45,8 +52,6 @@ static void falloc_step(void *arg, int rc)
         fs_ws_op_done(c->in->ws, rc); /* fails the version, as a write does */
         return fs_ctx_fail(c, rc);
     }
-    c->off += c->stage;
-    c->size -= (size_t)c->stage;
     falloc_next(c);
 }
 
@@ -74,12 +79,13 @@ static void falloc_run(fs_waiter_t *w, int err)
 
 /*
  * fallocate(2) on a handle open for writing, in the version in progress.
- * Every byte of a file takes space in a segment (files are not sparse), so
- * the default mode only has to grow the file (which takes the space, or
- * fails with ENOSPC); with FALLOC_FL_KEEP_SIZE it changes nothing (space
- * past the end is not reserved ahead). PUNCH_HOLE and ZERO_RANGE write
- * zeros over the range inside the file (the space stays taken). Other
- * modes: EOPNOTSUPP.
+ * The default mode grows the file with zeros written, which take their
+ * space (or fail with ENOSPC); holes inside the file stay holes. With
+ * FALLOC_FL_KEEP_SIZE it changes nothing (space past the end is not
+ * reserved ahead). PUNCH_HOLE and ZERO_RANGE make the range inside the file
+ * a hole (mc_writer_punch_async(): its whole allocation units give their
+ * space back); ZERO_RANGE without KEEP_SIZE grows the file with a hole.
+ * Other modes: EOPNOTSUPP.
  */
 void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
                      struct fuse_file_info *fi)
@@ -102,4 +108,31 @@ void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t 
         c->off = off + len;
     c->wait.run = falloc_run;
     fs_ws_need(fh->in->ws, &c->wait);
+}
+
+/*
+ * lseek(2) with SEEK_DATA or SEEK_HOLE (the kernel does the others itself):
+ * in the content a read through this handle sees (files.c): the version in
+ * progress, the inode's newest version (page cache) or the handle's own.
+ */
+void fs_op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
+{
+    fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
+    fs_t *fs = fs_of(req);
+    fs_inode_t *in = fh->in;
+    int cached = !fs->direct_io && !fh->direct;
+    (void)ino;
+    if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0)
+        return reply_err(req, -EINVAL);
+    int hole = whence == SEEK_HOLE;
+    int64_t r = -ENXIO;
+    if (in->ws && in->ws->state == WS_READY && (cached || fh->writable))
+        r = mc_writer_seek(in->ws->w, (uint64_t)off, hole);
+    else if (cached && in->cur)
+        r = mc_obj_seek(in->cur, (uint64_t)off, hole);
+    else if (fh->obj)
+        r = mc_obj_seek(fh->obj, (uint64_t)off, hole);
+    if (r < 0)
+        return reply_err(req, (int)r);
+    fuse_reply_lseek(req, (off_t)r);
 }

@@ -14,6 +14,7 @@
 #include "fs.h"
 #include "fs_i.h"
 #include "inode.h"
+#include "workers.h"
 #include "writers.h"
 
 /* ---- handles, open, create, release ---- */
@@ -49,11 +50,12 @@ static void fh_free(fs_t *fs, fs_fh_t *fh)
         fs->fhs = fh->next;
     if (fh->next)
         fh->next->prev = fh->prev;
+    fs_view_withdraw_fh(fs, fh);
     if (fh->obj)
         mc_obj_close(fh->obj);
     fs_inode_t *in = fh->in;
     if (--in->opens == 0)
-        fs_cache_unpin(in); /* no reads without a handle */
+        fs_cache_unpin(fs, in); /* no reads without a handle */
     if (fh->writable && in->ws) {
         in->ws->handles--;
         fs_ws_settle(in->ws);
@@ -73,6 +75,9 @@ static void open_done(void *arg, int rc)
     fs_ctx_t *c = arg;
     fs_fh_t *fh = c->fh;
     fs_inode_t *in = c->in;
+    fh->opening = 0;
+    if (rc == 0 && c->fs->stopping)
+        rc = -ECANCELED; /* fs_shutdown() left this handle to us */
     if (rc < 0) {
         fh_free(c->fs, fh);
         if (c->kind == 1)
@@ -93,6 +98,7 @@ static void open_done(void *arg, int rc)
     } else {
         fs_cache_open(c->fs, in, fh, c->kind == 1, &c->fi);
     }
+    fs_view_publish_fh(c->fs, fh); /* before the kernel can read through it */
     in->st = *st;
     if (c->kind == 1) {
         struct fuse_entry_param e;
@@ -115,6 +121,7 @@ static void open_version(fs_ctx_t *c)
         return fs_ctx_fail(c, -ENOMEM);
     if (writable)
         fs_ws_add_owner(c->in->ws, c->req);
+    c->fh->opening = 1;
     int rc = mc_obj_open_async(c->fs->store, c->in->key, c->in->klen, &c->fh->obj, open_done, c);
     if (rc < 0)
         open_done(c, rc);
@@ -520,7 +527,12 @@ void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_
 
 void fs_shutdown(fs_t *fs)
 {
-    while (fs->fhs)
-        fh_free(fs, fs->fhs);
+    /* A handle whose open is in flight is freed by open_done(), which the
+     * store still calls (mc_store_close() cancels it): it writes fh->obj. */
+    for (fs_fh_t *fh = fs->fhs, *next; fh; fh = next) {
+        next = fh->next;
+        if (!fh->opening)
+            fh_free(fs, fh);
+    }
     fs_ws_shutdown(fs, 0);
 }

@@ -19,6 +19,7 @@
 
 struct fs_fh;
 struct fs_wstate;
+struct fs_workers;
 
 typedef struct fs {
     mc_store_t *store;
@@ -30,17 +31,20 @@ typedef struct fs {
     uint32_t replicas; /* replicas of each file written */
     uid_t uid;
     gid_t gid;
-    int64_t start_ns;       /* mtime of directories without a marker */
-    struct fuse_buf rbuf;   /* the request being processed */
-    int rbuf_taken;         /* a handler kept rbuf.mem; receive into a new one */
-    struct fs_fh *fhs;      /* every open file handle, for shutdown */
-    struct fs_wstate *wss;  /* every writer state, for shutdown */
-    unsigned long inflight; /* requests started and not yet answered, and writes
-                               answered while their bytes are in flight (wbehind.c) */
-    int stopping;           /* shutting down: no more requests are read */
-    uint64_t wb_max;        /* write-behind per file, bytes (0: none; wbehind.c) */
-    uint64_t wb_total;      /* write-behind of the whole mount, bytes */
-    uint64_t wb_used;       /* bytes of writes answered and still in flight */
+    int64_t start_ns;           /* mtime of directories without a marker */
+    struct fuse_buf rbuf;       /* the request being processed */
+    int rbuf_taken;             /* a handler kept rbuf.mem; receive into a new one */
+    struct fs_fh *fhs;          /* every open file handle, for shutdown */
+    struct fs_wstate *wss;      /* every writer state, for shutdown */
+    unsigned long inflight;     /* requests started and not yet answered, and writes
+                                   answered while their bytes are in flight (wbehind.c) */
+    int stopping;               /* shutting down: no more requests are read */
+    unsigned threads;           /* --threads: the loop and N - 1 workers */
+    struct fs_workers *workers; /* --threads: the other threads reading requests */
+    uint64_t worker_reads;      /* READs they answered, once stopped */
+    uint64_t wb_max;            /* write-behind per file, bytes (0: none; wbehind.c) */
+    uint64_t wb_total;          /* write-behind of the whole mount, bytes */
+    uint64_t wb_used;           /* bytes of writes answered and still in flight */
 } fs_t;
 
 /* The FUSE low-level operations of the daemon. */

@@ -5,7 +5,8 @@
  * operation table (ops.c) names, by the file that holds them. The writer
  * state of a file has its own header, writers.h.
  *
- * Everything runs on the loop thread: no locks.
+ * Everything runs on the loop thread: no locks. (The workers of --threads
+ * read only the views that workers.h publishes.)
  */
 #ifndef FS_FS_I_H
 #define FS_FS_I_H
@@ -33,11 +34,14 @@ typedef struct fs_fh {
     fs_inode_t *in;
     mc_obj_t *obj; /* the version opened, for reads */
     int writable;
-    int direct; /* with the page cache, this one reads its own version with
-                   direct I/O (fs_cache_open()) */
-    int append; /* O_APPEND: writes go to the end, whatever the offset */
-    int err;    /* a write to the file failed while this handle was open for
-                   writing: its later writes and its flushes fail with err */
+    int opening;          /* its version is being opened (open_done() ends it) */
+    int direct;           /* with the page cache, this one reads its own version with
+                             direct I/O (fs_cache_open()) */
+    struct fs_view *view; /* read-only, reading fh->obj: its bytes, for the
+                             workers (workers.h); atomic */
+    int append;           /* O_APPEND: writes go to the end, whatever the offset */
+    int err;              /* a write to the file failed while this handle was open for
+                             writing: its later writes and its flushes fail with err */
     struct fs_fh *prev, *next;
 } fs_fh_t;
 
@@ -225,7 +229,7 @@ void fs_cache_open(fs_t *fs, fs_inode_t *in, fs_fh_t *fh, int created, struct fu
 void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version);
 
 /* The last handle of in closed: lets go of its version. */
-void fs_cache_unpin(fs_inode_t *in);
+void fs_cache_unpin(fs_t *fs, fs_inode_t *in);
 
 /* Runs w (a read that missed the cache) once in->cur is open, opening it;
  * or returns -errno when it cannot be opened (the file was unlinked). */
@@ -233,6 +237,7 @@ int fs_cache_wait(fs_t *fs, fs_inode_t *in, fs_waiter_t *w);
 
 /* ---- fallocate.c ---- */
 
+void fs_op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi);
 void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
                      struct fuse_file_info *fi);
 

@@ -5,7 +5,8 @@
  * long as the kernel remembers it (its lookup count). Inode numbers are
  * never reused. A file's inode outlives versions: `version` is the version
  * whose bytes the kernel's page cache holds, so an open can tell the kernel
- * to keep or drop its cache. Runs on the loop thread only; no locks.
+ * to keep or drop its cache. Runs on the loop thread only; no locks (the
+ * workers of --threads read only `view`, published atomically).
  */
 #ifndef FS_INODE_H
 #define FS_INODE_H
@@ -17,6 +18,7 @@
 
 struct fs_wstate;
 struct fs_waiter;
+struct fs_view;
 
 typedef struct fs_inode {
     uint64_t ino;
@@ -30,6 +32,8 @@ typedef struct fs_inode {
     mc_obj_t *cur;              /* --cache-mode pages, while the file is open: that
                                    version, which reads the cache misses come from
                                    (NULL: not open yet) */
+    struct fs_view *view;       /* cur's bytes while the file has no writer state,
+                                   for the workers (workers.h); atomic */
     int cur_opening;            /* cur is being opened */
     struct fs_waiter *cur_wait; /* reads waiting for it */
     mc_stat_t st;               /* last known metadata */

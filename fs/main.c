@@ -1,16 +1,18 @@
 /*
  * main.c - mooncake-fs: options, the FUSE session, and the event loop.
  *
- * One thread does everything: the io_uring loop polls the FUSE device and a
+ * One thread runs the fs: the io_uring loop polls the FUSE device and a
  * signalfd; each readable event reads requests and hands them to the
  * operations (the table in ops.c), which answer from store completions on
- * this loop.
+ * this loop. With --threads N, N - 1 workers (workers.c) read the device
+ * too: they answer READs from memory and post every other request here.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <execinfo.h>
 #include <signal.h>
 #include <stddef.h>
@@ -25,7 +27,12 @@
 
 #include "fs.h"
 #include "metrics.h"
+#include "workers.h"
 #include "writers.h"
+
+/* --threads by default: one per CPU, up to this many (see --help). */
+#define THREADS_DEFAULT_MAX 16
+#define THREADS_MAX 256
 
 struct options {
     char *segment_size;
@@ -43,6 +50,7 @@ struct options {
     char *metrics;
     char *cache;
     char *stream[4]; /* --readahead, --total-readahead, --write-behind, --total-write-behind */
+    char *threads;
     int no_shm;
     int help;
     int version;
@@ -73,6 +81,7 @@ static const struct fuse_opt option_spec[] = {
     OPT_ARG("readahead", stream[0]),
     OPT_ARG("total-write-behind", stream[3]),
     OPT_ARG("write-behind", stream[2]),
+    OPT_ARG("threads", threads),
     OPT("--no-shm", no_shm),
     OPT("no-shm", no_shm),
     OPT_ARG("protocol", protocol),
@@ -136,12 +145,15 @@ static void usage(const char *prog)
            "                          file's are still in flight (default 8M; 0: off;\n"
            "                          errors then fail the next write, fsync or close)\n"
            "    --total-write-behind SIZE  bound on all writes in flight (default 64M)\n"
+           "    --threads N           threads reading FUSE requests (default: the CPUs\n"
+           "                          this process may run on, at most %d): the others\n"
+           "                          answer reads from memory, the loop the rest\n"
            "    -f                    stay in the foreground\n"
            "    -d                    debug: foreground, log every FUSE request\n"
            "    -o OPT[,OPT...]       FUSE mount options (see mount.fuse3(8))\n"
            "    -h, --help            this text\n"
            "    -V, --version         print the version\n",
-           prog, MC_DEFAULT_LEASE_MS);
+           prog, MC_DEFAULT_LEASE_MS, THREADS_DEFAULT_MAX);
 }
 
 static int parse_uint(const char *s, const char *what, unsigned long max, unsigned long *out)
@@ -218,12 +230,14 @@ static int apply_positional(struct options *o, struct fuse_args *args)
     return rc;
 }
 
-/* Releases open handles while the store's loop still runs, then stops. */
+/* Releases open handles while the store's loop still runs (after the
+ * workers, which read their memory, are gone), then stops. */
 static void shutdown_and_stop(fs_t *fs)
 {
     if (fs->stopping)
         return;
     fs->stopping = 1;
+    fs_workers_stop(fs);
     fs_shutdown(fs);
     mc_loop_stop(fs->loop);
 }
@@ -369,6 +383,15 @@ static int open_store(fs_t *fs, mc_store_opts_t *so, int default_listen)
     return rc;
 }
 
+/* The CPUs this process may run on, at most THREADS_DEFAULT_MAX: the
+ * --threads default. */
+static unsigned default_threads(void)
+{
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    return n < 1 ? 1 : n > THREADS_DEFAULT_MAX ? THREADS_DEFAULT_MAX : (unsigned)n;
+}
+
 /*
  * Checks the daemon's options and copies them into the store's options (so)
  * and the daemon's settings (fs). Returns 0, or -1 after saying which option
@@ -412,6 +435,16 @@ static int apply_options(const struct options *o, mc_store_opts_t *so, fs_t *fs)
             return -1;
         }
         fs->direct_io = !strcmp(o->cache, "direct");
+    }
+    fs->threads = default_threads();
+    if (o->threads) {
+        if (parse_uint(o->threads, "--threads", THREADS_MAX, &v) < 0)
+            return -1;
+        if (v == 0) {
+            fprintf(stderr, "mooncake-fs: error: --threads takes 1 to %d\n", THREADS_MAX);
+            return -1;
+        }
+        fs->threads = (unsigned)v;
     }
     so->master = o->master;
     so->secret_file = o->secret_file;
@@ -584,6 +617,7 @@ static void free_options(struct options *o)
     free(o->cache);
     for (int i = 0; i < 4; i++)
         free(o->stream[i]);
+    free(o->threads);
     free(o->listen);
     free(o->net_timeout);
     free(o->replicas);
@@ -667,6 +701,12 @@ int main(int argc, char *argv[])
             goto out;
         }
     }
+    int wrc = fs_workers_start(&fs, fs.threads - 1);
+    if (wrc < 0) {
+        fprintf(stderr, "mooncake-fs: error: starting %u threads: %s\n", fs.threads,
+                mc_strerror(wrc));
+        goto out;
+    }
     log_mounted(fopts.mountpoint, &so);
     int rc = mc_loop_run(fs.loop);
     if (rc < 0)
@@ -676,6 +716,7 @@ int main(int argc, char *argv[])
     mc_poll_stop(&fuse_poll);
     mc_poll_stop(&sig_poll);
 out:
+    fs_workers_stop(&fs);     /* the loop ended without shutdown_and_stop() */
     mc_metrics_stop(metrics); /* before the store it reads goes */
     if (sfd >= 0)
         close(sfd);

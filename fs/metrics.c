@@ -8,8 +8,10 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "workers.h"
 
-#define OPCODES 52 /* below FUSE_STATX; others are counted as "other" */
+#define OPCODES 52
+#define FUSE_READ_OPCODE 15 /* below FUSE_STATX; others are counted as "other" */
 
 static const char *const opcode_names[OPCODES] = {
     [1] = "LOOKUP",        [2] = "FORGET",         [3] = "GETATTR",
@@ -51,11 +53,17 @@ int fs_metrics_collect(void *arg, mc_metrics_t *m)
     char labels[48];
     mc_metrics_family(m, "mooncake_fuse_requests_total", "counter",
                       "FUSE requests received, by opcode.");
-    for (int op = 0; op < OPCODES; op++)
-        if (requests[op]) {
+    for (int op = 0; op < OPCODES; op++) {
+        /* READs answered by the workers of --threads count too */
+        uint64_t n = requests[op] + (op == FUSE_READ_OPCODE ? fs_workers_reads(fs) : 0);
+        if (n) {
             snprintf(labels, sizeof(labels), "opcode=\"%s\"", op ? opcode_names[op] : "other");
-            mc_metrics_sample(m, "mooncake_fuse_requests_total", labels, requests[op]);
+            mc_metrics_sample(m, "mooncake_fuse_requests_total", labels, n);
         }
+    }
+    mc_metrics_family(m, "mooncake_fuse_worker_reads_total", "counter",
+                      "READs answered straight from memory by the other threads of --threads.");
+    mc_metrics_sample(m, "mooncake_fuse_worker_reads_total", NULL, fs_workers_reads(fs));
     mc_metrics_family(m, "mooncake_fuse_requests_in_flight", "gauge",
                       "FUSE requests started and not yet answered.");
     mc_metrics_sample(m, "mooncake_fuse_requests_in_flight", NULL, fs->inflight);

@@ -156,7 +156,7 @@ static void unlink_done(void *arg, int rc)
         return fs_ctx_fail(c, rc);
     fs_inode_t *in = fs_inode_find(c->fs->it, c->key, c->klen, 0);
     if (in) {
-        fs_ws_orphan(in);
+        fs_ws_unnamed(in);
         fs_inode_unlink(c->fs->it, in);
     }
     fs_ctx_fail(c, 0);
@@ -183,7 +183,7 @@ static void rename_done(void *arg, int rc)
     /* The replaced destination's inodes lose their key. */
     fs_inode_t *dst = fs_inode_find(fs->it, c->key2, tlen, 0);
     if (dst) {
-        fs_ws_orphan(dst);
+        fs_ws_unnamed(dst);
         fs_inode_unlink(fs->it, dst);
     }
     dst = fs_inode_find(fs->it, c->key2, tlen, 1);

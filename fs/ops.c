@@ -44,6 +44,7 @@ const struct fuse_lowlevel_ops fs_ops = {
     .release = fs_op_release,
     .fsync = fs_op_fsync,
     .fallocate = fs_op_fallocate,
+    .lseek = fs_op_lseek,
     .opendir = fs_op_opendir,
     .readdir = fs_op_readdir,
     .readdirplus = fs_op_readdirplus,

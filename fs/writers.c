@@ -24,6 +24,7 @@
 #include "fs.h"
 #include "fs_i.h"
 #include "inode.h"
+#include "workers.h"
 #include "writers.h"
 
 /* The process (thread group) of a request's thread. */
@@ -80,6 +81,7 @@ fs_wstate_t *fs_ws_get(fs_t *fs, fs_inode_t *in)
         fs->wss->prev = ws;
     fs->wss = ws;
     in->ws = ws;
+    fs_view_publish_inode(fs, in, NULL); /* its reads wait for the writer now */
     return ws;
 }
 
@@ -127,7 +129,7 @@ void fs_ws_settle(fs_wstate_t *ws)
     if (ws->handles || ws->ops || ws->wait_head || ws_busy(ws))
         return;
     if (ws->state == WS_READY) {
-        if (ws->dirty && !ws->orphaned && ws->in->key) {
+        if (ws->dirty && !ws->orphaned && (ws->in->key || ws->ino)) {
             fs_ws_commit(ws); /* settles again when done */
             return;
         }
@@ -168,6 +170,21 @@ static void ws_opened(void *arg, int rc)
     fs_ws_settle(ws);
 }
 
+/* The key ws publishes to: its inode's name, or the hard-linked file it
+ * was a name of (into buf); NULL when it has none. */
+static const char *ws_key(const fs_wstate_t *ws, char *buf, size_t size, size_t *klen)
+{
+    if (ws->orphaned)
+        return NULL;
+    if (ws->in->key) {
+        *klen = ws->in->klen;
+        return ws->in->key;
+    }
+    int n = ws->ino ? mc_inode_key(ws->ino, buf, size) : -EINVAL;
+    *klen = n > 0 ? (size_t)n : 0;
+    return n > 0 ? buf : NULL;
+}
+
 static void ws_base_opened(void *arg, int rc)
 {
     fs_wstate_t *ws = arg;
@@ -203,9 +220,11 @@ void fs_ws_need(fs_wstate_t *ws, fs_waiter_t *w)
     int rc = -ENOENT;
     int fresh = ws->fresh;
     ws->fresh = 0;
-    if (ws->in->key && !ws->orphaned && !fresh)
-        rc = mc_obj_open_async(ws->fs->store, ws->in->key, ws->in->klen, &ws->base, ws_base_opened,
-                               ws);
+    char ibuf[64];
+    size_t klen;
+    const char *key = fresh ? NULL : ws_key(ws, ibuf, sizeof(ibuf), &klen);
+    if (key)
+        rc = mc_obj_open_async(ws->fs->store, key, klen, &ws->base, ws_base_opened, ws);
     if (rc < 0)
         ws_base_opened(ws, rc);
 }
@@ -270,15 +289,18 @@ static void ws_committed(void *arg, int rc)
 static void ws_commit_now(fs_wstate_t *ws)
 {
     int rc = 0;
-    if (!ws->orphaned && ws->in->key) {
-        rc = mc_writer_set_key(ws->w, ws->in->key, ws->in->klen);
+    char ibuf[64];
+    size_t klen;
+    const char *key = ws_key(ws, ibuf, sizeof(ibuf), &klen);
+    if (key) {
+        rc = mc_writer_set_key(ws->w, key, klen);
         if (rc == 0) {
             rc = mc_writer_commit_async(ws->w, &ws->st, ws_committed, ws);
             if (rc == 0)
                 return;
         }
-        fprintf(stderr, "mooncake-fs: error: publishing %s failed: %s\n", ws->in->key,
-                mc_strerror(rc));
+        fprintf(stderr, "mooncake-fs: error: publishing %s failed: %s\n",
+                ws->in->key ? ws->in->key : "(a hard-linked file)", mc_strerror(rc));
     }
     mc_writer_abort(ws->w);
     ws_finish(ws, rc, 0);
@@ -328,6 +350,14 @@ void fs_ws_orphan(fs_inode_t *in)
 {
     if (in && in->ws)
         in->ws->orphaned = 1;
+}
+
+void fs_ws_unnamed(fs_inode_t *in)
+{
+    if (in && in->ws && in->st.ino && in->st.nlink > 1 && !in->is_dir)
+        in->ws->ino = in->st.ino; /* the file lives on under its other names */
+    else
+        fs_ws_orphan(in);
 }
 
 void fs_ws_shutdown(fs_t *fs, int store_closed)

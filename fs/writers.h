@@ -35,6 +35,8 @@ typedef struct fs_wstate {
     int err;      /* why the version failed, while FAILING */
     int dirty;    /* the writer holds changes not yet published */
     int orphaned; /* the file was unlinked or replaced: never publish */
+    uint64_t ino; /* its name went, a hard-linked file's others stay: publish
+                     to the file (mc_inode_key()) */
     int fresh;    /* the next writer starts empty instead of copying */
     mc_stat_t st; /* filled by the commit */
     fs_waiter_t *wait_head, *wait_tail;
@@ -84,6 +86,10 @@ void fs_ws_poison(fs_wstate_t *ws, int rc);
 /* The error that failed the version a writable handle wrote to, or 0. */
 int fs_fh_err(const fs_fh_t *fh);
 
+/* The name of in (may be NULL) was unlinked or replaced: its writer
+ * publishes to the file when the file keeps other names (a hard link),
+ * else never (fs_ws_orphan()). */
+void fs_ws_unnamed(fs_inode_t *in);
 /* Marks the writer of an unlinked or replaced file (in may be NULL) never
  * to publish. */
 void fs_ws_orphan(fs_inode_t *in);

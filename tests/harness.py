@@ -283,6 +283,71 @@ class Master(Proc):
             self.wait_ready()
 
 
+def _need_etcd():
+    import pytest
+    import shutil
+    if not shutil.which("etcd"):
+        pytest.skip("etcd is not installed (Debian's etcd-server; packaging/deps.sh)")
+
+
+class Etcd(Proc):
+    """One etcd member (Debian's etcd-server) on loopback ports of its own,
+    its data in tmp/etcd-PORT; log tmp/etcd-PORT.log. start() again after
+    stop() brings the same member back with its data. Skips the test when
+    etcd is not installed (packaging/deps.sh installs it). member and
+    cluster (etcd's --initial-cluster) make it one of several (EtcdCluster)."""
+
+    name = "etcd"
+
+    def __init__(self, tmp, wait=True, member="t", port=None, peer=None, cluster=None):
+        _need_etcd()
+        self.tmp = pathlib.Path(tmp)
+        self.port, self.peer = port or free_port(), peer or free_port()
+        self.member = member
+        self.cluster = cluster or f"{member}=http://127.0.0.1:{self.peer}"
+        self.endpoint = f"127.0.0.1:{self.port}"
+        self.url = f"etcd://{self.endpoint}"  # a master address that follows the leader
+        self.start(wait)
+
+    def start(self, wait=True):
+        c, p = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{self.peer}"
+        self.stopping = False
+        super().__init__(["etcd", "--name", self.member, "--data-dir",
+                          str(self.tmp / f"etcd-{self.port}"),
+                          "--listen-client-urls", c, "--advertise-client-urls", c,
+                          "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
+                          "--initial-cluster", self.cluster],
+                         self.tmp / f"etcd-{self.port}.log", r"ready to serve client requests")
+        if wait:
+            self.wait_ready()
+        return self
+
+    def problems(self, bad=BAD_LOG):
+        """Stops it; etcd's exit status and log are not ours to judge."""
+        try:
+            self.stop()
+        except AssertionError as e:
+            return [str(e)]
+        return []
+
+
+class EtcdCluster:
+    """n etcd members of one cluster on loopback (started together: each
+    waits for a quorum). endpoint and url name them all, for --etcd and for
+    etcd:// master addresses; members are the Etcd processes."""
+
+    def __init__(self, tmp, n=3):
+        _need_etcd()
+        ports = [(free_port(), free_port()) for _ in range(n)]
+        cluster = ",".join(f"e{i}=http://127.0.0.1:{pp}" for i, (_, pp) in enumerate(ports))
+        self.members = [Etcd(tmp, wait=False, member=f"e{i}", port=cp, peer=pp, cluster=cluster)
+                        for i, (cp, pp) in enumerate(ports)]
+        for m in self.members:
+            m.wait_ready()
+        self.endpoint = ",".join(m.endpoint for m in self.members)
+        self.url = "etcd://" + ";".join(m.endpoint for m in self.members)
+
+
 class Node(Proc):
     """A process contributing a segment of `size` to master:
     mooncake-cli node; its log is tmp/node-PORT.log."""
@@ -371,6 +436,16 @@ class Cluster:
     def master(self, *args, **kw):
         """A Master (see there for the options)."""
         return self.add(Master(self.tmp, *args, **kw))
+
+    def etcd(self, n=1):
+        """An Etcd member, or an EtcdCluster of n (skips the test without
+        etcd)."""
+        if n == 1:
+            return self.add(Etcd(self.tmp))
+        c = EtcdCluster(self.tmp, n)
+        for m in c.members:
+            self.add(m)
+        return c
 
     def node(self, master, size="64M", *args, **kw):
         """A Node of master (a Master or an address)."""

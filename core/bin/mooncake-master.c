@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
+#include <linux/close_range.h>
 #include <unistd.h>
 
 #include "runtime/auth.h"
@@ -25,6 +26,7 @@
 #include "mooncake/mooncake.h"
 #include "runtime/net.h"
 #include "server/metrics.h"
+#include "server/ha.h"
 #include "server/server.h"
 #include "master/service.h"
 #include "transport/shm.h"
@@ -96,10 +98,17 @@ static void usage(FILE *f, const char *prog)
             "    --metrics ADDR        serve Prometheus metrics and /health over HTTP on\n"
             "                          ADDR: PORT (on 127.0.0.1) or HOST:PORT (default:\n"
             "                          none)\n"
+            "    --etcd URL[,URL...]   run as one of the cluster's masters on etcd: the\n"
+            "                          one holding the leader lease serves, the others\n"
+            "                          follow its op log and take over when it goes\n"
+            "    --cluster-id NAME     the cluster's name in etcd (default %s)\n"
+            "    --etcd-ttl S          the leader's lease in seconds (default 5)\n"
+            "    --etcd-compact N      snapshot the op log and trim it every N keys\n"
+            "                          (default %d)\n"
             "    --log-level LEVEL     error, warn, info (default), debug\n"
             "    -h, --help, -V, --version\n",
             prog, MC_DEFAULT_LEASE_MS, MC__SERVER_IDLE_TIMEOUT_MS, MC__SERVER_HANDSHAKE_TIMEOUT_MS,
-            MC__SERVER_MAX_CONNS);
+            MC__SERVER_MAX_CONNS, MC__HA_CLUSTER_DEFAULT, MC__HA_COMPACT_KEYS);
 }
 
 static int num(const char *s, const char *what, unsigned long long max, unsigned long long *out)
@@ -119,6 +128,7 @@ static int num(const char *s, const char *what, unsigned long long max, unsigned
 struct options {
     char listen_buf[64];
     const char *listen, *secret_file, *rdma_devices, *metrics;
+    mc__ha_opts_t ha; /* ha.endpoints NULL: a master alone */
     int no_shm, xport, level;
     mc__master_opts_t mo;
     mc__svc_opts_t so;
@@ -136,6 +146,7 @@ struct master {
     mc__rdma_mr_t *seg_mr;
     mc__secret_t *secret;
     mc_metrics_server_t *metrics;
+    mc__ha_t *ha;
 };
 
 /*
@@ -165,6 +176,10 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"rdma-device", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'v'},
         {"metrics", required_argument, NULL, 'M'},
+        {"etcd", required_argument, NULL, 'E'},
+        {"cluster-id", required_argument, NULL, 'c'},
+        {"etcd-ttl", required_argument, NULL, 't'},
+        {"etcd-compact", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {0},
@@ -173,6 +188,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     int c;
 
     o->listen = "127.0.0.1:50051";
+    o->ha.ttl_s = 5;
     o->xport = MC__XPORT_TCP;
     o->level = MC__LOG_INFO;
     /* Version ids start above every id of an earlier run (one publish per
@@ -180,7 +196,7 @@ static int parse_options(int argc, char **argv, struct options *o)
      * after a restart compare with what this run publishes. */
     o->mo = (mc__master_opts_t){
         .lease_ms = MC_DEFAULT_LEASE_MS, .align = 64, .first_id = (uint64_t)(mc__wall_ns() / 1000)};
-    o->so = (mc__svc_opts_t){.first_id = mc__svc_random_id(), .wall_ns = mc__wall_ns};
+    o->so = (mc__svc_opts_t){.first_id = mc__svc_random_id(), .wall_ns = mc__loop_wall_ns};
     while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
         switch (c) {
         case 'l':
@@ -267,6 +283,22 @@ static int parse_options(int argc, char **argv, struct options *o)
         case 'M':
             o->metrics = optarg;
             break;
+        case 'E':
+            o->ha.endpoints = optarg;
+            break;
+        case 'c':
+            o->ha.cluster = optarg;
+            break;
+        case 't':
+            if (num(optarg, "--etcd-ttl", 3600, &v) < 0 || v == 0)
+                return 2;
+            o->ha.ttl_s = (unsigned)v;
+            break;
+        case 'K':
+            if (num(optarg, "--etcd-compact", 1000000, &v) < 0 || v == 0)
+                return 2;
+            o->ha.compact_keys = (unsigned)v;
+            break;
         case 'v':
             o->level = mc__log_parse_level(optarg);
             if (o->level < 0) {
@@ -344,19 +376,31 @@ static int open_master(const struct options *o, struct master *mp)
  * code (logged). */
 static int serve(const struct options *o, const mc__addr_t *addr, struct master *mp)
 {
+    int rc;
+    if (o->ha.endpoints && (rc = mc__ha_new(mp->loop, mp->svc, &o->ha, &mp->ha)) < 0) {
+        mc__log(MC__LOG_ERROR, "--etcd %s --cluster-id %s: %s", o->ha.endpoints,
+                o->ha.cluster ? o->ha.cluster : MC__HA_CLUSTER_DEFAULT, mc_strerror(rc));
+        return rc;
+    }
     mc__server_opts_t sro = {.svc = mp->svc,
+                             .ha = mp->ha,
                              .seg_lookup = seg_lookup,
                              .secret = mp->secret,
                              .shm = !o->no_shm && seg_size,
                              .idle_timeout_ms = o->idle_ms,
                              .handshake_timeout_ms = o->handshake_ms,
                              .max_conns = o->max_conns};
-    int rc = mc__server_new(&mp->srv, mp->loop, addr, &sro);
+    rc = mc__server_new(&mp->srv, mp->loop, addr, &sro);
     if (rc < 0) {
         mc__log(MC__LOG_ERROR, "cannot listen on %s: %s", o->listen, mc_strerror(rc));
         return rc;
     }
     mc__svc_set_local_addr(mp->svc, mc__server_addr(mp->srv));
+    if (mp->ha && (rc = mc__ha_start(mp->ha, mc__server_addr(mp->srv))) < 0)
+        return rc;
+    if (mp->ha && seg_size)
+        mc__log(MC__LOG_WARN, "--segment-size with --etcd: the objects in this master's own "
+                              "segment do not survive a failover (give the memory to nodes)");
     return 0;
 }
 
@@ -403,6 +447,8 @@ static int collect(void *arg, mc_metrics_t *m)
     if (m) {
         mc__metrics_master(m, mp->m, mp->svc, mc_loop_now_ms());
         mc__metrics_server(m, mp->srv);
+        if (mp->ha)
+            mc__metrics_ha(m, mp->ha);
     }
     return 0;
 }
@@ -439,7 +485,9 @@ static int run_until_signal(struct master *mp, const sigset_t *sigs)
     int rc = mc_loop_run(mp->loop);
     mc_poll_stop(&sig);
     close(sfd);
-    /* Close the connections and let the loop finish with them. */
+    /* Close the connections and let the loop finish with them (and a
+     * standby take over at once). */
+    mc__ha_resign(mp->ha);
     mc__server_close(mp->srv);
     mp->srv = NULL;
     mc_timer_t drain = {.data = mp->loop};
@@ -453,6 +501,7 @@ static void free_master(struct master *mp)
 {
     mc_metrics_stop(mp->metrics); /* first: its scrapes use the rest */
     mc__server_close(mp->srv);
+    mc__ha_free(mp->ha);
     mc__svc_free(mp->svc);
     mc__master_free(mp->m);
     mc__rdma_deregister(mp->seg_mr);
@@ -461,6 +510,20 @@ static void free_master(struct master *mp)
         mc_loop_free(mp->loop);
     mc__seg_destroy(&seg_mem);
     mc__secret_free(mp->secret);
+}
+
+static char **self_argv;
+
+/* The lease is gone (server/ha.h): this process's state must not be served
+ * again. It starts afresh, as a candidate, in the same process. */
+static void on_deposed(void *arg)
+{
+    (void)arg;
+    mc__log(MC__LOG_WARN, "starting again as a candidate");
+    close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+    execv("/proc/self/exe", self_argv);
+    mc__log(MC__LOG_ERROR, "cannot start again: %s", strerror(errno));
+    _exit(1);
 }
 
 int main(int argc, char **argv)
@@ -472,6 +535,9 @@ int main(int argc, char **argv)
     int ret = parse_options(argc, argv, &o);
     if (ret >= 0)
         return ret;
+    self_argv = argv;
+    o.ha.deposed = on_deposed;
+    o.ha.timeout_ms = o.ha.ttl_s * 1000 / 3 > 500 ? o.ha.ttl_s * 1000 / 3 : 500;
     if ((ret = prepare(&o, &addr, &mp.secret, &sigs)) != 0)
         return ret;
     ret = 1;

@@ -10,6 +10,16 @@ See docs/PYTHON.md.
 import importlib.util
 import sys
 
+
+def __getattr__(name):
+    # mooncake.BufferPool and mooncake.RegisteredBufferPool (as Mooncake),
+    # imported on first use: `import mooncake` stays light.
+    if name in ("BufferPool", "RegisteredBufferPool"):
+        from . import buffer_pool
+
+        return getattr(buffer_pool, name)
+    raise AttributeError(f"module 'mooncake' has no attribute {name!r}")
+
 __version__ = "0.1.0"
 
 

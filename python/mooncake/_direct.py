@@ -7,9 +7,30 @@ loop that uses this store, whose eventfd the loop watches with add_reader().
 """
 
 import asyncio
+import ctypes
+import errno
+import itertools
+import os
 import threading
+import weakref
 
 from . import _store
+
+TMP_PREFIX = b".mctmp-"  # as the mount backend's temporary names
+_RENAME_NOREPLACE = 1  # MC_RENAME_NOREPLACE
+_seq = itertools.count()
+
+
+def key_bytes(key):
+    """key (str or bytes) as bytes; None for a str that is no UTF-8."""
+    if isinstance(key, bytes):
+        return key
+    if not isinstance(key, str):
+        raise TypeError(f"key must be str or bytes, not {type(key).__name__}")
+    try:
+        return key.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
 
 # Methods with a native async twin in the extension (name + "_async").
 NATIVE = (
@@ -29,11 +50,19 @@ class DirectBackend:
 
     def __init__(self, segment_size=0, lease_ms=0, master=None, evict_high_pct=0,
                  evict_ratio_pct=0, listen=None, timeout_ms=0, protocol=None,
-                 rdma_devices=None):
+                 rdma_devices=None, secret_file=None):
         self._s = _store.Store(segment_size, lease_ms, master, evict_high_pct, evict_ratio_pct,
-                               listen, timeout_ms, protocol, rdma_devices)
+                               listen, timeout_ms, protocol, rdma_devices,
+                               secret_file=secret_file)
         self._comps = {}  # event loop -> Completer
         self._lock = threading.Lock()
+        # A process that exits (or drops the store) without close() still
+        # closes the library store: a node then unmounts its segment at
+        # once instead of leaving it on the master until the node TTL.
+        # weakref.finalize runs at interpreter exit (atexit) for a backend
+        # still alive, or when the backend is collected; close() runs it
+        # itself. It holds the extension's Store, never self.
+        self._fin = weakref.finalize(self, self._s.close)
         for name in NATIVE:
             setattr(self, name, getattr(self._s, name))
             setattr(self, "a_" + name, self._async_entry(getattr(self._s, name + "_async")))
@@ -64,6 +93,74 @@ class DirectBackend:
             loop.add_reader(c.fileno(), c.drain)
             self._comps[loop] = c
             return c
+
+    def memory(self, target, size):
+        """A read-only view of size bytes of caller memory: an int address
+        inside a registered buffer, or an object with the buffer protocol;
+        None when it is neither registered nor large enough."""
+        if isinstance(target, int) and not isinstance(target, bool):
+            if size < 0 or not self._s.registered(target, size):
+                return None
+            return memoryview((ctypes.c_char * size).from_address(target)).cast("B") if size \
+                else memoryview(b"")
+        mv = memoryview(target).cast("B")
+        return mv[:size] if size <= len(mv) else None
+
+    def put_with_xattrs(self, key, parts, xattrs, opts, upsert):
+        """Publishes the concatenation of parts under key together with the
+        extended attributes xattrs ({bytes name: bytes value}) in one step
+        for readers: the object is written under a temporary key in the
+        same directory (TMP_PREFIX), given its attributes, then renamed into
+        place (without replacing unless upsert: write-once, an existing key
+        keeps its value and attributes). Returns a code."""
+        k = key_bytes(key)
+        if k is None or not k or len(k) > _store.KEY_MAX or b"\0" in k:
+            return _store.INVALID_KEY
+        d = k[:k.rfind(b"/") + 1]
+        tmp = d + TMP_PREFIX + b"%d-%d" % (os.getpid(), next(_seq))
+        rc = self._s.put_parts(tmp, list(parts), opts, True)
+        if rc != 0:
+            return rc
+        for name, value in xattrs.items():
+            r = self._s.xattr_set(tmp, name, value, 0)
+            if r < 0:
+                self._s.remove(tmp, True)
+                return _store.to_code(r)
+        r = self._s.rename(tmp, k, 0 if upsert else _RENAME_NOREPLACE)
+        if r < 0:
+            self._s.remove(tmp, True)
+            return 0 if r == -errno.EEXIST else _store.to_code(r)
+        return 0
+
+    def replicas(self, key):
+        """(size, version, [(segment id, data address, offset, bytes,
+        pieces)]) of key's current version, or a code."""
+        k = key_bytes(key)
+        if k is None or not k or len(k) > _store.KEY_MAX or b"\0" in k:
+            return _store.INVALID_KEY
+        r = self._s.replicas(k)
+        return _store.to_code(r) if isinstance(r, int) else r
+
+    def served_addr(self):
+        """Where this store serves its segment (or, embedded, its listen):
+        "host:port" as bound, or ""."""
+        return self._s.served_addr()
+
+    def pin(self, key):
+        """Pins key's current version: (pin, size), or a code."""
+        k = key_bytes(key)
+        if k is None or not k or len(k) > _store.KEY_MAX or b"\0" in k:
+            return _store.INVALID_KEY
+        r = self._s.pin(k)
+        return _store.to_code(r) if isinstance(r, int) else r
+
+    def pin_read(self, pin, off, ptr, size):
+        """Reads size bytes at off of a pinned version into registered
+        memory at ptr: the bytes read, or a code."""
+        return _store.to_code(self._s.pin_read(pin, off, ptr, size))
+
+    def unpin(self, pin):
+        self._s.unpin(pin)
 
     def keys(self, prefix=b"", markers=False):
         """Every key (bytes) starting with prefix (bytes) in byte order, or a
@@ -108,7 +205,7 @@ class DirectBackend:
             self._s.wait_idle()
             if not sum(c.drain() for c in local):
                 break
-        self._s.close()
+        self._fin()
         with self._lock:
             comps, self._comps = self._comps, {}
         for loop, c in comps.items():

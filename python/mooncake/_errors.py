@@ -21,6 +21,8 @@ UNAVAILABLE_IN_CURRENT_STATUS = -1010
 UNAVAILABLE_IN_CURRENT_MODE = -1011
 FILE_NOT_FOUND = -1100  # save_tensor_to_safetensor: no such tensor, or no such directory
 PERSISTENT_FAIL = -1503  # save_tensor_to_safetensor: the file could not be written
+TASK_NOT_FOUND = -1400  # query_task: no such task (or pruned)
+TASK_PENDING_LIMIT_EXCEEDED = -1401  # create_*_task: too many tasks waiting
 
 #: What every operation returns on a store that is not set up or is closed.
 STORE_CLOSED = UNAVAILABLE_IN_CURRENT_STATUS

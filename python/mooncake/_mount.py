@@ -297,8 +297,10 @@ class MountBackend:
 
     # ---- writes ----
 
-    def _write(self, key, parts, upsert):
-        """Writes parts (memoryviews) under key; returns a code."""
+    def _write(self, key, parts, upsert, xattrs=None):
+        """Writes parts (memoryviews) under key, with the extended
+        attributes xattrs ({bytes name: bytes value}) set on the temporary
+        file before it is renamed into place; returns a code."""
         try:
             path = self._path(key)
         except _BadKey:
@@ -323,6 +325,8 @@ class MountBackend:
                     mv = memoryview(p).cast("B")
                     while mv:
                         mv = mv[os.write(fd, mv):]
+                for name, value in (xattrs or {}).items():
+                    os.setxattr(fd, name, value)
             finally:
                 os.close(fd)
             if upsert:
@@ -349,6 +353,58 @@ class MountBackend:
 
     def put_parts(self, key, parts, opts, upsert):
         return self._write(key, list(parts), upsert)
+
+    def put_with_xattrs(self, key, parts, xattrs, opts, upsert):
+        """put_parts() that publishes the file with extended attributes."""
+        return self._write(key, list(parts), upsert, xattrs)
+
+    def pin(self, key):
+        """Pins key's current version: an open file of the mount keeps the
+        version it opened. (fd, size), or a code."""
+        try:
+            fd = os.open(self._path(key), _RDONLY)
+        except _BadKey:
+            return E.INVALID_KEY
+        except OSError as e:
+            return _not_an_object(e)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return E.OBJECT_NOT_FOUND
+        with self._lock:
+            self._pins = getattr(self, "_pins", set()) | {fd}
+        return fd, st.st_size
+
+    def pin_read(self, fd, off, ptr, size):
+        try:
+            mv = self._memory(ptr, size, True)
+            if off + size > os.fstat(fd).st_size:
+                return E.INVALID_PARAMS
+            return os.preadv(fd, [mv], off) if size else 0
+        except _BadMemory:
+            return E.INVALID_PARAMS
+        except OSError as e:
+            return E.from_oserror(e)
+
+    def unpin(self, fd):
+        with self._lock:
+            pins = getattr(self, "_pins", set())
+            if fd not in pins:
+                return
+            pins.discard(fd)
+        os.close(fd)
+
+    def replicas(self, key):
+        """Placement is not visible through the mount."""
+        return E.UNAVAILABLE_IN_CURRENT_MODE
+
+    def memory(self, target, size):
+        """A view of size bytes of caller memory (a registered int address
+        or a buffer object), or None."""
+        try:
+            return self._memory(target, size, False)
+        except _BadMemory:
+            return None
 
     def put_batch(self, keys, values, opts, upsert):
         if len(keys) != len(values):
@@ -421,6 +477,9 @@ class MountBackend:
     def close(self):
         with self._lock:
             self._regions.clear()
+            pins, self._pins = getattr(self, "_pins", set()), set()
+        for fd in pins:
+            os.close(fd)
         return 0
 
 

@@ -93,12 +93,16 @@ static void store_close(StoreObject *self)
         return;
     self->closing = 1;
     mc_store_t *s = self->s;
+    mc_metrics_server_t *metrics = self->metrics;
+    self->metrics = NULL;
     Py_BEGIN_ALLOW_THREADS;
+    mc_metrics_stop(metrics); /* before the store its scrapes read */
     store_wait_idle(self);
     mc_store_close(s);
     Py_END_ALLOW_THREADS;
     self->s = NULL;
     mcpy_store_drop_regions(self);
+    mcpy_store_drop_pins(self);
 }
 
 /* wait_idle(): waits until no operation is in flight on the C side (results
@@ -142,16 +146,19 @@ PyObject *mcpy_store_m_inflight(PyObject *op, PyObject *unused)
  * a pure client when it is 0. timeout_ms bounds every network wait (0: the
  * library's default). protocol is "tcp" (None: the default), "rdma" or
  * "auto"; rdma_devices names the verbs devices to try, comma-separated
- * (None or "": the first present). Raises OSError(errno) on failure, e.g.
- * ENODEV for protocol "rdma" without a usable device. */
+ * (None or "": the first present). secret_file: the cluster's shared secret
+ * (mc_store_opts_t.secret_file; None: no authentication). Raises
+ * OSError(errno) on failure, e.g. ENODEV for protocol "rdma" without a
+ * usable device, EACCES when the master wants another secret. */
 static int Store_init(PyObject *op, PyObject *args, PyObject *kw)
 {
     StoreObject *self = (StoreObject *)op;
-    static char *kwlist[] = {"segment_size",    "lease_ms",      "master",     "evict_high_pct",
-                             "evict_ratio_pct", "listen",        "timeout_ms", "protocol",
-                             "rdma_devices",    "replica_cache", NULL};
+    static char *kwlist[] = {"segment_size",    "lease_ms",      "master",      "evict_high_pct",
+                             "evict_ratio_pct", "listen",        "timeout_ms",  "protocol",
+                             "rdma_devices",    "replica_cache", "secret_file", NULL};
     unsigned long long seg = 0, lease = 0, timeout = 0;
     const char *master = NULL, *listen = NULL, *protocol = NULL, *rdma_devices = NULL;
+    const char *secret_file = NULL;
     unsigned int high = 0, ratio = 0;
     /* No replica-list cache: get() sees other clients' removes and
      * replacements at once, as this API promises. */
@@ -160,9 +167,9 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Store is already open");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKzIIzKzzp", kwlist, &seg, &lease, &master, &high,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KKzIIzKzzpz", kwlist, &seg, &lease, &master, &high,
                                      &ratio, &listen, &timeout, &protocol, &rdma_devices,
-                                     &replica_cache))
+                                     &replica_cache, &secret_file))
         return -1;
     mc_store_opts_t o;
     mc_store_opts_init(&o);
@@ -180,6 +187,7 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kw)
     o.protocol = protocol;
     o.rdma_devices = rdma_devices && rdma_devices[0] ? rdma_devices : NULL;
     o.no_replica_cache = !replica_cache;
+    o.secret_file = secret_file && secret_file[0] ? secret_file : NULL;
     mc_store_t *s = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS;

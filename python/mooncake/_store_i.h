@@ -10,6 +10,8 @@
  *                      loop thread, and how results become Python values
  *   _store_buffers.c   registered buffers, caller memory, the Buffer type
  *   _store_completer.c async completion: the Completer and its eventfd
+ *   _store_meta.c      extended attributes, rename, the master's counters
+ *   _store_pins.c      pinned versions (the get sessions)
  *
  * Non-static names carry the prefix mcpy_: the extension links libmooncake.a
  * statically, whose internal names use mc__.
@@ -25,6 +27,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "mooncake/metrics.h"
 #include "mooncake/mooncake.h"
 
 /* ---- Mooncake ErrorCode values ---- */
@@ -84,6 +87,9 @@ typedef struct StoreObject {
     pthread_mutex_t mu;   /* with cv: close() waits for inflight == 0 */
     pthread_cond_t cv;
     region_t *regions; /* live registered buffers; guarded by the GIL */
+    mc_metrics_server_t *metrics; /* serve_metrics()'s server, or NULL; GIL */
+    struct pin *pins;             /* pinned versions (_store_pins.c); GIL */
+    uint64_t next_pin;            /* the last pin id given; GIL */
 } StoreObject;
 
 struct CompleterObject {
@@ -268,6 +274,26 @@ PyObject *mcpy_buffer_new(char *buf, size_t len);
 /* Store.register() and Store.unregister(). */
 PyObject *mcpy_store_register(PyObject *self, PyObject *const *a, Py_ssize_t n);
 PyObject *mcpy_store_unregister(PyObject *self, PyObject *arg);
+
+/* ---- _store_meta.c: one blocking call each, the library's result as it is ---- */
+
+PyObject *mcpy_store_xattr_get(PyObject *self, PyObject *args);
+PyObject *mcpy_store_xattr_set(PyObject *self, PyObject *args);
+PyObject *mcpy_store_rename(PyObject *self, PyObject *args);
+PyObject *mcpy_store_master_stats(PyObject *self, PyObject *unused);
+PyObject *mcpy_store_registered(PyObject *self, PyObject *args);
+PyObject *mcpy_store_replicas(PyObject *self, PyObject *args);
+PyObject *mcpy_store_serve_metrics(PyObject *self, PyObject *args);
+PyObject *mcpy_store_served_addr(PyObject *self, PyObject *unused);
+
+/* ---- _store_pins.c: pinned versions of the get sessions ---- */
+
+PyObject *mcpy_store_pin(PyObject *self, PyObject *args);
+PyObject *mcpy_store_pin_read(PyObject *self, PyObject *args);
+PyObject *mcpy_store_unpin(PyObject *self, PyObject *args);
+/* mcpy_store_drop_pins() frees the pins left once the store is closed
+ * (their handles went with it). With the GIL. */
+void mcpy_store_drop_pins(StoreObject *self);
 
 /* ---- _store_completer.c ---- */
 

@@ -471,6 +471,17 @@ PyMethodDef mcpy_store_methods[] = {
     {"wait_idle", mcpy_store_m_wait_idle, METH_NOARGS, "wait_idle(): wait for ops in flight"},
     {"is_open", mcpy_store_m_is_open, METH_NOARGS, "is_open() -> bool"},
     {"inflight", mcpy_store_m_inflight, METH_NOARGS, "inflight() -> groups in flight on the C side"},
+    {"xattr_get", mcpy_store_xattr_get, METH_VARARGS, "xattr_get(key, name) -> bytes or -errno"},
+    {"xattr_set", mcpy_store_xattr_set, METH_VARARGS, "xattr_set(key, name, value, flags) -> 0 or -errno"},
+    {"rename", mcpy_store_rename, METH_VARARGS, "rename(src, dst, flags) -> 0 or -errno"},
+    {"master_stats", mcpy_store_master_stats, METH_NOARGS, "master_stats() -> dict or -errno"},
+    {"registered", mcpy_store_registered, METH_VARARGS, "registered(ptr, size) -> bool"},
+    {"replicas", mcpy_store_replicas, METH_VARARGS, "replicas(key) -> (size, version, list) or -errno"},
+    {"serve_metrics", mcpy_store_serve_metrics, METH_VARARGS, "serve_metrics(addr) -> port or -errno"},
+    {"served_addr", mcpy_store_served_addr, METH_NOARGS, "served_addr() -> address or ''"},
+    {"pin", mcpy_store_pin, METH_VARARGS, "pin(key) -> (id, size) or -errno"},
+    {"pin_read", mcpy_store_pin_read, METH_VARARGS, "pin_read(id, off, ptr, size) -> n or -errno"},
+    {"unpin", mcpy_store_unpin, METH_VARARGS, "unpin(id) -> 0 or -errno"},
     {NULL, NULL, 0, NULL},
 };
 // clang-format on

@@ -76,7 +76,8 @@ class Meta:
 
 def header(code, global_shape, local_shape, data_bytes, axes=()):
     """The 304 header bytes of a tensor object. axes: (kind, rank, count,
-    split_dim, extent) tuples; none makes a full (unsharded) tensor."""
+    split_dim, extent[, reserved0: an EP axis's expert id, a PP axis's
+    stage id]) tuples; none makes a full (unsharded) tensor."""
     ndim = len(global_shape)
     pad = [-1] * (MAX_DIMS - ndim)
     out = bytearray(HEADER_SIZE)
@@ -88,8 +89,10 @@ def header(code, global_shape, local_shape, data_bytes, axes=()):
     at += 2 * _SHAPE.size
     _COUNTS.pack_into(out, at, len(axes), 0)
     at += _COUNTS.size
-    for i, (kind, rank, count, split_dim, extent) in enumerate(axes):
-        _AXIS.pack_into(out, at + i * _AXIS.size, kind, i, rank, count, split_dim, 0, extent)
+    for i, a in enumerate(axes):
+        kind, rank, count, split_dim, extent = a[:5]
+        _AXIS.pack_into(out, at + i * _AXIS.size, kind, i, rank, count, split_dim,
+                        a[5] if len(a) > 5 else 0, extent)
     return out
 
 

@@ -72,11 +72,12 @@ class MooncakeDistributedStoreAsync(MooncakeDistributedStore):
 
 
 def _add_async_methods(cls):
-    for name, method in list(vars(MooncakeDistributedStore).items()):
-        if name.startswith("_") or not callable(method) or hasattr(cls, "async_" + name):
-            continue
-        wrapped = _native(method) if hasattr(method, "_mc_op") else _in_executor(method)
-        setattr(cls, "async_" + name, wrapped)
+    for base in MooncakeDistributedStore.__mro__:
+        for name, method in list(vars(base).items()):
+            if name.startswith("_") or not callable(method) or hasattr(cls, "async_" + name):
+                continue
+            wrapped = _native(method) if hasattr(method, "_mc_op") else _in_executor(method)
+            setattr(cls, "async_" + name, wrapped)
 
 
 _add_async_methods(MooncakeDistributedStoreAsync)

@@ -46,6 +46,28 @@ def addr(buf):
     return ctypes.addressof(ctypes.c_char.from_buffer(buf))
 
 
+def registered(store, n):
+    """n bytes of ctypes memory registered with store: (the array, its
+    address). The caller keeps the array alive while the store uses it."""
+    buf = (ctypes.c_char * n)()
+    a = ctypes.addressof(buf)
+    assert store.register_buffer(a, n) == 0
+    return buf, a
+
+
+def python_env():
+    """The environment of a child Python process that imports this tree's
+    mooncake package."""
+    return dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+
+
+def shared_options(s):
+    """setup() options with which another process reaches the store of the
+    test store s (mode "mount" or "cluster")."""
+    return {"mount_point": s.daemon.path} if s.mode == "mount" else \
+        {"master_server_addr": s.cluster.addr, "timeout_ms": TIMEOUT_MS}
+
+
 def numpy_or_skip():
     """numpy, or the calling test is skipped."""
     return pytest.importorskip("numpy", reason="python3-numpy is not installed")
@@ -166,6 +188,20 @@ def direct_store(request, procs, direct_mode):
 @pytest.fixture
 def mount_store(request, procs):
     return open_store("mount", request, procs)
+
+
+@pytest.fixture
+def blank_store(request):
+    """blank_store(): a MooncakeDistributedStore not set up yet, closed at
+    the end of the test."""
+    from mooncake.store import MooncakeDistributedStore
+
+    def make():
+        s = MooncakeDistributedStore()
+        request.addfinalizer(s.close)
+        return s
+
+    return make
 
 
 @pytest.fixture

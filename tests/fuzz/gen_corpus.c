@@ -12,7 +12,8 @@
  * The output is deterministic, so regenerating changes nothing unless the
  * protocol did. Build and run:
  *   cc -std=gnu11 -D_GNU_SOURCE -Icore/include -Icore/src -o /tmp/gen_corpus \
- *      tests/fuzz/gen_corpus.c core/src/wire/proto.c && /tmp/gen_corpus tests/fuzz/corpus/proto
+ *      tests/fuzz/gen_corpus.c core/src/wire/proto.c core/src/wire/fields.c \
+ *      core/src/wire/keys.c && /tmp/gen_corpus tests/fuzz/corpus/proto
  */
 #include <errno.h>
 #include <stdio.h>

@@ -179,7 +179,7 @@ def get_replica(addr, key):
     status, body = call(s, OP_GET_REPLICAS, s_field(key))
     s.close()
     assert status == 0
-    p = 8 + 84  # lease, stat
+    p = 8 + 92  # lease, stat
     (count,) = struct.unpack_from("<I", body, p)
     assert count >= 1
     seg, alen = struct.unpack_from("<II", body, p + 4)

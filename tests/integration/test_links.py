@@ -217,6 +217,57 @@ def test_hard_linked_file_shares_its_attributes(mnt):
     assert open(mnt.p("g")).read() == "xy"
 
 
+def test_unlink_of_one_name_and_a_writer_through_it(mnt):
+    """unlink of one of several names sets the file's ctime (its link
+    count changed); writes through a descriptor opened by another name
+    still publish, and so do those through a descriptor whose own name is
+    unlinked or renamed over while the file keeps another name: they are
+    the file's. With no name left, they are dropped (close answers 0)."""
+    from harness import clock_past
+
+    with open(mnt.p("a"), "w") as f:
+        f.write("one")
+    os.link(mnt.p("a"), mnt.p("b"))
+    ct = os.stat(mnt.p("a")).st_ctime_ns
+    fd = os.open(mnt.p("a"), os.O_WRONLY)
+    clock_past(ct)
+    os.unlink(mnt.p("b"))
+    st = os.stat(mnt.p("a"))
+    assert st.st_nlink == 1 and st.st_ctime_ns > ct
+    os.write(fd, b"TWO")
+    os.close(fd)
+    assert open(mnt.p("a")).read() == "TWO"
+
+    with open(mnt.p("c"), "w") as f:
+        f.write("one")
+    os.link(mnt.p("c"), mnt.p("d"))
+    fd = os.open(mnt.p("c"), os.O_WRONLY)
+    os.write(fd, b"X")
+    os.unlink(mnt.p("c"))
+    os.write(fd, b"YZ")
+    os.close(fd)
+    assert open(mnt.p("d")).read() == "XYZ"
+    assert os.stat(mnt.p("d")).st_nlink == 1
+
+    with open(mnt.p("e"), "w") as f:
+        f.write("one")
+    os.link(mnt.p("e"), mnt.p("f"))
+    with open(mnt.p("other"), "w") as f:
+        f.write("other")
+    fd = os.open(mnt.p("e"), os.O_WRONLY)
+    os.rename(mnt.p("other"), mnt.p("e"))  # before the first write
+    os.write(fd, b"QRS")
+    os.close(fd)
+    assert open(mnt.p("f")).read() == "QRS"
+    assert open(mnt.p("e")).read() == "other"
+
+    fd = os.open(mnt.p("f"), os.O_WRONLY)
+    os.write(fd, b"lost")
+    os.unlink(mnt.p("f"))  # the last name
+    os.close(fd)  # no error: a file without a name publishes nothing
+    assert not os.path.exists(mnt.p("f"))
+
+
 def test_hard_link_errors(mnt):
     os.mkdir(mnt.p("d"))
     with open(mnt.p("f"), "w") as f:

@@ -4,8 +4,8 @@ stays theirs through rename and rewrite; chown and chgrp follow POSIX's
 rules and clear set-ID bits; a write by an unprivileged user clears them;
 atime, mtime and ctime move as each operation says; utimensat sets each
 time alone; a directory counts 2 + its subdirectories; O_CREAT with mode
-0000 makes mode 0000; running out of store is ENOSPC, EFBIG only past the
-largest file (the kernel's).
+0000 makes mode 0000. (Running out of store is ENOSPC: test_space.py; a
+write past the store's size makes a sparse file: test_sparse.py.)
 
 The users (mc10a, mc10b, both in group mc10g; mc10b also in mc10h) are made
 with useradd for the module and removed after it; they run Python under
@@ -321,6 +321,32 @@ def test_timestamps(shared_mount, users):
     assert as_user("mc10a", "os.utime(p, (1, 1)); out = 0", p=g) == {"errno": errno.EPERM}
 
 
+def test_root_directory_counts_subdirectories_and_has_times(store_mount):
+    """The root shows 2 + its subdirectories, and its mtime and ctime move
+    when an entry is made or removed in it (the master keeps them)."""
+    m = store_mount("64M")
+    root = m.p()
+    assert os.stat(root).st_nlink == 2
+    t0 = os.stat(root).st_mtime_ns
+    clock_past(t0)
+    os.mkdir(m.p("a"))
+    os.makedirs(m.p("b", "deep"))
+    open(m.p("f"), "w").close()
+    st = os.stat(root)
+    assert st.st_nlink == 4
+    assert st.st_mtime_ns > t0 and st.st_ctime_ns == st.st_mtime_ns
+    clock_past(st.st_mtime_ns)
+    os.unlink(m.p("f"))
+    st2 = os.stat(root)
+    assert st2.st_mtime_ns > st.st_mtime_ns
+    clock_past(st2.st_mtime_ns)
+    os.rmdir(m.p("a"))
+    st3 = os.stat(root)
+    assert st3.st_nlink == 3 and st3.st_mtime_ns > st2.st_mtime_ns
+    os.mkdir(m.p("b", "other"))  # not in the root
+    assert os.stat(root).st_mtime_ns == st3.st_mtime_ns
+
+
 def test_directory_nlink_counts_subdirectories(shared_mount, users):
     m = shared_mount()
     os.mkdir(m.p("d"))
@@ -337,25 +363,6 @@ def test_directory_nlink_counts_subdirectories(shared_mount, users):
     os.rmdir(m.p("d", "b"))
     assert os.stat(m.p("d")).st_nlink == 4
     assert os.stat(m.p("d", "file")).st_nlink == 1
-
-
-def test_pwrite_past_store_is_enospc_not_efbig(shared_mount, users):
-    """Regression: pwrite one byte past the store's size gave EFBIG. Any
-    offset the kernel lets through (up to the largest file, 2^63 - 1 bytes)
-    is ENOSPC when the store cannot hold it; past that the kernel answers
-    itself (EFBIG; EINVAL when offset + length overflows)."""
-    m = shared_mount("64M")
-    for name, off in (("f", 64 << 20), ("g", (1 << 63) - 2)):
-        fd = os.open(m.p(name), os.O_CREAT | os.O_WRONLY, 0o644)
-        try:
-            with pytest.raises(OSError) as e:
-                os.pwrite(fd, b"x", off)
-            assert e.value.errno == errno.ENOSPC, name
-        finally:
-            with pytest.raises(OSError) as e:
-                os.close(fd)  # the failed version: its close reports it
-            assert e.value.errno == errno.ENOSPC
-        assert os.stat(m.p(name)).st_size == 0
 
 
 def test_set_group_id_directory_passes_its_group_on(shared_mount, users):

@@ -3,7 +3,7 @@ operations and faults against a real store (world.py) and checks every read
 against the reference model (model.py).
 
 Operations go through the mount (open/write/close with and without O_TRUNC,
-O_APPEND, a write left open across other steps, a reader held open across
+O_APPEND, a sparse write past a hole, a write left open across other steps, a reader held open across
 overwrites, rename, unlink) and through the Python store (put, upsert, get,
 is_exist, remove) on one namespace. Faults, each a class that can be switched
 off (MC_MODEL_FAULTS): enospc (fill the store), idle (a writer idle past the
@@ -60,6 +60,11 @@ NET_ERRNOS = {errno.EIO, errno.ETIMEDOUT, errno.ENOTCONN, errno.ECONNREFUSED, er
 sizes = st.one_of(st.sampled_from([1, 15, 16, 17, 4095, 4096, 65536, 65537, 131072 + 7]),
                   st.integers(1, 300_000))
 keys = st.sampled_from(KEYS)
+
+
+# The hole a "sparse" mount write leaves before its bytes: more than the
+# store's writer punches rather than zeroes (1 MiB), not a multiple of 64.
+SPARSE_HOLE = 3 * (1 << 20) + 5
 
 
 def ename(e):
@@ -249,10 +254,12 @@ class StoreMachine(RuleBasedStateMachine):
 
     # ---- operations through the mount ----
 
-    @rule(key=keys, size=st.one_of(st.just(0), sizes), how=st.sampled_from(["trunc", "over", "append"]),
+    @rule(key=keys, size=st.one_of(st.just(0), sizes),
+          how=st.sampled_from(["trunc", "over", "append", "sparse"]),
           chunks=st.integers(1, 3))
     def mount_write(self, key, size, how, chunks):
-        """open, write in chunks, close: publishes a new version."""
+        """open, write in chunks, close: publishes a new version ("sparse":
+        truncated, then written past a hole of SPARSE_HOLE bytes)."""
         k = self.m.key(key)
         if self.busy(key):
             return
@@ -260,13 +267,15 @@ class StoreMachine(RuleBasedStateMachine):
         if len(k.vals) != 1 or (how == "over" and cur is not ABSENT and cur.size > size):
             how = "trunc"
         flags = os.O_WRONLY | os.O_CREAT
-        if how == "trunc":
+        if how in ("trunc", "sparse"):
             flags |= os.O_TRUNC
         elif how == "append":
             flags |= os.O_APPEND
         v = self.m.new_version(key, size, f"mount {how}",
-                               base=cur if how == "append" and cur is not ABSENT else None)
-        data = v.data()[v.size - size:] if how == "append" else v.data()
+                               base=cur if how == "append" and cur is not ABSENT else None,
+                               hole=SPARSE_HOLE if how == "sparse" and size else 0)
+        data = v.data()[v.size - size:] if how in ("append", "sparse") else v.data()
+        at = v.size - len(data) if how == "sparse" else None  # pwrite past the hole
         self.ensure_dir(key)
         try:
             fd = os.open(self.w.p(key), flags, 0o644)
@@ -277,7 +286,7 @@ class StoreMachine(RuleBasedStateMachine):
         try:
             step = max(1, -(-len(data) // chunks))
             for i in range(0, len(data), step):
-                self.write_all(fd, data[i:i + step])
+                self.write_all(fd, data[i:i + step], None if at is None else at + i)
                 done = min(len(data), i + step)
         except OSError as e:
             err = e.errno

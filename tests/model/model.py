@@ -26,7 +26,9 @@ class ModelError(AssertionError):
 
 
 def content(vid, size):
-    """The n bytes of simple version vid."""
+    """The n bytes of simple version vid (None: a hole, zeros)."""
+    if vid is None:
+        return bytes(size)
     n = (size + REC - 1) // REC
     a = np.empty((n, 2), dtype="<u8")
     a[:, 0] = np.uint64(MAGIC | (vid << 32))
@@ -65,7 +67,8 @@ def describe(data, limit=8):
 
 
 class Version:
-    """A published (or being written) version: pieces of (vid, size)."""
+    """A published (or being written) version: pieces of (vid, size), vid
+    None for a hole of a sparse file."""
 
     def __init__(self, vid, key, pieces, how):
         self.vid, self.key, self.pieces, self.how = vid, key, pieces, how
@@ -118,12 +121,13 @@ class Model:
             self.keys[name] = Key(name)
         return self.keys[name]
 
-    def new_version(self, key, size, how, base=None):
-        """A new version of key: size fresh bytes, appended to base (a
-        Version) when given."""
+    def new_version(self, key, size, how, base=None, hole=0):
+        """A new version of key: size fresh bytes, after a hole of `hole`
+        bytes, appended to base (a Version) when given."""
         vid = self.next_vid
         self.next_vid += 1
-        pieces = (list(base.pieces) if base else []) + ([(vid, size)] if size else [])
+        pieces = (list(base.pieces) if base else []) + ([(None, hole)] if hole else [])
+        pieces += [(vid, size)] if size else []
         v = Version(vid, key, pieces, how)
         self.versions[vid] = v
         return v

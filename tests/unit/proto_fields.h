@@ -67,6 +67,7 @@ typedef struct fields {
       Q(12))                                                                                       \
     X("q*", Q(0), S(1))                                                                            \
     X("qq", Q(0), Q(1))                                                                            \
+    X("qqqu", Q(0), Q(1), Q(2), U(3))                                                              \
     X("qq*", Q(0), Q(1), S(2))                                                                     \
     X("*", S(0))                                                                                   \
     X("qkquui", Q(0), S(1), Q(2), U(3), U(4), I(5))                                                \

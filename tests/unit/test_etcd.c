@@ -48,7 +48,7 @@ static int free_port(void)
 typedef struct got {
     int done, rc;
     int64_t revision, lease, ttl, deleted;
-    int succeeded;
+    int succeeded, more;
     size_t nkvs;
     char key[8][64], val[8][64];
     size_t klen[8], vlen[8];
@@ -66,6 +66,7 @@ static void on_res(void *arg, int rc, const mc__etcd_res_t *res)
         g->ttl = res->ttl;
         g->deleted = res->deleted;
         g->succeeded = res->succeeded;
+        g->more = res->more;
         g->nkvs = res->nkvs;
         for (size_t i = 0; i < res->nkvs && i < 8; i++) {
             const mc__etcd_kv_t *kv = &res->kvs[i];
@@ -225,6 +226,125 @@ static void test_put_if(void **state)
     assert_memory_equal(g.val[0], "C", 1);
     memset(&g, 0, sizeof(g));
     assert_int_equal(wait_res(&g, mc__etcd_delete(e, K("leader"), 0, on_res, &g)), 0);
+    mc__etcd_free(e);
+}
+
+/* put_fenced: the keys go in together while the fence is the one created at
+ * the revision given; once it was deleted and made again, nothing goes in. */
+static void test_put_fenced(void **state)
+{
+    mc__etcd_t *e = client(ep, 5000);
+    got_t g = {0};
+    assert_int_equal(wait_res(&g, mc__etcd_put_if(e, K("fence"), K("A"), 0, 0, on_res, &g)), 0);
+    assert_true(g.succeeded);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("fence"), 0, on_res, &g)), 0);
+    int64_t created = g.create_rev[0];
+    mc__etcd_put_kv_t kvs[2] = {{K("log/1"), K("one")}, {K("log/2"), K("two")}};
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put_fenced(e, K("fence"), created, kvs, 2, on_res, &g)),
+                     0);
+    assert_true(g.succeeded);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("log/"), 1, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 2);
+    assert_memory_equal(g.val[1], "two", 3);
+
+    /* Another holder of the fence: the first one's writes fail whole. */
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_delete(e, K("fence"), 0, on_res, &g)), 0);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put_if(e, K("fence"), K("B"), 0, 0, on_res, &g)), 0);
+    mc__etcd_put_kv_t late[2] = {{K("log/2"), K("late")}, {K("log/3"), K("three")}};
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put_fenced(e, K("fence"), created, late, 2, on_res, &g)),
+                     0);
+    assert_false(g.succeeded);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("log/"), 1, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 2);
+    assert_memory_equal(g.val[1], "two", 3);
+    /* A range delete: [log/1, log/2) takes log/1 only. */
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_delete_range(e, K("log/1"), K("log/2"), on_res, &g)), 0);
+    assert_int_equal(g.deleted, 1);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("log/"), 1, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 1);
+    assert_memory_equal(g.key[0], "log/2", 5);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_delete(e, K("log/"), 1, on_res, &g)), 0);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_delete(e, K("fence"), 0, on_res, &g)), 0);
+    mc__etcd_free(e);
+}
+
+/* What mc__etcd_range_all() answered: the count, and whether the keys came
+ * in order. */
+typedef struct all {
+    int done, rc;
+    size_t n;
+    int ordered;
+    int64_t revision;
+} all_t;
+
+static void on_all(void *arg, int rc, const mc__etcd_res_t *res)
+{
+    all_t *a = arg;
+    a->done = 1;
+    a->rc = rc;
+    if (res) {
+        a->n = res->nkvs;
+        a->revision = res->revision;
+        a->ordered = 1;
+        for (size_t i = 0; i < res->nkvs; i++) {
+            char want[32];
+            snprintf(want, sizeof(want), "pg/%04zu", i);
+            a->ordered &= res->kvs[i].klen == 7 && memcmp(res->kvs[i].key, want, 7) == 0 &&
+                          res->kvs[i].vlen == 1 && res->kvs[i].val[0] == 'v';
+        }
+    }
+    mc_loop_stop(loop);
+}
+
+/* A prefix read in pages: every key once, in order, at one revision; a page
+ * with a limit says there is more. */
+static void test_range_pages(void **state)
+{
+    mc__etcd_t *e = client(ep, 5000);
+    got_t g = {0};
+    assert_int_equal(wait_res(&g, mc__etcd_put_if(e, K("pgfence"), K("x"), 0, 0, on_res, &g)), 0);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("pgfence"), 0, on_res, &g)), 0);
+    int64_t created = g.create_rev[0];
+    enum { N = 600, BATCH = 100 };
+    static char keys[N][8];
+    for (int b = 0; b < N; b += BATCH) {
+        mc__etcd_put_kv_t kvs[BATCH];
+        for (int i = 0; i < BATCH; i++) {
+            snprintf(keys[b + i], sizeof(keys[b + i]), "pg/%04d", b + i);
+            kvs[i] = (mc__etcd_put_kv_t){keys[b + i], 7, "v", 1};
+        }
+        memset(&g, 0, sizeof(g));
+        assert_int_equal(
+            wait_res(&g, mc__etcd_put_fenced(e, K("pgfence"), created, kvs, BATCH, on_res, &g)), 0);
+        assert_true(g.succeeded);
+    }
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range_page(e, K("pg/"), K("pg0"), 10, 0, on_res, &g)),
+                     0);
+    assert_int_equal(g.nkvs, 10);
+    assert_true(g.more);
+    all_t a = {0};
+    assert_int_equal(mc__etcd_range_all(e, K("pg/"), on_all, &a), 0);
+    while (!a.done)
+        assert_int_equal(mc_loop_run(loop), 0);
+    assert_int_equal(a.rc, 0);
+    assert_int_equal(a.n, N);
+    assert_true(a.ordered);
+    assert_cmp(a.revision, >, created);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_delete(e, K("pg"), 1, on_res, &g)), 0);
     mc__etcd_free(e);
 }
 
@@ -399,6 +519,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_range_delete),
         cmocka_unit_test(test_put_if),
+        cmocka_unit_test(test_put_fenced),
+        cmocka_unit_test(test_range_pages),
         cmocka_unit_test(test_leases),
         cmocka_unit_test(test_watch),
         cmocka_unit_test(test_endpoints_and_timeouts),

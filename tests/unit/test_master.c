@@ -96,6 +96,87 @@ static mc__version_t *put(mc__master_t *m, const char *key, uint64_t size, uint6
     return put_pin(m, key, size, MC_PIN_NONE, now);
 }
 
+/* The root directory: a LOOKUP of the delimiter alone, its subdirectories
+ * (hard links' inode keys are in none) and its times. */
+static void test_root_directory(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master();
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_lookup(m, "/", 1, '/', &v), MC_LOOKUP_DIR);
+    assert_null(v);
+    assert_int_equal(mc__master_subdirs(m, "/", 1, '/'), 0);
+    put(m, "a/x", 10, T0);
+    put(m, "a/y/z", 10, T0);
+    put(m, "b/", 0, T0);
+    put(m, "f", 10, T0);
+    assert_int_equal(mc__master_link(m, "f", 1, "g", 1, &v), 0); /* an inode key */
+    assert_int_equal(mc__master_subdirs(m, "/", 1, '/'), 2);
+    assert_int_equal(mc__master_root_ns(m), 0);
+    mc__master_dir_changed(m, "a/x", 3, 5);
+    mc__master_dir_changed(m, "a/", 2, 6);
+    assert_int_equal(mc__master_root_ns(m), 6); /* a marker in the root */
+    mc__master_dir_changed(m, "f", 1, 7);
+    assert_int_equal(mc__master_root_ns(m), 7);
+    mc__master_free(m);
+}
+
+/* Sparse files (holes.c): a range past the end leaves a hole that takes no
+ * space, even past the whole store; a range inside a hole gets space, with
+ * eviction when full; a punch gives whole units back; commit trims a hole
+ * as it trims space; a repair's replica copies the layout; abort frees
+ * only what was allocated. */
+static void test_holes(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master_opts(SEG_SIZE, 90, 50);
+    mc__version_t *v = NULL, *old = put(m, "old", SEG_SIZE / 2, T0);
+    assert_int_equal(mc__master_begin(m, "s", 1, NULL, T0, &v), 0);
+    assert_int_equal(mc__master_reserve_range(m, v, 10 * SEG_SIZE, 1, 0, T0), 0);
+    assert_int_equal(v->rep[0].n, 2);
+    assert_int_equal(v->rep[0].ext[0].off, MC__HOLE);
+    assert_int_equal(v->rep[0].ext[0].len, 10 * SEG_SIZE);
+    assert_int_equal(v->capacity, 10 * SEG_SIZE + UNIT);
+    assert_int_equal(mc__replica_bytes(&v->rep[0]), UNIT);
+    /* Filling most of the hole evicts the old object to make room. */
+    assert_int_equal(mc__master_reserve_range(m, v, 100, SEG_SIZE - 4 * UNIT, 0, T0 + 1), 0);
+    assert_null(find(m, "old"));
+    (void)old;
+    assert_int_equal(used(m), SEG_SIZE - 2 * UNIT);
+    assert_int_equal(mc__master_reserve_range(m, v, 0, SEG_SIZE, 0, T0), -ENOSPC);
+    assert_int_equal(used(m), SEG_SIZE - 2 * UNIT); /* unchanged */
+    /* A punch of [UNIT + 1, 4 * UNIT) frees the two whole units inside. */
+    assert_int_equal(mc__master_reserve_range(m, v, UNIT + 1, 3 * UNIT - 1, 1, T0), 0);
+    assert_int_equal(used(m), SEG_SIZE - 4 * UNIT);
+    /* A repair's replica has the same holes; the space of its bytes. */
+    mc__replica_t r;
+    assert_int_equal(mc__master_add_segment(m, 2, SEG_SIZE), 0);
+    assert_int_equal(mc__master_replica_alloc_like(m, 2, &v->rep[0], &r), 0);
+    assert_int_equal(mc__replica_bytes(&r), mc__replica_bytes(&v->rep[0]));
+    for (uint64_t at = 0, i = 0, j = 0, ai = 0, aj = 0; at < v->capacity; at += UNIT) {
+        while (at >= ai + v->rep[0].ext[i].len) /* the extent holding at, in each */
+            ai += v->rep[0].ext[i++].len;
+        while (at >= aj + r.ext[j].len)
+            aj += r.ext[j++].len;
+        assert_int_equal(r.ext[j].off == MC__HOLE, v->rep[0].ext[i].off == MC__HOLE);
+    }
+    mc__master_replica_release(m, &r);
+    assert_int_equal(mc__master_segment_free(m, 2), SEG_SIZE);
+    /* Commit trims to the size (the tail unit goes), then abort of another. */
+    assert_int_equal(mc__master_commit(m, v, 2 * SEG_SIZE, 0, T0), 0);
+    assert_int_equal(v->capacity, 2 * SEG_SIZE);
+    assert_int_equal(used(m), SEG_SIZE - 5 * UNIT);
+    mc_stat_t st;
+    mc__version_stat(v, T0, &st);
+    assert_int_equal(st.alloc, SEG_SIZE - 5 * UNIT);
+    mc__version_t *w = NULL;
+    assert_int_equal(mc__master_begin(m, "t", 1, NULL, T0, &w), 0);
+    assert_int_equal(mc__master_reserve_range(m, w, SEG_SIZE, 10, 0, T0), 0);
+    mc__master_abort(m, w);
+    assert_int_equal(used(m), SEG_SIZE - 5 * UNIT);
+    mc__master_free(m);
+}
+
 /* Renders a listing as "k1 k2 p/+ ..." (prefix entries marked with '+'),
  * and checks each entry's invariants on the way. */
 static char *list_render(const mc_list_t *l)
@@ -1095,6 +1176,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_commit_publishes),
+        cmocka_unit_test(test_holes),
+        cmocka_unit_test(test_root_directory),
         cmocka_unit_test(test_empty_object),
         cmocka_unit_test(test_begin_bad_key),
         cmocka_unit_test(test_begin_without_segment),

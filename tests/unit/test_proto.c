@@ -563,6 +563,7 @@ static const mc_stat_t some_stat = {
     .ctime_ns = 1700000000123456789ll,
     .rdev = 0x0102030405060708ull,
     .ino = 0x1112131415161718ull,
+    .alloc = 0x2122232425262728ull,
 };
 
 static void assert_stat_equal(const mc_stat_t *a, const mc_stat_t *b)
@@ -581,6 +582,7 @@ static void assert_stat_equal(const mc_stat_t *a, const mc_stat_t *b)
     assert_int_equal(a->ctime_ns, b->ctime_ns);
     assert_int_equal(a->rdev, b->rdev);
     assert_int_equal(a->ino, b->ino);
+    assert_int_equal(a->alloc, b->alloc);
 }
 
 static void test_stat_round_trip(void **state)
@@ -603,8 +605,9 @@ static void test_stat_round_trip(void **state)
     ref_le(&want, (uint64_t)some_stat.ctime_ns, 8);
     ref_le(&want, some_stat.rdev, 8);
     ref_le(&want, some_stat.ino, 8);
-    assert_int_equal(w.len, 84);
-    assert_memory_equal(w.p, want.b, 84);
+    ref_le(&want, some_stat.alloc, 8);
+    assert_int_equal(w.len, 92);
+    assert_memory_equal(w.p, want.b, 92);
     assert_int_equal(mc__pack(&w, "u", 0xabcdu), 0); /* something after it */
 
     char *body = dup_bytes(w.p, w.len);
@@ -613,10 +616,10 @@ static void test_stat_round_trip(void **state)
     mc_stat_t st;
     assert_int_equal(mc__take_stat(&p, &n, &st), 0);
     assert_stat_equal(&st, &some_stat);
-    assert_ptr_equal(p, body + 84);
+    assert_ptr_equal(p, body + 92);
     assert_int_equal(n, 4);
 
-    for (size_t cut = 0; cut < 84; cut++) {
+    for (size_t cut = 0; cut < 92; cut++) {
         char *part = dup_bytes(body, cut);
         p = part;
         n = cut;
@@ -802,7 +805,9 @@ static void test_replicas_extent_overflow(void **state)
         int ok;
     } cases[] = {
         {UINT64_MAX - 1, 1, 0, 0, 1},      /* ends exactly at 2^64 - 1 */
-        {UINT64_MAX, 1, 0, 0, 0},          /* offset + length wraps */
+        {UINT64_MAX - 1, 2, 0, 0, 0},      /* offset + length wraps */
+        {UINT64_MAX, 1, 0, 0, 1},          /* a hole (MC__WIRE_HOLE) */
+        {UINT64_MAX, UINT64_MAX, 0, 1, 0}, /* a hole: lengths add up past 2^64 */
         {1, UINT64_MAX, 0, 0, 0},          /* offset + length wraps */
         {0, UINT64_MAX, 0, 0, 1},          /* one huge extent */
         {0, UINT64_MAX, 0, 1, 0},          /* lengths add up past 2^64 */

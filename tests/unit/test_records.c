@@ -100,6 +100,35 @@ static void test_a_record_brings_its_object_back(void **state)
     mc__master_free(m);
 }
 
+/* A sparse file's record names its holes (MC__HOLE extents): the rebuilt
+ * version has them, and takes the space of its bytes only. */
+static void test_a_record_keeps_holes(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master(1);
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_begin(m, "s", 1, NULL, T0, &v), 0);
+    assert_int_equal(mc__master_reserve_range(m, v, 100 * SEG_SIZE, 10, 0, T0), 0);
+    assert_int_equal(mc__master_reserve_range(m, v, 0, 10, 0, T0), 0);
+    assert_int_equal(mc__master_commit(m, v, 100 * SEG_SIZE + 10, 0, T0), 0);
+    mc__record_t r;
+    mc__master_record(v, 1, &r);
+    assert_int_equal(r.next, 3);
+    assert_int_equal(r.ext[1].off, MC__HOLE);
+    mc__master_t *m2 = new_master(1);
+    assert_int_equal(mc__master_merge(m2, 1, &r, T0), 1);
+    mc__version_t *w = find(m2, "s");
+    assert_non_null(w);
+    assert_int_equal(w->size, 100 * SEG_SIZE + 10);
+    assert_int_equal(w->rep[0].n, 3);
+    assert_int_equal(w->rep[0].ext[1].off, MC__HOLE);
+    assert_int_equal(w->rep[0].ext[1].len, 100 * SEG_SIZE - UNIT);
+    assert_int_equal(used(m2), 2 * UNIT);
+    assert_int_equal(used(m2), used(m));
+    mc__master_free(m2);
+    mc__master_free(m);
+}
+
 static void test_replicas_of_one_version_are_one_object(void **state)
 {
     (void)state;
@@ -315,6 +344,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_record_brings_its_object_back),
+        cmocka_unit_test(test_a_record_keeps_holes),
         cmocka_unit_test(test_replicas_of_one_version_are_one_object),
         cmocka_unit_test(test_the_newest_version_of_a_key_wins),
         cmocka_unit_test(test_removed_after_the_rebuild_stays_gone),

@@ -226,13 +226,63 @@ static void test_grow_and_rename_at_commit(void **state)
     fixture_t *f = *state;
     mount(f, 11, 64 * MiB, T0);
     uint64_t id = put_start(f, 5, "tmp", 0, 1, T0);
-    assert_int_equal(call(f, 5, T0, MC__OP_PUT_GROW, "qq", id, 3 * MiB), 0);
+    assert_int_equal(call(f, 5, T0, MC__OP_PUT_GROW, "qqqu", id, 0, 3 * MiB, 0), 0);
     assert_true(used(f) >= 3 * MiB);
     assert_int_equal(commit(f, id, "final", 2 * MiB, T0), 0);
     assert_int_equal(call(f, 5, T0, MC__OP_STAT, "k", "tmp", 3), -ENOENT);
     assert_int_equal(call(f, 5, T0, MC__OP_STAT, "k", "final", 5), 0);
     assert_int_equal(used(f), 2 * MiB);
-    assert_int_equal(call(f, 5, T0, MC__OP_PUT_GROW, "qq", id, MiB), -ENOENT);
+    assert_int_equal(call(f, 5, T0, MC__OP_PUT_GROW, "qqqu", id, 0, MiB, 0), -ENOENT);
+}
+
+/* The extents of the one replica in f->resp (a PUT_GROW answer). */
+static int grow_extents(fixture_t *f, uint64_t *off, uint64_t *len, int max)
+{
+    const char *p = f->resp.p;
+    size_t n = f->resp.len;
+    mc__wire_replica_t r;
+    assert_int_equal(mc__take_replicas(&p, &n, &r, 1), 1);
+    for (uint32_t i = 0; i < r.next && (int)i < max; i++)
+        mc__wire_extent(&r, i, &off[i], &len[i]);
+    return (int)r.next;
+}
+
+/* Sparse files: PUT_GROW past the end leaves a hole (an extent at
+ * MC__WIRE_HOLE) that takes no space, even past the whole store; a range
+ * inside the hole gets space; a punch gives it back; the stat counts the
+ * bytes allocated. */
+static void test_grow_sparse(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 64 * MiB, T0);
+    uint64_t id = put_start(f, 5, "s", 0, 1, T0), off[8], len[8];
+    assert_int_equal(call(f, 5, T0, MC__OP_PUT_GROW, "qqqu", id, 512 * MiB, 1, 0), 0);
+    assert_int_equal(grow_extents(f, off, len, 8), 2);
+    assert_int_equal(off[0], MC__WIRE_HOLE);
+    assert_int_equal(len[0], 512 * MiB);
+    assert_int_equal(len[1], 64);
+    assert_int_equal(used(f), 64);
+    /* Into the hole: [1 MiB - 10, 1 MiB + 10) takes its units. */
+    assert_int_equal(call(f, 5, T0, MC__OP_PUT_GROW, "qqqu", id, MiB - 10, 20, 0), 0);
+    assert_int_equal(grow_extents(f, off, len, 8), 4);
+    assert_int_equal(off[0], MC__WIRE_HOLE);
+    assert_int_equal(len[0], MiB - 64);
+    assert_int_equal(len[1], 128);
+    assert_int_equal(off[2], MC__WIRE_HOLE);
+    assert_int_equal(used(f), 192);
+    /* A punch of whole units gives them back; flags it does not know fail. */
+    assert_int_equal(call(f, 5, T0, MC__OP_PUT_GROW, "qqqu", id, MiB - 64, 64, MC__GROW_PUNCH), 0);
+    assert_int_equal(used(f), 128);
+    assert_int_equal(call(f, 5, T0, MC__OP_PUT_GROW, "qqqu", id, 0, 0, 2), -EINVAL);
+    assert_int_equal(commit(f, id, "s", 512 * MiB + 1, T0), 0);
+    mc_stat_t st;
+    assert_int_equal(call(f, 5, T0, MC__OP_STAT, "k", "s", 1), 0);
+    const char *p = f->resp.p;
+    size_t n = f->resp.len;
+    assert_int_equal(mc__take_stat(&p, &n, &st), 0);
+    assert_int_equal(st.size, 512 * MiB + 1);
+    assert_int_equal(st.alloc, 128);
+    assert_int_equal(used(f), 128);
 }
 
 static void test_noreplace_and_errors(void **state)
@@ -836,10 +886,24 @@ static void test_link_through_the_service(void **state)
     assert_int_equal(resp_stat(f).size, 300);
     assert_int_equal(set_meta(f, "a", MC_META_MODE, 0600, 0, 0, 0, 0), 0);
     assert_int_equal(stat_of(f, "d/b").mode, 0600);
+    /* A commit to the file's inode key (mc_inode_key()) publishes for
+     * every name, while the file has one; removing a name sets its ctime. */
+    char ikey[64];
+    int ilen = mc_inode_key(st.ino, ikey, sizeof(ikey));
+    assert_true(ilen > 0);
+    uint64_t id = put_start(f, 1, "tmp", 500, 1, T0);
+    assert_int_equal(commit(f, id, ikey, 500, T0), 0);
+    assert_int_equal(stat_of(f, "a").size, 500);
+    int64_t ct = stat_of(f, "a").ctime_ns;
+    wall_now += 1000;
     assert_int_equal(call(f, 1, T0, MC__OP_REMOVE, "ku", "a", 1, MC_REMOVE_FORCE), 0);
     assert_int_equal(stat_of(f, "d/b").nlink, 1);
+    assert_true(stat_of(f, "d/b").ctime_ns > ct);
     assert_int_equal(call(f, 1, T0, MC__OP_REMOVE, "ku", "d/b", 3, MC_REMOVE_FORCE), 0);
     assert_int_equal(call(f, 1, T0, MC__OP_STAT, "k", "d/b", 3), -ENOENT);
+    id = put_start(f, 1, "tmp", 10, 1, T0);
+    assert_int_equal(commit(f, id, ikey, 10, T0), -ENOENT); /* no name left */
+    assert_int_equal(call(f, 1, T0, MC__OP_STAT, "k", ikey, (uint32_t)ilen), -ENOENT);
 }
 
 /* The owner and mode a create names stay through a republish that names
@@ -1242,6 +1306,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_put_in_one_call, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grow_and_rename_at_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grow_sparse, setup, teardown),
         cmocka_unit_test_setup_teardown(test_noreplace_and_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_owner_gone_revokes_and_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_owner_gone_leaves_other_owners, setup, teardown),

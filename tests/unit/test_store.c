@@ -364,6 +364,30 @@ static void test_stat_and_versions(void **state)
     assert_cmp(st2.version, >, st1.version);
 }
 
+/* mc_obj_open() and mc_obj_read() wait for their results; mc_obj_replicas()
+ * tells where the pinned version lies (an embedded store: its one segment,
+ * no data address), and the version stays readable after the key changes. */
+static void test_obj_sync_and_replicas(void **state)
+{
+    mc_store_t *s = *state;
+    mc_obj_t *o = NULL;
+    mc_replica_t r[2];
+    char buf[16] = {0};
+
+    assert_int_equal(mc_obj_open(s, K("r"), &o), -ENOENT);
+    assert_int_equal(put_str(s, "r", "pinned bytes"), 0);
+    assert_int_equal(mc_obj_open(s, K("r"), &o), 0);
+    assert_int_equal(put_str(s, "r", "the next version"), 0);
+    assert_int_equal(mc_obj_replicas(o, r, 2), 1);
+    assert_int_equal(r[0].extents, 1);
+    assert_cmp(r[0].bytes, >=, 12);
+    assert_string_equal(r[0].addr, "");
+    assert_int_equal(mc_obj_replicas(o, r, 0), 1); /* counts without filling */
+    assert_int_equal(mc_obj_read(o, 7, buf, sizeof(buf)), 5);
+    assert_memory_equal(buf, "bytes", 5);
+    mc_obj_close(o);
+}
+
 /* The mc_xattr_* calls through the client: getxattr(2)'s size rules (0:
  * the size; too small: -ERANGE), the master's errors, and the attributes
  * kept by a new put of the key. */
@@ -800,6 +824,61 @@ static void test_writer_set_key(void **state)
     assert_string_equal(buf, "body");
 }
 
+/* Sparse files: a write past the end leaves a hole that takes no space and
+ * reads as zeros; a later write into the hole gets space there; growing
+ * by truncate and punching make holes; a copy keeps the base's holes. */
+static void test_writer_sparse(void **state)
+{
+    mc_store_t *s = *state;
+    char buf[8192];
+    mc_stat_t st;
+
+    dirty_free_space(s);
+    mc_writer_t *w = w_open(s, "sparse", NULL, NULL);
+    assert_int_equal(w_write(s, w, 4 * SEG, "x", 1), 1); /* far past the whole store */
+    assert_int_equal(w_write(s, w, (uint64_t)INT64_MAX - 1, "y", 1), 1);
+    assert_int_equal(w_write(s, w, 100, "abc", 3), 3); /* into the hole */
+    assert_int_equal(w_read(s, w, 0, buf, sizeof(buf)), (int)sizeof(buf));
+    assert_zeros(buf, 100);
+    assert_memory_equal(buf + 100, "abc", 3);
+    assert_zeros(buf + 103, sizeof(buf) - 103);
+    assert_int_equal(w_commit(s, w, &st), 0);
+    assert_int_equal(st.size, (uint64_t)INT64_MAX);
+    assert_int_equal(st.alloc, 3 * UNIT);
+    assert_int_equal(space(s).used, 3 * UNIT);
+    memset(buf, 1, sizeof(buf));
+    assert_int_equal(mc_get(s, K("sparse"), 4 * SEG - 4000, buf, 4004, NULL), 4004);
+    assert_zeros(buf, 4000);
+    assert_memory_equal(buf + 4000, "x\0\0\0", 4);
+    assert_int_equal(mc_get(s, K("sparse"), 0, buf, sizeof(buf), NULL), (int)sizeof(buf));
+    assert_zeros(buf, 100);
+    assert_memory_equal(buf + 100, "abc", 3);
+    assert_zeros(buf + 103, sizeof(buf) - 103);
+
+    /* A copy keeps the holes; truncate grows with one; a punch makes one. */
+    mc_obj_t *o = NULL;
+    assert_int_equal(ASYNC(s, mc_obj_open_async(s, K("sparse"), &o, cbw_cb, &w_)), 0);
+    mc_replica_t rp;
+    assert_int_equal(mc_obj_replicas(o, &rp, 1), 1);
+    assert_int_equal(rp.bytes, 3 * UNIT); /* its holes hold none */
+    assert_int_equal(rp.extents, 3);
+    w = w_open(s, "sparse", NULL, o);
+    assert_int_equal(w_size(s, w), (uint64_t)INT64_MAX);
+    assert_int_equal(w_truncate(s, w, 2 * SEG), 0);
+    assert_int_equal(w_write(s, w, 0, buf, 4096), 4096); /* the bytes read above */
+    assert_int_equal(w_truncate(s, w, 3 * SEG), 0);
+    assert_int_equal(ASYNC(s, mc_writer_punch_async(w, 10, 4000, cbw_cb, &w_)), 0);
+    assert_int_equal(w_read(s, w, 0, buf, sizeof(buf)), (int)sizeof(buf));
+    assert_zeros(buf, sizeof(buf));
+    assert_int_equal(w_commit(s, w, &st), 0);
+    mc_obj_close(o);
+    assert_int_equal(st.size, 3 * SEG);
+    assert_int_equal(st.alloc, 3 * UNIT); /* [0, 64) and [3968, 4096) of the 4096 written */
+    assert_int_equal(mc_get(s, K("sparse"), 3 * SEG - 10, buf, 100, NULL), 10);
+    assert_zeros(buf, 10);
+    assert_int_equal(mc_remove(s, K("sparse"), MC_REMOVE_FORCE), 0);
+}
+
 static void test_writer_out_of_space(void **state)
 {
     mc_store_t *s = *state;
@@ -809,12 +888,11 @@ static void test_writer_out_of_space(void **state)
     uint64_t off = 0;
     int rc;
 
-    /* Past the whole store: no space; past the largest file (INT64_MAX
-     * bytes): too big (issue 10: both were EFBIG). The writer stays usable. */
+    /* Past the largest file (INT64_MAX bytes): too big (issue 10: it was
+     * EFBIG past the whole store, where a write now leaves a hole:
+     * test_writer_sparse). The writer stays usable. */
     mc_writer_t *w = w_open(s, "w", NULL, NULL);
-    assert_int_equal(w_write(s, w, SEG, "x", 1), -ENOSPC);
     assert_int_equal(w_write(s, w, (uint64_t)INT64_MAX, "x", 1), -EFBIG);
-    assert_int_equal(w_write(s, w, (uint64_t)INT64_MAX - 1, "x", 1), -ENOSPC);
     assert_int_equal(w_write(s, w, UINT64_MAX - 1, "xy", 2), -EFBIG);
     assert_int_equal(w_size(s, w), 0);
     /* With 6 MiB taken, the writer runs out of space after about 2 MiB. */
@@ -1322,6 +1400,7 @@ int main(void)
         T(test_put_opts),
         T(test_putv_gathers),
         T(test_stat_and_versions),
+        T(test_obj_sync_and_replicas),
         T(test_remove),
         T(test_xattr_calls),
         T(test_rename),
@@ -1334,6 +1413,7 @@ int main(void)
         T(test_writer_invisible_before_commit),
         T(test_writer_gap_reads_zeros),
         T(test_writer_truncate),
+        T(test_writer_sparse),
         T(test_writer_copy_on_write),
         T(test_writer_abort_returns_space),
         T(test_writer_commit_noreplace),

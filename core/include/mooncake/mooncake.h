@@ -49,7 +49,10 @@ typedef void (*mc_done_cb)(void *arg, int result);
 typedef struct mc_store_opts {
     uint64_t segment_size;    /* bytes of memory this node contributes (embedded, 0:
                                  default; with a master, 0: a pure client) */
-    const char *master;       /* NULL or "": embedded (master in this process) */
+    const char *master;       /* NULL or "": embedded (master in this process);
+                                 "host:port", "unix:/path", or "etcd://h:p;h:p":
+                                 the leader of masters on etcd (cluster from
+                                 $MOONCAKE_CLUSTER_ID, default mooncake_cluster) */
     uint64_t lease_ms;        /* read lease granted by get/open (0: default) */
     unsigned evict_high_pct;  /* evict when use exceeds this % (0: never, puts fail) */
     unsigned evict_ratio_pct; /* then free this % of the segment (0: 10) */
@@ -121,6 +124,8 @@ typedef struct mc_stat {
     uint64_t ino;      /* a hard-linked file (mc_link_async()): its number, the
                           same under each of its names; 0 for a key that
                           shares its object with no other */
+    uint64_t alloc;    /* bytes of segment space one replica takes: holes
+                          (sparse files) take none; st_blocks * 512 */
 } mc_stat_t;
 
 /* uid / gid of an object whose writer named no owner. */
@@ -301,6 +306,15 @@ typedef struct mc_store_stats {
 /* mc_store_stats() fills *out with s's counters. Any thread; each counter
  * is read atomically, the set as a whole is not a snapshot. */
 MC_EXPORT void mc_store_stats(mc_store_t *s, mc_store_stats_t *out);
+
+/*
+ * mc_store_served_addr() returns the address this store serves on, as
+ * bound ("127.0.0.1:40123", "unix:/path"): a node's segment data (the data
+ * address its replicas carry and mc_put_opts_t.preferred_segment names),
+ * or an embedded store's listen; "" when it serves nothing. Owned by the
+ * store, valid until mc_store_close(); any thread.
+ */
+MC_EXPORT const char *mc_store_served_addr(mc_store_t *s);
 
 /* mc_store_loop() returns the loop the store's callbacks run on. */
 MC_EXPORT mc_loop_t *mc_store_loop(mc_store_t *s);
@@ -508,21 +522,51 @@ MC_EXPORT int mc_xattr_remove(mc_store_t *s, const char *key, size_t klen, const
  */
 MC_EXPORT int mc_obj_open_async(mc_store_t *s, const char *key, size_t klen, mc_obj_t **out,
                                 mc_done_cb cb, void *arg);
+/* The same, waited for: 0 with *out set, or -ENOENT. */
+MC_EXPORT int mc_obj_open(mc_store_t *s, const char *key, size_t klen, mc_obj_t **out);
 /* The version's metadata; valid until mc_obj_close(). */
 MC_EXPORT const mc_stat_t *mc_obj_stat(const mc_obj_t *o);
 /* Reads up to len bytes at off. Result: bytes read (short at the end). */
 MC_EXPORT int mc_obj_read_async(mc_obj_t *o, uint64_t off, void *buf, size_t len, mc_done_cb cb,
                                 void *arg);
+/* The same, waited for. */
+MC_EXPORT int mc_obj_read(mc_obj_t *o, uint64_t off, void *buf, size_t len);
 /*
  * Reads in place: when bytes [off, off + len) of the version (clipped to its
  * size) start in memory this process addresses - its own segment, or a
  * co-located node's segment already mapped over shared memory - sets *p to
  * them and returns how many lie there contiguously (at most len; 0 at or
- * past the end). They stay valid, unchanged, until mc_obj_close(). -EXDEV
+ * past the end). They stay valid, unchanged, until mc_obj_close(). A hole
+ * of a sparse file is zeros in this process's memory. -EXDEV
  * when they are elsewhere (then read them with mc_obj_read_async()).
  * On the store's loop thread only.
  */
 MC_EXPORT int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p);
+/* One replica of an open version (mc_obj_replicas()). */
+typedef struct mc_replica {
+    uint32_t segment; /* the segment's id at the master */
+    uint32_t extents; /* pieces the replica is stored in */
+    uint64_t offset;  /* the first piece's offset in the segment */
+    uint64_t bytes;   /* bytes the pieces hold (at least the version's size,
+                         but for a sparse file's holes, which take none) */
+    char addr[160];   /* the segment's node: its data address ("host:port",
+                         "unix:/path"; "" in an embedded store), NUL-terminated */
+} mc_replica_t;
+
+/*
+ * Where the version's bytes are: fills out[0..max) with its replicas as
+ * the master placed them (each on another segment) and returns how many it
+ * has (more than max: only max are filled). Any thread while the handle is
+ * open; it asks no one and changes nothing.
+ */
+MC_EXPORT int mc_obj_replicas(const mc_obj_t *o, mc_replica_t *out, int max);
+/*
+ * Sparse files: the first offset at or after off where the version's bytes
+ * (hole 0, lseek's SEEK_DATA) or a hole (hole 1, SEEK_HOLE; its end counts
+ * as one) start. Result that offset, or -ENXIO when off is at or past the
+ * size, or no bytes follow it. On the store's loop thread only.
+ */
+MC_EXPORT int64_t mc_obj_seek(const mc_obj_t *o, uint64_t off, int hole);
 /* Releases the handle. Reads still in flight complete first. */
 MC_EXPORT void mc_obj_close(mc_obj_t *o);
 
@@ -538,17 +582,36 @@ MC_EXPORT void mc_obj_close(mc_obj_t *o);
 MC_EXPORT int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen,
                                    const mc_put_opts_t *po, mc_obj_t *base, mc_writer_t **out,
                                    mc_done_cb cb, void *arg);
-/* Writes len bytes at off (a gap reads as zeros). Result len or -ENOSPC,
- * -EFBIG. */
+/* Writes len bytes at off (a gap reads as zeros: past the end, a hole that
+ * takes no space). Result len or -ENOSPC, -EFBIG. */
 MC_EXPORT int mc_writer_write_async(mc_writer_t *w, uint64_t off, const void *buf, size_t len,
                                     mc_done_cb cb, void *arg);
 /* Reads back what was written. Result: bytes read. */
 MC_EXPORT int mc_writer_read_async(mc_writer_t *w, uint64_t off, void *buf, size_t len,
                                    mc_done_cb cb, void *arg);
-/* Sets the size (shrinks, or grows with zeros). Result 0 or -ENOSPC. */
+/* Sets the size (shrinks, or grows with zeros: a hole, taking no space).
+ * Result 0 or -ENOSPC. */
 MC_EXPORT int mc_writer_truncate_async(mc_writer_t *w, uint64_t size, mc_done_cb cb, void *arg);
+/*
+ * Makes bytes [off, off + len) of the version in progress read as zeros,
+ * giving back the space of the whole allocation units inside (a hole: a
+ * sparse file); the size stays (the part past it changes nothing). Result
+ * 0, or -ENOSPC / -EIO as a write.
+ */
+MC_EXPORT int mc_writer_punch_async(mc_writer_t *w, uint64_t off, uint64_t len, mc_done_cb cb,
+                                    void *arg);
 /* Current size. Loop thread only. */
 MC_EXPORT uint64_t mc_writer_size(const mc_writer_t *w);
+/* mc_obj_seek() in the version in progress. Loop thread only. */
+MC_EXPORT int64_t mc_writer_seek(const mc_writer_t *w, uint64_t off, int hole);
+/*
+ * The key a hard-linked file (mc_stat_t.ino, not 0) is kept under, whatever
+ * its names, into buf (NUL-terminated): it can be opened and stat'ed, and a
+ * writer can publish to it (mc_writer_set_key()) while the file has a name
+ * left (-ENOENT at commit otherwise); it cannot be put, renamed or removed.
+ * Returns the key's length, or -EINVAL (ino 0), -ERANGE (buf too small).
+ */
+MC_EXPORT int mc_inode_key(uint64_t ino, char *buf, size_t size);
 /* Changes the key the writer will publish under. Loop thread only. */
 MC_EXPORT int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen);
 /* Sets metadata to publish with: the mode (MC_META_MODE), the mtime

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/leader.h"
 #include "client/link.h"
 #include "runtime/loop_i.h"
 
@@ -14,6 +15,7 @@ typedef struct reply reply_t;
 struct mc__link {
     mc_loop_t *loop;
     mc__rpc_client_t *cl; /* rpc: the master's connection */
+    mc__follow_t *fw;     /* rpc to a cluster's leader found through etcd, or NULL */
     struct mc__svc *svc;  /* local: the master in this process */
     uint64_t owner;       /* local: whose requests these are */
     mc__wbuf_t req;       /* mc__link_vcall()'s body, reused */
@@ -93,6 +95,8 @@ static reply_t *reply_get(mc__link_t *l)
 int mc__link_call(mc__link_t *l, uint16_t op, const void *body, size_t len, uint64_t timeout_ms,
                   mc__rpc_cb cb, void *arg)
 {
+    if (l->fw)
+        return mc__follow_call(l->fw, l->cl, op, body, len, timeout_ms, cb, arg);
     if (l->cl)
         return mc__rpc_client_call(l->cl, op, body, len, timeout_ms, cb, arg);
     reply_t *r = reply_get(l);
@@ -147,6 +151,7 @@ void mc__link_close(mc__link_t *l)
 {
     if (!l)
         return;
+    mc__follow_close(l->fw);
     if (l->cl)
         mc__rpc_client_close(l->cl);
     else
@@ -166,6 +171,28 @@ int mc__link_rpc_new(mc_loop_t *loop, const mc__addr_t *a, uint64_t timeout_ms,
         return -ENOMEM;
     l->loop = loop;
     int rc = mc__rpc_client_new(loop, a, timeout_ms, ops, arg, &l->cl);
+    if (rc < 0) {
+        free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+int mc__link_follow_new(mc_loop_t *loop, const char *addr, uint64_t timeout_ms,
+                        const mc__rpc_client_ops_t *ops, void *arg, mc__link_t **out)
+{
+    mc__link_t *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -ENOMEM;
+    l->loop = loop;
+    int rc = mc__follow_new(loop, addr, &l->fw);
+    mc__rpc_client_ops_t o = *ops;
+    o.resolve = mc__follow_resolve;
+    o.resolve_arg = l->fw;
+    mc__addr_t none = {0}; /* every connect resolves first */
+    if (rc == 0 && (rc = mc__rpc_client_new(loop, &none, timeout_ms, &o, arg, &l->cl)) < 0)
+        mc__follow_close(l->fw);
     if (rc < 0) {
         free(l);
         return rc;

@@ -80,6 +80,13 @@ void mc__link_close(mc__link_t *l);
 int mc__link_rpc_new(mc_loop_t *loop, const mc__addr_t *a, uint64_t timeout_ms,
                      const mc__rpc_client_ops_t *ops, void *arg, mc__link_t **out);
 
+/* The rpc binding to the leader of the cluster of masters whose etcd is
+ * addr ("etcd://host:port;host:port", client/leader.h): looked up before
+ * every connect; refused calls, and those that can be asked twice, are sent
+ * again within their timeout. Returns 0, -EINVAL, -ENOMEM. */
+int mc__link_follow_new(mc_loop_t *loop, const char *addr, uint64_t timeout_ms,
+                        const mc__rpc_client_ops_t *ops, void *arg, mc__link_t **out);
+
 /* The local binding: calls go to svc (not owned) as owner. Returns 0 or
  * -ENOMEM. */
 int mc__link_local_new(mc_loop_t *loop, struct mc__svc *svc, uint64_t owner, mc__link_t **out);

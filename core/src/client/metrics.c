@@ -11,6 +11,7 @@
 #include "client/remote_i.h"
 #include "client/store_i.h"
 #include "mooncake/metrics.h"
+#include "runtime/loop_i.h"
 #include "runtime/metrics.h"
 #include "server/metrics.h"
 
@@ -40,6 +41,7 @@ static const char *const op_names[MC__OP_KINDS] = {
     "xattr_list",
     "xattr_remove",
     "link",
+    "writer_punch",
 };
 
 /* The latency buckets' upper bounds, in seconds. */
@@ -48,17 +50,11 @@ static const double lat_bounds[MC__LAT_BUCKETS] = {
     25e-3, 50e-3,  100e-3, 250e-3, 500e-3, 1.0,    2.5,  10.0,
 };
 
-uint64_t mc__op_clock_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 void mc__op_count(mc_store_t *s, enum op_kind kind, int rc, uint64_t t0_ns)
 {
     mc__op_metrics_t *m = &s->opm;
-    uint64_t ns = mc__op_clock_ns() - t0_ns;
+    uint64_t now = mc__loop_clock_ns(s->loop);
+    uint64_t ns = now > t0_ns ? now - t0_ns : 0;
     int b = 0;
     while (b < MC__LAT_BUCKETS && (double)ns > lat_bounds[b] * 1e9)
         b++;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "client/leader.h"
 #include "client/remote_i.h"
 #include "runtime/log.h"
 #include "runtime/loop_i.h"
@@ -241,7 +242,8 @@ static void mount_segment(struct mc__remote *rm)
  * The master asks this node, through a flag on the heartbeat reply, to copy
  * under-replicated objects into space it allocated on our segment
  * (repair.h). A task reads 4 MiB pieces from a surviving replica (mc__xfer():
- * failover, any transport) and copies each into our segment, but never
+ * failover, any transport) and copies each into our segment (a sparse
+ * file's holes, which the target has too, are skipped), but never
  * after its time limit, counted from when we sent REPAIR_TAKE (so before
  * the master's own count starts); REPAIR_DONE reports the end. A master
  * that forgot us (REMOUNT) cancels every task: that space is not ours to
@@ -320,6 +322,9 @@ static void rt_step(void *arg)
     rtask_t *t = arg;
     if (!t->rm)
         return rt_free(t);
+    uint64_t a, b;
+    if (t->at < t->size && mc__rset_run(t->dst, t->at, &a, &b))
+        t->at = b; /* a hole of a sparse file: nothing to copy */
     if (t->at >= t->size)
         return rt_finish(t, 0);
     t->n = t->size - t->at < MC__PROTO_CHUNK ? t->size - t->at : MC__PROTO_CHUNK;
@@ -407,7 +412,8 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
                     void (*done)(mc_store_t *s, int rc))
 {
     mc__addr_t ma, la;
-    int rc = mc__addr_parse(addr, 50051, &ma);
+    int follow = mc__follow_is_etcd(addr);
+    int rc = follow ? 0 : mc__addr_parse(addr, 50051, &ma);
     if (rc < 0)
         return rc;
     if (s->seg && (rc = mc__addr_parse(listen ? listen : "127.0.0.1:0", 0, &la)) < 0)
@@ -419,7 +425,9 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
     rm->open_done = done;
     if (getrandom(&rm->node_id, sizeof(rm->node_id), 0) != sizeof(rm->node_id) || !rm->node_id)
         rm->node_id = (uint64_t)mc_loop_now_ms() * 2654435761u | 1;
-    rc = mc__link_rpc_new(s->loop, &ma, s->timeout_ms, &mc__master_ops, rm, &rm->master);
+    rc = follow
+             ? mc__link_follow_new(s->loop, addr, s->timeout_ms, &mc__master_ops, rm, &rm->master)
+             : mc__link_rpc_new(s->loop, &ma, s->timeout_ms, &mc__master_ops, rm, &rm->master);
     if (rc < 0) {
         free(rm);
         return rc;

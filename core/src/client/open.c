@@ -67,7 +67,7 @@ static int embedded_master(mc_store_t *s, const mc_store_opts_t *o)
     int rc = mc__master_new(&s->m, &mo);
     if (rc < 0 || (rc = mc__master_add_segment(s->m, SEG_LOCAL, s->seg_size)) < 0)
         return rc;
-    mc__svc_opts_t so = {.first_id = mc__svc_random_id(), .wall_ns = mc__wall_ns};
+    mc__svc_opts_t so = {.first_id = mc__svc_random_id(), .wall_ns = mc__loop_wall_ns};
     if ((rc = mc__svc_new(&s->svc, s->m, &so)) < 0)
         return rc;
     return mc__svc_add_local_segment(s->svc, SEG_LOCAL, 0, NULL);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "client/remote_i.h"
+#include "runtime/loop_i.h"
 #include "mooncake/loop.h"
 
 #define RC_MAX 4096
@@ -73,7 +74,9 @@ rcache_ent_t *mc__rc_find(struct mc__remote *rm, const char *key, size_t klen)
     for (rcache_ent_t **pp = &rm->rc_tab[rc_bucket(key, klen)]; *pp; pp = &(*pp)->hnext) {
         rcache_ent_t *e = *pp;
         if (e->klen == klen && memcmp(e->key, key, klen) == 0) {
-            if (mc_loop_now_ms() < e->expires)
+            /* The loop's latest reading: no clock read per get (the entry
+             * is kept half a lease; a reading is far fresher than that). */
+            if (mc__loop_recent_ns(rm->s->loop) / 1000000 < e->expires)
                 return e;
             rc_unlink(rm, pp);
             return NULL;

@@ -232,7 +232,8 @@ static void put_step(op_t *o)
     }
     if (now >= o->renew_at) {
         o->sent_ms = now;
-        rc = mc__mcall(o->s, MC__OP_PUT_GROW, put_renewed, o, "qq", o->u64, (uint64_t)0);
+        rc = mc__mcall(o->s, MC__OP_PUT_GROW, put_renewed, o, "qqqu", o->u64, (uint64_t)0,
+                       (uint64_t)0, 0u); /* nothing new: the lease renewed */
         if (rc < 0)
             put_fail(o, rc);
         return;
@@ -384,7 +385,7 @@ static void get_replicas_done(void *arg, int status, const char *body, size_t le
     /* Half the lease: a margin for the trip and the clocks' tick. */
     uint64_t keep = lease_ms - lease_ms / 2;
     if (keep && lease_ms / 2 && o->s->rm && !o->s->no_rcache) {
-        e->expires = mc_loop_now_ms() + keep;
+        e->expires = mc__loop_recent_ns(o->s->loop) / 1000000 + keep;
         mc__rc_insert(o->s->rm, e);
     }
     if (o->st)
@@ -497,6 +498,7 @@ void mc__remote_exec(op_t *o)
     case OP_W_WRITE:
     case OP_W_READ:
     case OP_W_TRUNC:
+    case OP_W_PUNCH:
     case OP_W_COMMIT:
     case OP_W_ABORT:
         return mc__writer_exec(o);

@@ -118,6 +118,14 @@ void mc__writer_exec(op_t *o);
  * copy *out (free with mc__rset_free()). Returns 0, -EIO, -ENOMEM. */
 int mc__rset_take(const char **p, size_t *n, mc__rset_t **out);
 
+/*
+ * Sparse files: whether object offset off lies in a hole of rs (1: a hole,
+ * also past its extents; 0: bytes), with [*start, *end) the run of holes or
+ * of bytes around it (*end UINT64_MAX past the extents). Every replica of a
+ * version has its holes at the same places.
+ */
+int mc__rset_run(const mc__rset_t *rs, uint64_t off, uint64_t *start, uint64_t *end);
+
 /* A transfer between a buffer and the replicas of an object (mc__xfer()). */
 typedef struct xfer {
     mc_store_t *s;

@@ -14,12 +14,15 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/log.h"
+#include "runtime/loop_i.h"
 #include "mooncake/mooncake.h"
 #include "client/store_i.h"
+#include "master/master.h"
 #include "transport/transport_rdma.h"
 
 void mc_store_opts_init(mc_store_opts_t *o)
@@ -58,7 +61,7 @@ static op_t *op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t kl
         return NULL;
     o->s = s;
     o->kind = kind;
-    o->t0_ns = mc__op_clock_ns();
+    o->t0_ns = mc__loop_recent_ns(s->loop);
     o->cb = cb;
     o->arg = arg;
     o->key = o->keys;
@@ -305,17 +308,26 @@ int mc_remove_async(mc_store_t *s, const char *key, size_t klen, unsigned flags,
     return submit(o);
 }
 
-int mc_rename_async(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
-                    unsigned flags, mc_done_cb cb, void *arg)
+/* key_op() for an operation on two keys (rename, link). */
+static int two_key_op(mc_store_t *s, enum op_kind kind, const char *from, size_t flen,
+                      const char *to, size_t tlen, mc_done_cb cb, void *arg, op_t **out)
 {
     int rc = mc_key_check(from, flen);
     if (rc == 0)
         rc = mc_key_check(to, tlen);
     if (rc < 0)
         return rc;
-    op_t *o = op_new(s, OP_RENAME, from, flen, to, tlen, cb, arg);
-    if (!o)
-        return -ENOMEM;
+    *out = op_new(s, kind, from, flen, to, tlen, cb, arg);
+    return *out ? 0 : -ENOMEM;
+}
+
+int mc_rename_async(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
+                    unsigned flags, mc_done_cb cb, void *arg)
+{
+    op_t *o;
+    int rc = two_key_op(s, OP_RENAME, from, flen, to, tlen, cb, arg, &o);
+    if (rc < 0)
+        return rc;
     o->flags = flags;
     return submit(o);
 }
@@ -323,14 +335,10 @@ int mc_rename_async(mc_store_t *s, const char *from, size_t flen, const char *to
 int mc_link_async(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
                   mc_stat_t *st, mc_done_cb cb, void *arg)
 {
-    int rc = mc_key_check(from, flen);
-    if (rc == 0)
-        rc = mc_key_check(to, tlen);
+    op_t *o;
+    int rc = two_key_op(s, OP_LINK, from, flen, to, tlen, cb, arg, &o);
     if (rc < 0)
         return rc;
-    op_t *o = op_new(s, OP_LINK, from, flen, to, tlen, cb, arg);
-    if (!o)
-        return -ENOMEM;
     o->st = st;
     return submit(o);
 }
@@ -455,9 +463,28 @@ int mc_writer_truncate_async(mc_writer_t *w, uint64_t size, mc_done_cb cb, void 
     return range_op(w->s, OP_W_TRUNC, NULL, w, size, NULL, 0, cb, arg);
 }
 
+int mc_writer_punch_async(mc_writer_t *w, uint64_t off, uint64_t len, mc_done_cb cb, void *arg)
+{
+    op_t *o = op_new(w->s, OP_W_PUNCH, NULL, 0, NULL, 0, cb, arg);
+    if (!o)
+        return -ENOMEM;
+    o->w = w;
+    o->off = off;
+    o->len = len > SIZE_MAX ? SIZE_MAX : (size_t)len;
+    return submit(o);
+}
+
 uint64_t mc_writer_size(const mc_writer_t *w)
 {
     return w->size;
+}
+
+int mc_inode_key(uint64_t ino, char *buf, size_t size)
+{
+    if (!ino)
+        return -EINVAL;
+    int n = snprintf(buf, size, "%s%llx", MC__INODE_PREFIX, (unsigned long long)ino);
+    return n < 0 || (size_t)n >= size ? -ERANGE : n;
 }
 
 int mc_writer_set_key(mc_writer_t *w, const char *key, size_t klen)
@@ -699,4 +726,14 @@ int mc_xattr_list(mc_store_t *s, const char *key, size_t klen, char *buf, size_t
 int mc_xattr_remove(mc_store_t *s, const char *key, size_t klen, const char *name)
 {
     SYNC(s, mc_xattr_remove_async(s, key, klen, name, waiter_cb, &w_));
+}
+
+int mc_obj_open(mc_store_t *s, const char *key, size_t klen, mc_obj_t **out)
+{
+    SYNC(s, mc_obj_open_async(s, key, klen, out, waiter_cb, &w_));
+}
+
+int mc_obj_read(mc_obj_t *ob, uint64_t off, void *buf, size_t len)
+{
+    SYNC(ob->s, mc_obj_read_async(ob, off, buf, len, waiter_cb, &w_));
 }

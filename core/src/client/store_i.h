@@ -24,7 +24,7 @@ struct mc__rdma_mr;
 
 /* Operations by kind (enum op_kind) and their latency (client/metrics.c):
  * relaxed atomics, written on the loop thread, read from any. */
-#define MC__OP_KINDS 24
+#define MC__OP_KINDS 25
 #define MC__LAT_BUCKETS 16 /* upper bounds in client/metrics.c, plus +Inf */
 typedef struct mc__op_metrics {
     uint64_t ops[MC__OP_KINDS], errors[MC__OP_KINDS], lat_sum_ns[MC__OP_KINDS];
@@ -94,6 +94,8 @@ struct mc_writer {
     int64_t mtime_ns;    /* MC_META_MTIME */
     char *key;           /* remote: the key to publish under */
     size_t klen;
+    struct op *filling;       /* remote: the write filling a hole or a gap (writer.c), or NULL */
+    struct op *fill_wait;     /* remote: writes waiting for it, in order */
     mc_writer_t *prev, *next; /* on s->writers */
 };
 
@@ -141,8 +143,9 @@ enum op_kind {
     OP_XATTR_LIST,
     OP_XATTR_REMOVE,
     OP_LINK,
+    OP_W_PUNCH,
 };
-_Static_assert(OP_LINK + 1 == MC__OP_KINDS, "MC__OP_KINDS counts enum op_kind");
+_Static_assert(OP_W_PUNCH + 1 == MC__OP_KINDS, "MC__OP_KINDS counts enum op_kind");
 
 typedef struct op {
     mc_work_t work;
@@ -179,8 +182,10 @@ typedef struct op {
     uint64_t done;               /* remote: bytes of a whole-object put sent so far */
     uint64_t base;               /* remote: a writer's size when its write or truncate began */
     void (*cont)(struct op *o);  /* remote: what to do once the lease is renewed */
-    void *tmp;                   /* remote: scratch buffer */
-    char *key, *key2;            /* copies, inside this allocation */
+    uint64_t lo, hi;  /* remote: a writer's bytes to zero around a write that fills a hole */
+    struct op *wnext; /* remote: on its writer's fill_wait */
+    void *tmp;        /* remote: scratch buffer */
+    char *key, *key2; /* copies, inside this allocation */
     size_t klen, klen2;
     char keys[];
 } op_t;
@@ -206,11 +211,9 @@ static inline void mc__count(uint64_t *ops, uint64_t *bytes, uint64_t n)
 void mc__op_finish(op_t *o, int rc);
 
 /* Counts a finished operation of this kind: one op, an error when rc < 0,
- * its latency since t0_ns (client/metrics.c). */
+ * its latency since t0_ns (client/metrics.c): op_new() stamps t0_ns with
+ * mc__loop_recent_ns() and the end reads the clock, once per operation. */
 void mc__op_count(mc_store_t *s, enum op_kind kind, int rc, uint64_t t0_ns);
-
-/* The monotonic clock, in ns. */
-uint64_t mc__op_clock_ns(void);
 
 /* Runs o against the cluster; completes it with mc__op_finish(). */
 void mc__remote_exec(op_t *o);

@@ -4,12 +4,16 @@
  * transport) or a co-located node's segment mapped over shared memory (the
  * shm transport, once mapped). The version is pinned while it is open, and
  * a published version's bytes never change, so the pointer stays good
- * until mc_obj_close().
+ * until mc_obj_close(). A hole of a sparse file is viewed as zeros.
+ * mc_obj_seek() and mc_writer_seek() find a sparse file's holes and bytes.
  */
 #include <errno.h>
 
 #include "client/remote_i.h"
 #include "transport/transport.h"
+
+/* What a hole of a sparse file reads as (never written: in .bss). */
+static char zeros[1 << 20];
 
 int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p)
 {
@@ -37,6 +41,10 @@ int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p)
             }
             uint64_t in = off - at;
             uint64_t n = x->len - in < len ? x->len - in : len;
+            if (x->off == MC__HOLE) { /* a sparse file's hole: zeros no segment holds */
+                *p = zeros;
+                return (int64_t)(n < sizeof(zeros) ? n : sizeof(zeros));
+            }
             if (x->off > ep.mem.size || in + n > ep.mem.size - x->off)
                 return -EIO;
             *p = (const char *)ep.mem.base + x->off + in;
@@ -47,4 +55,29 @@ int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p)
         return -EIO; /* the extents end before the size */
     }
     return -EXDEV;
+}
+
+/* The first offset at or after off, before size, in a hole (hole 1; size
+ * itself counts as one) or in bytes (hole 0) of rs; -ENXIO if none. */
+static int64_t rset_seek(const mc__rset_t *rs, uint64_t size, uint64_t off, int hole)
+{
+    uint64_t a, b;
+    if (off >= size)
+        return -ENXIO;
+    while (mc__rset_run(rs, off, &a, &b) != !!hole) {
+        if (b >= size)
+            return hole ? (int64_t)size : -ENXIO;
+        off = b;
+    }
+    return (int64_t)off;
+}
+
+int64_t mc_obj_seek(const mc_obj_t *o, uint64_t off, int hole)
+{
+    return rset_seek(o->rs, o->st.size, off, hole);
+}
+
+int64_t mc_writer_seek(const mc_writer_t *w, uint64_t off, int hole)
+{
+    return rset_seek(w->rs, w->size, off, hole);
 }

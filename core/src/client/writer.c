@@ -3,7 +3,12 @@
  * reserves space for as it grows (PUT_START, PUT_GROW, with a write lease
  * renewed when half of it is gone), written through xfer.c to every
  * replica, published with PUT_COMMIT or dropped with PUT_REVOKE; one opened
- * on an existing version first copies it.
+ * on an existing version first copies it. Sparse files: a write past the
+ * end leaves a hole (no space) behind it, a long gap past the size is
+ * punched, a write into a hole gets space there, and a copy keeps the
+ * base's holes. Writes may be in flight together (write-behind): the size
+ * counts each from its start (o->base is the size before it), and a write
+ * that fills a hole or zeroes a gap holds the others back meanwhile.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -35,7 +40,7 @@ static int w_take_rset(mc_writer_t *w, const char *p, size_t n)
 
 static void w_copy_step(op_t *o);
 static void w_copied(void *arg, int rc);
-static void w_op_done(void *arg, int rc);
+static void w_fail(op_t *o, int rc);
 
 /* Why a PUT_GROW failed, as the writer's error: a connection to the master
  * lost with it lost the put too (a master lets go of what a connection
@@ -63,7 +68,7 @@ static void w_renewed(void *arg, int status, const char *body, size_t len)
     if (status < 0 && o->kind == OP_W_OPEN)
         return w_copied(o, revoked(status)); /* revokes and frees the writer */
     if (status < 0)
-        return w_op_done(o, grow_error(status));
+        return w_fail(o, grow_error(status));
     w->renew_at = o->sent_ms + w->lease_ms / 2;
     if (o->u64 > w->capacity)
         w->capacity = o->u64;
@@ -71,20 +76,24 @@ static void w_renewed(void *arg, int status, const char *body, size_t len)
 }
 
 /*
- * Asks the master to reserve capacity bytes for w (capacity <= what it has:
- * only to renew the write lease), takes the replica set it answers (replicas
- * dropped meanwhile are gone from it), then goes on with cont(o).
+ * PUT_GROW: asks the master for space for [off, off + len) of w (holes in
+ * it filled), or with punch to make its whole allocation units a hole; the
+ * reservation grows to at least off + len, a hole past its old end (sparse
+ * files). off = len = 0 only renews the write lease. Takes the replica set
+ * it answers (replicas dropped meanwhile are gone from it), then goes on
+ * with cont(o).
  */
-static void w_grow(op_t *o, uint64_t capacity, void (*cont)(op_t *))
+static void w_grow(op_t *o, uint64_t off, uint64_t len, int punch, void (*cont)(op_t *))
 {
-    o->u64 = capacity;
+    o->u64 = punch ? 0 : off + len;
     o->cont = cont;
     o->sent_ms = mc__loop_time(o->s->loop);
-    int rc = mc__mcall(o->s, MC__OP_PUT_GROW, w_renewed, o, "qq", o->w->put_id, capacity);
+    int rc = mc__mcall(o->s, MC__OP_PUT_GROW, w_renewed, o, "qqqu", o->w->put_id, off,
+                       (uint64_t)len, punch ? (unsigned)MC__GROW_PUNCH : 0u);
     if (rc < 0 && o->kind == OP_W_OPEN)
         w_copied(o, rc);
     else if (rc < 0)
-        w_op_done(o, grow_error(rc));
+        w_fail(o, grow_error(rc));
 }
 
 /* Whether w's lease must be renewed before it moves another byte: half of
@@ -93,6 +102,13 @@ static void w_grow(op_t *o, uint64_t capacity, void (*cont)(op_t *))
 static int w_stale(const mc_writer_t *w)
 {
     return mc__loop_time(w->s->loop) >= w->renew_at;
+}
+
+/* The end of the chunk of the base to copy next: o->off is the next byte,
+ * o->len the end of the run of bytes it lies in. */
+static uint64_t w_copy_end(const op_t *o)
+{
+    return o->len - o->off > MC__PROTO_CHUNK ? o->off + MC__PROTO_CHUNK : o->len;
 }
 
 static void w_copied(void *arg, int rc)
@@ -107,34 +123,59 @@ static void w_copied(void *arg, int rc)
     }
     if (o->stage == 1) { /* the chunk was read: write it */
         o->stage = 2;
-        uint64_t n = o->obj->st.size - o->w->size;
-        if (n > MC__PROTO_CHUNK)
-            n = MC__PROTO_CHUNK;
-        mc__xfer(o->s, o->w->rs, 1, o->w->size, o->tmp, n, w_copied, o);
+        mc__xfer(o->s, o->w->rs, 1, o->off, o->tmp, w_copy_end(o) - o->off, w_copied, o);
         return;
     }
-    uint64_t n = o->obj->st.size - o->w->size;
-    o->w->size += n > MC__PROTO_CHUNK ? MC__PROTO_CHUNK : n;
+    if (o->stage == 2) /* written */
+        o->off = w_copy_end(o);
+    o->w->size = o->off; /* stage 3: the gap before it is zeros */
     w_copy_step(o);
 }
 
-/* Copies the base version into the new one, one chunk at a time. */
+/*
+ * Copies the base version into the new one: its runs of bytes a chunk at a
+ * time, its holes left holes. Before a run, the space for it is asked for
+ * (a hole before it in the new version) and what of the gap before it has
+ * space in the new version is zeroed.
+ */
 static void w_copy_step(op_t *o)
 {
     mc_writer_t *w = o->w;
-    if (w->size >= o->obj->st.size) {
+    uint64_t size = o->obj->st.size, a, b;
+    while (o->off >= o->len && o->off < size) { /* the next run */
+        int hole = mc__rset_run(o->obj->rs, o->off, &a, &b);
+        o->len = b < size ? b : size;
+        if (hole)
+            o->off = o->len;
+    }
+    if (w->size >= size) {
         free(o->tmp);
         o->tmp = NULL;
         *o->w_out = w;
         return mc__op_finish(o, 0);
     }
     if (w_stale(w))
-        return w_grow(o, w->capacity, w_copy_step);
-    uint64_t n = o->obj->st.size - w->size;
-    if (n > MC__PROTO_CHUNK)
-        n = MC__PROTO_CHUNK;
+        return w_grow(o, 0, 0, 0, w_copy_step);
+    uint64_t end = o->off < size ? o->len : size;
+    if (w->capacity < end) /* the run's space (or the end's, after a hole) */
+        return w_grow(o, o->off, end - o->off, 0, w_copy_step);
+    if (w->size < o->off) {
+        o->stage = 3;
+        mc__xfer(o->s, w->rs, 1, w->size, NULL, o->off - w->size, w_copied, o);
+        return;
+    }
     o->stage = 1;
-    mc__xfer(o->s, o->obj->rs, 0, w->size, o->tmp, n, w_copied, o);
+    mc__xfer(o->s, o->obj->rs, 0, o->off, o->tmp, w_copy_end(o) - o->off, w_copied, o);
+}
+
+/* The bytes of base's version the new one takes at PUT_START: all of them
+ * unless the base has holes, whose space it leaves unreserved. */
+static uint64_t w_base_capacity(const mc_obj_t *base)
+{
+    uint64_t a, b;
+    if (!base || mc__rset_run(base->rs, 0, &a, &b) || b < base->st.size)
+        return 0;
+    return base->st.size;
 }
 
 static void w_started(void *arg, int status, const char *body, size_t len)
@@ -162,11 +203,12 @@ static void w_started(void *arg, int status, const char *body, size_t len)
     w->renew_at = o->sent_ms + w->lease_ms / 2;
     LINK(&o->s->writers, w);
     o->w = w;
-    if (!o->obj) {
+    if (!o->obj || !o->obj->st.size) {
         *o->w_out = w;
         return mc__op_finish(o, 0);
     }
-    w->capacity = o->obj->st.size;
+    w->capacity = w_base_capacity(o->obj);
+    o->off = o->len = 0;
     o->tmp = malloc(MC__PROTO_CHUNK);
     if (!o->tmp) {
         w_copied(o, -ENOMEM);
@@ -179,57 +221,166 @@ static void w_op_done(void *arg, int rc)
 {
     op_t *o = arg;
     mc_writer_t *w = o->w;
-    if (rc < 0 && o->kind == OP_W_WRITE && w->size == o->off + o->len)
-        w->size = o->base; /* no later write grew it: as before this one */
-    if (rc >= 0 && o->kind == OP_W_WRITE)
-        rc = (int)o->len; /* the size counted it when it started */
-    if (rc >= 0 && o->kind == OP_W_TRUNC) {
-        w->size = o->off;
-        rc = 0;
+    if (o->kind == OP_W_WRITE || o->kind == OP_W_TRUNC) {
+        /* The size counted it when it started; no later write grew it
+         * since: back to what it was before this one. */
+        if (rc < 0 && w->size == o->off + o->len)
+            w->size = o->base;
     }
+    if (rc >= 0 && o->kind == OP_W_WRITE)
+        rc = (int)o->len;
+    if (rc >= 0 && o->kind == OP_W_TRUNC)
+        rc = 0;
+    if (rc >= 0 && o->kind == OP_W_PUNCH)
+        rc = 0;
     mc__op_finish(o, rc);
 }
 
 static void w_have_space(op_t *o);
+static void w_reserve(op_t *o);
 
-static void w_gap_filled(void *arg, int rc)
+/*
+ * Ends o's fill of a hole (its new space around what it writes is zeroed)
+ * or of a gap: the writes that waited for it look at the layout again.
+ * While a write fills a hole or a gap every later write of the writer
+ * waits, so that the zeros land on space no other write has touched yet.
+ */
+static void w_unfill(op_t *o)
+{
+    mc_writer_t *w = o->w;
+    if (w->filling != o)
+        return;
+    w->filling = NULL;
+    op_t *q = w->fill_wait;
+    w->fill_wait = NULL;
+    while (q) {
+        op_t *next = q->wnext;
+        q->wnext = NULL;
+        w_reserve(q);
+        q = next;
+    }
+}
+
+/* Finishes o with rc < 0 (o->w's op but its open), letting writes that
+ * wait for it go on. */
+static void w_fail(op_t *o, int rc)
+{
+    w_unfill(o);
+    w_op_done(o, rc);
+}
+
+static void w_step_done(void *arg, int rc)
 {
     op_t *o = arg;
     if (rc < 0)
-        return w_op_done(o, rc);
-    if (o->off > o->w->size)
-        o->w->size = o->off; /* the hole is zeros now */
+        return w_fail(o, rc);
     w_have_space(o);
 }
 
-/* Space is reserved up to at least the end: fill any gap, then do the op. */
+/* A gap this long before a write, past the writer's size when it began,
+ * is punched (its space given back) rather than zeroed where it has
+ * space. */
+#define W_PUNCH_GAP (1u << 20)
+
+/*
+ * Space is reserved up to at least the end: zeroes the new space around a
+ * write that filled a hole (stages 0 and 1, [o->lo, off) and [end, o->hi)),
+ * makes the gap [o->base, off) past the size it began at zeros (2: punched
+ * when long and not a hole already, 3: zeroed where it has space), then
+ * does the op. A write with a gap holds w->filling from w_reserve() to
+ * here: a later write may land in the gap, and must not have its bytes
+ * zeroed after it wrote them. Writes started before it end at o->base.
+ */
 static void w_have_space(op_t *o)
 {
     mc_writer_t *w = o->w;
-    if (o->stage == 0 && o->off > o->base) {
-        /* A hole reads as zeros: write them first (past every write
-         * started before this one, which may still be in flight). */
-        o->stage = 1;
-        mc__xfer(o->s, w->rs, 1, o->base, NULL, o->off - o->base, w_gap_filled, o);
-        return;
+    uint64_t end = o->off + o->len, a, b;
+    switch (o->stage++) {
+    case 0:
+        if (o->lo < o->off)
+            return mc__xfer(o->s, w->rs, 1, o->lo, NULL, o->off - o->lo, w_step_done, o);
+        return w_have_space(o);
+    case 1:
+        if (o->hi > end)
+            return mc__xfer(o->s, w->rs, 1, end, NULL, o->hi - end, w_step_done, o);
+        return w_have_space(o);
+    case 2: /* a punch: no write is on its way there (the punch takes
+             * whole units, and the writes before end at o->base) */
+        if (o->off <= o->base) {
+            w_unfill(o);
+            o->stage++;
+        } else if (o->off > o->base + W_PUNCH_GAP &&
+                   !(mc__rset_run(w->rs, o->base, &a, &b) && b >= o->off)) {
+            return w_grow(o, o->base, o->off - o->base, 1, w_have_space);
+        }
+        return w_have_space(o);
+    case 3: /* reads as zeros: write them where it has space */
+        return mc__xfer(o->s, w->rs, 1, o->base, NULL, o->off - o->base, w_step_done, o);
+    default:
+        break;
     }
+    w_unfill(o);
     if (o->kind == OP_W_TRUNC)
         return w_op_done(o, 0);
     mc__xfer(o->s, w->rs, 1, o->off, o->buf, o->len, w_op_done, o);
 }
 
-/* Makes room for [.., end) in w (asking the master for more space, with
- * headroom so that streaming writes ask rarely; renewing the lease when it
- * is half gone), then continues the op. */
-static void w_reserve(op_t *o, uint64_t end)
+/*
+ * Makes room for [o->off, end) in w, then continues the op: asks the master
+ * for space past what w reserved (with headroom so that streaming writes
+ * ask rarely; a hole between, when the range starts past it) or for the
+ * holes inside the range; renews the lease when it is half gone.
+ */
+static void w_reserve(op_t *o)
 {
     mc_writer_t *w = o->w;
-    if (end <= w->capacity)
-        return w_stale(w) ? w_grow(o, w->capacity, w_have_space) : w_have_space(o);
-    uint64_t step = w->capacity < WRITER_MAX_STEP ? w->capacity : WRITER_MAX_STEP;
-    if (step < (1 << 20))
-        step = 1 << 20;
-    w_grow(o, end > w->capacity + step ? end : w->capacity + step, w_have_space);
+    uint64_t off = o->off, end = o->off + o->len, cap = w->capacity, a, b, c, d;
+    if (w->filling) { /* after it, in order */
+        op_t **pp = &w->fill_wait;
+        while (*pp)
+            pp = &(*pp)->wnext;
+        *pp = o;
+        return;
+    }
+    o->stage = 0;
+    o->lo = off; /* nothing to zero around it */
+    o->hi = end;
+    if (off > o->base)
+        w->filling = o;           /* later writes wait until its gap is zeros */
+    if (off < cap && off < end) { /* holes where it writes fill: zero around them after */
+        uint64_t top = end < cap ? end : cap;
+        int hole = mc__rset_run(w->rs, off, &a, &b);
+        if (hole || b < top) {
+            o->lo = hole ? a : off;
+            o->hi = mc__rset_run(w->rs, top - 1, &c, &d) && end <= cap ? d : end;
+            if (o->hi > cap)
+                o->hi = cap;
+            w->filling = o;
+            return w_grow(o, off, end - off, 0, w_have_space);
+        }
+    }
+    if (end <= cap)
+        return w_stale(w) ? w_grow(o, 0, 0, 0, w_have_space) : w_have_space(o);
+    uint64_t from = off > cap ? off : cap;
+    uint64_t to = end;
+    if (o->kind == OP_W_WRITE) {
+        /* As long as the run of bytes that ends at the end (not its holes) */
+        uint64_t run = cap && !mc__rset_run(w->rs, cap - 1, &a, &b) && from == cap ? cap - a : 0;
+        uint64_t step = run < WRITER_MAX_STEP ? run : WRITER_MAX_STEP;
+        if (step < (1 << 20))
+            step = 1 << 20;
+        if (to < from + step)
+            to = from + step;
+        if (to > (uint64_t)INT64_MAX)
+            to = end; /* no headroom past the largest file */
+    }
+    w_grow(o, from, to - from, 0, w_have_space);
+}
+
+/* The whole units of a punched range are a hole: zero the rest of it. */
+static void w_punched(op_t *o)
+{
+    mc__xfer(o->s, o->w->rs, 1, o->off, NULL, o->len, w_op_done, o);
 }
 
 static void w_read(op_t *o)
@@ -264,21 +415,21 @@ void mc__writer_exec(op_t *o)
     switch (o->kind) {
     case OP_W_OPEN:
         o->sent_ms = mc__loop_time(s->loop);
-        rc = mc__mcall_put_start(o, o->obj ? o->obj->st.size : 0, w_started);
+        rc = mc__mcall_put_start(o, w_base_capacity(o->obj), w_started);
         break;
     case OP_W_WRITE:
         if (o->off > (uint64_t)INT64_MAX || o->len > (uint64_t)INT64_MAX - o->off)
             return mc__op_finish(o, -EFBIG); /* past the largest file, as Linux's */
         /* Writes may be in flight together (write-behind): the size covers
-         * each from its start, so that a later one fills no gap that an
+         * each from its start, so that a later one zeroes no gap that an
          * earlier one is writing, and an append lands after both. */
         o->base = o->w->size;
         if (o->off + o->len > o->w->size)
             o->w->size = o->off + o->len;
-        return w_reserve(o, o->off + o->len);
+        return w_reserve(o);
     case OP_W_READ:
         /* Its own bytes, as long as the space is still its own. */
-        return w_stale(o->w) ? w_grow(o, o->w->capacity, w_read) : w_read(o);
+        return w_stale(o->w) ? w_grow(o, 0, 0, 0, w_read) : w_read(o);
     case OP_W_TRUNC:
         if (o->off > (uint64_t)INT64_MAX)
             return mc__op_finish(o, -EFBIG);
@@ -286,8 +437,19 @@ void mc__writer_exec(op_t *o)
             o->w->size = o->off;
             return mc__op_finish(o, 0);
         }
-        o->base = o->w->size;
-        return w_reserve(o, o->off);
+        o->len = 0;
+        o->base = o->w->size; /* growing: a hole, counted from its start */
+        o->w->size = o->off;
+        return w_reserve(o);
+    case OP_W_PUNCH: {
+        uint64_t size = o->w->size;
+        if (o->off >= size || !o->len)
+            return mc__op_finish(o, 0);
+        if (o->len > size - o->off)
+            o->len = (size_t)(size - o->off); /* past the size: zeros already */
+        o->stage = 0;
+        return w_grow(o, o->off, o->len, 1, w_punched);
+    }
     case OP_W_COMMIT: {
         mc_writer_t *w = o->w;
         mc__put_commit_rq_t rq = {.id = w->put_id,

@@ -78,6 +78,32 @@ int mc__rset_take(const char **p, size_t *n, mc__rset_t **out)
     return 0;
 }
 
+int mc__rset_run(const mc__rset_t *rs, uint64_t off, uint64_t *start, uint64_t *end)
+{
+    const struct rrep *r = rs && rs->n ? &rs->r[0] : NULL; /* every replica has the holes */
+    uint64_t at = 0;
+    int hole = 1;
+    *start = 0;
+    for (uint32_t e = 0; r && e < r->next; e++) {
+        int h = r->ext[e].off == MC__HOLE;
+        if (h != hole || e == 0)
+            *start = at; /* a run of this kind starts here */
+        hole = h;
+        at += r->ext[e].len;
+        if (at <= off)
+            continue;
+        /* off lies in this run: find where it ends */
+        while (e + 1 < r->next && (r->ext[e + 1].off == MC__HOLE) == hole)
+            at += r->ext[++e].len;
+        *end = at;
+        return hole;
+    }
+    if (!hole || !r || !r->next)
+        *start = at; /* past the extents: a hole without an end */
+    *end = UINT64_MAX;
+    return 1;
+}
+
 /* ---- transfers ---- */
 
 /* A piece in flight on an asynchronous transport. */
@@ -252,6 +278,12 @@ static void xfer_extents(xfer_t *x, uint32_t r, struct peer *peer, const mc__tra
         const mc__extent_t *ex = &ext[e];
         uint64_t lo = x->off > at ? x->off : at;
         uint64_t hi = end < at + ex->len ? end : at + ex->len;
+        if (ex->off == MC__HOLE) { /* no bytes anywhere: reads as zeros, a write has none */
+            if (!x->write && x->buf && lo < hi)
+                memset(x->buf + (lo - x->off), 0, hi - lo);
+            at += ex->len;
+            continue;
+        }
         for (uint64_t p = lo; p < hi && !*err;) {
             uint32_t n = (uint32_t)(hi - p < MC__PROTO_CHUNK ? hi - p : MC__PROTO_CHUNK);
             mc__tp_piece_t pc = {.write = x->write,

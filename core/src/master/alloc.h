@@ -19,6 +19,11 @@ typedef struct mc__extent {
     uint64_t len;
 } mc__extent_t;
 
+/* The off of an extent of an object's layout that is a hole: len bytes of
+ * the object that take no space in any segment and read as zeros (sparse
+ * files). Never handed to or taken from an allocator. */
+#define MC__HOLE UINT64_MAX
+
 typedef struct mc__alloc mc__alloc_t;
 
 /*

@@ -20,7 +20,8 @@ void mc__master_census(const mc__master_t *m, uint64_t now, mc__census_t *c)
     }
     for (const mc__version_t *v = m->retired.next; v != &m->retired; v = v->next) {
         c->retired++;
-        c->retired_bytes += v->capacity * v->nrep;
+        for (uint32_t r = 0; r < v->nrep; r++)
+            c->retired_bytes += mc__replica_bytes(&v->rep[r]); /* holes take none */
         c->open += v->refs > 0;
     }
 }

@@ -296,6 +296,7 @@ void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st)
     st->nlink = v->links ? v->links : 1;
     st->ino = v->links ? strtoull(v->key + MC__INODE_PLEN, NULL, 16) : 0;
     st->replicas = v->nrep;
+    st->alloc = v->nrep ? mc__replica_bytes(&v->rep[0]) : 0;
     st->flags = 0;
     if (v->refs || v->lease_until > now)
         st->flags |= MC_STAT_LEASED;

@@ -179,6 +179,24 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
  * reservation is then unchanged). */
 int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uint64_t now);
 
+/*
+ * Sparse files (holes.c): grows a pending version's layout to at least
+ * off + len bytes, the bytes past its old end a hole (MC__HOLE extents,
+ * taking no space), then gives [off, off + len) space in every replica
+ * (holes in it filled; the range widened to the allocation unit), or with
+ * punch makes the whole units of [off, off + len) a hole, returning their
+ * space. Returns 0, -ENOSPC / -ENOMEM (v is then unchanged), -EIO (no
+ * replica left).
+ */
+int mc__master_reserve_range(mc__master_t *m, mc__version_t *v, uint64_t off, uint64_t len,
+                             int punch, uint64_t now);
+
+/* Bytes of segment space replica rep holds (its holes take none). */
+uint64_t mc__replica_bytes(const mc__replica_t *rep);
+
+/* Returns the extents ext[0..n) that are not holes to allocator a. */
+void mc__extents_put(mc__alloc_t *a, const mc__extent_t *ext, uint32_t n);
+
 /* Changes the key a pending version will be published under. */
 int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_t klen);
 
@@ -214,8 +232,8 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
                     size_t alen, int delim, size_t max, uint64_t now, mc_list_t **out);
 
 /* Tells whether key is a directory (some key starts with key + delim; *v is
- * the marker key + delim or NULL), a file (*v its version) or absent; see
- * mc_lookup_async(). */
+ * the marker key + delim or NULL; the delimiter alone is the root, always
+ * a directory), a file (*v its version) or absent; see mc_lookup_async(). */
 int mc__master_lookup(mc__master_t *m, const char *key, size_t klen, int delim, mc__version_t **v);
 
 /*
@@ -231,13 +249,22 @@ int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, const mc_
  * A name appeared in, or left, the directory holding key (the keys are paths
  * split at '/'): the directory's marker key, if it has one, takes mtime and
  * ctime wall_ns. The directory of a marker "a/b/" is "a/"; a key without
- * '/' lies in the root, which has no marker.
+ * '/' lies in the root, which has no marker: its times are the master's
+ * (mc__master_root_ns()).
  */
 void mc__master_dir_changed(mc__master_t *m, const char *key, size_t klen, int64_t wall_ns);
 
+/* When a name last appeared in or left the root directory (wall clock,
+ * ns; 0: not since the master started): its mtime and ctime. */
+int64_t mc__master_root_ns(const mc__master_t *m);
+
+/* v's metadata changed (ctime wall_ns): its nodes get its record. */
+void mc__master_changed(mc__master_t *m, mc__version_t *v, int64_t wall_ns);
+
 /* The number of distinct prefixes key + delim + name + delim (the
- * subdirectories of the directory key). Costs one step per key directly
- * under key + delim and one index seek per subdirectory. */
+ * subdirectories of the directory key; of the root, name + delim, when
+ * key is the delimiter alone). Costs one step per key directly under
+ * key + delim and one index seek per subdirectory. */
 uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int delim);
 
 /* Fills the space counters. */
@@ -266,6 +293,11 @@ uint64_t mc__master_segment_free(const mc__master_t *m, uint32_t id);
  * a version with mc__master_replica_attach().
  */
 int mc__master_replica_alloc(mc__master_t *m, uint32_t seg, uint64_t len, mc__replica_t *rep);
+
+/* As mc__master_replica_alloc() for a replica with the layout of like:
+ * its holes are holes, its other extents' lengths allocated (holes.c). */
+int mc__master_replica_alloc_like(mc__master_t *m, uint32_t seg, const mc__replica_t *like,
+                                  mc__replica_t *rep);
 
 /* Returns rep's extents to its segment's free space (when the segment is
  * still mounted: a dropped segment took them along) and frees rep->ext. */
@@ -364,6 +396,10 @@ void mc__master_record(const mc__version_t *v, uint32_t seg, mc__record_t *rec);
  * node should forget it), -EINVAL (a bad record), -ENOMEM.
  */
 int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *rec, uint64_t now);
+
+/* Version id left the namespace before this master rebuilt it (the op log
+ * says so): records of it are refused from now on. Returns 0 or -ENOMEM. */
+int mc__master_forget(mc__master_t *m, uint64_t id);
 
 /* Fills st from a version. */
 void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st);

@@ -39,6 +39,7 @@ struct mc__master {
     mc__notice_cb notice; /* mc__master_notices(); NULL: none */
     void *notice_arg;
     mc__ids_t rebuilt; /* mc__recovered_t by version id (records.c) */
+    int64_t root_ns;   /* the root directory's mtime and ctime (namespace.c) */
 };
 
 /* A version rebuilt from nodes' records, by its id, so that the records of
@@ -81,6 +82,14 @@ static inline uint64_t mc__segment_free(const mc__segment_t *s)
 {
     return mc__alloc_size(s->alloc) - mc__alloc_used(s->alloc);
 }
+
+/* After an allocation of want bytes failed for lack of space: pass 0
+ * frees retired versions whose lease ran out, pass 1 evicts (when the
+ * master evicts). Returns 1 if a retry may now succeed, else 0. */
+int mc__master_make_room(mc__master_t *m, uint64_t want, int pass, uint64_t now);
+
+/* Bytes in all segments. */
+uint64_t mc__master_total(const mc__master_t *m);
 
 /* The mounted segment id, or NULL. */
 mc__segment_t *mc__master_seg(mc__master_t *m, uint32_t id);

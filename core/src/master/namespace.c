@@ -356,6 +356,8 @@ int mc__master_lookup(mc__master_t *m, const char *key, size_t klen, int delim, 
     if (rc < 0)
         return rc;
     *v = NULL;
+    if (delim > 0 && klen == 1 && key[0] == (char)delim)
+        return MC_LOOKUP_DIR; /* the root */
     if (delim > 0 && klen < MC_KEY_MAX) {
         char dir[MC_KEY_MAX + 1];
         memcpy(dir, key, klen);
@@ -408,14 +410,27 @@ void mc__master_dir_changed(mc__master_t *m, const char *key, size_t klen, int64
 {
     size_t end = klen && key[klen - 1] == '/' ? klen - 1 : klen; /* a marker's own '/' */
     const char *slash = end ? memrchr(key, '/', end) : NULL;
-    if (!slash)
-        return; /* the root */
+    if (!slash) { /* the root: no marker, the master keeps its times */
+        m->root_ns = wall_ns;
+        return;
+    }
     mc__version_t *dir = mc__index_get(m->ix, key, (size_t)(slash - key) + 1);
     if (dir) {
         dir->mtime_ns = wall_ns;
         dir->ctime_ns = wall_ns;
         mc__master_dirty(m, dir);
     }
+}
+
+int64_t mc__master_root_ns(const mc__master_t *m)
+{
+    return m->root_ns;
+}
+
+void mc__master_changed(mc__master_t *m, mc__version_t *v, int64_t wall_ns)
+{
+    v->ctime_ns = wall_ns;
+    mc__master_dirty(m, v);
 }
 
 uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int delim)
@@ -425,7 +440,7 @@ uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int d
         return 0;
     memcpy(dir, key, klen);
     dir[klen] = (char)delim;
-    size_t dlen = klen + 1;
+    size_t dlen = klen == 1 && key[0] == (char)delim ? 0 : klen + 1; /* the root: every key */
     uint32_t n = 0;
     mc__index_iter_t it;
     const char *k;
@@ -434,8 +449,8 @@ uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int d
     while (mc__index_next(&it, &k, &kl, NULL) && has_prefix(k, kl, dir, dlen)) {
         const char *d = memchr(k + dlen, delim, kl - dlen);
         if (!d)
-            continue; /* a file of the directory */
-        n++;
+            continue;                                        /* a file of the directory */
+        n += !(dlen == 0 && mc__master_is_inode_key(k, kl)); /* inodes: in no directory */
         skip_prefix(m, &it, k, (size_t)(d - k) + 1, delim);
     }
     return n;

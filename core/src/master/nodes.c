@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "master/oplog.h"
 #include "master/service_i.h"
 
 seginfo_t *mc__svc_seg_info(mc__svc_t *svc, uint32_t id)
@@ -94,6 +95,39 @@ int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len)
     return blob_set(&svc->local_rdma, &svc->local_rdma_len, rec, len);
 }
 
+static void pend_add(void *arg, uint32_t seg)
+{
+    mc__svc_t *svc = arg;
+    uint32_t *p = realloc(svc->pend, sizeof(*p) * (size_t)(svc->npend + 1));
+    if (p) { /* else the log's records of seg are not merged: as without etcd */
+        svc->pend = p;
+        p[svc->npend++] = seg;
+    }
+}
+
+/* 1 (once) if segment seg still waits for the log's records of it: taken
+ * off the list, as when it is dropped here. */
+static int pend_take(mc__svc_t *svc, uint32_t seg)
+{
+    for (int i = 0; i < svc->npend; i++) {
+        if (svc->pend[i] == seg) {
+            svc->pend[i] = svc->pend[--svc->npend];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The segment seg dropped: tell the log. */
+static void log_seg_gone(mc__svc_t *svc, uint32_t seg)
+{
+    mc__wbuf_t e = {0};
+    mc__pack(&e, "bq", MC__LOG_SEG_GONE, (uint64_t)0);
+    if (svc->journal && e.err == 0)
+        svc->journal(svc->journal_arg, seg, e.p, e.len);
+    free(e.p);
+}
+
 /* Drops a segment and the replicas on it: published, retired, pending and
  * fenced versions alike, so that none frees space in a segment mounted
  * again under the same id. */
@@ -106,6 +140,8 @@ void mc__svc_seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now)
     for (fenced_t *f = svc->fenced; f; f = f->next)
         mc__version_drop_replica(f->v, id);
     svc->objects_lost += mc__master_drop_segment(svc->m, id, now);
+    log_seg_gone(svc, id);
+    pend_take(svc, id);                          /* what the log knew of it is gone too */
     mc__repair_seg_dropped(svc->rp, svc->m, id); /* and wakes the repair */
     for (int i = 0; i < svc->nseg; i++) {
         if (svc->segs[i].id == id) {
@@ -291,58 +327,75 @@ int64_t mc__svc_seg_by_addr(mc__svc_t *svc, const char *addr, size_t len)
  * until the report is over.
  */
 
-/* Appends one notice about v to the queue of segment seg's node. */
-static void note_add(mc__svc_t *svc, uint32_t seg, mc__version_t *v, int drop)
+/* Encodes one notice about v for segment seg into e (see proto.h). */
+static void note_encode(mc__wbuf_t *e, uint32_t seg, mc__version_t *v, int drop)
+{
+    mc__pack(e, "bq", drop ? MC__NOTE_DROP : MC__NOTE_PUT, v->id);
+    if (drop)
+        return;
+    mc__record_t r;
+    mc__master_record(v, seg, &r);
+    mc__rec_t wr = {.version = r.version,
+                    .stamp = r.stamp,
+                    .key = r.key,
+                    .klen = r.klen,
+                    .link = r.link ? r.link : "",
+                    .linklen = r.linklen,
+                    .size = r.size,
+                    .mtime_ns = r.mtime_ns,
+                    .atime_ns = r.atime_ns,
+                    .ctime_ns = r.ctime_ns,
+                    .mode = r.mode,
+                    .uid = r.uid,
+                    .gid = r.gid,
+                    .type = r.type,
+                    .rdev = r.rdev,
+                    .links = r.links,
+                    .pin = r.pin,
+                    .want = r.want,
+                    .xattr = r.xattr ? r.xattr : "",
+                    .xattr_len = r.xattr_len,
+                    .next = r.next};
+    mc__wbuf_t rb = {0};
+    mc__pack_rec_head(&rb, &wr);
+    for (uint32_t i = 0; i < r.next; i++)
+        mc__pack_extent(&rb, r.ext[i].off, r.ext[i].len);
+    if (rb.err == 0)
+        mc__pack(e, "s", rb.p, (uint32_t)rb.len);
+    else
+        e->err = rb.err;
+    free(rb.p);
+}
+
+/* Appends the notice e to the queue of segment seg's node. */
+static void note_queue(mc__svc_t *svc, uint32_t seg, const mc__wbuf_t *e)
 {
     seginfo_t *si = mc__svc_seg_info(svc, seg);
     if (!si || si->node == 0)
         return; /* our own segment goes with us */
-    if (si->notes.len > NOTES_MAX) {
+    if (si->notes.len > NOTES_MAX || e->err) {
         svc->notices_dropped++;
         return;
     }
-    mc__wbuf_t e = {0};
-    mc__pack(&e, "bq", drop ? MC__NOTE_DROP : MC__NOTE_PUT, v->id);
-    if (!drop) {
-        mc__record_t r;
-        mc__master_record(v, seg, &r);
-        mc__rec_t wr = {.version = r.version,
-                        .stamp = r.stamp,
-                        .key = r.key,
-                        .klen = r.klen,
-                        .link = r.link ? r.link : "",
-                        .linklen = r.linklen,
-                        .size = r.size,
-                        .mtime_ns = r.mtime_ns,
-                        .atime_ns = r.atime_ns,
-                        .ctime_ns = r.ctime_ns,
-                        .mode = r.mode,
-                        .uid = r.uid,
-                        .gid = r.gid,
-                        .type = r.type,
-                        .rdev = r.rdev,
-                        .links = r.links,
-                        .pin = r.pin,
-                        .want = r.want,
-                        .xattr = r.xattr ? r.xattr : "",
-                        .xattr_len = r.xattr_len,
-                        .next = r.next};
-        mc__wbuf_t rb = {0};
-        mc__pack_rec_head(&rb, &wr);
-        for (uint32_t i = 0; i < r.next; i++)
-            mc__pack_extent(&rb, r.ext[i].off, r.ext[i].len);
-        if (rb.err == 0)
-            mc__pack(&e, "s", rb.p, (uint32_t)rb.len);
-        else
-            e.err = rb.err;
-        free(rb.p);
-    }
-    if (e.err == 0)
-        mc__pack(&si->notes, "s", e.p, (uint32_t)e.len);
-    if (e.err || si->notes.err) {
+    mc__pack(&si->notes, "s", e->p, (uint32_t)e->len);
+    if (si->notes.err) {
         svc->notices_dropped++;
         si->notes.err = 0; /* what was queued before stays whole */
     }
+}
+
+/* Appends one notice about v to the queue of segment seg's node and, for a
+ * master with an op log, to the log. */
+static void note_add(mc__svc_t *svc, uint32_t seg, mc__version_t *v, int drop, int log)
+{
+    seginfo_t *si = mc__svc_seg_info(svc, seg);
+    if (!si || si->node == 0)
+        return;
+    mc__wbuf_t e = {0};
+    note_encode(&e, seg, v, drop);
+    if (log && svc->journal && e.err == 0)
+        svc->journal(svc->journal_arg, seg, e.p, e.len);
+    note_queue(svc, seg, &e);
     free(e.p);
 }
 
@@ -356,7 +409,31 @@ static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
     if (!f)
         return;
     for (uint32_t r = 0; r < f->nrep; r++)
-        note_add(svc, f->rep[r].seg, v, drop);
+        note_add(svc, f->rep[r].seg, v, drop, 1);
+}
+
+/* ---- the op log (master/oplog.h) ---- */
+
+static void forget(void *arg, uint64_t id)
+{
+    mc__master_forget(arg, id);
+}
+
+int mc__svc_rebuilding(const mc__svc_t *svc)
+{
+    return svc->npend > 0;
+}
+
+void mc__svc_journal(mc__svc_t *svc, mc__svc_journal_fn fn, void *arg, const mc__oplog_t *view)
+{
+    svc->journal = fn;
+    svc->journal_arg = arg;
+    svc->view = view;
+    mc__master_notices(svc->m, on_notice, svc);
+    if (view) {
+        mc__oplog_each_gone(view, forget, svc->m);
+        mc__oplog_each_seg(view, pend_add, svc);
+    }
 }
 
 void mc__svc_flush(mc__svc_t *svc)
@@ -400,6 +477,75 @@ int mc__svc_op_records_take(mc__svc_t *svc, const char *body, size_t len, mc__wb
     return mc__pack(w, "*", si->notes.p, (uint32_t)n);
 }
 
+/* Merges one record p[0..pl) (mc__rec_t) on segment seg. Returns as
+ * mc__master_merge(), -EBADMSG for one that does not decode. */
+static int merge_one(mc__svc_t *svc, uint32_t seg, const char *p, uint32_t pl, uint64_t now)
+{
+    mc__rec_t wr;
+    mc__extent_t ext[64], *e = ext;
+    int rc = mc__take_rec(p, pl, &wr);
+    if (rc < 0)
+        return -EBADMSG;
+    if (wr.next > 64 && !(e = malloc(sizeof(*e) * wr.next)))
+        return -ENOMEM;
+    mc__wire_replica_t wrep = {.next = wr.next, .ext = wr.ext};
+    for (uint32_t i = 0; i < wr.next; i++)
+        mc__wire_extent(&wrep, i, &e[i].off, &e[i].len);
+    mc__record_t r = {.version = wr.version,
+                      .stamp = wr.stamp,
+                      .key = wr.key,
+                      .klen = wr.klen,
+                      .link = wr.linklen ? wr.link : NULL,
+                      .linklen = wr.linklen,
+                      .size = wr.size,
+                      .mtime_ns = wr.mtime_ns,
+                      .atime_ns = wr.atime_ns,
+                      .ctime_ns = wr.ctime_ns,
+                      .mode = wr.mode,
+                      .uid = wr.uid,
+                      .gid = wr.gid,
+                      .type = wr.type,
+                      .rdev = wr.rdev,
+                      .links = wr.links,
+                      .pin = wr.pin,
+                      .want = wr.want,
+                      .xattr = wr.xattr,
+                      .xattr_len = wr.xattr_len,
+                      .next = wr.next,
+                      .ext = e};
+    rc = mc__master_merge(svc->m, seg, &r, now);
+    if (e != ext)
+        free(e);
+    return rc;
+}
+
+typedef struct view_merge {
+    mc__svc_t *svc;
+    uint32_t seg;
+    uint64_t now;
+} view_merge_t;
+
+static void merge_logged(void *arg, const char *rec, size_t len)
+{
+    view_merge_t *vm = arg;
+    int rc = merge_one(vm->svc, vm->seg, rec, (uint32_t)len, vm->now);
+    if (rc == 1)
+        vm->svc->records_merged++;
+    else
+        vm->svc->records_refused++;
+}
+
+/* Segment seg is back (mounted again at a new leader, its report over):
+ * the op log's records of it join what its node reported (the log may know
+ * of changes the node had not fetched yet). Once per segment the log knew
+ * at the takeover: a segment this master dropped since gets nothing. */
+static void merge_view(mc__svc_t *svc, uint32_t seg, uint64_t now)
+{
+    view_merge_t vm = {svc, seg, now};
+    if (svc->view && pend_take(svc, seg))
+        mc__oplog_each(svc->view, seg, merge_logged, &vm);
+}
+
 int mc__svc_op_records_report(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
 {
     uint64_t node;
@@ -416,43 +562,9 @@ int mc__svc_op_records_report(mc__svc_t *svc, const char *body, size_t len, uint
         TAKE(mc__unpack(rest, left, "s*", &p, &pl, &next, &nl));
         rest = next;
         left = nl;
-        mc__rec_t wr;
-        mc__extent_t ext[64], *e = ext;
-        int rc = mc__take_rec(p, pl, &wr);
-        if (rc == 0 && wr.next > 64 && !(e = malloc(sizeof(*e) * wr.next)))
-            return -ENOMEM;
-        if (rc == 0) {
-            mc__wire_replica_t wrep = {.next = wr.next, .ext = wr.ext};
-            for (uint32_t i = 0; i < wr.next; i++)
-                mc__wire_extent(&wrep, i, &e[i].off, &e[i].len);
-            mc__record_t r = {.version = wr.version,
-                              .stamp = wr.stamp,
-                              .key = wr.key,
-                              .klen = wr.klen,
-                              .link = wr.linklen ? wr.link : NULL,
-                              .linklen = wr.linklen,
-                              .size = wr.size,
-                              .mtime_ns = wr.mtime_ns,
-                              .atime_ns = wr.atime_ns,
-                              .ctime_ns = wr.ctime_ns,
-                              .mode = wr.mode,
-                              .uid = wr.uid,
-                              .gid = wr.gid,
-                              .type = wr.type,
-                              .rdev = wr.rdev,
-                              .links = wr.links,
-                              .pin = wr.pin,
-                              .want = wr.want,
-                              .xattr = wr.xattr,
-                              .xattr_len = wr.xattr_len,
-                              .next = wr.next,
-                              .ext = e};
-            rc = mc__master_merge(svc->m, seg, &r, now);
-            if (e != ext)
-                free(e);
-            if (rc == -ENOMEM)
-                return rc;
-        }
+        int rc = merge_one(svc, seg, p, pl, now);
+        if (rc == -ENOMEM)
+            return rc;
         if (rc == 1) {
             svc->records_merged++;
             continue;
@@ -464,10 +576,11 @@ int mc__svc_op_records_report(mc__svc_t *svc, const char *body, size_t len, uint
         if (pl >= 8) {
             memcpy(&id, p, 8);
             mc__version_t tmp = {.id = le64toh(id)};
-            note_add(svc, seg, &tmp, 1);
+            note_add(svc, seg, &tmp, 1, 0);
         }
     }
     if (last && si->hold_to) {
+        merge_view(svc, seg, now);
         /* The report is over: new data may go there once the writers of
          * before are over too. */
         mc__master_hold_segment(svc->m, seg, si->hold_to > now ? si->hold_to : now);
@@ -513,6 +626,8 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
         if (again)
             mc__master_hold_segment(svc->m, seg, now + svc->o.write_lease_ms);
         si = mc__svc_seg_info(svc, seg);
+        if (again && !(flags & MC__MOUNT_REPORT))
+            merge_view(svc, seg, now);
         if (flags & MC__MOUNT_REPORT) {
             /* Its records follow: nothing new goes there before they are
              * merged (their space is not free), then as for a segment

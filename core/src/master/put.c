@@ -132,8 +132,9 @@ static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len)
         rep->cap = cap;
     }
     for (int i = 0; i < n; i++) {
-        /* Merge with the previous extent when contiguous. */
-        if (rep->n && rep->ext[rep->n - 1].off + rep->ext[rep->n - 1].len == got[i].off)
+        /* Merge with the previous extent when contiguous (not a hole). */
+        if (rep->n && rep->ext[rep->n - 1].off != MC__HOLE &&
+            rep->ext[rep->n - 1].off + rep->ext[rep->n - 1].len == got[i].off)
             rep->ext[rep->n - 1].len += got[i].len;
         else
             rep->ext[rep->n++] = got[i];
@@ -153,7 +154,7 @@ static void replica_trim(mc__master_t *m, mc__replica_t *rep, uint64_t keep)
             uint64_t head = keep - at; /* aligned: keep is rounded */
             if (head) {
                 mc__extent_t tail = {e->off + head, e->len - head};
-                if (s)
+                if (s && e->off != MC__HOLE)
                     mc__alloc_put(s->alloc, &tail, 1);
                 e->len = head;
                 i++;
@@ -163,9 +164,25 @@ static void replica_trim(mc__master_t *m, mc__replica_t *rep, uint64_t keep)
         at += e->len;
     }
     if (i < rep->n && s)
-        mc__alloc_put(s->alloc, &rep->ext[i], (int)(rep->n - i));
+        mc__extents_put(s->alloc, &rep->ext[i], rep->n - i);
     if (i < rep->n)
         rep->n = i;
+}
+
+void mc__extents_put(mc__alloc_t *a, const mc__extent_t *ext, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (ext[i].off != MC__HOLE)
+            mc__alloc_put(a, &ext[i], 1);
+}
+
+uint64_t mc__replica_bytes(const mc__replica_t *rep)
+{
+    uint64_t t = 0;
+    for (uint32_t i = 0; i < rep->n; i++)
+        if (rep->ext[i].off != MC__HOLE)
+            t += rep->ext[i].len;
+    return t;
 }
 
 /* Rounds len up to the allocation unit (shared by every segment). */
@@ -234,13 +251,36 @@ static uint64_t low_mark(const mc__master_t *m)
     return total / 100 * pct;
 }
 
+int mc__master_make_room(mc__master_t *m, uint64_t want, int pass, uint64_t now)
+{
+    if (pass == 0) {
+        mc__master_sweep(m, now);
+        return 1;
+    }
+    if (pass > 1 || !evict_enabled(m))
+        return 0;
+    uint64_t target = low_mark(m);
+    uint64_t total = total_size(m);
+    if (want > total)
+        return 0;
+    if (total - want < target)
+        target = total - want;
+    mc__master_evict(m, target, now);
+    return 1;
+}
+
+uint64_t mc__master_total(const mc__master_t *m)
+{
+    return total_size(m);
+}
+
 int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uint64_t now)
 {
     if (capacity <= v->capacity)
         return 0;
     if (v->nrep == 0)
         return -EIO; /* every segment it was placed on is gone */
-    if (capacity > total_size(m))
+    if (capacity - v->capacity > total_size(m))
         return -ENOSPC; /* EFBIG is for past the largest file (INT64_MAX) */
     uint64_t want = round_up(m, capacity - v->capacity);
     uint32_t done = 0;
@@ -377,7 +417,7 @@ void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep)
 {
     mc__segment_t *s = mc__master_seg(m, rep->seg);
     if (s && rep->n)
-        mc__alloc_put(s->alloc, rep->ext, (int)rep->n);
+        mc__extents_put(s->alloc, rep->ext, rep->n);
     free(rep->ext);
     rep->ext = NULL;
     rep->n = rep->cap = 0;

@@ -122,10 +122,9 @@ static int take_extents(mc__segment_t *s, const mc__record_t *r, mc__replica_t *
     rep->cap = r->next;
     for (uint32_t i = 0; i < r->next; i++) {
         uint64_t off = r->ext[i].off, len = r->ext[i].len;
-        int rc = mc__alloc_take(s->alloc, off, len);
+        int rc = off == MC__HOLE ? 0 : mc__alloc_take(s->alloc, off, len); /* a hole: no space */
         if (rc < 0) {
-            if (rep->n)
-                mc__alloc_put(s->alloc, rep->ext, (int)rep->n);
+            mc__extents_put(s->alloc, rep->ext, rep->n);
             free(rep->ext);
             rep->ext = NULL;
             return rc == -ENOMEM ? rc : -EBUSY;
@@ -233,10 +232,10 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint6
         /* Another replica of a version rebuilt already. */
         mc__version_t *v = e->v;
         int rc = 1;
-        if (!v->link) {
-            for (uint32_t i = 0; i < v->nrep; i++)
-                if (v->rep[i].seg == seg)
-                    return 1; /* reported twice */
+        int twice = 0; /* reported again (by the node and the op log) */
+        for (uint32_t i = 0; i < v->nrep; i++)
+            twice |= v->rep[i].seg == seg;
+        if (!v->link && !twice) {
             if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r) != v->capacity)
                 return 0;
             if ((rc = take_extents(s, r, &rep)) < 0)
@@ -299,4 +298,18 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__record_t *r, uint6
     v->rec = e;
     mc__ids_add(&m->rebuilt, &e->h);
     return 1;
+}
+
+int mc__master_forget(mc__master_t *m, uint64_t id)
+{
+    if (id >= m->next_id)
+        m->next_id = id + 1;
+    if (mc__ids_get(&m->rebuilt, id))
+        return 0;
+    mc__recovered_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        return -ENOMEM;
+    e->h.id = id;
+    mc__ids_add(&m->rebuilt, &e->h);
+    return 0;
 }

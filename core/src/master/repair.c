@@ -153,7 +153,7 @@ static const mc__repair_target_t *pick_target(mc__master_t *m, const mc__version
         if (has_replica_on(v, targets[i].seg))
             continue;
         uint64_t fr = mc__master_segment_free(m, targets[i].seg);
-        if (fr >= v->capacity && fr > 0 && (!best || fr > best_free)) {
+        if (fr >= mc__replica_bytes(&v->rep[0]) && fr > 0 && (!best || fr > best_free)) {
             best = &targets[i];
             best_free = fr;
         }
@@ -181,7 +181,8 @@ static int plan(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
     }
     mc__repair_task_t *t = calloc(1, sizeof(*t));
     char *key = t ? malloc(v->klen + 1) : NULL;
-    if (!key || mc__master_replica_alloc(m, tg->seg, v->capacity, &rep) < 0) {
+    /* The same layout as the replica it copies: holes stay holes. */
+    if (!key || mc__master_replica_alloc_like(m, tg->seg, &v->rep[0], &rep) < 0) {
         free(key);
         free(t);
         return 0;
@@ -193,14 +194,15 @@ static int plan(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
                              .key = key,
                              .klen = v->klen,
                              .size = v->size,
-                             .limit_ms = 10000 + v->capacity / (10 << 10), /* >= 10 MB/s */
+                             /* >= 10 MB/s of its bytes (a repair skips holes) */
+                             .limit_ms = 10000 + mc__replica_bytes(&rep) / (10 << 10),
                              .dst = rep,
                              .created = now,
                              .next = r->tasks};
     r->tasks = t;
     r->st.started++;
     r->st.inflight++;
-    r->budget -= (int64_t)v->capacity;
+    r->budget -= (int64_t)mc__replica_bytes(&rep);
     return 1;
 }
 
@@ -311,12 +313,15 @@ int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t 
     if (!t)
         return -ENOENT;
     *pp = t->next;
+    uint64_t bytes = mc__replica_bytes(&t->dst); /* copied: a sparse file's holes are not */
+    if (bytes > t->size)
+        bytes = t->size;
     mc__version_t *v = status == 0 ? mc__master_find(m, t->key, t->klen) : NULL;
     if (v && v->id == t->vid && v->state == MC__PUBLISHED &&
         mc__master_replica_attach(v, &t->dst) == 0) {
         mc__master_dirty(m, v); /* the new replica's node keeps its record */
         r->st.done++;
-        r->st.bytes += t->size;
+        r->st.bytes += bytes;
     } else {
         r->st.failed++;
     }

@@ -219,6 +219,7 @@ void mc__svc_free(mc__svc_t *svc)
         free(svc->segs[i].notes.p);
     }
     free(svc->segs);
+    free(svc->pend);
     free(svc->nodes);
     free(svc->local_addr);
     free(svc->local_rdma);
@@ -387,13 +388,16 @@ static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t
 
 static int op_put_grow(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
 {
-    uint64_t id, capacity;
-    UNPACK("qq", &id, &capacity);
+    uint64_t id, off, n;
+    uint32_t flags;
+    UNPACK("qqqu", &id, &off, &n, &flags);
     put_t *p = put_get(svc, id);
     if (!p)
         return -ENOENT;
+    if (flags & ~(uint32_t)MC__GROW_PUNCH)
+        return -EINVAL;
     put_touch(svc, p, now);
-    int rc = mc__master_reserve(svc->m, p->v, capacity, now);
+    int rc = mc__master_reserve_range(svc->m, p->v, off, n, flags & MC__GROW_PUNCH, now);
     if (rc < 0)
         return rc;
     return mc__svc_pack_replicas(svc, w, p->v);
@@ -410,6 +414,9 @@ static int put_check(mc__svc_t *svc, mc__version_t *v, const mc__put_commit_rq_t
         rc = mc__master_set_key(svc->m, v, rq->key, rq->klen);
     if (rc == 0 && rq->size > v->capacity)
         rc = -EINVAL;
+    if (rc == 0 && mc__master_is_inode_key(v->key, v->klen) &&
+        !mc__master_find(svc->m, v->key, v->klen))
+        rc = -ENOENT; /* a hard-linked file's key: only while the file has a name */
     return rc;
 }
 
@@ -688,13 +695,19 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
             mc__version_stat(v, now, &st);
         if (rc == MC_LOOKUP_DIR)
             st.nlink = 2 + mc__master_subdirs(m, key, klen, (int)u1);
+        if (rc == MC_LOOKUP_DIR && !v && klen == 1 && key[0] == (char)u1)
+            st.mtime_ns = st.ctime_ns = mc__master_root_ns(m); /* the root */
         mc__pack_stat(w, &st);
         return w->err ? w->err : rc;
     case MC__OP_REMOVE:
         UNPACK("ku", &key, &klen, &flags);
+        v = mc__master_find(m, key, klen); /* a hard-linked file keeps its other names */
+        u1 = v && v->links > 1;
         rc = mc__master_remove(m, key, klen, flags, now);
         if (rc == 0)
             mc__master_dir_changed(m, key, klen, wall(svc));
+        if (rc == 0 && u1)
+            mc__master_changed(m, v, wall(svc)); /* its link count changed: ctime */
         return rc;
     case MC__OP_RENAME:
         UNPACK("kku", &key, &klen, &key2, &klen2, &flags);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "master/master.h"
+#include "master/oplog.h"
 #include "wire/proto.h"
 
 typedef struct mc__svc mc__svc_t;
@@ -115,6 +116,31 @@ void mc__svc_forgive(mc__svc_t *svc, uint64_t now);
  * whose lease is over, sweep read leases. Returns the number of segments
  * dropped. */
 int mc__svc_tick(mc__svc_t *svc, uint64_t now);
+
+/* Takes one entry of the op log (master/oplog.h): segment seg, notice
+ * note[0..len) (valid during the call). */
+typedef void (*mc__svc_journal_fn)(void *arg, uint32_t seg, const char *note, size_t len);
+
+/*
+ * Makes svc a master with an op log (a leader with standbys, server/ha.c):
+ * every change of a record nodes keep goes to fn as an entry, when the
+ * master flushes its dirty versions (mc__svc_flush()) or at once
+ * for a drop. view (not owned; may be NULL) is the log as this master found
+ * it when it took over: the versions it says are gone are refused from now
+ * on, and a segment mounted again gets the log's records of it merged with
+ * its node's report.
+ */
+void mc__svc_journal(mc__svc_t *svc, mc__svc_journal_fn fn, void *arg, const mc__oplog_t *view);
+
+/* 1 while segments the op log knows have not come back (mounted again and
+ * reported) since this master took over: a key missing now may still come
+ * with them. */
+int mc__svc_rebuilding(const mc__svc_t *svc);
+
+/* Hands the master's dirty versions to their nodes' notices and, with an
+ * op log, to the log (a leader calls it after each request, before the
+ * answer goes out). */
+void mc__svc_flush(mc__svc_t *svc);
 
 /* Counters for logs and tests. */
 typedef struct mc__svc_stats {

@@ -101,6 +101,11 @@ struct mc__svc {
     uint64_t run; /* this run's id (MOUNT_SEGMENT answers it) */
     uint64_t notices_dropped, records_merged, records_refused;
     mc__repair_t *rp;
+    mc__svc_journal_fn journal; /* the op log (mc__svc_journal()); NULL: none */
+    void *journal_arg;
+    const mc__oplog_t *view; /* the log as this master found it (not owned) */
+    uint32_t *pend;          /* segments the view has records of that have not */
+    int npend;               /* mounted again here yet (merge_view(), once each) */
 };
 
 /* A request that does not decode is -EINVAL (a bad key) or -EBADMSG. */
@@ -138,8 +143,6 @@ int mc__svc_op_repair_take(mc__svc_t *svc, const char *body, size_t len, uint64_
 int mc__svc_op_repair_done(mc__svc_t *svc, const char *body, size_t len, uint64_t now);
 int mc__svc_op_records_take(mc__svc_t *svc, const char *body, size_t len, mc__wbuf_t *w);
 int mc__svc_op_records_report(mc__svc_t *svc, const char *body, size_t len, uint64_t now);
-/* Hands the master's dirty versions to their nodes' notices. */
-void mc__svc_flush(mc__svc_t *svc);
 /* Ends the hold of segments whose report is overdue (REPORT_MAX_MS). */
 void mc__svc_reports_tick(mc__svc_t *svc, uint64_t now);
 

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "runtime/etcd.h"
+#include "runtime/etcd_i.h"
 #include "runtime/log.h"
 
 #define RESP_MAX (64u << 20) /* an answer (a range) larger than this fails */
@@ -74,130 +75,6 @@ typedef struct sockw {
     int removed;
     struct sockw *next; /* on e->dead */
 } sockw_t;
-
-/* ---- base64 (the gateway's bytes fields) ---- */
-
-static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static char *b64_encode(const char *p, size_t n)
-{
-    char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
-    if (!out)
-        return NULL;
-    const unsigned char *s = (const unsigned char *)p;
-    for (size_t i = 0; i < n; i += 3) {
-        unsigned v = (unsigned)s[i] << 16 | (i + 1 < n ? (unsigned)s[i + 1] << 8 : 0) |
-                     (i + 2 < n ? s[i + 2] : 0);
-        *o++ = B64[v >> 18 & 63];
-        *o++ = B64[v >> 12 & 63];
-        *o++ = i + 1 < n ? B64[v >> 6 & 63] : '=';
-        *o++ = i + 2 < n ? B64[v & 63] : '=';
-    }
-    *o = '\0';
-    return out;
-}
-
-static int b64_val(char c)
-{
-    const char *q = c ? strchr(B64, c) : NULL;
-    return q ? (int)(q - B64) : -1;
-}
-
-/* Decodes s in place; returns the length or -1. */
-static long b64_decode(char *s)
-{
-    size_t n = strlen(s), o = 0;
-    if (n % 4)
-        return -1;
-    for (size_t i = 0; i < n; i += 4) {
-        int a = b64_val(s[i]), b = b64_val(s[i + 1]);
-        int c = s[i + 2] == '=' ? 0 : b64_val(s[i + 2]),
-            d = s[i + 3] == '=' ? 0 : b64_val(s[i + 3]);
-        if (a < 0 || b < 0 || c < 0 || d < 0 || (s[i + 2] == '=' && s[i + 3] != '='))
-            return -1;
-        unsigned v = (unsigned)a << 18 | (unsigned)b << 12 | (unsigned)c << 6 | (unsigned)d;
-        s[o++] = (char)(v >> 16);
-        if (s[i + 2] != '=')
-            s[o++] = (char)(v >> 8);
-        if (s[i + 3] != '=')
-            s[o++] = (char)v;
-    }
-    return (long)o;
-}
-
-/* ---- JSON of the gateway ---- */
-
-/* An int64 field (a string, or left out: 0). */
-static int64_t jint(json_t *o, const char *name)
-{
-    json_t *v = json_object_get(o, name);
-    if (json_is_string(v))
-        return strtoll(json_string_value(v), NULL, 10);
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
-}
-
-/* The base64 field name of o, decoded in place into its JSON string (which
- * o keeps); "" when left out. -1 for bad base64. */
-static int jbytes(json_t *o, const char *name, const char **p, size_t *n)
-{
-    json_t *v = json_object_get(o, name);
-    if (!json_is_string(v)) {
-        *p = "";
-        *n = 0;
-        return 0;
-    }
-    char *s = (char *)json_string_value(v); /* decoded in place: shorter */
-    long len = b64_decode(s);
-    if (len < 0)
-        return -1;
-    *p = s;
-    *n = (size_t)len;
-    return 0;
-}
-
-static int parse_kv(json_t *o, mc__etcd_kv_t *kv)
-{
-    if (!json_is_object(o) || jbytes(o, "key", &kv->key, &kv->klen) < 0 ||
-        jbytes(o, "value", &kv->val, &kv->vlen) < 0)
-        return -EPROTO;
-    kv->create_rev = jint(o, "create_revision");
-    kv->mod_rev = jint(o, "mod_revision");
-    kv->version = jint(o, "version");
-    kv->lease = jint(o, "lease");
-    return 0;
-}
-
-/* res->kvs from the array kvs (freed by the caller). */
-static int parse_kvs(json_t *kvs, mc__etcd_res_t *res, mc__etcd_kv_t **out)
-{
-    size_t n = json_is_array(kvs) ? json_array_size(kvs) : 0;
-    *out = n ? calloc(n, sizeof(**out)) : NULL;
-    if (n && !*out)
-        return -ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        if (parse_kv(json_array_get(kvs, i), &(*out)[i]) < 0)
-            return -EPROTO;
-    res->kvs = *out;
-    res->nkvs = n;
-    return 0;
-}
-
-/* An error answer's gRPC code as an errno. */
-static int grpc_errno(json_t *j)
-{
-    switch (jint(j, "code")) {
-    case 4: /* DeadlineExceeded */
-        return -ETIMEDOUT;
-    case 5: /* NotFound: a lease */
-        return -ENOENT;
-    case 11: /* OutOfRange: compacted */
-        return -ERANGE;
-    case 14: /* Unavailable: no leader */
-        return -EAGAIN;
-    default:
-        return -EPROTO;
-    }
-}
 
 /* ---- requests ---- */
 
@@ -323,29 +200,30 @@ static void unary_done(req_t *r, int rc)
         if (!json_is_object(j))
             rc = -EPROTO;
         else if (json_object_get(j, "error") || json_object_get(j, "code"))
-            rc = grpc_errno(j);
+            rc = mc__etcd_grpc_errno(j);
     }
     if (rc == 0) {
-        res.revision = jint(json_object_get(j, "header"), "revision");
+        res.revision = mc__etcd_jint(json_object_get(j, "header"), "revision");
         switch (r->kind) {
         case K_RANGE:
-            rc = parse_kvs(json_object_get(j, "kvs"), &res, &kvs);
+            rc = mc__etcd_parse_kvs(json_object_get(j, "kvs"), &res, &kvs);
+            res.more = json_is_true(json_object_get(j, "more"));
             break;
         case K_DELETE:
-            res.deleted = jint(j, "deleted");
+            res.deleted = mc__etcd_jint(j, "deleted");
             break;
         case K_PUT_IF: {
             res.succeeded = json_is_true(json_object_get(j, "succeeded"));
             json_t *rr = json_object_get(json_array_get(json_object_get(j, "responses"), 0),
                                          "response_range");
             if (!res.succeeded && rr)
-                rc = parse_kvs(json_object_get(rr, "kvs"), &res, &kvs);
+                rc = mc__etcd_parse_kvs(json_object_get(rr, "kvs"), &res, &kvs);
             break;
         }
         case K_GRANT:
         case K_KEEPALIVE:
-            res.lease = jint(j, "ID");
-            res.ttl = jint(j, "TTL");
+            res.lease = mc__etcd_jint(j, "ID");
+            res.ttl = mc__etcd_jint(j, "TTL");
             if (r->kind == K_KEEPALIVE && res.ttl <= 0)
                 rc = -ENOENT; /* the lease has expired */
             break;
@@ -378,10 +256,10 @@ static void watch_msg(req_t *r, const char *line, size_t n)
     json_t *m = json_object_get(j, "result");
     if (!json_is_object(m)) {
         json_decref(j);
-        return watch_end(r, json_object_get(j, "error") ? grpc_errno(j) : -EPROTO);
+        return watch_end(r, json_object_get(j, "error") ? mc__etcd_grpc_errno(j) : -EPROTO);
     }
     if (json_is_true(json_object_get(m, "canceled"))) {
-        int rc = jint(m, "compact_revision") ? -ERANGE : -ECANCELED;
+        int rc = mc__etcd_jint(m, "compact_revision") ? -ERANGE : -ECANCELED;
         json_decref(j);
         return watch_end(r, rc);
     }
@@ -393,12 +271,12 @@ static void watch_msg(req_t *r, const char *line, size_t n)
         json_t *e = json_array_get(evs, i);
         json_t *type = json_object_get(e, "type");
         ev[i].deleted = json_is_string(type) && !strcmp(json_string_value(type), "DELETE");
-        rc = parse_kv(json_object_get(e, "kv"), &ev[i].kv);
+        rc = mc__etcd_parse_kv(json_object_get(e, "kv"), &ev[i].kv);
     }
     if (rc < 0)
         watch_end(r, rc);
     else if (!json_is_true(json_object_get(m, "created")) || ne)
-        r->wcb(r->arg, 0, ev, ne, jint(json_object_get(m, "header"), "revision"));
+        r->wcb(r->arg, 0, ev, ne, mc__etcd_jint(json_object_get(m, "header"), "revision"));
     free(ev);
     json_decref(j);
 }
@@ -638,25 +516,14 @@ void mc__etcd_free(mc__etcd_t *e)
 /* The request body's key fields: key, and range_end for a prefix. */
 static json_t *key_obj(const char *key, size_t klen, int prefix)
 {
-    char *k = b64_encode(key, klen);
+    char *k = mc__etcd_b64_encode(key, klen);
     json_t *j = k ? json_pack("{s:s}", "key", k) : NULL;
     free(k);
     if (!j || !prefix)
         return j;
-    /* The prefix's end: the key with its last byte below 0xff raised by one
-     * (trailing 0xff bytes dropped); "\0" (every key) if none is. */
-    char *end = malloc(klen ? klen : 1);
-    size_t n = klen;
-    if (end) {
-        memcpy(end, key, klen);
-        while (n && (unsigned char)end[n - 1] == 0xff)
-            n--;
-        if (n)
-            end[n - 1]++;
-        else
-            end[n++] = '\0';
-    }
-    char *e64 = end ? b64_encode(end, n) : NULL;
+    size_t n;
+    char *end = mc__etcd_prefix_end(key, klen, &n);
+    char *e64 = end ? mc__etcd_b64_encode(end, n) : NULL;
     free(end);
     if (!e64 || json_object_set_new(j, "range_end", json_string(e64)) < 0) {
         free(e64);
@@ -677,7 +544,7 @@ static char *i64(char *buf, int64_t v)
 static json_t *put_obj(const char *key, size_t klen, const char *val, size_t vlen, int64_t lease)
 {
     json_t *j = key_obj(key, klen, 0);
-    char *v = b64_encode(val, vlen);
+    char *v = mc__etcd_b64_encode(val, vlen);
     char b[24];
     if (!j || !v || json_object_set_new(j, "value", json_string(v)) < 0 ||
         (lease && json_object_set_new(j, "lease", json_string(i64(b, lease))) < 0)) {
@@ -716,6 +583,25 @@ int mc__etcd_put_if(mc__etcd_t *e, const char *key, size_t klen, const char *val
     return j ? req_start(e, K_PUT_IF, "/v3/kv/txn", j, cb, NULL, arg, NULL) : -ENOMEM;
 }
 
+int mc__etcd_put_fenced(mc__etcd_t *e, const char *fence, size_t flen, int64_t create_rev,
+                        const mc__etcd_put_kv_t *kvs, size_t n, mc__etcd_cb cb, void *arg)
+{
+    char b[24];
+    json_t *cmp = key_obj(fence, flen, 0), *ops = json_array(), *j = NULL;
+    int ok = cmp && ops && json_object_set_new(cmp, "target", json_string("CREATE")) == 0 &&
+             json_object_set_new(cmp, "create_revision", json_string(i64(b, create_rev))) == 0 &&
+             json_object_set_new(cmp, "result", json_string("EQUAL")) == 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        json_t *put = put_obj(kvs[i].key, kvs[i].klen, kvs[i].val, kvs[i].vlen, 0);
+        ok = put && json_array_append_new(ops, json_pack("{s:o}", "request_put", put)) == 0;
+    }
+    if (ok)
+        j = json_pack("{s:[O],s:O}", "compare", cmp, "success", ops);
+    json_decref(cmp);
+    json_decref(ops);
+    return j ? req_start(e, K_PUT_IF, "/v3/kv/txn", j, cb, NULL, arg, NULL) : -ENOMEM;
+}
+
 int mc__etcd_range(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc__etcd_cb cb,
                    void *arg)
 {
@@ -723,11 +609,42 @@ int mc__etcd_range(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc__
     return j ? req_start(e, K_RANGE, "/v3/kv/range", j, cb, NULL, arg, NULL) : -ENOMEM;
 }
 
+int mc__etcd_range_page(mc__etcd_t *e, const char *key, size_t klen, const char *end, size_t elen,
+                        int64_t limit, int64_t rev, mc__etcd_cb cb, void *arg)
+{
+    char b[24];
+    json_t *j = key_obj(key, klen, 0);
+    char *e64 = mc__etcd_b64_encode(end, elen);
+    if (!j || !e64 || json_object_set_new(j, "range_end", json_string(e64)) < 0 ||
+        (limit && json_object_set_new(j, "limit", json_string(i64(b, limit))) < 0) ||
+        (rev && json_object_set_new(j, "revision", json_string(i64(b, rev))) < 0)) {
+        free(e64);
+        json_decref(j);
+        return -ENOMEM;
+    }
+    free(e64);
+    return req_start(e, K_RANGE, "/v3/kv/range", j, cb, NULL, arg, NULL);
+}
+
 int mc__etcd_delete(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc__etcd_cb cb,
                     void *arg)
 {
     json_t *j = key_obj(key, klen, prefix);
     return j ? req_start(e, K_DELETE, "/v3/kv/deleterange", j, cb, NULL, arg, NULL) : -ENOMEM;
+}
+
+int mc__etcd_delete_range(mc__etcd_t *e, const char *key, size_t klen, const char *end, size_t elen,
+                          mc__etcd_cb cb, void *arg)
+{
+    json_t *j = key_obj(key, klen, 0);
+    char *e64 = mc__etcd_b64_encode(end, elen);
+    if (!j || !e64 || json_object_set_new(j, "range_end", json_string(e64)) < 0) {
+        free(e64);
+        json_decref(j);
+        return -ENOMEM;
+    }
+    free(e64);
+    return req_start(e, K_DELETE, "/v3/kv/deleterange", j, cb, NULL, arg, NULL);
 }
 
 /* A lease request: {TTL} (grant) or {ID} (keepalive, revoke). */

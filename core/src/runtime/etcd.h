@@ -41,6 +41,7 @@ typedef struct mc__etcd_res {
     const mc__etcd_kv_t *kvs; /* range (and put_if when it did not hold): the keys */
     size_t nkvs;
     int64_t deleted; /* delete: how many keys went */
+    int more;        /* range_page: keys past the limit are left */
 } mc__etcd_res_t;
 
 /* A request's end: rc 0 and res, or -errno (-ETIMEDOUT, -ECONNREFUSED, ...,
@@ -80,6 +81,21 @@ int mc__etcd_put(mc__etcd_t *e, const char *key, size_t klen, const char *val, s
 int mc__etcd_put_if(mc__etcd_t *e, const char *key, size_t klen, const char *val, size_t vlen,
                     int64_t lease, int64_t mod_rev, mc__etcd_cb cb, void *arg);
 
+/* One key of mc__etcd_put_fenced(). */
+typedef struct mc__etcd_put_kv {
+    const char *key;
+    size_t klen;
+    const char *val;
+    size_t vlen;
+} mc__etcd_put_kv_t;
+
+/* Puts kvs[0..n) (no lease) only if the key fence still holds the value its
+ * creation at revision create_rev gave it (it was not deleted, nor deleted
+ * and made again): one transaction, all or nothing. res->succeeded says
+ * whether the fence held. A leader's writes, fenced by its leader key. */
+int mc__etcd_put_fenced(mc__etcd_t *e, const char *fence, size_t flen, int64_t create_rev,
+                        const mc__etcd_put_kv_t *kvs, size_t n, mc__etcd_cb cb, void *arg);
+
 /* The key (prefix 0) or every key starting with it (prefix 1), in key order. */
 int mc__etcd_range(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc__etcd_cb cb,
                    void *arg);
@@ -87,6 +103,21 @@ int mc__etcd_range(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc__
 /* Deletes the key, or every key starting with it. */
 int mc__etcd_delete(mc__etcd_t *e, const char *key, size_t klen, int prefix, mc__etcd_cb cb,
                     void *arg);
+
+/* At most limit keys (0: no limit) from key (included) to end (excluded), in
+ * key order, as the store was at revision rev (0: now); res->more says
+ * whether keys are left past the limit. */
+int mc__etcd_range_page(mc__etcd_t *e, const char *key, size_t klen, const char *end, size_t elen,
+                        int64_t limit, int64_t rev, mc__etcd_cb cb, void *arg);
+
+/* Every key starting with prefix, as mc__etcd_range() with prefix 1 gives
+ * them, but read in pages at one revision, so that no answer of etcd has to
+ * hold them all (etcd_pages.c). res->revision is the revision read. */
+int mc__etcd_range_all(mc__etcd_t *e, const char *prefix, size_t plen, mc__etcd_cb cb, void *arg);
+
+/* Deletes every key from key (included) to end (excluded), in byte order. */
+int mc__etcd_delete_range(mc__etcd_t *e, const char *key, size_t klen, const char *end, size_t elen,
+                          mc__etcd_cb cb, void *arg);
 
 /* A lease of ttl_s seconds (res->lease, res->ttl). */
 int mc__etcd_lease_grant(mc__etcd_t *e, int64_t ttl_s, mc__etcd_cb cb, void *arg);

@@ -88,6 +88,8 @@ struct mc_loop {
     mc_work_t *next_head, *next_tail;     /* mc__loop_defer_next(); loop thread only */
     struct tok *toks;                     /* loop thread only */
     uint64_t now_ms;                      /* mc__loop_time(); loop thread only */
+    uint64_t clock_ns;                    /* mc__loop_recent_ns(); loop thread only */
+    int64_t wall_off;                     /* wall clock - clock_ns, as of the round's start */
 };
 
 static __thread mc_loop_t *current_loop;
@@ -104,6 +106,45 @@ int64_t mc__wall_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t mc__loop_clock_ns(mc_loop_t *l)
+{
+    uint64_t ns = mono_ns();
+    if (l && current_loop == l)
+        l->clock_ns = ns;
+    return ns;
+}
+
+uint64_t mc__loop_recent_ns(mc_loop_t *l)
+{
+    if (l && current_loop == l && l->clock_ns)
+        return l->clock_ns;
+    return mc__loop_clock_ns(l);
+}
+
+int64_t mc__loop_wall_ns(void)
+{
+    mc_loop_t *l = current_loop;
+    if (!l || !l->clock_ns)
+        return mc__wall_ns();
+    return (int64_t)l->clock_ns + l->wall_off;
+}
+
+/* A round's start: both clocks read once (the wall clock's offset follows
+ * a step of it, e.g. by NTP, from the next round on). */
+static void round_clock(mc_loop_t *l)
+{
+    l->clock_ns = mono_ns();
+    l->wall_off = mc__wall_ns() - (int64_t)l->clock_ns;
+    l->now_ms = l->clock_ns / 1000000;
 }
 
 void mc__loop_defer_next(mc_loop_t *l, mc_work_t *w, mc_loop_fn fn, void *arg)
@@ -425,6 +466,7 @@ int mc_loop_run(mc_loop_t *l)
     mc_loop_t *saved = current_loop;
     int rc = 0;
     current_loop = l;
+    round_clock(l);
     while (!atomic_load(&l->stop)) {
         if (l->next_head) { /* work for this round, queued in the last one */
             if (l->defer_tail)
@@ -441,7 +483,7 @@ int mc_loop_run(mc_loop_t *l)
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
             break;
         rc = 0;
-        l->now_ms = mc_loop_now_ms();
+        round_clock(l);
         process_cqes(l);
     }
     run_deferred(l);

@@ -140,4 +140,20 @@ uint64_t mc__loop_time(mc_loop_t *l);
  * service is handed to stamp a commit's mtime (mc__svc_opts_t.wall_ns). */
 int64_t mc__wall_ns(void);
 
+/* CLOCK_MONOTONIC in ns, read now; on l's thread it is also kept as l's
+ * most recent reading (mc__loop_recent_ns()). */
+uint64_t mc__loop_clock_ns(mc_loop_t *l);
+
+/* On l's thread: l's most recent monotonic reading (the start of the round,
+ * or a later mc__loop_clock_ns()), no clock read; elsewhere a fresh one. An
+ * operation's start stamp (its latency then counts from at most one
+ * reading before the call). */
+uint64_t mc__loop_recent_ns(mc_loop_t *l);
+
+/* The wall clock as mc__wall_ns(), without a clock read on a loop thread:
+ * the loop's most recent monotonic reading (mc__loop_recent_ns()) plus the
+ * wall clock's offset taken at the round's start; fresh elsewhere. What
+ * stamps a commit's mtime. */
+int64_t mc__loop_wall_ns(void);
+
 #endif /* MC_LOOP_I_H */

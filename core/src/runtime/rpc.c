@@ -327,6 +327,8 @@ struct mc__rpc_client {
     int closing;
     int in_cb;         /* inside an owner's callback: mc__rpc_client_close() must not free */
     int handshake_err; /* why the last handshake failed, 0 if it did not */
+    int resolving;     /* ops.resolve was asked and has not answered */
+    int resolved;      /* ... and answered: the next attempt connects */
 };
 
 static void client_connect(mc__rpc_client_t *cl);
@@ -340,9 +342,11 @@ static void client_retry_later(mc__rpc_client_t *cl)
 {
     if (mc_timer_start(cl->loop, &cl->timer, cl->backoff_ms, 0, client_timer) < 0)
         mc__log(MC__LOG_ERROR, "%s: cannot schedule a reconnect; giving up", cl->name);
+    /* A server found by ops.resolve is being replaced: look again soon. */
+    uint64_t max = cl->ops.resolve ? MC__RPC_BACKOFF_RESOLVE_MS : MC__RPC_BACKOFF_MAX_MS;
     cl->backoff_ms *= 2;
-    if (cl->backoff_ms > MC__RPC_BACKOFF_MAX_MS)
-        cl->backoff_ms = MC__RPC_BACKOFF_MAX_MS;
+    if (cl->backoff_ms > max)
+        cl->backoff_ms = max;
 }
 
 /* The conn is connected and, with a handshake, through it. */
@@ -444,6 +448,14 @@ static const mc__conn_ops_t client_conn_ops = {
 
 static void client_connect(mc__rpc_client_t *cl)
 {
+    if (cl->ops.resolve && !cl->resolved) {
+        if (!cl->resolving) {
+            cl->resolving = 1;
+            cl->ops.resolve(cl);
+        }
+        return;
+    }
+    cl->resolved = 0;
     int rc = mc__conn_connect(cl->loop, &cl->addr, cl->connect_timeout_ms, &client_conn_ops, cl,
                               &cl->conn);
     if (rc == 0 && cl->ops.handshake)
@@ -471,6 +483,30 @@ static void client_keepalive(mc_timer_t *t)
     cl->last_call_ms = now;
     if (mc__rpc_call(cl->conn, MC__OP_PING, "", 0, cl->keepalive_ms, keepalive_done, NULL) < 0)
         mc__log(MC__LOG_DEBUG, "%s: cannot queue a keepalive PING", cl->name);
+}
+
+void mc__rpc_client_resolved(mc__rpc_client_t *cl, const mc__addr_t *a, int rc)
+{
+    if (!cl->resolving || cl->closing)
+        return;
+    cl->resolving = 0;
+    if (rc < 0) {
+        mc__log(cl->failures++ ? MC__LOG_DEBUG : MC__LOG_WARN,
+                "cannot find the master (%s); retrying in %" PRIu64 " ms", strerror(-rc),
+                cl->backoff_ms);
+        client_retry_later(cl);
+        return;
+    }
+    cl->addr = *a;
+    mc__addr_format((const struct sockaddr *)&a->ss, a->len, cl->name, sizeof(cl->name));
+    cl->resolved = 1;
+    client_connect(cl);
+}
+
+void mc__rpc_client_reconnect(mc__rpc_client_t *cl)
+{
+    if (cl->conn && cl->open && !cl->closing)
+        mc__conn_abort(cl->conn, -ECONNRESET); /* client_on_close() reconnects */
 }
 
 void mc__rpc_client_set_keepalive(mc__rpc_client_t *cl, uint64_t ms)
@@ -526,6 +562,11 @@ int mc__rpc_client_callv(mc__rpc_client_t *cl, uint16_t op, const struct iovec *
 mc__conn_t *mc__rpc_client_conn(const mc__rpc_client_t *cl)
 {
     return cl->ready && !cl->closing ? cl->conn : NULL;
+}
+
+void *mc__rpc_client_resolve_arg(const mc__rpc_client_t *cl)
+{
+    return cl->ops.resolve_arg;
 }
 
 void *mc__rpc_client_data(const mc__rpc_client_t *cl)

@@ -115,12 +115,20 @@ typedef struct mc__rpc_client_ops {
      * the held calls fail with rc, and the client reconnects with backoff.
      */
     void (*handshake)(mc__rpc_client_t *cl, mc__conn_t *c);
+    /*
+     * Where to connect, asked before every connect attempt (a master found
+     * through etcd moves): the owner answers, now or later, with
+     * mc__rpc_client_resolved(). NULL: always the address given at creation.
+     */
+    void (*resolve)(mc__rpc_client_t *cl);
+    void *resolve_arg; /* for ops.resolve: mc__rpc_client_resolve_arg() */
 } mc__rpc_client_ops_t;
 
 #define MC__RPC_BACKOFF_MIN_MS 100
 #define MC__RPC_BACKOFF_MAX_MS 5000
-#define MC__RPC_KEEPALIVE_MS 15000    /* well inside a server's default idle timeout */
-#define MC__RPC_RECONNECT_NOW_MS 1000 /* a session at least this long: reconnect at once */
+#define MC__RPC_BACKOFF_RESOLVE_MS 500 /* the most with ops.resolve */
+#define MC__RPC_KEEPALIVE_MS 15000     /* well inside a server's default idle timeout */
+#define MC__RPC_RECONNECT_NOW_MS 1000  /* a session at least this long: reconnect at once */
 
 /*
  * mc__rpc_client_new() creates a client for address a (copied) and starts
@@ -150,6 +158,18 @@ int mc__rpc_client_callv(mc__rpc_client_t *cl, uint16_t op, const struct iovec *
 void mc__rpc_client_ready(mc__rpc_client_t *cl, mc__conn_t *c, int rc);
 
 /*
+ * mc__rpc_client_resolved() answers ops.resolve: rc 0 connects to a (copied),
+ * a negative rc (nothing found) retries later with backoff. Ignored when no
+ * answer is awaited.
+ */
+void mc__rpc_client_resolved(mc__rpc_client_t *cl, const mc__addr_t *a, int rc);
+
+/* mc__rpc_client_reconnect() drops the current conn (its calls fail with
+ * -ECONNRESET) and connects again at once, resolving first: the server said
+ * it is not the one to ask any more. */
+void mc__rpc_client_reconnect(mc__rpc_client_t *cl);
+
+/*
  * mc__rpc_client_set_keepalive() changes how long the client stays quiet
  * before it PINGs (0: never; MC__RPC_KEEPALIVE_MS by default). A PING that
  * fails is not an error of the client's: the conn's own close says so.
@@ -159,6 +179,9 @@ void mc__rpc_client_set_keepalive(mc__rpc_client_t *cl, uint64_t ms);
 /* mc__rpc_client_conn() returns the open conn (through its handshake), or
  * NULL while not connected. */
 mc__conn_t *mc__rpc_client_conn(const mc__rpc_client_t *cl);
+
+/* mc__rpc_client_resolve_arg() returns ops.resolve_arg. */
+void *mc__rpc_client_resolve_arg(const mc__rpc_client_t *cl);
 
 /* mc__rpc_client_data() returns the data given to mc__rpc_client_new(). */
 void *mc__rpc_client_data(const mc__rpc_client_t *cl);

@@ -24,16 +24,24 @@
 
 /* A control plane, kept by its owner (no allocation); zeroed, it serves
  * nothing until mc__control_plane_start(). */
+struct mc__ha;
+struct mc__held;
+
 typedef struct mc__control_plane {
-    mc__svc_t *svc; /* not owned */
+    mc__svc_t *svc;                    /* not owned */
+    struct mc__ha *ha;                 /* standbys on etcd (ha.h; not owned), or NULL */
+    struct mc__held *held, *held_tail; /* answers waiting for the op log, oldest first */
     mc_timer_t tick;
     uint64_t last_tick;     /* when the tick last ran (ms) */
     uint64_t op_errors[64]; /* requests the service failed, by opcode (< 64) */
 } mc__control_plane_t;
 
 /* Starts serving svc (not owned: it must outlive the plane) on l: starts
- * the tick. */
-void mc__control_plane_start(mc__control_plane_t *p, mc_loop_t *l, mc__svc_t *svc);
+ * the tick. With ha (not owned; NULL: none), a request is handled only if
+ * mc__ha_admit() lets it, and the answer to a change waits until the op log
+ * holds it. */
+void mc__control_plane_start(mc__control_plane_t *p, mc_loop_t *l, mc__svc_t *svc,
+                             struct mc__ha *ha);
 
 /* Stops the tick. A plane never started, or stopped, is a no-op. */
 void mc__control_plane_stop(mc__control_plane_t *p);

@@ -7,6 +7,7 @@
 
 #include "master/census.h"
 #include "runtime/metrics.h"
+#include "server/ha.h"
 #include "server/metrics.h"
 #include "wire/proto.h"
 
@@ -121,4 +122,20 @@ void mc__metrics_server(mc_metrics_t *mm, const mc__server_t *srv)
                       st.bytes_written);
     one(mm, "mooncake_server_shm_maps_total", "counter", "Segment memfds handed out (SHM_MAP).",
         st.shm_maps);
+}
+
+void mc__metrics_ha(mc_metrics_t *mm, const struct mc__ha *ha)
+{
+    mc__ha_stats_t st;
+    mc__ha_stats(ha, &st);
+    one(mm, "mooncake_master_leading", "gauge", "1 while this master leads its cluster on etcd.",
+        (uint64_t)st.leading);
+    one(mm, "mooncake_master_oplog_writable", "gauge",
+        "1 while the leader takes changes (lease proven, op log written).", (uint64_t)st.writable);
+    one(mm, "mooncake_master_oplog_entries_total", "counter",
+        "Entries handed to the op log by this master.", st.entries);
+    one(mm, "mooncake_master_oplog_pending", "gauge", "Op log entries not yet durable in etcd.",
+        st.pending);
+    one(mm, "mooncake_master_oplog_key", "gauge", "The last op log key this master applied.",
+        st.key);
 }

@@ -22,4 +22,9 @@ void mc__metrics_master(mc_metrics_t *mm, const mc__master_t *m, const mc__svc_t
  * requests and errors by opcode, bytes its segment served. */
 void mc__metrics_server(mc_metrics_t *mm, const mc__server_t *srv);
 
+struct mc__ha;
+
+/* A master on etcd's place in its cluster and its op log (server/ha.h). */
+void mc__metrics_ha(mc_metrics_t *mm, const struct mc__ha *ha);
+
 #endif /* MC_SERVER_METRICS_H */

@@ -431,7 +431,7 @@ int mc__server_new(mc__server_t **out, mc_loop_t *l, const mc__addr_t *a,
     if (o->shm && o->seg_lookup && b->ss.ss_family != AF_UNIX)
         shm_listen(srv); /* answers SHM_MAP once it listens */
     if (srv->o.svc)
-        mc__control_plane_start(&srv->control, l, srv->o.svc);
+        mc__control_plane_start(&srv->control, l, srv->o.svc, srv->o.ha);
     /* Often enough that a connection outlives its timeout by a quarter of
      * the shorter one at most (and by 1 s at most). */
     uint64_t every = srv->o.idle_timeout_ms < srv->o.handshake_timeout_ms

@@ -40,6 +40,7 @@ typedef struct mc__server mc__server_t;
 
 typedef struct mc__server_opts {
     mc__svc_t *svc;               /* the control plane's service (not owned), or NULL */
+    struct mc__ha *ha;            /* its standbys on etcd (server/ha.h; not owned), or NULL */
     mc__seg_lookup_fn seg_lookup; /* the data plane's segments (data_plane.h), or NULL */
     void *seg_arg;
     const mc__secret_t *secret; /* require HELLO + AUTH with it (not owned;

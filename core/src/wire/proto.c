@@ -1,7 +1,8 @@
 /*
  * proto.c - the wire protocol's codec: frame headers, the table of
- * operations, the format-driven field encoder and decoder, and the nested
- * structures (stat, replica set, listing) carried in raw fields.
+ * operations, and the nested structures (stat, replica set, record,
+ * listing, put requests) carried in raw fields. The format-driven field
+ * encoder and decoder they build on are in fields.c.
  *
  * Everything here is a pure function over memory: no I/O, no clock, no state
  * but const tables, so every decoder can be fuzzed (tests/fuzz/fuzz_proto.c).
@@ -10,67 +11,23 @@
  * buffer. Every decoder checks a field's length against the bytes left
  * before it touches them, and never reads outside [body, body + len).
  *
- * This file calls nothing outside the wire layer (the key rule and
- * mc_list_free() are in keys.c), so the fuzzer builds it with that file
- * alone.
+ * This file calls nothing outside the wire layer (the field codec is in
+ * fields.c, the key rule and mc_list_free() in keys.c), so the fuzzer
+ * builds it with those files alone.
  */
-#include <endian.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "wire/proto.h"
+#include "wire/wire_i.h"
 
 /* Wire sizes of the nested structures. */
-#define STAT_SIZE 84u       /* q q i u u u u u u u i i q q */
-#define EXTENT_SIZE 16u     /* q offset, q length */
-#define REPLICA_MIN 16u     /* u seg, u addr length, u rdma length, u extent count */
-#define LIST_ENTRY_MIN 90u  /* u key length, 1 key byte, b is_prefix, stat */
-#define WBUF_FIRST_CAP 256u /* first allocation of an empty wbuf */
-
-/* ---- little-endian loads and stores ---- */
-
-/* Unaligned, through memcpy (one load or store on any host), with the byte
- * order fixed by endian.h: a no-op on little-endian hosts. */
-static uint16_t ld16(const void *p)
-{
-    uint16_t v;
-    memcpy(&v, p, sizeof(v));
-    return le16toh(v);
-}
-
-static uint32_t ld32(const void *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof(v));
-    return le32toh(v);
-}
-
-static uint64_t ld64(const void *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return le64toh(v);
-}
-
-static void st16(void *p, uint16_t v)
-{
-    v = htole16(v);
-    memcpy(p, &v, sizeof(v));
-}
-
-static void st32(void *p, uint32_t v)
-{
-    v = htole32(v);
-    memcpy(p, &v, sizeof(v));
-}
-
-static void st64(void *p, uint64_t v)
-{
-    v = htole64(v);
-    memcpy(p, &v, sizeof(v));
-}
+#define STAT_SIZE 92u      /* q q i u u u u u u u i i q q q */
+#define EXTENT_SIZE 16u    /* q offset, q length */
+#define REPLICA_MIN 16u    /* u seg, u addr length, u rdma length, u extent count */
+#define LIST_ENTRY_MIN 98u /* u key length, 1 key byte, b is_prefix, stat */
 
 /* ---- the operation table ---- */
 
@@ -163,273 +120,16 @@ void mc__hdr_encode(void *buf, const mc__hdr_t *h)
     st16(b + 22, (uint16_t)h->status);
 }
 
-/* ---- the output buffer ---- */
-
-/* Makes room for add more bytes and returns where they go, or NULL with
- * w->err set (and NULL when add is 0). The buffer never holds more than
- * MC__PROTO_MAX_BODY bytes, and its capacity doubles (capped at that limit),
- * so appending costs O(1) amortized. */
-static char *wbuf_room(mc__wbuf_t *w, size_t add)
-{
-    if (w->err)
-        return NULL;
-    if (w->len > MC__PROTO_MAX_BODY || add > MC__PROTO_MAX_BODY - w->len) {
-        w->err = -EMSGSIZE;
-        return NULL;
-    }
-    if (!add)
-        return NULL; /* nothing to write; w->p may still be NULL */
-    size_t need = w->len + add;
-    if (need > w->cap) {
-        size_t cap = w->cap ? w->cap : WBUF_FIRST_CAP;
-        while (cap < need)
-            cap *= 2;
-        if (cap > MC__PROTO_MAX_BODY)
-            cap = MC__PROTO_MAX_BODY;
-        char *p = realloc(w->p, cap);
-        if (!p) {
-            w->err = -ENOMEM;
-            return NULL;
-        }
-        w->p = p;
-        w->cap = cap;
-    }
-    char *at = w->p + w->len;
-    w->len = need;
-    return at;
-}
-
-static void put8(mc__wbuf_t *w, unsigned v)
-{
-    char *p = wbuf_room(w, 1);
-    if (p)
-        *(unsigned char *)p = (unsigned char)v;
-}
-
-static void put16(mc__wbuf_t *w, unsigned v)
-{
-    char *p = wbuf_room(w, 2);
-    if (p)
-        st16(p, (uint16_t)v);
-}
-
-static void put32(mc__wbuf_t *w, uint32_t v)
-{
-    char *p = wbuf_room(w, 4);
-    if (p)
-        st32(p, v);
-}
-
-static void put64(mc__wbuf_t *w, uint64_t v)
-{
-    char *p = wbuf_room(w, 8);
-    if (p)
-        st64(p, v);
-}
-
-static void fail(mc__wbuf_t *w, int err)
-{
-    if (!w->err)
-        w->err = err;
-}
-
-/*
- * mc__vpack() appends fields to w per fmt (see proto.h for the characters).
- * b h u take unsigned int (truncated to the field's width), q uint64_t,
- * i int64_t, and s k * take a pointer and a uint32_t length (the pointer may
- * be NULL when the length is 0). A `*` writes the bytes without a length, so
- * it must come last. Errors stick in w->err and later appends do nothing:
- * -EMSGSIZE when the body would pass MC__PROTO_MAX_BODY, -ENOMEM, and
- * -EINVAL for an unknown format character or a `*` that is not last. A `k`
- * that fails mc_key_check() sets -EINVAL (empty, NUL inside) or
- * -ENAMETOOLONG, so that nothing the decoder would refuse is ever sent.
- * A field that fails leaves none of its bytes behind. Returns w->err. w
- * starts zeroed; the caller frees w->p.
- */
-int mc__vpack(mc__wbuf_t *w, const char *fmt, va_list ap)
-{
-    for (const char *f = fmt; *f && !w->err; f++) {
-        switch (*f) {
-        case 'b':
-            put8(w, va_arg(ap, unsigned));
-            break;
-        case 'h':
-            put16(w, va_arg(ap, unsigned));
-            break;
-        case 'u':
-            put32(w, va_arg(ap, unsigned));
-            break;
-        case 'q':
-            put64(w, va_arg(ap, uint64_t));
-            break;
-        case 'i':
-            put64(w, (uint64_t)va_arg(ap, int64_t));
-            break;
-        case 's':
-        case 'k':
-        case '*': {
-            const void *src = va_arg(ap, const void *);
-            uint32_t len = va_arg(ap, uint32_t);
-            if (*f == 'k' && mc_key_check(src, len) < 0) {
-                fail(w, len > MC_KEY_MAX ? -ENAMETOOLONG : -EINVAL);
-                break;
-            }
-            if (*f == '*' && f[1]) {
-                fail(w, -EINVAL);
-                break;
-            }
-            /* The length and the bytes go in together or not at all. */
-            size_t prefix = *f == '*' ? 0 : 4;
-            char *p = wbuf_room(w, prefix + len);
-            if (p && prefix)
-                st32(p, len);
-            if (p && len)
-                memcpy(p + prefix, src, len);
-            break;
-        }
-        default:
-            fail(w, -EINVAL);
-            break;
-        }
-    }
-    return w->err;
-}
-
-/* mc__pack() is mc__vpack() with the fields as arguments. */
-int mc__pack(mc__wbuf_t *w, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = mc__vpack(w, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-/* ---- the field decoder ---- */
-
-/*
- * mc__vunpack() decodes body[0..len) per fmt into the pointers in ap (see
- * proto.h for their types). Any output pointer may be NULL to skip that
- * value. `s`, `k` and `*` yield a pointer into body and a length; nothing is
- * copied, so the values live as long as body (the pointer is not NULL, even
- * for zero bytes, unless body itself is NULL, as it may be when len is 0).
- * Returns 0, -EBADMSG for a field running past the end, bytes left over, a
- * `*` of more than UINT32_MAX bytes, or a bad format (unknown character, `*`
- * not last), and -EINVAL for a `k` that is empty, longer than MC_KEY_MAX or
- * holds a NUL. Fields are decoded in order and the first error
- * is returned; outputs are then undefined.
- */
-int mc__vunpack(const char *body, size_t len, const char *fmt, va_list ap)
-{
-    const char *p = body;
-    size_t left = len;
-
-    for (const char *f = fmt; *f; f++) {
-        switch (*f) {
-        case 'b': {
-            uint8_t *o = va_arg(ap, uint8_t *);
-            if (left < 1)
-                return -EBADMSG;
-            if (o)
-                *o = (uint8_t)*p;
-            p += 1, left -= 1;
-            break;
-        }
-        case 'h': {
-            uint16_t *o = va_arg(ap, uint16_t *);
-            if (left < 2)
-                return -EBADMSG;
-            if (o)
-                *o = ld16(p);
-            p += 2, left -= 2;
-            break;
-        }
-        case 'u': {
-            uint32_t *o = va_arg(ap, uint32_t *);
-            if (left < 4)
-                return -EBADMSG;
-            if (o)
-                *o = ld32(p);
-            p += 4, left -= 4;
-            break;
-        }
-        case 'q': {
-            uint64_t *o = va_arg(ap, uint64_t *);
-            if (left < 8)
-                return -EBADMSG;
-            if (o)
-                *o = ld64(p);
-            p += 8, left -= 8;
-            break;
-        }
-        case 'i': {
-            int64_t *o = va_arg(ap, int64_t *);
-            if (left < 8)
-                return -EBADMSG;
-            if (o)
-                *o = (int64_t)ld64(p);
-            p += 8, left -= 8;
-            break;
-        }
-        case 's':
-        case 'k': {
-            const char **op = va_arg(ap, const char **);
-            uint32_t *ol = va_arg(ap, uint32_t *);
-            if (left < 4)
-                return -EBADMSG;
-            uint32_t n = ld32(p);
-            if (n > left - 4)
-                return -EBADMSG;
-            p += 4, left -= 4;
-            if (*f == 'k' && mc_key_check(p, n) < 0)
-                return -EINVAL;
-            if (op)
-                *op = p;
-            if (ol)
-                *ol = n;
-            p += n, left -= n;
-            break;
-        }
-        case '*': {
-            const char **op = va_arg(ap, const char **);
-            uint32_t *ol = va_arg(ap, uint32_t *);
-            if (f[1] || left > UINT32_MAX)
-                return -EBADMSG;
-            if (op)
-                *op = p;
-            if (ol)
-                *ol = (uint32_t)left;
-            if (left) /* body may be NULL when len is 0 */
-                p += left, left = 0;
-            break;
-        }
-        default:
-            return -EBADMSG;
-        }
-    }
-    return left ? -EBADMSG : 0;
-}
-
-/* mc__unpack() is mc__vunpack() with the outputs as arguments. */
-int mc__unpack(const char *body, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = mc__vunpack(body, len, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 /* ---- stat ---- */
 
 /* mc__pack_stat() appends st as `q size, q version, i mtime_ns, u mode,
  * u replicas, u flags, u uid, u gid, u type, u nlink, i atime_ns,
- * i ctime_ns, q rdev, q ino` (84 bytes). Returns w->err. */
-/* As mc__pack(w, "qqiuuuuuuuiiqq", ...) of the fields, without reading a
+ * i ctime_ns, q rdev, q ino, q alloc` (92 bytes). Returns w->err. */
+/* As mc__pack(w, "qqiuuuuuuuiiqqq", ...) of the fields, without reading a
  * format: every GET_REPLICAS, OPEN and PUT_COMMIT answer carries one. */
 int mc__pack_stat(mc__wbuf_t *w, const mc_stat_t *st)
 {
-    char *b = wbuf_room(w, STAT_SIZE);
+    char *b = mc__wbuf_room(w, STAT_SIZE);
     if (!b)
         return w->err;
     st64(b, st->size);
@@ -446,12 +146,13 @@ int mc__pack_stat(mc__wbuf_t *w, const mc_stat_t *st)
     st64(b + 60, (uint64_t)st->ctime_ns);
     st64(b + 68, st->rdev);
     st64(b + 76, st->ino);
+    st64(b + 84, st->alloc);
     return 0;
 }
 
 /*
- * mc__take_stat() decodes the 84-byte stat at the front of *p / *n into *st
- * and advances *p and *n past it. Returns 0, or -EBADMSG when fewer than 84
+ * mc__take_stat() decodes the 92-byte stat at the front of *p / *n into *st
+ * and advances *p and *n past it. Returns 0, or -EBADMSG when fewer than 92
  * bytes are left (then *p, *n and *st are untouched).
  */
 int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
@@ -474,6 +175,7 @@ int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
     st->ctime_ns = (int64_t)ld64(b + 60);
     st->rdev = ld64(b + 68);
     st->ino = ld64(b + 76);
+    st->alloc = ld64(b + 84);
     *p += STAT_SIZE;
     *n -= STAT_SIZE;
     return 0;
@@ -490,7 +192,7 @@ int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
 int mc__pack_replica(mc__wbuf_t *w, uint32_t seg, const char *addr, uint32_t alen, const char *rdma,
                      uint32_t rlen, uint32_t next)
 {
-    char *b = wbuf_room(w, REPLICA_MIN + (size_t)alen + rlen);
+    char *b = mc__wbuf_room(w, REPLICA_MIN + (size_t)alen + rlen);
     if (!b)
         return w->err;
     st32(b, seg);
@@ -507,7 +209,7 @@ int mc__pack_replica(mc__wbuf_t *w, uint32_t seg, const char *addr, uint32_t ale
 
 int mc__pack_extent(mc__wbuf_t *w, uint64_t off, uint64_t len)
 {
-    char *b = wbuf_room(w, EXTENT_SIZE);
+    char *b = mc__wbuf_room(w, EXTENT_SIZE);
     if (!b)
         return w->err;
     st64(b, off);
@@ -526,13 +228,16 @@ int mc__pack_extent(mc__wbuf_t *w, uint64_t off, uint64_t len)
  * passes 2^64, or a replica's extent lengths add up past 2^64. out may be
  * NULL when max is 0.
  */
-/* 1 if none of the n extents at b (q offset, q length each) passes 2^64 - 1,
- * nor do their lengths added. */
+/* 1 if none of the n extents at b (q offset, q length each) passes 2^64 - 1
+ * (a hole, offset MC__WIRE_HOLE, has no end in a segment), nor do their
+ * lengths added. */
 static int extents_ok(const char *b, uint32_t n)
 {
     uint64_t total = 0;
     for (uint32_t e = 0; e < n; e++) {
         uint64_t off = ld64(b + e * EXTENT_SIZE), len = ld64(b + e * EXTENT_SIZE + 8);
+        if (off == MC__WIRE_HOLE)
+            off = 0;
         if (len > UINT64_MAX - off || len > UINT64_MAX - total)
             return 0;
         total += len;
@@ -707,12 +412,12 @@ fail:
 int mc__pack_list(mc__wbuf_t *w, const mc_list_t *l)
 {
     if (l->n > UINT32_MAX)
-        fail(w, -EMSGSIZE);
+        mc__wbuf_fail(w, -EMSGSIZE);
     mc__pack(w, "uu", (unsigned)l->n, (unsigned)(l->more != 0));
     for (size_t i = 0; i < l->n && !w->err; i++) {
         const mc_list_entry_t *e = &l->entries[i];
         if (mc_key_check(e->key, e->klen) < 0) {
-            fail(w, -EINVAL);
+            mc__wbuf_fail(w, -EINVAL);
             break;
         }
         mc__pack(w, "sb", e->key, (uint32_t)e->klen, (unsigned)(e->is_prefix != 0));
@@ -787,10 +492,10 @@ int mc__pack_put_start(mc__wbuf_t *w, const mc__put_start_rq_t *rq)
 {
     int rc = key_err(rq->key, rq->klen);
     if (rc < 0) {
-        fail(w, rc);
+        mc__wbuf_fail(w, rc);
         return w->err;
     }
-    char *b = wbuf_room(w, 4 + (size_t)rq->klen + 8 + 4 * 4 + 8 + 8 + 4 + rq->plen + 3 * 4 + 8);
+    char *b = mc__wbuf_room(w, 4 + (size_t)rq->klen + 8 + 4 * 4 + 8 + 8 + 4 + rq->plen + 3 * 4 + 8);
     if (!b)
         return w->err;
     wr_str(&b, rq->key, rq->klen);
@@ -833,10 +538,10 @@ int mc__pack_put_commit(mc__wbuf_t *w, const mc__put_commit_rq_t *rq)
 {
     int rc = key_err(rq->key, rq->klen);
     if (rc < 0) {
-        fail(w, rc);
+        mc__wbuf_fail(w, rc);
         return w->err;
     }
-    char *b = wbuf_room(w, 8 + 4 + (size_t)rq->klen + 8 + 4 + 4 + 8);
+    char *b = mc__wbuf_room(w, 8 + 4 + (size_t)rq->klen + 8 + 4 + 4 + 8);
     if (!b)
         return w->err;
     st64(b, rq->id);

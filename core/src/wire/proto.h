@@ -29,9 +29,20 @@
  * count, atime, ctime and rdev; PUT_START an owner, type and rdev; PUT_COMMIT
  * and SET_META say which fields they set. 3: MOUNT_SEGMENT carries flags and
  * answers the master's run id; RECORDS_TAKE and RECORDS_REPORT (a restarted
- * master rebuilds its namespace from the nodes). A peer of another version
- * is refused. */
-#define MC__PROTO_SESSION 3
+ * master rebuilds its namespace from the nodes). 4: sparse files: an
+ * extent whose offset is MC__WIRE_HOLE is a hole, the stat carries the
+ * bytes allocated, PUT_GROW names a range (and may punch). A peer of
+ * another version is refused. */
+#define MC__PROTO_SESSION 4
+
+/* The offset of an extent that is a hole: its length takes no space in the
+ * segment and reads as zeros (session version 4; master/alloc.h's
+ * MC__HOLE). */
+#define MC__WIRE_HOLE UINT64_MAX
+
+/* PUT_GROW flags. MC__GROW_PUNCH: make the whole allocation units of the
+ * range a hole instead of giving it space. */
+#define MC__GROW_PUNCH 0x1
 #define MC__PROTO_HDR_SIZE 24
 #define MC__PROTO_MAX_BODY (16U << 20) /* 16 MiB: data moves in chunks below */
 #define MC__PROTO_CHUNK (4U << 20)     /* largest READ/WRITE payload */
@@ -71,7 +82,7 @@
     X(PUT_START, 20, "kquuuuqisuuuq", "qq*") /* key, capacity, flags, mode, replicas, pin, pin     \
                                                 ttl, mtime, preferred data addr, uid, gid, type,   \
                                                 rdev -> put id, write lease ms, replica set */     \
-    X(PUT_GROW, 21, "qq", "*")               /* put id, capacity -> replica set */                 \
+    X(PUT_GROW, 21, "qqqu", "*")             /* put id, off, len, flags -> replica set */          \
     X(PUT_COMMIT, 22, "qkquui", "*")  /* put id, key, size, what (MC_META_MODE, _MTIME), mode,     \
                                          mtime -> stat */                                          \
     X(PUT_REVOKE, 23, "q", "")        /* put id */                                                 \
@@ -184,11 +195,12 @@ int mc__vunpack(const char *body, size_t len, const char *fmt, va_list ap);
  * Helpers for the nested structures carried as raw (`*`) fields.
  *
  * stat:        q size, q version, i mtime_ns, u mode, u replicas, u flags,
- *              u uid, u gid, u type, u nlink, i atime_ns, i ctime_ns, q rdev
+ *              u uid, u gid, u type, u nlink, i atime_ns, i ctime_ns, q rdev,
+ *              q ino, q alloc
  * replica set: u count, then per replica: u seg id, s data address,
  *              s RDMA record (empty: TCP only; opaque to the master, see
  *              transport_rdma.h), u extent count, then per extent:
- *              q offset, q length
+ *              q offset (MC__WIRE_HOLE: a hole), q length
  * listing:     u count, u more, then per entry: s key, b is_prefix, stat
  */
 #include "mooncake/mooncake.h"

@@ -52,9 +52,14 @@ def test_setup_as_a_pure_client_and_as_a_node(make_cluster, make_store):
     node = MooncakeDistributedStore()
     assert node.setup("localhost", "P2PHANDSHAKE", "16MB", "16MB", "tcp", "", c.addr) == 0
     try:
-        assert node.get_hostname() == "localhost" and node.backend == "direct"
+        # a node's host name is its data address, the name of its segment
+        me = node.get_hostname()
+        assert me.startswith("127.0.0.1:") and node.backend == "direct"
         assert client.put("k", b"on the python node") == 0
         assert node.get("k") == b"on the python node"
+        ends = [d.get_memory_descriptor().buffer_descriptor.transport_endpoint_
+                for d in client.get_replica_desc("k")]
+        assert ends == [me]
         r = c.cli("get", "k")
         assert r.returncode == 0 and r.stdout == b"on the python node"
         assert client.put("big", bytes(17 << 20)) == NO_AVAILABLE_HANDLE  # > the 16 MB segment

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, addr
+from conftest import addr, python_env, shared_options
 from mooncake.store import (
     BUFFER_OVERFLOW,
     FILE_NOT_FOUND,
@@ -581,9 +581,7 @@ s.close()
 @pytest.mark.parametrize("mode", ["mount", "cluster"])
 def test_a_tensor_put_by_another_process(make_store, mode):
     s = make_store(mode)
-    opts = {"mount_point": s.daemon.path} if mode == "mount" else \
-        {"master_server_addr": s.cluster.addr, "timeout_ms": 2000}
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    opts, env = shared_options(s), python_env()
     subprocess.run([sys.executable, "-c", WRITER, repr(opts)], check=True, env=env, timeout=60)
     for i, dt in enumerate([torch.float16, torch.bfloat16, torch.float32, torch.int8,
                             torch.bool]):

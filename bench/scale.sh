@@ -1,0 +1,119 @@
+#!/bin/bash
+# bench/scale.sh - what the master holds and serves, for the paper estimate
+# in docs/BENCHMARKS.md ("Past this machine"); called by bench/run.sh, runs
+# on its own too (no root needed). Side by side in one run:
+#   - memory per key: an embedded store (mc_bench --memory: the growth of
+#     the process's resident memory per key, segment pages and the master's
+#     metadata included) holding MEM_KEYS keys of 100 bytes, next to Debian's
+#     redis-server holding the same number of keys of 100 bytes (DEBUG
+#     POPULATE; the growth of its used_memory_rss); and the store alone
+#     with MEM_KEYS_BIG keys (0: skipped);
+#   - the master's ops/s at 1, 8 and 64 client connections (CONNS): that
+#     many mc_bench processes, each a pure client with 16 STATs in flight
+#     (a STAT is answered by the master alone, no byte moves), their ops/s
+#     summed.
+# Every value goes to BENCH_RESULTS (KEY VALUE, keys "scale.") when set.
+# Loopback only; every process it starts is stopped on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${MC_BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+RUNS=${BENCH_RUNS:-3}
+MEM_KEYS=${BENCH_MEM_KEYS:-1000000}
+MEM_KEYS_BIG=${BENCH_MEM_KEYS_BIG:-10000000}
+CONNS=${BENCH_MASTER_CONNS:-1 8 64}
+SECS=${BENCH_MASTER_SECONDS:-2}
+results=${BENCH_RESULTS:-}
+bench_bin=${MC_BENCH:-$BUILD/mc_bench}
+[ -x "$bench_bin" ] || make --no-print-directory -s BUILD="$BUILD" "$bench_bin"
+command -v redis-server >/dev/null || {
+    echo "scale bench: redis-server not found (apt-get install redis-server)" >&2
+    exit 1
+}
+
+work=$(mktemp -d /tmp/mc-scale-bench.XXXXXX)
+pids=()
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    for p in "${pids[@]}"; do
+        kill "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+    rm -rf "$work"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+record() {
+    echo "$1 $2"
+    [ -z "$results" ] || echo "$1 $2" >>"$results"
+}
+free_port() {
+    "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+# field KEY: KEY's value in mc_bench's output on stdin
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | head -1; }
+
+# mc_memory KEYS: bytes per key of an embedded store holding KEYS keys.
+mc_memory() {
+    "$bench_bin" --embedded --size 100 --concurrency 16 --keys $(($1 / 16)) --memory | field rss_bytes_per_key
+}
+# redis_memory KEYS: bytes per key of a fresh redis-server holding KEYS keys
+# of 100 bytes (no persistence).
+redis_memory() {
+    local port before after
+    port=$(free_port)
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+        --enable-debug-command local --daemonize no >"$work/redis.log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    before=$(redis-cli -p "$port" info memory | sed -n 's/^used_memory_rss:\([0-9]*\).*/\1/p')
+    redis-cli -p "$port" debug populate "$1" key 100 >/dev/null
+    after=$(redis-cli -p "$port" info memory | sed -n 's/^used_memory_rss:\([0-9]*\).*/\1/p')
+    redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+    wait "$pid" 2>/dev/null || true
+    echo "$before $after $1" | awk '{printf "%.0f\n", ($2 - $1) / $3}'
+}
+
+echo "scale bench: memory per key, $MEM_KEYS keys of 100 B, $RUNS runs ..."
+record scale.mem.keys "$MEM_KEYS"
+for _ in $(seq "$RUNS"); do
+    record scale.mem.mc "$(mc_memory "$MEM_KEYS")"
+    record scale.mem.redis "$(redis_memory "$MEM_KEYS")"
+done
+if [ "$MEM_KEYS_BIG" -gt 0 ]; then
+    echo "scale bench: memory per key, $MEM_KEYS_BIG keys (the store alone, once) ..."
+    record scale.mem_big.keys "$MEM_KEYS_BIG"
+    record scale.mem_big.mc "$(mc_memory "$MEM_KEYS_BIG")"
+fi
+
+echo "scale bench: the master's STAT ops/s at $CONNS connections, $RUNS runs ..."
+mport=$(free_port)
+"$BUILD/mooncake-master" --listen "127.0.0.1:$mport" --segment-size 64M >"$work/master.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 200); do grep -q "listening on" "$work/master.log" && break; sleep 0.05; done
+# The keys the STATs ask about (one put phase, untimed).
+"$bench_bin" --master "127.0.0.1:$mport" --size 64 --concurrency 16 --keys 1 --ops put \
+    --seconds 0.1 >/dev/null
+for _ in $(seq "$RUNS"); do
+    for n in $CONNS; do
+        for i in $(seq "$n"); do
+            "$bench_bin" --master "127.0.0.1:$mport" --size 64 --concurrency 16 --keys 1 \
+                --ops stat --seconds "$SECS" >"$work/c$i.out" 2>&1 &
+        done
+        wait $(jobs -p | grep -v -x -F "$(printf '%s\n' "${pids[@]}")") 2>/dev/null || true
+        total=0
+        for i in $(seq "$n"); do
+            v=$(field ops_s <"$work/c$i.out")
+            [ -n "$v" ] || {
+                echo "scale bench: client $i of $n failed:" >&2
+                cat "$work/c$i.out" >&2
+                exit 1
+            }
+            total=$((total + v))
+        done
+        record "scale.master_ops.$n" "$total"
+    done
+done

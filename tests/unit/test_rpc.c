@@ -1,0 +1,576 @@
+/*
+ * test_rpc.c - unit tests for calls over framed connections (rpc.h): time
+ * outs, late replies, a server closing with calls pending, a client that
+ * reconnects and keeps alive, and the server's connection and handshake
+ * limits (server.h). The harness is net_harness.h, shared with test_net.c.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "net_harness.h"
+
+/* ======== calls ======== */
+
+static void test_rpc_timeout_and_late_reply(void **state)
+{
+    struct env *e = *state;
+    struct server s;
+    struct client *k = calloc(1, sizeof(*k));
+    struct result r;
+
+    server_start(&s, e->sl, "127.0.0.1:0", SRV_SILENT);
+    client_connect(k, e->cl, &s.addr);
+    assert_int_equal(call(k, MC__OP_PING, "", 200, &r), 0);
+    WAIT_FOR(atomic_load(&r.done), 3000);
+    assert_int_equal(r.status, -ETIMEDOUT);
+    assert_cmp(r.t1 - r.t0, >=, 195);
+    assert_cmp(r.t1 - r.t0, <, 1000);
+    assert_int_equal(call(k, MC__OP_PING, "", 0, &r), -EINVAL);
+    server_stop(&s);
+    WAIT_FOR(atomic_load(&k->closed), 2000);
+
+    /* A reply after the timeout is dropped; the conn carries on. */
+    server_start(&s, e->sl, "127.0.0.1:0", SRV_SLOW);
+    client_connect(k, e->cl, &s.addr);
+    assert_int_equal(call(k, MC__OP_PING, "", 100, &r), 0);
+    WAIT_FOR(atomic_load(&r.done), 3000);
+    assert_int_equal(r.status, -ETIMEDOUT);
+    usleep((SLOW_MS + 100) * 1000);
+    assert_int_equal(call(k, MC__OP_PING, "", 2000, &r), 0);
+    WAIT_FOR(atomic_load(&r.done), 3000);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.len, 4);
+    assert_memory_equal(r.body, "late", 4);
+    client_close(k);
+    server_stop(&s);
+    free(k);
+}
+
+static void test_rpc_server_close_fails_pending(void **state)
+{
+    struct env *e = *state;
+    struct server s;
+    struct client *k = calloc(1, sizeof(*k));
+    struct result r[5];
+
+    server_start(&s, e->sl, "127.0.0.1:0", SRV_SILENT);
+    client_connect(k, e->cl, &s.addr);
+    struct call_req q = {.c = k->c, .op = MC__OP_PING, .timeout_ms = 10000, .res = r, .n = 5};
+    run_on(e->cl, call_fn, &q);
+    assert_int_equal(q.rc, 0);
+    WAIT_FOR(atomic_load(&s.frames) == 5, 2000);
+    uint64_t t0 = mc_loop_now_ms();
+    server_stop(&s);
+    for (int i = 0; i < 5; i++) {
+        WAIT_FOR(atomic_load(&r[i].done), 2000);
+        if (r[i].status != -ECONNRESET && r[i].status != -EPIPE)
+            fail_msg("call %d: status %d, expected -ECONNRESET or -EPIPE", i, r[i].status);
+    }
+    assert_cmp(mc_loop_now_ms() - t0, <, 2000);
+    WAIT_FOR(atomic_load(&k->closed), 2000);
+    assert_int_equal(atomic_load(&k->close_err), -ECONNRESET);
+    free(k);
+}
+
+/* Closing a conn mid-flight: zero-copy sends and calls fail once, before on_close. */
+struct midflight {
+    struct env *e;
+    mc__conn_t *c;
+    int fd;
+    unsigned char *bufs[8];
+    atomic_int dones, cancelled, closed, close_err, dones_at_close, calls_at_close;
+    struct result res[3];
+};
+
+static void mid_done(void *arg, int status)
+{
+    struct midflight *m = arg;
+    CHECK(status == 0 || status == -ECANCELED);
+    for (int i = 0; i < 3; i++) /* sends complete before calls fail */
+        CHECK(atomic_load(&m->res[i].done) == 0);
+    if (status < 0)
+        atomic_fetch_add(&m->cancelled, 1);
+    atomic_fetch_add(&m->dones, 1);
+}
+
+static void mid_close(mc__conn_t *c, int err)
+{
+    struct midflight *m = mc__conn_data(c);
+
+    atomic_store(&m->dones_at_close, atomic_load(&m->dones));
+    int calls = 0;
+    for (int i = 0; i < 3; i++)
+        calls += atomic_load(&m->res[i].done);
+    atomic_store(&m->calls_at_close, calls);
+    for (int i = 0; i < 8; i++) {
+        free(m->bufs[i]); /* nobody refers to them any more */
+        m->bufs[i] = NULL;
+    }
+    atomic_store(&m->close_err, err);
+    atomic_store(&m->closed, 1);
+}
+
+static const mc__conn_ops_t mid_ops = {.on_frame = bound_frame, .on_close = mid_close};
+
+static void mid_start_fn(void *arg)
+{
+    struct midflight *m = arg;
+    mc__hdr_t h = {.op = MC__OP_WRITE};
+
+    CHECK(mc__conn_start(m->e->cl, m->fd, NULL, &mid_ops, m, &m->c) == 0);
+    for (int i = 0; i < 8; i++) {
+        m->bufs[i] = malloc(1 << 20);
+        memset(m->bufs[i], i, 1 << 20);
+        struct iovec iov = {m->bufs[i], 1 << 20};
+        CHECK(mc__conn_send_iov(m->c, &h, &iov, 1, mid_done, m) == 0);
+    }
+    for (int i = 0; i < 3; i++)
+        CHECK(mc__rpc_call(m->c, MC__OP_PING, NULL, 0, 10000, result_cb, &m->res[i]) == 0);
+}
+
+static void mid_close_fn(void *arg)
+{
+    struct midflight *m = arg;
+    struct result r;
+
+    mc__conn_close(m->c);
+    mc__conn_close(m->c); /* idempotent */
+    CHECK(mc__rpc_call(m->c, MC__OP_PING, NULL, 0, 1000, result_cb, &r) == -EPIPE);
+    mc__hdr_t h = {.op = MC__OP_PING};
+    CHECK(mc__conn_send(m->c, &h, NULL, 0) == -EPIPE);
+    CHECK(atomic_load(&m->closed) == 0); /* on_close comes from the loop */
+}
+
+static void test_close_midflight(void **state)
+{
+    struct env *e = *state;
+    struct midflight *m = calloc(1, sizeof(*m));
+    int sv[2];
+
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    m->e = e;
+    m->fd = sv[0];
+    run_on(e->cl, mid_start_fn, m);
+    usleep(50000); /* some bytes go out, the rest wait: nobody reads sv[1] */
+    run_on(e->cl, mid_close_fn, m);
+    WAIT_FOR(atomic_load(&m->closed), 3000);
+    assert_int_equal(atomic_load(&m->close_err), 0);
+    assert_int_equal(atomic_load(&m->dones_at_close), 8);
+    assert_int_equal(atomic_load(&m->calls_at_close), 3); /* and before on_close */
+    assert_cmp(atomic_load(&m->cancelled), >=, 6);
+    for (int i = 0; i < 3; i++) {
+        WAIT_FOR(atomic_load(&m->res[i].done), 1000);
+        assert_int_equal(m->res[i].status, -ECANCELED);
+    }
+    close(sv[1]);
+    free(m);
+}
+
+/* ======== the reconnecting client ======== */
+
+struct rc_case {
+    struct env *e;
+    mc__addr_t addr;
+    mc__rpc_client_t *cl;
+    atomic_int connects, disconnects;
+    atomic_int connected; /* mirrors mc__rpc_client_conn() != NULL */
+    int rc;
+};
+
+static void rc_on_connect(mc__rpc_client_t *cl, mc__conn_t *c)
+{
+    struct rc_case *t = mc__rpc_client_data(cl);
+    CHECK(mc__rpc_client_conn(cl) == c);
+    atomic_fetch_add(&t->connects, 1);
+    atomic_store(&t->connected, 1);
+}
+
+static void rc_on_disconnect(mc__rpc_client_t *cl, int err)
+{
+    struct rc_case *t = mc__rpc_client_data(cl);
+    CHECK(err == -ECONNRESET);
+    atomic_fetch_add(&t->disconnects, 1);
+    atomic_store(&t->connected, 0);
+}
+
+static const mc__rpc_client_ops_t rc_ops = {.on_connect = rc_on_connect,
+                                            .on_disconnect = rc_on_disconnect};
+
+static void rc_new_fn(void *arg)
+{
+    struct rc_case *t = arg;
+    t->rc = mc__rpc_client_new(t->e->cl, &t->addr, 500, &rc_ops, t, &t->cl);
+}
+
+static void rc_close_fn(void *arg)
+{
+    struct rc_case *t = arg;
+    mc__rpc_client_close(t->cl);
+}
+
+static void rc_call_ok(struct rc_case *t)
+{
+    struct result r;
+    struct call_req q = {
+        .cl = t->cl, .op = MC__OP_PING, .body = "hi", .timeout_ms = 2000, .res = &r};
+    run_on(t->e->cl, call_fn, &q);
+    assert_int_equal(q.rc, 0);
+    WAIT_FOR(atomic_load(&r.done), 3000);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.len, 2);
+}
+
+static void test_rpc_client_reconnects(void **state)
+{
+    struct env *e = *state;
+    struct rc_case *t = calloc(1, sizeof(*t));
+    struct server s;
+    struct result r;
+    char where[64];
+    int port = free_port();
+
+    snprintf(where, sizeof(where), "127.0.0.1:%d", port);
+    t->e = e;
+    assert_int_equal(mc__addr_parse(where, -1, &t->addr), 0);
+    run_on(e->cl, rc_new_fn, t);
+    assert_int_equal(t->rc, 0);
+
+    /* Nobody listens: calls fail, at once with -ENOTCONN while backing off. */
+    struct call_req q = {.cl = t->cl, .op = MC__OP_PING, .timeout_ms = 1000, .res = &r};
+    uint64_t t0 = mc_loop_now_ms();
+    for (;;) {
+        run_on(e->cl, call_fn, &q);
+        if (q.rc == -ENOTCONN)
+            break;
+        assert_int_equal(q.rc, 0); /* queued on a connect attempt: it fails */
+        WAIT_FOR(atomic_load(&r.done), 2000);
+        assert_int_equal(r.status, -ECONNREFUSED);
+        assert_cmp(mc_loop_now_ms() - t0, <, 2000);
+    }
+
+    /* A server appears: the client finds it within its backoff. */
+    server_start(&s, e->sl, where, SRV_ECHO);
+    WAIT_FOR(atomic_load(&t->connected), 3000);
+    rc_call_ok(t);
+
+    /* The server goes away and comes back: the client follows. */
+    server_stop(&s);
+    WAIT_FOR(atomic_load(&t->disconnects) == 1, 2000);
+    server_start(&s, e->sl, where, SRV_ECHO);
+    WAIT_FOR(atomic_load(&t->connects) == 2, 3000);
+    rc_call_ok(t);
+
+    run_on(e->cl, rc_close_fn, t);
+    WAIT_FOR(atomic_load(&s.closed) == atomic_load(&s.accepted), 2000);
+    server_stop(&s);
+    usleep(10000); /* the client frees itself on the loop */
+    free(t);
+}
+
+/* ---- a client that looks its server up before each connect ---- */
+
+struct rs_case {
+    struct rc_case rc; /* first: rc_on_connect() finds it as the client's data */
+    mc__addr_t target; /* where the lookup points now */
+    atomic_int lookups;
+    atomic_int fail; /* the next lookup finds nothing */
+};
+
+static void rs_resolve(mc__rpc_client_t *cl)
+{
+    struct rs_case *t = mc__rpc_client_resolve_arg(cl);
+    atomic_fetch_add(&t->lookups, 1);
+    if (atomic_exchange(&t->fail, 0))
+        mc__rpc_client_resolved(cl, NULL, -ENOENT);
+    else
+        mc__rpc_client_resolved(cl, &t->target, 0);
+}
+
+static void rs_new_fn(void *arg)
+{
+    struct rs_case *t = arg;
+    mc__rpc_client_ops_t ops = rc_ops;
+    ops.resolve = rs_resolve;
+    ops.resolve_arg = t;
+    mc__addr_t none = {0};
+    t->rc.rc = mc__rpc_client_new(t->rc.e->cl, &none, 500, &ops, t, &t->rc.cl);
+}
+
+static void rs_reconnect_fn(void *arg)
+{
+    struct rs_case *t = arg;
+    mc__rpc_client_reconnect(t->rc.cl);
+}
+
+/* The address comes from the lookup, before every connect: a client told to
+ * reconnect finds the server that took over; a lookup that finds nothing
+ * is retried with backoff. */
+static void test_rpc_client_resolves(void **state)
+{
+    struct env *e = *state;
+    struct rs_case *t = calloc(1, sizeof(*t));
+    struct server a, b;
+    char wa[64], wb[64];
+    snprintf(wa, sizeof(wa), "127.0.0.1:%d", free_port());
+    snprintf(wb, sizeof(wb), "127.0.0.1:%d", free_port());
+    server_start(&a, e->sl, wa, SRV_ECHO);
+    server_start(&b, e->sl, wb, SRV_ECHO);
+    t->rc.e = e;
+    assert_int_equal(mc__addr_parse(wa, -1, &t->target), 0);
+    atomic_store(&t->fail, 1);
+    run_on(e->cl, rs_new_fn, t);
+    assert_int_equal(t->rc.rc, 0);
+    WAIT_FOR(atomic_load(&t->rc.connected), 3000);
+    assert_cmp(atomic_load(&t->lookups), >=, 2);   /* the first found nothing */
+    WAIT_FOR(atomic_load(&a.accepted) == 1, 2000); /* counted on the server's loop */
+    rc_call_ok(&t->rc);
+
+    /* B takes over: told to reconnect, the client looks again and goes there. */
+    assert_int_equal(mc__addr_parse(wb, -1, &t->target), 0);
+    run_on(e->cl, rs_reconnect_fn, t);
+    WAIT_FOR(atomic_load(&t->rc.connects) == 2, 3000);
+    WAIT_FOR(atomic_load(&b.accepted) == 1, 2000);
+    rc_call_ok(&t->rc);
+
+    run_on(e->cl, rc_close_fn, &t->rc);
+    WAIT_FOR(atomic_load(&b.closed) == atomic_load(&b.accepted), 2000);
+    server_stop(&a);
+    server_stop(&b);
+    usleep(10000); /* the client frees itself on the loop */
+    free(t);
+}
+
+static void rc_keepalive_fn(void *arg)
+{
+    struct rc_case *t = arg;
+    mc__rpc_client_set_keepalive(t->cl, 50);
+}
+
+/* Closes the server's conns, not its listener: a server hanging up on an
+ * idle client. */
+static void srv_hang_up_fn(void *arg)
+{
+    struct server *s = arg;
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (s->conns[i])
+            mc__conn_close(s->conns[i]);
+}
+
+/* A quiet client PINGs so that a server's idle timeout leaves it alone; a
+ * session closed by the server after a while is reopened at once, so that
+ * the next call waits for it instead of failing with -ENOTCONN. */
+static void test_rpc_client_keepalive_and_reconnect(void **state)
+{
+    struct env *e = *state;
+    struct rc_case *t = calloc(1, sizeof(*t));
+    struct server s;
+    struct result r;
+    char where[64];
+
+    snprintf(where, sizeof(where), "127.0.0.1:%d", free_port());
+    server_start(&s, e->sl, where, SRV_ECHO);
+    t->e = e;
+    assert_int_equal(mc__addr_parse(where, -1, &t->addr), 0);
+    run_on(e->cl, rc_new_fn, t);
+    assert_int_equal(t->rc, 0);
+    run_on(e->cl, rc_keepalive_fn, t);
+    WAIT_FOR(atomic_load(&t->connected), 3000);
+    uint64_t t0 = mc_loop_now_ms();
+    int before = atomic_load(&s.frames);
+    WAIT_FOR(atomic_load(&s.frames) >= before + 3, 2000); /* PINGs, no call made */
+
+    /* A session past MC__RPC_RECONNECT_NOW_MS that the server ends. */
+    WAIT_FOR(mc_loop_now_ms() - t0 > MC__RPC_RECONNECT_NOW_MS + 100, 3000);
+    run_on(e->sl, srv_hang_up_fn, &s);
+    WAIT_FOR(atomic_load(&t->disconnects) == 1, 2000);
+    struct call_req q = {
+        .cl = t->cl, .op = MC__OP_PING, .body = "hi", .timeout_ms = 2000, .res = &r};
+    run_on(e->cl, call_fn, &q);
+    assert_int_equal(q.rc, 0); /* queued on the new connect, not -ENOTCONN */
+    WAIT_FOR(atomic_load(&r.done), 3000);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(atomic_load(&t->connects), 2);
+
+    run_on(e->cl, rc_close_fn, t);
+    WAIT_FOR(atomic_load(&s.closed) == atomic_load(&s.accepted), 2000);
+    server_stop(&s);
+    usleep(10000); /* the client frees itself on the loop */
+    free(t);
+}
+
+/* ======== the server's limits (server.h) ======== */
+
+struct srv_case {
+    mc_loop_t *l;
+    mc__server_opts_t o;
+    mc__server_t *srv;
+    mc__addr_t addr;
+    mc__server_stats_t st;
+    int rc;
+};
+
+static void srv_case_start_fn(void *arg)
+{
+    struct srv_case *t = arg;
+    mc__addr_t a;
+
+    t->rc = mc__addr_parse("127.0.0.1:0", -1, &a);
+    if (t->rc == 0)
+        t->rc = mc__server_new(&t->srv, t->l, &a, &t->o);
+    if (t->rc == 0)
+        t->rc = mc__addr_parse(mc__server_addr(t->srv), -1, &t->addr);
+}
+
+static void srv_case_stats_fn(void *arg)
+{
+    struct srv_case *t = arg;
+    mc__server_stats(t->srv, &t->st);
+}
+
+static void srv_case_close_fn(void *arg)
+{
+    struct srv_case *t = arg;
+    mc__server_close(t->srv);
+}
+
+/* read() on a socket with a receive timeout, which the loops' io_uring task
+ * work may interrupt with EINTR (the kernel does not restart it then). */
+static ssize_t read_retry(int fd, void *buf, size_t n)
+{
+    ssize_t r;
+    while ((r = read(fd, buf, n)) < 0 && errno == EINTR)
+        ;
+    return r;
+}
+
+/* Sends a request on a blocking socket; returns its response's status, or
+ * INT_MIN when the server closed the connection instead. */
+static int raw_call(int fd, uint16_t op, const void *body, uint32_t len)
+{
+    unsigned char hdr[MC__PROTO_HDR_SIZE];
+    char resp[256];
+    mc__hdr_t h = {
+        .magic = MC__PROTO_MAGIC, .version = MC__PROTO_VERSION, .op = op, .id = 9, .len = len};
+
+    mc__hdr_encode(hdr, &h);
+    if (write(fd, hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr) ||
+        (len && write(fd, body, len) != (ssize_t)len))
+        return INT_MIN;
+    size_t got = 0;
+    while (got < MC__PROTO_HDR_SIZE || got < MC__PROTO_HDR_SIZE + h.len) {
+        ssize_t r = read_retry(fd, resp + got, sizeof(resp) - got);
+        if (r <= 0)
+            return INT_MIN;
+        got += (size_t)r;
+        if (got >= MC__PROTO_HDR_SIZE)
+            assert_int_equal(mc__hdr_decode(resp, got, &h), 0);
+    }
+    return h.status;
+}
+
+static int raw_hello(int fd)
+{
+    mc__wbuf_t w = {0};
+    mc__pack(&w, "hhuss", (unsigned)MC__PROTO_SESSION, (unsigned)MC__PROTO_SESSION,
+             (unsigned)MC__ROLE_CLIENT, "t", 1u, "", 0u);
+    int rc = raw_call(fd, MC__OP_HELLO, w.p, (uint32_t)w.len);
+    free(w.p);
+    return rc;
+}
+
+/* 1 once the server has closed fd (EOF or reset), 0 if it is still open
+ * after the socket's receive timeout. */
+static int raw_closed(int fd)
+{
+    char c;
+    ssize_t r = read_retry(fd, &c, 1);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+/* At the connection limit a newcomer takes the place of the oldest
+ * connection not yet through its handshake; when all are, it is turned
+ * away at once. */
+static void test_server_connection_limit(void **state)
+{
+    struct env *e = *state;
+    struct srv_case t = {.l = e->sl, .o = {.max_conns = 2}};
+
+    run_on(e->sl, srv_case_start_fn, &t);
+    assert_int_equal(t.rc, 0);
+    int a = raw_connect(&t.addr), b = raw_connect(&t.addr);
+    assert_int_equal(raw_call(a, MC__OP_PING, NULL, 0), 0); /* served: no secret */
+    assert_int_equal(raw_call(b, MC__OP_PING, NULL, 0), 0);
+    int c = raw_connect(&t.addr);
+    assert_int_equal(raw_call(c, MC__OP_PING, NULL, 0), 0);
+    assert_true(raw_closed(a)); /* the oldest stranger made room */
+    assert_int_equal(raw_hello(b), 0);
+    assert_int_equal(raw_hello(c), 0);
+    int d = raw_connect(&t.addr);
+    assert_true(raw_closed(d)); /* everyone is in session: turned away */
+    assert_int_equal(raw_call(b, MC__OP_PING, NULL, 0), 0);
+    assert_int_equal(raw_call(c, MC__OP_PING, NULL, 0), 0);
+    run_on(e->sl, srv_case_stats_fn, &t);
+    assert_int_equal(t.st.evicted, 1);
+    assert_int_equal(t.st.turned_away, 1);
+    close(a);
+    close(b);
+    close(c);
+    close(d);
+    run_on(e->sl, srv_case_close_fn, &t);
+}
+
+/* Before its handshake a connection is bounded to small frames and the
+ * handshake timeout; after it, to MC__PROTO_MAX_BODY and the idle timeout. */
+static void test_server_handshake_limits(void **state)
+{
+    struct env *e = *state;
+    struct srv_case t = {.l = e->sl, .o = {.handshake_timeout_ms = 100, .idle_timeout_ms = 400}};
+    static char body[MC__SERVER_HANDSHAKE_MAX_BODY + 1];
+
+    run_on(e->sl, srv_case_start_fn, &t);
+    assert_int_equal(t.rc, 0);
+    /* A body over the handshake's bound before HELLO: cut off. */
+    int a = raw_connect(&t.addr);
+    assert_int_equal(raw_call(a, MC__OP_WRITE, body, sizeof(body)), INT_MIN);
+    close(a);
+    /* After HELLO the same frame is answered (this server holds no
+     * segments: -EOPNOTSUPP), and the connection stays. */
+    a = raw_connect(&t.addr);
+    assert_int_equal(raw_hello(a), 0);
+    assert_int_equal(raw_call(a, MC__OP_WRITE, body, sizeof(body)), -EOPNOTSUPP);
+    assert_int_equal(raw_call(a, MC__OP_PING, NULL, 0), 0);
+    /* Silent before the handshake: closed after ~100 ms. */
+    uint64_t t0 = mc_loop_now_ms();
+    int b = raw_connect(&t.addr);
+    assert_true(raw_closed(b));
+    assert_cmp(mc_loop_now_ms() - t0, >=, 90);
+    assert_cmp(mc_loop_now_ms() - t0, <, 1000);
+    /* Through it, silent: closed after the idle timeout. */
+    assert_true(raw_closed(a));
+    assert_cmp(mc_loop_now_ms() - t0, >=, 390);
+    run_on(e->sl, srv_case_stats_fn, &t);
+    assert_int_equal(t.st.timed_out, 2);
+    close(a);
+    close(b);
+    run_on(e->sl, srv_case_close_fn, &t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_rpc_timeout_and_late_reply, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rpc_server_close_fails_pending, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_midflight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rpc_client_reconnects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rpc_client_resolves, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rpc_client_keepalive_and_reconnect, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_connection_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_handshake_limits, setup, teardown),
+    };
+
+    mc__log_init("test_rpc", MC__LOG_INFO);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
