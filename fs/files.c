@@ -276,6 +276,20 @@ static void read_writer_done(void *arg, int rc)
     read_done(c, rc);
 }
 
+/* Replies with the bytes the store lent (mc_obj_peek_async()): a block read
+ * ahead, or a buffer of its own; the kernel's copy is the only one here. */
+static void read_peeked(void *arg, int rc, const struct iovec *iov, int iovcnt)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    if (iovcnt)
+        fuse_reply_iov(c->req, iov, iovcnt);
+    else
+        fuse_reply_buf(c->req, NULL, 0);
+    fs_ctx_free(c);
+}
+
 /* The buffer a read is copied into, allocated when the bytes cannot be
  * replied from where they lie. 0 or -ENOMEM. */
 static int read_buf(fs_ctx_t *c)
@@ -286,8 +300,9 @@ static int read_buf(fs_ctx_t *c)
 }
 
 /* Reads c's range of version o: replied in place when its bytes lie in
- * memory this process addresses (the only copy is the kernel's), else read
- * into a buffer. 0 (the reply is sent or will be) or -errno. */
+ * memory this process addresses (the only copy is the kernel's), else from
+ * the bytes the store lends (a block read ahead from another node, or a
+ * buffer it reads into). 0 (the reply is sent or will be) or -errno. */
 static int read_obj(fs_ctx_t *c, mc_obj_t *o)
 {
     const void *p;
@@ -298,8 +313,7 @@ static int read_obj(fs_ctx_t *c, mc_obj_t *o)
         fs_ctx_free(c);
         return 0;
     }
-    int rc = read_buf(c);
-    return rc < 0 ? rc : mc_obj_read_async(o, (uint64_t)c->off, c->data, c->size, read_done, c);
+    return mc_obj_peek_async(o, (uint64_t)c->off, c->size, read_peeked, c);
 }
 
 /* Reads c's range of the version in progress of writer state ws. */

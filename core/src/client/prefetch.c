@@ -21,6 +21,13 @@
  * version has another mc_obj_t and another state. A failed block fails the
  * reads waiting for its bytes with its error (never serving anything else)
  * and drops the stream; the next read starts afresh.
+ *
+ * A read of mc_obj_peek_async() (o->dcb) that one or two blocks hold is
+ * lent their bytes (o->lent, o->liov): no copy; a block outlives a drop
+ * until the read's callback returned (mc__ra_unlend()). Any other such read
+ * gets a buffer of its own here. (The kernel's read-ahead of a file with
+ * the page cache asks 1 MiB at offsets that are seldom the blocks': most of
+ * its reads span two.)
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -33,8 +40,9 @@ typedef struct ra_blk {
     struct mc__ra *ra;
     struct ra_blk *next;
     uint64_t off, len;
-    int pending; /* its transfer is in flight */
-    int dropped; /* off the list: freed when its transfer ends */
+    int pending;   /* its transfer is in flight */
+    int dropped;   /* off the list: freed when its transfer ends and no read holds it */
+    unsigned lent; /* reads lent its bytes, their callbacks not yet returned */
     char buf[];
 } ra_blk_t;
 
@@ -49,6 +57,7 @@ typedef struct mc__ra {
     ra_blk_t *head;             /* blocks by offset, covering [head->off, end) */
     uint64_t bytes;             /* bytes of its blocks, listed or dropped in flight */
     unsigned pending;           /* blocks in flight */
+    unsigned lent;              /* reads lent the bytes of its blocks */
     unsigned gen;               /* counts the streams dropped by a failure */
     op_t *waiting;              /* reads waiting for blocks, linked through o->tmp */
     struct mc__ra *prev, *next; /* on s->ras */
@@ -59,9 +68,20 @@ static uint64_t min64(uint64_t a, uint64_t b)
     return a < b ? a : b;
 }
 
+/* A read of mc_obj_peek_async() that is not lent a block's bytes: a
+ * buffer of its own (freed by mc__ra_unlend()). 0 or -ENOMEM. */
+static int own_buf(op_t *o)
+{
+    if (!o->buf)
+        o->buf = malloc(o->u64 ? o->u64 : 1);
+    return o->buf ? 0 : -ENOMEM;
+}
+
 /* A read straight from the replicas (o->u64 bytes, clamped already). */
 static void plain(op_t *o, const mc__rset_t *rs)
 {
+    if (own_buf(o) < 0)
+        return mc__op_finish(o, -ENOMEM);
     mc__xfer(o->s, rs, 0, o->off, o->buf, o->u64, mc__read_done, o);
 }
 
@@ -76,7 +96,7 @@ static void blk_free(ra_blk_t *b)
 /* Frees ra once its version is closed and nothing is in flight. */
 static void ra_maybe_free(mc__ra_t *ra)
 {
-    if (ra->obj || ra->pending)
+    if (ra->obj || ra->pending || ra->lent)
         return;
     UNLINK(&ra->s->ras, ra);
     free(ra);
@@ -88,7 +108,7 @@ static void blk_drop(ra_blk_t *b)
 {
     mc__ra_t *ra = b->ra;
     ra->head = b->next;
-    if (b->pending)
+    if (b->pending || b->lent)
         b->dropped = 1;
     else
         blk_free(b);
@@ -149,12 +169,30 @@ static int ra_serve(mc__ra_t *ra, op_t *o)
     for (ra_blk_t *c = b; c && c->off < end; c = c->next)
         if (c->pending)
             return 0;
+    o->tmp = NULL;
+    if (o->dcb && !o->buf && b &&
+        (end <= b->off + b->len || (b->next && end <= b->next->off + b->next->len))) {
+        /* lent, not copied: one piece per block */
+        for (int i = 0; b && b->off < end; b = b->next, i++) {
+            uint64_t lo = off > b->off ? off : b->off;
+            o->liov[i] = (struct iovec){b->buf + (lo - b->off), min64(end, b->off + b->len) - lo};
+            o->lent[i] = b;
+            o->liovcnt = i + 1;
+            b->lent++;
+            ra->lent++;
+        }
+        mc__op_finish(o, (int)o->u64);
+        return 1;
+    }
+    if (own_buf(o) < 0) {
+        mc__op_finish(o, -ENOMEM);
+        return 1;
+    }
     for (; b && b->off < end; b = b->next) {
         uint64_t lo = off > b->off ? off : b->off;
         uint64_t hi = min64(end, b->off + b->len);
         memcpy((char *)o->buf + (lo - o->off), b->buf + (lo - b->off), hi - lo);
     }
-    o->tmp = NULL;
     mc__op_finish(o, (int)o->u64);
     return 1;
 }
@@ -184,7 +222,8 @@ static void blk_done(void *arg, int rc)
     ra->pending--;
     b->pending = 0;
     if (b->dropped) {
-        blk_free(b);
+        if (!b->lent)
+            blk_free(b);
         ra_maybe_free(ra);
         return;
     }
@@ -303,6 +342,24 @@ void mc__ra_read(op_t *o)
     if (!ra_serve(ra, o)) {
         o->tmp = ra->waiting;
         ra->waiting = o;
+    }
+}
+
+void mc__ra_unlend(op_t *o)
+{
+    if (!o->lent[0]) {
+        free(o->buf); /* own_buf()'s, or NULL */
+        return;
+    }
+    for (int i = 0; i < 2 && o->lent[i]; i++) {
+        ra_blk_t *b = o->lent[i];
+        mc__ra_t *ra = b->ra;
+        o->lent[i] = NULL;
+        b->lent--;
+        ra->lent--;
+        if (b->dropped && !b->lent && !b->pending)
+            blk_free(b);
+        ra_maybe_free(ra);
     }
 }
 

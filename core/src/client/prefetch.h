@@ -24,6 +24,10 @@
  */
 void mc__ra_read(op_t *o);
 
+/* After the callback of a read of mc_obj_peek_async() (o->dcb) returned:
+ * gives back the blocks it was lent, or frees the buffer it was read into. */
+void mc__ra_unlend(op_t *o);
+
 /* The version ob is being closed: frees its read-ahead blocks; blocks still
  * in flight are freed when their transfers end (which hold the replica set:
  * the caller may free ob's). */

@@ -153,6 +153,7 @@ typedef struct op {
     enum op_kind kind;
     uint64_t t0_ns; /* when it was made (CLOCK_MONOTONIC), for its latency */
     mc_done_cb cb;
+    mc_data_cb dcb; /* mc_obj_peek_async(): called instead of cb, with o->buf */
     void *arg;
     int result;
     unsigned flags;
@@ -182,9 +183,12 @@ typedef struct op {
     uint64_t done;               /* remote: bytes of a whole-object put sent so far */
     uint64_t base;               /* remote: a writer's size when its write or truncate began */
     void (*cont)(struct op *o);  /* remote: what to do once the lease is renewed */
-    uint64_t lo, hi;  /* remote: a writer's bytes to zero around a write that fills a hole */
-    struct op *wnext; /* remote: on its writer's fill_wait */
-    void *tmp;        /* remote: scratch buffer */
+    uint64_t lo, hi;      /* remote: a writer's bytes to zero around a write that fills a hole */
+    struct op *wnext;     /* remote: on its writer's fill_wait */
+    void *tmp;            /* remote: scratch buffer */
+    void *lent[2];        /* remote: read-ahead blocks lent to a peek (prefetch.c) */
+    struct iovec liov[2]; /* remote: a peek's bytes: in lent[], else o->buf */
+    int liovcnt;
     char *key, *key2; /* copies, inside this allocation */
     size_t klen, klen2;
     char keys[];
