@@ -7,7 +7,8 @@
 # mode (pages, the default, and direct). Each run, interleaved with iperf3:
 # SIZE_MB MiB written with dd bs=1M through the writer (timed to the end of
 # close, i.e. published), then read through the reader (a fresh version,
-# so nothing is in its page cache) with dd bs=1M and with dd bs=128K.
+# so nothing is in its page cache) with dd bs=1M and with dd bs=128K; the
+# page cache is dropped before each (drop_caches, bench/lib.sh).
 # Printed: medians of RUNS runs and their ratio to iperf3.
 #
 # With STREAM_BASE_BUILD set to another tree's build directory (bench/
@@ -107,10 +108,19 @@ d = json.load(open(sys.argv[1])); print("%.0f" % (d["end"]["sum_received"]["bits
     for side in "${order[@]}"; do
         for mode in pages direct; do
             a=${dir[$side.$mode.a]} b=${dir[$side.$mode.b]}
+            # Every timed dd starts with the page cache dropped: the pages of
+            # the files read before (kept by b, which never learns of their
+            # removal) would otherwise make each run's cache take memory
+            # the machine never touched; in this VM the first touch of such
+            # memory is a host fault, and the copy into the page cache then
+            # ran at a third of its speed from the second run on.
+            drop_caches
             add "$side.$mode.write" "$(dd_mibps "$a/f$r" write 1M "$SIZE_MB")"
+            drop_caches
             add "$side.$mode.read.1M" "$(dd_mibps "$b/f$r" read 1M "$SIZE_MB")"
             # A fresh version for the second read: b's page cache holds the first.
             cp "$a/f$r" "$a/f$r.2"
+            drop_caches
             add "$side.$mode.read.128K" "$(dd_mibps "$b/f$r.2" read 128K "$SIZE_MB")"
             rm -f "$a/f$r" "$a/f$r.2"
         done
