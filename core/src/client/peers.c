@@ -47,6 +47,11 @@ typedef struct peer {
     int local;                /* addr names this host: its segment may map (shm.h) */
     mc__rpc_client_t *shm_cl; /* to its shm socket, while a mapping is wanted or held */
     shm_map_t *maps;
+    /* Mappings of memory the node let go (its shm socket closed): no
+     * transfer uses them, but they stay mapped until the store closes,
+     * because mc_obj_view() lent their bytes until mc_obj_close() (and
+     * mooncake-fs's worker threads reply from them meanwhile). */
+    shm_map_t *lost;
     struct xfer *waiters; /* transfers waiting for a SHM_MAP answer */
     int shm_pending;      /* SHM_MAP calls in flight */
     mc__rdma_conn_t *rc;  /* RDMA: the connection while connecting or up */
@@ -103,11 +108,11 @@ static const mc__rpc_client_ops_t peer_ops = {.handshake = handshake_peer};
 
 /* ---- peers ---- */
 
-static void shm_unmap_all(peer_t *p)
+static void shm_unmap_all(shm_map_t **list)
 {
-    while (p->maps) {
-        shm_map_t *m = p->maps;
-        p->maps = m->next;
+    while (*list) {
+        shm_map_t *m = *list;
+        *list = m->next;
         if (m->state == SHM_MAPPED)
             munmap(m->base, m->size);
         free(m);
@@ -116,7 +121,8 @@ static void shm_unmap_all(peer_t *p)
 
 static void peer_free(peer_t *p)
 {
-    shm_unmap_all(p);
+    shm_unmap_all(&p->maps);
+    shm_unmap_all(&p->lost);
     free(p);
 }
 
@@ -231,13 +237,24 @@ static void shm_mapped(void *arg, int status, const char *body, size_t len)
 }
 
 /* The node's shm socket closed (it died, or restarted): its memory is no
- * longer the segment the master knows, so drop the mappings. */
+ * longer the segment the master knows, so no transfer uses the mappings
+ * again; they move to p->lost (views of open versions may still point
+ * there: unmapped, a worker thread's reply from one failed with EFAULT). */
 static void shm_lost(mc__rpc_client_t *cl, int err)
 {
     peer_t *p = mc__rpc_client_data(cl);
     mc__log(MC__LOG_INFO, "%s: shared memory lost (%s): using TCP until it maps again", p->addr,
             err ? mc_strerror(err) : "closed");
-    shm_unmap_all(p);
+    while (p->maps) {
+        shm_map_t *m = p->maps;
+        p->maps = m->next;
+        if (m->state != SHM_MAPPED) {
+            free(m);
+            continue;
+        }
+        m->next = p->lost;
+        p->lost = m;
+    }
     mc__rpc_client_close(cl);
     p->shm_cl = NULL;
 }
@@ -526,7 +543,7 @@ void mc__peers_close(struct mc__remote *rm)
         if (p->shm_cl)
             mc__rpc_client_close(p->shm_cl);
         p->shm_cl = NULL;
-        shm_unmap_all(p);
+        shm_unmap_all(&p->maps);
         if (p->rc)
             mc__rdma_close(p->rc); /* pending pieces and a connect get -ECANCELED */
         p->rc = NULL;
