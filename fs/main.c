@@ -260,6 +260,10 @@ static void on_fuse(mc_poll_t *p, int revents)
             return;
         if (rc == -EINTR)
             continue;
+        if (rc == -ECONNABORTED) { /* the kernel ended the connection (unmounted) */
+            fuse_session_exit(fs->se);
+            break;
+        }
         if (rc <= 0) {
             if (rc < 0)
                 fprintf(stderr, "mooncake-fs: error: reading /dev/fuse: %s\n", strerror(-rc));
