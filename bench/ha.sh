@@ -14,6 +14,7 @@
 # Skips (exit 0, saying why) without Debian's etcd. Bounded by BUDGET s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BUILD=${MC_BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 RUNS=${BENCH_RUNS:-3}
@@ -52,20 +53,6 @@ trap 'echo "ha bench: stopped (signal, or over the ${BUDGET} s budget)" >&2; exi
 ) &
 pids+=($!)
 
-free_port() {
-    "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-wait_log() { # PID LOG REGEX: until REGEX is in LOG (20 s)
-    for _ in $(seq 400); do
-        grep -qE "$3" "$2" 2>/dev/null && return 0
-        kill -0 "$1" 2>/dev/null || break
-        sleep 0.05
-    done
-    echo "ha bench: not ready: $2" >&2
-    tail -5 "$2" >&2
-    exit 1
-}
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A v
 add() {
     v[$1]="${v[$1]:-} $2"

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# bench/lib.sh - shell helpers shared by bench/run.sh and bench/compare.sh
-# (sourced, not run): timing dd through a directory, medians, mounts.
+# bench/lib.sh - shell helpers shared by bench/run.sh, bench/compare.sh,
+# bench/stream.sh and bench/ha.sh (sourced, not run): timing dd through a
+# directory, medians, free ports, waiting for a process's log, mounts.
 
 now() { date +%s.%N; }
 
@@ -31,6 +32,24 @@ dd_mibps() {
 # median: the median of the numbers on stdin, one a line (the lower middle
 # for an even count).
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# free_port: a TCP port on 127.0.0.1 that nothing listens on now ($PYTHON).
+free_port() {
+    "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_log PID LOG REGEX: until REGEX is in LOG (20 s); exits 1 with LOG's
+# tail when it is not, or when PID died first.
+wait_log() {
+    for _ in $(seq 400); do
+        grep -qE "$3" "$2" 2>/dev/null && return 0
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "bench: not ready: $2" >&2
+    tail -5 "$2" >&2
+    exit 1
+}
 
 # wait_mount DIR PID: until DIR is a mount point (10 s), or fail if PID died.
 wait_mount() {

@@ -377,6 +377,30 @@ def cluster_section(r, out):
     return lines
 
 
+def stream_section(r):
+    ip = r.m("stream.iperf3")
+    if ip is None:
+        return []
+    sides = [s for s in ("before", "after") if r.m(f"stream.{s}.direct.write") is not None]
+    rows = []
+    for mode in ("pages", "direct"):
+        for what, label in (("write", "write, dd bs=1M (to the end of close)"),
+                            ("read.1M", "read, dd bs=1M"), ("read.128K", "read, dd bs=128K")):
+            row = [f"--cache-mode {mode}: {label}"]
+            for side in sides:
+                v = r.m(f"stream.{side}.{mode}.{what}")
+                row += [fmt(v), ratio(v, ip)]
+            rows.append(row)
+    columns = ["MiB/s"] + [c for s in sides for c in (f"{s} (MiB/s)", f"{s} / iperf3")]
+    return section(
+        "The cluster mount over loopback TCP (bench/stream.sh)",
+        f"A master, one node and client mounts with --no-shm and no segment (every byte "
+        f"crosses a socket), one file of the run's size written through one mount and read "
+        f"through another, against iperf3 on one stream ({fmt(ip)} MiB/s). \"before\" is "
+        f"the mount of STREAM_BASE_BUILD (make bench BENCH_STREAM_BASE=DIR), when given.",
+        columns, rows)
+
+
 def section(title, intro, columns, rows):
     """A report section: a title, a paragraph and a table of rows (cells)."""
     return [f"## {title}", "", intro, "", "| " + " | ".join(columns) + " |",
@@ -452,6 +476,7 @@ def main():
     lines += tar_section(r)
     lines += table_section(r)
     lines += cluster_section(r, out)
+    lines += stream_section(r)
     lines += ha_section(r)
     lines += scale_section(r)
     lines += python_section(r)

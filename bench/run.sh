@@ -22,6 +22,8 @@
 #      alone, and the failover time;
 #   3b. bench/scale.sh: memory per key next to redis-server, the master's
 #      ops/s at 1, 8 and 64 client connections;
+#   3c. bench/stream.sh: a cluster mount over loopback TCP vs iperf3 (write,
+#      1 MiB and 128 KiB reads, both cache modes);
 #   4. the Python client (bench/python_async.py and any other bench/*.py).
 # Every value of every run goes to bench/out/results.txt; bench/report.py
 # turns them into medians, ratios and plots. Runs are interleaved (each
@@ -222,6 +224,11 @@ MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/ha.sh
 # (bench/scale.sh; about a minute).
 echo "bench: memory per key and the master's ops/s (bench/scale.sh) ..."
 MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results bench/scale.sh
+# The cluster mount streaming over TCP vs iperf3 (bench/stream.sh; about a
+# minute, two with BENCH_STREAM_BASE, another build's directory, as before).
+echo "bench: the cluster mount (bench/stream.sh) ..."
+MC_BUILD=$BUILD PYTHON=$PYTHON BENCH_RESULTS=$results STREAM_BASE_BUILD=${BENCH_STREAM_BASE:-} \
+    bench/stream.sh
 for b in bench/*.py; do
     case $b in bench/report.py) continue ;; esac
     echo "bench: $b ..."

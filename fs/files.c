@@ -280,6 +280,20 @@ static void read_writer_done(void *arg, int rc)
     read_done(c, rc);
 }
 
+/* Replies with the bytes the store lent (mc_obj_peek_async()): a block read
+ * ahead, or a buffer of its own; the kernel's copy is the only one here. */
+static void read_peeked(void *arg, int rc, const struct iovec *iov, int iovcnt)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    if (iovcnt)
+        fuse_reply_iov(c->req, iov, iovcnt);
+    else
+        fuse_reply_buf(c->req, NULL, 0);
+    fs_ctx_free(c);
+}
+
 /* The buffer a read is copied into, allocated when the bytes cannot be
  * replied from where they lie. 0 or -ENOMEM. */
 static int read_buf(fs_ctx_t *c)
@@ -290,8 +304,9 @@ static int read_buf(fs_ctx_t *c)
 }
 
 /* Reads c's range of version o: replied in place when its bytes lie in
- * memory this process addresses (the only copy is the kernel's), else read
- * into a buffer. 0 (the reply is sent or will be) or -errno. */
+ * memory this process addresses (the only copy is the kernel's), else from
+ * the bytes the store lends (a block read ahead from another node, or a
+ * buffer it reads into). 0 (the reply is sent or will be) or -errno. */
 static int read_obj(fs_ctx_t *c, mc_obj_t *o)
 {
     const void *p;
@@ -302,8 +317,7 @@ static int read_obj(fs_ctx_t *c, mc_obj_t *o)
         fs_ctx_free(c);
         return 0;
     }
-    int rc = read_buf(c);
-    return rc < 0 ? rc : mc_obj_read_async(o, (uint64_t)c->off, c->data, c->size, read_done, c);
+    return mc_obj_peek_async(o, (uint64_t)c->off, c->size, read_peeked, c);
 }
 
 /* Reads c's range of the version in progress of writer state ws. */
@@ -377,7 +391,7 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct f
     c->wait.run = read_run;
     c->wait.need_writer = 0;
     if (fs_fh_follows(c->fs, fh) && fh->in->ws)
-        fs_ws_when_idle(fh->in->ws, &c->wait);
+        fs_wb_wait(fh->in->ws, &c->wait); /* after the writes behind, when idle */
     else
         read_run(&c->wait, 0);
 }
@@ -385,6 +399,8 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct f
 static void write_done(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
+    if (fs_wb_done(c, rc))
+        return;                   /* answered already (write-behind) */
     fs_ws_op_done(c->in->ws, rc); /* the handle holds the state */
     if (rc < 0)
         return fs_ctx_fail(c, rc);
@@ -424,9 +440,12 @@ static void write_run(fs_waiter_t *w, int err)
     if (c->fh->append)
         c->off = (off_t)mc_writer_size(ws->w);
     fs_ws_op_start(ws);
+    uint64_t end = mc_writer_size(ws->w);
     int rc = mc_writer_write_async(ws->w, (uint64_t)c->off, c->wbuf, c->size, write_done, c);
     if (rc < 0)
         write_done(c, rc);
+    else
+        fs_wb_answer(c, end); /* its callback comes later, never inside the call */
 }
 
 fs_ctx_t *fs_write_ctx(fuse_req_t req, fs_fh_t *fh)
@@ -501,11 +520,27 @@ void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fs_ws_when_idle(fh->in->ws, &c->wait);
 }
 
+static void fsync_run(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    fs_ctx_fail(c, err < 0 ? err : fs_fh_err(c->fh));
+}
+
 void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
     /* Data lives in memory segments; the version is published at close.
-     * See docs/SEMANTICS.md. */
-    reply_err(req, 0);
+     * See docs/SEMANTICS.md. What fsync waits for is the writes answered
+     * before they landed (write-behind): a failure among them is its error. */
+    fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
+    if (!fh->writable || !fh->in->ws)
+        return reply_err(req, fs_fh_err(fh));
+    fs_ctx_t *c = fs_ctx_new(req, fh->in);
+    if (!c)
+        return;
+    c->fh = fh;
+    c->wait.need_writer = 0;
+    c->wait.run = fsync_run;
+    fs_wb_wait(fh->in->ws, &c->wait);
 }
 
 void fs_shutdown(fs_t *fs)

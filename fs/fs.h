@@ -13,6 +13,10 @@
 #include "inode.h"
 #include "mooncake/mooncake.h"
 
+/* The kernel's readahead for the mount's files: max_readahead (ops.c) and
+ * the window of the mount's device (bdi.c). */
+#define FS_MAX_READAHEAD (1u << 20)
+
 struct fs_fh;
 struct fs_wstate;
 struct fs_workers;
@@ -27,18 +31,22 @@ typedef struct fs {
     uint32_t replicas; /* replicas of each file written */
     uid_t uid;
     gid_t gid;
-    int64_t start_ns;       /* mtime of directories without a marker */
-    struct fuse_buf rbuf;   /* the request being processed */
-    int rbuf_taken;         /* a handler kept rbuf.mem; receive into a new one */
-    struct fs_fh *fhs;      /* every open file handle, for shutdown */
-    struct fs_wstate *wss;  /* every writer state, for shutdown */
-    unsigned long inflight; /* requests started and not yet answered */
-    struct fs_ctx *spare;   /* freed request contexts kept for the next ones */
+    int64_t start_ns;           /* mtime of directories without a marker */
+    struct fuse_buf rbuf;       /* the request being processed */
+    int rbuf_taken;             /* a handler kept rbuf.mem; receive into a new one */
+    struct fs_fh *fhs;          /* every open file handle, for shutdown */
+    struct fs_wstate *wss;      /* every writer state, for shutdown */
+    unsigned long inflight;     /* requests started and not yet answered, and writes
+                                   answered while their bytes are in flight (wbehind.c) */
+    struct fs_ctx *spare;       /* freed request contexts kept for the next ones */
     unsigned nspare;
     int stopping;               /* shutting down: no more requests are read */
     unsigned threads;           /* --threads: the loop and N - 1 workers */
     struct fs_workers *workers; /* --threads: the other threads reading requests */
     uint64_t worker_reads;      /* READs they answered, once stopped */
+    uint64_t wb_max;            /* write-behind per file, bytes (0: none; wbehind.c) */
+    uint64_t wb_total;          /* write-behind of the whole mount, bytes */
+    uint64_t wb_used;           /* bytes of writes answered and still in flight */
 } fs_t;
 
 /* The FUSE low-level operations of the daemon. */
@@ -47,6 +55,11 @@ extern const struct fuse_lowlevel_ops fs_ops;
 /* Takes ownership of the current request buffer: the caller free()s it
  * when done. In request.c. */
 void *fs_take_request_buffer(fs_t *fs);
+
+/* Raises the kernel's readahead window for the files mounted at mountpoint
+ * (absolute, resolved: as fuse_parse_cmdline() gives it; mounted already)
+ * to kib KiB, when this process may (root); else leaves it. In bdi.c. */
+void fs_kernel_readahead(const char *mountpoint, unsigned kib);
 
 /* Releases every open handle and writer, at unmount. In files.c. */
 void fs_shutdown(fs_t *fs);

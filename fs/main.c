@@ -49,6 +49,7 @@ struct options {
     char *rdma_devices;
     char *metrics;
     char *cache;
+    char *stream[4]; /* --readahead, --total-readahead, --write-behind, --total-write-behind */
     char *threads;
     int no_shm;
     int help;
@@ -76,6 +77,10 @@ static const struct fuse_opt option_spec[] = {
     OPT_ARG("timeout-ms", net_timeout),
     OPT_ARG("cache-timeout", timeout),
     OPT_ARG("cache-mode", cache),
+    OPT_ARG("total-readahead", stream[1]),
+    OPT_ARG("readahead", stream[0]),
+    OPT_ARG("total-write-behind", stream[3]),
+    OPT_ARG("write-behind", stream[2]),
     OPT_ARG("threads", threads),
     OPT("--no-shm", no_shm),
     OPT("no-shm", no_shm),
@@ -133,6 +138,13 @@ static void usage(const char *prog)
            "                          page cache (mmap works; a mount sees one content per\n"
            "                          file), or 'direct': direct I/O, each open reads the\n"
            "                          version it opened (no shared mmap)\n"
+           "    --readahead SIZE      read ahead of a file read sequentially from another\n"
+           "                          node, up to SIZE per open file (default 8M; 0: off)\n"
+           "    --total-readahead SIZE  bound on all read-ahead together (default 256M)\n"
+           "    --write-behind SIZE   with --master: answer writes while up to SIZE of a\n"
+           "                          file's are still in flight (default 8M; 0: off;\n"
+           "                          errors then fail the next write, fsync or close)\n"
+           "    --total-write-behind SIZE  bound on all writes in flight (default 64M)\n"
            "    --threads N           threads reading FUSE requests (default: the CPUs\n"
            "                          this process may run on, at most %d): the others\n"
            "                          answer reads from memory, the loop the rest\n"
@@ -248,6 +260,10 @@ static void on_fuse(mc_poll_t *p, int revents)
             return;
         if (rc == -EINTR)
             continue;
+        if (rc == -ECONNABORTED) { /* the kernel ended the connection (unmounted) */
+            fuse_session_exit(fs->se);
+            break;
+        }
         if (rc <= 0) {
             if (rc < 0)
                 fprintf(stderr, "mooncake-fs: error: reading /dev/fuse: %s\n", strerror(-rc));
@@ -444,6 +460,8 @@ static int apply_options(const struct options *o, mc_store_opts_t *so, fs_t *fs)
         fprintf(stderr, "mooncake-fs: error: --protocol takes tcp, rdma or auto\n");
         return -1;
     }
+    if (fs_stream_options(fs, so, o->master && o->master[0], (const char *const *)o->stream) < 0)
+        return -1;
     fs->replicas = 1;
     if (o->replicas) {
         if (parse_uint(o->replicas, "--replicas", 8, &v) < 0 || v == 0)
@@ -504,6 +522,7 @@ static int mount_and_open_store(fs_t *fs, struct fuse_args *args,
     if (fuse_session_mount(fs->se, fopts->mountpoint) != 0)
         return -1;
     *mounted = 1;
+    fs_kernel_readahead(fopts->mountpoint, FS_MAX_READAHEAD >> 10);
     if (fuse_daemonize(fopts->foreground) != 0)
         return -1;
     if (!fopts->foreground && open_store(fs, so, default_listen) < 0)
@@ -600,6 +619,8 @@ static void free_options(struct options *o)
     free(o->evict_ratio);
     free(o->timeout);
     free(o->cache);
+    for (int i = 0; i < 4; i++)
+        free(o->stream[i]);
     free(o->threads);
     free(o->listen);
     free(o->net_timeout);

@@ -13,7 +13,7 @@
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
     conn->max_write = 1 << 20;
-    conn->max_readahead = 1 << 20;
+    conn->max_readahead = FS_MAX_READAHEAD; /* and the mount's window: bdi.c */
     if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
         conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
     if (conn->capable & FUSE_CAP_READDIRPLUS)

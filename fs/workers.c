@@ -250,8 +250,9 @@ static int reply_from_view(worker_t *w, const struct fuse_in_header *ih, const f
     oh.len = (uint32_t)(sizeof(oh) + len);
     iov[0] = (struct iovec){.iov_base = &oh, .iov_len = sizeof(oh)};
     ssize_t rc = writev(w->all->fd, iov, k);
-    /* ENOENT: the request was interrupted and is gone; ENODEV: unmounted. */
-    if (rc < 0 && errno != ENOENT && errno != ENODEV)
+    /* ENOENT: the request was interrupted and is gone; ENODEV,
+     * ECONNABORTED: unmounted (the kernel ended the connection). */
+    if (rc < 0 && errno != ENOENT && errno != ENODEV && errno != ECONNABORTED)
         fprintf(stderr, "mooncake-fs: error: replying to a read: %s\n", strerror(errno));
     __atomic_fetch_add(&w->all->reads, 1, __ATOMIC_RELAXED);
     return 0;

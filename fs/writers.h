@@ -40,8 +40,10 @@ typedef struct fs_wstate {
     int fresh;    /* the next writer starts empty instead of copying */
     mc_stat_t st; /* filled by the commit */
     fs_waiter_t *wait_head, *wait_tail;
-    fs_waiter_t *committers; /* flushes waiting for the commit in flight */
-    pid_t owners[8];         /* processes that opened it for writing or wrote */
+    fs_waiter_t *committers;  /* flushes waiting for the commit in flight */
+    uint64_t behind;          /* bytes of writes answered while in flight (wbehind.c) */
+    fs_waiter_t *behind_wait; /* waiting for them to land (fs_wb_wait()) */
+    pid_t owners[8];          /* processes that opened it for writing or wrote */
     int nowners;
     struct fs_wstate *prev, *next;
 } fs_wstate_t;
@@ -98,5 +100,31 @@ void fs_ws_orphan(fs_inode_t *in);
  * mc_store_close(), when the store has freed every writer) the states
  * left are freed without touching their writers. */
 void fs_ws_shutdown(fs_t *fs, int store_closed);
+
+/* ---- write-behind (wbehind.c) ---- */
+
+/* Answers write c (its writer operation started) at once when it is
+ * sequential (at end, the size of the version in progress before it) and
+ * the bounds of write-behind allow it: the bytes are still in flight, the
+ * state held until they land (fs_wb_done()). Returns 1 if answered, else
+ * 0: answer it when it ends, as before. */
+int fs_wb_answer(fs_ctx_t *c, uint64_t end);
+
+/* The writer operation of write c ended with rc: returns 0 if c was not
+ * answered by fs_wb_answer() (the caller answers), else ends it (a failure
+ * fails the version: the next write, fsync or close reports it) and
+ * returns 1. */
+int fs_wb_done(fs_ctx_t *c, int rc);
+
+/* Runs w (now or later, exactly once) when no write of ws is behind (every
+ * answered write landed or failed) and the state is idle
+ * (fs_ws_when_idle()). New writes are not answered early while w waits. */
+void fs_wb_wait(fs_wstate_t *ws, fs_waiter_t *w);
+
+/* Sets the bounds of read-ahead (in so) and write-behind (in fs) from
+ * opt[]: --readahead, --total-readahead, --write-behind and
+ * --total-write-behind, each NULL for its default (write-behind: none on an
+ * embedded mount, cluster 0). Returns 0, or -1 after saying what is wrong. */
+int fs_stream_options(fs_t *fs, mc_store_opts_t *so, int cluster, const char *const opt[4]);
 
 #endif /* FS_WRITERS_H */

@@ -16,6 +16,7 @@ import pytest
 
 from harness import cli, free_port, wait_for
 from test_metrics import scrape
+from test_stream import NODE_GONE
 
 MiB = 1 << 20
 # the loop and two workers, even on 2 cores (MC_TEST_THREADS=1: the same
@@ -182,3 +183,39 @@ def test_threads_option_is_checked(make_mount, tmp_path):
         f.write(b"one thread")
     with open(m.p("f"), "rb") as f:
         assert f.read() == b"one thread"
+
+
+def test_workers_reading_a_node_killed_while_its_file_is_open(cluster, tmp_path):
+    """Regression: when a node on this host died, its shm socket closed and
+    the client unmapped its segment while the workers still replied from
+    views into it: writev failed with EFAULT ("replying to a read: Bad
+    address") and the reader got EIO. The mapping stays until the store
+    closes: a worker's reply of the open version is its bytes; the loop,
+    which reads the dead node over TCP now, fails a read with the
+    connection's error."""
+    m = cluster.master()
+    node = cluster.node(m)
+    port = free_port()
+    mnt = cluster.mount("--master", m.addr, "--segment-size", "0", "--threads", THREADS,
+                        "--cache-mode", "direct", "--metrics", str(port))
+    data = os.urandom(4 * MiB)
+    with open(mnt.p("f"), "wb") as f:
+        f.write(data)
+    fd = os.open(mnt.p("f"), os.O_RDONLY)
+    try:
+        assert os.pread(fd, MiB, 0) == data[:MiB]
+        node.kill9()
+        base, served = worker_reads(port), 0
+        for i in range(5000):
+            off = (i * 7 * 4096) % (len(data) - 4096)
+            try:
+                assert os.pread(fd, 4096, off) == data[off:off + 4096], off
+                served += 1
+            except OSError as e:
+                assert e.errno in NODE_GONE, e
+            if i % 100 == 99 and worker_reads(port) - base >= 20:
+                break
+        assert worker_reads(port) - base >= 20, "the workers answered no reads after the kill"
+        assert served
+    finally:
+        os.close(fd)

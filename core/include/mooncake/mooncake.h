@@ -45,6 +45,10 @@ typedef struct mc_writer mc_writer_t;
 
 /* result is >= 0 on success (bytes, counts, or 0) or a negative errno. */
 typedef void (*mc_done_cb)(void *arg, int result);
+/* The same, with the bytes a read lends (mc_obj_peek_async()): iovcnt
+ * pieces (0 when result <= 0) holding the result bytes in order, valid
+ * until the callback returns. */
+typedef void (*mc_data_cb)(void *arg, int result, const struct iovec *iov, int iovcnt);
 
 typedef struct mc_store_opts {
     uint64_t segment_size;    /* bytes of memory this node contributes (embedded, 0:
@@ -109,6 +113,16 @@ typedef struct mc_store_opts {
                                  co-located clients over shared memory: they
                                  reach it over TCP */
     uint64_t segment_offset;  /* where segment_file's segment starts */
+    uint64_t readahead_max;   /* read-ahead of one open version (mc_obj_t) whose
+                                 replica is on another node (TCP, RDMA): sequential
+                                 mc_obj_read_async()s are detected and up to this
+                                 many bytes ahead of them are fetched, in 1 MiB
+                                 blocks with several in flight, and served from
+                                 memory. 0: the default, 8 MiB; under 1 MiB: no
+                                 read-ahead. A seek drops it and starts again */
+    uint64_t readahead_total; /* the bound on the read-ahead of every open version
+                                 of the store together (0: the default, 256 MiB);
+                                 a read past the bounds reads the replica directly */
 } mc_store_opts_t;
 
 /* Object metadata, as published. */
@@ -537,6 +551,15 @@ MC_EXPORT int mc_obj_read_async(mc_obj_t *o, uint64_t off, void *buf, size_t len
                                 void *arg);
 /* The same, waited for. */
 MC_EXPORT int mc_obj_read(mc_obj_t *o, uint64_t off, void *buf, size_t len);
+/*
+ * Reads up to len bytes at off into memory the store lends: cb gets them
+ * (result: bytes read, short at the end) and may use them until it
+ * returns. A read that one or two blocks read ahead hold is lent them, a
+ * piece each (no copy); any other is read into a buffer of the store's,
+ * one piece, freed after cb. For a caller that passes the bytes on at once
+ * (a FUSE reply).
+ */
+MC_EXPORT int mc_obj_peek_async(mc_obj_t *o, uint64_t off, size_t len, mc_data_cb cb, void *arg);
 /*
  * Reads in place: when bytes [off, off + len) of the version (clipped to its
  * size) start in memory this process addresses - its own segment, or a

@@ -19,6 +19,7 @@
 #include "mooncake/mooncake.h"
 #include "server/server.h"
 #include "transport/shm.h"
+#include "client/prefetch.h"
 #include "client/store_i.h"
 #include "server/rdma_setup.h"
 
@@ -176,6 +177,8 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
     s->seg_fd = -1;
     s->no_shm = o->no_shm != 0;
     s->no_rcache = o->no_replica_cache != 0;
+    s->ra_max = o->readahead_max ? o->readahead_max : MC__RA_MAX_DEFAULT;
+    s->ra_total = o->readahead_total ? o->readahead_total : MC__RA_TOTAL_DEFAULT;
     int rc = mc__xport_parse(o->protocol);
     if (rc < 0)
         goto fail;
@@ -332,6 +335,7 @@ void mc_store_close(mc_store_t *s)
     /* The loop is stopped (or this is its thread): release what callers left
      * open, as promised. Their handles and writes at the master went with
      * the client's link (an embedded master's are freed with it). */
+    mc__ra_free_all(s);
     while (s->objs) {
         mc_obj_t *ob = s->objs;
         s->objs = ob->next;

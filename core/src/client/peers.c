@@ -103,11 +103,11 @@ static const mc__rpc_client_ops_t peer_ops = {.handshake = handshake_peer};
 
 /* ---- peers ---- */
 
-static void shm_unmap_all(peer_t *p)
+static void shm_unmap_all(shm_map_t **list)
 {
-    while (p->maps) {
-        shm_map_t *m = p->maps;
-        p->maps = m->next;
+    while (*list) {
+        shm_map_t *m = *list;
+        *list = m->next;
         if (m->state == SHM_MAPPED)
             munmap(m->base, m->size);
         free(m);
@@ -147,7 +147,7 @@ void mc__peers_unretire(struct mc__remote *rm)
 
 static void peer_free(peer_t *p)
 {
-    shm_unmap_all(p);
+    shm_unmap_all(&p->maps);
     free(p);
 }
 
@@ -559,7 +559,7 @@ void mc__peers_close(struct mc__remote *rm)
         if (p->shm_cl)
             mc__rpc_client_close(p->shm_cl);
         p->shm_cl = NULL;
-        shm_unmap_all(p);
+        shm_unmap_all(&p->maps);
         if (p->rc)
             mc__rdma_close(p->rc); /* pending pieces and a connect get -ECANCELED */
         p->rc = NULL;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/prefetch.h"
 #include "client/remote_i.h"
 #include "runtime/loop_i.h"
 
@@ -485,10 +486,11 @@ void mc__remote_exec(op_t *o)
         rc = mc__mcall(s, MC__OP_OPEN, open_done, o, "k", o->key, (uint32_t)o->klen);
         break;
     case OP_OBJ_READ:
-        return read_range(o, o->obj->rs, o->obj->st.size);
+        return mc__ra_read(o);
     case OP_OBJ_CLOSE:
         mc__mcall(s, MC__OP_CLOSE, mc__ignore_reply, NULL, "q", o->obj->rid);
         UNLINK(&s->objs, o->obj);
+        mc__ra_close(o->obj);
         mc__rset_free(o->obj->rs);
         free(o->obj);
         if (!s->objs && s->rm && s->rm->retired)

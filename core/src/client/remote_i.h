@@ -32,6 +32,7 @@
 /* A replica set, as the master hands it out (mc__rset_take()). */
 typedef struct mc__rset {
     uint32_t n;
+    uint32_t refs;   /* its holder, plus every transfer in flight over it */
     uint64_t put_id; /* a writer's set: the put it belongs to (0: none) */
     struct rrep {
         uint32_t seg;
@@ -152,7 +153,9 @@ typedef struct xfer {
 /*
  * Moves len bytes between buf and object offset off of the replicas rs
  * (every replica for a write; the first that works for a read); buf NULL
- * with write writes zeros. done(arg, rc) runs once, possibly at once.
+ * with write writes zeros. done(arg, rc) runs once, possibly at once. The
+ * transfer holds a reference to rs until then, so its holder may replace
+ * and free it meanwhile (a writer growing while writes are in flight).
  */
 void mc__xfer(mc_store_t *s, const mc__rset_t *rs, int write, uint64_t off, char *buf, uint64_t len,
               void (*done)(void *, int), void *arg);

@@ -21,6 +21,7 @@
 #include "runtime/log.h"
 #include "runtime/loop_i.h"
 #include "mooncake/mooncake.h"
+#include "client/prefetch.h"
 #include "client/store_i.h"
 #include "master/master.h"
 #include "transport/transport_rdma.h"
@@ -78,8 +79,14 @@ static op_t *op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t kl
 static void complete(void *arg)
 {
     op_t *o = arg;
-    if (o->cb)
+    if (o->dcb) {
+        if (o->result > 0 && !o->liovcnt) /* read into its own buffer */
+            o->liov[o->liovcnt++] = (struct iovec){o->buf, (size_t)o->result};
+        o->dcb(o->arg, o->result, o->liov, o->result > 0 ? o->liovcnt : 0);
+        mc__ra_unlend(o);
+    } else if (o->cb) {
         o->cb(o->arg, o->result);
+    }
     free(o);
 }
 
@@ -432,6 +439,20 @@ static void end_op(mc_store_t *s, enum op_kind kind, mc_obj_t *ob, mc_writer_t *
     o->obj = ob;
     o->w = w;
     submit(o);
+}
+
+int mc_obj_peek_async(mc_obj_t *ob, uint64_t off, size_t len, mc_data_cb cb, void *arg)
+{
+    if (len > INT32_MAX)
+        return -EINVAL;
+    op_t *o = op_new(ob->s, OP_OBJ_READ, NULL, 0, NULL, 0, NULL, arg);
+    if (!o)
+        return -ENOMEM;
+    o->dcb = cb;
+    o->obj = ob;
+    o->off = off;
+    o->len = len; /* o->buf: lent or allocated where it is read (prefetch.c) */
+    return submit(o);
 }
 
 int mc_obj_read_async(mc_obj_t *ob, uint64_t off, void *buf, size_t len, mc_done_cb cb, void *arg)

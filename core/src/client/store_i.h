@@ -65,6 +65,10 @@ struct mc_store {
     struct mc__ubuf *ubufs; /* mc_register_buffer()'s regions; loop thread only */
     mc_obj_t *objs;         /* open handles, released by close; loop thread only */
     mc_writer_t *writers;   /* open writers, released by close; loop thread only */
+    uint64_t ra_max;        /* read-ahead per open version, bytes (0: none; prefetch.h) */
+    uint64_t ra_total;      /* read-ahead of the whole store, bytes */
+    uint64_t ra_used;       /* bytes of read-ahead blocks now; loop thread only */
+    struct mc__ra *ras;     /* read-ahead states, open or draining; loop thread only */
 };
 
 struct mc_obj {
@@ -72,6 +76,7 @@ struct mc_obj {
     mc_stat_t st;
     uint64_t rid;          /* the master's handle id */
     struct mc__rset *rs;   /* where its bytes are */
+    struct mc__ra *ra;     /* its read-ahead (prefetch.c), or NULL */
     mc_obj_t *prev, *next; /* on s->objs */
 };
 
@@ -89,9 +94,8 @@ struct mc_writer {
     int64_t mtime_ns;    /* MC_META_MTIME */
     char *key;           /* remote: the key to publish under */
     size_t klen;
-    struct op *filling;       /* remote: the write filling a hole (writer.c), or NULL */
+    struct op *filling;       /* remote: the write filling a hole or a gap (writer.c), or NULL */
     struct op *fill_wait;     /* remote: writes waiting for it, in order */
-    uint32_t busy;            /* remote: writes and truncates past w_reserve() */
     mc_writer_t *prev, *next; /* on s->writers */
 };
 
@@ -151,6 +155,7 @@ typedef struct op {
     enum op_kind kind;
     uint64_t t0_ns; /* when it was made (CLOCK_MONOTONIC), for its latency */
     mc_done_cb cb;
+    mc_data_cb dcb; /* mc_obj_peek_async(): called instead of cb, with o->buf */
     void *arg;
     int result;
     unsigned flags;
@@ -178,13 +183,17 @@ typedef struct op {
     uint64_t sent_ms; /* remote: when the last master call that renews a lease went out */
     uint64_t lease_ms, renew_at; /* remote: a whole-object put's write lease */
     uint64_t done;               /* remote: bytes of a whole-object put sent so far */
+    uint64_t base;               /* remote: a writer's size when its write or truncate began */
     void (*cont)(struct op *o);  /* remote: what to do once the lease is renewed */
     uint64_t lo, hi;      /* remote: a writer's bytes to zero around a write that fills a hole */
     struct op *wnext;     /* remote: on its writer's fill_wait */
     void *tmp;            /* remote: scratch buffer */
     mc_task_info_t *task; /* OP_TASK_QUERY: the answer; OP_TASK_CREATE: *id in u64's place */
     uint64_t *task_id;    /* OP_TASK_CREATE: where the new task's id goes */
-    char *key, *key2;     /* copies, inside this allocation */
+    void *lent[2];        /* remote: read-ahead blocks lent to a peek (prefetch.c) */
+    struct iovec liov[2]; /* remote: a peek's bytes: in lent[], else o->buf */
+    int liovcnt;
+    char *key, *key2; /* copies, inside this allocation */
     size_t klen, klen2;
     char keys[];
 } op_t;
@@ -260,7 +269,7 @@ struct mc__ubuf {
  * Loop thread. */
 struct mc__ubuf *mc__ubuf_find(mc_store_t *s, const void *p, size_t len);
 
-/* Frees a replica set. */
+/* Drops a reference to a replica set (NULL is ignored); the last frees it. */
 void mc__rset_free(struct mc__rset *rs);
 
 #endif /* MC_STORE_I_H */

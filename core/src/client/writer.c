@@ -6,7 +6,9 @@
  * on an existing version first copies it. Sparse files: a write past the
  * end leaves a hole (no space) behind it, a long gap past the size is
  * punched, a write into a hole gets space there, and a copy keeps the
- * base's holes.
+ * base's holes. Writes may be in flight together (write-behind): the size
+ * counts each from its start (o->base is the size before it), and a write
+ * that fills a hole or zeroes a gap holds the others back meanwhile.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -40,6 +42,23 @@ static void w_copy_step(op_t *o);
 static void w_copied(void *arg, int rc);
 static void w_fail(op_t *o, int rc);
 
+/* Why a PUT_GROW failed, as the writer's error: a connection to the master
+ * lost with it lost the put too (a master lets go of what a connection
+ * held when it closes, and one that restarted never knew it), as when the
+ * master says the put is gone (-ESTALE). */
+static int grow_error(int status)
+{
+    switch (-status) {
+    case ECONNRESET:
+    case ECONNABORTED:
+    case ENOTCONN:
+    case EPIPE:
+        return -ESTALE;
+    default:
+        return revoked(status);
+    }
+}
+
 static void w_renewed(void *arg, int status, const char *body, size_t len)
 {
     op_t *o = arg;
@@ -49,7 +68,7 @@ static void w_renewed(void *arg, int status, const char *body, size_t len)
     if (status < 0 && o->kind == OP_W_OPEN)
         return w_copied(o, revoked(status)); /* revokes and frees the writer */
     if (status < 0)
-        return w_fail(o, revoked(status));
+        return w_fail(o, grow_error(status));
     w->renew_at = o->sent_ms + w->lease_ms / 2;
     if (o->u64 > w->capacity)
         w->capacity = o->u64;
@@ -74,7 +93,7 @@ static void w_grow(op_t *o, uint64_t off, uint64_t len, int punch, void (*cont)(
     if (rc < 0 && o->kind == OP_W_OPEN)
         w_copied(o, rc);
     else if (rc < 0)
-        w_fail(o, rc);
+        w_fail(o, grow_error(rc));
 }
 
 /* Whether w's lease must be renewed before it moves another byte: half of
@@ -202,17 +221,16 @@ static void w_op_done(void *arg, int rc)
 {
     op_t *o = arg;
     mc_writer_t *w = o->w;
-    if (o->kind == OP_W_WRITE || o->kind == OP_W_TRUNC)
-        w->busy--;
-    if (rc >= 0 && o->kind == OP_W_WRITE) {
-        if (o->off + o->len > w->size)
-            w->size = o->off + o->len;
+    if (o->kind == OP_W_WRITE || o->kind == OP_W_TRUNC) {
+        /* The size counted it when it started; no later write grew it
+         * since: back to what it was before this one. */
+        if (rc < 0 && w->size == o->off + o->len)
+            w->size = o->base;
+    }
+    if (rc >= 0 && o->kind == OP_W_WRITE)
         rc = (int)o->len;
-    }
-    if (rc >= 0 && o->kind == OP_W_TRUNC) {
-        w->size = o->off;
+    if (rc >= 0 && o->kind == OP_W_TRUNC)
         rc = 0;
-    }
     if (rc >= 0 && o->kind == OP_W_PUNCH)
         rc = 0;
     mc__op_finish(o, rc);
@@ -222,10 +240,10 @@ static void w_have_space(op_t *o);
 static void w_reserve(op_t *o);
 
 /*
- * Ends o's fill of a hole (its new space around what it writes is zeroed):
- * the writes that waited for it look at the layout again. While a write
- * fills a hole every other write of the writer waits, so that the zeros
- * around it land on space no other write has touched yet.
+ * Ends o's fill of a hole (its new space around what it writes is zeroed)
+ * or of a gap: the writes that waited for it look at the layout again.
+ * While a write fills a hole or a gap every later write of the writer
+ * waits, so that the zeros land on space no other write has touched yet.
  */
 static void w_unfill(op_t *o)
 {
@@ -248,9 +266,7 @@ static void w_unfill(op_t *o)
 static void w_fail(op_t *o, int rc)
 {
     w_unfill(o);
-    if (o->kind == OP_W_WRITE || o->kind == OP_W_TRUNC)
-        o->w->busy--;
-    mc__op_finish(o, rc);
+    w_op_done(o, rc);
 }
 
 static void w_step_done(void *arg, int rc)
@@ -258,20 +274,22 @@ static void w_step_done(void *arg, int rc)
     op_t *o = arg;
     if (rc < 0)
         return w_fail(o, rc);
-    if (o->stage == 4)
-        o->w->size = o->off; /* the gap is zeros now */
     w_have_space(o);
 }
 
-/* A gap this long before a write, past the writer's size, is punched (its
- * space given back) rather than zeroed where it has space. */
+/* A gap this long before a write, past the writer's size when it began,
+ * is punched (its space given back) rather than zeroed where it has
+ * space. */
 #define W_PUNCH_GAP (1u << 20)
 
 /*
  * Space is reserved up to at least the end: zeroes the new space around a
  * write that filled a hole (stages 0 and 1, [o->lo, off) and [end, o->hi)),
- * makes a gap past the size zeros (2: punched when long and not a hole
- * already, 3: zeroed where it has space), then does the op.
+ * makes the gap [o->base, off) past the size it began at zeros (2: punched
+ * when long and not a hole already, 3: zeroed where it has space), then
+ * does the op. A write with a gap holds w->filling from w_reserve() to
+ * here: a later write may land in the gap, and must not have its bytes
+ * zeroed after it wrote them. Writes started before it end at o->base.
  */
 static void w_have_space(op_t *o)
 {
@@ -286,19 +304,18 @@ static void w_have_space(op_t *o)
         if (o->hi > end)
             return mc__xfer(o->s, w->rs, 1, end, NULL, o->hi - end, w_step_done, o);
         return w_have_space(o);
-    case 2: /* a punch while no other write is on its way there */
-        w_unfill(o);
-        if (o->off > w->size + W_PUNCH_GAP && w->busy == 1 && !w->filling &&
-            !(mc__rset_run(w->rs, w->size, &a, &b) && b >= o->off)) {
-            w->filling = o; /* the others wait until the gap is zeros */
-            return w_grow(o, w->size, o->off - w->size, 1, w_have_space);
+    case 2: /* a punch: no write is on its way there (the punch takes
+             * whole units, and the writes before end at o->base) */
+        if (o->off <= o->base) {
+            w_unfill(o);
+            o->stage++;
+        } else if (o->off > o->base + W_PUNCH_GAP &&
+                   !(mc__rset_run(w->rs, o->base, &a, &b) && b >= o->off)) {
+            return w_grow(o, o->base, o->off - o->base, 1, w_have_space);
         }
         return w_have_space(o);
-    case 3:
-        if (o->off > w->size) /* reads as zeros: write them where it has space */
-            return mc__xfer(o->s, w->rs, 1, w->size, NULL, o->off - w->size, w_step_done, o);
-        o->stage++;
-        return w_have_space(o);
+    case 3: /* reads as zeros: write them where it has space */
+        return mc__xfer(o->s, w->rs, 1, o->base, NULL, o->off - o->base, w_step_done, o);
     default:
         break;
     }
@@ -325,10 +342,11 @@ static void w_reserve(op_t *o)
         *pp = o;
         return;
     }
-    w->busy++;
     o->stage = 0;
     o->lo = off; /* nothing to zero around it */
     o->hi = end;
+    if (off > o->base)
+        w->filling = o;           /* later writes wait until its gap is zeros */
     if (off < cap && off < end) { /* holes where it writes fill: zero around them after */
         uint64_t top = end < cap ? end : cap;
         int hole = mc__rset_run(w->rs, off, &a, &b);
@@ -406,6 +424,12 @@ void mc__writer_exec(op_t *o)
     case OP_W_WRITE:
         if (o->off > (uint64_t)INT64_MAX || o->len > (uint64_t)INT64_MAX - o->off)
             return mc__op_finish(o, -EFBIG); /* past the largest file, as Linux's */
+        /* Writes may be in flight together (write-behind): the size covers
+         * each from its start, so that a later one zeroes no gap that an
+         * earlier one is writing, and an append lands after both. */
+        o->base = o->w->size;
+        if (o->off + o->len > o->w->size)
+            o->w->size = o->off + o->len;
         return w_reserve(o);
     case OP_W_READ:
         /* Its own bytes, as long as the space is still its own. */
@@ -418,7 +442,9 @@ void mc__writer_exec(op_t *o)
             return mc__op_finish(o, 0);
         }
         o->len = 0;
-        return w_reserve(o); /* growing: a hole */
+        o->base = o->w->size; /* growing: a hole, counted from its start */
+        o->w->size = o->off;
+        return w_reserve(o);
     case OP_W_PUNCH: {
         uint64_t size = o->w->size;
         if (o->off >= size || !o->len)

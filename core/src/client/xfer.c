@@ -24,7 +24,7 @@
 
 void mc__rset_free(mc__rset_t *rs)
 {
-    if (!rs)
+    if (!rs || --rs->refs)
         return;
     for (uint32_t i = 0; i < rs->n; i++)
         free(rs->r[i].desc);
@@ -49,6 +49,7 @@ int mc__rset_take(const char **p, size_t *n, mc__rset_t **out)
     if (!rs)
         return -ENOMEM;
     rs->n = 0;
+    rs->refs = 1;
     rs->put_id = 0;
     mc__extent_t *ext = (mc__extent_t *)((char *)rs + head);
     for (int i = 0; i < cnt; i++) {
@@ -139,6 +140,7 @@ static int conn_error(int err)
     case ENETUNREACH:
     case ENOTCONN:
     case EPIPE:
+    case ECANCELED: /* its connection was closed under it: another piece on it timed out */
         return 1;
     default:
         return 0;
@@ -223,6 +225,7 @@ static void xfer_end(xfer_t *x)
     int rc = x->write ? xfer_write_result(x) : x->err;
     void (*done)(void *, int) = x->done;
     void *arg = x->arg;
+    mc__rset_free((mc__rset_t *)x->rs);
     free(x);
     done(arg, rc);
 }
@@ -409,5 +412,6 @@ void mc__xfer(mc_store_t *s, const mc__rset_t *rs, int write, uint64_t off, char
                   .buf = buf,
                   .done = done,
                   .arg = arg};
+    ((mc__rset_t *)rs)->refs++;
     mc__xfer_step(x);
 }

@@ -1,0 +1,151 @@
+#!/bin/bash
+# bench/stream.sh - the streaming cluster mount over loopback TCP next to
+# iperf3 (one stream), in one run (called by bench/run.sh; runs alone too):
+# a mooncake-master, one node (mooncake-cli node) and mooncake-fs client
+# mounts with --no-shm and no segment of their own, so that every byte
+# crosses a TCP connection to the node: a writer and a reader in each cache
+# mode (pages, the default, and direct). Each run, interleaved with iperf3:
+# SIZE_MB MiB written with dd bs=1M through the writer (timed to the end of
+# close, i.e. published), then read through the reader (a fresh version,
+# so nothing is in its page cache) with dd bs=1M and with dd bs=128K; the
+# page cache is dropped before each (drop_caches, bench/lib.sh).
+# Printed: medians of RUNS runs and their ratio to iperf3.
+#
+# With STREAM_BASE_BUILD set to another tree's build directory (bench/
+# compare.sh shows how to build one), the mounts of that build are measured
+# in the same runs ("before"), next to this one's ("after"); master and node
+# are this tree's. With BENCH_RESULTS set, every value is appended to that
+# file (keys "stream.*", for bench/report.py). Needs root (mounts).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+BUILD=${MC_BUILD:-build}
+BASE=${STREAM_BASE_BUILD:-}
+RUNS=${BENCH_RUNS:-3}
+SIZE_MB=${STREAM_SIZE_MB:-1024}
+IPERF_SECS=${STREAM_IPERF_SECONDS:-3}
+PYTHON=${PYTHON:-/usr/bin/python3}
+results=${BENCH_RESULTS:-}
+out=bench/out
+mkdir -p "$out"
+command -v iperf3 >/dev/null || {
+    echo "stream bench: iperf3 not found (apt-get install iperf3)" >&2
+    exit 1
+}
+
+work=$(mktemp -d /tmp/mc-stream-bench.XXXXXX)
+pids=()    # servers, stopped in reverse order
+mounts=()  # "DIR PID" of each mount
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    for m in "${mounts[@]}"; do
+        set -- $m
+        fusermount3 -u "$1" 2>/dev/null || true
+        wait "$2" 2>/dev/null || true
+    done
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+        kill "${pids[i]}" 2>/dev/null || true
+        wait "${pids[i]}" 2>/dev/null || true
+    done
+    rm -rf "$work"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+mport=$(free_port)
+"$BUILD/mooncake-master" --listen "127.0.0.1:$mport" >"$work/master.log" 2>&1 &
+pids+=($!)
+wait_log $! "$work/master.log" "listening on"
+seg=$(((SIZE_MB * 2 + 512) / 1024 + 1))G
+"$BUILD/mooncake-cli" --master "127.0.0.1:$mport" --segment-size "$seg" node >"$work/node.log" 2>&1 &
+pids+=($!)
+wait_log $! "$work/node.log" "node up"
+iport=$(free_port)
+iperf3 -s -B 127.0.0.1 -p "$iport" --forceflush >"$work/iperf3.log" 2>&1 &
+pids+=($!)
+wait_log $! "$work/iperf3.log" "Server listening"
+
+sides=(after)
+declare -A bin=([after]=$BUILD)
+if [ -n "$BASE" ]; then
+    sides=(before after)
+    bin[before]=$BASE
+fi
+declare -A dir
+for side in "${sides[@]}"; do
+    for mode in pages direct; do
+        for m in a b; do # a writes, b reads
+            d=$work/$side-$mode-$m
+            mkdir -p "$d"
+            "${bin[$side]}/mooncake-fs" -f --master "127.0.0.1:$mport" --segment-size 0 --no-shm \
+                --cache-mode "$mode" "$d" 2>>"$work/fs-$side-$mode-$m.log" &
+            mounts+=("$d $!")
+            wait_mount "$d" $!
+            dir[$side.$mode.$m]=$d
+        done
+    done
+done
+
+declare -A v
+add() {
+    v[$1]="${v[$1]:-} $2"
+    [ -z "$results" ] || echo "stream.$1 $2" >>"$results"
+}
+# The node's segment is touched once before the runs (both files of a run):
+# its first writes pay for the pages (page faults), which later runs reuse.
+dd if=/dev/zero of="${dir[after.pages.a]}/warm" bs=1M count="$SIZE_MB" status=none
+cp "${dir[after.pages.a]}/warm" "${dir[after.pages.a]}/warm.2"
+rm "${dir[after.pages.a]}/warm" "${dir[after.pages.a]}/warm.2"
+for r in $(seq "$RUNS"); do
+    timeout $((IPERF_SECS + 10)) iperf3 -c 127.0.0.1 -p "$iport" -t "$IPERF_SECS" -J >"$work/iperf.json"
+    add iperf3 "$("$PYTHON" -c 'import json,sys
+d = json.load(open(sys.argv[1])); print("%.0f" % (d["end"]["sum_received"]["bits_per_second"] / 8 / 1048576))' "$work/iperf.json")"
+    # Alternate which side goes first, so that drift falls on both.
+    order=("${sides[@]}")
+    [ $((r % 2)) = 0 ] && [ ${#sides[@]} = 2 ] && order=(after before)
+    for side in "${order[@]}"; do
+        for mode in pages direct; do
+            a=${dir[$side.$mode.a]} b=${dir[$side.$mode.b]}
+            # Every timed dd starts with the page cache dropped: the pages of
+            # the files read before (kept by b, which never learns of their
+            # removal) would otherwise make each run's cache take memory
+            # the machine never touched; in this VM the first touch of such
+            # memory is a host fault, and the copy into the page cache then
+            # ran at a third of its speed from the second run on.
+            drop_caches
+            add "$side.$mode.write" "$(dd_mibps "$a/f$r" write 1M "$SIZE_MB")"
+            drop_caches
+            add "$side.$mode.read.1M" "$(dd_mibps "$b/f$r" read 1M "$SIZE_MB")"
+            # A fresh version for the second read: b's page cache holds the first.
+            cp "$a/f$r" "$a/f$r.2"
+            drop_caches
+            add "$side.$mode.read.128K" "$(dd_mibps "$b/f$r.2" read 128K "$SIZE_MB")"
+            rm -f "$a/f$r" "$a/f$r.2"
+        done
+    done
+done
+
+m() { echo "${v[$1]:-}" | tr ' ' '\n' | grep . | median; }
+for k in $(printf '%s\n' "${!v[@]}" | sort); do echo "$k:${v[$k]}"; done >"$out/stream-runs.txt"
+ip=$(m iperf3)
+ratio() { echo "$1 $2" | awk '{ if ($2 > 0) printf "%.2fx", $1 / $2; else print "n/a" }'; }
+echo
+echo "Cluster mount over loopback TCP (--no-shm; master + 1 node + client mounts), $SIZE_MB MiB,"
+echo "median of $RUNS runs; iperf3 one stream: $ip MiB/s"
+printf "%-60s" ""
+for side in "${sides[@]}"; do printf "%12s %8s" "$side MiB/s" "÷iperf3"; done
+echo
+for mode in pages direct; do
+    for what in "write:write, dd bs=1M (to the end of close)" "read.1M:read, dd bs=1M" \
+        "read.128K:read, dd bs=128K"; do
+        printf "%-60s" "--cache-mode $mode: ${what#*:}"
+        for side in "${sides[@]}"; do
+            x=$(m "$side.$mode.${what%%:*}")
+            printf "%12s %8s" "$x" "$(ratio "$x" "$ip")"
+        done
+        echo
+    done
+done
+echo "(every run: $out/stream-runs.txt)"
