@@ -31,14 +31,14 @@ typedef struct fs {
     uint32_t replicas; /* replicas of each file written */
     uid_t uid;
     gid_t gid;
-    int64_t start_ns;           /* mtime of directories without a marker */
-    struct fuse_buf rbuf;       /* the request being processed */
-    int rbuf_taken;             /* a handler kept rbuf.mem; receive into a new one */
-    struct fs_fh *fhs;          /* every open file handle, for shutdown */
-    struct fs_wstate *wss;      /* every writer state, for shutdown */
-    unsigned long inflight;     /* requests started and not yet answered, and writes
-                                   answered while their bytes are in flight (wbehind.c) */
-    struct fs_ctx *spare;       /* freed request contexts kept for the next ones */
+    int64_t start_ns;       /* mtime of directories without a marker */
+    struct fuse_buf rbuf;   /* the request being processed */
+    int rbuf_taken;         /* a handler kept rbuf.mem; receive into a new one */
+    struct fs_fh *fhs;      /* every open file handle, for shutdown */
+    struct fs_wstate *wss;  /* every writer state, for shutdown */
+    unsigned long inflight; /* requests started and not yet answered, and writes
+                               answered while their bytes are in flight (wbehind.c) */
+    struct fs_ctx *spare;   /* freed request contexts kept for the next ones */
     unsigned nspare;
     int stopping;               /* shutting down: no more requests are read */
     unsigned threads;           /* --threads: the loop and N - 1 workers */
