@@ -62,16 +62,16 @@ ROOTS = {
 NARROW = [
     (
         r"core/src/master/(master|master_i|put|namespace|records|index|alloc|repair)\.[ch]$",
-        r"core/src/master/(service|service_i|nodes)\.[ch]$|core/src/wire/proto\.[ch]$",
+        r"core/src/master/(service|service_i|nodes|names|tasks)\.[ch]$|core/src/wire/proto\.[ch]$",
         "the master logic uses only index, alloc and the key rule; the codec is the service's",
     ),
     (
         r"core/src/master/(index|alloc|ids)\.[ch]$",
-        r"core/src/master/(master|master_i|put|namespace|repair|service|service_i|nodes)\.[ch]$",
+        r"core/src/master/(master|master_i|put|namespace|repair|service|service_i|nodes|names|tasks)\.[ch]$",
         "index, allocator and id hash are the bottom of the master and use nothing else of it",
     ),
     (
-        r"core/src/master/(repair|service|service_i|nodes)\.[ch]$",
+        r"core/src/master/(repair|service|service_i|nodes|names|tasks)\.[ch]$",
         r"core/src/master/master_i\.h$",
         "master_i.h is private to the master logic's files; the rest use master.h",
     ),

@@ -1,8 +1,9 @@
 /*
  * service.c - the master's request handling (see service.h): the service's
  * life, writes in progress and open handles, the dispatch of every
- * request, and the put, open and namespace operations. Segments, nodes and
- * repair requests are in nodes.c; what both share is in service_i.h.
+ * request, and the put and open operations. The namespace requests are in
+ * names.c; segments, nodes and repair requests in nodes.c; copy and move
+ * tasks in tasks.c; what they share is in service_i.h.
  *
  * Writes in progress and open handles live in two id hashes (ids.h), and
  * on their owner's list (an owner is a connection), so that a connection's
@@ -299,12 +300,6 @@ static int pack_version(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v, u
     return mc__svc_pack_replicas(svc, w, v);
 }
 
-/* The wall clock (ns) for the times a request sets; 0 without one. */
-static int64_t wall(const mc__svc_t *svc)
-{
-    return svc->o.wall_ns ? svc->o.wall_ns() : 0;
-}
-
 #define DAY_NS (86400LL * 1000000000LL)
 
 /* A read of v (an OPEN or GET_REPLICAS): its atime moves, under the relatime
@@ -312,7 +307,7 @@ static int64_t wall(const mc__svc_t *svc)
  * a day old. */
 static void read_access(const mc__svc_t *svc, mc__version_t *v)
 {
-    int64_t t = wall(svc);
+    int64_t t = mc__svc_wall(svc);
     if (v->atime_ns <= v->mtime_ns || v->atime_ns <= v->ctime_ns || t - v->atime_ns >= DAY_NS) {
         v->atime_ns = t;
         mc__master_dirty(svc->m, v);
@@ -432,7 +427,7 @@ static int put_publish(mc__svc_t *svc, mc__version_t *v, unsigned flags,
         v->mode = rq->mode & 07777;
         v->inherit &= ~(unsigned)MC__INHERIT_MODE;
     }
-    int64_t t = wall(svc);
+    int64_t t = mc__svc_wall(svc);
     v->mtime_ns = (rq->what & MC_META_MTIME) ? rq->mtime_ns : t;
     v->ctime_ns = v->atime_ns = t; /* a replaced version's atime stays (commit) */
     int is_new = 0;
@@ -523,7 +518,7 @@ static int op_put_revoke(mc__svc_t *svc, const char *body, size_t len)
 }
 
 /* The published version a request naming one key ("k") is about. */
-static int take_version(mc__svc_t *svc, const char *body, size_t len, mc__version_t **out)
+int mc__svc_take_version(mc__svc_t *svc, const char *body, size_t len, mc__version_t **out)
 {
     const char *key;
     uint32_t klen;
@@ -536,7 +531,7 @@ static int op_open(mc__svc_t *svc, uint64_t owner, const char *body, size_t len,
                    mc__wbuf_t *w)
 {
     mc__version_t *v;
-    int rc = take_version(svc, body, len, &v);
+    int rc = mc__svc_take_version(svc, body, len, &v);
     if (rc < 0)
         return rc;
     handle_t *h = calloc(1, sizeof(*h));
@@ -569,7 +564,7 @@ static int op_get_replicas(mc__svc_t *svc, const char *body, size_t len, uint64_
                            mc__wbuf_t *w)
 {
     mc__version_t *v;
-    int rc = take_version(svc, body, len, &v);
+    int rc = mc__svc_take_version(svc, body, len, &v);
     if (rc < 0)
         return rc;
     mc__master_touch(svc->m, v, now, 1);
@@ -578,76 +573,9 @@ static int op_get_replicas(mc__svc_t *svc, const char *body, size_t len, uint64_
     return pack_version(svc, w, v, now);
 }
 
-/* A rename took from to to: the names of both directories changed, and the
- * object moved (or the directory's marker) changed its ctime. */
-static void renamed(mc__svc_t *svc, const char *from, uint32_t flen, const char *to, uint32_t tlen)
-{
-    int64_t t = wall(svc);
-    mc__master_dir_changed(svc->m, from, flen, t);
-    mc__master_dir_changed(svc->m, to, tlen, t);
-    mc__version_t *v = mc__master_find(svc->m, to, tlen);
-    if (v) {
-        v->ctime_ns = t;
-        mc__master_dirty(svc->m, v);
-    }
-}
-
-/* XATTR_GET, _SET, _LIST, _REMOVE: the rules are xattr.c's; a change sets
- * the ctime. */
-static int op_xattr(mc__svc_t *svc, uint16_t op, const char *body, size_t len, mc__wbuf_t *w)
-{
-    const char *key, *name, *val;
-    uint32_t klen, nlen = 0, flags = 0, vlen = 0;
-    int rc;
-    switch (op) {
-    case MC__OP_XATTR_LIST:
-        UNPACK("k", &key, &klen);
-        break;
-    case MC__OP_XATTR_SET:
-        UNPACK("ksu*", &key, &klen, &name, &nlen, &flags, &val, &vlen);
-        break;
-    default:
-        UNPACK("ks", &key, &klen, &name, &nlen);
-    }
-    mc__version_t *v = mc__master_find(svc->m, key, klen);
-    if (!v)
-        return -ENOENT;
-    switch (op) {
-    case MC__OP_XATTR_GET:
-        if ((rc = mc__xattr_get(v, name, nlen, &val, &vlen)) < 0)
-            return rc;
-        return mc__pack(w, "*", val, vlen);
-    case MC__OP_XATTR_LIST: {
-        size_t at = 0, nl;
-        while (mc__xattr_next(v, &at, &name, &nl, &val, &vlen)) {
-            mc__pack(w, "*", name, (uint32_t)nl); /* a raw field is last: one each */
-            mc__pack(w, "*", "", (uint32_t)1);
-        }
-        return w->err;
-    }
-    case MC__OP_XATTR_SET:
-        rc = mc__xattr_set(v, name, nlen, val, vlen, flags);
-        break;
-    default:
-        rc = mc__xattr_remove(v, name, nlen);
-    }
-    if (rc == 0) {
-        v->ctime_ns = wall(svc);
-        mc__master_dirty(svc->m, v);
-    }
-    return rc;
-}
-
 int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body, size_t len,
                    uint64_t now, mc__wbuf_t *w)
 {
-    mc__master_t *m = svc->m;
-    const char *key, *key2;
-    uint32_t klen, klen2, flags, u1, u2;
-    mc__version_t *v;
-    mc_stat_t st;
-    int rc;
-
     switch (op) {
     case MC__OP_PING:
         UNPACK("");
@@ -687,96 +615,7 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         return op_close(svc, body, len, now);
     case MC__OP_GET_REPLICAS:
         return op_get_replicas(svc, body, len, now, w);
-    case MC__OP_STAT:
-        if ((rc = take_version(svc, body, len, &v)) < 0)
-            return rc;
-        mc__version_stat(v, now, &st);
-        return mc__pack_stat(w, &st);
-    case MC__OP_LOOKUP:
-        UNPACK("ku", &key, &klen, &u1);
-        rc = mc__master_lookup(m, key, klen, (int)u1, &v);
-        if (rc < 0)
-            return rc;
-        memset(&st, 0, sizeof(st));
-        if (v)
-            mc__version_stat(v, now, &st);
-        if (rc == MC_LOOKUP_DIR)
-            st.nlink = 2 + mc__master_subdirs(m, key, klen, (int)u1);
-        if (rc == MC_LOOKUP_DIR && !v && klen == 1 && key[0] == (char)u1)
-            st.mtime_ns = st.ctime_ns = mc__master_root_ns(m); /* the root */
-        mc__pack_stat(w, &st);
-        return w->err ? w->err : rc;
-    case MC__OP_REMOVE:
-        UNPACK("ku", &key, &klen, &flags);
-        v = mc__master_find(m, key, klen); /* a hard-linked file keeps its other names */
-        u1 = v && mc__vmore(v)->links > 1;
-        rc = mc__master_remove(m, key, klen, flags, now);
-        if (rc == 0)
-            mc__master_dir_changed(m, key, klen, wall(svc));
-        if (rc == 0 && u1)
-            mc__master_changed(m, v, wall(svc)); /* its link count changed: ctime */
-        return rc;
-    case MC__OP_RENAME:
-        UNPACK("kku", &key, &klen, &key2, &klen2, &flags);
-        rc = mc__master_rename(m, key, klen, key2, klen2, flags, now);
-        if (rc == 0)
-            renamed(svc, key, klen, key2, klen2);
-        return rc;
-    case MC__OP_LINK:
-        UNPACK("kku", &key, &klen, &key2, &klen2, &flags);
-        if (flags)
-            return -EINVAL;
-        if ((rc = mc__master_link(m, key, klen, key2, klen2, &v)) < 0)
-            return rc;
-        v->ctime_ns = wall(svc);
-        mc__master_dirty(m, v);
-        mc__master_dir_changed(m, key2, klen2, v->ctime_ns);
-        mc__version_stat(v, now, &st);
-        return mc__pack_stat(w, &st);
-    case MC__OP_LIST: {
-        UNPACK("ssuu", &key, &klen, &key2, &klen2, &u1, &u2);
-        if (klen > MC_KEY_MAX || klen2 > MC_KEY_MAX)
-            return -EINVAL;
-        mc_list_t *l = NULL;
-        rc = mc__master_list(m, key, klen, klen2 ? key2 : NULL, klen2, (int)u1,
-                             u2 > 10000 ? 10000 : u2, now, &l);
-        if (rc < 0)
-            return rc;
-        mc__pack_list(w, l);
-        mc_list_free(l);
-        return w->err;
-    }
-    case MC__OP_SET_META: {
-        mc_meta_t meta;
-        UNPACK("kuuuuii", &key, &klen, &meta.what, &meta.mode, &meta.uid, &meta.gid, &meta.atime_ns,
-               &meta.mtime_ns);
-        if ((rc = mc__master_set_meta(m, key, klen, &meta, wall(svc), &v)) < 0)
-            return rc;
-        mc__version_stat(v, now, &st);
-        return mc__pack_stat(w, &st);
-    }
-    case MC__OP_XATTR_GET:
-    case MC__OP_XATTR_SET:
-    case MC__OP_XATTR_LIST:
-    case MC__OP_XATTR_REMOVE:
-        return op_xattr(svc, op, body, len, w);
-    case MC__OP_STATFS: {
-        UNPACK("");
-        mc_space_t sp;
-        mc__master_space(m, &sp);
-        mc__pack(w, "qqqq", sp.total, sp.used, sp.objects, sp.evicted);
-        return w->err;
-    }
-    case MC__OP_STATS: {
-        UNPACK("");
-        mc__svc_flush(svc); /* so that notices_waiting counts every change made */
-        mc_counter_t c[32];
-        size_t n = mc__svc_counters(svc, c, 32);
-        for (size_t i = 0; i < n; i++)
-            mc__pack(w, "sq", c[i].name, (uint32_t)strlen(c[i].name), c[i].value);
-        return w->err;
-    }
-    default:
-        return -EOPNOTSUPP;
+    default: /* the namespace requests, and -EOPNOTSUPP */
+        return mc__svc_names(svc, op, body, len, now, w);
     }
 }

@@ -118,6 +118,24 @@ struct mc__svc {
     } while (0)
 #define UNPACK(...) TAKE(mc__unpack(body, len, __VA_ARGS__))
 
+/* The wall clock (ns) for the times a request sets; 0 without one. */
+static inline int64_t mc__svc_wall(const mc__svc_t *svc)
+{
+    return svc->o.wall_ns ? svc->o.wall_ns() : 0;
+}
+
+/* The published version a request naming one key ("k") is about: 0, or
+ * -ENOENT, -EPROTO. */
+int mc__svc_take_version(mc__svc_t *svc, const char *body, size_t len, mc__version_t **out);
+
+/* ---- names.c ---- */
+
+/* The namespace requests: STAT, LOOKUP, REMOVE, RENAME, LINK, LIST,
+ * SET_META, XATTR_*, STATFS and STATS (mc__svc_handle()'s contract); any
+ * other op: -EOPNOTSUPP. */
+int mc__svc_names(mc__svc_t *svc, uint16_t op, const char *body, size_t len, uint64_t now,
+                  mc__wbuf_t *w);
+
 /* ---- nodes.c ---- */
 
 seginfo_t *mc__svc_seg_info(mc__svc_t *svc, uint32_t id);
