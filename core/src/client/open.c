@@ -151,6 +151,38 @@ static int open_remote(mc_store_t *s)
     return s->open_rc;
 }
 
+/* The store's segment, seg_size bytes: in a memfd, so that co-located
+ * clients can map it (shm.h), or in o->segment_file. */
+static int open_segment(mc_store_t *s, const mc_store_opts_t *o, uint64_t seg_size)
+{
+    mc__seg_t seg;
+    int rc = o->segment_file ? mc__seg_map_file(o->segment_file, seg_size, o->segment_offset, &seg)
+                             : mc__seg_create(seg_size, "mooncake-segment", &seg);
+    if (rc < 0) {
+        if (o->segment_file)
+            mc__log(MC__LOG_ERROR, "segment file %s: %s", o->segment_file, mc_strerror(rc));
+        return rc;
+    }
+    s->seg = seg.base;
+    s->seg_size = seg.size;
+    s->seg_fd = seg.fd;
+    return 0;
+}
+
+/* The store's own loop thread; it takes no signals: they belong to the
+ * caller. */
+static int start_loop_thread(mc_store_t *s)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = -pthread_create(&s->thread, NULL, loop_thread, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0)
+        s->thread_started = 1;
+    return rc;
+}
+
 int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
 {
     mc_store_opts_t def;
@@ -166,6 +198,8 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
         seg_size = MC_DEFAULT_SEGMENT_SIZE;
     if (seg_size && seg_size < 4096)
         return -EINVAL;
+    if (o->segment_file && !o->segment_size)
+        return -EINVAL; /* a file's segment has the size asked for, no default */
 
     mc_store_t *s = calloc(1, sizeof(*s));
     if (!s)
@@ -186,25 +220,8 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
     rc = 0;
     if (o->secret_file && (rc = mc__secret_load(o->secret_file, &s->secret)) < 0)
         goto fail;
-    if (o->segment_file && !o->segment_size) {
-        rc = -EINVAL; /* a file's segment has the size asked for, no default */
+    if (seg_size && (rc = open_segment(s, o, seg_size)) < 0)
         goto fail;
-    }
-    if (seg_size) {
-        /* In a memfd, so that co-located clients can map it (shm.h), or in
-         * the file asked for. */
-        mc__seg_t seg;
-        rc = o->segment_file ? mc__seg_map_file(o->segment_file, seg_size, o->segment_offset, &seg)
-                             : mc__seg_create(seg_size, "mooncake-segment", &seg);
-        if (rc < 0) {
-            if (o->segment_file)
-                mc__log(MC__LOG_ERROR, "segment file %s: %s", o->segment_file, mc_strerror(rc));
-            goto fail;
-        }
-        s->seg = seg.base;
-        s->seg_size = seg.size;
-        s->seg_fd = seg.fd;
-    }
     if (!remote && (rc = embedded_master(s, o)) < 0)
         goto fail;
     if (o->loop) {
@@ -243,17 +260,8 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
             goto fail;
         }
     }
-    if (s->own_loop) {
-        /* The loop thread takes no signals: they belong to the caller. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        rc = -pthread_create(&s->thread, NULL, loop_thread, s);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (rc < 0)
-            goto fail;
-        s->thread_started = 1;
-    }
+    if (s->own_loop && (rc = start_loop_thread(s)) < 0)
+        goto fail;
     if (remote && (rc = open_remote(s)) < 0)
         goto fail;
     *out = s;
