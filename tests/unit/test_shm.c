@@ -2,7 +2,7 @@
  * test_shm.c - unit tests for the shared-memory transport's pieces
  * (core/src/transport/shm.c) and for SHM_MAP end to end on one loop: a server with a
  * memfd segment answers on its abstract Unix socket, and the descriptor
- * crosses the io_uring recvmsg path (loop.c, net.c) into the client, which
+ * crosses the io_uring recvmsg path (loop_io.c, net.c) into the client, which
  * maps it and sees the server's bytes.
  */
 #include <stdarg.h>

@@ -1,5 +1,8 @@
 /*
- * loop.c - the io_uring event loop (see mooncake/loop.h).
+ * loop.c - the io_uring event loop (see mooncake/loop.h): the ring and its
+ * rounds, the tokens requests carry (loop_ring.h), calls posted from other
+ * threads, deferred work, fd polls, timers and the loop's clocks. The
+ * socket operations of loop_i.h are in loop_io.c.
  *
  * Every request in the ring carries a token (struct tok) as user_data. A
  * handle points at its token and the token back at its handle; stopping a
@@ -9,14 +12,6 @@
  *
  * Other threads reach the loop through a mutex-guarded queue plus an eventfd
  * that the loop polls like any other file descriptor.
- *
- * Socket operations (loop_i.h) use the same tokens. The token also owns
- * what the kernel reads after submission (the connect address, the msghdr
- * and its iovec array), so nothing a caller frees is ever referenced by a
- * request. An op with a timeout is a linked pair: the op's CQE carries the
- * token, the IORING_OP_LINK_TIMEOUT's CQE the token with its low bit set,
- * and the token waits for both before it reports, so that it knows whether
- * a -ECANCELED was the timeout's doing.
  */
 #include <errno.h>
 #include <liburing.h>
@@ -24,72 +19,17 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/loop_i.h"
+#include "runtime/loop_ring.h"
 #include "mooncake/loop.h"
-
-enum tok_kind { TOK_WAKE, TOK_POLL, TOK_TIMER, TOK_IO };
-enum io_op { IO_ACCEPT, IO_CONNECT, IO_RECV, IO_SENDMSG, IO_RECVMSG };
-
-/* user_data of a linked timeout: its op's token with this bit set. */
-#define TOK_LINK_BIT ((uintptr_t)1)
-
-struct tok {
-    enum tok_kind kind;
-    void *handle; /* mc_poll_t / mc_timer_t / mc__io_t, NULL once detached */
-    struct __kernel_timespec ts;
-    struct tok *prev, *next; /* all live tokens, freed by mc_loop_free() */
-    /* TOK_IO only: */
-    enum io_op op;
-    int fd;
-    int pending;   /* CQEs still to come: the op, and its linked timeout */
-    int res;       /* the op's result, held until the timeout's CQE */
-    int timed_out; /* the linked timeout fired */
-    socklen_t salen;
-    void *buf; /* IO_RECV, IO_RECVMSG */
-    size_t len;
-    mc_loop_fn release;
-    void *release_arg;
-    union {
-        struct sockaddr_storage sa;
-        struct msghdr msg;
-    } u;
-    int *fds_out, *nfds_out; /* IO_RECVMSG: where received descriptors go */
-    union {                  /* IO_SENDMSG, IO_RECVMSG: SCM_RIGHTS */
-        size_t align;        /* a cmsghdr's alignment */
-        /* CMSG_SPACE(sizeof(int) * MC__IO_MAX_FDS), spelled out: clang does
-         * not take CMSG_SPACE() as a constant; the last term covers the
-         * alignment padding. */
-        char buf[sizeof(struct cmsghdr) + sizeof(int) * MC__IO_MAX_FDS + sizeof(size_t)];
-    } ctrl;
-    struct iovec iov[]; /* IO_SENDMSG: the caller's iovec array, copied */
-};
 
 struct posted {
     struct posted *next;
     mc_loop_fn fn;
     void *arg;
-};
-
-struct mc_loop {
-    struct io_uring ring;
-    int wake_fd;
-    struct tok *wake_tok; /* apart: struct tok ends in a flexible array */
-    atomic_int stop;
-    atomic_int wake_pending;
-    pthread_mutex_t lock;
-    struct posted *post_head, *post_tail; /* guarded by lock */
-    mc_work_t *defer_head, *defer_tail;   /* loop thread only */
-    mc_work_t *next_head, *next_tail;     /* mc__loop_defer_next(); loop thread only */
-    struct tok *toks;                     /* loop thread only */
-    uint64_t now_ms;                      /* mc__loop_time(); loop thread only */
-    uint64_t clock_ns;                    /* mc__loop_recent_ns(); loop thread only */
-    int64_t wall_off;                     /* wall clock - clock_ns, as of the round's start */
 };
 
 static __thread mc_loop_t *current_loop;
@@ -181,7 +121,7 @@ static struct io_uring_sqe *get_sqe(mc_loop_t *l)
     return sqe;
 }
 
-static struct tok *tok_alloc(mc_loop_t *l, enum tok_kind kind, void *handle, size_t extra)
+struct tok *mc__tok_alloc(mc_loop_t *l, enum tok_kind kind, void *handle, size_t extra)
 {
     struct tok *t = calloc(1, sizeof(*t) + extra);
     if (!t)
@@ -197,10 +137,10 @@ static struct tok *tok_alloc(mc_loop_t *l, enum tok_kind kind, void *handle, siz
 
 static struct tok *tok_new(mc_loop_t *l, enum tok_kind kind, void *handle)
 {
-    return tok_alloc(l, kind, handle, 0);
+    return mc__tok_alloc(l, kind, handle, 0);
 }
 
-static void tok_free(mc_loop_t *l, struct tok *t)
+void mc__tok_free(mc_loop_t *l, struct tok *t)
 {
     if (t->prev)
         t->prev->next = t->next;
@@ -221,25 +161,19 @@ static int arm_poll(mc_loop_t *l, struct tok *t, int fd, unsigned events)
     return 0;
 }
 
-static void ms_to_ts(struct __kernel_timespec *ts, uint64_t ms)
-{
-    ts->tv_sec = (long long)(ms / 1000);
-    ts->tv_nsec = (long long)(ms % 1000) * 1000000;
-}
-
 static int arm_timer(mc_loop_t *l, struct tok *t, uint64_t ms)
 {
     struct io_uring_sqe *sqe = get_sqe(l);
     if (!sqe)
         return -EBUSY;
-    ms_to_ts(&t->ts, ms);
+    mc__ms_to_ts(&t->ts, ms);
     io_uring_prep_timeout(sqe, &t->ts, 0, 0);
     io_uring_sqe_set_data(sqe, t);
     return 0;
 }
 
 /* Cancels the kernel request behind t; its completion frees t later. */
-static void cancel_tok(mc_loop_t *l, struct tok *t)
+void mc__tok_cancel(mc_loop_t *l, struct tok *t)
 {
     struct io_uring_sqe *sqe = get_sqe(l);
     t->handle = NULL;
@@ -256,11 +190,11 @@ static void cancel_tok(mc_loop_t *l, struct tok *t)
 
 /* Settles arm_*()'s result rc for the handle whose token slot is *token:
  * when arming failed, the handle is idle again and t is freed. */
-static int armed(mc_loop_t *l, struct tok *t, void **token, int rc)
+int mc__tok_armed(mc_loop_t *l, struct tok *t, void **token, int rc)
 {
     if (rc < 0) {
         *token = NULL;
-        tok_free(l, t);
+        mc__tok_free(l, t);
     }
     return rc;
 }
@@ -270,7 +204,7 @@ static void stop_handle(mc_loop_t *l, void **token)
 {
     if (!*token)
         return;
-    cancel_tok(l, *token);
+    mc__tok_cancel(l, *token);
     *token = NULL;
 }
 
@@ -396,20 +330,20 @@ static void on_poll_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
     int more = (cqe->flags & IORING_CQE_F_MORE) != 0;
     if (!p) {
         if (!more)
-            tok_free(l, t);
+            mc__tok_free(l, t);
         return;
     }
     if (!more && cqe->res >= 0) {
         /* The kernel ended the multishot poll (overflow): re-arm it. */
         if (arm_poll(l, t, p->fd, p->events) < 0) {
             p->token = NULL;
-            tok_free(l, t);
+            mc__tok_free(l, t);
             p->cb(p, -EBUSY);
             return;
         }
     } else if (!more) {
         p->token = NULL;
-        tok_free(l, t);
+        mc__tok_free(l, t);
     }
     p->cb(p, cqe->res);
 }
@@ -418,19 +352,17 @@ static void on_timer_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
 {
     mc_timer_t *tm = t->handle;
     if (!tm || cqe->res == -ECANCELED) {
-        tok_free(l, t);
+        mc__tok_free(l, t);
         return;
     }
     if (tm->repeat_ms && arm_timer(l, t, tm->repeat_ms) == 0) {
         /* token stays with the timer */
     } else {
         tm->token = NULL;
-        tok_free(l, t);
+        mc__tok_free(l, t);
     }
     tm->cb(tm);
 }
-
-static void on_io_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe, int is_link);
 
 static void process_cqes(mc_loop_t *l)
 {
@@ -452,7 +384,7 @@ static void process_cqes(mc_loop_t *l)
                 on_timer_cqe(l, t, cqe);
                 break;
             case TOK_IO:
-                on_io_cqe(l, t, cqe, (ud & TOK_LINK_BIT) != 0);
+                mc__io_cqe(l, t, cqe, (ud & TOK_LINK_BIT) != 0);
                 break;
             }
         }
@@ -525,7 +457,7 @@ void mc_loop_free(mc_loop_t *l)
         }
         if (t->kind == TOK_IO && t->release)
             t->release(t->release_arg);
-        tok_free(l, t);
+        mc__tok_free(l, t);
     }
     close(l->wake_fd);
     pthread_mutex_destroy(&l->lock);
@@ -543,7 +475,7 @@ int mc_poll_start(mc_loop_t *l, mc_poll_t *p, int fd, unsigned events, mc_poll_c
     p->events = events;
     p->cb = cb;
     p->token = t;
-    return armed(l, t, &p->token, arm_poll(l, t, fd, events));
+    return mc__tok_armed(l, t, &p->token, arm_poll(l, t, fd, events));
 }
 
 void mc_poll_stop(mc_poll_t *p)
@@ -563,263 +495,10 @@ int mc_timer_start(mc_loop_t *l, mc_timer_t *t, uint64_t timeout_ms, uint64_t re
     t->repeat_ms = repeat_ms;
     t->cb = cb;
     t->token = k;
-    return armed(l, k, &t->token, arm_timer(l, k, timeout_ms));
+    return mc__tok_armed(l, k, &t->token, arm_timer(l, k, timeout_ms));
 }
 
 void mc_timer_stop(mc_timer_t *t)
 {
     stop_handle(t->loop, &t->token);
-}
-
-/* ---- socket operations (loop_i.h) ---- */
-
-/* Queues the SQEs for t's op, and its linked timeout when timeout_ms is
- * non-zero. Both go into one submission: a link split across two would run
- * the op without its timeout. */
-static int arm_io(mc_loop_t *l, struct tok *t, uint64_t timeout_ms)
-{
-    unsigned need = timeout_ms ? 2 : 1;
-    if (io_uring_sq_space_left(&l->ring) < need)
-        io_uring_submit(&l->ring);
-    if (io_uring_sq_space_left(&l->ring) < need)
-        return -EBUSY;
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
-    switch (t->op) {
-    case IO_ACCEPT:
-        io_uring_prep_multishot_accept(sqe, t->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        break;
-    case IO_CONNECT:
-        io_uring_prep_connect(sqe, t->fd, (struct sockaddr *)&t->u.sa, t->salen);
-        break;
-    case IO_RECV:
-        io_uring_prep_recv(sqe, t->fd, t->buf, t->len, 0);
-        break;
-    case IO_SENDMSG:
-        io_uring_prep_sendmsg(sqe, t->fd, &t->u.msg, MSG_NOSIGNAL);
-        break;
-    case IO_RECVMSG:
-        io_uring_prep_recvmsg(sqe, t->fd, &t->u.msg, MSG_CMSG_CLOEXEC);
-        break;
-    }
-    io_uring_sqe_set_data(sqe, t);
-    t->pending = 1;
-    t->timed_out = 0;
-    if (timeout_ms) {
-        sqe->flags |= IOSQE_IO_LINK;
-        ms_to_ts(&t->ts, timeout_ms);
-        struct io_uring_sqe *lt = io_uring_get_sqe(&l->ring);
-        io_uring_prep_link_timeout(lt, &t->ts, 0);
-        io_uring_sqe_set_data(lt, (void *)((uintptr_t)t | TOK_LINK_BIT));
-        t->pending = 2;
-    }
-    return 0;
-}
-
-/* The kernel is done with t: hand its buffers back and free it. */
-static void tok_done(mc_loop_t *l, struct tok *t)
-{
-    if (t->release)
-        t->release(t->release_arg);
-    tok_free(l, t);
-}
-
-static void on_accept_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
-{
-    mc__io_t *io = t->handle;
-    int more = (cqe->flags & IORING_CQE_F_MORE) != 0;
-    int res = cqe->res;
-
-    if (!io) { /* cancelled: nobody wants this connection */
-        if (res >= 0)
-            close(res);
-        if (!more)
-            tok_done(l, t);
-        return;
-    }
-    if (!more && res >= 0 && arm_io(l, t, 0) < 0) {
-        /* The kernel ended the multishot (CQ overflow) and the ring is full. */
-        close(res);
-        res = -EBUSY;
-    }
-    if (!more && res < 0) {
-        io->token = NULL;
-        tok_done(l, t);
-    }
-    io->cb(io, res);
-}
-
-/* Hands the descriptors a recvmsg brought to its caller, or closes them
- * when nobody wants them (cancelled, failed). */
-static void take_fds(struct tok *t, int keep)
-{
-    int n = 0;
-    if (t->res >= 0) {
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&t->u.msg); cm; cm = CMSG_NXTHDR(&t->u.msg, cm)) {
-            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                continue;
-            size_t cnt = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (size_t i = 0; i < cnt; i++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
-                if (keep && n < MC__IO_MAX_FDS)
-                    t->fds_out[n++] = fd;
-                else
-                    close(fd);
-            }
-        }
-    }
-    if (keep)
-        *t->nfds_out = n;
-}
-
-static void on_io_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe, int is_link)
-{
-    if (t->op == IO_ACCEPT) {
-        on_accept_cqe(l, t, cqe);
-        return;
-    }
-    if (is_link) {
-        if (cqe->res == -ETIME)
-            t->timed_out = 1;
-    } else {
-        t->res = cqe->res;
-    }
-    if (--t->pending > 0)
-        return;
-    mc__io_t *io = t->handle;
-    int res = t->res;
-    if (t->timed_out && (res == -ECANCELED || res == -EINTR))
-        res = -ETIMEDOUT;
-    if (t->op == IO_RECVMSG)
-        take_fds(t, io != NULL && res >= 0);
-    tok_done(l, t);
-    if (io) {
-        io->token = NULL;
-        io->cb(io, res);
-    }
-}
-
-static int io_start(mc_loop_t *l, mc__io_t *io, struct tok *t, uint64_t timeout_ms, mc__io_cb cb)
-{
-    io->loop = l;
-    io->cb = cb;
-    io->token = t;
-    return armed(l, t, &io->token, arm_io(l, t, timeout_ms));
-}
-
-static struct tok *io_tok(mc_loop_t *l, mc__io_t *io, enum io_op op, int fd, size_t extra)
-{
-    struct tok *t = tok_alloc(l, TOK_IO, io, extra);
-    if (t) {
-        t->op = op;
-        t->fd = fd;
-    }
-    return t;
-}
-
-int mc__io_accept(mc_loop_t *l, mc__io_t *io, int fd, mc__io_cb cb)
-{
-    struct tok *t = io_tok(l, io, IO_ACCEPT, fd, 0);
-    if (!t)
-        return -ENOMEM;
-    return io_start(l, io, t, 0, cb);
-}
-
-int mc__io_connect(mc_loop_t *l, mc__io_t *io, int fd, const struct sockaddr *sa, socklen_t salen,
-                   uint64_t timeout_ms, mc__io_cb cb)
-{
-    if (salen > sizeof(struct sockaddr_storage))
-        return -EINVAL;
-    struct tok *t = io_tok(l, io, IO_CONNECT, fd, 0);
-    if (!t)
-        return -ENOMEM;
-    memcpy(&t->u.sa, sa, salen);
-    t->salen = salen;
-    return io_start(l, io, t, timeout_ms, cb);
-}
-
-int mc__io_recv(mc_loop_t *l, mc__io_t *io, int fd, void *buf, size_t len, uint64_t timeout_ms,
-                mc__io_cb cb)
-{
-    struct tok *t = io_tok(l, io, IO_RECV, fd, 0);
-    if (!t)
-        return -ENOMEM;
-    t->buf = buf;
-    t->len = len;
-    return io_start(l, io, t, timeout_ms, cb);
-}
-
-/* A sendmsg of iov[0..n), passing pass_fd with its first byte when it is
- * not negative; n is already checked. */
-static int sendmsg_start(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
-                         int pass_fd, uint64_t timeout_ms, mc__io_cb cb)
-{
-    struct tok *t = io_tok(l, io, IO_SENDMSG, fd, (size_t)n * sizeof(*iov));
-    if (!t)
-        return -ENOMEM;
-    memcpy(t->iov, iov, (size_t)n * sizeof(*iov));
-    t->u.msg.msg_iov = t->iov;
-    t->u.msg.msg_iovlen = (size_t)n;
-    if (pass_fd >= 0) {
-        t->u.msg.msg_control = t->ctrl.buf;
-        t->u.msg.msg_controllen = CMSG_SPACE(sizeof(int));
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&t->u.msg);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &pass_fd, sizeof(pass_fd));
-    }
-    return io_start(l, io, t, timeout_ms, cb);
-}
-
-int mc__io_sendmsg(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
-                   uint64_t timeout_ms, mc__io_cb cb)
-{
-    if (n < 1 || n > MC__IO_MAX_IOV)
-        return -EINVAL;
-    return sendmsg_start(l, io, fd, iov, n, -1, timeout_ms, cb);
-}
-
-int mc__io_sendmsg_fd(mc_loop_t *l, mc__io_t *io, int fd, const struct iovec *iov, int n,
-                      int pass_fd, uint64_t timeout_ms, mc__io_cb cb)
-{
-    if (n < 1 || n > MC__IO_MAX_IOV)
-        return -EINVAL;
-    if (pass_fd < 0)
-        return -EBADF;
-    return sendmsg_start(l, io, fd, iov, n, pass_fd, timeout_ms, cb);
-}
-
-int mc__io_recvmsg(mc_loop_t *l, mc__io_t *io, int fd, void *buf, size_t len, int *fds, int *nfds,
-                   int maxfds, uint64_t timeout_ms, mc__io_cb cb)
-{
-    if (maxfds < 1 || maxfds > MC__IO_MAX_FDS)
-        return -EINVAL;
-    struct tok *t = io_tok(l, io, IO_RECVMSG, fd, sizeof(struct iovec));
-    if (!t)
-        return -ENOMEM;
-    t->iov[0].iov_base = buf;
-    t->iov[0].iov_len = len;
-    t->u.msg.msg_iov = t->iov;
-    t->u.msg.msg_iovlen = 1;
-    t->u.msg.msg_control = t->ctrl.buf;
-    t->u.msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)maxfds);
-    t->fds_out = fds;
-    t->nfds_out = nfds;
-    *nfds = 0;
-    return io_start(l, io, t, timeout_ms, cb);
-}
-
-void mc__io_cancel(mc__io_t *io, mc_loop_fn release, void *arg)
-{
-    struct tok *t = io->token;
-    if (!t) {
-        if (release)
-            release(arg);
-        return;
-    }
-    t->release = release;
-    t->release_arg = arg;
-    cancel_tok(io->loop, t);
-    io->token = NULL;
 }

@@ -1,5 +1,6 @@
 /*
- * loop_i.h - internal socket operations on the io_uring loop (loop.c).
+ * loop_i.h - internal socket operations on the io_uring loop (loop_io.c),
+ * and the loop's next-round work and clocks (loop.c).
  *
  * An mc__io_t is a caller-allocated handle for one socket request: accept
  * (multishot), connect, recv or sendmsg. It follows the token discipline of
