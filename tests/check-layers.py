@@ -75,6 +75,16 @@ NARROW = [
         r"core/src/master/master_i\.h$",
         "master_i.h is private to the master logic's files; the rest use master.h",
     ),
+    (
+        r"^(?!core/src/runtime/loop(_io)?\.c$)",
+        r"core/src/runtime/loop_ring\.h$",
+        "loop_ring.h is private to loop.c and loop_io.c; the rest use loop.h and loop_i.h",
+    ),
+    (
+        r"^(?!core/src/runtime/net(_send)?\.c$)",
+        r"core/src/runtime/net_i\.h$",
+        "net_i.h is private to net.c and net_send.c; the rest use net.h",
+    ),
 ]
 
 SCANNED = ["core/include/mooncake", "core/src", "core/bin", "fs", "python/mooncake"]
