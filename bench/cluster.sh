@@ -18,6 +18,7 @@
 # process it starts is stopped on exit, failure or signal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BUILD=${MC_BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 RUNS=${BENCH_RUNS:-3}
@@ -83,20 +84,6 @@ trap 'echo "cluster bench: stopped (signal, or over the ${BUDGET} s budget)" >&2
 ) &
 watchdog=$!
 
-free_port() {
-    "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-# wait_for PID LOG REGEX: until REGEX is in LOG (10 s), or fail if PID died.
-wait_for() {
-    for _ in $(seq 200); do
-        grep -qE "$3" "$2" 2>/dev/null && return 0
-        kill -0 "$1" 2>/dev/null || break
-        sleep 0.05
-    done
-    echo "cluster bench: not ready: $(tr '\0' ' ' </proc/"$1"/cmdline 2>/dev/null || echo "pid $1")" >&2
-    tail -5 "$2" >&2
-    exit 1
-}
 # wait_port PID PORT LOG: until 127.0.0.1:PORT accepts a connection (10 s).
 wait_port() {
     for _ in $(seq 200); do
@@ -128,17 +115,11 @@ run() {
 kv() { sed -n "/ op=$2 /s/.* $1=\([^ ]*\).*/\1/p" "$work/last"; }
 # bytes per transport, from mc_bench's last line: xfer tcp_bytes
 xfer() { sed -n "/^tcp_bytes=/s/.*$1=\([0-9]*\).*/\1/p" "$work/last"; }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ratio() { echo "$1 $2" | awk '{ if ($2 > 0) printf "%.2fx", $1 / $2; else print "n/a" }'; }
 
 # ---- servers ----
 mport=$(free_port)
-"$BUILD/mooncake-master" --listen "127.0.0.1:$mport" >"$work/master.log" 2>&1 &
-pids+=($!)
-wait_for $! "$work/master.log" "listening on"
-"$BUILD/mooncake-cli" --master "127.0.0.1:$mport" --segment-size 2G node >"$work/node.log" 2>&1 &
-pids+=($!)
-wait_for $! "$work/node.log" "node up"
+master_and_node "$mport" 2G "$work/master.log" "$work/node.log"
 
 cport=$(free_port)
 # Debian's defaults (4 threads) but loopback, no UDP, and a fixed user so
@@ -150,7 +131,7 @@ wait_port $! "$cport" "$work/memcached.log"
 iport=$(free_port)
 iperf3 -s -B 127.0.0.1 -p "$iport" --forceflush >"$work/iperf3.log" 2>&1 &
 pids+=($!)
-wait_for $! "$work/iperf3.log" "Server listening"
+wait_log $! "$work/iperf3.log" "Server listening"
 
 # ---- measurements, interleaved ----
 declare -A v # name -> one value per run, space-separated

@@ -72,12 +72,7 @@ pids+=($!)
 wait_log $! "$work/etcd.log" "ready to serve client requests"
 
 alone=$(free_port)
-"$BUILD/mooncake-master" --listen "127.0.0.1:$alone" >"$work/alone.log" 2>&1 &
-pids+=($!)
-wait_log $! "$work/alone.log" "listening on"
-"$BUILD/mooncake-cli" --master "127.0.0.1:$alone" --segment-size 1G node >"$work/node0.log" 2>&1 &
-pids+=($!)
-wait_log $! "$work/node0.log" "node up"
+master_and_node "$alone" 1G "$work/alone.log" "$work/node0.log"
 
 start_master() { # PORT: a master of the etcd cluster on 127.0.0.1:PORT
     "$BUILD/mooncake-master" --listen "127.0.0.1:$1" --etcd "$ep" --etcd-ttl 2 \

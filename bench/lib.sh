@@ -51,6 +51,18 @@ wait_log() {
     exit 1
 }
 
+# master_and_node PORT SIZE MASTER_LOG NODE_LOG: a mooncake-master on
+# 127.0.0.1:PORT and one node (mooncake-cli node) with a SIZE segment, each
+# ready (wait_log) and its PID added to the caller's array pids.
+master_and_node() {
+    "$BUILD/mooncake-master" --listen "127.0.0.1:$1" >"$3" 2>&1 &
+    pids+=($!)
+    wait_log $! "$3" "listening on"
+    "$BUILD/mooncake-cli" --master "127.0.0.1:$1" --segment-size "$2" node >"$4" 2>&1 &
+    pids+=($!)
+    wait_log $! "$4" "node up"
+}
+
 # wait_mount DIR PID: until DIR is a mount point (10 s), or fail if PID died.
 wait_mount() {
     for _ in $(seq 200); do
