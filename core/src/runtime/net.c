@@ -171,7 +171,12 @@ static void reject_header(mc__conn_t *c, int rc, const mc__hdr_t *h)
 /* Delivers every whole frame in the read buffer, while the conn stays open. */
 static void deliver_frames(mc__conn_t *c)
 {
+    c->paused = 0;
     while (c->state == CS_OPEN && !c->shutdown) {
+        if (c->pause_at && c->wq_bytes >= c->pause_at) {
+            c->paused = 1; /* on_sent() drives it again as the queue drains */
+            break;
+        }
         size_t avail = c->rlen - c->roff;
         mc__hdr_t h;
         int rc = header_decode(c, c->rbuf + c->roff, avail, &h);
@@ -294,7 +299,7 @@ void mc__conn_drive(mc__conn_t *c)
             }
         } else if (!mc__io_active(&c->rio)) {
             deliver_frames(c);
-            if (c->state == CS_OPEN && !c->shutdown)
+            if (c->state == CS_OPEN && !c->shutdown && !c->paused)
                 arm_recv(c);
         }
         if (c->state == CS_OPEN)
@@ -459,6 +464,11 @@ void mc__conn_set_limits(mc__conn_t *c, size_t max_queued, uint64_t send_timeout
     c->max_queued = max_queued ? max_queued : MC__CONN_MAX_QUEUED;
     c->send_timeout_ms = send_timeout_ms ? send_timeout_ms : MC__CONN_SEND_TIMEOUT_MS;
     c->idle_timeout_ms = idle_timeout_ms;
+}
+
+void mc__conn_set_backpressure(mc__conn_t *c, size_t pause_at)
+{
+    c->pause_at = pause_at;
 }
 
 void mc__conn_set_max_body(mc__conn_t *c, size_t max_body)

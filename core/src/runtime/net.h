@@ -184,6 +184,17 @@ void mc__conn_set_limits(mc__conn_t *c, size_t max_queued, uint64_t send_timeout
                          uint64_t idle_timeout_ms);
 
 /*
+ * mc__conn_set_backpressure() makes the conn stop taking frames in while
+ * pause_at bytes or more wait to be sent (0: never, the default): frames
+ * received stay undelivered and nothing more is read until the peer has
+ * taken enough of the queue. For a server whose every request queues a
+ * reply: a peer with more requests in flight than the bound waits for its
+ * answers instead of seeing the conn closed (-ENOBUFS). A peer must read
+ * its answers while it sends, or the two wait for each other.
+ */
+void mc__conn_set_backpressure(mc__conn_t *c, size_t pause_at);
+
+/*
  * mc__conn_set_max_body() bounds the bodies the conn accepts to max_body
  * bytes (0, or more than MC__PROTO_MAX_BODY: MC__PROTO_MAX_BODY, the
  * default). A header announcing more closes the conn with -EMSGSIZE before

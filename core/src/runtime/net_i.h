@@ -45,6 +45,8 @@ struct mc__conn {
     struct wreq *wq_head, *wq_tail;
     size_t wq_bytes; /* queued and not yet sent */
     size_t max_queued;
+    size_t pause_at;   /* mc__conn_set_backpressure(); 0: never */
+    int paused;        /* frames wait in rbuf until the queue is under pause_at */
     uint32_t max_body; /* mc__conn_set_max_body() */
     uint64_t send_timeout_ms, idle_timeout_ms;
     int held;       /* mc__conn_hold(): only MC__SEND_EARLY frames go out */

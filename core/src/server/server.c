@@ -314,6 +314,10 @@ static void on_accept(mc__listener_t *ls, mc__conn_t *c)
     sc->sess = srv->o.secret ? S_FRESH : S_OPEN;
     sc->last_ms = mc_loop_now_ms();
     mc__conn_set_max_body(c, MC__SERVER_HANDSHAKE_MAX_BODY);
+    /* Every request queues its answer: a peer with more answers in flight
+     * than half the send bound waits for them (net.h) rather than being
+     * hung up on when the bound is reached. */
+    mc__conn_set_backpressure(c, MC__CONN_MAX_QUEUED / 2);
     srv->nconns++;
     if (!srv->o.secret && mc__conn_is_unix(c))
         sc->stranger = mc__conn_peer_uid(c, &sc->uid) < 0 || (sc->uid != geteuid() && sc->uid != 0);

@@ -21,8 +21,7 @@ from mooncake.store import ReplicateConfig
 
 KiB, MiB = 1 << 10, 1 << 20
 # Around the first read, around the async share (256 KiB), and past the
-# 4 MiB pieces a transfer moves at once. (Below 64 MiB in flight to one node
-# over TCP in all: a node closes a connection whose replies queue more.)
+# 4 MiB pieces a transfer moves at once.
 SIZES = [0, 8 * KiB, 8 * KiB + 1, 256 * KiB - 1, 256 * KiB, 256 * KiB + 4097, 5 * MiB + 3]
 
 
@@ -55,6 +54,24 @@ async def test_large_gets_from_shared_memory_and_over_tcp(make_cluster, procs, m
         for k, v in vals.items():
             assert s.upsert(k, v, ReplicateConfig(preferred_segment=node.addr)) == 0
         await check_all(s, vals)
+
+
+@pytest.mark.asyncio
+async def test_more_in_flight_than_a_node_queues(make_cluster, procs, make_store):
+    # 160 MiB of gets at once from one node over TCP, past the 64 MiB a
+    # connection may queue for sending: the node stops taking requests
+    # while its replies queue (backpressure) instead of hanging up.
+    c = make_cluster(nodes=0)
+    far = procs.node(c.master, "64M", "--no-shm")
+    s = make_store("cluster", cluster=c)
+    vals = {f"big/{i}": os.urandom(5 * MiB + i) for i in range(8)}
+    for k, v in vals.items():
+        assert s.upsert(k, v, ReplicateConfig(preferred_segment=far.addr)) == 0
+    keys = list(vals) * 4
+    got = await asyncio.gather(*[s.async_get(k) for k in keys])
+    assert [len(g) for g in got] == [len(vals[k]) for k in keys]
+    assert got == [vals[k] for k in keys]
+    assert "cannot queue a reply" not in far.read_log()
 
 
 @pytest.mark.asyncio
