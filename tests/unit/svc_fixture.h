@@ -38,10 +38,7 @@ typedef struct fixture {
 static int setup(void **state)
 {
     fixture_t *f = calloc(1, sizeof(*f));
-    mc__master_opts_t mo = {.lease_ms = 5000, .align = 64};
-    mc__svc_opts_t so = {.node_ttl_ms = 3000, .put_ttl_ms = 10000};
-    assert_int_equal(mc__master_new(&f->m, &mo), 0);
-    assert_int_equal(mc__svc_new(&f->svc, f->m, &so), 0);
+    svc_test_new(&f->m, &f->svc);
     *state = f;
     return 0;
 }
@@ -49,9 +46,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture_t *f = *state;
-    mc__svc_free(f->svc);
-    mc__master_free(f->m);
-    free(f->resp.p);
+    svc_test_free(f->m, f->svc, &f->resp);
     free(f);
     return 0;
 }
