@@ -1,8 +1,8 @@
 /*
- * master_fixture.h - what test_master.c and test_master_space.c share: a
- * master with one segment, the space it reports, a whole put, and listings
- * rendered as strings. Included once by each test file (its functions are
- * static; a file uses some of them).
+ * master_fixture.h - what test_master.c, test_master_space.c and
+ * test_records.c share: a master with one segment, the space it reports, a
+ * whole put, and listings rendered as strings. Included once by each test
+ * file (its functions are static; a file uses some of them).
  *
  * The master has no clock and no I/O, so every test drives mc__master_*
  * directly with explicit `now` values (milliseconds). Sizes are multiples
