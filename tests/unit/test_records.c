@@ -7,43 +7,18 @@
  * the latest record of a version gives its metadata, and ids handed out
  * after a merge are newer than every one reported.
  */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "master_fixture.h"
 
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "master/master.h"
-#include "unit.h"
-
-#define UNIT 64
-#define SEG_SIZE (64 * 1024)
-#define T0 1000
-
-static mc__master_t *new_master(uint32_t nseg)
+/* A master with nseg segments of SEG_SIZE bytes, ids 1 to nseg (none at 0:
+ * master_fixture.h's new_master() has one there). */
+static mc__master_t *new_master_segs(uint32_t nseg)
 {
-    mc__master_opts_t o = {.lease_ms = 100, .align = UNIT};
+    mc__master_opts_t o = {.lease_ms = LEASE_MS, .align = UNIT};
     mc__master_t *m = NULL;
     assert_int_equal(mc__master_new(&m, &o), 0);
     for (uint32_t s = 1; s <= nseg; s++)
         assert_int_equal(mc__master_add_segment(m, s, SEG_SIZE), 0);
     return m;
-}
-
-static uint64_t used(const mc__master_t *m)
-{
-    mc_space_t sp;
-    mc__master_space(m, &sp);
-    return sp.used;
-}
-
-static mc__version_t *find(mc__master_t *m, const char *key)
-{
-    return mc__master_find(m, key, strlen(key));
 }
 
 /* A record (proto.h's mc__rec_t) and the extents merged with it. */
@@ -80,7 +55,7 @@ static int merge(mc__master_t *m, uint32_t seg, const trec_t *t, uint64_t now)
 static void test_a_record_brings_its_object_back(void **state)
 {
     (void)state;
-    mc__master_t *m = new_master(1);
+    mc__master_t *m = new_master_segs(1);
     mc__extent_t e = {4096, 128};
     trec_t r = rec("a/b", 77, 5, 100, &e);
     assert_int_equal(merge(m, 1, &r, T0), 1);
@@ -115,7 +90,7 @@ static void test_a_record_brings_its_object_back(void **state)
 static void test_a_record_keeps_holes(void **state)
 {
     (void)state;
-    mc__master_t *m = new_master(1);
+    mc__master_t *m = new_master_segs(1);
     mc__version_t *v = NULL;
     assert_int_equal(mc__master_begin(m, "s", 1, NULL, T0, &v), 0);
     assert_int_equal(mc__master_reserve_range(m, v, 100 * SEG_SIZE, 10, 0, T0), 0);
@@ -125,7 +100,7 @@ static void test_a_record_keeps_holes(void **state)
     r.ext = mc__master_record(v, 1, &r.r);
     assert_int_equal(r.r.next, 3);
     assert_int_equal(r.ext[1].off, MC__HOLE);
-    mc__master_t *m2 = new_master(1);
+    mc__master_t *m2 = new_master_segs(1);
     assert_int_equal(merge(m2, 1, &r, T0), 1);
     mc__version_t *w = find(m2, "s");
     assert_non_null(w);
@@ -142,7 +117,7 @@ static void test_a_record_keeps_holes(void **state)
 static void test_replicas_of_one_version_are_one_object(void **state)
 {
     (void)state;
-    mc__master_t *m = new_master(2);
+    mc__master_t *m = new_master_segs(2);
     mc__extent_t e1 = {0, 128}, e2 = {1024, 128};
     trec_t r1 = rec("k", 9, 3, 128, &e1), r2 = rec("k", 9, 3, 128, &e2);
     assert_int_equal(merge(m, 1, &r1, T0), 1);
@@ -155,7 +130,7 @@ static void test_replicas_of_one_version_are_one_object(void **state)
     assert_int_equal(sp.objects, 1);
     assert_int_equal(sp.used, 256);
     /* A replica whose bytes differ in length is not of this version. */
-    mc__master_t *m2 = new_master(2);
+    mc__master_t *m2 = new_master_segs(2);
     mc__extent_t e3 = {0, 64};
     trec_t r3 = rec("k", 9, 3, 64, &e3);
     assert_int_equal(merge(m2, 1, &r1, T0), 1);
@@ -168,7 +143,7 @@ static void test_replicas_of_one_version_are_one_object(void **state)
 static void test_the_newest_version_of_a_key_wins(void **state)
 {
     (void)state;
-    mc__master_t *m = new_master(2);
+    mc__master_t *m = new_master_segs(2);
     mc__extent_t old = {0, 64}, new = {0, 128}, old2 = {512, 64};
     /* Older first, then newer (on another node): the newer replaces it and
      * frees its space. */
@@ -188,7 +163,7 @@ static void test_the_newest_version_of_a_key_wins(void **state)
 static void test_removed_after_the_rebuild_stays_gone(void **state)
 {
     (void)state;
-    mc__master_t *m = new_master(2);
+    mc__master_t *m = new_master_segs(2);
     mc__extent_t e1 = {0, 64}, e2 = {0, 64};
     trec_t r1 = rec("k", 5, 1, 64, &e1), r2 = rec("k", 5, 1, 64, &e2);
     assert_int_equal(merge(m, 1, &r1, T0), 1);
@@ -223,7 +198,7 @@ static void test_what_this_run_published_wins(void **state)
 static void test_space_that_is_not_free_is_refused(void **state)
 {
     (void)state;
-    mc__master_t *m = new_master(1);
+    mc__master_t *m = new_master_segs(1);
     mc__extent_t a = {0, 256}, b = {128, 256}, bad = {3, 64}, past = {SEG_SIZE, 64};
     trec_t ra = rec("a", 5, 1, 256, &a), rb = rec("b", 6, 1, 256, &b);
     assert_int_equal(merge(m, 1, &ra, T0), 1);
@@ -245,7 +220,7 @@ static void test_space_that_is_not_free_is_refused(void **state)
 static void test_the_latest_record_gives_the_metadata(void **state)
 {
     (void)state;
-    mc__master_t *m = new_master(2);
+    mc__master_t *m = new_master_segs(2);
     mc__extent_t e1 = {0, 64}, e2 = {0, 64};
     /* Node 1 missed a rename and a chmod (stamp 4); node 2 has them (7). */
     trec_t stale = rec("old", 5, 4, 64, &e1), fresh = rec("new", 5, 7, 64, &e2);
@@ -266,7 +241,7 @@ static void test_the_latest_record_gives_the_metadata(void **state)
     assert_int_equal(mc__xattr_get(v, "user", 4, &val, &vl), 0);
     assert_int_equal(vl, 2);
     /* The other way round: the stale one, later, changes nothing. */
-    mc__master_t *m2 = new_master(2);
+    mc__master_t *m2 = new_master_segs(2);
     assert_int_equal(merge(m2, 2, &fresh, T0), 1);
     assert_int_equal(merge(m2, 1, &stale, T0), 1);
     assert_null(find(m2, "old"));
@@ -284,7 +259,7 @@ static void test_the_latest_record_gives_the_metadata(void **state)
 static void test_hard_links_come_back(void **state)
 {
     (void)state;
-    mc__master_t *m = new_master(1);
+    mc__master_t *m = new_master_segs(1);
     const char ino[] = MC__INODE_PREFIX "2a";
     mc__extent_t e = {0, 64};
     trec_t f = rec(ino, 40, 3, 10, &e);
@@ -324,7 +299,7 @@ static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
 static void test_changes_are_noticed_once_per_flush(void **state)
 {
     (void)state;
-    mc__master_t *m = new_master(1);
+    mc__master_t *m = new_master_segs(1);
     mc__master_notices(m, on_notice, NULL);
     nnotes = 0;
     mc__version_t *v = NULL;

@@ -64,10 +64,7 @@ static void put_on(fixture_t *f, const char *key, uint32_t seg, uint64_t now)
 static int setup(void **state)
 {
     fixture_t *f = calloc(1, sizeof(*f));
-    mc__master_opts_t mo = {.lease_ms = 5000, .align = 64};
-    mc__svc_opts_t so = {.node_ttl_ms = 3000, .put_ttl_ms = 10000};
-    assert_int_equal(mc__master_new(&f->m, &mo), 0);
-    assert_int_equal(mc__svc_new(&f->svc, f->m, &so), 0);
+    svc_test_new(&f->m, &f->svc);
     for (int i = 0; i < 3; i++) {
         char addr[32];
         snprintf(addr, sizeof(addr), "127.0.0.1:%d", 7011 + i);
@@ -85,9 +82,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture_t *f = *state;
-    mc__svc_free(f->svc);
-    mc__master_free(f->m);
-    free(f->resp.p);
+    svc_test_free(f->m, f->svc, &f->resp);
     free(f);
     return 0;
 }

@@ -1,0 +1,612 @@
+/*
+ * test_service_nodes.c - the master service (core/src/master/service.c)
+ * driven with request bodies, as the server would, with explicit time:
+ * what owners (connections) hold, segments and nodes coming and going,
+ * repair, and the records nodes keep. Puts, the namespace and metadata are
+ * test_service.c; the fixture both use is svc_fixture.h.
+ */
+#include "svc_fixture.h"
+
+static void test_owner_gone_revokes_and_closes(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 64 * MiB, T0);
+    put(f, 5, "x", MiB, 1, T0);
+    /* Owner 6 opens x and starts another write. */
+    assert_int_equal(call(f, 6, T0, MC__OP_OPEN, "k", "x", 1), 0);
+    put_start(f, 6, "y", 2 * MiB, 1, T0);
+    assert_int_equal(used(f), 3 * MiB);
+    /* x is replaced; the open handle keeps the old version's space. */
+    put(f, 5, "x", MiB, 1, T0);
+    assert_int_equal(used(f), 4 * MiB);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.handles, 1);
+    assert_int_equal(st.puts, 1);
+    /* Owner 6 disconnects: its write is revoked, its handle closed. */
+    mc__svc_owner_gone(f->svc, 6, T0 + 1000);
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.handles, 0);
+    assert_int_equal(st.puts, 0);
+    /* The replaced version is free; the revoked write's space waits for the
+     * writer's lease (10 s from its last touch) to run out: the writer may
+     * still be sending bytes into it. */
+    assert_int_equal(used(f), 3 * MiB);
+    assert_int_equal(call(f, 0, T0 + 9999, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    mc__svc_tick(f->svc, T0 + 9999);
+    assert_int_equal(used(f), 3 * MiB);
+    assert_int_equal(call(f, 0, T0 + 10000, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    mc__svc_tick(f->svc, T0 + 10000);
+    assert_int_equal(used(f), MiB);
+}
+
+/* Closing one connection touches only what it holds; another owner's
+ * handles and writes stay. */
+static void test_owner_gone_leaves_other_owners(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 64 * MiB, T0);
+    put(f, 5, "x", 4096, 1, T0);
+    for (int i = 0; i < 3000; i++) {
+        assert_int_equal(call(f, 6 + (uint64_t)(i % 2), T0, MC__OP_OPEN, "k", "x", 1), 0);
+    }
+    put_start(f, 7, "y", 4096, 1, T0);
+    mc__svc_stats_t st;
+    mc__svc_owner_gone(f->svc, 6, T0);
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.handles, 1500);
+    assert_int_equal(st.puts, 1);
+    mc__svc_owner_gone(f->svc, 6, T0); /* again: nothing */
+    mc__svc_owner_gone(f->svc, 7, T0);
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.handles, 0);
+    assert_int_equal(st.puts, 0);
+}
+
+/* A replaced version kept open while its segment is dropped and mounted
+ * again must not free its extents into the new segment's allocator (the
+ * master aborted: "more than is handed out"). */
+static void test_open_replaced_version_outlives_its_segment(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t seg = mount(f, 11, 16 * MiB, T0);
+    put(f, 5, "F", 4 * MiB, 1, T0);
+    assert_int_equal(call(f, 6, T0, MC__OP_OPEN, "k", "F", 1), 0);
+    uint64_t h;
+    const char *rest;
+    uint32_t rl;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", &h, &rest, &rl), 0);
+    put(f, 5, "F", 2 * MiB, 1, T0);
+    /* The node falls silent past its TTL, then mounts its segment again. */
+    assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1);
+    assert_int_equal(mount_rdma(f, 11, seg, 16 * MiB, T0 + 5000, ""), seg);
+    assert_int_equal(used(f), 0);
+    assert_int_equal(call(f, 6, T0 + 5000, MC__OP_CLOSE, "q", h), 0);
+    assert_int_equal(used(f), 0);
+    /* The whole segment is there for new data once its hold is over. */
+    put(f, 5, "G", 16 * MiB, 1, T0 + 16000);
+}
+
+/* A segment mounted again under its old id takes nothing new until the
+ * write leases of before have run out: a writer that kept its replica set
+ * may still send bytes into it. */
+static void test_remounted_segment_is_held_for_a_lease(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t seg = mount(f, 11, 16 * MiB, T0);
+    assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1);
+    assert_int_equal(mount_rdma(f, 11, seg, 16 * MiB, T0 + 5000, ""), seg);
+    assert_int_equal(call(f, 5, T0 + 5000, MC__OP_PUT_START, "kquuuuqisuuuq", "k", 1, (uint64_t)100,
+                          0, 0644, 1, MC_PIN_NONE, (uint64_t)0, (int64_t)0, "", 0, 0, 0, 0,
+                          (uint64_t)0),
+                     -EAGAIN);
+    /* A fresh node's segment is usable at once. */
+    mount(f, 12, 16 * MiB, T0 + 6000);
+    put_start(f, 5, "k", 100, 1, T0 + 6000);
+    call(f, 0, T0 + 15000, MC__OP_HEARTBEAT, "q", (uint64_t)11);
+    call(f, 0, T0 + 15000, MC__OP_HEARTBEAT, "q", (uint64_t)12);
+    put_start(f, 5, "k2", 100, 2, T0 + 15000);
+}
+
+/* Segment ids a node names cannot wrap the counter into ids in use. */
+static void test_segment_ids_do_not_wrap(void **state)
+{
+    fixture_t *f = *state;
+    const char *addr = "127.0.0.1:7000";
+    assert_int_equal(call(f, 1, T0, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)9, UINT32_MAX, addr,
+                          (uint32_t)strlen(addr), 16 * MiB, "", 0, 0u),
+                     -EINVAL);
+    assert_int_equal(mount_rdma(f, 9, UINT32_MAX - 1, 16 * MiB, T0, ""), UINT32_MAX - 1);
+    uint32_t a = mount(f, 10, 16 * MiB, T0);
+    uint32_t b = mount(f, 11, 16 * MiB, T0);
+    assert_true(a != 0 && b != 0 && a != b);
+    assert_true(a != UINT32_MAX && b != UINT32_MAX && a != UINT32_MAX - 1 && b != UINT32_MAX - 1);
+}
+
+static void test_close_releases_replaced_version(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 64 * MiB, T0);
+    put(f, 5, "x", MiB, 1, T0);
+    assert_int_equal(call(f, 6, T0, MC__OP_OPEN, "k", "x", 1), 0);
+    uint64_t h;
+    const char *rest;
+    uint32_t rl;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", &h, &rest, &rl), 0);
+    assert_int_equal(call(f, 5, T0, MC__OP_REMOVE, "ku", "x", 1, 0), -EBUSY);
+    assert_int_equal(call(f, 5, T0, MC__OP_REMOVE, "ku", "x", 1, MC_REMOVE_FORCE), 0);
+    assert_int_equal(used(f), MiB);
+    assert_int_equal(call(f, 6, T0, MC__OP_CLOSE, "q", h), 0);
+    assert_int_equal(used(f), 0);
+    assert_int_equal(call(f, 6, T0, MC__OP_CLOSE, "q", h), -ENOENT);
+}
+
+static void test_node_expiry_and_remount(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t s1 = mount(f, 11, 16 * MiB, T0);
+    uint32_t s2 = mount(f, 12, 16 * MiB, T0);
+    assert_int_not_equal(s1, s2);
+    put(f, 5, "both", MiB, 2, T0);
+    put(f, 5, "one", MiB, 1, T0);
+
+    /* Node 12 keeps beating, node 11 falls silent past the TTL. */
+    assert_int_equal(call(f, 0, T0 + 2000, MC__OP_HEARTBEAT, "q", (uint64_t)12), 0);
+    uint32_t flags;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
+    assert_int_equal(flags & ~(uint32_t)MC__HB_RECORDS, 0);
+    assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.nodes, 1);
+    assert_int_equal(st.segments, 1);
+    assert_int_equal(call(f, 5, T0 + 4000, MC__OP_STAT, "k", "both", 4), 0);
+    /* "one" was on node 11 or 12; whichever survived keeps it. */
+    int one = call(f, 5, T0 + 4000, MC__OP_STAT, "k", "one", 3);
+    assert_true(one == 0 || one == -ENOENT);
+    assert_int_equal(st.objects_lost, one == 0 ? 0 : 1);
+
+    /* The dead node comes back: its heartbeat asks it to mount again. */
+    assert_int_equal(call(f, 0, T0 + 5000, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
+    assert_int_equal(flags, MC__HB_REMOUNT);
+    mount(f, 11, 16 * MiB, T0 + 5000);
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.segments, 2);
+}
+
+/* The RDMA record a node mounts with goes out verbatim with every replica
+ * on its segment, and a mount again replaces it (fresh keys). */
+static void test_rdma_record_in_replica_sets(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t seg = mount_rdma(f, 11, 0, 16 * MiB, T0, "record-one");
+    put(f, 5, "k", MiB, 1, T0);
+
+    const char *recs[] = {"record-one", "record-two\x01\xff", ""};
+    for (int i = 0; i < 3; i++) {
+        if (i)
+            assert_int_equal(mount_rdma(f, 11, seg, 16 * MiB, T0 + i, recs[i]), seg);
+        assert_int_equal(call(f, 5, T0 + i, MC__OP_GET_REPLICAS, "k", "k", 1), 0);
+        const char *p = f->resp.p;
+        size_t n = f->resp.len;
+        uint64_t lease;
+        uint32_t n32;
+        assert_int_equal(mc__unpack(p, n, "q*", &lease, &p, &n32), 0);
+        n = n32;
+        assert_int_equal(lease, 5000); /* granted just now */
+        mc_stat_t st;
+        mc__wire_replica_t r[2];
+        assert_int_equal(mc__take_stat(&p, &n, &st), 0);
+        assert_int_equal(mc__take_replicas(&p, &n, r, 2), 1);
+        assert_int_equal(r[0].seg, seg);
+        assert_int_equal(r[0].rdma_len, strlen(recs[i]));
+        assert_memory_equal(r[0].rdma, recs[i], r[0].rdma_len);
+    }
+}
+
+static void test_stale_put_expires(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 16 * MiB, T0);
+    put_start(f, 5, "slow", MiB, 1, T0);
+    assert_int_equal(call(f, 0, T0 + 2000, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    mc__svc_tick(f->svc, T0 + 2000);
+    assert_int_equal(used(f), MiB);
+    for (uint64_t t = T0 + 3000; t <= T0 + 12000; t += 1000) {
+        call(f, 0, t, MC__OP_HEARTBEAT, "q", (uint64_t)11);
+        mc__svc_tick(f->svc, t);
+    }
+    assert_int_equal(used(f), 0);
+}
+
+/* ---- repair ---- */
+
+/* The segments of key's replicas, from GET_REPLICAS; returns the count. */
+static int replica_segs(fixture_t *f, const char *key, uint64_t now, uint32_t *segs)
+{
+    assert_int_equal(call(f, 5, now, MC__OP_GET_REPLICAS, "k", key, (uint32_t)strlen(key)), 0);
+    uint64_t lease;
+    const char *p;
+    uint32_t pl;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", &lease, &p, &pl), 0);
+    size_t n = pl;
+    mc_stat_t st;
+    assert_int_equal(mc__take_stat(&p, &n, &st), 0);
+    mc__wire_replica_t reps[8];
+    int cnt = mc__take_replicas(&p, &n, reps, 8);
+    assert_int_equal(cnt, (int)st.replicas);
+    for (int i = 0; i < cnt; i++)
+        segs[i] = reps[i].seg;
+    return cnt;
+}
+
+static uint32_t hb_flags(fixture_t *f, uint64_t node, uint64_t now)
+{
+    uint32_t flags;
+    assert_int_equal(call(f, 0, now, MC__OP_HEARTBEAT, "q", node), 0);
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
+    return flags & ~(uint32_t)MC__HB_RECORDS; /* notices: test_records_* */
+}
+
+typedef struct task {
+    uint64_t id, limit, size;
+    uint32_t dst_seg, nsrc;
+    uint64_t dst_bytes;
+} task_t;
+
+/* REPAIR_TAKE for node; decodes up to max tasks into t, returns the count. */
+static int take(fixture_t *f, uint64_t node, uint64_t now, task_t *t, int max)
+{
+    assert_int_equal(call(f, 0, now, MC__OP_REPAIR_TAKE, "q", node), 0);
+    const char *p = f->resp.p;
+    size_t n = f->resp.len;
+    int cnt = 0;
+    while (n) {
+        const char *tb, *rest, *r;
+        uint32_t tl, rl, rlen;
+        assert_int_equal(mc__unpack(p, n, "s*", &tb, &tl, &rest, &rl), 0);
+        assert_true(cnt < max);
+        assert_int_equal(
+            mc__unpack(tb, tl, "qqq*", &t[cnt].id, &t[cnt].limit, &t[cnt].size, &r, &rlen), 0);
+        size_t left = rlen;
+        mc__wire_replica_t dst[8], src[8];
+        assert_int_equal(mc__take_replicas(&r, &left, dst, 8), 1);
+        t[cnt].dst_seg = dst[0].seg;
+        t[cnt].dst_bytes = 0;
+        for (uint32_t i = 0; i < dst[0].next; i++) {
+            uint64_t off, len;
+            mc__wire_extent(&dst[0], i, &off, &len);
+            t[cnt].dst_bytes += len;
+        }
+        int ns = mc__take_replicas(&r, &left, src, 8);
+        assert_true(ns >= 1);
+        assert_int_equal(left, 0);
+        t[cnt].nsrc = (uint32_t)ns;
+        cnt++;
+        p = rest;
+        n = rl;
+    }
+    return cnt;
+}
+
+/* Three nodes, "k" on two of them (2 replicas); returns the segment without
+ * a replica in *spare and the node of each segment in node_of[seg]. */
+static void three_nodes_one_object(fixture_t *f, uint64_t size, uint32_t *segs, uint32_t *spare,
+                                   uint64_t *node_of)
+{
+    for (uint64_t node = 11; node <= 13; node++)
+        node_of[mount(f, node, 16 * MiB, T0)] = node;
+    put(f, 5, "k", size, 2, T0);
+    assert_int_equal(replica_segs(f, "k", T0, segs), 2);
+    for (uint32_t s = 1; s <= 3; s++)
+        if (s != segs[0] && s != segs[1])
+            *spare = s;
+}
+
+/* A node's segment goes: the object is copied to the node without a
+ * replica, which learns of the task from its heartbeat, and the replica
+ * joins the object once the node reports the copy done. */
+static void test_repair_restores_a_lost_replica(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t segs[8], spare;
+    uint64_t node_of[8] = {0};
+    three_nodes_one_object(f, 100000, segs, &spare, node_of);
+    uint64_t before = used(f);
+    assert_int_equal(call(f, 1, T0 + 10, MC__OP_UNMOUNT_SEGMENT, "qu", node_of[segs[0]], segs[0]),
+                     0);
+    assert_int_equal(replica_segs(f, "k", T0 + 10, segs + 2), 1);
+    assert_int_equal(hb_flags(f, node_of[spare], T0 + 20), 0); /* nothing planned before a tick */
+    mc__svc_tick(f->svc, T0 + 1000);
+    assert_int_equal(hb_flags(f, node_of[segs[1]], T0 + 1000), 0);
+    assert_int_equal(hb_flags(f, node_of[spare], T0 + 1000), MC__HB_REPAIR);
+    task_t t[4];
+    assert_int_equal(take(f, node_of[spare], T0 + 1000, t, 4), 1);
+    assert_int_equal(t[0].dst_seg, spare);
+    assert_int_equal(t[0].size, 100000);
+    assert_true(t[0].dst_bytes >= 100000);
+    assert_int_equal(t[0].nsrc, 1);
+    assert_true(t[0].limit >= 10000);
+    /* Taken once: no flag, no second copy of the task. */
+    assert_int_equal(hb_flags(f, node_of[spare], T0 + 1100), 0);
+    assert_int_equal(take(f, node_of[spare], T0 + 1100, t + 1, 3), 0);
+    /* Space is reserved while the copy runs. */
+    assert_int_equal(used(f), before / 2 + t[0].dst_bytes);
+    assert_int_equal(
+        call(f, 0, T0 + 1500, MC__OP_REPAIR_DONE, "qqi", node_of[spare], t[0].id, (int64_t)0), 0);
+    assert_int_equal(replica_segs(f, "k", T0 + 1500, segs + 2), 2);
+    assert_true(segs[2] == spare || segs[3] == spare);
+    /* Reported twice, or by another node: unknown. */
+    assert_int_equal(
+        call(f, 0, T0 + 1500, MC__OP_REPAIR_DONE, "qqi", node_of[spare], t[0].id, (int64_t)0),
+        -ENOENT);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.repair_started, 1);
+    assert_int_equal(st.repair_done, 1);
+    assert_int_equal(st.repair_failed, 0);
+    assert_int_equal(st.repair_bytes, 100000);
+    assert_int_equal(st.repair_inflight, 0);
+    /* Full again: later ticks plan nothing. */
+    mc__svc_tick(f->svc, T0 + 2000);
+    assert_int_equal(hb_flags(f, node_of[spare], T0 + 2000), 0);
+}
+
+/* A copy not reported in time is given up after its limit plus the margin,
+ * its space freed and the repair planned again; a late report is refused. */
+static void test_repair_task_expires(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t segs[8], spare;
+    uint64_t node_of[8] = {0};
+    three_nodes_one_object(f, 5000, segs, &spare, node_of);
+    uint64_t one = used(f) / 2;
+    call(f, 1, T0, MC__OP_UNMOUNT_SEGMENT, "qu", node_of[segs[0]], segs[0]);
+    mc__svc_tick(f->svc, T0 + 100);
+    task_t t[2];
+    assert_int_equal(take(f, node_of[spare], T0 + 200, t, 2), 1);
+    uint64_t end = T0 + 200 + t[0].limit + MC__REPAIR_MARGIN_MS;
+    for (uint64_t now = T0 + 1000; now < end; now += 1000) { /* everyone keeps beating */
+        hb_flags(f, node_of[segs[1]], now);
+        hb_flags(f, node_of[spare], now);
+        mc__svc_tick(f->svc, now);
+        assert_int_equal(used(f), 2 * one);
+    }
+    hb_flags(f, node_of[segs[1]], end);
+    hb_flags(f, node_of[spare], end);
+    mc__svc_tick(f->svc, end);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.repair_failed, 1);
+    assert_int_equal(
+        call(f, 0, end, MC__OP_REPAIR_DONE, "qqi", node_of[spare], t[0].id, (int64_t)0), -ENOENT);
+    assert_int_equal(replica_segs(f, "k", end, segs + 2), 1);
+    /* The freed task's space went back, and a new task was planned. */
+    assert_int_equal(st.repair_started, 2);
+    assert_int_equal(used(f), 2 * one);
+    assert_int_equal(hb_flags(f, node_of[spare], end + 1), MC__HB_REPAIR);
+}
+
+/* The object is replaced while its copy runs: the copy's space is freed,
+ * never attached to the new version. Dropping the target's segment frees a
+ * task at once. */
+static void test_repair_of_a_replaced_object(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t segs[8], spare;
+    uint64_t node_of[8] = {0};
+    three_nodes_one_object(f, 5000, segs, &spare, node_of);
+    call(f, 1, T0, MC__OP_UNMOUNT_SEGMENT, "qu", node_of[segs[0]], segs[0]);
+    mc__svc_tick(f->svc, T0 + 100);
+    task_t t[2];
+    assert_int_equal(take(f, node_of[spare], T0 + 100, t, 2), 1);
+    put(f, 5, "k", 5000, 2, T0 + 200);
+    uint64_t now_used = used(f);
+    assert_int_equal(
+        call(f, 0, T0 + 300, MC__OP_REPAIR_DONE, "qqi", node_of[spare], t[0].id, (int64_t)0), 0);
+    assert_int_equal(used(f), now_used - t[0].dst_bytes);
+    assert_int_equal(replica_segs(f, "k", T0 + 300, segs + 2), 2);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.repair_done, 0);
+    assert_int_equal(st.repair_failed, 1);
+
+    /* A task whose target segment goes is dropped with it. */
+    call(f, 5, T0 + 400, MC__OP_REMOVE, "ku", "k", 1, MC_REMOVE_FORCE);
+    put(f, 5, "z", 5000, 2, T0 + 400);
+    uint32_t zs[8];
+    assert_int_equal(replica_segs(f, "z", T0 + 400, zs), 2);
+    mc__svc_tick(f->svc, T0 + 500); /* nothing to do: both replicas live */
+    assert_int_equal(take(f, node_of[zs[0]], T0 + 500, t, 2), 0);
+}
+
+/* A writer drops a replica whose node it cannot reach: the put publishes
+ * with the others, the space stays held for a node TTL, new puts avoid that
+ * node until it beats again, and the repair restores the count. */
+static void test_put_drop_replica(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t node_of[8] = {0};
+    for (uint64_t node = 11; node <= 13; node++)
+        node_of[mount(f, node, 16 * MiB, T0)] = node;
+    uint64_t id = put_start(f, 5, "w", 10000, 2, T0);
+    assert_int_equal(call(f, 5, T0, MC__OP_GET_REPLICAS, "k", "w", 1), -ENOENT);
+    uint64_t u = used(f);
+    /* The segment of the put's first replica: the most free, segment 1. */
+    uint32_t dead = 1;
+    assert_int_equal(call(f, 5, T0 + 10, MC__OP_PUT_DROP_REPLICA, "qu", id, dead), 0);
+    assert_int_equal(call(f, 5, T0 + 10, MC__OP_PUT_DROP_REPLICA, "qu", id, dead), 0);
+    assert_int_equal(call(f, 5, T0 + 10, MC__OP_PUT_DROP_REPLICA, "qu", id + 99, dead), -ENOENT);
+    assert_int_equal(commit(f, id, "w", 10000, T0 + 20), 0);
+    uint32_t segs[8];
+    assert_int_equal(replica_segs(f, "w", T0 + 20, segs), 1);
+    assert_int_not_equal(segs[0], dead);
+    assert_int_equal(used(f), u); /* held */
+    /* New puts avoid the node while others have room. */
+    for (int i = 0; i < 4; i++) {
+        char key[8] = {'n', (char)('0' + i), 0};
+        put(f, 5, key, 1000, 2, T0 + 30);
+        uint32_t ns[8];
+        assert_int_equal(replica_segs(f, key, T0 + 30, ns), 2);
+        assert_true(ns[0] != dead && ns[1] != dead);
+    }
+    /* Nor does the repair copy there. */
+    mc__svc_tick(f->svc, T0 + 100);
+    assert_int_equal(hb_flags(f, node_of[dead], T0 + 200), 0);
+    task_t t[2];
+    uint32_t spare = 6 - segs[0] - dead;
+    assert_int_equal(hb_flags(f, node_of[spare], T0 + 200), MC__HB_REPAIR);
+    assert_int_equal(take(f, node_of[spare], T0 + 200, t, 2), 1);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.replicas_dropped, 1);
+    /* After a node TTL (3 s here) the held space is free. */
+    for (uint64_t now = T0 + 1000; now <= T0 + 3010; now += 1000) {
+        for (uint64_t node = 11; node <= 13; node++)
+            hb_flags(f, node, now);
+        mc__svc_tick(f->svc, now);
+    }
+    uint64_t held = used(f);
+    for (uint64_t node = 11; node <= 13; node++)
+        hb_flags(f, node, T0 + 3100);
+    mc__svc_tick(f->svc, T0 + 3100);
+    assert_true(used(f) < held);
+}
+
+/* ---- records: notices to nodes, reports after a restart ---- */
+
+/* Fetches node's notices for seg (acknowledging ack bytes); returns the
+ * answer's length, the notices' kinds and ids in kind[] / id[] (at most
+ * max), their count in *n, and the first PUT's record bytes in rec. */
+static size_t take_notes(fixture_t *f, uint64_t node, uint32_t seg, uint64_t ack, uint64_t now,
+                         int *kind, uint64_t *id, int max, int *n, mc__wbuf_t *rec)
+{
+    assert_int_equal(call(f, 0, now, MC__OP_RECORDS_TAKE, "quq", node, seg, ack), 0);
+    const char *p = f->resp.p;
+    size_t left = f->resp.len, total = left;
+    *n = 0;
+    while (left) {
+        const char *e, *rest, *r;
+        uint32_t el, rl, len;
+        uint8_t k;
+        uint64_t v;
+        assert_int_equal(mc__unpack(p, left, "s*", &e, &el, &rest, &rl), 0);
+        assert_int_equal(mc__unpack(e, el, "bq*", &k, &v, &r, &len), 0);
+        if (*n < max) {
+            kind[*n] = k;
+            id[*n] = v;
+        }
+        (*n)++;
+        if (k == MC__NOTE_PUT && rec && !rec->len) {
+            const char *b;
+            uint32_t bl;
+            assert_int_equal(mc__unpack(r, len, "s", &b, &bl), 0);
+            mc__pack(rec, "*", b, bl);
+        }
+        p = rest;
+        left = rl;
+    }
+    return total;
+}
+
+static void test_records_reach_nodes_and_rebuild_a_new_master(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t seg = mount(f, 11, 16 * MiB, T0);
+    put(f, 1, "a/k", 1000, 1, T0);
+    put(f, 1, "gone", 10, 1, T0);
+    uint32_t flags;
+    assert_int_equal(call(f, 0, T0 + 1, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
+    assert_int_equal(flags, MC__HB_RECORDS);
+    int kind[8], n;
+    uint64_t id[8];
+    mc__wbuf_t rec = {0};
+    size_t got = take_notes(f, 11, seg, 0, T0 + 1, kind, id, 8, &n, &rec);
+    assert_int_equal(n, 2);
+    assert_int_equal(kind[0], MC__NOTE_PUT);
+    mc__rec_t r;
+    assert_int_equal(mc__take_rec(rec.p, rec.len, &r), 0);
+    assert_int_equal(r.klen, 3);
+    assert_memory_equal(r.key, "a/k", 3);
+    assert_int_equal(r.size, 1000);
+    assert_int_equal(r.next, 1);
+    uint64_t kid = r.version;
+    /* Acknowledged: nothing waits; a remove sends a drop. */
+    assert_int_equal(take_notes(f, 11, seg, got, T0 + 2, kind, id, 8, &n, NULL), 0);
+    assert_int_equal(call(f, 1, T0 + 3, MC__OP_REMOVE, "ku", "gone", 4u, 0u), 0);
+    take_notes(f, 11, seg, 0, T0 + 3, kind, id, 8, &n, NULL);
+    assert_int_equal(n, 1);
+    assert_int_equal(kind[0], MC__NOTE_DROP);
+    assert_int_equal(
+        call(f, 0, T0 + 4, MC__OP_RECORDS_TAKE, "quq", (uint64_t)11, seg, (uint64_t)1 << 40),
+        -EINVAL); /* more than was answered */
+    assert_int_equal(call(f, 0, T0 + 4, MC__OP_RECORDS_TAKE, "quq", (uint64_t)12, seg, 0ull),
+                     -ENOENT); /* another node's segment */
+
+    /* A new master: the node mounts with its records, the segment is held
+     * until the report ends, and the object is back. */
+    fixture_t *g = NULL;
+    setup((void **)&g);
+    const char *addr = "127.0.0.1:7000";
+    assert_int_equal(call(g, 1, T0, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)11, seg, addr,
+                          (uint32_t)strlen(addr), 16 * MiB, "", 0u, (uint32_t)MC__MOUNT_REPORT),
+                     0);
+    uint32_t seg2;
+    uint64_t run;
+    assert_int_equal(mc__unpack(g->resp.p, g->resp.len, "uq", &seg2, &run), 0);
+    assert_int_equal(seg2, seg);
+    assert_int_equal(call(g, 1, T0 + 20000, MC__OP_PUT_START, "kquuuuqisuuuq", "x", 1u,
+                          (uint64_t)10, 0u, 0644u, 1u, 0u, (uint64_t)0, (int64_t)0, "", 0u, 0u, 0u,
+                          0u, (uint64_t)0),
+                     -EAGAIN); /* held past the write lease: the report is not over */
+    mc__wbuf_t body = {0};
+    mc__pack(&body, "s", rec.p, (uint32_t)rec.len);
+    mc__pack(&body, "s", "junk", 4u); /* unreadable: refused, not fatal */
+    assert_int_equal(call(g, 0, T0 + 20001, MC__OP_RECORDS_REPORT, "quu*", (uint64_t)11, seg, 1u,
+                          body.p, (uint32_t)body.len),
+                     0);
+    free(body.p);
+    assert_int_equal(call(g, 1, T0 + 20002, MC__OP_STAT, "k", "a/k", 3u), 0);
+    mc_stat_t st;
+    const char *sp = g->resp.p;
+    size_t sl = g->resp.len;
+    assert_int_equal(mc__take_stat(&sp, &sl, &st), 0);
+    assert_int_equal(st.version, kid);
+    assert_int_equal(st.size, 1000);
+    assert_int_equal(st.replicas, 1);
+    assert_int_equal(call(g, 1, T0 + 20002, MC__OP_STAT, "k", "gone", 4u), -ENOENT);
+    mc__svc_stats_t ss;
+    mc__svc_stats(g->svc, &ss);
+    assert_int_equal(ss.records_merged, 1);
+    assert_int_equal(ss.records_refused, 1);
+    /* The report is over: new puts go there again. */
+    put(g, 1, "x", 10, 1, T0 + 20003);
+    free(rec.p);
+    teardown((void **)&g);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_owner_gone_revokes_and_closes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_owner_gone_leaves_other_owners, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_replaced_version_outlives_its_segment, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_remounted_segment_is_held_for_a_lease, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_segment_ids_do_not_wrap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_releases_replaced_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_expiry_and_remount, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rdma_record_in_replica_sets, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_put_expires, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_restores_a_lost_replica, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_task_expires, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_of_a_replaced_object, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_drop_replica, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_records_reach_nodes_and_rebuild_a_new_master, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
