@@ -331,144 +331,121 @@ static void check_codec(const mc__rdma_desc_t *d)
     free(b);
 }
 
-static int run_client(const char *connect_to, const char *publish)
-{
-    struct sockaddr_storage ss;
-    if (parse_addr(connect_to, &ss) < 0) {
-        fprintf(stderr, "client: bad address %s\n", connect_to);
-        return 1;
-    }
-    const struct sockaddr *sa = (struct sockaddr *)&ss;
-    int node_pid = 0;
-    mc__rdma_desc_t *rd = NULL;
-    int rc = read_publish(publish, &node_pid, &rd);
-    if (rc < 0) {
-        fprintf(stderr, "client: no usable descriptor in %s: %s\n", publish, strerror(-rc));
-        return 1;
-    }
-    printf("client: node pid %d, remote segment %" PRIu64 " bytes in %u regions\n", node_pid,
-           rd->size, rd->n);
-    check_codec(rd);
-    check(rd->n >= 5 && rd->chunk == CHUNK,
-          "the segment is registered in %u regions of %" PRIu64 " bytes (chunked MR registration)",
-          rd->n, rd->chunk);
-
-    mc__rdma_opts_t o = {.timeout_ms = TIMEOUT_MS, .max_mr_chunk = CHUNK};
+/* What the client's steps share. */
+typedef struct client {
     mc__rdma_ctx_t *ctx;
-    if ((rc = mc__rdma_ctx_new(L, &o, &ctx)) < 0) {
-        fprintf(stderr, "client: no RDMA context: %s\n", strerror(-rc));
-        return rc == -ENOTSUP || rc == -ENODEV ? 77 : 1;
-    }
-    mc__rdma_conn_t *c = NULL;
+    mc__rdma_conn_t *c;
+    const struct sockaddr *sa;
+    mc__rdma_desc_t *rd; /* the node's segment */
+    mc__rdma_mr_t *lmr;  /* src and dst, registered */
+    char *src, *dst;     /* BIG bytes each */
+    char *expect;        /* BIG bytes, not registered */
+    int node_pid;
+    uint64_t wbytes, rbytes, nwrites, nreads; /* what the counters must say */
+} client_t;
+
+/* Closes cl's connection and connects again; returns 0 or -1. */
+static int reconnect(client_t *cl)
+{
     uint64_t ms = 0;
-    rc = do_connect(ctx, sa, 0, &c, &ms);
-    check(rc == 0, "connect to %s on %s: %s in %" PRIu64 " ms", connect_to,
-          mc__rdma_device_name(ctx), err_name(rc), ms);
-    if (rc < 0)
-        return 1;
+    mc__rdma_close(cl->c);
+    int rc = do_connect(cl->ctx, cl->sa, 0, &cl->c, &ms);
+    check(rc == 0, "reconnect: %s in %" PRIu64 " ms", err_name(rc), ms);
+    return rc < 0 ? -1 : 0;
+}
 
-    /* Client buffers: src and dst of BIG bytes each, registered as one
-     * region (4 x 16 MiB chunks + ...) for the zero-copy mode. */
-    char *mem = alloc_pages(2 * BIG);
-    char *src = mem, *dst = mem + BIG;
-    char *expect = alloc_pages(BIG);
-    if (!mem || !expect)
-        return 1;
-    mc__rdma_mr_t *lmr;
-    rc = mc__rdma_register(ctx, mem, 2 * BIG, 0, &lmr);
-    check(rc == 0, "register 128 MiB of client buffers: %s (%u regions)", err_name(rc),
-          rc == 0 ? mc__rdma_mr_desc(lmr)->n : 0);
-    if (rc < 0)
-        return 1;
-
-    /* 1. Reading the node's memory as it is: the pattern, across a region
-     * boundary of the node's segment. */
-    uint64_t at = CHUNK - 2 * KiB;
-    rc = xfer(c, 0, dst, NULL, rd, at, 4 * KiB, 0, &ms);
-    fill_pattern(expect, at, 4 * KiB);
-    check(rc == 0 && memcmp(dst, expect, 4 * KiB) == 0,
+/* 1. Reading the node's memory as it is: the pattern, across a region
+ * boundary of the node's segment. 2. Round trips of each size, from
+ * staging and from a registered buffer. */
+static void step_round_trips(client_t *cl)
+{
+    uint64_t ms = 0, at = CHUNK - 2 * KiB;
+    int rc = xfer(cl->c, 0, cl->dst, NULL, cl->rd, at, 4 * KiB, 0, &ms);
+    fill_pattern(cl->expect, at, 4 * KiB);
+    check(rc == 0 && memcmp(cl->dst, cl->expect, 4 * KiB) == 0,
           "READ 4 KiB of the node's pattern across its regions 0/1: %s", err_name(rc));
+    cl->rbytes += 4 * KiB;
+    cl->nreads++;
 
-    /* 2. Round trips. */
     static const uint64_t sizes[] = {1 * KiB, 1 * MiB, BIG};
-    uint64_t wbytes = 0, rbytes = 4 * KiB, nwrites = 0, nreads = 1;
     for (int mode = 0; mode < 2; mode++) {
-        const mc__rdma_mr_t *m = mode ? lmr : NULL;
+        const mc__rdma_mr_t *m = mode ? cl->lmr : NULL;
         const char *mname = mode ? "registered buffer" : "staging";
         for (int si = 0; si < 3; si++) {
             uint64_t len = sizes[si];
             /* Offsets that are not aligned and, for BIG, cross 5 regions. */
             uint64_t roff = 8 * MiB + 12345 + (uint64_t)si * 4096 + (uint64_t)mode * 777;
-            fill_random(src, len, len + (uint64_t)mode);
-            memset(dst, 0, len);
+            fill_random(cl->src, len, len + (uint64_t)mode);
+            memset(cl->dst, 0, len);
             uint64_t wms = 0, rms = 0;
-            int wrc = xfer(c, 1, src, m, rd, roff, len, 0, &wms);
-            int rrc = wrc ? wrc : xfer(c, 0, dst, m, rd, roff, len, 0, &rms);
-            int same = wrc == 0 && rrc == 0 && memcmp(src, dst, len) == 0;
+            int wrc = xfer(cl->c, 1, cl->src, m, cl->rd, roff, len, 0, &wms);
+            int rrc = wrc ? wrc : xfer(cl->c, 0, cl->dst, m, cl->rd, roff, len, 0, &rms);
+            int same = wrc == 0 && rrc == 0 && memcmp(cl->src, cl->dst, len) == 0;
             check(same,
                   "%s: WRITE then READ %" PRIu64 " KiB at offset %" PRIu64
                   ": %s, bytes equal (write %" PRIu64 " ms %.1f MiB/s, read %" PRIu64
                   " ms %.1f MiB/s)",
                   mname, len / KiB, roff, err_name(wrc ? wrc : rrc), wms, mbps(len, wms), rms,
                   mbps(len, rms));
-            wbytes += len;
-            rbytes += len;
-            nwrites++;
-            nreads++;
+            cl->wbytes += len;
+            cl->rbytes += len;
+            cl->nwrites++;
+            cl->nreads++;
         }
     }
+}
 
-    /* 3. Many at once: 12 writes of 1 MiB (48 slices for 16 slots), then 12
-     * reads, from both kinds of buffer. */
-    {
-        const int N = 12;
-        fill_random(src, N * MiB, 99);
-        memset(dst, 0, N * MiB);
-        waiter_t w = {.want = N, .t0 = mc_loop_now_ms()};
-        int sub = 0;
-        for (int i = 0; i < N; i++)
-            sub |= mc__rdma_write(c, src + i * MiB, (i & 1) ? lmr : NULL, rd,
-                                  32 * MiB + (uint64_t)i * MiB, MiB, 0, op_cb, &w);
-        int wrc = sub ? sub : wait_all(&w);
-        waiter_t r = {.want = N, .t0 = mc_loop_now_ms()};
-        for (int i = 0; i < N && !wrc; i++)
-            sub |= mc__rdma_read(c, dst + i * MiB, (i & 1) ? NULL : lmr, rd,
-                                 32 * MiB + (uint64_t)i * MiB, MiB, 0, op_cb, &r);
-        int rrc = wrc ? wrc : sub ? sub : wait_all(&r);
-        check(wrc == 0 && rrc == 0 && memcmp(src, dst, N * MiB) == 0,
-              "%d concurrent 1 MiB WRITEs then %d READs, mixed buffers: %s, bytes equal", N, N,
-              err_name(wrc ? wrc : rrc));
-        wbytes += N * MiB;
-        rbytes += N * MiB;
-        nwrites += N;
-        nreads += N;
-    }
+/* 3. Many at once: 12 writes of 1 MiB (48 slices for 16 slots), then 12
+ * reads, from both kinds of buffer. 4. A write of zeros (buf NULL). */
+static void step_many_and_zeros(client_t *cl)
+{
+    const int N = 12;
+    fill_random(cl->src, N * MiB, 99);
+    memset(cl->dst, 0, N * MiB);
+    waiter_t w = {.want = N, .t0 = mc_loop_now_ms()};
+    int sub = 0;
+    for (int i = 0; i < N; i++)
+        sub |= mc__rdma_write(cl->c, cl->src + i * MiB, (i & 1) ? cl->lmr : NULL, cl->rd,
+                              32 * MiB + (uint64_t)i * MiB, MiB, 0, op_cb, &w);
+    int wrc = sub ? sub : wait_all(&w);
+    waiter_t r = {.want = N, .t0 = mc_loop_now_ms()};
+    for (int i = 0; i < N && !wrc; i++)
+        sub |= mc__rdma_read(cl->c, cl->dst + i * MiB, (i & 1) ? NULL : cl->lmr, cl->rd,
+                             32 * MiB + (uint64_t)i * MiB, MiB, 0, op_cb, &r);
+    int rrc = wrc ? wrc : sub ? sub : wait_all(&r);
+    check(wrc == 0 && rrc == 0 && memcmp(cl->src, cl->dst, N * MiB) == 0,
+          "%d concurrent 1 MiB WRITEs then %d READs, mixed buffers: %s, bytes equal", N, N,
+          err_name(wrc ? wrc : rrc));
+    cl->wbytes += N * MiB;
+    cl->rbytes += N * MiB;
+    cl->nwrites += N;
+    cl->nreads += N;
 
-    /* 4. A write of zeros (buf NULL). */
-    {
-        memset(dst, 0xff, 64 * KiB);
-        int wrc = xfer(c, 1, NULL, NULL, rd, 40 * MiB, 64 * KiB, 0, NULL);
-        int rrc = wrc ? wrc : xfer(c, 0, dst, NULL, rd, 40 * MiB, 64 * KiB, 0, NULL);
-        memset(expect, 0, 64 * KiB);
-        check(wrc == 0 && rrc == 0 && memcmp(dst, expect, 64 * KiB) == 0,
-              "WRITE of zeros (no buffer) reads back as zeros: %s", err_name(wrc ? wrc : rrc));
-        wbytes += 64 * KiB;
-        rbytes += 64 * KiB;
-        nwrites++;
-        nreads++;
-    }
+    memset(cl->dst, 0xff, 64 * KiB);
+    wrc = xfer(cl->c, 1, NULL, NULL, cl->rd, 40 * MiB, 64 * KiB, 0, NULL);
+    rrc = wrc ? wrc : xfer(cl->c, 0, cl->dst, NULL, cl->rd, 40 * MiB, 64 * KiB, 0, NULL);
+    memset(cl->expect, 0, 64 * KiB);
+    check(wrc == 0 && rrc == 0 && memcmp(cl->dst, cl->expect, 64 * KiB) == 0,
+          "WRITE of zeros (no buffer) reads back as zeros: %s", err_name(wrc ? wrc : rrc));
+    cl->wbytes += 64 * KiB;
+    cl->rbytes += 64 * KiB;
+    cl->nwrites++;
+    cl->nreads++;
+}
 
-    /* 5. Counters. */
+/* 5. Counters. */
+static void step_counters(client_t *cl)
+{
     mc__rdma_stats_t st;
-    mc__rdma_stats(ctx, &st);
+    mc__rdma_stats(cl->ctx, &st);
     printf("client: counters: reads %" PRIu64 " (%" PRIu64 " bytes), writes %" PRIu64 " (%" PRIu64
            " bytes), failed %" PRIu64 ", slices %" PRIu64 ", completions %" PRIu64
            ", cq wake-ups %" PRIu64 ", in-flight peak %" PRIu64 "\n",
            st.reads, st.bytes_read, st.writes, st.bytes_written, st.failed, st.slices,
            st.completions, st.cq_wakeups, st.inflight_peak);
-    check(st.bytes_written == wbytes && st.writes == nwrites,
+    check(st.bytes_written == cl->wbytes && st.writes == cl->nwrites,
           "counters: %" PRIu64 " writes, %" PRIu64 " bytes written", st.writes, st.bytes_written);
-    check(st.bytes_read == rbytes && st.reads == nreads,
+    check(st.bytes_read == cl->rbytes && st.reads == cl->nreads,
           "counters: %" PRIu64 " reads, %" PRIu64 " bytes read", st.reads, st.bytes_read);
     check(st.failed == 0 && st.completions == st.slices,
           "counters: no failure, every slice completed (%" PRIu64 ")", st.slices);
@@ -479,121 +456,178 @@ static int run_client(const char *connect_to, const char *publish)
           "completions event-driven: %" PRIu64 " wake-ups for %" PRIu64 " completions",
           st.cq_wakeups, st.completions);
     check(st.conns_opened == 1 && st.conns_failed == 0, "counters: 1 connection opened");
+}
 
-    /* 6. Bad arguments fail at once, without a callback. */
-    {
-        waiter_t w = {.want = 1};
-        int a = mc__rdma_read(c, dst, NULL, rd, rd->size - 10, 20, 0, op_cb, &w);
-        int b = mc__rdma_read(c, expect, lmr, rd, 0, 4096, 0, op_cb, &w);
-        int z = mc__rdma_write(c, src, NULL, rd, 0, 0, 0, op_cb, &w);
-        check(a == -EINVAL && b == -EINVAL && z == -EINVAL && w.done == 0,
-              "out of the segment, outside the registered buffer, zero length: EINVAL, no "
-              "callback (%d %d %d)",
-              a, b, z);
-    }
+/* 6. Bad arguments fail at once, without a callback. 7. A remote access
+ * error (a wrong rkey) fails the operation with EIO and the connection;
+ * the next operation fails at once. Returns -1 when it cannot reconnect. */
+static int step_bad_args_and_rkey(client_t *cl)
+{
+    waiter_t w = {.want = 1};
+    int a = mc__rdma_read(cl->c, cl->dst, NULL, cl->rd, cl->rd->size - 10, 20, 0, op_cb, &w);
+    int b = mc__rdma_read(cl->c, cl->expect, cl->lmr, cl->rd, 0, 4096, 0, op_cb, &w);
+    int z = mc__rdma_write(cl->c, cl->src, NULL, cl->rd, 0, 0, 0, op_cb, &w);
+    check(a == -EINVAL && b == -EINVAL && z == -EINVAL && w.done == 0,
+          "out of the segment, outside the registered buffer, zero length: EINVAL, no "
+          "callback (%d %d %d)",
+          a, b, z);
 
-    /* 7. A remote access error (a wrong rkey) fails the operation with EIO
-     * and the connection; the next operation fails at once. */
-    {
-        mc__rdma_desc_t *bad = malloc(mc__rdma_desc_size(rd->n));
-        memcpy(bad, rd, mc__rdma_desc_size(rd->n));
-        for (uint32_t i = 0; i < bad->n; i++)
-            bad->c[i].rkey ^= 0x5a5a00;
-        uint64_t t0 = mc_loop_now_ms();
-        rc = xfer(c, 0, dst, NULL, bad, 0, 64 * KiB, 0, NULL);
-        uint64_t took = mc_loop_now_ms() - t0;
-        check(rc == -EIO, "READ with a wrong rkey: %s (want EIO) in %" PRIu64 " ms", err_name(rc),
-              took);
-        waiter_t w = {.want = 1};
-        int next = mc__rdma_read(c, dst, NULL, rd, 0, 4096, 0, op_cb, &w);
-        check(next < 0 && next == mc__rdma_conn_error(c) && w.done == 0,
-              "the next operation on that connection fails at once: %s", err_name(next));
-        mc__rdma_close(c);
-        free(bad);
-        rc = do_connect(ctx, sa, 0, &c, &ms);
-        check(rc == 0, "reconnect: %s in %" PRIu64 " ms", err_name(rc), ms);
+    mc__rdma_desc_t *bad = malloc(mc__rdma_desc_size(cl->rd->n));
+    memcpy(bad, cl->rd, mc__rdma_desc_size(cl->rd->n));
+    for (uint32_t i = 0; i < bad->n; i++)
+        bad->c[i].rkey ^= 0x5a5a00;
+    uint64_t t0 = mc_loop_now_ms();
+    int rc = xfer(cl->c, 0, cl->dst, NULL, bad, 0, 64 * KiB, 0, NULL);
+    uint64_t took = mc_loop_now_ms() - t0;
+    check(rc == -EIO, "READ with a wrong rkey: %s (want EIO) in %" PRIu64 " ms", err_name(rc),
+          took);
+    free(bad);
+    waiter_t w2 = {.want = 1};
+    int next = mc__rdma_read(cl->c, cl->dst, NULL, cl->rd, 0, 4096, 0, op_cb, &w2);
+    check(next < 0 && next == mc__rdma_conn_error(cl->c) && w2.done == 0,
+          "the next operation on that connection fails at once: %s", err_name(next));
+    return reconnect(cl);
+}
+
+/* 8. A timeout: 64 MiB with 2 ms to do it. 9. Close with operations
+ * pending: their callbacks get ECANCELED, from the loop, after close
+ * returned. Returns -1 when it cannot reconnect. */
+static int step_timeout_and_close(client_t *cl)
+{
+    uint64_t t0 = mc_loop_now_ms();
+    int rc = xfer(cl->c, 0, cl->dst, cl->lmr, cl->rd, 0, BIG, 2, NULL);
+    uint64_t took = mc_loop_now_ms() - t0;
+    check(rc == -ETIMEDOUT && took < 1000,
+          "READ of 64 MiB with a 2 ms timeout: %s in %" PRIu64 " ms", err_name(rc), took);
+    if (reconnect(cl) < 0)
+        return -1;
+
+    waiter_t w = {.want = 2};
+    int a = mc__rdma_read(cl->c, cl->dst, cl->lmr, cl->rd, 0, BIG, 0, op_cb, &w);
+    int b = mc__rdma_write(cl->c, cl->src, NULL, cl->rd, 0, MiB, 0, op_cb, &w);
+    mc__rdma_close(cl->c);
+    int before = w.done;
+    rc = a ? a : b ? b : wait_all(&w);
+    check(a == 0 && b == 0 && before == 0 && w.done == 2 && rc == -ECANCELED,
+          "close with 2 operations pending: both called back later with %s", err_name(rc));
+    uint64_t ms = 0;
+    rc = do_connect(cl->ctx, cl->sa, 0, &cl->c, &ms);
+    check(rc == 0, "reconnect: %s in %" PRIu64 " ms", err_name(rc), ms);
+    return rc < 0 ? -1 : 0;
+}
+
+/* 10. The node dies with an operation in flight. */
+static void step_node_dies(client_t *cl)
+{
+    int got = 0, tries = 0, rc = 0;
+    uint64_t took = 0, ms = 0;
+    for (; tries < 5 && !got; tries++) {
+        waiter_t w = {.want = 1, .t0 = mc_loop_now_ms()};
+        rc = mc__rdma_read(cl->c, cl->dst, cl->lmr, cl->rd, 0, BIG, 0, op_cb, &w);
         if (rc < 0)
-            return 1;
-    }
-
-    /* 8. A timeout: 64 MiB with 2 ms to do it. */
-    {
-        uint64_t t0 = mc_loop_now_ms();
-        rc = xfer(c, 0, dst, lmr, rd, 0, BIG, 2, NULL);
-        uint64_t took = mc_loop_now_ms() - t0;
-        check(rc == -ETIMEDOUT && took < 1000,
-              "READ of 64 MiB with a 2 ms timeout: %s in %" PRIu64 " ms", err_name(rc), took);
-        mc__rdma_close(c);
-        rc = do_connect(ctx, sa, 0, &c, &ms);
-        check(rc == 0, "reconnect: %s in %" PRIu64 " ms", err_name(rc), ms);
-        if (rc < 0)
-            return 1;
-    }
-
-    /* 9. Close with operations pending: their callbacks get ECANCELED, from
-     * the loop, after close returned. */
-    {
-        waiter_t w = {.want = 2};
-        int a = mc__rdma_read(c, dst, lmr, rd, 0, BIG, 0, op_cb, &w);
-        int b = mc__rdma_write(c, src, NULL, rd, 0, MiB, 0, op_cb, &w);
-        mc__rdma_close(c);
-        int before = w.done;
-        rc = a ? a : b ? b : wait_all(&w);
-        check(a == 0 && b == 0 && before == 0 && w.done == 2 && rc == -ECANCELED,
-              "close with 2 operations pending: both called back later with %s", err_name(rc));
-        rc = do_connect(ctx, sa, 0, &c, &ms);
-        check(rc == 0, "reconnect: %s in %" PRIu64 " ms", err_name(rc), ms);
-        if (rc < 0)
-            return 1;
-    }
-
-    /* 10. The node dies with an operation in flight. */
-    {
-        int got = 0, tries = 0;
-        uint64_t took = 0;
-        for (; tries < 5 && !got; tries++) {
-            waiter_t w = {.want = 1, .t0 = mc_loop_now_ms()};
-            rc = mc__rdma_read(c, dst, lmr, rd, 0, BIG, 0, op_cb, &w);
-            if (rc < 0)
-                break;
-            if (tries == 0) {
-                kill(node_pid, SIGKILL);
-                printf("client: killed the node (pid %d) with a 64 MiB READ in flight\n", node_pid);
-                fflush(stdout);
-            }
-            rc = wait_all(&w);
-            took = mc_loop_now_ms() - w.t0;
-            got = rc < 0;
+            break;
+        if (tries == 0) {
+            kill(cl->node_pid, SIGKILL);
+            printf("client: killed the node (pid %d) with a 64 MiB READ in flight\n", cl->node_pid);
+            fflush(stdout);
         }
-        check(got && rc != -EDEADLK && took <= TIMEOUT_MS + 1000,
-              "the pending READ fails when the node dies: %s after %" PRIu64 " ms (try %d)",
-              err_name(rc), took, tries);
-        waiter_t w = {.want = 1};
-        int next = mc__rdma_write(c, src, NULL, rd, 0, 4096, 0, op_cb, &w);
-        if (next == 0) /* not yet noticed: then it must fail from the loop */
-            next = wait_all(&w);
-        check(next < 0 && next != -EDEADLK, "the next operation fails: %s", err_name(next));
-        mc__rdma_close(c);
-        uint64_t t0 = mc_loop_now_ms();
-        rc = do_connect(ctx, sa, 0, &c, &ms);
-        took = mc_loop_now_ms() - t0;
-        check(rc < 0 && rc != -EDEADLK && took <= TIMEOUT_MS + 1000,
-              "connecting to the dead node fails: %s in %" PRIu64 " ms", err_name(rc), took);
-        if (rc == 0)
-            mc__rdma_close(c);
+        rc = wait_all(&w);
+        took = mc_loop_now_ms() - w.t0;
+        got = rc < 0;
     }
+    check(got && rc != -EDEADLK && took <= TIMEOUT_MS + 1000,
+          "the pending READ fails when the node dies: %s after %" PRIu64 " ms (try %d)",
+          err_name(rc), took, tries);
+    waiter_t w = {.want = 1};
+    int next = mc__rdma_write(cl->c, cl->src, NULL, cl->rd, 0, 4096, 0, op_cb, &w);
+    if (next == 0) /* not yet noticed: then it must fail from the loop */
+        next = wait_all(&w);
+    check(next < 0 && next != -EDEADLK, "the next operation fails: %s", err_name(next));
+    mc__rdma_close(cl->c);
+    cl->c = NULL;
+    uint64_t t0 = mc_loop_now_ms();
+    rc = do_connect(cl->ctx, cl->sa, 0, &cl->c, &ms);
+    took = mc_loop_now_ms() - t0;
+    check(rc < 0 && rc != -EDEADLK && took <= TIMEOUT_MS + 1000,
+          "connecting to the dead node fails: %s in %" PRIu64 " ms", err_name(rc), took);
+    if (rc == 0)
+        mc__rdma_close(cl->c);
+}
 
-    mc__rdma_stats(ctx, &st);
+/* The client's set-up: the node's descriptor, a context, a connection and
+ * the registered buffers. Returns 0, or the exit status. */
+static int client_open(client_t *cl, const char *connect_to, const char *publish,
+                       struct sockaddr_storage *ss)
+{
+    if (parse_addr(connect_to, ss) < 0) {
+        fprintf(stderr, "client: bad address %s\n", connect_to);
+        return 1;
+    }
+    cl->sa = (struct sockaddr *)ss;
+    int rc = read_publish(publish, &cl->node_pid, &cl->rd);
+    if (rc < 0) {
+        fprintf(stderr, "client: no usable descriptor in %s: %s\n", publish, strerror(-rc));
+        return 1;
+    }
+    printf("client: node pid %d, remote segment %" PRIu64 " bytes in %u regions\n", cl->node_pid,
+           cl->rd->size, cl->rd->n);
+    check_codec(cl->rd);
+    check(cl->rd->n >= 5 && cl->rd->chunk == CHUNK,
+          "the segment is registered in %u regions of %" PRIu64 " bytes (chunked MR registration)",
+          cl->rd->n, cl->rd->chunk);
+
+    mc__rdma_opts_t o = {.timeout_ms = TIMEOUT_MS, .max_mr_chunk = CHUNK};
+    if ((rc = mc__rdma_ctx_new(L, &o, &cl->ctx)) < 0) {
+        fprintf(stderr, "client: no RDMA context: %s\n", strerror(-rc));
+        return rc == -ENOTSUP || rc == -ENODEV ? 77 : 1;
+    }
+    uint64_t ms = 0;
+    rc = do_connect(cl->ctx, cl->sa, 0, &cl->c, &ms);
+    check(rc == 0, "connect to %s on %s: %s in %" PRIu64 " ms", connect_to,
+          mc__rdma_device_name(cl->ctx), err_name(rc), ms);
+    if (rc < 0)
+        return 1;
+
+    /* Client buffers: src and dst of BIG bytes each, registered as one
+     * region (4 x 16 MiB chunks + ...) for the zero-copy mode. */
+    char *mem = alloc_pages(2 * BIG);
+    cl->expect = alloc_pages(BIG);
+    if (!mem || !cl->expect)
+        return 1;
+    cl->src = mem;
+    cl->dst = mem + BIG;
+    rc = mc__rdma_register(cl->ctx, mem, 2 * BIG, 0, &cl->lmr);
+    check(rc == 0, "register 128 MiB of client buffers: %s (%u regions)", err_name(rc),
+          rc == 0 ? mc__rdma_mr_desc(cl->lmr)->n : 0);
+    return rc < 0 ? 1 : 0;
+}
+
+static int run_client(const char *connect_to, const char *publish)
+{
+    client_t cl = {0};
+    struct sockaddr_storage ss;
+    int rc = client_open(&cl, connect_to, publish, &ss);
+    if (rc)
+        return rc;
+    step_round_trips(&cl);
+    step_many_and_zeros(&cl);
+    step_counters(&cl);
+    if (step_bad_args_and_rkey(&cl) < 0 || step_timeout_and_close(&cl) < 0)
+        return 1;
+    step_node_dies(&cl);
+
+    mc__rdma_stats_t st;
+    mc__rdma_stats(cl.ctx, &st);
     printf("client: final counters: reads %" PRIu64 ", writes %" PRIu64 ", failed %" PRIu64
            " (timeouts %" PRIu64 "), connections opened %" PRIu64 ", failed %" PRIu64 "\n",
            st.reads, st.writes, st.failed, st.timeouts, st.conns_opened, st.conns_failed);
     check(st.timeouts >= 1 && st.failed >= 5 && st.conns_failed >= 3,
           "counters record the failures");
-    mc__rdma_deregister(lmr);
-    mc__rdma_ctx_free(ctx);
-    free(mem);
-    free(expect);
-    free(rd);
+    mc__rdma_deregister(cl.lmr);
+    mc__rdma_ctx_free(cl.ctx);
+    free(cl.src);
+    free(cl.expect);
+    free(cl.rd);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
