@@ -173,9 +173,10 @@ class ReplicaMethods:
     def batch_replica_clear(self, keys, segment_name=""):
         """Drops replicas, returning the keys cleared. segment_name "": the
         whole object, unless a read lease holds it (skipped). A segment
-        name (a node's data address): the object when its only replicas
-        are there; an object that also has replicas elsewhere is skipped
-        (this store cannot drop one replica of a published version)."""
+        name (a node's data address): the object's replica there; the
+        object goes when that was its only one (unless a read lease holds
+        it), and keeps its other replicas otherwise (skipped while a handle
+        has it open)."""
         b = self._b
         if b is None:
             return []
@@ -183,7 +184,13 @@ class ReplicaMethods:
         for k in keys:
             if segment_name:
                 info = b.replicas(k)
-                if not isinstance(info, tuple) or _addrs(info) != {segment_name}:
+                if not isinstance(info, tuple) or segment_name not in _addrs(info):
+                    continue
+                if _addrs(info) != {segment_name}:  # placement: the direct backend
+                    from ._direct import key_bytes
+
+                    if b._s.replica_drop(key_bytes(k), segment_name) == 0:
+                        out.append(k)
                     continue
             if b.remove(k, False) == 0:
                 out.append(k)

@@ -304,6 +304,7 @@ PyObject *mcpy_store_registered(PyObject *self, PyObject *args);
 PyObject *mcpy_store_replicas(PyObject *self, PyObject *args);
 PyObject *mcpy_store_task_create(PyObject *self, PyObject *args);
 PyObject *mcpy_store_task_query(PyObject *self, PyObject *args);
+PyObject *mcpy_store_replica_drop(PyObject *self, PyObject *args);
 PyObject *mcpy_store_serve_metrics(PyObject *self, PyObject *args);
 PyObject *mcpy_store_served_addr(PyObject *self, PyObject *unused);
 

@@ -281,3 +281,22 @@ PyObject *mcpy_store_task_query(PyObject *op, PyObject *args)
     return Py_BuildValue("(IIiLLKs)", ti.type, ti.status, ti.error, (long long)ti.created_ms,
                          (long long)ti.updated_ms, (unsigned long long)ti.node, ti.message);
 }
+
+/* replica_drop(key, addr) -> 0 or -errno: the replica on the segment at
+ * data address addr (str) off key's object (mc_replica_drop()). */
+PyObject *mcpy_store_replica_drop(PyObject *op, PyObject *args)
+{
+    StoreObject *self = (StoreObject *)op;
+    const char *key, *addr;
+    Py_ssize_t klen;
+    if (!PyArg_ParseTuple(args, "y#s:replica_drop", &key, &klen, &addr))
+        return NULL;
+    if (enter(self) < 0)
+        return CLOSED();
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = mc_replica_drop(self->s, key, (size_t)klen, addr);
+    Py_END_ALLOW_THREADS;
+    mcpy_store_leave(self);
+    return PyLong_FromLong(rc);
+}

@@ -480,6 +480,8 @@ PyMethodDef mcpy_store_methods[] = {
     {"task_create", mcpy_store_task_create, METH_VARARGS,
      "task_create(key, [targets]) or (key, target, source) -> task id or -errno"},
     {"task_query", mcpy_store_task_query, METH_VARARGS, "task_query(id) -> tuple or -errno"},
+    {"replica_drop", mcpy_store_replica_drop, METH_VARARGS,
+     "replica_drop(key, data address) -> 0 or -errno"},
     {"serve_metrics", mcpy_store_serve_metrics, METH_VARARGS, "serve_metrics(addr) -> port or -errno"},
     {"served_addr", mcpy_store_served_addr, METH_NOARGS, "served_addr() -> address or ''"},
     {"pin", mcpy_store_pin, METH_VARARGS, "pin(key) -> (id, size) or -errno"},

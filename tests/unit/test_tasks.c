@@ -241,6 +241,47 @@ static void test_move_onto_a_replica_drops_the_source(void **state)
     }
 }
 
+static int drop(fixture_t *f, const char *key, const char *addr)
+{
+    return call(f, T0, MC__OP_REPLICA_DROP, "ks", key, (uint32_t)strlen(key), addr,
+                (uint32_t)strlen(addr));
+}
+
+/* REPLICA_DROP takes one replica of several away for good (no repair puts
+ * it back), refuses the last one and one that an open handle may read. */
+static void test_drop_one_replica(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t segs[8];
+    int n;
+    put_n(f, "k2", 1, 3, T0);
+    assert_int_equal(replicas(f, "k2", segs), 3);
+    uint64_t v = f->version;
+    assert_int_equal(drop(f, "none", "127.0.0.1:7011"), -ENOENT);
+    assert_int_equal(drop(f, "k2", "127.0.0.1:1"), -ENXIO);
+    assert_int_equal(drop(f, "k", "127.0.0.1:7012"), -ENOENT); /* no replica there */
+    assert_int_equal(drop(f, "k2", "127.0.0.1:7012"), 0);
+    assert_int_equal(replicas(f, "k2", segs), 2);
+    assert_int_equal(f->version, v);
+    for (int i = 0; i < 2; i++)
+        assert_int_not_equal(segs[i], 2);
+    mc__svc_tick(f->svc, T0 + 1); /* the repair finds nothing to do */
+    for (uint64_t node = 11; node <= 13; node++) {
+        take(f, node, &n);
+        assert_int_equal(n, 0);
+    }
+    /* An open handle may read any replica: none is dropped meanwhile. */
+    assert_int_equal(call(f, T0, MC__OP_OPEN, "k", "k2", 2u), 0);
+    uint64_t h;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", &h, NULL, NULL), 0);
+    assert_int_equal(drop(f, "k2", "127.0.0.1:7011"), -EBUSY);
+    assert_int_equal(call(f, T0, MC__OP_CLOSE, "q", h), 0);
+    assert_int_equal(drop(f, "k2", "127.0.0.1:7011"), 0);
+    assert_int_equal(replicas(f, "k2", segs), 1);
+    assert_int_equal(segs[0], 3);
+    assert_int_equal(drop(f, "k2", "127.0.0.1:7013"), -EINVAL); /* the last: a REMOVE */
+}
+
 static void test_create_errors(void **state)
 {
     fixture_t *f = *state;
@@ -357,6 +398,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_move_survives_its_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_move_onto_a_replica_drops_the_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drop_one_replica, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_version_during_copy_fails_the_task, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_target_node_dies_mid_copy, setup, teardown),

@@ -752,6 +752,21 @@ MC_EXPORT int mc_task_query_async(mc_store_t *s, uint64_t id, mc_task_info_t *in
                                   void *arg);
 MC_EXPORT int mc_task_query(mc_store_t *s, uint64_t id, mc_task_info_t *info);
 
+/*
+ * mc_replica_drop_async() asks the master to take the replica on segment
+ * addr (a node's data address, as replica sets carry them; "" names an
+ * embedded store's own segment) off key's published object, which keeps
+ * its other replicas, its version and its bytes; the object then asks for
+ * one replica less (no repair brings it back). The replica's space is
+ * freed once the read leases handed out with it have run out. Result 0, or
+ * -ENOENT (no such key, or no replica of it there), -ENXIO (addr names no
+ * segment), -EINVAL (it is the last replica: remove the key instead),
+ * -EBUSY (a handle has the version open and may read that replica).
+ */
+MC_EXPORT int mc_replica_drop_async(mc_store_t *s, const char *key, size_t klen, const char *addr,
+                                    mc_done_cb cb, void *arg);
+MC_EXPORT int mc_replica_drop(mc_store_t *s, const char *key, size_t klen, const char *addr);
+
 #ifdef __cplusplus
 }
 #endif

@@ -44,6 +44,7 @@ static const char *const op_names[MC__OP_KINDS] = {
     "writer_punch",
     "task_create",
     "task_query",
+    "replica_drop",
 };
 
 /* The latency buckets' upper bounds, in seconds. */

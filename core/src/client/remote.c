@@ -511,6 +511,7 @@ void mc__remote_exec(op_t *o)
         return mc__xattr_exec(o);
     case OP_TASK_CREATE:
     case OP_TASK_QUERY:
+    case OP_REPLICA_DROP:
         return mc__task_exec(o);
     }
     if (rc < 0)

@@ -622,6 +622,11 @@ int mc_task_query(mc_store_t *s, uint64_t id, mc_task_info_t *info)
     SYNC(s, mc_task_query_async(s, id, info, waiter_cb, &w_));
 }
 
+int mc_replica_drop(mc_store_t *s, const char *key, size_t klen, const char *addr)
+{
+    SYNC(s, mc_replica_drop_async(s, key, klen, addr, waiter_cb, &w_));
+}
+
 int mc_get(mc_store_t *s, const char *key, size_t klen, uint64_t off, void *buf, size_t len,
            mc_stat_t *st)
 {

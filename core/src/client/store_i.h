@@ -24,7 +24,7 @@ struct mc__rdma_mr;
 
 /* Operations by kind (enum op_kind) and their latency (client/metrics.c):
  * relaxed atomics, written on the loop thread, read from any. */
-#define MC__OP_KINDS 27
+#define MC__OP_KINDS 28
 #define MC__LAT_BUCKETS 16 /* upper bounds in client/metrics.c, plus +Inf */
 typedef struct mc__op_metrics {
     uint64_t ops[MC__OP_KINDS], errors[MC__OP_KINDS], lat_sum_ns[MC__OP_KINDS];
@@ -146,8 +146,9 @@ enum op_kind {
     OP_W_PUNCH,
     OP_TASK_CREATE,
     OP_TASK_QUERY,
+    OP_REPLICA_DROP,
 };
-_Static_assert(OP_TASK_QUERY + 1 == MC__OP_KINDS, "MC__OP_KINDS counts enum op_kind");
+_Static_assert(OP_REPLICA_DROP + 1 == MC__OP_KINDS, "MC__OP_KINDS counts enum op_kind");
 
 typedef struct op {
     mc_work_t work;

@@ -1,6 +1,7 @@
 /*
  * tasks.c - the client's copy and move tasks (mc_task_*): TASK_CREATE and
- * TASK_QUERY, one master call each. The master runs the task
+ * TASK_QUERY, and mc_replica_drop_async(): REPLICA_DROP, one master call
+ * each. The master runs the task
  * (master/tasks.c); the client only names it and asks how it goes.
  */
 #include <errno.h>
@@ -41,6 +42,9 @@ void mc__task_exec(op_t *o)
     if (o->kind == OP_TASK_CREATE)
         rc = mc__mcall(o->s, MC__OP_TASK_CREATE, task_done, o, "ku*", o->key, (uint32_t)o->klen,
                        (uint32_t)o->flags, o->key2, (uint32_t)o->klen2);
+    else if (o->kind == OP_REPLICA_DROP)
+        rc = mc__mcall(o->s, MC__OP_REPLICA_DROP, task_done, o, "ks", o->key, (uint32_t)o->klen,
+                       o->key2, (uint32_t)o->klen2);
     else
         rc = mc__mcall(o->s, MC__OP_TASK_QUERY, task_done, o, "q", o->u64);
     if (rc < 0)
@@ -102,5 +106,20 @@ int mc_task_query_async(mc_store_t *s, uint64_t id, mc_task_info_t *info, mc_don
         return -ENOMEM;
     o->u64 = id;
     o->task = info;
+    return mc__op_submit(o);
+}
+
+int mc_replica_drop_async(mc_store_t *s, const char *key, size_t klen, const char *addr,
+                          mc_done_cb cb, void *arg)
+{
+    int rc = mc_key_check(key, klen);
+    if (rc < 0)
+        return rc;
+    size_t al = addr ? strnlen(addr, MC__ADDR_STRLEN) : MC__ADDR_STRLEN;
+    if (al >= MC__ADDR_STRLEN)
+        return -EINVAL;
+    op_t *o = mc__op_new(s, OP_REPLICA_DROP, key, klen, addr, al, cb, arg);
+    if (!o)
+        return -ENOMEM;
     return mc__op_submit(o);
 }

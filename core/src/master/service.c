@@ -609,6 +609,8 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         return mc__svc_op_task_create(svc, body, len, now, w);
     case MC__OP_TASK_QUERY:
         return mc__svc_op_task_query(svc, body, len, w);
+    case MC__OP_REPLICA_DROP:
+        return mc__svc_op_replica_drop(svc, body, len, now);
     case MC__OP_OPEN:
         return op_open(svc, owner, body, len, now, w);
     case MC__OP_CLOSE:

@@ -176,6 +176,9 @@ typedef struct mc__tasks mc__tasks_t;
 int mc__svc_op_task_create(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
                            mc__wbuf_t *w);
 int mc__svc_op_task_query(mc__svc_t *svc, const char *body, size_t len, mc__wbuf_t *w);
+/* REPLICA_DROP (proto.h): one replica of several off a published version
+ * that no handle has open (its space is held while read leases last). */
+int mc__svc_op_replica_drop(mc__svc_t *svc, const char *body, size_t len, uint64_t now);
 /* Starts waiting tasks and ends moves whose source waited for handles. */
 void mc__tasks_tick(mc__svc_t *svc, uint64_t now);
 /* Frees the table (NULL: nothing); the copies in flight are the repair's. */

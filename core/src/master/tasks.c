@@ -1,6 +1,7 @@
 /*
  * tasks.c - copy and move tasks, the master's side: TASK_CREATE and
- * TASK_QUERY (docs/PROTOCOL.md), a bounded table of tasks, and their run.
+ * TASK_QUERY (docs/PROTOCOL.md), a bounded table of tasks, and their run;
+ * and REPLICA_DROP, a move's second half on its own.
  *
  * A task names a key and target segments (and, for a move, a source). It
  * waits in a queue (at most MC_TASK_PENDING_MAX) until fewer than RUN_MAX
@@ -136,6 +137,26 @@ static void finish(mc__svc_t *svc, task_t *t)
         task_free(ts, q_pop(&ts->done));
 }
 
+/* Takes v's replica on seg off v (it has one there and others): its node
+ * forgets the record, the op log learns it, the space is held until the
+ * read leases handed out with it have run out, and the repair is not to
+ * put it back. */
+static void drop_replica(mc__svc_t *svc, mc__version_t *v, uint32_t seg, uint64_t now)
+{
+    mc__replica_t rep;
+    if (!mc__version_take_replica(v, seg, &rep))
+        return;
+    /* What the dirty list holds (a task's new replica) is logged first. */
+    mc__svc_flush(svc);
+    mc__svc_replica_gone(svc, v, seg);
+    uint64_t until = v->lease_until > now ? v->lease_until : now;
+    mc__repair_hold(svc->rp, svc->m, &rep, until + MC__REPAIR_MARGIN_MS);
+    if (v->nrep < v->want) {
+        v->want = v->nrep;
+        mc__master_dirty(svc->m, v);
+    }
+}
+
 /* A move whose copy is done takes the source replica off v, once no handle
  * has v open; returns 1 when the task is over. */
 static int drop_source(mc__svc_t *svc, task_t *t, uint64_t now)
@@ -149,20 +170,7 @@ static int drop_source(mc__svc_t *svc, task_t *t, uint64_t now)
         t->dropping = 1;
         return 0;
     }
-    mc__replica_t rep;
-    if (mc__version_take_replica(v, t->src, &rep)) {
-        /* The new replica is logged before the source leaves. */
-        mc__svc_flush(svc);
-        mc__svc_replica_gone(svc, v, t->src);
-        uint64_t until = v->lease_until > now ? v->lease_until : now;
-        mc__repair_hold(svc->rp, svc->m, &rep, until + MC__REPAIR_MARGIN_MS);
-        if (v->nrep < v->want) {
-            /* The target held a replica already: the move took one away,
-             * which the repair must not put back. */
-            v->want = v->nrep;
-            mc__master_dirty(svc->m, v);
-        }
-    }
+    drop_replica(svc, v, t->src, now);
     return 1;
 }
 
@@ -366,4 +374,25 @@ int mc__svc_op_task_query(mc__svc_t *svc, const char *body, size_t len, mc__wbuf
     mc__pack(w, "uuiiiqs", t->type, t->status, (int64_t)t->error, (int64_t)t->created_ms,
              (int64_t)t->updated_ms, t->node[0], t->msg, (uint32_t)strlen(t->msg));
     return w->err;
+}
+
+int mc__svc_op_replica_drop(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
+{
+    const char *key, *addr;
+    uint32_t klen, al;
+    UNPACK("ks", &key, &klen, &addr, &al);
+    mc__version_t *v = mc__master_find(svc->m, key, klen);
+    if (!v)
+        return -ENOENT;
+    int64_t seg = seg_named(svc, addr, al);
+    if (seg < 0)
+        return -ENXIO;
+    if (!mc__version_has_replica(v, (uint32_t)seg))
+        return -ENOENT;
+    if (v->nrep < 2)
+        return -EINVAL; /* the last one: that is a REMOVE */
+    if (v->refs)
+        return -EBUSY; /* open handles may read from there for as long as they stay open */
+    drop_replica(svc, v, (uint32_t)seg, now);
+    return 0;
 }

@@ -476,6 +476,7 @@ static int is_change(uint16_t op, int starts)
     case MC__OP_XATTR_SET:
     case MC__OP_XATTR_REMOVE:
     case MC__OP_UNMOUNT_SEGMENT:
+    case MC__OP_REPLICA_DROP:
         return 1;
     case MC__OP_PUT_START:
     case MC__OP_PUT_GROW:

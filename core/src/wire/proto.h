@@ -82,6 +82,7 @@
                                          task id */                                                \
     X(TASK_QUERY, 43, "q", "uuiiiqs") /* task id -> type, status, error, created, updated (ms),    \
                                          node, message */                                          \
+    X(REPLICA_DROP, 44, "ks", "")     /* key, data address ("": the master's own segment) */       \
     /* objects (master) */                                                                         \
     X(PUT_START, 20, "kquuuuqisuuuq", "qq*") /* key, capacity, flags, mode, replicas, pin, pin     \
                                                 ttl, mtime, preferred data addr, uid, gid, type,   \

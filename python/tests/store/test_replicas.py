@@ -4,6 +4,7 @@ in the three modes (placement is real only with nodes: the cluster mode's
 two nodes; embedded, one local segment; the mount shows none)."""
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -188,12 +189,20 @@ def test_batch_replica_clear(store):
     assert store.batch_replica_clear(["r/z"], here) == ["r/z"]
 
 
-def test_clear_skips_an_object_with_replicas_elsewhere(cluster_store):
+def test_clear_one_replica_of_two(cluster_store):
+    # The replica on one node goes; the object stays, read from the other,
+    # and no repair brings the replica back.
     s = cluster_store
-    a, _ = (n.addr for n in s.cluster.nodes)
+    a, b = (n.addr for n in s.cluster.nodes)
     assert s.put("r/two", VALUE, ReplicateConfig(replica_num=2)) == 0
-    assert s.batch_replica_clear(["r/two"], a) == []
-    assert len(s.get_replica_desc("r/two")) == 2
+    assert sorted(endpoints(s, "r/two")) == sorted([a, b])
+    assert s.batch_replica_clear(["r/two"], a) == ["r/two"]
+    assert endpoints(s, "r/two") == [b]
+    assert s.get("r/two") == VALUE
+    assert s.batch_replica_clear(["r/two"], a) == []  # none there any more
+    time.sleep(1.5)  # a repair tick or more
+    assert endpoints(s, "r/two") == [b]
+    assert s.get("r/two") == VALUE
 
 
 def test_async_forms(store):
