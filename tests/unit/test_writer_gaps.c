@@ -8,6 +8,12 @@
  * comes back: the order in which a writer learns its layout then differs
  * from the order it asked. The freed space is full of 0xaa first, so that
  * zeros must be written, not found.
+ *
+ * Every test runs twice: on an embedded store, whose bytes move by memcpy
+ * as each transfer starts, and on a pure client of another store in this
+ * process reached over TCP loopback, whose transfers are in flight together
+ * (a gap's zeros and a write's bytes on the wire at once) and whose writer
+ * takes a new replica set at each grow while transfers still use the old.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +33,13 @@
 #define MiB (1024 * 1024)
 #define SEG (8 * MiB)
 #define NW 8 /* writes in flight together */
+
+/* The stores of a test: the writer's, and the one that holds the master
+ * and the segment (the same store when embedded). */
+typedef struct fix {
+    mc_store_t *s;   /* writes, reads and removes through this one */
+    mc_store_t *srv; /* the master and the segment: s, or a store s reaches over TCP */
+} fix_t;
 
 /* Operations of one batch, waited for together. */
 typedef struct batch {
@@ -164,12 +177,26 @@ static void run_round(mc_store_t *s, round_t *r, const char *want, size_t end)
     free(got);
 }
 
+/* Checks that the bytes went the way the fixture meant: over TCP for a
+ * client of another store, through no socket for an embedded one. */
+static void check_transport(const fix_t *f)
+{
+    mc_store_stats_t st;
+
+    mc_store_stats(f->s, &st);
+    if (f->s != f->srv)
+        assert_cmp(st.tcp_bytes, >, 0);
+    else
+        assert_cmp(st.tcp_bytes, ==, 0);
+}
+
 /* A write past the reserved space and, before the master answered it, a
  * write into the gap it leaves: the second one's space is handed out after
  * the first's, and whatever of it lies around what it writes is zeroed. */
 static void test_write_into_a_gap_being_reserved(void **state)
 {
-    mc_store_t *s = *state;
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
     char *data = malloc(3 * MiB), *want = calloc(1, 3 * MiB);
     round_t r = {.n = 3, .off = {2 * MiB, 64 * 1024, MiB + 7}, .len = {4096, 4096, 100}};
 
@@ -177,10 +204,11 @@ static void test_write_into_a_gap_being_reserved(void **state)
         data[i] = (char)(i % 251 + 1);
     for (int i = 0; i < r.n; i++)
         memcpy(want + r.off[i], data + r.off[i], r.len[i]);
-    dirty(s);
+    dirty(f->srv);
     r.w = open_writer(s);
     r.buf = data;
     run_round(s, &r, want, 2 * MiB + 4096);
+    check_transport(f);
     free(data);
     free(want);
 }
@@ -188,7 +216,8 @@ static void test_write_into_a_gap_being_reserved(void **state)
 /* Rounds of writes at random places past the end, in flight together. */
 static void test_random_writes_in_flight_past_the_end(void **state)
 {
-    mc_store_t *s = *state;
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
     size_t span = 6 * MiB, slot = span / 48;
     char *data = malloc(span), *want = malloc(span);
 
@@ -212,15 +241,18 @@ static void test_random_writes_in_flight_past_the_end(void **state)
             if (r.off[i] + r.len[i] > end)
                 end = r.off[i] + r.len[i];
         }
-        dirty(s);
+        dirty(f->srv);
         r.w = open_writer(s);
         run_round(s, &r, want, end);
     }
+    check_transport(f);
     free(data);
     free(want);
 }
 
-static int setup(void **state)
+/* The store that holds the master and the segment: embedded, serving the
+ * protocol at listen when not NULL. */
+static mc_store_t *open_server(const char *listen)
 {
     mc_store_opts_t o;
     mc_store_t *s = NULL;
@@ -228,14 +260,47 @@ static int setup(void **state)
     mc_store_opts_init(&o);
     o.segment_size = SEG;
     o.lease_ms = 1; /* a round's version, read and removed, frees its space at once */
+    o.listen = listen;
     assert_int_equal(mc_store_open(&s, &o), 0);
-    *state = s;
+    return s;
+}
+
+/* An embedded store: the writer's bytes are copied into its own segment. */
+static int setup(void **state)
+{
+    fix_t *f = calloc(1, sizeof(*f));
+
+    f->srv = f->s = open_server(NULL);
+    *state = f;
+    return 0;
+}
+
+/* A pure client (no segment, no shared memory) of an embedded store that
+ * serves on a loopback port the kernel picks: every byte the writer moves
+ * crosses a TCP connection. */
+static int setup_tcp(void **state)
+{
+    fix_t *f = calloc(1, sizeof(*f));
+    mc_store_opts_t o;
+
+    f->srv = open_server("127.0.0.1:0");
+    mc_store_opts_init(&o);
+    o.master = mc_store_served_addr(f->srv);
+    o.no_shm = 1;
+    o.segment_size = 0;
+    assert_int_equal(mc_store_open(&f->s, &o), 0);
+    *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    mc_store_close(*state);
+    fix_t *f = *state;
+
+    if (f->s != f->srv)
+        mc_store_close(f->s);
+    mc_store_close(f->srv);
+    free(f);
     return 0;
 }
 
@@ -244,6 +309,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_write_into_a_gap_being_reserved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_writes_in_flight_past_the_end, setup, teardown),
+        {"test_write_into_a_gap_being_reserved_over_tcp", test_write_into_a_gap_being_reserved,
+         setup_tcp, teardown, NULL},
+        {"test_random_writes_in_flight_past_the_end_over_tcp",
+         test_random_writes_in_flight_past_the_end, setup_tcp, teardown, NULL},
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
