@@ -9,11 +9,14 @@
  * from the order it asked. The freed space is full of 0xaa first, so that
  * zeros must be written, not found.
  *
- * Every test runs twice: on an embedded store, whose bytes move by memcpy
- * as each transfer starts, and on a pure client of another store in this
+ * Every test runs three times: on an embedded store, whose bytes move by
+ * memcpy as each transfer starts; on a pure client of another store in this
  * process reached over TCP loopback, whose transfers are in flight together
- * (a gap's zeros and a write's bytes on the wire at once) and whose writer
- * takes a new replica set at each grow while transfers still use the old.
+ * and whose writer takes a new replica set at each grow while transfers
+ * still use the old; and on a pure client whose bytes go over TCP to a node
+ * that is not the master (its own loop thread), so that a write's bytes are
+ * often still on their way when the master's answer to the next write comes
+ * back and that write's zeros go out beside them.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,11 +37,13 @@
 #define SEG (8 * MiB)
 #define NW 8 /* writes in flight together */
 
-/* The stores of a test: the writer's, and the one that holds the master
- * and the segment (the same store when embedded). */
+/* The stores of a test: the writer's, the one that holds the master (the
+ * same store when embedded), and the node whose segment holds the writer's
+ * bytes when that is not the master's. */
 typedef struct fix {
-    mc_store_t *s;   /* writes, reads and removes through this one */
-    mc_store_t *srv; /* the master and the segment: s, or a store s reaches over TCP */
+    mc_store_t *s;    /* writes, reads and removes through this one */
+    mc_store_t *srv;  /* the master and a segment: s, or a store s reaches over TCP */
+    mc_store_t *node; /* NULL, or a node of srv that holds the writer's bytes */
 } fix_t;
 
 /* Operations of one batch, waited for together. */
@@ -113,29 +118,43 @@ static void issue(void *arg)
     }
 }
 
-/* Leaves the segment's free space full of 0xaa (what a version removed
- * but still leased holds stays so until its lease runs out). */
-static void dirty(mc_store_t *s)
+/* Where the writer's bytes go: f's node, or wherever the master likes. */
+static mc_put_opts_t placement(const fix_t *f)
 {
-    mc_space_t sp;
+    mc_put_opts_t po = {0};
 
-    assert_int_equal(mc_statfs(s, &sp), 0);
+    po.preferred_segment = f->node ? mc_store_served_addr(f->node) : NULL;
+    return po;
+}
+
+/* Leaves the free space of the segment the writer's bytes go to full of
+ * 0xaa (what a version removed but still leased holds stays so until its
+ * lease runs out). */
+static void dirty(const fix_t *f)
+{
+    mc_store_t *s = f->node ? f->node : f->srv;
+    mc_put_opts_t po = placement(f);
+    mc_space_t sp = {.total = SEG}; /* a node's segment: all of it is free */
+
+    if (!f->node)
+        assert_int_equal(mc_statfs(s, &sp), 0);
     size_t len = (size_t)(sp.total - sp.used);
     char *junk = malloc(len);
     memset(junk, 0xaa, len);
-    assert_int_equal(mc_put(s, "junk", 4, junk, len, NULL), 0);
+    assert_int_equal(mc_put(s, "junk", 4, junk, len, &po), 0);
     assert_int_equal(mc_remove(s, "junk", 4, 0), 0);
     free(junk);
 }
 
-static mc_writer_t *open_writer(mc_store_t *s)
+static mc_writer_t *open_writer(const fix_t *f)
 {
+    mc_put_opts_t po = placement(f);
     batch_t b;
     slot_t sl = {&b, 0};
     mc_writer_t *w = NULL;
 
     batch_init(&b, 1);
-    assert_int_equal(mc_writer_open_async(s, "f", 1, NULL, NULL, &w, slot_done, &sl), 0);
+    assert_int_equal(mc_writer_open_async(f->s, "f", 1, &po, NULL, &w, slot_done, &sl), 0);
     batch_wait(&b);
     assert_int_equal(b.rc[0], 0);
     return w;
@@ -204,10 +223,50 @@ static void test_write_into_a_gap_being_reserved(void **state)
         data[i] = (char)(i % 251 + 1);
     for (int i = 0; i < r.n; i++)
         memcpy(want + r.off[i], data + r.off[i], r.len[i]);
-    dirty(f->srv);
-    r.w = open_writer(s);
+    dirty(f);
+    r.w = open_writer(f);
     r.buf = data;
     run_round(s, &r, want, 2 * MiB + 4096);
+    check_transport(f);
+    free(data);
+    free(want);
+}
+
+/*
+ * Zeros written right beside a write's bytes still on their way: a long
+ * write (its bytes in flight over TCP while the next writes get their
+ * space) with, issued together after it, a write just before it in the
+ * same unit of space, one in the hole before it, one a few bytes past its
+ * end (a short gap, zeroed), one far past it (a long gap, punched) and one
+ * into that punched gap. Every zero they write lands beside, never on, the
+ * bytes of the others.
+ */
+static void test_zeros_beside_writes_in_flight(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    uint64_t a = MiB + 100, alen = 2 * MiB, aend = a + alen;
+    size_t span = 5 * MiB;
+    char *data = malloc(span), *want = calloc(1, span);
+    round_t r = {.n = 6,
+                 .off = {a, aend + 10, a - 30, a - 200, aend + 3 * MiB / 2, aend + 115},
+                 .len = {alen, 100, 20, 20, 4096, 50}};
+
+    for (size_t i = 0; i < span; i++)
+        data[i] = (char)(i % 241 + 1);
+    for (int round = 0; round < 10; round++) {
+        size_t end = 0;
+        memset(want, 0, span);
+        for (int i = 0; i < r.n; i++) {
+            memcpy(want + r.off[i], data + r.off[i], r.len[i]);
+            if (r.off[i] + r.len[i] > end)
+                end = r.off[i] + r.len[i];
+        }
+        dirty(f);
+        r.w = open_writer(f);
+        r.buf = data;
+        run_round(s, &r, want, end);
+    }
     check_transport(f);
     free(data);
     free(want);
@@ -241,8 +300,8 @@ static void test_random_writes_in_flight_past_the_end(void **state)
             if (r.off[i] + r.len[i] > end)
                 end = r.off[i] + r.len[i];
         }
-        dirty(f->srv);
-        r.w = open_writer(s);
+        dirty(f);
+        r.w = open_writer(f);
         run_round(s, &r, want, end);
     }
     check_transport(f);
@@ -250,15 +309,15 @@ static void test_random_writes_in_flight_past_the_end(void **state)
     free(want);
 }
 
-/* The store that holds the master and the segment: embedded, serving the
- * protocol at listen when not NULL. */
-static mc_store_t *open_server(const char *listen)
+/* The store that holds the master and a segment of size bytes: embedded,
+ * serving the protocol at listen when not NULL. */
+static mc_store_t *open_server(const char *listen, uint64_t size)
 {
     mc_store_opts_t o;
     mc_store_t *s = NULL;
 
     mc_store_opts_init(&o);
-    o.segment_size = SEG;
+    o.segment_size = size;
     o.lease_ms = 1; /* a round's version, read and removed, frees its space at once */
     o.listen = listen;
     assert_int_equal(mc_store_open(&s, &o), 0);
@@ -270,25 +329,50 @@ static int setup(void **state)
 {
     fix_t *f = calloc(1, sizeof(*f));
 
-    f->srv = f->s = open_server(NULL);
+    f->srv = f->s = open_server(NULL, SEG);
     *state = f;
     return 0;
 }
 
-/* A pure client (no segment, no shared memory) of an embedded store that
- * serves on a loopback port the kernel picks: every byte the writer moves
- * crosses a TCP connection. */
-static int setup_tcp(void **state)
+/* A store of the cluster whose master srv serves: a pure client (no
+ * segment, no shared memory), or with size a node serving its segment on a
+ * loopback port the kernel picks. */
+static mc_store_t *open_member(const fix_t *f, uint64_t size)
 {
-    fix_t *f = calloc(1, sizeof(*f));
     mc_store_opts_t o;
+    mc_store_t *s = NULL;
 
-    f->srv = open_server("127.0.0.1:0");
     mc_store_opts_init(&o);
     o.master = mc_store_served_addr(f->srv);
     o.no_shm = 1;
-    o.segment_size = 0;
-    assert_int_equal(mc_store_open(&f->s, &o), 0);
+    o.segment_size = size;
+    o.listen = size ? "127.0.0.1:0" : NULL;
+    assert_int_equal(mc_store_open(&s, &o), 0);
+    return s;
+}
+
+/* A pure client of an embedded store that serves on a loopback port the
+ * kernel picks: every byte the writer moves crosses a TCP connection. */
+static int setup_tcp(void **state)
+{
+    fix_t *f = calloc(1, sizeof(*f));
+
+    f->srv = open_server("127.0.0.1:0", SEG);
+    f->s = open_member(f, 0);
+    *state = f;
+    return 0;
+}
+
+/* The same, with the writer's bytes on a node of its own (another loop
+ * thread than the master's): its bytes are still on their way while the
+ * master answers the next write's request for space, as in a cluster. */
+static int setup_node(void **state)
+{
+    fix_t *f = calloc(1, sizeof(*f));
+
+    f->srv = open_server("127.0.0.1:0", MiB);
+    f->node = open_member(f, SEG);
+    f->s = open_member(f, 0);
     *state = f;
     return 0;
 }
@@ -299,6 +383,8 @@ static int teardown(void **state)
 
     if (f->s != f->srv)
         mc_store_close(f->s);
+    if (f->node)
+        mc_store_close(f->node);
     mc_store_close(f->srv);
     free(f);
     return 0;
@@ -309,10 +395,19 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_write_into_a_gap_being_reserved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_writes_in_flight_past_the_end, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zeros_beside_writes_in_flight, setup, teardown),
         {"test_write_into_a_gap_being_reserved_over_tcp", test_write_into_a_gap_being_reserved,
          setup_tcp, teardown, NULL},
         {"test_random_writes_in_flight_past_the_end_over_tcp",
          test_random_writes_in_flight_past_the_end, setup_tcp, teardown, NULL},
+        {"test_zeros_beside_writes_in_flight_over_tcp", test_zeros_beside_writes_in_flight,
+         setup_tcp, teardown, NULL},
+        {"test_write_into_a_gap_being_reserved_on_a_node", test_write_into_a_gap_being_reserved,
+         setup_node, teardown, NULL},
+        {"test_random_writes_in_flight_past_the_end_on_a_node",
+         test_random_writes_in_flight_past_the_end, setup_node, teardown, NULL},
+        {"test_zeros_beside_writes_in_flight_on_a_node", test_zeros_beside_writes_in_flight,
+         setup_node, teardown, NULL},
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
