@@ -101,6 +101,7 @@ typedef struct round {
     int n;
     uint64_t off[NW];
     size_t len[NW];
+    int rc[NW]; /* each write's result when not its length (0: its length) */
     const char *buf;
     slot_t sl[NW];
     batch_t b;
@@ -170,7 +171,7 @@ static void run_round(mc_store_t *s, round_t *r, const char *want, size_t end)
     assert_int_equal(mc_loop_post(mc_store_loop(s), issue, r), 0);
     batch_wait(&r->b);
     for (int i = 0; i < r->n; i++)
-        assert_int_equal(r->b.rc[i], (int)r->len[i]);
+        assert_int_equal(r->b.rc[i], r->rc[i] ? r->rc[i] : (int)r->len[i]);
     assert_cmp(mc_writer_size(r->w), ==, end);
 
     char *got = malloc(end);
@@ -266,6 +267,48 @@ static void test_zeros_beside_writes_in_flight(void **state)
         r.w = open_writer(f);
         r.buf = data;
         run_round(s, &r, want, end);
+    }
+    check_transport(f);
+    free(data);
+    free(want);
+}
+
+/*
+ * A write past the end that fails (no space for it) while writes issued
+ * after it wait for it: they succeed, so the size covers them, and the gap
+ * before them, which the failed write would have zeroed, reads as zeros.
+ * (The size went back to what it was before the failed write, dropping the
+ * later writes' bytes, and nobody zeroed the gap: each later write had
+ * counted its gap from the failed write's end.)
+ */
+static void test_a_failed_write_leaves_later_writes_whole(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    size_t big = 2 * SEG, span = 4 * MiB;
+    char *data = calloc(1, big), *want = calloc(1, span);
+    round_t r = {.n = 3,
+                 .off = {3 * MiB, 5000, 200 * 1024},
+                 .len = {big, 100, 100},
+                 .rc = {-ENOSPC},
+                 .buf = data};
+
+    for (size_t i = 0; i < big; i++)
+        data[i] = (char)(i % 239 + 1);
+    memcpy(want, data, 10);
+    for (int i = 1; i < r.n; i++)
+        memcpy(want + r.off[i], data + r.off[i], r.len[i]);
+    for (int round = 0; round < 5; round++) {
+        batch_t b;
+        slot_t sl = {&b, 0};
+
+        dirty(f);
+        r.w = open_writer(f);
+        batch_init(&b, 1); /* the first bytes: space reserved past them */
+        assert_int_equal(mc_writer_write_async(r.w, 0, data, 10, slot_done, &sl), 0);
+        batch_wait(&b);
+        assert_int_equal(b.rc[0], 10);
+        run_round(s, &r, want, 200 * 1024 + 100);
     }
     check_transport(f);
     free(data);
@@ -396,18 +439,24 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_write_into_a_gap_being_reserved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_writes_in_flight_past_the_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zeros_beside_writes_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_failed_write_leaves_later_writes_whole, setup,
+                                        teardown),
         {"test_write_into_a_gap_being_reserved_over_tcp", test_write_into_a_gap_being_reserved,
          setup_tcp, teardown, NULL},
         {"test_random_writes_in_flight_past_the_end_over_tcp",
          test_random_writes_in_flight_past_the_end, setup_tcp, teardown, NULL},
         {"test_zeros_beside_writes_in_flight_over_tcp", test_zeros_beside_writes_in_flight,
          setup_tcp, teardown, NULL},
+        {"test_a_failed_write_leaves_later_writes_whole_over_tcp",
+         test_a_failed_write_leaves_later_writes_whole, setup_tcp, teardown, NULL},
         {"test_write_into_a_gap_being_reserved_on_a_node", test_write_into_a_gap_being_reserved,
          setup_node, teardown, NULL},
         {"test_random_writes_in_flight_past_the_end_on_a_node",
          test_random_writes_in_flight_past_the_end, setup_node, teardown, NULL},
         {"test_zeros_beside_writes_in_flight_on_a_node", test_zeros_beside_writes_in_flight,
          setup_node, teardown, NULL},
+        {"test_a_failed_write_leaves_later_writes_whole_on_a_node",
+         test_a_failed_write_leaves_later_writes_whole, setup_node, teardown, NULL},
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
