@@ -1,6 +1,6 @@
 /*
  * test_writer_gaps.c - writes in flight together on one streaming writer
- * (mc_writer_t) of a real embedded store, past its end: every byte no write
+ * (mc_writer_t) of a real store, past its end: every byte no write
  * covers reads as zeros, never as what the segment's space held before.
  *
  * The writes are issued from the store's loop thread in one go, so that
