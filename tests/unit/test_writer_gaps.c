@@ -1,6 +1,6 @@
 /*
  * test_writer_gaps.c - writes in flight together on one streaming writer
- * (mc_writer_t) of a real embedded store, past its end: every byte no write
+ * (mc_writer_t) of a real store, past its end: every byte no write
  * covers reads as zeros, never as what the segment's space held before.
  *
  * The writes are issued from the store's loop thread in one go, so that
@@ -8,6 +8,15 @@
  * comes back: the order in which a writer learns its layout then differs
  * from the order it asked. The freed space is full of 0xaa first, so that
  * zeros must be written, not found.
+ *
+ * Every test runs three times: on an embedded store, whose bytes move by
+ * memcpy as each transfer starts; on a pure client of another store in this
+ * process reached over TCP loopback, whose transfers are in flight together
+ * and whose writer takes a new replica set at each grow while transfers
+ * still use the old; and on a pure client whose bytes go over TCP to a node
+ * that is not the master (its own loop thread), so that a write's bytes are
+ * often still on their way when the master's answer to the next write comes
+ * back and that write's zeros go out beside them.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +36,15 @@
 #define MiB (1024 * 1024)
 #define SEG (8 * MiB)
 #define NW 8 /* writes in flight together */
+
+/* The stores of a test: the writer's, the one that holds the master (the
+ * same store when embedded), and the node whose segment holds the writer's
+ * bytes when that is not the master's. */
+typedef struct fix {
+    mc_store_t *s;    /* writes, reads and removes through this one */
+    mc_store_t *srv;  /* the master and a segment: s, or a store s reaches over TCP */
+    mc_store_t *node; /* NULL, or a node of srv that holds the writer's bytes */
+} fix_t;
 
 /* Operations of one batch, waited for together. */
 typedef struct batch {
@@ -83,6 +101,7 @@ typedef struct round {
     int n;
     uint64_t off[NW];
     size_t len[NW];
+    int rc[NW]; /* each write's result when not its length (0: its length) */
     const char *buf;
     slot_t sl[NW];
     batch_t b;
@@ -100,29 +119,43 @@ static void issue(void *arg)
     }
 }
 
-/* Leaves the segment's free space full of 0xaa (what a version removed
- * but still leased holds stays so until its lease runs out). */
-static void dirty(mc_store_t *s)
+/* Where the writer's bytes go: f's node, or wherever the master likes. */
+static mc_put_opts_t placement(const fix_t *f)
 {
-    mc_space_t sp;
+    mc_put_opts_t po = {0};
 
-    assert_int_equal(mc_statfs(s, &sp), 0);
+    po.preferred_segment = f->node ? mc_store_served_addr(f->node) : NULL;
+    return po;
+}
+
+/* Leaves the free space of the segment the writer's bytes go to full of
+ * 0xaa (what a version removed but still leased holds stays so until its
+ * lease runs out). */
+static void dirty(const fix_t *f)
+{
+    mc_store_t *s = f->node ? f->node : f->srv;
+    mc_put_opts_t po = placement(f);
+    mc_space_t sp = {.total = SEG}; /* a node's segment: all of it is free */
+
+    if (!f->node)
+        assert_int_equal(mc_statfs(s, &sp), 0);
     size_t len = (size_t)(sp.total - sp.used);
     char *junk = malloc(len);
     memset(junk, 0xaa, len);
-    assert_int_equal(mc_put(s, "junk", 4, junk, len, NULL), 0);
+    assert_int_equal(mc_put(s, "junk", 4, junk, len, &po), 0);
     assert_int_equal(mc_remove(s, "junk", 4, 0), 0);
     free(junk);
 }
 
-static mc_writer_t *open_writer(mc_store_t *s)
+static mc_writer_t *open_writer(const fix_t *f)
 {
+    mc_put_opts_t po = placement(f);
     batch_t b;
     slot_t sl = {&b, 0};
     mc_writer_t *w = NULL;
 
     batch_init(&b, 1);
-    assert_int_equal(mc_writer_open_async(s, "f", 1, NULL, NULL, &w, slot_done, &sl), 0);
+    assert_int_equal(mc_writer_open_async(f->s, "f", 1, &po, NULL, &w, slot_done, &sl), 0);
     batch_wait(&b);
     assert_int_equal(b.rc[0], 0);
     return w;
@@ -138,7 +171,7 @@ static void run_round(mc_store_t *s, round_t *r, const char *want, size_t end)
     assert_int_equal(mc_loop_post(mc_store_loop(s), issue, r), 0);
     batch_wait(&r->b);
     for (int i = 0; i < r->n; i++)
-        assert_int_equal(r->b.rc[i], (int)r->len[i]);
+        assert_int_equal(r->b.rc[i], r->rc[i] ? r->rc[i] : (int)r->len[i]);
     assert_cmp(mc_writer_size(r->w), ==, end);
 
     char *got = malloc(end);
@@ -164,12 +197,26 @@ static void run_round(mc_store_t *s, round_t *r, const char *want, size_t end)
     free(got);
 }
 
+/* Checks that the bytes went the way the fixture meant: over TCP for a
+ * client of another store, through no socket for an embedded one. */
+static void check_transport(const fix_t *f)
+{
+    mc_store_stats_t st;
+
+    mc_store_stats(f->s, &st);
+    if (f->s != f->srv)
+        assert_cmp(st.tcp_bytes, >, 0);
+    else
+        assert_cmp(st.tcp_bytes, ==, 0);
+}
+
 /* A write past the reserved space and, before the master answered it, a
  * write into the gap it leaves: the second one's space is handed out after
  * the first's, and whatever of it lies around what it writes is zeroed. */
 static void test_write_into_a_gap_being_reserved(void **state)
 {
-    mc_store_t *s = *state;
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
     char *data = malloc(3 * MiB), *want = calloc(1, 3 * MiB);
     round_t r = {.n = 3, .off = {2 * MiB, 64 * 1024, MiB + 7}, .len = {4096, 4096, 100}};
 
@@ -177,10 +224,93 @@ static void test_write_into_a_gap_being_reserved(void **state)
         data[i] = (char)(i % 251 + 1);
     for (int i = 0; i < r.n; i++)
         memcpy(want + r.off[i], data + r.off[i], r.len[i]);
-    dirty(s);
-    r.w = open_writer(s);
+    dirty(f);
+    r.w = open_writer(f);
     r.buf = data;
     run_round(s, &r, want, 2 * MiB + 4096);
+    check_transport(f);
+    free(data);
+    free(want);
+}
+
+/*
+ * Zeros written right beside a write's bytes still on their way: a long
+ * write (its bytes in flight over TCP while the next writes get their
+ * space) with, issued together after it, a write just before it in the
+ * same unit of space, one in the hole before it, one a few bytes past its
+ * end (a short gap, zeroed), one far past it (a long gap, punched) and one
+ * into that punched gap. Every zero they write lands beside, never on, the
+ * bytes of the others.
+ */
+static void test_zeros_beside_writes_in_flight(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    uint64_t a = MiB + 100, alen = 2 * MiB, aend = a + alen;
+    size_t span = 5 * MiB;
+    char *data = malloc(span), *want = calloc(1, span);
+    round_t r = {.n = 6,
+                 .off = {a, aend + 10, a - 30, a - 200, aend + 3 * MiB / 2, aend + 115},
+                 .len = {alen, 100, 20, 20, 4096, 50}};
+
+    for (size_t i = 0; i < span; i++)
+        data[i] = (char)(i % 241 + 1);
+    for (int round = 0; round < 10; round++) {
+        size_t end = 0;
+        memset(want, 0, span);
+        for (int i = 0; i < r.n; i++) {
+            memcpy(want + r.off[i], data + r.off[i], r.len[i]);
+            if (r.off[i] + r.len[i] > end)
+                end = r.off[i] + r.len[i];
+        }
+        dirty(f);
+        r.w = open_writer(f);
+        r.buf = data;
+        run_round(s, &r, want, end);
+    }
+    check_transport(f);
+    free(data);
+    free(want);
+}
+
+/*
+ * A write past the end that fails (no space for it) while writes issued
+ * after it wait for it: they succeed, so the size covers them, and the gap
+ * before them, which the failed write would have zeroed, reads as zeros.
+ * (The size went back to what it was before the failed write, dropping the
+ * later writes' bytes, and nobody zeroed the gap: each later write had
+ * counted its gap from the failed write's end.)
+ */
+static void test_a_failed_write_leaves_later_writes_whole(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    size_t big = 2 * SEG, span = 4 * MiB;
+    char *data = calloc(1, big), *want = calloc(1, span);
+    round_t r = {.n = 3,
+                 .off = {3 * MiB, 5000, 200 * 1024},
+                 .len = {big, 100, 100},
+                 .rc = {-ENOSPC},
+                 .buf = data};
+
+    for (size_t i = 0; i < big; i++)
+        data[i] = (char)(i % 239 + 1);
+    memcpy(want, data, 10);
+    for (int i = 1; i < r.n; i++)
+        memcpy(want + r.off[i], data + r.off[i], r.len[i]);
+    for (int round = 0; round < 5; round++) {
+        batch_t b;
+        slot_t sl = {&b, 0};
+
+        dirty(f);
+        r.w = open_writer(f);
+        batch_init(&b, 1); /* the first bytes: space reserved past them */
+        assert_int_equal(mc_writer_write_async(r.w, 0, data, 10, slot_done, &sl), 0);
+        batch_wait(&b);
+        assert_int_equal(b.rc[0], 10);
+        run_round(s, &r, want, 200 * 1024 + 100);
+    }
+    check_transport(f);
     free(data);
     free(want);
 }
@@ -188,7 +318,8 @@ static void test_write_into_a_gap_being_reserved(void **state)
 /* Rounds of writes at random places past the end, in flight together. */
 static void test_random_writes_in_flight_past_the_end(void **state)
 {
-    mc_store_t *s = *state;
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
     size_t span = 6 * MiB, slot = span / 48;
     char *data = malloc(span), *want = malloc(span);
 
@@ -212,30 +343,93 @@ static void test_random_writes_in_flight_past_the_end(void **state)
             if (r.off[i] + r.len[i] > end)
                 end = r.off[i] + r.len[i];
         }
-        dirty(s);
-        r.w = open_writer(s);
+        dirty(f);
+        r.w = open_writer(f);
         run_round(s, &r, want, end);
     }
+    check_transport(f);
     free(data);
     free(want);
 }
 
-static int setup(void **state)
+/* The store that holds the master and a segment of size bytes: embedded,
+ * serving the protocol at listen when not NULL. */
+static mc_store_t *open_server(const char *listen, uint64_t size)
 {
     mc_store_opts_t o;
     mc_store_t *s = NULL;
 
     mc_store_opts_init(&o);
-    o.segment_size = SEG;
+    o.segment_size = size;
     o.lease_ms = 1; /* a round's version, read and removed, frees its space at once */
+    o.listen = listen;
     assert_int_equal(mc_store_open(&s, &o), 0);
-    *state = s;
+    return s;
+}
+
+/* An embedded store: the writer's bytes are copied into its own segment. */
+static int setup(void **state)
+{
+    fix_t *f = calloc(1, sizeof(*f));
+
+    f->srv = f->s = open_server(NULL, SEG);
+    *state = f;
+    return 0;
+}
+
+/* A store of the cluster whose master srv serves: a pure client (no
+ * segment, no shared memory), or with size a node serving its segment on a
+ * loopback port the kernel picks. */
+static mc_store_t *open_member(const fix_t *f, uint64_t size)
+{
+    mc_store_opts_t o;
+    mc_store_t *s = NULL;
+
+    mc_store_opts_init(&o);
+    o.master = mc_store_served_addr(f->srv);
+    o.no_shm = 1;
+    o.segment_size = size;
+    o.listen = size ? "127.0.0.1:0" : NULL;
+    assert_int_equal(mc_store_open(&s, &o), 0);
+    return s;
+}
+
+/* A pure client of an embedded store that serves on a loopback port the
+ * kernel picks: every byte the writer moves crosses a TCP connection. */
+static int setup_tcp(void **state)
+{
+    fix_t *f = calloc(1, sizeof(*f));
+
+    f->srv = open_server("127.0.0.1:0", SEG);
+    f->s = open_member(f, 0);
+    *state = f;
+    return 0;
+}
+
+/* The same, with the writer's bytes on a node of its own (another loop
+ * thread than the master's): its bytes are still on their way while the
+ * master answers the next write's request for space, as in a cluster. */
+static int setup_node(void **state)
+{
+    fix_t *f = calloc(1, sizeof(*f));
+
+    f->srv = open_server("127.0.0.1:0", MiB);
+    f->node = open_member(f, SEG);
+    f->s = open_member(f, 0);
+    *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    mc_store_close(*state);
+    fix_t *f = *state;
+
+    if (f->s != f->srv)
+        mc_store_close(f->s);
+    if (f->node)
+        mc_store_close(f->node);
+    mc_store_close(f->srv);
+    free(f);
     return 0;
 }
 
@@ -244,6 +438,25 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_write_into_a_gap_being_reserved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_writes_in_flight_past_the_end, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zeros_beside_writes_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_failed_write_leaves_later_writes_whole, setup,
+                                        teardown),
+        {"test_write_into_a_gap_being_reserved_over_tcp", test_write_into_a_gap_being_reserved,
+         setup_tcp, teardown, NULL},
+        {"test_random_writes_in_flight_past_the_end_over_tcp",
+         test_random_writes_in_flight_past_the_end, setup_tcp, teardown, NULL},
+        {"test_zeros_beside_writes_in_flight_over_tcp", test_zeros_beside_writes_in_flight,
+         setup_tcp, teardown, NULL},
+        {"test_a_failed_write_leaves_later_writes_whole_over_tcp",
+         test_a_failed_write_leaves_later_writes_whole, setup_tcp, teardown, NULL},
+        {"test_write_into_a_gap_being_reserved_on_a_node", test_write_into_a_gap_being_reserved,
+         setup_node, teardown, NULL},
+        {"test_random_writes_in_flight_past_the_end_on_a_node",
+         test_random_writes_in_flight_past_the_end, setup_node, teardown, NULL},
+        {"test_zeros_beside_writes_in_flight_on_a_node", test_zeros_beside_writes_in_flight,
+         setup_node, teardown, NULL},
+        {"test_a_failed_write_leaves_later_writes_whole_on_a_node",
+         test_a_failed_write_leaves_later_writes_whole, setup_node, teardown, NULL},
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -217,6 +217,18 @@ static void w_started(void *arg, int status, const char *body, size_t len)
     w_copy_step(o);
 }
 
+/* Finishes o with rc, giving a write its length and the others 0. */
+static void w_op_end(op_t *o, int rc)
+{
+    if (rc >= 0 && o->kind == OP_W_WRITE)
+        rc = (int)o->len;
+    if (rc >= 0 && o->kind == OP_W_TRUNC)
+        rc = 0;
+    if (rc >= 0 && o->kind == OP_W_PUNCH)
+        rc = 0;
+    mc__op_finish(o, rc);
+}
+
 static void w_op_done(void *arg, int rc)
 {
     op_t *o = arg;
@@ -227,13 +239,7 @@ static void w_op_done(void *arg, int rc)
         if (rc < 0 && w->size == o->off + o->len)
             w->size = o->base;
     }
-    if (rc >= 0 && o->kind == OP_W_WRITE)
-        rc = (int)o->len;
-    if (rc >= 0 && o->kind == OP_W_TRUNC)
-        rc = 0;
-    if (rc >= 0 && o->kind == OP_W_PUNCH)
-        rc = 0;
-    mc__op_finish(o, rc);
+    w_op_end(o, rc);
 }
 
 static void w_have_space(op_t *o);
@@ -261,12 +267,43 @@ static void w_unfill(op_t *o)
     }
 }
 
+/*
+ * The failed o, which holds w->filling, adds nothing to the size: every
+ * write or truncation started after it waits in w->fill_wait, in the order
+ * they started, and each counted its start (o->base) from a size that took
+ * o in. Counts them again without o: a write that o's end kept from a gap
+ * of its own gets one (zeroed, where o would have zeroed its), and the size
+ * is what they make it, not less (o's start would drop their bytes). A
+ * truncation that shrank the size after o started stays (the size then is
+ * not what they make it, and none of them starts before it).
+ */
+static void w_forget(op_t *o)
+{
+    mc_writer_t *w = o->w;
+    uint64_t with = o->kind == OP_W_TRUNC || o->off + o->len > o->base ? o->off + o->len : o->base;
+    uint64_t without = o->base;
+    for (op_t *q = w->fill_wait; q; q = q->wnext) { /* writes and truncations only */
+        uint64_t end = q->off + q->len;
+        if (q->base > without)
+            q->base = without;
+        with = q->kind == OP_W_TRUNC || end > with ? end : with;
+        without = q->kind == OP_W_TRUNC || end > without ? end : without;
+    }
+    if (w->size == with)
+        w->size = without;
+}
+
 /* Finishes o with rc < 0 (o->w's op but its open), letting writes that
  * wait for it go on. */
 static void w_fail(op_t *o, int rc)
 {
+    if (o->w->filling != o) { /* a write or truncation holds it */
+        w_unfill(o);
+        return w_op_done(o, rc);
+    }
+    w_forget(o);
     w_unfill(o);
-    w_op_done(o, rc);
+    w_op_end(o, rc);
 }
 
 static void w_step_done(void *arg, int rc)
