@@ -68,6 +68,8 @@ def test_readers_see_old_or_new_never_a_mix(store_mount, cache):
             # A fresh process each time.
             before = writing[0]
             out = subprocess.run(["sha256sum", p], capture_output=True, text=True)
+            if out.returncode != 0 and "Stale file handle" in out.stderr:
+                continue  # the path replaced twice during the open (SEMANTICS, rename)
             if out.returncode != 0:
                 bad.append(out.stderr)
                 continue
