@@ -142,7 +142,12 @@ static void dirty(const fix_t *f)
     size_t len = (size_t)(sp.total - sp.used);
     char *junk = malloc(len);
     memset(junk, 0xaa, len);
-    assert_int_equal(mc_put(s, "junk", 4, junk, len, &po), 0);
+    /* Space still held for a moment (a revoked or removed version's, until
+     * its lease and margin run out) is not free: fill what is. */
+    int rc;
+    while ((rc = mc_put(s, "junk", 4, junk, len, &po)) == -ENOSPC && len > MiB)
+        len -= MiB;
+    assert_int_equal(rc, 0);
     assert_int_equal(mc_remove(s, "junk", 4, 0), 0);
     free(junk);
 }
