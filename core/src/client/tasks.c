@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "client/remote_i.h"
 
@@ -51,13 +52,18 @@ void mc__task_exec(op_t *o)
         mc__op_finish(o, rc);
 }
 
+/* The length of segment address a, or -EINVAL (NULL, or too long). */
+static ssize_t addr_len(const char *a)
+{
+    size_t n = a ? strnlen(a, MC__ADDR_STRLEN) : MC__ADDR_STRLEN;
+    return n < MC__ADDR_STRLEN ? (ssize_t)n : -EINVAL;
+}
+
 /* Appends address a as an s field (u32 length, bytes) to w. */
 static int put_addr(mc__wbuf_t *w, const char *a)
 {
-    size_t n = a ? strnlen(a, MC__ADDR_STRLEN) : MC__ADDR_STRLEN;
-    if (n >= MC__ADDR_STRLEN)
-        return -EINVAL;
-    return mc__pack(w, "s", a, (uint32_t)n);
+    ssize_t n = addr_len(a);
+    return n < 0 ? (int)n : mc__pack(w, "s", a, (uint32_t)n);
 }
 
 /* Submits a TASK_CREATE of type for key: source (a move's; NULL for a
@@ -115,10 +121,10 @@ int mc_replica_drop_async(mc_store_t *s, const char *key, size_t klen, const cha
     int rc = mc_key_check(key, klen);
     if (rc < 0)
         return rc;
-    size_t al = addr ? strnlen(addr, MC__ADDR_STRLEN) : MC__ADDR_STRLEN;
-    if (al >= MC__ADDR_STRLEN)
-        return -EINVAL;
-    op_t *o = mc__op_new(s, OP_REPLICA_DROP, key, klen, addr, al, cb, arg);
+    ssize_t al = addr_len(addr);
+    if (al < 0)
+        return (int)al;
+    op_t *o = mc__op_new(s, OP_REPLICA_DROP, key, klen, addr, (size_t)al, cb, arg);
     if (!o)
         return -ENOMEM;
     return mc__op_submit(o);

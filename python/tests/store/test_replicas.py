@@ -4,7 +4,6 @@ in the three modes (placement is real only with nodes: the cluster mode's
 two nodes; embedded, one local segment; the mount shows none)."""
 
 import asyncio
-import time
 import uuid
 
 import pytest
@@ -200,7 +199,8 @@ def test_clear_one_replica_of_two(cluster_store):
     assert endpoints(s, "r/two") == [b]
     assert s.get("r/two") == VALUE
     assert s.batch_replica_clear(["r/two"], a) == []  # none there any more
-    time.sleep(1.5)  # a repair tick or more
+    # (that no repair brings it back is test_tasks.c's test_drop_one_replica,
+    # with the master's tick driven explicitly)
     assert endpoints(s, "r/two") == [b]
     assert s.get("r/two") == VALUE
 
