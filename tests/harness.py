@@ -18,9 +18,11 @@ close() stops them all (mounts first, then nodes and masters together) and
 returns the problems it found, for the fixture to assert on. A process
 started on its own is the caller's to stop()."""
 
+import itertools
 import json
 import os
 import pathlib
+import random
 import re
 import shlex
 import signal
@@ -41,10 +43,46 @@ STOP_TIMEOUT = 30  # ... to exit on SIGTERM (a mount: 60, to flush and unmount)
 
 
 def free_port():
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port that was free a moment ago, below the ephemeral range
+    (32768 up): the port the kernel gives a connect() or a bind to port 0
+    never is one of these, so only another test's pick can take it before
+    its process binds it. Where a process can listen on port 0 and say what
+    it bound (Master, Node) the harness does that instead."""
+    for _ in range(100):
+        port = random.randrange(10000, 32000)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 10000-32000 after 100 tries")
+
+
+_seq = itertools.count()
+
+
+class BoundAddr:
+    """A process listening on host:0 (or the port given) whose log says the
+    address it bound: addr and port read from the log, waiting until ready."""
+
+    def _listen_on(self, host, port):
+        self._addr = f"{host}:{port}" if port else None
+        return self._addr or f"{host}:0"
+
+    @property
+    def addr(self):
+        if self._addr is None:
+            self.wait_ready()
+            m = re.search(self.bound, self.read_log())
+            assert m, self.fail("says no bound address")
+            self._addr = m.group(1)
+        return self._addr
+
+    @property
+    def port(self):
+        return int(self.addr.rsplit(":", 1)[1])
 
 
 def clock_past(ns, timeout=1.0):
@@ -267,17 +305,19 @@ class Proc:
         return out
 
 
-class Master(Proc):
-    """mooncake-master listening on host:port (a free port unless given);
-    its log is tmp/master-PORT.log."""
+class Master(BoundAddr, Proc):
+    """mooncake-master listening on host:port (unless given, a port the
+    master binds itself: addr and port come from its log); its log is
+    tmp/master-PORT.log with a port given, tmp/master-N.log otherwise."""
 
     name = "mooncake-master"
 
+    bound = r"listening on (\S+) \(segment"
+
     def __init__(self, tmp, *args, port=None, host="127.0.0.1", wait=True, **kw):
-        self.port = port or free_port()
-        self.addr = f"{host}:{self.port}"
-        super().__init__([MASTER, "--listen", self.addr, *args],
-                         pathlib.Path(tmp) / f"master-{self.port}.log",
+        listen = self._listen_on(host, port)
+        super().__init__([MASTER, "--listen", listen, *args],
+                         pathlib.Path(tmp) / f"master-{port or next(_seq)}.log",
                          r"listening on .*segment", **kw)
         if wait:
             self.wait_ready()
@@ -348,19 +388,21 @@ class EtcdCluster:
         self.url = "etcd://" + ";".join(m.endpoint for m in self.members)
 
 
-class Node(Proc):
+class Node(BoundAddr, Proc):
     """A process contributing a segment of `size` to master:
-    mooncake-cli node; its log is tmp/node-PORT.log."""
+    mooncake-cli node, listening on a port it binds itself (addr and port
+    come from its log); its log is tmp/node-N.log."""
 
     name = "node"
 
+    bound = r"node up, serving (\S+)"
+
     def __init__(self, tmp, master, size="64M", *args, host="127.0.0.1", wait=True, **kw):
-        self.port = free_port()
-        self.addr = f"{host}:{self.port}"
+        listen = self._listen_on(host, 0)
         self.master = master
         super().__init__([CLI, "--master", master, "--segment-size", str(size), "--listen",
-                          self.addr, *args, "node"],
-                         pathlib.Path(tmp) / f"node-{self.port}.log", r"node up", **kw)
+                          listen, *args, "node"],
+                         pathlib.Path(tmp) / f"node-{next(_seq)}.log", r"node up", **kw)
         if wait:
             self.wait_ready()
 

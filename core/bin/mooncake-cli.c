@@ -461,7 +461,7 @@ static int cmd_node(mc_store_t *s, int argc, char **argv)
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     int sig;
-    fprintf(stderr, "mooncake-cli: node up\n");
+    fprintf(stderr, "mooncake-cli: node up, serving %s\n", mc_store_served_addr(s));
     sigwait(&sigs, &sig);
     return 0;
 }
@@ -707,6 +707,8 @@ int main(int argc, char **argv)
     mc_nofile_raise(); /* best effort: a node serves connections */
     mc_store_t *s;
     rc = mc_store_open(&s, &o);
+    if (rc < 0 && o.listen && (rc == -EADDRINUSE || rc == -EADDRNOTAVAIL))
+        return fail(o.listen, rc); /* the node's own listen, not the master */
     if (rc < 0)
         return fail(o.master ? o.master : "opening the store", rc);
     mc_metrics_server_t *metrics = NULL;
