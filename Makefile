@@ -133,7 +133,7 @@ ifneq ($(SAN),1)
 	$(Q)$(call STAGE,fuzz) tests/fuzz/run.sh $(FUZZ_CI_SECONDS)
 	$(Q)$(call STAGE,rdma-vm) $(MAKE) --no-print-directory test-rdma
 endif
-	$(Q)MC_BUILD=$(BUILD) $(call STAGE,integration) $(PYTHON) -m pytest -q -rs $(INTEGRATION)
+	$(Q)MC_BUILD=$(BUILD) $(call STAGE,integration) $(PYTHON) -m pytest -q -rs --durations=15 $(INTEGRATION)
 	$(Q)$(call STAGE,python) $(MAKE) --no-print-directory python-test
 ifneq ($(SAN),1)
 	$(Q)$(call STAGE,model) $(MAKE) --no-print-directory test-model

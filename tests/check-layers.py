@@ -85,6 +85,11 @@ NARROW = [
         r"core/src/runtime/net_i\.h$",
         "net_i.h is private to net.c and net_send.c; the rest use net.h",
     ),
+    (
+        r"^(?!core/src/runtime/etcd(_json|_pages)?\.c$)",
+        r"core/src/runtime/etcd_i\.h$",
+        "etcd_i.h is private to etcd.c, etcd_json.c and etcd_pages.c; the rest use etcd.h",
+    ),
 ]
 
 SCANNED = ["core/include/mooncake", "core/src", "core/bin", "fs", "python/mooncake"]
