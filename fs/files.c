@@ -131,6 +131,24 @@ static void open_version(fs_ctx_t *c)
         open_done(c, rc);
 }
 
+/* An open of a file a rename through this mount replaced since the kernel
+ * looked it up (fs_op_open()): reading, it gets the version the rename
+ * replaced (namespace.c keeps it on the inode for one such open); writing,
+ * or once that version is taken, ESTALE: the kernel then looks the path up
+ * again and opens what is there now. */
+static void open_replaced(fs_ctx_t *c)
+{
+    fs_inode_t *in = c->in;
+    if (!in->held || is_writable(c->fi.flags) || (c->fi.flags & O_TRUNC))
+        return fs_ctx_fail(c, -ESTALE);
+    c->fh = fh_new(c->fs, in, 0);
+    if (!c->fh)
+        return fs_ctx_fail(c, -ENOMEM);
+    c->fh->obj = in->held;
+    in->held = NULL;
+    open_done(c, 0);
+}
+
 static void open_truncated(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
@@ -182,14 +200,14 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fs_inode_t *in = fs_inode_get(fs_of(req)->it, ino);
     if (!in)
         return reply_err(req, -ENOENT);
-    if (!in->key)
-        return reply_err(req, -ESTALE); /* replaced: the VFS looks the path up again */
     if (in->is_dir)
         return reply_err(req, -EISDIR);
     fs_ctx_t *c = fs_ctx_new(req, in);
     if (!c)
         return;
     c->fi = *fi;
+    if (!in->key)
+        return open_replaced(c); /* unlinked or replaced since the lookup */
     if ((fi->flags & O_TRUNC) && is_writable(fi->flags)) {
         c->wait.need_writer = 0;
         c->wait.run = open_trunc_writer;

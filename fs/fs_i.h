@@ -87,6 +87,7 @@ typedef struct fs_ctx {
     int plus;
     char *out; /* readdir reply */
     size_t outlen;
+    mc_obj_t *held; /* rename: the version it replaces, for the inode's next open */
     /* Last, and not zeroed by fs_ctx_new() (empty strings): the keys. */
     char key[MC_KEY_MAX + 2];
     size_t klen;

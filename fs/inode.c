@@ -184,6 +184,7 @@ void fs_inode_maybe_free(fs_itable_t *t, fs_inode_t *in)
     if (in->key)
         key_unlink(t, in);
     free(in->key);
+    mc_obj_close(in->held);
     free(in);
     t->count--;
 }

@@ -41,6 +41,10 @@ typedef struct fs_inode {
                                    subdirectories (st.nlink); 0: never, or one of
                                    them came or went through this mount since */
     struct fs_wstate *ws;       /* the shared writer of this file, if any */
+    mc_obj_t *held;             /* the version a rename through this mount replaced
+                                   while the kernel knew the inode: the next open of
+                                   the inode (one racing the rename) reads it, as on
+                                   a local filesystem; closed when the inode goes */
     int opens;                  /* open file handles */
     struct fs_inode *by_ino_next, *by_key_next;
 } fs_inode_t;

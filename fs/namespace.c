@@ -188,11 +188,16 @@ static void rename_done(void *arg, int rc)
     size_t flen = c->klen, tlen = c->klen2;
     fs_subdirs_changed(fs, c->key, flen);
     fs_subdirs_changed(fs, c->key2, tlen);
-    /* The replaced destination's inodes lose their key. */
+    /* The replaced destination's inodes lose their key; a file's keeps
+     * the version it had, for an open that raced this rename. */
     fs_inode_t *dst = fs_inode_find(fs->it, c->key2, tlen, 0);
     if (dst) {
         fs_ws_unnamed(dst);
         fs_inode_unlink(fs->it, dst);
+        if (!dst->held) {
+            dst->held = c->held;
+            c->held = NULL;
+        }
     }
     dst = fs_inode_find(fs->it, c->key2, tlen, 1);
     if (dst)
@@ -201,17 +206,11 @@ static void rename_done(void *arg, int rc)
     fs_ctx_fail(c, rc);
 }
 
-static void rename_dest_looked_up(void *arg, int rc)
+static void rename_issue(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
-    if (rc < 0 && rc != -ENOENT)
-        return fs_ctx_fail(c, rc);
-    if (rc >= 0 && (c->flags & RENAME_NOREPLACE))
-        return fs_ctx_fail(c, -EEXIST);
-    if (c->kind == MC_LOOKUP_FILE && rc == MC_LOOKUP_DIR)
-        return fs_ctx_fail(c, -EISDIR);
-    if (c->kind == MC_LOOKUP_DIR && rc == MC_LOOKUP_FILE)
-        return fs_ctx_fail(c, -ENOTDIR);
+    if (rc < 0)
+        c->held = NULL; /* gone meanwhile: nothing to hold */
     unsigned flags = (c->flags & RENAME_NOREPLACE) ? MC_RENAME_NOREPLACE : 0;
     if (c->kind == MC_LOOKUP_FILE) {
         rc = mc_rename_async(c->fs->store, c->key, c->klen, c->key2, c->klen2, flags, rename_done,
@@ -235,6 +234,32 @@ static void rename_dest_looked_up(void *arg, int rc)
     }
     if (rc < 0)
         fs_ctx_fail(c, rc);
+}
+
+/* A file replacing a file the kernel knows (it may be opening it right
+ * now, from a lookup made before this rename): the replaced version is
+ * opened first and kept on its inode (rename_done()), so that such an open
+ * reads it, as it would on a local filesystem, instead of failing with
+ * ESTALE (the kernel looks a path up again only once: a second rename in
+ * that window failed the open). One more round trip to the master, only
+ * for a destination the kernel has looked up. */
+static void rename_dest_looked_up(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0 && rc != -ENOENT)
+        return fs_ctx_fail(c, rc);
+    if (rc >= 0 && (c->flags & RENAME_NOREPLACE))
+        return fs_ctx_fail(c, -EEXIST);
+    if (c->kind == MC_LOOKUP_FILE && rc == MC_LOOKUP_DIR)
+        return fs_ctx_fail(c, -EISDIR);
+    if (c->kind == MC_LOOKUP_DIR && rc == MC_LOOKUP_FILE)
+        return fs_ctx_fail(c, -ENOTDIR);
+    fs_inode_t *dst = rc == MC_LOOKUP_FILE ? fs_inode_find(c->fs->it, c->key2, c->klen2, 0) : NULL;
+    if (!dst || !dst->nlookup || dst->held)
+        return rename_issue(c, 0);
+    rc = mc_obj_open_async(c->fs->store, c->key2, c->klen2, &c->held, rename_issue, c);
+    if (rc < 0)
+        rename_issue(c, rc);
 }
 
 static void rename_src_looked_up(void *arg, int rc)

@@ -596,7 +596,7 @@ MC_EXPORT int mc_obj_replicas(const mc_obj_t *o, mc_replica_t *out, int max);
  * size, or no bytes follow it. On the store's loop thread only.
  */
 MC_EXPORT int64_t mc_obj_seek(const mc_obj_t *o, uint64_t off, int hole);
-/* Releases the handle. Reads still in flight complete first. */
+/* Releases the handle (NULL: nothing). Reads still in flight complete first. */
 MC_EXPORT void mc_obj_close(mc_obj_t *o);
 
 /* ---- streaming writes ---- */
