@@ -133,7 +133,7 @@ ifneq ($(SAN),1)
 	$(Q)$(call STAGE,fuzz) tests/fuzz/run.sh $(FUZZ_CI_SECONDS)
 	$(Q)$(call STAGE,rdma-vm) $(MAKE) --no-print-directory test-rdma
 endif
-	$(Q)MC_BUILD=$(BUILD) $(call STAGE,integration) $(PYTHON) -m pytest -q -rs --durations=15 $(INTEGRATION)
+	$(Q)MC_BUILD=$(BUILD) $(call STAGE,integration) $(PYTHON) -m pytest -q -rs --durations=15 $(PYTEST_JOBS) $(INTEGRATION)
 	$(Q)$(call STAGE,python) $(MAKE) --no-print-directory python-test
 ifneq ($(SAN),1)
 	$(Q)$(call STAGE,model) $(MAKE) --no-print-directory test-model
@@ -167,6 +167,14 @@ test-unit: all
 # INTEGRATION=tests/integration/test_x.py ... runs only those integration
 # tests (.ci/run's make asan does).
 INTEGRATION ?= tests/integration
+# TEST_JOBS=N: the integration and Python suites run their test files on N
+# processes (pytest-xdist, Debian's python3-pytest-xdist; a file's tests
+# stay together on one, in order); 1 runs them in this process. Most of
+# their time is waiting (for leases to end, nodes to expire, a master to
+# restart), so 2 halve the stages on 2 cores. Every test makes its own
+# processes, ports and directories, so files do not share anything.
+TEST_JOBS ?= 2
+PYTEST_JOBS = $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile)
 asan:
 	$(Q)MC_SANITIZED=1 $(MAKE) --no-print-directory BUILD=build-asan SAN=1 CFLAGS="-O1 -g" test
 

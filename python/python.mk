@@ -30,7 +30,7 @@ python-test:
 	@echo "python: skipped under sanitizers (the extension would need the ASan runtime preloaded)"
 else
 python-test: python-ext $(BUILD)/mooncake-fs $(BUILD)/mooncake-master $(BUILD)/mooncake-cli
-	$(Q)MC_BUILD=$(BUILD) PYTHONPATH=python $(PYTHON) -m pytest -q -rs python/tests
+	$(Q)MC_BUILD=$(BUILD) PYTHONPATH=python $(PYTHON) -m pytest -q -rs $(PYTEST_JOBS) python/tests
 endif
 
 python-wheel: $(BUILD)/libmooncake.a $(BUILD)/mooncake.pc
