@@ -8,11 +8,15 @@ time alone; a directory counts 2 + its subdirectories; O_CREAT with mode
 write past the store's size makes a sparse file: test_sparse.py.)
 
 The users (mc10a, mc10b, both in group mc10g; mc10b also in mc10h) are made
-with useradd for the module and removed after it; they run Python under
-`setpriv --init-groups`. The mounts use `-o allow_other` (the daemon adds
+with useradd for the module and removed after it, under a lock (a file
+in /tmp) that one module holds at a time: the users are the machine's, so
+test_xattr (which uses them too) on another pytest process, or another
+checkout's run, waits instead of losing them to this module's cleanup.
+They run Python under `setpriv --init-groups`. The mounts use `-o allow_other` (the daemon adds
 default_permissions) in directories every user may reach."""
 
 import errno
+import fcntl
 import json
 import os
 import pathlib
@@ -29,6 +33,7 @@ from harness import Cluster, clock_past
 
 USERS = {"mc10a": ["mc10g"], "mc10b": ["mc10g", "mc10h"]}
 GROUPS = ["mc10g", "mc10h"]
+USERS_LOCK = "/tmp/mooncake-test-users.lock"
 
 
 def _run(*cmd):
@@ -42,6 +47,12 @@ def users():
         pytest.skip("needs root, to make users and act as them")
     if not shutil.which("setpriv") or not shutil.which("useradd"):
         pytest.skip("needs setpriv and useradd")
+    with open(USERS_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield from _users()
+
+
+def _users():
     for g in GROUPS:
         _run("groupadd", g)
     out = {}
