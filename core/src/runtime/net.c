@@ -13,8 +13,11 @@
  * schedule it with mc_loop_defer() (mc__conn_kick()), so that no callback
  * ever runs inside an mc__conn_* call. In OPEN, it delivers the whole frames
  * buffered, keeps one recv and one sendmsg in flight, and grows the read
- * buffer to fit the next frame. In CLOSING it cancels what is in flight and
- * waits for the kernel to let go of every buffer (the loop's release
+ * buffer to fit the next frame; or, for a response whose body the rpc hook
+ * wants in a buffer of its own (body_dst), copies there what the read
+ * buffer holds of it and receives the rest straight into it, asking the
+ * socket for no byte past the body (c->sink), then delivers it from there. In CLOSING it cancels
+ * what is in flight and waits for the kernel to let go of every buffer (the loop's release
  * callbacks) before it fails the send queue, tells the rpc hook and the
  * owner, and frees the conn.
  */

@@ -4,10 +4,12 @@
  * An mc__conn_t carries wire-protocol frames (proto.h) over a stream socket,
  * TCP or Unix. It reads into a buffer that grows up to one whole frame,
  * splits the stream into frames with mc__hdr_decode() and hands each to its
- * on_frame callback; it queues outgoing frames in order and sends them with
- * gathered sendmsg() calls. A peer that sends a malformed, oversized or
- * unknown-operation header is cut off with a logged reason; other
- * connections carry on. Addresses are in addr.h, listeners in listen.h.
+ * on_frame callback (a large response's body may instead be received
+ * straight into a buffer its call named: mc__conn_hook_t.body_dst); it
+ * queues outgoing frames in order and sends them with gathered sendmsg()
+ * calls. A peer that sends a malformed, oversized or unknown-operation
+ * header is cut off with a logged reason; other connections carry on.
+ * Addresses are in addr.h, listeners in listen.h.
  *
  * Lifetime: the net layer allocates a conn and frees it right after its
  * on_close callback, which runs exactly once, always from the loop (never
