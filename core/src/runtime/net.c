@@ -16,10 +16,10 @@
  * buffer to fit the next frame; or, for a response whose body the rpc hook
  * wants in a buffer of its own (body_dst), copies there what the read
  * buffer holds of it and receives the rest straight into it, asking the
- * socket for no byte past the body (c->sink), then delivers it from there. In CLOSING it cancels
- * what is in flight and waits for the kernel to let go of every buffer (the loop's release
- * callbacks) before it fails the send queue, tells the rpc hook and the
- * owner, and frees the conn.
+ * socket for no byte past the body (c->sink), then delivers it from there.
+ * In CLOSING it cancels what is in flight and waits for the kernel to let
+ * go of every buffer (the loop's release callbacks) before it fails the
+ * send queue, tells the rpc hook and the owner, and frees the conn.
  */
 #include <errno.h>
 #include <fcntl.h>

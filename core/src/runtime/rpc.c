@@ -6,7 +6,10 @@
  * own one-shot timer. A call leaves the table exactly once (response,
  * timeout or close) and its callback runs then, except that a callv whose
  * body the conn is still sending holds its result back until the send is
- * done, so the caller never reuses buffers the kernel may still read.
+ * done, so the caller never reuses buffers the kernel may still read; and a
+ * call_into whose answer's body is being received into its buffer does not
+ * time out alone: its timeout closes the conn, and the close, once the
+ * kernel let go of the buffer, fails it (the same rule the other way).
  */
 #include <errno.h>
 #include <inttypes.h>
