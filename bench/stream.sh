@@ -9,7 +9,10 @@
 # close, i.e. published), then read through the reader (a fresh version,
 # so nothing is in its page cache) with dd bs=1M and with dd bs=128K; the
 # page cache is dropped before each (drop_caches, bench/lib.sh).
-# Printed: medians of RUNS runs and their ratio to iperf3.
+# Printed: medians of RUNS runs and their ratio to iperf3, and the CPU time
+# the daemon doing the dd's work (a's for writes, b's for reads) spent per
+# GiB (utime + stime of all its threads; less noisy than MiB/s on a shared
+# machine: it counts the work, not the waiting).
 #
 # With STREAM_BASE_BUILD set to another tree's build directory (bench/
 # compare.sh shows how to build one), the mounts of that build are measured
@@ -73,7 +76,7 @@ if [ -n "$BASE" ]; then
     sides=(before after)
     bin[before]=$BASE
 fi
-declare -A dir
+declare -A dir pid
 for side in "${sides[@]}"; do
     for mode in pages direct; do
         for m in a b; do # a writes, b reads
@@ -84,6 +87,7 @@ for side in "${sides[@]}"; do
             mounts+=("$d $!")
             wait_mount "$d" $!
             dir[$side.$mode.$m]=$d
+            pid[$side.$mode.$m]=$!
         done
     done
 done
@@ -92,6 +96,19 @@ declare -A v
 add() {
     v[$1]="${v[$1]:-} $2"
     [ -z "$results" ] || echo "stream.$1 $2" >>"$results"
+}
+# cpu_ticks PID: utime + stime of the process so far, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# timed KEY PID dd_mibps-ARGS...: adds dd_mibps's MiB/s as KEY and the CPU
+# milliseconds PID spent per GiB during it as KEY.cpu.
+timed() {
+    local key=$1 p=$2 t0 t1 hz
+    shift 2
+    hz=$(getconf CLK_TCK)
+    t0=$(cpu_ticks "$p")
+    add "$key" "$(dd_mibps "$@")"
+    t1=$(cpu_ticks "$p")
+    add "$key.cpu" $(((t1 - t0) * 1000 * 1024 / hz / SIZE_MB))
 }
 # The node's segment is touched once before the runs (both files of a run):
 # its first writes pay for the pages (page faults), which later runs reuse.
@@ -114,14 +131,15 @@ d = json.load(open(sys.argv[1])); print("%.0f" % (d["end"]["sum_received"]["bits
             # the machine never touched; in this VM the first touch of such
             # memory is a host fault, and the copy into the page cache then
             # ran at a third of its speed from the second run on.
+            pa=${pid[$side.$mode.a]} pb=${pid[$side.$mode.b]}
             drop_caches
-            add "$side.$mode.write" "$(dd_mibps "$a/f$r" write 1M "$SIZE_MB")"
+            timed "$side.$mode.write" "$pa" "$a/f$r" write 1M "$SIZE_MB"
             drop_caches
-            add "$side.$mode.read.1M" "$(dd_mibps "$b/f$r" read 1M "$SIZE_MB")"
+            timed "$side.$mode.read.1M" "$pb" "$b/f$r" read 1M "$SIZE_MB"
             # A fresh version for the second read: b's page cache holds the first.
             cp "$a/f$r" "$a/f$r.2"
             drop_caches
-            add "$side.$mode.read.128K" "$(dd_mibps "$b/f$r.2" read 128K "$SIZE_MB")"
+            timed "$side.$mode.read.128K" "$pb" "$b/f$r.2" read 128K "$SIZE_MB"
             rm -f "$a/f$r" "$a/f$r.2"
         done
     done
@@ -145,6 +163,18 @@ for mode in pages direct; do
             x=$(m "$side.$mode.${what%%:*}")
             printf "%12s %8s" "$x" "$(ratio "$x" "$ip")"
         done
+        echo
+    done
+done
+echo
+echo "CPU time of the daemon doing the work (ms per GiB), median of $RUNS runs"
+printf "%-60s" ""
+for side in "${sides[@]}"; do printf "%12s" "$side"; done
+echo
+for mode in pages direct; do
+    for what in "write:write (a)" "read.1M:read 1M (b)" "read.128K:read 128K (b)"; do
+        printf "%-60s" "--cache-mode $mode: ${what#*:}"
+        for side in "${sides[@]}"; do printf "%12s" "$(m "$side.$mode.${what%%:*}.cpu")"; done
         echo
     done
 done

@@ -13,10 +13,13 @@
  * schedule it with mc_loop_defer() (mc__conn_kick()), so that no callback
  * ever runs inside an mc__conn_* call. In OPEN, it delivers the whole frames
  * buffered, keeps one recv and one sendmsg in flight, and grows the read
- * buffer to fit the next frame. In CLOSING it cancels what is in flight and
- * waits for the kernel to let go of every buffer (the loop's release
- * callbacks) before it fails the send queue, tells the rpc hook and the
- * owner, and frees the conn.
+ * buffer to fit the next frame; or, for a response whose body the rpc hook
+ * wants in a buffer of its own (body_dst), copies there what the read
+ * buffer holds of it and receives the rest straight into it, asking the
+ * socket for no byte past the body (c->sink), then delivers it from there.
+ * In CLOSING it cancels what is in flight and waits for the kernel to let
+ * go of every buffer (the loop's release callbacks) before it fails the
+ * send queue, tells the rpc hook and the owner, and frees the conn.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -114,6 +117,8 @@ static void on_recv(mc__io_t *io, int res)
     keep_fds(c);
     if (c->state != CS_OPEN) /* closed by its owner: the bytes are dropped */
         ;
+    else if (res > 0 && c->sink)
+        c->sink_got += (size_t)res;
     else if (res > 0)
         c->rlen += (size_t)res;
     else if (res == 0)
@@ -168,6 +173,42 @@ static void reject_header(mc__conn_t *c, int rc, const mc__hdr_t *h)
     }
 }
 
+/*
+ * Whether the body of response h, of which avail bytes are buffered, goes
+ * straight into a buffer of the hook's (body_dst): then the buffered part
+ * is copied there, taken out of the read buffer, and c->sink set; the
+ * following receives fill the rest (arm_recv()).
+ */
+static int sink_start(mc__conn_t *c, const mc__hdr_t *h, size_t avail)
+{
+    if (c->is_unix || !(h->flags & MC__F_RESPONSE) || h->len < MC__CONN_SINK_MIN || !c->hook ||
+        !c->hook->body_dst)
+        return 0;
+    char *dst = c->hook->body_dst(c, c->hook_state, h);
+    if (!dst)
+        return 0;
+    c->sink_got = avail;
+    memcpy(dst, c->rbuf + c->roff + MC__PROTO_HDR_SIZE, c->sink_got);
+    c->sink = dst;
+    c->sink_hdr = *h;
+    c->roff += MC__PROTO_HDR_SIZE + avail;
+    return 1;
+}
+
+/* Delivers the body received in place once it is whole: 1 if it was (or
+ * none is being received), 0 while bytes are missing. */
+static int sink_deliver(mc__conn_t *c)
+{
+    if (!c->sink)
+        return 1;
+    if (c->sink_got < c->sink_hdr.len)
+        return 0;
+    char *body = c->sink;
+    c->sink = NULL;
+    deliver(c, &c->sink_hdr, body, c->sink_hdr.len);
+    return 1;
+}
+
 /* Delivers every whole frame in the read buffer, while the conn stays open. */
 static void deliver_frames(mc__conn_t *c)
 {
@@ -177,6 +218,10 @@ static void deliver_frames(mc__conn_t *c)
             c->paused = 1; /* on_sent() drives it again as the queue drains */
             break;
         }
+        if (!sink_deliver(c))
+            break;
+        if (c->state != CS_OPEN || c->shutdown)
+            break;
         size_t avail = c->rlen - c->roff;
         mc__hdr_t h;
         int rc = header_decode(c, c->rbuf + c->roff, avail, &h);
@@ -187,8 +232,11 @@ static void deliver_frames(mc__conn_t *c)
             return;
         }
         size_t need = MC__PROTO_HDR_SIZE + (size_t)h.len;
-        if (avail < need)
+        if (avail < need) {
+            if (sink_start(c, &h, avail - MC__PROTO_HDR_SIZE))
+                continue;
             break;
+        }
         const char *body = c->rbuf + c->roff + MC__PROTO_HDR_SIZE;
         c->roff += need;
         deliver(c, &h, body, h.len);
@@ -238,11 +286,16 @@ static int rbuf_reserve(mc__conn_t *c)
 
 static void arm_recv(mc__conn_t *c)
 {
-    int rc = rbuf_reserve(c);
-    if (rc == 0 && c->is_unix)
+    int rc;
+    if (c->sink) /* the rest of a body received in place, and nothing past it */
+        rc = mc__io_recv(c->loop, &c->rio, c->fd, c->sink + c->sink_got,
+                         c->sink_hdr.len - c->sink_got, c->idle_timeout_ms, on_recv);
+    else if ((rc = rbuf_reserve(c)) < 0)
+        ;
+    else if (c->is_unix)
         rc = mc__io_recvmsg(c->loop, &c->rio, c->fd, c->rbuf + c->rlen, c->rcap - c->rlen,
                             c->in_fds, &c->in_nfds, MC__CONN_MAX_FDS, c->idle_timeout_ms, on_recv);
-    else if (rc == 0)
+    else
         rc = mc__io_recv(c->loop, &c->rio, c->fd, c->rbuf + c->rlen, c->rcap - c->rlen,
                          c->idle_timeout_ms, on_recv);
     if (rc < 0)

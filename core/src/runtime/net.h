@@ -4,10 +4,12 @@
  * An mc__conn_t carries wire-protocol frames (proto.h) over a stream socket,
  * TCP or Unix. It reads into a buffer that grows up to one whole frame,
  * splits the stream into frames with mc__hdr_decode() and hands each to its
- * on_frame callback; it queues outgoing frames in order and sends them with
- * gathered sendmsg() calls. A peer that sends a malformed, oversized or
- * unknown-operation header is cut off with a logged reason; other
- * connections carry on. Addresses are in addr.h, listeners in listen.h.
+ * on_frame callback (a large response's body may instead be received
+ * straight into a buffer its call named: mc__conn_hook_t.body_dst); it
+ * queues outgoing frames in order and sends them with gathered sendmsg()
+ * calls. A peer that sends a malformed, oversized or unknown-operation
+ * header is cut off with a logged reason; other connections carry on.
+ * Addresses are in addr.h, listeners in listen.h.
  *
  * Lifetime: the net layer allocates a conn and frees it right after its
  * on_close callback, which runs exactly once, always from the loop (never
@@ -32,6 +34,7 @@
 #define MC__CONN_SEND_TIMEOUT_MS 30000   /* a send that makes no progress */
 #define MC__CONN_CONNECT_TIMEOUT_MS 5000 /* when mc__conn_connect() gets 0 */
 #define MC__CONN_MAX_FDS 4               /* received descriptors a conn keeps */
+#define MC__CONN_SINK_MIN (32U << 10)    /* the smallest body received in place (hook) */
 
 /* Flags of mc__conn_send_ex(). */
 #define MC__SEND_EARLY 0x1 /* goes out while the conn is held (mc__conn_hold()) */
@@ -230,10 +233,19 @@ int mc__conn_is_closing(const mc__conn_t *c);
  * should). frame() sees every frame with MC__F_RESPONSE before on_frame and
  * returns 1 if it took it; close() runs just before on_close, after all
  * done callbacks, with on_close's err.
+ *
+ * body_dst() (may be NULL) is asked, on a TCP conn, for a response whose
+ * header has arrived and whose body (h->len bytes, at least
+ * MC__CONN_SINK_MIN) has not: it returns a buffer of at least h->len bytes
+ * to receive the body into, straight from the socket, or NULL for the read
+ * buffer. The conn then owns that buffer until it hands it to frame() as
+ * body (once every byte is in) or, if it closes first, until close() runs:
+ * the kernel may write into it until then, whatever timers fire.
  */
 typedef struct mc__conn_hook {
     int (*frame)(mc__conn_t *c, void *state, const mc__hdr_t *h, const char *body, size_t len);
     void (*close)(mc__conn_t *c, void *state, int err);
+    char *(*body_dst)(mc__conn_t *c, void *state, const mc__hdr_t *h);
 } mc__conn_hook_t;
 
 /* mc__conn_set_hook() attaches hook (static storage) with its state. */

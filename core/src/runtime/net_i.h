@@ -42,6 +42,10 @@ struct mc__conn {
     size_t rcap, rlen, roff; /* rbuf may move only while no recv is in flight */
     unsigned small_rounds;   /* rounds that needed no more than RBUF_INIT */
 
+    char *sink;         /* a response's body received in place (hook's body_dst) */
+    size_t sink_got;    /* bytes of it received */
+    mc__hdr_t sink_hdr; /* its header (sink_hdr.len: the bytes it needs) */
+
     struct wreq *wq_head, *wq_tail;
     size_t wq_bytes; /* queued and not yet sent */
     size_t max_queued;

@@ -6,7 +6,10 @@
  * own one-shot timer. A call leaves the table exactly once (response,
  * timeout or close) and its callback runs then, except that a callv whose
  * body the conn is still sending holds its result back until the send is
- * done, so the caller never reuses buffers the kernel may still read.
+ * done, so the caller never reuses buffers the kernel may still read; and a
+ * call_into whose answer's body is being received into its buffer does not
+ * time out alone: its timeout closes the conn, and the close, once the
+ * kernel let go of the buffer, fails it (the same rule the other way).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -29,7 +32,10 @@ struct call {
     void *arg;
     mc_timer_t timer;
     uint64_t timeout_ms;
-    int sending;     /* callv: the conn still refers to the caller's buffers */
+    int sending; /* callv: the conn still refers to the caller's buffers */
+    char *dst;   /* call_into: where a response body of up to cap bytes goes */
+    size_t cap;
+    int receiving;   /* the conn receives the body into dst: it never times out alone */
     int held;        /* a result waits for the send to finish ... */
     int held_status; /* ... and this is it */
 };
@@ -43,8 +49,9 @@ struct rpc {
 
 static int rpc_frame(mc__conn_t *c, void *state, const mc__hdr_t *h, const char *body, size_t len);
 static void rpc_close(mc__conn_t *c, void *state, int err);
+static char *rpc_body_dst(mc__conn_t *c, void *state, const mc__hdr_t *h);
 
-static const mc__conn_hook_t rpc_hook = {rpc_frame, rpc_close};
+static const mc__conn_hook_t rpc_hook = {rpc_frame, rpc_close, rpc_body_dst};
 
 /* ---- the table of pending calls ---- */
 
@@ -75,6 +82,14 @@ static void table_add(struct rpc *r, struct call *k)
     k->next = *b;
     *b = k;
     r->count++;
+}
+
+static struct call *table_find(const struct rpc *r, uint64_t id)
+{
+    for (struct call *k = r->tab[id & (r->nb - 1)]; k; k = k->next)
+        if (k->id == id)
+            return k;
+    return NULL;
 }
 
 static struct call *table_take(struct rpc *r, uint64_t id)
@@ -143,6 +158,12 @@ static void call_timeout(mc_timer_t *t)
     struct call *k = t->data;
     struct rpc *r = k->r;
 
+    if (k->receiving) {
+        /* The kernel may still write into k->dst: only the conn's close,
+         * once it let go of the buffer, fails k (rpc_close()). */
+        mc__conn_abort(r->c, -ETIMEDOUT);
+        return;
+    }
     table_take(r, k->id);
     mc__log(MC__LOG_DEBUG, "%s: %s call %" PRIu64 " timed out after %" PRIu64 " ms",
             mc__conn_peer(r->c), mc__op_name(k->op), k->id, k->timeout_ms);
@@ -167,6 +188,20 @@ static int rpc_frame(mc__conn_t *c, void *state, const mc__hdr_t *h, const char 
     mc_timer_stop(&k->timer);
     call_deliver(k, h->status, body, len);
     return 1;
+}
+
+/* A response's body is about to arrive: into the call's own buffer when
+ * it asked for that (call_into) and the body fits; the call is then
+ * receiving until its frame is delivered or the conn closes. */
+static char *rpc_body_dst(mc__conn_t *c, void *state, const mc__hdr_t *h)
+{
+    struct rpc *r = state;
+    struct call *k = table_find(r, h->id);
+    (void)c;
+    if (!k || !k->dst || h->status < 0 || h->len > k->cap)
+        return NULL;
+    k->receiving = 1;
+    return k->dst;
 }
 
 /* The conn is closing; every send is done by now (net.h), so no call is
@@ -199,14 +234,25 @@ static void rpc_close(mc__conn_t *c, void *state, int err)
 
 /* ---- starting calls ---- */
 
-static int call_start(mc__conn_t *c, uint16_t op, const void *body, size_t len,
-                      const struct iovec *iov, int n, unsigned flags, uint64_t timeout_ms,
-                      mc__rpc_cb cb, void *arg)
+/* What a call sends and where its answer goes (call_start()). */
+typedef struct call_args {
+    uint16_t op;
+    const void *body; /* copied, len bytes; or: */
+    size_t len;
+    const struct iovec *iov; /* gathered without a copy (callv), n pieces */
+    int n;
+    unsigned flags; /* mc__conn_send_ex()'s */
+    char *dst;      /* call_into: the response body's buffer, cap bytes */
+    size_t cap;
+    uint64_t timeout_ms;
+} call_args_t;
+
+static int call_start(mc__conn_t *c, const call_args_t *a, mc__rpc_cb cb, void *arg)
 {
     mc__hdr_t h;
     int rc;
 
-    if (!cb || timeout_ms == 0)
+    if (!cb || a->timeout_ms == 0)
         return -EINVAL;
     if (mc__conn_is_closing(c))
         return -EPIPE;
@@ -218,23 +264,25 @@ static int call_start(mc__conn_t *c, uint16_t op, const void *body, size_t len,
         return -ENOMEM;
     k->r = r;
     k->id = r->next_id++;
-    k->op = op;
+    k->op = a->op;
     k->cb = cb;
     k->arg = arg;
-    k->timeout_ms = timeout_ms;
+    k->dst = a->dst;
+    k->cap = a->cap;
+    k->timeout_ms = a->timeout_ms;
     k->timer.data = k;
-    if ((rc = mc_timer_start(mc__conn_loop(c), &k->timer, timeout_ms, 0, call_timeout)) < 0) {
+    if ((rc = mc_timer_start(mc__conn_loop(c), &k->timer, a->timeout_ms, 0, call_timeout)) < 0) {
         free(k);
         return rc;
     }
     memset(&h, 0, sizeof(h));
-    h.op = op;
+    h.op = a->op;
     h.id = k->id;
-    if (iov) {
+    if (a->iov) {
         k->sending = 1;
-        rc = mc__conn_send_iov(c, &h, iov, n, call_sent, k);
+        rc = mc__conn_send_iov(c, &h, a->iov, a->n, call_sent, k);
     } else {
-        rc = mc__conn_send_ex(c, &h, body, len, flags, -1);
+        rc = mc__conn_send_ex(c, &h, a->body, a->len, a->flags, -1);
     }
     if (rc < 0) {
         mc_timer_stop(&k->timer);
@@ -248,20 +296,33 @@ static int call_start(mc__conn_t *c, uint16_t op, const void *body, size_t len,
 int mc__rpc_call(mc__conn_t *c, uint16_t op, const void *body, size_t len, uint64_t timeout_ms,
                  mc__rpc_cb cb, void *arg)
 {
-    return call_start(c, op, body, len, NULL, 0, 0, timeout_ms, cb, arg);
+    call_args_t a = {.op = op, .body = body, .len = len, .timeout_ms = timeout_ms};
+    return call_start(c, &a, cb, arg);
+}
+
+int mc__rpc_call_into(mc__conn_t *c, uint16_t op, const void *body, size_t len, char *dst,
+                      size_t cap, uint64_t timeout_ms, mc__rpc_cb cb, void *arg)
+{
+    call_args_t a = {
+        .op = op, .body = body, .len = len, .dst = dst, .cap = cap, .timeout_ms = timeout_ms};
+    return call_start(c, &a, cb, arg);
 }
 
 int mc__rpc_call_early(mc__conn_t *c, uint16_t op, const void *body, size_t len,
                        uint64_t timeout_ms, mc__rpc_cb cb, void *arg)
 {
-    return call_start(c, op, body, len, NULL, 0, MC__SEND_EARLY, timeout_ms, cb, arg);
+    call_args_t a = {
+        .op = op, .body = body, .len = len, .flags = MC__SEND_EARLY, .timeout_ms = timeout_ms};
+    return call_start(c, &a, cb, arg);
 }
 
 int mc__rpc_callv(mc__conn_t *c, uint16_t op, const struct iovec *iov, int n, uint64_t timeout_ms,
                   mc__rpc_cb cb, void *arg)
 {
     static const struct iovec none;
-    return call_start(c, op, NULL, 0, iov ? iov : &none, iov ? n : 0, 0, timeout_ms, cb, arg);
+    call_args_t a = {
+        .op = op, .iov = iov ? iov : &none, .n = iov ? n : 0, .timeout_ms = timeout_ms};
+    return call_start(c, &a, cb, arg);
 }
 
 size_t mc__rpc_pending(const mc__conn_t *c)
@@ -548,6 +609,15 @@ int mc__rpc_client_call(mc__rpc_client_t *cl, uint16_t op, const void *body, siz
         return -ENOTCONN;
     cl->last_call_ms = mc_loop_now_ms();
     return mc__rpc_call(cl->conn, op, body, len, timeout_ms, cb, arg);
+}
+
+int mc__rpc_client_call_into(mc__rpc_client_t *cl, uint16_t op, const void *body, size_t len,
+                             char *dst, size_t cap, uint64_t timeout_ms, mc__rpc_cb cb, void *arg)
+{
+    if (!cl->conn || cl->closing)
+        return -ENOTCONN;
+    cl->last_call_ms = mc_loop_now_ms();
+    return mc__rpc_call_into(cl->conn, op, body, len, dst, cap, timeout_ms, cb, arg);
 }
 
 int mc__rpc_client_callv(mc__rpc_client_t *cl, uint16_t op, const struct iovec *iov, int n,

@@ -60,6 +60,20 @@ int mc__rpc_callv(mc__conn_t *c, uint16_t op, const struct iovec *iov, int n, ui
                   mc__rpc_cb cb, void *arg);
 
 /*
+ * mc__rpc_call_into() is mc__rpc_call() for a response whose body may be
+ * large: on a TCP conn, a successful response (status >= 0) of
+ * MC__CONN_SINK_MIN to cap bytes is received straight into dst, with no
+ * copy through the conn's read buffer, and cb gets body == dst; any other
+ * response arrives as for mc__rpc_call() (body in the read buffer). dst
+ * must stay valid until cb runs. A timeout that fires while the body is
+ * being received into dst closes the conn (the kernel may still write into
+ * dst), and cb gets -ETIMEDOUT once the conn has let go of dst; its other
+ * pending calls fail with it. Returns as mc__rpc_call().
+ */
+int mc__rpc_call_into(mc__conn_t *c, uint16_t op, const void *body, size_t len, char *dst,
+                      size_t cap, uint64_t timeout_ms, mc__rpc_cb cb, void *arg);
+
+/*
  * mc__rpc_call_early() is mc__rpc_call() with a frame that goes out while
  * the conn is held (MC__SEND_EARLY, net.h): the calls of a session
  * handshake. Returns as mc__rpc_call().
@@ -140,12 +154,15 @@ int mc__rpc_client_new(mc_loop_t *l, const mc__addr_t *a, uint64_t connect_timeo
                        const mc__rpc_client_ops_t *ops, void *data, mc__rpc_client_t **out);
 
 /*
- * mc__rpc_client_call() and mc__rpc_client_callv() are mc__rpc_call() and
+ * mc__rpc_client_call(), mc__rpc_client_call_into() and
+ * mc__rpc_client_callv() are mc__rpc_call(), mc__rpc_call_into() and
  * mc__rpc_callv() on the client's current conn. They return -ENOTCONN while
  * the client waits to reconnect (cb is then never called).
  */
 int mc__rpc_client_call(mc__rpc_client_t *cl, uint16_t op, const void *body, size_t len,
                         uint64_t timeout_ms, mc__rpc_cb cb, void *arg);
+int mc__rpc_client_call_into(mc__rpc_client_t *cl, uint16_t op, const void *body, size_t len,
+                             char *dst, size_t cap, uint64_t timeout_ms, mc__rpc_cb cb, void *arg);
 int mc__rpc_client_callv(mc__rpc_client_t *cl, uint16_t op, const struct iovec *iov, int n,
                          uint64_t timeout_ms, mc__rpc_cb cb, void *arg);
 

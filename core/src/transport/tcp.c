@@ -1,7 +1,9 @@
 /*
  * tcp.c - the tcp transport (see transport.h): a piece is one READ or WRITE
  * request (proto.h) to the node's data address, over its rpc client; a
- * write of zeros sends them from a static page.
+ * write of zeros sends them from a static page. A READ's answer is received
+ * straight into the caller's buffer (mc__rpc_call_into()) when it is large
+ * enough for that to pay; a small one is copied out of the conn's buffer.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -30,7 +32,7 @@ static void tcp_done(void *arg, int status, const char *body, size_t len)
     if (status >= 0 && tp->dst) {
         if (len != tp->want)
             status = -EIO;
-        else
+        else if (body != tp->dst)
             memcpy(tp->dst, body, len);
     }
     mc__tp_cb cb = tp->cb;
@@ -67,7 +69,8 @@ static int tcp_move(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb cb
         mc__wbuf_t w = {.p = req, .cap = sizeof(req)};
         mc__pack(&w, "uqu", p->seg, p->off, p->len);
         tp->dst = p->buf;
-        rc = mc__rpc_client_call(ep->tcp, MC__OP_READ, req, w.len, p->timeout_ms, tcp_done, tp);
+        rc = mc__rpc_client_call_into(ep->tcp, MC__OP_READ, req, w.len, p->buf, p->len,
+                                      p->timeout_ms, tcp_done, tp);
     }
     if (rc < 0)
         free(tp);
