@@ -301,6 +301,76 @@ static void xfer_extents(xfer_t *x, uint32_t r, struct peer *peer, const mc__tra
     }
 }
 
+/* ---- fault injection ---- */
+
+/* What MC_FAULT_XFER asks for (mc__fault_load()). */
+struct mc__fault {
+    uint64_t off;               /* the object offset a failing transfer starts at */
+    int err;                    /* its error, positive */
+    char addr[MC__ADDR_STRLEN]; /* only on the replica of the node serving here ("": all) */
+};
+
+/* Parses one "name=value" of MC_FAULT_XFER into f. Returns 0 or -EINVAL. */
+static int fault_field(struct mc__fault *f, const char *name, const char *val)
+{
+    char *end;
+    errno = 0;
+    if (!strcmp(name, "addr") && strlen(val) < sizeof(f->addr)) {
+        strcpy(f->addr, val);
+        return 0;
+    }
+    unsigned long long v = strtoull(val, &end, 0);
+    if (errno || end == val || *end)
+        return -EINVAL;
+    if (!strcmp(name, "off"))
+        f->off = v;
+    else if (!strcmp(name, "err") && v > 0 && v < 4096)
+        f->err = (int)v;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+int mc__fault_load(mc_store_t *s)
+{
+    const char *spec = getenv(MC__FAULT_ENV);
+    if (!spec || !*spec)
+        return 0;
+    struct mc__fault *f = calloc(1, sizeof(*f));
+    char *copy = strdup(spec), *save = NULL;
+    int rc = f && copy ? 0 : -ENOMEM;
+    for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t && !rc;
+         t = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(t, '=');
+        if (!eq)
+            rc = -EINVAL;
+        else
+            *eq = '\0', rc = fault_field(f, t, eq + 1);
+    }
+    free(copy);
+    if (!rc && !f->err)
+        rc = -EINVAL;
+    if (rc < 0) {
+        mc__log(MC__LOG_ERROR, "%s='%s': %s (want off=N,err=ERRNO[,addr=HOST:PORT])", MC__FAULT_ENV,
+                spec, mc_strerror(rc));
+        free(f);
+        return rc;
+    }
+    mc__log(MC__LOG_WARN, "%s: write transfers at offset %llu fail with %s", MC__FAULT_ENV,
+            (unsigned long long)f->off, mc_strerror(-f->err));
+    s->fault = f;
+    return 0;
+}
+
+/* The error x gets on replica rep from MC_FAULT_XFER, or 0. */
+static int fault_hit(const xfer_t *x, const struct rrep *rep)
+{
+    const struct mc__fault *f = x->s->fault;
+    if (!f || !x->write || !x->buf || x->off != f->off)
+        return 0;
+    return !f->addr[0] || !strcmp(f->addr, rep->addr) ? -f->err : 0;
+}
+
 /* Issues the pieces of [x->off, x->off + x->len) on replica r. */
 static void xfer_replica(xfer_t *x, uint32_t r)
 {
@@ -309,7 +379,12 @@ static void xfer_replica(xfer_t *x, uint32_t r)
     const mc__transport_t *tp;
     struct peer *peer;
     mc__tp_ep_t ep;
-    int rc = mc__peer_route(x->s, rep, &tp, &peer, &ep);
+    int rc = fault_hit(x, rep);
+    if (rc < 0) {
+        *err = rc;
+        return;
+    }
+    rc = mc__peer_route(x->s, rep, &tp, &peer, &ep);
     if (rc < 0) {
         *err = rc;
         return;
