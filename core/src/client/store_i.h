@@ -95,8 +95,9 @@ struct mc_writer {
     int64_t mtime_ns;    /* MC_META_MTIME */
     char *key;           /* remote: the key to publish under */
     size_t klen;
-    struct op *filling;       /* remote: the write filling a hole or a gap (writer.c), or NULL */
-    struct op *fill_wait;     /* remote: writes waiting for it, in order */
+    struct op *filling;   /* remote: the write filling a hole or a gap (writer.c), or NULL */
+    struct op *fill_wait; /* remote: writes waiting for it, in order */
+    int err; /* remote: a transfer of it failed (writer.c): later ops and the commit fail so */
     mc_writer_t *prev, *next; /* on s->writers */
 };
 

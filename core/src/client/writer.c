@@ -229,16 +229,23 @@ static void w_op_end(op_t *o, int rc)
     mc__op_finish(o, rc);
 }
 
+/* The version in progress lost a transfer (rc < 0): the bytes of its range
+ * are unknown now (some pieces landed, some did not, on some replicas), and
+ * the writes issued after it went on over a size that counted it. Nothing
+ * of it may be read or published any more: every later op of w and its
+ * commit fail with the first such error (docs/SEMANTICS.md). */
+static void w_poison(mc_writer_t *w, int rc)
+{
+    if (rc < 0 && !w->err)
+        w->err = rc;
+}
+
+/* The end of a write, truncation or punch whose last step was a transfer
+ * (or that failed where the size cannot be told back, w_fail()). */
 static void w_op_done(void *arg, int rc)
 {
     op_t *o = arg;
-    mc_writer_t *w = o->w;
-    if (o->kind == OP_W_WRITE || o->kind == OP_W_TRUNC) {
-        /* The size counted it when it started; no later write grew it
-         * since: back to what it was before this one. */
-        if (rc < 0 && w->size == o->off + o->len)
-            w->size = o->base;
-    }
+    w_poison(o->w, rc);
     w_op_end(o, rc);
 }
 
@@ -293,14 +300,20 @@ static void w_forget(op_t *o)
         w->size = without;
 }
 
-/* Finishes o with rc < 0 (o->w's op but its open), letting writes that
- * wait for it go on. */
+/*
+ * Finishes o with rc < 0 (o->w's op but its open), letting writes that
+ * wait for it go on. One that holds w->filling and failed before its first
+ * step (stage 0: the master refused its space, ENOSPC) touched no byte:
+ * the writer goes on as if it had never been issued. Any other failure
+ * loses the version (w_poison()).
+ */
 static void w_fail(op_t *o, int rc)
 {
-    if (o->w->filling != o) { /* a write or truncation holds it */
-        w_unfill(o);
+    mc_writer_t *w = o->w;
+    if (w->filling != o) /* a renewal or a punch: the put is gone */
         return w_op_done(o, rc);
-    }
+    if (o->stage > 0) /* its layout changed, zeros went out: not a refusal */
+        w_poison(w, rc);
     w_forget(o);
     w_unfill(o);
     w_op_end(o, rc);
@@ -309,8 +322,10 @@ static void w_fail(op_t *o, int rc)
 static void w_step_done(void *arg, int rc)
 {
     op_t *o = arg;
-    if (rc < 0)
+    if (rc < 0) {
+        w_poison(o->w, rc); /* before w_fail() takes it for a refusal */
         return w_fail(o, rc);
+    }
     w_have_space(o);
 }
 
@@ -459,6 +474,8 @@ void mc__writer_exec(op_t *o)
         rc = mc__mcall_put_start(o, w_base_capacity(o->obj), w_started);
         break;
     case OP_W_WRITE:
+        if (o->w->err)
+            return mc__op_finish(o, o->w->err); /* the version is lost (w_poison()) */
         if (o->off > (uint64_t)INT64_MAX || o->len > (uint64_t)INT64_MAX - o->off)
             return mc__op_finish(o, -EFBIG); /* past the largest file, as Linux's */
         /* Writes may be in flight together (write-behind): the size covers
@@ -469,9 +486,13 @@ void mc__writer_exec(op_t *o)
             o->w->size = o->off + o->len;
         return w_reserve(o);
     case OP_W_READ:
+        if (o->w->err)
+            return mc__op_finish(o, o->w->err);
         /* Its own bytes, as long as the space is still its own. */
         return w_stale(o->w) ? w_grow(o, 0, 0, 0, w_read) : w_read(o);
     case OP_W_TRUNC:
+        if (o->w->err)
+            return mc__op_finish(o, o->w->err);
         if (o->off > (uint64_t)INT64_MAX)
             return mc__op_finish(o, -EFBIG);
         if (o->off <= o->w->size) {
@@ -484,6 +505,8 @@ void mc__writer_exec(op_t *o)
         return w_reserve(o);
     case OP_W_PUNCH: {
         uint64_t size = o->w->size;
+        if (o->w->err)
+            return mc__op_finish(o, o->w->err);
         if (o->off >= size || !o->len)
             return mc__op_finish(o, 0);
         if (o->len > size - o->off)
@@ -493,6 +516,12 @@ void mc__writer_exec(op_t *o)
     }
     case OP_W_COMMIT: {
         mc_writer_t *w = o->w;
+        if (w->err) { /* nothing of it is published: its space goes back */
+            rc = w->err;
+            mc__mcall(s, MC__OP_PUT_REVOKE, mc__ignore_reply, NULL, "q", w->put_id);
+            w_free(w);
+            break;
+        }
         mc__put_commit_rq_t rq = {.id = w->put_id,
                                   .key = w->key,
                                   .klen = (uint32_t)w->klen,
