@@ -6,7 +6,8 @@
  *
  * Failures come from a fault injection point in the client's transfers
  * (MC_FAULT_XFER, set while the test's stores open: write transfers that
- * start at one object offset fail, on every replica or on one node's).
+ * start at one object offset fail, on every replica or on one node's),
+ * and from a write too large for the segment (ENOSPC from the master).
  */
 #include "writer_fixture.h"
 
@@ -182,6 +183,60 @@ static void test_a_failed_transfer_fails_what_follows(void **state)
     free(data);
 }
 
+/*
+ * A write past the end that the master refuses (no space) while a
+ * truncation issued after it shrinks the size into its range, or into the
+ * gap before it, and maybe grows it again: the write changes nothing, the
+ * size is the truncation's, and everything past the bytes written before
+ * reads as zeros (POSIX: a file grown by truncate reads zeros there), not
+ * as what the segment's space held.
+ */
+static void test_a_truncate_into_a_refused_write_reads_zeros(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    size_t big = 2 * SEG, span = 2 * MiB;
+    char *data = calloc(1, big), *got = malloc(span), *want = calloc(1, span);
+    uint64_t a = MiB - 4096;
+    struct {
+        uint64_t t1, t2; /* the truncations (t2 0: none) */
+    } rounds[] = {{MiB - 2048, 0}, {MiB - 2048, MiB + 4096}, {500, 0}, {500, MiB + 100}};
+
+    for (size_t i = 0; i < big; i++)
+        data[i] = (char)(i % 239 + 1);
+    memcpy(want, data, 10);
+    for (size_t round = 0; round < sizeof(rounds) / sizeof(rounds[0]); round++) {
+        ops_t r = {.buf = data, .n = 2, .op = {{a, big, 0}, {rounds[round].t1, 0, 1}}};
+        uint64_t size = rounds[round].t2 ? rounds[round].t2 : rounds[round].t1;
+        char what[64];
+
+        if (rounds[round].t2)
+            r.op[r.n++] = (wop_t){rounds[round].t2, 0, 1};
+        dirty(f);
+        r.w = open_writer(f);
+        assert_int_equal(wcall(r.w, 'w', 0, data, 10), 10); /* space reserved past it */
+        ops_start(s, &r);
+        batch_wait(&r.b);
+        assert_int_equal(r.b.rc[0], -ENOSPC);
+        for (int i = 1; i < r.n; i++)
+            assert_int_equal(r.b.rc[i], 0);
+        assert_cmp(mc_writer_size(r.w), ==, size);
+        memset(got, 0x55, span);
+        assert_int_equal(wcall(r.w, 'r', 0, got, size), (int)size);
+        snprintf(what, sizeof(what), "round %zu, read back", round);
+        same_bytes(what, got, want, size);
+        assert_int_equal(wcall(r.w, 'c', 0, NULL, 0), 0);
+        memset(got, 0x55, span);
+        assert_int_equal(mc_get(s, "f", 1, 0, got, span, NULL), (int)size);
+        snprintf(what, sizeof(what), "round %zu, published", round);
+        same_bytes(what, got, want, size);
+        assert_int_equal(mc_remove(s, "f", 1, MC_REMOVE_FORCE), 0);
+    }
+    free(data);
+    free(got);
+    free(want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -193,6 +248,12 @@ int main(void)
          test_a_write_failed_in_transfer_fails_the_commit, setup_fault_node, teardown, NULL},
         cmocka_unit_test_setup_teardown(test_a_failed_transfer_fails_what_follows, setup_fault,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_a_truncate_into_a_refused_write_reads_zeros, setup,
+                                        teardown),
+        {"test_a_truncate_into_a_refused_write_reads_zeros_over_tcp",
+         test_a_truncate_into_a_refused_write_reads_zeros, setup_tcp, teardown, NULL},
+        {"test_a_truncate_into_a_refused_write_reads_zeros_on_a_node",
+         test_a_truncate_into_a_refused_write_reads_zeros, setup_node, teardown, NULL},
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -280,11 +280,13 @@ static void w_unfill(op_t *o)
  * they started, and each counted its start (o->base) from a size that took
  * o in. Counts them again without o: a write that o's end kept from a gap
  * of its own gets one (zeroed, where o would have zeroed its), and the size
- * is what they make it, not less (o's start would drop their bytes). A
- * truncation that shrank the size after o started stays (the size then is
- * not what they make it, and none of them starts before it).
+ * is what they make it, not less (o's start would drop their bytes).
+ * A truncation that shrank the size after o started (it does not wait)
+ * set the size over o: the size stays, and [o->base, size), which o would
+ * have zeroed or written, must read as zeros. Returns the end of what
+ * must be zeroed from o->base (o->base: nothing).
  */
-static void w_forget(op_t *o)
+static uint64_t w_forget(op_t *o)
 {
     mc_writer_t *w = o->w;
     uint64_t with = o->kind == OP_W_TRUNC || o->off + o->len > o->base ? o->off + o->len : o->base;
@@ -296,8 +298,20 @@ static void w_forget(op_t *o)
         with = q->kind == OP_W_TRUNC || end > with ? end : with;
         without = q->kind == OP_W_TRUNC || end > without ? end : without;
     }
-    if (w->size == with)
-        w->size = without;
+    if (w->size != with)
+        return w->size > o->base ? w->size : o->base;
+    w->size = without;
+    return o->base;
+}
+
+/* The zeros a refused o owed were written (w_fail()): its error goes to
+ * its caller, kept in o->result, and the writes after it go on. */
+static void w_forgotten(void *arg, int rc)
+{
+    op_t *o = arg;
+    w_poison(o->w, rc);
+    w_unfill(o);
+    w_op_end(o, o->result);
 }
 
 /*
@@ -314,7 +328,11 @@ static void w_fail(op_t *o, int rc)
         return w_op_done(o, rc);
     if (o->stage > 0) /* its layout changed, zeros went out: not a refusal */
         w_poison(w, rc);
-    w_forget(o);
+    uint64_t end = w_forget(o);
+    if (end > o->base && !w->err) {
+        o->result = rc;
+        return mc__xfer(o->s, w->rs, 1, o->base, NULL, end - o->base, w_forgotten, o);
+    }
     w_unfill(o);
     w_op_end(o, rc);
 }
