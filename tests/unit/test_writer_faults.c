@@ -7,7 +7,9 @@
  * Failures come from a fault injection point in the client's transfers
  * (MC_FAULT_XFER, set while the test's stores open: write transfers that
  * start at one object offset fail, on every replica or on one node's),
- * and from a write too large for the segment (ENOSPC from the master).
+ * from a write too large for the segment (ENOSPC from the master), and
+ * from a node whose loop thread the test holds, so that a transfer is
+ * still on its way while the writer goes on.
  */
 #include "writer_fixture.h"
 
@@ -237,6 +239,139 @@ static void test_a_truncate_into_a_refused_write_reads_zeros(void **state)
     free(want);
 }
 
+/* ---- a replica dropped while the writer took a new replica set ---- */
+
+/* A master (its own small segment), two nodes and a pure client whose
+ * write transfers at FOFF fail on node r's replica (as if r had reset the
+ * connection): every store on its own loop thread, over TCP. */
+typedef struct two {
+    mc_store_t *srv, *n1, *r, *c;
+} two_t;
+
+static int setup_two_nodes(void **state)
+{
+    two_t *t = calloc(1, sizeof(*t));
+    fix_t f = {0};
+    char spec[128];
+
+    t->srv = f.srv = open_server("127.0.0.1:0", MiB);
+    t->n1 = open_member(&f, SEG);
+    t->r = open_member(&f, SEG);
+    snprintf(spec, sizeof(spec), "off=%d,err=%d,addr=%s", FOFF, ECONNRESET,
+             mc_store_served_addr(t->r));
+    setenv("MC_FAULT_XFER", spec, 1);
+    t->c = open_member(&f, 0);
+    unsetenv("MC_FAULT_XFER");
+    *state = t;
+    return 0;
+}
+
+static int teardown_two_nodes(void **state)
+{
+    two_t *t = *state;
+
+    mc_store_close(t->c);
+    mc_store_close(t->r);
+    mc_store_close(t->n1);
+    mc_store_close(t->srv);
+    free(t);
+    return 0;
+}
+
+/* A node's loop thread held by the test (a node that does not answer for
+ * a while, and then does). */
+typedef struct hold {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int held, released;
+} hold_t;
+
+static void hold_run(void *arg)
+{
+    hold_t *h = arg;
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10; /* bounded: a failing test must not hang the node */
+    pthread_mutex_lock(&h->mu);
+    h->held = 1;
+    pthread_cond_broadcast(&h->cv);
+    while (!h->released)
+        if (pthread_cond_timedwait(&h->cv, &h->mu, &until) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void hold_set(hold_t *h, int released)
+{
+    pthread_mutex_lock(&h->mu);
+    h->released = released;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/*
+ * Node r misses a write (its transfer fails there while n1 takes it; the
+ * writer drops r's replica) after the writer already took a new replica
+ * set from the master in which r is still listed: a truncation got its
+ * answers while the write's bytes to n1 were held up. r answers again
+ * afterwards. The writer's reads of the version in progress must not come
+ * from r (it holds the bytes the write replaced), nor may the published
+ * version's.
+ */
+static void test_a_dropped_replica_is_never_read_again(void **state)
+{
+    two_t *t = *state;
+    size_t size = 3 * MiB;
+    char *a = malloc(2 * FOFF), *b = malloc(2 * FOFF), *want = calloc(1, size), *got = malloc(size);
+    mc_put_opts_t po = {.replica_num = 2, .preferred_segment = mc_store_served_addr(t->r)};
+    hold_t h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    mc_writer_t *w = NULL;
+    batch_t ob;
+    slot_t osl = {&ob, 0};
+
+    memset(a, 'a', 2 * FOFF);
+    memset(b, 'b', 2 * FOFF);
+    memcpy(want, a, FOFF);
+    memcpy(want + FOFF, b + FOFF, FOFF);
+    batch_init(&ob, 1);
+    assert_int_equal(mc_writer_open_async(t->c, "f", 1, &po, NULL, &w, slot_done, &osl), 0);
+    batch_wait(&ob);
+    assert_int_equal(ob.rc[0], 0);
+    assert_int_equal(wcall(w, 'w', 0, a, 2 * FOFF), 2 * FOFF); /* on r and n1 */
+
+    /* n1 stops answering; the write at FOFF fails on r at once and waits
+     * for n1; the truncation (master calls only: its long gap is punched)
+     * gives the writer a new replica set meanwhile. */
+    assert_int_equal(mc_loop_post(mc_store_loop(t->n1), hold_run, &h), 0);
+    pthread_mutex_lock(&h.mu);
+    while (!h.held)
+        pthread_cond_wait(&h.cv, &h.mu);
+    pthread_mutex_unlock(&h.mu);
+    ops_t wr = {.w = w, .buf = b, .n = 1, .op = {{FOFF, FOFF, 0}}};
+    ops_t tr = {.w = w, .n = 1, .op = {{size, 0, 1}}};
+    ops_start(t->c, &wr);
+    ops_start(t->c, &tr);
+    batch_wait(&tr.b);
+    assert_int_equal(tr.b.rc[0], 0);
+    hold_set(&h, 1); /* n1 answers: the write lands there, r is dropped */
+    batch_wait(&wr.b);
+    assert_int_equal(wr.b.rc[0], FOFF);
+
+    memset(got, 0x55, size);
+    assert_int_equal(wcall(w, 'r', 0, got, 2 * FOFF), 2 * FOFF);
+    same_bytes("read back", got, want, 2 * FOFF);
+    assert_int_equal(wcall(w, 'c', 0, NULL, 0), 0);
+    memset(got, 0x55, size);
+    assert_int_equal(mc_get(t->c, "f", 1, 0, got, size, NULL), (int)size);
+    /* r would be listed first (preferred), and hold the replaced bytes */
+    same_bytes("published", got, want, size);
+    free(a);
+    free(b);
+    free(want);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +389,8 @@ int main(void)
          test_a_truncate_into_a_refused_write_reads_zeros, setup_tcp, teardown, NULL},
         {"test_a_truncate_into_a_refused_write_reads_zeros_on_a_node",
          test_a_truncate_into_a_refused_write_reads_zeros, setup_node, teardown, NULL},
+        cmocka_unit_test_setup_teardown(test_a_dropped_replica_is_never_read_again, setup_two_nodes,
+                                        teardown_two_nodes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,6 +32,7 @@ static int w_take_rset(mc_writer_t *w, const char *p, size_t n)
     int rc = mc__rset_take(&p, &n, &rs);
     if (rc < 0)
         return rc;
+    mc__rset_replace(w->rs, rs); /* what transfers over the old one drop is dropped here */
     mc__rset_free(w->rs);
     w->rs = rs;
     rs->put_id = w->put_id;

@@ -24,11 +24,34 @@
 
 void mc__rset_free(mc__rset_t *rs)
 {
-    if (!rs || --rs->refs)
+    while (rs && !--rs->refs) {
+        mc__rset_t *newer = rs->newer; /* its reference goes with it */
+        for (uint32_t i = 0; i < rs->n; i++)
+            free(rs->r[i].desc);
+        free(rs); /* the extents live in the same block */
+        rs = newer;
+    }
+}
+
+/* Marks segment seg's replica dead in rs and in every set that replaced
+ * it since. */
+static void rset_drop(mc__rset_t *rs, uint32_t seg)
+{
+    for (; rs; rs = rs->newer)
+        for (uint32_t i = 0; i < rs->n; i++)
+            if (rs->r[i].seg == seg)
+                rs->r[i].dead = 1;
+}
+
+void mc__rset_replace(mc__rset_t *old, mc__rset_t *rs)
+{
+    if (!old)
         return;
-    for (uint32_t i = 0; i < rs->n; i++)
-        free(rs->r[i].desc);
-    free(rs); /* the extents live in the same block */
+    old->newer = rs; /* a set is replaced once: its holder drops it now */
+    rs->refs++;
+    for (uint32_t i = 0; i < old->n; i++)
+        if (old->r[i].dead)
+            rset_drop(rs, old->r[i].seg);
 }
 
 int mc__rset_take(const char **p, size_t *n, mc__rset_t **out)
@@ -51,6 +74,7 @@ int mc__rset_take(const char **p, size_t *n, mc__rset_t **out)
     rs->n = 0;
     rs->refs = 1;
     rs->put_id = 0;
+    rs->newer = NULL;
     mc__extent_t *ext = (mc__extent_t *)((char *)rs + head);
     for (int i = 0; i < cnt; i++) {
         struct rrep *r = &rs->r[i];
@@ -150,9 +174,11 @@ static int conn_error(int err)
 /*
  * The end of a write: the first error, or 0. Replicas whose node could not
  * be reached while another replica took every byte are dropped (marked dead
- * in the set, and PUT_DROP_REPLICA to the master, which sends the request
- * before any later call of this writer): the put goes on with the others,
- * and the master restores the count later (repair.h).
+ * in the set and in the sets that replaced it since, and PUT_DROP_REPLICA
+ * to the master, which sends the request before any later call of this
+ * writer): the put goes on with the others, and the master restores the
+ * count later (repair.h). A replica that missed a write is never read
+ * again for this version, even if its node answers again.
  */
 static int xfer_write_result(xfer_t *x)
 {
@@ -177,7 +203,7 @@ static int xfer_write_result(xfer_t *x)
             continue;
         mc__log(MC__LOG_WARN, "%s: %s: writing on without the replica on segment %u", rs->r[r].addr,
                 mc_strerror(x->rerr[r]), rs->r[r].seg);
-        rs->r[r].dead = 1;
+        rset_drop(rs, rs->r[r].seg); /* and where a grow since listed it still */
         mc__mcall(x->s, MC__OP_PUT_DROP_REPLICA, mc__ignore_reply, NULL, "qu", rs->put_id,
                   rs->r[r].seg);
     }
