@@ -23,7 +23,16 @@ typedef struct wop {
     uint64_t off;
     size_t len;
     int trunc;
+    const char *src; /* the bytes at off (NULL: the batch's buffer's) */
 } wop_t;
+#define WRITE(off, len)                                                                            \
+    {                                                                                              \
+        (off), (len), 0, NULL                                                                      \
+    }
+#define TRUNC(size)                                                                                \
+    {                                                                                              \
+        (size), 0, 1, NULL                                                                         \
+    }
 
 /* Operations of one writer issued together on its store's loop thread,
  * so that none of them waits for another's answer to start. */
@@ -42,9 +51,10 @@ static void ops_issue(void *arg)
 
     for (int i = 0; i < r->n; i++) {
         const wop_t *op = &r->op[i];
-        int rc = op->trunc ? mc_writer_truncate_async(r->w, op->off, slot_done, &r->sl[i])
-                           : mc_writer_write_async(r->w, op->off, r->buf + op->off, op->len,
-                                                   slot_done, &r->sl[i]);
+        int rc = op->trunc
+                     ? mc_writer_truncate_async(r->w, op->off, slot_done, &r->sl[i])
+                     : mc_writer_write_async(r->w, op->off, op->src ? op->src : r->buf + op->off,
+                                             op->len, slot_done, &r->sl[i]);
         if (rc < 0)
             slot_done(&r->sl[i], rc);
     }
@@ -88,6 +98,27 @@ static void same_bytes(const char *what, const char *got, const char *want, size
                      (unsigned char)want[i]);
 }
 
+/* Checks that w holds want[0, size) (read back, then published and
+ * removed), saying which round of the test failed. */
+static void check_published(mc_store_t *s, mc_writer_t *w, const char *want, uint64_t size,
+                            size_t round)
+{
+    char *got = malloc(size ? size : 1), what[64];
+
+    assert_cmp(mc_writer_size(w), ==, size);
+    memset(got, 0x55, size);
+    assert_int_equal(wcall(w, 'r', 0, got, size), (int)size);
+    snprintf(what, sizeof(what), "round %zu, read back", round);
+    same_bytes(what, got, want, size);
+    assert_int_equal(wcall(w, 'c', 0, NULL, 0), 0);
+    memset(got, 0x55, size);
+    assert_int_equal(mc_get(s, "f", 1, 0, got, size, NULL), (int)size);
+    snprintf(what, sizeof(what), "round %zu, published", round);
+    same_bytes(what, got, want, size);
+    assert_int_equal(mc_remove(s, "f", 1, MC_REMOVE_FORCE), 0);
+    free(got);
+}
+
 /* The fixtures of test_writer_gaps.c, with MC_FAULT_XFER failing every
  * write transfer at FOFF with EIO in the stores they open. */
 static int with_fault(void **state, int (*fn)(void **))
@@ -127,12 +158,12 @@ static void test_a_write_failed_in_transfer_fails_the_commit(void **state)
     mc_store_t *s = f->s;
     size_t span = 64 * 1024;
     char *data = malloc(span), *got = malloc(span), *want = calloc(1, span);
-    wop_t later[2] = {{5000, 100, 0}, {20000, 100, 0}};
+    wop_t later[2] = {WRITE(5000, 100), WRITE(20000, 100)};
 
     for (size_t i = 0; i < span; i++)
         data[i] = (char)(i % 251 + 1);
     for (int round = 0; round < 2; round++) {
-        ops_t r = {.buf = data, .n = 2, .op = {{FOFF, 8192, 0}, later[round]}};
+        ops_t r = {.buf = data, .n = 2, .op = {WRITE(FOFF, 8192), later[round]}};
         uint64_t end = later[round].off + later[round].len;
 
         dirty(f);
@@ -198,7 +229,7 @@ static void test_a_truncate_into_a_refused_write_reads_zeros(void **state)
     fix_t *f = *state;
     mc_store_t *s = f->s;
     size_t big = 2 * SEG, span = 2 * MiB;
-    char *data = calloc(1, big), *got = malloc(span), *want = calloc(1, span);
+    char *data = calloc(1, big), *want = calloc(1, span);
     uint64_t a = MiB - 4096;
     struct {
         uint64_t t1, t2; /* the truncations (t2 0: none) */
@@ -208,12 +239,11 @@ static void test_a_truncate_into_a_refused_write_reads_zeros(void **state)
         data[i] = (char)(i % 239 + 1);
     memcpy(want, data, 10);
     for (size_t round = 0; round < sizeof(rounds) / sizeof(rounds[0]); round++) {
-        ops_t r = {.buf = data, .n = 2, .op = {{a, big, 0}, {rounds[round].t1, 0, 1}}};
+        ops_t r = {.buf = data, .n = 2, .op = {WRITE(a, big), TRUNC(rounds[round].t1)}};
         uint64_t size = rounds[round].t2 ? rounds[round].t2 : rounds[round].t1;
-        char what[64];
 
         if (rounds[round].t2)
-            r.op[r.n++] = (wop_t){rounds[round].t2, 0, 1};
+            r.op[r.n++] = (wop_t)TRUNC(rounds[round].t2);
         dirty(f);
         r.w = open_writer(f);
         assert_int_equal(wcall(r.w, 'w', 0, data, 10), 10); /* space reserved past it */
@@ -222,20 +252,54 @@ static void test_a_truncate_into_a_refused_write_reads_zeros(void **state)
         assert_int_equal(r.b.rc[0], -ENOSPC);
         for (int i = 1; i < r.n; i++)
             assert_int_equal(r.b.rc[i], 0);
-        assert_cmp(mc_writer_size(r.w), ==, size);
-        memset(got, 0x55, span);
-        assert_int_equal(wcall(r.w, 'r', 0, got, size), (int)size);
-        snprintf(what, sizeof(what), "round %zu, read back", round);
-        same_bytes(what, got, want, size);
-        assert_int_equal(wcall(r.w, 'c', 0, NULL, 0), 0);
-        memset(got, 0x55, span);
-        assert_int_equal(mc_get(s, "f", 1, 0, got, span, NULL), (int)size);
-        snprintf(what, sizeof(what), "round %zu, published", round);
-        same_bytes(what, got, want, size);
-        assert_int_equal(mc_remove(s, "f", 1, MC_REMOVE_FORCE), 0);
+        check_published(s, r.w, want, size, round);
     }
     free(data);
-    free(got);
+    free(want);
+}
+
+/*
+ * A write that waits for space (the master's answer to its grow) while a
+ * truncation issued after it shrinks the size into its range and another
+ * grows it again: the second truncation's zeros wait behind the write, and
+ * must land after the write's bytes, not before them (POSIX: the bytes
+ * past the first truncation read as zeros). Nothing fails here: it is the
+ * order in which the writer sends what it was asked to, in that order.
+ */
+static void test_a_truncate_through_a_write_in_flight_reads_zeros(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    size_t span = 2 * MiB;
+    char *data = malloc(span), *want = malloc(span);
+    struct {
+        int first;        /* 10 bytes written first (space reserved past them) */
+        uint64_t off, t1; /* the write's start (8192 bytes), the shrink */
+    } rounds[] = {{0, 0, 0}, {0, 0, 4000}, {0, 100, 50}, {1, MiB - 100, MiB - 50}};
+
+    for (size_t i = 0; i < span; i++)
+        data[i] = (char)(i % 233 + 1);
+    for (size_t round = 0; round < sizeof(rounds) / sizeof(rounds[0]); round++) {
+        uint64_t off = rounds[round].off, t1 = rounds[round].t1, end = off + 8192;
+        ops_t r = {.buf = data, .n = 3, .op = {WRITE(off, 8192), TRUNC(t1), TRUNC(end)}};
+
+        dirty(f);
+        r.w = open_writer(f);
+        memset(want, 0, span);
+        if (rounds[round].first) {
+            assert_int_equal(wcall(r.w, 'w', 0, data, 10), 10);
+            memcpy(want, data, 10);
+        }
+        if (t1 > off)
+            memcpy(want + off, data + off, t1 - off);
+        ops_start(s, &r);
+        batch_wait(&r.b);
+        assert_int_equal(r.b.rc[0], 8192);
+        assert_int_equal(r.b.rc[1], 0);
+        assert_int_equal(r.b.rc[2], 0);
+        check_published(s, r.w, want, end, round);
+    }
+    free(data);
     free(want);
 }
 
@@ -348,8 +412,8 @@ static void test_a_dropped_replica_is_never_read_again(void **state)
     while (!h.held)
         pthread_cond_wait(&h.cv, &h.mu);
     pthread_mutex_unlock(&h.mu);
-    ops_t wr = {.w = w, .buf = b, .n = 1, .op = {{FOFF, FOFF, 0}}};
-    ops_t tr = {.w = w, .n = 1, .op = {{size, 0, 1}}};
+    ops_t wr = {.w = w, .buf = b, .n = 1, .op = {WRITE(FOFF, FOFF)}};
+    ops_t tr = {.w = w, .n = 1, .op = {TRUNC(size)}};
     ops_start(t->c, &wr);
     ops_start(t->c, &tr);
     batch_wait(&tr.b);
@@ -389,6 +453,12 @@ int main(void)
          test_a_truncate_into_a_refused_write_reads_zeros, setup_tcp, teardown, NULL},
         {"test_a_truncate_into_a_refused_write_reads_zeros_on_a_node",
          test_a_truncate_into_a_refused_write_reads_zeros, setup_node, teardown, NULL},
+        cmocka_unit_test_setup_teardown(test_a_truncate_through_a_write_in_flight_reads_zeros,
+                                        setup, teardown),
+        {"test_a_truncate_through_a_write_in_flight_reads_zeros_over_tcp",
+         test_a_truncate_through_a_write_in_flight_reads_zeros, setup_tcp, teardown, NULL},
+        {"test_a_truncate_through_a_write_in_flight_reads_zeros_on_a_node",
+         test_a_truncate_through_a_write_in_flight_reads_zeros, setup_node, teardown, NULL},
         cmocka_unit_test_setup_teardown(test_a_dropped_replica_is_never_read_again, setup_two_nodes,
                                         teardown_two_nodes),
     };

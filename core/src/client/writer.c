@@ -358,9 +358,10 @@ static void w_step_done(void *arg, int rc)
  * write that filled a hole (stages 0 and 1, [o->lo, off) and [end, o->hi)),
  * makes the gap [o->base, off) past the size it began at zeros (2: punched
  * when long and not a hole already, 3: zeroed where it has space), then
- * does the op. A write with a gap holds w->filling from w_reserve() to
- * here: a later write may land in the gap, and must not have its bytes
- * zeroed after it wrote them. Writes started before it end at o->base.
+ * does the op. A write with a gap holds w->filling from w_reserve() until
+ * its bytes are sent: a later write may land in the gap, and must not have
+ * its bytes zeroed after it wrote them, and a later truncation's zeros must
+ * be sent after them. Writes started before it end at o->base.
  */
 static void w_have_space(op_t *o)
 {
@@ -378,8 +379,7 @@ static void w_have_space(op_t *o)
     case 2: /* a punch: no write is on its way there (the punch takes
              * whole units, and the writes before end at o->base) */
         if (o->off <= o->base) {
-            w_unfill(o);
-            o->stage++;
+            o->stage++; /* no gap */
         } else if (o->off > o->base + W_PUNCH_GAP &&
                    !(mc__rset_run(w->rs, o->base, &a, &b) && b >= o->off)) {
             return w_grow(o, o->base, o->off - o->base, 1, w_have_space);
@@ -390,10 +390,15 @@ static void w_have_space(op_t *o)
     default:
         break;
     }
+    /* The bytes go out before the writes that waited are let go: a node
+     * applies what it is sent in order, so the zeros of a later truncation
+     * that grows again (after one that shrank into this write) land on
+     * them, not under them. (Its callback is deferred: o outlives it.) */
+    if (o->kind == OP_W_WRITE)
+        mc__xfer(o->s, w->rs, 1, o->off, o->buf, o->len, w_op_done, o);
     w_unfill(o);
     if (o->kind == OP_W_TRUNC)
-        return w_op_done(o, 0);
-    mc__xfer(o->s, w->rs, 1, o->off, o->buf, o->len, w_op_done, o);
+        w_op_done(o, 0);
 }
 
 /*
@@ -406,6 +411,8 @@ static void w_reserve(op_t *o)
 {
     mc_writer_t *w = o->w;
     uint64_t off = o->off, end = o->off + o->len, cap = w->capacity, a, b, c, d;
+    if (w->err) /* the version was lost while o waited */
+        return w_op_end(o, w->err);
     if (w->filling) { /* after it, in order */
         op_t **pp = &w->fill_wait;
         while (*pp)
