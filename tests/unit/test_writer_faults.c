@@ -303,6 +303,41 @@ static void test_a_truncate_through_a_write_in_flight_reads_zeros(void **state)
     free(want);
 }
 
+/*
+ * Two writes of the same bytes in flight together, the later one's
+ * content to stay: they reach a co-located node whose segment is not
+ * mapped yet, so both wait for the mapping, and must then be copied in the
+ * order they were sent (a node applies a writer's transfers in order:
+ * that is what makes the order of writes in flight together hold).
+ */
+static void test_writes_waiting_for_a_mapping_land_in_order(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    char *a = malloc(8192), *b = malloc(8192), *got = malloc(8192);
+    mc_store_stats_t st;
+
+    memset(a, 'a', 8192);
+    memset(b, 'b', 8192);
+    ops_t r = {.n = 2, .op = {{0, 8192, 0, a}, {0, 8192, 0, b}}};
+    r.w = open_writer(f);
+    ops_start(s, &r);
+    batch_wait(&r.b);
+    assert_int_equal(r.b.rc[0], 8192);
+    assert_int_equal(r.b.rc[1], 8192);
+    memset(got, 0x55, 8192);
+    assert_int_equal(wcall(r.w, 'r', 0, got, 8192), 8192);
+    same_bytes("read back", got, b, 8192);
+    assert_int_equal(wcall(r.w, 'c', 0, NULL, 0), 0);
+    assert_int_equal(mc_get(s, "f", 1, 0, got, 8192, NULL), 8192);
+    same_bytes("published", got, b, 8192);
+    mc_store_stats(s, &st);
+    assert_cmp(st.shm_bytes, >=, 2 * 8192); /* the writes went through the mapping */
+    free(a);
+    free(b);
+    free(got);
+}
+
 /* ---- a replica dropped while the writer took a new replica set ---- */
 
 /* A master (its own small segment), two nodes and a pure client whose
@@ -459,6 +494,8 @@ int main(void)
          test_a_truncate_through_a_write_in_flight_reads_zeros, setup_tcp, teardown, NULL},
         {"test_a_truncate_through_a_write_in_flight_reads_zeros_on_a_node",
          test_a_truncate_through_a_write_in_flight_reads_zeros, setup_node, teardown, NULL},
+        cmocka_unit_test_setup_teardown(test_writes_waiting_for_a_mapping_land_in_order,
+                                        setup_node_shm, teardown),
         cmocka_unit_test_setup_teardown(test_a_dropped_replica_is_never_read_again, setup_two_nodes,
                                         teardown_two_nodes),
     };

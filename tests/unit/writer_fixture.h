@@ -162,21 +162,27 @@ static int setup(void **state)
     return 0;
 }
 
-/* A store of the cluster whose master srv serves: a pure client (no
- * segment, no shared memory), or with size a node serving its segment on a
- * loopback port the kernel picks. */
-static mc_store_t *open_member(const fix_t *f, uint64_t size)
+/* A store of the cluster whose master srv serves: a pure client, or with
+ * size a node serving its segment on a loopback port the kernel picks;
+ * with shm, a node offers its segment to co-located clients and a client
+ * maps the segments of nodes on this host (no shared memory otherwise). */
+static mc_store_t *open_member_shm(const fix_t *f, uint64_t size, int shm)
 {
     mc_store_opts_t o;
     mc_store_t *s = NULL;
 
     mc_store_opts_init(&o);
     o.master = mc_store_served_addr(f->srv);
-    o.no_shm = 1;
+    o.no_shm = !shm;
     o.segment_size = size;
     o.listen = size ? "127.0.0.1:0" : NULL;
     assert_int_equal(mc_store_open(&s, &o), 0);
     return s;
+}
+
+static mc_store_t *open_member(const fix_t *f, uint64_t size)
+{
+    return open_member_shm(f, size, 0);
 }
 
 /* A pure client of an embedded store that serves on a loopback port the
@@ -201,6 +207,19 @@ static int setup_node(void **state)
     f->srv = open_server("127.0.0.1:0", MiB);
     f->node = open_member(f, SEG);
     f->s = open_member(f, 0);
+    *state = f;
+    return 0;
+}
+
+/* The same, with the node's segment mapped into the writer's store: its
+ * bytes are copied there (shm), once the mapping was set up on first use. */
+static int setup_node_shm(void **state)
+{
+    fix_t *f = calloc(1, sizeof(*f));
+
+    f->srv = open_server("127.0.0.1:0", MiB);
+    f->node = open_member_shm(f, SEG, 1);
+    f->s = open_member_shm(f, 0, 1);
     *state = f;
     return 0;
 }
