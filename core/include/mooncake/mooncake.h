@@ -611,8 +611,15 @@ MC_EXPORT void mc_obj_close(mc_obj_t *o);
 MC_EXPORT int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen,
                                    const mc_put_opts_t *po, mc_obj_t *base, mc_writer_t **out,
                                    mc_done_cb cb, void *arg);
-/* Writes len bytes at off (a gap reads as zeros: past the end, a hole that
- * takes no space). Result len or -ENOSPC, -EFBIG. */
+/*
+ * Writes len bytes at off (a gap reads as zeros: past the end, a hole that
+ * takes no space). Result len or -ENOSPC, -EFBIG (refused: nothing
+ * changed, the writer goes on), or the error of a transfer that failed
+ * (-EIO, -ECONNREFUSED, -ETIMEDOUT, -ESTALE, ...): the version in progress
+ * is then lost, and every later call on the writer, the commit included,
+ * fails with that error (writes in flight together succeed or fail on
+ * their own, but the commit reports the first failure).
+ */
 MC_EXPORT int mc_writer_write_async(mc_writer_t *w, uint64_t off, const void *buf, size_t len,
                                     mc_done_cb cb, void *arg);
 /* Reads back what was written. Result: bytes read. */
@@ -651,7 +658,9 @@ MC_EXPORT void mc_writer_set_meta(mc_writer_t *w, const mc_meta_t *m);
 /*
  * Publishes the version (replacing the key's current one, or failing with
  * -EEXIST under MC_PUT_NOREPLACE), fills *st if not NULL, and frees the
- * writer whatever the result.
+ * writer whatever the result. A writer one of whose transfers failed
+ * (mc_writer_write_async()) publishes nothing: the commit fails with that
+ * error and the key keeps its current version.
  */
 MC_EXPORT int mc_writer_commit_async(mc_writer_t *w, mc_stat_t *st, mc_done_cb cb, void *arg);
 /* Drops the writer and its space. */

@@ -217,7 +217,8 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
     if (rc < 0)
         goto fail;
     s->xport = rc;
-    rc = 0;
+    if ((rc = mc__fault_load(s)) < 0)
+        goto fail;
     if (o->secret_file && (rc = mc__secret_load(o->secret_file, &s->secret)) < 0)
         goto fail;
     if (seg_size && (rc = open_segment(s, o, seg_size)) < 0)
@@ -363,6 +364,7 @@ void mc_store_close(mc_store_t *s)
     mc__seg_t seg = {.base = s->seg, .size = s->seg_size, .fd = s->seg_fd};
     mc__seg_destroy(&seg);
     mc__secret_free(s->secret);
+    free(s->fault);
     free(s->open_master);
     free(s->open_listen);
     pthread_mutex_destroy(&s->open_mu);

@@ -184,10 +184,18 @@ static shm_map_t *shm_find(peer_t *p, uint32_t seg)
             return m;
     return NULL;
 }
-/* Restarts the transfers that waited for p's SHM_MAP answers. */
+/* Restarts the transfers that waited for p's SHM_MAP answers (or its RDMA
+ * connection) in the order they began: each parked in front of the list,
+ * and a node must get a writer's transfers in the order they were sent
+ * (writer.c: a later write or truncation lands on an earlier one). */
 static void shm_resume(peer_t *p)
 {
-    xfer_t *w = p->waiters;
+    xfer_t *w = NULL;
+    for (xfer_t *x = p->waiters, *next; x; x = next) {
+        next = x->wait_next;
+        x->wait_next = w;
+        w = x;
+    }
     p->waiters = NULL;
     while (w) {
         xfer_t *next = w->wait_next;

@@ -32,8 +32,9 @@
 /* A replica set, as the master hands it out (mc__rset_take()). */
 typedef struct mc__rset {
     uint32_t n;
-    uint32_t refs;   /* its holder, plus every transfer in flight over it */
-    uint64_t put_id; /* a writer's set: the put it belongs to (0: none) */
+    uint32_t refs;          /* its holder, plus every transfer in flight over it */
+    uint64_t put_id;        /* a writer's set: the put it belongs to (0: none) */
+    struct mc__rset *newer; /* a writer's set: the one that replaced it (a reference), or NULL */
     struct rrep {
         uint32_t seg;
         char addr[MC__ADDR_STRLEN];
@@ -123,6 +124,14 @@ void mc__writer_exec(op_t *o);
 /* Decodes a replica set from the front of *p (n bytes left) into an owned
  * copy *out (free with mc__rset_free()). Returns 0, -EIO, -ENOMEM. */
 int mc__rset_take(const char **p, size_t *n, mc__rset_t **out);
+
+/*
+ * A writer's set rs takes the place of old (which may be NULL): a replica
+ * dropped in old is dropped in rs, and one that a transfer still in
+ * flight over old drops later is dropped in rs too (old keeps a reference
+ * to rs until it is freed). Matches replicas by segment.
+ */
+void mc__rset_replace(mc__rset_t *old, mc__rset_t *rs);
 
 /*
  * Sparse files: whether object offset off lies in a hole of rs (1: a hole,

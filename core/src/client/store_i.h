@@ -62,13 +62,14 @@ struct mc_store {
     mc_timer_t sweep;
     mc_timer_t drain; /* closing: lets connections finish */
     int thread_started;
-    struct mc__ubuf *ubufs; /* mc_register_buffer()'s regions; loop thread only */
-    mc_obj_t *objs;         /* open handles, released by close; loop thread only */
-    mc_writer_t *writers;   /* open writers, released by close; loop thread only */
-    uint64_t ra_max;        /* read-ahead per open version, bytes (0: none; prefetch.h) */
-    uint64_t ra_total;      /* read-ahead of the whole store, bytes */
-    uint64_t ra_used;       /* bytes of read-ahead blocks now; loop thread only */
-    struct mc__ra *ras;     /* read-ahead states, open or draining; loop thread only */
+    struct mc__ubuf *ubufs;  /* mc_register_buffer()'s regions; loop thread only */
+    mc_obj_t *objs;          /* open handles, released by close; loop thread only */
+    mc_writer_t *writers;    /* open writers, released by close; loop thread only */
+    uint64_t ra_max;         /* read-ahead per open version, bytes (0: none; prefetch.h) */
+    uint64_t ra_total;       /* read-ahead of the whole store, bytes */
+    uint64_t ra_used;        /* bytes of read-ahead blocks now; loop thread only */
+    struct mc__ra *ras;      /* read-ahead states, open or draining; loop thread only */
+    struct mc__fault *fault; /* MC_FAULT_XFER: write transfers made to fail (xfer.c), or NULL */
 };
 
 struct mc_obj {
@@ -94,8 +95,9 @@ struct mc_writer {
     int64_t mtime_ns;    /* MC_META_MTIME */
     char *key;           /* remote: the key to publish under */
     size_t klen;
-    struct op *filling;       /* remote: the write filling a hole or a gap (writer.c), or NULL */
-    struct op *fill_wait;     /* remote: writes waiting for it, in order */
+    struct op *filling;   /* remote: the write filling a hole or a gap (writer.c), or NULL */
+    struct op *fill_wait; /* remote: writes waiting for it, in order */
+    int err; /* remote: a transfer of it failed (writer.c): later ops and the commit fail so */
     mc_writer_t *prev, *next; /* on s->writers */
 };
 
@@ -245,6 +247,18 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
  * process (a local link, owner MC__SVC_OWNER_LOCAL), and its own segment is
  * seg. Call before the loop runs any operation. Returns 0 or -ENOMEM. */
 int mc__remote_open_local(mc_store_t *s, uint32_t seg);
+
+/*
+ * Fault injection for tests (xfer.c): with MC_FAULT_XFER set to
+ * "off=N,err=E[,addr=HOST:PORT]", every write transfer of bytes (not of
+ * zeros) through mc__xfer() (not mc__xfer_write_own()) that starts at
+ * object offset N fails with -E on each replica (on
+ * the replica of the node serving at HOST:PORT only, when given) before a
+ * byte of it moves. Read once per store, at open (s->fault, freed by the
+ * close). Returns 0 (also when unset), -EINVAL (logged) or -ENOMEM.
+ */
+#define MC__FAULT_ENV "MC_FAULT_XFER"
+int mc__fault_load(mc_store_t *s);
 
 /* Sets the key a remote writer publishes under. */
 int mc__remote_writer_set_key(mc_writer_t *w, const char *key, size_t klen);

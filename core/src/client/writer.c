@@ -32,6 +32,7 @@ static int w_take_rset(mc_writer_t *w, const char *p, size_t n)
     int rc = mc__rset_take(&p, &n, &rs);
     if (rc < 0)
         return rc;
+    mc__rset_replace(w->rs, rs); /* what transfers over the old one drop is dropped here */
     mc__rset_free(w->rs);
     w->rs = rs;
     rs->put_id = w->put_id;
@@ -229,16 +230,23 @@ static void w_op_end(op_t *o, int rc)
     mc__op_finish(o, rc);
 }
 
+/* The version in progress lost a transfer (rc < 0): the bytes of its range
+ * are unknown now (some pieces landed, some did not, on some replicas), and
+ * the writes issued after it went on over a size that counted it. Nothing
+ * of it may be read or published any more: every later op of w and its
+ * commit fail with the first such error (docs/SEMANTICS.md). */
+static void w_poison(mc_writer_t *w, int rc)
+{
+    if (rc < 0 && !w->err)
+        w->err = rc;
+}
+
+/* The end of a write, truncation or punch whose last step was a transfer
+ * (or that failed where the size cannot be told back, w_fail()). */
 static void w_op_done(void *arg, int rc)
 {
     op_t *o = arg;
-    mc_writer_t *w = o->w;
-    if (o->kind == OP_W_WRITE || o->kind == OP_W_TRUNC) {
-        /* The size counted it when it started; no later write grew it
-         * since: back to what it was before this one. */
-        if (rc < 0 && w->size == o->off + o->len)
-            w->size = o->base;
-    }
+    w_poison(o->w, rc);
     w_op_end(o, rc);
 }
 
@@ -273,11 +281,13 @@ static void w_unfill(op_t *o)
  * they started, and each counted its start (o->base) from a size that took
  * o in. Counts them again without o: a write that o's end kept from a gap
  * of its own gets one (zeroed, where o would have zeroed its), and the size
- * is what they make it, not less (o's start would drop their bytes). A
- * truncation that shrank the size after o started stays (the size then is
- * not what they make it, and none of them starts before it).
+ * is what they make it, not less (o's start would drop their bytes).
+ * A truncation that shrank the size after o started (it does not wait)
+ * set the size over o: the size stays, and [o->base, size), which o would
+ * have zeroed or written, must read as zeros. Returns the end of what
+ * must be zeroed from o->base (o->base: nothing).
  */
-static void w_forget(op_t *o)
+static uint64_t w_forget(op_t *o)
 {
     mc_writer_t *w = o->w;
     uint64_t with = o->kind == OP_W_TRUNC || o->off + o->len > o->base ? o->off + o->len : o->base;
@@ -289,19 +299,41 @@ static void w_forget(op_t *o)
         with = q->kind == OP_W_TRUNC || end > with ? end : with;
         without = q->kind == OP_W_TRUNC || end > without ? end : without;
     }
-    if (w->size == with)
-        w->size = without;
+    if (w->size != with)
+        return w->size > o->base ? w->size : o->base;
+    w->size = without;
+    return o->base;
 }
 
-/* Finishes o with rc < 0 (o->w's op but its open), letting writes that
- * wait for it go on. */
+/* The zeros a refused o owed were written (w_fail()): its error goes to
+ * its caller, kept in o->result, and the writes after it go on. */
+static void w_forgotten(void *arg, int rc)
+{
+    op_t *o = arg;
+    w_poison(o->w, rc);
+    w_unfill(o);
+    w_op_end(o, o->result);
+}
+
+/*
+ * Finishes o with rc < 0 (o->w's op but its open), letting writes that
+ * wait for it go on. One that holds w->filling and failed before its first
+ * step (stage 0: the master refused its space, ENOSPC) touched no byte:
+ * the writer goes on as if it had never been issued. Any other failure
+ * loses the version (w_poison()).
+ */
 static void w_fail(op_t *o, int rc)
 {
-    if (o->w->filling != o) { /* a write or truncation holds it */
-        w_unfill(o);
+    mc_writer_t *w = o->w;
+    if (w->filling != o) /* a renewal or a punch: the put is gone */
         return w_op_done(o, rc);
+    if (o->stage > 0) /* its layout changed, zeros went out: not a refusal */
+        w_poison(w, rc);
+    uint64_t end = w_forget(o);
+    if (end > o->base && !w->err) {
+        o->result = rc;
+        return mc__xfer(o->s, w->rs, 1, o->base, NULL, end - o->base, w_forgotten, o);
     }
-    w_forget(o);
     w_unfill(o);
     w_op_end(o, rc);
 }
@@ -309,8 +341,10 @@ static void w_fail(op_t *o, int rc)
 static void w_step_done(void *arg, int rc)
 {
     op_t *o = arg;
-    if (rc < 0)
+    if (rc < 0) {
+        w_poison(o->w, rc); /* before w_fail() takes it for a refusal */
         return w_fail(o, rc);
+    }
     w_have_space(o);
 }
 
@@ -324,9 +358,10 @@ static void w_step_done(void *arg, int rc)
  * write that filled a hole (stages 0 and 1, [o->lo, off) and [end, o->hi)),
  * makes the gap [o->base, off) past the size it began at zeros (2: punched
  * when long and not a hole already, 3: zeroed where it has space), then
- * does the op. A write with a gap holds w->filling from w_reserve() to
- * here: a later write may land in the gap, and must not have its bytes
- * zeroed after it wrote them. Writes started before it end at o->base.
+ * does the op. A write with a gap holds w->filling from w_reserve() until
+ * its bytes are sent: a later write may land in the gap, and must not have
+ * its bytes zeroed after it wrote them, and a later truncation's zeros must
+ * be sent after them. Writes started before it end at o->base.
  */
 static void w_have_space(op_t *o)
 {
@@ -344,8 +379,7 @@ static void w_have_space(op_t *o)
     case 2: /* a punch: no write is on its way there (the punch takes
              * whole units, and the writes before end at o->base) */
         if (o->off <= o->base) {
-            w_unfill(o);
-            o->stage++;
+            o->stage++; /* no gap */
         } else if (o->off > o->base + W_PUNCH_GAP &&
                    !(mc__rset_run(w->rs, o->base, &a, &b) && b >= o->off)) {
             return w_grow(o, o->base, o->off - o->base, 1, w_have_space);
@@ -356,10 +390,15 @@ static void w_have_space(op_t *o)
     default:
         break;
     }
+    /* The bytes go out before the writes that waited are let go: a node
+     * applies what it is sent in order, so the zeros of a later truncation
+     * that grows again (after one that shrank into this write) land on
+     * them, not under them. (Its callback is deferred: o outlives it.) */
+    if (o->kind == OP_W_WRITE)
+        mc__xfer(o->s, w->rs, 1, o->off, o->buf, o->len, w_op_done, o);
     w_unfill(o);
     if (o->kind == OP_W_TRUNC)
-        return w_op_done(o, 0);
-    mc__xfer(o->s, w->rs, 1, o->off, o->buf, o->len, w_op_done, o);
+        w_op_done(o, 0);
 }
 
 /*
@@ -372,6 +411,8 @@ static void w_reserve(op_t *o)
 {
     mc_writer_t *w = o->w;
     uint64_t off = o->off, end = o->off + o->len, cap = w->capacity, a, b, c, d;
+    if (w->err) /* the version was lost while o waited */
+        return w_op_end(o, w->err);
     if (w->filling) { /* after it, in order */
         op_t **pp = &w->fill_wait;
         while (*pp)
@@ -459,6 +500,8 @@ void mc__writer_exec(op_t *o)
         rc = mc__mcall_put_start(o, w_base_capacity(o->obj), w_started);
         break;
     case OP_W_WRITE:
+        if (o->w->err)
+            return mc__op_finish(o, o->w->err); /* the version is lost (w_poison()) */
         if (o->off > (uint64_t)INT64_MAX || o->len > (uint64_t)INT64_MAX - o->off)
             return mc__op_finish(o, -EFBIG); /* past the largest file, as Linux's */
         /* Writes may be in flight together (write-behind): the size covers
@@ -469,9 +512,13 @@ void mc__writer_exec(op_t *o)
             o->w->size = o->off + o->len;
         return w_reserve(o);
     case OP_W_READ:
+        if (o->w->err)
+            return mc__op_finish(o, o->w->err);
         /* Its own bytes, as long as the space is still its own. */
         return w_stale(o->w) ? w_grow(o, 0, 0, 0, w_read) : w_read(o);
     case OP_W_TRUNC:
+        if (o->w->err)
+            return mc__op_finish(o, o->w->err);
         if (o->off > (uint64_t)INT64_MAX)
             return mc__op_finish(o, -EFBIG);
         if (o->off <= o->w->size) {
@@ -484,6 +531,8 @@ void mc__writer_exec(op_t *o)
         return w_reserve(o);
     case OP_W_PUNCH: {
         uint64_t size = o->w->size;
+        if (o->w->err)
+            return mc__op_finish(o, o->w->err);
         if (o->off >= size || !o->len)
             return mc__op_finish(o, 0);
         if (o->len > size - o->off)
@@ -493,6 +542,12 @@ void mc__writer_exec(op_t *o)
     }
     case OP_W_COMMIT: {
         mc_writer_t *w = o->w;
+        if (w->err) { /* nothing of it is published: its space goes back */
+            rc = w->err;
+            mc__mcall(s, MC__OP_PUT_REVOKE, mc__ignore_reply, NULL, "q", w->put_id);
+            w_free(w);
+            break;
+        }
         mc__put_commit_rq_t rq = {.id = w->put_id,
                                   .key = w->key,
                                   .klen = (uint32_t)w->klen,

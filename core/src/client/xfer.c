@@ -24,11 +24,34 @@
 
 void mc__rset_free(mc__rset_t *rs)
 {
-    if (!rs || --rs->refs)
+    while (rs && !--rs->refs) {
+        mc__rset_t *newer = rs->newer; /* its reference goes with it */
+        for (uint32_t i = 0; i < rs->n; i++)
+            free(rs->r[i].desc);
+        free(rs); /* the extents live in the same block */
+        rs = newer;
+    }
+}
+
+/* Marks segment seg's replica dead in rs and in every set that replaced
+ * it since. */
+static void rset_drop(mc__rset_t *rs, uint32_t seg)
+{
+    for (; rs; rs = rs->newer)
+        for (uint32_t i = 0; i < rs->n; i++)
+            if (rs->r[i].seg == seg)
+                rs->r[i].dead = 1;
+}
+
+void mc__rset_replace(mc__rset_t *old, mc__rset_t *rs)
+{
+    if (!old)
         return;
-    for (uint32_t i = 0; i < rs->n; i++)
-        free(rs->r[i].desc);
-    free(rs); /* the extents live in the same block */
+    old->newer = rs; /* a set is replaced once: its holder drops it now */
+    rs->refs++;
+    for (uint32_t i = 0; i < old->n; i++)
+        if (old->r[i].dead)
+            rset_drop(rs, old->r[i].seg);
 }
 
 int mc__rset_take(const char **p, size_t *n, mc__rset_t **out)
@@ -51,6 +74,7 @@ int mc__rset_take(const char **p, size_t *n, mc__rset_t **out)
     rs->n = 0;
     rs->refs = 1;
     rs->put_id = 0;
+    rs->newer = NULL;
     mc__extent_t *ext = (mc__extent_t *)((char *)rs + head);
     for (int i = 0; i < cnt; i++) {
         struct rrep *r = &rs->r[i];
@@ -150,9 +174,11 @@ static int conn_error(int err)
 /*
  * The end of a write: the first error, or 0. Replicas whose node could not
  * be reached while another replica took every byte are dropped (marked dead
- * in the set, and PUT_DROP_REPLICA to the master, which sends the request
- * before any later call of this writer): the put goes on with the others,
- * and the master restores the count later (repair.h).
+ * in the set and in the sets that replaced it since, and PUT_DROP_REPLICA
+ * to the master, which sends the request before any later call of this
+ * writer): the put goes on with the others, and the master restores the
+ * count later (repair.h). A replica that missed a write is never read
+ * again for this version, even if its node answers again.
  */
 static int xfer_write_result(xfer_t *x)
 {
@@ -177,7 +203,7 @@ static int xfer_write_result(xfer_t *x)
             continue;
         mc__log(MC__LOG_WARN, "%s: %s: writing on without the replica on segment %u", rs->r[r].addr,
                 mc_strerror(x->rerr[r]), rs->r[r].seg);
-        rs->r[r].dead = 1;
+        rset_drop(rs, rs->r[r].seg); /* and where a grow since listed it still */
         mc__mcall(x->s, MC__OP_PUT_DROP_REPLICA, mc__ignore_reply, NULL, "qu", rs->put_id,
                   rs->r[r].seg);
     }
@@ -301,6 +327,76 @@ static void xfer_extents(xfer_t *x, uint32_t r, struct peer *peer, const mc__tra
     }
 }
 
+/* ---- fault injection ---- */
+
+/* What MC_FAULT_XFER asks for (mc__fault_load()). */
+struct mc__fault {
+    uint64_t off;               /* the object offset a failing transfer starts at */
+    int err;                    /* its error, positive */
+    char addr[MC__ADDR_STRLEN]; /* only on the replica of the node serving here ("": all) */
+};
+
+/* Parses one "name=value" of MC_FAULT_XFER into f. Returns 0 or -EINVAL. */
+static int fault_field(struct mc__fault *f, const char *name, const char *val)
+{
+    char *end;
+    errno = 0;
+    if (!strcmp(name, "addr") && strlen(val) < sizeof(f->addr)) {
+        strcpy(f->addr, val);
+        return 0;
+    }
+    unsigned long long v = strtoull(val, &end, 0);
+    if (errno || end == val || *end)
+        return -EINVAL;
+    if (!strcmp(name, "off"))
+        f->off = v;
+    else if (!strcmp(name, "err") && v > 0 && v < 4096)
+        f->err = (int)v;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+int mc__fault_load(mc_store_t *s)
+{
+    const char *spec = getenv(MC__FAULT_ENV);
+    if (!spec || !*spec)
+        return 0;
+    struct mc__fault *f = calloc(1, sizeof(*f));
+    char *copy = strdup(spec), *save = NULL;
+    int rc = f && copy ? 0 : -ENOMEM;
+    for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t && !rc;
+         t = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(t, '=');
+        if (!eq)
+            rc = -EINVAL;
+        else
+            *eq = '\0', rc = fault_field(f, t, eq + 1);
+    }
+    free(copy);
+    if (!rc && !f->err)
+        rc = -EINVAL;
+    if (rc < 0) {
+        mc__log(MC__LOG_ERROR, "%s='%s': %s (want off=N,err=ERRNO[,addr=HOST:PORT])", MC__FAULT_ENV,
+                spec, mc_strerror(rc));
+        free(f);
+        return rc;
+    }
+    mc__log(MC__LOG_WARN, "%s: write transfers at offset %llu fail with %s", MC__FAULT_ENV,
+            (unsigned long long)f->off, mc_strerror(-f->err));
+    s->fault = f;
+    return 0;
+}
+
+/* The error x gets on replica rep from MC_FAULT_XFER, or 0. */
+static int fault_hit(const xfer_t *x, const struct rrep *rep)
+{
+    const struct mc__fault *f = x->s->fault;
+    if (!f || !x->write || !x->buf || x->off != f->off)
+        return 0;
+    return !f->addr[0] || !strcmp(f->addr, rep->addr) ? -f->err : 0;
+}
+
 /* Issues the pieces of [x->off, x->off + x->len) on replica r. */
 static void xfer_replica(xfer_t *x, uint32_t r)
 {
@@ -309,7 +405,12 @@ static void xfer_replica(xfer_t *x, uint32_t r)
     const mc__transport_t *tp;
     struct peer *peer;
     mc__tp_ep_t ep;
-    int rc = mc__peer_route(x->s, rep, &tp, &peer, &ep);
+    int rc = fault_hit(x, rep);
+    if (rc < 0) {
+        *err = rc;
+        return;
+    }
+    rc = mc__peer_route(x->s, rep, &tp, &peer, &ep);
     if (rc < 0) {
         *err = rc;
         return;

@@ -1,0 +1,503 @@
+/*
+ * test_writer_faults.c - a streaming writer (mc_writer_t) of a real store
+ * whose operations in flight together fail part way: what the writer
+ * reads back and publishes is what was acknowledged, zeros where nothing
+ * was, or nothing at all with the failure's error at the commit.
+ *
+ * Failures come from a fault injection point in the client's transfers
+ * (MC_FAULT_XFER, set while the test's stores open: write transfers that
+ * start at one object offset fail, on every replica or on one node's),
+ * from a write too large for the segment (ENOSPC from the master), and
+ * from a node whose loop thread the test holds, so that a transfer is
+ * still on its way while the writer goes on.
+ */
+#include "writer_fixture.h"
+
+#include <stdio.h>
+
+#define FOFF 4096 /* where MC_FAULT_XFER's write transfers start */
+
+/* One operation of a batch: a write of buf[off, off + len) or (len 0 and
+ * trunc) a truncation to off. */
+typedef struct wop {
+    uint64_t off;
+    size_t len;
+    int trunc;
+    const char *src; /* the bytes at off (NULL: the batch's buffer's) */
+} wop_t;
+#define WRITE(off, len)                                                                            \
+    {                                                                                              \
+        (off), (len), 0, NULL                                                                      \
+    }
+#define TRUNC(size)                                                                                \
+    {                                                                                              \
+        (size), 0, 1, NULL                                                                         \
+    }
+
+/* Operations of one writer issued together on its store's loop thread,
+ * so that none of them waits for another's answer to start. */
+typedef struct ops {
+    mc_writer_t *w;
+    const char *buf;
+    int n;
+    wop_t op[NW];
+    slot_t sl[NW];
+    batch_t b;
+} ops_t;
+
+static void ops_issue(void *arg)
+{
+    ops_t *r = arg;
+
+    for (int i = 0; i < r->n; i++) {
+        const wop_t *op = &r->op[i];
+        int rc = op->trunc
+                     ? mc_writer_truncate_async(r->w, op->off, slot_done, &r->sl[i])
+                     : mc_writer_write_async(r->w, op->off, op->src ? op->src : r->buf + op->off,
+                                             op->len, slot_done, &r->sl[i]);
+        if (rc < 0)
+            slot_done(&r->sl[i], rc);
+    }
+}
+
+/* Issues r's operations together (not waited for). */
+static void ops_start(mc_store_t *s, ops_t *r)
+{
+    batch_init(&r->b, r->n);
+    for (int i = 0; i < r->n; i++)
+        r->sl[i] = (slot_t){&r->b, i};
+    assert_int_equal(mc_loop_post(mc_store_loop(s), ops_issue, r), 0);
+}
+
+/* One writer call, waited for: its result. */
+static int wcall(mc_writer_t *w, int kind, uint64_t off, void *buf, size_t len)
+{
+    batch_t b;
+    slot_t sl = {&b, 0};
+    int rc;
+
+    batch_init(&b, 1);
+    if (kind == 'w')
+        rc = mc_writer_write_async(w, off, buf, len, slot_done, &sl);
+    else if (kind == 'r')
+        rc = mc_writer_read_async(w, off, buf, len, slot_done, &sl);
+    else
+        rc = mc_writer_commit_async(w, NULL, slot_done, &sl);
+    if (rc < 0)
+        return rc;
+    batch_wait(&b);
+    return b.rc[0];
+}
+
+/* Fails at the first byte of got[0, n) that is not want's. */
+static void same_bytes(const char *what, const char *got, const char *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail_msg("%s: byte %zu is 0x%02x, not 0x%02x", what, i, (unsigned char)got[i],
+                     (unsigned char)want[i]);
+}
+
+/* Checks that w holds want[0, size) (read back, then published and
+ * removed), saying which round of the test failed. */
+static void check_published(mc_store_t *s, mc_writer_t *w, const char *want, uint64_t size,
+                            size_t round)
+{
+    char *got = malloc(size ? size : 1), what[64];
+
+    assert_cmp(mc_writer_size(w), ==, size);
+    memset(got, 0x55, size);
+    assert_int_equal(wcall(w, 'r', 0, got, size), (int)size);
+    snprintf(what, sizeof(what), "round %zu, read back", round);
+    same_bytes(what, got, want, size);
+    assert_int_equal(wcall(w, 'c', 0, NULL, 0), 0);
+    memset(got, 0x55, size);
+    assert_int_equal(mc_get(s, "f", 1, 0, got, size, NULL), (int)size);
+    snprintf(what, sizeof(what), "round %zu, published", round);
+    same_bytes(what, got, want, size);
+    assert_int_equal(mc_remove(s, "f", 1, MC_REMOVE_FORCE), 0);
+    free(got);
+}
+
+/* The fixtures of test_writer_gaps.c, with MC_FAULT_XFER failing every
+ * write transfer at FOFF with EIO in the stores they open. */
+static int with_fault(void **state, int (*fn)(void **))
+{
+    setenv("MC_FAULT_XFER", "off=4096,err=5", 1);
+    int rc = fn(state);
+    unsetenv("MC_FAULT_XFER");
+    return rc;
+}
+
+static int setup_fault(void **state)
+{
+    return with_fault(state, setup);
+}
+
+static int setup_fault_tcp(void **state)
+{
+    return with_fault(state, setup_tcp);
+}
+
+static int setup_fault_node(void **state)
+{
+    return with_fault(state, setup_node);
+}
+
+/*
+ * A write whose transfer fails after it made room for the writes issued
+ * with it (the size counted it, and they went on): B ends inside its
+ * range (its bytes were dropped with the size going back), or C leaves it
+ * inside the size (its range kept what the segment held). Either way the
+ * commit fails with the write's error and nothing is published: a version
+ * never loses an acknowledged write nor shows bytes nobody wrote.
+ */
+static void test_a_write_failed_in_transfer_fails_the_commit(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    size_t span = 64 * 1024;
+    char *data = malloc(span), *got = malloc(span), *want = calloc(1, span);
+    wop_t later[2] = {WRITE(5000, 100), WRITE(20000, 100)};
+
+    for (size_t i = 0; i < span; i++)
+        data[i] = (char)(i % 251 + 1);
+    for (int round = 0; round < 2; round++) {
+        ops_t r = {.buf = data, .n = 2, .op = {WRITE(FOFF, 8192), later[round]}};
+        uint64_t end = later[round].off + later[round].len;
+
+        dirty(f);
+        r.w = open_writer(f);
+        assert_int_equal(wcall(r.w, 'w', 0, data, 10), 10);
+        ops_start(s, &r);
+        batch_wait(&r.b);
+        assert_int_equal(r.b.rc[0], -EIO); /* the injected failure */
+        /* Acknowledged, or (started after the failure: an embedded store
+         * moves the bytes as a write starts) failed for the same cause. */
+        if (r.b.rc[1] != -EIO)
+            assert_int_equal(r.b.rc[1], (int)later[round].len);
+        memset(want, 0, span);
+        memcpy(want, data, 10);
+        if (r.b.rc[1] > 0)
+            memcpy(want + later[round].off, data + later[round].off, later[round].len);
+        else
+            end = 10;
+        int rc = wcall(r.w, 'c', 0, NULL, 0);
+        if (rc == 0) { /* say how the published version is wrong */
+            memset(got, 0x55, span);
+            int n = mc_get(s, "f", 1, 0, got, span, NULL);
+            if (n != (int)end) /* fewer: a write dropped; more: bytes nobody wrote */
+                fail_msg("round %d: published %d bytes, not %d", round, n, (int)end);
+            same_bytes("published", got, want, end);
+        }
+        assert_int_equal(rc, -EIO);
+        assert_int_equal(mc_get(s, "f", 1, 0, got, span, NULL), -ENOENT);
+    }
+    free(data);
+    free(got);
+    free(want);
+}
+
+/*
+ * After a write failed in its transfer, the writer's reads, writes and
+ * truncations fail with its error too: none of them can show or build on
+ * bytes of a version that will never be published.
+ */
+static void test_a_failed_transfer_fails_what_follows(void **state)
+{
+    fix_t *f = *state;
+    char *data = calloc(1, 3 * FOFF);
+
+    mc_writer_t *w = open_writer(f);
+    assert_int_equal(wcall(w, 'w', FOFF, data, FOFF), -EIO);
+    assert_int_equal(wcall(w, 'r', 0, data, FOFF), -EIO);
+    assert_int_equal(wcall(w, 'w', 0, data, 10), -EIO);
+    assert_int_equal(wcall(w, 'c', 0, NULL, 0), -EIO);
+    free(data);
+}
+
+/*
+ * A write past the end that the master refuses (no space) while a
+ * truncation issued after it shrinks the size into its range, or into the
+ * gap before it, and maybe grows it again: the write changes nothing, the
+ * size is the truncation's, and everything past the bytes written before
+ * reads as zeros (POSIX: a file grown by truncate reads zeros there), not
+ * as what the segment's space held.
+ */
+static void test_a_truncate_into_a_refused_write_reads_zeros(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    size_t big = 2 * SEG, span = 2 * MiB;
+    char *data = calloc(1, big), *want = calloc(1, span);
+    uint64_t a = MiB - 4096;
+    struct {
+        uint64_t t1, t2; /* the truncations (t2 0: none) */
+    } rounds[] = {{MiB - 2048, 0}, {MiB - 2048, MiB + 4096}, {500, 0}, {500, MiB + 100}};
+
+    for (size_t i = 0; i < big; i++)
+        data[i] = (char)(i % 239 + 1);
+    memcpy(want, data, 10);
+    for (size_t round = 0; round < sizeof(rounds) / sizeof(rounds[0]); round++) {
+        ops_t r = {.buf = data, .n = 2, .op = {WRITE(a, big), TRUNC(rounds[round].t1)}};
+        uint64_t size = rounds[round].t2 ? rounds[round].t2 : rounds[round].t1;
+
+        if (rounds[round].t2)
+            r.op[r.n++] = (wop_t)TRUNC(rounds[round].t2);
+        dirty(f);
+        r.w = open_writer(f);
+        assert_int_equal(wcall(r.w, 'w', 0, data, 10), 10); /* space reserved past it */
+        ops_start(s, &r);
+        batch_wait(&r.b);
+        assert_int_equal(r.b.rc[0], -ENOSPC);
+        for (int i = 1; i < r.n; i++)
+            assert_int_equal(r.b.rc[i], 0);
+        check_published(s, r.w, want, size, round);
+    }
+    free(data);
+    free(want);
+}
+
+/*
+ * A write that waits for space (the master's answer to its grow) while a
+ * truncation issued after it shrinks the size into its range and another
+ * grows it again: the second truncation's zeros wait behind the write, and
+ * must land after the write's bytes, not before them (POSIX: the bytes
+ * past the first truncation read as zeros). Nothing fails here: it is the
+ * order in which the writer sends what it was asked to, in that order.
+ */
+static void test_a_truncate_through_a_write_in_flight_reads_zeros(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    size_t span = 2 * MiB;
+    char *data = malloc(span), *want = malloc(span);
+    struct {
+        int first;        /* 10 bytes written first (space reserved past them) */
+        uint64_t off, t1; /* the write's start (8192 bytes), the shrink */
+    } rounds[] = {{0, 0, 0}, {0, 0, 4000}, {0, 100, 50}, {1, MiB - 100, MiB - 50}};
+
+    for (size_t i = 0; i < span; i++)
+        data[i] = (char)(i % 233 + 1);
+    for (size_t round = 0; round < sizeof(rounds) / sizeof(rounds[0]); round++) {
+        uint64_t off = rounds[round].off, t1 = rounds[round].t1, end = off + 8192;
+        ops_t r = {.buf = data, .n = 3, .op = {WRITE(off, 8192), TRUNC(t1), TRUNC(end)}};
+
+        dirty(f);
+        r.w = open_writer(f);
+        memset(want, 0, span);
+        if (rounds[round].first) {
+            assert_int_equal(wcall(r.w, 'w', 0, data, 10), 10);
+            memcpy(want, data, 10);
+        }
+        if (t1 > off)
+            memcpy(want + off, data + off, t1 - off);
+        ops_start(s, &r);
+        batch_wait(&r.b);
+        assert_int_equal(r.b.rc[0], 8192);
+        assert_int_equal(r.b.rc[1], 0);
+        assert_int_equal(r.b.rc[2], 0);
+        check_published(s, r.w, want, end, round);
+    }
+    free(data);
+    free(want);
+}
+
+/*
+ * Two writes of the same bytes in flight together, the later one's
+ * content to stay: they reach a co-located node whose segment is not
+ * mapped yet, so both wait for the mapping, and must then be copied in the
+ * order they were sent (a node applies a writer's transfers in order:
+ * that is what makes the order of writes in flight together hold).
+ */
+static void test_writes_waiting_for_a_mapping_land_in_order(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    char *a = malloc(8192), *b = malloc(8192), *got = malloc(8192);
+    mc_store_stats_t st;
+
+    memset(a, 'a', 8192);
+    memset(b, 'b', 8192);
+    ops_t r = {.n = 2, .op = {{0, 8192, 0, a}, {0, 8192, 0, b}}};
+    r.w = open_writer(f);
+    ops_start(s, &r);
+    batch_wait(&r.b);
+    assert_int_equal(r.b.rc[0], 8192);
+    assert_int_equal(r.b.rc[1], 8192);
+    memset(got, 0x55, 8192);
+    assert_int_equal(wcall(r.w, 'r', 0, got, 8192), 8192);
+    same_bytes("read back", got, b, 8192);
+    assert_int_equal(wcall(r.w, 'c', 0, NULL, 0), 0);
+    assert_int_equal(mc_get(s, "f", 1, 0, got, 8192, NULL), 8192);
+    same_bytes("published", got, b, 8192);
+    mc_store_stats(s, &st);
+    assert_cmp(st.shm_bytes, >=, 2 * 8192); /* the writes went through the mapping */
+    free(a);
+    free(b);
+    free(got);
+}
+
+/* ---- a replica dropped while the writer took a new replica set ---- */
+
+/* A master (its own small segment), two nodes and a pure client whose
+ * write transfers at FOFF fail on node r's replica (as if r had reset the
+ * connection): every store on its own loop thread, over TCP. */
+typedef struct two {
+    mc_store_t *srv, *n1, *r, *c;
+} two_t;
+
+static int setup_two_nodes(void **state)
+{
+    two_t *t = calloc(1, sizeof(*t));
+    fix_t f = {0};
+    char spec[128];
+
+    t->srv = f.srv = open_server("127.0.0.1:0", MiB);
+    t->n1 = open_member(&f, SEG);
+    t->r = open_member(&f, SEG);
+    snprintf(spec, sizeof(spec), "off=%d,err=%d,addr=%s", FOFF, ECONNRESET,
+             mc_store_served_addr(t->r));
+    setenv("MC_FAULT_XFER", spec, 1);
+    t->c = open_member(&f, 0);
+    unsetenv("MC_FAULT_XFER");
+    *state = t;
+    return 0;
+}
+
+static int teardown_two_nodes(void **state)
+{
+    two_t *t = *state;
+
+    mc_store_close(t->c);
+    mc_store_close(t->r);
+    mc_store_close(t->n1);
+    mc_store_close(t->srv);
+    free(t);
+    return 0;
+}
+
+/* A node's loop thread held by the test (a node that does not answer for
+ * a while, and then does). */
+typedef struct hold {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int held, released;
+} hold_t;
+
+static void hold_run(void *arg)
+{
+    hold_t *h = arg;
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10; /* bounded: a failing test must not hang the node */
+    pthread_mutex_lock(&h->mu);
+    h->held = 1;
+    pthread_cond_broadcast(&h->cv);
+    while (!h->released)
+        if (pthread_cond_timedwait(&h->cv, &h->mu, &until) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void hold_set(hold_t *h, int released)
+{
+    pthread_mutex_lock(&h->mu);
+    h->released = released;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/*
+ * Node r misses a write (its transfer fails there while n1 takes it; the
+ * writer drops r's replica) after the writer already took a new replica
+ * set from the master in which r is still listed: a truncation got its
+ * answers while the write's bytes to n1 were held up. r answers again
+ * afterwards. The writer's reads of the version in progress must not come
+ * from r (it holds the bytes the write replaced), nor may the published
+ * version's.
+ */
+static void test_a_dropped_replica_is_never_read_again(void **state)
+{
+    two_t *t = *state;
+    size_t size = 3 * MiB;
+    char *a = malloc(2 * FOFF), *b = malloc(2 * FOFF), *want = calloc(1, size), *got = malloc(size);
+    mc_put_opts_t po = {.replica_num = 2, .preferred_segment = mc_store_served_addr(t->r)};
+    hold_t h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    mc_writer_t *w = NULL;
+    batch_t ob;
+    slot_t osl = {&ob, 0};
+
+    memset(a, 'a', 2 * FOFF);
+    memset(b, 'b', 2 * FOFF);
+    memcpy(want, a, FOFF);
+    memcpy(want + FOFF, b + FOFF, FOFF);
+    batch_init(&ob, 1);
+    assert_int_equal(mc_writer_open_async(t->c, "f", 1, &po, NULL, &w, slot_done, &osl), 0);
+    batch_wait(&ob);
+    assert_int_equal(ob.rc[0], 0);
+    assert_int_equal(wcall(w, 'w', 0, a, 2 * FOFF), 2 * FOFF); /* on r and n1 */
+
+    /* n1 stops answering; the write at FOFF fails on r at once and waits
+     * for n1; the truncation (master calls only: its long gap is punched)
+     * gives the writer a new replica set meanwhile. */
+    assert_int_equal(mc_loop_post(mc_store_loop(t->n1), hold_run, &h), 0);
+    pthread_mutex_lock(&h.mu);
+    while (!h.held)
+        pthread_cond_wait(&h.cv, &h.mu);
+    pthread_mutex_unlock(&h.mu);
+    ops_t wr = {.w = w, .buf = b, .n = 1, .op = {WRITE(FOFF, FOFF)}};
+    ops_t tr = {.w = w, .n = 1, .op = {TRUNC(size)}};
+    ops_start(t->c, &wr);
+    ops_start(t->c, &tr);
+    batch_wait(&tr.b);
+    assert_int_equal(tr.b.rc[0], 0);
+    hold_set(&h, 1); /* n1 answers: the write lands there, r is dropped */
+    batch_wait(&wr.b);
+    assert_int_equal(wr.b.rc[0], FOFF);
+
+    memset(got, 0x55, size);
+    assert_int_equal(wcall(w, 'r', 0, got, 2 * FOFF), 2 * FOFF);
+    same_bytes("read back", got, want, 2 * FOFF);
+    assert_int_equal(wcall(w, 'c', 0, NULL, 0), 0);
+    memset(got, 0x55, size);
+    assert_int_equal(mc_get(t->c, "f", 1, 0, got, size, NULL), (int)size);
+    /* r would be listed first (preferred), and hold the replaced bytes */
+    same_bytes("published", got, want, size);
+    free(a);
+    free(b);
+    free(want);
+    free(got);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_a_write_failed_in_transfer_fails_the_commit,
+                                        setup_fault, teardown),
+        {"test_a_write_failed_in_transfer_fails_the_commit_over_tcp",
+         test_a_write_failed_in_transfer_fails_the_commit, setup_fault_tcp, teardown, NULL},
+        {"test_a_write_failed_in_transfer_fails_the_commit_on_a_node",
+         test_a_write_failed_in_transfer_fails_the_commit, setup_fault_node, teardown, NULL},
+        cmocka_unit_test_setup_teardown(test_a_failed_transfer_fails_what_follows, setup_fault,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_truncate_into_a_refused_write_reads_zeros, setup,
+                                        teardown),
+        {"test_a_truncate_into_a_refused_write_reads_zeros_over_tcp",
+         test_a_truncate_into_a_refused_write_reads_zeros, setup_tcp, teardown, NULL},
+        {"test_a_truncate_into_a_refused_write_reads_zeros_on_a_node",
+         test_a_truncate_into_a_refused_write_reads_zeros, setup_node, teardown, NULL},
+        cmocka_unit_test_setup_teardown(test_a_truncate_through_a_write_in_flight_reads_zeros,
+                                        setup, teardown),
+        {"test_a_truncate_through_a_write_in_flight_reads_zeros_over_tcp",
+         test_a_truncate_through_a_write_in_flight_reads_zeros, setup_tcp, teardown, NULL},
+        {"test_a_truncate_through_a_write_in_flight_reads_zeros_on_a_node",
+         test_a_truncate_through_a_write_in_flight_reads_zeros, setup_node, teardown, NULL},
+        cmocka_unit_test_setup_teardown(test_writes_waiting_for_a_mapping_land_in_order,
+                                        setup_node_shm, teardown),
+        cmocka_unit_test_setup_teardown(test_a_dropped_replica_is_never_read_again, setup_two_nodes,
+                                        teardown_two_nodes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
