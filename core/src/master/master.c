@@ -29,12 +29,20 @@ char *mc__dup_key(const char *key, size_t klen)
     return k;
 }
 
+/* The index's key callback: a version's key is its own. */
+static const char *version_key(const void *val, size_t *len)
+{
+    const mc__version_t *v = val;
+    *len = v->klen;
+    return v->key;
+}
+
 int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
 {
     mc__master_t *m = calloc(1, sizeof(*m));
     if (!m)
         return -ENOMEM;
-    m->ix = mc__index_new();
+    m->ix = mc__index_new(version_key);
     if (!m->ix) {
         free(m);
         return -ENOMEM;

@@ -359,17 +359,15 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
 {
     if (size > v->capacity)
         return -EINVAL;
-    /* One walk finds the name and makes room for it; an added slot is
-     * filled below, as nothing can fail once a slot was added. */
-    int fresh;
-    void **slot = mc__index_slot(m->ix, v->key, v->klen, &fresh);
-    if (!slot)
-        return -ENOMEM;
-    mc__version_t *name = *slot;
+    /* The name in one hash probe; a new one gets room in the index now,
+     * so that nothing can fail once v goes in below. */
+    mc__version_t *name = mc__index_get(m->ix, v->key, v->klen);
     if (added)
         *added = !name;
     if ((flags & MC_PUT_NOREPLACE) && name)
         return -EEXIST;
+    if (!name && mc__index_reserve(m->ix, 1) < 0)
+        return -ENOMEM;
     /* What v takes from the version it replaces (its file's names, its
      * attributes) goes into v's rare fields: made now, while failing
      * changes nothing (no slot was added: name is there). */
@@ -382,7 +380,7 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         int rc = mc__master_set_key(m, v, mc__vmore(name)->link, mc__vmore(name)->linklen);
         if (rc < 0)
             return rc;
-        if (!(slot = mc__index_slot(m->ix, v->key, v->klen, &fresh)))
+        if (!mc__index_get(m->ix, v->key, v->klen) && mc__index_reserve(m->ix, 1) < 0)
             return -ENOMEM;
     }
     uint64_t keep = small_keep(m, v, size);
@@ -391,8 +389,9 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
             replica_trim(m, &v->rep[r], keep);
         v->capacity = keep;
     }
-    mc__version_t *old = *slot;
-    *slot = v;
+    void *was = NULL; /* replaced, or a new key with room reserved: cannot fail */
+    mc__index_insert(m->ix, v, &was);
+    mc__version_t *old = was;
     v->size = size;
     v->id = m->next_id++;
     v->state = MC__PUBLISHED;

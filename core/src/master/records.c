@@ -181,7 +181,7 @@ static int take_meta(mc__version_t *v, const mc__rec_t *r)
 static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
     void *old = NULL;
-    int rc = mc__index_insert(m->ix, v->key, v->klen, v, &old);
+    int rc = mc__index_insert(m->ix, v, &old);
     if (rc < 0)
         return rc;
     v->state = MC__PUBLISHED;
@@ -202,8 +202,10 @@ static void rekey(mc__master_t *m, mc__version_t *v, const mc__rec_t *r, uint64_
     if (there && there->id >= v->id)
         return;
     char *k = mc__dup_key(r->key, r->klen);
-    if (!k)
+    if (!k || mc__index_reserve(m->ix, 1) < 0) {
+        free(k);
         return;
+    }
     mc__index_remove(m->ix, v->key, v->klen);
     mc__list_del(v);
     mc__version_set_key(v, k, r->klen);
