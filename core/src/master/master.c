@@ -56,7 +56,6 @@ int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
     m->stamp = m->next_id;
     mc__list_init(&m->lru);
     mc__list_init(&m->retired);
-    m->dirty.dprev = m->dirty.dnext = &m->dirty;
     if (mc__ids_init(&m->rebuilt) < 0) {
         mc__index_free(m->ix, NULL);
         free(m);
@@ -134,7 +133,7 @@ static void forget_rebuilt(mc__master_t *m, mc__version_t *v)
 void mc__version_destroy(mc__master_t *m, mc__version_t *v)
 {
     mc__list_del(v);
-    mc__master_undirty(v);
+    mc__master_undirty(m, v);
     forget_rebuilt(m, v);
     version_release_space(m, v);
     mc__version_free(v);
@@ -143,7 +142,7 @@ void mc__version_destroy(mc__master_t *m, mc__version_t *v)
 void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
     mc__list_del(v);
-    mc__master_undirty(v);
+    mc__master_undirty(m, v);
     forget_rebuilt(m, v); /* gone: a late record of it must not bring it back */
     if (m->notice && v->stamp)
         m->notice(m->notice_arg, m, v, 1);
@@ -177,6 +176,7 @@ void mc__master_free(mc__master_t *m)
     for (int i = 0; i < m->nseg; i++)
         mc__alloc_destroy(m->segs[i].alloc);
     free(m->segs);
+    free(m->dirty);
     free(m);
 }
 

@@ -36,8 +36,11 @@ struct mc__master {
     mc__version_t lru;     /* sentinel: published, least recently used first */
     mc__version_t retired; /* sentinel: retired, waiting for their lease */
     uint64_t evicted;
-    uint64_t stamp;       /* the last record stamp handed out */
-    mc__version_t dirty;  /* sentinel: versions whose nodes' records are stale */
+    uint64_t stamp;        /* the last record stamp handed out */
+    mc__version_t **dirty; /* versions whose nodes' records are stale (records.c): */
+    size_t ndirty, dcap;   /* [dhead, ndirty) still to flush, room for dcap */
+    size_t dhead;
+    int dirty_all;        /* the array could not grow: the next flush stamps every version */
     mc__notice_cb notice; /* mc__master_notices(); NULL: none */
     void *notice_arg;
     mc__ids_t rebuilt; /* mc__recovered_t by version id (records.c) */
@@ -62,8 +65,8 @@ static inline void mc__replica_free_ext(mc__replica_t *rep)
     rep->cap = 0;
 }
 
-/* Takes v off the dirty list (records.c); it is leaving. */
-void mc__master_undirty(mc__version_t *v);
+/* Takes v out of the dirty array (records.c); it is leaving. */
+void mc__master_undirty(mc__master_t *m, mc__version_t *v);
 
 /* The version lists: circular, doubly linked, through a sentinel. A version
  * on no list has next == NULL. */

@@ -27,31 +27,59 @@ void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg)
 
 void mc__master_dirty(mc__master_t *m, mc__version_t *v)
 {
-    if (!m->notice || !v || v->dnext || v->state != MC__PUBLISHED)
+    if (!m->notice || !v || v->dpos || v->state != MC__PUBLISHED)
         return;
-    v->dprev = m->dirty.dprev;
-    v->dnext = &m->dirty;
-    m->dirty.dprev->dnext = v;
-    m->dirty.dprev = v;
+    if (m->ndirty == m->dcap) {
+        size_t cap = m->dcap ? m->dcap * 2 : 64;
+        mc__version_t **d = cap <= UINT32_MAX ? realloc(m->dirty, cap * sizeof(*d)) : NULL;
+        if (!d) {
+            m->dirty_all = 1; /* out of memory: the next flush tells every version */
+            return;
+        }
+        m->dirty = d;
+        m->dcap = cap;
+    }
+    m->dirty[m->ndirty++] = v;
+    v->dpos = (uint32_t)m->ndirty;
 }
 
-void mc__master_undirty(mc__version_t *v)
+void mc__master_undirty(mc__master_t *m, mc__version_t *v)
 {
-    if (!v->dnext)
+    if (!v->dpos)
         return;
-    v->dprev->dnext = v->dnext;
-    v->dnext->dprev = v->dprev;
-    v->dprev = v->dnext = NULL;
+    /* The last one takes its place (both are past dhead: flushed ones have
+     * no place any more). */
+    size_t at = v->dpos - 1;
+    mc__version_t *last = m->dirty[--m->ndirty];
+    m->dirty[at] = last;
+    last->dpos = (uint32_t)at + 1;
+    v->dpos = 0;
+}
+
+/* Stamps v and hands it to the notice callback. */
+static void flush_one(mc__master_t *m, mc__version_t *v)
+{
+    v->stamp = ++m->stamp;
+    if (m->notice)
+        m->notice(m->notice_arg, m, v, 0);
 }
 
 void mc__master_flush(mc__master_t *m)
 {
-    while (m->dirty.dnext != &m->dirty) {
-        mc__version_t *v = m->dirty.dnext;
-        mc__master_undirty(v);
-        v->stamp = ++m->stamp;
-        if (m->notice)
-            m->notice(m->notice_arg, m, v, 0);
+    /* In the order they became dirty; the callback may mark more. */
+    while (m->dhead < m->ndirty) {
+        mc__version_t *v = m->dirty[m->dhead++];
+        v->dpos = 0;
+        flush_one(m, v);
+    }
+    m->dhead = m->ndirty = 0;
+    if (m->dirty_all) {
+        m->dirty_all = 0;
+        mc__index_iter_t it;
+        void *val;
+        mc__index_seek(m->ix, &it, NULL, 0, 0);
+        while (mc__index_next(&it, NULL, NULL, &val))
+            flush_one(m, val);
     }
 }
 
