@@ -33,8 +33,8 @@
 /* Space is reserved in the master's allocation unit (mc__master_opts_t
  * align, 64 bytes by default). A version under MC__SMALL_MAX bytes with no
  * hole is trimmed at its commit to a multiple of MC__SMALL_UNIT, the
- * segments' allocators' unit: a 100-byte value takes 112 bytes, not 128. */
-#define MC__SMALL_UNIT 16
+ * segments' allocators' unit: a 100-byte value takes 104 bytes, not 128. */
+#define MC__SMALL_UNIT 8
 #define MC__SMALL_MAX 1024
 
 /* The keys of hard-linked files (inodes); see the top of this file. */
