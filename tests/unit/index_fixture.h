@@ -22,6 +22,7 @@ typedef struct key {
         (lit), sizeof(lit) - 1                                                                     \
     }
 #define V(n) ((void *)(uintptr_t)(n))
+#define ENT_GONE ((uintptr_t)-1) /* the tag of a value its owner dropped */
 
 /* A value of the index: it carries its key (a copy) and a tag the tests
  * compare, V(tag). Values live in an arena freed at teardown. */
@@ -38,6 +39,7 @@ static inline const char *ent_key(const void *val, size_t *len)
 {
     const ent_t *e = val;
 
+    assert_true(e->tag != ENT_GONE); /* the index reads no value it gave back */
     *len = e->len;
     return e->key;
 }

@@ -224,6 +224,22 @@ static void test_replace_keeps_separators(void **state)
     assert_int_equal(mc__index_count(ix), N / 2);
 }
 
+/* A master frees its versions itself and then the index: freeing the
+ * index reads no value (a deep tree, every value marked gone first). */
+static void test_free_reads_no_value(void **state)
+{
+    mc__index_t *ix = *state;
+    char buf[16];
+
+    for (size_t i = 0; i < 5000; i++)
+        assert_int_equal(ins(ix, buf, key_of(buf, (i * 31) % 5000), V(1), NULL), 0);
+    for (size_t i = 0; i < narena; i++)
+        arena[i]->tag = ENT_GONE;
+    mc__index_free(ix, NULL);
+    *state = mc__index_new(ent_key); /* for the teardown */
+    assert_non_null(*state);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -232,6 +248,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tree_orders, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tree_random_large, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replace_keeps_separators, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_free_reads_no_value, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -447,7 +447,12 @@ void mc__index_free(mc__index_t *ix, void (*free_val)(void *))
 {
     if (!ix)
         return;
-    struct leaf *l = descend(ix, NULL, 0, NULL);
+    /* The leftmost leaf, reached without a compare: the values may be
+     * gone already (a caller that freed them itself passes no free_val). */
+    void *n = ix->root;
+    for (int k = 0; k < ix->height; k++)
+        n = ((struct inner *)n)->child[0];
+    struct leaf *l = n;
 
     free_inner(ix->root, ix->height);
     while (l) {

@@ -39,7 +39,8 @@ typedef struct mc__index_iter {
 mc__index_t *mc__index_new(mc__index_key_cb keyof);
 
 /* Frees the index; calls free_val(val) once on every value when free_val
- * is not NULL. ix may be NULL. */
+ * is not NULL. It reads no value's key, so the values may be freed
+ * already. ix may be NULL. */
 void mc__index_free(mc__index_t *ix, void (*free_val)(void *));
 
 /*

@@ -68,6 +68,10 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
     0x4 /* rebuilt from nodes' records: an entry by its id in the                                  \
            master's table of those (records.c) */
 
+/* mc__version_t.flags: its own allocation is from the master's slab
+ * (slab.h), not from malloc. */
+#define MC__V_SLAB 0x8
+
 /*
  * One version. Sized for the million small objects of a cache: one
  * allocation holds the struct, the replica array (room for the replicas

@@ -18,6 +18,7 @@
 #include "master/ids.h"
 #include "master/index.h"
 #include "master/master.h"
+#include "master/slab.h"
 
 typedef struct mc__segment {
     uint32_t id;
@@ -29,6 +30,7 @@ typedef struct mc__segment {
 
 struct mc__master {
     mc__index_t *ix;
+    mc__slab_t *slab; /* the versions that fit (NULL in a build with ASan: malloc) */
     mc__segment_t *segs;
     int nseg;
     uint64_t next_id;
@@ -113,13 +115,14 @@ mc__segment_t *mc__master_seg(mc__master_t *m, uint32_t id);
 char *mc__dup_key(const char *key, size_t klen);
 
 /* A new version (zeroed, on no list) of key[0..klen) with room for repcap
- * replicas, in one allocation; NULL when out of memory. Free it with
- * mc__version_destroy(), or mc__version_free() if it holds no space. */
-mc__version_t *mc__version_new(const char *key, size_t klen, uint32_t repcap);
+ * replicas, in one allocation (from m's slab when it fits); NULL when out
+ * of memory. Free it with mc__version_destroy(), or mc__version_free() if
+ * it holds no space. */
+mc__version_t *mc__version_new(mc__master_t *m, const char *key, size_t klen, uint32_t repcap);
 
 /* Frees v's memory (key, replica and extent arrays, attributes, link)
  * without returning its space or touching any list. */
-void mc__version_free(mc__version_t *v);
+void mc__version_free(mc__master_t *m, mc__version_t *v);
 
 /* v's key becomes k[0..klen), a malloc'd NUL-terminated string it now
  * owns (mc__dup_key()); the old key is freed. */

@@ -458,12 +458,12 @@ uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int d
 static mc__version_t *name_new(mc__master_t *m, const char *key, size_t klen, const char *ino,
                                size_t ilen)
 {
-    mc__version_t *n = mc__version_new(key, klen, 0);
+    mc__version_t *n = mc__version_new(m, key, klen, 0);
     if (!n)
         return NULL;
     mc__vmore_t *x = mc__version_more(n);
     if (!x || !(x->link = mc__dup_key(ino, ilen))) {
-        mc__version_free(n);
+        mc__version_free(m, n);
         return NULL;
     }
     x->linklen = (uint16_t)ilen;

@@ -55,7 +55,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         want = MC__MAX_REPLICAS;
     if (want > (uint32_t)m->nseg)
         want = (uint32_t)m->nseg;
-    mc__version_t *v = mc__version_new(key, klen, want);
+    mc__version_t *v = mc__version_new(m, key, klen, want);
     if (!v)
         return -ENOMEM;
     v->state = MC__PENDING;
@@ -79,7 +79,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     if ((po && po->rdev) || ttl) {
         mc__vmore_t *x = mc__version_more(v);
         if (!x) {
-            mc__version_free(v);
+            mc__version_free(m, v);
             return -ENOMEM;
         }
         x->rdev = po->rdev;

@@ -299,7 +299,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     uint64_t bytes = rec_bytes(r, ext);
     if (bytes < r->size || bytes - r->size >= m->o.align)
         return 0; /* not the space of this size */
-    mc__version_t *v = mc__version_new(r->key, r->klen, r->linklen ? 0 : 1);
+    mc__version_t *v = mc__version_new(m, r->key, r->klen, r->linklen ? 0 : 1);
     e = calloc(1, sizeof(*e));
     int rc = v && e ? 0 : -ENOMEM;
     mc__vmore_t *more = rc == 0 && r->linklen ? mc__version_more(v) : NULL;
@@ -313,7 +313,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         rc = take_extents(s, r, ext, &rep);
     if (rc < 0) {
         if (v)
-            mc__version_free(v);
+            mc__version_free(m, v);
         free(e);
         return rc == -ENOMEM ? rc : 0;
     }
