@@ -240,6 +240,34 @@ static void test_free_reads_no_value(void **state)
     assert_non_null(*state);
 }
 
+/* mc__index_replace(): the value found by key gives its place to another
+ * of the same key, found by pointer; a value not in the index is refused. */
+static void test_replace_by_pointer(void **state)
+{
+    mc__index_t *ix = *state;
+    enum { N = 3000 };
+    static ent_t *cur[N];
+    char buf[16];
+
+    for (size_t i = 0; i < N; i++) {
+        size_t len = key_of(buf, (i * 17) % N);
+        cur[(i * 17) % N] = ent(buf, len, 1);
+        assert_int_equal(mc__index_insert(ix, cur[(i * 17) % N], NULL), 0);
+    }
+    for (size_t i = 0; i < N; i++) {
+        size_t len = key_of(buf, i);
+        ent_t *e = ent(buf, len, 2);
+        assert_int_equal(mc__index_replace(ix, cur[i], e), 0);
+        assert_ptr_equal(mc__index_get(ix, buf, len), e);
+        cur[i]->tag = ENT_GONE; /* the index must not read the old one again */
+        /* Replacing what is no longer there is refused. */
+        assert_int_equal(mc__index_replace(ix, cur[i], ent(buf, len, 3)), -EINVAL);
+        cur[i] = e;
+    }
+    assert_int_equal(mc__index_check(ix), 0);
+    assert_int_equal(mc__index_count(ix), N);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -249,6 +277,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tree_random_large, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replace_keeps_separators, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_reads_no_value, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replace_by_pointer, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -307,8 +307,10 @@ static void tree_replace(mc__index_t *ix, void *old, void *val, const char *key,
 {
     step_t path[MAX_DEPTH];
     struct leaf *l = descend(ix, key, len, path);
-    unsigned pos = leaf_bound(ix, l, key, len, 0);
+    unsigned pos = 0;
 
+    while (l->val[pos] != old) /* a scan of pointers: no key read */
+        pos++;
     l->val[pos] = val;
     for (int k = 0; k < ix->height; k++)
         if (path[k].ci > 0 && path[k].node->sep[path[k].ci - 1] == old)
@@ -507,6 +509,23 @@ int mc__index_insert(mc__index_t *ix, void *val, void **old)
     tree_insert(ix, val, key, len);
     mc__ihash_add(&ix->h, val, hv);
     ix->count++;
+    return 0;
+}
+
+int mc__index_replace(mc__index_t *ix, void *old, void *val)
+{
+    size_t len;
+    const char *key;
+    long at;
+
+    if (!val || (uintptr_t)val >> 48)
+        return -EINVAL;
+    key = ix->keyof(val, &len);
+    at = mc__ihash_find_ptr(&ix->h, old, mc__ihash_key(key, len));
+    if (at < 0)
+        return -EINVAL;
+    mc__ihash_set(&ix->h, at, val);
+    tree_replace(ix, old, val, key, len);
     return 0;
 }
 

@@ -60,6 +60,14 @@ int mc__index_reserve(mc__index_t *ix, size_t n);
  */
 int mc__index_insert(mc__index_t *ix, void *val, void **old);
 
+/*
+ * Puts val in the place of old, a value in the index with the same key
+ * (a key the caller just looked up): no key is compared but on the way
+ * down the tree. Cannot fail: returns 0, or -EINVAL when old is not in the
+ * index under val's key or val is not a pointer the index takes.
+ */
+int mc__index_replace(mc__index_t *ix, void *old, void *val);
+
 /* Returns the value for key, or NULL when absent. */
 void *mc__index_get(const mc__index_t *ix, const char *key, size_t len);
 

@@ -179,6 +179,21 @@ long mc__ihash_find(const mc__ihash_t *h, const char *key, size_t len, uint64_t 
     }
 }
 
+long mc__ihash_find_ptr(const mc__ihash_t *h, const void *val, uint64_t hv)
+{
+    size_t i = home_of(h->cap, hv);
+
+    for (size_t d = 0;; d++) {
+        uint64_t s = h->slot[i];
+
+        if (!s || slot_dist(h, s, i) < d)
+            return -1;
+        if ((s & PTR_MASK) == (uint64_t)(uintptr_t)val)
+            return (long)i;
+        i = i + 1 == h->cap ? 0 : i + 1;
+    }
+}
+
 void mc__ihash_add(mc__ihash_t *h, void *val, uint64_t hv)
 {
     place(h, val, hv);

@@ -40,6 +40,10 @@ int mc__ihash_reserve(mc__ihash_t *h, size_t n);
 /* The slot index of key (its hash hv), or -1 when absent. */
 long mc__ihash_find(const mc__ihash_t *h, const char *key, size_t len, uint64_t hv);
 
+/* The slot index of val itself (its key hashing to hv), or -1: probes
+ * compare pointers, reading no key. */
+long mc__ihash_find_ptr(const mc__ihash_t *h, const void *val, uint64_t hv);
+
 /* The value in slot i (a slot mc__ihash_find() returned). */
 static inline void *mc__ihash_val(const mc__ihash_t *h, long i)
 {

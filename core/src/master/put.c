@@ -368,6 +368,7 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         return -EEXIST;
     if (!name && mc__index_reserve(m->ix, 1) < 0)
         return -ENOMEM;
+    mc__version_t *cur = name; /* what v replaces in the index */
     /* What v takes from the version it replaces (its file's names, its
      * attributes) goes into v's rare fields: made now, while failing
      * changes nothing (no slot was added: name is there). */
@@ -380,7 +381,8 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         int rc = mc__master_set_key(m, v, mc__vmore(name)->link, mc__vmore(name)->linklen);
         if (rc < 0)
             return rc;
-        if (!mc__index_get(m->ix, v->key, v->klen) && mc__index_reserve(m->ix, 1) < 0)
+        cur = mc__index_get(m->ix, v->key, v->klen); /* the file, or NULL: lost */
+        if (!cur && mc__index_reserve(m->ix, 1) < 0)
             return -ENOMEM;
     }
     uint64_t keep = small_keep(m, v, size);
@@ -389,9 +391,12 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
             replica_trim(m, &v->rep[r], keep);
         v->capacity = keep;
     }
-    void *was = NULL; /* replaced, or a new key with room reserved: cannot fail */
-    mc__index_insert(m->ix, v, &was);
-    mc__version_t *old = was;
+    /* Replaced in place, or a new key with room reserved: cannot fail. */
+    mc__version_t *old = cur;
+    if (cur)
+        mc__index_replace(m->ix, cur, v);
+    else
+        mc__index_insert(m->ix, v, NULL);
     v->size = size;
     v->id = m->next_id++;
     v->state = MC__PUBLISHED;
