@@ -587,13 +587,16 @@ int mc__index_next(mc__index_iter_t *it, const char **key, size_t *len, void **v
     if (!l)
         return 0;
     void *v = l->val[it->pos];
-    size_t kl;
-    const char *k = it->keyof(v, &kl);
 
-    if (key)
-        *key = k;
-    if (len)
-        *len = kl;
+    if (key || len) {
+        size_t kl;
+        const char *k = it->keyof(v, &kl);
+
+        if (key)
+            *key = k;
+        if (len)
+            *len = kl;
+    }
     if (val)
         *val = v;
     if (++it->pos == l->n) {
