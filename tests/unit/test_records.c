@@ -325,6 +325,54 @@ static void test_changes_are_noticed_once_per_flush(void **state)
     mc__master_free(m);
 }
 
+/* Many dirty versions (past the dirty array's first size), some removed
+ * before the flush (each taken out of the array, the last one moved into
+ * its place): the flush tells every other one once, in the order they
+ * became dirty but for those moves, and none of the removed ones. */
+static uint8_t told[400];
+static int told_dup;
+
+static void on_notice_count(void *arg, mc__master_t *m, mc__version_t *v, int drop)
+{
+    (void)arg, (void)m;
+    if (drop)
+        return;
+    int i = atoi(v->key + 1);
+    told_dup |= told[i];
+    told[i] = 1;
+}
+
+static void test_many_dirty_some_removed(void **state)
+{
+    (void)state;
+    enum { N = 400 };
+    mc__master_t *m = new_master_segs(1);
+    mc__master_notices(m, on_notice_count, NULL);
+    memset(told, 0, sizeof(told));
+    told_dup = 0;
+    char key[16];
+    for (int i = 0; i < N; i++) {
+        mc__version_t *v = NULL;
+        int n = snprintf(key, sizeof(key), "k%d", i);
+        assert_int_equal(mc__master_begin(m, key, (size_t)n, NULL, T0, &v), 0);
+        assert_int_equal(mc__master_commit(m, v, 0, 0, T0), 0);
+        mc__master_dirty(m, v);
+    }
+    for (int i = 0; i < N; i += 3) {
+        int n = snprintf(key, sizeof(key), "k%d", i);
+        assert_int_equal(mc__master_remove(m, key, (size_t)n, 0, T0), 0);
+    }
+    mc__master_flush(m);
+    assert_int_equal(told_dup, 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(told[i], i % 3 != 0);
+    memset(told, 0, sizeof(told));
+    mc__master_flush(m); /* nothing is dirty any more */
+    for (int i = 0; i < N; i++)
+        assert_int_equal(told[i], 0);
+    mc__master_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -338,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_the_latest_record_gives_the_metadata),
         cmocka_unit_test(test_hard_links_come_back),
         cmocka_unit_test(test_changes_are_noticed_once_per_flush),
+        cmocka_unit_test(test_many_dirty_some_removed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,55 +1,62 @@
 /*
- * index.c - the ordered key index: a skiplist of byte-string keys.
+ * index.c - the ordered key index: a B+tree of value pointers whose keys
+ * live in the values (index.h), beside a hash table of them (index_hash.c).
  *
- * Each node is one allocation: the node header, its tower of forward
- * pointers (1..INDEX_MAX_LEVEL of them), then the key bytes. A node never
- * moves once inserted, so a key pointer handed out by mc__index_next() stays
- * valid until that key is removed. Node heights come from a per-index
- * xorshift generator with a fixed seed, so the shape of an index depends only
- * on the sequence of operations applied to it (reproducible in tests).
- * Promotion probability is 1/4, which keeps the expected tower at 4/3
- * pointers per node.
+ * Leaves hold up to LEAF_CAP value pointers in key order and are linked
+ * both ways, so a walk is a step along an array; inner nodes hold up to
+ * INNER_CAP children and, between them, separators that are values too:
+ * sep[i] is the least value of child i + 1's subtree, always a value in the
+ * index, so no key is ever copied. A separator changes only when that value
+ * leaves its place as least of the subtree: removed (its successor takes
+ * over), replaced by a value of the same key, or moved to a sibling.
  *
- * Every node is also in a hash table of its key, for the lookups of one
- * exact key (mc__index_get(), and mc__index_slot() of a key present: a
- * commit replacing a version): one or two compares where a walk takes a
- * dozen. The table doubles when it holds more nodes than buckets; a table
- * that cannot grow (out of memory) keeps working with longer chains.
+ * A full leaf first passes a value to a sibling with room, and splits only
+ * when neither has any (in half, or unevenly at either end so that keys
+ * arriving in order fill leaves); a leaf under a quarter full merges with a
+ * sibling when the two fit in three quarters of a leaf, an empty one goes.
+ * Inner nodes merge when under a quarter full and the two fit in one.
+ * Nodes come from a small pool kept filled before each insert
+ * (mc__index_reserve()), so an insert fails before it changes anything.
  */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "master/index.h"
+#include "master/index_i.h"
 
-#define INDEX_MAX_LEVEL 32
-#define INDEX_SEED 0x9e3779b97f4a7c15ULL
-#define HASH_MIN 64 /* buckets of a new index's table (a power of two) */
+#define LEAF_CAP 60  /* a 512-byte malloc chunk */
+#define INNER_CAP 32 /* children */
+#define MAX_DEPTH 40 /* inner levels; every inner node below the root has >= 1 child of many */
 
-/* 24 bytes before the tower: a million keys are a million nodes. */
-struct index_node {
-    void *val;
-    struct index_node *hnext;  /* in its bucket of the hash table */
-    uint32_t hash;             /* key_hash() of the key, its low 32 bits */
-    uint16_t len;              /* key length in bytes, <= MC__INDEX_KEY_MAX */
-    unsigned char level;       /* entries in next[], 1..INDEX_MAX_LEVEL */
-    struct index_node *next[]; /* then the len key bytes */
+struct leaf {
+    struct leaf *prev, *next;
+    uint32_t n;
+    void *val[LEAF_CAP];
+};
+
+struct inner {
+    uint32_t n;               /* children */
+    void *sep[INNER_CAP - 1]; /* sep[i]: the least value under child[i + 1] */
+    void *child[INNER_CAP];   /* inner nodes, or leaves on the last level */
 };
 
 struct mc__index {
+    mc__index_key_cb keyof;
     size_t count;
-    uint64_t rng; /* xorshift64 state, never 0 */
-    int level;    /* levels in use: head[level..] are all NULL */
-    struct index_node *head[INDEX_MAX_LEVEL];
-    struct index_node **tab; /* the hash table: nbucket chains */
-    size_t nbucket;          /* a power of two */
+    int height; /* inner levels above the leaves (0: the root is a leaf) */
+    void *root; /* never NULL */
+    mc__ihash_t h;
+    struct leaf *spare_leaf;   /* the pool, linked through next */
+    struct inner *spare_inner; /* linked through child[0] */
+    size_t nspare_leaf, nspare_inner;
 };
 
-static char *node_key(const struct index_node *n)
-{
-    return (char *)&n->next[n->level];
-}
+/* One step of a walk from the root: the inner node and the child taken. */
+typedef struct step {
+    struct inner *node;
+    unsigned ci;
+} step_t;
 
 /* x's bytes in memory order as an integer: two such words order as their
  * bytes do. */
@@ -64,18 +71,15 @@ static uint64_t word_be(const unsigned char *p)
     return x;
 }
 
-/*
- * Compares n's key with key/len: <0, 0, >0 as n's key sorts before, equal to
- * or after it (memcmp's order, shorter first on a tie). Eight bytes at a
- * time, inline: every step of a walk compares, keys under one prefix share
- * their first bytes, and a call of memcmp per node cost more than the
- * comparing. key may be NULL when len is 0.
- */
-static int node_cmp(const struct index_node *n, const char *key, size_t len)
+/* Compares val's key with key/len: <0, 0, >0 as it sorts before, equal to
+ * or after (memcmp's order, shorter first on a tie), eight bytes at a time.
+ * key may be NULL when len is 0. */
+static int val_cmp(const mc__index_t *ix, const void *val, const char *key, size_t len)
 {
-    const unsigned char *a = (const unsigned char *)node_key(n);
+    size_t vlen, i = 0;
+    const unsigned char *a = (const unsigned char *)ix->keyof(val, &vlen);
     const unsigned char *b = (const unsigned char *)key;
-    size_t min = n->len < len ? n->len : len, i = 0;
+    size_t min = vlen < len ? vlen : len;
 
     for (; i + 8 <= min; i += 8) {
         uint64_t x = word_be(a + i), y = word_be(b + i);
@@ -86,308 +90,582 @@ static int node_cmp(const struct index_node *n, const char *key, size_t len)
     for (; i < min; i++)
         if (a[i] != b[i])
             return a[i] < b[i] ? -1 : 1;
-    return (n->len > len) - (n->len < len);
+    return (vlen > len) - (vlen < len);
 }
 
-/* A 32-bit hash of key[0..len), eight bytes at a time. */
-static uint32_t key_hash(const char *key, size_t len)
+/* Walks from the root to the leaf where key belongs, recording the steps
+ * in path[0..height) when path is not NULL. */
+static struct leaf *descend(const mc__index_t *ix, const char *key, size_t len, step_t *path)
 {
-    const unsigned char *p = (const unsigned char *)key;
-    uint64_t h = INDEX_SEED ^ len;
-    size_t i = 0;
+    void *n = ix->root;
 
-    for (; i + 8 <= len; i += 8) {
-        uint64_t w;
+    for (int k = 0; k < ix->height; k++) {
+        struct inner *in = n;
+        unsigned lo = 0, hi = in->n - 1; /* the child: how many separators are <= key */
 
-        memcpy(&w, p + i, sizeof(w));
-        h = (h ^ w) * 0xff51afd7ed558ccdULL;
-        h ^= h >> 32;
-    }
-    if (i < len) {
-        uint64_t w = 0;
+        while (lo < hi) {
+            unsigned mid = lo + (hi - lo) / 2;
 
-        memcpy(&w, p + i, len - i);
-        h = (h ^ w) * 0xff51afd7ed558ccdULL;
-    }
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    return (uint32_t)(h ^ (h >> 33));
-}
-
-/* The node of key (its hash h), or NULL. */
-static struct index_node *hash_find(const mc__index_t *ix, const char *key, size_t len, uint32_t h)
-{
-    for (struct index_node *n = ix->tab[h & (ix->nbucket - 1)]; n; n = n->hnext)
-        if (n->hash == h && n->len == len && (!len || memcmp(node_key(n), key, len) == 0))
-            return n;
-    return NULL;
-}
-
-/* Puts n in the hash table, doubling it first when it holds as many nodes
- * as buckets (and memory allows). */
-static void hash_add(mc__index_t *ix, struct index_node *n)
-{
-    if (ix->count >= ix->nbucket) {
-        size_t nb = ix->nbucket * 2;
-        struct index_node **tab = calloc(nb, sizeof(*tab));
-
-        if (tab) {
-            for (size_t b = 0; b < ix->nbucket; b++) {
-                for (struct index_node *e = ix->tab[b], *next; e; e = next) {
-                    next = e->hnext;
-                    e->hnext = tab[e->hash & (nb - 1)];
-                    tab[e->hash & (nb - 1)] = e;
-                }
-            }
-            free(ix->tab);
-            ix->tab = tab;
-            ix->nbucket = nb;
+            if (val_cmp(ix, in->sep[mid], key, len) <= 0)
+                lo = mid + 1;
+            else
+                hi = mid;
         }
+        if (path)
+            path[k] = (step_t){in, lo};
+        n = in->child[lo];
     }
-    struct index_node **b = &ix->tab[n->hash & (ix->nbucket - 1)];
-
-    n->hnext = *b;
-    *b = n;
+    return n;
 }
 
-/* Takes n out of the hash table. */
-static void hash_del(mc__index_t *ix, struct index_node *n)
+/* The first position in l whose key is >= key (after == 0) or > key. */
+static unsigned leaf_bound(const mc__index_t *ix, const struct leaf *l, const char *key, size_t len,
+                           int after)
 {
-    struct index_node **pp = &ix->tab[n->hash & (ix->nbucket - 1)];
+    unsigned lo = 0, hi = l->n;
 
-    while (*pp != n)
-        pp = &(*pp)->hnext;
-    *pp = n->hnext;
-}
+    while (lo < hi) {
+        unsigned mid = lo + (hi - lo) / 2;
+        int c = val_cmp(ix, l->val[mid], key, len);
 
-/* Draws a tower height: 1, then one more level with probability 1/4 each,
- * two random bits per step. 64 bits give exactly the 32 levels we allow. */
-static int random_level(mc__index_t *ix)
-{
-    uint64_t x = ix->rng;
-    int level = 1;
-
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    ix->rng = x;
-    while (level < INDEX_MAX_LEVEL && (x & 3) == 0) {
-        level++;
-        x >>= 2;
+        if (c < 0 || (c == 0 && after))
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return level;
+    return lo;
 }
 
-/*
- * Finds the first node whose key is >= key (after == 0) or > key (after != 0)
- * and returns it, or NULL when there is none. When update is not NULL,
- * update[i] receives, for each level i in use, the forward array whose slot i
- * points at or past that node: the links an insert or remove must rewrite.
- * Only callers that own a mutable index pass update.
- */
-static struct index_node *find(const mc__index_t *ix, const char *key, size_t len, int after,
-                               struct index_node **update[])
+/* ---- the node pool ---- */
+
+int mc__index_reserve(mc__index_t *ix, size_t n)
 {
-    struct index_node **fwd = (struct index_node **)ix->head;
-    struct index_node *stop = NULL; /* the last node found at or past key */
+    size_t want_inner = n * ((size_t)ix->height + n + 1);
 
-    for (int i = ix->level - 1; i >= 0; i--) {
-        struct index_node *n;
+    while (ix->nspare_leaf < n) {
+        struct leaf *l = malloc(sizeof(*l));
 
-        /* A level down often starts at the node that ended the level
-         * above: it is known to be at or past key, so it is not compared
-         * again. */
-        while ((n = fwd[i]) != NULL && n != stop) {
-            int c = node_cmp(n, key, len);
+        if (!l)
+            return -ENOMEM;
+        l->next = ix->spare_leaf;
+        ix->spare_leaf = l;
+        ix->nspare_leaf++;
+    }
+    while (ix->nspare_inner < want_inner) {
+        struct inner *in = malloc(sizeof(*in));
 
-            if (c > 0 || (c == 0 && !after)) {
-                stop = n;
-                break;
-            }
-            fwd = n->next;
+        if (!in)
+            return -ENOMEM;
+        in->child[0] = ix->spare_inner;
+        ix->spare_inner = in;
+        ix->nspare_inner++;
+    }
+    return mc__ihash_reserve(&ix->h, n);
+}
+
+static struct leaf *take_leaf(mc__index_t *ix)
+{
+    struct leaf *l = ix->spare_leaf;
+
+    ix->spare_leaf = l->next;
+    ix->nspare_leaf--;
+    memset(l, 0, sizeof(*l));
+    return l;
+}
+
+static struct inner *take_inner(mc__index_t *ix)
+{
+    struct inner *in = ix->spare_inner;
+
+    ix->spare_inner = in->child[0];
+    ix->nspare_inner--;
+    in->n = 0;
+    return in;
+}
+
+/* ---- insert ---- */
+
+/* Adds (sep, child) right after the child that path[k] took, splitting
+ * full inner nodes upwards and growing a new root when the old one splits. */
+static void insert_child(mc__index_t *ix, step_t *path, int k, void *sep, void *child)
+{
+    for (; k >= 0; k--) {
+        struct inner *p = path[k].node;
+        unsigned at = path[k].ci + 1, n = p->n;
+
+        if (n < INNER_CAP) {
+            memmove(&p->child[at + 1], &p->child[at], (n - at) * sizeof(p->child[0]));
+            memmove(&p->sep[at], &p->sep[at - 1], (n - at) * sizeof(p->sep[0]));
+            p->child[at] = child;
+            p->sep[at - 1] = sep;
+            p->n++;
+            return;
         }
-        if (update)
-            update[i] = fwd;
+        /* Split p: INNER_CAP + 1 children, the middle separator goes up. */
+        void *c[INNER_CAP + 1], *s[INNER_CAP];
+        unsigned h = (INNER_CAP + 1) / 2;
+        struct inner *r = take_inner(ix);
+
+        for (unsigned i = 0; i <= n; i++)
+            c[i] = i < at ? p->child[i] : i == at ? child : p->child[i - 1];
+        for (unsigned i = 0; i < n; i++)
+            s[i] = i < at - 1 ? p->sep[i] : i == at - 1 ? sep : p->sep[i - 1];
+        memcpy(p->child, c, h * sizeof(c[0]));
+        memcpy(p->sep, s, (h - 1) * sizeof(s[0]));
+        p->n = h;
+        memcpy(r->child, c + h, (n + 1 - h) * sizeof(c[0]));
+        memcpy(r->sep, s + h, (n - h) * sizeof(s[0]));
+        r->n = n + 1 - h;
+        sep = s[h - 1];
+        child = r;
     }
-    return fwd[0];
+    struct inner *root = take_inner(ix);
+
+    root->n = 2;
+    root->child[0] = ix->root;
+    root->child[1] = child;
+    root->sep[0] = sep;
+    ix->root = root;
+    ix->height++;
 }
 
-/* Returns a new empty index, or NULL when out of memory. Free it with
- * mc__index_free(). */
-mc__index_t *mc__index_new(void)
+/* Makes room in full leaf l (where val belongs at pos) by passing one value
+ * to a sibling with room; returns 1 when val is in place, else 0. */
+static int shift_to_sibling(mc__index_t *ix, step_t *up, struct leaf *l, unsigned pos, void *val)
+{
+    struct inner *p = up->node;
+    unsigned ci = up->ci;
+
+    if (ci > 0 && ((struct leaf *)p->child[ci - 1])->n < LEAF_CAP) {
+        struct leaf *s = p->child[ci - 1];
+
+        if (pos == 0) {
+            s->val[s->n++] = val;
+            return 1;
+        }
+        s->val[s->n++] = l->val[0];
+        memmove(&l->val[0], &l->val[1], (pos - 1) * sizeof(l->val[0]));
+        l->val[pos - 1] = val;
+        p->sep[ci - 1] = l->val[0];
+        return 1;
+    }
+    if (ci + 1 < p->n && ((struct leaf *)p->child[ci + 1])->n < LEAF_CAP) {
+        struct leaf *s = p->child[ci + 1];
+
+        memmove(&s->val[1], &s->val[0], s->n * sizeof(s->val[0]));
+        s->n++;
+        if (pos == LEAF_CAP) {
+            s->val[0] = val;
+        } else {
+            s->val[0] = l->val[LEAF_CAP - 1];
+            memmove(&l->val[pos + 1], &l->val[pos], (LEAF_CAP - 1 - pos) * sizeof(l->val[0]));
+            l->val[pos] = val;
+        }
+        p->sep[ci] = s->val[0];
+        return 1;
+    }
+    return 0;
+}
+
+/* Puts val (absent; nodes reserved) at its place in the tree. */
+static void tree_insert(mc__index_t *ix, void *val, const char *key, size_t len)
+{
+    step_t path[MAX_DEPTH];
+    struct leaf *l = descend(ix, key, len, path);
+    unsigned pos = leaf_bound(ix, l, key, len, 0);
+
+    if (l->n < LEAF_CAP) {
+        memmove(&l->val[pos + 1], &l->val[pos], (l->n - pos) * sizeof(l->val[0]));
+        l->val[pos] = val;
+        l->n++;
+        return;
+    }
+    if (ix->height > 0 && shift_to_sibling(ix, &path[ix->height - 1], l, pos, val))
+        return;
+    /* Split: in half, or at an end when val arrives at one. */
+    void *tmp[LEAF_CAP + 1];
+    unsigned s = pos == LEAF_CAP ? LEAF_CAP : pos == 0 ? 1 : (LEAF_CAP + 1) / 2;
+    struct leaf *r = take_leaf(ix);
+
+    memcpy(tmp, l->val, pos * sizeof(tmp[0]));
+    tmp[pos] = val;
+    memcpy(tmp + pos + 1, l->val + pos, (LEAF_CAP - pos) * sizeof(tmp[0]));
+    memcpy(l->val, tmp, s * sizeof(tmp[0]));
+    l->n = s;
+    memcpy(r->val, tmp + s, (LEAF_CAP + 1 - s) * sizeof(tmp[0]));
+    r->n = LEAF_CAP + 1 - s;
+    r->prev = l;
+    r->next = l->next;
+    if (l->next)
+        l->next->prev = r;
+    l->next = r;
+    insert_child(ix, path, ix->height - 1, r->val[0], r);
+}
+
+/* old (in the tree) gives its place to val, which has the same key. */
+static void tree_replace(mc__index_t *ix, void *old, void *val, const char *key, size_t len)
+{
+    step_t path[MAX_DEPTH];
+    struct leaf *l = descend(ix, key, len, path);
+    unsigned pos = 0;
+
+    while (l->val[pos] != old) /* a scan of pointers: no key read */
+        pos++;
+    l->val[pos] = val;
+    for (int k = 0; k < ix->height; k++)
+        if (path[k].ci > 0 && path[k].node->sep[path[k].ci - 1] == old)
+            path[k].node->sep[path[k].ci - 1] = val;
+}
+
+/* ---- remove ---- */
+
+static void unlink_leaf(struct leaf *l)
+{
+    if (l->prev)
+        l->prev->next = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    free(l);
+}
+
+/* Takes child idx (already freed or merged away) out of path[k]'s node,
+ * merging and dropping inner nodes upwards as they empty or run low. */
+static void remove_child(mc__index_t *ix, step_t *path, int k, unsigned idx)
+{
+    for (;;) {
+        struct inner *p = path[k].node;
+        unsigned si = idx > 0 ? idx - 1 : 0;
+
+        memmove(&p->child[idx], &p->child[idx + 1], (p->n - idx - 1) * sizeof(p->child[0]));
+        if (p->n > 1)
+            memmove(&p->sep[si], &p->sep[si + 1], (p->n - 2 - si) * sizeof(p->sep[0]));
+        p->n--;
+        if (k == 0)
+            break;
+        struct inner *g = path[k - 1].node;
+        unsigned gi = path[k - 1].ci;
+
+        if (p->n == 0) {
+            free(p);
+        } else if (p->n >= INNER_CAP / 4) {
+            return;
+        } else if (gi > 0 && ((struct inner *)g->child[gi - 1])->n + p->n <= INNER_CAP) {
+            struct inner *s = g->child[gi - 1];
+
+            s->sep[s->n - 1] = g->sep[gi - 1];
+            memcpy(&s->sep[s->n], p->sep, (p->n - 1) * sizeof(p->sep[0]));
+            memcpy(&s->child[s->n], p->child, p->n * sizeof(p->child[0]));
+            s->n += p->n;
+            free(p);
+        } else if (gi + 1 < g->n && ((struct inner *)g->child[gi + 1])->n + p->n <= INNER_CAP) {
+            struct inner *s = g->child[gi + 1];
+
+            p->sep[p->n - 1] = g->sep[gi];
+            memcpy(&p->sep[p->n], s->sep, (s->n - 1) * sizeof(s->sep[0]));
+            memcpy(&p->child[p->n], s->child, s->n * sizeof(s->child[0]));
+            p->n += s->n;
+            free(s);
+            gi++;
+        } else {
+            return;
+        }
+        idx = gi;
+        k--;
+    }
+    /* The root keeps two children or more, or gives way to its only one. */
+    while (ix->height > 0 && ((struct inner *)ix->root)->n == 1) {
+        struct inner *root = ix->root;
+
+        ix->root = root->child[0];
+        ix->height--;
+        free(root);
+    }
+}
+
+/* Leaf l (reached by path) lost a value: drops it when empty, merges it
+ * with a sibling when it runs low and they fit in three quarters of one. */
+static void rebalance_leaf(mc__index_t *ix, step_t *path, struct leaf *l)
+{
+    if (ix->height == 0)
+        return;
+    int k = ix->height - 1;
+    struct inner *p = path[k].node;
+    unsigned ci = path[k].ci;
+
+    if (l->n == 0) {
+        unlink_leaf(l);
+        remove_child(ix, path, k, ci);
+        return;
+    }
+    if (l->n >= LEAF_CAP / 4)
+        return;
+    if (ci > 0 && ((struct leaf *)p->child[ci - 1])->n + l->n <= LEAF_CAP * 3 / 4) {
+        struct leaf *s = p->child[ci - 1];
+
+        memcpy(&s->val[s->n], l->val, l->n * sizeof(l->val[0]));
+        s->n += l->n;
+        unlink_leaf(l);
+        remove_child(ix, path, k, ci);
+    } else if (ci + 1 < p->n && ((struct leaf *)p->child[ci + 1])->n + l->n <= LEAF_CAP * 3 / 4) {
+        struct leaf *s = p->child[ci + 1];
+
+        memcpy(&l->val[l->n], s->val, s->n * sizeof(s->val[0]));
+        l->n += s->n;
+        unlink_leaf(s);
+        remove_child(ix, path, k, ci + 1);
+    }
+}
+
+/* ---- the API ---- */
+
+mc__index_t *mc__index_new(mc__index_key_cb keyof)
 {
     mc__index_t *ix = calloc(1, sizeof(*ix));
 
     if (!ix)
         return NULL;
-    ix->rng = INDEX_SEED;
-    ix->nbucket = HASH_MIN;
-    ix->tab = calloc(ix->nbucket, sizeof(*ix->tab));
-    if (!ix->tab) {
+    ix->keyof = keyof;
+    ix->root = calloc(1, sizeof(struct leaf));
+    if (!ix->root || mc__ihash_init(&ix->h, keyof) < 0) {
+        free(ix->root);
         free(ix);
         return NULL;
     }
     return ix;
 }
 
-/* Frees the index and its copies of the keys; calls free_val(val) exactly
- * once on every value when free_val is not NULL. ix may be NULL. */
+static void free_inner(void *n, int height)
+{
+    if (height == 0)
+        return; /* a leaf: freed along the chain */
+    struct inner *in = n;
+
+    for (unsigned i = 0; i < in->n; i++)
+        free_inner(in->child[i], height - 1);
+    free(in);
+}
+
 void mc__index_free(mc__index_t *ix, void (*free_val)(void *))
 {
-    struct index_node *n, *next;
-
     if (!ix)
         return;
-    for (n = ix->head[0]; n; n = next) {
-        next = n->next[0];
-        if (free_val)
-            free_val(n->val);
-        free(n);
+    /* The leftmost leaf, reached without a compare: the values may be
+     * gone already (a caller that freed them itself passes no free_val). */
+    void *n = ix->root;
+    for (int k = 0; k < ix->height; k++)
+        n = ((struct inner *)n)->child[0];
+    struct leaf *l = n;
+
+    free_inner(ix->root, ix->height);
+    while (l) {
+        struct leaf *next = l->next;
+
+        for (unsigned i = 0; free_val && i < l->n; i++)
+            free_val(l->val[i]);
+        free(l);
+        l = next;
     }
-    free(ix->tab);
+    while (ix->spare_leaf) {
+        struct leaf *next = ix->spare_leaf->next;
+
+        free(ix->spare_leaf);
+        ix->spare_leaf = next;
+    }
+    while (ix->spare_inner) {
+        struct inner *next = ix->spare_inner->child[0];
+
+        free(ix->spare_inner);
+        ix->spare_inner = next;
+    }
+    mc__ihash_fini(&ix->h);
     free(ix);
 }
 
-/*
- * The slot of key's value, for the caller to read and write: key is inserted
- * with a NULL value when absent (*added 1, else 0), and the index keeps its
- * own copy of the key. A caller that leaves NULL in an added slot removes
- * the key again. Returns NULL when out of memory, or for a key longer than
- * MC__INDEX_KEY_MAX (index unchanged).
- */
-void **mc__index_slot(mc__index_t *ix, const char *key, size_t len, int *added)
+int mc__index_insert(mc__index_t *ix, void *val, void **old)
 {
-    struct index_node **update[INDEX_MAX_LEVEL];
-    uint32_t h;
-    struct index_node *n;
+    size_t len;
+    const char *key;
+    uint64_t hv;
+    long at;
 
-    *added = 0;
-    if (len > MC__INDEX_KEY_MAX)
-        return NULL;
-    h = key_hash(key, len);
-    n = hash_find(ix, key, len, h);
-    size_t hdr;
-    uint64_t saved_rng = ix->rng;
-    int level;
+    if (!val || (uintptr_t)val >> 48)
+        return -EINVAL;
+    key = ix->keyof(val, &len);
+    hv = mc__ihash_key(key, len);
+    at = mc__ihash_find(&ix->h, key, len, hv);
+    if (at >= 0) {
+        void *was = mc__ihash_val(&ix->h, at);
 
-    if (n)
-        return &n->val;
-
-    find(ix, key, len, 0, update);
-    level = random_level(ix);
-    hdr = sizeof(*n) + (size_t)level * sizeof(n->next[0]);
-    n = len <= SIZE_MAX - hdr ? malloc(hdr + len) : NULL;
-    if (!n) {
-        ix->rng = saved_rng; /* leave no trace, not even in the next height */
-        return NULL;
+        mc__ihash_set(&ix->h, at, val);
+        tree_replace(ix, was, val, key, len);
+        if (old)
+            *old = was;
+        return 1;
     }
-    n->val = NULL;
-    n->len = (uint16_t)len;
-    n->hash = h;
-    n->level = (unsigned char)level;
-    if (len)
-        memcpy(node_key(n), key, len);
+    int rc = mc__index_reserve(ix, 1);
 
-    for (int i = ix->level; i < level; i++)
-        update[i] = ix->head;
-    if (level > ix->level)
-        ix->level = level;
-    for (int i = 0; i < level; i++) {
-        n->next[i] = update[i][i];
-        update[i][i] = n;
-    }
-    hash_add(ix, n);
+    if (rc < 0)
+        return rc;
+    tree_insert(ix, val, key, len);
+    mc__ihash_add(&ix->h, val, hv);
     ix->count++;
-    *added = 1;
-    return &n->val;
+    return 0;
 }
 
-/*
- * Maps key to val. The index keeps its own copy of the key. If the key was
- * present its value is replaced: returns 1 and stores the previous value in
- * *old (when old is not NULL); the caller owns that value again. Returns 0
- * when inserted, -ENOMEM when out of memory or for a key longer than
- * MC__INDEX_KEY_MAX (index unchanged).
- */
-int mc__index_insert(mc__index_t *ix, const char *key, size_t len, void *val, void **old)
+int mc__index_replace(mc__index_t *ix, void *old, void *val)
 {
-    int added;
-    void **slot = mc__index_slot(ix, key, len, &added);
+    size_t len;
+    const char *key;
+    long at;
 
-    if (!slot)
-        return -ENOMEM;
-    if (!added && old)
-        *old = *slot;
-    *slot = val;
-    return !added;
+    if (!val || (uintptr_t)val >> 48)
+        return -EINVAL;
+    key = ix->keyof(val, &len);
+    at = mc__ihash_find_ptr(&ix->h, old, mc__ihash_key(key, len));
+    if (at < 0)
+        return -EINVAL;
+    mc__ihash_set(&ix->h, at, val);
+    tree_replace(ix, old, val, key, len);
+    return 0;
 }
 
-/* Returns the value for key, or NULL when absent (or when NULL was stored). */
 void *mc__index_get(const mc__index_t *ix, const char *key, size_t len)
 {
-    struct index_node *n =
-        len <= MC__INDEX_KEY_MAX ? hash_find(ix, key, len, key_hash(key, len)) : NULL;
+    long at = mc__ihash_find(&ix->h, key, len, mc__ihash_key(key, len));
 
-    return n ? n->val : NULL;
+    return at >= 0 ? mc__ihash_val(&ix->h, at) : NULL;
 }
 
-/* Removes key and frees the index's copy of it; returns its value, which the
- * caller owns again, or NULL when absent. */
 void *mc__index_remove(mc__index_t *ix, const char *key, size_t len)
 {
-    struct index_node **update[INDEX_MAX_LEVEL];
-    struct index_node *n = find(ix, key, len, 0, update);
-    void *val;
+    long at = mc__ihash_find(&ix->h, key, len, mc__ihash_key(key, len));
 
-    if (!n || node_cmp(n, key, len) != 0)
+    if (at < 0)
         return NULL;
-    /* n is the first node >= key, so every level of its tower links to it
-     * from update[i]. */
-    for (int i = 0; i < n->level; i++)
-        update[i][i] = n->next[i];
-    hash_del(ix, n);
-    while (ix->level > 0 && ix->head[ix->level - 1] == NULL)
-        ix->level--;
+    step_t path[MAX_DEPTH];
+    struct leaf *l = descend(ix, key, len, path);
+    unsigned pos = leaf_bound(ix, l, key, len, 0);
+    void *val = l->val[pos], *succ;
+
+    memmove(&l->val[pos], &l->val[pos + 1], (l->n - pos - 1) * sizeof(l->val[0]));
+    l->n--;
+    /* Where val was the least of a subtree, its successor is now. */
+    succ = pos < l->n ? l->val[pos] : l->next ? l->next->val[0] : NULL;
+    for (int k = 0; k < ix->height; k++)
+        if (path[k].ci > 0 && path[k].node->sep[path[k].ci - 1] == val)
+            path[k].node->sep[path[k].ci - 1] = succ;
+    mc__ihash_del(&ix->h, at);
     ix->count--;
-    val = n->val;
-    free(n);
+    rebalance_leaf(ix, path, l);
     return val;
 }
 
-/* Returns the number of keys. */
 size_t mc__index_count(const mc__index_t *ix)
 {
     return ix->count;
 }
 
-/*
- * Positions *it at the first key >= key (after == 0) or > key (after != 0),
- * or at the end when there is none. key may be NULL (len 0) for the first
- * key of the index.
- */
 void mc__index_seek(const mc__index_t *ix, mc__index_iter_t *it, const char *key, size_t len,
                     int after)
 {
-    it->node = find(ix, key, len, after, NULL);
+    struct leaf *l = descend(ix, key, len, NULL);
+    unsigned pos = leaf_bound(ix, l, key, len, after);
+
+    if (pos == l->n) {
+        l = l->next;
+        pos = 0;
+    }
+    it->leaf = l;
+    it->pos = pos;
+    it->keyof = ix->keyof;
 }
 
-/*
- * Returns 1 and the entry at *it (key, len and val may each be NULL), then
- * advances *it; returns 0 at the end. The key pointer points into the index
- * and stays valid until that key is removed.
- */
 int mc__index_next(mc__index_iter_t *it, const char **key, size_t *len, void **val)
 {
-    struct index_node *n = it->node;
+    struct leaf *l = it->leaf;
 
-    if (!n)
+    if (!l)
         return 0;
-    if (key)
-        *key = node_key(n);
-    if (len)
-        *len = n->len;
+    void *v = l->val[it->pos];
+
+    if (key || len) {
+        size_t kl;
+        const char *k = it->keyof(v, &kl);
+
+        if (key)
+            *key = k;
+        if (len)
+            *len = kl;
+    }
     if (val)
-        *val = n->val;
-    it->node = n->next[0];
+        *val = v;
+    if (++it->pos == l->n) {
+        it->leaf = l->next;
+        it->pos = 0;
+    }
     return 1;
+}
+
+/* ---- checking (tests) ---- */
+
+/* Checks the subtree n of the given height whose values lie in (lo, hi)
+ * (NULL: unbounded); *first gets its least value, *leaf walks the leaf
+ * chain alongside. Returns the values under n, or -1. */
+static long check_node(const mc__index_t *ix, const void *n, int height, const void *lo,
+                       const void *hi, const void **first, const struct leaf **leaf)
+{
+    size_t kl;
+    const char *k;
+
+    if (height == 0) {
+        const struct leaf *l = n;
+
+        if (l != *leaf || (l->n == 0 && ix->height > 0) || l->n > LEAF_CAP)
+            return -1;
+        for (unsigned i = 0; i < l->n; i++) {
+            k = ix->keyof(l->val[i], &kl);
+            if ((lo && val_cmp(ix, lo, k, kl) > 0) || (hi && val_cmp(ix, hi, k, kl) <= 0))
+                return -1;
+            if (i > 0 && val_cmp(ix, l->val[i - 1], k, kl) >= 0)
+                return -1;
+            if (mc__index_get(ix, k, kl) != l->val[i])
+                return -1;
+        }
+        if (l->next && l->next->prev != l)
+            return -1;
+        *first = l->n ? l->val[0] : NULL;
+        *leaf = l->next;
+        return l->n;
+    }
+    const struct inner *in = n;
+    long total = 0;
+
+    if (in->n == 0 || in->n > INNER_CAP || (n == ix->root && in->n < 2))
+        return -1;
+    for (unsigned i = 0; i < in->n; i++) {
+        const void *f = NULL;
+        long c = check_node(ix, in->child[i], height - 1, i ? in->sep[i - 1] : lo,
+                            i + 1 < in->n ? in->sep[i] : hi, &f, leaf);
+
+        if (c < 0 || (i > 0 && f != in->sep[i - 1]) || (i > 0 && lo == NULL && f == NULL))
+            return -1;
+        if (i == 0)
+            *first = f;
+        total += c;
+    }
+    return total;
+}
+
+int mc__index_check(const mc__index_t *ix)
+{
+    const struct leaf *leaf = descend(ix, NULL, 0, NULL);
+    const void *first = NULL;
+
+    if (leaf->prev)
+        return -EINVAL;
+    long n = check_node(ix, ix->root, ix->height, NULL, NULL, &first, &leaf);
+
+    if (n < 0 || (size_t)n != ix->count || leaf != NULL || ix->h.count != ix->count)
+        return -EINVAL;
+    return 0;
 }

@@ -11,6 +11,18 @@
 
 #include "master/master_i.h"
 
+/* Under AddressSanitizer versions come from malloc, which it watches. */
+#if defined(__SANITIZE_ADDRESS__)
+#define MC__NO_SLAB 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MC__NO_SLAB 1
+#endif
+#endif
+#ifndef MC__NO_SLAB
+#define MC__NO_SLAB 0
+#endif
+
 mc__segment_t *mc__master_seg(mc__master_t *m, uint32_t id)
 {
     for (int i = 0; i < m->nseg; i++)
@@ -29,12 +41,27 @@ char *mc__dup_key(const char *key, size_t klen)
     return k;
 }
 
+/* The index's key callback: a version's key is its own. */
+static const char *version_key(const void *val, size_t *len)
+{
+    const mc__version_t *v = val;
+    *len = v->klen;
+    return v->key;
+}
+
 int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
 {
     mc__master_t *m = calloc(1, sizeof(*m));
     if (!m)
         return -ENOMEM;
-    m->ix = mc__index_new();
+    m->ix = mc__index_new(version_key);
+#if !MC__NO_SLAB
+    m->slab = mc__slab_new();
+    if (!m->slab) {
+        mc__index_free(m->ix, NULL);
+        m->ix = NULL;
+    }
+#endif
     if (!m->ix) {
         free(m);
         return -ENOMEM;
@@ -48,9 +75,9 @@ int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
     m->stamp = m->next_id;
     mc__list_init(&m->lru);
     mc__list_init(&m->retired);
-    m->dirty.dprev = m->dirty.dnext = &m->dirty;
     if (mc__ids_init(&m->rebuilt) < 0) {
         mc__index_free(m->ix, NULL);
+        mc__slab_free_all(m->slab);
         free(m);
         return -ENOMEM;
     }
@@ -58,12 +85,15 @@ int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
     return 0;
 }
 
-mc__version_t *mc__version_new(const char *key, size_t klen, uint32_t repcap)
+mc__version_t *mc__version_new(mc__master_t *m, const char *key, size_t klen, uint32_t repcap)
 {
-    size_t reps = sizeof(mc__replica_t) * repcap;
-    mc__version_t *v = calloc(1, sizeof(*v) + reps + klen + 1);
+    size_t reps = sizeof(mc__replica_t) * repcap, size = sizeof(mc__version_t) + reps + klen + 1;
+    int slab = m->slab && size <= MC__SLAB_MAX;
+    mc__version_t *v = slab ? mc__slab_alloc(m->slab, size) : calloc(1, size);
     if (!v)
         return NULL;
+    if (slab)
+        v->flags = MC__V_SLAB;
     v->rep = (mc__replica_t *)(v + 1);
     v->repcap = (uint8_t)repcap;
     v->key = (char *)v->rep + reps;
@@ -88,7 +118,7 @@ mc__vmore_t *mc__version_more(mc__version_t *v)
     return v->more;
 }
 
-void mc__version_free(mc__version_t *v)
+void mc__version_free(mc__master_t *m, mc__version_t *v)
 {
     for (uint32_t r = 0; r < v->nrep; r++)
         mc__replica_free_ext(&v->rep[r]);
@@ -101,7 +131,10 @@ void mc__version_free(mc__version_t *v)
         free(v->more->link);
         free(v->more);
     }
-    free(v);
+    if (v->flags & MC__V_SLAB)
+        mc__slab_free(m->slab, v);
+    else
+        free(v);
 }
 
 static void version_release_space(mc__master_t *m, mc__version_t *v)
@@ -126,16 +159,16 @@ static void forget_rebuilt(mc__master_t *m, mc__version_t *v)
 void mc__version_destroy(mc__master_t *m, mc__version_t *v)
 {
     mc__list_del(v);
-    mc__master_undirty(v);
+    mc__master_undirty(m, v);
     forget_rebuilt(m, v);
     version_release_space(m, v);
-    mc__version_free(v);
+    mc__version_free(m, v);
 }
 
 void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
     mc__list_del(v);
-    mc__master_undirty(v);
+    mc__master_undirty(m, v);
     forget_rebuilt(m, v); /* gone: a late record of it must not bring it back */
     if (m->notice && v->stamp)
         m->notice(m->notice_arg, m, v, 1);
@@ -144,11 +177,6 @@ void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
         mc__list_add_tail(&m->retired, v);
     else
         mc__version_destroy(m, v);
-}
-
-static void free_published(void *p)
-{
-    mc__version_free(p); /* its space: the allocators go away as a whole */
 }
 
 void mc__master_free(mc__master_t *m)
@@ -161,7 +189,14 @@ void mc__master_free(mc__master_t *m)
     for (mc__version_t *v = m->lru.next; v != &m->lru; v = v->next)
         v->state = MC__RETIRED;
     mc__list_init(&m->lru);
-    mc__index_free(m->ix, free_published);
+    /* The published versions' memory (their space: the allocators go away
+     * as a whole). A walk has read a version's key before handing it out. */
+    mc__index_iter_t it;
+    void *val;
+    mc__index_seek(m->ix, &it, NULL, 0, 0);
+    while (mc__index_next(&it, NULL, NULL, &val))
+        mc__version_free(m, val);
+    mc__index_free(m->ix, NULL);
     size_t at = 0;
     for (mc__idnode_t *e; m->rebuilt.b && (e = mc__ids_first(&m->rebuilt, &at));)
         free(mc__ids_del(&m->rebuilt, e->id));
@@ -169,6 +204,8 @@ void mc__master_free(mc__master_t *m)
     for (int i = 0; i < m->nseg; i++)
         mc__alloc_destroy(m->segs[i].alloc);
     free(m->segs);
+    free(m->dirty);
+    mc__slab_free_all(m->slab);
     free(m);
 }
 

@@ -33,8 +33,8 @@
 /* Space is reserved in the master's allocation unit (mc__master_opts_t
  * align, 64 bytes by default). A version under MC__SMALL_MAX bytes with no
  * hole is trimmed at its commit to a multiple of MC__SMALL_UNIT, the
- * segments' allocators' unit: a 100-byte value takes 112 bytes, not 128. */
-#define MC__SMALL_UNIT 16
+ * segments' allocators' unit: a 100-byte value takes 104 bytes, not 128. */
+#define MC__SMALL_UNIT 8
 #define MC__SMALL_MAX 1024
 
 /* The keys of hard-linked files (inodes); see the top of this file. */
@@ -68,6 +68,10 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
     0x4 /* rebuilt from nodes' records: an entry by its id in the                                  \
            master's table of those (records.c) */
 
+/* mc__version_t.flags: its own allocation is from the master's slab
+ * (slab.h), not from malloc. */
+#define MC__V_SLAB 0x8
+
 /*
  * One version. Sized for the million small objects of a cache: one
  * allocation holds the struct, the replica array (room for the replicas
@@ -75,11 +79,10 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  * need (issue 14: 1M keys of 100 B take no more memory than in Redis).
  */
 typedef struct mc__version {
-    struct mc__version *prev, *next;   /* LRU list (published) or retired list */
-    struct mc__version *dprev, *dnext; /* on the dirty list: its nodes' records are stale */
-    char *key;          /* NUL-terminated, in this allocation unless MC__V_KEY_OWNED */
-    mc__replica_t *rep; /* rep[0..nrep), room for repcap; in this allocation unless
-                           MC__V_REP_OWNED */
+    struct mc__version *prev, *next; /* LRU list (published) or retired list */
+    char *key;                       /* NUL-terminated, in this allocation unless MC__V_KEY_OWNED */
+    mc__replica_t *rep;              /* rep[0..nrep), room for repcap; in this allocation unless
+                                        MC__V_REP_OWNED */
     uint64_t id;
     uint64_t size;     /* bytes of data */
     uint64_t capacity; /* bytes reserved in each replica */
@@ -92,10 +95,12 @@ typedef struct mc__version {
     mc__extent_t ext1;      /* the extent array of its first replica while that has one
                                extent (rep[0].ext points here, rep[0].cap is 0): most
                                objects' only extent needs no allocation of its own */
-    uint16_t klen;          /* <= MC_KEY_MAX */
     uint32_t mode;
     uint32_t uid, gid; /* MC_OWNER_NONE: none recorded */
     uint32_t refs;     /* open handles */
+    uint32_t dpos;     /* its place in the master's dirty array, plus one (0: not
+                          dirty): its nodes' records are stale */
+    uint16_t klen;     /* <= MC_KEY_MAX */
     uint8_t type;      /* MC_TYPE_* */
     uint8_t state;     /* enum mc__vstate */
     uint8_t pin;       /* MC_PIN_* */

@@ -18,6 +18,7 @@
 #include "master/ids.h"
 #include "master/index.h"
 #include "master/master.h"
+#include "master/slab.h"
 
 typedef struct mc__segment {
     uint32_t id;
@@ -29,6 +30,7 @@ typedef struct mc__segment {
 
 struct mc__master {
     mc__index_t *ix;
+    mc__slab_t *slab; /* the versions that fit (NULL in a build with ASan: malloc) */
     mc__segment_t *segs;
     int nseg;
     uint64_t next_id;
@@ -36,8 +38,11 @@ struct mc__master {
     mc__version_t lru;     /* sentinel: published, least recently used first */
     mc__version_t retired; /* sentinel: retired, waiting for their lease */
     uint64_t evicted;
-    uint64_t stamp;       /* the last record stamp handed out */
-    mc__version_t dirty;  /* sentinel: versions whose nodes' records are stale */
+    uint64_t stamp;        /* the last record stamp handed out */
+    mc__version_t **dirty; /* versions whose nodes' records are stale (records.c): */
+    size_t ndirty, dcap;   /* [dhead, ndirty) still to flush, room for dcap */
+    size_t dhead;
+    int dirty_all;        /* the array could not grow: the next flush stamps every version */
     mc__notice_cb notice; /* mc__master_notices(); NULL: none */
     void *notice_arg;
     mc__ids_t rebuilt; /* mc__recovered_t by version id (records.c) */
@@ -62,8 +67,8 @@ static inline void mc__replica_free_ext(mc__replica_t *rep)
     rep->cap = 0;
 }
 
-/* Takes v off the dirty list (records.c); it is leaving. */
-void mc__master_undirty(mc__version_t *v);
+/* Takes v out of the dirty array (records.c); it is leaving. */
+void mc__master_undirty(mc__master_t *m, mc__version_t *v);
 
 /* The version lists: circular, doubly linked, through a sentinel. A version
  * on no list has next == NULL. */
@@ -110,13 +115,14 @@ mc__segment_t *mc__master_seg(mc__master_t *m, uint32_t id);
 char *mc__dup_key(const char *key, size_t klen);
 
 /* A new version (zeroed, on no list) of key[0..klen) with room for repcap
- * replicas, in one allocation; NULL when out of memory. Free it with
- * mc__version_destroy(), or mc__version_free() if it holds no space. */
-mc__version_t *mc__version_new(const char *key, size_t klen, uint32_t repcap);
+ * replicas, in one allocation (from m's slab when it fits); NULL when out
+ * of memory. Free it with mc__version_destroy(), or mc__version_free() if
+ * it holds no space. */
+mc__version_t *mc__version_new(mc__master_t *m, const char *key, size_t klen, uint32_t repcap);
 
 /* Frees v's memory (key, replica and extent arrays, attributes, link)
  * without returning its space or touching any list. */
-void mc__version_free(mc__version_t *v);
+void mc__version_free(mc__master_t *m, mc__version_t *v);
 
 /* v's key becomes k[0..klen), a malloc'd NUL-terminated string it now
  * owns (mc__dup_key()); the old key is freed. */

@@ -88,16 +88,16 @@ static int rename_one(mc__master_t *m, const char *from, size_t flen, const char
         memcmp(mc__vmore(v)->link, mc__vmore(dst)->link, mc__vmore(v)->linklen) == 0)
         return 0;
     char *k = mc__dup_key(to, tlen);
-    if (!k)
-        return -ENOMEM;
-    void *old = NULL;
-    int rc = mc__index_insert(m->ix, to, tlen, v, &old);
-    if (rc < 0) {
+    if (!k || (!dst && mc__index_reserve(m->ix, 1) < 0)) {
         free(k);
-        return rc;
+        return -ENOMEM;
     }
+    /* v leaves from and comes back under to, which it takes from dst or
+     * for which room was reserved: the insert cannot fail. */
+    void *old = NULL;
     mc__index_remove(m->ix, from, flen);
     mc__version_set_key(v, k, tlen);
+    int rc = mc__index_insert(m->ix, v, &old);
     mc__master_dirty(m, v);
     if (rc == 1 && old)
         entry_gone(m, old, now);
@@ -179,7 +179,7 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
         size_t nl = v->klen - flen + tlen;
         mc__index_remove(m->ix, v->key, v->klen);
         if (rc == 0)
-            rc = mc__index_insert(m->ix, keys[i], nl, v, NULL);
+            rc = mc__index_reserve(m->ix, 1);
         if (rc < 0) {
             /* Out of memory half-way: the object is lost, say so. */
             mc__master_retire(m, v, now);
@@ -187,6 +187,7 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
             continue;
         }
         mc__version_set_key(v, keys[i], nl);
+        mc__index_insert(m->ix, v, NULL); /* a new key, room reserved: cannot fail */
         mc__master_dirty(m, v);
     }
     free(keys);
@@ -457,12 +458,12 @@ uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int d
 static mc__version_t *name_new(mc__master_t *m, const char *key, size_t klen, const char *ino,
                                size_t ilen)
 {
-    mc__version_t *n = mc__version_new(key, klen, 0);
+    mc__version_t *n = mc__version_new(m, key, klen, 0);
     if (!n)
         return NULL;
     mc__vmore_t *x = mc__version_more(n);
     if (!x || !(x->link = mc__dup_key(ino, ilen))) {
-        mc__version_free(n);
+        mc__version_free(m, n);
         return NULL;
     }
     x->linklen = (uint16_t)ilen;
@@ -499,16 +500,17 @@ int mc__master_link(mc__master_t *m, const char *from, size_t flen, const char *
     mc__vmore_t *fx = mc__version_more(f); /* counts its names */
     if (!dst || !fx || (!mc__vmore(src)->link && (!name || !ikey)))
         goto nomem;
-    if (mc__index_insert(m->ix, to, tlen, dst, NULL) < 0)
+    /* Three inserts of absent keys at most (to, the inode key, from again):
+     * with room reserved none can fail. */
+    if (mc__index_reserve(m->ix, 3) < 0)
         goto nomem;
+    mc__index_insert(m->ix, dst, NULL);
     if (!mc__vmore(src)->link) {
         /* The file moves to its inode key; from becomes a name of it. */
-        if (mc__index_insert(m->ix, ino, ilen, f, NULL) < 0) {
-            mc__index_remove(m->ix, to, tlen);
-            goto nomem;
-        }
-        mc__index_insert(m->ix, from, flen, name, NULL); /* replaces: no allocation */
+        mc__index_remove(m->ix, from, flen);
         mc__version_set_key(f, ikey, ilen);
+        mc__index_insert(m->ix, f, NULL);
+        mc__index_insert(m->ix, name, NULL);
         fx->links = 1;
     }
     fx->links++;

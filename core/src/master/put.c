@@ -55,7 +55,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         want = MC__MAX_REPLICAS;
     if (want > (uint32_t)m->nseg)
         want = (uint32_t)m->nseg;
-    mc__version_t *v = mc__version_new(key, klen, want);
+    mc__version_t *v = mc__version_new(m, key, klen, want);
     if (!v)
         return -ENOMEM;
     v->state = MC__PENDING;
@@ -79,7 +79,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
     if ((po && po->rdev) || ttl) {
         mc__vmore_t *x = mc__version_more(v);
         if (!x) {
-            mc__version_free(v);
+            mc__version_free(m, v);
             return -ENOMEM;
         }
         x->rdev = po->rdev;
@@ -359,17 +359,16 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
 {
     if (size > v->capacity)
         return -EINVAL;
-    /* One walk finds the name and makes room for it; an added slot is
-     * filled below, as nothing can fail once a slot was added. */
-    int fresh;
-    void **slot = mc__index_slot(m->ix, v->key, v->klen, &fresh);
-    if (!slot)
-        return -ENOMEM;
-    mc__version_t *name = *slot;
+    /* The name in one hash probe; a new one gets room in the index now,
+     * so that nothing can fail once v goes in below. */
+    mc__version_t *name = mc__index_get(m->ix, v->key, v->klen);
     if (added)
         *added = !name;
     if ((flags & MC_PUT_NOREPLACE) && name)
         return -EEXIST;
+    if (!name && mc__index_reserve(m->ix, 1) < 0)
+        return -ENOMEM;
+    mc__version_t *cur = name; /* what v replaces in the index */
     /* What v takes from the version it replaces (its file's names, its
      * attributes) goes into v's rare fields: made now, while failing
      * changes nothing (no slot was added: name is there). */
@@ -382,7 +381,8 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         int rc = mc__master_set_key(m, v, mc__vmore(name)->link, mc__vmore(name)->linklen);
         if (rc < 0)
             return rc;
-        if (!(slot = mc__index_slot(m->ix, v->key, v->klen, &fresh)))
+        cur = mc__index_get(m->ix, v->key, v->klen); /* the file, or NULL: lost */
+        if (!cur && mc__index_reserve(m->ix, 1) < 0)
             return -ENOMEM;
     }
     uint64_t keep = small_keep(m, v, size);
@@ -391,8 +391,12 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
             replica_trim(m, &v->rep[r], keep);
         v->capacity = keep;
     }
-    mc__version_t *old = *slot;
-    *slot = v;
+    /* Replaced in place, or a new key with room reserved: cannot fail. */
+    mc__version_t *old = cur;
+    if (cur)
+        mc__index_replace(m->ix, cur, v);
+    else
+        mc__index_insert(m->ix, v, NULL);
     v->size = size;
     v->id = m->next_id++;
     v->state = MC__PUBLISHED;

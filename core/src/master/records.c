@@ -27,31 +27,59 @@ void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg)
 
 void mc__master_dirty(mc__master_t *m, mc__version_t *v)
 {
-    if (!m->notice || !v || v->dnext || v->state != MC__PUBLISHED)
+    if (!m->notice || !v || v->dpos || v->state != MC__PUBLISHED)
         return;
-    v->dprev = m->dirty.dprev;
-    v->dnext = &m->dirty;
-    m->dirty.dprev->dnext = v;
-    m->dirty.dprev = v;
+    if (m->ndirty == m->dcap) {
+        size_t cap = m->dcap ? m->dcap * 2 : 64;
+        mc__version_t **d = cap <= UINT32_MAX ? realloc(m->dirty, cap * sizeof(*d)) : NULL;
+        if (!d) {
+            m->dirty_all = 1; /* out of memory: the next flush tells every version */
+            return;
+        }
+        m->dirty = d;
+        m->dcap = cap;
+    }
+    m->dirty[m->ndirty++] = v;
+    v->dpos = (uint32_t)m->ndirty;
 }
 
-void mc__master_undirty(mc__version_t *v)
+void mc__master_undirty(mc__master_t *m, mc__version_t *v)
 {
-    if (!v->dnext)
+    if (!v->dpos)
         return;
-    v->dprev->dnext = v->dnext;
-    v->dnext->dprev = v->dprev;
-    v->dprev = v->dnext = NULL;
+    /* The last one takes its place (both are past dhead: flushed ones have
+     * no place any more). */
+    size_t at = v->dpos - 1;
+    mc__version_t *last = m->dirty[--m->ndirty];
+    m->dirty[at] = last;
+    last->dpos = (uint32_t)at + 1;
+    v->dpos = 0;
+}
+
+/* Stamps v and hands it to the notice callback. */
+static void flush_one(mc__master_t *m, mc__version_t *v)
+{
+    v->stamp = ++m->stamp;
+    if (m->notice)
+        m->notice(m->notice_arg, m, v, 0);
 }
 
 void mc__master_flush(mc__master_t *m)
 {
-    while (m->dirty.dnext != &m->dirty) {
-        mc__version_t *v = m->dirty.dnext;
-        mc__master_undirty(v);
-        v->stamp = ++m->stamp;
-        if (m->notice)
-            m->notice(m->notice_arg, m, v, 0);
+    /* In the order they became dirty; the callback may mark more. */
+    while (m->dhead < m->ndirty) {
+        mc__version_t *v = m->dirty[m->dhead++];
+        v->dpos = 0;
+        flush_one(m, v);
+    }
+    m->dhead = m->ndirty = 0;
+    if (m->dirty_all) {
+        m->dirty_all = 0;
+        mc__index_iter_t it;
+        void *val;
+        mc__index_seek(m->ix, &it, NULL, 0, 0);
+        while (mc__index_next(&it, NULL, NULL, &val))
+            flush_one(m, val);
     }
 }
 
@@ -181,7 +209,7 @@ static int take_meta(mc__version_t *v, const mc__rec_t *r)
 static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
     void *old = NULL;
-    int rc = mc__index_insert(m->ix, v->key, v->klen, v, &old);
+    int rc = mc__index_insert(m->ix, v, &old);
     if (rc < 0)
         return rc;
     v->state = MC__PUBLISHED;
@@ -202,8 +230,10 @@ static void rekey(mc__master_t *m, mc__version_t *v, const mc__rec_t *r, uint64_
     if (there && there->id >= v->id)
         return;
     char *k = mc__dup_key(r->key, r->klen);
-    if (!k)
+    if (!k || mc__index_reserve(m->ix, 1) < 0) {
+        free(k);
         return;
+    }
     mc__index_remove(m->ix, v->key, v->klen);
     mc__list_del(v);
     mc__version_set_key(v, k, r->klen);
@@ -269,7 +299,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     uint64_t bytes = rec_bytes(r, ext);
     if (bytes < r->size || bytes - r->size >= m->o.align)
         return 0; /* not the space of this size */
-    mc__version_t *v = mc__version_new(r->key, r->klen, r->linklen ? 0 : 1);
+    mc__version_t *v = mc__version_new(m, r->key, r->klen, r->linklen ? 0 : 1);
     e = calloc(1, sizeof(*e));
     int rc = v && e ? 0 : -ENOMEM;
     mc__vmore_t *more = rc == 0 && r->linklen ? mc__version_more(v) : NULL;
@@ -283,7 +313,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         rc = take_extents(s, r, ext, &rep);
     if (rc < 0) {
         if (v)
-            mc__version_free(v);
+            mc__version_free(m, v);
         free(e);
         return rc == -ENOMEM ? rc : 0;
     }
