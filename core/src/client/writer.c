@@ -168,12 +168,19 @@ static void w_copy_step(op_t *o)
     mc__xfer(o->s, o->obj->rs, 0, o->off, o->tmp, w_copy_end(o) - o->off, w_copied, o);
 }
 
-/* The bytes of base's version the new one takes at PUT_START: all of them
- * unless the base has holes, whose space it leaves unreserved. */
-static uint64_t w_base_capacity(const mc_obj_t *base)
+/* The bytes a writer with nothing to copy reserves at PUT_START: a small
+ * file's writes fit, with no PUT_GROW (its first grow would take 1 MiB). */
+#define WRITER_FIRST (64u << 10)
+
+/* The bytes the new version reserves at PUT_START: all of base's unless the
+ * base has holes, whose space it leaves unreserved; WRITER_FIRST without a
+ * base (or an empty one). */
+static uint64_t w_start_capacity(const mc_obj_t *base)
 {
     uint64_t a, b;
-    if (!base || mc__rset_run(base->rs, 0, &a, &b) || b < base->st.size)
+    if (!base || !base->st.size)
+        return WRITER_FIRST;
+    if (mc__rset_run(base->rs, 0, &a, &b) || b < base->st.size)
         return 0;
     return base->st.size;
 }
@@ -203,11 +210,11 @@ static void w_started(void *arg, int status, const char *body, size_t len)
     w->renew_at = o->sent_ms + w->lease_ms / 2;
     LINK(&o->s->writers, w);
     o->w = w;
+    w->capacity = o->u64; /* what PUT_START reserved */
     if (!o->obj || !o->obj->st.size) {
         *o->w_out = w;
         return mc__op_finish(o, 0);
     }
-    w->capacity = w_base_capacity(o->obj);
     o->off = o->len = 0;
     o->tmp = malloc(MC__PROTO_CHUNK);
     if (!o->tmp) {
@@ -404,8 +411,8 @@ static void w_reserve(op_t *o)
         /* As long as the run of bytes that ends at the end (not its holes) */
         uint64_t run = cap && !mc__rset_run(w->rs, cap - 1, &a, &b) && from == cap ? cap - a : 0;
         uint64_t step = run < WRITER_MAX_STEP ? run : WRITER_MAX_STEP;
-        if (step < (1 << 20))
-            step = 1 << 20;
+        if (run + step < (1 << 20))
+            step = (1 << 20) - run; /* to 1 MiB at least (past WRITER_FIRST) */
         if (to < from + step)
             to = from + step;
         if (to > (uint64_t)INT64_MAX)
@@ -456,7 +463,8 @@ void mc__writer_exec(op_t *o)
     switch (o->kind) {
     case OP_W_OPEN:
         o->sent_ms = mc__loop_time(s->loop);
-        rc = mc__mcall_put_start(o, w_base_capacity(o->obj), w_started);
+        o->u64 = w_start_capacity(o->obj);
+        rc = mc__mcall_put_start(o, o->u64, w_started);
         break;
     case OP_W_WRITE:
         if (o->off > (uint64_t)INT64_MAX || o->len > (uint64_t)INT64_MAX - o->off)
