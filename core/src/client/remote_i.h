@@ -118,6 +118,15 @@ void mc__task_exec(op_t *o);
 /* Runs a writer's op (OP_W_*); completes it with mc__op_finish(). */
 void mc__writer_exec(op_t *o);
 
+/*
+ * A writer of key from the answer to a PUT_START (put id, write lease,
+ * replica set; the CREATE answer's tail) sent at sent_ms, with capacity
+ * bytes reserved: on the store's list, the caller's (*out) to finish.
+ * Returns 0, -EIO (a malformed answer), -ENOMEM.
+ */
+int mc__writer_take(mc_store_t *s, const char *key, size_t klen, uint64_t sent_ms,
+                    uint64_t capacity, const char *body, size_t len, mc_writer_t **out);
+
 /* ---- transfers (xfer.c) ---- */
 
 /* Decodes a replica set from the front of *p (n bytes left) into an owned

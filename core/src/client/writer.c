@@ -185,32 +185,52 @@ static uint64_t w_start_capacity(const mc_obj_t *base)
     return base->st.size;
 }
 
-static void w_started(void *arg, int status, const char *body, size_t len)
+int mc__writer_take(mc_store_t *s, const char *key, size_t klen, uint64_t sent_ms,
+                    uint64_t capacity, const char *body, size_t len, mc_writer_t **out)
 {
-    op_t *o = arg;
-    if (status < 0)
-        return mc__op_finish(o, status);
     mc_writer_t *w = calloc(1, sizeof(*w));
     const char *rest;
     uint32_t rl;
-    if (!w)
-        return mc__op_finish(o, -ENOMEM);
-    w->s = o->s;
-    w->put_flags = o->po.flags;
-    w->key = malloc(o->klen + 1);
-    if (!w->key || mc__unpack(body, len, "qq*", &w->put_id, &w->lease_ms, &rest, &rl) < 0 ||
+    if (!w || !(w->key = malloc(klen + 1))) {
+        free(w);
+        return -ENOMEM;
+    }
+    w->s = s;
+    if (mc__unpack(body, len, "qq*", &w->put_id, &w->lease_ms, &rest, &rl) < 0 ||
         w_take_rset(w, rest, rl) < 0) {
         free(w->key);
         free(w);
-        return mc__op_finish(o, -EIO);
+        return -EIO;
     }
-    memcpy(w->key, o->key, o->klen);
-    w->key[o->klen] = '\0';
-    w->klen = o->klen;
-    w->renew_at = o->sent_ms + w->lease_ms / 2;
-    LINK(&o->s->writers, w);
+    memcpy(w->key, key, klen);
+    w->key[klen] = '\0';
+    w->klen = klen;
+    w->renew_at = sent_ms + w->lease_ms / 2;
+    w->capacity = capacity;
+    LINK(&s->writers, w);
+    *out = w;
+    return 0;
+}
+
+static void w_started(void *arg, int status, const char *body, size_t len)
+{
+    op_t *o = arg;
+    if (status == -ENOSPC && o->u64 == WRITER_FIRST) {
+        /* No room for the first bytes: start with none, as the writes ask
+         * for space (and fail there when there is none). */
+        o->u64 = 0;
+        status = mc__mcall_put_start(o, 0, w_started);
+        if (status == 0)
+            return;
+    }
+    if (status < 0)
+        return mc__op_finish(o, status);
+    mc_writer_t *w;
+    int rc = mc__writer_take(o->s, o->key, o->klen, o->sent_ms, o->u64, body, len, &w);
+    if (rc < 0)
+        return mc__op_finish(o, rc);
+    w->put_flags = o->po.flags;
     o->w = w;
-    w->capacity = o->u64; /* what PUT_START reserved */
     if (!o->obj || !o->obj->st.size) {
         *o->w_out = w;
         return mc__op_finish(o, 0);
