@@ -200,17 +200,9 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     open_version(c);
 }
 
-static void create_put_done(void *arg, int rc)
+/* Opens the file a create made (existed: or found) for c->in. */
+static void create_open(fs_ctx_t *c, int existed)
 {
-    fs_ctx_t *c = arg;
-    int existed = rc == -EEXIST;
-    if (existed && !(c->fi.flags & O_EXCL))
-        rc = 0; /* it exists (or was created meanwhile): open it */
-    if (rc < 0)
-        return fs_ctx_fail(c, rc);
-    c->in = fs_inode_ref(c->fs->it, c->key, c->klen, 0);
-    if (!c->in)
-        return fs_ctx_fail(c, -ENOMEM);
     c->kind = 1;
     /* A file this create made is empty: its writer starts empty too, as
      * O_TRUNC's does, and never copies what another client put there since
@@ -224,6 +216,62 @@ static void create_put_done(void *arg, int rc)
         return open_trunc_writer(&c->wait, 0);
     }
     open_version(c);
+}
+
+static void create_put_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    int existed = rc == -EEXIST;
+    if (existed && !(c->fi.flags & O_EXCL))
+        rc = 0; /* it exists (or was created meanwhile): open it */
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    c->in = fs_inode_ref(c->fs->it, c->key, c->klen, 0);
+    if (!c->in)
+        return fs_ctx_fail(c, -ENOMEM);
+    create_open(c, existed);
+}
+
+static void create_looked_up(void *arg, int rc);
+
+/* mc_create_async() made the file and opened it and its writer: the handle
+ * takes both, unless the file's inode has a writer state already (a
+ * writer of the name's previous file, still open here), which the new
+ * file's writer joins as an O_TRUNC's would. */
+static void create_made(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc == -EEXIST)
+        return create_put_done(c, rc);
+    if (rc == -EOPNOTSUPP) { /* a master without CREATE: the steps one by one */
+        rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, create_looked_up, c);
+        if (rc < 0)
+            fs_ctx_fail(c, rc);
+        return;
+    }
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    fs_inode_t *in = c->in = fs_inode_ref(c->fs->it, c->key, c->klen, 0);
+    if (!in || in->ws) {
+        mc_writer_abort(c->w);
+        mc_obj_close(c->obj);
+        return in ? create_open(c, 0) : fs_ctx_fail(c, -ENOMEM);
+    }
+    fs_wstate_t *ws = fs_ws_get(c->fs, in);
+    c->fh = ws ? fh_new(c->fs, in, 1) : NULL; /* holds ws */
+    if (!c->fh) {
+        mc_writer_abort(c->w);
+        mc_obj_close(c->obj);
+        if (ws)
+            fs_ws_settle(ws);
+        fs_inode_forget(c->fs->it, in, 1);
+        return fs_ctx_fail(c, -ENOMEM);
+    }
+    fs_ws_adopt(ws, c->w);
+    fs_ws_add_owner(ws, c->req);
+    c->kind = 1;
+    c->fh->obj = c->obj;
+    open_done(c, 0);
 }
 
 static void create_looked_up(void *arg, int rc)
@@ -251,7 +299,14 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
     c->fi = *fi;
     c->mode = mode;
     fs_new_owner(c, parent, 0);
-    int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, create_looked_up, c);
+    int rc;
+    if (is_writable(fi->flags)) { /* one request: made, opened, its writer started */
+        mc_put_opts_t po;
+        fs_new_object_opts(c, &po);
+        rc = mc_create_async(c->fs->store, c->key, c->klen, &po, &c->obj, &c->w, create_made, c);
+    } else {
+        rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, create_looked_up, c);
+    }
     if (rc < 0)
         fs_ctx_fail(c, rc);
 }

@@ -87,6 +87,8 @@ typedef struct fs_ctx {
     int plus;
     char *out; /* readdir reply */
     size_t outlen;
+    mc_obj_t *obj;  /* create: the new file, open (mc_create_async()) */
+    mc_writer_t *w; /* create: the writer of its next version */
     /* Last, and not zeroed by fs_ctx_new() (empty strings): the keys. */
     char key[MC_KEY_MAX + 2];
     size_t klen;

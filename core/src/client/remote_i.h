@@ -89,6 +89,15 @@ int mc__mcall(mc_store_t *s, uint16_t op, mc__rpc_cb cb, void *arg, const char *
 int mc__mcall_put_start(op_t *o, uint64_t capacity, mc__rpc_cb cb);
 int mc__mcall_put_commit(mc_store_t *s, const mc__put_commit_rq_t *rq, mc__rpc_cb cb, void *arg);
 
+/* CREATE of o's key and options, its writer reserving capacity bytes (the
+ * body of a PUT_START). As mc__mcall() otherwise. */
+int mc__mcall_create(op_t *o, uint64_t capacity, mc__rpc_cb cb);
+
+/* The bytes a writer with nothing to copy reserves when it starts (its
+ * PUT_START, or the CREATE that starts it): a small file's writes fit,
+ * with no PUT_GROW (the first grow takes the reservation to 1 MiB). */
+#define MC__WRITER_FIRST (64u << 10)
+
 /* A callback for master calls whose answer does not matter. */
 void mc__ignore_reply(void *arg, int status, const char *body, size_t len);
 
@@ -102,6 +111,21 @@ static inline int revoked(int status)
 /* The end of a read of o->u64 bytes into o->buf (a get, an open version's
  * or a writer's read): finishes o with the count or the error. */
 void mc__read_done(void *arg, int rc);
+
+/*
+ * An open version from the front of an OPEN answer at *p (*n bytes: handle
+ * id, stat, replica set), on the store's list; *p and *n move past it.
+ * Returns 0 and *out, -EIO (the handle is closed), -ENOMEM.
+ */
+int mc__obj_take(mc_store_t *s, const char **p, size_t *n, mc_obj_t **out);
+
+/* Closes open version ob (CLOSE) and frees it. */
+void mc__obj_release(mc_obj_t *ob);
+
+/* ---- a new file in one call (create.c) ---- */
+
+/* Runs an OP_CREATE op; completes it with mc__op_finish(). */
+void mc__create_exec(op_t *o);
 
 /* ---- extended attributes (xattr.c) ---- */
 

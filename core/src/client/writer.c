@@ -168,18 +168,14 @@ static void w_copy_step(op_t *o)
     mc__xfer(o->s, o->obj->rs, 0, o->off, o->tmp, w_copy_end(o) - o->off, w_copied, o);
 }
 
-/* The bytes a writer with nothing to copy reserves at PUT_START: a small
- * file's writes fit, with no PUT_GROW (its first grow would take 1 MiB). */
-#define WRITER_FIRST (64u << 10)
-
 /* The bytes the new version reserves at PUT_START: all of base's unless the
- * base has holes, whose space it leaves unreserved; WRITER_FIRST without a
+ * base has holes, whose space it leaves unreserved; MC__WRITER_FIRST without a
  * base (or an empty one). */
 static uint64_t w_start_capacity(const mc_obj_t *base)
 {
     uint64_t a, b;
     if (!base || !base->st.size)
-        return WRITER_FIRST;
+        return MC__WRITER_FIRST;
     if (mc__rset_run(base->rs, 0, &a, &b) || b < base->st.size)
         return 0;
     return base->st.size;
@@ -215,7 +211,7 @@ int mc__writer_take(mc_store_t *s, const char *key, size_t klen, uint64_t sent_m
 static void w_started(void *arg, int status, const char *body, size_t len)
 {
     op_t *o = arg;
-    if (status == -ENOSPC && o->u64 == WRITER_FIRST) {
+    if (status == -ENOSPC && o->u64 == MC__WRITER_FIRST) {
         /* No room for the first bytes: start with none, as the writes ask
          * for space (and fail there when there is none). */
         o->u64 = 0;
@@ -432,7 +428,7 @@ static void w_reserve(op_t *o)
         uint64_t run = cap && !mc__rset_run(w->rs, cap - 1, &a, &b) && from == cap ? cap - a : 0;
         uint64_t step = run < WRITER_MAX_STEP ? run : WRITER_MAX_STEP;
         if (run + step < (1 << 20))
-            step = (1 << 20) - run; /* to 1 MiB at least (past WRITER_FIRST) */
+            step = (1 << 20) - run; /* to 1 MiB at least (past MC__WRITER_FIRST) */
         if (to < from + step)
             to = from + step;
         if (to > (uint64_t)INT64_MAX)
