@@ -34,6 +34,7 @@ static void create_done(void *arg, int status, const char *body, size_t len)
     uint32_t rl;
     if (status < 0)
         return mc__op_finish(o, status);
+    mc__rc_drop(o->s->rm, o->key, o->klen, NULL); /* as a put's: a new version */
     int rc = mc__obj_take(o->s, &body, &n, &ob);
     if (rc < 0)
         return mc__op_finish(o, rc);
