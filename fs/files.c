@@ -463,23 +463,38 @@ static void write_done(void *arg, int rc)
     fs_ctx_free(c);
 }
 
+/* The published version lost its set-ID bits: the write goes on (the
+ * writer's state is looked at again: it may have been committed since). */
+static void write_killed(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0 && rc != -ENOENT) /* ENOENT: removed meanwhile; the write goes on */
+        return fs_ctx_fail(c, rc);
+    fs_ws_need(c->in->ws, &c->wait); /* the handle holds the state */
+}
+
 /* A write by a process without privilege (here: not root) clears the
  * set-user-ID bit, and the set-group-ID bit when group-execute is set, as
- * Linux does: the version being written publishes without them. */
-static void kill_set_id(fs_ctx_t *c)
+ * Linux does: the version being written publishes without them, and the
+ * published one loses them before the write goes on, as the kernel's own
+ * clearing did (the mount asks for FUSE_HANDLE_KILLPRIV_V2: devio.c).
+ * Returns 1 when the write waits for that (write_killed() goes on). */
+static int kill_set_id(fs_ctx_t *c)
 {
     fs_inode_t *in = c->in;
     uint32_t mode = in->st.mode;
     if (c->uid == 0 || !(mode & (S_ISUID | S_ISGID)))
-        return;
+        return 0;
     mode &= ~(uint32_t)S_ISUID;
     if (mode & S_IXGRP)
         mode &= ~(uint32_t)S_ISGID;
     if (mode == in->st.mode)
-        return;
+        return 0;
     in->st.mode = mode;
-    mc_meta_t m = {.what = MC_META_MODE, .mode = mode};
-    mc_writer_set_meta(in->ws->w, &m);
+    c->meta = (mc_meta_t){.what = MC_META_MODE, .mode = mode};
+    mc_writer_set_meta(in->ws->w, &c->meta);
+    return in->key &&
+           mc_set_meta_async(c->fs->store, in->key, in->klen, &c->meta, NULL, write_killed, c) == 0;
 }
 
 static void write_run(fs_waiter_t *w, int err)
@@ -491,7 +506,8 @@ static void write_run(fs_waiter_t *w, int err)
     if (c->fh->err)
         return fs_ctx_fail(c, c->fh->err);
     ws->dirty = 1;
-    kill_set_id(c);
+    if (kill_set_id(c))
+        return;
     if (c->fh->append)
         c->off = (off_t)mc_writer_size(ws->w);
     fs_ws_op_start(ws);

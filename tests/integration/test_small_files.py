@@ -1,8 +1,9 @@
 """What a small file costs the mount (issue 14, docs/BENCHMARKS.md "Many
 small files"): the FUSE requests the kernel sends for open(O_CREAT|O_EXCL),
 a write of 4 KiB and close of a new file, counted by the daemon's
---metrics (mooncake_fuse_requests_total), in both modes; and a new file's
-writer, which reserves room for its first bytes, in a full store."""
+--metrics (mooncake_fuse_requests_total), in both modes, and those of a
+file written in many pieces; and a new file's writer, which reserves room
+for its first bytes, in a full store."""
 
 import errno
 import os
@@ -35,7 +36,8 @@ def test_a_new_small_file_costs_seven_requests(store_mount):
     # RELEASE is sent after close returns: all of them by the next scrape,
     # or a few still on their way.
     assert sent("RELEASE") <= FILES
-    # security.capability, asked before every write (file_remove_privs()).
+    # security.capability, asked before a new file's first write
+    # (file_remove_privs()); see the next test.
     assert sent("GETXATTR") == FILES
     # The directory's attributes, which each create invalidates, for
     # default_permissions' check of the next create.
@@ -43,6 +45,26 @@ def test_a_new_small_file_costs_seven_requests(store_mount):
     for i in range(FILES):
         with open(os.path.join(d, f"f{i}"), "rb") as f:
             assert f.read() == block
+
+
+def test_writes_ask_for_security_capability_once_per_file(store_mount):
+    """The daemon clears set-ID bits itself (FUSE_HANDLE_KILLPRIV_V2, asked
+    for in its reply to INIT: fs/devio.c), so the kernel asks for a file's
+    security.capability once, not before every write (a GETXATTR round trip
+    for each 4 KiB of a `dd bs=4k`)."""
+    port = free_port()
+    m = store_mount("64M", "--metrics", str(port))
+    writes = 32
+    a = scrape(port)
+    with open(m.p("f"), "wb", buffering=0) as f:
+        for _ in range(writes):
+            assert f.write(b"w" * 4096) == 4096
+    b = scrape(port)
+    # Once, and again only if the file's attributes were fetched meanwhile
+    # (the kernel forgets the answer then).
+    assert delta(a, b, "mooncake_fuse_requests_total", 'opcode="GETXATTR"') <= 2
+    assert delta(a, b, "mooncake_fuse_requests_total", 'opcode="WRITE"') == writes
+    assert os.path.getsize(m.p("f")) == writes * 4096
 
 
 def fill(m, prefix, size, limit):
