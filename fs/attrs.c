@@ -477,6 +477,24 @@ static int may_chown(fuse_req_t req, const struct stat *cur, int to_set, const s
     return 0;
 }
 
+/* A truncation by a process without privilege (here: not root) clears the
+ * set-user-ID bit, and the set-group-ID bit when group-execute is set, as a
+ * write does (files.c): the kernel leaves it to the daemon, which asks for
+ * FUSE_HANDLE_KILLPRIV_V2 (devio.c). */
+static void kill_set_id_on_truncate(fs_ctx_t *c, const struct stat *cur)
+{
+    if (!(c->to_set & FUSE_SET_ATTR_SIZE) || (c->to_set & FUSE_SET_ATTR_MODE) ||
+        !S_ISREG(cur->st_mode) || fuse_req_ctx(c->req)->uid == 0)
+        return;
+    mode_t mode = cur->st_mode & ~(mode_t)S_ISUID;
+    if (mode & S_IXGRP)
+        mode &= ~(mode_t)S_ISGID;
+    if (mode == cur->st_mode)
+        return;
+    c->to_set |= FUSE_SET_ATTR_MODE;
+    c->attr.st_mode = mode;
+}
+
 void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
                    struct fuse_file_info *fi)
 {
@@ -497,6 +515,7 @@ void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set
     c->attr = *attr;
     c->to_set = to_set;
     c->fh = fi ? (fs_fh_t *)(uintptr_t)fi->fh : NULL;
+    kill_set_id_on_truncate(c, &cur);
     setattr_step(c);
 }
 

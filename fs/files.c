@@ -218,17 +218,9 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     open_version(c);
 }
 
-static void create_put_done(void *arg, int rc)
+/* Opens the file a create made (existed: or found) for c->in. */
+static void create_open(fs_ctx_t *c, int existed)
 {
-    fs_ctx_t *c = arg;
-    int existed = rc == -EEXIST;
-    if (existed && !(c->fi.flags & O_EXCL))
-        rc = 0; /* it exists (or was created meanwhile): open it */
-    if (rc < 0)
-        return fs_ctx_fail(c, rc);
-    c->in = fs_inode_ref(c->fs->it, c->key, c->klen, 0);
-    if (!c->in)
-        return fs_ctx_fail(c, -ENOMEM);
     c->kind = 1;
     /* A file this create made is empty: its writer starts empty too, as
      * O_TRUNC's does, and never copies what another client put there since
@@ -242,6 +234,62 @@ static void create_put_done(void *arg, int rc)
         return open_trunc_writer(&c->wait, 0);
     }
     open_version(c);
+}
+
+static void create_put_done(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    int existed = rc == -EEXIST;
+    if (existed && !(c->fi.flags & O_EXCL))
+        rc = 0; /* it exists (or was created meanwhile): open it */
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    c->in = fs_inode_ref(c->fs->it, c->key, c->klen, 0);
+    if (!c->in)
+        return fs_ctx_fail(c, -ENOMEM);
+    create_open(c, existed);
+}
+
+static void create_looked_up(void *arg, int rc);
+
+/* mc_create_async() made the file and opened it and its writer: the handle
+ * takes both, unless the file's inode has a writer state already (a
+ * writer of the name's previous file, still open here), which the new
+ * file's writer joins as an O_TRUNC's would. */
+static void create_made(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc == -EEXIST)
+        return create_put_done(c, rc);
+    if (rc == -EOPNOTSUPP) { /* a master without CREATE: the steps one by one */
+        rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, create_looked_up, c);
+        if (rc < 0)
+            fs_ctx_fail(c, rc);
+        return;
+    }
+    if (rc < 0)
+        return fs_ctx_fail(c, rc);
+    fs_inode_t *in = c->in = fs_inode_ref(c->fs->it, c->key, c->klen, 0);
+    if (!in || in->ws) {
+        mc_writer_abort(c->w);
+        mc_obj_close(c->obj);
+        return in ? create_open(c, 0) : fs_ctx_fail(c, -ENOMEM);
+    }
+    fs_wstate_t *ws = fs_ws_get(c->fs, in);
+    c->fh = ws ? fh_new(c->fs, in, 1) : NULL; /* holds ws */
+    if (!c->fh) {
+        mc_writer_abort(c->w);
+        mc_obj_close(c->obj);
+        if (ws)
+            fs_ws_settle(ws);
+        fs_inode_forget(c->fs->it, in, 1);
+        return fs_ctx_fail(c, -ENOMEM);
+    }
+    fs_ws_adopt(ws, c->w);
+    fs_ws_add_owner(ws, c->req);
+    c->kind = 1;
+    c->fh->obj = c->obj;
+    open_done(c, 0);
 }
 
 static void create_looked_up(void *arg, int rc)
@@ -269,7 +317,14 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
     c->fi = *fi;
     c->mode = mode;
     fs_new_owner(c, parent, 0);
-    int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, create_looked_up, c);
+    int rc;
+    if (is_writable(fi->flags)) { /* one request: made, opened, its writer started */
+        mc_put_opts_t po;
+        fs_new_object_opts(c, &po);
+        rc = mc_create_async(c->fs->store, c->key, c->klen, &po, &c->obj, &c->w, create_made, c);
+    } else {
+        rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, create_looked_up, c);
+    }
     if (rc < 0)
         fs_ctx_fail(c, rc);
 }
@@ -426,23 +481,38 @@ static void write_done(void *arg, int rc)
     fs_ctx_free(c);
 }
 
+/* The published version lost its set-ID bits: the write goes on (the
+ * writer's state is looked at again: it may have been committed since). */
+static void write_killed(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    if (rc < 0 && rc != -ENOENT) /* ENOENT: removed meanwhile; the write goes on */
+        return fs_ctx_fail(c, rc);
+    fs_ws_need(c->in->ws, &c->wait); /* the handle holds the state */
+}
+
 /* A write by a process without privilege (here: not root) clears the
  * set-user-ID bit, and the set-group-ID bit when group-execute is set, as
- * Linux does: the version being written publishes without them. */
-static void kill_set_id(fs_ctx_t *c)
+ * Linux does: the version being written publishes without them, and the
+ * published one loses them before the write goes on, as the kernel's own
+ * clearing did (the mount asks for FUSE_HANDLE_KILLPRIV_V2: devio.c).
+ * Returns 1 when the write waits for that (write_killed() goes on). */
+static int kill_set_id(fs_ctx_t *c)
 {
     fs_inode_t *in = c->in;
     uint32_t mode = in->st.mode;
     if (c->uid == 0 || !(mode & (S_ISUID | S_ISGID)))
-        return;
+        return 0;
     mode &= ~(uint32_t)S_ISUID;
     if (mode & S_IXGRP)
         mode &= ~(uint32_t)S_ISGID;
     if (mode == in->st.mode)
-        return;
+        return 0;
     in->st.mode = mode;
-    mc_meta_t m = {.what = MC_META_MODE, .mode = mode};
-    mc_writer_set_meta(in->ws->w, &m);
+    c->meta = (mc_meta_t){.what = MC_META_MODE, .mode = mode};
+    mc_writer_set_meta(in->ws->w, &c->meta);
+    return in->key &&
+           mc_set_meta_async(c->fs->store, in->key, in->klen, &c->meta, NULL, write_killed, c) == 0;
 }
 
 static void write_run(fs_waiter_t *w, int err)
@@ -454,7 +524,8 @@ static void write_run(fs_waiter_t *w, int err)
     if (c->fh->err)
         return fs_ctx_fail(c, c->fh->err);
     ws->dirty = 1;
-    kill_set_id(c);
+    if (kill_set_id(c))
+        return;
     if (c->fh->append)
         c->off = (off_t)mc_writer_size(ws->w);
     fs_ws_op_start(ws);

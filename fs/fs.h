@@ -47,6 +47,8 @@ typedef struct fs {
     uint64_t wb_max;            /* write-behind per file, bytes (0: none; wbehind.c) */
     uint64_t wb_total;          /* write-behind of the whole mount, bytes */
     uint64_t wb_used;           /* bytes of writes answered and still in flight */
+    int init_seen;              /* INIT was read (devio.c) */
+    uint64_t init_unique;       /* its id, while its reply is to ask for KILLPRIV_V2 */
 } fs_t;
 
 /* The FUSE low-level operations of the daemon. */
@@ -60,6 +62,11 @@ void *fs_take_request_buffer(fs_t *fs);
  * (absolute, resolved: as fuse_parse_cmdline() gives it; mounted already)
  * to kib KiB, when this process may (root); else leaves it. In bdi.c. */
 void fs_kernel_readahead(const char *mountpoint, unsigned kib);
+
+/* Has libfuse read and write the session's device through devio.c (the
+ * INIT reply asks for FUSE_HANDLE_KILLPRIV_V2). Call after the mount.
+ * Returns 0, or -1 (libfuse's own I/O stays). */
+int fs_devio_install(fs_t *fs);
 
 /* Releases every open handle and writer, at unmount. In files.c. */
 void fs_shutdown(fs_t *fs);

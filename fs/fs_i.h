@@ -80,7 +80,9 @@ typedef struct fs_ctx {
     mc_meta_t meta;
     mc_list_t *list;
     mc_space_t sp;
-    void *data; /* owned request buffer or read buffer */
+    mc_obj_t *obj;  /* create: the new file, open (mc_create_async()) */
+    mc_writer_t *w; /* create: the writer of its next version */
+    void *data;     /* owned request buffer or read buffer */
     const char *wbuf;
     size_t size;
     off_t off;

@@ -522,6 +522,9 @@ static int mount_and_open_store(fs_t *fs, struct fuse_args *args,
     if (fuse_session_mount(fs->se, fopts->mountpoint) != 0)
         return -1;
     *mounted = 1;
+    if (fs_devio_install(fs) < 0)
+        fprintf(stderr, "mooncake-fs: info: libfuse's own device I/O: the kernel asks for "
+                        "security.capability before a file's first write\n");
     fs_kernel_readahead(fopts->mountpoint, FS_MAX_READAHEAD >> 10);
     if (fuse_daemonize(fopts->foreground) != 0)
         return -1;

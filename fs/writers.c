@@ -105,6 +105,13 @@ fs_wstate_t *fs_ws_get(fs_t *fs, fs_inode_t *in)
     return ws;
 }
 
+void fs_ws_adopt(fs_wstate_t *ws, mc_writer_t *w)
+{
+    ws->w = w;
+    ws->state = WS_READY;
+    ws->dirty = 1;
+}
+
 static void ws_free(fs_wstate_t *ws)
 {
     fs_t *fs = ws->fs;

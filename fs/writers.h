@@ -52,6 +52,11 @@ typedef struct fs_wstate {
  * has none. Returns NULL on ENOMEM. */
 fs_wstate_t *fs_ws_get(fs_t *fs, fs_inode_t *in);
 
+/* Makes w, a writer opened with the file (mc_create_async()), the one of
+ * ws, which has none (state NONE, nobody waiting): state READY, and dirty,
+ * as a file made afresh publishes at close. */
+void fs_ws_adopt(fs_wstate_t *ws, mc_writer_t *w);
+
 /* Records the process of req as one whose close may publish the file. */
 void fs_ws_add_owner(fs_wstate_t *ws, fuse_req_t req);
 

@@ -200,13 +200,32 @@ def test_write_by_unprivileged_user_clears_set_id(shared_mount, users):
     f = os.path.join(pub, "f")
     as_user("mc10a", "open(f, 'w').close(); os.chmod(f, 0o6777); out = 0", f=f)
     assert stat.S_IMODE(os.stat(f).st_mode) == 0o6777
+    # The writer sees the bits gone as soon as its write returns.
     assert as_user("mc10b", """
 with open(f, "r+") as fh:
     fh.write("x")
-out = 0
-""", f=f) == 0
+    fh.flush()
+    out = [os.fstat(fh.fileno()).st_mode & 0o7777, os.stat(f).st_mode & 0o7777]
+""", f=f) == [0o777, 0o777]
     assert stat.S_IMODE(os.stat(f).st_mode) == 0o777
     assert open(f).read() == "x"
+
+
+def test_truncate_by_unprivileged_user_clears_set_id(shared_mount, users):
+    m = shared_mount()
+    pub = world_dir(m.p("pub"))
+    f = os.path.join(pub, "f")
+    as_user("mc10a", "open(f, 'w').write('abc'); os.chmod(f, 0o6777); out = 0", f=f)
+    assert as_user("mc10b", """
+os.truncate(f, 1)
+out = os.stat(f).st_mode & 0o7777
+""", f=f) == 0o777
+    assert stat.S_IMODE(os.stat(f).st_mode) == 0o777
+    assert open(f).read() == "a"
+    # Root keeps them (CAP_FSETID), as on Linux.
+    os.chmod(f, 0o6777)
+    os.truncate(f, 0)
+    assert stat.S_IMODE(os.stat(f).st_mode) == 0o6777
 
 
 def test_allow_other_checks_permissions(shared_mount, users):

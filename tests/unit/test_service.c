@@ -314,6 +314,67 @@ static void test_link_through_the_service(void **state)
 
 /* The owner and mode a create names stay through a republish that names
  * none (a writer's new version), and through a rename; mode 0 is a mode. */
+/* A CREATE of key with capacity for its write: mode 0600, owner 7:8. */
+static int create(fixture_t *f, const char *key, uint64_t capacity)
+{
+    return call(f, 1, T0, MC__OP_CREATE, "kquuuuqisuuuq", key, (uint32_t)strlen(key), capacity,
+                MC_PUT_MODE | MC_PUT_OWNER, 0600u, 1u, 0u, (uint64_t)0, (int64_t)0, "", 0u, 7u, 8u,
+                0u, (uint64_t)0);
+}
+
+/* CREATE, a mount's create in one request: the file published empty with
+ * the request's mode and owner, a handle on it, the capacity reserved and
+ * a write of its next version, which keeps that mode and owner; -EEXIST for
+ * a file, -EISDIR for a directory; a write with no room for its first
+ * bytes starts with none. */
+static void test_create_in_one_request(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 1 * MiB, T0);
+    assert_int_equal(create(f, "d/f", 64 * 1024), 0);
+    const char *p = f->resp.p, *rest;
+    size_t n = f->resp.len;
+    uint32_t rl;
+    uint64_t handle, capacity, id, lease;
+    mc_stat_t st;
+    mc__wire_replica_t r;
+    assert_int_equal(mc__unpack(p, n, "q*", &handle, &rest, &rl), 0);
+    p = rest;
+    n = rl;
+    assert_int_equal(mc__take_stat(&p, &n, &st), 0);
+    assert_int_equal(st.size, 0);
+    assert_int_equal(st.mode, 0600);
+    assert_int_equal(st.uid, 7);
+    assert_int_equal(mc__take_replicas(&p, &n, &r, 1), 1);
+    assert_int_equal(mc__unpack(p, n, "qqq*", &capacity, &id, &lease, &rest, &rl), 0);
+    assert_int_equal(capacity, 64 * 1024);
+    n = rl;
+    assert_int_equal(mc__take_replicas(&rest, &n, &r, 1), 1);
+    /* Published at once, and open: a remove without force waits. */
+    assert_int_equal(stat_of(f, "d/f").size, 0);
+    assert_int_equal(call(f, 1, T0, MC__OP_REMOVE, "ku", "d/f", 3u, 0u), -EBUSY);
+    /* The write publishes its bytes with the file's mode and owner. */
+    assert_int_equal(commit(f, id, "d/f", 4096, T0), 0);
+    st = stat_of(f, "d/f");
+    assert_int_equal(st.size, 4096);
+    assert_int_equal(st.mode, 0600);
+    assert_int_equal(st.gid, 8);
+    assert_int_equal(call(f, 1, T0, MC__OP_CLOSE, "q", handle), 0);
+    /* A file, a directory. */
+    assert_int_equal(create(f, "d/f", 0), -EEXIST);
+    assert_int_equal(create(f, "d", 0), -EISDIR);
+    /* No room for the write's first bytes: it starts with none. */
+    assert_int_equal(create(f, "g", 2 * MiB), 0);
+    p = f->resp.p;
+    n = f->resp.len;
+    assert_int_equal(mc__unpack(p, n, "q*", &handle, &rest, &rl), 0);
+    n = rl;
+    assert_int_equal(mc__take_stat(&rest, &n, &st), 0);
+    assert_int_equal(mc__take_replicas(&rest, &n, &r, 1), 1);
+    assert_int_equal(mc__unpack(rest, n, "q*", &capacity, &rest, &rl), 0);
+    assert_int_equal(capacity, 0);
+}
+
 static void test_owner_kept_through_republish(void **state)
 {
     fixture_t *f = *state;
@@ -602,6 +663,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_grow_sparse, setup, teardown),
         cmocka_unit_test_setup_teardown(test_noreplace_and_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_and_statfs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_in_one_request, setup_wall, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -602,6 +602,21 @@ MC_EXPORT void mc_obj_close(mc_obj_t *o);
 /* ---- streaming writes ---- */
 
 /*
+ * Creates a file in one request to the master: publishes an empty object
+ * at key with po's options (as mc_put_async() of no bytes under
+ * MC_PUT_NOREPLACE), opens it (as mc_obj_open_async()) and starts the
+ * writer of its next version, empty, which keeps the mode and owner the
+ * object was published with (as mc_writer_open_async() without a base).
+ * Result 0 with *obj and *w set before the callback (the caller closes
+ * the one and commits or aborts the other); -EEXIST when key is an object,
+ * -EISDIR when it is a directory (some key starts with key + '/'), or an
+ * error of those calls. On an error nothing is left open; an object
+ * published before a later step failed stays.
+ */
+MC_EXPORT int mc_create_async(mc_store_t *s, const char *key, size_t klen, const mc_put_opts_t *po,
+                              mc_obj_t **obj, mc_writer_t **w, mc_done_cb cb, void *arg);
+
+/*
  * Starts a new version of key. Nothing is visible until commit. If base is
  * not NULL the new version starts as a copy of it (copy-on-write of an
  * existing file); otherwise empty. Space is allocated as data arrives, so

@@ -188,7 +188,8 @@ static void on_answer(void *arg, int status, const char *body, size_t len)
          * stopped answering (stopped, cut off) may have been replaced:
          * look it up again for the next calls. */
         mc__rpc_client_reconnect(g->cl);
-    } else if (status == -EAGAIN && (g->op == MC__OP_PUT_START || idempotent(g->op))) {
+    } else if (status == -EAGAIN &&
+               (g->op == MC__OP_PUT_START || g->op == MC__OP_CREATE || idempotent(g->op))) {
         again = 1; /* a new leader holds its segments a moment, and its
                       nodes may not have mounted yet (SEMANTICS) */
     } else if (status == -ECONNRESET || status == -EPIPE || status == -ENOTCONN ||

@@ -45,6 +45,7 @@ static const char *const op_names[MC__OP_KINDS] = {
     "task_create",
     "task_query",
     "replica_drop",
+    "create",
 };
 
 /* The latency buckets' upper bounds, in seconds. */

@@ -56,7 +56,8 @@ static void put_start_rq(const op_t *o, uint64_t capacity, mc__put_start_rq_t *r
 }
 
 /* The two requests of every put go through their own encoders (proto.h). */
-int mc__mcall_put_start(op_t *o, uint64_t capacity, mc__rpc_cb cb)
+/* Sends request op (PUT_START or CREATE) with o's PUT_START body. */
+static int put_start_call(op_t *o, uint16_t op, uint64_t capacity, mc__rpc_cb cb)
 {
     mc_store_t *s = o->s;
     mc__put_start_rq_t rq;
@@ -64,7 +65,17 @@ int mc__mcall_put_start(op_t *o, uint64_t capacity, mc__rpc_cb cb)
         return -ECANCELED; /* the store is closing */
     put_start_rq(o, capacity, &rq);
     mc__pack_put_start(mc__link_body(s->rm->master), &rq);
-    return mc__link_send(s->rm->master, MC__OP_PUT_START, s->timeout_ms, cb, o);
+    return mc__link_send(s->rm->master, op, s->timeout_ms, cb, o);
+}
+
+int mc__mcall_put_start(op_t *o, uint64_t capacity, mc__rpc_cb cb)
+{
+    return put_start_call(o, MC__OP_PUT_START, capacity, cb);
+}
+
+int mc__mcall_create(op_t *o, uint64_t capacity, mc__rpc_cb cb)
+{
+    return put_start_call(o, MC__OP_CREATE, capacity, cb);
 }
 
 int mc__mcall_put_commit(mc_store_t *s, const mc__put_commit_rq_t *rq, mc__rpc_cb cb, void *arg)
@@ -413,28 +424,48 @@ static int remote_get(op_t *o)
     return 0;
 }
 
-static void open_done(void *arg, int status, const char *body, size_t len)
+int mc__obj_take(mc_store_t *s, const char **p, size_t *n, mc_obj_t **out)
 {
-    op_t *o = arg;
-    if (status < 0)
-        return mc__op_finish(o, status);
     mc_obj_t *ob = calloc(1, sizeof(*ob));
     const char *rest;
     uint32_t rl;
-    size_t n;
+    size_t left;
     if (!ob)
-        return mc__op_finish(o, -ENOMEM);
-    ob->s = o->s;
-    if (mc__unpack(body, len, "q*", &ob->rid, &rest, &rl) < 0 ||
-        (n = rl, mc__take_stat(&rest, &n, &ob->st)) < 0 || mc__rset_take(&rest, &n, &ob->rs) < 0) {
+        return -ENOMEM;
+    ob->s = s;
+    if (mc__unpack(*p, *n, "q*", &ob->rid, &rest, &rl) < 0 ||
+        (left = rl, mc__take_stat(&rest, &left, &ob->st)) < 0 ||
+        mc__rset_take(&rest, &left, &ob->rs) < 0) {
         if (ob->rid)
-            mc__mcall(o->s, MC__OP_CLOSE, mc__ignore_reply, NULL, "q", ob->rid);
+            mc__mcall(s, MC__OP_CLOSE, mc__ignore_reply, NULL, "q", ob->rid);
         free(ob);
-        return mc__op_finish(o, -EIO);
+        return -EIO;
     }
-    LINK(&o->s->objs, ob);
-    *o->obj_out = ob;
-    mc__op_finish(o, 0);
+    LINK(&s->objs, ob);
+    *p = rest;
+    *n = left;
+    *out = ob;
+    return 0;
+}
+
+void mc__obj_release(mc_obj_t *ob)
+{
+    mc_store_t *s = ob->s;
+    mc__mcall(s, MC__OP_CLOSE, mc__ignore_reply, NULL, "q", ob->rid);
+    UNLINK(&s->objs, ob);
+    mc__ra_close(ob);
+    mc__rset_free(ob->rs);
+    free(ob);
+    if (!s->objs && s->rm && s->rm->retired)
+        mc__peers_unretire(s->rm);
+}
+
+static void open_done(void *arg, int status, const char *body, size_t len)
+{
+    op_t *o = arg;
+    size_t n = len;
+    int rc = status < 0 ? status : mc__obj_take(o->s, &body, &n, o->obj_out);
+    mc__op_finish(o, rc);
 }
 
 /* ---- dispatch ---- */
@@ -488,14 +519,10 @@ void mc__remote_exec(op_t *o)
     case OP_OBJ_READ:
         return mc__ra_read(o);
     case OP_OBJ_CLOSE:
-        mc__mcall(s, MC__OP_CLOSE, mc__ignore_reply, NULL, "q", o->obj->rid);
-        UNLINK(&s->objs, o->obj);
-        mc__ra_close(o->obj);
-        mc__rset_free(o->obj->rs);
-        free(o->obj);
-        if (!s->objs && s->rm && s->rm->retired)
-            mc__peers_unretire(s->rm);
+        mc__obj_release(o->obj);
         return mc__op_finish(o, 0);
+    case OP_CREATE:
+        return mc__create_exec(o);
     case OP_W_OPEN:
     case OP_W_WRITE:
     case OP_W_READ:

@@ -90,6 +90,15 @@ int mc__mcall(mc_store_t *s, uint16_t op, mc__rpc_cb cb, void *arg, const char *
 int mc__mcall_put_start(op_t *o, uint64_t capacity, mc__rpc_cb cb);
 int mc__mcall_put_commit(mc_store_t *s, const mc__put_commit_rq_t *rq, mc__rpc_cb cb, void *arg);
 
+/* CREATE of o's key and options, its writer reserving capacity bytes (the
+ * body of a PUT_START). As mc__mcall() otherwise. */
+int mc__mcall_create(op_t *o, uint64_t capacity, mc__rpc_cb cb);
+
+/* The bytes a writer with nothing to copy reserves when it starts (its
+ * PUT_START, or the CREATE that starts it): a small file's writes fit,
+ * with no PUT_GROW (the first grow takes the reservation to 1 MiB). */
+#define MC__WRITER_FIRST (64u << 10)
+
 /* A callback for master calls whose answer does not matter. */
 void mc__ignore_reply(void *arg, int status, const char *body, size_t len);
 
@@ -103,6 +112,21 @@ static inline int revoked(int status)
 /* The end of a read of o->u64 bytes into o->buf (a get, an open version's
  * or a writer's read): finishes o with the count or the error. */
 void mc__read_done(void *arg, int rc);
+
+/*
+ * An open version from the front of an OPEN answer at *p (*n bytes: handle
+ * id, stat, replica set), on the store's list; *p and *n move past it.
+ * Returns 0 and *out, -EIO (the handle is closed), -ENOMEM.
+ */
+int mc__obj_take(mc_store_t *s, const char **p, size_t *n, mc_obj_t **out);
+
+/* Closes open version ob (CLOSE) and frees it. */
+void mc__obj_release(mc_obj_t *ob);
+
+/* ---- a new file in one call (create.c) ---- */
+
+/* Runs an OP_CREATE op; completes it with mc__op_finish(). */
+void mc__create_exec(op_t *o);
 
 /* ---- extended attributes (xattr.c) ---- */
 
@@ -118,6 +142,15 @@ void mc__task_exec(op_t *o);
 
 /* Runs a writer's op (OP_W_*); completes it with mc__op_finish(). */
 void mc__writer_exec(op_t *o);
+
+/*
+ * A writer of key from the answer to a PUT_START (put id, write lease,
+ * replica set; the CREATE answer's tail) sent at sent_ms, with capacity
+ * bytes reserved: on the store's list, the caller's (*out) to finish.
+ * Returns 0, -EIO (a malformed answer), -ENOMEM.
+ */
+int mc__writer_take(mc_store_t *s, const char *key, size_t klen, uint64_t sent_ms,
+                    uint64_t capacity, const char *body, size_t len, mc_writer_t **out);
 
 /* ---- transfers (xfer.c) ---- */
 

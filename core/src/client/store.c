@@ -144,8 +144,8 @@ static int key_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen
 
 /* key_op() for a put or a writer: copies *po (if any) into the op, its
  * preferred segment into the op's second key slot. */
-static int put_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
-                  const mc_put_opts_t *po, mc_done_cb cb, void *arg, op_t **out)
+int mc__put_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
+               const mc_put_opts_t *po, mc_done_cb cb, void *arg, op_t **out)
 {
     int rc = mc_key_check(key, klen);
     if (rc < 0)
@@ -170,7 +170,7 @@ int mc_putv_async(mc_store_t *s, const char *key, size_t klen, const struct iove
     op_t *o;
     if (iovcnt < 0 || (iovcnt && !iov))
         return -EINVAL;
-    int rc = put_op(s, OP_PUT, key, klen, po, cb, arg, &o);
+    int rc = mc__put_op(s, OP_PUT, key, klen, po, cb, arg, &o);
     if (rc < 0)
         return rc;
     o->iov = iov;
@@ -182,7 +182,7 @@ int mc_put_async(mc_store_t *s, const char *key, size_t klen, const void *buf, s
                  const mc_put_opts_t *po, mc_done_cb cb, void *arg)
 {
     op_t *o;
-    int rc = put_op(s, OP_PUT, key, klen, po, cb, arg, &o);
+    int rc = mc__put_op(s, OP_PUT, key, klen, po, cb, arg, &o);
     if (rc < 0)
         return rc;
     o->one.iov_base = (void *)buf;
@@ -470,7 +470,7 @@ int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen, const mc_p
                          mc_obj_t *base, mc_writer_t **out, mc_done_cb cb, void *arg)
 {
     op_t *o;
-    int rc = put_op(s, OP_W_OPEN, key, klen, po, cb, arg, &o);
+    int rc = mc__put_op(s, OP_W_OPEN, key, klen, po, cb, arg, &o);
     if (rc < 0)
         return rc;
     o->obj = base;

@@ -24,7 +24,7 @@ struct mc__rdma_mr;
 
 /* Operations by kind (enum op_kind) and their latency (client/metrics.c):
  * relaxed atomics, written on the loop thread, read from any. */
-#define MC__OP_KINDS 28
+#define MC__OP_KINDS 29
 #define MC__LAT_BUCKETS 16 /* upper bounds in client/metrics.c, plus +Inf */
 typedef struct mc__op_metrics {
     uint64_t ops[MC__OP_KINDS], errors[MC__OP_KINDS], lat_sum_ns[MC__OP_KINDS];
@@ -149,8 +149,9 @@ enum op_kind {
     OP_TASK_CREATE,
     OP_TASK_QUERY,
     OP_REPLICA_DROP,
+    OP_CREATE,
 };
-_Static_assert(OP_REPLICA_DROP + 1 == MC__OP_KINDS, "MC__OP_KINDS counts enum op_kind");
+_Static_assert(OP_CREATE + 1 == MC__OP_KINDS, "MC__OP_KINDS counts enum op_kind");
 
 typedef struct op {
     mc_work_t work;
@@ -234,6 +235,12 @@ op_t *mc__op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
 /* Runs o on the loop; its callback runs later, never inside this call.
  * Returns 0 or -errno (o is freed, the callback never runs). */
 int mc__op_submit(op_t *o);
+
+/* A new op of kind for a put, a writer or a create of key with *po (NULL:
+ * defaults; its preferred segment copied into the op). Returns 0 and
+ * *out, -EINVAL, -ENAMETOOLONG, -ENOMEM. */
+int mc__put_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
+               const mc_put_opts_t *po, mc_done_cb cb, void *arg, op_t **out);
 
 /* Runs o against the cluster; completes it with mc__op_finish(). */
 void mc__remote_exec(op_t *o);

@@ -169,46 +169,69 @@ static void w_copy_step(op_t *o)
     mc__xfer(o->s, o->obj->rs, 0, o->off, o->tmp, w_copy_end(o) - o->off, w_copied, o);
 }
 
-/* The bytes of base's version the new one takes at PUT_START: all of them
- * unless the base has holes, whose space it leaves unreserved. */
-static uint64_t w_base_capacity(const mc_obj_t *base)
+/* The bytes the new version reserves at PUT_START: all of base's unless the
+ * base has holes, whose space it leaves unreserved; MC__WRITER_FIRST without a
+ * base (or an empty one). */
+static uint64_t w_start_capacity(const mc_obj_t *base)
 {
     uint64_t a, b;
-    if (!base || mc__rset_run(base->rs, 0, &a, &b) || b < base->st.size)
+    if (!base || !base->st.size)
+        return MC__WRITER_FIRST;
+    if (mc__rset_run(base->rs, 0, &a, &b) || b < base->st.size)
         return 0;
     return base->st.size;
+}
+
+int mc__writer_take(mc_store_t *s, const char *key, size_t klen, uint64_t sent_ms,
+                    uint64_t capacity, const char *body, size_t len, mc_writer_t **out)
+{
+    mc_writer_t *w = calloc(1, sizeof(*w));
+    const char *rest;
+    uint32_t rl;
+    if (!w || !(w->key = malloc(klen + 1))) {
+        free(w);
+        return -ENOMEM;
+    }
+    w->s = s;
+    if (mc__unpack(body, len, "qq*", &w->put_id, &w->lease_ms, &rest, &rl) < 0 ||
+        w_take_rset(w, rest, rl) < 0) {
+        free(w->key);
+        free(w);
+        return -EIO;
+    }
+    memcpy(w->key, key, klen);
+    w->key[klen] = '\0';
+    w->klen = klen;
+    w->renew_at = sent_ms + w->lease_ms / 2;
+    w->capacity = capacity;
+    LINK(&s->writers, w);
+    *out = w;
+    return 0;
 }
 
 static void w_started(void *arg, int status, const char *body, size_t len)
 {
     op_t *o = arg;
+    if (status == -ENOSPC && o->u64 == MC__WRITER_FIRST) {
+        /* No room for the first bytes: start with none, as the writes ask
+         * for space (and fail there when there is none). */
+        o->u64 = 0;
+        status = mc__mcall_put_start(o, 0, w_started);
+        if (status == 0)
+            return;
+    }
     if (status < 0)
         return mc__op_finish(o, status);
-    mc_writer_t *w = calloc(1, sizeof(*w));
-    const char *rest;
-    uint32_t rl;
-    if (!w)
-        return mc__op_finish(o, -ENOMEM);
-    w->s = o->s;
+    mc_writer_t *w;
+    int rc = mc__writer_take(o->s, o->key, o->klen, o->sent_ms, o->u64, body, len, &w);
+    if (rc < 0)
+        return mc__op_finish(o, rc);
     w->put_flags = o->po.flags;
-    w->key = malloc(o->klen + 1);
-    if (!w->key || mc__unpack(body, len, "qq*", &w->put_id, &w->lease_ms, &rest, &rl) < 0 ||
-        w_take_rset(w, rest, rl) < 0) {
-        free(w->key);
-        free(w);
-        return mc__op_finish(o, -EIO);
-    }
-    memcpy(w->key, o->key, o->klen);
-    w->key[o->klen] = '\0';
-    w->klen = o->klen;
-    w->renew_at = o->sent_ms + w->lease_ms / 2;
-    LINK(&o->s->writers, w);
     o->w = w;
     if (!o->obj || !o->obj->st.size) {
         *o->w_out = w;
         return mc__op_finish(o, 0);
     }
-    w->capacity = w_base_capacity(o->obj);
     o->off = o->len = 0;
     o->tmp = malloc(MC__PROTO_CHUNK);
     if (!o->tmp) {
@@ -445,8 +468,8 @@ static void w_reserve(op_t *o)
         /* As long as the run of bytes that ends at the end (not its holes) */
         uint64_t run = cap && !mc__rset_run(w->rs, cap - 1, &a, &b) && from == cap ? cap - a : 0;
         uint64_t step = run < WRITER_MAX_STEP ? run : WRITER_MAX_STEP;
-        if (step < (1 << 20))
-            step = 1 << 20;
+        if (run + step < (1 << 20))
+            step = (1 << 20) - run; /* to 1 MiB at least (past MC__WRITER_FIRST) */
         if (to < from + step)
             to = from + step;
         if (to > (uint64_t)INT64_MAX)
@@ -497,7 +520,8 @@ void mc__writer_exec(op_t *o)
     switch (o->kind) {
     case OP_W_OPEN:
         o->sent_ms = mc__loop_time(s->loop);
-        rc = mc__mcall_put_start(o, w_base_capacity(o->obj), w_started);
+        o->u64 = w_start_capacity(o->obj);
+        rc = mc__mcall_put_start(o, o->u64, w_started);
         break;
     case OP_W_WRITE:
         if (o->w->err)

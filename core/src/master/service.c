@@ -353,20 +353,18 @@ static int put_begin(mc__svc_t *svc, const mc__put_start_rq_t *rq, uint64_t now,
     return 0;
 }
 
-static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t len, uint64_t now,
-                        mc__wbuf_t *w)
+/* Makes pending v (begun with flags) a write in progress of owner's, and
+ * packs what a PUT_START answers; on failure aborts v. Returns 0 or a
+ * negative errno. */
+static int put_register(mc__svc_t *svc, uint64_t owner, mc__version_t *v, unsigned flags,
+                        uint64_t now, mc__wbuf_t *w)
 {
-    mc__put_start_rq_t rq;
-    TAKE(mc__take_put_start(body, len, &rq));
-    mc__version_t *v;
-    int rc = put_begin(svc, &rq, now, &v);
-    if (rc < 0)
-        return rc;
+    int rc = 0;
     put_t *p = calloc(1, sizeof(*p));
     if (!p)
         rc = -ENOMEM;
     if (rc == 0) {
-        p->flags = rq.flags;
+        p->flags = flags;
         p->v = v;
         rc = owned_add(svc, &svc->puts, &p->o, owner);
         if (rc < 0)
@@ -381,6 +379,16 @@ static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t
      * renews it), and a revoked write's space waits for it to run out. */
     mc__pack(w, "qq", p->o.h.id, svc->o.write_lease_ms);
     return mc__svc_pack_replicas(svc, w, v);
+}
+
+static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t len, uint64_t now,
+                        mc__wbuf_t *w)
+{
+    mc__put_start_rq_t rq;
+    TAKE(mc__take_put_start(body, len, &rq));
+    mc__version_t *v;
+    int rc = put_begin(svc, &rq, now, &v);
+    return rc < 0 ? rc : put_register(svc, owner, v, rq.flags, now, w);
 }
 
 static int op_put_grow(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
@@ -527,13 +535,11 @@ int mc__svc_take_version(mc__svc_t *svc, const char *body, size_t len, mc__versi
     return *out ? 0 : -ENOENT;
 }
 
-static int op_open(mc__svc_t *svc, uint64_t owner, const char *body, size_t len, uint64_t now,
-                   mc__wbuf_t *w)
+/* Opens published v for owner (a handle that pins it) and packs what an
+ * OPEN answers. Returns 0 or a negative errno. */
+static int open_version(mc__svc_t *svc, uint64_t owner, mc__version_t *v, uint64_t now,
+                        mc__wbuf_t *w)
 {
-    mc__version_t *v;
-    int rc = mc__svc_take_version(svc, body, len, &v);
-    if (rc < 0)
-        return rc;
     handle_t *h = calloc(1, sizeof(*h));
     if (!h)
         return -ENOMEM;
@@ -547,6 +553,62 @@ static int op_open(mc__svc_t *svc, uint64_t owner, const char *body, size_t len,
     read_access(svc, v);
     mc__pack(w, "q", h->o.h.id);
     return pack_version(svc, w, v, now);
+}
+
+static int op_open(mc__svc_t *svc, uint64_t owner, const char *body, size_t len, uint64_t now,
+                   mc__wbuf_t *w)
+{
+    mc__version_t *v;
+    int rc = mc__svc_take_version(svc, body, len, &v);
+    return rc < 0 ? rc : open_version(svc, owner, v, now, w);
+}
+
+/*
+ * CREATE: a new file in one request. Unless key is a file (-EEXIST) or a
+ * directory (-EISDIR: some key starts with key + '/'), publishes it empty
+ * with rq's options (a PUT_START and PUT_COMMIT of no bytes), opens it (an
+ * OPEN) and starts a write of it that keeps the mode and owner it
+ * publishes with (a PUT_START of rq's capacity, or of none when there is
+ * no room for that), answering what the OPEN would, the capacity reserved,
+ * and what the PUT_START would.
+ */
+static int op_create(mc__svc_t *svc, uint64_t owner, const char *body, size_t len, uint64_t now,
+                     mc__wbuf_t *w)
+{
+    mc__put_start_rq_t rq;
+    TAKE(mc__take_put_start(body, len, &rq));
+    mc__version_t *v, *next;
+    int rc = mc__master_lookup(svc->m, rq.key, rq.klen, '/', &v);
+    if (rc != -ENOENT)
+        return rc == MC_LOOKUP_DIR ? -EISDIR : rc == MC_LOOKUP_FILE ? -EEXIST : rc;
+    mc__put_start_rq_t wrq = {.key = rq.key,
+                              .klen = rq.klen,
+                              .capacity = rq.capacity,
+                              .replicas = rq.replicas,
+                              .pref = rq.pref,
+                              .plen = rq.plen};
+    rc = put_begin(svc, &wrq, now, &next);
+    if (rc == -ENOSPC && wrq.capacity) {
+        wrq.capacity = 0;
+        rc = put_begin(svc, &wrq, now, &next);
+    }
+    if (rc < 0)
+        return rc;
+    rq.capacity = 0;
+    rq.flags |= MC_PUT_NOREPLACE;
+    mc__put_commit_rq_t commit = {.key = rq.key, .klen = rq.klen};
+    if ((rc = put_begin(svc, &rq, now, &v)) == 0 && (rc = put_check(svc, v, &commit)) < 0)
+        mc__master_abort(svc->m, v);
+    if (rc == 0)
+        rc = put_publish(svc, v, rq.flags, &commit, now, NULL);
+    if (rc == 0)
+        rc = open_version(svc, owner, v, now, w);
+    if (rc < 0) {
+        mc__master_abort(svc->m, next);
+        return rc;
+    }
+    mc__pack(w, "q", wrq.capacity);
+    return put_register(svc, owner, next, 0, now, w);
 }
 
 static int op_close(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
@@ -613,6 +675,8 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         return mc__svc_op_replica_drop(svc, body, len, now);
     case MC__OP_OPEN:
         return op_open(svc, owner, body, len, now, w);
+    case MC__OP_CREATE:
+        return op_create(svc, owner, body, len, now, w);
     case MC__OP_CLOSE:
         return op_close(svc, body, len, now);
     case MC__OP_GET_REPLICAS:

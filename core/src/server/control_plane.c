@@ -130,6 +130,7 @@ int mc__control_plane_handle(mc__control_plane_t *p, uint64_t owner, mc__conn_t 
 {
     mc__wbuf_t w = {0};
     int rc = p->ha ? mc__ha_admit(p->ha, h->op) : 0;
+    int admitted = rc == 0; /* a request refused here changed nothing: no wait */
     if (rc == 0)
         rc = mc__svc_handle(p->svc, owner, h->op, body, len, mc_loop_now_ms(), &w);
     if (rc == -EBADMSG) {
@@ -142,7 +143,7 @@ int mc__control_plane_handle(mc__control_plane_t *p, uint64_t owner, mc__conn_t 
         mc__svc_rebuilding(p->svc))
         rc = -EAGAIN; /* its node may not have mounted at this new leader yet */
     uint64_t seq;
-    if (p->ha && (mc__svc_flush(p->svc), mc__ha_defers(p->ha, h->op, &seq)) &&
+    if (p->ha && admitted && (mc__svc_flush(p->svc), mc__ha_defers(p->ha, h->op, &seq)) &&
         hold(p, owner, c, h, rc, &w, seq) == 0)
         return 0;
     if (rc < 0 && h->op < sizeof(p->op_errors) / sizeof(p->op_errors[0]))

@@ -477,6 +477,7 @@ static int is_change(uint16_t op, int starts)
     case MC__OP_XATTR_REMOVE:
     case MC__OP_UNMOUNT_SEGMENT:
     case MC__OP_REPLICA_DROP:
+    case MC__OP_CREATE: /* publishes, and starts a write */
         return 1;
     case MC__OP_PUT_START:
     case MC__OP_PUT_GROW:
@@ -492,7 +493,8 @@ int mc__ha_admit(mc__ha_t *ha, uint16_t op)
         return 0;
     if (ha->st != ST_LEADER)
         return -EREMCHG;
-    if (op == MC__OP_PUT_START && mc_loop_now_ms() < ha->since + REMOUNT_GRACE_MS) {
+    if ((op == MC__OP_PUT_START || op == MC__OP_CREATE) &&
+        mc_loop_now_ms() < ha->since + REMOUNT_GRACE_MS) {
         mc__svc_stats_t st;
         mc__svc_stats(ha->svc, &st);
         if (!st.segments)

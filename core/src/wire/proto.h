@@ -104,6 +104,10 @@
     X(STATFS, 37, "", "qqqq")         /* -> total, used, objects, evicted */                       \
     X(STATS, 38, "", "*")             /* -> counters, each s name + q value */                     \
     X(LINK, 49, "kku", "*")           /* from, to, flags (0) -> stat of the file (hard link) */    \
+    /* a new file in one request (master) */                                                       \
+    X(CREATE, 45, "kquuuuqisuuuq", "q*") /* as PUT_START (capacity: the write's) -> handle id,     \
+                                            stat + replica set (as OPEN), capacity reserved (q),   \
+                                            put id, write lease ms, replica set (as PUT_START) */  \
     /* data (nodes) */                                                                             \
     X(READ, 50, "uqu", "*")  /* seg id, offset, length -> bytes */                                 \
     X(WRITE, 51, "uq*", "")  /* seg id, offset, bytes */                                           \
