@@ -338,6 +338,16 @@ static void w_forgotten(void *arg, int rc)
     w_op_end(o, o->result);
 }
 
+/* The reservation reaches the end of what a refused o owed (w_fail()):
+ * zeros where it has space, the rest a hole already. */
+static void w_forget_zero(op_t *o)
+{
+    uint64_t end = o->hi < o->w->capacity ? o->hi : o->w->capacity;
+    if (end <= o->base)
+        return w_forgotten(o, 0);
+    mc__xfer(o->s, o->w->rs, 1, o->base, NULL, end - o->base, w_forgotten, o);
+}
+
 /*
  * Finishes o with rc < 0 (o->w's op but its open), letting writes that
  * wait for it go on. One that holds w->filling and failed before its first
@@ -355,7 +365,15 @@ static void w_fail(op_t *o, int rc)
     uint64_t end = w_forget(o);
     if (end > o->base && !w->err) {
         o->result = rc;
-        return mc__xfer(o->s, w->rs, 1, o->base, NULL, end - o->base, w_forgotten, o);
+        o->hi = end;
+        if (end <= w->capacity)
+            return w_forget_zero(o);
+        /* A truncation left the size past the space (o's grow was refused,
+         * and a writer that began small reserved little): the rest becomes
+         * a hole (no space needed), so that it reads as zeros too. A
+         * failure of that grow comes back here and loses the version. */
+        o->stage = 1;
+        return w_grow(o, end, 0, 0, w_forget_zero);
     }
     w_unfill(o);
     w_op_end(o, rc);
