@@ -636,6 +636,26 @@ static void free_options(struct options *o)
     free(o->pos[1]);
 }
 
+/* The metrics endpoint's thread (when asked for) and the workers of
+ * --threads. After fuse_daemonize() and with the signals blocked: the
+ * threads inherit the mask. */
+static int start_threads(fs_t *fs, const char *metrics_addr, mc_metrics_server_t **metrics)
+{
+    if (metrics_addr) {
+        int rc = mc_metrics_serve(metrics, metrics_addr, fs->loop, fs_metrics_collect, fs);
+        if (rc < 0) {
+            fprintf(stderr, "mooncake-fs: error: cannot serve metrics on %s: %s\n", metrics_addr,
+                    mc_strerror(rc));
+            return rc;
+        }
+    }
+    int rc = fs_workers_start(fs, fs->threads - 1);
+    if (rc < 0)
+        fprintf(stderr, "mooncake-fs: error: starting %u threads: %s\n", fs->threads,
+                mc_strerror(rc));
+    return rc;
+}
+
 int main(int argc, char *argv[])
 {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -698,22 +718,8 @@ int main(int argc, char *argv[])
         goto out;
     if (watch_device_and_signals(&fs, &fuse_poll, &sig_poll, &sfd) < 0)
         goto out;
-    /* After fuse_daemonize() and with the signals blocked: the HTTP thread
-     * inherits the mask. */
-    if (o.metrics) {
-        int mrc = mc_metrics_serve(&metrics, o.metrics, fs.loop, fs_metrics_collect, &fs);
-        if (mrc < 0) {
-            fprintf(stderr, "mooncake-fs: error: cannot serve metrics on %s: %s\n", o.metrics,
-                    mc_strerror(mrc));
-            goto out;
-        }
-    }
-    int wrc = fs_workers_start(&fs, fs.threads - 1);
-    if (wrc < 0) {
-        fprintf(stderr, "mooncake-fs: error: starting %u threads: %s\n", fs.threads,
-                mc_strerror(wrc));
+    if (start_threads(&fs, o.metrics, &metrics) < 0)
         goto out;
-    }
     log_mounted(fopts.mountpoint, &so);
     int rc = mc_loop_run(fs.loop);
     if (rc < 0)
