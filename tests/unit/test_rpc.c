@@ -542,12 +542,14 @@ static void test_server_handshake_limits(void **state)
     assert_int_equal(raw_hello(a), 0);
     assert_int_equal(raw_call(a, MC__OP_WRITE, body, sizeof(body)), -EOPNOTSUPP);
     assert_int_equal(raw_call(a, MC__OP_PING, NULL, 0), 0);
-    /* Silent before the handshake: closed after ~100 ms. */
+    /* Silent before the handshake: closed after ~100 ms (the bound only
+     * tells the 100 ms asked for from the 10 s default: a loaded machine
+     * made it 1.1 s once). */
     uint64_t t0 = mc_loop_now_ms();
     int b = raw_connect(&t.addr);
     assert_true(raw_closed(b));
     assert_cmp(mc_loop_now_ms() - t0, >=, 90);
-    assert_cmp(mc_loop_now_ms() - t0, <, 1000);
+    assert_cmp(mc_loop_now_ms() - t0, <, MC__SERVER_HANDSHAKE_TIMEOUT_MS / 2);
     /* Through it, silent: closed after the idle timeout. */
     assert_true(raw_closed(a));
     assert_cmp(mc_loop_now_ms() - t0, >=, 390);
