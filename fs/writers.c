@@ -400,6 +400,8 @@ void fs_ws_shutdown(fs_t *fs, int store_closed)
             mc_writer_abort(ws->w);
         if (ws->base && !store_closed)
             mc_obj_close(ws->base);
+        if (store_closed)
+            ws->in->held = NULL; /* closed with the store; ws_free() may free the inode */
         ws->w = NULL;
         ws->base = NULL;
         ws->handles = 0;
