@@ -17,21 +17,27 @@
 
 #define FOFF 4096 /* where MC_FAULT_XFER's write transfers start */
 
-/* One operation of a batch: a write of buf[off, off + len) or (len 0 and
- * trunc) a truncation to off. */
+/* One operation of a batch: a write of buf[off, off + len), (len 0 and
+ * trunc 1) a truncation to off, or (trunc 2) a read of [off, off + len)
+ * into dst. */
 typedef struct wop {
     uint64_t off;
     size_t len;
     int trunc;
     const char *src; /* the bytes at off (NULL: the batch's buffer's) */
+    char *dst;       /* a read's */
 } wop_t;
 #define WRITE(off, len)                                                                            \
     {                                                                                              \
-        (off), (len), 0, NULL                                                                      \
+        (off), (len), 0, NULL, NULL                                                                \
     }
 #define TRUNC(size)                                                                                \
     {                                                                                              \
-        (size), 0, 1, NULL                                                                         \
+        (size), 0, 1, NULL, NULL                                                                   \
+    }
+#define READ(off, len, dst)                                                                        \
+    {                                                                                              \
+        (off), (len), 2, NULL, (dst)                                                               \
     }
 
 /* Operations of one writer issued together on its store's loop thread,
@@ -51,7 +57,9 @@ static void ops_issue(void *arg)
 
     for (int i = 0; i < r->n; i++) {
         const wop_t *op = &r->op[i];
-        int rc = op->trunc
+        int rc = op->trunc == 2
+                     ? mc_writer_read_async(r->w, op->off, op->dst, op->len, slot_done, &r->sl[i])
+                 : op->trunc
                      ? mc_writer_truncate_async(r->w, op->off, slot_done, &r->sl[i])
                      : mc_writer_write_async(r->w, op->off, op->src ? op->src : r->buf + op->off,
                                              op->len, slot_done, &r->sl[i]);
@@ -304,6 +312,39 @@ static void test_a_truncate_through_a_write_in_flight_reads_zeros(void **state)
 }
 
 /*
+ * A read issued right after a write past the size, before the write's
+ * gap is zeros (its space is asked of the master first): the size already
+ * counts the write, so the read must wait for the gap's zeros, never read
+ * what the segment held there (another object's bytes). Nothing fails.
+ */
+static void test_a_read_after_a_write_past_the_size_reads_its_gap_as_zeros(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    size_t gap = 256 * 1024, len = 4096;
+    char *data = malloc(gap + len), *got = malloc(gap + len), *want = calloc(1, gap + len);
+
+    for (size_t i = 0; i < gap + len; i++)
+        data[i] = (char)(i % 229 + 1);
+    memcpy(want, data, 10);
+    memcpy(want + gap, data + gap, len);
+    dirty(f);
+    memset(got, 0x55, gap + len);
+    ops_t r = {.buf = data, .n = 2, .op = {WRITE(gap, len), READ(0, gap + len, got)}};
+    r.w = open_writer(f);
+    assert_int_equal(wcall(r.w, 'w', 0, data, 10), 10); /* the writer's first space */
+    ops_start(s, &r);
+    batch_wait(&r.b);
+    assert_int_equal(r.b.rc[0], (int)len);
+    assert_int_equal(r.b.rc[1], (int)(gap + len));
+    same_bytes("read with the write", got, want, gap + len);
+    check_published(s, r.w, want, gap + len, 0);
+    free(data);
+    free(got);
+    free(want);
+}
+
+/*
  * Two writes of the same bytes in flight together, the later one's
  * content to stay: they reach a co-located node whose segment is not
  * mapped yet, so both wait for the mapping, and must then be copied in the
@@ -319,7 +360,7 @@ static void test_writes_waiting_for_a_mapping_land_in_order(void **state)
 
     memset(a, 'a', 8192);
     memset(b, 'b', 8192);
-    ops_t r = {.n = 2, .op = {{0, 8192, 0, a}, {0, 8192, 0, b}}};
+    ops_t r = {.n = 2, .op = {{0, 8192, 0, a, NULL}, {0, 8192, 0, b, NULL}}};
     r.w = open_writer(f);
     ops_start(s, &r);
     batch_wait(&r.b);
@@ -494,6 +535,13 @@ int main(void)
          test_a_truncate_through_a_write_in_flight_reads_zeros, setup_tcp, teardown, NULL},
         {"test_a_truncate_through_a_write_in_flight_reads_zeros_on_a_node",
          test_a_truncate_through_a_write_in_flight_reads_zeros, setup_node, teardown, NULL},
+        cmocka_unit_test_setup_teardown(
+            test_a_read_after_a_write_past_the_size_reads_its_gap_as_zeros, setup, teardown),
+        {"test_a_read_after_a_write_past_the_size_reads_its_gap_as_zeros_over_tcp",
+         test_a_read_after_a_write_past_the_size_reads_its_gap_as_zeros, setup_tcp, teardown, NULL},
+        {"test_a_read_after_a_write_past_the_size_reads_its_gap_as_zeros_on_a_node",
+         test_a_read_after_a_write_past_the_size_reads_its_gap_as_zeros, setup_node, teardown,
+         NULL},
         cmocka_unit_test_setup_teardown(test_writes_waiting_for_a_mapping_land_in_order,
                                         setup_node_shm, teardown),
         cmocka_unit_test_setup_teardown(test_a_dropped_replica_is_never_read_again, setup_two_nodes,

@@ -275,6 +275,7 @@ static void w_op_done(void *arg, int rc)
 
 static void w_have_space(op_t *o);
 static void w_reserve(op_t *o);
+static void w_read_start(op_t *o);
 
 /*
  * Ends o's fill of a hole (its new space around what it writes is zeroed)
@@ -293,7 +294,10 @@ static void w_unfill(op_t *o)
     while (q) {
         op_t *next = q->wnext;
         q->wnext = NULL;
-        w_reserve(q);
+        if (q->kind == OP_W_READ)
+            w_read_start(q);
+        else
+            w_reserve(q);
         q = next;
     }
 }
@@ -315,7 +319,9 @@ static uint64_t w_forget(op_t *o)
     mc_writer_t *w = o->w;
     uint64_t with = o->kind == OP_W_TRUNC || o->off + o->len > o->base ? o->off + o->len : o->base;
     uint64_t without = o->base;
-    for (op_t *q = w->fill_wait; q; q = q->wnext) { /* writes and truncations only */
+    for (op_t *q = w->fill_wait; q; q = q->wnext) {
+        if (q->kind == OP_W_READ)
+            continue; /* adds nothing to the size */
         uint64_t end = q->off + q->len;
         if (q->base > without)
             q->base = without;
@@ -514,6 +520,25 @@ static void w_read(op_t *o)
     mc__xfer(o->s, w->rs, 0, o->off, o->buf, o->u64, mc__read_done, o);
 }
 
+/* A read waits, in order, while a write fills a hole or a gap (w->filling):
+ * the size already counts that write, and until its zeros are written the
+ * gap holds what the segment held (another object's bytes). Then it reads
+ * its own bytes, as long as the space is still its own. */
+static void w_read_start(op_t *o)
+{
+    mc_writer_t *w = o->w;
+    if (w->err)
+        return mc__op_finish(o, w->err);
+    if (w->filling) {
+        op_t **pp = &w->fill_wait;
+        while (*pp)
+            pp = &(*pp)->wnext;
+        *pp = o;
+        return;
+    }
+    w_stale(w) ? w_grow(o, 0, 0, 0, w_read) : w_read(o);
+}
+
 static void w_committed(void *arg, int status, const char *body, size_t len)
 {
     op_t *o = arg;
@@ -554,10 +579,7 @@ void mc__writer_exec(op_t *o)
             o->w->size = o->off + o->len;
         return w_reserve(o);
     case OP_W_READ:
-        if (o->w->err)
-            return mc__op_finish(o, o->w->err);
-        /* Its own bytes, as long as the space is still its own. */
-        return w_stale(o->w) ? w_grow(o, 0, 0, 0, w_read) : w_read(o);
+        return w_read_start(o);
     case OP_W_TRUNC:
         if (o->w->err)
             return mc__op_finish(o, o->w->err);
