@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from harness import wait_for
+
 MiB = 1 << 20
 CLIENT = ("--segment-size", "0", "--no-shm")
 # What a read of a file whose every copy is gone may fail with (SEMANTICS:
@@ -189,16 +191,18 @@ def test_node_stalled_mid_stream_fails_the_read_in_time(cluster, tmp_path, cache
     assert got == data[:len(got)]  # what it did return is the file's
     # The node is back: once the client has reconnected (it backs off after
     # the loss, and fails reads with ENOTCONN meanwhile), a new read gets it all.
-    deadline = time.monotonic() + 15
-    while True:
+    def reads_whole():
         try:
             with open(b.p("f"), "rb") as f:
-                assert f.read() == data
-            break
+                back = f.read()
         except OSError as err:
-            if err.errno not in NODE_GONE or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+            if err.errno in NODE_GONE:
+                return False
+            raise
+        assert back == data
+        return True
+
+    wait_for(reads_whole, "the file read whole once the node is back", timeout=15)
 
 
 def rss_mib(proc):
