@@ -216,6 +216,10 @@ def test_unprivileged_mount_serves_in_its_own_tmp_directory():
     own = pathlib.Path("/tmp/mooncake-fs-65534")
     if own.exists():
         pytest.skip(f"{own} exists already")
+    if not os.stat("/dev/fuse").st_mode & 0o006:
+        # Debian's udev rule (fuse3) makes it 0666; a machine without udev
+        # keeps the kernel's 0600, and only root may mount.
+        pytest.skip("/dev/fuse is not open to every user here: no unprivileged mounts")
     base = pathlib.Path(tempfile.mkdtemp(prefix="mc-nobody-"))
     os.chmod(base, 0o755)
     try:
