@@ -174,9 +174,19 @@ static void put_end(op_t *o, int rc)
     mc__op_finish(o, rc);
 }
 
-static void put_fail(op_t *o, int rc)
+void mc__put_revoke(mc_store_t *s, uint64_t put_id, int fenced)
 {
-    mc__mcall(o->s, MC__OP_PUT_REVOKE, mc__ignore_reply, NULL, "q", o->u64);
+    if (fenced)
+        mc__mcall(s, MC__OP_PUT_REVOKE, mc__ignore_reply, NULL, "qu", put_id,
+                  (uint32_t)MC__REVOKE_FENCED);
+    else
+        mc__mcall(s, MC__OP_PUT_REVOKE, mc__ignore_reply, NULL, "q", put_id);
+}
+
+/* Ends o's put with rc: fenced when its transfer failed (xfer 1). */
+static void put_fail(op_t *o, int rc, int xfer)
+{
+    mc__put_revoke(o->s, o->u64, xfer);
     put_end(o, rc);
 }
 
@@ -208,7 +218,7 @@ static void put_renewed(void *arg, int status, const char *body, size_t len)
     if (status >= 0 && mc__rset_take(&body, &n, &rs) < 0)
         status = -EIO;
     if (status < 0)
-        return put_fail(o, revoked(status));
+        return put_fail(o, revoked(status), 0);
     mc__rset_free(o->buf); /* replicas dropped meanwhile are gone from it */
     o->buf = rs;
     rs->put_id = o->u64;
@@ -220,7 +230,7 @@ static void put_sent(void *arg, int rc)
 {
     op_t *o = arg;
     if (rc < 0)
-        return put_fail(o, rc);
+        return put_fail(o, rc, 1);
     o->done += o->off;
     put_step(o);
 }
@@ -246,7 +256,7 @@ static void put_step(op_t *o)
         rc = mc__mcall(o->s, MC__OP_PUT_GROW, put_renewed, o, "qqqu", o->u64, (uint64_t)0,
                        (uint64_t)0, 0u); /* nothing new: the lease renewed */
         if (rc < 0)
-            put_fail(o, rc);
+            put_fail(o, rc, 0);
         return;
     }
     const char *src = o->tmp ? o->tmp : (o->iovcnt ? o->iov[0].iov_base : "");

@@ -186,11 +186,16 @@ typedef struct xfer {
     int rerr[MC__MAX_REPLICAS]; /* writes: the first error per replica */
     int pending;
     int issuing;
+    int delayed; /* held back once by MC_FAULT_XFER's delay */
     int err;
     void (*done)(void *arg, int rc);
     void *arg;
     struct xfer *wait_next; /* parked on a peer (mc__peer_wait()) */
 } xfer_t;
+
+/* PUT_REVOKE of write put_id (its answer ignored): fenced when a transfer
+ * of it failed, whose bytes may still land (MC__REVOKE_FENCED). */
+void mc__put_revoke(mc_store_t *s, uint64_t put_id, int fenced);
 
 /*
  * Moves len bytes between buf and object offset off of the replicas rs

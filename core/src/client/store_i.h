@@ -97,6 +97,11 @@ struct mc_writer {
     size_t klen;
     struct op *filling;   /* remote: the write filling a hole or a gap (writer.c), or NULL */
     struct op *fill_wait; /* remote: writes waiting for it, in order */
+    int xfers;            /* remote: its transfers on their way (writer.c) */
+    uint64_t xfer_hi;     /* remote: where the last of them ends, at most */
+    struct op *xfer_wait; /* remote: punches waiting until none is */
+    int ops;              /* remote: its writes, reads, truncations, punches not finished */
+    struct op *ops_wait;  /* remote: a commit or abort waiting until none is */
     int err; /* remote: a transfer of it failed (writer.c): later ops and the commit fail so */
     mc_writer_t *prev, *next; /* on s->writers */
 };
@@ -185,12 +190,14 @@ typedef struct op {
     int stage;        /* remote: where a multi-step operation is */
     uint64_t u64;     /* remote: scratch (put id, ...) */
     uint64_t sent_ms; /* remote: when the last master call that renews a lease went out */
-    uint64_t lease_ms, renew_at; /* remote: a whole-object put's write lease */
-    uint64_t done;               /* remote: bytes of a whole-object put sent so far */
-    uint64_t base;               /* remote: a writer's size when its write or truncate began */
-    void (*cont)(struct op *o);  /* remote: what to do once the lease is renewed */
+    uint64_t lease_ms, renew_at;    /* remote: a whole-object put's write lease */
+    uint64_t done;                  /* remote: bytes of a whole-object put sent so far */
+    uint64_t base;                  /* remote: a writer's size when its write or truncate began */
+    void (*cont)(struct op *o);     /* remote: what to do once the lease is renewed, or once
+                                       what it waits for on its writer is done */
+    void (*xdone)(void *o, int rc); /* remote: a writer's transfer's own callback (writer.c) */
     uint64_t lo, hi;      /* remote: a writer's bytes to zero around a write that fills a hole */
-    struct op *wnext;     /* remote: on its writer's fill_wait */
+    struct op *wnext;     /* remote: on one of its writer's lists of waiting ops */
     void *tmp;            /* remote: scratch buffer */
     mc_task_info_t *task; /* OP_TASK_QUERY: the answer; OP_TASK_CREATE: *id in u64's place */
     uint64_t *task_id;    /* OP_TASK_CREATE: where the new task's id goes */

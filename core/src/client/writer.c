@@ -9,6 +9,8 @@
  * base's holes. Writes may be in flight together (write-behind): the size
  * counts each from its start (o->base is the size before it), and a write
  * that fills a hole or zeroes a gap holds the others back meanwhile.
+ * Space goes back to the master (a punch, a revoke) only when no transfer
+ * of the writer can land in it any more: another object may get it next.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -23,6 +25,80 @@ static void w_free(mc_writer_t *w)
     mc__rset_free(w->rs);
     free(w->key);
     free(w);
+}
+
+/* Runs the ops parked on *list (o->cont(o) each, in order). */
+static void w_wake(op_t **list)
+{
+    op_t *q = *list;
+    *list = NULL;
+    while (q) {
+        op_t *next = q->wnext;
+        q->wnext = NULL;
+        q->cont(q);
+        q = next;
+    }
+}
+
+/* Parks o at the end of *list; again(o) runs when it is woken. */
+static void w_park(op_t **list, op_t *o, void (*again)(op_t *))
+{
+    while (*list)
+        list = &(*list)->wnext;
+    o->cont = again;
+    *list = o;
+}
+
+/* Finishes o, one of w's writes, reads, truncations or punches; a commit
+ * or an abort that waited for w's ops goes on after the last. */
+static void w_finish(op_t *o, int rc)
+{
+    mc_writer_t *w = o->w;
+    mc__op_finish(o, rc); /* its callback runs later: o and w stay */
+    if (!--w->ops)
+        w_wake(&w->ops_wait);
+}
+
+static void w_xfer_done(void *arg, int rc)
+{
+    op_t *o = arg;
+    mc_writer_t *w = o->w;
+    if (!--w->xfers) {
+        w->xfer_hi = 0;
+        w_wake(&w->xfer_wait);
+    }
+    o->xdone(o, rc);
+}
+
+/* Every transfer of an op of w's goes through here, so that w knows when
+ * none is on its way: space given back while one is could go to another
+ * object, and the transfer land there after that object's bytes. */
+static void w_xfer(op_t *o, int write, uint64_t off, char *buf, uint64_t len,
+                   void (*done)(void *, int))
+{
+    mc_writer_t *w = o->w;
+    o->xdone = done;
+    w->xfers++;
+    if (off + len > w->xfer_hi)
+        w->xfer_hi = off + len;
+    mc__xfer(o->s, w->rs, write, off, buf, len, w_xfer_done, o);
+}
+
+/* Whether a transfer on its way may land at or past off, in the space a
+ * punch from off would give back. Without a truncation that shrank the
+ * size below a write in flight, none does past a write's gap (the writes
+ * before it end at its start). */
+static int w_landing(const mc_writer_t *w, uint64_t off)
+{
+    return w->xfers && w->xfer_hi > off;
+}
+
+/* Ends w's write at the master without publishing it (and frees w): fenced
+ * when a transfer failed (w->err), whose bytes may still land. */
+static void w_revoke(mc_writer_t *w)
+{
+    mc__put_revoke(w->s, w->put_id, w->err != 0);
+    w_free(w);
 }
 
 /* Replaces w's replica set with the one in a PUT_START/PUT_GROW reply. */
@@ -112,19 +188,28 @@ static uint64_t w_copy_end(const op_t *o)
     return o->len - o->off > MC__PROTO_CHUNK ? o->off + MC__PROTO_CHUNK : o->len;
 }
 
+/* A write of the copy (bytes or zeros) ended: one that failed may still
+ * land, so its space is revoked fenced (w_poison(), w_revoke()). */
+static void w_copy_wrote(void *arg, int rc)
+{
+    op_t *o = arg;
+    if (rc < 0 && !o->w->err)
+        o->w->err = rc;
+    w_copied(o, rc);
+}
+
 static void w_copied(void *arg, int rc)
 {
     op_t *o = arg;
     if (rc < 0) {
         free(o->tmp);
         o->tmp = NULL;
-        mc__mcall(o->s, MC__OP_PUT_REVOKE, mc__ignore_reply, NULL, "q", o->w->put_id);
-        w_free(o->w);
+        w_revoke(o->w);
         return mc__op_finish(o, rc);
     }
     if (o->stage == 1) { /* the chunk was read: write it */
         o->stage = 2;
-        mc__xfer(o->s, o->w->rs, 1, o->off, o->tmp, w_copy_end(o) - o->off, w_copied, o);
+        mc__xfer(o->s, o->w->rs, 1, o->off, o->tmp, w_copy_end(o) - o->off, w_copy_wrote, o);
         return;
     }
     if (o->stage == 2) /* written */
@@ -162,7 +247,7 @@ static void w_copy_step(op_t *o)
         return w_grow(o, o->off, end - o->off, 0, w_copy_step);
     if (w->size < o->off) {
         o->stage = 3;
-        mc__xfer(o->s, w->rs, 1, w->size, NULL, o->off - w->size, w_copied, o);
+        mc__xfer(o->s, w->rs, 1, w->size, NULL, o->off - w->size, w_copy_wrote, o);
         return;
     }
     o->stage = 1;
@@ -250,7 +335,7 @@ static void w_op_end(op_t *o, int rc)
         rc = 0;
     if (rc >= 0 && o->kind == OP_W_PUNCH)
         rc = 0;
-    mc__op_finish(o, rc);
+    w_finish(o, rc);
 }
 
 /* The version in progress lost a transfer (rc < 0): the bytes of its range
@@ -276,12 +361,24 @@ static void w_op_done(void *arg, int rc)
 static void w_have_space(op_t *o);
 static void w_reserve(op_t *o);
 static void w_read_start(op_t *o);
+static void w_punch_start(op_t *o);
+static void w_unfill(op_t *o);
+
+/* The end of a punch (w_punch()): the ops that waited for it go on. */
+static void w_punch_done(void *arg, int rc)
+{
+    op_t *o = arg;
+    w_poison(o->w, rc);
+    w_unfill(o);
+    w_op_end(o, rc);
+}
 
 /*
  * Ends o's fill of a hole (its new space around what it writes is zeroed)
- * or of a gap: the writes that waited for it look at the layout again.
- * While a write fills a hole or a gap every later write of the writer
- * waits, so that the zeros land on space no other write has touched yet.
+ * or of a gap, or o's punch: the ops that waited for it look at the layout
+ * again. While a write fills a hole or a gap every later op of the writer
+ * waits, so that the zeros land on space no other write has touched yet;
+ * while a punch gives space back, so that no write lands there.
  */
 static void w_unfill(op_t *o)
 {
@@ -289,24 +386,14 @@ static void w_unfill(op_t *o)
     if (w->filling != o)
         return;
     w->filling = NULL;
-    op_t *q = w->fill_wait;
-    w->fill_wait = NULL;
-    while (q) {
-        op_t *next = q->wnext;
-        q->wnext = NULL;
-        if (q->kind == OP_W_READ)
-            w_read_start(q);
-        else
-            w_reserve(q);
-        q = next;
-    }
+    w_wake(&w->fill_wait); /* each parks again, in order, when one of them fills */
 }
 
 /*
  * The failed o, which holds w->filling, adds nothing to the size: every
- * write or truncation started after it waits in w->fill_wait, in the order
- * they started, and each counted its start (o->base) from a size that took
- * o in. Counts them again without o: a write that o's end kept from a gap
+ * op started after it waits in w->fill_wait, in the order they started,
+ * and each write or truncation counted its start (o->base) from a size
+ * that took o in. Counts them again without o: a write that o's end kept from a gap
  * of its own gets one (zeroed, where o would have zeroed its), and the size
  * is what they make it, not less (o's start would drop their bytes).
  * A truncation that shrank the size after o started (it does not wait)
@@ -320,7 +407,7 @@ static uint64_t w_forget(op_t *o)
     uint64_t with = o->kind == OP_W_TRUNC || o->off + o->len > o->base ? o->off + o->len : o->base;
     uint64_t without = o->base;
     for (op_t *q = w->fill_wait; q; q = q->wnext) {
-        if (q->kind == OP_W_READ)
+        if (q->kind == OP_W_READ || q->kind == OP_W_PUNCH)
             continue; /* adds nothing to the size */
         uint64_t end = q->off + q->len;
         if (q->base > without)
@@ -351,7 +438,7 @@ static void w_forget_zero(op_t *o)
     uint64_t end = o->hi < o->w->capacity ? o->hi : o->w->capacity;
     if (end <= o->base)
         return w_forgotten(o, 0);
-    mc__xfer(o->s, o->w->rs, 1, o->base, NULL, end - o->base, w_forgotten, o);
+    w_xfer(o, 1, o->base, NULL, end - o->base, w_forgotten);
 }
 
 /*
@@ -364,7 +451,9 @@ static void w_forget_zero(op_t *o)
 static void w_fail(op_t *o, int rc)
 {
     mc_writer_t *w = o->w;
-    if (w->filling != o) /* a renewal or a punch: the put is gone */
+    if (o->kind == OP_W_PUNCH) /* the put is gone */
+        return w_punch_done(o, rc);
+    if (w->filling != o) /* a renewal: the put is gone */
         return w_op_done(o, rc);
     if (o->stage > 0) /* its layout changed, zeros went out: not a refusal */
         w_poison(w, rc);
@@ -417,23 +506,27 @@ static void w_have_space(op_t *o)
     switch (o->stage++) {
     case 0:
         if (o->lo < o->off)
-            return mc__xfer(o->s, w->rs, 1, o->lo, NULL, o->off - o->lo, w_step_done, o);
+            return w_xfer(o, 1, o->lo, NULL, o->off - o->lo, w_step_done);
         return w_have_space(o);
     case 1:
         if (o->hi > end)
-            return mc__xfer(o->s, w->rs, 1, end, NULL, o->hi - end, w_step_done, o);
+            return w_xfer(o, 1, end, NULL, o->hi - end, w_step_done);
         return w_have_space(o);
-    case 2: /* a punch: no write is on its way there (the punch takes
-             * whole units, and the writes before end at o->base) */
+    case 2: /* a punch, once no transfer can land there (a write's that a
+             * truncation shrank the size into) */
         if (o->off <= o->base) {
             o->stage++; /* no gap */
         } else if (o->off > o->base + W_PUNCH_GAP &&
                    !(mc__rset_run(w->rs, o->base, &a, &b) && b >= o->off)) {
+            if (w_landing(w, o->base)) {
+                o->stage--;
+                return w_park(&w->xfer_wait, o, w_have_space);
+            }
             return w_grow(o, o->base, o->off - o->base, 1, w_have_space);
         }
         return w_have_space(o);
     case 3: /* reads as zeros: write them where it has space */
-        return mc__xfer(o->s, w->rs, 1, o->base, NULL, o->off - o->base, w_step_done, o);
+        return w_xfer(o, 1, o->base, NULL, o->off - o->base, w_step_done);
     default:
         break;
     }
@@ -442,7 +535,7 @@ static void w_have_space(op_t *o)
      * that grows again (after one that shrank into this write) land on
      * them, not under them. (Its callback is deferred: o outlives it.) */
     if (o->kind == OP_W_WRITE)
-        mc__xfer(o->s, w->rs, 1, o->off, o->buf, o->len, w_op_done, o);
+        w_xfer(o, 1, o->off, o->buf, o->len, w_op_done);
     w_unfill(o);
     if (o->kind == OP_W_TRUNC)
         w_op_done(o, 0);
@@ -460,13 +553,8 @@ static void w_reserve(op_t *o)
     uint64_t off = o->off, end = o->off + o->len, cap = w->capacity, a, b, c, d;
     if (w->err) /* the version was lost while o waited */
         return w_op_end(o, w->err);
-    if (w->filling) { /* after it, in order */
-        op_t **pp = &w->fill_wait;
-        while (*pp)
-            pp = &(*pp)->wnext;
-        *pp = o;
-        return;
-    }
+    if (w->filling) /* after it, in order */
+        return w_park(&w->fill_wait, o, w_reserve);
     o->stage = 0;
     o->lo = off; /* nothing to zero around it */
     o->hi = end;
@@ -509,7 +597,37 @@ static void w_reserve(op_t *o)
 /* The whole units of a punched range are a hole: zero the rest of it. */
 static void w_punched(op_t *o)
 {
-    mc__xfer(o->s, o->w->rs, 1, o->off, NULL, o->len, w_op_done, o);
+    w_xfer(o, 1, o->off, NULL, o->len, w_punch_done);
+}
+
+/* A punch gives the space of its whole units back: once no transfer can
+ * land there (a write's bytes still on their way). It holds w->filling
+ * from w_punch_start() to its end, so that the ops issued after it wait:
+ * a write sent meanwhile would land in the space given back. */
+static void w_punch(op_t *o)
+{
+    mc_writer_t *w = o->w;
+    if (w->err)
+        return w_punch_done(o, w->err);
+    if (w_landing(w, o->off))
+        return w_park(&w->xfer_wait, o, w_punch);
+    w_grow(o, o->off, o->len, 1, w_punched);
+}
+
+/* Starts punch o, after the op that fills a hole or a gap, in order. */
+static void w_punch_start(op_t *o)
+{
+    mc_writer_t *w = o->w;
+    if (w->filling)
+        return w_park(&w->fill_wait, o, w_punch_start);
+    w->filling = o;
+    w_punch(o);
+}
+
+static void w_read_done(void *arg, int rc)
+{
+    op_t *o = arg;
+    w_finish(o, rc < 0 ? rc : (int)o->u64);
 }
 
 static void w_read(op_t *o)
@@ -517,7 +635,7 @@ static void w_read(op_t *o)
     mc_writer_t *w = o->w;
     uint64_t n = o->off < w->size ? w->size - o->off : 0;
     o->u64 = n < o->len ? n : o->len;
-    mc__xfer(o->s, w->rs, 0, o->off, o->buf, o->u64, mc__read_done, o);
+    w_xfer(o, 0, o->off, o->buf, o->u64, w_read_done);
 }
 
 /* A read waits, in order, while a write fills a hole or a gap (w->filling):
@@ -528,14 +646,9 @@ static void w_read_start(op_t *o)
 {
     mc_writer_t *w = o->w;
     if (w->err)
-        return mc__op_finish(o, w->err);
-    if (w->filling) {
-        op_t **pp = &w->fill_wait;
-        while (*pp)
-            pp = &(*pp)->wnext;
-        *pp = o;
-        return;
-    }
+        return w_finish(o, w->err);
+    if (w->filling)
+        return w_park(&w->fill_wait, o, w_read_start);
     w_stale(w) ? w_grow(o, 0, 0, 0, w_read) : w_read(o);
 }
 
@@ -556,85 +669,106 @@ static void w_committed(void *arg, int status, const char *body, size_t len)
 
 /* ---- dispatch ---- */
 
-void mc__writer_exec(op_t *o)
+/* A write, read, truncation or punch of o->w: counted in w->ops until it
+ * finishes (w_finish()). */
+static void w_range_exec(op_t *o)
 {
-    mc_store_t *s = o->s;
-    int rc = 0;
+    mc_writer_t *w = o->w;
+    w->ops++;
+    if (o->kind == OP_W_READ)
+        return w_read_start(o);
+    if (w->err)
+        return w_finish(o, w->err); /* the version is lost (w_poison()) */
     switch (o->kind) {
-    case OP_W_OPEN:
-        o->sent_ms = mc__loop_time(s->loop);
-        o->u64 = w_start_capacity(o->obj);
-        rc = mc__mcall_put_start(o, o->u64, w_started);
-        break;
     case OP_W_WRITE:
-        if (o->w->err)
-            return mc__op_finish(o, o->w->err); /* the version is lost (w_poison()) */
         if (o->off > (uint64_t)INT64_MAX || o->len > (uint64_t)INT64_MAX - o->off)
-            return mc__op_finish(o, -EFBIG); /* past the largest file, as Linux's */
+            return w_finish(o, -EFBIG); /* past the largest file, as Linux's */
         /* Writes may be in flight together (write-behind): the size covers
          * each from its start, so that a later one zeroes no gap that an
          * earlier one is writing, and an append lands after both. */
-        o->base = o->w->size;
-        if (o->off + o->len > o->w->size)
-            o->w->size = o->off + o->len;
+        o->base = w->size;
+        if (o->off + o->len > w->size)
+            w->size = o->off + o->len;
         return w_reserve(o);
-    case OP_W_READ:
-        return w_read_start(o);
     case OP_W_TRUNC:
-        if (o->w->err)
-            return mc__op_finish(o, o->w->err);
         if (o->off > (uint64_t)INT64_MAX)
-            return mc__op_finish(o, -EFBIG);
-        if (o->off <= o->w->size) {
-            o->w->size = o->off;
-            return mc__op_finish(o, 0);
+            return w_finish(o, -EFBIG);
+        if (o->off <= w->size) {
+            w->size = o->off;
+            return w_finish(o, 0);
         }
         o->len = 0;
-        o->base = o->w->size; /* growing: a hole, counted from its start */
-        o->w->size = o->off;
+        o->base = w->size; /* growing: a hole, counted from its start */
+        w->size = o->off;
         return w_reserve(o);
-    case OP_W_PUNCH: {
-        uint64_t size = o->w->size;
-        if (o->w->err)
-            return mc__op_finish(o, o->w->err);
-        if (o->off >= size || !o->len)
-            return mc__op_finish(o, 0);
-        if (o->len > size - o->off)
-            o->len = (size_t)(size - o->off); /* past the size: zeros already */
+    default: /* OP_W_PUNCH */
+        if (o->off >= w->size || !o->len)
+            return w_finish(o, 0);
+        if (o->len > w->size - o->off)
+            o->len = (size_t)(w->size - o->off); /* past the size: zeros already */
         o->stage = 0;
-        return w_grow(o, o->off, o->len, 1, w_punched);
+        return w_punch_start(o);
     }
-    case OP_W_COMMIT: {
-        mc_writer_t *w = o->w;
-        if (w->err) { /* nothing of it is published: its space goes back */
-            rc = w->err;
-            mc__mcall(s, MC__OP_PUT_REVOKE, mc__ignore_reply, NULL, "q", w->put_id);
-            w_free(w);
-            break;
-        }
-        mc__put_commit_rq_t rq = {.id = w->put_id,
-                                  .key = w->key,
-                                  .klen = (uint32_t)w->klen,
-                                  .size = w->size,
-                                  .what = w->meta_what,
-                                  .mode = w->mode,
-                                  .mtime_ns = w->mtime_ns};
-        rc = mc__mcall_put_commit(s, &rq, w_committed, o);
-        if (rc < 0) {
-            mc__mcall(s, MC__OP_PUT_REVOKE, mc__ignore_reply, NULL, "q", w->put_id);
-            w_free(w);
-        }
-        break;
+}
+
+/* Publishes o->w, or revokes it when a transfer failed; after every op of
+ * it finished (so that no transfer can land once its space is freed). */
+static void w_commit(op_t *o)
+{
+    mc_writer_t *w = o->w;
+    if (w->ops)
+        return w_park(&w->ops_wait, o, w_commit);
+    if (w->err) { /* nothing of it is published: its space goes back */
+        int rc = w->err;
+        w_revoke(w);
+        return mc__op_finish(o, rc);
     }
+    mc__put_commit_rq_t rq = {.id = w->put_id,
+                              .key = w->key,
+                              .klen = (uint32_t)w->klen,
+                              .size = w->size,
+                              .what = w->meta_what,
+                              .mode = w->mode,
+                              .mtime_ns = w->mtime_ns};
+    int rc = mc__mcall_put_commit(o->s, &rq, w_committed, o);
+    if (rc < 0) {
+        w_revoke(w);
+        mc__op_finish(o, rc);
+    }
+}
+
+/* Drops o->w and its space, after every op of it finished. */
+static void w_abort(op_t *o)
+{
+    mc_writer_t *w = o->w;
+    if (w->ops)
+        return w_park(&w->ops_wait, o, w_abort);
+    w_revoke(w);
+    mc__op_finish(o, 0);
+}
+
+void mc__writer_exec(op_t *o)
+{
+    switch (o->kind) {
+    case OP_W_OPEN:
+        o->sent_ms = mc__loop_time(o->s->loop);
+        o->u64 = w_start_capacity(o->obj);
+        int rc = mc__mcall_put_start(o, o->u64, w_started);
+        if (rc < 0)
+            mc__op_finish(o, rc);
+        return;
+    case OP_W_WRITE:
+    case OP_W_READ:
+    case OP_W_TRUNC:
+    case OP_W_PUNCH:
+        return w_range_exec(o);
+    case OP_W_COMMIT:
+        return w_commit(o);
     case OP_W_ABORT:
-        mc__mcall(s, MC__OP_PUT_REVOKE, mc__ignore_reply, NULL, "q", o->w->put_id);
-        w_free(o->w);
-        return mc__op_finish(o, 0);
+        return w_abort(o);
     default:
         break;
     }
-    if (rc < 0)
-        mc__op_finish(o, rc);
 }
 
 /* Sets the key a remote writer publishes under (loop thread). */

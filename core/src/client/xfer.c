@@ -332,7 +332,8 @@ static void xfer_extents(xfer_t *x, uint32_t r, struct peer *peer, const mc__tra
 /* What MC_FAULT_XFER asks for (mc__fault_load()). */
 struct mc__fault {
     uint64_t off;               /* the object offset a failing transfer starts at */
-    int err;                    /* its error, positive */
+    int err;                    /* its error, positive (0: none, only a delay) */
+    uint64_t delay_ms;          /* held back this long before it starts (0: not) */
     char addr[MC__ADDR_STRLEN]; /* only on the replica of the node serving here ("": all) */
 };
 
@@ -352,6 +353,8 @@ static int fault_field(struct mc__fault *f, const char *name, const char *val)
         f->off = v;
     else if (!strcmp(name, "err") && v > 0 && v < 4096)
         f->err = (int)v;
+    else if (!strcmp(name, "delay") && v > 0 && v <= 60000)
+        f->delay_ms = v;
     else
         return -EINVAL;
     return 0;
@@ -374,27 +377,107 @@ int mc__fault_load(mc_store_t *s)
             *eq = '\0', rc = fault_field(f, t, eq + 1);
     }
     free(copy);
-    if (!rc && !f->err)
+    if (!rc && !f->err && !f->delay_ms)
         rc = -EINVAL;
     if (rc < 0) {
-        mc__log(MC__LOG_ERROR, "%s='%s': %s (want off=N,err=ERRNO[,addr=HOST:PORT])", MC__FAULT_ENV,
-                spec, mc_strerror(rc));
+        mc__log(MC__LOG_ERROR, "%s='%s': %s (want off=N,err=ERRNO|delay=MS[,addr=HOST:PORT])",
+                MC__FAULT_ENV, spec, mc_strerror(rc));
         free(f);
         return rc;
     }
-    mc__log(MC__LOG_WARN, "%s: write transfers at offset %llu fail with %s", MC__FAULT_ENV,
-            (unsigned long long)f->off, mc_strerror(-f->err));
+    mc__log(MC__LOG_WARN,
+            "%s: write transfers at offset %llu are held back %llu ms, then fail with %s",
+            MC__FAULT_ENV, (unsigned long long)f->off, (unsigned long long)f->delay_ms,
+            f->err ? mc_strerror(-f->err) : "nothing");
     s->fault = f;
     return 0;
+}
+
+/* Whether MC_FAULT_XFER is about x: a write of bytes at its offset (not
+ * the copy fault_delays() sends). */
+static int fault_on(const xfer_t *x)
+{
+    const struct mc__fault *f = x->s->fault;
+    return f && x->write && x->buf && x->off == f->off && x->delayed != 2;
 }
 
 /* The error x gets on replica rep from MC_FAULT_XFER, or 0. */
 static int fault_hit(const xfer_t *x, const struct rrep *rep)
 {
     const struct mc__fault *f = x->s->fault;
-    if (!f || !x->write || !x->buf || x->off != f->off)
+    if (!fault_on(x) || !f->err)
         return 0;
     return !f->addr[0] || !strcmp(f->addr, rep->addr) ? -f->err : 0;
+}
+
+/* A transfer MC_FAULT_XFER holds back: its bytes are still on their way. */
+typedef struct fault_delay {
+    mc_timer_t t; /* first */
+    xfer_t *x;
+} fault_delay_t;
+
+static void fault_resume(mc_timer_t *t)
+{
+    fault_delay_t *d = (fault_delay_t *)t;
+    xfer_t *x = d->x;
+    free(d);
+    mc__xfer_step(x);
+}
+
+static void fault_copy_landed(void *arg, int rc)
+{
+    (void)rc;
+    free(arg);
+}
+
+/* A copy of write x's bytes (delayed 2), or NULL. */
+static xfer_t *fault_copy(const xfer_t *x)
+{
+    xfer_t *g = calloc(1, sizeof(*g));
+    char *copy = malloc(x->len);
+    if (!g || !copy) {
+        free(g);
+        free(copy);
+        return NULL;
+    }
+    memcpy(copy, x->buf, x->len);
+    *g = (xfer_t){.s = x->s,
+                  .rs = x->rs,
+                  .write = 1,
+                  .off = x->off,
+                  .len = x->len,
+                  .buf = copy,
+                  .delayed = 2,
+                  .done = fault_copy_landed,
+                  .arg = copy};
+    ((mc__rset_t *)x->rs)->refs++;
+    return g;
+}
+
+/*
+ * MC_FAULT_XFER's delay, once for x: x is held back that long. With an
+ * error as well, x fails at once (fault_hit()) and a copy of its bytes goes
+ * out after the delay all the same: a node that takes them after the
+ * writer gave up on them. Whether x itself waits.
+ */
+static int fault_delays(xfer_t *x)
+{
+    if (x->delayed || !fault_on(x) || !x->s->fault->delay_ms)
+        return 0;
+    x->delayed = 1;
+    xfer_t *held = x->s->fault->err ? fault_copy(x) : x;
+    fault_delay_t *d = held ? calloc(1, sizeof(*d)) : NULL;
+    if (d) {
+        d->x = held;
+        if (mc_timer_start(x->s->loop, &d->t, x->s->fault->delay_ms, 0, fault_resume) == 0)
+            return held == x;
+    }
+    free(d);
+    if (held && held != x) {
+        held->err = -ENOMEM;
+        xfer_end(held);
+    }
+    return 0;
 }
 
 /* Issues the pieces of [x->off, x->off + x->len) on replica r. */
@@ -468,6 +551,8 @@ void mc__xfer_step(xfer_t *x)
     }
     while (!x->write && x->replica + 1 < x->rs->n && x->rs->r[x->replica].dead)
         x->replica++; /* a writer's dropped replica lacks bytes */
+    if (fault_delays(x))
+        return; /* its timer resumes it */
     if (xfer_parks(x))
         return; /* the peer resumes it */
     x->issuing = 1;

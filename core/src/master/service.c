@@ -516,12 +516,19 @@ static int op_put_drop(mc__svc_t *svc, const char *body, size_t len, uint64_t no
 static int op_put_revoke(mc__svc_t *svc, const char *body, size_t len)
 {
     uint64_t id;
-    UNPACK("q", &id);
+    uint32_t flags = 0;
+    if (len > 8)
+        UNPACK("qu", &id, &flags);
+    else /* an older client's: no flags */
+        UNPACK("q", &id);
+    if (flags & ~(uint32_t)MC__REVOKE_FENCED)
+        return -EINVAL;
     put_t *p = put_get(svc, id);
     if (!p)
         return -ENOENT;
-    /* The writer says it has stopped: its space is free at once. */
-    put_end(svc, p, 0);
+    /* The writer says it has stopped: its space is free at once, unless a
+     * transfer of it failed whose bytes may still land (fenced). */
+    put_end(svc, p, (flags & MC__REVOKE_FENCED) != 0);
     return 0;
 }
 

@@ -43,6 +43,13 @@
 /* PUT_GROW flags. MC__GROW_PUNCH: make the whole allocation units of the
  * range a hole instead of giving it space. */
 #define MC__GROW_PUNCH 0x1
+
+/* PUT_REVOKE flags. MC__REVOKE_FENCED: a transfer of the write failed, and
+ * its bytes may still land (a node that took them after the writer gave
+ * up): the master keeps the space until the write lease is over, as for a
+ * writer that died. Without it the space is free at once. */
+#define MC__REVOKE_FENCED 0x1
+
 #define MC__PROTO_HDR_SIZE 24
 #define MC__PROTO_MAX_BODY (16U << 20) /* 16 MiB: data moves in chunks below */
 #define MC__PROTO_CHUNK (4U << 20)     /* largest READ/WRITE payload */
