@@ -87,8 +87,12 @@ void fs_fill_attr(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, struct stat *a)
         /* The space its bytes take: a sparse file's holes take none. A
          * version in progress counts every byte. */
         a->st_blocks = st ? (blkcnt_t)((st->alloc + 511) / 512) : 0;
-        if (in->ws && in->ws->state == WS_READY) {
-            a->st_size = (off_t)mc_writer_size(in->ws->w);
+        /* Until the commit's answer (COMMITTING too): the kernel has the
+         * size the writes made, and cuts its page cache to the size it is
+         * told (a reader of the cache would then read short). */
+        int64_t wsize = in->ws ? fs_ws_size(in->ws) : -1;
+        if (wsize >= 0) {
+            a->st_size = (off_t)wsize;
             a->st_blocks = (a->st_size + 511) / 512;
         } else if (!fs->direct_io && in->cur) {
             /* The page cache holds cur while the file is open: the kernel

@@ -339,8 +339,16 @@ static void ws_commit_now(fs_wstate_t *ws)
 void fs_ws_commit(fs_wstate_t *ws)
 {
     ws->state = WS_COMMITTING;
+    ws->size = mc_writer_size(ws->w); /* writes wait meanwhile: it stays */
     if (!ws->ops)
         ws_commit_now(ws);
+}
+
+int64_t fs_ws_size(const fs_wstate_t *ws)
+{
+    if (ws->state == WS_READY)
+        return (int64_t)mc_writer_size(ws->w);
+    return ws->state == WS_COMMITTING ? (int64_t)ws->size : -1;
 }
 
 /* Counts a writer operation starting (state READY). */

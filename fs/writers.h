@@ -30,15 +30,16 @@ typedef struct fs_wstate {
     mc_writer_t *w;
     mc_obj_t *base;
     enum ws_state state;
-    int handles;  /* writable handles plus operations holding the state */
-    int ops;      /* writer operations (write, read, truncate) in flight */
-    int err;      /* why the version failed, while FAILING */
-    int dirty;    /* the writer holds changes not yet published */
-    int orphaned; /* the file was unlinked or replaced: never publish */
-    uint64_t ino; /* its name went, a hard-linked file's others stay: publish
-                     to the file (mc_inode_key()) */
-    int fresh;    /* the next writer starts empty instead of copying */
-    mc_stat_t st; /* filled by the commit */
+    int handles;   /* writable handles plus operations holding the state */
+    int ops;       /* writer operations (write, read, truncate) in flight */
+    int err;       /* why the version failed, while FAILING */
+    int dirty;     /* the writer holds changes not yet published */
+    int orphaned;  /* the file was unlinked or replaced: never publish */
+    uint64_t ino;  /* its name went, a hard-linked file's others stay: publish
+                      to the file (mc_inode_key()) */
+    int fresh;     /* the next writer starts empty instead of copying */
+    mc_stat_t st;  /* filled by the commit */
+    uint64_t size; /* while COMMITTING: the size it publishes */
     fs_waiter_t *wait_head, *wait_tail;
     fs_waiter_t *committers;  /* flushes waiting for the commit in flight */
     uint64_t behind;          /* bytes of writes answered while in flight (wbehind.c) */
@@ -56,6 +57,11 @@ fs_wstate_t *fs_ws_get(fs_t *fs, fs_inode_t *in);
  * ws, which has none (state NONE, nobody waiting): state READY, and dirty,
  * as a file made afresh publishes at close. */
 void fs_ws_adopt(fs_wstate_t *ws, mc_writer_t *w);
+
+/* The size of the version in progress that ws holds (state READY or
+ * COMMITTING: the size the writes made, which the kernel has), or -1
+ * when it holds none. */
+int64_t fs_ws_size(const fs_wstate_t *ws);
 
 /* Records the process of req as one whose close may publish the file. */
 void fs_ws_add_owner(fs_wstate_t *ws, fuse_req_t req);

@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import sqlite3
 import subprocess
+import threading
 
 import pytest
 
@@ -157,8 +158,12 @@ def test_a_bad_cache_mode_is_refused(tmp_path):
 def sqlite_writer(path, who, n):
     db = sqlite3.connect(path, timeout=60)
     for i in range(n):
-        with db:
-            db.execute("insert into t values (?, ?)", (who, i))
+        try:
+            with db:
+                db.execute("insert into t values (?, ?)", (who, i))
+        except sqlite3.Error as e:  # say which: SQLITE_IOERR_SHMMAP, _READ, ...
+            raise AssertionError(f"writer {who}, row {i}: {e} "
+                                 f"({getattr(e, 'sqlite_errorname', '?')})") from e
     db.close()
 
 
@@ -184,6 +189,32 @@ def test_sqlite_in_wal_mode_with_concurrent_writers(store_mount):
     again = sqlite3.connect(path)
     assert again.execute("select count(*) from t").fetchone()[0] == 300
     again.close()
+
+
+def test_a_stat_while_a_close_publishes_sees_the_size_written(cluster):
+    """A stat while a close publishes the file sees the size written, not
+    the size of the version before it: the kernel takes the size a stat
+    answers, cutting its page cache to it, and a reader then reads short
+    (sqlite in WAL mode: SQLITE_IOERR_SHORT_READ on its -wal). The close
+    publishes for a second here: its last write is still on its way
+    (write-behind), held back by the fault injection point."""
+    master = cluster.master()
+    cluster.node(master, "64M")
+    m = cluster.mount("--master", master.addr, "--segment-size", "0", "--cache-timeout", "0",
+                      env={**os.environ, "MC_FAULT_XFER": "off=4096,delay=1000"})
+    path = m.p("f")
+    f = open(path, "wb", buffering=0)
+    f.write(b"a" * 4096)
+    f.write(b"b" * 4096)  # answered at once, lands a second later
+    closer = threading.Thread(target=f.close)
+    closer.start()
+    sizes = []
+    while closer.is_alive():  # a stat asks the daemon each time (--cache-timeout 0)
+        sizes.append(os.stat(path).st_size)
+    closer.join()
+    assert sizes and set(sizes) == {8192}, sorted(set(sizes))
+    with open(path, "rb") as r:
+        assert r.read() == b"a" * 4096 + b"b" * 4096
 
 
 def test_a_held_reader_keeps_its_version_while_a_new_open_reads_the_next(store_mount):
