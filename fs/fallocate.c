@@ -161,25 +161,53 @@ void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t 
  * lseek(2) with SEEK_DATA or SEEK_HOLE (the kernel does the others itself):
  * in the content a read through this handle sees (files.c): the version in
  * progress, the inode's newest version (page cache) or the handle's own.
+ * As a read, it waits while that content is changing hands (a version
+ * being opened or published), and for the newest version to be opened
+ * after this mount published it.
  */
+static void lseek_run(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    fs_fh_t *fh = c->fh;
+    fs_inode_t *in = fh->in;
+    int cached = !c->fs->direct_io && !fh->direct;
+    int hole = c->flags;
+    int64_t r = -ENXIO;
+    if (err < 0)
+        return fs_ctx_fail(c, err);
+    if (in->ws && in->ws->state == WS_READY && (cached || fh->writable)) {
+        r = mc_writer_seek(in->ws->w, (uint64_t)c->off, hole);
+    } else if (cached && in->cur) {
+        r = mc_obj_seek(in->cur, (uint64_t)c->off, hole);
+    } else if (cached) {
+        r = fs_cache_wait(c->fs, in, &c->wait); /* runs this again */
+        if (r == 0)
+            return;
+    } else if (fh->obj) {
+        r = mc_obj_seek(fh->obj, (uint64_t)c->off, hole);
+    }
+    if (r < 0)
+        return fs_ctx_fail(c, (int)r);
+    fuse_reply_lseek(c->req, (off_t)r);
+    fs_ctx_free(c);
+}
+
 void fs_op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
 {
     fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
-    fs_t *fs = fs_of(req);
-    fs_inode_t *in = fh->in;
-    int cached = !fs->direct_io && !fh->direct;
     (void)ino;
     if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0)
         return reply_err(req, -EINVAL);
-    int hole = whence == SEEK_HOLE;
-    int64_t r = -ENXIO;
-    if (in->ws && in->ws->state == WS_READY && (cached || fh->writable))
-        r = mc_writer_seek(in->ws->w, (uint64_t)off, hole);
-    else if (cached && in->cur)
-        r = mc_obj_seek(in->cur, (uint64_t)off, hole);
-    else if (fh->obj)
-        r = mc_obj_seek(fh->obj, (uint64_t)off, hole);
-    if (r < 0)
-        return reply_err(req, (int)r);
-    fuse_reply_lseek(req, (off_t)r);
+    fs_ctx_t *c = fs_ctx_new(req, fh->in);
+    if (!c)
+        return;
+    c->fh = fh;
+    c->off = off;
+    c->flags = whence == SEEK_HOLE;
+    c->wait.run = lseek_run;
+    c->wait.need_writer = 0;
+    if (fs_fh_follows(c->fs, fh) && fh->in->ws)
+        fs_wb_wait(fh->in->ws, &c->wait); /* after the writes behind, when idle */
+    else
+        lseek_run(&c->wait, 0);
 }

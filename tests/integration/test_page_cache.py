@@ -20,6 +20,7 @@ from harness import DAEMON, cli, free_port, wait_for
 from test_metrics import scrape
 
 PAGE = mmap.PAGESIZE
+MiB = 1 << 20
 
 
 def other_client_get(m, key):
@@ -191,6 +192,29 @@ def test_sqlite_in_wal_mode_with_concurrent_writers(store_mount):
     again.close()
 
 
+def publishing_for_a_second(cluster, at):
+    """A cluster mount (--cache-timeout 0: every stat asks the daemon) whose
+    write transfers of bytes at offset `at` are held back a second
+    (MC_FAULT_XFER): a close after such a write (answered at once:
+    write-behind) publishes for that long."""
+    master = cluster.master()
+    cluster.node(master, "64M")
+    return cluster.mount("--master", master.addr, "--segment-size", "0", "--cache-timeout", "0",
+                         env={**os.environ, "MC_FAULT_XFER": f"off={at},delay=1000"})
+
+
+def while_closing(f, probe):
+    """Closes f in a thread, calling probe() until the close returns; the
+    list of what probe returned."""
+    closer = threading.Thread(target=f.close)
+    closer.start()
+    seen = []
+    while closer.is_alive():
+        seen.append(probe())
+    closer.join()
+    return seen
+
+
 def test_a_stat_while_a_close_publishes_sees_the_size_written(cluster):
     """A stat while a close publishes the file sees the size written, not
     the size of the version before it: the kernel takes the size a stat
@@ -198,23 +222,42 @@ def test_a_stat_while_a_close_publishes_sees_the_size_written(cluster):
     (sqlite in WAL mode: SQLITE_IOERR_SHORT_READ on its -wal). The close
     publishes for a second here: its last write is still on its way
     (write-behind), held back by the fault injection point."""
-    master = cluster.master()
-    cluster.node(master, "64M")
-    m = cluster.mount("--master", master.addr, "--segment-size", "0", "--cache-timeout", "0",
-                      env={**os.environ, "MC_FAULT_XFER": "off=4096,delay=1000"})
+    m = publishing_for_a_second(cluster, 4096)
     path = m.p("f")
     f = open(path, "wb", buffering=0)
     f.write(b"a" * 4096)
     f.write(b"b" * 4096)  # answered at once, lands a second later
-    closer = threading.Thread(target=f.close)
-    closer.start()
-    sizes = []
-    while closer.is_alive():  # a stat asks the daemon each time (--cache-timeout 0)
-        sizes.append(os.stat(path).st_size)
-    closer.join()
+    sizes = while_closing(f, lambda: os.stat(path).st_size)
     assert sizes and set(sizes) == {8192}, sorted(set(sizes))
     with open(path, "rb") as r:
         assert r.read() == b"a" * 4096 + b"b" * 4096
+
+
+def test_seek_data_while_a_close_publishes_sees_the_bytes_written(cluster):
+    """SEEK_DATA and SEEK_HOLE (cp finds a sparse file's data with them)
+    through a reader of the same mount while a close publishes the file
+    answer from what was written, not from the version before it (where
+    there is no data: ENXIO, and cp would stop short)."""
+    m = publishing_for_a_second(cluster, 2 * MiB + 4096)
+    path = m.p("f")
+    f = open(path, "wb", buffering=0)
+    f.write(b"a" * 4096)
+    f.seek(2 * MiB)  # a hole before it
+    f.write(b"b" * 4096)
+    f.write(b"c" * 4096)  # answered at once, lands a second later
+    r = os.open(path, os.O_RDONLY)
+
+    def probe():
+        try:
+            return os.lseek(r, 4096, os.SEEK_DATA), os.lseek(r, 0, os.SEEK_HOLE)
+        except OSError as e:
+            return errno.errorcode[e.errno]
+
+    seen = while_closing(f, probe)
+    after = probe()  # published: the same layout
+    os.close(r)
+    assert 4096 <= after[1] <= after[0] <= 2 * MiB, after
+    assert seen and set(seen) == {after}, set(seen)
 
 
 def test_a_held_reader_keeps_its_version_while_a_new_open_reads_the_next(store_mount):
