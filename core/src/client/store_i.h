@@ -102,7 +102,8 @@ struct mc_writer {
     struct op *xfer_wait; /* remote: punches waiting until none is */
     int ops;              /* remote: its writes, reads, truncations, punches not finished */
     struct op *ops_wait;  /* remote: a commit or abort waiting until none is */
-    int err; /* remote: a transfer of it failed (writer.c): later ops and the commit fail so */
+    int err;         /* remote: the version is lost (writer.c): later ops and the commit fail so */
+    int xfer_failed; /* remote: a write transfer failed: its bytes may still land */
     mc_writer_t *prev, *next; /* on s->writers */
 };
 
@@ -196,6 +197,7 @@ typedef struct op {
     void (*cont)(struct op *o);     /* remote: what to do once the lease is renewed, or once
                                        what it waits for on its writer is done */
     void (*xdone)(void *o, int rc); /* remote: a writer's transfer's own callback (writer.c) */
+    int xwrite;                     /* remote: ... and whether it writes */
     uint64_t lo, hi;      /* remote: a writer's bytes to zero around a write that fills a hole */
     struct op *wnext;     /* remote: on one of its writer's lists of waiting ops */
     void *tmp;            /* remote: scratch buffer */

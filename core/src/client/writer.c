@@ -63,6 +63,8 @@ static void w_xfer_done(void *arg, int rc)
 {
     op_t *o = arg;
     mc_writer_t *w = o->w;
+    if (rc < 0 && o->xwrite)
+        w->xfer_failed = 1;
     if (!--w->xfers) {
         w->xfer_hi = 0;
         w_wake(&w->xfer_wait);
@@ -78,6 +80,7 @@ static void w_xfer(op_t *o, int write, uint64_t off, char *buf, uint64_t len,
 {
     mc_writer_t *w = o->w;
     o->xdone = done;
+    o->xwrite = write;
     w->xfers++;
     if (off + len > w->xfer_hi)
         w->xfer_hi = off + len;
@@ -94,10 +97,11 @@ static int w_landing(const mc_writer_t *w, uint64_t off)
 }
 
 /* Ends w's write at the master without publishing it (and frees w): fenced
- * when a transfer failed (w->err), whose bytes may still land. */
+ * when a write transfer failed, whose bytes may still land (a failure
+ * that moved no byte, as the master refusing space, frees it at once). */
 static void w_revoke(mc_writer_t *w)
 {
-    mc__put_revoke(w->s, w->put_id, w->err != 0);
+    mc__put_revoke(w->s, w->put_id, w->xfer_failed);
     w_free(w);
 }
 
@@ -189,12 +193,12 @@ static uint64_t w_copy_end(const op_t *o)
 }
 
 /* A write of the copy (bytes or zeros) ended: one that failed may still
- * land, so its space is revoked fenced (w_poison(), w_revoke()). */
+ * land, so its space is revoked fenced (w_revoke()). */
 static void w_copy_wrote(void *arg, int rc)
 {
     op_t *o = arg;
-    if (rc < 0 && !o->w->err)
-        o->w->err = rc;
+    if (rc < 0)
+        o->w->xfer_failed = 1;
     w_copied(o, rc);
 }
 
