@@ -4,7 +4,9 @@ read(2) into a buffer that does not start a page (malloc's 1 MiB blocks start
 16 bytes in) is one READ, not two; and reads of up to 2 MiB at any offset,
 into buffers at any alignment, return the bytes written: a file in many
 extents, a hole longer than 1 MiB, a read past the end of the file, in both
-cache modes, with and without worker threads, embedded and in a cluster.
+cache modes, with and without worker threads, embedded and in a cluster; and
+a 2 MiB read of a file that another client replaces meanwhile returns one
+version, whole.
 
 The kernel grants at most /proc/sys/fs/fuse/max_pages_limit pages (256 by
 default); the fixture raises it as root for the test's mounts and puts it
@@ -13,10 +15,11 @@ back after."""
 import mmap
 import os
 import random
+import subprocess
 
 import pytest
 
-from harness import free_port
+from harness import cli, free_port
 from test_metrics import scrape
 
 MiB = 1 << 20
@@ -131,3 +134,51 @@ def test_reads_up_to_2mib_at_any_offset_and_alignment(store_mount, tmp_path, max
             assert b == data[off:off + size], (shift, off, size, len(b))
     with open(m.p("other"), "rb") as g:
         assert g.read() == b"o" * (13 * 16 * 4096)
+
+
+def size_of(b):
+    return 2 * MiB - 4099 * b  # each version another size, none a page multiple
+
+
+READER = r"""
+import mmap, os, sys
+path, stop = sys.argv[1], sys.argv[2]
+buf = mmap.mmap(-1, 2 * (1 << 20) + 2 * mmap.PAGESIZE)
+view = memoryview(buf)[16:16 + 2 * (1 << 20)]  # 16 bytes into a page, as malloc's
+seen = set()
+while not os.path.exists(stop):
+    fd = os.open(path, os.O_RDONLY)
+    n = os.preadv(fd, [view], 0)  # the whole version in one read(2): one READ of 2 MiB
+    os.close(fd)
+    data = bytes(view[:n])
+    b = data[0] if data else -1
+    if not data or data.count(data[0]) != n or n != 2 * (1 << 20) - 4099 * b:
+        print(f"mixed or cut: {n} bytes, first {b}, distinct {sorted(set(data))[:8]}")
+        sys.exit(1)
+    seen.add(b)
+print(len(seen))
+"""
+
+
+@pytest.mark.parametrize("cache", ["direct", "pages"])
+def test_a_2mib_read_of_a_file_replaced_meanwhile_is_one_version(store_mount, tmp_path,
+                                                                max_pages_limit, cache):
+    m = store_mount("128M", "--cache-mode", cache, "--threads", "3")
+
+    def put(b):
+        r = cli(m.store_addr, "put", "f", input=bytes([b]) * size_of(b))
+        assert r.returncode == 0, r.stderr
+
+    put(1)
+    stop = tmp_path / "stop"
+    readers = [subprocess.Popen(["/usr/bin/python3", "-c", READER, m.p("f"), str(stop)],
+                                stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    try:
+        for b in range(2, 16):
+            put(b)
+    finally:
+        stop.touch()
+    outs = [r.communicate(timeout=60)[0] for r in readers]
+    assert [r.returncode for r in readers] == [0] * 3, outs
+    with open(m.p("f"), "rb") as f:
+        assert f.read() == bytes([15]) * size_of(15)
