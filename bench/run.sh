@@ -52,6 +52,17 @@ if [ ! -x "$out/passthrough_ll" ] || [ "$src" -nt "$out/passthrough_ll" ]; then
     gcc -O2 -w "$src" $(pkg-config fuse3 --cflags --libs) -o "$out/passthrough_ll"
 fi
 
+# The kernel grants a FUSE daemon requests of at most max_pages_limit pages
+# (6.13 and later; 256 by default): mooncake-fs asks for 512 (README,
+# "mooncake-fs options"), as a tuned host would let it; passthrough_ll
+# (libfuse 3.14) asks for 256 either way. Put back at the end.
+pages_limit=/proc/sys/fs/fuse/max_pages_limit
+old_pages_limit=$(cat "$pages_limit" 2>/dev/null || true)
+if [ -n "$old_pages_limit" ] && [ "$old_pages_limit" -lt 512 ]; then
+    echo 512 >"$pages_limit"
+else
+    old_pages_limit=""
+fi
 work=$(mktemp -d /tmp/mc-bench.XXXXXX)
 tmpfs=$work/tmpfs
 declare -A dir=([tmpfs]=$tmpfs/direct [pt]=$work/pt [ptd]=$work/ptd [mc]=$work/mc [mcd]=$work/mcd [mct]=$work/mct)
@@ -68,6 +79,7 @@ cleanup() {
     done
     umount "$tmpfs" 2>/dev/null || true
     rm -rf "$work"
+    [ -z "$old_pages_limit" ] || echo "$old_pages_limit" >"$pages_limit"
     exit "$rc"
 }
 trap cleanup EXIT

@@ -1,17 +1,20 @@
 /*
  * devio.c - how libfuse reads requests from and writes replies to the FUSE
  * device (fuse_session_custom_io()): a plain read() and writev(), as
- * libfuse's own, with one change: the reply to INIT asks for
- * FUSE_HANDLE_KILLPRIV_V2 when the kernel offers it, a flag libfuse 3.14
- * does not know.
+ * libfuse's own, with one change: the reply to INIT asks for what libfuse
+ * 3.14 does not, when the kernel offers it:
  *
- * With it the kernel leaves clearing the set-user-ID and set-group-ID bits
- * on a write or a truncation by an unprivileged process to the daemon
- * (kill_set_id() in files.c, kill_set_id_on_truncate() in attrs.c; chown's
- * is the master's SET_META rule), and asks for a file's security.capability
- * (GETXATTR) once instead of before every write: one request less for
- * every write(2) but a file's first. The mount has no security.*
- * attributes to clear (xattrs.c).
+ * - FUSE_HANDLE_KILLPRIV_V2, a flag libfuse 3.14 does not know. With it
+ *   the kernel leaves clearing the set-user-ID and set-group-ID bits on a
+ *   write or a truncation by an unprivileged process to the daemon
+ *   (kill_set_id() in files.c, kill_set_id_on_truncate() in attrs.c;
+ *   chown's is the master's SET_META rule), and asks for a file's
+ *   security.capability (GETXATTR) once instead of before every write: one
+ *   request less for every write(2) but a file's first. The mount has no
+ *   security.* attributes to clear (xattrs.c).
+ * - max_pages FS_MAX_PAGES (fs.h) instead of libfuse's 256, which it derives
+ *   from max_write and its receive buffer: READs of up to 2 MiB (replies
+ *   need no receive buffer; WRITEs stay bounded by max_write).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -23,8 +26,8 @@
 
 #include "fs.h"
 
-/* Notes the INIT request (its id, and whether the kernel offers the flag)
- * as it is read. */
+/* Notes the INIT request (its id, and what the kernel offers of what its
+ * reply is to ask for) as it is read. */
 static ssize_t dev_read(int fd, void *buf, size_t len, void *userdata)
 {
     fs_t *fs = userdata;
@@ -36,14 +39,15 @@ static ssize_t dev_read(int fd, void *buf, size_t len, void *userdata)
         const struct fuse_init_in *in = (const void *)(ih + 1);
         if (ih->opcode == FUSE_INIT) {
             fs->init_seen = 1;
-            if (in->flags & FUSE_HANDLE_KILLPRIV_V2)
+            fs->init_offered = in->flags & (FUSE_HANDLE_KILLPRIV_V2 | FUSE_MAX_PAGES);
+            if (fs->init_offered)
                 fs->init_unique = ih->unique;
         }
     }
     return n;
 }
 
-/* The reply to that INIT takes the flag. */
+/* The reply to that INIT takes them. */
 static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
     fs_t *fs = userdata;
@@ -52,7 +56,13 @@ static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata)
         const struct fuse_out_header *oh = iov[0].iov_base;
         if (oh->unique == fs->init_unique && oh->error == 0) {
             struct fuse_init_out *out = iov[1].iov_base;
-            out->flags |= FUSE_HANDLE_KILLPRIV_V2;
+            out->flags |= fs->init_offered & FUSE_HANDLE_KILLPRIV_V2;
+            if ((fs->init_offered & FUSE_MAX_PAGES) &&
+                iov[1].iov_len >= offsetof(struct fuse_init_out, max_pages) + sizeof(uint16_t) &&
+                (!(out->flags & FUSE_MAX_PAGES) || out->max_pages < FS_MAX_PAGES)) {
+                out->flags |= FUSE_MAX_PAGES;
+                out->max_pages = FS_MAX_PAGES;
+            }
             fs->init_unique = 0;
         }
     }

@@ -17,6 +17,14 @@
  * the window of the mount's device (bdi.c). */
 #define FS_MAX_READAHEAD (1u << 20)
 
+/* The largest READ the kernel is asked for, in pages (devio.c): 2 MiB, so
+ * that a 1 MiB read(2) into a buffer that does not start a page (malloc's
+ * 1 MiB blocks start 16 bytes in) is one request, not one of 1 MiB less 16
+ * bytes and one of 16. The kernel grants at most its max_pages_limit
+ * (/proc/sys/fs/fuse/max_pages_limit: 256 pages by default, 1 MiB). WRITEs
+ * stay at max_write (1 MiB, the receive buffer's size). */
+#define FS_MAX_PAGES 512
+
 struct fs_fh;
 struct fs_wstate;
 struct fs_workers;
@@ -48,7 +56,8 @@ typedef struct fs {
     uint64_t wb_total;          /* write-behind of the whole mount, bytes */
     uint64_t wb_used;           /* bytes of writes answered and still in flight */
     int init_seen;              /* INIT was read (devio.c) */
-    uint64_t init_unique;       /* its id, while its reply is to ask for KILLPRIV_V2 */
+    uint64_t init_unique;       /* its id, while its reply is to be amended */
+    uint32_t init_offered;      /* what the reply is to ask for that INIT offered */
 } fs_t;
 
 /* The FUSE low-level operations of the daemon. */

@@ -90,8 +90,9 @@ typedef struct fwd {
 /* A version in more pieces than this gets no view (the loop reads it). */
 #define MAX_VIEW_PIECES 65536
 
-/* What a hole of a sparse file reads as (a piece without memory). */
-static const char zeros[1 << 20];
+/* What a hole of a sparse file reads as (a piece without memory): as many
+ * as the largest READ asks for with 4 KiB pages (FS_MAX_PAGES). */
+static const char zeros[FS_MAX_PAGES * 4096];
 
 /* Appends piece [off, off + len) at p (NULL: a hole) to *vp. 0 or -1. */
 static int view_add(fs_view_t **vp, uint32_t *cap, uint64_t off, uint64_t len, const char *p)
@@ -241,7 +242,7 @@ static int reply_from_view(worker_t *w, const struct fuse_in_header *ih, const f
             if (n > size - len)
                 n = size - len;
             if (!p->p && n > sizeof(zeros))
-                return -1; /* more zeros than a READ asks for (max_read) */
+                return -1; /* more zeros than zeros[] (pages over 4 KiB): the loop */
             const char *at = p->p ? p->p + in : zeros;
             iov[k] = (struct iovec){.iov_base = (void *)at, .iov_len = (size_t)n};
             len += n;
