@@ -16,6 +16,12 @@ BASE=${1:?usage: bench/small_files.sh BASE_BUILD [ROUNDS] [FILES]}
 ROUNDS=${2:-9}
 FILES=${3:-2000}
 BUILD=${MC_BUILD:-build}
+# passthrough_ll keeps an open fd for every file it has made: past the
+# limit on open files it fails with EBADF mid-run.
+if [ $((ROUNDS * FILES + 100)) -gt "$(ulimit -n)" ]; then
+    echo "small_files.sh: ROUNDS x FILES must stay below ulimit -n ($(ulimit -n))" >&2
+    exit 2
+fi
 out=bench/out
 mkdir -p "$out"
 

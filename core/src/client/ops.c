@@ -31,7 +31,7 @@
 static op_t *op_alloc(mc_store_t *s, size_t keys)
 {
     op_t *o = NULL;
-    if (keys <= OP_POOL_KEYS && s->op_pool && mc_loop_is_current(s->loop)) {
+    if (keys <= OP_POOL_KEYS && mc_loop_is_current(s->loop) && s->op_pool) {
         o = s->op_pool;
         s->op_pool = o->wnext;
         s->op_pooled--;
@@ -46,7 +46,7 @@ static op_t *op_alloc(mc_store_t *s, size_t keys)
 static void op_free(op_t *o)
 {
     mc_store_t *s = o->s;
-    if (o->small && s->op_pooled < OP_POOL_MAX && mc_loop_is_current(s->loop)) {
+    if (o->small && mc_loop_is_current(s->loop) && s->op_pooled < OP_POOL_MAX) {
         o->wnext = s->op_pool;
         s->op_pool = o;
         s->op_pooled++;
