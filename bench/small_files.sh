@@ -7,8 +7,9 @@
 # tmpfs. Rounds are interleaved (each visits the three in turn, in an order
 # that rotates from round to round: on a loaded machine the target a round
 # visits second ran up to 1.6x faster than the first, whichever it was);
-# prints each target's median files/s and daemon CPU per file (/proc/PID/stat), and the
-# median of each round's ratio to passthrough_ll. Needs root (tmpfs).
+# prints each target's median files/s and daemon CPU per file
+# (/proc/PID/stat), the median of each round's ratio to passthrough_ll and
+# of this / base. Needs root (tmpfs); ROUNDS x FILES below `ulimit -n`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh

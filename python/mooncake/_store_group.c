@@ -474,7 +474,9 @@ static void prefault(char *dst, size_t n)
     unsigned char in = 1;
     if (e <= a || e - a < PREFAULT_MIN || mincore((void *)a, PREFAULT_PAGE, &in) < 0 || (in & 1))
         return;
+#ifdef MADV_POPULATE_WRITE
     (void)madvise((void *)a, e - a, MADV_POPULATE_WRITE);
+#endif
 }
 
 /* Copies bytes [from, to) of an op's views into its result. Any thread; no

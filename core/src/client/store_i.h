@@ -70,7 +70,7 @@ struct mc_store {
     uint64_t ra_used;        /* bytes of read-ahead blocks now; loop thread only */
     struct mc__ra *ras;      /* read-ahead states, open or draining; loop thread only */
     struct mc__fault *fault; /* MC_FAULT_XFER: write transfers made to fail (xfer.c), or NULL */
-    struct op *op_pool;      /* freed ops kept for reuse (store.c); loop thread only */
+    struct op *op_pool;      /* freed ops kept for reuse (ops.c); loop thread only */
     int op_pooled;           /* how many are on op_pool */
 };
 
@@ -199,7 +199,7 @@ typedef struct op {
     void *lent[2];        /* remote: read-ahead blocks lent to a peek (prefetch.c) */
     struct iovec liov[2]; /* remote: a peek's bytes: in lent[], else o->buf */
     int liovcnt;
-    int small;        /* its keys fit in OP_POOL_KEYS bytes: it may be reused (store.c) */
+    int small;        /* its keys fit in OP_POOL_KEYS bytes: it may be reused (ops.c) */
     char *key, *key2; /* copies, inside this allocation */
     size_t klen, klen2;
     char keys[];
@@ -235,7 +235,7 @@ void mc__op_count(mc_store_t *s, enum op_kind kind, int rc, uint64_t t0_ns);
 op_t *mc__op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t klen, const char *key2,
                  size_t klen2, mc_done_cb cb, void *arg);
 
-/* Frees the ops kept for reuse (store.c): at close, once the loop has
+/* Frees the ops kept for reuse (ops.c): at close, once the loop has
  * stopped or from its thread. */
 void mc__op_pool_free(mc_store_t *s);
 
