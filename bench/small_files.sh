@@ -4,9 +4,12 @@
 # close, FILES fresh files in one directory, one process) on three mounts
 # side by side: mooncake-fs of BASE_BUILD (another tree's build directory),
 # this tree's ($MC_BUILD, default build), and libfuse's passthrough_ll over
-# tmpfs. Rounds are interleaved (each visits the three in turn); prints each
-# target's median files/s and daemon CPU per file (/proc/PID/stat), and the
-# median of each round's ratio to passthrough_ll. Needs root (tmpfs).
+# tmpfs. Rounds are interleaved (each visits the three in turn, in an order
+# that rotates from round to round: on a loaded machine the target a round
+# visits second ran up to 1.6x faster than the first, whichever it was);
+# prints each target's median files/s and daemon CPU per file
+# (/proc/PID/stat), the median of each round's ratio to passthrough_ll and
+# of this / base. Needs root (tmpfs); ROUNDS x FILES below `ulimit -n`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -14,6 +17,12 @@ BASE=${1:?usage: bench/small_files.sh BASE_BUILD [ROUNDS] [FILES]}
 ROUNDS=${2:-9}
 FILES=${3:-2000}
 BUILD=${MC_BUILD:-build}
+# passthrough_ll keeps an open fd for every file it has made: past the
+# limit on open files it fails with EBADF mid-run.
+if [ $((ROUNDS * FILES + 100)) -gt "$(ulimit -n)" ]; then
+    echo "small_files.sh: ROUNDS x FILES must stay below ulimit -n ($(ulimit -n))" >&2
+    exit 2
+fi
 out=bench/out
 mkdir -p "$out"
 
@@ -75,8 +84,9 @@ for t in base this pt; do wait_mount "$work/$t" "${pid[$t]}"; done
 
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 raw=$work/raw
+orders=("base this pt" "this pt base" "pt base this")
 for r in $(seq "$ROUNDS"); do
-    for t in base this pt; do
+    for t in ${orders[$((r % 3))]}; do
         mkdir "$work/$t/r$r"
         a=$(cpu "${pid[$t]}")
         n=$("$out/small_files" "$work/$t/r$r" "$FILES")
@@ -91,8 +101,11 @@ for t in base this pt; do
 done
 for t in base this; do
     echo "$t / passthrough_ll, round by round: $(awk -v t=$t '$2 == t {v[$1] = $3}
-        $2 == "pt" {print v[$1] / $3}' "$raw" | median)"
+        $2 == "pt" {p[$1] = $3} END {for (r in p) print v[r] / p[r]}' "$raw" | median)"
 done
+echo "this / base, round by round: $(awk '$2 == "this" {v[$1] = $3}
+    $2 == "base" {p[$1] = $3} END {for (r in p) print v[r] / p[r]}' "$raw" | median)"
+cp "$raw" "$out/small_files.raw" # round, target, files/s, daemon us per file
 for t in base this pt; do
     unmount "$work/$t" "${pid[$t]}"
     pid[$t]=""

@@ -358,6 +358,7 @@ void mc_store_close(mc_store_t *s)
         free(w->key);
         free(w);
     }
+    mc__op_pool_free(s);
     mc__svc_free(s->svc);
     mc__master_free(s->m);
     free(s->rdma_rec);

@@ -1,7 +1,8 @@
 /*
  * store.c - the public store API: turning each call into an `op` for the
  * client (remote.c), the sync calls as async ones plus a wait, and
- * registered buffers. Opening and closing a store are in open.c.
+ * registered buffers. Opening and closing a store are in open.c, the life
+ * of an op (made, run, finished, freed or kept for reuse) in ops.c.
  *
  * Every operation becomes an `op` that runs on the store's loop thread: at
  * once when the caller is already on it, otherwise posted to the loop; its
@@ -52,84 +53,6 @@ void mc_store_stats(mc_store_t *s, mc_store_stats_t *out)
     out->cache_hits = __atomic_load_n(&s->st.cache_hits, __ATOMIC_RELAXED);
 }
 
-/* ---- op plumbing ---- */
-
-static op_t *op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
-                    const char *key2, size_t klen2, mc_done_cb cb, void *arg)
-{
-    op_t *o = calloc(1, sizeof(*o) + klen + klen2 + 2);
-    if (!o)
-        return NULL;
-    o->s = s;
-    o->kind = kind;
-    o->t0_ns = mc__loop_recent_ns(s->loop);
-    o->cb = cb;
-    o->arg = arg;
-    o->key = o->keys;
-    o->klen = klen;
-    if (klen)
-        memcpy(o->key, key, klen);
-    o->key2 = o->keys + klen + 1;
-    o->klen2 = klen2;
-    if (klen2)
-        memcpy(o->key2, key2, klen2);
-    return o;
-}
-
-static void complete(void *arg)
-{
-    op_t *o = arg;
-    if (o->dcb) {
-        if (o->result > 0 && !o->liovcnt) /* read into its own buffer */
-            o->liov[o->liovcnt++] = (struct iovec){o->buf, (size_t)o->result};
-        o->dcb(o->arg, o->result, o->liov, o->result > 0 ? o->liovcnt : 0);
-        mc__ra_unlend(o);
-    } else if (o->cb) {
-        o->cb(o->arg, o->result);
-    }
-    free(o);
-}
-
-void mc__op_finish(op_t *o, int rc)
-{
-    o->result = rc;
-    mc__op_count(o->s, o->kind, rc, o->t0_ns);
-    mc_loop_defer(o->s->loop, &o->work, complete, o);
-}
-
-static void remote_posted(void *arg)
-{
-    op_t *o = arg;
-    if (!o->s->rm) /* closing */
-        return mc__op_finish(o, -ECANCELED);
-    mc__remote_exec(o);
-}
-
-/* Runs o on the loop; its callback runs later, never inside this call. */
-static int submit(op_t *o)
-{
-    mc_store_t *s = o->s;
-    if (mc_loop_is_current(s->loop)) {
-        remote_posted(o);
-        return 0;
-    }
-    int rc = mc_loop_post(s->loop, remote_posted, o);
-    if (rc < 0)
-        free(o);
-    return rc;
-}
-
-op_t *mc__op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t klen, const char *key2,
-                 size_t klen2, mc_done_cb cb, void *arg)
-{
-    return op_new(s, kind, key, klen, key2, klen2, cb, arg);
-}
-
-int mc__op_submit(op_t *o)
-{
-    return submit(o);
-}
-
 /* ---- async API ---- */
 
 static int key_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen, mc_done_cb cb,
@@ -138,7 +61,7 @@ static int key_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen
     int rc = mc_key_check(key, klen);
     if (rc < 0)
         return rc;
-    *out = op_new(s, kind, key, klen, NULL, 0, cb, arg);
+    *out = mc__op_new(s, kind, key, klen, NULL, 0, cb, arg);
     return *out ? 0 : -ENOMEM;
 }
 
@@ -154,7 +77,7 @@ int mc__put_op(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
     size_t plen = pref ? strlen(pref) : 0;
     if (plen > MC_KEY_MAX)
         return -EINVAL;
-    op_t *o = op_new(s, kind, key, klen, pref, plen, cb, arg);
+    op_t *o = mc__op_new(s, kind, key, klen, pref, plen, cb, arg);
     if (!o)
         return -ENOMEM;
     if (po)
@@ -175,7 +98,7 @@ int mc_putv_async(mc_store_t *s, const char *key, size_t klen, const struct iove
         return rc;
     o->iov = iov;
     o->iovcnt = iovcnt;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_put_async(mc_store_t *s, const char *key, size_t klen, const void *buf, size_t len,
@@ -189,7 +112,7 @@ int mc_put_async(mc_store_t *s, const char *key, size_t klen, const void *buf, s
     o->one.iov_len = len;
     o->iov = &o->one;
     o->iovcnt = 1;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_get_async(mc_store_t *s, const char *key, size_t klen, uint64_t off, void *buf, size_t len,
@@ -205,7 +128,7 @@ int mc_get_async(mc_store_t *s, const char *key, size_t klen, uint64_t off, void
     o->buf = buf;
     o->len = len;
     o->st = st;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_stat_async(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st, mc_done_cb cb,
@@ -216,7 +139,7 @@ int mc_stat_async(mc_store_t *s, const char *key, size_t klen, mc_stat_t *st, mc
     if (rc < 0)
         return rc;
     o->st = st;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_lookup_async(mc_store_t *s, const char *key, size_t klen, int delim, mc_stat_t *st,
@@ -228,7 +151,7 @@ int mc_lookup_async(mc_store_t *s, const char *key, size_t klen, int delim, mc_s
         return rc;
     o->delim = delim;
     o->st = st;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_set_meta_async(mc_store_t *s, const char *key, size_t klen, const mc_meta_t *m,
@@ -240,7 +163,7 @@ int mc_set_meta_async(mc_store_t *s, const char *key, size_t klen, const mc_meta
         return rc;
     o->meta = *m;
     o->st = st;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 /* An op on key's attribute name (NULL for a list): the name travels in
@@ -255,7 +178,7 @@ static int xattr_op(mc_store_t *s, enum op_kind kind, const char *key, size_t kl
     size_t nlen = name ? strnlen(name, MC_KEY_MAX + 1) : 0;
     if (nlen > MC_KEY_MAX)
         return -ERANGE;
-    *out = op_new(s, kind, key, klen, name, nlen, cb, arg);
+    *out = mc__op_new(s, kind, key, klen, name, nlen, cb, arg);
     return *out ? 0 : -ENOMEM;
 }
 
@@ -271,7 +194,7 @@ static int xattr_read(mc_store_t *s, enum op_kind kind, const char *key, size_t 
         return rc;
     o->buf = buf;
     o->len = len;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_xattr_get_async(mc_store_t *s, const char *key, size_t klen, const char *name, void *buf,
@@ -296,7 +219,7 @@ int mc_xattr_set_async(mc_store_t *s, const char *key, size_t klen, const char *
     o->buf = (void *)val;
     o->len = vlen;
     o->flags = flags;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_xattr_list_async(mc_store_t *s, const char *key, size_t klen, char *buf, size_t len,
@@ -312,7 +235,7 @@ int mc_xattr_remove_async(mc_store_t *s, const char *key, size_t klen, const cha
     if (!name)
         return -EINVAL;
     int rc = xattr_op(s, OP_XATTR_REMOVE, key, klen, name, cb, arg, &o);
-    return rc < 0 ? rc : submit(o);
+    return rc < 0 ? rc : mc__op_submit(o);
 }
 
 int mc_remove_async(mc_store_t *s, const char *key, size_t klen, unsigned flags, mc_done_cb cb,
@@ -323,7 +246,7 @@ int mc_remove_async(mc_store_t *s, const char *key, size_t klen, unsigned flags,
     if (rc < 0)
         return rc;
     o->flags = flags;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 /* key_op() for an operation on two keys (rename, link). */
@@ -335,7 +258,7 @@ static int two_key_op(mc_store_t *s, enum op_kind kind, const char *from, size_t
         rc = mc_key_check(to, tlen);
     if (rc < 0)
         return rc;
-    *out = op_new(s, kind, from, flen, to, tlen, cb, arg);
+    *out = mc__op_new(s, kind, from, flen, to, tlen, cb, arg);
     return *out ? 0 : -ENOMEM;
 }
 
@@ -347,7 +270,7 @@ int mc_rename_async(mc_store_t *s, const char *from, size_t flen, const char *to
     if (rc < 0)
         return rc;
     o->flags = flags;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_link_async(mc_store_t *s, const char *from, size_t flen, const char *to, size_t tlen,
@@ -358,7 +281,7 @@ int mc_link_async(mc_store_t *s, const char *from, size_t flen, const char *to, 
     if (rc < 0)
         return rc;
     o->st = st;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_list_async(mc_store_t *s, const char *prefix, size_t plen, const char *after, size_t alen,
@@ -366,32 +289,32 @@ int mc_list_async(mc_store_t *s, const char *prefix, size_t plen, const char *af
 {
     if ((plen && !prefix) || (alen && !after) || plen > MC_KEY_MAX || alen > MC_KEY_MAX)
         return -EINVAL;
-    op_t *o = op_new(s, OP_LIST, prefix, plen, after, after ? alen : 0, cb, arg);
+    op_t *o = mc__op_new(s, OP_LIST, prefix, plen, after, after ? alen : 0, cb, arg);
     if (!o)
         return -ENOMEM;
     o->delim = delim;
     o->max = max;
     o->list = out;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_statfs_async(mc_store_t *s, mc_space_t *sp, mc_done_cb cb, void *arg)
 {
-    op_t *o = op_new(s, OP_STATFS, NULL, 0, NULL, 0, cb, arg);
+    op_t *o = mc__op_new(s, OP_STATFS, NULL, 0, NULL, 0, cb, arg);
     if (!o)
         return -ENOMEM;
     o->sp = sp;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_master_stats_async(mc_store_t *s, mc_counter_t *out, size_t max, mc_done_cb cb, void *arg)
 {
-    op_t *o = op_new(s, OP_MASTER_STATS, NULL, 0, NULL, 0, cb, arg);
+    op_t *o = mc__op_new(s, OP_MASTER_STATS, NULL, 0, NULL, 0, cb, arg);
     if (!o)
         return -ENOMEM;
     o->counters = out;
     o->max = max;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_obj_open_async(mc_store_t *s, const char *key, size_t klen, mc_obj_t **out, mc_done_cb cb,
@@ -402,7 +325,7 @@ int mc_obj_open_async(mc_store_t *s, const char *key, size_t klen, mc_obj_t **ou
     if (rc < 0)
         return rc;
     o->obj_out = out;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 const mc_stat_t *mc_obj_stat(const mc_obj_t *ob)
@@ -417,7 +340,7 @@ static int range_op(mc_store_t *s, enum op_kind kind, mc_obj_t *ob, mc_writer_t 
 {
     if (len > INT32_MAX)
         return -EINVAL;
-    op_t *o = op_new(s, kind, NULL, 0, NULL, 0, cb, arg);
+    op_t *o = mc__op_new(s, kind, NULL, 0, NULL, 0, cb, arg);
     if (!o)
         return -ENOMEM;
     o->obj = ob;
@@ -425,7 +348,7 @@ static int range_op(mc_store_t *s, enum op_kind kind, mc_obj_t *ob, mc_writer_t 
     o->off = off;
     o->buf = buf;
     o->len = len;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 /* Submits the op that ends an open version ob or a writer w (the other one
@@ -433,26 +356,26 @@ static int range_op(mc_store_t *s, enum op_kind kind, mc_obj_t *ob, mc_writer_t 
  * aborts. */
 static void end_op(mc_store_t *s, enum op_kind kind, mc_obj_t *ob, mc_writer_t *w)
 {
-    op_t *o = op_new(s, kind, NULL, 0, NULL, 0, NULL, NULL);
+    op_t *o = mc__op_new(s, kind, NULL, 0, NULL, 0, NULL, NULL);
     if (!o)
         abort();
     o->obj = ob;
     o->w = w;
-    submit(o);
+    mc__op_submit(o);
 }
 
 int mc_obj_peek_async(mc_obj_t *ob, uint64_t off, size_t len, mc_data_cb cb, void *arg)
 {
     if (len > INT32_MAX)
         return -EINVAL;
-    op_t *o = op_new(ob->s, OP_OBJ_READ, NULL, 0, NULL, 0, NULL, arg);
+    op_t *o = mc__op_new(ob->s, OP_OBJ_READ, NULL, 0, NULL, 0, NULL, arg);
     if (!o)
         return -ENOMEM;
     o->dcb = cb;
     o->obj = ob;
     o->off = off;
     o->len = len; /* o->buf: lent or allocated where it is read (prefetch.c) */
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_obj_read_async(mc_obj_t *ob, uint64_t off, void *buf, size_t len, mc_done_cb cb, void *arg)
@@ -475,7 +398,7 @@ int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen, const mc_p
         return rc;
     o->obj = base;
     o->w_out = out;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 int mc_writer_write_async(mc_writer_t *w, uint64_t off, const void *buf, size_t len, mc_done_cb cb,
@@ -497,13 +420,13 @@ int mc_writer_truncate_async(mc_writer_t *w, uint64_t size, mc_done_cb cb, void 
 
 int mc_writer_punch_async(mc_writer_t *w, uint64_t off, uint64_t len, mc_done_cb cb, void *arg)
 {
-    op_t *o = op_new(w->s, OP_W_PUNCH, NULL, 0, NULL, 0, cb, arg);
+    op_t *o = mc__op_new(w->s, OP_W_PUNCH, NULL, 0, NULL, 0, cb, arg);
     if (!o)
         return -ENOMEM;
     o->w = w;
     o->off = off;
     o->len = len > SIZE_MAX ? SIZE_MAX : (size_t)len;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 uint64_t mc_writer_size(const mc_writer_t *w)
@@ -538,12 +461,12 @@ void mc_writer_set_meta(mc_writer_t *w, const mc_meta_t *m)
 
 int mc_writer_commit_async(mc_writer_t *w, mc_stat_t *st, mc_done_cb cb, void *arg)
 {
-    op_t *o = op_new(w->s, OP_W_COMMIT, NULL, 0, NULL, 0, cb, arg);
+    op_t *o = mc__op_new(w->s, OP_W_COMMIT, NULL, 0, NULL, 0, cb, arg);
     if (!o)
         return -ENOMEM;
     o->w = w;
     o->st = st;
-    return submit(o);
+    return mc__op_submit(o);
 }
 
 void mc_writer_abort(mc_writer_t *w)

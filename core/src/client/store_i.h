@@ -70,6 +70,8 @@ struct mc_store {
     uint64_t ra_used;        /* bytes of read-ahead blocks now; loop thread only */
     struct mc__ra *ras;      /* read-ahead states, open or draining; loop thread only */
     struct mc__fault *fault; /* MC_FAULT_XFER: write transfers made to fail (xfer.c), or NULL */
+    struct op *op_pool;      /* freed ops kept for reuse (ops.c); loop thread only */
+    int op_pooled;           /* how many are on op_pool */
 };
 
 struct mc_obj {
@@ -199,13 +201,15 @@ typedef struct op {
     void (*xdone)(void *o, int rc); /* remote: a writer's transfer's own callback (writer.c) */
     int xwrite;                     /* remote: ... and whether it writes */
     uint64_t lo, hi;      /* remote: a writer's bytes to zero around a write that fills a hole */
-    struct op *wnext;     /* remote: on one of its writer's lists of waiting ops */
+    struct op *wnext;     /* remote: on one of its writer's lists of waiting ops; freed: on
+                             s->op_pool */
     void *tmp;            /* remote: scratch buffer */
     mc_task_info_t *task; /* OP_TASK_QUERY: the answer; OP_TASK_CREATE: *id in u64's place */
     uint64_t *task_id;    /* OP_TASK_CREATE: where the new task's id goes */
     void *lent[2];        /* remote: read-ahead blocks lent to a peek (prefetch.c) */
     struct iovec liov[2]; /* remote: a peek's bytes: in lent[], else o->buf */
     int liovcnt;
+    int small;        /* its keys fit in OP_POOL_KEYS bytes: it may be reused (ops.c) */
     char *key, *key2; /* copies, inside this allocation */
     size_t klen, klen2;
     char keys[];
@@ -240,6 +244,10 @@ void mc__op_count(mc_store_t *s, enum op_kind kind, int rc, uint64_t t0_ns);
  * hand to mc__op_submit(); NULL without memory. */
 op_t *mc__op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t klen, const char *key2,
                  size_t klen2, mc_done_cb cb, void *arg);
+
+/* Frees the ops kept for reuse (ops.c): at close, once the loop has
+ * stopped or from its thread. */
+void mc__op_pool_free(mc_store_t *s);
 
 /* Runs o on the loop; its callback runs later, never inside this call.
  * Returns 0 or -errno (o is freed, the callback never runs). */
