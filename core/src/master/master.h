@@ -61,7 +61,8 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
 
 /* mc__version_t.flags: what of a version lives outside its own allocation
  * (its key after a rename, its replica array after growing past the room
- * it was made with) and is freed on its own. */
+ * it was made with), pointed to from its rare fields (mc__vmore_t key, rep)
+ * and freed on its own. Read both through mc__vkey() and mc__vrep(). */
 #define MC__V_KEY_OWNED 0x1
 #define MC__V_REP_OWNED 0x2
 #define MC__V_REBUILT                                                                              \
@@ -72,6 +73,12 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  * (slab.h), not from malloc. */
 #define MC__V_SLAB 0x8
 
+/* mc__version_t.flags: retired while it had a handle or a lease, when the
+ * master's array of those could not grow (out of memory): it is never
+ * freed, neither its memory nor its space (a leak, never a use after
+ * free or space handed out twice). */
+#define MC__V_LOST 0x10
+
 /*
  * One version. Sized for the million small objects of a cache: one
  * allocation holds the struct, the replica array (room for the replicas
@@ -79,10 +86,6 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  * need (issue 14: 1M keys of 100 B take no more memory than in Redis).
  */
 typedef struct mc__version {
-    struct mc__version *prev, *next; /* LRU list (published) or retired list */
-    char *key;                       /* NUL-terminated, in this allocation unless MC__V_KEY_OWNED */
-    mc__replica_t *rep;              /* rep[0..nrep), room for repcap; in this allocation unless
-                                        MC__V_REP_OWNED */
     uint64_t id;
     uint64_t size;     /* bytes of data */
     uint64_t capacity; /* bytes reserved in each replica */
@@ -98,18 +101,26 @@ typedef struct mc__version {
     uint32_t mode;
     uint32_t uid, gid; /* MC_OWNER_NONE: none recorded */
     uint32_t refs;     /* open handles */
-    uint32_t dpos;     /* its place in the master's dirty array, plus one (0: not
-                          dirty): its nodes' records are stale */
-    uint16_t klen;     /* <= MC_KEY_MAX */
-    uint8_t type;      /* MC_TYPE_* */
-    uint8_t state;     /* enum mc__vstate */
-    uint8_t pin;       /* MC_PIN_* */
-    uint8_t inherit;   /* pending: MC__INHERIT_*, what to take at commit from
-                          the version it replaces */
+    union {
+        uint32_t tick; /* published: the master's access clock at its last
+                          access (approximate LRU: eviction samples versions
+                          and takes the oldest) */
+        uint32_t rpos; /* retired: its place in the master's array of those
+                          waiting for handles or a lease, plus one (0: none) */
+    };
+    uint32_t dpos;   /* its place in the master's dirty array, plus one (0: not
+                        dirty): its nodes' records are stale */
+    uint16_t klen;   /* <= MC_KEY_MAX */
+    uint8_t type;    /* MC_TYPE_* */
+    uint8_t state;   /* enum mc__vstate */
+    uint8_t pin;     /* MC_PIN_* */
+    uint8_t inherit; /* pending: MC__INHERIT_*, what to take at commit from
+                        the version it replaces */
     uint8_t nrep;
-    uint8_t want; /* replicas asked for (clamped to the segments at the start) */
-    uint8_t repcap;
-    uint8_t flags; /* MC__V_* */
+    uint8_t want;   /* replicas asked for (clamped to the segments at the start) */
+    uint8_t repcap; /* the replicas this allocation has room for (after its
+                       fields, before its key); MC__MAX_REPLICAS once grown */
+    uint8_t flags;  /* MC__V_* */
 } mc__version_t;
 
 /* The fields of a version that few versions set (xattrs, hard links, soft
@@ -121,8 +132,13 @@ typedef struct mc__vmore {
     uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
     uint64_t rdev;
     uint32_t xattr_len;
-    uint32_t links;   /* an inode: the names of the file (0: a plain key) */
-    uint16_t linklen; /* <= MC_KEY_MAX */
+    uint32_t links;     /* an inode: the names of the file (0: a plain key) */
+    uint16_t linklen;   /* <= MC_KEY_MAX */
+    uint8_t repin;      /* MC__V_REP_OWNED: the room for replicas in v's own
+                           allocation (its key follows it) */
+    char *key;          /* MC__V_KEY_OWNED: v's key (owned, NUL-terminated) */
+    mc__replica_t *rep; /* MC__V_REP_OWNED: v's replica array (owned, room for
+                           MC__MAX_REPLICAS) */
 } mc__vmore_t;
 
 /* v's rare fields to read: all zero when it has none. */
@@ -130,6 +146,25 @@ static inline const mc__vmore_t *mc__vmore(const mc__version_t *v)
 {
     static const mc__vmore_t none;
     return v->more ? v->more : &none;
+}
+
+/* v's replicas, rep[0..nrep): in v's own allocation, right after its
+ * fields, unless MC__V_REP_OWNED. */
+static inline mc__replica_t *mc__vrep(const mc__version_t *v)
+{
+    if (v->flags & MC__V_REP_OWNED)
+        return v->more->rep;
+    return (mc__replica_t *)(uintptr_t)(v + 1);
+}
+
+/* v's key (klen bytes, NUL-terminated): in v's own allocation, after its
+ * room for replicas, unless MC__V_KEY_OWNED. */
+static inline char *mc__vkey(const mc__version_t *v)
+{
+    if (v->flags & MC__V_KEY_OWNED)
+        return v->more->key;
+    uint32_t room = v->flags & MC__V_REP_OWNED ? v->more->repin : v->repcap;
+    return (char *)(uintptr_t)((const mc__replica_t *)(v + 1) + room);
 }
 
 /* v's rare fields to write, made (zeroed) the first time; NULL when out of
@@ -326,8 +361,15 @@ void mc__master_space(const mc__master_t *m, mc_space_t *sp);
 /* Frees retired versions whose lease has run out. */
 void mc__master_sweep(mc__master_t *m, uint64_t now);
 
-/* Evicts unleased, unpinned objects, least recently used first, until used
- * space is at most target bytes. Returns the number evicted. */
+/* Eviction's sample, and the count of keys up to which it looks at all. */
+#define MC__EVICT_SAMPLE 16
+#define MC__EVICT_EXACT 1024
+
+/* Evicts unleased, unpinned, unopened objects, least recently used first
+ * as near as a sample tells (the oldest of MC__EVICT_SAMPLE versions picked
+ * at random; of all of them while the index holds at most MC__EVICT_EXACT
+ * keys, or when samples find none to evict), until used space is at most
+ * target bytes. Returns the number evicted. */
 size_t mc__master_evict(mc__master_t *m, uint64_t target, uint64_t now);
 
 /*

@@ -35,7 +35,7 @@ static void name_gone(mc__master_t *m, mc__version_t *name, uint64_t now)
     if (ino && mc__vmore(ino)->links > 1) {
         ino->more->links--;
     } else if (ino) {
-        mc__index_remove(m->ix, ino->key, ino->klen);
+        mc__index_remove(m->ix, mc__vkey(ino), ino->klen);
         mc__master_retire(m, ino, now);
     }
 }
@@ -87,7 +87,7 @@ static int rename_one(mc__master_t *m, const char *from, size_t flen, const char
         mc__vmore(v)->linklen == mc__vmore(dst)->linklen &&
         memcmp(mc__vmore(v)->link, mc__vmore(dst)->link, mc__vmore(v)->linklen) == 0)
         return 0;
-    char *k = mc__dup_key(to, tlen);
+    char *k = mc__version_more(v) ? mc__dup_key(to, tlen) : NULL;
     if (!k || (!dst && mc__index_reserve(m->ix, 1) < 0)) {
         free(k);
         return -ENOMEM;
@@ -157,7 +157,7 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
     }
     for (size_t i = 0; i < n; i++) {
         size_t nl = vs[i]->klen - flen + tlen;
-        keys[i] = malloc(nl + 1);
+        keys[i] = mc__version_more(vs[i]) ? malloc(nl + 1) : NULL;
         if (!keys[i]) {
             while (i--)
                 free(keys[i]);
@@ -166,7 +166,7 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
             return -ENOMEM;
         }
         memcpy(keys[i], to, tlen);
-        memcpy(keys[i] + tlen, vs[i]->key + flen, vs[i]->klen - flen);
+        memcpy(keys[i] + tlen, mc__vkey(vs[i]) + flen, vs[i]->klen - flen);
         keys[i][nl] = '\0';
     }
     if (dest_marker) {
@@ -177,7 +177,7 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
     for (size_t i = 0; i < n; i++) {
         mc__version_t *v = vs[i];
         size_t nl = v->klen - flen + tlen;
-        mc__index_remove(m->ix, v->key, v->klen);
+        mc__index_remove(m->ix, mc__vkey(v), v->klen);
         if (rc == 0)
             rc = mc__index_reserve(m->ix, 1);
         if (rc < 0) {
@@ -468,7 +468,7 @@ static mc__version_t *name_new(mc__master_t *m, const char *key, size_t klen, co
     }
     x->linklen = (uint16_t)ilen;
     n->id = m->next_id++;
-    n->state = MC__PUBLISHED; /* off the LRU list: it holds no space */
+    n->state = MC__PUBLISHED; /* never evicted: it holds no space */
     return n;
 }
 

@@ -94,7 +94,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         if (!used[i] && m->segs[i].id == (uint32_t)pref_seg && !m->segs[i].avoid &&
             mc__segment_free(&m->segs[i]) >= need && mc__segment_free(&m->segs[i]) > 0) {
             used[i] = 1;
-            v->rep[r0++].seg = (uint32_t)pref_seg;
+            mc__vrep(v)[r0++].seg = (uint32_t)pref_seg;
             break;
         }
     }
@@ -104,7 +104,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
             if (!used[i] && (best < 0 || place_before(&m->segs[i], &m->segs[best])))
                 best = i;
         used[best] = 1;
-        v->rep[r].seg = m->segs[best].id;
+        mc__vrep(v)[r].seg = m->segs[best].id;
     }
     v->nrep = (uint8_t)want;
     *out = v;
@@ -206,7 +206,7 @@ static uint64_t small_keep(const mc__master_t *m, const mc__version_t *v, uint64
 {
     uint64_t unit = MC__SMALL_UNIT;
     if (size >= MC__SMALL_MAX || m->o.align < unit || !v->nrep ||
-        mc__replica_bytes(&v->rep[0]) != v->capacity)
+        mc__replica_bytes(&mc__vrep(v)[0]) != v->capacity)
         return round_up(m, size);
     return (size + unit - 1) & ~(unit - 1);
 }
@@ -239,21 +239,64 @@ static int evictable(const mc__version_t *v, uint64_t now, int allow_soft)
     return 1;
 }
 
+/* Of v and best, the one to evict first: v when it may go and was used
+ * less recently than best (or best is NULL). Name entries hold nothing. */
+static mc__version_t *older(const mc__master_t *m, mc__version_t *best, mc__version_t *v,
+                            uint64_t now, int pass)
+{
+    if (mc__vmore(v)->link || !evictable(v, now, pass))
+        return best;
+    if (best && (uint32_t)(m->tick - v->tick) <= (uint32_t)(m->tick - best->tick))
+        return best;
+    return v;
+}
+
+/* The least recently used version that may go, of all: NULL if none. */
+static mc__version_t *oldest_of_all(mc__master_t *m, uint64_t now, int pass)
+{
+    mc__version_t *best = NULL;
+    mc__index_iter_t it;
+    void *val;
+    mc__index_seek(m->ix, &it, NULL, 0, 0);
+    while (mc__index_next(&it, NULL, NULL, &val))
+        best = older(m, best, val, now, pass);
+    return best;
+}
+
+/* The version to evict next: the least recently used of a random sample
+ * that may go; of all versions in a small index, or when 8 samples in a
+ * row found none that may go (most are open, leased or pinned). NULL: none
+ * may go. */
+static mc__version_t *evict_pick(mc__master_t *m, uint64_t now, int pass)
+{
+    if (mc__index_count(m->ix) <= MC__EVICT_EXACT)
+        return oldest_of_all(m, now, pass);
+    void *s[MC__EVICT_SAMPLE];
+    for (int tries = 0; tries < 8; tries++) {
+        m->rng ^= m->rng << 13; /* xorshift64 */
+        m->rng ^= m->rng >> 7;
+        m->rng ^= m->rng << 17;
+        size_t n = mc__index_sample(m->ix, m->rng, s, MC__EVICT_SAMPLE);
+        mc__version_t *best = NULL;
+        for (size_t i = 0; i < n; i++)
+            best = older(m, best, s[i], now, pass);
+        if (best)
+            return best;
+    }
+    return oldest_of_all(m, now, pass);
+}
+
 size_t mc__master_evict(mc__master_t *m, uint64_t target, uint64_t now)
 {
     size_t n = 0;
     mc__master_sweep(m, now);
     for (int pass = 0; pass < 2 && total_used(m) > target; pass++) {
-        mc__version_t *v = m->lru.next;
-        while (v != &m->lru && total_used(m) > target) {
-            mc__version_t *next = v->next;
-            if (evictable(v, now, pass)) {
-                mc__index_remove(m->ix, v->key, v->klen);
-                mc__master_retire(m, v, now);
-                m->evicted++;
-                n++;
-            }
-            v = next;
+        mc__version_t *v;
+        while (total_used(m) > target && (v = evict_pick(m, now, pass))) {
+            mc__index_remove(m->ix, mc__vkey(v), v->klen);
+            mc__master_retire(m, v, now);
+            m->evicted++;
+            n++;
         }
     }
     return n;
@@ -307,18 +350,18 @@ int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uin
     uint32_t done = 0;
     int rc = 0;
     for (; done < v->nrep; done++) {
-        rc = replica_grow(m, &v->rep[done], want, done ? NULL : &v->ext1);
+        rc = replica_grow(m, &mc__vrep(v)[done], want, done ? NULL : &v->ext1);
         if (rc == -ENOSPC) {
             /* Space held by expired leases first, then eviction. */
             mc__master_sweep(m, now);
-            rc = replica_grow(m, &v->rep[done], want, done ? NULL : &v->ext1);
+            rc = replica_grow(m, &mc__vrep(v)[done], want, done ? NULL : &v->ext1);
             if (rc == -ENOSPC && evict_enabled(m)) {
                 uint64_t target = low_mark(m);
                 uint64_t total = total_size(m);
                 if (total - want < target)
                     target = total - want;
                 mc__master_evict(m, target, now);
-                rc = replica_grow(m, &v->rep[done], want, done ? NULL : &v->ext1);
+                rc = replica_grow(m, &mc__vrep(v)[done], want, done ? NULL : &v->ext1);
             }
         }
         if (rc < 0)
@@ -326,7 +369,7 @@ int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uin
     }
     if (rc < 0) {
         for (uint32_t r = 0; r < done; r++)
-            replica_trim(m, &v->rep[r], v->capacity);
+            replica_trim(m, &mc__vrep(v)[r], v->capacity);
         return rc;
     }
     v->capacity += want;
@@ -341,7 +384,7 @@ int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_
     int rc = mc_key_check(key, klen);
     if (rc < 0)
         return rc;
-    char *k = mc__dup_key(key, klen);
+    char *k = mc__version_more(v) ? mc__dup_key(key, klen) : NULL;
     if (!k)
         return -ENOMEM;
     mc__version_set_key(v, k, klen);
@@ -361,7 +404,7 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         return -EINVAL;
     /* The name in one hash probe; a new one gets room in the index now,
      * so that nothing can fail once v goes in below. */
-    mc__version_t *name = mc__index_get(m->ix, v->key, v->klen);
+    mc__version_t *name = mc__index_get(m->ix, mc__vkey(v), v->klen);
     if (added)
         *added = !name;
     if ((flags & MC_PUT_NOREPLACE) && name)
@@ -381,14 +424,14 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         int rc = mc__master_set_key(m, v, mc__vmore(name)->link, mc__vmore(name)->linklen);
         if (rc < 0)
             return rc;
-        cur = mc__index_get(m->ix, v->key, v->klen); /* the file, or NULL: lost */
+        cur = mc__index_get(m->ix, mc__vkey(v), v->klen); /* the file, or NULL: lost */
         if (!cur && mc__index_reserve(m->ix, 1) < 0)
             return -ENOMEM;
     }
     uint64_t keep = small_keep(m, v, size);
     if (keep < v->capacity) {
         for (uint32_t r = 0; r < v->nrep; r++)
-            replica_trim(m, &v->rep[r], keep);
+            replica_trim(m, &mc__vrep(v)[r], keep);
         v->capacity = keep;
     }
     /* Replaced in place, or a new key with room reserved: cannot fail. */
@@ -400,7 +443,7 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
     v->size = size;
     v->id = m->next_id++;
     v->state = MC__PUBLISHED;
-    mc__list_add_tail(&m->lru, v);
+    mc__lru_touch(m, v);
     if (old) {
         if (v->inherit & MC__INHERIT_MODE)
             v->mode = old->mode;

@@ -415,12 +415,12 @@ static int put_check(mc__svc_t *svc, mc__version_t *v, const mc__put_commit_rq_t
     if (v->nrep == 0)
         return -EIO; /* every node it was written to is gone */
     int rc = 0;
-    if (rq->klen != v->klen || memcmp(rq->key, v->key, rq->klen) != 0)
+    if (rq->klen != v->klen || memcmp(rq->key, mc__vkey(v), rq->klen) != 0)
         rc = mc__master_set_key(svc->m, v, rq->key, rq->klen);
     if (rc == 0 && rq->size > v->capacity)
         rc = -EINVAL;
-    if (rc == 0 && mc__master_is_inode_key(v->key, v->klen) &&
-        !mc__master_find(svc->m, v->key, v->klen))
+    if (rc == 0 && mc__master_is_inode_key(mc__vkey(v), v->klen) &&
+        !mc__master_find(svc->m, mc__vkey(v), v->klen))
         rc = -ENOENT; /* a hard-linked file's key: only while the file has a name */
     return rc;
 }
@@ -446,7 +446,7 @@ static int put_publish(mc__svc_t *svc, mc__version_t *v, unsigned flags,
     }
     mc__master_dirty(svc->m, v); /* its nodes learn its record (records.c) */
     if (is_new)
-        mc__master_dir_changed(svc->m, v->key, v->klen, t);
+        mc__master_dir_changed(svc->m, mc__vkey(v), v->klen, t);
     if (v->nrep < v->want)
         mc__repair_wake(svc->rp); /* a replica was dropped on the way */
     if (st)
@@ -480,7 +480,7 @@ int mc__svc_put(mc__svc_t *svc, const mc__put_start_rq_t *start, const mc__put_c
     int rc = put_begin(svc, start, now, &v);
     if (rc < 0)
         return rc;
-    if ((rc = write(arg, v->rep, v->nrep)) < 0 || (rc = put_check(svc, v, commit)) < 0) {
+    if ((rc = write(arg, mc__vrep(v), v->nrep)) < 0 || (rc = put_check(svc, v, commit)) < 0) {
         mc__master_abort(svc->m, v);
         return rc;
     }

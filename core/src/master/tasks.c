@@ -337,7 +337,7 @@ int mc__svc_op_task_create(mc__svc_t *svc, const char *body, size_t len, uint64_
         free(t);
         return -ENOMEM;
     }
-    memcpy(t->key, v->key, v->klen + 1); /* a hard link's: its file's key */
+    memcpy(t->key, mc__vkey(v), v->klen + 1); /* a hard link's: its file's key */
     t->klen = v->klen;
     t->type = type;
     int rc = take_targets(svc, t, v, rest, rl);

@@ -1,0 +1,258 @@
+/*
+ * test_master_evict.c - the master's compact versions: eviction by sampled
+ * access clocks in an index past MC__EVICT_EXACT keys (the oldest of a
+ * sample goes; never a pinned, open, leased or pending version), the array
+ * of retired versions waiting for handles and leases, and a version's key
+ * and replicas read through mc__vkey() / mc__vrep() once they moved out of
+ * its own allocation (a rename, a grown replica array).
+ */
+#include "master_fixture.h"
+
+#define NKEYS 3000 /* past MC__EVICT_EXACT: eviction samples */
+#define SEG_BIG (NKEYS * UNIT + 16 * UNIT)
+
+static void key_of(char *buf, size_t len, int i)
+{
+    snprintf(buf, len, "key-%05d", i);
+}
+
+/* A master holding NKEYS one-unit objects put in order (key 0 the least
+ * recently used). */
+static mc__master_t *filled(uint64_t now)
+{
+    mc__master_t *m = new_master_opts(SEG_BIG, 0, 0);
+    char k[32];
+
+    for (int i = 0; i < NKEYS; i++) {
+        key_of(k, sizeof(k), i);
+        put(m, k, UNIT, now);
+    }
+    assert_true(NKEYS > MC__EVICT_EXACT);
+    return m;
+}
+
+static int present_key(mc__master_t *m, int i)
+{
+    char k[32];
+
+    key_of(k, sizeof(k), i);
+    return find(m, k) != NULL;
+}
+
+static void test_sampled_eviction_takes_old_ones(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = filled(now);
+    char k[32];
+
+    /* The later half is used again: the first half is the old one. */
+    for (int i = NKEYS / 2; i < NKEYS; i++) {
+        key_of(k, sizeof(k), i);
+        mc__master_touch(m, find(m, k), now, 0);
+    }
+    /* 200 go: with a sample of 16, the oldest of each is all but surely
+     * from the old half (the master's random numbers are fixed: always). */
+    assert_int_equal(mc__master_evict(m, used(m) - 200 * UNIT, now), 200);
+    assert_int_equal(used(m), (uint64_t)(NKEYS - 200) * UNIT);
+    for (int i = NKEYS / 2; i < NKEYS; i++)
+        assert_true(present_key(m, i));
+    mc__master_free(m);
+}
+
+static void test_sampled_eviction_skips_held_ones(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = filled(now);
+    char k[32];
+    mc__version_t *open = NULL, *pending = NULL;
+
+    /* Every object is held some way but three: 100 (leased), 2000 (open,
+     * the oldest), the rest pinned hard; and a pending version. */
+    for (int i = 0; i < NKEYS; i++) {
+        key_of(k, sizeof(k), i);
+        mc__version_t *v = find(m, k);
+        if (i == 100)
+            mc__master_touch(m, v, now, 1);
+        else if (i == 0)
+            mc__master_ref(open = v);
+        else if (i != 7 && i != 1500 && i != 2999)
+            v->pin = MC_PIN_HARD;
+    }
+    assert_int_equal(mc__master_begin(m, "pending", 7, NULL, now, &pending), 0);
+    assert_int_equal(mc__master_reserve(m, pending, UNIT, now), 0);
+    /* Samples find almost nothing to evict: the walk of all finds the three
+     * (the oldest first), then nothing more. */
+    assert_int_equal(mc__master_evict(m, 0, now), 3);
+    assert_false(present_key(m, 7));
+    assert_false(present_key(m, 1500));
+    assert_false(present_key(m, 2999));
+    assert_true(present_key(m, 0));
+    assert_true(present_key(m, 100));
+    assert_int_equal(used(m), (uint64_t)(NKEYS - 3 + 1) * UNIT);
+    /* The lease ends: it goes too; the open one stays open. */
+    assert_int_equal(mc__master_evict(m, 0, now + LEASE_MS), 1);
+    assert_false(present_key(m, 100));
+    assert_true(present_key(m, 0));
+    mc__master_abort(m, pending);
+    mc__master_unref(m, open, now + LEASE_MS);
+    mc__master_free(m);
+}
+
+static void test_sampled_eviction_order_of_sample(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = filled(now);
+
+    /* Evicting one at a time from a store whose order is the put order:
+     * what goes is always older than most (one of a sample of 16: its age
+     * ranks in the oldest sixth but for bad luck; allow the oldest half). */
+    for (int n = 0; n < 50; n++) {
+        uint64_t before = used(m);
+        assert_int_equal(mc__master_evict(m, before - UNIT, now), 1);
+    }
+    int gone_late = 0;
+    for (int i = NKEYS / 2; i < NKEYS; i++)
+        gone_late += !present_key(m, i);
+    assert_int_equal(gone_late, 0);
+    mc__master_free(m);
+}
+
+/* Puts key i, opens it (leased too with lease) and removes it: it waits
+ * in the retired array. */
+static mc__version_t *put_open_removed(mc__master_t *m, int i, int lease, uint64_t now)
+{
+    char k[32];
+
+    key_of(k, sizeof(k), i);
+    mc__version_t *v = put(m, k, UNIT, now);
+    mc__master_ref(v);
+    if (lease)
+        mc__master_touch(m, v, now, 1);
+    assert_int_equal(mc__master_remove(m, k, strlen(k), MC_REMOVE_FORCE, now), 0);
+    return v;
+}
+
+static void test_retired_array(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(SEG_BIG, 0, 0);
+    mc__version_t *v[300];
+
+    /* 300 open versions removed, every third leased too. */
+    for (int i = 0; i < 300; i++)
+        v[i] = put_open_removed(m, i, i % 3 == 0, now);
+    assert_int_equal(objects(m), 0);
+    assert_int_equal(used(m), 300 * UNIT);
+    /* Handles close in another order: the unleased go at once. */
+    for (int i = 299; i >= 0; i -= 2)
+        mc__master_unref(m, v[i], now);
+    for (int i = 0; i < 300; i += 2)
+        mc__master_unref(m, v[i], now);
+    assert_int_equal(used(m), 100 * UNIT); /* the leased ones */
+    mc__master_sweep(m, now + LEASE_MS - 1);
+    assert_int_equal(used(m), 100 * UNIT);
+    mc__master_sweep(m, now + LEASE_MS);
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+static void test_retired_lose_dropped_segment(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(SEG_BIG, 0, 0);
+    mc__version_t *v[20];
+    char k[32];
+
+    for (int i = 0; i < 10; i++)
+        v[i] = put_open_removed(m, i, 0, now);
+    for (int i = 10; i < 20; i++) {
+        key_of(k, sizeof(k), i);
+        v[i] = put(m, k, UNIT, now);
+    }
+    /* The segment goes: the ten published are lost, the ten retired lose
+     * their replica and are freed as their handles close. */
+    assert_int_equal(mc__master_drop_segment(m, 0, now), 10);
+    assert_int_equal(objects(m), 0);
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(v[i]->nrep, 0);
+        mc__master_unref(m, v[i], now);
+    }
+    assert_int_equal(mc__master_add_segment(m, 0, SEG_BIG), 0);
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+static void test_key_and_replicas_moved_out(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(SEG_BIG, 0, 0);
+    assert_int_equal(mc__master_add_segment(m, 1, SEG_BIG), 0);
+    assert_int_equal(mc__master_add_segment(m, 2, SEG_BIG), 0);
+    mc_put_opts_t one = {.replica_num = 1};
+    mc__version_t *v = NULL;
+
+    assert_int_equal(mc__master_begin(m, "a/file", 6, &one, now, &v), 0);
+    assert_int_equal(mc__master_reserve(m, v, UNIT, now), 0);
+    assert_int_equal(mc__master_commit(m, v, UNIT, 0, now), 0);
+    assert_null(v->more);
+    assert_string_equal(mc__vkey(v), "a/file");
+    uint32_t seg0 = mc__vrep(v)[0].seg;
+    uint64_t off0 = mc__vrep(v)[0].ext[0].off;
+
+    /* A second replica outgrows the room it was made with: the array moves
+     * to the rare fields, the key stays where it was and reads the same. */
+    mc__replica_t r;
+    uint32_t other = seg0 == 1 ? 2 : 1;
+    assert_int_equal(mc__master_replica_alloc(m, other, UNIT, &r), 0);
+    assert_int_equal(mc__master_replica_attach(v, &r), 0);
+    assert_true(v->flags & MC__V_REP_OWNED);
+    assert_int_equal(v->nrep, 2);
+    assert_int_equal(mc__vrep(v)[0].seg, seg0);
+    assert_int_equal(mc__vrep(v)[0].ext[0].off, off0);
+    assert_int_equal(mc__vrep(v)[1].seg, other);
+    assert_string_equal(mc__vkey(v), "a/file");
+    assert_ptr_equal(find(m, "a/file"), v);
+
+    /* A rename moves the key out too; twice, the first copy freed. */
+    assert_int_equal(mc__master_rename(m, "a/file", 6, "b/longer-name", 13, 0, now), 0);
+    assert_true(v->flags & MC__V_KEY_OWNED);
+    assert_string_equal(mc__vkey(v), "b/longer-name");
+    assert_int_equal(mc__master_rename(m, "b/longer-name", 13, "c", 1, 0, now), 0);
+    assert_string_equal(mc__vkey(v), "c");
+    assert_ptr_equal(find(m, "c"), v);
+    assert_null(find(m, "a/file"));
+    assert_int_equal(v->nrep, 2);
+    assert_int_equal(mc__vrep(v)[1].seg, other);
+
+    /* The rare fields the version had before keep their values. */
+    assert_int_equal(mc__xattr_set(v, "user.x", 6, "1", 1, 0), 0);
+    const char *val;
+    uint32_t vlen;
+    assert_int_equal(mc__xattr_get(v, "user.x", 6, &val, &vlen), 0);
+    assert_int_equal(vlen, 1);
+    assert_string_equal(mc__vkey(v), "c");
+    assert_int_equal(used(m), 2 * UNIT);
+    assert_int_equal(mc__master_remove(m, "c", 1, 0, now), 0);
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sampled_eviction_takes_old_ones),
+        cmocka_unit_test(test_sampled_eviction_skips_held_ones),
+        cmocka_unit_test(test_sampled_eviction_order_of_sample),
+        cmocka_unit_test(test_retired_array),
+        cmocka_unit_test(test_retired_lose_dropped_segment),
+        cmocka_unit_test(test_key_and_replicas_moved_out),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
