@@ -115,6 +115,21 @@ mc__vmore_t *mc__version_more(mc__version_t *v)
     return v->more;
 }
 
+int mc__version_set_ctime(mc__version_t *v, int64_t t)
+{
+    if (t == v->mtime_ns) {
+        v->flags &= (uint8_t)~MC__V_CTIME;
+        return 0;
+    }
+    if (!mc__version_more(v)) {
+        v->flags &= (uint8_t)~MC__V_CTIME;
+        return -ENOMEM;
+    }
+    v->more->ctime_ns = t;
+    v->flags |= MC__V_CTIME;
+    return 0;
+}
+
 void mc__version_free(mc__master_t *m, mc__version_t *v)
 {
     mc__replica_t *rep = mc__vrep(v);
@@ -401,7 +416,7 @@ void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st)
     st->version = v->id;
     st->mtime_ns = v->mtime_ns;
     st->atime_ns = v->atime_ns;
-    st->ctime_ns = v->ctime_ns;
+    st->ctime_ns = mc__vctime(v);
     st->mode = v->mode;
     st->uid = v->uid;
     st->gid = v->gid;

@@ -79,6 +79,11 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  * free or space handed out twice). */
 #define MC__V_LOST 0x10
 
+/* mc__version_t.flags: its ctime is not its mtime (a change of metadata
+ * came after its content's): it is in its rare fields (mc__vmore_t
+ * ctime_ns). Read it through mc__vctime(). */
+#define MC__V_CTIME 0x20
+
 /*
  * One version. Sized for the million small objects of a cache: one
  * allocation holds the struct, the replica array (room for the replicas
@@ -90,7 +95,7 @@ typedef struct mc__version {
     uint64_t size;     /* bytes of data */
     uint64_t capacity; /* bytes reserved in each replica */
     int64_t mtime_ns;
-    int64_t atime_ns, ctime_ns; /* wall clock (ns); the service sets them */
+    int64_t atime_ns; /* wall clock (ns), as mtime_ns; the service sets them */
     uint64_t lease_until;
     uint64_t stamp;         /* when its record was last sent to its nodes (0: never) */
     struct mc__vmore *more; /* what few versions have (owned; NULL: all zero);
@@ -141,6 +146,7 @@ typedef struct mc__vmore {
     uint16_t linklen;   /* <= MC_KEY_MAX */
     uint8_t repin;      /* MC__V_REP_OWNED: the room for replicas in v's own
                            allocation (its key follows it) */
+    int64_t ctime_ns;   /* MC__V_CTIME: v's ctime */
     char *key;          /* MC__V_KEY_OWNED: v's key (owned, NUL-terminated) */
     mc__replica_t *rep; /* MC__V_REP_OWNED: v's replica array (owned, room for
                            MC__MAX_REPLICAS) */
@@ -171,6 +177,19 @@ static inline char *mc__vkey(const mc__version_t *v)
     uint32_t room = v->flags & MC__V_REP_OWNED ? v->more->repin : v->repcap;
     return (char *)(uintptr_t)((const mc__replica_t *)(v + 1) + room);
 }
+
+/* v's ctime (wall clock, ns): its mtime unless a change of metadata came
+ * later (MC__V_CTIME). */
+static inline int64_t mc__vctime(const mc__version_t *v)
+{
+    return v->flags & MC__V_CTIME ? v->more->ctime_ns : v->mtime_ns;
+}
+
+/* Sets v's ctime to t (wall clock, ns); set the mtime first when both
+ * change, since a ctime equal to the mtime is kept as none. Returns 0, or
+ * -ENOMEM when t needed v's rare fields and they could not be made: its
+ * ctime then reads as its mtime. */
+int mc__version_set_ctime(mc__version_t *v, int64_t t);
 
 /* v's rare fields to write, made (zeroed) the first time; NULL when out of
  * memory. */

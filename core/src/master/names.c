@@ -19,7 +19,7 @@ static void renamed(mc__svc_t *svc, const char *from, uint32_t flen, const char 
     mc__master_dir_changed(svc->m, to, tlen, t);
     mc__version_t *v = mc__master_find(svc->m, to, tlen);
     if (v) {
-        v->ctime_ns = t;
+        (void)mc__version_set_ctime(v, t); /* out of memory: its mtime */
         mc__master_dirty(svc->m, v);
     }
 }
@@ -64,7 +64,7 @@ static int op_xattr(mc__svc_t *svc, uint16_t op, const char *body, size_t len, m
         rc = mc__xattr_remove(v, name, nlen);
     }
     if (rc == 0) {
-        v->ctime_ns = mc__svc_wall(svc);
+        (void)mc__version_set_ctime(v, mc__svc_wall(svc)); /* it has rare fields: its xattrs */
         mc__master_dirty(svc->m, v);
     }
     return rc;
@@ -137,9 +137,10 @@ static int op_rename_link(mc__svc_t *svc, uint16_t op, const char *body, size_t 
         return -EINVAL;
     if ((rc = mc__master_link(svc->m, key, klen, key2, klen2, &v)) < 0)
         return rc;
-    v->ctime_ns = mc__svc_wall(svc);
+    int64_t t = mc__svc_wall(svc);
+    (void)mc__version_set_ctime(v, t); /* it has rare fields: its count of names */
     mc__master_dirty(svc->m, v);
-    mc__master_dir_changed(svc->m, key2, klen2, v->ctime_ns);
+    mc__master_dir_changed(svc->m, key2, klen2, t);
     mc__version_stat(v, now, &st);
     return mc__pack_stat(w, &st);
 }

@@ -380,6 +380,11 @@ int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, const mc_
     mc__version_t *v = mc__master_find(m, key, klen);
     if (!v)
         return -ENOENT;
+    /* A ctime other than the mtime is kept in the rare fields: made first,
+     * so that nothing changes when they cannot be. */
+    int64_t mtime = meta->what & MC_META_MTIME ? meta->mtime_ns : v->mtime_ns;
+    if (wall_ns != mtime && !mc__version_more(v))
+        return -ENOMEM;
     if (meta->what & MC_META_MODE)
         v->mode = meta->mode & 07777;
     if (meta->what & MC_META_MTIME)
@@ -398,7 +403,7 @@ int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, const mc_
         if (v->mode & 010)
             v->mode &= ~(uint32_t)02000;
     }
-    v->ctime_ns = wall_ns;
+    (void)mc__version_set_ctime(v, wall_ns); /* cannot fail: see above */
     mc__master_dirty(m, v);
     *out = v;
     return 0;
@@ -415,7 +420,7 @@ void mc__master_dir_changed(mc__master_t *m, const char *key, size_t klen, int64
     mc__version_t *dir = mc__index_get(m->ix, key, (size_t)(slash - key) + 1);
     if (dir) {
         dir->mtime_ns = wall_ns;
-        dir->ctime_ns = wall_ns;
+        (void)mc__version_set_ctime(dir, wall_ns); /* the mtime: none to keep */
         mc__master_dirty(m, dir);
     }
 }
@@ -427,7 +432,7 @@ int64_t mc__master_root_ns(const mc__master_t *m)
 
 void mc__master_changed(mc__master_t *m, mc__version_t *v, int64_t wall_ns)
 {
-    v->ctime_ns = wall_ns;
+    (void)mc__version_set_ctime(v, wall_ns); /* out of memory: its mtime */
     mc__master_dirty(m, v);
 }
 

@@ -95,7 +95,7 @@ const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__
     r->size = v->size;
     r->mtime_ns = v->mtime_ns;
     r->atime_ns = v->atime_ns;
-    r->ctime_ns = v->ctime_ns;
+    r->ctime_ns = mc__vctime(v);
     r->mode = v->mode;
     r->uid = v->uid;
     r->gid = v->gid;
@@ -176,7 +176,8 @@ static int take_meta(mc__version_t *v, const mc__rec_t *r)
 {
     char *x = NULL;
     mc__vmore_t *more = NULL;
-    if ((r->xattr_len || r->rdev || r->links || v->more) && !(more = mc__version_more(v)))
+    if ((r->xattr_len || r->rdev || r->links || r->ctime_ns != r->mtime_ns || v->more) &&
+        !(more = mc__version_more(v)))
         return -ENOMEM;
     if (r->xattr_len && !(x = malloc(r->xattr_len)))
         return -ENOMEM;
@@ -193,7 +194,7 @@ static int take_meta(mc__version_t *v, const mc__rec_t *r)
     v->size = r->size;
     v->mtime_ns = r->mtime_ns;
     v->atime_ns = r->atime_ns;
-    v->ctime_ns = r->ctime_ns;
+    (void)mc__version_set_ctime(v, r->ctime_ns); /* cannot fail: its rare fields are made */
     v->mode = r->mode & 07777;
     v->uid = r->uid;
     v->gid = r->gid;

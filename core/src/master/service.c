@@ -308,7 +308,7 @@ static int pack_version(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v, u
 static void read_access(const mc__svc_t *svc, mc__version_t *v)
 {
     int64_t t = mc__svc_wall(svc);
-    if (v->atime_ns <= v->mtime_ns || v->atime_ns <= v->ctime_ns || t - v->atime_ns >= DAY_NS) {
+    if (v->atime_ns <= v->mtime_ns || v->atime_ns <= mc__vctime(v) || t - v->atime_ns >= DAY_NS) {
         v->atime_ns = t;
         mc__master_dirty(svc->m, v);
     }
@@ -437,9 +437,11 @@ static int put_publish(mc__svc_t *svc, mc__version_t *v, unsigned flags,
     }
     int64_t t = mc__svc_wall(svc);
     v->mtime_ns = (rq->what & MC_META_MTIME) ? rq->mtime_ns : t;
-    v->ctime_ns = v->atime_ns = t; /* a replaced version's atime stays (commit) */
+    v->atime_ns = t; /* a replaced version's atime stays (commit) */
     int is_new = 0;
-    int rc = mc__master_commit_as(svc->m, v, rq->size, flags, now, &is_new);
+    int rc = mc__version_set_ctime(v, t);
+    if (rc == 0)
+        rc = mc__master_commit_as(svc->m, v, rq->size, flags, now, &is_new);
     if (rc < 0) {
         mc__master_abort(svc->m, v);
         return rc;

@@ -1,10 +1,11 @@
 /*
- * test_master_evict.c - the master's compact versions: eviction by sampled
- * access clocks in an index past MC__EVICT_EXACT keys (the oldest of a
- * sample goes; never a pinned, open, leased or pending version), the array
- * of retired versions waiting for handles and leases, and a version's key
- * and replicas read through mc__vkey() / mc__vrep() once they moved out of
- * its own allocation (a rename, a grown replica array).
+ * test_master_compact.c - the master's compact versions: eviction by
+ * sampled access clocks in an index past MC__EVICT_EXACT keys (the oldest
+ * of a sample goes; never a pinned, open, leased or pending version), the
+ * array of retired versions waiting for handles and leases, a version's
+ * key and replicas read through mc__vkey() / mc__vrep() once they moved out
+ * of its own allocation (a rename, a grown replica array), and its ctime
+ * kept apart from its mtime only when they differ.
  */
 #include "master_fixture.h"
 
@@ -243,6 +244,61 @@ static void test_key_and_replicas_moved_out(void **state)
     mc__master_free(m);
 }
 
+static int64_t ctime_of(mc__version_t *v)
+{
+    mc_stat_t st;
+
+    mc__version_stat(v, T0, &st);
+    assert_int_equal(st.ctime_ns, mc__vctime(v));
+    return st.ctime_ns;
+}
+
+static void test_ctime_apart_from_mtime(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master();
+    mc__version_t *v = put(m, "d/x", UNIT, T0), *out = NULL;
+    mc__version_t *dir = put(m, "d/", 0, T0);
+    mc_meta_t meta = {.what = MC_META_MODE, .mode = 0600};
+
+    /* Published: the ctime is the mtime, no rare fields. */
+    assert_null(v->more);
+    assert_int_equal(ctime_of(v), v->mtime_ns);
+    /* A chmod: a ctime of its own, the mtime stays. */
+    int64_t mtime = v->mtime_ns;
+    assert_int_equal(mc__master_set_meta(m, "d/x", 3, &meta, 500, &out), 0);
+    assert_ptr_equal(out, v);
+    assert_true(v->flags & MC__V_CTIME);
+    assert_int_equal(ctime_of(v), 500);
+    assert_int_equal(v->mtime_ns, mtime);
+    /* Its record carries both. */
+    mc__rec_t rec;
+    memset(&rec, 0, sizeof(rec));
+    (void)mc__master_record(v, mc__vrep(v)[0].seg, &rec);
+    assert_int_equal(rec.ctime_ns, 500);
+    assert_int_equal(rec.mtime_ns, mtime);
+    /* A new mtime at the same time: one again. */
+    meta.what = MC_META_MTIME;
+    meta.mtime_ns = 700;
+    assert_int_equal(mc__master_set_meta(m, "d/x", 3, &meta, 700, &out), 0);
+    assert_false(v->flags & MC__V_CTIME);
+    assert_int_equal(ctime_of(v), 700);
+    assert_int_equal(v->mtime_ns, 700);
+    /* An older mtime (touch -d), changed later. */
+    meta.mtime_ns = 100;
+    assert_int_equal(mc__master_set_meta(m, "d/x", 3, &meta, 800, &out), 0);
+    assert_int_equal(v->mtime_ns, 100);
+    assert_int_equal(ctime_of(v), 800);
+    mc__master_changed(m, v, 900);
+    assert_int_equal(ctime_of(v), 900);
+    /* A directory's name changes: its mtime and ctime move as one. */
+    mc__master_dir_changed(m, "d/y", 3, 1000);
+    assert_int_equal(dir->mtime_ns, 1000);
+    assert_int_equal(ctime_of(dir), 1000);
+    assert_false(dir->flags & MC__V_CTIME);
+    mc__master_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,6 +308,7 @@ int main(void)
         cmocka_unit_test(test_retired_array),
         cmocka_unit_test(test_retired_lose_dropped_segment),
         cmocka_unit_test(test_key_and_replicas_moved_out),
+        cmocka_unit_test(test_ctime_apart_from_mtime),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
