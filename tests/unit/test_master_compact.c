@@ -4,8 +4,9 @@
  * of a sample goes; never a pinned, open, leased or pending version), the
  * array of retired versions waiting for handles and leases, a version's
  * key and replicas read through mc__vkey() / mc__vrep() once they moved out
- * of its own allocation (a rename, a grown replica array), and its ctime
- * kept apart from its mtime only when they differ.
+ * of its own allocation (a rename, a grown replica array), its ctime kept
+ * apart from its mtime only when they differ, and its lease in 32 bits
+ * from a base that moves.
  */
 #include "master_fixture.h"
 
@@ -244,11 +245,11 @@ static void test_key_and_replicas_moved_out(void **state)
     mc__master_free(m);
 }
 
-static int64_t ctime_of(mc__version_t *v)
+static int64_t ctime_of(mc__master_t *m, mc__version_t *v)
 {
     mc_stat_t st;
 
-    mc__version_stat(v, T0, &st);
+    mc__version_stat(m, v, T0, &st);
     assert_int_equal(st.ctime_ns, mc__vctime(v));
     return st.ctime_ns;
 }
@@ -263,13 +264,13 @@ static void test_ctime_apart_from_mtime(void **state)
 
     /* Published: the ctime is the mtime, no rare fields. */
     assert_null(v->more);
-    assert_int_equal(ctime_of(v), v->mtime_ns);
+    assert_int_equal(ctime_of(m, v), v->mtime_ns);
     /* A chmod: a ctime of its own, the mtime stays. */
     int64_t mtime = v->mtime_ns;
     assert_int_equal(mc__master_set_meta(m, "d/x", 3, &meta, 500, &out), 0);
     assert_ptr_equal(out, v);
     assert_true(v->flags & MC__V_CTIME);
-    assert_int_equal(ctime_of(v), 500);
+    assert_int_equal(ctime_of(m, v), 500);
     assert_int_equal(v->mtime_ns, mtime);
     /* Its record carries both. */
     mc__rec_t rec;
@@ -282,20 +283,56 @@ static void test_ctime_apart_from_mtime(void **state)
     meta.mtime_ns = 700;
     assert_int_equal(mc__master_set_meta(m, "d/x", 3, &meta, 700, &out), 0);
     assert_false(v->flags & MC__V_CTIME);
-    assert_int_equal(ctime_of(v), 700);
+    assert_int_equal(ctime_of(m, v), 700);
     assert_int_equal(v->mtime_ns, 700);
     /* An older mtime (touch -d), changed later. */
     meta.mtime_ns = 100;
     assert_int_equal(mc__master_set_meta(m, "d/x", 3, &meta, 800, &out), 0);
     assert_int_equal(v->mtime_ns, 100);
-    assert_int_equal(ctime_of(v), 800);
+    assert_int_equal(ctime_of(m, v), 800);
     mc__master_changed(m, v, 900);
-    assert_int_equal(ctime_of(v), 900);
+    assert_int_equal(ctime_of(m, v), 900);
     /* A directory's name changes: its mtime and ctime move as one. */
     mc__master_dir_changed(m, "d/y", 3, 1000);
     assert_int_equal(dir->mtime_ns, 1000);
-    assert_int_equal(ctime_of(dir), 1000);
+    assert_int_equal(ctime_of(m, dir), 1000);
     assert_false(dir->flags & MC__V_CTIME);
+    mc__master_free(m);
+}
+
+static void test_lease_base_moves(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master();
+    mc__version_t *a = put(m, "a", UNIT, now), *b = put(m, "b", UNIT, now);
+    mc__version_t *c = put(m, "c", UNIT, now);
+
+    mc__master_touch(m, a, now, 1);
+    assert_int_equal(mc__version_lease(m, a), T0 + LEASE_MS);
+    /* Just short of 2^32 ms on: c leased, opened and removed (retired with
+     * a lease running). */
+    uint64_t later = T0 + (1ULL << 32) - 10;
+    mc__master_touch(m, c, later, 1);
+    mc__master_ref(c);
+    assert_int_equal(mc__master_remove(m, "c", 1, MC_REMOVE_FORCE, later), 0);
+    mc__master_unref(m, c, later);
+    assert_int_equal(used(m), 3 * UNIT);
+    /* A lease past 2^32 ms from the base moves the base: every lease is
+     * the same time as before, a lease long over none. */
+    uint64_t t = later + 20;
+    mc__master_touch(m, b, t, 1);
+    assert_int_equal(mc__version_lease(m, b), t + LEASE_MS);
+    assert_int_equal(mc__version_lease(m, c), later + LEASE_MS);
+    assert_int_equal(mc__version_lease(m, a), 0);
+    assert_int_equal(a->lease, 0);
+    assert_int_equal(mc__master_remove(m, "a", 1, 0, t), 0);
+    assert_int_equal(mc__master_remove(m, "b", 1, 0, t), -EBUSY);
+    mc__master_sweep(m, later + LEASE_MS - 1);
+    assert_int_equal(used(m), 2 * UNIT);
+    mc__master_sweep(m, later + LEASE_MS);
+    assert_int_equal(used(m), UNIT);
+    assert_int_equal(mc__master_remove(m, "b", 1, 0, t + LEASE_MS), 0);
     mc__master_free(m);
 }
 
@@ -309,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_retired_lose_dropped_segment),
         cmocka_unit_test(test_key_and_replicas_moved_out),
         cmocka_unit_test(test_ctime_apart_from_mtime),
+        cmocka_unit_test(test_lease_base_moves),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

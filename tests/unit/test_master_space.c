@@ -36,7 +36,7 @@ static void test_commit_publishes(void **state)
     assert_cmp(v->id, >, 0);
 
     mc_stat_t st;
-    mc__version_stat(v, T0, &st);
+    mc__version_stat(m, v, T0, &st);
     assert_int_equal(st.size, 100);
     assert_int_equal(st.version, v->id);
     assert_int_equal(st.mode, 0600);
@@ -217,7 +217,7 @@ static void test_holes(void **state)
     assert_int_equal(v->capacity, 2 * SEG_SIZE);
     assert_int_equal(used(m), SEG_SIZE - 5 * UNIT);
     mc_stat_t st;
-    mc__version_stat(v, T0, &st);
+    mc__version_stat(m, v, T0, &st);
     assert_int_equal(st.alloc, SEG_SIZE - 5 * UNIT);
     mc__version_t *w = NULL;
     assert_int_equal(mc__master_begin(m, "t", 1, NULL, T0, &w), 0);
@@ -364,14 +364,14 @@ static void test_evict_soft_pin_ttl(void **state)
     assert_int_equal(mc__master_reserve(m, v, OBJ, T0), 0);
     assert_int_equal(mc__master_commit(m, v, OBJ, 0, T0), 0);
     put(m, "u", OBJ, T0);
-    mc__version_stat(v, T0 + 49, &st);
+    mc__version_stat(m, v, T0 + 49, &st);
     assert_int_equal(st.flags, MC_STAT_SOFT_PIN);
     /* Still pinned: u goes first even though s is older. */
     assert_int_equal(mc__master_evict(m, OBJ, T0 + 49), 1);
     assert_present(m, "su", "s");
     put(m, "u", OBJ, T0 + 49);
     /* Expired: an ordinary object again, evicted in LRU order. */
-    mc__version_stat(v, T0 + 50, &st);
+    mc__version_stat(m, v, T0 + 50, &st);
     assert_int_equal(st.flags, 0);
     assert_int_equal(mc__master_evict(m, OBJ, T0 + 50), 1);
     assert_present(m, "su", "u");

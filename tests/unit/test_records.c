@@ -274,7 +274,7 @@ static void test_hard_links_come_back(void **state)
     assert_int_equal(merge(m, 1, &n2, T0), 1);
     assert_ptr_equal(find(m, "x"), find(m, "d/y"));
     mc_stat_t st;
-    mc__version_stat(find(m, "x"), T0, &st);
+    mc__version_stat(m, find(m, "x"), T0, &st);
     assert_int_equal(st.nlink, 2);
     assert_int_equal(st.ino, 0x2a);
     /* A name must name an inode key, and holds no bytes. */

@@ -19,7 +19,7 @@ void mc__master_census(const mc__master_t *m, uint64_t now, mc__census_t *c)
         if (mc__vmore(v)->link)
             continue; /* a name entry: its file is counted */
         c->published++;
-        c->leased += v->lease_until > now;
+        c->leased += mc__leased(m, v, now);
         c->hard_pinned += v->pin == MC_PIN_HARD;
         c->soft_pinned +=
             v->pin == MC_PIN_SOFT && (!mc__vmore(v)->pin_until || mc__vmore(v)->pin_until > now);

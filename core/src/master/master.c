@@ -73,7 +73,9 @@ int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
         m->o.evict_ratio_pct = 10;
     m->next_id = o->first_id ? o->first_id : 1;
     m->stamp = m->next_id;
-    m->rng = 0x9e3779b97f4a7c15ULL; /* any odd seed: eviction's samples need no secret */
+    if (m->o.lease_ms > MC__LEASE_MAX_MS)
+        m->o.lease_ms = MC__LEASE_MAX_MS; /* a lease fits in 32 bits from its base */
+    m->rng = 0x9e3779b97f4a7c15ULL;       /* any odd seed: eviction's samples need no secret */
     if (mc__ids_init(&m->rebuilt) < 0) {
         mc__index_free(m->ix, NULL);
         mc__slab_free_all(m->slab);
@@ -214,7 +216,7 @@ void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
         m->notice(m->notice_arg, m, v, 1);
     v->state = MC__RETIRED;
     v->rpos = 0; /* was its access clock */
-    if (!v->refs && v->lease_until <= now)
+    if (!v->refs && !mc__leased(m, v, now))
         mc__version_destroy(m, v);
     else if (retired_add(m, v) < 0)
         v->flags |= MC__V_LOST;
@@ -390,12 +392,43 @@ int mc__master_is_inode_key(const char *key, size_t klen)
     return klen >= MC__INODE_PLEN && memcmp(key, MC__INODE_PREFIX, MC__INODE_PLEN) == 0;
 }
 
+uint64_t mc__version_lease(const mc__master_t *m, const mc__version_t *v)
+{
+    return v->lease ? m->lease_base + v->lease : 0;
+}
+
+/* v's lease from base on (base <= now, the lease_ms after it fit). */
+static void lease_move(const mc__master_t *m, mc__version_t *v, uint64_t base)
+{
+    uint64_t until = mc__version_lease(m, v);
+    v->lease = until > base ? (uint32_t)(until - base) : 0;
+}
+
+/* The leases' base moves to now: every version that can hold a lease (the
+ * published, the retired waiting) gets its lease again from there, an
+ * ended one none. O(versions), once in 2^32 ms (49 days) at most. */
+static void lease_rebase(mc__master_t *m, uint64_t now)
+{
+    mc__index_iter_t it;
+    void *val;
+    mc__index_seek(m->ix, &it, NULL, 0, 0);
+    while (mc__index_next(&it, NULL, NULL, &val))
+        lease_move(m, val, now);
+    for (size_t i = 0; i < m->nretired; i++)
+        lease_move(m, m->retired[i], now);
+    m->lease_base = now;
+}
+
 void mc__master_touch(mc__master_t *m, mc__version_t *v, uint64_t now, int lease)
 {
     if (v->state == MC__PUBLISHED)
         mc__lru_touch(m, v);
-    if (lease && now + m->o.lease_ms > v->lease_until)
-        v->lease_until = now + m->o.lease_ms;
+    uint64_t until = now + m->o.lease_ms;
+    if (!lease || until <= mc__version_lease(m, v) || until < m->lease_base)
+        return; /* the last: the clock went back, which it does not */
+    if (until - m->lease_base > UINT32_MAX)
+        lease_rebase(m, now);
+    v->lease = (uint32_t)(until - m->lease_base);
 }
 
 void mc__master_ref(mc__version_t *v)
@@ -405,12 +438,12 @@ void mc__master_ref(mc__version_t *v)
 
 void mc__master_unref(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
-    if (--v->refs == 0 && v->state == MC__RETIRED && v->lease_until <= now &&
+    if (--v->refs == 0 && v->state == MC__RETIRED && !mc__leased(m, v, now) &&
         !(v->flags & MC__V_LOST))
         mc__version_destroy(m, v); /* still leased: mc__master_sweep() frees it */
 }
 
-void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st)
+void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t now, mc_stat_t *st)
 {
     st->size = v->size;
     st->version = v->id;
@@ -427,7 +460,7 @@ void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st)
     st->replicas = v->nrep;
     st->alloc = v->nrep ? mc__replica_bytes(&mc__vrep(v)[0]) : 0;
     st->flags = 0;
-    if (v->refs || v->lease_until > now)
+    if (v->refs || mc__leased(m, v, now))
         st->flags |= MC_STAT_LEASED;
     if (v->pin == MC_PIN_SOFT && (mc__vmore(v)->pin_until == 0 || mc__vmore(v)->pin_until > now))
         st->flags |= MC_STAT_SOFT_PIN;
@@ -440,7 +473,7 @@ void mc__master_sweep(mc__master_t *m, uint64_t now)
     /* From the end: the last one fills a freed place, and was seen. */
     for (size_t i = m->nretired; i--;) {
         mc__version_t *v = m->retired[i];
-        if (!v->refs && v->lease_until <= now)
+        if (!v->refs && !mc__leased(m, v, now))
             mc__version_destroy(m, v);
     }
 }

@@ -95,17 +95,18 @@ typedef struct mc__version {
     uint64_t size;     /* bytes of data */
     uint64_t capacity; /* bytes reserved in each replica */
     int64_t mtime_ns;
-    int64_t atime_ns; /* wall clock (ns), as mtime_ns; the service sets them */
-    uint64_t lease_until;
+    int64_t atime_ns;       /* wall clock (ns), as mtime_ns; the service sets them */
     uint64_t stamp;         /* when its record was last sent to its nodes (0: never) */
     struct mc__vmore *more; /* what few versions have (owned; NULL: all zero);
                                read it through mc__vmore() */
     mc__extent_t ext1;      /* the extent array of its first replica while that has one
                                extent (rep[0].ext points here, rep[0].cap is 0): most
                                objects' only extent needs no allocation of its own */
-    uint32_t mode;
-    uint32_t uid, gid; /* MC_OWNER_NONE: none recorded */
-    uint32_t refs;     /* open handles */
+    uint32_t uid, gid;      /* MC_OWNER_NONE: none recorded */
+    uint32_t lease;         /* its read lease ends at the master's lease base plus
+                               this many ms (0: none); read it through
+                               mc__version_lease() */
+    uint32_t refs;          /* open handles */
     union {
         uint32_t tick; /* published: the master's access clock at its last
                           access (approximate LRU: eviction samples versions
@@ -116,9 +117,10 @@ typedef struct mc__version {
     uint32_t dpos; /* its place in the master's dirty array, plus one (0: not
                       dirty): its nodes' records are stale */
     uint16_t klen; /* <= MC_KEY_MAX */
-    uint8_t type;  /* MC_TYPE_* */
+    uint16_t mode; /* & 07777 */
     /* Bit-fields as narrow as their values (checked where they come in):
-     * two bytes less make the version 120 bytes, not 128. */
+     * with the mode in 16 bits and the lease in 32, the version is 104
+     * bytes, not 112. */
     uint8_t state : 2;   /* enum mc__vstate */
     uint8_t pin : 2;     /* MC_PIN_* (<= MC_PIN_HARD) */
     uint8_t inherit : 4; /* pending: MC__INHERIT_*, what to take at commit
@@ -127,11 +129,14 @@ typedef struct mc__version {
     uint8_t repcap : 4;  /* the replicas this allocation has room for (after
                             its fields, before its key); MC__MAX_REPLICAS
                             once grown */
-    uint8_t want;        /* replicas asked for (clamped to the segments at the start) */
+    uint8_t type : 4;    /* MC_TYPE_* */
+    uint8_t want : 4;    /* replicas asked for (clamped to the segments at the
+                            start; <= MC__MAX_REPLICAS) */
     uint8_t flags;       /* MC__V_* */
 } mc__version_t;
 
-_Static_assert(MC__MAX_REPLICAS < 16 && MC_PIN_HARD < 4, "mc__version_t's bit-fields");
+_Static_assert(MC__MAX_REPLICAS < 16 && MC_PIN_HARD < 4 && MC_TYPE_MAX < 16,
+               "mc__version_t's bit-fields");
 
 /* The fields of a version that few versions set (xattrs, hard links, soft
  * pins with a TTL, device numbers), kept apart so that the others do not
@@ -199,6 +204,9 @@ mc__vmore_t *mc__version_more(mc__version_t *v);
  * that v's record changed (drop 0: v->stamp is new) or that v left the
  * namespace (drop 1). See mc__master_dirty(). */
 typedef void (*mc__notice_cb)(void *arg, mc__master_t *m, mc__version_t *v, int drop);
+
+/* The longest read lease (mc__master_opts_t lease_ms is cut to it): 24 days. */
+#define MC__LEASE_MAX_MS ((uint64_t)INT32_MAX)
 
 typedef struct mc__master_opts {
     uint64_t lease_ms;
@@ -511,7 +519,10 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *rec, const 
  * says so): records of it are refused from now on. Returns 0 or -ENOMEM. */
 int mc__master_forget(mc__master_t *m, uint64_t id);
 
-/* Fills st from a version. */
-void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st);
+/* Fills st from a version of m. */
+void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t now, mc_stat_t *st);
+
+/* When v's read lease ends (ms, the master's clock; 0: it never had one). */
+uint64_t mc__version_lease(const mc__master_t *m, const mc__version_t *v);
 
 #endif /* MC_MASTER_H */

@@ -40,6 +40,9 @@ struct mc__master {
     uint32_t tick;           /* the access clock: one step per access (wraps:
                                 eviction compares ages, tick - v->tick) */
     uint64_t rng;            /* xorshift64 state: eviction's samples */
+    uint64_t lease_base;     /* versions' leases end this many ms plus theirs
+                                (mc__version_t lease; moved up by a walk of
+                                every version, once in 2^32 ms at most) */
     mc__version_t **retired; /* retired, waiting for handles or a lease: */
     size_t nretired, rcap;   /* [0, nretired), room for rcap */
     uint64_t evicted;
@@ -74,6 +77,12 @@ static inline void mc__replica_free_ext(mc__replica_t *rep)
 
 /* Takes v out of the dirty array (records.c); it is leaving. */
 void mc__master_undirty(mc__master_t *m, mc__version_t *v);
+
+/* 1 if v is under a read lease at now. */
+static inline int mc__leased(const mc__master_t *m, const mc__version_t *v, uint64_t now)
+{
+    return v->lease && m->lease_base + v->lease > now;
+}
 
 /* Records an access of published v: it becomes the most recently used. */
 static inline void mc__lru_touch(mc__master_t *m, mc__version_t *v)

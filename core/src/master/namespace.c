@@ -64,7 +64,7 @@ int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned fl
     if (!v)
         return -ENOENT;
     mc__version_t *f = mc__master_resolve(m, v); /* what is busy: the file */
-    if (!(flags & MC_REMOVE_FORCE) && f && (f->refs || f->lease_until > now))
+    if (!(flags & MC_REMOVE_FORCE) && f && (f->refs || mc__leased(m, f, now)))
         return -EBUSY;
     mc__index_remove(m->ix, key, klen);
     entry_gone(m, v, now);
@@ -243,8 +243,8 @@ struct list_buf {
     size_t cap;
 };
 
-static int list_push(struct list_buf *b, const char *key, size_t klen, int is_prefix,
-                     const mc__version_t *v, uint64_t now)
+static int list_push(const mc__master_t *m, struct list_buf *b, const char *key, size_t klen,
+                     int is_prefix, const mc__version_t *v, uint64_t now)
 {
     if (b->l.n == b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 16;
@@ -263,7 +263,7 @@ static int list_push(struct list_buf *b, const char *key, size_t klen, int is_pr
     e->klen = klen;
     e->is_prefix = is_prefix;
     if (v)
-        mc__version_stat(v, now, &e->st);
+        mc__version_stat(m, v, now, &e->st);
     b->l.n++;
     return 0;
 }
@@ -318,7 +318,7 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
         if (d) { /* a deeper key, or a directory marker: one prefix entry */
             size_t cl = (size_t)(d - k) + 1;
             /* The marker's metadata (mode, mtime) stands for the prefix. */
-            rc = list_push(b, k, cl, 1, mc__index_get(m->ix, k, cl), now);
+            rc = list_push(m, b, k, cl, 1, mc__index_get(m->ix, k, cl), now);
             if (rc < 0)
                 break;
             skip_prefix(m, &it, k, cl, delim);
@@ -332,7 +332,7 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
                 continue;
         }
         mc__version_t *f = mc__master_resolve(m, val);
-        rc = list_push(b, k, kl, 0, f ? f : val, now);
+        rc = list_push(m, b, k, kl, 0, f ? f : val, now);
         if (rc < 0)
             break;
     }

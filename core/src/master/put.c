@@ -227,9 +227,9 @@ static uint64_t total_used(const mc__master_t *m)
     return t;
 }
 
-static int evictable(const mc__version_t *v, uint64_t now, int allow_soft)
+static int evictable(const mc__master_t *m, const mc__version_t *v, uint64_t now, int allow_soft)
 {
-    if (v->refs || v->lease_until > now || v->pin == MC_PIN_HARD)
+    if (v->refs || mc__leased(m, v, now) || v->pin == MC_PIN_HARD)
         return 0;
     if (mc__vmore(v)->links)
         return 0; /* a hard-linked file: its names would be left dangling */
@@ -244,7 +244,7 @@ static int evictable(const mc__version_t *v, uint64_t now, int allow_soft)
 static mc__version_t *older(const mc__master_t *m, mc__version_t *best, mc__version_t *v,
                             uint64_t now, int pass)
 {
-    if (mc__vmore(v)->link || !evictable(v, now, pass))
+    if (mc__vmore(v)->link || !evictable(m, v, now, pass))
         return best;
     if (best && (uint32_t)(m->tick - v->tick) <= (uint32_t)(m->tick - best->tick))
         return best;

@@ -295,7 +295,7 @@ static handle_t *handle_get(mc__svc_t *svc, uint64_t id)
 static int pack_version(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v, uint64_t now)
 {
     mc_stat_t st;
-    mc__version_stat(v, now, &st);
+    mc__version_stat(svc->m, v, now, &st);
     mc__pack_stat(w, &st);
     return mc__svc_pack_replicas(svc, w, v);
 }
@@ -452,7 +452,7 @@ static int put_publish(mc__svc_t *svc, mc__version_t *v, unsigned flags,
     if (v->nrep < v->want)
         mc__repair_wake(svc->rp); /* a replica was dropped on the way */
     if (st)
-        mc__version_stat(v, now, st);
+        mc__version_stat(svc->m, v, now, st);
     return 0;
 }
 
@@ -633,7 +633,8 @@ static int op_get_replicas(mc__svc_t *svc, const char *body, size_t len, uint64_
         return rc;
     mc__master_touch(svc->m, v, now, 1);
     read_access(svc, v);
-    mc__pack(w, "q", v->lease_until > now ? v->lease_until - now : (uint64_t)0);
+    uint64_t until = mc__version_lease(svc->m, v);
+    mc__pack(w, "q", until > now ? until - now : (uint64_t)0);
     return pack_version(svc, w, v, now);
 }
 
