@@ -5,8 +5,9 @@
  * array of retired versions waiting for handles and leases, a version's
  * key and replicas read through mc__vkey() / mc__vrep() once they moved out
  * of its own allocation (a rename, a grown replica array), its ctime kept
- * apart from its mtime only when they differ, and its lease in 32 bits
- * from a base that moves.
+ * apart from its mtime only when they differ, its lease in 32 bits from a
+ * base that moves, and replicas' extent arrays with no count of their
+ * room.
  */
 #include "master_fixture.h"
 
@@ -336,6 +337,62 @@ static void test_lease_base_moves(void **state)
     mc__master_free(m);
 }
 
+static void test_replica_room_grows(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
+    char k[32];
+
+    /* 64 one-unit objects, every other removed: 32 holes of one unit. */
+    for (int i = 0; i < 64; i++) {
+        key_of(k, sizeof(k), i);
+        put(m, k, UNIT, now);
+    }
+    for (int i = 0; i < 64; i += 2) {
+        key_of(k, sizeof(k), i);
+        assert_int_equal(mc__master_remove(m, k, strlen(k), 0, now), 0);
+    }
+    /* One object over 1, 2, 3 ... 32 of them: its own extent array grows
+     * from the version's ext1 through rooms of 2, 4 ... 32. */
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_begin(m, "big", 3, NULL, now, &v), 0);
+    for (uint64_t n = 1; n <= 32; n++) {
+        assert_int_equal(mc__master_reserve(m, v, n * UNIT, now), 0);
+        assert_int_equal(mc__vrep(v)[0].n, n);
+        if (n == 1)
+            assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+        else
+            assert_ptr_not_equal(mc__vrep(v)[0].ext, &v->ext1);
+    }
+    assert_int_equal(used(m), 64 * UNIT);
+    /* Committed smaller: the tail goes back, the array stays its own. */
+    assert_int_equal(mc__master_commit(m, v, 5 * UNIT, 0, now), 0);
+    assert_int_equal(mc__vrep(v)[0].n, 5);
+    assert_int_equal(used(m), 37 * UNIT);
+    /* Taken out (a repair's move), then given back: a replica of its own. */
+    mc__replica_t r;
+    uint32_t seg = mc__vrep(v)[0].seg;
+    assert_int_equal(mc__version_take_replica(v, seg, &r), 1);
+    assert_int_equal(v->nrep, 0);
+    assert_int_equal(r.n, 5);
+    assert_int_equal(mc__master_replica_attach(v, &r), 0);
+    assert_int_equal(mc__vrep(v)[0].n, 5);
+    assert_int_equal(mc__master_remove(m, "big", 3, 0, now), 0);
+    assert_int_equal(used(m), 32 * UNIT);
+
+    /* A one-extent replica taken from ext1 takes a copy of its own. */
+    v = put(m, "one", UNIT, now);
+    assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+    assert_int_equal(mc__version_take_replica(v, seg, &r), 1);
+    assert_ptr_not_equal(r.ext, &v->ext1);
+    assert_int_equal(r.n, 1);
+    mc__master_replica_release(m, &r);
+    assert_null(r.ext);
+    assert_int_equal(used(m), 32 * UNIT);
+    mc__master_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -347,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_key_and_replicas_moved_out),
         cmocka_unit_test(test_ctime_apart_from_mtime),
         cmocka_unit_test(test_lease_base_moves),
+        cmocka_unit_test(test_replica_room_grows),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -175,10 +175,9 @@ int mc__master_reserve_range(mc__master_t *m, mc__version_t *v, uint64_t off, ui
         }
         if (s)
             mc__extents_put(s->alloc, drop[i].e, drop[i].n);
-        mc__replica_free_ext(&mc__vrep(v)[i]);
-        mc__vrep(v)[i].ext = out[i].e;
+        mc__replica_free_ext(&mc__vrep(v)[i], &v->ext1);
+        mc__vrep(v)[i].ext = out[i].e; /* room for a power of two, >= 8 */
         mc__vrep(v)[i].n = out[i].n;
-        mc__vrep(v)[i].cap = out[i].cap;
         free(got[i].e);
         free(drop[i].e);
     }
@@ -206,8 +205,7 @@ int mc__master_replica_alloc_like(mc__master_t *m, uint32_t seg, const mc__repli
         return rc;
     }
     free(got.e);
-    rep->ext = out.e;
+    rep->ext = out.e; /* room for a power of two, >= 8 */
     rep->n = out.n;
-    rep->cap = out.cap;
     return 0;
 }

@@ -136,7 +136,7 @@ void mc__version_free(mc__master_t *m, mc__version_t *v)
 {
     mc__replica_t *rep = mc__vrep(v);
     for (uint32_t r = 0; r < v->nrep; r++)
-        mc__replica_free_ext(&rep[r]);
+        mc__replica_free_ext(&rep[r], &v->ext1);
     if (v->more) {
         if (v->flags & MC__V_REP_OWNED)
             free(v->more->rep);
@@ -155,7 +155,7 @@ void mc__version_free(mc__master_t *m, mc__version_t *v)
 static void version_release_space(mc__master_t *m, mc__version_t *v)
 {
     for (uint32_t r = 0; r < v->nrep; r++)
-        mc__master_replica_release(m, &mc__vrep(v)[r]);
+        mc__replica_release_in(m, &mc__vrep(v)[r], &v->ext1);
     v->capacity = 0;
 }
 
@@ -286,7 +286,7 @@ void mc__version_drop_replica(mc__version_t *v, uint32_t seg)
             r++;
             continue;
         }
-        mc__replica_free_ext(&mc__vrep(v)[r]);
+        mc__replica_free_ext(&mc__vrep(v)[r], &v->ext1);
         replica_unlink(v, r);
     }
 }
@@ -514,12 +514,11 @@ int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep)
         if (mc__vrep(v)[r].seg != seg)
             continue;
         *rep = mc__vrep(v)[r];
-        if (!rep->cap && rep->n) { /* v's ext1: the replica takes a copy along */
-            if (!(rep->ext = malloc(sizeof(*rep->ext) * rep->n)))
+        if (rep->ext == &v->ext1 && rep->n) { /* the replica takes a copy along */
+            if (!(rep->ext = malloc(sizeof(*rep->ext) * mc__replica_room(rep->n))))
                 return -ENOMEM;
-            memcpy(rep->ext, mc__vrep(v)[r].ext, sizeof(*rep->ext) * rep->n);
-            rep->cap = rep->n;
-        } else if (!rep->cap) {
+            memcpy(rep->ext, &v->ext1, sizeof(*rep->ext) * rep->n);
+        } else if (rep->ext == &v->ext1) {
             rep->ext = NULL;
         }
         replica_unlink(v, r);

@@ -45,10 +45,23 @@ typedef struct mc__master mc__master_t;
 
 typedef struct mc__replica {
     uint32_t seg;      /* segment id */
-    uint32_t n, cap;   /* extents used / allocated (cap 0: ext is not the
-                          replica's own, see mc__version_t ext1) */
-    mc__extent_t *ext; /* byte ranges in the segment, in object order */
+    uint32_t n;        /* extents */
+    mc__extent_t *ext; /* byte ranges in the segment, in object order: NULL,
+                          its version's ext1 (one extent, not the replica's
+                          own), or an array of its own with room for at
+                          least mc__replica_room(n) */
 } mc__replica_t;
+
+/* The room an extent array of a replica's own has for n extents: the
+ * power of two at or above n, at least 2 (so that one grows by doubling
+ * with no count of its own). */
+static inline uint64_t mc__replica_room(uint64_t n)
+{
+    uint64_t r = 2;
+    while (r < n)
+        r *= 2;
+    return r;
+}
 
 enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
 
@@ -100,7 +113,7 @@ typedef struct mc__version {
     struct mc__vmore *more; /* what few versions have (owned; NULL: all zero);
                                read it through mc__vmore() */
     mc__extent_t ext1;      /* the extent array of its first replica while that has one
-                               extent (rep[0].ext points here, rep[0].cap is 0): most
+                               extent (rep[0].ext points here, not its own): most
                                objects' only extent needs no allocation of its own */
     uint32_t uid, gid;      /* MC_OWNER_NONE: none recorded */
     uint32_t lease;         /* its read lease ends at the master's lease base plus

@@ -65,15 +65,17 @@ typedef struct mc__recovered {
     mc__version_t *v;
 } mc__recovered_t;
 
-/* Frees rep's extent array when it is rep's own (cap 0: it is a version's
- * ext1, freed with the version). */
-static inline void mc__replica_free_ext(mc__replica_t *rep)
+/* Frees rep's extent array unless it is inl (its version's ext1; NULL for
+ * a replica of no version). */
+static inline void mc__replica_free_ext(mc__replica_t *rep, const mc__extent_t *inl)
 {
-    if (rep->cap)
+    if (rep->ext != inl)
         free(rep->ext);
     rep->ext = NULL;
-    rep->cap = 0;
 }
+
+/* mc__master_replica_release() of a replica of a version whose ext1 is inl. */
+void mc__replica_release_in(mc__master_t *m, mc__replica_t *rep, const mc__extent_t *inl);
 
 /* Takes v out of the dirty array (records.c); it is leaving. */
 void mc__master_undirty(mc__master_t *m, mc__version_t *v);

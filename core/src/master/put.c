@@ -123,21 +123,19 @@ static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__e
     int n = mc__alloc_get(s->alloc, len, got, 64);
     if (n < 0)
         return n;
-    if (slot && rep->n == 0 && rep->cap == 0 && n == 1) {
-        rep->ext = slot; /* cap stays 0: not the replica's own */
-    } else if (rep->n + (uint32_t)n > rep->cap) {
-        uint32_t cap = rep->cap ? rep->cap * 2 : 2;
-        while (cap < rep->n + (uint32_t)n)
-            cap *= 2;
-        mc__extent_t *e = rep->cap ? realloc(rep->ext, sizeof(*e) * cap) : malloc(sizeof(*e) * cap);
+    int own = rep->ext && rep->ext != slot;
+    if (slot && rep->n == 0 && !own && n == 1) {
+        rep->ext = slot; /* not the replica's own */
+    } else if (rep->n + (uint64_t)n > (own ? mc__replica_room(rep->n) : 0)) {
+        uint64_t room = mc__replica_room(rep->n + (uint64_t)n);
+        mc__extent_t *e = own ? realloc(rep->ext, sizeof(*e) * room) : malloc(sizeof(*e) * room);
         if (!e) {
             mc__alloc_put(s->alloc, got, n);
             return -ENOMEM;
         }
-        if (!rep->cap && rep->n)
+        if (!own && rep->n)
             memcpy(e, rep->ext, sizeof(*e) * rep->n); /* out of the version's ext1 */
         rep->ext = e;
-        rep->cap = cap;
     }
     for (int i = 0; i < n; i++) {
         /* Merge with the previous extent when contiguous (not a hole). */
@@ -486,11 +484,16 @@ int mc__master_replica_alloc(mc__master_t *m, uint32_t seg, uint64_t len, mc__re
     return rc;
 }
 
-void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep)
+void mc__replica_release_in(mc__master_t *m, mc__replica_t *rep, const mc__extent_t *inl)
 {
     mc__segment_t *s = mc__master_seg(m, rep->seg);
     if (s && rep->n)
         mc__extents_put(s->alloc, rep->ext, rep->n);
-    mc__replica_free_ext(rep);
+    mc__replica_free_ext(rep, inl);
     rep->n = 0;
+}
+
+void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep)
+{
+    mc__replica_release_in(m, rep, NULL);
 }

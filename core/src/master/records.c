@@ -145,10 +145,9 @@ static int take_extents(mc__segment_t *s, const mc__rec_t *r, const mc__extent_t
     rep->seg = s->id;
     if (!r->next)
         return 0;
-    rep->ext = malloc(sizeof(*rep->ext) * r->next);
+    rep->ext = malloc(sizeof(*rep->ext) * mc__replica_room(r->next));
     if (!rep->ext)
         return -ENOMEM;
-    rep->cap = r->next;
     for (uint32_t i = 0; i < r->next; i++) {
         uint64_t off = ext[i].off, len = ext[i].len;
         int rc = off == MC__HOLE ? 0 : mc__alloc_take(s->alloc, off, len); /* a hole: no space */
