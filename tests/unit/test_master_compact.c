@@ -86,8 +86,10 @@ static void test_sampled_eviction_skips_held_ones(void **state)
     assert_int_equal(mc__master_begin(m, "pending", 7, NULL, now, &pending), 0);
     assert_int_equal(mc__master_reserve(m, pending, UNIT, now), 0);
     /* Samples find almost nothing to evict: the walk of all finds the three
-     * (the oldest first), then nothing more. */
-    assert_int_equal(mc__master_evict(m, 0, now), 3);
+     * (two of them first, then the third), then nothing more. */
+    assert_int_equal(mc__master_evict(m, used(m) - 2 * UNIT, now), 2);
+    assert_int_equal(present_key(m, 7) + present_key(m, 1500) + present_key(m, 2999), 1);
+    assert_int_equal(mc__master_evict(m, 0, now), 1);
     assert_false(present_key(m, 7));
     assert_false(present_key(m, 1500));
     assert_false(present_key(m, 2999));

@@ -11,8 +11,8 @@
  * and its read lease has run out.
  *
  * Hard links: a key that names a file shared with other keys maps to a
- * name entry (a published version with `link` set, no replicas, off the
- * LRU list) whose `link` is the key of the shared file, an inode key under
+ * name entry (a published version with `link` set, no replicas, never
+ * evicted) whose `link` is the key of the shared file, an inode key under
  * MC__INODE_PREFIX that no client may put, rename or remove, and that no
  * listing shows. The inode's version counts its names in `links`. Lookups,
  * opens, reads, metadata changes and commits of a name go to the inode;
@@ -411,10 +411,11 @@ void mc__master_sweep(mc__master_t *m, uint64_t now);
 #define MC__EVICT_EXACT 1024
 
 /* Evicts unleased, unpinned, unopened objects, least recently used first
- * as near as a sample tells (the oldest of MC__EVICT_SAMPLE versions picked
- * at random; of all of them while the index holds at most MC__EVICT_EXACT
- * keys, or when samples find none to evict), until used space is at most
- * target bytes. Returns the number evicted. */
+ * as near as a sample tells (evict.c: the oldest of MC__EVICT_SAMPLE
+ * versions picked at random; of all of them while the index holds at most
+ * MC__EVICT_EXACT keys; when 8 samples in a row find none that may go, one
+ * walk lists those that may, and they go oldest first), until used space
+ * is at most target bytes. Returns the number evicted. */
 size_t mc__master_evict(mc__master_t *m, uint64_t target, uint64_t now);
 
 /*

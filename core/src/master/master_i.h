@@ -103,6 +103,9 @@ static inline uint64_t mc__segment_free(const mc__segment_t *s)
  * master evicts). Returns 1 if a retry may now succeed, else 0. */
 int mc__master_make_room(mc__master_t *m, uint64_t want, int pass, uint64_t now);
 
+/* Bytes allocated in all segments. */
+uint64_t mc__master_used(const mc__master_t *m);
+
 /* Bytes in all segments. */
 uint64_t mc__master_total(const mc__master_t *m);
 

@@ -1,7 +1,7 @@
 /*
  * put.c - a put's life and the space it takes (see master.h): placing a
- * pending version's replicas, reserving space (sweeping, then evicting the
- * least recently used objects when full), publishing or aborting; the
+ * pending version's replicas, reserving space (sweeping, then evicting:
+ * evict.c), publishing or aborting; the
  * extents of replicas, also for repair; the space counters.
  */
 #include <errno.h>
@@ -217,87 +217,12 @@ static uint64_t total_size(const mc__master_t *m)
     return t;
 }
 
-static uint64_t total_used(const mc__master_t *m)
+uint64_t mc__master_used(const mc__master_t *m)
 {
     uint64_t t = 0;
     for (int i = 0; i < m->nseg; i++)
         t += mc__alloc_used(m->segs[i].alloc);
     return t;
-}
-
-static int evictable(const mc__master_t *m, const mc__version_t *v, uint64_t now, int allow_soft)
-{
-    if (v->refs || mc__leased(m, v, now) || v->pin == MC_PIN_HARD)
-        return 0;
-    if (mc__vmore(v)->links)
-        return 0; /* a hard-linked file: its names would be left dangling */
-    if (v->pin == MC_PIN_SOFT && !allow_soft &&
-        (mc__vmore(v)->pin_until == 0 || mc__vmore(v)->pin_until > now))
-        return 0;
-    return 1;
-}
-
-/* Of v and best, the one to evict first: v when it may go and was used
- * less recently than best (or best is NULL). Name entries hold nothing. */
-static mc__version_t *older(const mc__master_t *m, mc__version_t *best, mc__version_t *v,
-                            uint64_t now, int pass)
-{
-    if (mc__vmore(v)->link || !evictable(m, v, now, pass))
-        return best;
-    if (best && (uint32_t)(m->tick - v->tick) <= (uint32_t)(m->tick - best->tick))
-        return best;
-    return v;
-}
-
-/* The least recently used version that may go, of all: NULL if none. */
-static mc__version_t *oldest_of_all(mc__master_t *m, uint64_t now, int pass)
-{
-    mc__version_t *best = NULL;
-    mc__index_iter_t it;
-    void *val;
-    mc__index_seek(m->ix, &it, NULL, 0, 0);
-    while (mc__index_next(&it, NULL, NULL, &val))
-        best = older(m, best, val, now, pass);
-    return best;
-}
-
-/* The version to evict next: the least recently used of a random sample
- * that may go; of all versions in a small index, or when 8 samples in a
- * row found none that may go (most are open, leased or pinned). NULL: none
- * may go. */
-static mc__version_t *evict_pick(mc__master_t *m, uint64_t now, int pass)
-{
-    if (mc__index_count(m->ix) <= MC__EVICT_EXACT)
-        return oldest_of_all(m, now, pass);
-    void *s[MC__EVICT_SAMPLE];
-    for (int tries = 0; tries < 8; tries++) {
-        m->rng ^= m->rng << 13; /* xorshift64 */
-        m->rng ^= m->rng >> 7;
-        m->rng ^= m->rng << 17;
-        size_t n = mc__index_sample(m->ix, m->rng, s, MC__EVICT_SAMPLE);
-        mc__version_t *best = NULL;
-        for (size_t i = 0; i < n; i++)
-            best = older(m, best, s[i], now, pass);
-        if (best)
-            return best;
-    }
-    return oldest_of_all(m, now, pass);
-}
-
-size_t mc__master_evict(mc__master_t *m, uint64_t target, uint64_t now)
-{
-    size_t n = 0;
-    mc__master_sweep(m, now);
-    for (int pass = 0; pass < 2 && total_used(m) > target; pass++) {
-        mc__version_t *v;
-        while (total_used(m) > target && (v = evict_pick(m, now, pass))) {
-            mc__index_remove(m->ix, mc__vkey(v), v->klen);
-            mc__master_retire(m, v, now);
-            m->evicted++;
-            n++;
-        }
-    }
-    return n;
 }
 
 static int evict_enabled(const mc__master_t *m)
@@ -371,7 +296,7 @@ int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uin
         return rc;
     }
     v->capacity += want;
-    if (evict_enabled(m) && total_used(m) > total_size(m) / 100 * m->o.evict_high_pct)
+    if (evict_enabled(m) && mc__master_used(m) > total_size(m) / 100 * m->o.evict_high_pct)
         mc__master_evict(m, low_mark(m), now);
     return 0;
 }
@@ -469,7 +394,7 @@ void mc__master_abort(mc__master_t *m, mc__version_t *v)
 void mc__master_space(const mc__master_t *m, mc_space_t *sp)
 {
     sp->total = total_size(m);
-    sp->used = total_used(m);
+    sp->used = mc__master_used(m);
     sp->objects = mc__index_count(m->ix);
     sp->evicted = m->evicted;
 }
