@@ -88,7 +88,7 @@ int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
 
 mc__version_t *mc__version_new(mc__master_t *m, const char *key, size_t klen, uint32_t repcap)
 {
-    size_t reps = sizeof(mc__replica_t) * repcap, size = sizeof(mc__version_t) + reps + klen + 1;
+    size_t size = mc__vrep_offset(klen) + sizeof(mc__replica_t) * repcap;
     int slab = m->slab && size <= MC__SLAB_MAX;
     mc__version_t *v = slab ? mc__slab_alloc(m->slab, size) : calloc(1, size);
     if (!v)
@@ -105,6 +105,8 @@ void mc__version_set_key(mc__version_t *v, char *k, size_t klen)
 {
     if (v->flags & MC__V_KEY_OWNED)
         free(v->more->key);
+    else
+        v->more->klen_in = v->klen; /* the replicas stay after the first key */
     v->more->key = k;
     v->klen = (uint16_t)klen;
     v->flags |= MC__V_KEY_OWNED;
@@ -493,7 +495,6 @@ int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep)
             return -ENOMEM;
         memcpy(a, mc__vrep(v), sizeof(*a) * v->nrep);
         /* Only the room made with v grows (once: then it has the most). */
-        more->repin = v->repcap;
         more->rep = a;
         v->repcap = MC__MAX_REPLICAS;
         v->flags |= MC__V_REP_OWNED;

@@ -99,8 +99,8 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
 
 /*
  * One version. Sized for the million small objects of a cache: one
- * allocation holds the struct, the replica array (room for the replicas
- * asked for, usually 1) and the key; the fields are as wide as their values
+ * allocation holds the struct, the key and the replica array (room for the
+ * replicas asked for, usually 1); the fields are as wide as their values
  * need (issue 14: 1M keys of 100 B take no more memory than in Redis).
  */
 typedef struct mc__version {
@@ -140,8 +140,8 @@ typedef struct mc__version {
                             from the version it replaces */
     uint8_t nrep : 4;    /* <= MC__MAX_REPLICAS */
     uint8_t repcap : 4;  /* the replicas this allocation has room for (after
-                            its fields, before its key); MC__MAX_REPLICAS
-                            once grown */
+                            its fields and its key); MC__MAX_REPLICAS once
+                            grown */
     uint8_t type : 4;    /* MC_TYPE_* */
     uint8_t want : 4;    /* replicas asked for (clamped to the segments at the
                             start; <= MC__MAX_REPLICAS) */
@@ -162,8 +162,8 @@ typedef struct mc__vmore {
     uint32_t xattr_len;
     uint32_t links;     /* an inode: the names of the file (0: a plain key) */
     uint16_t linklen;   /* <= MC_KEY_MAX */
-    uint8_t repin;      /* MC__V_REP_OWNED: the room for replicas in v's own
-                           allocation (its key follows it) */
+    uint16_t klen_in;   /* MC__V_KEY_OWNED: the length of the key in v's own
+                           allocation (its replicas follow it) */
     int64_t ctime_ns;   /* MC__V_CTIME: v's ctime */
     char *key;          /* MC__V_KEY_OWNED: v's key (owned, NUL-terminated) */
     mc__replica_t *rep; /* MC__V_REP_OWNED: v's replica array (owned, room for
@@ -177,23 +177,31 @@ static inline const mc__vmore_t *mc__vmore(const mc__version_t *v)
     return v->more ? v->more : &none;
 }
 
-/* v's replicas, rep[0..nrep): in v's own allocation, right after its
- * fields, unless MC__V_REP_OWNED. */
-static inline mc__replica_t *mc__vrep(const mc__version_t *v)
-{
-    if (v->flags & MC__V_REP_OWNED)
-        return v->more->rep;
-    return (mc__replica_t *)(uintptr_t)(v + 1);
-}
-
-/* v's key (klen bytes, NUL-terminated): in v's own allocation, after its
- * room for replicas, unless MC__V_KEY_OWNED. */
+/* v's key (klen bytes, NUL-terminated): in v's own allocation, right after
+ * its fields (where the index's comparisons find it at once), unless
+ * MC__V_KEY_OWNED. */
 static inline char *mc__vkey(const mc__version_t *v)
 {
     if (v->flags & MC__V_KEY_OWNED)
         return v->more->key;
-    uint32_t room = v->flags & MC__V_REP_OWNED ? v->more->repin : v->repcap;
-    return (char *)(uintptr_t)((const mc__replica_t *)(v + 1) + room);
+    return (char *)(uintptr_t)(v + 1);
+}
+
+/* Where a version's own replica array starts, after a key of klen bytes
+ * and its NUL, at the next 8 bytes. */
+static inline size_t mc__vrep_offset(size_t klen)
+{
+    return sizeof(mc__version_t) + ((klen + 1 + 7) & ~(size_t)7);
+}
+
+/* v's replicas, rep[0..nrep): in v's own allocation, after its key, unless
+ * MC__V_REP_OWNED. */
+static inline mc__replica_t *mc__vrep(const mc__version_t *v)
+{
+    if (v->flags & MC__V_REP_OWNED)
+        return v->more->rep;
+    size_t klen = v->flags & MC__V_KEY_OWNED ? v->more->klen_in : v->klen;
+    return (mc__replica_t *)(uintptr_t)((const char *)v + mc__vrep_offset(klen));
 }
 
 /* v's ctime (wall clock, ns): its mtime unless a change of metadata came
