@@ -2,8 +2,9 @@
  * master.c - the metadata master's logic (see master.h): the master and its
  * segments, versions' lifetime (handles, leases, retiring, sweeping) and
  * their replica records. A put's life and the space it takes are in put.c,
- * the key namespace (remove, rename, list, lookup) in namespace.c; the lists
- * and fields they share are described in master_i.h.
+ * eviction in evict.c, the key namespace (remove, rename, list, lookup) in
+ * namespace.c; the fields they share (the access clock, the array of
+ * retired versions) are described in master_i.h.
  */
 #include <errno.h>
 #include <stdlib.h>
