@@ -40,7 +40,7 @@ static void test_lease_blocks_remove(void **state)
     mc_stat_t st;
 
     mc__master_touch(m, v, T0, 1);
-    mc__version_stat(v, T0, &st);
+    mc__version_stat(m, v, T0, &st);
     assert_int_equal(st.flags, MC_STAT_LEASED);
     assert_int_equal(mc__master_remove(m, "k", 1, 0, T0 + 1), -EBUSY);
     assert_ptr_equal(find(m, "k"), v);
@@ -66,7 +66,7 @@ static void test_lease_expires(void **state)
     /* A later touch extends the lease, an earlier one does not shorten it. */
     mc__master_touch(m, v, T0 + 50, 1);
     mc__master_touch(m, v, T0, 1);
-    assert_int_equal(v->lease_until, T0 + 50 + LEASE_MS);
+    assert_int_equal(mc__version_lease(m, v), T0 + 50 + LEASE_MS);
     assert_int_equal(mc__master_remove(m, "k", 1, 0, T0 + 50 + LEASE_MS - 1), -EBUSY);
     assert_int_equal(mc__master_remove(m, "k", 1, 0, T0 + 50 + LEASE_MS), 0);
     assert_int_equal(used(m), 0);
@@ -118,7 +118,7 @@ static void test_rename_one(void **state)
     assert_int_equal(mc__master_rename(m, "a", 1, "c", 1, 0, T0), 0);
     assert_null(find(m, "a"));
     assert_ptr_equal(find(m, "c"), a);
-    assert_string_equal(a->key, "c");
+    assert_string_equal(mc__vkey(a), "c");
     assert_int_equal(a->klen, 1);
     /* Onto an existing key: replaces it and frees its space. */
     assert_int_equal(mc__master_rename(m, "c", 1, "b", 1, 0, T0), 0);
@@ -152,7 +152,7 @@ static void test_rename_prefix(void **state)
     assert_ptr_equal(find(m, "b/"), marker);
     assert_ptr_equal(find(m, "b/x"), x);
     assert_ptr_equal(find(m, "b/y/z"), z);
-    assert_string_equal(z->key, "b/y/z");
+    assert_string_equal(mc__vkey(z), "b/y/z");
     assert_int_equal(x->id, id_x); /* a rename publishes nothing new */
 
     /* Into itself, onto an ancestor, from a non-prefix. */
@@ -283,7 +283,7 @@ static void test_link_shares_one_file(void **state)
     assert_ptr_equal(find(m, "a"), v);
     assert_ptr_equal(find(m, "d/b"), v);
     mc_stat_t st;
-    mc__version_stat(v, T0, &st);
+    mc__version_stat(m, v, T0, &st);
     assert_int_equal(st.nlink, 2);
     assert_int_not_equal(st.ino, 0);
     /* A new version through either name is the file's, under every name. */
@@ -291,7 +291,7 @@ static void test_link_shares_one_file(void **state)
     assert_ptr_equal(find(m, "a"), w);
     assert_int_equal(mc__vmore(w)->links, 2);
     mc_stat_t st2;
-    mc__version_stat(w, T0, &st2);
+    mc__version_stat(m, w, T0, &st2);
     assert_int_equal(st2.ino, st.ino);
     assert_int_equal(used(m), 256);
     /* Listings show the names, never the inode key. */
@@ -362,7 +362,7 @@ static void test_link_errors_and_inode_keys(void **state)
     link_keys(m, "a", "c");
     /* The inode key is the master's: no client changes it. */
     mc_list_t *l = NULL;
-    const char *ik = find(m, "a")->key;
+    const char *ik = mc__vkey(find(m, "a"));
     assert_true(mc__master_is_inode_key(ik, strlen(ik)));
     assert_int_equal(mc__master_remove(m, ik, strlen(ik), 0, T0), -EINVAL);
     assert_int_equal(mc__master_rename(m, ik, strlen(ik), "z", 1, 0, T0), -EINVAL);

@@ -67,8 +67,8 @@ static void test_a_record_brings_its_object_back(void **state)
     assert_int_equal(v->uid, 1000);
     assert_int_equal(v->mtime_ns, 111);
     assert_int_equal(v->nrep, 1);
-    assert_int_equal(v->rep[0].seg, 1);
-    assert_int_equal(v->rep[0].ext[0].off, 4096);
+    assert_int_equal(mc__vrep(v)[0].seg, 1);
+    assert_int_equal(mc__vrep(v)[0].ext[0].off, 4096);
     assert_int_equal(used(m), 128);
     /* A record of the same segment again (reported twice): nothing new. */
     assert_int_equal(merge(m, 1, &r, T0), 1);
@@ -77,9 +77,9 @@ static void test_a_record_brings_its_object_back(void **state)
     mc__version_t *n = NULL;
     assert_int_equal(mc__master_begin(m, "c", 1, NULL, T0, &n), 0);
     assert_int_equal(mc__master_reserve(m, n, SEG_SIZE - 128, T0), 0);
-    for (uint32_t i = 0; i < n->rep[0].n; i++)
-        assert_true(n->rep[0].ext[i].off + n->rep[0].ext[i].len <= 4096 ||
-                    n->rep[0].ext[i].off >= 4096 + 128);
+    for (uint32_t i = 0; i < mc__vrep(n)[0].n; i++)
+        assert_true(mc__vrep(n)[0].ext[i].off + mc__vrep(n)[0].ext[i].len <= 4096 ||
+                    mc__vrep(n)[0].ext[i].off >= 4096 + 128);
     assert_int_equal(mc__master_commit(m, n, 10, 0, T0), 0);
     assert_cmp(n->id, >, 77);
     mc__master_free(m);
@@ -105,9 +105,9 @@ static void test_a_record_keeps_holes(void **state)
     mc__version_t *w = find(m2, "s");
     assert_non_null(w);
     assert_int_equal(w->size, 100 * SEG_SIZE + 10);
-    assert_int_equal(w->rep[0].n, 3);
-    assert_int_equal(w->rep[0].ext[1].off, MC__HOLE);
-    assert_int_equal(w->rep[0].ext[1].len, 100 * SEG_SIZE - UNIT);
+    assert_int_equal(mc__vrep(w)[0].n, 3);
+    assert_int_equal(mc__vrep(w)[0].ext[1].off, MC__HOLE);
+    assert_int_equal(mc__vrep(w)[0].ext[1].len, 100 * SEG_SIZE - UNIT);
     assert_int_equal(used(m2), 2 * UNIT);
     assert_int_equal(used(m2), used(m));
     mc__master_free(m2);
@@ -274,7 +274,7 @@ static void test_hard_links_come_back(void **state)
     assert_int_equal(merge(m, 1, &n2, T0), 1);
     assert_ptr_equal(find(m, "x"), find(m, "d/y"));
     mc_stat_t st;
-    mc__version_stat(find(m, "x"), T0, &st);
+    mc__version_stat(m, find(m, "x"), T0, &st);
     assert_int_equal(st.nlink, 2);
     assert_int_equal(st.ino, 0x2a);
     /* A name must name an inode key, and holds no bytes. */
@@ -337,7 +337,7 @@ static void on_notice_count(void *arg, mc__master_t *m, mc__version_t *v, int dr
     (void)arg, (void)m;
     if (drop)
         return;
-    int i = atoi(v->key + 1);
+    int i = atoi(mc__vkey(v) + 1);
     told_dup |= told[i];
     told[i] = 1;
 }

@@ -1,6 +1,6 @@
 /*
  * census.c - the master's versions counted by state (census.h): one walk
- * over the published (LRU) and the retired lists.
+ * over the index (the published versions) and the retired array.
  */
 #include <errno.h>
 #include <string.h>
@@ -11,18 +11,25 @@
 void mc__master_census(const mc__master_t *m, uint64_t now, mc__census_t *c)
 {
     memset(c, 0, sizeof(*c));
-    for (const mc__version_t *v = m->lru.next; v != &m->lru; v = v->next) {
+    mc__index_iter_t it;
+    void *val;
+    mc__index_seek(m->ix, &it, NULL, 0, 0);
+    while (mc__index_next(&it, NULL, NULL, &val)) {
+        const mc__version_t *v = val;
+        if (mc__vmore(v)->link)
+            continue; /* a name entry: its file is counted */
         c->published++;
-        c->leased += v->lease_until > now;
+        c->leased += mc__leased(m, v, now);
         c->hard_pinned += v->pin == MC_PIN_HARD;
         c->soft_pinned +=
             v->pin == MC_PIN_SOFT && (!mc__vmore(v)->pin_until || mc__vmore(v)->pin_until > now);
         c->open += v->refs > 0;
     }
-    for (const mc__version_t *v = m->retired.next; v != &m->retired; v = v->next) {
+    for (size_t i = 0; i < m->nretired; i++) {
+        const mc__version_t *v = m->retired[i];
         c->retired++;
         for (uint32_t r = 0; r < v->nrep; r++)
-            c->retired_bytes += mc__replica_bytes(&v->rep[r]); /* holes take none */
+            c->retired_bytes += mc__replica_bytes(&mc__vrep(v)[r]); /* holes take none */
         c->open += v->refs > 0;
     }
 }

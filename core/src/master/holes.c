@@ -151,7 +151,7 @@ int mc__master_reserve_range(mc__master_t *m, mc__version_t *v, uint64_t off, ui
     uint64_t cap = (end + unit - 1) & ~(unit - 1);
     if (cap < v->capacity)
         cap = v->capacity;
-    uint64_t need = punch || lo >= hi ? 0 : hole_bytes(&v->rep[0], cap, lo, hi);
+    uint64_t need = punch || lo >= hi ? 0 : hole_bytes(&mc__vrep(v)[0], cap, lo, hi);
     if (!punch && lo <= v->capacity && need == (hi > v->capacity ? hi - v->capacity : 0))
         return mc__master_reserve(m, v, end, now); /* no hole to leave or fill */
     if (need > mc__master_total(m))
@@ -160,25 +160,24 @@ int mc__master_reserve_range(mc__master_t *m, mc__version_t *v, uint64_t off, ui
     uint32_t r = 0;
     int rc = 0;
     for (; r < v->nrep && rc == 0; r++) {
-        mc__segment_t *s = mc__master_seg(m, v->rep[r].seg);
-        rc = remap(s, &v->rep[r], cap, lo, hi, punch, &out[r], &got[r], &drop[r]);
+        mc__segment_t *s = mc__master_seg(m, mc__vrep(v)[r].seg);
+        rc = remap(s, &mc__vrep(v)[r], cap, lo, hi, punch, &out[r], &got[r], &drop[r]);
         for (int pass = 0; rc == -ENOSPC && mc__master_make_room(m, need, pass, now); pass++) {
             xv_drop(s, &out[r], &got[r], &drop[r]);
-            rc = remap(s, &v->rep[r], cap, lo, hi, punch, &out[r], &got[r], &drop[r]);
+            rc = remap(s, &mc__vrep(v)[r], cap, lo, hi, punch, &out[r], &got[r], &drop[r]);
         }
     }
     for (uint32_t i = 0; i < r; i++) {
-        mc__segment_t *s = mc__master_seg(m, v->rep[i].seg);
+        mc__segment_t *s = mc__master_seg(m, mc__vrep(v)[i].seg);
         if (rc < 0) {
             xv_drop(s, &out[i], &got[i], &drop[i]);
             continue;
         }
         if (s)
             mc__extents_put(s->alloc, drop[i].e, drop[i].n);
-        mc__replica_free_ext(&v->rep[i]);
-        v->rep[i].ext = out[i].e;
-        v->rep[i].n = out[i].n;
-        v->rep[i].cap = out[i].cap;
+        mc__replica_free_ext(&mc__vrep(v)[i], &v->ext1);
+        mc__vrep(v)[i].ext = out[i].e; /* room for a power of two, >= 8 */
+        mc__vrep(v)[i].n = out[i].n;
         free(got[i].e);
         free(drop[i].e);
     }
@@ -206,8 +205,7 @@ int mc__master_replica_alloc_like(mc__master_t *m, uint32_t seg, const mc__repli
         return rc;
     }
     free(got.e);
-    rep->ext = out.e;
+    rep->ext = out.e; /* room for a power of two, >= 8 */
     rep->n = out.n;
-    rep->cap = out.cap;
     return 0;
 }

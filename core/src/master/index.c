@@ -560,6 +560,11 @@ void *mc__index_remove(mc__index_t *ix, const char *key, size_t len)
     return val;
 }
 
+size_t mc__index_sample(const mc__index_t *ix, uint64_t at, void **out, size_t n)
+{
+    return mc__ihash_sample(&ix->h, at, out, n);
+}
+
 size_t mc__index_count(const mc__index_t *ix)
 {
     return ix->count;

@@ -75,6 +75,15 @@ void *mc__index_get(const mc__index_t *ix, const char *key, size_t len);
  * absent. */
 void *mc__index_remove(mc__index_t *ix, const char *key, size_t len);
 
+/*
+ * A sample for approximate LRU: up to n values (into out) of entries that
+ * lie together in the hash table's order, from a place that at picks (pass
+ * a random number: the entries are then a random few). Costs O(n) steps.
+ * Returns how many it gave (0 only for an empty index, or one so sparse
+ * that 8 * n slots held none).
+ */
+size_t mc__index_sample(const mc__index_t *ix, uint64_t at, void **out, size_t n);
+
 /* Number of keys. */
 size_t mc__index_count(const mc__index_t *ix);
 

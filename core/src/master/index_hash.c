@@ -220,3 +220,12 @@ void mc__ihash_del(mc__ihash_t *h, long at)
     if (h->cap > HASH_MIN && h->count < h->cap / 4)
         (void)resize(h, h->cap / 2 > HASH_MIN ? h->cap / 2 : HASH_MIN); /* failing: keeps working */
 }
+
+size_t mc__ihash_sample(const mc__ihash_t *h, uint64_t at, void **out, size_t n)
+{
+    size_t got = 0, look = 8 * n < h->cap ? 8 * n : h->cap;
+    for (size_t i = (size_t)(at % h->cap); look-- && got < n; i = (i + 1) % h->cap)
+        if (h->slot[i])
+            out[got++] = mc__ihash_val(h, (long)i);
+    return got;
+}

@@ -60,6 +60,11 @@ static inline void mc__ihash_set(mc__ihash_t *h, long i, void *val)
  * with mc__ihash_reserve()). */
 void mc__ihash_add(mc__ihash_t *h, void *val, uint64_t hv);
 
+/* Copies up to n values into out, taken from the slots in order from slot
+ * at % cap on (wrapping), looking at no more than 8 * n slots (and at most
+ * every slot once). Returns how many it copied. */
+size_t mc__ihash_sample(const mc__ihash_t *h, uint64_t at, void **out, size_t n);
+
 /* Empties slot i, shifting back the values that follow it; may shrink a
  * table left mostly empty. */
 void mc__ihash_del(mc__ihash_t *h, long i);

@@ -2,8 +2,9 @@
  * master.c - the metadata master's logic (see master.h): the master and its
  * segments, versions' lifetime (handles, leases, retiring, sweeping) and
  * their replica records. A put's life and the space it takes are in put.c,
- * the key namespace (remove, rename, list, lookup) in namespace.c; the lists
- * and fields they share are described in master_i.h.
+ * eviction in evict.c, the key namespace (remove, rename, list, lookup) in
+ * namespace.c; the fields they share (the access clock, the array of
+ * retired versions) are described in master_i.h.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -46,7 +47,7 @@ static const char *version_key(const void *val, size_t *len)
 {
     const mc__version_t *v = val;
     *len = v->klen;
-    return v->key;
+    return mc__vkey(v);
 }
 
 int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
@@ -73,8 +74,9 @@ int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
         m->o.evict_ratio_pct = 10;
     m->next_id = o->first_id ? o->first_id : 1;
     m->stamp = m->next_id;
-    mc__list_init(&m->lru);
-    mc__list_init(&m->retired);
+    if (m->o.lease_ms > MC__LEASE_MAX_MS)
+        m->o.lease_ms = MC__LEASE_MAX_MS; /* a lease fits in 32 bits from its base */
+    m->rng = 0x9e3779b97f4a7c15ULL;       /* any odd seed: eviction's samples need no secret */
     if (mc__ids_init(&m->rebuilt) < 0) {
         mc__index_free(m->ix, NULL);
         mc__slab_free_all(m->slab);
@@ -87,17 +89,15 @@ int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
 
 mc__version_t *mc__version_new(mc__master_t *m, const char *key, size_t klen, uint32_t repcap)
 {
-    size_t reps = sizeof(mc__replica_t) * repcap, size = sizeof(mc__version_t) + reps + klen + 1;
+    size_t size = mc__vrep_offset(klen) + sizeof(mc__replica_t) * repcap;
     int slab = m->slab && size <= MC__SLAB_MAX;
     mc__version_t *v = slab ? mc__slab_alloc(m->slab, size) : calloc(1, size);
     if (!v)
         return NULL;
     if (slab)
         v->flags = MC__V_SLAB;
-    v->rep = (mc__replica_t *)(v + 1);
     v->repcap = (uint8_t)repcap;
-    v->key = (char *)v->rep + reps;
-    memcpy(v->key, key, klen);
+    memcpy(mc__vkey(v), key, klen); /* the allocation is zeroed: the NUL is there */
     v->klen = (uint16_t)klen;
     return v;
 }
@@ -105,8 +105,10 @@ mc__version_t *mc__version_new(mc__master_t *m, const char *key, size_t klen, ui
 void mc__version_set_key(mc__version_t *v, char *k, size_t klen)
 {
     if (v->flags & MC__V_KEY_OWNED)
-        free(v->key);
-    v->key = k;
+        free(v->more->key);
+    else
+        v->more->klen_in = v->klen; /* the replicas stay after the first key */
+    v->more->key = k;
     v->klen = (uint16_t)klen;
     v->flags |= MC__V_KEY_OWNED;
 }
@@ -118,15 +120,31 @@ mc__vmore_t *mc__version_more(mc__version_t *v)
     return v->more;
 }
 
+int mc__version_set_ctime(mc__version_t *v, int64_t t)
+{
+    if (t == v->mtime_ns) {
+        v->flags &= (uint8_t)~MC__V_CTIME;
+        return 0;
+    }
+    if (!mc__version_more(v)) {
+        v->flags &= (uint8_t)~MC__V_CTIME;
+        return -ENOMEM;
+    }
+    v->more->ctime_ns = t;
+    v->flags |= MC__V_CTIME;
+    return 0;
+}
+
 void mc__version_free(mc__master_t *m, mc__version_t *v)
 {
+    mc__replica_t *rep = mc__vrep(v);
     for (uint32_t r = 0; r < v->nrep; r++)
-        mc__replica_free_ext(&v->rep[r]);
-    if (v->flags & MC__V_REP_OWNED)
-        free(v->rep);
-    if (v->flags & MC__V_KEY_OWNED)
-        free(v->key);
+        mc__replica_free_ext(&rep[r], &v->ext1);
     if (v->more) {
+        if (v->flags & MC__V_REP_OWNED)
+            free(v->more->rep);
+        if (v->flags & MC__V_KEY_OWNED)
+            free(v->more->key);
         free(v->more->xattr);
         free(v->more->link);
         free(v->more);
@@ -140,7 +158,7 @@ void mc__version_free(mc__master_t *m, mc__version_t *v)
 static void version_release_space(mc__master_t *m, mc__version_t *v)
 {
     for (uint32_t r = 0; r < v->nrep; r++)
-        mc__master_replica_release(m, &v->rep[r]);
+        mc__replica_release_in(m, &mc__vrep(v)[r], &v->ext1);
     v->capacity = 0;
 }
 
@@ -156,9 +174,37 @@ static void forget_rebuilt(mc__master_t *m, mc__version_t *v)
     v->flags &= (uint8_t)~MC__V_REBUILT;
 }
 
+/* Parks retired v in the retired array. Returns 0 or -ENOMEM. */
+static int retired_add(mc__master_t *m, mc__version_t *v)
+{
+    if (m->nretired == m->rcap) {
+        size_t cap = m->rcap ? m->rcap * 2 : 64;
+        mc__version_t **a = realloc(m->retired, sizeof(*a) * cap);
+        if (!a)
+            return -ENOMEM;
+        m->retired = a;
+        m->rcap = cap;
+    }
+    m->retired[m->nretired++] = v;
+    v->rpos = (uint32_t)m->nretired;
+    return 0;
+}
+
+/* Takes v out of the retired array if it is there (the last one takes its
+ * place). */
+static void retired_del(mc__master_t *m, mc__version_t *v)
+{
+    if (v->state != MC__RETIRED || !v->rpos)
+        return;
+    mc__version_t *last = m->retired[--m->nretired];
+    m->retired[v->rpos - 1] = last;
+    last->rpos = v->rpos;
+    v->rpos = 0;
+}
+
 void mc__version_destroy(mc__master_t *m, mc__version_t *v)
 {
-    mc__list_del(v);
+    retired_del(m, v);
     mc__master_undirty(m, v);
     forget_rebuilt(m, v);
     version_release_space(m, v);
@@ -167,16 +213,16 @@ void mc__version_destroy(mc__master_t *m, mc__version_t *v)
 
 void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
-    mc__list_del(v);
     mc__master_undirty(m, v);
     forget_rebuilt(m, v); /* gone: a late record of it must not bring it back */
     if (m->notice && v->stamp)
         m->notice(m->notice_arg, m, v, 1);
     v->state = MC__RETIRED;
-    if (v->refs || v->lease_until > now)
-        mc__list_add_tail(&m->retired, v);
-    else
+    v->rpos = 0; /* was its access clock */
+    if (!v->refs && !mc__leased(m, v, now))
         mc__version_destroy(m, v);
+    else if (retired_add(m, v) < 0)
+        v->flags |= MC__V_LOST;
 }
 
 void mc__master_free(mc__master_t *m)
@@ -184,11 +230,9 @@ void mc__master_free(mc__master_t *m)
     if (!m)
         return;
     /* Handles are closed before the master: what is left is only leased. */
-    while (m->retired.next != &m->retired)
-        mc__version_destroy(m, m->retired.next);
-    for (mc__version_t *v = m->lru.next; v != &m->lru; v = v->next)
-        v->state = MC__RETIRED;
-    mc__list_init(&m->lru);
+    while (m->nretired)
+        mc__version_destroy(m, m->retired[m->nretired - 1]);
+    free(m->retired);
     /* The published versions' memory (their space: the allocators go away
      * as a whole). A walk has read a version's key before handing it out. */
     mc__index_iter_t it;
@@ -233,19 +277,19 @@ int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size)
 /* Takes replica r out of v's array (its extents are the caller's). */
 static void replica_unlink(mc__version_t *v, uint32_t r)
 {
-    memmove(&v->rep[r], &v->rep[r + 1], sizeof(v->rep[0]) * (v->nrep - r - 1));
+    memmove(&mc__vrep(v)[r], &mc__vrep(v)[r + 1], sizeof(mc__vrep(v)[0]) * (v->nrep - r - 1));
     v->nrep--;
-    memset(&v->rep[v->nrep], 0, sizeof(v->rep[0]));
+    memset(&mc__vrep(v)[v->nrep], 0, sizeof(mc__vrep(v)[0]));
 }
 
 void mc__version_drop_replica(mc__version_t *v, uint32_t seg)
 {
     for (uint32_t r = 0; r < v->nrep;) {
-        if (v->rep[r].seg != seg) {
+        if (mc__vrep(v)[r].seg != seg) {
             r++;
             continue;
         }
-        mc__replica_free_ext(&v->rep[r]);
+        mc__replica_free_ext(&mc__vrep(v)[r], &v->ext1);
         replica_unlink(v, r);
     }
 }
@@ -253,7 +297,7 @@ void mc__version_drop_replica(mc__version_t *v, uint32_t seg)
 static int has_replica_on(const mc__version_t *v, uint32_t seg)
 {
     for (uint32_t r = 0; r < v->nrep; r++)
-        if (v->rep[r].seg == seg)
+        if (mc__vrep(v)[r].seg == seg)
             return 1;
     return 0;
 }
@@ -266,24 +310,32 @@ size_t mc__master_drop_segment(mc__master_t *m, uint32_t id, uint64_t now)
             at = i;
     if (at < 0)
         return 0;
-    /* Every version on the LRU list is published; retired ones lose their
-     * replica records on the segment too (their space is gone with it). */
+    /* Every version in the index is published; retired ones lose their
+     * replica records on the segment too (their space is gone with it). A
+     * version left with no replica leaves the index: the walk goes on after
+     * its key (copied: the version may be freed). */
     size_t lost = 0;
-    mc__version_t *v = m->lru.next;
-    while (v != &m->lru) {
-        mc__version_t *next = v->next;
-        if (has_replica_on(v, id)) {
-            mc__version_drop_replica(v, id);
-            if (v->nrep == 0) {
-                mc__index_remove(m->ix, v->key, v->klen);
-                mc__master_retire(m, v, now);
-                lost++;
-            }
-        }
-        v = next;
-    }
-    for (v = m->retired.next; v != &m->retired; v = v->next)
+    char after[MC_KEY_MAX + 1];
+    mc__index_iter_t it;
+    const char *k;
+    size_t kl;
+    void *val;
+    mc__index_seek(m->ix, &it, NULL, 0, 0);
+    while (mc__index_next(&it, &k, &kl, &val)) {
+        mc__version_t *v = val;
+        if (!has_replica_on(v, id))
+            continue;
         mc__version_drop_replica(v, id);
+        if (v->nrep)
+            continue;
+        memcpy(after, k, kl);
+        mc__index_remove(m->ix, after, kl);
+        mc__master_retire(m, v, now);
+        lost++;
+        mc__index_seek(m->ix, &it, after, kl, 1);
+    }
+    for (size_t i = 0; i < m->nretired; i++)
+        mc__version_drop_replica(m->retired[i], id);
     mc__alloc_destroy(m->segs[at].alloc);
     memmove(&m->segs[at], &m->segs[at + 1], sizeof(m->segs[0]) * (size_t)(m->nseg - at - 1));
     m->nseg--;
@@ -343,14 +395,43 @@ int mc__master_is_inode_key(const char *key, size_t klen)
     return klen >= MC__INODE_PLEN && memcmp(key, MC__INODE_PREFIX, MC__INODE_PLEN) == 0;
 }
 
+uint64_t mc__version_lease(const mc__master_t *m, const mc__version_t *v)
+{
+    return v->lease ? m->lease_base + v->lease : 0;
+}
+
+/* v's lease from base on (base <= now, the lease_ms after it fit). */
+static void lease_move(const mc__master_t *m, mc__version_t *v, uint64_t base)
+{
+    uint64_t until = mc__version_lease(m, v);
+    v->lease = until > base ? (uint32_t)(until - base) : 0;
+}
+
+/* The leases' base moves to now: every version that can hold a lease (the
+ * published, the retired waiting) gets its lease again from there, an
+ * ended one none. O(versions), once in 2^32 ms (49 days) at most. */
+static void lease_rebase(mc__master_t *m, uint64_t now)
+{
+    mc__index_iter_t it;
+    void *val;
+    mc__index_seek(m->ix, &it, NULL, 0, 0);
+    while (mc__index_next(&it, NULL, NULL, &val))
+        lease_move(m, val, now);
+    for (size_t i = 0; i < m->nretired; i++)
+        lease_move(m, m->retired[i], now);
+    m->lease_base = now;
+}
+
 void mc__master_touch(mc__master_t *m, mc__version_t *v, uint64_t now, int lease)
 {
-    if (v->state == MC__PUBLISHED) {
-        mc__list_del(v);
-        mc__list_add_tail(&m->lru, v);
-    }
-    if (lease && now + m->o.lease_ms > v->lease_until)
-        v->lease_until = now + m->o.lease_ms;
+    if (v->state == MC__PUBLISHED)
+        mc__lru_touch(m, v);
+    uint64_t until = now + m->o.lease_ms;
+    if (!lease || until <= mc__version_lease(m, v) || until < m->lease_base)
+        return; /* the last: the clock went back, which it does not */
+    if (until - m->lease_base > UINT32_MAX)
+        lease_rebase(m, now);
+    v->lease = (uint32_t)(until - m->lease_base);
 }
 
 void mc__master_ref(mc__version_t *v)
@@ -360,28 +441,29 @@ void mc__master_ref(mc__version_t *v)
 
 void mc__master_unref(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
-    if (--v->refs == 0 && v->state == MC__RETIRED && v->lease_until <= now)
+    if (--v->refs == 0 && v->state == MC__RETIRED && !mc__leased(m, v, now) &&
+        !(v->flags & MC__V_LOST))
         mc__version_destroy(m, v); /* still leased: mc__master_sweep() frees it */
 }
 
-void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st)
+void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t now, mc_stat_t *st)
 {
     st->size = v->size;
     st->version = v->id;
     st->mtime_ns = v->mtime_ns;
     st->atime_ns = v->atime_ns;
-    st->ctime_ns = v->ctime_ns;
+    st->ctime_ns = mc__vctime(v);
     st->mode = v->mode;
     st->uid = v->uid;
     st->gid = v->gid;
     st->type = v->type;
     st->rdev = mc__vmore(v)->rdev;
     st->nlink = mc__vmore(v)->links ? mc__vmore(v)->links : 1;
-    st->ino = mc__vmore(v)->links ? strtoull(v->key + MC__INODE_PLEN, NULL, 16) : 0;
+    st->ino = mc__vmore(v)->links ? strtoull(mc__vkey(v) + MC__INODE_PLEN, NULL, 16) : 0;
     st->replicas = v->nrep;
-    st->alloc = v->nrep ? mc__replica_bytes(&v->rep[0]) : 0;
+    st->alloc = v->nrep ? mc__replica_bytes(&mc__vrep(v)[0]) : 0;
     st->flags = 0;
-    if (v->refs || v->lease_until > now)
+    if (v->refs || mc__leased(m, v, now))
         st->flags |= MC_STAT_LEASED;
     if (v->pin == MC_PIN_SOFT && (mc__vmore(v)->pin_until == 0 || mc__vmore(v)->pin_until > now))
         st->flags |= MC_STAT_SOFT_PIN;
@@ -391,12 +473,11 @@ void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st)
 
 void mc__master_sweep(mc__master_t *m, uint64_t now)
 {
-    mc__version_t *v = m->retired.next;
-    while (v != &m->retired) {
-        mc__version_t *next = v->next;
-        if (!v->refs && v->lease_until <= now)
+    /* From the end: the last one fills a freed place, and was seen. */
+    for (size_t i = m->nretired; i--;) {
+        mc__version_t *v = m->retired[i];
+        if (!v->refs && !mc__leased(m, v, now))
             mc__version_destroy(m, v);
-        v = next;
     }
 }
 
@@ -409,17 +490,17 @@ int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep)
     if (v->nrep >= v->repcap) {
         /* Out of the room it was made with: a repair's replica, or a
          * rebuilt version's next one. */
-        mc__replica_t *a = malloc(sizeof(*a) * MC__MAX_REPLICAS);
+        mc__vmore_t *more = mc__version_more(v);
+        mc__replica_t *a = more ? malloc(sizeof(*a) * MC__MAX_REPLICAS) : NULL;
         if (!a)
             return -ENOMEM;
-        memcpy(a, v->rep, sizeof(*a) * v->nrep);
-        if (v->flags & MC__V_REP_OWNED)
-            free(v->rep);
-        v->rep = a;
+        memcpy(a, mc__vrep(v), sizeof(*a) * v->nrep);
+        /* Only the room made with v grows (once: then it has the most). */
+        more->rep = a;
         v->repcap = MC__MAX_REPLICAS;
         v->flags |= MC__V_REP_OWNED;
     }
-    v->rep[v->nrep++] = *rep;
+    mc__vrep(v)[v->nrep++] = *rep;
     memset(rep, 0, sizeof(*rep));
     return 0;
 }
@@ -432,15 +513,14 @@ int mc__version_has_replica(const mc__version_t *v, uint32_t seg)
 int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep)
 {
     for (uint32_t r = 0; r < v->nrep; r++) {
-        if (v->rep[r].seg != seg)
+        if (mc__vrep(v)[r].seg != seg)
             continue;
-        *rep = v->rep[r];
-        if (!rep->cap && rep->n) { /* v's ext1: the replica takes a copy along */
-            if (!(rep->ext = malloc(sizeof(*rep->ext) * rep->n)))
+        *rep = mc__vrep(v)[r];
+        if (rep->ext == &v->ext1 && rep->n) { /* the replica takes a copy along */
+            if (!(rep->ext = malloc(sizeof(*rep->ext) * mc__replica_room(rep->n))))
                 return -ENOMEM;
-            memcpy(rep->ext, v->rep[r].ext, sizeof(*rep->ext) * rep->n);
-            rep->cap = rep->n;
-        } else if (!rep->cap) {
+            memcpy(rep->ext, &v->ext1, sizeof(*rep->ext) * rep->n);
+        } else if (rep->ext == &v->ext1) {
             rep->ext = NULL;
         }
         replica_unlink(v, r);

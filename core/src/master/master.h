@@ -11,8 +11,8 @@
  * and its read lease has run out.
  *
  * Hard links: a key that names a file shared with other keys maps to a
- * name entry (a published version with `link` set, no replicas, off the
- * LRU list) whose `link` is the key of the shared file, an inode key under
+ * name entry (a published version with `link` set, no replicas, never
+ * evicted) whose `link` is the key of the shared file, an inode key under
  * MC__INODE_PREFIX that no client may put, rename or remove, and that no
  * listing shows. The inode's version counts its names in `links`. Lookups,
  * opens, reads, metadata changes and commits of a name go to the inode;
@@ -45,10 +45,23 @@ typedef struct mc__master mc__master_t;
 
 typedef struct mc__replica {
     uint32_t seg;      /* segment id */
-    uint32_t n, cap;   /* extents used / allocated (cap 0: ext is not the
-                          replica's own, see mc__version_t ext1) */
-    mc__extent_t *ext; /* byte ranges in the segment, in object order */
+    uint32_t n;        /* extents */
+    mc__extent_t *ext; /* byte ranges in the segment, in object order: NULL,
+                          its version's ext1 (one extent, not the replica's
+                          own), or an array of its own with room for at
+                          least mc__replica_room(n) */
 } mc__replica_t;
+
+/* The room an extent array of a replica's own has for n extents: the
+ * power of two at or above n, at least 2 (so that one grows by doubling
+ * with no count of its own). */
+static inline uint64_t mc__replica_room(uint64_t n)
+{
+    uint64_t r = 2;
+    while (r < n)
+        r *= 2;
+    return r;
+}
 
 enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
 
@@ -61,7 +74,8 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
 
 /* mc__version_t.flags: what of a version lives outside its own allocation
  * (its key after a rename, its replica array after growing past the room
- * it was made with) and is freed on its own. */
+ * it was made with), pointed to from its rare fields (mc__vmore_t key, rep)
+ * and freed on its own. Read both through mc__vkey() and mc__vrep(). */
 #define MC__V_KEY_OWNED 0x1
 #define MC__V_REP_OWNED 0x2
 #define MC__V_REBUILT                                                                              \
@@ -72,45 +86,70 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  * (slab.h), not from malloc. */
 #define MC__V_SLAB 0x8
 
+/* mc__version_t.flags: retired while it had a handle or a lease, when the
+ * master's array of those could not grow (out of memory): it is never
+ * freed, neither its memory nor its space (a leak, never a use after
+ * free or space handed out twice). */
+#define MC__V_LOST 0x10
+
+/* mc__version_t.flags: its ctime is not its mtime (a change of metadata
+ * came after its content's): it is in its rare fields (mc__vmore_t
+ * ctime_ns). Read it through mc__vctime(). */
+#define MC__V_CTIME 0x20
+
 /*
  * One version. Sized for the million small objects of a cache: one
- * allocation holds the struct, the replica array (room for the replicas
- * asked for, usually 1) and the key; the fields are as wide as their values
+ * allocation holds the struct, the key and the replica array (room for the
+ * replicas asked for, usually 1); the fields are as wide as their values
  * need (issue 14: 1M keys of 100 B take no more memory than in Redis).
  */
 typedef struct mc__version {
-    struct mc__version *prev, *next; /* LRU list (published) or retired list */
-    char *key;                       /* NUL-terminated, in this allocation unless MC__V_KEY_OWNED */
-    mc__replica_t *rep;              /* rep[0..nrep), room for repcap; in this allocation unless
-                                        MC__V_REP_OWNED */
     uint64_t id;
     uint64_t size;     /* bytes of data */
     uint64_t capacity; /* bytes reserved in each replica */
     int64_t mtime_ns;
-    int64_t atime_ns, ctime_ns; /* wall clock (ns); the service sets them */
-    uint64_t lease_until;
+    int64_t atime_ns;       /* wall clock (ns), as mtime_ns; the service sets them */
     uint64_t stamp;         /* when its record was last sent to its nodes (0: never) */
     struct mc__vmore *more; /* what few versions have (owned; NULL: all zero);
                                read it through mc__vmore() */
     mc__extent_t ext1;      /* the extent array of its first replica while that has one
-                               extent (rep[0].ext points here, rep[0].cap is 0): most
+                               extent (rep[0].ext points here, not its own): most
                                objects' only extent needs no allocation of its own */
-    uint32_t mode;
-    uint32_t uid, gid; /* MC_OWNER_NONE: none recorded */
-    uint32_t refs;     /* open handles */
-    uint32_t dpos;     /* its place in the master's dirty array, plus one (0: not
-                          dirty): its nodes' records are stale */
-    uint16_t klen;     /* <= MC_KEY_MAX */
-    uint8_t type;      /* MC_TYPE_* */
-    uint8_t state;     /* enum mc__vstate */
-    uint8_t pin;       /* MC_PIN_* */
-    uint8_t inherit;   /* pending: MC__INHERIT_*, what to take at commit from
-                          the version it replaces */
-    uint8_t nrep;
-    uint8_t want; /* replicas asked for (clamped to the segments at the start) */
-    uint8_t repcap;
-    uint8_t flags; /* MC__V_* */
+    uint32_t uid, gid;      /* MC_OWNER_NONE: none recorded */
+    uint32_t lease;         /* its read lease ends at the master's lease base plus
+                               this many ms (0: none); read it through
+                               mc__version_lease() */
+    uint32_t refs;          /* open handles */
+    union {
+        uint32_t tick; /* published: the master's access clock at its last
+                          access (approximate LRU: eviction samples versions
+                          and takes the oldest) */
+        uint32_t rpos; /* retired: its place in the master's array of those
+                          waiting for handles or a lease, plus one (0: none) */
+    };
+    uint32_t dpos; /* its place in the master's dirty array, plus one (0: not
+                      dirty): its nodes' records are stale */
+    uint16_t klen; /* <= MC_KEY_MAX */
+    uint16_t mode; /* & 07777 */
+    /* Bit-fields as narrow as their values (checked where they come in):
+     * with the mode in 16 bits and the lease in 32, the version is 104
+     * bytes, not 112. */
+    uint8_t state : 2;   /* enum mc__vstate */
+    uint8_t pin : 2;     /* MC_PIN_* (<= MC_PIN_HARD) */
+    uint8_t inherit : 4; /* pending: MC__INHERIT_*, what to take at commit
+                            from the version it replaces */
+    uint8_t nrep : 4;    /* <= MC__MAX_REPLICAS */
+    uint8_t repcap : 4;  /* the replicas this allocation has room for (after
+                            its fields and its key); MC__MAX_REPLICAS once
+                            grown */
+    uint8_t type : 4;    /* MC_TYPE_* */
+    uint8_t want : 4;    /* replicas asked for (clamped to the segments at the
+                            start; <= MC__MAX_REPLICAS) */
+    uint8_t flags;       /* MC__V_* */
 } mc__version_t;
+
+_Static_assert(MC__MAX_REPLICAS < 16 && MC_PIN_HARD < 4 && MC_TYPE_MAX < 16,
+               "mc__version_t's bit-fields");
 
 /* The fields of a version that few versions set (xattrs, hard links, soft
  * pins with a TTL, device numbers), kept apart so that the others do not
@@ -121,8 +160,14 @@ typedef struct mc__vmore {
     uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
     uint64_t rdev;
     uint32_t xattr_len;
-    uint32_t links;   /* an inode: the names of the file (0: a plain key) */
-    uint16_t linklen; /* <= MC_KEY_MAX */
+    uint32_t links;     /* an inode: the names of the file (0: a plain key) */
+    uint16_t linklen;   /* <= MC_KEY_MAX */
+    uint16_t klen_in;   /* MC__V_KEY_OWNED: the length of the key in v's own
+                           allocation (its replicas follow it) */
+    int64_t ctime_ns;   /* MC__V_CTIME: v's ctime */
+    char *key;          /* MC__V_KEY_OWNED: v's key (owned, NUL-terminated) */
+    mc__replica_t *rep; /* MC__V_REP_OWNED: v's replica array (owned, room for
+                           MC__MAX_REPLICAS) */
 } mc__vmore_t;
 
 /* v's rare fields to read: all zero when it has none. */
@@ -132,6 +177,46 @@ static inline const mc__vmore_t *mc__vmore(const mc__version_t *v)
     return v->more ? v->more : &none;
 }
 
+/* v's key (klen bytes, NUL-terminated): in v's own allocation, right after
+ * its fields (where the index's comparisons find it at once), unless
+ * MC__V_KEY_OWNED. */
+static inline char *mc__vkey(const mc__version_t *v)
+{
+    if (v->flags & MC__V_KEY_OWNED)
+        return v->more->key;
+    return (char *)(uintptr_t)(v + 1);
+}
+
+/* Where a version's own replica array starts, after a key of klen bytes
+ * and its NUL, at the next 8 bytes. */
+static inline size_t mc__vrep_offset(size_t klen)
+{
+    return sizeof(mc__version_t) + ((klen + 1 + 7) & ~(size_t)7);
+}
+
+/* v's replicas, rep[0..nrep): in v's own allocation, after its key, unless
+ * MC__V_REP_OWNED. */
+static inline mc__replica_t *mc__vrep(const mc__version_t *v)
+{
+    if (v->flags & MC__V_REP_OWNED)
+        return v->more->rep;
+    size_t klen = v->flags & MC__V_KEY_OWNED ? v->more->klen_in : v->klen;
+    return (mc__replica_t *)(uintptr_t)((const char *)v + mc__vrep_offset(klen));
+}
+
+/* v's ctime (wall clock, ns): its mtime unless a change of metadata came
+ * later (MC__V_CTIME). */
+static inline int64_t mc__vctime(const mc__version_t *v)
+{
+    return v->flags & MC__V_CTIME ? v->more->ctime_ns : v->mtime_ns;
+}
+
+/* Sets v's ctime to t (wall clock, ns); set the mtime first when both
+ * change, since a ctime equal to the mtime is kept as none. Returns 0, or
+ * -ENOMEM when t needed v's rare fields and they could not be made: its
+ * ctime then reads as its mtime. */
+int mc__version_set_ctime(mc__version_t *v, int64_t t);
+
 /* v's rare fields to write, made (zeroed) the first time; NULL when out of
  * memory. */
 mc__vmore_t *mc__version_more(mc__version_t *v);
@@ -140,6 +225,9 @@ mc__vmore_t *mc__version_more(mc__version_t *v);
  * that v's record changed (drop 0: v->stamp is new) or that v left the
  * namespace (drop 1). See mc__master_dirty(). */
 typedef void (*mc__notice_cb)(void *arg, mc__master_t *m, mc__version_t *v, int drop);
+
+/* The longest read lease (mc__master_opts_t lease_ms is cut to it): 24 days. */
+#define MC__LEASE_MAX_MS ((uint64_t)INT32_MAX)
 
 typedef struct mc__master_opts {
     uint64_t lease_ms;
@@ -326,8 +414,16 @@ void mc__master_space(const mc__master_t *m, mc_space_t *sp);
 /* Frees retired versions whose lease has run out. */
 void mc__master_sweep(mc__master_t *m, uint64_t now);
 
-/* Evicts unleased, unpinned objects, least recently used first, until used
- * space is at most target bytes. Returns the number evicted. */
+/* Eviction's sample, and the count of keys up to which it looks at all. */
+#define MC__EVICT_SAMPLE 16
+#define MC__EVICT_EXACT 1024
+
+/* Evicts unleased, unpinned, unopened objects, least recently used first
+ * as near as a sample tells (evict.c: the oldest of MC__EVICT_SAMPLE
+ * versions picked at random; of all of them while the index holds at most
+ * MC__EVICT_EXACT keys; when 8 samples in a row find none that may go, one
+ * walk lists those that may, and they go oldest first), until used space
+ * is at most target bytes. Returns the number evicted. */
 size_t mc__master_evict(mc__master_t *m, uint64_t target, uint64_t now);
 
 /*
@@ -445,7 +541,10 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *rec, const 
  * says so): records of it are refused from now on. Returns 0 or -ENOMEM. */
 int mc__master_forget(mc__master_t *m, uint64_t id);
 
-/* Fills st from a version. */
-void mc__version_stat(const mc__version_t *v, uint64_t now, mc_stat_t *st);
+/* Fills st from a version of m. */
+void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t now, mc_stat_t *st);
+
+/* When v's read lease ends (ms, the master's clock; 0: it never had one). */
+uint64_t mc__version_lease(const mc__master_t *m, const mc__version_t *v);
 
 #endif /* MC_MASTER_H */

@@ -1,14 +1,16 @@
 /*
  * master_i.h - what the master logic's files share (master.c, put.c,
- * namespace.c): the master's fields, its segments and the two version lists.
+ * namespace.c): the master's fields, its segments and where versions are kept.
  * Not for other layers or for service.c, which use master.h.
  *
- * Published versions sit in an ordered index (key -> version) and on an LRU
- * list (least recently used at the head) that eviction walks. Retired
- * versions that still have a handle or a lease wait on a second list until
- * the last handle goes and mc__master_sweep() finds the lease over. So every
- * version that holds space is on one of the two lists (or is pending and
- * its writer's), and dropping a segment reaches each of them.
+ * Published versions sit in an ordered index (key -> version, with a hash
+ * table beside it) and carry the access clock of their last access
+ * (mc__version_t tick), from which eviction takes the oldest of a random
+ * sample. Retired versions that still have a handle or a lease wait in an
+ * array until the last handle goes and mc__master_sweep() finds the lease
+ * over. So every version that holds space is in the index or the array (or
+ * is pending and its writer's, or MC__V_LOST), and dropping a segment
+ * reaches each of them.
  */
 #ifndef MC_MASTER_I_H
 #define MC_MASTER_I_H
@@ -35,8 +37,14 @@ struct mc__master {
     int nseg;
     uint64_t next_id;
     mc__master_opts_t o;
-    mc__version_t lru;     /* sentinel: published, least recently used first */
-    mc__version_t retired; /* sentinel: retired, waiting for their lease */
+    uint32_t tick;           /* the access clock: one step per access (wraps:
+                                eviction compares ages, tick - v->tick) */
+    uint64_t rng;            /* xorshift64 state: eviction's samples */
+    uint64_t lease_base;     /* versions' leases end this many ms plus theirs
+                                (mc__version_t lease; moved up by a walk of
+                                every version, once in 2^32 ms at most) */
+    mc__version_t **retired; /* retired, waiting for handles or a lease: */
+    size_t nretired, rcap;   /* [0, nretired), room for rcap */
     uint64_t evicted;
     uint64_t stamp;        /* the last record stamp handed out */
     mc__version_t **dirty; /* versions whose nodes' records are stale (records.c): */
@@ -57,41 +65,31 @@ typedef struct mc__recovered {
     mc__version_t *v;
 } mc__recovered_t;
 
-/* Frees rep's extent array when it is rep's own (cap 0: it is a version's
- * ext1, freed with the version). */
-static inline void mc__replica_free_ext(mc__replica_t *rep)
+/* Frees rep's extent array unless it is inl (its version's ext1; NULL for
+ * a replica of no version). */
+static inline void mc__replica_free_ext(mc__replica_t *rep, const mc__extent_t *inl)
 {
-    if (rep->cap)
+    if (rep->ext != inl)
         free(rep->ext);
     rep->ext = NULL;
-    rep->cap = 0;
 }
+
+/* mc__master_replica_release() of a replica of a version whose ext1 is inl. */
+void mc__replica_release_in(mc__master_t *m, mc__replica_t *rep, const mc__extent_t *inl);
 
 /* Takes v out of the dirty array (records.c); it is leaving. */
 void mc__master_undirty(mc__master_t *m, mc__version_t *v);
 
-/* The version lists: circular, doubly linked, through a sentinel. A version
- * on no list has next == NULL. */
-static inline void mc__list_init(mc__version_t *s)
+/* 1 if v is under a read lease at now. */
+static inline int mc__leased(const mc__master_t *m, const mc__version_t *v, uint64_t now)
 {
-    s->prev = s->next = s;
+    return v->lease && m->lease_base + v->lease > now;
 }
 
-static inline void mc__list_del(mc__version_t *v)
+/* Records an access of published v: it becomes the most recently used. */
+static inline void mc__lru_touch(mc__master_t *m, mc__version_t *v)
 {
-    if (!v->next)
-        return;
-    v->prev->next = v->next;
-    v->next->prev = v->prev;
-    v->prev = v->next = NULL;
-}
-
-static inline void mc__list_add_tail(mc__version_t *s, mc__version_t *v)
-{
-    v->prev = s->prev;
-    v->next = s;
-    s->prev->next = v;
-    s->prev = v;
+    v->tick = ++m->tick;
 }
 
 /* Free bytes in a segment. */
@@ -105,6 +103,9 @@ static inline uint64_t mc__segment_free(const mc__segment_t *s)
  * master evicts). Returns 1 if a retry may now succeed, else 0. */
 int mc__master_make_room(mc__master_t *m, uint64_t want, int pass, uint64_t now);
 
+/* Bytes allocated in all segments. */
+uint64_t mc__master_used(const mc__master_t *m);
+
 /* Bytes in all segments. */
 uint64_t mc__master_total(const mc__master_t *m);
 
@@ -114,25 +115,27 @@ mc__segment_t *mc__master_seg(mc__master_t *m, uint32_t id);
 /* A NUL-terminated copy of key[0..klen) (the caller frees it), or NULL. */
 char *mc__dup_key(const char *key, size_t klen);
 
-/* A new version (zeroed, on no list) of key[0..klen) with room for repcap
+/* A new version (zeroed, nowhere yet) of key[0..klen) with room for repcap
  * replicas, in one allocation (from m's slab when it fits); NULL when out
  * of memory. Free it with mc__version_destroy(), or mc__version_free() if
  * it holds no space. */
 mc__version_t *mc__version_new(mc__master_t *m, const char *key, size_t klen, uint32_t repcap);
 
 /* Frees v's memory (key, replica and extent arrays, attributes, link)
- * without returning its space or touching any list. */
+ * without returning its space or leaving the retired array. */
 void mc__version_free(mc__master_t *m, mc__version_t *v);
 
 /* v's key becomes k[0..klen), a malloc'd NUL-terminated string it now
- * owns (mc__dup_key()); the old key is freed. */
+ * owns (mc__dup_key()); the old key is freed. v must have its rare fields
+ * made (mc__version_more(): the key is kept there), so this cannot fail. */
 void mc__version_set_key(mc__version_t *v, char *k, size_t klen);
 
-/* Frees v, its key and its space, taking it off its list first. */
+/* Frees v, its key and its space, taking it out of the retired array
+ * first (when it is there). */
 void mc__version_destroy(mc__master_t *m, mc__version_t *v);
 
 /* A version leaves the index (the caller has removed it): frees it now, or
- * parks it on the retired list until its handles and lease end. */
+ * parks it in the retired array until its handles and lease end. */
 void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now);
 
 #endif /* MC_MASTER_I_H */

@@ -19,7 +19,7 @@ static void renamed(mc__svc_t *svc, const char *from, uint32_t flen, const char 
     mc__master_dir_changed(svc->m, to, tlen, t);
     mc__version_t *v = mc__master_find(svc->m, to, tlen);
     if (v) {
-        v->ctime_ns = t;
+        (void)mc__version_set_ctime(v, t); /* out of memory: its mtime */
         mc__master_dirty(svc->m, v);
     }
 }
@@ -64,7 +64,7 @@ static int op_xattr(mc__svc_t *svc, uint16_t op, const char *body, size_t len, m
         rc = mc__xattr_remove(v, name, nlen);
     }
     if (rc == 0) {
-        v->ctime_ns = mc__svc_wall(svc);
+        (void)mc__version_set_ctime(v, mc__svc_wall(svc)); /* it has rare fields: its xattrs */
         mc__master_dirty(svc->m, v);
     }
     return rc;
@@ -77,7 +77,7 @@ static int op_stat(mc__svc_t *svc, const char *body, size_t len, uint64_t now, m
     int rc = mc__svc_take_version(svc, body, len, &v);
     if (rc < 0)
         return rc;
-    mc__version_stat(v, now, &st);
+    mc__version_stat(svc->m, v, now, &st);
     return mc__pack_stat(w, &st);
 }
 
@@ -93,7 +93,7 @@ static int op_lookup(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
         return rc;
     memset(&st, 0, sizeof(st));
     if (v)
-        mc__version_stat(v, now, &st);
+        mc__version_stat(svc->m, v, now, &st);
     if (rc == MC_LOOKUP_DIR)
         st.nlink = 2 + mc__master_subdirs(svc->m, key, klen, (int)delim);
     if (rc == MC_LOOKUP_DIR && !v && klen == 1 && key[0] == (char)delim)
@@ -137,10 +137,11 @@ static int op_rename_link(mc__svc_t *svc, uint16_t op, const char *body, size_t 
         return -EINVAL;
     if ((rc = mc__master_link(svc->m, key, klen, key2, klen2, &v)) < 0)
         return rc;
-    v->ctime_ns = mc__svc_wall(svc);
+    int64_t t = mc__svc_wall(svc);
+    (void)mc__version_set_ctime(v, t); /* it has rare fields: its count of names */
     mc__master_dirty(svc->m, v);
-    mc__master_dir_changed(svc->m, key2, klen2, v->ctime_ns);
-    mc__version_stat(v, now, &st);
+    mc__master_dir_changed(svc->m, key2, klen2, t);
+    mc__version_stat(svc->m, v, now, &st);
     return mc__pack_stat(w, &st);
 }
 
@@ -173,7 +174,7 @@ static int op_set_meta(mc__svc_t *svc, const char *body, size_t len, uint64_t no
     int rc = mc__master_set_meta(svc->m, key, klen, &meta, mc__svc_wall(svc), &v);
     if (rc < 0)
         return rc;
-    mc__version_stat(v, now, &st);
+    mc__version_stat(svc->m, v, now, &st);
     return mc__pack_stat(w, &st);
 }
 

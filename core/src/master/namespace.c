@@ -35,7 +35,7 @@ static void name_gone(mc__master_t *m, mc__version_t *name, uint64_t now)
     if (ino && mc__vmore(ino)->links > 1) {
         ino->more->links--;
     } else if (ino) {
-        mc__index_remove(m->ix, ino->key, ino->klen);
+        mc__index_remove(m->ix, mc__vkey(ino), ino->klen);
         mc__master_retire(m, ino, now);
     }
 }
@@ -64,7 +64,7 @@ int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned fl
     if (!v)
         return -ENOENT;
     mc__version_t *f = mc__master_resolve(m, v); /* what is busy: the file */
-    if (!(flags & MC_REMOVE_FORCE) && f && (f->refs || f->lease_until > now))
+    if (!(flags & MC_REMOVE_FORCE) && f && (f->refs || mc__leased(m, f, now)))
         return -EBUSY;
     mc__index_remove(m->ix, key, klen);
     entry_gone(m, v, now);
@@ -87,7 +87,7 @@ static int rename_one(mc__master_t *m, const char *from, size_t flen, const char
         mc__vmore(v)->linklen == mc__vmore(dst)->linklen &&
         memcmp(mc__vmore(v)->link, mc__vmore(dst)->link, mc__vmore(v)->linklen) == 0)
         return 0;
-    char *k = mc__dup_key(to, tlen);
+    char *k = mc__version_more(v) ? mc__dup_key(to, tlen) : NULL;
     if (!k || (!dst && mc__index_reserve(m->ix, 1) < 0)) {
         free(k);
         return -ENOMEM;
@@ -157,7 +157,7 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
     }
     for (size_t i = 0; i < n; i++) {
         size_t nl = vs[i]->klen - flen + tlen;
-        keys[i] = malloc(nl + 1);
+        keys[i] = mc__version_more(vs[i]) ? malloc(nl + 1) : NULL;
         if (!keys[i]) {
             while (i--)
                 free(keys[i]);
@@ -166,7 +166,7 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
             return -ENOMEM;
         }
         memcpy(keys[i], to, tlen);
-        memcpy(keys[i] + tlen, vs[i]->key + flen, vs[i]->klen - flen);
+        memcpy(keys[i] + tlen, mc__vkey(vs[i]) + flen, vs[i]->klen - flen);
         keys[i][nl] = '\0';
     }
     if (dest_marker) {
@@ -177,7 +177,7 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
     for (size_t i = 0; i < n; i++) {
         mc__version_t *v = vs[i];
         size_t nl = v->klen - flen + tlen;
-        mc__index_remove(m->ix, v->key, v->klen);
+        mc__index_remove(m->ix, mc__vkey(v), v->klen);
         if (rc == 0)
             rc = mc__index_reserve(m->ix, 1);
         if (rc < 0) {
@@ -243,8 +243,8 @@ struct list_buf {
     size_t cap;
 };
 
-static int list_push(struct list_buf *b, const char *key, size_t klen, int is_prefix,
-                     const mc__version_t *v, uint64_t now)
+static int list_push(const mc__master_t *m, struct list_buf *b, const char *key, size_t klen,
+                     int is_prefix, const mc__version_t *v, uint64_t now)
 {
     if (b->l.n == b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 16;
@@ -263,7 +263,7 @@ static int list_push(struct list_buf *b, const char *key, size_t klen, int is_pr
     e->klen = klen;
     e->is_prefix = is_prefix;
     if (v)
-        mc__version_stat(v, now, &e->st);
+        mc__version_stat(m, v, now, &e->st);
     b->l.n++;
     return 0;
 }
@@ -318,7 +318,7 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
         if (d) { /* a deeper key, or a directory marker: one prefix entry */
             size_t cl = (size_t)(d - k) + 1;
             /* The marker's metadata (mode, mtime) stands for the prefix. */
-            rc = list_push(b, k, cl, 1, mc__index_get(m->ix, k, cl), now);
+            rc = list_push(m, b, k, cl, 1, mc__index_get(m->ix, k, cl), now);
             if (rc < 0)
                 break;
             skip_prefix(m, &it, k, cl, delim);
@@ -332,7 +332,7 @@ int mc__master_list(mc__master_t *m, const char *prefix, size_t plen, const char
                 continue;
         }
         mc__version_t *f = mc__master_resolve(m, val);
-        rc = list_push(b, k, kl, 0, f ? f : val, now);
+        rc = list_push(m, b, k, kl, 0, f ? f : val, now);
         if (rc < 0)
             break;
     }
@@ -380,6 +380,11 @@ int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, const mc_
     mc__version_t *v = mc__master_find(m, key, klen);
     if (!v)
         return -ENOENT;
+    /* A ctime other than the mtime is kept in the rare fields: made first,
+     * so that nothing changes when they cannot be. */
+    int64_t mtime = meta->what & MC_META_MTIME ? meta->mtime_ns : v->mtime_ns;
+    if (wall_ns != mtime && !mc__version_more(v))
+        return -ENOMEM;
     if (meta->what & MC_META_MODE)
         v->mode = meta->mode & 07777;
     if (meta->what & MC_META_MTIME)
@@ -398,7 +403,7 @@ int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, const mc_
         if (v->mode & 010)
             v->mode &= ~(uint32_t)02000;
     }
-    v->ctime_ns = wall_ns;
+    (void)mc__version_set_ctime(v, wall_ns); /* cannot fail: see above */
     mc__master_dirty(m, v);
     *out = v;
     return 0;
@@ -415,7 +420,7 @@ void mc__master_dir_changed(mc__master_t *m, const char *key, size_t klen, int64
     mc__version_t *dir = mc__index_get(m->ix, key, (size_t)(slash - key) + 1);
     if (dir) {
         dir->mtime_ns = wall_ns;
-        dir->ctime_ns = wall_ns;
+        (void)mc__version_set_ctime(dir, wall_ns); /* the mtime: none to keep */
         mc__master_dirty(m, dir);
     }
 }
@@ -427,7 +432,7 @@ int64_t mc__master_root_ns(const mc__master_t *m)
 
 void mc__master_changed(mc__master_t *m, mc__version_t *v, int64_t wall_ns)
 {
-    v->ctime_ns = wall_ns;
+    (void)mc__version_set_ctime(v, wall_ns); /* out of memory: its mtime */
     mc__master_dirty(m, v);
 }
 
@@ -468,7 +473,7 @@ static mc__version_t *name_new(mc__master_t *m, const char *key, size_t klen, co
     }
     x->linklen = (uint16_t)ilen;
     n->id = m->next_id++;
-    n->state = MC__PUBLISHED; /* off the LRU list: it holds no space */
+    n->state = MC__PUBLISHED; /* never evicted: it holds no space */
     return n;
 }
 

@@ -1,7 +1,7 @@
 /*
  * put.c - a put's life and the space it takes (see master.h): placing a
- * pending version's replicas, reserving space (sweeping, then evicting the
- * least recently used objects when full), publishing or aborting; the
+ * pending version's replicas, reserving space (sweeping, then evicting:
+ * evict.c), publishing or aborting; the
  * extents of replicas, also for repair; the space counters.
  */
 #include <errno.h>
@@ -94,7 +94,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         if (!used[i] && m->segs[i].id == (uint32_t)pref_seg && !m->segs[i].avoid &&
             mc__segment_free(&m->segs[i]) >= need && mc__segment_free(&m->segs[i]) > 0) {
             used[i] = 1;
-            v->rep[r0++].seg = (uint32_t)pref_seg;
+            mc__vrep(v)[r0++].seg = (uint32_t)pref_seg;
             break;
         }
     }
@@ -104,7 +104,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
             if (!used[i] && (best < 0 || place_before(&m->segs[i], &m->segs[best])))
                 best = i;
         used[best] = 1;
-        v->rep[r].seg = m->segs[best].id;
+        mc__vrep(v)[r].seg = m->segs[best].id;
     }
     v->nrep = (uint8_t)want;
     *out = v;
@@ -123,21 +123,19 @@ static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__e
     int n = mc__alloc_get(s->alloc, len, got, 64);
     if (n < 0)
         return n;
-    if (slot && rep->n == 0 && rep->cap == 0 && n == 1) {
-        rep->ext = slot; /* cap stays 0: not the replica's own */
-    } else if (rep->n + (uint32_t)n > rep->cap) {
-        uint32_t cap = rep->cap ? rep->cap * 2 : 2;
-        while (cap < rep->n + (uint32_t)n)
-            cap *= 2;
-        mc__extent_t *e = rep->cap ? realloc(rep->ext, sizeof(*e) * cap) : malloc(sizeof(*e) * cap);
+    int own = rep->ext && rep->ext != slot;
+    if (slot && rep->n == 0 && !own && n == 1) {
+        rep->ext = slot; /* not the replica's own */
+    } else if (rep->n + (uint64_t)n > (own ? mc__replica_room(rep->n) : 0)) {
+        uint64_t room = mc__replica_room(rep->n + (uint64_t)n);
+        mc__extent_t *e = own ? realloc(rep->ext, sizeof(*e) * room) : malloc(sizeof(*e) * room);
         if (!e) {
             mc__alloc_put(s->alloc, got, n);
             return -ENOMEM;
         }
-        if (!rep->cap && rep->n)
+        if (!own && rep->n)
             memcpy(e, rep->ext, sizeof(*e) * rep->n); /* out of the version's ext1 */
         rep->ext = e;
-        rep->cap = cap;
     }
     for (int i = 0; i < n; i++) {
         /* Merge with the previous extent when contiguous (not a hole). */
@@ -206,7 +204,7 @@ static uint64_t small_keep(const mc__master_t *m, const mc__version_t *v, uint64
 {
     uint64_t unit = MC__SMALL_UNIT;
     if (size >= MC__SMALL_MAX || m->o.align < unit || !v->nrep ||
-        mc__replica_bytes(&v->rep[0]) != v->capacity)
+        mc__replica_bytes(&mc__vrep(v)[0]) != v->capacity)
         return round_up(m, size);
     return (size + unit - 1) & ~(unit - 1);
 }
@@ -219,44 +217,12 @@ static uint64_t total_size(const mc__master_t *m)
     return t;
 }
 
-static uint64_t total_used(const mc__master_t *m)
+uint64_t mc__master_used(const mc__master_t *m)
 {
     uint64_t t = 0;
     for (int i = 0; i < m->nseg; i++)
         t += mc__alloc_used(m->segs[i].alloc);
     return t;
-}
-
-static int evictable(const mc__version_t *v, uint64_t now, int allow_soft)
-{
-    if (v->refs || v->lease_until > now || v->pin == MC_PIN_HARD)
-        return 0;
-    if (mc__vmore(v)->links)
-        return 0; /* a hard-linked file: its names would be left dangling */
-    if (v->pin == MC_PIN_SOFT && !allow_soft &&
-        (mc__vmore(v)->pin_until == 0 || mc__vmore(v)->pin_until > now))
-        return 0;
-    return 1;
-}
-
-size_t mc__master_evict(mc__master_t *m, uint64_t target, uint64_t now)
-{
-    size_t n = 0;
-    mc__master_sweep(m, now);
-    for (int pass = 0; pass < 2 && total_used(m) > target; pass++) {
-        mc__version_t *v = m->lru.next;
-        while (v != &m->lru && total_used(m) > target) {
-            mc__version_t *next = v->next;
-            if (evictable(v, now, pass)) {
-                mc__index_remove(m->ix, v->key, v->klen);
-                mc__master_retire(m, v, now);
-                m->evicted++;
-                n++;
-            }
-            v = next;
-        }
-    }
-    return n;
 }
 
 static int evict_enabled(const mc__master_t *m)
@@ -307,18 +273,18 @@ int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uin
     uint32_t done = 0;
     int rc = 0;
     for (; done < v->nrep; done++) {
-        rc = replica_grow(m, &v->rep[done], want, done ? NULL : &v->ext1);
+        rc = replica_grow(m, &mc__vrep(v)[done], want, done ? NULL : &v->ext1);
         if (rc == -ENOSPC) {
             /* Space held by expired leases first, then eviction. */
             mc__master_sweep(m, now);
-            rc = replica_grow(m, &v->rep[done], want, done ? NULL : &v->ext1);
+            rc = replica_grow(m, &mc__vrep(v)[done], want, done ? NULL : &v->ext1);
             if (rc == -ENOSPC && evict_enabled(m)) {
                 uint64_t target = low_mark(m);
                 uint64_t total = total_size(m);
                 if (total - want < target)
                     target = total - want;
                 mc__master_evict(m, target, now);
-                rc = replica_grow(m, &v->rep[done], want, done ? NULL : &v->ext1);
+                rc = replica_grow(m, &mc__vrep(v)[done], want, done ? NULL : &v->ext1);
             }
         }
         if (rc < 0)
@@ -326,11 +292,11 @@ int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uin
     }
     if (rc < 0) {
         for (uint32_t r = 0; r < done; r++)
-            replica_trim(m, &v->rep[r], v->capacity);
+            replica_trim(m, &mc__vrep(v)[r], v->capacity);
         return rc;
     }
     v->capacity += want;
-    if (evict_enabled(m) && total_used(m) > total_size(m) / 100 * m->o.evict_high_pct)
+    if (evict_enabled(m) && mc__master_used(m) > total_size(m) / 100 * m->o.evict_high_pct)
         mc__master_evict(m, low_mark(m), now);
     return 0;
 }
@@ -341,7 +307,7 @@ int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_
     int rc = mc_key_check(key, klen);
     if (rc < 0)
         return rc;
-    char *k = mc__dup_key(key, klen);
+    char *k = mc__version_more(v) ? mc__dup_key(key, klen) : NULL;
     if (!k)
         return -ENOMEM;
     mc__version_set_key(v, k, klen);
@@ -361,7 +327,7 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         return -EINVAL;
     /* The name in one hash probe; a new one gets room in the index now,
      * so that nothing can fail once v goes in below. */
-    mc__version_t *name = mc__index_get(m->ix, v->key, v->klen);
+    mc__version_t *name = mc__index_get(m->ix, mc__vkey(v), v->klen);
     if (added)
         *added = !name;
     if ((flags & MC_PUT_NOREPLACE) && name)
@@ -381,14 +347,14 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         int rc = mc__master_set_key(m, v, mc__vmore(name)->link, mc__vmore(name)->linklen);
         if (rc < 0)
             return rc;
-        cur = mc__index_get(m->ix, v->key, v->klen); /* the file, or NULL: lost */
+        cur = mc__index_get(m->ix, mc__vkey(v), v->klen); /* the file, or NULL: lost */
         if (!cur && mc__index_reserve(m->ix, 1) < 0)
             return -ENOMEM;
     }
     uint64_t keep = small_keep(m, v, size);
     if (keep < v->capacity) {
         for (uint32_t r = 0; r < v->nrep; r++)
-            replica_trim(m, &v->rep[r], keep);
+            replica_trim(m, &mc__vrep(v)[r], keep);
         v->capacity = keep;
     }
     /* Replaced in place, or a new key with room reserved: cannot fail. */
@@ -400,7 +366,7 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
     v->size = size;
     v->id = m->next_id++;
     v->state = MC__PUBLISHED;
-    mc__list_add_tail(&m->lru, v);
+    mc__lru_touch(m, v);
     if (old) {
         if (v->inherit & MC__INHERIT_MODE)
             v->mode = old->mode;
@@ -428,7 +394,7 @@ void mc__master_abort(mc__master_t *m, mc__version_t *v)
 void mc__master_space(const mc__master_t *m, mc_space_t *sp)
 {
     sp->total = total_size(m);
-    sp->used = total_used(m);
+    sp->used = mc__master_used(m);
     sp->objects = mc__index_count(m->ix);
     sp->evicted = m->evicted;
 }
@@ -443,11 +409,16 @@ int mc__master_replica_alloc(mc__master_t *m, uint32_t seg, uint64_t len, mc__re
     return rc;
 }
 
-void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep)
+void mc__replica_release_in(mc__master_t *m, mc__replica_t *rep, const mc__extent_t *inl)
 {
     mc__segment_t *s = mc__master_seg(m, rep->seg);
     if (s && rep->n)
         mc__extents_put(s->alloc, rep->ext, rep->n);
-    mc__replica_free_ext(rep);
+    mc__replica_free_ext(rep, inl);
     rep->n = 0;
+}
+
+void mc__master_replica_release(mc__master_t *m, mc__replica_t *rep)
+{
+    mc__replica_release_in(m, rep, NULL);
 }

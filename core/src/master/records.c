@@ -88,14 +88,14 @@ const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__
     memset(r, 0, sizeof(*r));
     r->version = v->id;
     r->stamp = v->stamp;
-    r->key = v->key;
+    r->key = mc__vkey(v);
     r->klen = v->klen;
     r->link = mc__vmore(v)->link;
     r->linklen = mc__vmore(v)->linklen;
     r->size = v->size;
     r->mtime_ns = v->mtime_ns;
     r->atime_ns = v->atime_ns;
-    r->ctime_ns = v->ctime_ns;
+    r->ctime_ns = mc__vctime(v);
     r->mode = v->mode;
     r->uid = v->uid;
     r->gid = v->gid;
@@ -108,9 +108,9 @@ const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__
     r->xattr = mc__vmore(v)->xattr;
     r->xattr_len = mc__vmore(v)->xattr_len;
     for (uint32_t i = 0; i < v->nrep; i++) {
-        if (v->rep[i].seg == seg) {
-            r->next = v->rep[i].n;
-            return v->rep[i].ext;
+        if (mc__vrep(v)[i].seg == seg) {
+            r->next = mc__vrep(v)[i].n;
+            return mc__vrep(v)[i].ext;
         }
     }
     return NULL;
@@ -145,10 +145,9 @@ static int take_extents(mc__segment_t *s, const mc__rec_t *r, const mc__extent_t
     rep->seg = s->id;
     if (!r->next)
         return 0;
-    rep->ext = malloc(sizeof(*rep->ext) * r->next);
+    rep->ext = malloc(sizeof(*rep->ext) * mc__replica_room(r->next));
     if (!rep->ext)
         return -ENOMEM;
-    rep->cap = r->next;
     for (uint32_t i = 0; i < r->next; i++) {
         uint64_t off = ext[i].off, len = ext[i].len;
         int rc = off == MC__HOLE ? 0 : mc__alloc_take(s->alloc, off, len); /* a hole: no space */
@@ -176,7 +175,8 @@ static int take_meta(mc__version_t *v, const mc__rec_t *r)
 {
     char *x = NULL;
     mc__vmore_t *more = NULL;
-    if ((r->xattr_len || r->rdev || r->links || v->more) && !(more = mc__version_more(v)))
+    if ((r->xattr_len || r->rdev || r->links || r->ctime_ns != r->mtime_ns || v->more) &&
+        !(more = mc__version_more(v)))
         return -ENOMEM;
     if (r->xattr_len && !(x = malloc(r->xattr_len)))
         return -ENOMEM;
@@ -193,7 +193,7 @@ static int take_meta(mc__version_t *v, const mc__rec_t *r)
     v->size = r->size;
     v->mtime_ns = r->mtime_ns;
     v->atime_ns = r->atime_ns;
-    v->ctime_ns = r->ctime_ns;
+    (void)mc__version_set_ctime(v, r->ctime_ns); /* cannot fail: its rare fields are made */
     v->mode = r->mode & 07777;
     v->uid = r->uid;
     v->gid = r->gid;
@@ -213,8 +213,7 @@ static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
     if (rc < 0)
         return rc;
     v->state = MC__PUBLISHED;
-    if (!mc__vmore(v)->link)
-        mc__list_add_tail(&m->lru, v);
+    mc__lru_touch(m, v);
     if (rc == 1 && old && old != v)
         mc__master_retire(m, old, now);
     return 0;
@@ -224,18 +223,17 @@ static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
  * its new key holds no newer version. */
 static void rekey(mc__master_t *m, mc__version_t *v, const mc__rec_t *r, uint64_t now)
 {
-    if (r->klen == v->klen && memcmp(r->key, v->key, r->klen) == 0)
+    if (r->klen == v->klen && memcmp(r->key, mc__vkey(v), r->klen) == 0)
         return;
     mc__version_t *there = mc__index_get(m->ix, r->key, r->klen);
     if (there && there->id >= v->id)
         return;
-    char *k = mc__dup_key(r->key, r->klen);
+    char *k = mc__version_more(v) ? mc__dup_key(r->key, r->klen) : NULL;
     if (!k || mc__index_reserve(m->ix, 1) < 0) {
         free(k);
         return;
     }
-    mc__index_remove(m->ix, v->key, v->klen);
-    mc__list_del(v);
+    mc__index_remove(m->ix, mc__vkey(v), v->klen);
     mc__version_set_key(v, k, r->klen);
     if (publish(m, v, now) < 0) {
         mc__master_retire(m, v, now); /* out of memory: lost */
@@ -269,7 +267,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         int rc = 1;
         int twice = 0; /* reported again (by the node and the op log) */
         for (uint32_t i = 0; i < v->nrep; i++)
-            twice |= v->rep[i].seg == seg;
+            twice |= mc__vrep(v)[i].seg == seg;
         if (!mc__vmore(v)->link && !twice) {
             if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r, ext) != v->capacity)
                 return 0;

@@ -150,7 +150,7 @@ static int has_task(const mc__repair_t *r, uint64_t vid)
 static int has_replica_on(const mc__version_t *v, uint32_t seg)
 {
     for (uint32_t i = 0; i < v->nrep; i++)
-        if (v->rep[i].seg == seg)
+        if (mc__vrep(v)[i].seg == seg)
             return 1;
     return 0;
 }
@@ -166,7 +166,7 @@ static const mc__repair_target_t *pick_target(mc__master_t *m, const mc__version
         if (has_replica_on(v, targets[i].seg))
             continue;
         uint64_t fr = mc__master_segment_free(m, targets[i].seg);
-        if (fr >= mc__replica_bytes(&v->rep[0]) && fr > 0 && (!best || fr > best_free)) {
+        if (fr >= mc__replica_bytes(&mc__vrep(v)[0]) && fr > 0 && (!best || fr > best_free)) {
             best = &targets[i];
             best_free = fr;
         }
@@ -187,12 +187,12 @@ static int plan_one(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
         free(t);
         return -ENOMEM;
     }
-    if (mc__master_replica_alloc_like(m, tg->seg, &v->rep[0], &rep) < 0) {
+    if (mc__master_replica_alloc_like(m, tg->seg, &mc__vrep(v)[0], &rep) < 0) {
         free(key);
         free(t);
         return -ENOSPC;
     }
-    memcpy(key, v->key, v->klen + 1);
+    memcpy(key, mc__vkey(v), v->klen + 1);
     *t = (mc__repair_task_t){.id = r->next_id++,
                              .node = tg->node,
                              .vid = v->id,
@@ -298,7 +298,7 @@ int mc__repair_tick(mc__repair_t *r, mc__master_t *m, const mc__repair_target_t 
         char *c = malloc(v->klen ? v->klen : 1);
         if (!c)
             break;
-        memcpy(c, v->key, v->klen);
+        memcpy(c, mc__vkey(v), v->klen);
         free(r->cursor);
         r->cursor = c;
         r->clen = v->klen;

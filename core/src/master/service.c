@@ -295,7 +295,7 @@ static handle_t *handle_get(mc__svc_t *svc, uint64_t id)
 static int pack_version(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v, uint64_t now)
 {
     mc_stat_t st;
-    mc__version_stat(v, now, &st);
+    mc__version_stat(svc->m, v, now, &st);
     mc__pack_stat(w, &st);
     return mc__svc_pack_replicas(svc, w, v);
 }
@@ -308,7 +308,7 @@ static int pack_version(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v, u
 static void read_access(const mc__svc_t *svc, mc__version_t *v)
 {
     int64_t t = mc__svc_wall(svc);
-    if (v->atime_ns <= v->mtime_ns || v->atime_ns <= v->ctime_ns || t - v->atime_ns >= DAY_NS) {
+    if (v->atime_ns <= v->mtime_ns || v->atime_ns <= mc__vctime(v) || t - v->atime_ns >= DAY_NS) {
         v->atime_ns = t;
         mc__master_dirty(svc->m, v);
     }
@@ -415,12 +415,12 @@ static int put_check(mc__svc_t *svc, mc__version_t *v, const mc__put_commit_rq_t
     if (v->nrep == 0)
         return -EIO; /* every node it was written to is gone */
     int rc = 0;
-    if (rq->klen != v->klen || memcmp(rq->key, v->key, rq->klen) != 0)
+    if (rq->klen != v->klen || memcmp(rq->key, mc__vkey(v), rq->klen) != 0)
         rc = mc__master_set_key(svc->m, v, rq->key, rq->klen);
     if (rc == 0 && rq->size > v->capacity)
         rc = -EINVAL;
-    if (rc == 0 && mc__master_is_inode_key(v->key, v->klen) &&
-        !mc__master_find(svc->m, v->key, v->klen))
+    if (rc == 0 && mc__master_is_inode_key(mc__vkey(v), v->klen) &&
+        !mc__master_find(svc->m, mc__vkey(v), v->klen))
         rc = -ENOENT; /* a hard-linked file's key: only while the file has a name */
     return rc;
 }
@@ -437,20 +437,22 @@ static int put_publish(mc__svc_t *svc, mc__version_t *v, unsigned flags,
     }
     int64_t t = mc__svc_wall(svc);
     v->mtime_ns = (rq->what & MC_META_MTIME) ? rq->mtime_ns : t;
-    v->ctime_ns = v->atime_ns = t; /* a replaced version's atime stays (commit) */
+    v->atime_ns = t; /* a replaced version's atime stays (commit) */
     int is_new = 0;
-    int rc = mc__master_commit_as(svc->m, v, rq->size, flags, now, &is_new);
+    int rc = mc__version_set_ctime(v, t);
+    if (rc == 0)
+        rc = mc__master_commit_as(svc->m, v, rq->size, flags, now, &is_new);
     if (rc < 0) {
         mc__master_abort(svc->m, v);
         return rc;
     }
     mc__master_dirty(svc->m, v); /* its nodes learn its record (records.c) */
     if (is_new)
-        mc__master_dir_changed(svc->m, v->key, v->klen, t);
+        mc__master_dir_changed(svc->m, mc__vkey(v), v->klen, t);
     if (v->nrep < v->want)
         mc__repair_wake(svc->rp); /* a replica was dropped on the way */
     if (st)
-        mc__version_stat(v, now, st);
+        mc__version_stat(svc->m, v, now, st);
     return 0;
 }
 
@@ -480,7 +482,7 @@ int mc__svc_put(mc__svc_t *svc, const mc__put_start_rq_t *start, const mc__put_c
     int rc = put_begin(svc, start, now, &v);
     if (rc < 0)
         return rc;
-    if ((rc = write(arg, v->rep, v->nrep)) < 0 || (rc = put_check(svc, v, commit)) < 0) {
+    if ((rc = write(arg, mc__vrep(v), v->nrep)) < 0 || (rc = put_check(svc, v, commit)) < 0) {
         mc__master_abort(svc->m, v);
         return rc;
     }
@@ -638,7 +640,8 @@ static int op_get_replicas(mc__svc_t *svc, const char *body, size_t len, uint64_
         return rc;
     mc__master_touch(svc->m, v, now, 1);
     read_access(svc, v);
-    mc__pack(w, "q", v->lease_until > now ? v->lease_until - now : (uint64_t)0);
+    uint64_t until = mc__version_lease(svc->m, v);
+    mc__pack(w, "q", until > now ? until - now : (uint64_t)0);
     return pack_version(svc, w, v, now);
 }
 

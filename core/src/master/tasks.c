@@ -149,7 +149,8 @@ static void drop_replica(mc__svc_t *svc, mc__version_t *v, uint32_t seg, uint64_
     /* What the dirty list holds (a task's new replica) is logged first. */
     mc__svc_flush(svc);
     mc__svc_replica_gone(svc, v, seg);
-    uint64_t until = v->lease_until > now ? v->lease_until : now;
+    uint64_t until = mc__version_lease(svc->m, v);
+    until = until > now ? until : now;
     mc__repair_hold(svc->rp, svc->m, &rep, until + MC__REPAIR_MARGIN_MS);
     if (v->nrep < v->want) {
         v->want = v->nrep;
@@ -337,7 +338,7 @@ int mc__svc_op_task_create(mc__svc_t *svc, const char *body, size_t len, uint64_
         free(t);
         return -ENOMEM;
     }
-    memcpy(t->key, v->key, v->klen + 1); /* a hard link's: its file's key */
+    memcpy(t->key, mc__vkey(v), v->klen + 1); /* a hard link's: its file's key */
     t->klen = v->klen;
     t->type = type;
     int rc = take_targets(svc, t, v, rest, rl);

@@ -1,0 +1,413 @@
+/*
+ * test_master_compact.c - the master's compact versions: eviction by
+ * sampled access clocks in an index past MC__EVICT_EXACT keys (the oldest
+ * of a sample goes; never a pinned, open, leased or pending version), the
+ * array of retired versions waiting for handles and leases, a version's
+ * key and replicas read through mc__vkey() / mc__vrep() once they moved out
+ * of its own allocation (a rename, a grown replica array), its ctime kept
+ * apart from its mtime only when they differ, its lease in 32 bits from a
+ * base that moves, and replicas' extent arrays with no count of their
+ * room.
+ */
+#include "master_fixture.h"
+
+#define NKEYS 3000 /* past MC__EVICT_EXACT: eviction samples */
+#define SEG_BIG (NKEYS * UNIT + 16 * UNIT)
+
+static void key_of(char *buf, size_t len, int i)
+{
+    snprintf(buf, len, "key-%05d", i);
+}
+
+/* A master holding NKEYS one-unit objects put in order (key 0 the least
+ * recently used). */
+static mc__master_t *filled(uint64_t now)
+{
+    mc__master_t *m = new_master_opts(SEG_BIG, 0, 0);
+    char k[32];
+
+    for (int i = 0; i < NKEYS; i++) {
+        key_of(k, sizeof(k), i);
+        put(m, k, UNIT, now);
+    }
+    assert_true(NKEYS > MC__EVICT_EXACT);
+    return m;
+}
+
+static int present_key(mc__master_t *m, int i)
+{
+    char k[32];
+
+    key_of(k, sizeof(k), i);
+    return find(m, k) != NULL;
+}
+
+static void test_sampled_eviction_takes_old_ones(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = filled(now);
+    char k[32];
+
+    /* The later half is used again: the first half is the old one. */
+    for (int i = NKEYS / 2; i < NKEYS; i++) {
+        key_of(k, sizeof(k), i);
+        mc__master_touch(m, find(m, k), now, 0);
+    }
+    /* 200 go: with a sample of 16, the oldest of each is all but surely
+     * from the old half (the master's random numbers are fixed: always). */
+    assert_int_equal(mc__master_evict(m, used(m) - 200 * UNIT, now), 200);
+    assert_int_equal(used(m), (uint64_t)(NKEYS - 200) * UNIT);
+    for (int i = NKEYS / 2; i < NKEYS; i++)
+        assert_true(present_key(m, i));
+    mc__master_free(m);
+}
+
+static void test_sampled_eviction_skips_held_ones(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = filled(now);
+    char k[32];
+    mc__version_t *open = NULL, *pending = NULL;
+
+    /* Every object is held some way but three: 100 (leased), 2000 (open,
+     * the oldest), the rest pinned hard; and a pending version. */
+    for (int i = 0; i < NKEYS; i++) {
+        key_of(k, sizeof(k), i);
+        mc__version_t *v = find(m, k);
+        if (i == 100)
+            mc__master_touch(m, v, now, 1);
+        else if (i == 0)
+            mc__master_ref(open = v);
+        else if (i != 7 && i != 1500 && i != 2999)
+            v->pin = MC_PIN_HARD;
+    }
+    assert_int_equal(mc__master_begin(m, "pending", 7, NULL, now, &pending), 0);
+    assert_int_equal(mc__master_reserve(m, pending, UNIT, now), 0);
+    /* Samples find almost nothing to evict: the walk of all finds the three
+     * (two of them first, then the third), then nothing more. */
+    assert_int_equal(mc__master_evict(m, used(m) - 2 * UNIT, now), 2);
+    assert_int_equal(present_key(m, 7) + present_key(m, 1500) + present_key(m, 2999), 1);
+    assert_int_equal(mc__master_evict(m, 0, now), 1);
+    assert_false(present_key(m, 7));
+    assert_false(present_key(m, 1500));
+    assert_false(present_key(m, 2999));
+    assert_true(present_key(m, 0));
+    assert_true(present_key(m, 100));
+    assert_int_equal(used(m), (uint64_t)(NKEYS - 3 + 1) * UNIT);
+    /* The lease ends: it goes too; the open one stays open. */
+    assert_int_equal(mc__master_evict(m, 0, now + LEASE_MS), 1);
+    assert_false(present_key(m, 100));
+    assert_true(present_key(m, 0));
+    mc__master_abort(m, pending);
+    mc__master_unref(m, open, now + LEASE_MS);
+    mc__master_free(m);
+}
+
+static void test_sampled_eviction_order_of_sample(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = filled(now);
+
+    /* Evicting one at a time from a store whose order is the put order:
+     * what goes is always older than most (one of a sample of 16: its age
+     * ranks in the oldest sixth but for bad luck; allow the oldest half). */
+    for (int n = 0; n < 50; n++) {
+        uint64_t before = used(m);
+        assert_int_equal(mc__master_evict(m, before - UNIT, now), 1);
+    }
+    int gone_late = 0;
+    for (int i = NKEYS / 2; i < NKEYS; i++)
+        gone_late += !present_key(m, i);
+    assert_int_equal(gone_late, 0);
+    mc__master_free(m);
+}
+
+/* Puts key i, opens it (leased too with lease) and removes it: it waits
+ * in the retired array. */
+static mc__version_t *put_open_removed(mc__master_t *m, int i, int lease, uint64_t now)
+{
+    char k[32];
+
+    key_of(k, sizeof(k), i);
+    mc__version_t *v = put(m, k, UNIT, now);
+    mc__master_ref(v);
+    if (lease)
+        mc__master_touch(m, v, now, 1);
+    assert_int_equal(mc__master_remove(m, k, strlen(k), MC_REMOVE_FORCE, now), 0);
+    return v;
+}
+
+static void test_retired_array(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(SEG_BIG, 0, 0);
+    mc__version_t *v[300];
+
+    /* 300 open versions removed, every third leased too. */
+    for (int i = 0; i < 300; i++)
+        v[i] = put_open_removed(m, i, i % 3 == 0, now);
+    assert_int_equal(objects(m), 0);
+    assert_int_equal(used(m), 300 * UNIT);
+    /* Handles close in another order: the unleased go at once. */
+    for (int i = 299; i >= 0; i -= 2)
+        mc__master_unref(m, v[i], now);
+    for (int i = 0; i < 300; i += 2)
+        mc__master_unref(m, v[i], now);
+    assert_int_equal(used(m), 100 * UNIT); /* the leased ones */
+    mc__master_sweep(m, now + LEASE_MS - 1);
+    assert_int_equal(used(m), 100 * UNIT);
+    mc__master_sweep(m, now + LEASE_MS);
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+static void test_retired_lose_dropped_segment(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(SEG_BIG, 0, 0);
+    mc__version_t *v[20];
+    char k[32];
+
+    for (int i = 0; i < 10; i++)
+        v[i] = put_open_removed(m, i, 0, now);
+    for (int i = 10; i < 20; i++) {
+        key_of(k, sizeof(k), i);
+        v[i] = put(m, k, UNIT, now);
+    }
+    /* The segment goes: the ten published are lost, the ten retired lose
+     * their replica and are freed as their handles close. */
+    assert_int_equal(mc__master_drop_segment(m, 0, now), 10);
+    assert_int_equal(objects(m), 0);
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(v[i]->nrep, 0);
+        mc__master_unref(m, v[i], now);
+    }
+    assert_int_equal(mc__master_add_segment(m, 0, SEG_BIG), 0);
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+static void test_key_and_replicas_moved_out(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(SEG_BIG, 0, 0);
+    assert_int_equal(mc__master_add_segment(m, 1, SEG_BIG), 0);
+    assert_int_equal(mc__master_add_segment(m, 2, SEG_BIG), 0);
+    mc_put_opts_t one = {.replica_num = 1};
+    mc__version_t *v = NULL;
+
+    assert_int_equal(mc__master_begin(m, "a/file", 6, &one, now, &v), 0);
+    assert_int_equal(mc__master_reserve(m, v, UNIT, now), 0);
+    assert_int_equal(mc__master_commit(m, v, UNIT, 0, now), 0);
+    assert_null(v->more);
+    assert_string_equal(mc__vkey(v), "a/file");
+    uint32_t seg0 = mc__vrep(v)[0].seg;
+    uint64_t off0 = mc__vrep(v)[0].ext[0].off;
+
+    /* A second replica outgrows the room it was made with: the array moves
+     * to the rare fields, the key stays where it was and reads the same. */
+    mc__replica_t r;
+    uint32_t other = seg0 == 1 ? 2 : 1;
+    assert_int_equal(mc__master_replica_alloc(m, other, UNIT, &r), 0);
+    assert_int_equal(mc__master_replica_attach(v, &r), 0);
+    assert_true(v->flags & MC__V_REP_OWNED);
+    assert_int_equal(v->nrep, 2);
+    assert_int_equal(mc__vrep(v)[0].seg, seg0);
+    assert_int_equal(mc__vrep(v)[0].ext[0].off, off0);
+    assert_int_equal(mc__vrep(v)[1].seg, other);
+    assert_string_equal(mc__vkey(v), "a/file");
+    assert_ptr_equal(find(m, "a/file"), v);
+
+    /* A rename moves the key out too; twice, the first copy freed. */
+    assert_int_equal(mc__master_rename(m, "a/file", 6, "b/longer-name", 13, 0, now), 0);
+    assert_true(v->flags & MC__V_KEY_OWNED);
+    assert_string_equal(mc__vkey(v), "b/longer-name");
+    assert_int_equal(mc__master_rename(m, "b/longer-name", 13, "c", 1, 0, now), 0);
+    assert_string_equal(mc__vkey(v), "c");
+    assert_ptr_equal(find(m, "c"), v);
+    assert_null(find(m, "a/file"));
+    assert_int_equal(v->nrep, 2);
+    assert_int_equal(mc__vrep(v)[1].seg, other);
+
+    /* The rare fields the version had before keep their values. */
+    assert_int_equal(mc__xattr_set(v, "user.x", 6, "1", 1, 0), 0);
+    const char *val;
+    uint32_t vlen;
+    assert_int_equal(mc__xattr_get(v, "user.x", 6, &val, &vlen), 0);
+    assert_int_equal(vlen, 1);
+    assert_string_equal(mc__vkey(v), "c");
+    assert_int_equal(used(m), 2 * UNIT);
+    assert_int_equal(mc__master_remove(m, "c", 1, 0, now), 0);
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+static int64_t ctime_of(mc__master_t *m, mc__version_t *v)
+{
+    mc_stat_t st;
+
+    mc__version_stat(m, v, T0, &st);
+    assert_int_equal(st.ctime_ns, mc__vctime(v));
+    return st.ctime_ns;
+}
+
+static void test_ctime_apart_from_mtime(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master();
+    mc__version_t *v = put(m, "d/x", UNIT, T0), *out = NULL;
+    mc__version_t *dir = put(m, "d/", 0, T0);
+    mc_meta_t meta = {.what = MC_META_MODE, .mode = 0600};
+
+    /* Published: the ctime is the mtime, no rare fields. */
+    assert_null(v->more);
+    assert_int_equal(ctime_of(m, v), v->mtime_ns);
+    /* A chmod: a ctime of its own, the mtime stays. */
+    int64_t mtime = v->mtime_ns;
+    assert_int_equal(mc__master_set_meta(m, "d/x", 3, &meta, 500, &out), 0);
+    assert_ptr_equal(out, v);
+    assert_true(v->flags & MC__V_CTIME);
+    assert_int_equal(ctime_of(m, v), 500);
+    assert_int_equal(v->mtime_ns, mtime);
+    /* Its record carries both. */
+    mc__rec_t rec;
+    memset(&rec, 0, sizeof(rec));
+    (void)mc__master_record(v, mc__vrep(v)[0].seg, &rec);
+    assert_int_equal(rec.ctime_ns, 500);
+    assert_int_equal(rec.mtime_ns, mtime);
+    /* A new mtime at the same time: one again. */
+    meta.what = MC_META_MTIME;
+    meta.mtime_ns = 700;
+    assert_int_equal(mc__master_set_meta(m, "d/x", 3, &meta, 700, &out), 0);
+    assert_false(v->flags & MC__V_CTIME);
+    assert_int_equal(ctime_of(m, v), 700);
+    assert_int_equal(v->mtime_ns, 700);
+    /* An older mtime (touch -d), changed later. */
+    meta.mtime_ns = 100;
+    assert_int_equal(mc__master_set_meta(m, "d/x", 3, &meta, 800, &out), 0);
+    assert_int_equal(v->mtime_ns, 100);
+    assert_int_equal(ctime_of(m, v), 800);
+    mc__master_changed(m, v, 900);
+    assert_int_equal(ctime_of(m, v), 900);
+    /* A directory's name changes: its mtime and ctime move as one. */
+    mc__master_dir_changed(m, "d/y", 3, 1000);
+    assert_int_equal(dir->mtime_ns, 1000);
+    assert_int_equal(ctime_of(m, dir), 1000);
+    assert_false(dir->flags & MC__V_CTIME);
+    mc__master_free(m);
+}
+
+static void test_lease_base_moves(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master();
+    mc__version_t *a = put(m, "a", UNIT, now), *b = put(m, "b", UNIT, now);
+    mc__version_t *c = put(m, "c", UNIT, now);
+
+    mc__master_touch(m, a, now, 1);
+    assert_int_equal(mc__version_lease(m, a), T0 + LEASE_MS);
+    /* Just short of 2^32 ms on: c leased, opened and removed (retired with
+     * a lease running). */
+    uint64_t later = T0 + (1ULL << 32) - 10;
+    mc__master_touch(m, c, later, 1);
+    mc__master_ref(c);
+    assert_int_equal(mc__master_remove(m, "c", 1, MC_REMOVE_FORCE, later), 0);
+    mc__master_unref(m, c, later);
+    assert_int_equal(used(m), 3 * UNIT);
+    /* A lease past 2^32 ms from the base moves the base: every lease is
+     * the same time as before, a lease long over none. */
+    uint64_t t = later + 20;
+    mc__master_touch(m, b, t, 1);
+    assert_int_equal(mc__version_lease(m, b), t + LEASE_MS);
+    assert_int_equal(mc__version_lease(m, c), later + LEASE_MS);
+    assert_int_equal(mc__version_lease(m, a), 0);
+    assert_int_equal(a->lease, 0);
+    assert_int_equal(mc__master_remove(m, "a", 1, 0, t), 0);
+    assert_int_equal(mc__master_remove(m, "b", 1, 0, t), -EBUSY);
+    mc__master_sweep(m, later + LEASE_MS - 1);
+    assert_int_equal(used(m), 2 * UNIT);
+    mc__master_sweep(m, later + LEASE_MS);
+    assert_int_equal(used(m), UNIT);
+    assert_int_equal(mc__master_remove(m, "b", 1, 0, t + LEASE_MS), 0);
+    mc__master_free(m);
+}
+
+static void test_replica_room_grows(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
+    char k[32];
+
+    /* 64 one-unit objects, every other removed: 32 holes of one unit. */
+    for (int i = 0; i < 64; i++) {
+        key_of(k, sizeof(k), i);
+        put(m, k, UNIT, now);
+    }
+    for (int i = 0; i < 64; i += 2) {
+        key_of(k, sizeof(k), i);
+        assert_int_equal(mc__master_remove(m, k, strlen(k), 0, now), 0);
+    }
+    /* One object over 1, 2, 3 ... 32 of them: its own extent array grows
+     * from the version's ext1 through rooms of 2, 4 ... 32. */
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_begin(m, "big", 3, NULL, now, &v), 0);
+    for (uint64_t n = 1; n <= 32; n++) {
+        assert_int_equal(mc__master_reserve(m, v, n * UNIT, now), 0);
+        assert_int_equal(mc__vrep(v)[0].n, n);
+        if (n == 1)
+            assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+        else
+            assert_ptr_not_equal(mc__vrep(v)[0].ext, &v->ext1);
+    }
+    assert_int_equal(used(m), 64 * UNIT);
+    /* Committed smaller: the tail goes back, the array stays its own. */
+    assert_int_equal(mc__master_commit(m, v, 5 * UNIT, 0, now), 0);
+    assert_int_equal(mc__vrep(v)[0].n, 5);
+    assert_int_equal(used(m), 37 * UNIT);
+    /* Taken out (a repair's move), then given back: a replica of its own. */
+    mc__replica_t r;
+    uint32_t seg = mc__vrep(v)[0].seg;
+    assert_int_equal(mc__version_take_replica(v, seg, &r), 1);
+    assert_int_equal(v->nrep, 0);
+    assert_int_equal(r.n, 5);
+    assert_int_equal(mc__master_replica_attach(v, &r), 0);
+    assert_int_equal(mc__vrep(v)[0].n, 5);
+    assert_int_equal(mc__master_remove(m, "big", 3, 0, now), 0);
+    assert_int_equal(used(m), 32 * UNIT);
+
+    /* A one-extent replica taken from ext1 takes a copy of its own. */
+    v = put(m, "one", UNIT, now);
+    assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+    assert_int_equal(mc__version_take_replica(v, seg, &r), 1);
+    assert_ptr_not_equal(r.ext, &v->ext1);
+    assert_int_equal(r.n, 1);
+    mc__master_replica_release(m, &r);
+    assert_null(r.ext);
+    assert_int_equal(used(m), 32 * UNIT);
+    mc__master_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sampled_eviction_takes_old_ones),
+        cmocka_unit_test(test_sampled_eviction_skips_held_ones),
+        cmocka_unit_test(test_sampled_eviction_order_of_sample),
+        cmocka_unit_test(test_retired_array),
+        cmocka_unit_test(test_retired_lose_dropped_segment),
+        cmocka_unit_test(test_key_and_replicas_moved_out),
+        cmocka_unit_test(test_ctime_apart_from_mtime),
+        cmocka_unit_test(test_lease_base_moves),
+        cmocka_unit_test(test_replica_room_grows),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
