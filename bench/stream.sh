@@ -182,28 +182,22 @@ for mode in pages direct; do
         echo
     done
 done
-echo
-echo "CPU time of the daemon doing the work (ms per GiB), median of $RUNS runs"
-printf "%-60s" ""
-for side in "${sides[@]}"; do printf "%12s" "$side"; done
-echo
-for mode in pages direct; do
-    for what in "write:write (a)" "read.1M:read 1M (b)" "read.128K:read 128K (b)"; do
-        printf "%-60s" "--cache-mode $mode: ${what#*:}"
-        for side in "${sides[@]}"; do printf "%12s" "$(m "$side.$mode.${what%%:*}.cpu")"; done
-        echo
+# cpu_table TITLE KEY WHO-OF-WRITE WHO-OF-READ: the medians of KEY (cpu or
+# node_cpu) of every row, one column a side.
+cpu_table() {
+    echo
+    echo "$1 (ms per GiB), median of $RUNS runs"
+    printf "%-60s" ""
+    for side in "${sides[@]}"; do printf "%12s" "$side"; done
+    echo
+    for mode in pages direct; do
+        for what in "write:write$3" "read.1M:read 1M$4" "read.128K:read 128K$4"; do
+            printf "%-60s" "--cache-mode $mode: ${what#*:}"
+            for side in "${sides[@]}"; do printf "%12s" "$(m "$side.$mode.${what%%:*}.$2")"; done
+            echo
+        done
     done
-done
-echo
-echo "CPU time of the node during the same dd (ms per GiB), median of $RUNS runs"
-printf "%-60s" ""
-for side in "${sides[@]}"; do printf "%12s" "$side"; done
-echo
-for mode in pages direct; do
-    for what in "write:write" "read.1M:read 1M" "read.128K:read 128K"; do
-        printf "%-60s" "--cache-mode $mode: ${what#*:}"
-        for side in "${sides[@]}"; do printf "%12s" "$(m "$side.$mode.${what%%:*}.node_cpu")"; done
-        echo
-    done
-done
+}
+cpu_table "CPU time of the daemon doing the work" cpu " (a)" " (b)"
+cpu_table "CPU time of the node during the same dd" node_cpu "" ""
 echo "(every run: $out/stream-runs.txt)"
