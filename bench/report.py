@@ -397,7 +397,8 @@ def stream_section(r):
         f"A master, one node and client mounts with --no-shm and no segment (every byte "
         f"crosses a socket), one file of the run's size written through one mount and read "
         f"through another, against iperf3 on one stream ({fmt(ip)} MiB/s). \"before\" is "
-        f"the mount of STREAM_BASE_BUILD (make bench BENCH_STREAM_BASE=DIR), when given.",
+        f"the master, node and mounts of STREAM_BASE_BUILD (make bench BENCH_STREAM_BASE=DIR), "
+        f"when given.",
         columns, rows)
 
 

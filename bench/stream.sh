@@ -12,13 +12,16 @@
 # Printed: medians of RUNS runs and their ratio to iperf3, and the CPU time
 # the daemon doing the dd's work (a's for writes, b's for reads) spent per
 # GiB (utime + stime of all its threads; less noisy than MiB/s on a shared
-# machine: it counts the work, not the waiting).
+# machine: it counts the work, not the waiting), and the node's in the same
+# dd (it copies a write's bytes in, sends a read's out).
 #
 # With STREAM_BASE_BUILD set to another tree's build directory (bench/
-# compare.sh shows how to build one), the mounts of that build are measured
-# in the same runs ("before"), next to this one's ("after"); master and node
-# are this tree's. With BENCH_RESULTS set, every value is appended to that
-# file (keys "stream.*", for bench/report.py). Needs root (mounts).
+# compare.sh shows how to build one), a whole cluster of that build (its
+# own master, node and mounts) is measured in the same runs ("before"),
+# next to this one's ("after"), so that a change to the node counts too;
+# each side's node touches its own segment once before the runs. With
+# BENCH_RESULTS set, every value is appended to that file (keys
+# "stream.*", for bench/report.py). Needs root (mounts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -57,32 +60,37 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-mport=$(free_port)
-"$BUILD/mooncake-master" --listen "127.0.0.1:$mport" >"$work/master.log" 2>&1 &
-pids+=($!)
-wait_log $! "$work/master.log" "listening on"
 seg=$(((SIZE_MB * 2 + 512) / 1024 + 1))G
-"$BUILD/mooncake-cli" --master "127.0.0.1:$mport" --segment-size "$seg" node >"$work/node.log" 2>&1 &
-pids+=($!)
-wait_log $! "$work/node.log" "node up"
-iport=$(free_port)
-iperf3 -s -B 127.0.0.1 -p "$iport" --forceflush >"$work/iperf3.log" 2>&1 &
-pids+=($!)
-wait_log $! "$work/iperf3.log" "Server listening"
-
 sides=(after)
 declare -A bin=([after]=$BUILD)
 if [ -n "$BASE" ]; then
     sides=(before after)
     bin[before]=$BASE
 fi
+declare -A maddr npid
+for side in "${sides[@]}"; do
+    mport=$(free_port)
+    "${bin[$side]}/mooncake-master" --listen "127.0.0.1:$mport" >"$work/master-$side.log" 2>&1 &
+    pids+=($!)
+    wait_log $! "$work/master-$side.log" "listening on"
+    "${bin[$side]}/mooncake-cli" --master "127.0.0.1:$mport" --segment-size "$seg" node \
+        >"$work/node-$side.log" 2>&1 &
+    pids+=($!)
+    npid[$side]=$!
+    wait_log $! "$work/node-$side.log" "node up"
+    maddr[$side]=127.0.0.1:$mport
+done
+iport=$(free_port)
+iperf3 -s -B 127.0.0.1 -p "$iport" --forceflush >"$work/iperf3.log" 2>&1 &
+pids+=($!)
+wait_log $! "$work/iperf3.log" "Server listening"
 declare -A dir pid
 for side in "${sides[@]}"; do
     for mode in pages direct; do
         for m in a b; do # a writes, b reads
             d=$work/$side-$mode-$m
             mkdir -p "$d"
-            "${bin[$side]}/mooncake-fs" -f --master "127.0.0.1:$mport" --segment-size 0 --no-shm \
+            "${bin[$side]}/mooncake-fs" -f --master "${maddr[$side]}" --segment-size 0 --no-shm \
                 --cache-mode "$mode" "$d" 2>>"$work/fs-$side-$mode-$m.log" &
             mounts+=("$d $!")
             wait_mount "$d" $!
@@ -99,22 +107,30 @@ add() {
 }
 # cpu_ticks PID: utime + stime of the process so far, in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# timed KEY PID dd_mibps-ARGS...: adds dd_mibps's MiB/s as KEY and the CPU
-# milliseconds PID spent per GiB during it as KEY.cpu.
+# timed KEY PID NODE dd_mibps-ARGS...: adds dd_mibps's MiB/s as KEY and the
+# CPU milliseconds PID and the node NODE spent per GiB during it as KEY.cpu
+# and KEY.node_cpu.
 timed() {
-    local key=$1 p=$2 t0 t1 hz
-    shift 2
+    local key=$1 p=$2 n=$3 t0 t1 n0 n1 hz
+    shift 3
     hz=$(getconf CLK_TCK)
     t0=$(cpu_ticks "$p")
+    n0=$(cpu_ticks "$n")
     add "$key" "$(dd_mibps "$@")"
     t1=$(cpu_ticks "$p")
+    n1=$(cpu_ticks "$n")
     add "$key.cpu" $(((t1 - t0) * 1000 * 1024 / hz / SIZE_MB))
+    add "$key.node_cpu" $(((n1 - n0) * 1000 * 1024 / hz / SIZE_MB))
 }
-# The node's segment is touched once before the runs (both files of a run):
-# its first writes pay for the pages (page faults), which later runs reuse.
-dd if=/dev/zero of="${dir[after.pages.a]}/warm" bs=1M count="$SIZE_MB" status=none
-cp "${dir[after.pages.a]}/warm" "${dir[after.pages.a]}/warm.2"
-rm "${dir[after.pages.a]}/warm" "${dir[after.pages.a]}/warm.2"
+# Each node's segment is touched once before the runs (both files of a
+# run): its first writes pay for the pages (page faults), which later runs
+# reuse.
+for side in "${sides[@]}"; do
+    w=${dir[$side.pages.a]}
+    dd if=/dev/zero of="$w/warm" bs=1M count="$SIZE_MB" status=none
+    cp "$w/warm" "$w/warm.2"
+    rm "$w/warm" "$w/warm.2"
+done
 for r in $(seq "$RUNS"); do
     timeout $((IPERF_SECS + 10)) iperf3 -c 127.0.0.1 -p "$iport" -t "$IPERF_SECS" -J >"$work/iperf.json"
     add iperf3 "$("$PYTHON" -c 'import json,sys
@@ -133,13 +149,13 @@ d = json.load(open(sys.argv[1])); print("%.0f" % (d["end"]["sum_received"]["bits
             # ran at a third of its speed from the second run on.
             pa=${pid[$side.$mode.a]} pb=${pid[$side.$mode.b]}
             drop_caches
-            timed "$side.$mode.write" "$pa" "$a/f$r" write 1M "$SIZE_MB"
+            timed "$side.$mode.write" "$pa" "${npid[$side]}" "$a/f$r" write 1M "$SIZE_MB"
             drop_caches
-            timed "$side.$mode.read.1M" "$pb" "$b/f$r" read 1M "$SIZE_MB"
+            timed "$side.$mode.read.1M" "$pb" "${npid[$side]}" "$b/f$r" read 1M "$SIZE_MB"
             # A fresh version for the second read: b's page cache holds the first.
             cp "$a/f$r" "$a/f$r.2"
             drop_caches
-            timed "$side.$mode.read.128K" "$pb" "$b/f$r.2" read 128K "$SIZE_MB"
+            timed "$side.$mode.read.128K" "$pb" "${npid[$side]}" "$b/f$r.2" read 128K "$SIZE_MB"
             rm -f "$a/f$r" "$a/f$r.2"
         done
     done
@@ -166,16 +182,22 @@ for mode in pages direct; do
         echo
     done
 done
-echo
-echo "CPU time of the daemon doing the work (ms per GiB), median of $RUNS runs"
-printf "%-60s" ""
-for side in "${sides[@]}"; do printf "%12s" "$side"; done
-echo
-for mode in pages direct; do
-    for what in "write:write (a)" "read.1M:read 1M (b)" "read.128K:read 128K (b)"; do
-        printf "%-60s" "--cache-mode $mode: ${what#*:}"
-        for side in "${sides[@]}"; do printf "%12s" "$(m "$side.$mode.${what%%:*}.cpu")"; done
-        echo
+# cpu_table TITLE KEY WHO-OF-WRITE WHO-OF-READ: the medians of KEY (cpu or
+# node_cpu) of every row, one column a side.
+cpu_table() {
+    echo
+    echo "$1 (ms per GiB), median of $RUNS runs"
+    printf "%-60s" ""
+    for side in "${sides[@]}"; do printf "%12s" "$side"; done
+    echo
+    for mode in pages direct; do
+        for what in "write:write$3" "read.1M:read 1M$4" "read.128K:read 128K$4"; do
+            printf "%-60s" "--cache-mode $mode: ${what#*:}"
+            for side in "${sides[@]}"; do printf "%12s" "$(m "$side.$mode.${what%%:*}.$2")"; done
+            echo
+        done
     done
-done
+}
+cpu_table "CPU time of the daemon doing the work" cpu " (a)" " (b)"
+cpu_table "CPU time of the node during the same dd" node_cpu "" ""
 echo "(every run: $out/stream-runs.txt)"

@@ -31,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -474,6 +476,29 @@ static void ping(struct client *k)
     assert_int_equal(r.status, 0);
     assert_int_equal(r.len, 4);
     assert_memory_equal(r.body, "ping", 4);
+}
+
+/* ---- a raw peer: a blocking socket on the test thread ---- */
+
+/* Writes p[0..n) to fd, all of it. */
+static void write_all(int fd, const void *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        assert_true(w > 0);
+        p = (const char *)p + w;
+        n -= (size_t)w;
+    }
+}
+
+/* Writes p[0..n) and waits until the peer's kernel has taken all of it
+ * (the socket's send queue is empty): the recv the peer keeps armed then
+ * sees these bytes alone, most of the time. */
+static void write_taken(int fd, const void *p, size_t n)
+{
+    int queued = 1;
+    write_all(fd, p, n);
+    WAIT_FOR(ioctl(fd, SIOCOUTQ, &queued) == 0 && queued == 0, 2000);
 }
 
 /* ---- stderr capture ---- */

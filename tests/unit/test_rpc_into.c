@@ -16,9 +16,6 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <linux/sockios.h>
-#include <sys/ioctl.h>
-
 #include "net_harness.h"
 
 #define BIG (256U << 10)
@@ -52,26 +49,6 @@ static int peer_pair(struct env *e, struct client *k)
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     WAIT_FOR(atomic_load(&k->opened), 2000);
     return fd;
-}
-
-static void write_all(int fd, const void *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        assert_true(w > 0);
-        p = (const char *)p + w;
-        n -= (size_t)w;
-    }
-}
-
-/* Writes p[0..n) and waits until the client's kernel has taken all of it
- * (the send queue is empty): the recv the client keeps armed then sees
- * these bytes alone, most of the time. */
-static void write_taken(int fd, const void *p, size_t n)
-{
-    int queued = 1;
-    write_all(fd, p, n);
-    WAIT_FOR(ioctl(fd, SIOCOUTQ, &queued) == 0 && queued == 0, 2000);
 }
 
 /* Reads one request frame's header (and skips its body); returns its id. */

@@ -4,6 +4,8 @@
  *
  * Every request completes at once: the segment is memory here, so a copy
  * (WRITE) or a reply that gathers straight from it (READ) is all there is.
+ * Over TCP a large WRITE's bytes need not even be copied: the connection
+ * receives them straight into the segment (mc__data_plane_place()).
  */
 #include <errno.h>
 #include <string.h>
@@ -12,6 +14,8 @@
 #include "node/data_plane.h"
 #include "runtime/log.h"
 #include "runtime/rpc.h"
+
+#define WRITE_HEAD 12 /* a WRITE's body: "uq" (segment, offset), then the bytes */
 
 /* Finds [off, off + n) of segment seg. Returns 0 and sets *at, or the
  * status to answer the request with. */
@@ -62,6 +66,26 @@ static int do_write(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, cons
         return mc__rpc_reply(c, h, rc, NULL, 0);
     memcpy(at, data, n);
     p->bytes_written += n;
+    return mc__rpc_reply(c, h, 0, NULL, 0);
+}
+
+char *mc__data_plane_place(mc__data_plane_t *p, const mc__hdr_t *h, const char *head, size_t *skip)
+{
+    uint32_t seg;
+    uint64_t off;
+    char *at;
+    if (h->op != MC__OP_WRITE || h->len < WRITE_HEAD ||
+        mc__unpack(head, WRITE_HEAD, "uq", &seg, &off) < 0 ||
+        find_range(p, seg, off, h->len - WRITE_HEAD, &at) < 0)
+        return NULL; /* do_write() answers it, or refuses it */
+    *skip = WRITE_HEAD;
+    return at;
+}
+
+int mc__data_plane_placed(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h)
+{
+    p->bytes_written += h->len - WRITE_HEAD;
+    p->bytes_placed += h->len - WRITE_HEAD;
     return mc__rpc_reply(c, h, 0, NULL, 0);
 }
 

@@ -29,6 +29,7 @@ typedef struct mc__data_plane {
     int shm; /* answer SHM_MAP (on a Unix conn only); 0: -EOPNOTSUPP */
     /* Counters, for logs and tests. */
     uint64_t bytes_read, bytes_written, shm_maps;
+    uint64_t bytes_placed; /* of bytes_written, received in place */
 } mc__data_plane_t;
 
 /*
@@ -44,5 +45,23 @@ typedef struct mc__data_plane {
  */
 int mc__data_plane_handle(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, const char *body,
                           size_t len);
+
+/*
+ * mc__data_plane_place() is the conn's body_dst for the data requests
+ * (net.h): for a WRITE h whose head (its body's first MC__CONN_SINK_HEAD
+ * bytes) names a range the plane would write, it returns where in the
+ * segment the bytes go and sets *skip to the head's length, so that they
+ * are received there, straight from the socket. Any other request (a READ,
+ * a WRITE the plane refuses) gets NULL: it is buffered and goes to
+ * mc__data_plane_handle() as usual. The segment outlives the conn.
+ */
+char *mc__data_plane_place(mc__data_plane_t *p, const mc__hdr_t *h, const char *head, size_t *skip);
+
+/*
+ * mc__data_plane_placed() answers the WRITE h whose bytes were received in
+ * place (mc__data_plane_place()). Returns 0 once the reply is queued, or
+ * the -errno of a reply that could not be (the caller closes c).
+ */
+int mc__data_plane_placed(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h);
 
 #endif /* MC_DATA_PLANE_H */

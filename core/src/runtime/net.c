@@ -14,9 +14,11 @@
  * ever runs inside an mc__conn_* call. In OPEN, it delivers the whole frames
  * buffered, keeps one recv and one sendmsg in flight, and grows the read
  * buffer to fit the next frame; or, for a response whose body the rpc hook
- * wants in a buffer of its own (body_dst), copies there what the read
- * buffer holds of it and receives the rest straight into it, asking the
- * socket for no byte past the body (c->sink), then delivers it from there.
+ * wants in a buffer of its own (hook body_dst), or a request whose body its
+ * owner does (ops body_dst: a node's WRITE, into its segment), copies there
+ * what the read buffer holds of it and receives the rest straight into it,
+ * asking the socket for no byte past the body (c->sink), then delivers it
+ * from there.
  * In CLOSING it cancels what is in flight and waits for the kernel to let
  * go of every buffer (the loop's release callbacks) before it fails the
  * send queue, tells the rpc hook and the owner, and frees the conn.
@@ -173,22 +175,45 @@ static void reject_header(mc__conn_t *c, int rc, const mc__hdr_t *h)
     }
 }
 
+/* Where the body of frame h, whose first avail bytes are buffered at head,
+ * goes in place: the rpc hook's buffer for a response, the owner's for a
+ * request (from byte *skip on, the rest kept in c->sink_head); NULL: the
+ * read buffer. */
+static char *sink_dst(mc__conn_t *c, const mc__hdr_t *h, const char *head, size_t avail,
+                      size_t *skip)
+{
+    *skip = 0;
+    if (c->is_unix || h->len < MC__CONN_SINK_MIN)
+        return NULL;
+    if (h->flags & MC__F_RESPONSE)
+        return c->hook && c->hook->body_dst ? c->hook->body_dst(c, c->hook_state, h) : NULL;
+    if (!c->ops.body_dst || avail < MC__CONN_SINK_HEAD)
+        return NULL;
+    char *dst = c->ops.body_dst(c, h, head, skip);
+    if (dst && *skip > MC__CONN_SINK_HEAD)
+        mc__conn_fail(c, -EINVAL, MC__LOG_ERROR, "a body placed past its head (%zu bytes)", *skip);
+    if (!dst || c->state != CS_OPEN)
+        return NULL;
+    memcpy(c->sink_head, head, *skip);
+    return dst;
+}
+
 /*
- * Whether the body of response h, of which avail bytes are buffered, goes
- * straight into a buffer of the hook's (body_dst): then the buffered part
+ * Whether the body of frame h, of which avail bytes are buffered, goes
+ * straight into a buffer named for it (sink_dst()): then the buffered part
  * is copied there, taken out of the read buffer, and c->sink set; the
  * following receives fill the rest (arm_recv()).
  */
 static int sink_start(mc__conn_t *c, const mc__hdr_t *h, size_t avail)
 {
-    if (c->is_unix || !(h->flags & MC__F_RESPONSE) || h->len < MC__CONN_SINK_MIN || !c->hook ||
-        !c->hook->body_dst)
-        return 0;
-    char *dst = c->hook->body_dst(c, c->hook_state, h);
+    const char *head = c->rbuf + c->roff + MC__PROTO_HDR_SIZE;
+    size_t skip;
+    char *dst = sink_dst(c, h, head, avail, &skip);
     if (!dst)
         return 0;
     c->sink_got = avail;
-    memcpy(dst, c->rbuf + c->roff + MC__PROTO_HDR_SIZE, c->sink_got);
+    c->sink_skip = skip;
+    memcpy(dst, head + skip, avail - skip);
     c->sink = dst;
     c->sink_hdr = *h;
     c->roff += MC__PROTO_HDR_SIZE + avail;
@@ -205,7 +230,10 @@ static int sink_deliver(mc__conn_t *c)
         return 0;
     char *body = c->sink;
     c->sink = NULL;
-    deliver(c, &c->sink_hdr, body, c->sink_hdr.len);
+    if (c->sink_hdr.flags & MC__F_RESPONSE)
+        deliver(c, &c->sink_hdr, body, c->sink_hdr.len);
+    else
+        c->ops.on_placed(c, &c->sink_hdr, c->sink_head, c->sink_skip);
     return 1;
 }
 
@@ -288,7 +316,7 @@ static void arm_recv(mc__conn_t *c)
 {
     int rc;
     if (c->sink) /* the rest of a body received in place, and nothing past it */
-        rc = mc__io_recv(c->loop, &c->rio, c->fd, c->sink + c->sink_got,
+        rc = mc__io_recv(c->loop, &c->rio, c->fd, c->sink + (c->sink_got - c->sink_skip),
                          c->sink_hdr.len - c->sink_got, c->idle_timeout_ms, on_recv);
     else if ((rc = rbuf_reserve(c)) < 0)
         ;

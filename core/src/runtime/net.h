@@ -5,7 +5,8 @@
  * TCP or Unix. It reads into a buffer that grows up to one whole frame,
  * splits the stream into frames with mc__hdr_decode() and hands each to its
  * on_frame callback (a large response's body may instead be received
- * straight into a buffer its call named: mc__conn_hook_t.body_dst); it
+ * straight into a buffer its call named: mc__conn_hook_t.body_dst, and a
+ * large request's body into one its owner named: mc__conn_ops_t.body_dst); it
  * queues outgoing frames in order and sends them with gathered sendmsg()
  * calls. A peer that sends a malformed, oversized or unknown-operation
  * header is cut off with a logged reason; other connections carry on.
@@ -34,7 +35,8 @@
 #define MC__CONN_SEND_TIMEOUT_MS 30000   /* a send that makes no progress */
 #define MC__CONN_CONNECT_TIMEOUT_MS 5000 /* when mc__conn_connect() gets 0 */
 #define MC__CONN_MAX_FDS 4               /* received descriptors a conn keeps */
-#define MC__CONN_SINK_MIN (32U << 10)    /* the smallest body received in place (hook) */
+#define MC__CONN_SINK_MIN (32U << 10)    /* the smallest body received in place */
+#define MC__CONN_SINK_HEAD 16            /* a request's head read before its body_dst */
 
 /* Flags of mc__conn_send_ex(). */
 #define MC__SEND_EARLY 0x1 /* goes out while the conn is held (mc__conn_hold()) */
@@ -60,6 +62,26 @@ typedef struct mc__conn_ops {
     /* Optional: an mc__conn_connect() conn is connected. Not called for
      * accepted conns, which are open from the start. */
     void (*on_open)(mc__conn_t *c);
+    /*
+     * Optional, on a TCP conn: where the body of a request (not a response)
+     * of MC__CONN_SINK_MIN bytes or more goes, instead of the read buffer.
+     * Asked once the header and the body's first MC__CONN_SINK_HEAD bytes
+     * (head) are buffered, and before the rest is: returns dst and sets
+     * *skip (at most MC__CONN_SINK_HEAD): the body's bytes from *skip on
+     * are received into dst[0..h->len - *skip), straight from the socket;
+     * or returns NULL to have the frame buffered and go to on_frame as any
+     * other (it may be asked again as more bytes arrive). The conn writes
+     * into dst until on_placed runs or the conn closes (on_close): the
+     * owner keeps it valid until then. Set both or neither.
+     */
+    char *(*body_dst)(mc__conn_t *c, const mc__hdr_t *h, const char *head, size_t *skip);
+    /*
+     * The body of request h is whole, in the buffer body_dst named; head
+     * holds its first skip bytes (valid until on_placed returns). Takes
+     * on_frame's place for that frame. A conn that closes before the body
+     * is whole never calls it: dst then holds any part of the body.
+     */
+    void (*on_placed)(mc__conn_t *c, const mc__hdr_t *h, const char *head, size_t skip);
 } mc__conn_ops_t;
 
 /*

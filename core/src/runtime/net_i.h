@@ -42,9 +42,11 @@ struct mc__conn {
     size_t rcap, rlen, roff; /* rbuf may move only while no recv is in flight */
     unsigned small_rounds;   /* rounds that needed no more than RBUF_INIT */
 
-    char *sink;         /* a response's body received in place (hook's body_dst) */
-    size_t sink_got;    /* bytes of it received */
+    char *sink;         /* a body received in place: its bytes from sink_skip on */
+    size_t sink_got;    /* bytes of the body received (its first sink_skip included) */
+    size_t sink_skip;   /* a request's: its head's bytes, in sink_head */
     mc__hdr_t sink_hdr; /* its header (sink_hdr.len: the bytes it needs) */
+    char sink_head[MC__CONN_SINK_HEAD];
 
     struct wreq *wq_head, *wq_tail;
     size_t wq_bytes; /* queued and not yet sent */

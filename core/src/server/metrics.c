@@ -120,6 +120,9 @@ void mc__metrics_server(mc_metrics_t *mm, const mc__server_t *srv)
                       st.bytes_read);
     mc_metrics_sample(mm, "mooncake_server_segment_bytes_total", "direction=\"write\"",
                       st.bytes_written);
+    one(mm, "mooncake_server_segment_bytes_placed_total", "counter",
+        "Of the bytes written, those received from the socket straight into the segment.",
+        st.bytes_placed);
     one(mm, "mooncake_server_shm_maps_total", "counter", "Segment memfds handed out (SHM_MAP).",
         st.shm_maps);
 }

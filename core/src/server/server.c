@@ -25,7 +25,8 @@
  * there is a service, which answers it itself; without one PING is
  * answered here. A plane this server was not given answers -EOPNOTSUPP.
  * Requests are answered in the order they complete; here all complete at
- * once, as the service and segment copies do no I/O.
+ * once, as the service and segment copies do no I/O. A large WRITE's bytes
+ * are received straight into the segment (body_dst(), on_placed()).
  *
  * Until a connection has been through the handshake (HELLO without a
  * secret, AUTH with one: `greeted`) the net layer refuses bodies over
@@ -263,7 +264,33 @@ static void on_close(mc__conn_t *c, int err)
     free(sc);
 }
 
-static const mc__conn_ops_t conn_ops = {.on_frame = on_frame, .on_close = on_close};
+/* A large WRITE past the handshake is received straight into the segment
+ * (data_plane.h); every other frame goes to on_frame whole. */
+static char *body_dst(mc__conn_t *c, const mc__hdr_t *h, const char *head, size_t *skip)
+{
+    sconn_t *sc = mc__conn_data(c);
+    mc__server_t *srv = sc ? sc->srv : NULL;
+    if (!srv || !srv->o.seg_lookup || sc->stranger || sc->sess != S_OPEN)
+        return NULL;
+    return mc__data_plane_place(&srv->data, h, head, skip);
+}
+
+static void on_placed(mc__conn_t *c, const mc__hdr_t *h, const char *head, size_t skip)
+{
+    (void)head;
+    (void)skip;
+    sconn_t *sc = mc__conn_data(c);
+    mc__server_t *srv = sc ? sc->srv : NULL;
+    if (!srv)
+        return;
+    srv->st.requests++;
+    srv->st.op_requests[MC__OP_WRITE]++; /* the only request placed */
+    sc->last_ms = mc_loop_now_ms();
+    planed(sc, h, mc__data_plane_placed(&srv->data, sc->c, h));
+}
+
+static const mc__conn_ops_t conn_ops = {
+    .on_frame = on_frame, .on_close = on_close, .body_dst = body_dst, .on_placed = on_placed};
 
 /*
  * At the connection limit: closes the oldest connection not yet through its
@@ -464,6 +491,7 @@ void mc__server_stats(const mc__server_t *srv, mc__server_stats_t *st)
     *st = srv->st;
     st->bytes_read = srv->data.bytes_read;
     st->bytes_written = srv->data.bytes_written;
+    st->bytes_placed = srv->data.bytes_placed;
     st->shm_maps = srv->data.shm_maps;
     st->open_conns = srv->nconns;
     _Static_assert(sizeof(st->op_errors) == sizeof(srv->control.op_errors), "op_errors");
