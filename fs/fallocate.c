@@ -123,6 +123,19 @@ static void falloc_run(fs_waiter_t *w, int err)
     falloc_next(c);
 }
 
+/* The writes answered before they landed (write-behind) have: only now do
+ * the holes of the version in progress show where no byte was written (a
+ * write still waiting for its space looks like one, and zeros given to it
+ * would land on its bytes). Then with the writer open. */
+static void falloc_landed(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    if (err < 0)
+        return fs_ctx_fail(c, err);
+    c->wait.run = falloc_run;
+    fs_ws_need(c->in->ws, &c->wait);
+}
+
 /*
  * fallocate(2) on a handle open for writing, in the version in progress.
  * The default mode grows the file to the range's end (with a hole) and
@@ -153,8 +166,9 @@ void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t 
     c->off = off;
     c->st2.size = (uint64_t)off + (uint64_t)len; /* the range's end, until falloc_run() */
     c->size = (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) ? (size_t)len : 0;
-    c->wait.run = falloc_run;
-    fs_ws_need(fh->in->ws, &c->wait);
+    c->wait.run = falloc_landed;
+    c->wait.need_writer = 1;
+    fs_wb_wait(fh->in->ws, &c->wait);
 }
 
 /*

@@ -15,8 +15,10 @@
  * all of them landed, and one that fails fails the version (fs_ws_op_done()):
  * the next write, fsync or close of every descriptor writing the file
  * reports the error, and nothing of the version is published. Reads of the
- * version in progress and fsync wait for the writes behind (fs_wb_wait()),
- * so they see every byte written before them. A truncation or a later
+ * version in progress, lseek's SEEK_DATA/SEEK_HOLE, fallocate and fsync
+ * wait for the writes behind (fs_wb_wait()), so they see every byte written
+ * before them (to fallocate, a write still waiting for its space would look
+ * like a hole to fill with zeros). A truncation or a later
  * write need not wait: the writer's size covers a write from its start,
  * and the bytes of each node's writes land in the order they were sent.
  */

@@ -10,10 +10,12 @@ two nodes, the death of one of them."""
 import errno
 import os
 import subprocess
+import threading
 
 import pytest
 
-from harness import cli, cli_stats, wait_for
+from harness import cli, cli_stats, free_port, wait_for
+from test_metrics import scrape
 from test_space import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, fallocate
 
 MiB = 1 << 20
@@ -317,3 +319,37 @@ def test_replicated_sparse_file_outlives_its_nodes(cluster):
     wait_for(lambda: cli_stats(m.addr)["counters"]["nodes_expired"] == 2, "the node dropped")
     assert replicas() == 1
     check_sparse(mnt.p("s"), runs)
+
+
+def test_fallocate_after_a_write_answered_before_its_space_keeps_its_bytes(cluster):
+    """On a cluster mount a sequential write is answered before its bytes
+    land (write-behind), and here before the master even gave it space (it
+    is stopped). A fallocate of that range right after must not take the
+    range for a hole: zeros written into it would land on the write's
+    bytes. With the master stopped the FALLOCATE reaches the daemon first,
+    every time."""
+    master = cluster.master()
+    cluster.node(master, "64M")
+    port = free_port()
+    m = cluster.mount("--master", master.addr, "--segment-size", "0", "--metrics", str(port))
+    a, b = os.urandom(64 << 10), os.urandom(64 << 10)
+    fd = os.open(m.p("f"), os.O_RDWR | os.O_CREAT, 0o644)
+    os.write(fd, a)  # the writer's first reservation: 64 KiB
+    master.pause()
+    try:
+        os.write(fd, b)  # answered while its PUT_GROW waits for the master
+        calls = fallocs(port)
+        t = threading.Thread(target=fallocate, args=(fd, FALLOC_FL_KEEP_SIZE, 60000, 10000))
+        t.start()
+        wait_for(lambda: fallocs(port) > calls, what="the FALLOCATE to reach the daemon")
+    finally:
+        master.resume()
+    t.join(30)
+    os.close(fd)  # publishes
+    r = cli(master.addr, "get", "f")  # what the store holds, not this mount's page cache
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == a + b
+
+
+def fallocs(port):
+    return scrape(port).get(("mooncake_fuse_requests_total", 'opcode="FALLOCATE"'), 0)
