@@ -218,10 +218,5 @@ void fs_op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct f
     c->fh = fh;
     c->off = off;
     c->flags = whence == SEEK_HOLE;
-    c->wait.run = lseek_run;
-    c->wait.need_writer = 0;
-    if (fs_fh_follows(c->fs, fh) && fh->in->ws)
-        fs_wb_wait(fh->in->ws, &c->wait); /* after the writes behind, when idle */
-    else
-        lseek_run(&c->wait, 0);
+    fs_wb_settled(c, lseek_run);
 }

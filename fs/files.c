@@ -461,12 +461,7 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct f
     c->fh = fh;
     c->off = off;
     c->size = size;
-    c->wait.run = read_run;
-    c->wait.need_writer = 0;
-    if (fs_fh_follows(c->fs, fh) && fh->in->ws)
-        fs_wb_wait(fh->in->ws, &c->wait); /* after the writes behind, when idle */
-    else
-        read_run(&c->wait, 0);
+    fs_wb_settled(c, read_run);
 }
 
 static void write_done(void *arg, int rc)

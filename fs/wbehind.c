@@ -80,6 +80,16 @@ void fs_wb_wait(fs_wstate_t *ws, fs_waiter_t *w)
     ws->behind_wait = w;
 }
 
+void fs_wb_settled(fs_ctx_t *c, void (*run)(fs_waiter_t *w, int err))
+{
+    c->wait.run = run;
+    c->wait.need_writer = 0;
+    if (fs_fh_follows(c->fs, c->fh) && c->fh->in->ws)
+        fs_wb_wait(c->fh->in->ws, &c->wait);
+    else
+        run(&c->wait, 0);
+}
+
 int fs_stream_options(fs_t *fs, mc_store_opts_t *so, int cluster, const char *const opt[4])
 {
     static const char *const names[4] = {"--readahead", "--total-readahead", "--write-behind",

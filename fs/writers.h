@@ -132,6 +132,12 @@ int fs_wb_done(fs_ctx_t *c, int rc);
  * (fs_ws_when_idle()). New writes are not answered early while w waits. */
 void fs_wb_wait(fs_wstate_t *ws, fs_waiter_t *w);
 
+/* Runs request c (c->fh's) with run, now or later: once what a read through
+ * its handle sees has settled, when the handle follows its file's writer
+ * (fs_fh_follows()): after the writes behind, with the writer idle
+ * (fs_wb_wait()). Reads and lseek go through here. */
+void fs_wb_settled(fs_ctx_t *c, void (*run)(fs_waiter_t *w, int err));
+
 /* Sets the bounds of read-ahead (in so) and write-behind (in fs) from
  * opt[]: --readahead, --total-readahead, --write-behind and
  * --total-write-behind, each NULL for its default (write-behind: none on an
