@@ -1,6 +1,6 @@
 /*
  * writer_fixture.h - what the tests of a streaming writer in flight share
- * (test_writer_gaps.c, test_writer_faults.c): the three stores a writer
+ * (test_writer_gaps.c, test_writer_faults.c, test_writer_space.c): the three stores a writer
  * runs on (embedded; a pure client over TCP of an embedded store; a pure
  * client whose bytes go to a node of their own), batches of operations
  * waited for together, a segment left full of 0xaa, a writer opened there.
