@@ -673,12 +673,14 @@ MC_EXPORT void mc_writer_set_meta(mc_writer_t *w, const mc_meta_t *m);
 /*
  * Publishes the version (replacing the key's current one, or failing with
  * -EEXIST under MC_PUT_NOREPLACE), fills *st if not NULL, and frees the
- * writer whatever the result. A writer one of whose transfers failed
- * (mc_writer_write_async()) publishes nothing: the commit fails with that
- * error and the key keeps its current version.
+ * writer whatever the result. It waits for the writer's operations issued
+ * before it and publishes what they wrote. A writer one of whose transfers
+ * failed (mc_writer_write_async()) publishes nothing: the commit fails with
+ * that error and the key keeps its current version.
  */
 MC_EXPORT int mc_writer_commit_async(mc_writer_t *w, mc_stat_t *st, mc_done_cb cb, void *arg);
-/* Drops the writer and its space. */
+/* Drops the writer and its space, once its operations issued before this
+ * have ended (their callbacks still come); w is not to be used after. */
 MC_EXPORT void mc_writer_abort(mc_writer_t *w);
 
 /* ---- registered buffers (zero copy) ---- */
