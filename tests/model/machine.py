@@ -91,6 +91,10 @@ class Writer:
         self.discarded = False  # unlinked or renamed over through the mount
         self.failed = None  # the errno of a failed write
         self.failed_excused = False  # a fault in effect then allowed that error
+        # The store was full while it was open: a write of it answered before
+        # it landed (write-behind, on a cluster mount) may have failed with
+        # ENOSPC then, and the next write reports it, after the store emptied.
+        self.saw_full = False
 
     def __repr__(self):
         return f"writer({self.key}, {self.v!r})"
@@ -433,6 +437,7 @@ class StoreMachine(RuleBasedStateMachine):
     def write_some(self, wr, n):
         if wr.failed:
             return
+        wr.saw_full = wr.saw_full or self.full
         try:
             self.write_all(wr.fd, wr.data[wr.off:wr.off + n], wr.off)
             wr.off = min(len(wr.data), wr.off + n)
@@ -440,8 +445,11 @@ class StoreMachine(RuleBasedStateMachine):
             wr.failed = e.errno
             # The version failed now; its close reports the same error
             # later (SEMANTICS), when the store may no longer be full.
-            if wr.epoch == self.epoch:  # else any errno: a fault since open
-                self.allow_write_error(e.errno, f"{wr!r}: write of {n} bytes at {wr.off}", wr.key)
+            what = f"{wr!r}: write of {n} bytes at {wr.off}"
+            if e.errno == errno.ENOSPC and wr.saw_full:
+                self.m.note(wr.key, f"{what}: ENOSPC (the store was full while it was open)")
+            elif wr.epoch == self.epoch:  # else any errno: a fault since open
+                self.allow_write_error(e.errno, what, wr.key)
             wr.failed_excused = True
 
     @precondition(lambda self: self.writers)
@@ -559,6 +567,8 @@ class StoreMachine(RuleBasedStateMachine):
                     if e.errno != errno.ENOSPC and not (e.errno in NET_ERRNOS and self.degraded()):
                         raise ModelError(f"filling: {key}: {ename(e.errno)}")
                     self.full = True
+                    for wr in self.writers:
+                        wr.saw_full = True
                     self.m.note(key, f"filler write of {v!r}: {ename(e.errno)}")
                     self.fillers.append(key)  # created empty, the write failed
                     break
