@@ -199,7 +199,6 @@ typedef struct op {
     void (*cont)(struct op *o);     /* remote: what to do once the lease is renewed, or once
                                        what it waits for on its writer is done */
     void (*xdone)(void *o, int rc); /* remote: a writer's transfer's own callback (writer.c) */
-    int xwrite;                     /* remote: ... and whether it writes */
     uint64_t lo, hi;      /* remote: a writer's bytes to zero around a write that fills a hole */
     struct op *wnext;     /* remote: on one of its writer's lists of waiting ops; freed: on
                              s->op_pool */

@@ -63,7 +63,7 @@ static void w_xfer_done(void *arg, int rc)
 {
     op_t *o = arg;
     mc_writer_t *w = o->w;
-    if (rc < 0 && o->xwrite)
+    if (rc < 0 && o->kind != OP_W_READ) /* a read's only transfer reads */
         w->xfer_failed = 1;
     if (!--w->xfers) {
         w->xfer_hi = 0;
@@ -80,7 +80,6 @@ static void w_xfer(op_t *o, int write, uint64_t off, char *buf, uint64_t len,
 {
     mc_writer_t *w = o->w;
     o->xdone = done;
-    o->xwrite = write;
     w->xfers++;
     if (off + len > w->xfer_hi)
         w->xfer_hi = off + len;
