@@ -38,16 +38,6 @@
 static mc__seg_t seg_mem = {.fd = -1};
 static uint64_t seg_size;
 
-static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd)
-{
-    if (seg != SEG_LOCAL || !seg_mem.base)
-        return -ENOENT;
-    *base = seg_mem.base;
-    *size = seg_mem.size;
-    *fd = seg_mem.fd;
-    return 0;
-}
-
 static void on_signal(mc_poll_t *p, int revents)
 {
     struct signalfd_siginfo si;
@@ -148,6 +138,27 @@ struct master {
     mc_metrics_server_t *metrics;
     mc__ha_t *ha;
 };
+
+/* The master's own segment (SEG_LOCAL), for its data plane; arg is the
+ * struct master. */
+static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd,
+                      uint64_t *epoch)
+{
+    struct master *mp = arg;
+    if (seg != SEG_LOCAL || !seg_mem.base)
+        return -ENOENT;
+    *base = seg_mem.base;
+    *size = seg_mem.size;
+    *fd = seg_mem.fd;
+    *epoch = mc__svc_seg_epoch(mp->svc, seg);
+    return 0;
+}
+
+static uint64_t seg_enforced(void *arg, uint32_t seg, uint64_t epoch)
+{
+    struct master *mp = arg;
+    return mc__server_enforced(mp->srv, seg, epoch);
+}
 
 /*
  * Parses the command line into o (and the segment's size into seg_size).
@@ -385,6 +396,7 @@ static int serve(const struct options *o, const mc__addr_t *addr, struct master 
     mc__server_opts_t sro = {.svc = mp->svc,
                              .ha = mp->ha,
                              .seg_lookup = seg_lookup,
+                             .seg_arg = mp,
                              .secret = mp->secret,
                              .shm = !o->no_shm && seg_size,
                              .idle_timeout_ms = o->idle_ms,
@@ -396,6 +408,7 @@ static int serve(const struct options *o, const mc__addr_t *addr, struct master 
         return rc;
     }
     mc__svc_set_local_addr(mp->svc, mc__server_addr(mp->srv));
+    mc__svc_set_local_enforced(mp->svc, seg_enforced, mp);
     if (mp->ha && (rc = mc__ha_start(mp->ha, mc__server_addr(mp->srv))) < 0)
         return rc;
     if (mp->ha && seg_size)

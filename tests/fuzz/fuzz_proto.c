@@ -118,8 +118,8 @@ static int take_replicas(const char **p, size_t *n, int max)
     for (int i = 0; i < rc; i++) {
         CHECK(r[i].addr >= p0 && r[i].addr + r[i].addr_len <= *p);
         CHECK(r[i].rdma >= r[i].addr + r[i].addr_len && r[i].rdma + r[i].rdma_len <= *p);
-        mc__pack_replica(&w, r[i].seg, r[i].addr, r[i].addr_len, r[i].rdma, r[i].rdma_len,
-                         r[i].next);
+        mc__pack_replica(&w, r[i].seg, r[i].epoch, r[i].addr, r[i].addr_len, r[i].rdma,
+                         r[i].rdma_len, r[i].next);
         uint64_t total = 0;
         for (uint32_t e = 0; e < r[i].next; e++) {
             uint64_t off, len;

@@ -50,12 +50,12 @@ static void setup(void)
     now = 1000000;
     if (mc__master_new(&m, &mo) < 0 || mc__svc_new(&svc, m, &so) < 0)
         abort();
-    call(1, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)11, 0u, "127.0.0.1:1", 11u, (uint64_t)1 << 20,
-         "", 0u, 0u);
-    call(1, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)12, 0u, "127.0.0.1:2", 11u, (uint64_t)1 << 20,
-         "MCRR", 4u, 0u);
-    call(1, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)13, 0u, "127.0.0.1:3", 11u, (uint64_t)1 << 20,
-         "", 0u, 0u);
+    call(1, MC__OP_MOUNT_SEGMENT, "qusqsuq", (uint64_t)11, 0u, "127.0.0.1:1", 11u,
+         (uint64_t)1 << 20, "", 0u, 0u, (uint64_t)0);
+    call(1, MC__OP_MOUNT_SEGMENT, "qusqsuq", (uint64_t)12, 0u, "127.0.0.1:2", 11u,
+         (uint64_t)1 << 20, "MCRR", 4u, 0u, (uint64_t)0);
+    call(1, MC__OP_MOUNT_SEGMENT, "qusqsuq", (uint64_t)13, 0u, "127.0.0.1:3", 11u,
+         (uint64_t)1 << 20, "", 0u, 0u, (uint64_t)0);
     const char *keys[] = {"a", "a/b", "a/c/", "d/e/f", "z"};
     for (int i = 0; i < 5; i++) { /* put ids are handed out from 1 */
         call(1, MC__OP_PUT_START, "kquuuuqisuuuq", keys[i], (uint32_t)strlen(keys[i]),

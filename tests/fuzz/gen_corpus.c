@@ -109,9 +109,10 @@ static const mc_stat_t st = {.size = 1048576,
 static void replicas(mc__wbuf_t *w)
 {
     mc__pack(w, "u", 2u);
-    mc__pack(w, "ussu", 3u, S("10.0.0.2:7100"), S("MCRR opaque: 10.0.0.2:4791"), 2u);
+    mc__pack(w, "uqssu", 3u, (uint64_t)1796050401994252ull, S("10.0.0.2:7100"),
+             S("MCRR opaque: 10.0.0.2:4791"), 2u);
     mc__pack(w, "qqqq", (uint64_t)0, (uint64_t)524288, (uint64_t)1048576, (uint64_t)524288);
-    mc__pack(w, "ussu", 7u, S("shm:node-7"), S(""), 1u);
+    mc__pack(w, "uqssu", 7u, (uint64_t)9, S("shm:node-7"), S(""), 1u);
     mc__pack(w, "qq", (uint64_t)4096, (uint64_t)1048576);
 }
 
@@ -138,12 +139,15 @@ int main(int argc, char **argv)
     seed("auth-err", MC__OP_AUTH, 1, -EACCES, &b, 0);
     mc__pack(&b, "q", (uint64_t)1700000000123ull);
     seed("ping-resp", MC__OP_PING, 1, 0, &b, 0);
-    mc__pack(&b, "qusqsu", (uint64_t)0x1122334455667788ull, 0u, S("127.0.0.1:7100"),
-             (uint64_t)1 << 30, S("MCRR opaque: 127.0.0.1:4791"), (unsigned)MC__MOUNT_REPORT);
+    mc__pack(&b, "qusqsuq", (uint64_t)0x1122334455667788ull, 0u, S("127.0.0.1:7100"),
+             (uint64_t)1 << 30, S("MCRR opaque: 127.0.0.1:4791"), (unsigned)MC__MOUNT_REPORT,
+             (uint64_t)1796050401994252ull);
     seed("mount_segment-req", MC__OP_MOUNT_SEGMENT, 0, 0, &b, 0);
-    mc__pack(&b, "uq", 3u, (uint64_t)0x1234567890abcdefull);
+    mc__pack(&b, "uqq", 3u, (uint64_t)0x1234567890abcdefull, (uint64_t)1796050401994253ull);
     seed("mount_segment-resp", MC__OP_MOUNT_SEGMENT, 1, 0, &b, 0);
-    mc__pack(&b, "u", (unsigned)MC__HB_REMOUNT);
+    mc__pack(&b, "quq", (uint64_t)0x1122334455667788ull, 3u, (uint64_t)1796050401994252ull);
+    seed("heartbeat-req", MC__OP_HEARTBEAT, 0, 0, &b, 0);
+    mc__pack(&b, "uq", (unsigned)MC__HB_REMOUNT, (uint64_t)0);
     seed("heartbeat-resp", MC__OP_HEARTBEAT, 1, 0, &b, 0);
     {
         static const char xattr[] = {4, 'u', 's', 'e', 'r', 2, 0, 0, 0, 'h', 'i'};
@@ -181,14 +185,14 @@ int main(int argc, char **argv)
         free(rec.p);
         free(note.p);
     }
-    mc__pack(&b, "u", (unsigned)MC__HB_REPAIR);
+    mc__pack(&b, "uq", (unsigned)MC__HB_REPAIR, (uint64_t)1796050401994253ull);
     seed("heartbeat-repair-resp", MC__OP_HEARTBEAT, 1, 0, &b, 0);
     mc__pack(&b, "q", (uint64_t)0x1122334455667788ull);
     seed("repair_take-req", MC__OP_REPAIR_TAKE, 0, 0, &b, 0);
     { /* one task: id, limit, bytes, the target (one replica), the sources */
         mc__wbuf_t t = {0};
         mc__pack(&t, "qqqu", (uint64_t)7, (uint64_t)10000, (uint64_t)1000000, 1u);
-        mc__pack(&t, "ussuqq", 4u, S(""), S(""), 1u, (uint64_t)0, (uint64_t)1000000);
+        mc__pack(&t, "uqssuqq", 4u, (uint64_t)5, S(""), S(""), 1u, (uint64_t)0, (uint64_t)1000000);
         replicas(&t);
         mc__pack(&b, "s", t.p, (uint32_t)t.len);
         free(t.p);
@@ -252,8 +256,12 @@ int main(int argc, char **argv)
     seed("statfs-resp", MC__OP_STATFS, 1, 0, &b, 0);
     mc__pack(&b, "uqu", 3u, (uint64_t)524288, 4096u);
     seed("read-req", MC__OP_READ, 0, 0, &b, 0);
-    mc__pack(&b, "uq*", 3u, (uint64_t)0, S("hello, segment"));
+    mc__pack(&b, "uqq*", 3u, (uint64_t)1796050401994252ull, (uint64_t)0, S("hello, segment"));
     seed("write-req", MC__OP_WRITE, 0, 0, &b, 1);
+    mc__pack(&b, "qu", (uint64_t)42, 3u);
+    seed("put_epoch-req", MC__OP_PUT_EPOCH, 0, 0, &b, 0);
+    mc__pack(&b, "q", (uint64_t)1796050401994253ull);
+    seed("put_epoch-resp", MC__OP_PUT_EPOCH, 1, 0, &b, 0);
     seed("stat-err", MC__OP_STAT, 1, -ENOENT, &b, 0);
 
     /* The target's extra format, one past the table: "bhuqisk*". */

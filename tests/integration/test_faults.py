@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import cli, wait_for
+from harness import cli, cli_stats, wait_for
 from wire import HDR, frame, recv_exact
 
 MiB = 1 << 20
@@ -139,7 +139,7 @@ def test_mount_segment_with_huge_id_does_not_lock_out_nodes(cluster, seg_id):
     s = socket.create_connection((host, int(port)))
     s.settimeout(10)
     body = struct.pack("<QI", 77, seg_id) + k_field(b"127.0.0.1:9") + struct.pack("<Q", 1 << 20) \
-        + k_field(b"") + struct.pack("<I", 0)
+        + k_field(b"") + struct.pack("<IQ", 0, 0)
     s.sendall(frame(OP_MOUNT_SEGMENT, body))
     responses(s, 1)  # refused or accepted: either way the next nodes join
     nodes = [cluster.node(m) for _ in range(2)]
@@ -199,3 +199,46 @@ def test_writer_across_a_master_restart_cannot_publish_or_corrupt(cluster, make_
         assert cli(m2.addr, "get", k).stdout == v, k
     r = cli(m2.addr, "get", "old")
     assert r.returncode != 0 or r.stdout == b"", r.stdout[:64]
+
+
+def late_bytes_spoil_nothing(m, mnt, least):
+    """Puts hard-pinned objects of 1 MiB (none is evicted) until the store
+    is full, at least `least` of them; waits until mnt's late bytes
+    (MC_FAULT_XFER's copy) came, and checks that every object kept its
+    bytes."""
+    victims = {}
+    for i in range(64):
+        v = bytes([0x41 + i % 26]) * MiB
+        if cli(m.addr, "--pin", "hard", "put", f"v{i}", input=v).returncode != 0:
+            break
+        victims[f"v{i}"] = v
+    assert len(victims) >= least, cli_stats(m.addr)
+    assert "late copy" not in mnt.read_log(), "the late bytes came before the victims: no test"
+    wait_for(lambda: "late copy" in mnt.read_log(), "the late bytes to reach the node", timeout=30)
+    for k, v in victims.items():
+        got = cli(m.addr, "get", k).stdout
+        assert got == v, f"{k} was overwritten by the late write ({got[:8]!r})"
+
+
+def test_a_write_landing_after_its_lease_spoils_no_other_object(cluster, make_mount):
+    """A write's bytes that reach a node after the writer gave up on them
+    and after its write lease ran out (a network that held them; here the
+    client's fault injection point sends a copy 8 s late) must not land in
+    space the master handed to another object meanwhile. The master takes
+    the space back once the lease is over; the node must refuse the late
+    bytes (the segment's epoch moved on before the space was reused)."""
+    m = cluster.master("--put-ttl-ms", "1000")  # the write lease: 1 s
+    cluster.node(m, "8M", "--no-shm")
+    env = dict(os.environ, MC_FAULT_XFER="off=0,err=5,delay=8000")
+    mnt = make_mount("--master", m.addr, "--segment-size", "0", "--no-shm", "--cache-timeout", "0",
+                     env=env, expect_log=r"MC_FAULT_XFER|publishing|Input/output error")
+    with pytest.raises(OSError) as e:
+        with open(mnt.p("late"), "wb") as f:
+            f.write(b"L" * MiB)
+    assert e.value.errno == errno.EIO, e.value
+    # The failed write's space comes back once its lease is over...
+    wait_for(lambda: cli_stats(m.addr)["used_bytes"] == 0, "the failed write's space to come back")
+    # ... and other objects take all of it (pinned: none is evicted).
+    late_bytes_spoil_nothing(m, mnt, 4)
+    assert "the late copy reached the node: Stale file handle" in mnt.read_log()
+

@@ -173,7 +173,8 @@ def test_idle_connections_do_not_lock_out_clients(cluster):
 
 
 def get_replica(addr, key):
-    """GET_REPLICAS over a raw socket: (segment id, data address, first extent)."""
+    """GET_REPLICAS over a raw socket: (segment id and its epoch, data
+    address, first extent)."""
     s = connect(addr)
     hello(s)
     status, body = call(s, OP_GET_REPLICAS, s_field(key))
@@ -182,15 +183,15 @@ def get_replica(addr, key):
     p = 8 + 92  # lease, stat
     (count,) = struct.unpack_from("<I", body, p)
     assert count >= 1
-    seg, alen = struct.unpack_from("<II", body, p + 4)
-    p += 12
+    seg, epoch, alen = struct.unpack_from("<IQI", body, p + 4)
+    p += 20
     data_addr = body[p:p + alen].decode()
     p += alen
     (rlen,) = struct.unpack_from("<I", body, p)
     p += 4 + rlen
     nxt, off, length = struct.unpack_from("<IQQ", body, p)
     assert nxt >= 1
-    return seg, data_addr, off, length
+    return (seg, epoch), data_addr, off, length
 
 
 def test_node_refuses_payload_over_the_chunk_size(cluster):
@@ -204,12 +205,12 @@ def test_node_refuses_payload_over_the_chunk_size(cluster):
     seg, data_addr, off, _ = get_replica(m.addr, b"obj")
     s = connect(data_addr)
     hello(s)
-    status, _ = call(s, OP_WRITE, struct.pack("<IQ", seg, off) + b"\0" * (CHUNK + 1), req_id=2)
+    status, _ = call(s, OP_WRITE, struct.pack("<IQQ", *seg, off) + b"\0" * (CHUNK + 1), req_id=2)
     assert status == -errno.EMSGSIZE
-    status, _ = call(s, OP_READ, struct.pack("<IQI", seg, off, CHUNK + 1), req_id=3)
+    status, _ = call(s, OP_READ, struct.pack("<IQI", seg[0], off, CHUNK + 1), req_id=3)
     assert status == -errno.EMSGSIZE
     # At the limit, both work, and the connection stays open throughout.
-    status, got = call(s, OP_READ, struct.pack("<IQI", seg, off, CHUNK), req_id=4)
+    status, got = call(s, OP_READ, struct.pack("<IQI", seg[0], off, CHUNK), req_id=4)
     assert status == 0 and len(got) == CHUNK
     s.close()
     assert cli(m.addr, "get", "obj").stdout == data

@@ -57,7 +57,8 @@ typedef struct fields {
     X("huss", H(0), U(1), S(2), S(3))                                                              \
     X("s", S(0))                                                                                   \
     X("q", Q(0))                                                                                   \
-    X("qusqsu", Q(0), U(1), S(2), Q(3), S(4), U(5))                                                \
+    X("qusqsuq", Q(0), U(1), S(2), Q(3), S(4), U(5), Q(6))                                         \
+    X("uqq", U(0), Q(1), Q(2))                                                                     \
     X("uq", U(0), Q(1))                                                                            \
     X("quq", Q(0), U(1), Q(2))                                                                     \
     X("quu*", Q(0), U(1), U(2), S(3))                                                              \
@@ -81,7 +82,7 @@ typedef struct fields {
     X("qqqq", Q(0), Q(1), Q(2), Q(3))                                                              \
     X("qqi", Q(0), Q(1), I(2))                                                                     \
     X("uqu", U(0), Q(1), U(2))                                                                     \
-    X("uq*", U(0), Q(1), S(2))                                                                     \
+    X("uqq*", U(0), Q(1), Q(2), S(3))                                                              \
     X("kus*", S(0), U(1), S(2), S(3))                                                              \
     X("uuiiiqs", U(0), U(1), I(2), I(3), I(4), Q(5), S(6))                                         \
     X("bhuqisk*", B(0), H(1), U(2), Q(3), I(4), S(5), S(6), S(7))

@@ -29,10 +29,19 @@
 #define T0 1000000
 #define MiB (1ULL << 20)
 
+/* A node of the fixture: its segment and the epoch it enforces there. */
+typedef struct fnode {
+    uint64_t id;
+    uint32_t seg;
+    uint64_t epoch;
+} fnode_t;
+
 typedef struct fixture {
     mc__master_t *m;
     mc__svc_t *svc;
     mc__wbuf_t resp;
+    fnode_t nodes[16];
+    int nnodes;
 } fixture_t;
 
 static int setup(void **state)
@@ -67,13 +76,40 @@ static uint32_t mount_rdma(fixture_t *f, uint64_t node, uint32_t seg, uint64_t s
                            const char *rdma)
 {
     const char *addr = "127.0.0.1:7000";
-    assert_int_equal(call(f, 1, now, MC__OP_MOUNT_SEGMENT, "qusqsu", node, seg, addr,
-                          (uint32_t)strlen(addr), size, rdma, (uint32_t)strlen(rdma), 0u),
+    assert_int_equal(call(f, 1, now, MC__OP_MOUNT_SEGMENT, "qusqsuq", node, seg, addr,
+                          (uint32_t)strlen(addr), size, rdma, (uint32_t)strlen(rdma), 0u,
+                          (uint64_t)0),
                      0);
     uint32_t got;
-    uint64_t run;
-    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "uq", &got, &run), 0);
+    uint64_t run, epoch;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "uqq", &got, &run, &epoch), 0);
+    assert_true(epoch > 0); /* the node's was 0: the master's is past it */
+    int i = 0;
+    while (i < f->nnodes && f->nodes[i].id != node)
+        i++;
+    assert_true(i < 16);
+    f->nnodes += i == f->nnodes;
+    f->nodes[i] = (fnode_t){node, got, epoch};
     return got;
+}
+
+/* Node's heartbeat at now, as a node sends it: its segment and the epoch
+ * it enforces, which it raises to the master's answer at once (and says
+ * so at its next beat). Returns the status; the answer is in f->resp. */
+static int beat(fixture_t *f, uint64_t node, uint64_t now)
+{
+    fnode_t *n = NULL;
+    for (int i = 0; i < f->nnodes; i++)
+        if (f->nodes[i].id == node)
+            n = &f->nodes[i];
+    int rc =
+        call(f, 0, now, MC__OP_HEARTBEAT, "quq", node, n ? n->seg : 0u, n ? n->epoch : (uint64_t)0);
+    uint32_t flags;
+    uint64_t want;
+    if (rc == 0 && n && mc__unpack(f->resp.p, f->resp.len, "uq", &flags, &want) == 0 &&
+        want > n->epoch)
+        n->epoch = want;
+    return rc;
 }
 
 static uint32_t mount(fixture_t *f, uint64_t node, uint64_t size, uint64_t now)

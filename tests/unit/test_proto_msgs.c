@@ -96,8 +96,9 @@ static void pack_replicas(mc__wbuf_t *w, const rep_t *r, uint32_t count)
 {
     mc__pack(w, "u", (unsigned)count);
     for (uint32_t i = 0; i < count; i++) {
-        mc__pack(w, "ussu", (unsigned)r[i].seg, r[i].addr, (uint32_t)strlen(r[i].addr), r[i].rdma,
-                 (uint32_t)strlen(r[i].rdma), (unsigned)r[i].next);
+        mc__pack(w, "uqssu", (unsigned)r[i].seg, (uint64_t)r[i].seg * 3 + 1, r[i].addr,
+                 (uint32_t)strlen(r[i].addr), r[i].rdma, (uint32_t)strlen(r[i].rdma),
+                 (unsigned)r[i].next);
         for (uint32_t e = 0; e < r[i].next; e++)
             mc__pack(w, "qq", r[i].off[e], r[i].len[e]);
     }
@@ -137,6 +138,7 @@ static void check_replicas(uint32_t count)
     assert_ptr_equal(p, body + w.len - 8);
     for (uint32_t i = 0; i < count; i++) {
         assert_int_equal(got[i].seg, r[i].seg);
+        assert_int_equal(got[i].epoch, (uint64_t)r[i].seg * 3 + 1);
         assert_int_equal(got[i].addr_len, strlen(r[i].addr));
         assert_memory_equal(got[i].addr, r[i].addr, got[i].addr_len);
         assert_int_equal(got[i].rdma_len, strlen(r[i].rdma));
@@ -218,8 +220,8 @@ static void test_replicas_lying_counts(void **state)
     const uint32_t nexts[] = {0x10000000u, 0xffffffffu, 2u};
     for (size_t i = 0; i < sizeof(nexts) / sizeof(nexts[0]); i++) {
         memset(&w, 0, sizeof(w));
-        mc__pack(&w, "uussuqq", 1u, 5u, "a", (uint32_t)1, "", (uint32_t)0, (unsigned)nexts[i],
-                 (uint64_t)0, (uint64_t)1);
+        mc__pack(&w, "uuqssuqq", 1u, 5u, (uint64_t)1, "a", (uint32_t)1, "", (uint32_t)0,
+                 (unsigned)nexts[i], (uint64_t)0, (uint64_t)1);
         char *body = dup_bytes(w.p, w.len);
         p = body;
         n = w.len;
@@ -230,7 +232,7 @@ static void test_replicas_lying_counts(void **state)
 
     /* An address longer than what is left. */
     memset(&w, 0, sizeof(w));
-    mc__pack(&w, "uuuuu", 1u, 5u, 0x7fffffffu, 0u, 0u);
+    mc__pack(&w, "uuquuu", 1u, 5u, (uint64_t)1, 0x7fffffffu, 0u, 0u);
     p = w.p;
     n = w.len;
     assert_int_equal(mc__take_replicas(&p, &n, got, 4), -EBADMSG);
@@ -238,7 +240,7 @@ static void test_replicas_lying_counts(void **state)
 
     /* An RDMA record longer than what is left. */
     memset(&w, 0, sizeof(w));
-    mc__pack(&w, "uusuu", 1u, 5u, "a", (uint32_t)1, 0x7fffffffu, 0u);
+    mc__pack(&w, "uuqsuu", 1u, 5u, (uint64_t)1, "a", (uint32_t)1, 0x7fffffffu, 0u);
     p = w.p;
     n = w.len;
     assert_int_equal(mc__take_replicas(&p, &n, got, 4), -EBADMSG);
@@ -264,8 +266,8 @@ static void test_replicas_extent_overflow(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         mc__wbuf_t w = {0};
-        mc__pack(&w, "uussuqqqq", 1u, 1u, "", (uint32_t)0, "", (uint32_t)0, 2u, cases[i].off1,
-                 cases[i].len1, cases[i].off2, cases[i].len2);
+        mc__pack(&w, "uuqssuqqqq", 1u, 1u, (uint64_t)1, "", (uint32_t)0, "", (uint32_t)0, 2u,
+                 cases[i].off1, cases[i].len1, cases[i].off2, cases[i].len2);
         const char *p = w.p;
         size_t n = w.len;
         int rc = mc__take_replicas(&p, &n, got, 1);
@@ -502,15 +504,15 @@ static void test_put_requests_typed(void **state)
 }
 
 /* A replica's head and extents written by their own encoders are the
- * bytes "u" + "ussu" + "qq"... would be, and decode back. */
+ * bytes "u" + "uqssu" + "qq"... would be, and decode back. */
 static void test_replica_encoder(void **state)
 {
     (void)state;
     mc__wbuf_t a = {0}, b = {0};
-    mc__pack(&a, "uussuqqqq", 1u, 9u, "h:1", 3u, "rd", 2u, 2u, (uint64_t)4096, (uint64_t)100,
-             (uint64_t)8192, (uint64_t)24);
+    mc__pack(&a, "uuqssuqqqq", 1u, 9u, (uint64_t)77, "h:1", 3u, "rd", 2u, 2u, (uint64_t)4096,
+             (uint64_t)100, (uint64_t)8192, (uint64_t)24);
     mc__pack(&b, "u", 1u);
-    assert_int_equal(mc__pack_replica(&b, 9, "h:1", 3, "rd", 2, 2), 0);
+    assert_int_equal(mc__pack_replica(&b, 9, 77, "h:1", 3, "rd", 2, 2), 0);
     assert_int_equal(mc__pack_extent(&b, 4096, 100), 0);
     assert_int_equal(mc__pack_extent(&b, 8192, 24), 0);
     assert_same_wbuf(&a, &b);
@@ -519,6 +521,7 @@ static void test_replica_encoder(void **state)
     mc__wire_replica_t r;
     assert_int_equal(mc__take_replicas(&p, &n, &r, 1), 1);
     assert_int_equal(n, 0);
+    assert_int_equal(r.epoch, 77);
     uint64_t off, len;
     mc__wire_extent(&r, 1, &off, &len);
     assert_int_equal(off, 8192);

@@ -32,10 +32,10 @@ static void test_owner_gone_revokes_and_closes(void **state)
      * writer's lease (10 s from its last touch) to run out: the writer may
      * still be sending bytes into it. */
     assert_int_equal(used(f), 3 * MiB);
-    assert_int_equal(call(f, 0, T0 + 9999, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    assert_int_equal(beat(f, (uint64_t)11, T0 + 9999), 0);
     mc__svc_tick(f->svc, T0 + 9999);
     assert_int_equal(used(f), 3 * MiB);
-    assert_int_equal(call(f, 0, T0 + 10000, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    assert_int_equal(beat(f, (uint64_t)11, T0 + 10000), 0);
     mc__svc_tick(f->svc, T0 + 10000);
     assert_int_equal(used(f), MiB);
 }
@@ -103,8 +103,8 @@ static void test_remounted_segment_is_held_for_a_lease(void **state)
     /* A fresh node's segment is usable at once. */
     mount(f, 12, 16 * MiB, T0 + 6000);
     put_start(f, 5, "k", 100, 1, T0 + 6000);
-    call(f, 0, T0 + 15000, MC__OP_HEARTBEAT, "q", (uint64_t)11);
-    call(f, 0, T0 + 15000, MC__OP_HEARTBEAT, "q", (uint64_t)12);
+    beat(f, (uint64_t)11, T0 + 15000);
+    beat(f, (uint64_t)12, T0 + 15000);
     put_start(f, 5, "k2", 100, 2, T0 + 15000);
 }
 
@@ -113,8 +113,8 @@ static void test_segment_ids_do_not_wrap(void **state)
 {
     fixture_t *f = *state;
     const char *addr = "127.0.0.1:7000";
-    assert_int_equal(call(f, 1, T0, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)9, UINT32_MAX, addr,
-                          (uint32_t)strlen(addr), 16 * MiB, "", 0, 0u),
+    assert_int_equal(call(f, 1, T0, MC__OP_MOUNT_SEGMENT, "qusqsuq", (uint64_t)9, UINT32_MAX, addr,
+                          (uint32_t)strlen(addr), 16 * MiB, "", 0, 0u, (uint64_t)0),
                      -EINVAL);
     assert_int_equal(mount_rdma(f, 9, UINT32_MAX - 1, 16 * MiB, T0, ""), UINT32_MAX - 1);
     uint32_t a = mount(f, 10, 16 * MiB, T0);
@@ -151,9 +151,9 @@ static void test_node_expiry_and_remount(void **state)
     put(f, 5, "one", MiB, 1, T0);
 
     /* Node 12 keeps beating, node 11 falls silent past the TTL. */
-    assert_int_equal(call(f, 0, T0 + 2000, MC__OP_HEARTBEAT, "q", (uint64_t)12), 0);
+    assert_int_equal(beat(f, (uint64_t)12, T0 + 2000), 0);
     uint32_t flags;
-    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u*", &flags, NULL, NULL), 0);
     assert_int_equal(flags & ~(uint32_t)MC__HB_RECORDS, 0);
     assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1);
     mc__svc_stats_t st;
@@ -167,8 +167,8 @@ static void test_node_expiry_and_remount(void **state)
     assert_int_equal(st.objects_lost, one == 0 ? 0 : 1);
 
     /* The dead node comes back: its heartbeat asks it to mount again. */
-    assert_int_equal(call(f, 0, T0 + 5000, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
-    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
+    assert_int_equal(beat(f, (uint64_t)11, T0 + 5000), 0);
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u*", &flags, NULL, NULL), 0);
     assert_int_equal(flags, MC__HB_REMOUNT);
     mount(f, 11, 16 * MiB, T0 + 5000);
     mc__svc_stats(f->svc, &st);
@@ -210,13 +210,19 @@ static void test_stale_put_expires(void **state)
     fixture_t *f = *state;
     mount(f, 11, 16 * MiB, T0);
     put_start(f, 5, "slow", MiB, 1, T0);
-    assert_int_equal(call(f, 0, T0 + 2000, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
+    assert_int_equal(beat(f, (uint64_t)11, T0 + 2000), 0);
     mc__svc_tick(f->svc, T0 + 2000);
     assert_int_equal(used(f), MiB);
+    /* Idle past the put TTL (10 s) at T0 + 11000: revoked, and its space
+     * goes once the node enforces the epoch raised for it (its beat at
+     * T0 + 12000 learns it, the next one says so). */
     for (uint64_t t = T0 + 3000; t <= T0 + 12000; t += 1000) {
-        call(f, 0, t, MC__OP_HEARTBEAT, "q", (uint64_t)11);
+        beat(f, (uint64_t)11, t);
         mc__svc_tick(f->svc, t);
     }
+    assert_int_equal(used(f), MiB);
+    beat(f, (uint64_t)11, T0 + 13000);
+    mc__svc_tick(f->svc, T0 + 13000);
     assert_int_equal(used(f), 0);
 }
 
@@ -244,8 +250,8 @@ static int replica_segs(fixture_t *f, const char *key, uint64_t now, uint32_t *s
 static uint32_t hb_flags(fixture_t *f, uint64_t node, uint64_t now)
 {
     uint32_t flags;
-    assert_int_equal(call(f, 0, now, MC__OP_HEARTBEAT, "q", node), 0);
-    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
+    assert_int_equal(beat(f, node, now), 0);
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u*", &flags, NULL, NULL), 0);
     return flags & ~(uint32_t)MC__HB_RECORDS; /* notices: test_records_* */
 }
 
@@ -517,8 +523,8 @@ static void test_records_reach_nodes_and_rebuild_a_new_master(void **state)
     put(f, 1, "a/k", 1000, 1, T0);
     put(f, 1, "gone", 10, 1, T0);
     uint32_t flags;
-    assert_int_equal(call(f, 0, T0 + 1, MC__OP_HEARTBEAT, "q", (uint64_t)11), 0);
-    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u", &flags), 0);
+    assert_int_equal(beat(f, (uint64_t)11, T0 + 1), 0);
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u*", &flags, NULL, NULL), 0);
     assert_int_equal(flags, MC__HB_RECORDS);
     int kind[8], n;
     uint64_t id[8];
@@ -546,17 +552,22 @@ static void test_records_reach_nodes_and_rebuild_a_new_master(void **state)
                      -ENOENT); /* another node's segment */
 
     /* A new master: the node mounts with its records, the segment is held
-     * until the report ends, and the object is back. */
+     * until the report ends, and the object is back. The epoch it gets is
+     * past the one it enforced at the old master, whose writes in progress
+     * carry that one or lower. */
     fixture_t *g = NULL;
     setup((void **)&g);
     const char *addr = "127.0.0.1:7000";
-    assert_int_equal(call(g, 1, T0, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)11, seg, addr,
-                          (uint32_t)strlen(addr), 16 * MiB, "", 0u, (uint32_t)MC__MOUNT_REPORT),
+    uint64_t old_epoch = 1796050401994252ull;
+    assert_int_equal(call(g, 1, T0, MC__OP_MOUNT_SEGMENT, "qusqsuq", (uint64_t)11, seg, addr,
+                          (uint32_t)strlen(addr), 16 * MiB, "", 0u, (uint32_t)MC__MOUNT_REPORT,
+                          old_epoch),
                      0);
     uint32_t seg2;
-    uint64_t run;
-    assert_int_equal(mc__unpack(g->resp.p, g->resp.len, "uq", &seg2, &run), 0);
+    uint64_t run, epoch;
+    assert_int_equal(mc__unpack(g->resp.p, g->resp.len, "uqq", &seg2, &run, &epoch), 0);
     assert_int_equal(seg2, seg);
+    assert_true(epoch > old_epoch);
     assert_int_equal(call(g, 1, T0 + 20000, MC__OP_PUT_START, "kquuuuqisuuuq", "x", 1u,
                           (uint64_t)10, 0u, 0644u, 1u, 0u, (uint64_t)0, (int64_t)0, "", 0u, 0u, 0u,
                           0u, (uint64_t)0),

@@ -68,8 +68,9 @@ static int setup(void **state)
     for (int i = 0; i < 3; i++) {
         char addr[32];
         snprintf(addr, sizeof(addr), "127.0.0.1:%d", 7011 + i);
-        assert_int_equal(call(f, T0, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)(11 + i), 0u, addr,
-                              (uint32_t)strlen(addr), (uint64_t)(16 << 20), "", 0u, 0u),
+        assert_int_equal(call(f, T0, MC__OP_MOUNT_SEGMENT, "qusqsuq", (uint64_t)(11 + i), 0u, addr,
+                              (uint32_t)strlen(addr), (uint64_t)(16 << 20), "", 0u, 0u,
+                              (uint64_t)0),
                          0);
         assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "u*", &f->seg[i], NULL, NULL), 0);
         assert_int_equal(f->seg[i], (uint32_t)(i + 1));
@@ -361,8 +362,8 @@ static void test_no_copy_into_a_held_segment(void **state)
     const char *addr = "127.0.0.1:7013";
     uint64_t id;
     assert_int_equal(call(f, T0, MC__OP_UNMOUNT_SEGMENT, "qu", (uint64_t)13, 3u), 0);
-    assert_int_equal(call(f, T0, MC__OP_MOUNT_SEGMENT, "qusqsu", (uint64_t)13, 3u, addr,
-                          (uint32_t)strlen(addr), (uint64_t)(16 << 20), "", 0u, 0u),
+    assert_int_equal(call(f, T0, MC__OP_MOUNT_SEGMENT, "qusqsuq", (uint64_t)13, 3u, addr,
+                          (uint32_t)strlen(addr), (uint64_t)(16 << 20), "", 0u, 0u, (uint64_t)0),
                      0);
     assert_int_equal(create(f, "k", MC_TASK_COPY, "", addr, NULL, &id), 0);
     int64_t err;

@@ -17,7 +17,8 @@
 
 /* ---- the node role, and opening ---- */
 
-static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd)
+static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd,
+                      uint64_t *epoch)
 {
     mc_store_t *s = arg;
     if (!s->rm || seg != s->rm->seg_id || !s->seg)
@@ -25,7 +26,19 @@ static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int 
     *base = s->seg;
     *size = s->seg_size;
     *fd = s->seg_fd;
+    *epoch = s->rm->epoch;
     return 0;
+}
+
+/* Raises our segment's epoch to the master's (wire/proto.h, "Segment
+ * epochs"): WRITEs of an older one are refused from now on. */
+static void epoch_raise(struct mc__remote *rm, uint64_t epoch)
+{
+    if (epoch <= rm->epoch)
+        return;
+    mc__log(MC__LOG_DEBUG, "segment %u: epoch %llu (writes of an older one are refused)",
+            rm->seg_id, (unsigned long long)epoch);
+    rm->epoch = epoch;
 }
 
 static void opened(struct mc__remote *rm, int rc)
@@ -193,9 +206,9 @@ static void mounted(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
     uint32_t seg;
-    uint64_t run = 0;
+    uint64_t run = 0, epoch = 0;
     rm->mounting = 0;
-    if (status >= 0 && mc__unpack(body, len, "uq", &seg, &run) < 0)
+    if (status >= 0 && mc__unpack(body, len, "uqq", &seg, &run, &epoch) < 0)
         status = -EIO;
     if (status == -EEXIST && rm->seg_id) {
         /* A master that restarted gave our old id to another node: take a
@@ -215,6 +228,7 @@ static void mounted(void *arg, int status, const char *body, size_t len)
     rm->seg_id = seg;
     rm->own_seg = 1;
     rm->rec_ack = 0;
+    epoch_raise(rm, epoch);
     int all = run != rm->run; /* a new master: it gets every record */
     rm->run = run;
     if (rm->reporting)
@@ -228,9 +242,9 @@ static void mount_segment(struct mc__remote *rm)
     rm->mounting = 1;
     mc_store_t *s = rm->s;
     rm->reporting = rm->recs.n != 0;
-    int rc = mc__mcall(s, MC__OP_MOUNT_SEGMENT, mounted, rm, "qusqsu", rm->node_id, rm->seg_id,
+    int rc = mc__mcall(s, MC__OP_MOUNT_SEGMENT, mounted, rm, "qusqsuq", rm->node_id, rm->seg_id,
                        addr, (uint32_t)strlen(addr), s->seg_size, s->rdma_rec ? s->rdma_rec : "",
-                       (uint32_t)s->rdma_rec_len, rm->reporting ? MC__MOUNT_REPORT : 0u);
+                       (uint32_t)s->rdma_rec_len, rm->reporting ? MC__MOUNT_REPORT : 0u, rm->epoch);
     if (rc < 0) {
         rm->mounting = 0;
         opened(rm, rc);
@@ -379,8 +393,11 @@ static void beat_done(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
     uint32_t flags;
-    if (status < 0 || mc__unpack(body, len, "u", &flags) < 0)
+    uint64_t epoch;
+    if (status < 0 || mc__unpack(body, len, "uq", &flags, &epoch) < 0)
         return; /* the master is away: the next beat tries again */
+    if (rm->own_seg && !(flags & MC__HB_REMOUNT))
+        epoch_raise(rm, epoch);
     if (flags & MC__HB_REMOUNT) {
         for (rtask_t *t = rm->tasks; t; t = t->next)
             t->cancelled = 1;
@@ -400,7 +417,11 @@ static void beat_done(void *arg, int status, const char *body, size_t len)
 static void on_beat(mc_timer_t *t)
 {
     struct mc__remote *rm = t->data;
-    mc__mcall(rm->s, MC__OP_HEARTBEAT, beat_done, rm, "q", rm->node_id);
+    /* What we enforce of our epoch: the master frees space of writes that
+     * ended once we do (a write still being received holds it back). */
+    uint32_t seg = rm->own_seg ? rm->seg_id : 0;
+    mc__mcall(rm->s, MC__OP_HEARTBEAT, beat_done, rm, "quq", rm->node_id, seg,
+              seg ? mc__server_enforced(rm->srv, seg, rm->epoch) : 0);
 }
 
 static void pinged(void *arg, int status, const char *body, size_t len)
@@ -425,6 +446,10 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
     rm->open_done = done;
     if (getrandom(&rm->node_id, sizeof(rm->node_id), 0) != sizeof(rm->node_id) || !rm->node_id)
         rm->node_id = (uint64_t)mc_loop_now_ms() * 2654435761u | 1;
+    /* Our segment's first epoch: above any this host's clock gave a node
+     * before (a write granted space in a node of this address that ran
+     * before us carries one of those). The master raises it at the mount. */
+    rm->epoch = (uint64_t)mc__loop_wall_ns() / 1000;
     rc = follow
              ? mc__link_follow_new(s->loop, addr, s->timeout_ms, &mc__master_ops, rm, &rm->master)
              : mc__link_rpc_new(s->loop, &ma, s->timeout_ms, &mc__master_ops, rm, &rm->master);

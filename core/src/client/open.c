@@ -41,7 +41,8 @@ static void *loop_thread(void *arg)
     return NULL;
 }
 
-static int local_seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd)
+static int local_seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd,
+                            uint64_t *epoch)
 {
     mc_store_t *s = arg;
     if (seg != SEG_LOCAL || !s->seg)
@@ -49,7 +50,14 @@ static int local_seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size
     *base = s->seg;
     *size = s->seg_size;
     *fd = s->seg_fd;
+    *epoch = mc__svc_seg_epoch(s->svc, seg);
     return 0;
+}
+
+static uint64_t local_enforced(void *arg, uint32_t seg, uint64_t epoch)
+{
+    mc_store_t *s = arg;
+    return mc__server_enforced(s->srv, seg, epoch);
 }
 
 /* The embedded master (an in-process service) with the local segment. */
@@ -89,6 +97,7 @@ static int serve_embedded(mc_store_t *s, const char *listen)
     if (rc < 0)
         return rc;
     mc__svc_set_local_addr(s->svc, mc__server_addr(s->srv));
+    mc__svc_set_local_enforced(s->svc, local_enforced, s);
     if (s->rdma && s->seg) {
         char host[MC__ADDR_STRLEN];
         if ((rc = mc__rdma_host_of(mc__server_addr(s->srv), host, sizeof(host))) < 0 ||

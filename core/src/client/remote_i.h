@@ -37,6 +37,7 @@ typedef struct mc__rset {
     struct mc__rset *newer; /* a writer's set: the one that replaced it (a reference), or NULL */
     struct rrep {
         uint32_t seg;
+        uint64_t epoch; /* its segment's, as granted (raised by PUT_EPOCH) */
         char addr[MC__ADDR_STRLEN];
         char rdma_addr[MC__ADDR_STRLEN]; /* the node's rdma_cm listener */
         mc__rdma_desc_t *desc;           /* its segment over RDMA; NULL: TCP only */
@@ -72,6 +73,7 @@ struct mc__remote {
     uint64_t rec_bytes;         /* their bytes: at most the segment's size */
     uint64_t rec_ack;           /* bytes of the last RECORDS_TAKE answer applied */
     uint64_t run;               /* the master run our segment was last mounted at (0: none) */
+    uint64_t epoch;             /* our segment's: WRITEs below it are refused (proto.h) */
     int rtaking;                /* a RECORDS_TAKE in flight */
     int reporting; /* records follow our mount: until the report's last call is answered */
     size_t rep_at; /* the next bucket of recs to report (SIZE_MAX: the last is sent) */
@@ -186,7 +188,9 @@ typedef struct xfer {
     int rerr[MC__MAX_REPLICAS]; /* writes: the first error per replica */
     int pending;
     int issuing;
-    int delayed; /* held back once by MC_FAULT_XFER's delay */
+    int delayed;   /* held back once by MC_FAULT_XFER's delay */
+    int refreshes; /* PUT_EPOCH rounds after a node refused an old epoch */
+    uint32_t redo; /* replicas to send again: their epoch was refreshed */
     int err;
     void (*done)(void *arg, int rc);
     void *arg;

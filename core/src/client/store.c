@@ -50,6 +50,7 @@ void mc_store_stats(mc_store_t *s, mc_store_stats_t *out)
     out->rdma_ops = __atomic_load_n(&s->st.rdma_ops, __ATOMIC_RELAXED);
     out->rdma_bytes = __atomic_load_n(&s->st.rdma_bytes, __ATOMIC_RELAXED);
     out->rdma_zero_copy_bytes = __atomic_load_n(&s->st.rdma_zero_copy_bytes, __ATOMIC_RELAXED);
+    out->writes_fenced = __atomic_load_n(&s->st.writes_fenced, __ATOMIC_RELAXED);
     out->cache_hits = __atomic_load_n(&s->st.cache_hits, __ATOMIC_RELAXED);
 }
 

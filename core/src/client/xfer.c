@@ -79,6 +79,7 @@ int mc__rset_take(const char **p, size_t *n, mc__rset_t **out)
     for (int i = 0; i < cnt; i++) {
         struct rrep *r = &rs->r[i];
         r->seg = w[i].seg;
+        r->epoch = w[i].epoch;
         size_t al = w[i].addr_len < MC__ADDR_STRLEN - 1 ? w[i].addr_len : MC__ADDR_STRLEN - 1;
         memcpy(r->addr, w[i].addr, al);
         r->addr[al] = '\0';
@@ -142,6 +143,7 @@ typedef struct piece {
 } piece_t;
 
 static void xfer_end(xfer_t *x);
+static void xfer_replica(xfer_t *x, uint32_t r);
 
 /* Records a piece's error: per replica for a write, for the whole read. */
 static void xfer_fail(xfer_t *x, uint32_t r, int err)
@@ -227,6 +229,8 @@ static void piece_done(void *arg, int status)
         tp_count(x->s, pc->tp, pc->len);
         if (pc->ub)
             mc__bump(&x->s->st.rdma_zero_copy_bytes, pc->len);
+    } else if (status == -ESTALE && x->write) {
+        mc__bump(&x->s->st.writes_fenced, 1);
     } else if (x->s->rm) {
         mc__peer_piece_failed(pc->p, pc->tp, &pc->ep, status);
     }
@@ -236,9 +240,97 @@ static void piece_done(void *arg, int status)
     xfer_end(x);
 }
 
+/* ---- epochs (wire/proto.h, "Segment epochs") ---- */
+
+/* Raises segment seg's epoch to epoch in rs and in every set that
+ * replaced it since. */
+static void rset_epoch(mc__rset_t *rs, uint32_t seg, uint64_t epoch)
+{
+    for (; rs; rs = rs->newer)
+        for (uint32_t i = 0; i < rs->n; i++)
+            if (rs->r[i].seg == seg && rs->r[i].epoch < epoch)
+                rs->r[i].epoch = epoch;
+}
+
+typedef struct refresh {
+    xfer_t *x;
+    uint32_t r;
+} refresh_t;
+
+static void epoch_got(void *arg, int status, const char *body, size_t len)
+{
+    refresh_t *rf = arg;
+    xfer_t *x = rf->x;
+    uint64_t epoch;
+    if (status >= 0 && mc__unpack(body, len, "q", &epoch) == 0) {
+        rset_epoch((mc__rset_t *)x->rs, x->rs->r[rf->r].seg, epoch);
+        x->rerr[rf->r] = 0;
+        x->redo |= 1u << rf->r;
+    } else {
+        mc__log(MC__LOG_INFO, "%s: a write refused for an old epoch, and none newer: %s",
+                x->rs->r[rf->r].addr, mc_strerror(status < 0 ? status : -EBADMSG));
+    }
+    free(rf);
+    x->pending--;
+    xfer_end(x);
+}
+
+/*
+ * The replicas whose node refused x's pieces for an old epoch: the master
+ * raised it, fencing out a write that ended there. A write that goes on
+ * asks for the epoch now (PUT_EPOCH; a write that ended gets -ENOENT and
+ * fails) and sends those replicas' pieces again, a few rounds at most.
+ * Whether it asked.
+ */
+static int xfer_refresh(xfer_t *x)
+{
+    if (!x->write || !x->rs->put_id || x->refreshes >= 3)
+        return 0;
+    int asked = 0;
+    for (uint32_t r = 0; r < x->rs->n; r++) {
+        if (x->rerr[r] != -ESTALE || x->rs->r[r].dead)
+            continue;
+        refresh_t *rf = malloc(sizeof(*rf));
+        if (!rf)
+            break;
+        *rf = (refresh_t){x, r};
+        if (mc__mcall(x->s, MC__OP_PUT_EPOCH, epoch_got, rf, "qu", x->rs->put_id, x->rs->r[r].seg) <
+            0) {
+            free(rf);
+            break;
+        }
+        x->pending++;
+        asked = 1;
+    }
+    x->refreshes += asked;
+    return asked;
+}
+
+/* Sends again the pieces of the replicas xfer_refresh() refreshed.
+ * Whether there were any. */
+static int xfer_redo(xfer_t *x)
+{
+    uint32_t redo = x->redo;
+    if (!redo)
+        return 0;
+    x->redo = 0;
+    x->issuing = 1;
+    for (uint32_t r = 0; r < x->rs->n; r++)
+        if (redo & (1u << r) && !x->rs->r[r].dead)
+            xfer_replica(x, r);
+    x->issuing = 0;
+    return 1;
+}
+
 static void xfer_end(xfer_t *x)
 {
     if (x->pending || x->issuing)
+        return;
+    if (xfer_redo(x)) {
+        xfer_end(x);
+        return;
+    }
+    if (xfer_refresh(x))
         return;
     if (x->err && !x->write && x->replica + 1 < x->rs->n) {
         mc__log(MC__LOG_INFO, "read from %s failed (%s): trying the next replica",
@@ -296,8 +388,8 @@ static int xfer_piece(xfer_t *x, uint32_t r, struct peer *peer, const mc__transp
  * extents ext[0..next) are in segment seg, over tp and ep; the first error
  * goes to *err and ends it. */
 static void xfer_extents(xfer_t *x, uint32_t r, struct peer *peer, const mc__transport_t *tp,
-                         const mc__tp_ep_t *ep, uint32_t seg, const mc__extent_t *ext,
-                         uint32_t next, int *err)
+                         const mc__tp_ep_t *ep, uint32_t seg, uint64_t epoch,
+                         const mc__extent_t *ext, uint32_t next, int *err)
 {
     uint64_t at = 0, end = x->off + x->len;
     for (uint32_t e = 0; e < next && at < end && !*err; e++) {
@@ -315,6 +407,7 @@ static void xfer_extents(xfer_t *x, uint32_t r, struct peer *peer, const mc__tra
             mc__tp_piece_t pc = {.write = x->write,
                                  .buf = x->buf ? x->buf + (p - x->off) : NULL,
                                  .seg = seg,
+                                 .epoch = epoch,
                                  .off = ex->off + (p - at),
                                  .len = n,
                                  .timeout_ms = x->s->timeout_ms};
@@ -426,7 +519,8 @@ static void fault_resume(mc_timer_t *t)
 
 static void fault_copy_landed(void *arg, int rc)
 {
-    (void)rc;
+    mc__log(MC__LOG_WARN, "MC_FAULT_XFER: the late copy reached the node: %s",
+            rc < 0 ? mc_strerror(rc) : "written");
     free(arg);
 }
 
@@ -498,7 +592,7 @@ static void xfer_replica(xfer_t *x, uint32_t r)
         *err = rc;
         return;
     }
-    xfer_extents(x, r, peer, tp, &ep, rep->seg, rep->ext, rep->next, err);
+    xfer_extents(x, r, peer, tp, &ep, rep->seg, rep->epoch, rep->ext, rep->next, err);
 }
 
 int mc__xfer_write_own(mc_store_t *s, const mc__replica_t *rep, uint32_t nrep, const char *buf,
@@ -521,7 +615,7 @@ int mc__xfer_write_own(mc_store_t *s, const mc__replica_t *rep, uint32_t nrep, c
     x.buf = (char *)buf;
     x.err = 0;
     for (uint32_t r = 0; r < nrep && !x.err; r++)
-        xfer_extents(&x, r, NULL, tp, &ep, rep[r].seg, rep[r].ext, rep[r].n, &x.err);
+        xfer_extents(&x, r, NULL, tp, &ep, rep[r].seg, 0, rep[r].ext, rep[r].n, &x.err);
     return x.err;
 }
 

@@ -46,7 +46,10 @@ static int seg_add(mc__svc_t *svc, uint32_t id, uint64_t node, uint64_t size, co
         free(a);
         return rc;
     }
-    svc->segs[svc->nseg++] = (seginfo_t){.id = id, .node = node, .size = size, .addr = a};
+    /* A local segment's data plane reads its epoch here (1 at first); a
+     * node's is set when it mounts. */
+    svc->segs[svc->nseg++] =
+        (seginfo_t){.id = id, .node = node, .size = size, .addr = a, .epoch = 1, .enforced = 1};
     return 0;
 }
 
@@ -67,6 +70,33 @@ static uint32_t seg_new_id(mc__svc_t *svc)
 int mc__svc_add_local_segment(mc__svc_t *svc, uint32_t seg, uint64_t size, const char *addr)
 {
     return seg_add(svc, seg, 0, size, addr, addr ? strlen(addr) : 0);
+}
+
+uint64_t mc__svc_seg_epoch(mc__svc_t *svc, uint32_t seg)
+{
+    seginfo_t *si = mc__svc_seg_info(svc, seg);
+    return si ? si->epoch : 0;
+}
+
+void mc__svc_set_local_enforced(mc__svc_t *svc, mc__svc_enforced_fn fn, void *arg)
+{
+    svc->local_enforced = fn;
+    svc->local_enforced_arg = arg;
+}
+
+uint64_t mc__svc_seg_fence(mc__svc_t *svc, uint32_t seg)
+{
+    seginfo_t *si = mc__svc_seg_info(svc, seg);
+    return si ? ++si->epoch : 0;
+}
+
+int mc__svc_seg_fenced(mc__svc_t *svc, uint32_t seg, uint64_t epoch)
+{
+    seginfo_t *si = mc__svc_seg_info(svc, seg);
+    if (si && si->node == 0) /* ours: its data plane is asked now */
+        return !svc->local_enforced ||
+               svc->local_enforced(svc->local_enforced_arg, seg, si->epoch) >= epoch;
+    return !si || si->enforced >= epoch;
 }
 
 void mc__svc_set_local_addr(mc__svc_t *svc, const char *addr)
@@ -293,7 +323,8 @@ int mc__svc_pack_replicas(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v)
             rdma = svc->local_rdma;
             rdma_len = svc->local_rdma_len;
         }
-        mc__pack_replica(w, rep->seg, addr, (uint32_t)strlen(addr), rdma, rdma_len, rep->n);
+        mc__pack_replica(w, rep->seg, si ? si->epoch : 0, addr, (uint32_t)strlen(addr), rdma,
+                         rdma_len, rep->n);
         for (uint32_t i = 0; i < rep->n; i++)
             mc__pack_extent(w, rep->ext[i].off, rep->ext[i].len);
     }
@@ -575,11 +606,11 @@ void mc__svc_reports_tick(mc__svc_t *svc, uint64_t now)
 
 int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
 {
-    uint64_t node, size;
+    uint64_t node, size, epoch;
     uint32_t seg, alen, rlen, flags;
     const char *addr, *rdma;
-    UNPACK("qusqsu", &node, &seg, &addr, &alen, &size, &rdma, &rlen, &flags);
-    if (node == 0 || size < 4096 || alen == 0 || seg == UINT32_MAX)
+    UNPACK("qusqsuq", &node, &seg, &addr, &alen, &size, &rdma, &rlen, &flags, &epoch);
+    if (node == 0 || size < 4096 || alen == 0 || seg == UINT32_MAX || epoch == UINT64_MAX)
         return -EINVAL;
     seginfo_t *si = seg ? mc__svc_seg_info(svc, seg) : NULL;
     if (si && si->node != node)
@@ -617,8 +648,12 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
         return -ENOMEM;
     if (!node_touch(svc, node, now))
         return -ENOMEM;
+    /* Past any epoch the node enforced before: a write granted space there
+     * by another master, or by this one before, carries a lower one. */
+    if (si->epoch <= epoch)
+        si->epoch = epoch + 1;
     mc__repair_wake(svc->rp); /* room for copies */
-    mc__pack(w, "uq", seg, svc->run);
+    mc__pack(w, "uqq", seg, svc->run, si->epoch);
     return w->err;
 }
 
@@ -636,8 +671,9 @@ int mc__svc_op_unmount(mc__svc_t *svc, const char *body, size_t len, uint64_t no
 
 int mc__svc_op_heartbeat(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
 {
-    uint64_t node;
-    UNPACK("q", &node);
+    uint64_t node, enforced, want = 0;
+    uint32_t seg;
+    UNPACK("quq", &node, &seg, &enforced);
     node_t *n = mc__svc_node_find(svc, node);
     if (n)
         n->last_hb = now;
@@ -645,7 +681,14 @@ int mc__svc_op_heartbeat(mc__svc_t *svc, const char *body, size_t len, uint64_t 
     mc__svc_flush(svc);
     if (n && notes_for(svc, node))
         flags |= MC__HB_RECORDS;
-    mc__pack(w, "u", flags);
+    seginfo_t *si = n && seg ? mc__svc_seg_info(svc, seg) : NULL;
+    if (si && si->node == node) {
+        if (enforced > si->enforced && enforced <= si->epoch)
+            si->enforced = enforced;
+        if (si->epoch > enforced)
+            want = si->epoch;
+    }
+    mc__pack(w, "uq", flags, want);
     return w->err;
 }
 
@@ -663,8 +706,8 @@ int mc__svc_op_repair_take(mc__svc_t *svc, const char *body, size_t len, uint64_
             continue;
         }
         mc__wbuf_t tw = {0};
-        mc__pack(&tw, "qqquussu", t->id, t->limit_ms, t->size, 1u, t->dst.seg, "", 0u, "", 0u,
-                 t->dst.n);
+        mc__pack(&tw, "qqquuqssu", t->id, t->limit_ms, t->size, 1u, t->dst.seg,
+                 mc__svc_seg_epoch(svc, t->dst.seg), "", 0u, "", 0u, t->dst.n);
         for (uint32_t i = 0; i < t->dst.n; i++)
             mc__pack(&tw, "qq", t->dst.ext[i].off, t->dst.ext[i].len);
         mc__svc_pack_replicas(svc, &tw, v);

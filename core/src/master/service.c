@@ -153,31 +153,50 @@ static mc__version_t *put_del(mc__svc_t *svc, put_t *p)
 
 /*
  * Ends write p without publishing it. With fenced, its writer may still be
- * sending bytes until its write lease runs out, so the space is kept until
- * then; without, the writer has stopped (it said so, or its lease is over)
- * and the space is freed now.
+ * sending bytes: the space is kept until its write lease is over and the
+ * nodes of its segments refuse them (fenced_t); without, the writer said
+ * that none of its bytes can land any more, and the space is freed now.
  */
 static void put_end(mc__svc_t *svc, put_t *p, int fenced)
 {
     uint64_t free_at = p->touched + svc->o.write_lease_ms;
     mc__version_t *v = put_del(svc, p);
-    fenced_t *f = fenced ? malloc(sizeof(*f)) : NULL;
+    fenced_t *f = fenced ? malloc(sizeof(*f) + sizeof(f->need[0]) * v->nrep) : NULL;
     if (!f) {
         /* Out of memory: freeing at once is the lesser evil than a leak
          * that lasts forever, and the lease margin still holds. */
         mc__master_abort(svc->m, v);
         return;
     }
-    *f = (fenced_t){.v = v, .free_at = free_at, .next = svc->fenced};
+    *f = (fenced_t){.v = v, .free_at = free_at, .next = svc->fenced, .nneed = v->nrep};
+    for (uint32_t r = 0; r < v->nrep; r++) {
+        uint32_t seg = mc__vrep(v)[r].seg;
+        f->need[r].seg = seg;
+        f->need[r].epoch = mc__svc_seg_fence(svc, seg);
+    }
     svc->fenced = f;
 }
 
-/* Frees the fenced writes whose lease is over at now. */
-static void fenced_sweep(mc__svc_t *svc, uint64_t now)
+/* Whether fenced write f may go at now: its lease is over, and its bytes
+ * are refused where they could land (or force: the service is closing). */
+static int fenced_over(mc__svc_t *svc, const fenced_t *f, uint64_t now, int force)
+{
+    if (force)
+        return 1;
+    if (f->free_at > now)
+        return 0;
+    for (uint32_t i = 0; i < f->nneed; i++)
+        if (!mc__svc_seg_fenced(svc, f->need[i].seg, f->need[i].epoch))
+            return 0;
+    return 1;
+}
+
+/* Frees the fenced writes that may go (fenced_over()). */
+static void fenced_sweep(mc__svc_t *svc, uint64_t now, int force)
 {
     for (fenced_t **pp = &svc->fenced; *pp;) {
         fenced_t *f = *pp;
-        if (f->free_at > now) {
+        if (!fenced_over(svc, f, now, force)) {
             pp = &f->next;
             continue;
         }
@@ -206,7 +225,7 @@ void mc__svc_free(mc__svc_t *svc)
     size_t at = 0;
     for (mc__idnode_t *e; svc->handles.b && (e = mc__ids_first(&svc->handles, &at));)
         handle_del(svc, (handle_t *)e, 0);
-    fenced_sweep(svc, UINT64_MAX);
+    fenced_sweep(svc, UINT64_MAX, 1);
     mc__tasks_free(svc->tasks);
     mc__repair_free(svc->rp, svc->m);
     at = 0;
@@ -265,12 +284,13 @@ int mc__svc_tick(mc__svc_t *svc, uint64_t now)
         }
     }
     /* Writes nobody touched for put_ttl: revoked. Their write lease (no
-     * longer than put_ttl) is over, so the space is free at once. */
+     * longer than put_ttl) is over, but bytes the writer sent before may
+     * still be on their way: the space goes once the nodes refuse them. */
     while (svc->by_touch.head && now - svc->by_touch.head->touched > svc->o.put_ttl_ms) {
-        put_end(svc, svc->by_touch.head, 0);
+        put_end(svc, svc->by_touch.head, 1);
         svc->puts_expired++;
     }
-    fenced_sweep(svc, now);
+    fenced_sweep(svc, now, 0);
     mc__svc_flush(svc);
     mc__svc_reports_tick(svc, now);
     mc__master_sweep(svc->m, now);
@@ -489,21 +509,30 @@ int mc__svc_put(mc__svc_t *svc, const mc__put_start_rq_t *start, const mc__put_c
     return put_publish(svc, v, start->flags, commit, now, st);
 }
 
+/* The write and the segment a request "qu" (put id, segment id) names:
+ * 0, or -EBADMSG, -ENOENT (no such write). */
+static int put_seg_take(mc__svc_t *svc, const char *body, size_t len, put_t **p, uint32_t *seg)
+{
+    uint64_t id;
+    UNPACK("qu", &id, seg);
+    *p = put_get(svc, id);
+    return *p ? 0 : -ENOENT;
+}
+
 /* A writer could not reach the node of one replica while others took the
  * bytes: the put goes on without it, and new puts avoid that node. The
  * space stays allocated for a node TTL, as requests may still be on their
  * way there. */
 static int op_put_drop(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
 {
-    uint64_t id;
+    put_t *p;
     uint32_t seg;
-    UNPACK("qu", &id, &seg);
-    put_t *p = put_get(svc, id);
-    if (!p)
-        return -ENOENT;
+    int rc = put_seg_take(svc, body, len, &p, &seg);
+    if (rc < 0)
+        return rc;
     put_touch(svc, p, now);
     mc__replica_t rep;
-    int rc = mc__version_take_replica(p->v, seg, &rep);
+    rc = mc__version_take_replica(p->v, seg, &rep);
     if (rc <= 0)
         return rc; /* 0: gone already (its segment was dropped) */
     mc__repair_hold(svc->rp, svc->m, &rep, now + svc->o.node_ttl_ms);
@@ -513,6 +542,25 @@ static int op_put_drop(mc__svc_t *svc, const char *body, size_t len, uint64_t no
         n->failed_at = now;
     svc->replicas_dropped++;
     return 0;
+}
+
+/* The epoch of a segment of a write that goes on (proto.h, "Segment
+ * epochs"): a node refused one of its writes for an older one. A write
+ * that ended gets -ENOENT: its late bytes must stay refused. */
+static int op_put_epoch(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
+{
+    put_t *p;
+    uint32_t seg;
+    int rc = put_seg_take(svc, body, len, &p, &seg);
+    if (rc < 0)
+        return rc;
+    uint32_t r = 0;
+    while (r < p->v->nrep && mc__vrep(p->v)[r].seg != seg)
+        r++;
+    if (r == p->v->nrep) /* not one of its segments (a replica dropped) */
+        return -ENOENT;
+    put_touch(svc, p, now);
+    return mc__pack(w, "q", mc__svc_seg_epoch(svc, seg));
 }
 
 static int op_put_revoke(mc__svc_t *svc, const char *body, size_t len)
@@ -669,6 +717,8 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         return op_put_revoke(svc, body, len);
     case MC__OP_PUT_DROP_REPLICA:
         return op_put_drop(svc, body, len, now);
+    case MC__OP_PUT_EPOCH:
+        return op_put_epoch(svc, body, len, now, w);
     case MC__OP_REPAIR_TAKE:
         return mc__svc_op_repair_take(svc, body, len, now, w);
     case MC__OP_REPAIR_DONE:

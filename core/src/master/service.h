@@ -64,6 +64,18 @@ void mc__svc_free(mc__svc_t *svc);
  */
 int mc__svc_add_local_segment(mc__svc_t *svc, uint32_t seg, uint64_t size, const char *addr);
 
+/*
+ * The epoch of segment seg that writes to it must carry at least (0: no
+ * such segment; wire/proto.h, "Segment epochs"), for the data plane of a
+ * segment local to this process. What that data plane enforces of an epoch
+ * (it, or below it while a write of an older one is still being received
+ * into the segment) the service asks fn (NULL: the epoch itself; a store
+ * that serves nothing).
+ */
+uint64_t mc__svc_seg_epoch(mc__svc_t *svc, uint32_t seg);
+typedef uint64_t (*mc__svc_enforced_fn)(void *arg, uint32_t seg, uint64_t epoch);
+void mc__svc_set_local_enforced(mc__svc_t *svc, mc__svc_enforced_fn fn, void *arg);
+
 /* Sets the data address published for local segments (once listening). */
 void mc__svc_set_local_addr(mc__svc_t *svc, const char *addr);
 

@@ -44,14 +44,21 @@ typedef struct handle {
     mc__version_t *v;
 } handle_t;
 
-/* A revoked write whose writer may still be sending bytes: it holds a write
- * lease until free_at. Its space stays allocated (and goes with its segment
- * if that is dropped) until then, so that no late write of it can land in
- * space handed to another object. */
+/* A write that ended while its writer may still be sending bytes (a
+ * revoke after a failed transfer, a lease that ran out, a writer whose
+ * connection went): its space stays allocated (and goes with its segment
+ * if that is dropped) until its write lease is over (free_at) and the node
+ * of each of its segments enforces the epoch raised for it (need[]), so
+ * that no late byte of it can land in space handed to another object. */
 typedef struct fenced {
     mc__version_t *v;
     uint64_t free_at;
     struct fenced *next;
+    uint32_t nneed;
+    struct {
+        uint32_t seg;
+        uint64_t epoch;
+    } need[];
 } fenced_t;
 
 /* Notices waiting for one segment's node, at most this many bytes: past
@@ -73,6 +80,8 @@ typedef struct seginfo {
     size_t sent;        /* bytes of notes the last RECORDS_TAKE answered */
     uint64_t hold_to;   /* the hold a report in progress ends at (0: none) */
     uint64_t report_by; /* ... which must end by then, or the hold ends anyway */
+    uint64_t epoch;     /* what grants of its space carry (proto.h, "Segment epochs") */
+    uint64_t enforced;  /* the epoch its node last said it enforces */
 } seginfo_t;
 
 typedef struct node {
@@ -97,6 +106,8 @@ struct mc__svc {
     char *local_addr;
     char *local_rdma; /* RDMA record of the local segments (NULL: none) */
     uint32_t local_rdma_len;
+    mc__svc_enforced_fn local_enforced; /* mc__svc_set_local_enforced() */
+    void *local_enforced_arg;
     uint64_t nodes_expired, objects_lost, puts_expired, replicas_dropped;
     uint64_t run; /* this run's id (MOUNT_SEGMENT answers it) */
     uint64_t notices_dropped, records_merged, records_refused;
@@ -139,6 +150,12 @@ int mc__svc_names(mc__svc_t *svc, uint16_t op, const char *body, size_t len, uin
 /* ---- nodes.c ---- */
 
 seginfo_t *mc__svc_seg_info(mc__svc_t *svc, uint32_t id);
+/* Raises segment seg's epoch, so that writes granted space there before
+ * are refused once its node enforces it. Returns that epoch (0: no such
+ * segment). */
+uint64_t mc__svc_seg_fence(mc__svc_t *svc, uint32_t seg);
+/* 1 once segment seg's node enforces epoch (or the segment is gone). */
+int mc__svc_seg_fenced(mc__svc_t *svc, uint32_t seg, uint64_t epoch);
 /* Drops segment id and every replica on it (see nodes.c). */
 void mc__svc_seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now);
 node_t *mc__svc_node_find(mc__svc_t *svc, uint64_t id);

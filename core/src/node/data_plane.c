@@ -6,8 +6,16 @@
  * (WRITE) or a reply that gathers straight from it (READ) is all there is.
  * Over TCP a large WRITE's bytes need not even be copied: the connection
  * receives them straight into the segment (mc__data_plane_place()).
+ *
+ * A WRITE carries its segment's epoch as its writer was granted it; one
+ * below the segment's epoch now is refused (-ESTALE): its write ended and
+ * its space may be someone else's (wire/proto.h, "Segment epochs"). The
+ * check is made when the WRITE's head arrives; a body still being received
+ * in place when the epoch rises keeps the rise from counting as enforced
+ * until it ends (mc__data_plane_enforced()).
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 
@@ -15,21 +23,24 @@
 #include "runtime/log.h"
 #include "runtime/rpc.h"
 
-#define WRITE_HEAD 12 /* a WRITE's body: "uq" (segment, offset), then the bytes */
+#define WRITE_HEAD 20 /* a WRITE's body: "uqq" (segment, epoch, offset), then the bytes */
 
-/* Finds [off, off + n) of segment seg. Returns 0 and sets *at, or the
- * status to answer the request with. */
-static int find_range(const mc__data_plane_t *p, uint32_t seg, uint64_t off, uint32_t n, char **at)
+/* Finds [off, off + n) of segment seg, for a write of epoch (0: a read).
+ * Returns 0 and sets *at, or the status to answer the request with. */
+static int find_range(mc__data_plane_t *p, uint32_t seg, uint64_t epoch, uint64_t off, uint32_t n,
+                      char **at)
 {
     char *base;
-    uint64_t size;
+    uint64_t size, now;
     int fd;
     if (n > MC__PROTO_CHUNK)
         return -EMSGSIZE;
-    if (p->lookup(p->arg, seg, &base, &size, &fd) < 0)
+    if (p->lookup(p->arg, seg, &base, &size, &fd, &now) < 0)
         return -ENOENT;
     if (off > size || n > size - off)
         return -EINVAL;
+    if (epoch && epoch < now)
+        return -ESTALE;
     *at = base + off;
     return 0;
 }
@@ -42,7 +53,7 @@ static int do_read(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, const
     char *at;
     if (mc__unpack(body, len, "uqu", &seg, &off, &n) < 0)
         return -EBADMSG;
-    int rc = find_range(p, seg, off, n, &at);
+    int rc = find_range(p, seg, 0, off, n, &at);
     if (rc < 0)
         return mc__rpc_reply(c, h, rc, NULL, 0);
     struct iovec iov = {at, n};
@@ -56,12 +67,14 @@ static int do_write(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, cons
                     size_t len)
 {
     uint32_t seg, n;
-    uint64_t off;
+    uint64_t epoch, off;
     const char *data;
     char *at;
-    if (mc__unpack(body, len, "uq*", &seg, &off, &data, &n) < 0)
+    if (mc__unpack(body, len, "uqq*", &seg, &epoch, &off, &data, &n) < 0)
         return -EBADMSG;
-    int rc = find_range(p, seg, off, n, &at);
+    int rc = epoch ? find_range(p, seg, epoch, off, n, &at) : -ESTALE; /* 0: a read's */
+    if (rc == -ESTALE)
+        p->writes_fenced++;
     if (rc < 0)
         return mc__rpc_reply(c, h, rc, NULL, 0);
     memcpy(at, data, n);
@@ -69,24 +82,76 @@ static int do_write(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, cons
     return mc__rpc_reply(c, h, 0, NULL, 0);
 }
 
-char *mc__data_plane_place(mc__data_plane_t *p, const mc__hdr_t *h, const char *head, size_t *skip)
+/* The count of WRITEs being received into seg at epoch (a new one with
+ * add), or NULL. */
+static mc__placing_t *placing_find(mc__data_plane_t *p, uint32_t seg, uint64_t epoch, int add)
+{
+    for (uint32_t i = 0; i < p->nplacing; i++)
+        if (p->placing[i].seg == seg && p->placing[i].epoch == epoch)
+            return &p->placing[i];
+    if (!add)
+        return NULL;
+    if (p->nplacing == p->cplacing) {
+        uint32_t cap = p->cplacing ? p->cplacing * 2 : 4;
+        mc__placing_t *np = realloc(p->placing, sizeof(*np) * cap);
+        if (!np)
+            return NULL;
+        p->placing = np;
+        p->cplacing = cap;
+    }
+    mc__placing_t *pl = &p->placing[p->nplacing++];
+    *pl = (mc__placing_t){.seg = seg, .epoch = epoch};
+    return pl;
+}
+
+char *mc__data_plane_place(mc__data_plane_t *p, const mc__hdr_t *h, const char *head, size_t *skip,
+                           mc__placing_t *out)
 {
     uint32_t seg;
-    uint64_t off;
+    uint64_t epoch, off;
     char *at;
     if (h->op != MC__OP_WRITE || h->len < WRITE_HEAD ||
-        mc__unpack(head, WRITE_HEAD, "uq", &seg, &off) < 0 ||
-        find_range(p, seg, off, h->len - WRITE_HEAD, &at) < 0)
+        mc__unpack(head, WRITE_HEAD, "uqq", &seg, &epoch, &off) < 0 || !epoch ||
+        find_range(p, seg, epoch, off, h->len - WRITE_HEAD, &at) < 0)
         return NULL; /* do_write() answers it, or refuses it */
+    mc__placing_t *pl = placing_find(p, seg, epoch, 1);
+    if (!pl)
+        return NULL; /* out of memory: received whole, then copied */
+    pl->n++;
+    *out = (mc__placing_t){.seg = seg, .epoch = epoch, .n = 1};
     *skip = WRITE_HEAD;
     return at;
 }
 
-int mc__data_plane_placed(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h)
+void mc__data_plane_unplace(mc__data_plane_t *p, const mc__placing_t *done)
 {
+    mc__placing_t *pl = placing_find(p, done->seg, done->epoch, 0);
+    if (pl && !--pl->n)
+        *pl = p->placing[--p->nplacing];
+}
+
+int mc__data_plane_placed(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h,
+                          const mc__placing_t *pl)
+{
+    mc__data_plane_unplace(p, pl);
     p->bytes_written += h->len - WRITE_HEAD;
     p->bytes_placed += h->len - WRITE_HEAD;
     return mc__rpc_reply(c, h, 0, NULL, 0);
+}
+
+uint64_t mc__data_plane_enforced(const mc__data_plane_t *p, uint32_t seg, uint64_t epoch)
+{
+    for (uint32_t i = 0; i < p->nplacing; i++)
+        if (p->placing[i].seg == seg && p->placing[i].epoch < epoch)
+            epoch = p->placing[i].epoch;
+    return epoch;
+}
+
+void mc__data_plane_fini(mc__data_plane_t *p)
+{
+    free(p->placing);
+    p->placing = NULL;
+    p->nplacing = p->cplacing = 0;
 }
 
 /* Hands a co-located client the segment's memfd: over a Unix socket only
@@ -97,13 +162,13 @@ static int do_shm_map(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, co
 {
     uint32_t seg;
     char *base;
-    uint64_t size;
+    uint64_t size, epoch;
     int fd = -1;
     if (mc__unpack(body, len, "u", &seg) < 0)
         return -EBADMSG;
     if (!p->shm || !mc__conn_is_unix(c))
         return mc__rpc_reply(c, h, -EOPNOTSUPP, NULL, 0);
-    if (p->lookup(p->arg, seg, &base, &size, &fd) < 0)
+    if (p->lookup(p->arg, seg, &base, &size, &fd, &epoch) < 0)
         return mc__rpc_reply(c, h, -ENOENT, NULL, 0);
     if (fd < 0)
         return mc__rpc_reply(c, h, -EOPNOTSUPP, NULL, 0);

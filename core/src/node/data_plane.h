@@ -18,18 +18,31 @@
 #include "runtime/net.h"
 #include "wire/proto.h"
 
-/* Finds a local segment's memory and its memfd (-1: none, not offered for
- * SHM_MAP); returns 0 or -ENOENT. */
-typedef int (*mc__seg_lookup_fn)(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd);
+/* Finds a local segment's memory, its memfd (-1: none, not offered for
+ * SHM_MAP) and its epoch: a WRITE carrying a lower one is refused
+ * (wire/proto.h, "Segment epochs"). Returns 0 or -ENOENT. */
+typedef int (*mc__seg_lookup_fn)(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd,
+                                 uint64_t *epoch);
 
-/* A data plane: filled in by its owner, which keeps it (no allocation). */
+/* WRITEs being received into a segment (mc__data_plane_place()), counted
+ * by segment and epoch. */
+typedef struct mc__placing {
+    uint32_t seg;
+    uint64_t epoch;
+    uint32_t n;
+} mc__placing_t;
+
+/* A data plane: filled in by its owner, which keeps it. */
 typedef struct mc__data_plane {
     mc__seg_lookup_fn lookup;
     void *arg;
-    int shm; /* answer SHM_MAP (on a Unix conn only); 0: -EOPNOTSUPP */
+    int shm;                /* answer SHM_MAP (on a Unix conn only); 0: -EOPNOTSUPP */
+    mc__placing_t *placing; /* [0, nplacing), room for cplacing (free()) */
+    uint32_t nplacing, cplacing;
     /* Counters, for logs and tests. */
     uint64_t bytes_read, bytes_written, shm_maps;
-    uint64_t bytes_placed; /* of bytes_written, received in place */
+    uint64_t bytes_placed;  /* of bytes_written, received in place */
+    uint64_t writes_fenced; /* WRITEs refused for an epoch below the segment's */
 } mc__data_plane_t;
 
 /*
@@ -50,18 +63,37 @@ int mc__data_plane_handle(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h
  * mc__data_plane_place() is the conn's body_dst for the data requests
  * (net.h): for a WRITE h whose head (its body's first MC__CONN_SINK_HEAD
  * bytes) names a range the plane would write, it returns where in the
- * segment the bytes go and sets *skip to the head's length, so that they
- * are received there, straight from the socket. Any other request (a READ,
- * a WRITE the plane refuses) gets NULL: it is buffered and goes to
- * mc__data_plane_handle() as usual. The segment outlives the conn.
+ * segment the bytes go, sets *skip to the head's length, and *pl to its
+ * segment and epoch, so that they are received there, straight from the
+ * socket. Any other request (a READ, a WRITE the plane refuses) gets NULL:
+ * it is buffered and goes to mc__data_plane_handle() as usual. The segment
+ * outlives the conn. Until mc__data_plane_placed() or, for a conn that
+ * closed first, mc__data_plane_unplace() with *pl, the write counts as
+ * being received (mc__data_plane_enforced()).
  */
-char *mc__data_plane_place(mc__data_plane_t *p, const mc__hdr_t *h, const char *head, size_t *skip);
+char *mc__data_plane_place(mc__data_plane_t *p, const mc__hdr_t *h, const char *head, size_t *skip,
+                           mc__placing_t *pl);
 
 /*
  * mc__data_plane_placed() answers the WRITE h whose bytes were received in
- * place (mc__data_plane_place()). Returns 0 once the reply is queued, or
- * the -errno of a reply that could not be (the caller closes c).
+ * place (mc__data_plane_place(), which filled pl). Returns 0 once the reply
+ * is queued, or the -errno of a reply that could not be (the caller closes
+ * c).
  */
-int mc__data_plane_placed(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h);
+int mc__data_plane_placed(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h,
+                          const mc__placing_t *pl);
+void mc__data_plane_unplace(mc__data_plane_t *p, const mc__placing_t *pl);
+
+/*
+ * What the plane enforces of segment seg's epoch: epoch (the lookup's,
+ * which it refuses WRITEs below), or the lowest epoch below it of a WRITE
+ * still being received into seg (its bytes may land until it ends). A
+ * master hands space of a write that ended to others only once the epoch
+ * raised for it is enforced.
+ */
+uint64_t mc__data_plane_enforced(const mc__data_plane_t *p, uint32_t seg, uint64_t epoch);
+
+/* Frees what p holds (not p). */
+void mc__data_plane_fini(mc__data_plane_t *p);
 
 #endif /* MC_DATA_PLANE_H */

@@ -36,7 +36,7 @@
 #define MC__CONN_CONNECT_TIMEOUT_MS 5000 /* when mc__conn_connect() gets 0 */
 #define MC__CONN_MAX_FDS 4               /* received descriptors a conn keeps */
 #define MC__CONN_SINK_MIN (32U << 10)    /* the smallest body received in place */
-#define MC__CONN_SINK_HEAD 16            /* a request's head read before its body_dst */
+#define MC__CONN_SINK_HEAD 24            /* a request's head read before its body_dst */
 
 /* Flags of mc__conn_send_ex(). */
 #define MC__SEND_EARLY 0x1 /* goes out while the conn is held (mc__conn_hold()) */

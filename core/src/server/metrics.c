@@ -125,6 +125,9 @@ void mc__metrics_server(mc_metrics_t *mm, const mc__server_t *srv)
         st.bytes_placed);
     one(mm, "mooncake_server_shm_maps_total", "counter", "Segment memfds handed out (SHM_MAP).",
         st.shm_maps);
+    one(mm, "mooncake_server_writes_fenced_total", "counter",
+        "WRITEs refused for an epoch below their segment's: their write had ended.",
+        st.writes_fenced);
 }
 
 void mc__metrics_ha(mc_metrics_t *mm, const struct mc__ha *ha)

@@ -56,11 +56,12 @@ typedef struct sconn {
     uint64_t owner;
     enum sess sess;
     int said_hello;
-    int greeted;      /* through the handshake: the full body limit and idle timeout */
-    int dropped;      /* closed for a timeout or to make room, with a line saying why */
-    uint64_t last_ms; /* when its last whole frame arrived (or it was accepted) */
-    int stranger;     /* a Unix peer of another user, and no secret: refused */
-    uid_t uid;        /* the Unix peer's user (SO_PEERCRED) */
+    int greeted;           /* through the handshake: the full body limit and idle timeout */
+    int dropped;           /* closed for a timeout or to make room, with a line saying why */
+    uint64_t last_ms;      /* when its last whole frame arrived (or it was accepted) */
+    int stranger;          /* a Unix peer of another user, and no secret: refused */
+    uid_t uid;             /* the Unix peer's user (SO_PEERCRED) */
+    mc__placing_t placing; /* a WRITE being received in place (placing.n 1) */
     unsigned char cnonce[MC__AUTH_NONCE], snonce[MC__AUTH_NONCE];
     struct sconn *prev, *next;
 } sconn_t;
@@ -253,6 +254,8 @@ static void on_close(mc__conn_t *c, int err)
     } else if (err && err != -ECONNRESET) {
         mc__log(MC__LOG_INFO, "connection from %s closed: %s", mc__conn_peer(c), mc_strerror(err));
     }
+    if (sc->placing.n) /* closed half-way through a WRITE's body */
+        mc__data_plane_unplace(&srv->data, &sc->placing);
     mc__control_plane_owner_gone(&srv->control, sc->owner);
     if (sc->prev)
         sc->prev->next = sc->next;
@@ -272,7 +275,7 @@ static char *body_dst(mc__conn_t *c, const mc__hdr_t *h, const char *head, size_
     mc__server_t *srv = sc ? sc->srv : NULL;
     if (!srv || !srv->o.seg_lookup || sc->stranger || sc->sess != S_OPEN)
         return NULL;
-    return mc__data_plane_place(&srv->data, h, head, skip);
+    return mc__data_plane_place(&srv->data, h, head, skip, &sc->placing);
 }
 
 static void on_placed(mc__conn_t *c, const mc__hdr_t *h, const char *head, size_t skip)
@@ -286,7 +289,9 @@ static void on_placed(mc__conn_t *c, const mc__hdr_t *h, const char *head, size_
     srv->st.requests++;
     srv->st.op_requests[MC__OP_WRITE]++; /* the only request placed */
     sc->last_ms = mc_loop_now_ms();
-    planed(sc, h, mc__data_plane_placed(&srv->data, sc->c, h));
+    mc__placing_t pl = sc->placing;
+    sc->placing.n = 0;
+    planed(sc, h, mc__data_plane_placed(&srv->data, sc->c, h, &pl));
 }
 
 static const mc__conn_ops_t conn_ops = {
@@ -493,6 +498,7 @@ void mc__server_stats(const mc__server_t *srv, mc__server_stats_t *st)
     st->bytes_written = srv->data.bytes_written;
     st->bytes_placed = srv->data.bytes_placed;
     st->shm_maps = srv->data.shm_maps;
+    st->writes_fenced = srv->data.writes_fenced;
     st->open_conns = srv->nconns;
     _Static_assert(sizeof(st->op_errors) == sizeof(srv->control.op_errors), "op_errors");
     memcpy(st->op_errors, srv->control.op_errors, sizeof(st->op_errors));
@@ -517,5 +523,11 @@ void mc__server_close(mc__server_t *srv)
         sc = next;
     }
     srv->conns = NULL;
+    mc__data_plane_fini(&srv->data);
     free(srv);
+}
+
+uint64_t mc__server_enforced(const mc__server_t *srv, uint32_t seg, uint64_t epoch)
+{
+    return srv ? mc__data_plane_enforced(&srv->data, seg, epoch) : epoch;
 }

@@ -65,13 +65,14 @@ typedef struct mc__server_opts {
 /* Counters, for logs, metrics and tests. */
 typedef struct mc__server_stats {
     uint64_t conns, requests, bad_frames, bytes_read, bytes_written;
-    uint64_t bytes_placed; /* of bytes_written, received straight into the segment */
-    uint64_t refused;      /* requests answered -EACCES: no or a failed AUTH */
-    uint64_t shm_maps;     /* segment memfds handed out (SHM_MAP) */
-    uint64_t timed_out;    /* connections closed by the idle or handshake timeout */
-    uint64_t evicted;      /* ... to make room for a new one at the connection limit */
-    uint64_t turned_away;  /* new connections closed at once at the limit */
-    uint64_t open_conns;   /* connections open now */
+    uint64_t bytes_placed;  /* of bytes_written, received straight into the segment */
+    uint64_t refused;       /* requests answered -EACCES: no or a failed AUTH */
+    uint64_t shm_maps;      /* segment memfds handed out (SHM_MAP) */
+    uint64_t writes_fenced; /* WRITEs refused for an old epoch (wire/proto.h) */
+    uint64_t timed_out;     /* connections closed by the idle or handshake timeout */
+    uint64_t evicted;       /* ... to make room for a new one at the connection limit */
+    uint64_t turned_away;   /* new connections closed at once at the limit */
+    uint64_t open_conns;    /* connections open now */
     uint64_t op_requests[MC__SERVER_OPS]; /* requests by opcode */
     uint64_t op_errors[MC__SERVER_OPS];   /* control requests the service failed, by opcode */
 } mc__server_stats_t;
@@ -93,5 +94,9 @@ void mc__server_stats(const mc__server_t *srv, mc__server_stats_t *st);
 
 /* Stops listening and closes every connection. */
 void mc__server_close(mc__server_t *srv);
+
+/* What its data plane enforces of segment seg's epoch
+ * (mc__data_plane_enforced(); srv NULL: epoch). */
+uint64_t mc__server_enforced(const mc__server_t *srv, uint32_t seg, uint64_t epoch);
 
 #endif /* MC_SERVER_H */

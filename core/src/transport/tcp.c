@@ -22,7 +22,7 @@ typedef struct tcp_piece {
     void *arg;
     char *dst; /* reads: where the bytes go */
     uint32_t want;
-    char prefix[16]; /* writes: the packed "uq" before the data */
+    char prefix[20]; /* writes: the packed "uqq" before the data */
     struct iovec iov[1 + (MC__PROTO_CHUNK / sizeof(zeros))];
 } tcp_piece_t;
 
@@ -52,7 +52,7 @@ static int tcp_move(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb cb
     int rc;
     if (p->write) {
         mc__wbuf_t w = {.p = tp->prefix, .cap = sizeof(tp->prefix)};
-        mc__pack(&w, "uq", p->seg, p->off);
+        mc__pack(&w, "uqq", p->seg, p->epoch, p->off);
         tp->iov[0] = (struct iovec){tp->prefix, w.len};
         int niov = 1;
         if (!p->buf) {

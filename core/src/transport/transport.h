@@ -32,6 +32,8 @@ typedef struct mc__tp_piece {
     char *buf;               /* the caller's bytes; NULL with write: zeros */
     const mc__rdma_mr_t *mr; /* buf's RDMA registration (MC__TP_ZERO_COPY), or NULL */
     uint32_t seg;            /* the replica's segment, as the master numbers it */
+    uint64_t epoch;          /* writes: the segment's epoch as granted (wire/proto.h,
+                                "Segment epochs"; tcp carries it, the node checks it) */
     uint64_t off;            /* where in the segment */
     uint32_t len;
     uint64_t timeout_ms; /* a bound on the wait (asynchronous transports) */

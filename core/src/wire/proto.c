@@ -26,7 +26,7 @@
 /* Wire sizes of the nested structures. */
 #define STAT_SIZE 92u      /* q q i u u u u u u u i i q q q */
 #define EXTENT_SIZE 16u    /* q offset, q length */
-#define REPLICA_MIN 16u    /* u seg, u addr length, u rdma length, u extent count */
+#define REPLICA_MIN 24u    /* u seg, q epoch, u addr length, u rdma length, u extent count */
 #define LIST_ENTRY_MIN 98u /* u key length, 1 key byte, b is_prefix, stat */
 
 /* ---- the operation table ---- */
@@ -185,21 +185,22 @@ int mc__take_stat(const char **p, size_t *n, mc_stat_t *st)
 
 /*
  * mc__pack_replica() appends the head of one replica of a set (the count
- * goes first, as a "u"), as mc__pack(w, "ussu", seg, addr, alen, rdma,
- * rlen, next) does, in one reservation; its next extents follow with
+ * goes first, as a "u"), as mc__pack(w, "uqssu", seg, epoch, addr, alen,
+ * rdma, rlen, next) does, in one reservation; its next extents follow with
  * mc__pack_extent(). Both return w->err.
  */
-int mc__pack_replica(mc__wbuf_t *w, uint32_t seg, const char *addr, uint32_t alen, const char *rdma,
-                     uint32_t rlen, uint32_t next)
+int mc__pack_replica(mc__wbuf_t *w, uint32_t seg, uint64_t epoch, const char *addr, uint32_t alen,
+                     const char *rdma, uint32_t rlen, uint32_t next)
 {
     char *b = mc__wbuf_room(w, REPLICA_MIN + (size_t)alen + rlen);
     if (!b)
         return w->err;
     st32(b, seg);
-    st32(b + 4, alen);
+    st64(b + 4, epoch);
+    st32(b + 12, alen);
     if (alen)
-        memcpy(b + 8, addr, alen);
-    b += 8 + alen;
+        memcpy(b + 16, addr, alen);
+    b += 16 + alen;
     st32(b, rlen);
     if (rlen)
         memcpy(b + 4, rdma, rlen);
@@ -219,7 +220,7 @@ int mc__pack_extent(mc__wbuf_t *w, uint64_t off, uint64_t len)
 
 /*
  * mc__take_replicas() decodes the replica set at the front of *p / *n
- * (`u count`, then per replica `u seg, s address, s rdma, u extent count`, then per
+ * (`u count`, then per replica `u seg, q epoch, s address, s rdma, u extent count`, then per
  * extent `q offset, q length`) into out[0..count) and advances *p and *n past
  * it. The addresses and extents point into the input; nothing is copied.
  * Returns the count, or -EBADMSG (then *p and *n are untouched) when a field
@@ -258,11 +259,12 @@ int mc__take_replicas(const char **p, size_t *n, mc__wire_replica_t *out, int ma
         return -EBADMSG;
     for (uint32_t r = 0; r < count; r++) {
         mc__wire_replica_t *o = &out[r];
-        if (left < 8)
+        if (left < 16)
             return -EBADMSG;
         o->seg = ld32(b);
-        o->addr_len = ld32(b + 4);
-        b += 8, left -= 8;
+        o->epoch = ld64(b + 4);
+        o->addr_len = ld32(b + 12);
+        b += 16, left -= 16;
         if (o->addr_len > left)
             return -EBADMSG;
         o->addr = b;

@@ -31,9 +31,9 @@
  * answers the master's run id; RECORDS_TAKE and RECORDS_REPORT (a restarted
  * master rebuilds its namespace from the nodes). 4: sparse files: an
  * extent whose offset is MC__WIRE_HOLE is a hole, the stat carries the
- * bytes allocated, PUT_GROW names a range (and may punch). A peer of
- * another version is refused. */
-#define MC__PROTO_SESSION 4
+ * bytes allocated, PUT_GROW names a range (and may punch). 5: segment
+ * epochs (below). A peer of another version is refused. */
+#define MC__PROTO_SESSION 5
 
 /* The offset of an extent that is a hole: its length takes no space in the
  * segment and reads as zeros (session version 4; master/alloc.h's
@@ -50,6 +50,20 @@
  * writer that died. Without it the space is free at once. */
 #define MC__REVOKE_FENCED 0x1
 
+/*
+ * Segment epochs (session version 5): how a node keeps a write that ended
+ * out of space handed to someone else. Every segment has an epoch, which
+ * only grows; a replica set carries its segment's, and a WRITE the epoch
+ * of the replica it writes. A node refuses (-ESTALE) a WRITE whose epoch
+ * is below the one it enforces. Before the master gives another object
+ * space that a write which ended may still send bytes to (a revoke after
+ * a failed transfer, a write lease that ran out), it raises the segment's
+ * epoch and waits until the node says it enforces it (HEARTBEAT): bytes of
+ * that write still on their way are refused from then on. The writes
+ * still going on there get -ESTALE once, and ask for the epoch now
+ * (PUT_EPOCH), which the master answers only for a write that goes on.
+ */
+
 #define MC__PROTO_HDR_SIZE 24
 #define MC__PROTO_MAX_BODY (16U << 20) /* 16 MiB: data moves in chunks below */
 #define MC__PROTO_CHUNK (4U << 20)     /* largest READ/WRITE payload */
@@ -62,62 +76,66 @@
  * Responses carry a status in the header (0 or a negative errno); their
  * body follows the response format only when the status is >= 0.
  */
-#define MC__PROTO_OPS(X)                                                                           \
-    /* session */                                                                                  \
-    X(HELLO, 1, "hhuss", "huss") /* min ver, max ver, role, name, client nonce -> ver, auth?,      \
-                                    server nonce, server proof */                                  \
-    X(AUTH, 2, "s", "")          /* client proof */                                                \
-    X(PING, 3, "", "q")          /* -> server time (ms) */                                         \
-    /* nodes and segments (master) */                                                              \
-    X(MOUNT_SEGMENT, 10, "qusqsu", "uq") /* node id, seg id (0: any), data addr, size, RDMA        \
-                                            record (empty: none), flags (MC__MOUNT_*) -> seg id,   \
-                                            the master's run id */                                 \
-    X(UNMOUNT_SEGMENT, 11, "qu", "")     /* node id, seg id */                                     \
-    X(HEARTBEAT, 12, "q", "u")           /* node id -> flags (MC__HB_*) */                         \
-    X(REPAIR_TAKE, 13, "q", "*")         /* node id -> repair tasks, each an s (see below) */      \
-    X(REPAIR_DONE, 14, "qqi", "")        /* node id, task id, status (0: copied) */                \
-    /* extended attributes (master) */                                                             \
-    X(XATTR_GET, 15, "ks", "*")   /* key, name -> value */                                         \
-    X(XATTR_SET, 16, "ksu*", "")  /* key, name, flags (MC_XATTR_*), value */                       \
-    X(XATTR_LIST, 17, "k", "*")   /* key -> names, each ending in NUL */                           \
-    X(XATTR_REMOVE, 18, "ks", "") /* key, name */                                                  \
-    /* the nodes' records of what they hold (master) */                                            \
-    X(RECORDS_TAKE, 40, "quq", "*")   /* node id, seg id, bytes of the last answer applied ->      \
-                                         notices, each an s (see below) */                         \
-    X(RECORDS_REPORT, 41, "quu*", "") /* node id, seg id, last (0/1), records, each an s */        \
-    X(TASK_CREATE, 42, "kus*", "q")   /* key, type (MC_TASK_*), source, targets, each an s ->      \
-                                         task id */                                                \
-    X(TASK_QUERY, 43, "q", "uuiiiqs") /* task id -> type, status, error, created, updated (ms),    \
-                                         node, message */                                          \
-    X(REPLICA_DROP, 44, "ks", "")     /* key, data address ("": the master's own segment) */       \
-    /* objects (master) */                                                                         \
-    X(PUT_START, 20, "kquuuuqisuuuq", "qq*") /* key, capacity, flags, mode, replicas, pin, pin     \
-                                                ttl, mtime, preferred data addr, uid, gid, type,   \
-                                                rdev -> put id, write lease ms, replica set */     \
-    X(PUT_GROW, 21, "qqqu", "*")             /* put id, off, len, flags -> replica set */          \
-    X(PUT_COMMIT, 22, "qkquui", "*")  /* put id, key, size, what (MC_META_MODE, _MTIME), mode,     \
-                                         mtime -> stat */                                          \
-    X(PUT_REVOKE, 23, "q", "")        /* put id */                                                 \
-    X(OPEN, 24, "k", "q*")            /* key -> handle id, stat + replica set (pins it) */         \
-    X(CLOSE, 25, "q", "")             /* handle id */                                              \
-    X(PUT_DROP_REPLICA, 26, "qu", "") /* put id, segment id (its node is unreachable) */           \
-    X(GET_REPLICAS, 30, "k", "q*")    /* key -> lease ms, stat + replica set (lease granted) */    \
-    X(STAT, 31, "k", "*")             /* key -> stat */                                            \
-    X(LOOKUP, 32, "ku", "*")          /* key, delim -> stat (status = MC_LOOKUP_*) */              \
-    X(REMOVE, 33, "ku", "")           /* key, flags */                                             \
-    X(RENAME, 34, "kku", "")          /* from, to, flags */                                        \
-    X(LIST, 35, "ssuu", "*")          /* prefix, after, delim, max -> listing */                   \
-    X(SET_META, 36, "kuuuuii", "*")   /* key, what, mode, uid, gid, atime, mtime -> stat */        \
-    X(STATFS, 37, "", "qqqq")         /* -> total, used, objects, evicted */                       \
-    X(STATS, 38, "", "*")             /* -> counters, each s name + q value */                     \
-    X(LINK, 49, "kku", "*")           /* from, to, flags (0) -> stat of the file (hard link) */    \
-    /* a new file in one request (master) */                                                       \
-    X(CREATE, 45, "kquuuuqisuuuq", "q*") /* as PUT_START (capacity: the write's) -> handle id,     \
-                                            stat + replica set (as OPEN), capacity reserved (q),   \
-                                            put id, write lease ms, replica set (as PUT_START) */  \
-    /* data (nodes) */                                                                             \
-    X(READ, 50, "uqu", "*")  /* seg id, offset, length -> bytes */                                 \
-    X(WRITE, 51, "uq*", "")  /* seg id, offset, bytes */                                           \
+#define MC__PROTO_OPS(X)                                                                             \
+    /* session */                                                                                    \
+    X(HELLO, 1, "hhuss", "huss") /* min ver, max ver, role, name, client nonce -> ver, auth?,        \
+                                    server nonce, server proof */                                    \
+    X(AUTH, 2, "s", "")          /* client proof */                                                  \
+    X(PING, 3, "", "q")          /* -> server time (ms) */                                           \
+    /* nodes and segments (master) */                                                                \
+    X(MOUNT_SEGMENT, 10, "qusqsuq", "uqq") /* node id, seg id (0: any), data addr, size, RDMA        \
+                                              record (empty: none), flags (MC__MOUNT_*), the epoch   \
+                                              the node enforces -> seg id, the master's run id,      \
+                                              the epoch to enforce from now on */                    \
+    X(UNMOUNT_SEGMENT, 11, "qu", "")       /* node id, seg id */                                     \
+    X(HEARTBEAT, 12, "quq", "uq")          /* node id, its seg id (0: none), the epoch it enforces   \
+                                              there -> flags (MC__HB_*), the epoch to enforce (0: as \
+                                              it is) */                                              \
+    X(REPAIR_TAKE, 13, "q", "*")           /* node id -> repair tasks, each an s (see below) */      \
+    X(REPAIR_DONE, 14, "qqi", "")          /* node id, task id, status (0: copied) */                \
+    /* extended attributes (master) */                                                               \
+    X(XATTR_GET, 15, "ks", "*")   /* key, name -> value */                                           \
+    X(XATTR_SET, 16, "ksu*", "")  /* key, name, flags (MC_XATTR_*), value */                         \
+    X(XATTR_LIST, 17, "k", "*")   /* key -> names, each ending in NUL */                             \
+    X(XATTR_REMOVE, 18, "ks", "") /* key, name */                                                    \
+    /* the nodes' records of what they hold (master) */                                              \
+    X(RECORDS_TAKE, 40, "quq", "*")   /* node id, seg id, bytes of the last answer applied ->        \
+                                         notices, each an s (see below) */                           \
+    X(RECORDS_REPORT, 41, "quu*", "") /* node id, seg id, last (0/1), records, each an s */          \
+    X(TASK_CREATE, 42, "kus*", "q")   /* key, type (MC_TASK_*), source, targets, each an s ->        \
+                                         task id */                                                  \
+    X(TASK_QUERY, 43, "q", "uuiiiqs") /* task id -> type, status, error, created, updated (ms),      \
+                                         node, message */                                            \
+    X(REPLICA_DROP, 44, "ks", "")     /* key, data address ("": the master's own segment) */         \
+    /* objects (master) */                                                                           \
+    X(PUT_START, 20, "kquuuuqisuuuq", "qq*") /* key, capacity, flags, mode, replicas, pin, pin       \
+                                                ttl, mtime, preferred data addr, uid, gid, type,     \
+                                                rdev -> put id, write lease ms, replica set */       \
+    X(PUT_GROW, 21, "qqqu", "*")             /* put id, off, len, flags -> replica set */            \
+    X(PUT_COMMIT, 22, "qkquui", "*")  /* put id, key, size, what (MC_META_MODE, _MTIME), mode,       \
+                                         mtime -> stat */                                            \
+    X(PUT_REVOKE, 23, "q", "")        /* put id */                                                   \
+    X(OPEN, 24, "k", "q*")            /* key -> handle id, stat + replica set (pins it) */           \
+    X(CLOSE, 25, "q", "")             /* handle id */                                                \
+    X(PUT_DROP_REPLICA, 26, "qu", "") /* put id, segment id (its node is unreachable) */             \
+    X(PUT_EPOCH, 27, "qu", "q")       /* put id, segment id -> its epoch now (a write going on) */   \
+    X(GET_REPLICAS, 30, "k", "q*")    /* key -> lease ms, stat + replica set (lease granted) */      \
+    X(STAT, 31, "k", "*")             /* key -> stat */                                              \
+    X(LOOKUP, 32, "ku", "*")          /* key, delim -> stat (status = MC_LOOKUP_*) */                \
+    X(REMOVE, 33, "ku", "")           /* key, flags */                                               \
+    X(RENAME, 34, "kku", "")          /* from, to, flags */                                          \
+    X(LIST, 35, "ssuu", "*")          /* prefix, after, delim, max -> listing */                     \
+    X(SET_META, 36, "kuuuuii", "*")   /* key, what, mode, uid, gid, atime, mtime -> stat */          \
+    X(STATFS, 37, "", "qqqq")         /* -> total, used, objects, evicted */                         \
+    X(STATS, 38, "", "*")             /* -> counters, each s name + q value */                       \
+    X(LINK, 49, "kku", "*")           /* from, to, flags (0) -> stat of the file (hard link) */      \
+    /* a new file in one request (master) */                                                         \
+    X(CREATE, 45, "kquuuuqisuuuq", "q*") /* as PUT_START (capacity: the write's) -> handle id,       \
+                                            stat + replica set (as OPEN), capacity reserved (q),     \
+                                            put id, write lease ms, replica set (as PUT_START) */    \
+    /* data (nodes) */                                                                               \
+    X(READ, 50, "uqu", "*")  /* seg id, offset, length -> bytes */                                   \
+    X(WRITE, 51, "uqq*", "") /* seg id, its epoch, offset, bytes */                                  \
     X(SHM_MAP, 52, "u", "q") /* seg id -> size (the fd travels as SCM_RIGHTS) */
 
 enum mc__op {
@@ -213,7 +231,7 @@ int mc__vunpack(const char *body, size_t len, const char *fmt, va_list ap);
  * stat:        q size, q version, i mtime_ns, u mode, u replicas, u flags,
  *              u uid, u gid, u type, u nlink, i atime_ns, i ctime_ns, q rdev,
  *              q ino, q alloc
- * replica set: u count, then per replica: u seg id, s data address,
+ * replica set: u count, then per replica: u seg id, q its epoch, s data address,
  *              s RDMA record (empty: TCP only; opaque to the master, see
  *              transport_rdma.h), u extent count, then per extent:
  *              q offset (MC__WIRE_HOLE: a hole), q length
@@ -229,6 +247,7 @@ int mc__take_stat(const char **p, size_t *n, mc_stat_t *st);
 /* One replica as decoded: pointers into the body, no copy. */
 typedef struct mc__wire_replica {
     uint32_t seg;
+    uint64_t epoch; /* the segment's (see "Segment epochs") */
     const char *addr;
     uint32_t addr_len;
     const char *rdma; /* the node's RDMA record (rdma_len 0: none) */
@@ -243,11 +262,11 @@ typedef struct mc__wire_replica {
  * overflow).
  */
 int mc__take_replicas(const char **p, size_t *n, mc__wire_replica_t *out, int max);
-/* Appends the head of one replica (after a "u" count): seg, address, RDMA
- * record and extent count; then each extent with mc__pack_extent().
- * Return w->err. */
-int mc__pack_replica(mc__wbuf_t *w, uint32_t seg, const char *addr, uint32_t alen, const char *rdma,
-                     uint32_t rlen, uint32_t next);
+/* Appends the head of one replica (after a "u" count): seg, its epoch,
+ * address, RDMA record and extent count; then each extent with
+ * mc__pack_extent(). Return w->err. */
+int mc__pack_replica(mc__wbuf_t *w, uint32_t seg, uint64_t epoch, const char *addr, uint32_t alen,
+                     const char *rdma, uint32_t rlen, uint32_t next);
 int mc__pack_extent(mc__wbuf_t *w, uint64_t off, uint64_t len);
 /* The i-th extent of a decoded replica. */
 void mc__wire_extent(const mc__wire_replica_t *r, uint32_t i, uint64_t *off, uint64_t *len);

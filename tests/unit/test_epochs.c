@@ -1,0 +1,274 @@
+/*
+ * test_epochs.c - unit tests for a node's side of segment epochs
+ * (wire/proto.h, "Segment epochs"; node/data_plane.c): a real protocol
+ * server (server.c) serving a segment whose epoch the test raises, and a
+ * raw peer on the test thread sending WRITEs over loopback TCP. A WRITE
+ * below the segment's epoch is refused and writes nothing, buffered or
+ * received in place; a WRITE still being received into the segment when
+ * the epoch rises holds back what the server says it enforces until its
+ * body has landed or its connection closed, so that a master frees no
+ * space such bytes may still reach.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "net_harness.h"
+
+#define SEG 7
+#define SEG_SIZE (1U << 20)
+#define HEAD 20          /* a WRITE's "uqq": segment, epoch, offset */
+#define BIG (256U << 10) /* received in place (over MC__CONN_SINK_MIN) */
+
+/* The node: its segment's memory and epoch, and its server. */
+struct node {
+    mc_loop_t *l;
+    char *mem;
+    _Atomic uint64_t epoch;
+    mc__server_t *srv;
+    mc__addr_t addr;
+};
+
+static int lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd, uint64_t *epoch)
+{
+    struct node *n = arg;
+    if (seg != SEG)
+        return -ENOENT;
+    *base = n->mem;
+    *size = SEG_SIZE;
+    *fd = -1;
+    *epoch = atomic_load(&n->epoch);
+    return 0;
+}
+
+static void start_fn(void *arg)
+{
+    struct node *n = arg;
+    mc__server_opts_t so = {.seg_lookup = lookup, .seg_arg = n};
+    CHECK(mc__server_new(&n->srv, n->l, &n->addr, &so) == 0);
+}
+
+static void close_fn(void *arg)
+{
+    struct node *n = arg;
+    mc__server_close(n->srv);
+}
+
+/* What the node's server enforces of epoch, asked on its loop. */
+struct ask {
+    struct node *n;
+    uint64_t epoch, got;
+    mc__server_stats_t st;
+};
+
+static void ask_fn(void *arg)
+{
+    struct ask *a = arg;
+    a->got = mc__server_enforced(a->n->srv, SEG, a->epoch);
+    mc__server_stats(a->n->srv, &a->st);
+}
+
+static uint64_t enforced(struct env *e, struct node *n, uint64_t epoch)
+{
+    struct ask a = {.n = n, .epoch = epoch};
+    run_on(e->sl, ask_fn, &a);
+    return a.got;
+}
+
+static uint64_t fenced(struct env *e, struct node *n)
+{
+    struct ask a = {.n = n};
+    run_on(e->sl, ask_fn, &a);
+    return a.st.writes_fenced;
+}
+
+static int response(int fd, uint64_t id);
+
+/* A connected raw peer of n's server, through the session handshake
+ * (HELLO: until then a server takes no body over 1 KiB). */
+static int peer(struct node *n)
+{
+    mc__addr_t a;
+    assert_int_equal(mc__addr_parse(mc__server_addr(n->srv), -1, &a), 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a.ss, a.len), 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char out[MC__PROTO_HDR_SIZE + 64];
+    mc__wbuf_t w = {.p = out + MC__PROTO_HDR_SIZE, .cap = 64};
+    assert_int_equal(mc__pack(&w, "hhuss", (unsigned)MC__PROTO_SESSION, (unsigned)MC__PROTO_SESSION,
+                              (unsigned)MC__ROLE_CLIENT, "t", 1u, "", 0u),
+                     0);
+    mc__hdr_t h = {.magic = MC__PROTO_MAGIC,
+                   .version = MC__PROTO_VERSION,
+                   .op = MC__OP_HELLO,
+                   .id = 99,
+                   .len = (uint32_t)w.len};
+    mc__hdr_encode(out, &h);
+    write_all(fd, out, MC__PROTO_HDR_SIZE + w.len);
+    assert_int_equal(response(fd, 99), 0);
+    return fd;
+}
+
+/* Puts at out a WRITE (request id) of n bytes of byte c at off of the
+ * segment, carrying epoch; returns the frame's length. */
+static size_t write_frame(char *out, uint64_t id, uint64_t epoch, uint64_t off, char c, size_t n)
+{
+    mc__hdr_t h = {.magic = MC__PROTO_MAGIC,
+                   .version = MC__PROTO_VERSION,
+                   .op = MC__OP_WRITE,
+                   .id = id,
+                   .len = (uint32_t)(HEAD + n)};
+    mc__hdr_encode(out, &h);
+    mc__wbuf_t w = {.p = out + MC__PROTO_HDR_SIZE, .cap = HEAD};
+    assert_int_equal(mc__pack(&w, "uqq", (unsigned)SEG, epoch, off), 0);
+    memset(out + MC__PROTO_HDR_SIZE + HEAD, c, n);
+    return MC__PROTO_HDR_SIZE + HEAD + n;
+}
+
+/* Reads n bytes from fd into b. */
+static void read_all(int fd, char *b, size_t n)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t r = read(fd, b + got, n - got);
+        assert_true(r > 0);
+        got += (size_t)r;
+    }
+}
+
+/* Reads one response from fd: its status (its id must be id; its body,
+ * at most 256 bytes, is dropped). */
+static int response(int fd, uint64_t id)
+{
+    char b[MC__PROTO_HDR_SIZE], body[256];
+    read_all(fd, b, sizeof(b));
+    mc__hdr_t h;
+    assert_int_equal(mc__hdr_decode(b, sizeof(b), &h), 0);
+    assert_true(h.flags & MC__F_RESPONSE);
+    assert_int_equal(h.id, id);
+    assert_in_range(h.len, 0, sizeof(body));
+    read_all(fd, body, h.len);
+    return h.status;
+}
+
+/* Fails unless n bytes at off of the segment are all c. */
+static void seg_is(const struct node *n, uint64_t off, char c, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (n->mem[off + i] != c)
+            fail_msg("segment byte %zu is 0x%02x, not 0x%02x", (size_t)(off + i),
+                     (unsigned char)n->mem[off + i], (unsigned char)c);
+}
+
+static struct node *node_start(struct env *e, uint64_t epoch)
+{
+    struct node *n = calloc(1, sizeof(*n));
+    n->mem = calloc(1, SEG_SIZE);
+    atomic_store(&n->epoch, epoch);
+    assert_int_equal(mc__addr_parse("127.0.0.1:0", -1, &n->addr), 0);
+    n->l = e->sl;
+    run_on(e->sl, start_fn, n);
+    assert_int_equal(atomic_load(&bad), 0);
+    return n;
+}
+
+static void node_end(struct env *e, struct node *n)
+{
+    run_on(e->sl, close_fn, n);
+    free(n->mem);
+    free(n);
+}
+
+/* A WRITE carrying the segment's epoch (or a later one) lands; one below
+ * it is refused with -ESTALE and writes nothing, whether its body is
+ * buffered (small) or would be received straight into the segment (big);
+ * the server counts the refusals. */
+static void test_a_write_of_an_old_epoch_is_refused(void **state)
+{
+    struct env *e = *state;
+    struct node *n = node_start(e, 5);
+    char *out = malloc(MC__PROTO_HDR_SIZE + HEAD + BIG);
+    int fd = peer(n);
+
+    size_t len = write_frame(out, 1, 5, 0, 'a', 100);
+    write_all(fd, out, len);
+    assert_int_equal(response(fd, 1), 0);
+    seg_is(n, 0, 'a', 100);
+    len = write_frame(out, 2, 6, 100, 'b', 100); /* granted by a master past us: taken */
+    write_all(fd, out, len);
+    assert_int_equal(response(fd, 2), 0);
+    seg_is(n, 100, 'b', 100);
+
+    atomic_store(&n->epoch, 7); /* the master raised it */
+    len = write_frame(out, 3, 6, 0, 'x', 100);
+    write_all(fd, out, len);
+    assert_int_equal(response(fd, 3), -ESTALE);
+    len = write_frame(out, 4, 6, 4096, 'x', BIG);
+    write_all(fd, out, len);
+    assert_int_equal(response(fd, 4), -ESTALE);
+    len = write_frame(out, 5, 0, 0, 'x', 100); /* no epoch at all */
+    write_all(fd, out, len);
+    assert_int_equal(response(fd, 5), -ESTALE);
+    seg_is(n, 0, 'a', 100);
+    seg_is(n, 100, 'b', 100);
+    seg_is(n, 4096, 0, BIG);
+    assert_int_equal(fenced(e, n), 3);
+
+    len = write_frame(out, 6, 7, 4096, 'c', BIG); /* the epoch now: in place */
+    write_all(fd, out, len);
+    assert_int_equal(response(fd, 6), 0);
+    seg_is(n, 4096, 'c', BIG);
+    close(fd);
+    node_end(e, n);
+    free(out);
+}
+
+/* A WRITE whose head was taken at epoch 5 and whose body is still on its
+ * way when the epoch rises to 6: its bytes may still land, so the server
+ * enforces only 5 until they have (then 6), and the same until a
+ * connection that stopped half-way closes. */
+static void test_a_write_on_its_way_holds_the_epoch_back(void **state)
+{
+    struct env *e = *state;
+    struct node *n = node_start(e, 5);
+    char *out = malloc(MC__PROTO_HDR_SIZE + HEAD + BIG);
+    size_t part = MC__PROTO_HDR_SIZE + HEAD + 1000;
+
+    assert_int_equal(enforced(e, n, 5), 5);
+    for (uint64_t cut = 0, at = 5; cut < 2; cut++, at++) {
+        size_t len = write_frame(out, 1, at, 0, (char)('a' + cut), BIG);
+        int fd = peer(n);
+        write_taken(fd, out, part);
+        /* Its head arrives at epoch `at`: the body goes in place. Then
+         * the master raises the epoch. */
+        WAIT_FOR(enforced(e, n, at) == at && n->mem[999] == (char)('a' + cut), 2000);
+        atomic_store(&n->epoch, at + 1);
+        assert_int_equal(enforced(e, n, at + 1), at);
+        if (!cut) {
+            write_all(fd, out + part, len - part);
+            assert_int_equal(response(fd, 1), 0);
+            seg_is(n, 0, 'a', BIG);
+        } else {
+            close(fd); /* the peer stops half-way and goes */
+        }
+        WAIT_FOR(enforced(e, n, at + 1) == at + 1, 2000);
+        if (!cut)
+            close(fd);
+    }
+    node_end(e, n);
+    free(out);
+}
+
+int main(void)
+{
+    mc__log_init("test_epochs", MC__LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_a_write_of_an_old_epoch_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_write_on_its_way_holds_the_epoch_back, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
