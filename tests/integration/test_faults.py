@@ -242,3 +242,27 @@ def test_a_write_landing_after_its_lease_spoils_no_other_object(cluster, make_mo
     late_bytes_spoil_nothing(m, mnt, 4)
     assert "the late copy reached the node: Stale file handle" in mnt.read_log()
 
+
+def test_a_dropped_replica_landing_late_spoils_no_other_object(cluster, make_mount):
+    """A writer that cannot reach one of its replicas' nodes (a timeout)
+    drops that replica and goes on with the other; its bytes to the first
+    may still arrive (a partition that heals; here they come 8 s late),
+    after the master gave the dropped replica's space to another object.
+    That node must refuse them."""
+    m = cluster.master("--node-ttl-ms", "3000")
+    cluster.node(m, "8M", "--no-shm")
+    late = cluster.node(m, "8M", "--no-shm")
+    env = dict(os.environ, MC_FAULT_XFER=f"off=0,err=110,delay=8000,addr={late.addr}")
+    mnt = make_mount("--master", m.addr, "--segment-size", "0", "--no-shm", "--cache-timeout", "0",
+                     "--replicas", "2", env=env,
+                     expect_log=r"MC_FAULT_XFER|publishing|Connection timed out|without the replica")
+    data = os.urandom(MiB)
+    with open(mnt.p("f"), "wb") as f:
+        f.write(data)
+    assert open(mnt.p("f"), "rb").read() == data
+    # The dropped replica's space comes back (held for the node TTL), and
+    # other objects take all the free space there is.
+    wait_for(lambda: cli_stats(m.addr)["used_bytes"] == MiB, "the dropped replica's space to come back")
+    late_bytes_spoil_nothing(m, mnt, 8)
+    assert open(mnt.p("f"), "rb").read() == data
+    assert "the late copy reached the node: Stale file handle" in mnt.read_log()

@@ -144,6 +144,7 @@ typedef struct piece {
 
 static void xfer_end(xfer_t *x);
 static void xfer_replica(xfer_t *x, uint32_t r);
+static int fault_copy_result(const xfer_t *x);
 
 /* Records a piece's error: per replica for a write, for the whole read. */
 static void xfer_fail(xfer_t *x, uint32_t r, int err)
@@ -340,7 +341,7 @@ static void xfer_end(xfer_t *x)
         mc__xfer_step(x);
         return;
     }
-    int rc = x->write ? xfer_write_result(x) : x->err;
+    int rc = x->delayed == 2 ? fault_copy_result(x) : x->write ? xfer_write_result(x) : x->err;
     void (*done)(void *, int) = x->done;
     void *arg = x->arg;
     mc__rset_free((mc__rset_t *)x->rs);
@@ -494,13 +495,20 @@ static int fault_on(const xfer_t *x)
     return f && x->write && x->buf && x->off == f->off && x->delayed != 2;
 }
 
+/* Whether MC_FAULT_XFER aims at replica rep (its addr=, or every one). */
+static int fault_aims(const xfer_t *x, const struct rrep *rep)
+{
+    const struct mc__fault *f = x->s->fault;
+    return f && (!f->addr[0] || !strcmp(f->addr, rep->addr));
+}
+
 /* The error x gets on replica rep from MC_FAULT_XFER, or 0. */
 static int fault_hit(const xfer_t *x, const struct rrep *rep)
 {
     const struct mc__fault *f = x->s->fault;
     if (!fault_on(x) || !f->err)
         return 0;
-    return !f->addr[0] || !strcmp(f->addr, rep->addr) ? -f->err : 0;
+    return fault_aims(x, rep) ? -f->err : 0;
 }
 
 /* A transfer MC_FAULT_XFER holds back: its bytes are still on their way. */
@@ -515,6 +523,16 @@ static void fault_resume(mc_timer_t *t)
     xfer_t *x = d->x;
     free(d);
     mc__xfer_step(x);
+}
+
+/* How a fault's late copy ended: the first error of a replica it went to
+ * (fault_aims()), or 0. */
+static int fault_copy_result(const xfer_t *x)
+{
+    for (uint32_t r = 0; r < x->rs->n; r++)
+        if (fault_aims(x, &x->rs->r[r]) && x->rerr[r])
+            return x->rerr[r];
+    return x->err;
 }
 
 static void fault_copy_landed(void *arg, int rc)
@@ -651,8 +669,10 @@ void mc__xfer_step(xfer_t *x)
         return; /* the peer resumes it */
     x->issuing = 1;
     if (x->write) {
+        /* A fault's late copy (delayed 2) goes to the replicas the fault
+         * failed, dropped ones included: those bytes were on their way. */
         for (uint32_t r = 0; r < x->rs->n; r++)
-            if (!x->rs->r[r].dead && !x->rerr[r])
+            if ((x->delayed == 2 ? fault_aims(x, &x->rs->r[r]) : !x->rs->r[r].dead) && !x->rerr[r])
                 xfer_replica(x, r);
     } else if (x->rs->r[x->replica].dead) {
         x->err = -EIO;

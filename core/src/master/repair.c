@@ -23,6 +23,7 @@
 typedef struct hold {
     mc__replica_t rep;
     uint64_t until;
+    uint64_t epoch; /* its segment's node must enforce it too (0: no) */
     struct hold *next;
 } hold_t;
 
@@ -125,7 +126,8 @@ void mc__repair_seg_dropped(mc__repair_t *r, mc__master_t *m, uint32_t seg, uint
     r->woken = 1;
 }
 
-void mc__repair_hold(mc__repair_t *r, mc__master_t *m, mc__replica_t *rep, uint64_t until)
+void mc__repair_hold(mc__repair_t *r, mc__master_t *m, mc__replica_t *rep, uint64_t until,
+                     uint64_t epoch)
 {
     hold_t *h = calloc(1, sizeof(*h));
     if (!h) { /* no memory to remember it: give the space back now */
@@ -135,6 +137,7 @@ void mc__repair_hold(mc__repair_t *r, mc__master_t *m, mc__replica_t *rep, uint6
     h->rep = *rep;
     memset(rep, 0, sizeof(*rep));
     h->until = until;
+    h->epoch = epoch;
     h->next = r->holds;
     r->holds = h;
 }
@@ -251,7 +254,8 @@ static void expire(mc__repair_t *r, mc__master_t *m, uint64_t now)
     }
     for (hold_t **pp = &r->holds; *pp;) {
         hold_t *h = *pp;
-        if (now < h->until) {
+        if (now < h->until ||
+            (h->epoch && r->o.fenced && !r->o.fenced(r->o.fenced_arg, h->rep.seg, h->epoch))) {
             pp = &h->next;
             continue;
         }

@@ -40,6 +40,10 @@ typedef struct mc__repair_opts {
     uint32_t inflight;    /* tasks at once (0: 4) */
     int off;              /* plan nothing (holds and tasks' ends still work) */
     uint64_t bytes_per_s; /* bytes copied per second, on average (0: no limit) */
+    /* Whether segment seg's node enforces epoch (wire/proto.h, "Segment
+     * epochs"): a hold with an epoch waits for it too. NULL: it does. */
+    int (*fenced)(void *arg, uint32_t seg, uint64_t epoch);
+    void *fenced_arg;
 } mc__repair_opts_t;
 
 /* A segment that may receive copies: mounted, of a live remote node. */
@@ -95,9 +99,11 @@ void mc__repair_wake(mc__repair_t *r);
  * extents there are dropped, at time now. */
 void mc__repair_seg_dropped(mc__repair_t *r, mc__master_t *m, uint32_t seg, uint64_t now);
 
-/* Keeps rep's extents allocated until now + ms, then frees them (a writer's
+/* Keeps rep's extents allocated until `until` and, with an epoch, until its
+ * segment's node enforces it (opts.fenced), then frees them (a writer's
  * requests may still be on their way there). Takes rep's contents. */
-void mc__repair_hold(mc__repair_t *r, mc__master_t *m, mc__replica_t *rep, uint64_t until);
+void mc__repair_hold(mc__repair_t *r, mc__master_t *m, mc__replica_t *rep, uint64_t until,
+                     uint64_t epoch);
 
 /*
  * Periodic work at time now: frees expired holds, gives up on tasks past

@@ -26,6 +26,11 @@ uint64_t mc__svc_random_id(void)
     return (id >> 2) | 1;
 }
 
+static int seg_fenced(void *arg, uint32_t seg, uint64_t epoch)
+{
+    return mc__svc_seg_fenced(arg, seg, epoch);
+}
+
 int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o)
 {
     mc__svc_t *svc = calloc(1, sizeof(*svc));
@@ -49,7 +54,9 @@ int mc__svc_new(mc__svc_t **out, mc__master_t *m, const mc__svc_opts_t *o)
         rc = mc__ids_init(&svc->owners);
     mc__repair_opts_t ro = {.inflight = svc->o.repair_inflight,
                             .bytes_per_s = svc->o.repair_bytes_per_s,
-                            .off = svc->o.no_repair};
+                            .off = svc->o.no_repair,
+                            .fenced = seg_fenced,
+                            .fenced_arg = svc};
     if (rc < 0 || mc__repair_new(&svc->rp, &ro) < 0) {
         mc__svc_free(svc);
         return -ENOMEM;
@@ -522,7 +529,7 @@ static int put_seg_take(mc__svc_t *svc, const char *body, size_t len, put_t **p,
 /* A writer could not reach the node of one replica while others took the
  * bytes: the put goes on without it, and new puts avoid that node. The
  * space stays allocated for a node TTL, as requests may still be on their
- * way there. */
+ * way there, and until the node refuses them (an epoch raised). */
 static int op_put_drop(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
 {
     put_t *p;
@@ -535,7 +542,9 @@ static int op_put_drop(mc__svc_t *svc, const char *body, size_t len, uint64_t no
     rc = mc__version_take_replica(p->v, seg, &rep);
     if (rc <= 0)
         return rc; /* 0: gone already (its segment was dropped) */
-    mc__repair_hold(svc->rp, svc->m, &rep, now + svc->o.node_ttl_ms);
+    /* The writer's bytes to that node may still arrive (a partition that
+     * heals): the space goes once its node refuses them. */
+    mc__repair_hold(svc->rp, svc->m, &rep, now + svc->o.node_ttl_ms, mc__svc_seg_fence(svc, seg));
     seginfo_t *si = mc__svc_seg_info(svc, seg);
     node_t *n = si && si->node ? mc__svc_node_find(svc, si->node) : NULL;
     if (n)
