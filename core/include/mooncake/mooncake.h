@@ -657,7 +657,10 @@ MC_EXPORT int mc_writer_punch_async(mc_writer_t *w, uint64_t off, uint64_t len, 
                                     void *arg);
 /* Current size. Loop thread only. */
 MC_EXPORT uint64_t mc_writer_size(const mc_writer_t *w);
-/* mc_obj_seek() in the version in progress. Loop thread only. */
+/* mc_obj_seek() in the version in progress, as its space stands: a write
+ * whose callback has not run yet may not count as bytes (its space may
+ * not be granted yet: its range reads as a hole until then), so wait for
+ * the writes before seeking past them (the mount does). Loop thread only. */
 MC_EXPORT int64_t mc_writer_seek(const mc_writer_t *w, uint64_t off, int hole);
 /*
  * The key a hard-linked file (mc_stat_t.ino, not 0) is kept under, whatever
