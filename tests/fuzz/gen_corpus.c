@@ -145,7 +145,8 @@ int main(int argc, char **argv)
     seed("mount_segment-req", MC__OP_MOUNT_SEGMENT, 0, 0, &b, 0);
     mc__pack(&b, "uqq", 3u, (uint64_t)0x1234567890abcdefull, (uint64_t)1796050401994253ull);
     seed("mount_segment-resp", MC__OP_MOUNT_SEGMENT, 1, 0, &b, 0);
-    mc__pack(&b, "quq", (uint64_t)0x1122334455667788ull, 3u, (uint64_t)1796050401994252ull);
+    mc__pack(&b, "ququ", (uint64_t)0x1122334455667788ull, 3u, (uint64_t)1796050401994252ull,
+             (unsigned)MC__MOUNT_CHECKED);
     seed("heartbeat-req", MC__OP_HEARTBEAT, 0, 0, &b, 0);
     mc__pack(&b, "uq", (unsigned)MC__HB_REMOUNT, (uint64_t)0);
     seed("heartbeat-resp", MC__OP_HEARTBEAT, 1, 0, &b, 0);

@@ -61,6 +61,7 @@ typedef struct fields {
     X("uqq", U(0), Q(1), Q(2))                                                                     \
     X("uq", U(0), Q(1))                                                                            \
     X("quq", Q(0), U(1), Q(2))                                                                     \
+    X("ququ", Q(0), U(1), Q(2), U(3))                                                              \
     X("quu*", Q(0), U(1), U(2), S(3))                                                              \
     X("u", U(0))                                                                                   \
     X("qu", Q(0), U(1))                                                                            \

@@ -34,6 +34,7 @@ typedef struct fnode {
     uint64_t id;
     uint32_t seg;
     uint64_t epoch;
+    uint32_t flags; /* MC__MOUNT_CHECKED: every write passes its check */
 } fnode_t;
 
 typedef struct fixture {
@@ -71,13 +72,14 @@ static int call(fixture_t *f, uint64_t owner, uint64_t now, uint16_t op, const c
     return rc;
 }
 
-/* Mounts a segment of node (seg id 0: any) with RDMA record rdma ("": none). */
-static uint32_t mount_rdma(fixture_t *f, uint64_t node, uint32_t seg, uint64_t size, uint64_t now,
-                           const char *rdma)
+/* Mounts a segment of node (seg id 0: any) with RDMA record rdma ("": none)
+ * and flags (MC__MOUNT_*). */
+static uint32_t mount_flags(fixture_t *f, uint64_t node, uint32_t seg, uint64_t size, uint64_t now,
+                            const char *rdma, uint32_t flags)
 {
     const char *addr = "127.0.0.1:7000";
     assert_int_equal(call(f, 1, now, MC__OP_MOUNT_SEGMENT, "qusqsuq", node, seg, addr,
-                          (uint32_t)strlen(addr), size, rdma, (uint32_t)strlen(rdma), 0u,
+                          (uint32_t)strlen(addr), size, rdma, (uint32_t)strlen(rdma), flags,
                           (uint64_t)0),
                      0);
     uint32_t got;
@@ -89,8 +91,14 @@ static uint32_t mount_rdma(fixture_t *f, uint64_t node, uint32_t seg, uint64_t s
         i++;
     assert_true(i < 16);
     f->nnodes += i == f->nnodes;
-    f->nodes[i] = (fnode_t){node, got, epoch};
+    f->nodes[i] = (fnode_t){node, got, epoch, flags & MC__MOUNT_CHECKED};
     return got;
+}
+
+static uint32_t mount_rdma(fixture_t *f, uint64_t node, uint32_t seg, uint64_t size, uint64_t now,
+                           const char *rdma)
+{
+    return mount_flags(f, node, seg, size, now, rdma, 0);
 }
 
 /* Node's heartbeat at now, as a node sends it: its segment and the epoch
@@ -102,8 +110,8 @@ static int beat(fixture_t *f, uint64_t node, uint64_t now)
     for (int i = 0; i < f->nnodes; i++)
         if (f->nodes[i].id == node)
             n = &f->nodes[i];
-    int rc =
-        call(f, 0, now, MC__OP_HEARTBEAT, "quq", node, n ? n->seg : 0u, n ? n->epoch : (uint64_t)0);
+    int rc = call(f, 0, now, MC__OP_HEARTBEAT, "ququ", node, n ? n->seg : 0u,
+                  n ? n->epoch : (uint64_t)0, n ? n->flags : 0u);
     uint32_t flags;
     uint64_t want;
     if (rc == 0 && n && mc__unpack(f->resp.p, f->resp.len, "uq", &flags, &want) == 0 &&

@@ -108,6 +108,45 @@ static void test_remounted_segment_is_held_for_a_lease(void **state)
     put_start(f, 5, "k2", 100, 2, T0 + 15000);
 }
 
+/* A node whose every write passes its epoch check (MC__MOUNT_CHECKED) is
+ * not held when it mounts again: writes of before carry an older epoch. */
+static void test_remounted_checked_segment_takes_puts_at_once(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t seg = mount_flags(f, 11, 0, 16 * MiB, T0, "", MC__MOUNT_CHECKED);
+    assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1);
+    assert_int_equal(mount_flags(f, 11, seg, 16 * MiB, T0 + 5000, "", MC__MOUNT_CHECKED), seg);
+    put_start(f, 5, "k", 100, 1, T0 + 5000);
+}
+
+/* A write revoked behind its writer's back on a segment whose every write
+ * passes its node's check frees its space once the node enforces the
+ * epoch raised for it, without waiting out the write lease; once the node
+ * says a write may pass unchecked (a client mapped the segment), the lease
+ * counts again. */
+static void test_fenced_space_on_a_checked_segment_goes_at_the_beat(void **state)
+{
+    fixture_t *f = *state;
+    mount_flags(f, 11, 0, 64 * MiB, T0, "", MC__MOUNT_CHECKED);
+    for (int round = 0; round < 2; round++) {
+        uint64_t t = T0 + (uint64_t)round * 20000;
+        put_start(f, 6, "y", 2 * MiB, 1, t);
+        assert_int_equal(used(f), 2 * MiB);
+        if (round)
+            f->nodes[0].flags = 0; /* a client mapped it meanwhile */
+        mc__svc_owner_gone(f->svc, 6, t + 1000);
+        assert_int_equal(beat(f, 11, t + 1500), 0); /* learns the new epoch */
+        mc__svc_tick(f->svc, t + 1500);
+        assert_int_equal(used(f), 2 * MiB);
+        assert_int_equal(beat(f, 11, t + 2000), 0); /* enforces it */
+        mc__svc_tick(f->svc, t + 2000);
+        assert_int_equal(used(f), round ? 2 * MiB : 0);
+        beat(f, 11, t + 11000); /* the lease from the last touch (t) is over */
+        mc__svc_tick(f->svc, t + 11000);
+        assert_int_equal(used(f), 0);
+    }
+}
+
 /* Segment ids a node names cannot wrap the counter into ids in use. */
 static void test_segment_ids_do_not_wrap(void **state)
 {
@@ -607,6 +646,10 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_remounted_segment_is_held_for_a_lease, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_remounted_checked_segment_takes_puts_at_once, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_fenced_space_on_a_checked_segment_goes_at_the_beat,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_segment_ids_do_not_wrap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_releases_replaced_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_expiry_and_remount, setup, teardown),

@@ -30,6 +30,16 @@ static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int 
     return 0;
 }
 
+/* MC__MOUNT_CHECKED when every write into our segment so far passed the
+ * epoch check: no mapping of it handed out (SHM_MAP; a client keeps one
+ * for good), no RDMA. */
+static uint32_t seg_checked(struct mc__remote *rm)
+{
+    mc__server_stats_t st;
+    mc__server_stats(rm->srv, &st);
+    return rm->s->rdma_rec || st.shm_maps ? 0u : (uint32_t)MC__MOUNT_CHECKED;
+}
+
 /* Raises our segment's epoch to the master's (wire/proto.h, "Segment
  * epochs"): WRITEs of an older one are refused from now on. */
 static void epoch_raise(struct mc__remote *rm, uint64_t epoch)
@@ -244,7 +254,8 @@ static void mount_segment(struct mc__remote *rm)
     rm->reporting = rm->recs.n != 0;
     int rc = mc__mcall(s, MC__OP_MOUNT_SEGMENT, mounted, rm, "qusqsuq", rm->node_id, rm->seg_id,
                        addr, (uint32_t)strlen(addr), s->seg_size, s->rdma_rec ? s->rdma_rec : "",
-                       (uint32_t)s->rdma_rec_len, rm->reporting ? MC__MOUNT_REPORT : 0u, rm->epoch);
+                       (uint32_t)s->rdma_rec_len,
+                       (rm->reporting ? MC__MOUNT_REPORT : 0u) | seg_checked(rm), rm->epoch);
     if (rc < 0) {
         rm->mounting = 0;
         opened(rm, rc);
@@ -420,8 +431,8 @@ static void on_beat(mc_timer_t *t)
     /* What we enforce of our epoch: the master frees space of writes that
      * ended once we do (a write still being received holds it back). */
     uint32_t seg = rm->own_seg ? rm->seg_id : 0;
-    mc__mcall(rm->s, MC__OP_HEARTBEAT, beat_done, rm, "quq", rm->node_id, seg,
-              seg ? mc__server_enforced(rm->srv, seg, rm->epoch) : 0);
+    mc__mcall(rm->s, MC__OP_HEARTBEAT, beat_done, rm, "ququ", rm->node_id, seg,
+              seg ? mc__server_enforced(rm->srv, seg, rm->epoch) : 0, seg_checked(rm));
 }
 
 static void pinged(void *arg, int status, const char *body, size_t len)

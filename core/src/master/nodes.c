@@ -96,7 +96,9 @@ int mc__svc_seg_fenced(mc__svc_t *svc, uint32_t seg, uint64_t epoch)
     if (si && si->node == 0) /* ours: its data plane is asked now */
         return !svc->local_enforced ||
                svc->local_enforced(svc->local_enforced_arg, seg, si->epoch) >= epoch;
-    return !si || si->enforced >= epoch;
+    if (!si)
+        return 1;
+    return si->enforced < epoch ? 0 : si->checked ? 2 : 1;
 }
 
 void mc__svc_set_local_addr(mc__svc_t *svc, const char *addr)
@@ -626,8 +628,11 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
         int rc = seg_add(svc, seg, node, size, addr, alen);
         if (rc < 0)
             return rc;
+        /* Unless every write there passes the node's check: the epoch it
+         * gets below is past theirs. */
+        uint64_t hold = flags & MC__MOUNT_CHECKED ? now : now + svc->o.write_lease_ms;
         if (again)
-            mc__master_hold_segment(svc->m, seg, now + svc->o.write_lease_ms);
+            mc__master_hold_segment(svc->m, seg, hold);
         si = mc__svc_seg_info(svc, seg);
         if (again && !(flags & MC__MOUNT_REPORT))
             merge_view(svc, seg, now);
@@ -636,7 +641,7 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
              * merged (their space is not free), then as for a segment
              * mounted again. */
             mc__master_hold_segment(svc->m, seg, UINT64_MAX);
-            si->hold_to = now + svc->o.write_lease_ms;
+            si->hold_to = hold;
             si->report_by = now + REPORT_MAX_MS;
         }
     }
@@ -648,6 +653,7 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
         return -ENOMEM;
     if (!node_touch(svc, node, now))
         return -ENOMEM;
+    si->checked = (flags & MC__MOUNT_CHECKED) != 0;
     /* Past any epoch the node enforced before: a write granted space there
      * by another master, or by this one before, carries a lower one. */
     if (si->epoch <= epoch)
@@ -672,8 +678,8 @@ int mc__svc_op_unmount(mc__svc_t *svc, const char *body, size_t len, uint64_t no
 int mc__svc_op_heartbeat(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
 {
     uint64_t node, enforced, want = 0;
-    uint32_t seg;
-    UNPACK("quq", &node, &seg, &enforced);
+    uint32_t seg, nflags;
+    UNPACK("ququ", &node, &seg, &enforced, &nflags);
     node_t *n = mc__svc_node_find(svc, node);
     if (n)
         n->last_hb = now;
@@ -685,6 +691,7 @@ int mc__svc_op_heartbeat(mc__svc_t *svc, const char *body, size_t len, uint64_t 
     if (si && si->node == node) {
         if (enforced > si->enforced && enforced <= si->epoch)
             si->enforced = enforced;
+        si->checked = (nflags & MC__MOUNT_CHECKED) != 0;
         if (si->epoch > enforced)
             want = si->epoch;
     }

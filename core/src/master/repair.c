@@ -254,8 +254,8 @@ static void expire(mc__repair_t *r, mc__master_t *m, uint64_t now)
     }
     for (hold_t **pp = &r->holds; *pp;) {
         hold_t *h = *pp;
-        if (now < h->until ||
-            (h->epoch && r->o.fenced && !r->o.fenced(r->o.fenced_arg, h->rep.seg, h->epoch))) {
+        int fz = h->epoch && r->o.fenced ? r->o.fenced(r->o.fenced_arg, h->rep.seg, h->epoch) : 1;
+        if (!fz || (now < h->until && fz != 2)) {
             pp = &h->next;
             continue;
         }

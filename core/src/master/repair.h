@@ -41,7 +41,9 @@ typedef struct mc__repair_opts {
     int off;              /* plan nothing (holds and tasks' ends still work) */
     uint64_t bytes_per_s; /* bytes copied per second, on average (0: no limit) */
     /* Whether segment seg's node enforces epoch (wire/proto.h, "Segment
-     * epochs"): a hold with an epoch waits for it too. NULL: it does. */
+     * epochs"): a hold with an epoch waits for it too (0: not yet), and for
+     * its time only if fenced() is not 2 (every write there checked: see
+     * mc__svc_seg_fenced()). NULL: 1. */
     int (*fenced)(void *arg, uint32_t seg, uint64_t epoch);
     void *fenced_arg;
 } mc__repair_opts_t;
@@ -100,8 +102,9 @@ void mc__repair_wake(mc__repair_t *r);
 void mc__repair_seg_dropped(mc__repair_t *r, mc__master_t *m, uint32_t seg, uint64_t now);
 
 /* Keeps rep's extents allocated until `until` and, with an epoch, until its
- * segment's node enforces it (opts.fenced), then frees them (a writer's
- * requests may still be on their way there). Takes rep's contents. */
+ * segment's node enforces it (opts.fenced; then `until` only counts where
+ * a write may pass the node's check), then frees them (a writer's requests
+ * may still be on their way there). Takes rep's contents. */
 void mc__repair_hold(mc__repair_t *r, mc__master_t *m, mc__replica_t *rep, uint64_t until,
                      uint64_t epoch);
 

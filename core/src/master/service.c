@@ -184,18 +184,21 @@ static void put_end(mc__svc_t *svc, put_t *p, int fenced)
     svc->fenced = f;
 }
 
-/* Whether fenced write f may go at now: its lease is over, and its bytes
- * are refused where they could land (or force: the service is closing). */
+/* Whether fenced write f may go at now: its bytes are refused where they
+ * could land, and its lease is over unless every write there passed its
+ * node's check (or force: the service is closing). */
 static int fenced_over(mc__svc_t *svc, const fenced_t *f, uint64_t now, int force)
 {
+    int all_checked = 1;
     if (force)
         return 1;
-    if (f->free_at > now)
-        return 0;
-    for (uint32_t i = 0; i < f->nneed; i++)
-        if (!mc__svc_seg_fenced(svc, f->need[i].seg, f->need[i].epoch))
+    for (uint32_t i = 0; i < f->nneed; i++) {
+        int fz = mc__svc_seg_fenced(svc, f->need[i].seg, f->need[i].epoch);
+        if (!fz)
             return 0;
-    return 1;
+        all_checked &= fz == 2;
+    }
+    return all_checked || f->free_at <= now;
 }
 
 /* Frees the fenced writes that may go (fenced_over()). */

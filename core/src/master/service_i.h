@@ -82,6 +82,7 @@ typedef struct seginfo {
     uint64_t report_by; /* ... which must end by then, or the hold ends anyway */
     uint64_t epoch;     /* what grants of its space carry (proto.h, "Segment epochs") */
     uint64_t enforced;  /* the epoch its node last said it enforces */
+    int checked;        /* every write there passed its node's check (MC__MOUNT_CHECKED) */
 } seginfo_t;
 
 typedef struct node {
@@ -154,7 +155,9 @@ seginfo_t *mc__svc_seg_info(mc__svc_t *svc, uint32_t id);
  * are refused once its node enforces it. Returns that epoch (0: no such
  * segment). */
 uint64_t mc__svc_seg_fence(mc__svc_t *svc, uint32_t seg);
-/* 1 once segment seg's node enforces epoch (or the segment is gone). */
+/* Whether segment seg's node enforces epoch: 0 not yet, 1 it does (or
+ * the segment is gone), 2 it does and every write there passed its check
+ * (MC__MOUNT_CHECKED: no write lease need run out as well). */
 int mc__svc_seg_fenced(mc__svc_t *svc, uint32_t seg, uint64_t epoch);
 /* Drops segment id and every replica on it (see nodes.c). */
 void mc__svc_seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now);

@@ -76,66 +76,66 @@
  * Responses carry a status in the header (0 or a negative errno); their
  * body follows the response format only when the status is >= 0.
  */
-#define MC__PROTO_OPS(X)                                                                             \
-    /* session */                                                                                    \
-    X(HELLO, 1, "hhuss", "huss") /* min ver, max ver, role, name, client nonce -> ver, auth?,        \
-                                    server nonce, server proof */                                    \
-    X(AUTH, 2, "s", "")          /* client proof */                                                  \
-    X(PING, 3, "", "q")          /* -> server time (ms) */                                           \
-    /* nodes and segments (master) */                                                                \
-    X(MOUNT_SEGMENT, 10, "qusqsuq", "uqq") /* node id, seg id (0: any), data addr, size, RDMA        \
-                                              record (empty: none), flags (MC__MOUNT_*), the epoch   \
-                                              the node enforces -> seg id, the master's run id,      \
-                                              the epoch to enforce from now on */                    \
-    X(UNMOUNT_SEGMENT, 11, "qu", "")       /* node id, seg id */                                     \
-    X(HEARTBEAT, 12, "quq", "uq")          /* node id, its seg id (0: none), the epoch it enforces   \
-                                              there -> flags (MC__HB_*), the epoch to enforce (0: as \
-                                              it is) */                                              \
-    X(REPAIR_TAKE, 13, "q", "*")           /* node id -> repair tasks, each an s (see below) */      \
-    X(REPAIR_DONE, 14, "qqi", "")          /* node id, task id, status (0: copied) */                \
-    /* extended attributes (master) */                                                               \
-    X(XATTR_GET, 15, "ks", "*")   /* key, name -> value */                                           \
-    X(XATTR_SET, 16, "ksu*", "")  /* key, name, flags (MC_XATTR_*), value */                         \
-    X(XATTR_LIST, 17, "k", "*")   /* key -> names, each ending in NUL */                             \
-    X(XATTR_REMOVE, 18, "ks", "") /* key, name */                                                    \
-    /* the nodes' records of what they hold (master) */                                              \
-    X(RECORDS_TAKE, 40, "quq", "*")   /* node id, seg id, bytes of the last answer applied ->        \
-                                         notices, each an s (see below) */                           \
-    X(RECORDS_REPORT, 41, "quu*", "") /* node id, seg id, last (0/1), records, each an s */          \
-    X(TASK_CREATE, 42, "kus*", "q")   /* key, type (MC_TASK_*), source, targets, each an s ->        \
-                                         task id */                                                  \
-    X(TASK_QUERY, 43, "q", "uuiiiqs") /* task id -> type, status, error, created, updated (ms),      \
-                                         node, message */                                            \
-    X(REPLICA_DROP, 44, "ks", "")     /* key, data address ("": the master's own segment) */         \
-    /* objects (master) */                                                                           \
-    X(PUT_START, 20, "kquuuuqisuuuq", "qq*") /* key, capacity, flags, mode, replicas, pin, pin       \
-                                                ttl, mtime, preferred data addr, uid, gid, type,     \
-                                                rdev -> put id, write lease ms, replica set */       \
-    X(PUT_GROW, 21, "qqqu", "*")             /* put id, off, len, flags -> replica set */            \
-    X(PUT_COMMIT, 22, "qkquui", "*")  /* put id, key, size, what (MC_META_MODE, _MTIME), mode,       \
-                                         mtime -> stat */                                            \
-    X(PUT_REVOKE, 23, "q", "")        /* put id */                                                   \
-    X(OPEN, 24, "k", "q*")            /* key -> handle id, stat + replica set (pins it) */           \
-    X(CLOSE, 25, "q", "")             /* handle id */                                                \
-    X(PUT_DROP_REPLICA, 26, "qu", "") /* put id, segment id (its node is unreachable) */             \
-    X(PUT_EPOCH, 27, "qu", "q")       /* put id, segment id -> its epoch now (a write going on) */   \
-    X(GET_REPLICAS, 30, "k", "q*")    /* key -> lease ms, stat + replica set (lease granted) */      \
-    X(STAT, 31, "k", "*")             /* key -> stat */                                              \
-    X(LOOKUP, 32, "ku", "*")          /* key, delim -> stat (status = MC_LOOKUP_*) */                \
-    X(REMOVE, 33, "ku", "")           /* key, flags */                                               \
-    X(RENAME, 34, "kku", "")          /* from, to, flags */                                          \
-    X(LIST, 35, "ssuu", "*")          /* prefix, after, delim, max -> listing */                     \
-    X(SET_META, 36, "kuuuuii", "*")   /* key, what, mode, uid, gid, atime, mtime -> stat */          \
-    X(STATFS, 37, "", "qqqq")         /* -> total, used, objects, evicted */                         \
-    X(STATS, 38, "", "*")             /* -> counters, each s name + q value */                       \
-    X(LINK, 49, "kku", "*")           /* from, to, flags (0) -> stat of the file (hard link) */      \
-    /* a new file in one request (master) */                                                         \
-    X(CREATE, 45, "kquuuuqisuuuq", "q*") /* as PUT_START (capacity: the write's) -> handle id,       \
-                                            stat + replica set (as OPEN), capacity reserved (q),     \
-                                            put id, write lease ms, replica set (as PUT_START) */    \
-    /* data (nodes) */                                                                               \
-    X(READ, 50, "uqu", "*")  /* seg id, offset, length -> bytes */                                   \
-    X(WRITE, 51, "uqq*", "") /* seg id, its epoch, offset, bytes */                                  \
+#define MC__PROTO_OPS(X)                                                                            \
+    /* session */                                                                                   \
+    X(HELLO, 1, "hhuss", "huss") /* min ver, max ver, role, name, client nonce -> ver, auth?,       \
+                                    server nonce, server proof */                                   \
+    X(AUTH, 2, "s", "")          /* client proof */                                                 \
+    X(PING, 3, "", "q")          /* -> server time (ms) */                                          \
+    /* nodes and segments (master) */                                                               \
+    X(MOUNT_SEGMENT, 10, "qusqsuq", "uqq") /* node id, seg id (0: any), data addr, size, RDMA       \
+                                              record (empty: none), flags (MC__MOUNT_*), the epoch  \
+                                              the node enforces -> seg id, the master's run id,     \
+                                              the epoch to enforce from now on */                   \
+    X(UNMOUNT_SEGMENT, 11, "qu", "")       /* node id, seg id */                                    \
+    X(HEARTBEAT, 12, "ququ", "uq")         /* node id, its seg id (0: none), the epoch it enforces  \
+                                              there, flags (MC__MOUNT_CHECKED) -> flags (MC__HB_*), \
+                                              the epoch to enforce (0: as it is) */                 \
+    X(REPAIR_TAKE, 13, "q", "*")           /* node id -> repair tasks, each an s (see below) */     \
+    X(REPAIR_DONE, 14, "qqi", "")          /* node id, task id, status (0: copied) */               \
+    /* extended attributes (master) */                                                              \
+    X(XATTR_GET, 15, "ks", "*")   /* key, name -> value */                                          \
+    X(XATTR_SET, 16, "ksu*", "")  /* key, name, flags (MC_XATTR_*), value */                        \
+    X(XATTR_LIST, 17, "k", "*")   /* key -> names, each ending in NUL */                            \
+    X(XATTR_REMOVE, 18, "ks", "") /* key, name */                                                   \
+    /* the nodes' records of what they hold (master) */                                             \
+    X(RECORDS_TAKE, 40, "quq", "*")   /* node id, seg id, bytes of the last answer applied ->       \
+                                         notices, each an s (see below) */                          \
+    X(RECORDS_REPORT, 41, "quu*", "") /* node id, seg id, last (0/1), records, each an s */         \
+    X(TASK_CREATE, 42, "kus*", "q")   /* key, type (MC_TASK_*), source, targets, each an s ->       \
+                                         task id */                                                 \
+    X(TASK_QUERY, 43, "q", "uuiiiqs") /* task id -> type, status, error, created, updated (ms),     \
+                                         node, message */                                           \
+    X(REPLICA_DROP, 44, "ks", "")     /* key, data address ("": the master's own segment) */        \
+    /* objects (master) */                                                                          \
+    X(PUT_START, 20, "kquuuuqisuuuq", "qq*") /* key, capacity, flags, mode, replicas, pin, pin      \
+                                                ttl, mtime, preferred data addr, uid, gid, type,    \
+                                                rdev -> put id, write lease ms, replica set */      \
+    X(PUT_GROW, 21, "qqqu", "*")             /* put id, off, len, flags -> replica set */           \
+    X(PUT_COMMIT, 22, "qkquui", "*")  /* put id, key, size, what (MC_META_MODE, _MTIME), mode,      \
+                                         mtime -> stat */                                           \
+    X(PUT_REVOKE, 23, "q", "")        /* put id */                                                  \
+    X(OPEN, 24, "k", "q*")            /* key -> handle id, stat + replica set (pins it) */          \
+    X(CLOSE, 25, "q", "")             /* handle id */                                               \
+    X(PUT_DROP_REPLICA, 26, "qu", "") /* put id, segment id (its node is unreachable) */            \
+    X(PUT_EPOCH, 27, "qu", "q")       /* put id, segment id -> its epoch now (a write going on) */  \
+    X(GET_REPLICAS, 30, "k", "q*")    /* key -> lease ms, stat + replica set (lease granted) */     \
+    X(STAT, 31, "k", "*")             /* key -> stat */                                             \
+    X(LOOKUP, 32, "ku", "*")          /* key, delim -> stat (status = MC_LOOKUP_*) */               \
+    X(REMOVE, 33, "ku", "")           /* key, flags */                                              \
+    X(RENAME, 34, "kku", "")          /* from, to, flags */                                         \
+    X(LIST, 35, "ssuu", "*")          /* prefix, after, delim, max -> listing */                    \
+    X(SET_META, 36, "kuuuuii", "*")   /* key, what, mode, uid, gid, atime, mtime -> stat */         \
+    X(STATFS, 37, "", "qqqq")         /* -> total, used, objects, evicted */                        \
+    X(STATS, 38, "", "*")             /* -> counters, each s name + q value */                      \
+    X(LINK, 49, "kku", "*")           /* from, to, flags (0) -> stat of the file (hard link) */     \
+    /* a new file in one request (master) */                                                        \
+    X(CREATE, 45, "kquuuuqisuuuq", "q*") /* as PUT_START (capacity: the write's) -> handle id,      \
+                                            stat + replica set (as OPEN), capacity reserved (q),    \
+                                            put id, write lease ms, replica set (as PUT_START) */   \
+    /* data (nodes) */                                                                              \
+    X(READ, 50, "uqu", "*")  /* seg id, offset, length -> bytes */                                  \
+    X(WRITE, 51, "uqq*", "") /* seg id, its epoch, offset, bytes */                                 \
     X(SHM_MAP, 52, "u", "q") /* seg id -> size (the fd travels as SCM_RIGHTS) */
 
 enum mc__op {
@@ -149,9 +149,15 @@ enum mc__op {
 #define MC__HB_REPAIR 0x2  /* repair tasks wait for this node: REPAIR_TAKE */
 #define MC__HB_RECORDS 0x4 /* notices of records wait for this node: RECORDS_TAKE */
 
-/* MOUNT_SEGMENT flags. MC__MOUNT_REPORT: records follow (RECORDS_REPORT);
- * hold the segment until the last. */
+/* MOUNT_SEGMENT flags (MC__MOUNT_CHECKED also in HEARTBEAT).
+ * MC__MOUNT_REPORT: records follow (RECORDS_REPORT); hold the segment until
+ * the last. MC__MOUNT_CHECKED: every write into the segment so far passed
+ * the node's epoch check (none came through a mapping it handed out,
+ * SHM_MAP, nor one-sided RDMA): bytes of a write that ended are refused
+ * once the node enforces the epoch raised for it, so the master need not
+ * also wait out a write lease. */
 #define MC__MOUNT_REPORT 0x1
+#define MC__MOUNT_CHECKED 0x2
 
 /* A notice in a RECORDS_TAKE answer (the bytes of its s field): b kind, q
  * version id, and for MC__NOTE_PUT the record (an s, see mc__rec_t). */
