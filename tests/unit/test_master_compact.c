@@ -278,7 +278,7 @@ static void test_ctime_apart_from_mtime(void **state)
     /* Its record carries both. */
     mc__rec_t rec;
     memset(&rec, 0, sizeof(rec));
-    (void)mc__master_record(v, mc__vrep(v)[0].seg, &rec);
+    (void)mc__master_record(m, v, mc__vrep(v)[0].seg, &rec);
     assert_int_equal(rec.ctime_ns, 500);
     assert_int_equal(rec.mtime_ns, mtime);
     /* A new mtime at the same time: one again. */

@@ -215,7 +215,7 @@ void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
     mc__master_undirty(m, v);
     forget_rebuilt(m, v); /* gone: a late record of it must not bring it back */
-    if (m->notice && v->stamp)
+    if (m->notice && (v->flags & MC__V_NOTED))
         m->notice(m->notice_arg, m, v, 1);
     v->state = MC__RETIRED;
     v->rpos = 0; /* was its access clock */
@@ -249,6 +249,7 @@ void mc__master_free(mc__master_t *m)
         mc__alloc_destroy(m->segs[i].alloc);
     free(m->segs);
     free(m->dirty);
+    free(m->dmap);
     mc__slab_free_all(m->slab);
     free(m);
 }

@@ -97,6 +97,11 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  * ctime_ns). Read it through mc__vctime(). */
 #define MC__V_CTIME 0x20
 
+/* mc__version_t.flags: its record has been handed to the notice callback
+ * (mc__master_flush()) or came from a node (mc__master_merge()): its nodes
+ * keep it, so leaving the namespace is told to them. */
+#define MC__V_NOTED 0x40
+
 /*
  * One version. Sized for the million small objects of a cache: one
  * allocation holds the struct, the key and the replica array (room for the
@@ -109,7 +114,6 @@ typedef struct mc__version {
     uint64_t capacity; /* bytes reserved in each replica */
     int64_t mtime_ns;
     int64_t atime_ns;       /* wall clock (ns), as mtime_ns; the service sets them */
-    uint64_t stamp;         /* when its record was last sent to its nodes (0: never) */
     struct mc__vmore *more; /* what few versions have (owned; NULL: all zero);
                                read it through mc__vmore() */
     mc__extent_t ext1;      /* the extent array of its first replica while that has one
@@ -127,13 +131,11 @@ typedef struct mc__version {
         uint32_t rpos; /* retired: its place in the master's array of those
                           waiting for handles or a lease, plus one (0: none) */
     };
-    uint32_t dpos; /* its place in the master's dirty array, plus one (0: not
-                      dirty): its nodes' records are stale */
     uint16_t klen; /* <= MC_KEY_MAX */
     uint16_t mode; /* & 07777 */
     /* Bit-fields as narrow as their values (checked where they come in):
-     * with the mode in 16 bits and the lease in 32, the version is 104
-     * bytes, not 112. */
+     * with the mode in 16 bits and the lease in 32, the version is 96
+     * bytes (92 of fields), not 104. */
     uint8_t state : 2;   /* enum mc__vstate */
     uint8_t pin : 2;     /* MC_PIN_* (<= MC_PIN_HARD) */
     uint8_t inherit : 4; /* pending: MC__INHERIT_*, what to take at commit
@@ -222,8 +224,9 @@ int mc__version_set_ctime(mc__version_t *v, int64_t t);
 mc__vmore_t *mc__version_more(mc__version_t *v);
 
 /* Tells the nodes that hold v's replicas (or, for a name entry, its file's)
- * that v's record changed (drop 0: v->stamp is new) or that v left the
- * namespace (drop 1). See mc__master_dirty(). */
+ * that v's record changed (drop 0: it carries a new stamp, see
+ * mc__master_record()) or that v left the namespace (drop 1). See
+ * mc__master_dirty(). */
 typedef void (*mc__notice_cb)(void *arg, mc__master_t *m, mc__version_t *v, int drop);
 
 /* The longest read lease (mc__master_opts_t lease_ms is cut to it): 24 days. */
@@ -515,14 +518,19 @@ void mc__master_dirty(mc__master_t *m, mc__version_t *v);
  * keep records pays nothing for them. */
 void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg);
 
-/* Stamps every dirty version and hands it to the notice callback. */
+/* Stamps every dirty version (a new stamp each, from the master's count)
+ * and hands it to the notice callback. */
 void mc__master_flush(mc__master_t *m);
 
 /* Fills the record (wire/record.h's mc__rec_t) of v as kept for its replica on
  * segment seg: its metadata, and rec->next, the count of its extents there
  * (none for a name entry), which it returns (NULL: none); rec->ext is NULL.
- * Everything points into v. */
-const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__rec_t *rec);
+ * Everything points into v. The record's stamp is the last one m handed
+ * out: in the notice callback, the one mc__master_flush() gave v (a
+ * version keeps no stamp of its own; a record built later describes v as
+ * it is then, newer than any sent before). */
+const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t *v, uint32_t seg,
+                                      mc__rec_t *rec);
 
 /*
  * Merges one record reported by the node of segment seg (mounted again

@@ -47,22 +47,29 @@ struct mc__master {
     size_t nretired, rcap;   /* [0, nretired), room for rcap */
     uint64_t evicted;
     uint64_t stamp;        /* the last record stamp handed out */
-    mc__version_t **dirty; /* versions whose nodes' records are stale (records.c): */
+    mc__version_t **dirty; /* versions whose nodes' records are stale (records.c),
+                              NULL where one left before the flush: */
     size_t ndirty, dcap;   /* [dhead, ndirty) still to flush, room for dcap */
     size_t dhead;
-    int dirty_all;        /* the array could not grow: the next flush stamps every version */
-    mc__notice_cb notice; /* mc__master_notices(); NULL: none */
+    struct mc__dplace *dmap; /* the dirty versions' places in dirty, by
+                                address (records.c; NULL: none dirty) */
+    size_t dmap_n, dmap_cap; /* entries, slots (a power of two) */
+    int dirty_all;           /* the array could not grow: the next flush stamps every version */
+    mc__notice_cb notice;    /* mc__master_notices(); NULL: none */
     void *notice_arg;
     mc__ids_t rebuilt; /* mc__recovered_t by version id (records.c) */
     int64_t root_ns;   /* the root directory's mtime and ctime (namespace.c) */
 };
 
 /* A version rebuilt from nodes' records, by its id, so that the records of
- * its other replicas find it; v NULL once it left the namespace (a later
- * record of it must not bring it back). */
+ * its other replicas find it and the newest of them gives its metadata; v
+ * NULL once it left the namespace (a later record of it must not bring it
+ * back). */
 typedef struct mc__recovered {
     mc__idnode_t h;
     mc__version_t *v;
+    uint64_t stamp; /* the stamp of its record as its nodes keep it, the
+                       newest merged or sent */
 } mc__recovered_t;
 
 /* Frees rep's extent array unless it is inl (its version's ext1; NULL for

@@ -25,13 +25,90 @@ void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg)
     m->notice_arg = arg;
 }
 
+/* ---- the dirty versions ----
+ *
+ * A version whose nodes' records are stale sits in the dirty array (in the
+ * order it became dirty) and in a small open-addressing table from its
+ * address to its place there, so that one leaving before the flush is
+ * found (and its place emptied) without a walk. Both hold only what
+ * changed since the last flush: a version keeps no field for it. */
+
+struct mc__dplace {
+    mc__version_t *v; /* NULL: an empty slot */
+    size_t at;        /* its place in m->dirty */
+};
+
+/* The first slot to look at for v in a table of cap slots. */
+static size_t dmap_slot(const mc__version_t *v, size_t cap)
+{
+    return (size_t)(((uintptr_t)v >> 3) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+}
+
+/* v's slot in the table, or NULL. */
+static struct mc__dplace *dmap_find(const mc__master_t *m, const mc__version_t *v)
+{
+    if (!m->dmap_n)
+        return NULL;
+    for (size_t i = dmap_slot(v, m->dmap_cap);; i = (i + 1) & (m->dmap_cap - 1)) {
+        if (m->dmap[i].v == v)
+            return &m->dmap[i];
+        if (!m->dmap[i].v)
+            return NULL;
+    }
+}
+
+static void dmap_put(struct mc__dplace *t, size_t cap, mc__version_t *v, size_t at)
+{
+    size_t i = dmap_slot(v, cap);
+    while (t[i].v)
+        i = (i + 1) & (cap - 1);
+    t[i] = (struct mc__dplace){v, at};
+}
+
+/* Files v (not in the table) at place at. Returns 0 or -ENOMEM. */
+static int dmap_add(mc__master_t *m, mc__version_t *v, size_t at)
+{
+    if (2 * (m->dmap_n + 1) > m->dmap_cap) { /* at most half full */
+        size_t cap = m->dmap_cap ? m->dmap_cap * 2 : 64;
+        struct mc__dplace *t = calloc(cap, sizeof(*t));
+        if (!t)
+            return -ENOMEM;
+        for (size_t i = 0; i < m->dmap_cap; i++)
+            if (m->dmap[i].v)
+                dmap_put(t, cap, m->dmap[i].v, m->dmap[i].at);
+        free(m->dmap);
+        m->dmap = t;
+        m->dmap_cap = cap;
+    }
+    dmap_put(m->dmap, m->dmap_cap, v, at);
+    m->dmap_n++;
+    return 0;
+}
+
+/* Empties slot e, moving back the entries after it that probed past it. */
+static void dmap_del(mc__master_t *m, struct mc__dplace *e)
+{
+    size_t mask = m->dmap_cap - 1, hole = (size_t)(e - m->dmap);
+    m->dmap[hole].v = NULL;
+    for (size_t i = (hole + 1) & mask; m->dmap[i].v; i = (i + 1) & mask) {
+        size_t home = dmap_slot(m->dmap[i].v, m->dmap_cap);
+        /* It may fill the hole unless its home lies in (hole, i]. */
+        if (((i - home) & mask) >= ((i - hole) & mask)) {
+            m->dmap[hole] = m->dmap[i];
+            m->dmap[i].v = NULL;
+            hole = i;
+        }
+    }
+    m->dmap_n--;
+}
+
 void mc__master_dirty(mc__master_t *m, mc__version_t *v)
 {
-    if (!m->notice || !v || v->dpos || v->state != MC__PUBLISHED)
+    if (!m->notice || !v || v->state != MC__PUBLISHED || dmap_find(m, v))
         return;
     if (m->ndirty == m->dcap) {
         size_t cap = m->dcap ? m->dcap * 2 : 64;
-        mc__version_t **d = cap <= UINT32_MAX ? realloc(m->dirty, cap * sizeof(*d)) : NULL;
+        mc__version_t **d = realloc(m->dirty, cap * sizeof(*d));
         if (!d) {
             m->dirty_all = 1; /* out of memory: the next flush tells every version */
             return;
@@ -39,27 +116,32 @@ void mc__master_dirty(mc__master_t *m, mc__version_t *v)
         m->dirty = d;
         m->dcap = cap;
     }
+    if (dmap_add(m, v, m->ndirty) < 0) {
+        m->dirty_all = 1;
+        return;
+    }
     m->dirty[m->ndirty++] = v;
-    v->dpos = (uint32_t)m->ndirty;
 }
 
 void mc__master_undirty(mc__master_t *m, mc__version_t *v)
 {
-    if (!v->dpos)
+    struct mc__dplace *e = dmap_find(m, v);
+    if (!e)
         return;
-    /* The last one takes its place (both are past dhead: flushed ones have
-     * no place any more). */
-    size_t at = v->dpos - 1;
-    mc__version_t *last = m->dirty[--m->ndirty];
-    m->dirty[at] = last;
-    last->dpos = (uint32_t)at + 1;
-    v->dpos = 0;
+    m->dirty[e->at] = NULL; /* the flush passes over it */
+    dmap_del(m, e);
 }
 
 /* Stamps v and hands it to the notice callback. */
 static void flush_one(mc__master_t *m, mc__version_t *v)
 {
-    v->stamp = ++m->stamp;
+    ++m->stamp;
+    v->flags |= MC__V_NOTED;
+    if (v->flags & MC__V_REBUILT) { /* its nodes' records have this stamp now */
+        mc__recovered_t *e = (mc__recovered_t *)mc__ids_get(&m->rebuilt, v->id);
+        if (e && e->v == v)
+            e->stamp = m->stamp;
+    }
     if (m->notice)
         m->notice(m->notice_arg, m, v, 0);
 }
@@ -69,10 +151,19 @@ void mc__master_flush(mc__master_t *m)
     /* In the order they became dirty; the callback may mark more. */
     while (m->dhead < m->ndirty) {
         mc__version_t *v = m->dirty[m->dhead++];
-        v->dpos = 0;
+        if (!v)
+            continue; /* left before the flush */
+        struct mc__dplace *e = dmap_find(m, v);
+        if (e)
+            dmap_del(m, e);
         flush_one(m, v);
     }
     m->dhead = m->ndirty = 0;
+    if (m->dmap_cap > 1024) { /* a burst passed: the table goes with it */
+        free(m->dmap);
+        m->dmap = NULL;
+        m->dmap_cap = 0;
+    }
     if (m->dirty_all) {
         m->dirty_all = 0;
         mc__index_iter_t it;
@@ -83,11 +174,12 @@ void mc__master_flush(mc__master_t *m)
     }
 }
 
-const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__rec_t *r)
+const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t *v, uint32_t seg,
+                                      mc__rec_t *r)
 {
     memset(r, 0, sizeof(*r));
     r->version = v->id;
-    r->stamp = v->stamp;
+    r->stamp = m->stamp;
     r->key = mc__vkey(v);
     r->klen = v->klen;
     r->link = mc__vmore(v)->link;
@@ -200,7 +292,7 @@ static int take_meta(mc__version_t *v, const mc__rec_t *r)
     v->type = r->type;
     v->pin = r->pin;
     v->want = r->want > MC__MAX_REPLICAS ? MC__MAX_REPLICAS : r->want;
-    v->stamp = r->stamp;
+    v->flags |= MC__V_NOTED; /* its nodes keep its record */
     return 0;
 }
 
@@ -279,12 +371,13 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
             }
             rc = 1;
         }
-        if (r->stamp > v->stamp) {
+        if (r->stamp > e->stamp) {
             if (take_meta(v, r) < 0)
                 return -ENOMEM;
+            e->stamp = r->stamp;
             rekey(m, v, r, now);
         }
-        if (r->stamp != v->stamp)
+        if (r->stamp != e->stamp)
             mc__master_dirty(m, v); /* one of its nodes has a stale record */
         return rc;
     }
@@ -326,6 +419,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     }
     e->h.id = v->id;
     e->v = v;
+    e->stamp = r->stamp;
     v->flags |= MC__V_REBUILT;
     mc__ids_add(&m->rebuilt, &e->h);
     return 1;
