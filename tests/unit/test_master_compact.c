@@ -6,8 +6,9 @@
  * key and replicas read through mc__vkey() / mc__vrep() once they moved out
  * of its own allocation (a rename, a grown replica array), its ctime kept
  * apart from its mtime only when they differ, its lease in 32 bits from a
- * base that moves, and replicas' extent arrays with no count of their
- * room.
+ * base that moves, replicas' extent arrays with no count of their
+ * room, and a version's capacity kept as the length of its first
+ * replica's one extent (ext1) through every change of its layout.
  */
 #include "master_fixture.h"
 
@@ -395,6 +396,153 @@ static void test_replica_room_grows(void **state)
     mc__master_free(m);
 }
 
+/* The layout of v agrees with its capacity: every replica's extents
+ * cover it (a repair's replica may hold a unit's rounding more), and a
+ * first replica in ext1 has one extent (or none) of that length. */
+static void assert_layout(const mc__version_t *v)
+{
+    for (uint32_t r = 0; r < v->nrep; r++) {
+        const mc__replica_t *rep = &mc__vrep(v)[r];
+        uint64_t t = 0;
+        for (uint32_t i = 0; i < rep->n; i++)
+            t += rep->ext[i].len;
+        assert_true(t >= mc__vcap(v) && t < mc__vcap(v) + UNIT);
+        if (rep->ext == &v->ext1) {
+            assert_true(r == 0 && rep->n <= 1);
+            assert_int_equal(t, mc__vcap(v));
+        }
+    }
+}
+
+/* A one-extent object's capacity is its extent's length: it grows in
+ * place with it, stays when the object grows a second extent (the first
+ * one kept where it was), and shrinks with it at the commit. */
+static void test_capacity_is_the_one_extent_length(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
+    mc__version_t *v = NULL;
+
+    assert_int_equal(mc__master_begin(m, "a", 1, NULL, now, &v), 0);
+    assert_int_equal(mc__vcap(v), 0);
+    assert_int_equal(mc__master_reserve(m, v, UNIT, now), 0);
+    assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+    assert_int_equal(mc__vcap(v), UNIT);
+    uint64_t off = mc__vrep(v)[0].ext[0].off;
+    /* Something else takes space: the next growth is (most likely) a
+     * second extent, the first one copied out where it was; if it came
+     * right after the first, one extent, grown in place. */
+    (void)put(m, "b", UNIT, now);
+    assert_int_equal(mc__master_reserve(m, v, 5 * UNIT, now), 0);
+    assert_int_equal(mc__vcap(v), 5 * UNIT);
+    assert_int_equal(mc__vrep(v)[0].ext[0].off, off);
+    if (mc__vrep(v)[0].n == 1) {
+        assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+    } else {
+        assert_ptr_not_equal(mc__vrep(v)[0].ext, &v->ext1);
+        assert_int_equal(mc__vrep(v)[0].ext[0].len, UNIT);
+    }
+    assert_layout(v);
+    /* Committed with 100 bytes: the tail goes back (to 8-byte units). */
+    assert_int_equal(mc__master_commit(m, v, 100, 0, now), 0);
+    assert_int_equal(mc__vcap(v), 104);
+    assert_layout(v);
+    assert_int_equal(used(m), UNIT + 104);
+
+    /* A small one trimmed to 8-byte units at its commit, in ext1; renamed,
+     * it keeps its extent and capacity. */
+    mc__version_t *c = put(m, "c", 100, now);
+    assert_ptr_equal(mc__vrep(c)[0].ext, &c->ext1);
+    assert_int_equal(mc__vcap(c), 104);
+    assert_int_equal(mc__vrep(c)[0].ext[0].len, 104);
+    uint64_t coff = mc__vrep(c)[0].ext[0].off;
+    assert_int_equal(mc__master_rename(m, "c", 1, "a-much-longer-name/c", 20, 0, now), 0);
+    c = find(m, "a-much-longer-name/c");
+    assert_non_null(c);
+    assert_int_equal(mc__vcap(c), 104);
+    assert_int_equal(mc__vrep(c)[0].ext[0].off, coff);
+    assert_layout(c);
+    assert_int_equal(used(m), UNIT + 2 * 104);
+    mc__master_free(m);
+}
+
+/* A master with a large segment 0 and a segment 1 of two units. */
+static mc__master_t *two_segments(void)
+{
+    mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
+    assert_int_equal(mc__master_add_segment(m, 1, 2 * UNIT), 0);
+    return m;
+}
+
+/* A growth that fails on a later replica gives the first one's growth
+ * back: its one extent (and with it the capacity) is what it was, from
+ * one unit or from none. */
+static void test_capacity_after_a_failed_growth(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = two_segments();
+    mc_put_opts_t po = {.replica_num = 2};
+    mc__version_t *v = NULL;
+
+    assert_int_equal(mc__master_begin(m, "a", 1, &po, now, &v), 0);
+    assert_int_equal(v->nrep, 2);
+    assert_int_equal(mc__vrep(v)[0].seg, 0); /* the most free first */
+    assert_int_equal(mc__master_reserve(m, v, UNIT, now), 0);
+    assert_int_equal(mc__master_reserve(m, v, 8 * UNIT, now), -ENOSPC);
+    assert_int_equal(mc__vcap(v), UNIT);
+    assert_int_equal(mc__vrep(v)[0].n, 1);
+    assert_layout(v);
+    assert_int_equal(used(m), 2 * UNIT);
+    mc__master_abort(m, v);
+    assert_int_equal(used(m), 0);
+
+    assert_int_equal(mc__master_begin(m, "b", 1, &po, now, &v), 0);
+    assert_int_equal(mc__master_reserve(m, v, 8 * UNIT, now), -ENOSPC);
+    assert_int_equal(mc__vcap(v), 0);
+    assert_int_equal(mc__vrep(v)[0].n, 0);
+    assert_layout(v);
+    assert_int_equal(used(m), 0);
+    /* And grows later all the same. */
+    assert_int_equal(mc__master_reserve(m, v, 2 * UNIT, now), 0);
+    assert_int_equal(mc__vcap(v), 2 * UNIT);
+    assert_layout(v);
+    assert_int_equal(mc__master_commit(m, v, 2 * UNIT, 0, now), 0);
+    assert_int_equal(used(m), 4 * UNIT);
+    mc__master_free(m);
+}
+
+/* A one-extent object that gains a second replica (a repair's) keeps its
+ * first one in ext1 and its capacity; losing the first replica, it keeps
+ * the capacity, now the other replica's layout. */
+static void test_capacity_with_a_second_replica(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = two_segments();
+    mc__version_t *v = put(m, "a", 100, now);
+    assert_int_equal(mc__vrep(v)[0].seg, 0);
+    mc__replica_t r;
+    assert_int_equal(mc__master_replica_alloc(m, 1, mc__vcap(v), &r), 0);
+    assert_int_equal(mc__master_replica_attach(v, &r), 0);
+    assert_int_equal(v->nrep, 2);
+    assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+    assert_int_equal(mc__vcap(v), 104);
+    assert_layout(v);
+    assert_int_equal(mc__master_drop_segment(m, 0, now), 0);
+    assert_ptr_equal(find(m, "a"), v);
+    assert_int_equal(v->nrep, 1);
+    assert_int_equal(mc__vrep(v)[0].seg, 1);
+    assert_int_equal(mc__vcap(v), 104);
+    assert_layout(v);
+    mc_stat_t st;
+    mc__version_stat(m, v, now, &st);
+    assert_int_equal(st.size, 100);
+    assert_int_equal(used(m), 2 * UNIT); /* the repair's replica, rounded */
+    mc__master_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -407,6 +555,9 @@ int main(void)
         cmocka_unit_test(test_ctime_apart_from_mtime),
         cmocka_unit_test(test_lease_base_moves),
         cmocka_unit_test(test_replica_room_grows),
+        cmocka_unit_test(test_capacity_is_the_one_extent_length),
+        cmocka_unit_test(test_capacity_after_a_failed_growth),
+        cmocka_unit_test(test_capacity_with_a_second_replica),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

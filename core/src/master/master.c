@@ -159,7 +159,7 @@ static void version_release_space(mc__master_t *m, mc__version_t *v)
 {
     for (uint32_t r = 0; r < v->nrep; r++)
         mc__replica_release_in(m, &mc__vrep(v)[r], &v->ext1);
-    v->capacity = 0;
+    mc__version_set_cap(v, 0);
 }
 
 /* A rebuilt version leaves: its entry by id stays, with no version, so that

@@ -110,15 +110,18 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  */
 typedef struct mc__version {
     uint64_t id;
-    uint64_t size;     /* bytes of data */
-    uint64_t capacity; /* bytes reserved in each replica */
+    uint64_t size; /* bytes of data */
     int64_t mtime_ns;
     int64_t atime_ns;       /* wall clock (ns), as mtime_ns; the service sets them */
     struct mc__vmore *more; /* what few versions have (owned; NULL: all zero);
                                read it through mc__vmore() */
-    mc__extent_t ext1;      /* the extent array of its first replica while that has one
-                               extent (rep[0].ext points here, not its own): most
-                               objects' only extent needs no allocation of its own */
+    mc__extent_t ext1;      /* ext1.len: the bytes reserved in each replica, its
+                               capacity (read it through mc__vcap()); the whole of
+                               ext1: the extent array of its first replica while
+                               that has one extent (rep[0].ext points here, not its
+                               own), whose length is then the capacity: most
+                               objects' only extent needs neither an allocation
+                               nor a length of its own */
     uint32_t uid, gid;      /* MC_OWNER_NONE: none recorded */
     uint32_t lease;         /* its read lease ends at the master's lease base plus
                                this many ms (0: none); read it through
@@ -134,8 +137,8 @@ typedef struct mc__version {
     uint16_t klen; /* <= MC_KEY_MAX */
     uint16_t mode; /* & 07777 */
     /* Bit-fields as narrow as their values (checked where they come in):
-     * with the mode in 16 bits and the lease in 32, the version is 96
-     * bytes (92 of fields), not 104. */
+     * with the mode in 16 bits and the lease in 32, the version is 88
+     * bytes, not 96. */
     uint8_t state : 2;   /* enum mc__vstate */
     uint8_t pin : 2;     /* MC_PIN_* (<= MC_PIN_HARD) */
     uint8_t inherit : 4; /* pending: MC__INHERIT_*, what to take at commit
@@ -204,6 +207,21 @@ static inline mc__replica_t *mc__vrep(const mc__version_t *v)
         return v->more->rep;
     size_t klen = v->flags & MC__V_KEY_OWNED ? v->more->klen_in : v->klen;
     return (mc__replica_t *)(uintptr_t)((const char *)v + mc__vrep_offset(klen));
+}
+
+/* v's capacity: the bytes reserved in each replica (the length of its
+ * layout, holes included). */
+static inline uint64_t mc__vcap(const mc__version_t *v)
+{
+    return v->ext1.len;
+}
+
+/* Sets v's capacity to cap. While its first replica's one extent sits in
+ * ext1, that extent's length is the same field: the caller has made (or
+ * trimmed) that extent to cap already, or does so now. */
+static inline void mc__version_set_cap(mc__version_t *v, uint64_t cap)
+{
+    v->ext1.len = cap;
 }
 
 /* v's ctime (wall clock, ns): its mtime unless a change of metadata came

@@ -361,7 +361,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         for (uint32_t i = 0; i < v->nrep; i++)
             twice |= mc__vrep(v)[i].seg == seg;
         if (!mc__vmore(v)->link && !twice) {
-            if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r, ext) != v->capacity)
+            if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r, ext) != mc__vcap(v))
                 return 0;
             if ((rc = take_extents(s, r, ext, &rep)) < 0)
                 return rc == -ENOMEM ? rc : 0;
@@ -409,7 +409,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         return rc == -ENOMEM ? rc : 0;
     }
     v->id = r->version;
-    v->capacity = bytes;
+    mc__version_set_cap(v, bytes);
     if (!r->linklen)
         mc__master_replica_attach(v, &rep);
     if (publish(m, v, now) < 0) {

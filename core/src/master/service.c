@@ -417,7 +417,7 @@ static int put_check(mc__svc_t *svc, mc__version_t *v, const mc__put_commit_rq_t
     int rc = 0;
     if (rq->klen != v->klen || memcmp(rq->key, mc__vkey(v), rq->klen) != 0)
         rc = mc__master_set_key(svc->m, v, rq->key, rq->klen);
-    if (rc == 0 && rq->size > v->capacity)
+    if (rc == 0 && rq->size > mc__vcap(v))
         rc = -EINVAL;
     if (rc == 0 && mc__master_is_inode_key(mc__vkey(v), v->klen) &&
         !mc__master_find(svc->m, mc__vkey(v), v->klen))
