@@ -8,7 +8,8 @@
  * apart from its mtime only when they differ, its lease in 32 bits from a
  * base that moves, replicas' extent arrays with no count of their
  * room, and a version's capacity kept as the length of its first
- * replica's one extent (ext1) through every change of its layout.
+ * replica's one extent (ext1) through every change of its layout, and
+ * its key in the tail of its fields.
  */
 #include "master_fixture.h"
 
@@ -543,6 +544,37 @@ static void test_capacity_with_a_second_replica(void **state)
     mc__master_free(m);
 }
 
+/* A version's key starts right after its fields, in the struct's tail
+ * padding, and its replicas follow the key's NUL at the next 8 bytes, for
+ * keys of every length: nothing overlaps (and under ASan, where versions
+ * are malloc'd to their size, nothing is read past the end). */
+static void test_key_in_the_tail_of_the_fields(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
+    char k[48];
+
+    for (size_t len = 1; len < sizeof(k); len++) {
+        memset(k, 'a' + (int)(len % 26), len);
+        k[len] = '\0';
+        mc__version_t *v = put(m, k, 8, now);
+        const char *key = mc__vkey(v);
+        const char *rep = (const char *)mc__vrep(v);
+        assert_ptr_equal(key, (const char *)v + offsetof(mc__version_t, key));
+        assert_true(offsetof(mc__version_t, key) < sizeof(*v));
+        assert_memory_equal(key, k, len + 1);
+        assert_true(rep >= key + len + 1 && rep < key + len + 1 + 8);
+        assert_true(rep >= (const char *)(v + 1));
+        assert_int_equal((uintptr_t)rep % 8, 0);
+        assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+        assert_int_equal(mc__vcap(v), 8);
+        assert_int_equal(mc__master_remove(m, k, len, 0, now), 0);
+    }
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -558,6 +590,7 @@ int main(void)
         cmocka_unit_test(test_capacity_is_the_one_extent_length),
         cmocka_unit_test(test_capacity_after_a_failed_growth),
         cmocka_unit_test(test_capacity_with_a_second_replica),
+        cmocka_unit_test(test_key_in_the_tail_of_the_fields),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -137,8 +137,9 @@ typedef struct mc__version {
     uint16_t klen; /* <= MC_KEY_MAX */
     uint16_t mode; /* & 07777 */
     /* Bit-fields as narrow as their values (checked where they come in):
-     * with the mode in 16 bits and the lease in 32, the version is 88
-     * bytes, not 96. */
+     * with the mode in 16 bits and the lease in 32, the fields take 84
+     * bytes (the key starts there, in the 4 bytes of padding that make
+     * the struct's size 88). */
     uint8_t state : 2;   /* enum mc__vstate */
     uint8_t pin : 2;     /* MC_PIN_* (<= MC_PIN_HARD) */
     uint8_t inherit : 4; /* pending: MC__INHERIT_*, what to take at commit
@@ -151,10 +152,15 @@ typedef struct mc__version {
     uint8_t want : 4;    /* replicas asked for (clamped to the segments at the
                             start; <= MC__MAX_REPLICAS) */
     uint8_t flags;       /* MC__V_* */
+    char key[];          /* its key, unless MC__V_KEY_OWNED (read it through
+                            mc__vkey()): right after the fields, in the
+                            struct's tail padding and on */
 } mc__version_t;
 
 _Static_assert(MC__MAX_REPLICAS < 16 && MC_PIN_HARD < 4 && MC_TYPE_MAX < 16,
                "mc__version_t's bit-fields");
+_Static_assert(sizeof(mc__version_t) - offsetof(mc__version_t, key) < 8,
+               "a version's own allocation (mc__vrep_offset()) covers its struct");
 
 /* The fields of a version that few versions set (xattrs, hard links, soft
  * pins with a TTL, device numbers), kept apart so that the others do not
@@ -189,14 +195,14 @@ static inline char *mc__vkey(const mc__version_t *v)
 {
     if (v->flags & MC__V_KEY_OWNED)
         return v->more->key;
-    return (char *)(uintptr_t)(v + 1);
+    return (char *)(uintptr_t)v->key;
 }
 
 /* Where a version's own replica array starts, after a key of klen bytes
- * and its NUL, at the next 8 bytes. */
+ * and its NUL, at the next 8 bytes (never before the struct's end). */
 static inline size_t mc__vrep_offset(size_t klen)
 {
-    return sizeof(mc__version_t) + ((klen + 1 + 7) & ~(size_t)7);
+    return (offsetof(mc__version_t, key) + klen + 1 + 7) & ~(size_t)7;
 }
 
 /* v's replicas, rep[0..nrep): in v's own allocation, after its key, unless
