@@ -81,7 +81,7 @@ static void test_sampled_eviction_skips_held_ones(void **state)
         if (i == 100)
             mc__master_touch(m, v, now, 1);
         else if (i == 0)
-            mc__master_ref(open = v);
+            assert_int_equal(mc__master_ref(m, open = v), 0);
         else if (i != 7 && i != 1500 && i != 2999)
             v->pin = MC_PIN_HARD;
     }
@@ -135,7 +135,7 @@ static mc__version_t *put_open_removed(mc__master_t *m, int i, int lease, uint64
 
     key_of(k, sizeof(k), i);
     mc__version_t *v = put(m, k, UNIT, now);
-    mc__master_ref(v);
+    assert_int_equal(mc__master_ref(m, v), 0);
     if (lease)
         mc__master_touch(m, v, now, 1);
     assert_int_equal(mc__master_remove(m, k, strlen(k), MC_REMOVE_FORCE, now), 0);
@@ -319,7 +319,7 @@ static void test_lease_base_moves(void **state)
      * a lease running). */
     uint64_t later = T0 + (1ULL << 32) - 10;
     mc__master_touch(m, c, later, 1);
-    mc__master_ref(c);
+    assert_int_equal(mc__master_ref(m, c), 0);
     assert_int_equal(mc__master_remove(m, "c", 1, MC_REMOVE_FORCE, later), 0);
     mc__master_unref(m, c, later);
     assert_int_equal(used(m), 3 * UNIT);
@@ -544,8 +544,8 @@ static void test_capacity_with_a_second_replica(void **state)
     mc__master_free(m);
 }
 
-/* A version's key starts right after its fields, in the struct's tail
- * padding, and its replicas follow the key's NUL at the next 8 bytes, for
+/* A version's key starts right after its fields (in the struct's tail
+ * padding, when it has some), and its replicas follow the key's NUL at the next 8 bytes, for
  * keys of every length: nothing overlaps (and under ASan, where versions
  * are malloc'd to their size, nothing is read past the end). */
 static void test_key_in_the_tail_of_the_fields(void **state)
@@ -562,7 +562,7 @@ static void test_key_in_the_tail_of_the_fields(void **state)
         const char *key = mc__vkey(v);
         const char *rep = (const char *)mc__vrep(v);
         assert_ptr_equal(key, (const char *)v + offsetof(mc__version_t, key));
-        assert_true(offsetof(mc__version_t, key) < sizeof(*v));
+        assert_true(sizeof(*v) - offsetof(mc__version_t, key) < 8);
         assert_memory_equal(key, k, len + 1);
         assert_true(rep >= key + len + 1 && rep < key + len + 1 + 8);
         assert_true(rep >= (const char *)(v + 1));
@@ -570,6 +570,49 @@ static void test_key_in_the_tail_of_the_fields(void **state)
         assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
         assert_int_equal(mc__vcap(v), 8);
         assert_int_equal(mc__master_remove(m, k, len, 0, now), 0);
+    }
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+/* Open handles are counted in the master's table of the versions that
+ * have some, not in each version: many versions open twice (the table
+ * grows), removed while open, stay until their last handle goes; those
+ * not open are freed at once and never counted. */
+static void test_open_handles_counted_apart(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(2 * N * UNIT, 0, 0);
+    mc__version_t *v[N];
+    char k[32];
+
+    for (int i = 0; i < N; i++) {
+        key_of(k, sizeof(k), i);
+        v[i] = put(m, k, UNIT, now);
+        assert_false(mc__vopen(v[i]));
+        if (i % 2)
+            continue;
+        assert_int_equal(mc__master_ref(m, v[i]), 0);
+        assert_int_equal(mc__master_ref(m, v[i]), 0);
+        assert_true(mc__vopen(v[i]));
+    }
+    for (int i = 0; i < N; i++) {
+        key_of(k, sizeof(k), i);
+        /* An open one goes only by force. */
+        int rc = mc__master_remove(m, k, strlen(k), 0, now);
+        assert_int_equal(rc, i % 2 ? 0 : -EBUSY);
+        if (rc < 0)
+            assert_int_equal(mc__master_remove(m, k, strlen(k), MC_REMOVE_FORCE, now), 0);
+    }
+    assert_int_equal(used(m), N / 2 * UNIT); /* the open half */
+    for (int i = 0; i < N; i += 2)
+        mc__master_unref(m, v[i], now);
+    assert_int_equal(used(m), N / 2 * UNIT);
+    for (int i = 0; i < N; i += 2) {
+        assert_true(mc__vopen(v[i]));
+        mc__master_unref(m, v[i], now);
     }
     assert_int_equal(used(m), 0);
     mc__master_free(m);
@@ -591,6 +634,7 @@ int main(void)
         cmocka_unit_test(test_capacity_after_a_failed_growth),
         cmocka_unit_test(test_capacity_with_a_second_replica),
         cmocka_unit_test(test_key_in_the_tail_of_the_fields),
+        cmocka_unit_test(test_open_handles_counted_apart),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -139,7 +139,7 @@ static void test_ref_holds_replaced_version(void **state)
     mc__master_t *m = new_master();
     mc__version_t *v1 = put(m, "k", 6400, T0);
 
-    mc__master_ref(v1);
+    assert_int_equal(mc__master_ref(m, v1), 0);
     mc__version_t *v2 = put(m, "k", 640, T0 + 1);
     assert_ptr_equal(find(m, "k"), v2);
     assert_int_equal(v1->state, MC__RETIRED);
@@ -158,7 +158,7 @@ static void test_ref_and_lease_on_replaced_version(void **state)
     mc__master_t *m = new_master();
     mc__version_t *v1 = put(m, "k", 640, T0);
 
-    mc__master_ref(v1);
+    assert_int_equal(mc__master_ref(m, v1), 0);
     mc__master_touch(m, v1, T0, 1);
     put(m, "k", 64, T0 + 1);
     /* The last handle goes while the lease still runs: parked until sweep. */
@@ -299,7 +299,7 @@ static void test_evict_lru_order(void **state)
     mc__master_touch(m, find(m, "1"), now++, 0);
     mc__master_touch(m, find(m, "5"), now, 1);
     mc__version_t *v3 = find(m, "3");
-    mc__master_ref(v3);
+    assert_int_equal(mc__master_ref(m, v3), 0);
 
     /* 100%: down to 80% by evicting the two least recently used that can go. */
     put(m, "A", OBJ, now);

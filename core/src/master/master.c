@@ -219,7 +219,7 @@ void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
         m->notice(m->notice_arg, m, v, 1);
     v->state = MC__RETIRED;
     v->rpos = 0; /* was its access clock */
-    if (!v->refs && !mc__leased(m, v, now))
+    if (!mc__vopen(v) && !mc__leased(m, v, now))
         mc__version_destroy(m, v);
     else if (retired_add(m, v) < 0)
         v->flags |= MC__V_LOST;
@@ -249,7 +249,8 @@ void mc__master_free(mc__master_t *m)
         mc__alloc_destroy(m->segs[i].alloc);
     free(m->segs);
     free(m->dirty);
-    free(m->dmap);
+    mc__ptrmap_reset(&m->dplace);
+    mc__ptrmap_reset(&m->handles);
     mc__slab_free_all(m->slab);
     free(m);
 }
@@ -435,15 +436,27 @@ void mc__master_touch(mc__master_t *m, mc__version_t *v, uint64_t now, int lease
     v->lease = (uint32_t)(until - m->lease_base);
 }
 
-void mc__master_ref(mc__version_t *v)
+int mc__master_ref(mc__master_t *m, mc__version_t *v)
 {
-    v->refs++;
+    mc__ptrslot_t *e = mc__vopen(v) ? mc__ptrmap_find(&m->handles, v) : NULL;
+    if (e) {
+        e->val++;
+        return 0;
+    }
+    if (mc__ptrmap_add(&m->handles, v, 1) < 0)
+        return -ENOMEM;
+    v->flags |= MC__V_OPEN;
+    return 0;
 }
 
 void mc__master_unref(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
-    if (--v->refs == 0 && v->state == MC__RETIRED && !mc__leased(m, v, now) &&
-        !(v->flags & MC__V_LOST))
+    mc__ptrslot_t *e = mc__vopen(v) ? mc__ptrmap_find(&m->handles, v) : NULL;
+    if (!e || --e->val)
+        return;
+    mc__ptrmap_del(&m->handles, e);
+    v->flags &= (uint8_t)~MC__V_OPEN;
+    if (v->state == MC__RETIRED && !mc__leased(m, v, now) && !(v->flags & MC__V_LOST))
         mc__version_destroy(m, v); /* still leased: mc__master_sweep() frees it */
 }
 
@@ -464,7 +477,7 @@ void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t no
     st->replicas = v->nrep;
     st->alloc = v->nrep ? mc__replica_bytes(&mc__vrep(v)[0]) : 0;
     st->flags = 0;
-    if (v->refs || mc__leased(m, v, now))
+    if (mc__vopen(v) || mc__leased(m, v, now))
         st->flags |= MC_STAT_LEASED;
     if (v->pin == MC_PIN_SOFT && (mc__vmore(v)->pin_until == 0 || mc__vmore(v)->pin_until > now))
         st->flags |= MC_STAT_SOFT_PIN;
@@ -477,7 +490,7 @@ void mc__master_sweep(mc__master_t *m, uint64_t now)
     /* From the end: the last one fills a freed place, and was seen. */
     for (size_t i = m->nretired; i--;) {
         mc__version_t *v = m->retired[i];
-        if (!v->refs && !mc__leased(m, v, now))
+        if (!mc__vopen(v) && !mc__leased(m, v, now))
             mc__version_destroy(m, v);
     }
 }

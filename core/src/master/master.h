@@ -102,6 +102,11 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  * keep it, so leaving the namespace is told to them. */
 #define MC__V_NOTED 0x40
 
+/* mc__version_t.flags: it has open handles, counted in the master's table
+ * of those (mc__master_ref()): most versions have none, and carry no
+ * count. Read it through mc__vopen(). */
+#define MC__V_OPEN 0x80
+
 /*
  * One version. Sized for the million small objects of a cache: one
  * allocation holds the struct, the key and the replica array (room for the
@@ -126,7 +131,6 @@ typedef struct mc__version {
     uint32_t lease;         /* its read lease ends at the master's lease base plus
                                this many ms (0: none); read it through
                                mc__version_lease() */
-    uint32_t refs;          /* open handles */
     union {
         uint32_t tick; /* published: the master's access clock at its last
                           access (approximate LRU: eviction samples versions
@@ -137,9 +141,8 @@ typedef struct mc__version {
     uint16_t klen; /* <= MC_KEY_MAX */
     uint16_t mode; /* & 07777 */
     /* Bit-fields as narrow as their values (checked where they come in):
-     * with the mode in 16 bits and the lease in 32, the fields take 84
-     * bytes (the key starts there, in the 4 bytes of padding that make
-     * the struct's size 88). */
+     * with the mode in 16 bits and the lease in 32, the fields take 80
+     * bytes, where the key starts (mc__vrep_offset()). */
     uint8_t state : 2;   /* enum mc__vstate */
     uint8_t pin : 2;     /* MC_PIN_* (<= MC_PIN_HARD) */
     uint8_t inherit : 4; /* pending: MC__INHERIT_*, what to take at commit
@@ -213,6 +216,12 @@ static inline mc__replica_t *mc__vrep(const mc__version_t *v)
         return v->more->rep;
     size_t klen = v->flags & MC__V_KEY_OWNED ? v->more->klen_in : v->klen;
     return (mc__replica_t *)(uintptr_t)((const char *)v + mc__vrep_offset(klen));
+}
+
+/* 1 if v has open handles (mc__master_ref()), else 0. */
+static inline int mc__vopen(const mc__version_t *v)
+{
+    return (v->flags & MC__V_OPEN) != 0;
 }
 
 /* v's capacity: the bytes reserved in each replica (the length of its
@@ -323,9 +332,11 @@ int mc__master_link(mc__master_t *m, const char *from, size_t flen, const char *
 /* Records an access (LRU) and, with lease != 0, grants a read lease. */
 void mc__master_touch(mc__master_t *m, mc__version_t *v, uint64_t now, int lease);
 
-/* Takes / drops an open handle on a version. Dropping the last handle of a
- * retired version frees it (or parks it until its lease ends). */
-void mc__master_ref(mc__version_t *v);
+/* Takes / drops an open handle on a version (counted in m's table of the
+ * versions that have some). Taking one returns 0, or -ENOMEM (no handle
+ * taken). Dropping the last handle of a retired version frees it (or
+ * parks it until its lease ends). */
+int mc__master_ref(mc__master_t *m, mc__version_t *v);
 void mc__master_unref(mc__master_t *m, mc__version_t *v, uint64_t now);
 
 /*

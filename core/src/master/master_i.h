@@ -20,6 +20,7 @@
 #include "master/ids.h"
 #include "master/index.h"
 #include "master/master.h"
+#include "master/ptrmap.h"
 #include "master/slab.h"
 
 typedef struct mc__segment {
@@ -51,11 +52,11 @@ struct mc__master {
                               NULL where one left before the flush: */
     size_t ndirty, dcap;   /* [dhead, ndirty) still to flush, room for dcap */
     size_t dhead;
-    struct mc__dplace *dmap; /* the dirty versions' places in dirty, by
-                                address (records.c; NULL: none dirty) */
-    size_t dmap_n, dmap_cap; /* entries, slots (a power of two) */
-    int dirty_all;           /* the array could not grow: the next flush stamps every version */
-    mc__notice_cb notice;    /* mc__master_notices(); NULL: none */
+    mc__ptrmap_t dplace;  /* the dirty versions' places in dirty, by address */
+    mc__ptrmap_t handles; /* the open handles of the versions that have some
+                             (MC__V_OPEN), by address */
+    int dirty_all;        /* the array could not grow: the next flush stamps every version */
+    mc__notice_cb notice; /* mc__master_notices(); NULL: none */
     void *notice_arg;
     mc__ids_t rebuilt; /* mc__recovered_t by version id (records.c) */
     int64_t root_ns;   /* the root directory's mtime and ctime (namespace.c) */

@@ -64,7 +64,7 @@ int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned fl
     if (!v)
         return -ENOENT;
     mc__version_t *f = mc__master_resolve(m, v); /* what is busy: the file */
-    if (!(flags & MC_REMOVE_FORCE) && f && (f->refs || mc__leased(m, f, now)))
+    if (!(flags & MC_REMOVE_FORCE) && f && (mc__vopen(f) || mc__leased(m, f, now)))
         return -EBUSY;
     mc__index_remove(m->ix, key, klen);
     entry_gone(m, v, now);

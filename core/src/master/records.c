@@ -28,83 +28,14 @@ void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg)
 /* ---- the dirty versions ----
  *
  * A version whose nodes' records are stale sits in the dirty array (in the
- * order it became dirty) and in a small open-addressing table from its
- * address to its place there, so that one leaving before the flush is
- * found (and its place emptied) without a walk. Both hold only what
- * changed since the last flush: a version keeps no field for it. */
-
-struct mc__dplace {
-    mc__version_t *v; /* NULL: an empty slot */
-    size_t at;        /* its place in m->dirty */
-};
-
-/* The first slot to look at for v in a table of cap slots. */
-static size_t dmap_slot(const mc__version_t *v, size_t cap)
-{
-    return (size_t)(((uintptr_t)v >> 3) * 0x9E3779B97F4A7C15ull) & (cap - 1);
-}
-
-/* v's slot in the table, or NULL. */
-static struct mc__dplace *dmap_find(const mc__master_t *m, const mc__version_t *v)
-{
-    if (!m->dmap_n)
-        return NULL;
-    for (size_t i = dmap_slot(v, m->dmap_cap);; i = (i + 1) & (m->dmap_cap - 1)) {
-        if (m->dmap[i].v == v)
-            return &m->dmap[i];
-        if (!m->dmap[i].v)
-            return NULL;
-    }
-}
-
-static void dmap_put(struct mc__dplace *t, size_t cap, mc__version_t *v, size_t at)
-{
-    size_t i = dmap_slot(v, cap);
-    while (t[i].v)
-        i = (i + 1) & (cap - 1);
-    t[i] = (struct mc__dplace){v, at};
-}
-
-/* Files v (not in the table) at place at. Returns 0 or -ENOMEM. */
-static int dmap_add(mc__master_t *m, mc__version_t *v, size_t at)
-{
-    if (2 * (m->dmap_n + 1) > m->dmap_cap) { /* at most half full */
-        size_t cap = m->dmap_cap ? m->dmap_cap * 2 : 64;
-        struct mc__dplace *t = calloc(cap, sizeof(*t));
-        if (!t)
-            return -ENOMEM;
-        for (size_t i = 0; i < m->dmap_cap; i++)
-            if (m->dmap[i].v)
-                dmap_put(t, cap, m->dmap[i].v, m->dmap[i].at);
-        free(m->dmap);
-        m->dmap = t;
-        m->dmap_cap = cap;
-    }
-    dmap_put(m->dmap, m->dmap_cap, v, at);
-    m->dmap_n++;
-    return 0;
-}
-
-/* Empties slot e, moving back the entries after it that probed past it. */
-static void dmap_del(mc__master_t *m, struct mc__dplace *e)
-{
-    size_t mask = m->dmap_cap - 1, hole = (size_t)(e - m->dmap);
-    m->dmap[hole].v = NULL;
-    for (size_t i = (hole + 1) & mask; m->dmap[i].v; i = (i + 1) & mask) {
-        size_t home = dmap_slot(m->dmap[i].v, m->dmap_cap);
-        /* It may fill the hole unless its home lies in (hole, i]. */
-        if (((i - home) & mask) >= ((i - hole) & mask)) {
-            m->dmap[hole] = m->dmap[i];
-            m->dmap[i].v = NULL;
-            hole = i;
-        }
-    }
-    m->dmap_n--;
-}
+ * order it became dirty) and in the table of their places there, by its
+ * address (ptrmap.h), so that one leaving before the flush is found (and
+ * its place emptied) without a walk. Both hold only what changed since the
+ * last flush: a version keeps no field for it. */
 
 void mc__master_dirty(mc__master_t *m, mc__version_t *v)
 {
-    if (!m->notice || !v || v->state != MC__PUBLISHED || dmap_find(m, v))
+    if (!m->notice || !v || v->state != MC__PUBLISHED || mc__ptrmap_find(&m->dplace, v))
         return;
     if (m->ndirty == m->dcap) {
         size_t cap = m->dcap ? m->dcap * 2 : 64;
@@ -116,7 +47,7 @@ void mc__master_dirty(mc__master_t *m, mc__version_t *v)
         m->dirty = d;
         m->dcap = cap;
     }
-    if (dmap_add(m, v, m->ndirty) < 0) {
+    if (mc__ptrmap_add(&m->dplace, v, m->ndirty) < 0) {
         m->dirty_all = 1;
         return;
     }
@@ -125,11 +56,11 @@ void mc__master_dirty(mc__master_t *m, mc__version_t *v)
 
 void mc__master_undirty(mc__master_t *m, mc__version_t *v)
 {
-    struct mc__dplace *e = dmap_find(m, v);
+    mc__ptrslot_t *e = mc__ptrmap_find(&m->dplace, v);
     if (!e)
         return;
-    m->dirty[e->at] = NULL; /* the flush passes over it */
-    dmap_del(m, e);
+    m->dirty[e->val] = NULL; /* the flush passes over it */
+    mc__ptrmap_del(&m->dplace, e);
 }
 
 /* Stamps v and hands it to the notice callback. */
@@ -153,17 +84,14 @@ void mc__master_flush(mc__master_t *m)
         mc__version_t *v = m->dirty[m->dhead++];
         if (!v)
             continue; /* left before the flush */
-        struct mc__dplace *e = dmap_find(m, v);
+        mc__ptrslot_t *e = mc__ptrmap_find(&m->dplace, v);
         if (e)
-            dmap_del(m, e);
+            mc__ptrmap_del(&m->dplace, e);
         flush_one(m, v);
     }
     m->dhead = m->ndirty = 0;
-    if (m->dmap_cap > 1024) { /* a burst passed: the table goes with it */
-        free(m->dmap);
-        m->dmap = NULL;
-        m->dmap_cap = 0;
-    }
+    if (m->dplace.cap > 1024)
+        mc__ptrmap_reset(&m->dplace); /* a burst passed: the table goes with it */
     if (m->dirty_all) {
         m->dirty_all = 0;
         mc__index_iter_t it;
