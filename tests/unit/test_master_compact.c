@@ -618,6 +618,63 @@ static void test_open_handles_counted_apart(void **state)
     mc__master_free(m);
 }
 
+static void owner_of(mc__master_t *m, const char *key, uint32_t *uid, uint32_t *gid)
+{
+    mc_stat_t st;
+    mc__version_stat(m, find(m, key), T0, &st);
+    *uid = st.uid;
+    *gid = st.gid;
+}
+
+/* A version's owner and group are an index into the master's table of
+ * the pairs: many versions over a few pairs (and root's, 0 and 0) read
+ * back their own; none recorded reads as MC_OWNER_NONE; a chown of the
+ * owner alone keeps the group; a new version that names none takes the
+ * replaced one's; a record carries them. */
+static void test_owners_by_index(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(600 * UNIT, 0, 0);
+    char k[32];
+    uint32_t uid, gid;
+
+    for (int i = 0; i < 500; i++) {
+        key_of(k, sizeof(k), i);
+        mc_put_opts_t po = {
+            .flags = MC_PUT_OWNER, .uid = (uint32_t)(i % 37), .gid = (uint32_t)i % 3};
+        mc__version_t *v = NULL;
+        if (i % 5 == 0) /* none recorded */
+            po.flags = 0;
+        assert_int_equal(mc__master_begin(m, k, strlen(k), &po, now, &v), 0);
+        assert_int_equal(mc__master_commit(m, v, 0, 0, now), 0);
+    }
+    for (int i = 0; i < 500; i++) {
+        key_of(k, sizeof(k), i);
+        owner_of(m, k, &uid, &gid);
+        assert_int_equal(uid, i % 5 ? (uint32_t)(i % 37) : MC_OWNER_NONE);
+        assert_int_equal(gid, i % 5 ? (uint32_t)i % 3 : MC_OWNER_NONE);
+    }
+    /* chown of the owner alone. */
+    mc_meta_t meta = {.what = MC_META_UID, .uid = 4000};
+    mc__version_t *out = NULL;
+    key_of(k, sizeof(k), 7);
+    assert_int_equal(mc__master_set_meta(m, k, strlen(k), &meta, 5, &out), 0);
+    owner_of(m, k, &uid, &gid);
+    assert_int_equal(uid, 4000);
+    assert_int_equal(gid, 7 % 3);
+    /* Replaced by a version that names none: it keeps them. */
+    (void)put(m, k, UNIT, now);
+    owner_of(m, k, &uid, &gid);
+    assert_int_equal(uid, 4000);
+    assert_int_equal(gid, 7 % 3);
+    mc__rec_t rec;
+    (void)mc__master_record(m, find(m, k), 0, &rec);
+    assert_int_equal(rec.uid, 4000);
+    assert_int_equal(rec.gid, 7 % 3);
+    mc__master_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -635,6 +692,7 @@ int main(void)
         cmocka_unit_test(test_capacity_with_a_second_replica),
         cmocka_unit_test(test_key_in_the_tail_of_the_fields),
         cmocka_unit_test(test_open_handles_counted_apart),
+        cmocka_unit_test(test_owners_by_index),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

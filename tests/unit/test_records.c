@@ -64,7 +64,10 @@ static void test_a_record_brings_its_object_back(void **state)
     assert_int_equal(v->id, 77);
     assert_int_equal(v->size, 100);
     assert_int_equal(v->mode, 0640);
-    assert_int_equal(v->uid, 1000);
+    uint32_t uid, gid;
+    mc__version_owner(m, v, &uid, &gid);
+    assert_int_equal(uid, 1000);
+    assert_int_equal(gid, 100);
     assert_int_equal(v->mtime_ns, 111);
     assert_int_equal(v->nrep, 1);
     assert_int_equal(mc__vrep(v)[0].seg, 1);

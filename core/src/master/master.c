@@ -251,6 +251,7 @@ void mc__master_free(mc__master_t *m)
     free(m->dirty);
     mc__ptrmap_reset(&m->dplace);
     mc__ptrmap_reset(&m->handles);
+    mc__master_owners_free(m);
     mc__slab_free_all(m->slab);
     free(m);
 }
@@ -468,8 +469,7 @@ void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t no
     st->atime_ns = v->atime_ns;
     st->ctime_ns = mc__vctime(v);
     st->mode = v->mode;
-    st->uid = v->uid;
-    st->gid = v->gid;
+    mc__version_owner(m, v, &st->uid, &st->gid);
     st->type = v->type;
     st->rdev = mc__vmore(v)->rdev;
     st->nlink = mc__vmore(v)->links ? mc__vmore(v)->links : 1;

@@ -127,7 +127,9 @@ typedef struct mc__version {
                                own), whose length is then the capacity: most
                                objects' only extent needs neither an allocation
                                nor a length of its own */
-    uint32_t uid, gid;      /* MC_OWNER_NONE: none recorded */
+    uint32_t owner;         /* its owner and group: an index into the master's
+                               table of those pairs (owners.c; 0: none recorded);
+                               read them through mc__version_owner() */
     uint32_t lease;         /* its read lease ends at the master's lease base plus
                                this many ms (0: none); read it through
                                mc__version_lease() */
@@ -141,7 +143,7 @@ typedef struct mc__version {
     uint16_t klen; /* <= MC_KEY_MAX */
     uint16_t mode; /* & 07777 */
     /* Bit-fields as narrow as their values (checked where they come in):
-     * with the mode in 16 bits and the lease in 32, the fields take 80
+     * with the mode in 16 bits and the lease in 32, the fields take 76
      * bytes, where the key starts (mc__vrep_offset()). */
     uint8_t state : 2;   /* enum mc__vstate */
     uint8_t pin : 2;     /* MC_PIN_* (<= MC_PIN_HARD) */
@@ -583,6 +585,13 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *rec, const 
 /* Version id left the namespace before this master rebuilt it (the op log
  * says so): records of it are refused from now on. Returns 0 or -ENOMEM. */
 int mc__master_forget(mc__master_t *m, uint64_t id);
+
+/* v's owner and group (MC_OWNER_NONE: none recorded). */
+void mc__version_owner(const mc__master_t *m, const mc__version_t *v, uint32_t *uid, uint32_t *gid);
+
+/* Sets v's owner and group (owners.c: the pair is filed in m's table the
+ * first time any version has it). Returns 0, or -ENOMEM (v unchanged). */
+int mc__version_set_owner(mc__master_t *m, mc__version_t *v, uint32_t uid, uint32_t gid);
 
 /* Fills st from a version of m. */
 void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t now, mc_stat_t *st);

@@ -66,11 +66,12 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         v->inherit |= MC__INHERIT_MODE;
     }
     if (po && (po->flags & MC_PUT_OWNER)) {
-        v->uid = po->uid;
-        v->gid = po->gid;
+        if (mc__version_set_owner(m, v, po->uid, po->gid) < 0) {
+            mc__version_free(m, v);
+            return -ENOMEM;
+        }
     } else {
-        v->uid = v->gid = MC_OWNER_NONE;
-        v->inherit |= MC__INHERIT_OWNER;
+        v->inherit |= MC__INHERIT_OWNER; /* none recorded (0) until then */
     }
     v->type = po ? po->type : MC_TYPE_FILE;
     v->mtime_ns = po ? po->mtime_ns : 0; /* 0: the commit's time (service.c) */
@@ -374,10 +375,8 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
     if (old) {
         if (v->inherit & MC__INHERIT_MODE)
             v->mode = old->mode;
-        if (v->inherit & MC__INHERIT_OWNER) {
-            v->uid = old->uid;
-            v->gid = old->gid;
-        }
+        if (v->inherit & MC__INHERIT_OWNER)
+            v->owner = old->owner; /* an index of the same master */
         v->atime_ns = old->atime_ns;
         mc__xattr_take(v, old);
         if (mc__vmore(old)->links)

@@ -117,8 +117,7 @@ const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t
     r->atime_ns = v->atime_ns;
     r->ctime_ns = mc__vctime(v);
     r->mode = v->mode;
-    r->uid = v->uid;
-    r->gid = v->gid;
+    mc__version_owner(m, v, &r->uid, &r->gid);
     r->type = v->type;
     r->rdev = mc__vmore(v)->rdev;
     r->links = mc__vmore(v)->links;
@@ -190,13 +189,16 @@ static uint64_t rec_bytes(const mc__rec_t *r, const mc__extent_t *ext)
     return t;
 }
 
-/* Sets v's metadata (not its key or replicas) from r. Returns 0 or -ENOMEM. */
-static int take_meta(mc__version_t *v, const mc__rec_t *r)
+/* Sets v's metadata (not its key or replicas) from r. Returns 0 or -ENOMEM
+ * (its owner may have changed then, nothing else). */
+static int take_meta(mc__master_t *m, mc__version_t *v, const mc__rec_t *r)
 {
     char *x = NULL;
     mc__vmore_t *more = NULL;
     if ((r->xattr_len || r->rdev || r->links || r->ctime_ns != r->mtime_ns || v->more) &&
         !(more = mc__version_more(v)))
+        return -ENOMEM;
+    if (mc__version_set_owner(m, v, r->uid, r->gid) < 0)
         return -ENOMEM;
     if (r->xattr_len && !(x = malloc(r->xattr_len)))
         return -ENOMEM;
@@ -215,8 +217,6 @@ static int take_meta(mc__version_t *v, const mc__rec_t *r)
     v->atime_ns = r->atime_ns;
     (void)mc__version_set_ctime(v, r->ctime_ns); /* cannot fail: its rare fields are made */
     v->mode = r->mode & 07777;
-    v->uid = r->uid;
-    v->gid = r->gid;
     v->type = r->type;
     v->pin = r->pin;
     v->want = r->want > MC__MAX_REPLICAS ? MC__MAX_REPLICAS : r->want;
@@ -300,7 +300,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
             rc = 1;
         }
         if (r->stamp > e->stamp) {
-            if (take_meta(v, r) < 0)
+            if (take_meta(m, v, r) < 0)
                 return -ENOMEM;
             e->stamp = r->stamp;
             rekey(m, v, r, now);
@@ -327,7 +327,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     if (more)
         more->linklen = (uint16_t)r->linklen;
     if (rc == 0)
-        rc = take_meta(v, r);
+        rc = take_meta(m, v, r);
     if (rc == 0 && !r->linklen)
         rc = take_extents(s, r, ext, &rep);
     if (rc < 0) {
