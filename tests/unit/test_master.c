@@ -78,7 +78,7 @@ static void test_ref_blocks_remove(void **state)
     mc__master_t *m = new_master();
     mc__version_t *v = put(m, "k", 64, T0);
 
-    mc__master_ref(v);
+    assert_int_equal(mc__master_ref(m, v), 0);
     assert_int_equal(mc__master_remove(m, "k", 1, 0, T0), -EBUSY);
     assert_int_equal(mc__master_remove(m, "k", 1, MC_REMOVE_FORCE, T0), 0);
     assert_int_equal(used(m), 64);
@@ -190,7 +190,7 @@ static void test_rename_prefix_keeps_refs_and_leases(void **state)
     mc__master_t *m = new_master();
     mc__version_t *x = put(m, "a/x", 64, T0);
 
-    mc__master_ref(x);
+    assert_int_equal(mc__master_ref(m, x), 0);
     mc__master_touch(m, x, T0, 1);
     assert_int_equal(mc__master_rename(m, "a/", 2, "b/", 2, MC_RENAME_PREFIX, T0), 0);
     assert_ptr_equal(find(m, "b/x"), x);

@@ -6,8 +6,10 @@
  * key and replicas read through mc__vkey() / mc__vrep() once they moved out
  * of its own allocation (a rename, a grown replica array), its ctime kept
  * apart from its mtime only when they differ, its lease in 32 bits from a
- * base that moves, and replicas' extent arrays with no count of their
- * room.
+ * base that moves, replicas' extent arrays with no count of their
+ * room, and a version's capacity kept as the length of its first
+ * replica's one extent (ext1) through every change of its layout, and
+ * its key in the tail of its fields.
  */
 #include "master_fixture.h"
 
@@ -79,7 +81,7 @@ static void test_sampled_eviction_skips_held_ones(void **state)
         if (i == 100)
             mc__master_touch(m, v, now, 1);
         else if (i == 0)
-            mc__master_ref(open = v);
+            assert_int_equal(mc__master_ref(m, open = v), 0);
         else if (i != 7 && i != 1500 && i != 2999)
             v->pin = MC_PIN_HARD;
     }
@@ -133,7 +135,7 @@ static mc__version_t *put_open_removed(mc__master_t *m, int i, int lease, uint64
 
     key_of(k, sizeof(k), i);
     mc__version_t *v = put(m, k, UNIT, now);
-    mc__master_ref(v);
+    assert_int_equal(mc__master_ref(m, v), 0);
     if (lease)
         mc__master_touch(m, v, now, 1);
     assert_int_equal(mc__master_remove(m, k, strlen(k), MC_REMOVE_FORCE, now), 0);
@@ -278,7 +280,7 @@ static void test_ctime_apart_from_mtime(void **state)
     /* Its record carries both. */
     mc__rec_t rec;
     memset(&rec, 0, sizeof(rec));
-    (void)mc__master_record(v, mc__vrep(v)[0].seg, &rec);
+    (void)mc__master_record(m, v, mc__vrep(v)[0].seg, &rec);
     assert_int_equal(rec.ctime_ns, 500);
     assert_int_equal(rec.mtime_ns, mtime);
     /* A new mtime at the same time: one again. */
@@ -317,7 +319,7 @@ static void test_lease_base_moves(void **state)
      * a lease running). */
     uint64_t later = T0 + (1ULL << 32) - 10;
     mc__master_touch(m, c, later, 1);
-    mc__master_ref(c);
+    assert_int_equal(mc__master_ref(m, c), 0);
     assert_int_equal(mc__master_remove(m, "c", 1, MC_REMOVE_FORCE, later), 0);
     mc__master_unref(m, c, later);
     assert_int_equal(used(m), 3 * UNIT);
@@ -395,6 +397,284 @@ static void test_replica_room_grows(void **state)
     mc__master_free(m);
 }
 
+/* The layout of v agrees with its capacity: every replica's extents
+ * cover it (a repair's replica may hold a unit's rounding more), and a
+ * first replica in ext1 has one extent (or none) of that length. */
+static void assert_layout(const mc__version_t *v)
+{
+    for (uint32_t r = 0; r < v->nrep; r++) {
+        const mc__replica_t *rep = &mc__vrep(v)[r];
+        uint64_t t = 0;
+        for (uint32_t i = 0; i < rep->n; i++)
+            t += rep->ext[i].len;
+        assert_true(t >= mc__vcap(v) && t < mc__vcap(v) + UNIT);
+        if (rep->ext == &v->ext1) {
+            assert_true(r == 0 && rep->n <= 1);
+            assert_int_equal(t, mc__vcap(v));
+        }
+    }
+}
+
+/* A one-extent object's capacity is its extent's length: it grows in
+ * place with it, stays when the object grows a second extent (the first
+ * one kept where it was), and shrinks with it at the commit. */
+static void test_capacity_is_the_one_extent_length(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
+    mc__version_t *v = NULL;
+
+    assert_int_equal(mc__master_begin(m, "a", 1, NULL, now, &v), 0);
+    assert_int_equal(mc__vcap(v), 0);
+    assert_int_equal(mc__master_reserve(m, v, UNIT, now), 0);
+    assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+    assert_int_equal(mc__vcap(v), UNIT);
+    uint64_t off = mc__vrep(v)[0].ext[0].off;
+    /* Something else takes space: the next growth is (most likely) a
+     * second extent, the first one copied out where it was; if it came
+     * right after the first, one extent, grown in place. */
+    (void)put(m, "b", UNIT, now);
+    assert_int_equal(mc__master_reserve(m, v, 5 * UNIT, now), 0);
+    assert_int_equal(mc__vcap(v), 5 * UNIT);
+    assert_int_equal(mc__vrep(v)[0].ext[0].off, off);
+    if (mc__vrep(v)[0].n == 1) {
+        assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+    } else {
+        assert_ptr_not_equal(mc__vrep(v)[0].ext, &v->ext1);
+        assert_int_equal(mc__vrep(v)[0].ext[0].len, UNIT);
+    }
+    assert_layout(v);
+    /* Committed with 100 bytes: the tail goes back (to 8-byte units). */
+    assert_int_equal(mc__master_commit(m, v, 100, 0, now), 0);
+    assert_int_equal(mc__vcap(v), 104);
+    assert_layout(v);
+    assert_int_equal(used(m), UNIT + 104);
+
+    /* A small one trimmed to 8-byte units at its commit, in ext1; renamed,
+     * it keeps its extent and capacity. */
+    mc__version_t *c = put(m, "c", 100, now);
+    assert_ptr_equal(mc__vrep(c)[0].ext, &c->ext1);
+    assert_int_equal(mc__vcap(c), 104);
+    assert_int_equal(mc__vrep(c)[0].ext[0].len, 104);
+    uint64_t coff = mc__vrep(c)[0].ext[0].off;
+    assert_int_equal(mc__master_rename(m, "c", 1, "a-much-longer-name/c", 20, 0, now), 0);
+    c = find(m, "a-much-longer-name/c");
+    assert_non_null(c);
+    assert_int_equal(mc__vcap(c), 104);
+    assert_int_equal(mc__vrep(c)[0].ext[0].off, coff);
+    assert_layout(c);
+    assert_int_equal(used(m), UNIT + 2 * 104);
+    mc__master_free(m);
+}
+
+/* A master with a large segment 0 and a segment 1 of two units. */
+static mc__master_t *two_segments(void)
+{
+    mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
+    assert_int_equal(mc__master_add_segment(m, 1, 2 * UNIT), 0);
+    return m;
+}
+
+/* A growth that fails on a later replica gives the first one's growth
+ * back: its one extent (and with it the capacity) is what it was, from
+ * one unit or from none. */
+static void test_capacity_after_a_failed_growth(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = two_segments();
+    mc_put_opts_t po = {.replica_num = 2};
+    mc__version_t *v = NULL;
+
+    assert_int_equal(mc__master_begin(m, "a", 1, &po, now, &v), 0);
+    assert_int_equal(v->nrep, 2);
+    assert_int_equal(mc__vrep(v)[0].seg, 0); /* the most free first */
+    assert_int_equal(mc__master_reserve(m, v, UNIT, now), 0);
+    assert_int_equal(mc__master_reserve(m, v, 8 * UNIT, now), -ENOSPC);
+    assert_int_equal(mc__vcap(v), UNIT);
+    assert_int_equal(mc__vrep(v)[0].n, 1);
+    assert_layout(v);
+    assert_int_equal(used(m), 2 * UNIT);
+    mc__master_abort(m, v);
+    assert_int_equal(used(m), 0);
+
+    assert_int_equal(mc__master_begin(m, "b", 1, &po, now, &v), 0);
+    assert_int_equal(mc__master_reserve(m, v, 8 * UNIT, now), -ENOSPC);
+    assert_int_equal(mc__vcap(v), 0);
+    assert_int_equal(mc__vrep(v)[0].n, 0);
+    assert_layout(v);
+    assert_int_equal(used(m), 0);
+    /* And grows later all the same. */
+    assert_int_equal(mc__master_reserve(m, v, 2 * UNIT, now), 0);
+    assert_int_equal(mc__vcap(v), 2 * UNIT);
+    assert_layout(v);
+    assert_int_equal(mc__master_commit(m, v, 2 * UNIT, 0, now), 0);
+    assert_int_equal(used(m), 4 * UNIT);
+    mc__master_free(m);
+}
+
+/* A one-extent object that gains a second replica (a repair's) keeps its
+ * first one in ext1 and its capacity; losing the first replica, it keeps
+ * the capacity, now the other replica's layout. */
+static void test_capacity_with_a_second_replica(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = two_segments();
+    mc__version_t *v = put(m, "a", 100, now);
+    assert_int_equal(mc__vrep(v)[0].seg, 0);
+    mc__replica_t r;
+    assert_int_equal(mc__master_replica_alloc(m, 1, mc__vcap(v), &r), 0);
+    assert_int_equal(mc__master_replica_attach(v, &r), 0);
+    assert_int_equal(v->nrep, 2);
+    assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+    assert_int_equal(mc__vcap(v), 104);
+    assert_layout(v);
+    assert_int_equal(mc__master_drop_segment(m, 0, now), 0);
+    assert_ptr_equal(find(m, "a"), v);
+    assert_int_equal(v->nrep, 1);
+    assert_int_equal(mc__vrep(v)[0].seg, 1);
+    assert_int_equal(mc__vcap(v), 104);
+    assert_layout(v);
+    mc_stat_t st;
+    mc__version_stat(m, v, now, &st);
+    assert_int_equal(st.size, 100);
+    assert_int_equal(used(m), 2 * UNIT); /* the repair's replica, rounded */
+    mc__master_free(m);
+}
+
+/* A version's key starts right after its fields (in the struct's tail
+ * padding, when it has some), and its replicas follow the key's NUL at the next 8 bytes, for
+ * keys of every length: nothing overlaps (and under ASan, where versions
+ * are malloc'd to their size, nothing is read past the end). */
+static void test_key_in_the_tail_of_the_fields(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
+    char k[48];
+
+    for (size_t len = 1; len < sizeof(k); len++) {
+        memset(k, 'a' + (int)(len % 26), len);
+        k[len] = '\0';
+        mc__version_t *v = put(m, k, 8, now);
+        const char *key = mc__vkey(v);
+        const char *rep = (const char *)mc__vrep(v);
+        assert_ptr_equal(key, (const char *)v + offsetof(mc__version_t, key));
+        assert_true(sizeof(*v) - offsetof(mc__version_t, key) < 8);
+        assert_memory_equal(key, k, len + 1);
+        assert_true(rep >= key + len + 1 && rep < key + len + 1 + 8);
+        assert_true(rep >= (const char *)(v + 1));
+        assert_int_equal((uintptr_t)rep % 8, 0);
+        assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+        assert_int_equal(mc__vcap(v), 8);
+        assert_int_equal(mc__master_remove(m, k, len, 0, now), 0);
+    }
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+/* Open handles are counted in the master's table of the versions that
+ * have some, not in each version: many versions open twice (the table
+ * grows), removed while open, stay until their last handle goes; those
+ * not open are freed at once and never counted. */
+static void test_open_handles_counted_apart(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(2 * N * UNIT, 0, 0);
+    mc__version_t *v[N];
+    char k[32];
+
+    for (int i = 0; i < N; i++) {
+        key_of(k, sizeof(k), i);
+        v[i] = put(m, k, UNIT, now);
+        assert_false(mc__vopen(v[i]));
+        if (i % 2)
+            continue;
+        assert_int_equal(mc__master_ref(m, v[i]), 0);
+        assert_int_equal(mc__master_ref(m, v[i]), 0);
+        assert_true(mc__vopen(v[i]));
+    }
+    for (int i = 0; i < N; i++) {
+        key_of(k, sizeof(k), i);
+        /* An open one goes only by force. */
+        int rc = mc__master_remove(m, k, strlen(k), 0, now);
+        assert_int_equal(rc, i % 2 ? 0 : -EBUSY);
+        if (rc < 0)
+            assert_int_equal(mc__master_remove(m, k, strlen(k), MC_REMOVE_FORCE, now), 0);
+    }
+    assert_int_equal(used(m), N / 2 * UNIT); /* the open half */
+    for (int i = 0; i < N; i += 2)
+        mc__master_unref(m, v[i], now);
+    assert_int_equal(used(m), N / 2 * UNIT);
+    for (int i = 0; i < N; i += 2) {
+        assert_true(mc__vopen(v[i]));
+        mc__master_unref(m, v[i], now);
+    }
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+static void owner_of(mc__master_t *m, const char *key, uint32_t *uid, uint32_t *gid)
+{
+    mc_stat_t st;
+    mc__version_stat(m, find(m, key), T0, &st);
+    *uid = st.uid;
+    *gid = st.gid;
+}
+
+/* A version's owner and group are an index into the master's table of
+ * the pairs: many versions over a few pairs (and root's, 0 and 0) read
+ * back their own; none recorded reads as MC_OWNER_NONE; a chown of the
+ * owner alone keeps the group; a new version that names none takes the
+ * replaced one's; a record carries them. */
+static void test_owners_by_index(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(600 * UNIT, 0, 0);
+    char k[32];
+    uint32_t uid, gid;
+
+    for (int i = 0; i < 500; i++) {
+        key_of(k, sizeof(k), i);
+        mc_put_opts_t po = {
+            .flags = MC_PUT_OWNER, .uid = (uint32_t)(i % 37), .gid = (uint32_t)i % 3};
+        mc__version_t *v = NULL;
+        if (i % 5 == 0) /* none recorded */
+            po.flags = 0;
+        assert_int_equal(mc__master_begin(m, k, strlen(k), &po, now, &v), 0);
+        assert_int_equal(mc__master_commit(m, v, 0, 0, now), 0);
+    }
+    for (int i = 0; i < 500; i++) {
+        key_of(k, sizeof(k), i);
+        owner_of(m, k, &uid, &gid);
+        assert_int_equal(uid, i % 5 ? (uint32_t)(i % 37) : MC_OWNER_NONE);
+        assert_int_equal(gid, i % 5 ? (uint32_t)i % 3 : MC_OWNER_NONE);
+    }
+    /* chown of the owner alone. */
+    mc_meta_t meta = {.what = MC_META_UID, .uid = 4000};
+    mc__version_t *out = NULL;
+    key_of(k, sizeof(k), 7);
+    assert_int_equal(mc__master_set_meta(m, k, strlen(k), &meta, 5, &out), 0);
+    owner_of(m, k, &uid, &gid);
+    assert_int_equal(uid, 4000);
+    assert_int_equal(gid, 7 % 3);
+    /* Replaced by a version that names none: it keeps them. */
+    (void)put(m, k, UNIT, now);
+    owner_of(m, k, &uid, &gid);
+    assert_int_equal(uid, 4000);
+    assert_int_equal(gid, 7 % 3);
+    mc__rec_t rec;
+    (void)mc__master_record(m, find(m, k), 0, &rec);
+    assert_int_equal(rec.uid, 4000);
+    assert_int_equal(rec.gid, 7 % 3);
+    mc__master_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -407,6 +687,12 @@ int main(void)
         cmocka_unit_test(test_ctime_apart_from_mtime),
         cmocka_unit_test(test_lease_base_moves),
         cmocka_unit_test(test_replica_room_grows),
+        cmocka_unit_test(test_capacity_is_the_one_extent_length),
+        cmocka_unit_test(test_capacity_after_a_failed_growth),
+        cmocka_unit_test(test_capacity_with_a_second_replica),
+        cmocka_unit_test(test_key_in_the_tail_of_the_fields),
+        cmocka_unit_test(test_open_handles_counted_apart),
+        cmocka_unit_test(test_owners_by_index),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -23,14 +23,14 @@ void mc__master_census(const mc__master_t *m, uint64_t now, mc__census_t *c)
         c->hard_pinned += v->pin == MC_PIN_HARD;
         c->soft_pinned +=
             v->pin == MC_PIN_SOFT && (!mc__vmore(v)->pin_until || mc__vmore(v)->pin_until > now);
-        c->open += v->refs > 0;
+        c->open += mc__vopen(v);
     }
     for (size_t i = 0; i < m->nretired; i++) {
         const mc__version_t *v = m->retired[i];
         c->retired++;
         for (uint32_t r = 0; r < v->nrep; r++)
             c->retired_bytes += mc__replica_bytes(&mc__vrep(v)[r]); /* holes take none */
-        c->open += v->refs > 0;
+        c->open += mc__vopen(v);
     }
 }
 

@@ -15,7 +15,7 @@
 
 static int evictable(const mc__master_t *m, const mc__version_t *v, uint64_t now, int allow_soft)
 {
-    if (v->refs || mc__leased(m, v, now) || v->pin == MC_PIN_HARD)
+    if (mc__vopen(v) || mc__leased(m, v, now) || v->pin == MC_PIN_HARD)
         return 0;
     if (mc__vmore(v)->links)
         return 0; /* a hard-linked file: its names would be left dangling */

@@ -149,10 +149,10 @@ int mc__master_reserve_range(mc__master_t *m, mc__version_t *v, uint64_t off, ui
     uint64_t lo = punch ? (off + unit - 1) & ~(unit - 1) : off & ~(unit - 1);
     uint64_t hi = punch ? end & ~(unit - 1) : (end + unit - 1) & ~(unit - 1);
     uint64_t cap = (end + unit - 1) & ~(unit - 1);
-    if (cap < v->capacity)
-        cap = v->capacity;
+    if (cap < mc__vcap(v))
+        cap = mc__vcap(v);
     uint64_t need = punch || lo >= hi ? 0 : hole_bytes(&mc__vrep(v)[0], cap, lo, hi);
-    if (!punch && lo <= v->capacity && need == (hi > v->capacity ? hi - v->capacity : 0))
+    if (!punch && lo <= mc__vcap(v) && need == (hi > mc__vcap(v) ? hi - mc__vcap(v) : 0))
         return mc__master_reserve(m, v, end, now); /* no hole to leave or fill */
     if (need > mc__master_total(m))
         return -ENOSPC;
@@ -182,7 +182,7 @@ int mc__master_reserve_range(mc__master_t *m, mc__version_t *v, uint64_t off, ui
         free(drop[i].e);
     }
     if (rc == 0)
-        v->capacity = cap;
+        mc__version_set_cap(v, cap);
     return rc;
 }
 

@@ -159,7 +159,7 @@ static void version_release_space(mc__master_t *m, mc__version_t *v)
 {
     for (uint32_t r = 0; r < v->nrep; r++)
         mc__replica_release_in(m, &mc__vrep(v)[r], &v->ext1);
-    v->capacity = 0;
+    mc__version_set_cap(v, 0);
 }
 
 /* A rebuilt version leaves: its entry by id stays, with no version, so that
@@ -215,11 +215,11 @@ void mc__master_retire(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
     mc__master_undirty(m, v);
     forget_rebuilt(m, v); /* gone: a late record of it must not bring it back */
-    if (m->notice && v->stamp)
+    if (m->notice && (v->flags & MC__V_NOTED))
         m->notice(m->notice_arg, m, v, 1);
     v->state = MC__RETIRED;
     v->rpos = 0; /* was its access clock */
-    if (!v->refs && !mc__leased(m, v, now))
+    if (!mc__vopen(v) && !mc__leased(m, v, now))
         mc__version_destroy(m, v);
     else if (retired_add(m, v) < 0)
         v->flags |= MC__V_LOST;
@@ -249,6 +249,9 @@ void mc__master_free(mc__master_t *m)
         mc__alloc_destroy(m->segs[i].alloc);
     free(m->segs);
     free(m->dirty);
+    mc__ptrmap_reset(&m->dplace);
+    mc__ptrmap_reset(&m->handles);
+    mc__master_owners_free(m);
     mc__slab_free_all(m->slab);
     free(m);
 }
@@ -434,15 +437,27 @@ void mc__master_touch(mc__master_t *m, mc__version_t *v, uint64_t now, int lease
     v->lease = (uint32_t)(until - m->lease_base);
 }
 
-void mc__master_ref(mc__version_t *v)
+int mc__master_ref(mc__master_t *m, mc__version_t *v)
 {
-    v->refs++;
+    mc__ptrslot_t *e = mc__vopen(v) ? mc__ptrmap_find(&m->handles, v) : NULL;
+    if (e) {
+        e->val++;
+        return 0;
+    }
+    if (mc__ptrmap_add(&m->handles, v, 1) < 0)
+        return -ENOMEM;
+    v->flags |= MC__V_OPEN;
+    return 0;
 }
 
 void mc__master_unref(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
-    if (--v->refs == 0 && v->state == MC__RETIRED && !mc__leased(m, v, now) &&
-        !(v->flags & MC__V_LOST))
+    mc__ptrslot_t *e = mc__vopen(v) ? mc__ptrmap_find(&m->handles, v) : NULL;
+    if (!e || --e->val)
+        return;
+    mc__ptrmap_del(&m->handles, e);
+    v->flags &= (uint8_t)~MC__V_OPEN;
+    if (v->state == MC__RETIRED && !mc__leased(m, v, now) && !(v->flags & MC__V_LOST))
         mc__version_destroy(m, v); /* still leased: mc__master_sweep() frees it */
 }
 
@@ -454,8 +469,7 @@ void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t no
     st->atime_ns = v->atime_ns;
     st->ctime_ns = mc__vctime(v);
     st->mode = v->mode;
-    st->uid = v->uid;
-    st->gid = v->gid;
+    mc__version_owner(m, v, &st->uid, &st->gid);
     st->type = v->type;
     st->rdev = mc__vmore(v)->rdev;
     st->nlink = mc__vmore(v)->links ? mc__vmore(v)->links : 1;
@@ -463,7 +477,7 @@ void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t no
     st->replicas = v->nrep;
     st->alloc = v->nrep ? mc__replica_bytes(&mc__vrep(v)[0]) : 0;
     st->flags = 0;
-    if (v->refs || mc__leased(m, v, now))
+    if (mc__vopen(v) || mc__leased(m, v, now))
         st->flags |= MC_STAT_LEASED;
     if (v->pin == MC_PIN_SOFT && (mc__vmore(v)->pin_until == 0 || mc__vmore(v)->pin_until > now))
         st->flags |= MC_STAT_SOFT_PIN;
@@ -476,7 +490,7 @@ void mc__master_sweep(mc__master_t *m, uint64_t now)
     /* From the end: the last one fills a freed place, and was seen. */
     for (size_t i = m->nretired; i--;) {
         mc__version_t *v = m->retired[i];
-        if (!v->refs && !mc__leased(m, v, now))
+        if (!mc__vopen(v) && !mc__leased(m, v, now))
             mc__version_destroy(m, v);
     }
 }

@@ -97,6 +97,16 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  * ctime_ns). Read it through mc__vctime(). */
 #define MC__V_CTIME 0x20
 
+/* mc__version_t.flags: its record has been handed to the notice callback
+ * (mc__master_flush()) or came from a node (mc__master_merge()): its nodes
+ * keep it, so leaving the namespace is told to them. */
+#define MC__V_NOTED 0x40
+
+/* mc__version_t.flags: it has open handles, counted in the master's table
+ * of those (mc__master_ref()): most versions have none, and carry no
+ * count. Read it through mc__vopen(). */
+#define MC__V_OPEN 0x80
+
 /*
  * One version. Sized for the million small objects of a cache: one
  * allocation holds the struct, the key and the replica array (room for the
@@ -105,21 +115,24 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  */
 typedef struct mc__version {
     uint64_t id;
-    uint64_t size;     /* bytes of data */
-    uint64_t capacity; /* bytes reserved in each replica */
+    uint64_t size; /* bytes of data */
     int64_t mtime_ns;
     int64_t atime_ns;       /* wall clock (ns), as mtime_ns; the service sets them */
-    uint64_t stamp;         /* when its record was last sent to its nodes (0: never) */
     struct mc__vmore *more; /* what few versions have (owned; NULL: all zero);
                                read it through mc__vmore() */
-    mc__extent_t ext1;      /* the extent array of its first replica while that has one
-                               extent (rep[0].ext points here, not its own): most
-                               objects' only extent needs no allocation of its own */
-    uint32_t uid, gid;      /* MC_OWNER_NONE: none recorded */
+    mc__extent_t ext1;      /* ext1.len: the bytes reserved in each replica, its
+                               capacity (read it through mc__vcap()); the whole of
+                               ext1: the extent array of its first replica while
+                               that has one extent (rep[0].ext points here, not its
+                               own), whose length is then the capacity: most
+                               objects' only extent needs neither an allocation
+                               nor a length of its own */
+    uint32_t owner;         /* its owner and group: an index into the master's
+                               table of those pairs (owners.c; 0: none recorded);
+                               read them through mc__version_owner() */
     uint32_t lease;         /* its read lease ends at the master's lease base plus
                                this many ms (0: none); read it through
                                mc__version_lease() */
-    uint32_t refs;          /* open handles */
     union {
         uint32_t tick; /* published: the master's access clock at its last
                           access (approximate LRU: eviction samples versions
@@ -127,13 +140,11 @@ typedef struct mc__version {
         uint32_t rpos; /* retired: its place in the master's array of those
                           waiting for handles or a lease, plus one (0: none) */
     };
-    uint32_t dpos; /* its place in the master's dirty array, plus one (0: not
-                      dirty): its nodes' records are stale */
     uint16_t klen; /* <= MC_KEY_MAX */
     uint16_t mode; /* & 07777 */
     /* Bit-fields as narrow as their values (checked where they come in):
-     * with the mode in 16 bits and the lease in 32, the version is 104
-     * bytes, not 112. */
+     * with the mode in 16 bits and the lease in 32, the fields take 76
+     * bytes, where the key starts (mc__vrep_offset()). */
     uint8_t state : 2;   /* enum mc__vstate */
     uint8_t pin : 2;     /* MC_PIN_* (<= MC_PIN_HARD) */
     uint8_t inherit : 4; /* pending: MC__INHERIT_*, what to take at commit
@@ -146,10 +157,15 @@ typedef struct mc__version {
     uint8_t want : 4;    /* replicas asked for (clamped to the segments at the
                             start; <= MC__MAX_REPLICAS) */
     uint8_t flags;       /* MC__V_* */
+    char key[];          /* its key, unless MC__V_KEY_OWNED (read it through
+                            mc__vkey()): right after the fields, in the
+                            struct's tail padding and on */
 } mc__version_t;
 
 _Static_assert(MC__MAX_REPLICAS < 16 && MC_PIN_HARD < 4 && MC_TYPE_MAX < 16,
                "mc__version_t's bit-fields");
+_Static_assert(sizeof(mc__version_t) - offsetof(mc__version_t, key) < 8,
+               "a version's own allocation (mc__vrep_offset()) covers its struct");
 
 /* The fields of a version that few versions set (xattrs, hard links, soft
  * pins with a TTL, device numbers), kept apart so that the others do not
@@ -184,14 +200,14 @@ static inline char *mc__vkey(const mc__version_t *v)
 {
     if (v->flags & MC__V_KEY_OWNED)
         return v->more->key;
-    return (char *)(uintptr_t)(v + 1);
+    return (char *)(uintptr_t)v->key;
 }
 
 /* Where a version's own replica array starts, after a key of klen bytes
- * and its NUL, at the next 8 bytes. */
+ * and its NUL, at the next 8 bytes (never before the struct's end). */
 static inline size_t mc__vrep_offset(size_t klen)
 {
-    return sizeof(mc__version_t) + ((klen + 1 + 7) & ~(size_t)7);
+    return (offsetof(mc__version_t, key) + klen + 1 + 7) & ~(size_t)7;
 }
 
 /* v's replicas, rep[0..nrep): in v's own allocation, after its key, unless
@@ -202,6 +218,27 @@ static inline mc__replica_t *mc__vrep(const mc__version_t *v)
         return v->more->rep;
     size_t klen = v->flags & MC__V_KEY_OWNED ? v->more->klen_in : v->klen;
     return (mc__replica_t *)(uintptr_t)((const char *)v + mc__vrep_offset(klen));
+}
+
+/* 1 if v has open handles (mc__master_ref()), else 0. */
+static inline int mc__vopen(const mc__version_t *v)
+{
+    return (v->flags & MC__V_OPEN) != 0;
+}
+
+/* v's capacity: the bytes reserved in each replica (the length of its
+ * layout, holes included). */
+static inline uint64_t mc__vcap(const mc__version_t *v)
+{
+    return v->ext1.len;
+}
+
+/* Sets v's capacity to cap. While its first replica's one extent sits in
+ * ext1, that extent's length is the same field: the caller has made (or
+ * trimmed) that extent to cap already, or does so now. */
+static inline void mc__version_set_cap(mc__version_t *v, uint64_t cap)
+{
+    v->ext1.len = cap;
 }
 
 /* v's ctime (wall clock, ns): its mtime unless a change of metadata came
@@ -222,8 +259,9 @@ int mc__version_set_ctime(mc__version_t *v, int64_t t);
 mc__vmore_t *mc__version_more(mc__version_t *v);
 
 /* Tells the nodes that hold v's replicas (or, for a name entry, its file's)
- * that v's record changed (drop 0: v->stamp is new) or that v left the
- * namespace (drop 1). See mc__master_dirty(). */
+ * that v's record changed (drop 0: it carries a new stamp, see
+ * mc__master_record()) or that v left the namespace (drop 1). See
+ * mc__master_dirty(). */
 typedef void (*mc__notice_cb)(void *arg, mc__master_t *m, mc__version_t *v, int drop);
 
 /* The longest read lease (mc__master_opts_t lease_ms is cut to it): 24 days. */
@@ -296,9 +334,11 @@ int mc__master_link(mc__master_t *m, const char *from, size_t flen, const char *
 /* Records an access (LRU) and, with lease != 0, grants a read lease. */
 void mc__master_touch(mc__master_t *m, mc__version_t *v, uint64_t now, int lease);
 
-/* Takes / drops an open handle on a version. Dropping the last handle of a
- * retired version frees it (or parks it until its lease ends). */
-void mc__master_ref(mc__version_t *v);
+/* Takes / drops an open handle on a version (counted in m's table of the
+ * versions that have some). Taking one returns 0, or -ENOMEM (no handle
+ * taken). Dropping the last handle of a retired version frees it (or
+ * parks it until its lease ends). */
+int mc__master_ref(mc__master_t *m, mc__version_t *v);
 void mc__master_unref(mc__master_t *m, mc__version_t *v, uint64_t now);
 
 /*
@@ -515,14 +555,19 @@ void mc__master_dirty(mc__master_t *m, mc__version_t *v);
  * keep records pays nothing for them. */
 void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg);
 
-/* Stamps every dirty version and hands it to the notice callback. */
+/* Stamps every dirty version (a new stamp each, from the master's count)
+ * and hands it to the notice callback. */
 void mc__master_flush(mc__master_t *m);
 
 /* Fills the record (wire/record.h's mc__rec_t) of v as kept for its replica on
  * segment seg: its metadata, and rec->next, the count of its extents there
  * (none for a name entry), which it returns (NULL: none); rec->ext is NULL.
- * Everything points into v. */
-const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__rec_t *rec);
+ * Everything points into v. The record's stamp is the last one m handed
+ * out: in the notice callback, the one mc__master_flush() gave v (a
+ * version keeps no stamp of its own; a record built later describes v as
+ * it is then, newer than any sent before). */
+const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t *v, uint32_t seg,
+                                      mc__rec_t *rec);
 
 /*
  * Merges one record reported by the node of segment seg (mounted again
@@ -540,6 +585,13 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *rec, const 
 /* Version id left the namespace before this master rebuilt it (the op log
  * says so): records of it are refused from now on. Returns 0 or -ENOMEM. */
 int mc__master_forget(mc__master_t *m, uint64_t id);
+
+/* v's owner and group (MC_OWNER_NONE: none recorded). */
+void mc__version_owner(const mc__master_t *m, const mc__version_t *v, uint32_t *uid, uint32_t *gid);
+
+/* Sets v's owner and group (owners.c: the pair is filed in m's table the
+ * first time any version has it). Returns 0, or -ENOMEM (v unchanged). */
+int mc__version_set_owner(mc__master_t *m, mc__version_t *v, uint32_t uid, uint32_t gid);
 
 /* Fills st from a version of m. */
 void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t now, mc_stat_t *st);

@@ -20,6 +20,7 @@
 #include "master/ids.h"
 #include "master/index.h"
 #include "master/master.h"
+#include "master/ptrmap.h"
 #include "master/slab.h"
 
 typedef struct mc__segment {
@@ -47,22 +48,41 @@ struct mc__master {
     size_t nretired, rcap;   /* [0, nretired), room for rcap */
     uint64_t evicted;
     uint64_t stamp;        /* the last record stamp handed out */
-    mc__version_t **dirty; /* versions whose nodes' records are stale (records.c): */
+    mc__version_t **dirty; /* versions whose nodes' records are stale (records.c),
+                              NULL where one left before the flush: */
     size_t ndirty, dcap;   /* [dhead, ndirty) still to flush, room for dcap */
     size_t dhead;
-    int dirty_all;        /* the array could not grow: the next flush stamps every version */
-    mc__notice_cb notice; /* mc__master_notices(); NULL: none */
+    mc__ptrmap_t dplace;      /* the dirty versions' places in dirty, by address */
+    mc__ptrmap_t handles;     /* the open handles of the versions that have some
+                                 (MC__V_OPEN), by address */
+    struct mc__owner *owners; /* the (uid, gid) pairs versions name (owners.c):
+                                 [1, nowners); [0] unused (none) */
+    uint32_t nowners, owners_cap;
+    mc__ptrmap_t owner_ix; /* their indexes, by pair */
+    int dirty_all;         /* the array could not grow: the next flush stamps every version */
+    mc__notice_cb notice;  /* mc__master_notices(); NULL: none */
     void *notice_arg;
     mc__ids_t rebuilt; /* mc__recovered_t by version id (records.c) */
     int64_t root_ns;   /* the root directory's mtime and ctime (namespace.c) */
 };
 
+/* A pair of owner and group that versions name by index (owners.c). */
+typedef struct mc__owner {
+    uint32_t uid, gid;
+} mc__owner_t;
+
+/* Frees m's table of owners (mc__master_free()). */
+void mc__master_owners_free(mc__master_t *m);
+
 /* A version rebuilt from nodes' records, by its id, so that the records of
- * its other replicas find it; v NULL once it left the namespace (a later
- * record of it must not bring it back). */
+ * its other replicas find it and the newest of them gives its metadata; v
+ * NULL once it left the namespace (a later record of it must not bring it
+ * back). */
 typedef struct mc__recovered {
     mc__idnode_t h;
     mc__version_t *v;
+    uint64_t stamp; /* the stamp of its record as its nodes keep it, the
+                       newest merged or sent */
 } mc__recovered_t;
 
 /* Frees rep's extent array unless it is inl (its version's ext1; NULL for

@@ -64,7 +64,7 @@ int mc__master_remove(mc__master_t *m, const char *key, size_t klen, unsigned fl
     if (!v)
         return -ENOENT;
     mc__version_t *f = mc__master_resolve(m, v); /* what is busy: the file */
-    if (!(flags & MC_REMOVE_FORCE) && f && (f->refs || mc__leased(m, f, now)))
+    if (!(flags & MC_REMOVE_FORCE) && f && (mc__vopen(f) || mc__leased(m, f, now)))
         return -EBUSY;
     mc__index_remove(m->ix, key, klen);
     entry_gone(m, v, now);
@@ -385,16 +385,17 @@ int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, const mc_
     int64_t mtime = meta->what & MC_META_MTIME ? meta->mtime_ns : v->mtime_ns;
     if (wall_ns != mtime && !mc__version_more(v))
         return -ENOMEM;
+    uint32_t uid, gid; /* the new pair is filed first too */
+    mc__version_owner(m, v, &uid, &gid);
+    if (mc__version_set_owner(m, v, meta->what & MC_META_UID ? meta->uid : uid,
+                              meta->what & MC_META_GID ? meta->gid : gid) < 0)
+        return -ENOMEM;
     if (meta->what & MC_META_MODE)
         v->mode = meta->mode & 07777;
     if (meta->what & MC_META_MTIME)
         v->mtime_ns = meta->mtime_ns;
     if (meta->what & MC_META_ATIME)
         v->atime_ns = meta->atime_ns;
-    if (meta->what & MC_META_UID)
-        v->uid = meta->uid;
-    if (meta->what & MC_META_GID)
-        v->gid = meta->gid;
     /* chown(2) of what is not a directory: the set-user-ID bit goes, and
      * the set-group-ID bit with group-execute (without, it marks mandatory
      * locking on Linux, and stays). */

@@ -361,13 +361,14 @@ int64_t mc__svc_seg_by_addr(mc__svc_t *svc, const char *addr, size_t len)
  */
 
 /* Encodes one notice about v for segment seg into e (see proto.h). */
-static void note_encode(mc__wbuf_t *e, uint32_t seg, mc__version_t *v, int drop)
+static void note_encode(mc__wbuf_t *e, const mc__master_t *m, uint32_t seg, mc__version_t *v,
+                        int drop)
 {
     mc__pack(e, "bq", drop ? MC__NOTE_DROP : MC__NOTE_PUT, v->id);
     if (drop)
         return;
     mc__rec_t r;
-    const mc__extent_t *ext = mc__master_record(v, seg, &r);
+    const mc__extent_t *ext = mc__master_record(m, v, seg, &r);
     mc__wbuf_t rb = {0};
     mc__pack_rec_head(&rb, &r);
     for (uint32_t i = 0; i < r.next; i++)
@@ -404,7 +405,7 @@ static void note_add(mc__svc_t *svc, uint32_t seg, mc__version_t *v, int drop, i
     if (!si || si->node == 0)
         return;
     mc__wbuf_t e = {0};
-    note_encode(&e, seg, v, drop);
+    note_encode(&e, svc->m, seg, v, drop);
     if (log && svc->journal && e.err == 0)
         svc->journal(svc->journal_arg, seg, e.p, e.len);
     note_queue(svc, seg, &e);

@@ -66,11 +66,12 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         v->inherit |= MC__INHERIT_MODE;
     }
     if (po && (po->flags & MC_PUT_OWNER)) {
-        v->uid = po->uid;
-        v->gid = po->gid;
+        if (mc__version_set_owner(m, v, po->uid, po->gid) < 0) {
+            mc__version_free(m, v);
+            return -ENOMEM;
+        }
     } else {
-        v->uid = v->gid = MC_OWNER_NONE;
-        v->inherit |= MC__INHERIT_OWNER;
+        v->inherit |= MC__INHERIT_OWNER; /* none recorded (0) until then */
     }
     v->type = po ? po->type : MC_TYPE_FILE;
     v->mtime_ns = po ? po->mtime_ns : 0; /* 0: the commit's time (service.c) */
@@ -204,7 +205,7 @@ static uint64_t small_keep(const mc__master_t *m, const mc__version_t *v, uint64
 {
     uint64_t unit = MC__SMALL_UNIT;
     if (size >= MC__SMALL_MAX || m->o.align < unit || !v->nrep ||
-        mc__replica_bytes(&mc__vrep(v)[0]) != v->capacity)
+        mc__replica_bytes(&mc__vrep(v)[0]) != mc__vcap(v))
         return round_up(m, size);
     return (size + unit - 1) & ~(unit - 1);
 }
@@ -263,13 +264,16 @@ uint64_t mc__master_total(const mc__master_t *m)
 
 int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uint64_t now)
 {
-    if (capacity <= v->capacity)
+    /* The capacity before: the first replica's one extent (ext1) may grow
+     * in place below, and its length is the capacity's field. */
+    const uint64_t old = mc__vcap(v);
+    if (capacity <= old)
         return 0;
     if (v->nrep == 0)
         return -EIO; /* every segment it was placed on is gone */
-    if (capacity - v->capacity > total_size(m))
+    if (capacity - old > total_size(m))
         return -ENOSPC; /* EFBIG is for past the largest file (INT64_MAX) */
-    uint64_t want = round_up(m, capacity - v->capacity);
+    uint64_t want = round_up(m, capacity - old);
     uint32_t done = 0;
     int rc = 0;
     for (; done < v->nrep; done++) {
@@ -292,10 +296,11 @@ int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uin
     }
     if (rc < 0) {
         for (uint32_t r = 0; r < done; r++)
-            replica_trim(m, &mc__vrep(v)[r], v->capacity);
+            replica_trim(m, &mc__vrep(v)[r], old);
+        mc__version_set_cap(v, old);
         return rc;
     }
-    v->capacity += want;
+    mc__version_set_cap(v, old + want);
     if (evict_enabled(m) && mc__master_used(m) > total_size(m) / 100 * m->o.evict_high_pct)
         mc__master_evict(m, low_mark(m), now);
     return 0;
@@ -323,7 +328,7 @@ int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned
 int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned flags,
                          uint64_t now, int *added)
 {
-    if (size > v->capacity)
+    if (size > mc__vcap(v))
         return -EINVAL;
     /* The name in one hash probe; a new one gets room in the index now,
      * so that nothing can fail once v goes in below. */
@@ -352,10 +357,10 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
             return -ENOMEM;
     }
     uint64_t keep = small_keep(m, v, size);
-    if (keep < v->capacity) {
+    if (keep < mc__vcap(v)) {
         for (uint32_t r = 0; r < v->nrep; r++)
             replica_trim(m, &mc__vrep(v)[r], keep);
-        v->capacity = keep;
+        mc__version_set_cap(v, keep);
     }
     /* Replaced in place, or a new key with room reserved: cannot fail. */
     mc__version_t *old = cur;
@@ -370,10 +375,8 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
     if (old) {
         if (v->inherit & MC__INHERIT_MODE)
             v->mode = old->mode;
-        if (v->inherit & MC__INHERIT_OWNER) {
-            v->uid = old->uid;
-            v->gid = old->gid;
-        }
+        if (v->inherit & MC__INHERIT_OWNER)
+            v->owner = old->owner; /* an index of the same master */
         v->atime_ns = old->atime_ns;
         mc__xattr_take(v, old);
         if (mc__vmore(old)->links)

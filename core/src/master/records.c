@@ -25,13 +25,21 @@ void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg)
     m->notice_arg = arg;
 }
 
+/* ---- the dirty versions ----
+ *
+ * A version whose nodes' records are stale sits in the dirty array (in the
+ * order it became dirty) and in the table of their places there, by its
+ * address (ptrmap.h), so that one leaving before the flush is found (and
+ * its place emptied) without a walk. Both hold only what changed since the
+ * last flush: a version keeps no field for it. */
+
 void mc__master_dirty(mc__master_t *m, mc__version_t *v)
 {
-    if (!m->notice || !v || v->dpos || v->state != MC__PUBLISHED)
+    if (!m->notice || !v || v->state != MC__PUBLISHED || mc__ptrmap_find(&m->dplace, v))
         return;
     if (m->ndirty == m->dcap) {
         size_t cap = m->dcap ? m->dcap * 2 : 64;
-        mc__version_t **d = cap <= UINT32_MAX ? realloc(m->dirty, cap * sizeof(*d)) : NULL;
+        mc__version_t **d = realloc(m->dirty, cap * sizeof(*d));
         if (!d) {
             m->dirty_all = 1; /* out of memory: the next flush tells every version */
             return;
@@ -39,27 +47,32 @@ void mc__master_dirty(mc__master_t *m, mc__version_t *v)
         m->dirty = d;
         m->dcap = cap;
     }
+    if (mc__ptrmap_add(&m->dplace, v, m->ndirty) < 0) {
+        m->dirty_all = 1;
+        return;
+    }
     m->dirty[m->ndirty++] = v;
-    v->dpos = (uint32_t)m->ndirty;
 }
 
 void mc__master_undirty(mc__master_t *m, mc__version_t *v)
 {
-    if (!v->dpos)
+    mc__ptrslot_t *e = mc__ptrmap_find(&m->dplace, v);
+    if (!e)
         return;
-    /* The last one takes its place (both are past dhead: flushed ones have
-     * no place any more). */
-    size_t at = v->dpos - 1;
-    mc__version_t *last = m->dirty[--m->ndirty];
-    m->dirty[at] = last;
-    last->dpos = (uint32_t)at + 1;
-    v->dpos = 0;
+    m->dirty[e->val] = NULL; /* the flush passes over it */
+    mc__ptrmap_del(&m->dplace, e);
 }
 
 /* Stamps v and hands it to the notice callback. */
 static void flush_one(mc__master_t *m, mc__version_t *v)
 {
-    v->stamp = ++m->stamp;
+    ++m->stamp;
+    v->flags |= MC__V_NOTED;
+    if (v->flags & MC__V_REBUILT) { /* its nodes' records have this stamp now */
+        mc__recovered_t *e = (mc__recovered_t *)mc__ids_get(&m->rebuilt, v->id);
+        if (e && e->v == v)
+            e->stamp = m->stamp;
+    }
     if (m->notice)
         m->notice(m->notice_arg, m, v, 0);
 }
@@ -69,10 +82,16 @@ void mc__master_flush(mc__master_t *m)
     /* In the order they became dirty; the callback may mark more. */
     while (m->dhead < m->ndirty) {
         mc__version_t *v = m->dirty[m->dhead++];
-        v->dpos = 0;
+        if (!v)
+            continue; /* left before the flush */
+        mc__ptrslot_t *e = mc__ptrmap_find(&m->dplace, v);
+        if (e)
+            mc__ptrmap_del(&m->dplace, e);
         flush_one(m, v);
     }
     m->dhead = m->ndirty = 0;
+    if (m->dplace.cap > 1024)
+        mc__ptrmap_reset(&m->dplace); /* a burst passed: the table goes with it */
     if (m->dirty_all) {
         m->dirty_all = 0;
         mc__index_iter_t it;
@@ -83,11 +102,12 @@ void mc__master_flush(mc__master_t *m)
     }
 }
 
-const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__rec_t *r)
+const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t *v, uint32_t seg,
+                                      mc__rec_t *r)
 {
     memset(r, 0, sizeof(*r));
     r->version = v->id;
-    r->stamp = v->stamp;
+    r->stamp = m->stamp;
     r->key = mc__vkey(v);
     r->klen = v->klen;
     r->link = mc__vmore(v)->link;
@@ -97,8 +117,7 @@ const mc__extent_t *mc__master_record(const mc__version_t *v, uint32_t seg, mc__
     r->atime_ns = v->atime_ns;
     r->ctime_ns = mc__vctime(v);
     r->mode = v->mode;
-    r->uid = v->uid;
-    r->gid = v->gid;
+    mc__version_owner(m, v, &r->uid, &r->gid);
     r->type = v->type;
     r->rdev = mc__vmore(v)->rdev;
     r->links = mc__vmore(v)->links;
@@ -170,13 +189,16 @@ static uint64_t rec_bytes(const mc__rec_t *r, const mc__extent_t *ext)
     return t;
 }
 
-/* Sets v's metadata (not its key or replicas) from r. Returns 0 or -ENOMEM. */
-static int take_meta(mc__version_t *v, const mc__rec_t *r)
+/* Sets v's metadata (not its key or replicas) from r. Returns 0 or -ENOMEM
+ * (its owner may have changed then, nothing else). */
+static int take_meta(mc__master_t *m, mc__version_t *v, const mc__rec_t *r)
 {
     char *x = NULL;
     mc__vmore_t *more = NULL;
     if ((r->xattr_len || r->rdev || r->links || r->ctime_ns != r->mtime_ns || v->more) &&
         !(more = mc__version_more(v)))
+        return -ENOMEM;
+    if (mc__version_set_owner(m, v, r->uid, r->gid) < 0)
         return -ENOMEM;
     if (r->xattr_len && !(x = malloc(r->xattr_len)))
         return -ENOMEM;
@@ -195,12 +217,10 @@ static int take_meta(mc__version_t *v, const mc__rec_t *r)
     v->atime_ns = r->atime_ns;
     (void)mc__version_set_ctime(v, r->ctime_ns); /* cannot fail: its rare fields are made */
     v->mode = r->mode & 07777;
-    v->uid = r->uid;
-    v->gid = r->gid;
     v->type = r->type;
     v->pin = r->pin;
     v->want = r->want > MC__MAX_REPLICAS ? MC__MAX_REPLICAS : r->want;
-    v->stamp = r->stamp;
+    v->flags |= MC__V_NOTED; /* its nodes keep its record */
     return 0;
 }
 
@@ -269,7 +289,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         for (uint32_t i = 0; i < v->nrep; i++)
             twice |= mc__vrep(v)[i].seg == seg;
         if (!mc__vmore(v)->link && !twice) {
-            if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r, ext) != v->capacity)
+            if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r, ext) != mc__vcap(v))
                 return 0;
             if ((rc = take_extents(s, r, ext, &rep)) < 0)
                 return rc == -ENOMEM ? rc : 0;
@@ -279,12 +299,13 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
             }
             rc = 1;
         }
-        if (r->stamp > v->stamp) {
-            if (take_meta(v, r) < 0)
+        if (r->stamp > e->stamp) {
+            if (take_meta(m, v, r) < 0)
                 return -ENOMEM;
+            e->stamp = r->stamp;
             rekey(m, v, r, now);
         }
-        if (r->stamp != v->stamp)
+        if (r->stamp != e->stamp)
             mc__master_dirty(m, v); /* one of its nodes has a stale record */
         return rc;
     }
@@ -306,7 +327,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     if (more)
         more->linklen = (uint16_t)r->linklen;
     if (rc == 0)
-        rc = take_meta(v, r);
+        rc = take_meta(m, v, r);
     if (rc == 0 && !r->linklen)
         rc = take_extents(s, r, ext, &rep);
     if (rc < 0) {
@@ -316,7 +337,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         return rc == -ENOMEM ? rc : 0;
     }
     v->id = r->version;
-    v->capacity = bytes;
+    mc__version_set_cap(v, bytes);
     if (!r->linklen)
         mc__master_replica_attach(v, &rep);
     if (publish(m, v, now) < 0) {
@@ -326,6 +347,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     }
     e->h.id = v->id;
     e->v = v;
+    e->stamp = r->stamp;
     v->flags |= MC__V_REBUILT;
     mc__ids_add(&m->rebuilt, &e->h);
     return 1;

@@ -221,7 +221,7 @@ static int plan(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
     const mc__repair_target_t *tg = pick_target(m, v, targets, n);
     if (!tg)
         return 0;
-    if (v->capacity == 0) { /* an empty object: nothing to copy */
+    if (mc__vcap(v) == 0) { /* an empty object: nothing to copy */
         mc__replica_t rep;
         memset(&rep, 0, sizeof(rep));
         rep.seg = tg->seg;
@@ -390,7 +390,7 @@ int mc__repair_copy_to(mc__repair_t *r, mc__master_t *m, mc__version_t *v, uint3
         return -ENOSPC;
     mc__repair_target_t tg = {seg, node};
     mc__repair_task_t *t = NULL;
-    if (v->capacity == 0) { /* an empty object: nothing to copy */
+    if (mc__vcap(v) == 0) { /* an empty object: nothing to copy */
         mc__replica_t rep = {.seg = seg};
         mc__master_replica_attach(v, &rep);
         mc__master_dirty(m, v);

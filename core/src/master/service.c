@@ -447,7 +447,7 @@ static int put_check(mc__svc_t *svc, mc__version_t *v, const mc__put_commit_rq_t
     int rc = 0;
     if (rq->klen != v->klen || memcmp(rq->key, mc__vkey(v), rq->klen) != 0)
         rc = mc__master_set_key(svc->m, v, rq->key, rq->klen);
-    if (rc == 0 && rq->size > v->capacity)
+    if (rc == 0 && rq->size > mc__vcap(v))
         rc = -EINVAL;
     if (rc == 0 && mc__master_is_inode_key(mc__vkey(v), v->klen) &&
         !mc__master_find(svc->m, mc__vkey(v), v->klen))
@@ -609,15 +609,16 @@ int mc__svc_take_version(mc__svc_t *svc, const char *body, size_t len, mc__versi
 static int open_version(mc__svc_t *svc, uint64_t owner, mc__version_t *v, uint64_t now,
                         mc__wbuf_t *w)
 {
-    handle_t *h = calloc(1, sizeof(*h));
-    if (!h)
+    if (mc__master_ref(svc->m, v) < 0)
         return -ENOMEM;
-    h->v = v;
-    if (owned_add(svc, &svc->handles, &h->o, owner) < 0) {
+    handle_t *h = calloc(1, sizeof(*h));
+    if (h)
+        h->v = v;
+    if (!h || owned_add(svc, &svc->handles, &h->o, owner) < 0) {
         free(h);
+        mc__master_unref(svc->m, v, now); /* published: it stays */
         return -ENOMEM;
     }
-    mc__master_ref(v);
     mc__master_touch(svc->m, v, now, 0);
     read_access(svc, v);
     mc__pack(w, "q", h->o.h.id);

@@ -167,7 +167,7 @@ static int drop_source(mc__svc_t *svc, task_t *t, uint64_t now)
         snprintf(t->msg, sizeof(t->msg), "the object was replaced after its copy");
         return 1; /* the source goes with that version */
     }
-    if (v->refs) {
+    if (mc__vopen(v)) {
         t->dropping = 1;
         return 0;
     }
@@ -392,7 +392,7 @@ int mc__svc_op_replica_drop(mc__svc_t *svc, const char *body, size_t len, uint64
         return -ENOENT;
     if (v->nrep < 2)
         return -EINVAL; /* the last one: that is a REMOVE */
-    if (v->refs)
+    if (mc__vopen(v))
         return -EBUSY; /* open handles may read from there for as long as they stay open */
     drop_replica(svc, v, (uint32_t)seg, now);
     return 0;
