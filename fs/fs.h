@@ -29,6 +29,14 @@ struct fs_fh;
 struct fs_wstate;
 struct fs_workers;
 
+/* The main threads of processes that made requests (procs.c). */
+#define FS_LEADERS 8
+struct fs_leader {
+    pid_t pid; /* 0: an empty entry */
+    int pidfd; /* pid's, polled until the process exits */
+    mc_poll_t poll;
+};
+
 typedef struct fs {
     mc_store_t *store;
     mc_loop_t *loop;
@@ -48,16 +56,18 @@ typedef struct fs {
                                answered while their bytes are in flight (wbehind.c) */
     struct fs_ctx *spare;   /* freed request contexts kept for the next ones */
     unsigned nspare;
-    int stopping;               /* shutting down: no more requests are read */
-    unsigned threads;           /* --threads: the loop and N - 1 workers */
-    struct fs_workers *workers; /* --threads: the other threads reading requests */
-    uint64_t worker_reads;      /* READs they answered, once stopped */
-    uint64_t wb_max;            /* write-behind per file, bytes (0: none; wbehind.c) */
-    uint64_t wb_total;          /* write-behind of the whole mount, bytes */
-    uint64_t wb_used;           /* bytes of writes answered and still in flight */
-    int init_seen;              /* INIT was read (devio.c) */
-    uint64_t init_unique;       /* its id, while its reply is to be amended */
-    uint32_t init_offered;      /* what the reply is to ask for that INIT offered */
+    int stopping;                         /* shutting down: no more requests are read */
+    unsigned threads;                     /* --threads: the loop and N - 1 workers */
+    struct fs_workers *workers;           /* --threads: the other threads reading requests */
+    uint64_t worker_reads;                /* READs they answered, once stopped */
+    uint64_t wb_max;                      /* write-behind per file, bytes (0: none; wbehind.c) */
+    uint64_t wb_total;                    /* write-behind of the whole mount, bytes */
+    uint64_t wb_used;                     /* bytes of writes answered and still in flight */
+    int init_seen;                        /* INIT was read (devio.c) */
+    uint64_t init_unique;                 /* its id, while its reply is to be amended */
+    uint32_t init_offered;                /* what the reply is to ask for that INIT offered */
+    struct fs_leader leaders[FS_LEADERS]; /* procs.c */
+    unsigned leader_next;                 /* the entry to take next */
 } fs_t;
 
 /* The FUSE low-level operations of the daemon. */
@@ -76,6 +86,10 @@ void fs_kernel_readahead(const char *mountpoint, unsigned kib);
  * INIT reply asks for FUSE_HANDLE_KILLPRIV_V2). Call after the mount.
  * Returns 0, or -1 (libfuse's own I/O stays). */
 int fs_devio_install(fs_t *fs);
+
+/* Closes the pidfds of the processes fs_proc_of() (fs_i.h) kept, at exit
+ * after the loop (their polls went with it). In procs.c. */
+void fs_procs_close(fs_t *fs);
 
 /* Releases every open handle and writer, at unmount. In files.c. */
 void fs_shutdown(fs_t *fs);

@@ -768,6 +768,7 @@ out:
         rmdir(temp_dir);
     if (fs.loop)
         mc_loop_free(fs.loop);
+    fs_procs_close(&fs);
     if (mounted)
         fuse_session_unmount(fs.se);
     if (fs.se)
