@@ -26,6 +26,7 @@
 #define FS_MAX_PAGES 512
 
 struct fs_fh;
+struct fs_dh;
 struct fs_wstate;
 struct fs_workers;
 
@@ -51,6 +52,7 @@ typedef struct fs {
     struct fuse_buf rbuf;   /* the request being processed */
     int rbuf_taken;         /* a handler kept rbuf.mem; receive into a new one */
     struct fs_fh *fhs;      /* every open file handle, for shutdown */
+    struct fs_dh *dhs;      /* every open directory handle, for exit (dirs.c) */
     struct fs_wstate *wss;  /* every writer state, for shutdown */
     unsigned long inflight; /* requests started and not yet answered, and writes
                                answered while their bytes are in flight (wbehind.c) */
@@ -90,6 +92,12 @@ int fs_devio_install(fs_t *fs);
 /* Closes the pidfds of the processes fs_proc_of() (fs_i.h) kept, at exit
  * after the loop (their polls went with it). In procs.c. */
 void fs_procs_close(fs_t *fs);
+
+/* Frees the directory handles still open at exit, after the store is
+ * closed (no listing of theirs can complete then): the kernel drops a
+ * RELEASEDIR that the daemon had not read when the file system was
+ * unmounted. In dirs.c. */
+void fs_dirs_close(fs_t *fs);
 
 /* Releases every open handle and writer, at unmount. In files.c. */
 void fs_shutdown(fs_t *fs);

@@ -762,6 +762,7 @@ out:
         log_bytes_moved(fs.store);
         mc_store_close(fs.store);
         fs_ws_shutdown(&fs, 1); /* what was still in flight at shutdown */
+        fs_dirs_close(&fs);
     }
     fs_ctx_spares_free(&fs);
     if (temp_dir[0])
