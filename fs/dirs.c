@@ -18,7 +18,8 @@ struct fs_dh {
     fs_inode_t *in;
     char *cursor; /* last key returned */
     size_t clen;
-    off_t next_off; /* offset the next readdir continues from */
+    off_t next_off;            /* offset the next readdir continues from */
+    struct fs_dh *prev, *next; /* fs->dhs: every open directory, for exit */
 };
 
 static void lookup_done(void *arg, int rc)
@@ -79,6 +80,11 @@ void fs_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return reply_err(req, -ENOMEM);
     dh->in = in;
     in->opens++;
+    fs_t *fs = fs_of(req);
+    dh->next = fs->dhs;
+    if (fs->dhs)
+        fs->dhs->prev = dh;
+    fs->dhs = dh;
     fi->fh = (uintptr_t)dh;
     fuse_reply_open(req, fi);
 }
@@ -89,9 +95,25 @@ void fs_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fs_dh_t *dh = (fs_dh_t *)(uintptr_t)fi->fh;
     dh->in->opens--;
     fs_inode_maybe_free(fs->it, dh->in);
+    if (dh->prev)
+        dh->prev->next = dh->next;
+    else
+        fs->dhs = dh->next;
+    if (dh->next)
+        dh->next->prev = dh->prev;
     free(dh->cursor);
     free(dh);
     reply_err(req, 0);
+}
+
+void fs_dirs_close(fs_t *fs)
+{
+    while (fs->dhs) {
+        fs_dh_t *dh = fs->dhs;
+        fs->dhs = dh->next;
+        free(dh->cursor);
+        free(dh);
+    }
 }
 
 /* ---- readdir ---- */

@@ -26,8 +26,17 @@
 #define FS_MAX_PAGES 512
 
 struct fs_fh;
+struct fs_dh;
 struct fs_wstate;
 struct fs_workers;
+
+/* The main threads of processes that made requests (procs.c). */
+#define FS_LEADERS 8
+struct fs_leader {
+    pid_t pid; /* 0: an empty entry */
+    int pidfd; /* pid's, polled until the process exits */
+    mc_poll_t poll;
+};
 
 typedef struct fs {
     mc_store_t *store;
@@ -43,21 +52,24 @@ typedef struct fs {
     struct fuse_buf rbuf;   /* the request being processed */
     int rbuf_taken;         /* a handler kept rbuf.mem; receive into a new one */
     struct fs_fh *fhs;      /* every open file handle, for shutdown */
+    struct fs_dh *dhs;      /* every open directory handle, for exit (dirs.c) */
     struct fs_wstate *wss;  /* every writer state, for shutdown */
     unsigned long inflight; /* requests started and not yet answered, and writes
                                answered while their bytes are in flight (wbehind.c) */
     struct fs_ctx *spare;   /* freed request contexts kept for the next ones */
     unsigned nspare;
-    int stopping;               /* shutting down: no more requests are read */
-    unsigned threads;           /* --threads: the loop and N - 1 workers */
-    struct fs_workers *workers; /* --threads: the other threads reading requests */
-    uint64_t worker_reads;      /* READs they answered, once stopped */
-    uint64_t wb_max;            /* write-behind per file, bytes (0: none; wbehind.c) */
-    uint64_t wb_total;          /* write-behind of the whole mount, bytes */
-    uint64_t wb_used;           /* bytes of writes answered and still in flight */
-    int init_seen;              /* INIT was read (devio.c) */
-    uint64_t init_unique;       /* its id, while its reply is to be amended */
-    uint32_t init_offered;      /* what the reply is to ask for that INIT offered */
+    int stopping;                         /* shutting down: no more requests are read */
+    unsigned threads;                     /* --threads: the loop and N - 1 workers */
+    struct fs_workers *workers;           /* --threads: the other threads reading requests */
+    uint64_t worker_reads;                /* READs they answered, once stopped */
+    uint64_t wb_max;                      /* write-behind per file, bytes (0: none; wbehind.c) */
+    uint64_t wb_total;                    /* write-behind of the whole mount, bytes */
+    uint64_t wb_used;                     /* bytes of writes answered and still in flight */
+    int init_seen;                        /* INIT was read (devio.c) */
+    uint64_t init_unique;                 /* its id, while its reply is to be amended */
+    uint32_t init_offered;                /* what the reply is to ask for that INIT offered */
+    struct fs_leader leaders[FS_LEADERS]; /* procs.c */
+    unsigned leader_next;                 /* the entry to take next */
 } fs_t;
 
 /* The FUSE low-level operations of the daemon. */
@@ -76,6 +88,16 @@ void fs_kernel_readahead(const char *mountpoint, unsigned kib);
  * INIT reply asks for FUSE_HANDLE_KILLPRIV_V2). Call after the mount.
  * Returns 0, or -1 (libfuse's own I/O stays). */
 int fs_devio_install(fs_t *fs);
+
+/* Closes the pidfds of the processes fs_proc_of() (fs_i.h) kept, at exit
+ * after the loop (their polls went with it). In procs.c. */
+void fs_procs_close(fs_t *fs);
+
+/* Frees the directory handles still open at exit, after the store is
+ * closed (no listing of theirs can complete then): the kernel drops a
+ * RELEASEDIR that the daemon had not read when the file system was
+ * unmounted. In dirs.c. */
+void fs_dirs_close(fs_t *fs);
 
 /* Releases every open handle and writer, at unmount. In files.c. */
 void fs_shutdown(fs_t *fs);

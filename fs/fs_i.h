@@ -145,6 +145,12 @@ void fs_new_owner(fs_ctx_t *c, fuse_ino_t parent, int is_dir);
 /* The wall clock, in nanoseconds since the epoch. */
 int64_t fs_now_ns(void);
 
+/* ---- procs.c ---- */
+
+/* The process (thread group) of thread tid, a requester: tid itself when
+ * tid is a main thread or when its process cannot be told. */
+pid_t fs_proc_of(fs_t *fs, pid_t tid);
+
 /* ---- attrs.c ---- */
 
 /* The S_IF* bits of an MC_TYPE_* (a regular file for an unknown one). */

@@ -2,9 +2,9 @@
  * main.c - mooncake-fs: options, the FUSE session, and the event loop.
  *
  * One thread runs the fs: the io_uring loop polls the FUSE device and a
- * signalfd; each readable event reads requests and hands them to the
- * operations (the table in ops.c), which answer from store completions on
- * this loop. With --threads N, N - 1 workers (workers.c) read the device
+ * signalfd; each readable event reads requests (on_fuse()) and hands them
+ * to the operations (the table in ops.c), which answer from store
+ * completions on this loop. With --threads N, N - 1 workers (workers.c) read the device
  * too: they answer READs from memory and post every other request here.
  */
 #include <ctype.h>
@@ -242,6 +242,20 @@ static void shutdown_and_stop(fs_t *fs)
     mc_loop_stop(fs->loop);
 }
 
+/* Reads the requests waiting on the device and processes them, when the
+ * one-shot poll of the device (mc_poll_once(), armed again at the end) says
+ * it is readable.
+ *
+ * It stops reading after a request when no other request is in flight:
+ * then the requester is most likely waiting for this one's answer (a
+ * process making files one after the other sends LOOKUP, CREATE, WRITE,
+ * FLUSH... each after the last one's reply), and reading on would only
+ * find the device empty, a failed read(2) (EAGAIN) per request on the way
+ * to its answer. The poll armed again sees the device afresh in the loop's
+ * next io_uring_enter(), which the loop makes anyway, after the answers of
+ * this round went out: nothing that came meanwhile is missed. While other
+ * requests are in flight (several processes, or writes behind) it reads
+ * on until the device is empty, as many as 64 at a time. */
 static void on_fuse(mc_poll_t *p, int revents)
 {
     fs_t *fs = p->data;
@@ -257,7 +271,7 @@ static void on_fuse(mc_poll_t *p, int revents)
     for (int i = 0; i < 64 && !fuse_session_exited(fs->se); i++) {
         int rc = fuse_session_receive_buf(fs->se, &fs->rbuf);
         if (rc == -EAGAIN)
-            return;
+            break;
         if (rc == -EINTR)
             continue;
         if (rc == -ECONNABORTED) { /* the kernel ended the connection (unmounted) */
@@ -275,9 +289,20 @@ static void on_fuse(mc_poll_t *p, int revents)
             fs->rbuf.mem = NULL; /* libfuse allocates the next one */
             fs->rbuf_taken = 0;
         }
+        if (fs->inflight <= 1)
+            break;
     }
-    if (fuse_session_exited(fs->se)) /* unmounted (fusermount3 -u) */
+    if (fuse_session_exited(fs->se)) { /* unmounted (fusermount3 -u) */
         shutdown_and_stop(fs);
+        return;
+    }
+    if (fs->stopping)
+        return;
+    int rc = mc_poll_once(fs->loop, p, fuse_session_fd(fs->se), POLLIN, on_fuse);
+    if (rc < 0) {
+        fprintf(stderr, "mooncake-fs: error: polling /dev/fuse: %s\n", mc_strerror(rc));
+        shutdown_and_stop(fs);
+    }
 }
 
 static void on_signal(mc_poll_t *p, int revents)
@@ -533,12 +558,6 @@ static int mount_and_open_store(fs_t *fs, struct fuse_args *args,
     return 0;
 }
 
-/*
- * Blocks SIGINT, SIGTERM and SIGHUP (they arrive through a signalfd, *sfd,
- * which the caller closes), ignores SIGPIPE, and polls the FUSE device and
- * the signalfd on the loop. The caller owns both polls. Returns 0, or -1
- * (logged).
- */
 /* A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) writes the stack to
  * stderr, the daemon's log, before the default action (the exit status
  * and a core dump, if enabled, stay as they were): a crash that happens
@@ -566,6 +585,12 @@ static void report_crashes(void)
         sigaction(sigs[i], &sa, NULL);
 }
 
+/*
+ * Blocks SIGINT, SIGTERM and SIGHUP (they arrive through a signalfd, *sfd,
+ * which the caller closes), ignores SIGPIPE, and polls the FUSE device and
+ * the signalfd on the loop. The caller owns both polls. Returns 0, or -1
+ * (logged).
+ */
 static int watch_device_and_signals(fs_t *fs, mc_poll_t *fuse_poll, mc_poll_t *sig_poll, int *sfd)
 {
     sigset_t sigs;
@@ -579,7 +604,7 @@ static int watch_device_and_signals(fs_t *fs, mc_poll_t *fuse_poll, mc_poll_t *s
     *sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
     int fd = fuse_session_fd(fs->se);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    if (*sfd < 0 || mc_poll_start(fs->loop, fuse_poll, fd, POLLIN, on_fuse) < 0 ||
+    if (*sfd < 0 || mc_poll_once(fs->loop, fuse_poll, fd, POLLIN, on_fuse) < 0 ||
         mc_poll_start(fs->loop, sig_poll, *sfd, POLLIN, on_signal) < 0) {
         fprintf(stderr, "mooncake-fs: error: cannot watch the FUSE device\n");
         return -1;
@@ -737,12 +762,14 @@ out:
         log_bytes_moved(fs.store);
         mc_store_close(fs.store);
         fs_ws_shutdown(&fs, 1); /* what was still in flight at shutdown */
+        fs_dirs_close(&fs);
     }
     fs_ctx_spares_free(&fs);
     if (temp_dir[0])
         rmdir(temp_dir);
     if (fs.loop)
         mc_loop_free(fs.loop);
+    fs_procs_close(&fs);
     if (mounted)
         fuse_session_unmount(fs.se);
     if (fs.se)

@@ -15,11 +15,9 @@
  * its flush with the error. The file keeps its published version.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "fs.h"
@@ -27,30 +25,6 @@
 #include "inode.h"
 #include "workers.h"
 #include "writers.h"
-
-/* The process (thread group) of a request's thread. */
-static pid_t tgid_of(pid_t tid)
-{
-    /* A process's main thread: pidfd_open() takes only those, and costs
-     * less than the text of /proc/TID/status. */
-    int pfd = (int)syscall(SYS_pidfd_open, tid, 0);
-    if (pfd >= 0) {
-        close(pfd);
-        return tid;
-    }
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tid;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return tid;
-    buf[n] = '\0';
-    const char *t = strstr(buf, "\nTgid:");
-    return t ? (pid_t)atoi(t + 7) : tid;
-}
 
 /* Whether p is one of ws's owners. */
 static int is_owner(const fs_wstate_t *ws, pid_t p)
@@ -65,11 +39,9 @@ static int is_owner(const fs_wstate_t *ws, pid_t p)
 void fs_ws_add_owner(fs_wstate_t *ws, fuse_req_t req)
 {
     pid_t tid = fuse_req_ctx(req)->pid;
-    /* A process's main thread has its process's id: no need to read
-     * /proc (three times per small file written) to know it. */
     if (is_owner(ws, tid))
         return;
-    pid_t p = tgid_of(tid);
+    pid_t p = fs_proc_of(ws->fs, tid);
     if (is_owner(ws, p))
         return;
     if (ws->nowners < (int)(sizeof(ws->owners) / sizeof(ws->owners[0])))
@@ -82,7 +54,7 @@ void fs_ws_add_owner(fs_wstate_t *ws, fuse_req_t req)
 int fs_ws_is_owner(const fs_wstate_t *ws, fuse_req_t req)
 {
     pid_t tid = fuse_req_ctx(req)->pid;
-    if (is_owner(ws, tid) || is_owner(ws, tgid_of(tid)))
+    if (is_owner(ws, tid) || is_owner(ws, fs_proc_of(ws->fs, tid)))
         return 1;
     return ws->nowners == (int)(sizeof(ws->owners) / sizeof(ws->owners[0]));
 }

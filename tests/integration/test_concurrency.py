@@ -142,6 +142,47 @@ def test_open_that_raced_a_rename_reads_the_file_it_found(store_mount, cache):
         os.close(fd)
 
 
+def test_more_writing_processes_than_the_daemon_keeps_each_publish(mnt):
+    """The daemon keeps the processes it has seen (fs/procs.c, 8 of them)
+    to tell who may publish a close: twelve processes, each with a file of
+    its own open for writing at once, close in the reverse order, and a
+    forked child of each closes what it inherited first; every file is
+    published by its own process's close, none by a child's."""
+    n = 12
+    ready_r, ready_w = os.pipe()
+    go = [os.pipe() for _ in range(n)]
+    kids = []
+    for i in range(n):
+        pid = os.fork()
+        if pid == 0:  # a writer: open, write, wait for its turn, close
+            status = 1
+            try:
+                fd = os.open(mnt.p(f"p{i}"), os.O_CREAT | os.O_WRONLY, 0o644)
+                os.write(fd, b"from %d" % i)
+                child = os.fork()
+                if child == 0:
+                    os.close(fd)
+                    os._exit(0)
+                os.waitpid(child, 0)
+                os.write(ready_w, b"r")
+                if os.read(go[i][0], 1) == b"g":
+                    os.close(fd)
+                    status = 0
+            finally:
+                os._exit(status)
+        kids.append(pid)
+    for _ in range(n):
+        assert os.read(ready_r, 1) == b"r"
+    for i in range(n):  # a child's close published nothing
+        assert cli(mnt.store_addr, "get", f"p{i}").stdout == b""
+    for i in reversed(range(n)):
+        os.write(go[i][1], b"g")
+        assert os.waitpid(kids[i], 0)[1] == 0
+        assert cli(mnt.store_addr, "get", f"p{i}").stdout == b"from %d" % i
+    for fd in [ready_r, ready_w] + [f for pair in go for f in pair]:
+        os.close(fd)
+
+
 def test_who_publishes_a_close(mnt):
     """The close of a descriptor publishes only for a process that opened
     the file for writing or wrote to it (SEMANTICS, "Who publishes"): a

@@ -49,6 +49,29 @@ def test_releases_racing_a_signal(cluster):
         assert m.stop(signal.SIGINT) == 0
 
 
+def test_a_directory_whose_releasedir_the_unmount_dropped_is_freed(store_mount):
+    """A directory closed just before the unmount: the kernel drops the
+    RELEASEDIR the daemon has not read yet, and the daemon frees the
+    handle (and its listing's cursor) at exit itself. Held here by
+    stopping the daemon while the directory is closed and unmounted; the
+    build with AddressSanitizer (make asan) fails the exit on a leak."""
+    m = store_mount("16M")
+    d = m.p("d")
+    os.mkdir(d)
+    for name in ("a", "b"):
+        with open(os.path.join(d, name), "w") as f:
+            f.write(name)
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    assert sorted(os.listdir(fd)) == ["a", "b"]
+    m.proc.send_signal(signal.SIGSTOP)
+    try:
+        os.close(fd)  # its RELEASEDIR waits in the kernel, unread
+        subprocess.run(["umount", "--no-canonicalize", m.path], check=True, timeout=30)
+    finally:
+        m.proc.send_signal(signal.SIGCONT)
+    assert m.stop() == 0
+
+
 def test_fusermount_u_exits_0(store_mount):
     m = store_mount(None)  # mooncake-fs's default size (a 1 GiB node in a cluster)
     assert m.stop("fusermount") == 0

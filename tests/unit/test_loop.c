@@ -534,6 +534,59 @@ static void test_poll_stop_then_free(void **state)
     close(ps.fds[1]);
 }
 
+/* mc_poll_once(): one byte read per call and the poll armed again; three
+ * bytes that came together make three calls (a multishot poll may make
+ * one), and an empty pipe none until the next byte. */
+static void once_cb(mc_poll_t *p, int revents)
+{
+    struct pstate *ps = p->data;
+    char c;
+
+    if (revents <= 0 || !(revents & POLLIN))
+        ps->bad_revents = revents ? revents : -1;
+    if (read(ps->fds[0], &c, 1) != 1)
+        ps->bad_revents = -3; /* called with nothing to read */
+    ps->calls++;
+    if (ps->calls != ps->stop_at && mc_poll_once(ps->l, p, ps->fds[0], POLLIN, once_cb) != 0)
+        ps->bad_revents = -4;
+}
+
+static void test_poll_once(void **state)
+{
+    mc_loop_t *l = *state;
+    struct pstate ps = {.l = l, .stop_at = 5};
+    mc_poll_t p;
+
+    assert_int_equal(pipe2(ps.fds, O_NONBLOCK), 0);
+    memset(&p, 0, sizeof(p));
+    p.data = &ps;
+    assert_int_equal(write(ps.fds[1], "abc", 3), 3);
+    assert_int_equal(mc_poll_once(l, &p, ps.fds[0], POLLIN, once_cb), 0);
+    run_for(l, 30);
+    assert_int_equal(ps.calls, 3);
+    assert_int_equal(ps.bad_revents, 0);
+    assert_int_equal(write(ps.fds[1], "d", 1), 1);
+    run_for(l, 30);
+    assert_int_equal(ps.calls, 4);
+    /* Left idle by its fifth call: nothing after it. */
+    assert_int_equal(write(ps.fds[1], "ef", 2), 2);
+    run_for(l, 30);
+    assert_int_equal(ps.calls, 5);
+    assert_int_equal(ps.bad_revents, 0);
+    mc_poll_stop(&p); /* idle: nothing to stop */
+
+    /* Armed and stopped before the fd is ready: never called. */
+    char c;
+    assert_int_equal(read(ps.fds[0], &c, 1), 1);
+    assert_int_equal(mc_poll_once(l, &p, ps.fds[0], POLLIN, once_cb), 0);
+    mc_poll_stop(&p);
+    assert_int_equal(write(ps.fds[1], "g", 1), 1);
+    run_for(l, 30);
+    assert_int_equal(ps.calls, 5);
+    close(ps.fds[0]);
+    close(ps.fds[1]);
+}
+
 static void test_poll_bad_fd(void **state)
 {
     mc_loop_t *l = *state;
@@ -670,6 +723,7 @@ int main(void)
         T(test_poll_woken_by_other_thread),
         T(test_poll_stop_then_free),
         T(test_poll_bad_fd),
+        T(test_poll_once),
         cmocka_unit_test(test_free_runs_posted_work),
         cmocka_unit_test(test_free_forgets_started_handles),
     };

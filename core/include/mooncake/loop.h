@@ -40,6 +40,7 @@ struct mc_poll {
     int fd;          /* private */
     unsigned events; /* private */
     mc_poll_cb cb;   /* private */
+    int once;        /* private: armed by mc_poll_once() */
     void *data;      /* free for the caller */
 };
 
@@ -105,6 +106,18 @@ MC_EXPORT uint64_t mc_loop_now_ms(void);
  * if the poll itself failed; the poll is then stopped. Returns 0 or -errno.
  */
 MC_EXPORT int mc_poll_start(mc_loop_t *l, mc_poll_t *p, int fd, unsigned events, mc_poll_cb cb);
+
+/*
+ * mc_poll_once() calls cb(p, revents) once, when fd is ready for `events`
+ * (at once if it is ready now), and then leaves p idle: the caller arms it
+ * again with mc_poll_once() when it wants the next readiness. Each arming
+ * looks at fd afresh, so readiness that came while p was idle is never
+ * missed (with mc_poll_start() wake-ups that come close together may make
+ * one callback). revents is as for mc_poll_start(). Returns 0 or -errno
+ * (cb not called); p must be idle (never started, stopped, or its one
+ * callback called).
+ */
+MC_EXPORT int mc_poll_once(mc_loop_t *l, mc_poll_t *p, int fd, unsigned events, mc_poll_cb cb);
 
 /* mc_poll_stop() stops watching; cb is not called again. Idempotent. */
 MC_EXPORT void mc_poll_stop(mc_poll_t *p);

@@ -137,6 +137,12 @@ struct tok *mc__tok_alloc(mc_loop_t *l, enum tok_kind kind, void *handle, size_t
 
 static struct tok *tok_new(mc_loop_t *l, enum tok_kind kind, void *handle)
 {
+    struct tok *t = l->poll_spare;
+    if (kind == TOK_POLL && t) {
+        l->poll_spare = NULL;
+        t->handle = handle;
+        return t;
+    }
     return mc__tok_alloc(l, kind, handle, 0);
 }
 
@@ -156,7 +162,11 @@ static int arm_poll(mc_loop_t *l, struct tok *t, int fd, unsigned events)
     struct io_uring_sqe *sqe = get_sqe(l);
     if (!sqe)
         return -EBUSY;
-    io_uring_prep_poll_multishot(sqe, fd, events);
+    const mc_poll_t *p = t->handle;
+    if (t->kind == TOK_POLL && p->once)
+        io_uring_prep_poll_add(sqe, fd, events);
+    else
+        io_uring_prep_poll_multishot(sqe, fd, events);
     io_uring_sqe_set_data(sqe, t);
     return 0;
 }
@@ -333,7 +343,7 @@ static void on_poll_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
             mc__tok_free(l, t);
         return;
     }
-    if (!more && cqe->res >= 0) {
+    if (!more && cqe->res >= 0 && !p->once) {
         /* The kernel ended the multishot poll (overflow): re-arm it. */
         if (arm_poll(l, t, p->fd, p->events) < 0) {
             p->token = NULL;
@@ -343,7 +353,14 @@ static void on_poll_cqe(mc_loop_t *l, struct tok *t, struct io_uring_cqe *cqe)
         }
     } else if (!more) {
         p->token = NULL;
-        mc__tok_free(l, t);
+        if (p->once && !l->poll_spare) {
+            /* kept for the next mc_poll_once(), which the callback most
+             * likely makes: a one-shot poll is armed once per event */
+            t->handle = NULL;
+            l->poll_spare = t;
+        } else {
+            mc__tok_free(l, t);
+        }
     }
     p->cb(p, cqe->res);
 }
@@ -465,17 +482,28 @@ void mc_loop_free(mc_loop_t *l)
     free(l);
 }
 
-int mc_poll_start(mc_loop_t *l, mc_poll_t *p, int fd, unsigned events, mc_poll_cb cb)
+static int poll_arm(mc_loop_t *l, mc_poll_t *p, int fd, unsigned events, mc_poll_cb cb, int once)
 {
     struct tok *t = tok_new(l, TOK_POLL, p);
     if (!t)
         return -ENOMEM;
+    p->once = once;
     p->loop = l;
     p->fd = fd;
     p->events = events;
     p->cb = cb;
     p->token = t;
     return mc__tok_armed(l, t, &p->token, arm_poll(l, t, fd, events));
+}
+
+int mc_poll_start(mc_loop_t *l, mc_poll_t *p, int fd, unsigned events, mc_poll_cb cb)
+{
+    return poll_arm(l, p, fd, events, cb, 0);
+}
+
+int mc_poll_once(mc_loop_t *l, mc_poll_t *p, int fd, unsigned events, mc_poll_cb cb)
+{
+    return poll_arm(l, p, fd, events, cb, 1);
 }
 
 void mc_poll_stop(mc_poll_t *p)

@@ -67,9 +67,10 @@ struct mc_loop {
     mc_work_t *defer_head, *defer_tail;   /* loop thread only */
     mc_work_t *next_head, *next_tail;     /* mc__loop_defer_next(); loop thread only */
     struct tok *toks;                     /* loop thread only */
-    uint64_t now_ms;                      /* mc__loop_time(); loop thread only */
-    uint64_t clock_ns;                    /* mc__loop_recent_ns(); loop thread only */
-    int64_t wall_off;                     /* wall clock - clock_ns, as of the round's start */
+    struct tok *poll_spare; /* a poll token kept for reuse (on toks, no handle); loop thread only */
+    uint64_t now_ms;        /* mc__loop_time(); loop thread only */
+    uint64_t clock_ns;      /* mc__loop_recent_ns(); loop thread only */
+    int64_t wall_off;       /* wall clock - clock_ns, as of the round's start */
 };
 
 /* A relative timeout of ms milliseconds, as io_uring takes it. */
