@@ -285,7 +285,9 @@ static void epoch_got(void *arg, int status, const char *body, size_t len)
  */
 static int xfer_refresh(xfer_t *x)
 {
-    if (!x->write || !x->rs->put_id || x->refreshes >= 3)
+    /* A fault's late copy (delayed 2) stands for bytes sent before: it
+     * keeps the epoch it has. */
+    if (!x->write || !x->rs->put_id || x->refreshes >= 3 || x->delayed == 2)
         return 0;
     int asked = 0;
     for (uint32_t r = 0; r < x->rs->n; r++) {
