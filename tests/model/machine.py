@@ -333,6 +333,8 @@ class StoreMachine(RuleBasedStateMachine):
         try:
             os.rename(self.w.p(src), self.w.p(dst))
         except FileNotFoundError:
+            if self.mkdir_failed:  # the destination's directory is not there
+                return self.allow_write_error(errno.ENOENT, f"rename {src} {dst}")
             return self.m.observe(src, ABSENT, "rename source")
         except OSError as e:
             return self.allow_write_error(e.errno, f"rename {src} {dst}")
