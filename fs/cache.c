@@ -20,13 +20,24 @@
  * and reads that miss it read the writer), else the newest version an open
  * here found or published (in->version; 0 when unknown, as after a failed
  * version). An open that finds another version drops the cached pages (no
- * keep_cache: the kernel invalidates them in the opener's open()) and the
- * kernel's attributes, so that the size is asked for again; only the
- * attributes are invalidated by a notification: invalidating pages from
+ * keep_cache) and the kernel's attributes, so that the size is asked for
+ * again.
+ *
+ * alone: no other handle of the file is open here. Then the pages are
+ * dropped by a notification, before the reply: the kernel's own drop for
+ * an open without keep_cache runs in the opener after the reply, while
+ * another open that finds the new version keeps the cache and may read
+ * meanwhile, and a read(2) copied the old version's pages where that drop
+ * had not come yet and the new one's where it had (one read of two
+ * versions). Alone, no READ can be waiting here with pages locked that
+ * the notification would wait for: the kernel sends READs only on open
+ * handles and RELEASE after their last answer. With other handles open
+ * (an open for writing moves the cache under its readers) only the
+ * attributes are invalidated by the notification: invalidating pages from
  * the loop could wait on a page locked by a read queued behind it.
  */
 static void cache_keep_or_drop(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, int created,
-                               struct fuse_file_info *fi)
+                               int alone, struct fuse_file_info *fi)
 {
     fi->direct_io = 0;
     fi->keep_cache = 1;
@@ -34,7 +45,7 @@ static void cache_keep_or_drop(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, in
         return; /* the cache holds this version, or the writer's */
     fi->keep_cache = 0;
     if (!created) /* the size the kernel knows may be another version's */
-        fuse_lowlevel_notify_inval_inode(fs->se, in->ino, -1, 0);
+        fuse_lowlevel_notify_inval_inode(fs->se, in->ino, alone ? 0 : -1, 0);
     in->version = st->version;
 }
 
@@ -130,7 +141,7 @@ void fs_cache_open(fs_t *fs, fs_inode_t *in, fs_fh_t *fh, int created, struct fu
         fh->direct = 1;
         return;
     }
-    cache_keep_or_drop(fs, in, st, created, fi);
+    cache_keep_or_drop(fs, in, st, created, readers == 0, fi);
     /* The handle's version becomes the inode's cur when it is the one the
      * page cache holds; the handle keeps none of its own. */
     uint64_t v = mc_obj_stat(fh->obj)->version;

@@ -60,6 +60,7 @@ typedef struct fs {
     unsigned nspare;
     int stopping;                         /* shutting down: no more requests are read */
     unsigned threads;                     /* --threads: the loop and N - 1 workers */
+    unsigned max_read;                    /* -o max_read=N: the largest READ, bytes (0: no limit) */
     struct fs_workers *workers;           /* --threads: the other threads reading requests */
     uint64_t worker_reads;                /* READs they answered, once stopped */
     uint64_t wb_max;                      /* write-behind per file, bytes (0: none; wbehind.c) */

@@ -51,6 +51,7 @@ struct options {
     char *cache;
     char *stream[4]; /* --readahead, --total-readahead, --write-behind, --total-write-behind */
     char *threads;
+    unsigned long max_read; /* -o max_read=N, also kept for libfuse */
     int no_shm;
     int help;
     int version;
@@ -172,12 +173,18 @@ static int parse_uint(const char *s, const char *what, unsigned long max, unsign
 /*
  * fuse_opt_parse()'s callback: takes the positional arguments, [SOURCE]
  * MOUNTPOINT, into o->pos (mount.fuse3 runs "mooncake-fs SOURCE MOUNTPOINT
- * -o OPTIONS" for an /etc/fstab line). Returns 0 (taken), 1 (not ours: kept
- * for libfuse) or -1 (a third one, or no memory).
+ * -o OPTIONS" for an /etc/fstab line), and notes -o max_read=N, which
+ * libfuse passes to the kernel but requires init() to ask for too (ops.c).
+ * Returns 0 (taken), 1 (not ours: kept for libfuse) or -1 (a third one, or
+ * no memory).
  */
 static int take_positional(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
     struct options *o = data;
+    if (key == FUSE_OPT_KEY_OPT && strncmp(arg, "max_read=", 9) == 0) {
+        o->max_read = strtoul(arg + 9, NULL, 10); /* libfuse checks the number */
+        return 1; /* a mount option of the kernel's too: libfuse passes it on */
+    }
     if (key != FUSE_OPT_KEY_NONOPT)
         return 1;
     if (o->npos == 2) {
@@ -475,6 +482,7 @@ static int apply_options(const struct options *o, mc_store_opts_t *so, fs_t *fs)
         }
         fs->threads = (unsigned)v;
     }
+    fs->max_read = o->max_read > UINT_MAX ? UINT_MAX : (unsigned)o->max_read;
     so->master = o->master;
     so->secret_file = o->secret_file;
     so->no_shm = o->no_shm;

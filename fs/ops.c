@@ -12,6 +12,11 @@
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
+    const fs_t *fs = userdata;
+    /* -o max_read=N: libfuse refuses the session unless init() asks for
+     * the size the mount option gave the kernel (READs of at most N bytes,
+     * whatever max_pages allows). */
+    conn->max_read = fs->max_read;
     conn->max_write = 1 << 20;
     conn->max_readahead = FS_MAX_READAHEAD; /* and the mount's window: bdi.c */
     if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)

@@ -88,6 +88,28 @@ def test_a_1mib_read_into_a_buffer_off_a_page_is_one_request(store_mount, tmp_pa
     assert after - before == 8
 
 
+def test_max_read_caps_the_reads_the_kernel_sends(store_mount):
+    """-o max_read=N (a mount option libfuse passes to the kernel, which
+    init() must ask for too) caps every READ at N bytes, whatever the
+    kernel's max_pages_limit: a test can have a large read(2) split into
+    many READs without changing that machine-wide setting."""
+    port = free_port()
+    m = store_mount("64M", "--cache-mode", "direct", "--threads", "1", "-o", "max_read=131072",
+                    "--metrics", str(port))
+    data = os.urandom(2 * MiB)
+    with open(m.p("f"), "wb") as f:
+        f.write(data)
+    fd = os.open(m.p("f"), os.O_RDONLY)
+    try:
+        before = fuse_reads(port)
+        got = reads_at(fd, [(0, 2 * MiB)], 0)
+        after = fuse_reads(port)
+    finally:
+        os.close(fd)
+    assert got == [data]
+    assert after - before == 16  # 2 MiB in READs of 128 KiB
+
+
 def striped_file(m, ref, other):
     """Writes a 13 MiB file (and its reference copy) in 64 KiB writes
     interleaved with another file's, closing both every MiB so that each
