@@ -16,7 +16,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.join(ROOT, os.environ.get("MC_BUILD", "build"))
 MAN = os.path.join(ROOT, "docs", "man")
-HEADERS = [os.path.join(ROOT, "core", "include", "mooncake", h) for h in ("mooncake.h", "loop.h", "metrics.h")]
+HEADERS = [os.path.join(ROOT, "core", "include", "mooncake", h) for h in ("mooncake.h", "tasks.h", "loop.h", "metrics.h")]
 
 PAGES = {"mooncake-fs": "mooncake-fs.8.scd", "mooncake-master": "mooncake-master.8.scd",
          "mooncake-cli": "mooncake-cli.1.scd"}
