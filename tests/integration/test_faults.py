@@ -220,18 +220,27 @@ def late_bytes_spoil_nothing(m, mnt, least):
         assert got == v, f"{k} was overwritten by the late write ({got[:8]!r})"
 
 
-def test_a_write_landing_after_its_lease_spoils_no_other_object(cluster, make_mount):
+@pytest.mark.parametrize("shm", [False, True], ids=["tcp", "shm"])
+def test_a_write_landing_after_its_lease_spoils_no_other_object(cluster, make_mount, shm):
     """A write's bytes that reach a node after the writer gave up on them
     and after its write lease ran out (a network that held them; here the
     client's fault injection point sends a copy 8 s late) must not land in
     space the master handed to another object meanwhile. The master takes
     the space back once the lease is over; the node must refuse the late
-    bytes (the segment's epoch moved on before the space was reused)."""
+    bytes (the segment's epoch moved on before the space was reused).
+    With shared memory (shm) the mount maps the node's segment and copies
+    into it itself: the late copy stands for a writer frozen between its
+    lease check and its memcpy, and must be refused all the same."""
     m = cluster.master("--put-ttl-ms", "1000")  # the write lease: 1 s
-    cluster.node(m, "8M", "--no-shm")
+    no_shm = [] if shm else ["--no-shm"]
+    cluster.node(m, "8M", *no_shm)
     env = dict(os.environ, MC_FAULT_XFER="off=0,err=5,delay=8000")
-    mnt = make_mount("--master", m.addr, "--segment-size", "0", "--no-shm", "--cache-timeout", "0",
+    mnt = make_mount("--master", m.addr, "--segment-size", "0", *no_shm, "--cache-timeout", "0",
                      env=env, expect_log=r"MC_FAULT_XFER|publishing|Input/output error")
+    with open(mnt.p("probe"), "wb") as f:  # a write that lands (not at offset 0)
+        f.seek(MiB)
+        f.write(b"P" * 4096)
+    os.unlink(mnt.p("probe"))
     with pytest.raises(OSError) as e:
         with open(mnt.p("late"), "wb") as f:
             f.write(b"L" * MiB)
@@ -241,6 +250,12 @@ def test_a_write_landing_after_its_lease_spoils_no_other_object(cluster, make_mo
     # ... and other objects take all of it (pinned: none is evicted).
     late_bytes_spoil_nothing(m, mnt, 4)
     assert "the late copy reached the node: Stale file handle" in mnt.read_log()
+    # The transport that carried the mount's bytes: shm or TCP, as asked.
+    mnt.request_stop()
+    assert mnt.wait_exit(30) == 0
+    moved = re.search(r"bytes moved: local \d+ shm (\d+) tcp (\d+)", mnt.read_log())
+    assert moved and (int(moved.group(1)) > 0) == shm and (int(moved.group(2)) > 0) != shm, \
+        moved and moved.group(0)
 
 
 def test_a_dropped_replica_landing_late_spoils_no_other_object(cluster, make_mount):

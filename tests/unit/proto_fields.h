@@ -65,6 +65,7 @@ typedef struct fields {
     X("quu*", Q(0), U(1), U(2), S(3))                                                              \
     X("u", U(0))                                                                                   \
     X("qu", Q(0), U(1))                                                                            \
+    X("qqu", Q(0), Q(1), U(2))                                                                     \
     X("kquuuuqisuuuq", S(0), Q(1), U(2), U(3), U(4), U(5), Q(6), I(7), S(8), U(9), U(10), U(11),   \
       Q(12))                                                                                       \
     X("q*", Q(0), S(1))                                                                            \

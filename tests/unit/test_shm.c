@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,15 +41,16 @@ static void test_segment_is_a_sealed_memfd(void **state)
     assert_int_equal(ftruncate(seg.fd, 2 * SEG_SIZE), -1);
 
     /* A second mapping of the memfd is the same memory. */
-    assert_int_equal(mc__shm_map(seg.fd, SEG_SIZE, &map), 0);
+    assert_int_equal(mc__shm_map(seg.fd, mc__shm_memfd_size(SEG_SIZE), &map), 0);
     memcpy(seg.base + 4096, "through the memfd", 17);
     assert_memory_equal(map + 4096, "through the memfd", 17);
     map[SEG_SIZE - 1] = 'z';
     assert_int_equal(seg.base[SEG_SIZE - 1], 'z');
-    munmap(map, SEG_SIZE);
+    munmap(map, mc__shm_memfd_size(SEG_SIZE));
 
-    /* More than the memfd holds, or nothing, is refused. */
-    assert_int_equal(mc__shm_map(seg.fd, 2 * SEG_SIZE, &map), -EINVAL);
+    /* More than the memfd holds (its segment and fence), or nothing, is
+     * refused. */
+    assert_int_equal(mc__shm_map(seg.fd, mc__shm_memfd_size(SEG_SIZE) + 1, &map), -EINVAL);
     assert_int_equal(mc__shm_map(seg.fd, 0, &map), -EINVAL);
     mc__seg_destroy(&seg);
     assert_null(seg.base);
@@ -132,7 +134,8 @@ struct env {
     mc__rpc_client_t *cl;
     mc_timer_t guard;
     int done, status, fd;
-    uint64_t size;
+    uint64_t size, fence_off, epoch;
+    uint32_t slot;
 };
 
 static int lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd, uint64_t *epoch)
@@ -143,7 +146,7 @@ static int lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd,
     *base = e->seg.base;
     *size = e->seg.size;
     *fd = e->seg.fd;
-    *epoch = 1;
+    *epoch = e->epoch ? e->epoch : 1;
     return 0;
 }
 
@@ -153,7 +156,7 @@ static void mapped(void *arg, int status, const char *body, size_t len)
     e->status = status;
     e->fd = -1;
     if (status >= 0) {
-        assert_int_equal(mc__unpack(body, len, "q", &e->size), 0);
+        assert_int_equal(mc__unpack(body, len, "qqu", &e->size, &e->fence_off, &e->slot), 0);
         e->fd = mc__conn_take_fd(mc__rpc_client_conn(e->cl));
     }
     e->done = 1;
@@ -221,20 +224,117 @@ static void test_shm_map_passes_the_memfd(void **state)
     shm_map_call(&e, 7);
     assert_int_equal(e.status, 0);
     assert_int_equal(e.size, SEG_SIZE);
+    assert_int_equal(e.fence_off, mc__shm_fence_off(SEG_SIZE));
+    assert_int_equal(e.slot, 0);
     assert_true(e.fd >= 0);
     assert_true(fcntl(e.fd, F_GETFD) & FD_CLOEXEC);
-    assert_int_equal(mc__shm_map(e.fd, e.size, &map), 0);
+    assert_int_equal(mc__shm_map(e.fd, mc__shm_memfd_size(e.size), &map), 0);
     close(e.fd);
     assert_memory_equal(map + 100, "the node's bytes", 16);
     memcpy(map + 200, "the client's", 12);
     assert_memory_equal(e.seg.base + 200, "the client's", 12);
-    munmap(map, SEG_SIZE);
+    /* The fence is the node's: the same memory, at the epoch it had. */
+    mc__shm_fence_t *f = (mc__shm_fence_t *)(void *)(map + e.fence_off);
+    assert_int_equal((char *)mc__seg_fence(e.seg.base, e.seg.size) - e.seg.base, e.fence_off);
+    assert_int_equal(f->epoch, 1);
+    munmap(map, mc__shm_memfd_size(e.size));
+    /* The same connection asking again keeps its slot. */
+    shm_map_call(&e, 7);
+    assert_int_equal(e.slot, 0);
+    close(e.fd);
 
     mc__server_stats_t st;
     mc__server_stats(e.srv, &st);
-    assert_int_equal(st.shm_maps, 1);
+    assert_int_equal(st.shm_maps, 2);
 
     env_close(&e);
+}
+
+/* A new client of e's shm socket, which maps segment 7: its mapping and
+ * slot in *f. */
+static char *map_client(struct env *e, mc__rpc_client_t **cl, mc__shm_fence_t **f)
+{
+    char name[MC__ADDR_STRLEN];
+    mc__addr_t a;
+    char *map;
+    assert_int_equal(mc__shm_unix_addr(mc__server_addr(e->srv), name, sizeof(name)), 0);
+    assert_int_equal(mc__addr_parse(name, -1, &a), 0);
+    assert_int_equal(mc__rpc_client_new(e->l, &a, 2000, NULL, e, &e->cl), 0);
+    shm_map_call(e, 7);
+    assert_int_equal(e->status, 0);
+    assert_int_equal(mc__shm_map(e->fd, mc__shm_memfd_size(e->size), &map), 0);
+    close(e->fd);
+    *cl = e->cl;
+    *f = (mc__shm_fence_t *)(void *)(map + e->fence_off);
+    return map;
+}
+
+/* Runs e's loop until the server has seen a connection close. */
+static void settle(struct env *e)
+{
+    mc_timer_start(e->l, &e->guard, 50, 0, stop_loop);
+    mc_loop_run(e->l);
+}
+
+/* The fence of a mapped segment: a client's copy of an epoch below the
+ * node's is refused once the node raised its fence; a copy in progress
+ * (its slot marked) holds the rise back; a client that goes away frees its
+ * slot, marked or not. */
+static void test_fence_refuses_old_epochs_and_holds_the_rise_for_copies(void **state)
+{
+    struct env e = {0};
+    mc__addr_t a;
+    mc__rpc_client_t *c1, *c2;
+    mc__shm_fence_t *f1, *f2;
+
+    mc__log_init("test_shm", MC__LOG_WARN);
+    env_start(&e, &a);
+    e.epoch = 10;
+    char *m1 = map_client(&e, &c1, &f1);
+    uint32_t s1 = e.slot;
+    char *m2 = map_client(&e, &c2, &f2);
+    uint32_t s2 = e.slot;
+    assert_int_not_equal(s1, s2);
+
+    /* At epoch 10, a copy of 10 lands; nothing is in progress. */
+    assert_int_equal(mc__shm_copy_in(f1, s1, 10, m1 + 64, "ten", 3), 0);
+    assert_memory_equal(e.seg.base + 64, "ten", 3);
+    assert_int_equal(mc__server_enforced(e.srv, 7, 10), 10);
+
+    /* The master raises the epoch to 11: the node enforces it at once
+     * (no copy in progress), and a copy of 10 is refused from then on. */
+    e.epoch = 11;
+    assert_int_equal(mc__server_enforced(e.srv, 7, 11), 11);
+    assert_int_equal(mc__shm_copy_in(f1, s1, 10, m1 + 64, "old", 3), -ESTALE);
+    assert_memory_equal(e.seg.base + 64, "ten", 3);
+    assert_int_equal(mc__shm_copy_in(f2, s2, 11, m2 + 128, NULL, 8), 0); /* zeros */
+
+    /* A client frozen half-way through a copy of 11 (its slot marked)
+     * holds a rise to 12 back until the copy ends. */
+    atomic_store(&f2->busy[s2], 11);
+    e.epoch = 12;
+    assert_int_equal(mc__server_enforced(e.srv, 7, 12), 11);
+    assert_int_equal(mc__shm_copy_in(f1, s1, 11, m1 + 64, "old", 3), -ESTALE);
+    atomic_store(&f2->busy[s2], 0);
+    assert_int_equal(mc__server_enforced(e.srv, 7, 12), 12);
+
+    /* A client that dies half-way through a copy: its connection closes,
+     * its slot is cleared and free again. */
+    atomic_store(&f1->busy[s1], 12);
+    e.epoch = 13;
+    assert_int_equal(mc__server_enforced(e.srv, 7, 13), 12);
+    mc__rpc_client_close(c1);
+    settle(&e);
+    assert_int_equal(mc__server_enforced(e.srv, 7, 13), 13);
+    munmap(m1, mc__shm_memfd_size(SEG_SIZE));
+    mc__shm_fence_t *f3;
+    char *m3 = map_client(&e, &c1, &f3);
+    assert_int_equal(e.slot, s1);
+    assert_int_equal(f3->busy[s1], 0);
+    munmap(m3, mc__shm_memfd_size(SEG_SIZE));
+    munmap(m2, mc__shm_memfd_size(SEG_SIZE));
+    mc__rpc_client_close(c2);
+    env_close(&e); /* closes c1 */
 }
 
 static void test_shm_map_refused_over_tcp(void **state)
@@ -259,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_unix_addr_and_locality),
         cmocka_unit_test(test_shm_map_passes_the_memfd),
         cmocka_unit_test(test_shm_map_refused_over_tcp),
+        cmocka_unit_test(test_fence_refuses_old_epochs_and_holds_the_rise_for_copies),
     };
     alarm(60);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -30,14 +30,13 @@ static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int 
     return 0;
 }
 
-/* MC__MOUNT_CHECKED when every write into our segment so far passed the
- * epoch check: no mapping of it handed out (SHM_MAP; a client keeps one
- * for good), no RDMA. */
+/* MC__MOUNT_CHECKED when every write into our segment so far passed an
+ * epoch check: our data plane's, or a mapping's fence (SHM_MAP,
+ * transport/shm.h); none if we serve RDMA (one-sided writes pass no
+ * check). */
 static uint32_t seg_checked(struct mc__remote *rm)
 {
-    mc__server_stats_t st;
-    mc__server_stats(rm->srv, &st);
-    return rm->s->rdma_rec || st.shm_maps ? 0u : (uint32_t)MC__MOUNT_CHECKED;
+    return rm->s->rdma_rec ? 0u : (uint32_t)MC__MOUNT_CHECKED;
 }
 
 /* Raises our segment's epoch to the master's (wire/proto.h, "Segment

@@ -35,6 +35,9 @@ typedef struct shm_map {
     enum { SHM_TRYING, SHM_MAPPED, SHM_FAILED } state;
     char *base; /* SHM_MAPPED: the node's segment, mapped read-write shared */
     uint64_t size;
+    uint64_t map_len;       /* what is mapped at base: the segment and its fence */
+    mc__shm_fence_t *fence; /* in the mapping: our writes go through slot (shm.h) */
+    uint32_t slot;
     uint64_t failed_at; /* SHM_FAILED: TCP until SHM_RETRY_MS after this */
     struct shm_map *next;
 } shm_map_t;
@@ -109,7 +112,7 @@ static void shm_unmap_all(shm_map_t **list)
         shm_map_t *m = *list;
         *list = m->next;
         if (m->state == SHM_MAPPED)
-            munmap(m->base, m->size);
+            munmap(m->base, m->map_len);
         free(m);
     }
 }
@@ -130,7 +133,7 @@ static void shm_retire_all(peer_t *p)
             continue;
         }
         if (m->state == SHM_MAPPED)
-            munmap(m->base, m->size);
+            munmap(m->base, m->map_len);
         free(m);
     }
 }
@@ -140,7 +143,7 @@ void mc__peers_unretire(struct mc__remote *rm)
     while (rm->retired) {
         shm_map_t *m = rm->retired;
         rm->retired = m->next;
-        munmap(m->base, m->size);
+        munmap(m->base, m->map_len);
         free(m);
     }
 }
@@ -226,7 +229,8 @@ static void shm_mapped(void *arg, int status, const char *body, size_t len)
     shm_call_t *sc = arg;
     peer_t *p = sc->p;
     uint32_t seg = sc->seg;
-    uint64_t size = 0;
+    uint64_t size = 0, fence_off = 0;
+    uint32_t slot = 0;
     char *base = NULL;
 
     free(sc);
@@ -238,12 +242,15 @@ static void shm_mapped(void *arg, int status, const char *body, size_t len)
         return;
     }
     int rc = status;
-    if (rc >= 0 && mc__unpack(body, len, "q", &size) < 0)
+    if (rc >= 0 &&
+        (mc__unpack(body, len, "qqu", &size, &fence_off, &slot) < 0 || fence_off < size ||
+         fence_off % 8 || fence_off > UINT64_MAX / 2 || slot >= MC__SHM_FENCE_SLOTS))
         rc = -EPROTO;
+    uint64_t map_len = fence_off + sizeof(mc__shm_fence_t);
     if (rc >= 0) {
         mc__conn_t *c = mc__rpc_client_conn(p->shm_cl);
         int fd = c ? mc__conn_take_fd(c) : -ENOENT;
-        rc = fd < 0 ? -EPROTO : mc__shm_map(fd, size, &base);
+        rc = fd < 0 ? -EPROTO : mc__shm_map(fd, map_len, &base);
         if (fd >= 0)
             close(fd);
     }
@@ -252,12 +259,15 @@ static void shm_mapped(void *arg, int status, const char *body, size_t len)
         m->state = SHM_MAPPED;
         m->base = base;
         m->size = size;
+        m->map_len = map_len;
+        m->fence = (mc__shm_fence_t *)(void *)(base + fence_off);
+        m->slot = slot;
         mc__log(MC__LOG_INFO,
                 "%s: segment %u mapped (%llu bytes): data moves through shared memory", p->addr,
                 seg, (unsigned long long)size);
     } else {
         if (rc >= 0)
-            munmap(base, size);
+            munmap(base, map_len);
         if (m) {
             m->state = SHM_FAILED;
             m->failed_at = mc_loop_now_ms();
@@ -482,6 +492,7 @@ int mc__peer_own(const mc_store_t *s, uint32_t seg, const mc__transport_t **tp, 
         return 0;
     ep->mem.base = s->seg;
     ep->mem.size = s->seg_size;
+    ep->mem.fence = NULL; /* ours: copied on the thread that reports its epochs (node.c) */
     *tp = &mc__tp_local;
     return 1;
 }
@@ -529,6 +540,8 @@ int mc__peer_route(mc_store_t *s, const struct rrep *rep, const mc__transport_t 
     if (m && m->state == SHM_MAPPED) {
         ep->mem.base = m->base;
         ep->mem.size = m->size;
+        ep->mem.fence = m->fence;
+        ep->mem.slot = m->slot;
         *tp = &mc__tp_shm;
         return 0;
     }

@@ -361,6 +361,8 @@ static int xfer_piece(xfer_t *x, uint32_t r, struct peer *peer, const mc__transp
         int rc = tp->move(ep, p, NULL, NULL);
         if (rc >= 0)
             tp_count(s, tp, p->len);
+        else if (rc == -ESTALE) /* shm: the segment's fence refused it */
+            mc__bump(&s->st.writes_fenced, 1);
         return rc;
     }
     piece_t *pc = malloc(sizeof(*pc));

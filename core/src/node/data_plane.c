@@ -12,9 +12,12 @@
  * its space may be someone else's (wire/proto.h, "Segment epochs"). The
  * check is made when the WRITE's head arrives; a body still being received
  * in place when the epoch rises keeps the rise from counting as enforced
- * until it ends (mc__data_plane_enforced()).
+ * until it ends (mc__data_plane_enforced()). Clients that mapped a segment
+ * (SHM_MAP) copy into it themselves, through a slot of its fence (shm.h),
+ * which the plane raises and reads in the same place.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -139,12 +142,39 @@ int mc__data_plane_placed(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h
     return mc__rpc_reply(c, h, 0, NULL, 0);
 }
 
+static mc__shm_seg_t *shm_seg_find(const mc__data_plane_t *p, uint32_t seg)
+{
+    for (uint32_t i = 0; i < p->nshm_segs; i++)
+        if (p->shm_segs[i].seg == seg)
+            return &p->shm_segs[i];
+    return NULL;
+}
+
+/* Raises seg's fence to epoch (clients start no copy below it from now
+ * on), then returns the lowest epoch below it of a copy in progress, or
+ * epoch. Stores, then loads: see shm.h. */
+static uint64_t fence_enforced(const mc__shm_seg_t *ss, uint64_t epoch)
+{
+    if (atomic_load(&ss->f->epoch) < epoch)
+        atomic_store(&ss->f->epoch, epoch);
+    uint64_t low = epoch;
+    for (uint32_t w = 0; w < sizeof(ss->used) / sizeof(ss->used[0]); w++)
+        for (uint64_t bits = ss->used[w]; bits; bits &= bits - 1) {
+            uint64_t e = atomic_load(&ss->f->busy[w * 64 + (uint32_t)__builtin_ctzll(bits)]);
+            if (e && e < low)
+                low = e;
+        }
+    return low;
+}
+
 uint64_t mc__data_plane_enforced(const mc__data_plane_t *p, uint32_t seg, uint64_t epoch)
 {
+    const mc__shm_seg_t *ss = shm_seg_find(p, seg);
+    uint64_t low = ss ? fence_enforced(ss, epoch) : epoch;
     for (uint32_t i = 0; i < p->nplacing; i++)
-        if (p->placing[i].seg == seg && p->placing[i].epoch < epoch)
-            epoch = p->placing[i].epoch;
-    return epoch;
+        if (p->placing[i].seg == seg && p->placing[i].epoch < low)
+            low = p->placing[i].epoch;
+    return low;
 }
 
 void mc__data_plane_fini(mc__data_plane_t *p)
@@ -152,11 +182,88 @@ void mc__data_plane_fini(mc__data_plane_t *p)
     free(p->placing);
     p->placing = NULL;
     p->nplacing = p->cplacing = 0;
+    free(p->shm_segs);
+    p->shm_segs = NULL;
+    p->nshm_segs = 0;
+    free(p->users);
+    p->users = NULL;
+    p->nusers = p->cusers = 0;
 }
 
-/* Hands a co-located client the segment's memfd: over a Unix socket only
- * (the server's shm listener), where reaching us proves the client shares
- * our host. */
+/* ---- fences of mapped segments (shm.h) ---- */
+
+/* The fence state of seg (a memfd segment at base, size bytes, now at
+ * epoch), made on its first mapping; NULL without memory. */
+static mc__shm_seg_t *shm_seg_get(mc__data_plane_t *p, uint32_t seg, char *base, uint64_t size,
+                                  uint64_t epoch)
+{
+    mc__shm_seg_t *ss = shm_seg_find(p, seg);
+    if (ss)
+        return ss;
+    ss = realloc(p->shm_segs, sizeof(*ss) * (p->nshm_segs + 1));
+    if (!ss)
+        return NULL;
+    p->shm_segs = ss;
+    ss = &p->shm_segs[p->nshm_segs++];
+    memset(ss, 0, sizeof(*ss));
+    ss->seg = seg;
+    ss->f = mc__seg_fence(base, size);
+    atomic_store(&ss->f->epoch, epoch);
+    return ss;
+}
+
+/* c's slot in ss's fence: the one it holds, or a free one it now holds.
+ * Returns the slot, -EBUSY when none is free, or -ENOMEM. */
+static int64_t user_slot(mc__data_plane_t *p, const mc__conn_t *c, mc__shm_seg_t *ss)
+{
+    for (uint32_t i = 0; i < p->nusers; i++)
+        if (p->users[i].c == c && p->users[i].seg == ss->seg)
+            return p->users[i].slot;
+    uint32_t slot = 0;
+    while (slot < MC__SHM_FENCE_SLOTS && (ss->used[slot / 64] >> (slot % 64) & 1))
+        slot++;
+    if (slot == MC__SHM_FENCE_SLOTS)
+        return -EBUSY;
+    if (p->nusers == p->cusers) {
+        uint32_t cap = p->cusers ? p->cusers * 2 : 4;
+        mc__shm_user_t *nu = realloc(p->users, sizeof(*nu) * cap);
+        if (!nu)
+            return -ENOMEM;
+        p->users = nu;
+        p->cusers = cap;
+    }
+    p->users[p->nusers++] = (mc__shm_user_t){.c = c, .seg = ss->seg, .slot = slot};
+    ss->used[slot / 64] |= 1ull << (slot % 64);
+    atomic_store(&ss->f->busy[slot], 0);
+    return slot;
+}
+
+int mc__data_plane_maps(const mc__data_plane_t *p, const mc__conn_t *c)
+{
+    for (uint32_t i = 0; i < p->nusers; i++)
+        if (p->users[i].c == c)
+            return 1;
+    return 0;
+}
+
+void mc__data_plane_closed(mc__data_plane_t *p, const mc__conn_t *c)
+{
+    for (uint32_t i = 0; i < p->nusers;) {
+        mc__shm_user_t *u = &p->users[i];
+        mc__shm_seg_t *ss = u->c == c ? shm_seg_find(p, u->seg) : NULL;
+        if (!ss) {
+            i++;
+            continue;
+        }
+        atomic_store(&ss->f->busy[u->slot], 0);
+        ss->used[u->slot / 64] &= ~(1ull << (u->slot % 64));
+        *u = p->users[--p->nusers];
+    }
+}
+
+/* Hands a co-located client the segment's memfd and a slot of its fence:
+ * over a Unix socket only (the server's shm listener), where reaching us
+ * proves the client shares our host. */
 static int do_shm_map(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, const char *body,
                       size_t len)
 {
@@ -172,14 +279,19 @@ static int do_shm_map(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, co
         return mc__rpc_reply(c, h, -ENOENT, NULL, 0);
     if (fd < 0)
         return mc__rpc_reply(c, h, -EOPNOTSUPP, NULL, 0);
-    char resp[8];
+    mc__shm_seg_t *ss = shm_seg_get(p, seg, base, size, epoch);
+    int64_t slot = ss ? user_slot(p, c, ss) : -ENOMEM;
+    if (slot < 0)
+        return mc__rpc_reply(c, h, (int)slot, NULL, 0);
+    char resp[20];
     mc__wbuf_t w = {.p = resp, .cap = sizeof(resp)};
-    mc__pack(&w, "q", size);
+    mc__pack(&w, "qqu", size, mc__shm_fence_off(size), (uint32_t)slot);
     int rc = mc__rpc_reply_fd(c, h, 0, w.p, w.len, fd);
     if (rc < 0)
         return rc;
     p->shm_maps++;
-    mc__log(MC__LOG_DEBUG, "%s: mapped segment %u", mc__conn_peer(c), seg);
+    mc__log(MC__LOG_DEBUG, "%s: mapped segment %u (fence slot %u)", mc__conn_peer(c), seg,
+            (unsigned)slot);
     return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "runtime/net.h"
+#include "transport/shm.h"
 #include "wire/proto.h"
 
 /* Finds a local segment's memory, its memfd (-1: none, not offered for
@@ -32,6 +33,21 @@ typedef struct mc__placing {
     uint32_t n;
 } mc__placing_t;
 
+/* A segment whose memfd was handed out (SHM_MAP): its fence (shm.h) and
+ * the fence's slots in use. */
+typedef struct mc__shm_seg {
+    uint32_t seg;
+    mc__shm_fence_t *f;
+    uint64_t used[(MC__SHM_FENCE_SLOTS + 63) / 64];
+} mc__shm_seg_t;
+
+/* A fence slot, held by the connection that mapped its segment until it
+ * closes. */
+typedef struct mc__shm_user {
+    const mc__conn_t *c;
+    uint32_t seg, slot;
+} mc__shm_user_t;
+
 /* A data plane: filled in by its owner, which keeps it. */
 typedef struct mc__data_plane {
     mc__seg_lookup_fn lookup;
@@ -39,6 +55,10 @@ typedef struct mc__data_plane {
     int shm;                /* answer SHM_MAP (on a Unix conn only); 0: -EOPNOTSUPP */
     mc__placing_t *placing; /* [0, nplacing), room for cplacing (free()) */
     uint32_t nplacing, cplacing;
+    mc__shm_seg_t *shm_segs; /* [0, nshm_segs) (free()) */
+    uint32_t nshm_segs;
+    mc__shm_user_t *users; /* [0, nusers), room for cusers (free()) */
+    uint32_t nusers, cusers;
     /* Counters, for logs and tests. */
     uint64_t bytes_read, bytes_written, shm_maps;
     uint64_t bytes_placed;  /* of bytes_written, received in place */
@@ -49,7 +69,9 @@ typedef struct mc__data_plane {
  * mc__data_plane_handle() answers the data request h with body[0..len) on
  * c: READ from the segment straight into the reply (the reader's lease or
  * handle keeps those bytes from being reused while they are sent), WRITE
- * into it, SHM_MAP with the segment's memfd passed along (SCM_RIGHTS).
+ * into it, SHM_MAP with the segment's memfd passed along (SCM_RIGHTS) and
+ * a slot of its fence (shm.h) for c, which c holds until it closes
+ * (mc__data_plane_closed(); -EBUSY when every slot is taken).
  * A request the plane refuses (-ENOENT for an unknown segment, -EINVAL
  * beyond its end, -EMSGSIZE over MC__PROTO_CHUNK, -EOPNOTSUPP) is answered
  * with that status. Returns 0 once a reply is queued; -EBADMSG for a
@@ -87,11 +109,22 @@ void mc__data_plane_unplace(mc__data_plane_t *p, const mc__placing_t *pl);
 /*
  * What the plane enforces of segment seg's epoch: epoch (the lookup's,
  * which it refuses WRITEs below), or the lowest epoch below it of a WRITE
- * still being received into seg (its bytes may land until it ends). A
- * master hands space of a write that ended to others only once the epoch
- * raised for it is enforced.
+ * still being received into seg (its bytes may land until it ends) or of
+ * a copy in progress in a fence slot of a client that mapped seg (which
+ * from now on starts none below epoch). A master hands space of a write
+ * that ended to others only once the epoch raised for it is enforced.
  */
 uint64_t mc__data_plane_enforced(const mc__data_plane_t *p, uint32_t seg, uint64_t epoch);
+
+/* Whether c holds a fence slot (it mapped a segment). The owner keeps such
+ * a connection open until its peer closes it (a frozen client's copy must
+ * keep its slot), and tells the plane when it closes. */
+int mc__data_plane_maps(const mc__data_plane_t *p, const mc__conn_t *c);
+
+/* c closed: its fence slots are cleared and free again. The peer is gone
+ * (a process that died, or a client that closed it between copies), so no
+ * copy of its is in progress. */
+void mc__data_plane_closed(mc__data_plane_t *p, const mc__conn_t *c);
 
 /* Frees what p holds (not p). */
 void mc__data_plane_fini(mc__data_plane_t *p);

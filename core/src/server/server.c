@@ -31,7 +31,8 @@
  * Until a connection has been through the handshake (HELLO without a
  * secret, AUTH with one: `greeted`) the net layer refuses bodies over
  * MC__SERVER_HANDSHAKE_MAX_BODY, and the short handshake timeout applies.
- * A timer sweeps the connections for those idle past their timeout; a new
+ * A timer sweeps the connections for those idle past their timeout (not
+ * one that mapped a segment: it holds a fence slot, data_plane.h); a new
  * connection at the limit evicts the oldest one not yet greeted.
  */
 #include <errno.h>
@@ -62,6 +63,7 @@ typedef struct sconn {
     int stranger;          /* a Unix peer of another user, and no secret: refused */
     uid_t uid;             /* the Unix peer's user (SO_PEERCRED) */
     mc__placing_t placing; /* a WRITE being received in place (placing.n 1) */
+    int mapped;            /* holds a fence slot (SHM_MAP): never idle (data_plane.h) */
     unsigned char cnonce[MC__AUTH_NONCE], snonce[MC__AUTH_NONCE];
     struct sconn *prev, *next;
 } sconn_t;
@@ -218,7 +220,10 @@ static void on_frame(mc__conn_t *c, const mc__hdr_t *h, const char *body, size_t
     if (h->op >= MC__OP_READ) { /* data */
         if (!srv->o.seg_lookup)
             return reply(sc, h, -EOPNOTSUPP, NULL, 0);
-        return planed(sc, h, mc__data_plane_handle(&srv->data, sc->c, h, body, len));
+        int rc = mc__data_plane_handle(&srv->data, sc->c, h, body, len);
+        if (h->op == MC__OP_SHM_MAP)
+            sc->mapped = mc__data_plane_maps(&srv->data, sc->c);
+        return planed(sc, h, rc);
     }
     if (srv->o.svc) /* control */
         return planed(sc, h,
@@ -256,6 +261,8 @@ static void on_close(mc__conn_t *c, int err)
     }
     if (sc->placing.n) /* closed half-way through a WRITE's body */
         mc__data_plane_unplace(&srv->data, &sc->placing);
+    if (sc->mapped)
+        mc__data_plane_closed(&srv->data, c);
     mc__control_plane_owner_gone(&srv->control, sc->owner);
     if (sc->prev)
         sc->prev->next = sc->next;
@@ -369,7 +376,7 @@ static void on_sweep(mc_timer_t *t)
     uint64_t now = mc_loop_now_ms();
     for (sconn_t *sc = srv->conns; sc; sc = sc->next) {
         uint64_t limit = sc->greeted ? srv->o.idle_timeout_ms : srv->o.handshake_timeout_ms;
-        if (sc->dropped || now - sc->last_ms < limit || mc__conn_queued(sc->c) ||
+        if (sc->dropped || sc->mapped || now - sc->last_ms < limit || mc__conn_queued(sc->c) ||
             mc__conn_is_closing(sc->c))
             continue;
         sc->dropped = 1;

@@ -1,13 +1,15 @@
 /*
  * local.c - the local transport (see transport.h): pieces of a segment this
  * process can address are copied with memcpy. The shm transport (shm.c)
- * moves a mapped segment of a co-located node with the same function.
+ * moves a mapped segment of a co-located node with the same function, its
+ * writes through the segment's fence (mc__shm_copy_in()).
  */
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
 
 #include "mooncake/mooncake.h"
+#include "transport/shm.h"
 #include "transport/transport.h"
 
 int mc__tp_mem_move(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb cb, void *arg)
@@ -17,6 +19,8 @@ int mc__tp_mem_move(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb cb
         return -EIO;
     if (!p->write)
         memcpy(p->buf, mem + p->off, p->len);
+    else if (ep->mem.fence)
+        return mc__shm_copy_in(ep->mem.fence, ep->mem.slot, p->epoch, mem + p->off, p->buf, p->len);
     else if (p->buf)
         memcpy(mem + p->off, p->buf, p->len);
     else

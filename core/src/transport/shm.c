@@ -28,17 +28,18 @@ int mc__seg_create(uint64_t size, const char *name, mc__seg_t *out)
 {
     int rc;
 
-    if (size == 0 || size > (uint64_t)SIZE_MAX || (off_t)size < 0)
+    if (size == 0 || size > (uint64_t)SIZE_MAX / 2 || (off_t)size < 0)
         return -EINVAL;
+    uint64_t total = mc__shm_memfd_size(size);
     int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return -errno;
-    if (ftruncate(fd, (off_t)size) < 0 || fcntl(fd, F_ADD_SEALS, SEALS) < 0) {
+    if (ftruncate(fd, (off_t)total) < 0 || fcntl(fd, F_ADD_SEALS, SEALS) < 0) {
         rc = -errno;
         close(fd);
         return rc;
     }
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (p == MAP_FAILED) {
         rc = -errno;
         close(fd);
@@ -84,7 +85,7 @@ int mc__seg_map_file(const char *path, uint64_t size, uint64_t off, mc__seg_t *o
 void mc__seg_destroy(mc__seg_t *seg)
 {
     if (seg->base) {
-        munmap(seg->base, seg->size);
+        munmap(seg->base, seg->fd >= 0 ? mc__shm_memfd_size(seg->size) : seg->size);
         if (seg->fd >= 0)
             close(seg->fd);
     }
@@ -167,6 +168,23 @@ int mc__addr_is_local(const char *addr)
         return 0;
     }
     return on_an_interface(&a.ss);
+}
+
+int mc__shm_copy_in(mc__shm_fence_t *f, uint32_t slot, uint64_t epoch, char *at, const char *src,
+                    size_t n)
+{
+    _Atomic uint64_t *busy = &f->busy[slot];
+    atomic_store(busy, epoch); /* then the node's epoch: see shm.h */
+    if (atomic_load(&f->epoch) > epoch) {
+        atomic_store_explicit(busy, 0, memory_order_release);
+        return -ESTALE;
+    }
+    if (src)
+        memcpy(at, src, n);
+    else
+        memset(at, 0, n);
+    atomic_store_explicit(busy, 0, memory_order_release); /* after the bytes */
+    return 0;
 }
 
 /* ---- the shm transport (transport.h): memcpy into the mapping ---- */

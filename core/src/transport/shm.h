@@ -16,28 +16,77 @@
  * sealed against shrinking, for the same reason in the other direction.
  * A segment in a file the caller named (mc__seg_map_file()) has no seals to
  * offer: it is not handed out, and its peers reach it over TCP.
+ *
+ * Copies into a mapped segment pass no node's check, so the memfd carries
+ * a fence after the segment (mc__shm_fence_t) that keeps a write which
+ * ended from landing late (wire/proto.h, "Segment epochs"): each client
+ * that maps the segment gets a slot, marks there the epoch of a copy
+ * before it starts it and clears it after, and starts none below the
+ * fence's epoch; the node raises that epoch and counts a rise as enforced
+ * only once no slot shows an older copy in progress. Each side stores,
+ * then loads the other's word (sequentially consistent), so at least one
+ * of them sees the other: a copy that started before the rise holds the
+ * rise back until it ends, and one after it is refused.
  */
 #ifndef MC_SHM_H
 #define MC_SHM_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* A segment's memory: base[0..size), and the memfd behind it (or -1). */
+/* The slots of a fence: mappings of one segment at once. */
+#define MC__SHM_FENCE_SLOTS 8191
+
+/* The fence of a memfd segment, in the memfd at mc__shm_fence_off() of
+ * the segment's size (64 KiB, its pages allocated as first touched). */
+typedef struct mc__shm_fence {
+    _Atomic uint64_t epoch;                     /* a copy below it must not start */
+    _Atomic uint64_t busy[MC__SHM_FENCE_SLOTS]; /* a slot's copy in progress: its epoch, or 0 */
+} mc__shm_fence_t;
+
+/* Where the fence of a segment of size bytes lies in its memfd (the size
+ * rounded up to 4 KiB), and the bytes the memfd holds in all. */
+static inline uint64_t mc__shm_fence_off(uint64_t size)
+{
+    return (size + 4095) & ~(uint64_t)4095;
+}
+static inline uint64_t mc__shm_memfd_size(uint64_t size)
+{
+    return mc__shm_fence_off(size) + sizeof(mc__shm_fence_t);
+}
+
+/* A segment's memory: base[0..size), and the memfd behind it (or -1); a
+ * memfd's fence follows the segment in the same mapping. */
 typedef struct mc__seg {
     char *base;
     uint64_t size;
     int fd;
 } mc__seg_t;
 
+/* The fence of segment base[0..size) made by mc__seg_create() (whose fd is
+ * not -1). */
+static inline mc__shm_fence_t *mc__seg_fence(char *base, uint64_t size)
+{
+    return (mc__shm_fence_t *)(void *)(base + mc__shm_fence_off(size));
+}
+
 /*
- * mc__seg_create() makes a segment of size bytes in a new memfd called name
- * (for /proc/PID/maps), sealed against resizing and mapped read-write
- * shared; the pages are allocated as they are first touched. Returns 0 and
- * fills *out, or -errno (-ENOMEM, -EMFILE, -ENOSYS without memfd). Undo with
- * mc__seg_destroy().
+ * mc__seg_create() makes a segment of size bytes, and its fence after it,
+ * in a new memfd called name (for /proc/PID/maps), sealed against resizing
+ * and mapped read-write shared; the pages are allocated as they are first
+ * touched. Returns 0 and fills *out, or -errno (-ENOMEM, -EMFILE, -ENOSYS
+ * without memfd). Undo with mc__seg_destroy().
  */
 int mc__seg_create(uint64_t size, const char *name, mc__seg_t *out);
+
+/*
+ * mc__shm_copy_in() copies n bytes of src (NULL: zeros) to at, a mapped
+ * segment's memory, as a write of epoch through slot of fence f: -ESTALE,
+ * and nothing copied, when the fence's epoch is above epoch; else 0.
+ */
+int mc__shm_copy_in(mc__shm_fence_t *f, uint32_t slot, uint64_t epoch, char *at, const char *src,
+                    size_t n);
 
 /*
  * mc__seg_map_file() maps size bytes of the regular file path from offset
@@ -54,7 +103,8 @@ int mc__seg_map_file(const char *path, uint64_t size, uint64_t off, mc__seg_t *o
 void mc__seg_destroy(mc__seg_t *seg);
 
 /*
- * mc__shm_map() maps size bytes of a segment memfd received from a node,
+ * mc__shm_map() maps size bytes (its segment and fence) of a segment memfd
+ * received from a node,
  * read-write shared, into *base, after checking that the memfd is sealed
  * against shrinking (F_SEAL_SHRINK: else -EPERM) and holds at least size
  * bytes (else -EINVAL). It does not take fd: the caller closes it (the

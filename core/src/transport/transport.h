@@ -4,7 +4,8 @@
  * length) of a replica, and calls back when it is done.
  *
  *   local  this process's own segment: memcpy (local.c)
- *   shm    a co-located node's segment, mapped after SHM_MAP: memcpy (shm.c)
+ *   shm    a co-located node's segment, mapped after SHM_MAP: memcpy, a
+ *          write's fenced by its epoch (shm.c)
  *   tcp    a READ or WRITE request to the node's data address (tcp.c)
  *   rdma   one-sided RDMA READ or WRITE against the node's registered
  *          segment (rdma.c, over the verbs layer of transport_rdma.h)
@@ -33,17 +34,22 @@ typedef struct mc__tp_piece {
     const mc__rdma_mr_t *mr; /* buf's RDMA registration (MC__TP_ZERO_COPY), or NULL */
     uint32_t seg;            /* the replica's segment, as the master numbers it */
     uint64_t epoch;          /* writes: the segment's epoch as granted (wire/proto.h,
-                                "Segment epochs"; tcp carries it, the node checks it) */
+                                "Segment epochs"; tcp carries it, the node checks it;
+                                shm checks it against the fence, shm.h) */
     uint64_t off;            /* where in the segment */
     uint32_t len;
     uint64_t timeout_ms; /* a bound on the wait (asynchronous transports) */
 } mc__tp_piece_t;
+
+struct mc__shm_fence;
 
 /* Where pieces go: the member of the transport's kind. */
 typedef union mc__tp_ep {
     struct {
         char *base; /* the segment's memory, mapped here */
         uint64_t size;
+        struct mc__shm_fence *fence; /* shm: writes go through its slot (shm.h); local: NULL */
+        uint32_t slot;
     } mem;                 /* local, shm */
     mc__rpc_client_t *tcp; /* tcp: the node's client (session made) */
     struct {
@@ -69,7 +75,8 @@ typedef struct mc__transport {
      * Returns 0: cb(arg, status) runs once, later (from the loop), unless
      * the transport is MC__TP_SYNC, whose pieces are done by then; or
      * -errno: nothing moved (-EIO: the range lies outside a memory
-     * endpoint), and cb is never called.
+     * endpoint; -ESTALE: shm refused a write's old epoch), and cb is
+     * never called.
      */
     int (*move)(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb cb, void *arg);
 } mc__transport_t;

@@ -32,8 +32,9 @@
  * master rebuilds its namespace from the nodes). 4: sparse files: an
  * extent whose offset is MC__WIRE_HOLE is a hole, the stat carries the
  * bytes allocated, PUT_GROW names a range (and may punch). 5: segment
- * epochs (below). A peer of another version is refused. */
-#define MC__PROTO_SESSION 5
+ * epochs (below). 6: SHM_MAP answers a fence slot (transport/shm.h). A
+ * peer of another version is refused. */
+#define MC__PROTO_SESSION 6
 
 /* The offset of an extent that is a hole: its length takes no space in the
  * segment and reads as zeros (session version 4; master/alloc.h's
@@ -134,9 +135,9 @@
                                             stat + replica set (as OPEN), capacity reserved (q),    \
                                             put id, write lease ms, replica set (as PUT_START) */   \
     /* data (nodes) */                                                                              \
-    X(READ, 50, "uqu", "*")  /* seg id, offset, length -> bytes */                                  \
-    X(WRITE, 51, "uqq*", "") /* seg id, its epoch, offset, bytes */                                 \
-    X(SHM_MAP, 52, "u", "q") /* seg id -> size (the fd travels as SCM_RIGHTS) */
+    X(READ, 50, "uqu", "*")    /* seg id, offset, length -> bytes */                                \
+    X(WRITE, 51, "uqq*", "")   /* seg id, its epoch, offset, bytes */                               \
+    X(SHM_MAP, 52, "u", "qqu") /* seg id -> size, fence offset, slot (fd as SCM_RIGHTS) */
 
 enum mc__op {
 #define MC__OP_ENUM(name, code, req, resp) MC__OP_##name = code,
@@ -152,8 +153,8 @@ enum mc__op {
 /* MOUNT_SEGMENT flags (MC__MOUNT_CHECKED also in HEARTBEAT).
  * MC__MOUNT_REPORT: records follow (RECORDS_REPORT); hold the segment until
  * the last. MC__MOUNT_CHECKED: every write into the segment so far passed
- * the node's epoch check (none came through a mapping it handed out,
- * SHM_MAP, nor one-sided RDMA): bytes of a write that ended are refused
+ * an epoch check (the node's, or a mapping's fence, SHM_MAP; none came by
+ * one-sided RDMA): bytes of a write that ended are refused
  * once the node enforces the epoch raised for it, so the master need not
  * also wait out a write lease. */
 #define MC__MOUNT_REPORT 0x1
