@@ -122,8 +122,8 @@ static void test_remounted_checked_segment_takes_puts_at_once(void **state)
 /* A write revoked behind its writer's back on a segment whose every write
  * passes its node's check frees its space once the node enforces the
  * epoch raised for it, without waiting out the write lease; once the node
- * says a write may pass unchecked (a client mapped the segment), the lease
- * counts again. */
+ * says a write may pass unchecked (it serves RDMA now), the lease counts
+ * again. */
 static void test_fenced_space_on_a_checked_segment_goes_at_the_beat(void **state)
 {
     fixture_t *f = *state;
@@ -133,7 +133,7 @@ static void test_fenced_space_on_a_checked_segment_goes_at_the_beat(void **state
         put_start(f, 6, "y", 2 * MiB, 1, t);
         assert_int_equal(used(f), 2 * MiB);
         if (round)
-            f->nodes[0].flags = 0; /* a client mapped it meanwhile */
+            f->nodes[0].flags = 0; /* it serves RDMA now */
         mc__svc_owner_gone(f->svc, 6, t + 1000);
         assert_int_equal(beat(f, 11, t + 1500), 0); /* learns the new epoch */
         mc__svc_tick(f->svc, t + 1500);
@@ -143,6 +143,41 @@ static void test_fenced_space_on_a_checked_segment_goes_at_the_beat(void **state
         assert_int_equal(used(f), round ? 2 * MiB : 0);
         beat(f, 11, t + 11000); /* the lease from the last touch (t) is over */
         mc__svc_tick(f->svc, t + 11000);
+        assert_int_equal(used(f), 0);
+    }
+}
+
+static uint64_t enforced_so_far(void *arg, uint32_t seg, uint64_t epoch)
+{
+    (void)seg;
+    (void)epoch;
+    return *(uint64_t *)arg;
+}
+
+/* The master's own segment is checked by its own data plane (WRITEs, and
+ * the fences of the clients that map it): a write revoked there frees its
+ * space as soon as that plane enforces the epoch raised for it; served
+ * over RDMA (one-sided writes pass no check) it waits out the lease. */
+static void test_fenced_space_on_the_masters_own_segment(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t enforces = 0;
+    assert_int_equal(mc__master_add_segment(f->m, 0, 64 * MiB), 0);
+    assert_int_equal(mc__svc_add_local_segment(f->svc, 0, 0, "127.0.0.1:7000"), 0);
+    mc__svc_set_local_enforced(f->svc, enforced_so_far, &enforces);
+    for (int round = 0; round < 2; round++) {
+        uint64_t t = T0 + (uint64_t)round * 20000;
+        if (round)
+            assert_int_equal(mc__svc_set_local_rdma(f->svc, "rdma", 4), 0);
+        put_start(f, 6, "y", 2 * MiB, 1, t);
+        assert_int_equal(used(f), 2 * MiB);
+        mc__svc_owner_gone(f->svc, 6, t + 1000);
+        mc__svc_tick(f->svc, t + 1000); /* the plane does not enforce it yet */
+        assert_int_equal(used(f), 2 * MiB);
+        enforces = mc__svc_seg_epoch(f->svc, 0);
+        mc__svc_tick(f->svc, t + 1500);
+        assert_int_equal(used(f), round ? 2 * MiB : 0);
+        mc__svc_tick(f->svc, t + 11000); /* the lease from the last touch (t) is over */
         assert_int_equal(used(f), 0);
     }
 }
@@ -650,6 +685,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fenced_space_on_a_checked_segment_goes_at_the_beat,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fenced_space_on_the_masters_own_segment, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_segment_ids_do_not_wrap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_releases_replaced_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_expiry_and_remount, setup, teardown),

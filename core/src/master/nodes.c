@@ -93,9 +93,14 @@ uint64_t mc__svc_seg_fence(mc__svc_t *svc, uint32_t seg)
 int mc__svc_seg_fenced(mc__svc_t *svc, uint32_t seg, uint64_t epoch)
 {
     seginfo_t *si = mc__svc_seg_info(svc, seg);
-    if (si && si->node == 0) /* ours: its data plane is asked now */
-        return !svc->local_enforced ||
-               svc->local_enforced(svc->local_enforced_arg, seg, si->epoch) >= epoch;
+    if (si && si->node == 0) { /* ours: its data plane is asked now */
+        if (svc->local_enforced &&
+            svc->local_enforced(svc->local_enforced_arg, seg, si->epoch) < epoch)
+            return 0;
+        /* Checked unless served over RDMA: its data plane checks WRITEs and
+         * mappings' copies, and our own process copies on this thread. */
+        return svc->local_rdma ? 1 : 2;
+    }
     if (!si)
         return 1;
     return si->enforced < epoch ? 0 : si->checked ? 2 : 1;

@@ -157,7 +157,8 @@ seginfo_t *mc__svc_seg_info(mc__svc_t *svc, uint32_t id);
 uint64_t mc__svc_seg_fence(mc__svc_t *svc, uint32_t seg);
 /* Whether segment seg's node enforces epoch: 0 not yet, 1 it does (or
  * the segment is gone), 2 it does and every write there passed its check
- * (MC__MOUNT_CHECKED: no write lease need run out as well). */
+ * (MC__MOUNT_CHECKED; for our own segment, unless served over RDMA): no
+ * write lease need run out as well. */
 int mc__svc_seg_fenced(mc__svc_t *svc, uint32_t seg, uint64_t epoch);
 /* Drops segment id and every replica on it (see nodes.c). */
 void mc__svc_seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now);
