@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,6 +338,72 @@ static void test_fence_refuses_old_epochs_and_holds_the_rise_for_copies(void **s
     env_close(&e); /* closes c1 */
 }
 
+/* The stress test's client thread: copies 64 bytes of its epoch's tag
+ * with the epoch it was last granted, until told to stop. */
+struct stress {
+    mc__shm_fence_t *f;
+    uint32_t slot;
+    char *at; /* in the client's mapping */
+    _Atomic uint64_t granted;
+    _Atomic int stop;
+    uint64_t landed, refused;
+};
+
+static void *stress_client(void *arg)
+{
+    struct stress *st = arg;
+    char buf[64];
+    while (!atomic_load(&st->stop)) {
+        uint64_t e = atomic_load(&st->granted);
+        memset(buf, (int)(e & 0x7f), sizeof(buf));
+        if (mc__shm_copy_in(st->f, st->slot, e, st->at, buf, sizeof(buf)) == 0)
+            st->landed++;
+        else
+            st->refused++;
+    }
+    return NULL;
+}
+
+/* The fence under a client copying all the time on another thread: once
+ * the node counts epoch r + 1 as enforced, no copy of epoch r lands, so
+ * bytes written there then (space handed to another object) stay. */
+static void test_fence_holds_against_a_client_racing_the_rise(void **state)
+{
+    struct env e = {0};
+    mc__addr_t a;
+    mc__rpc_client_t *c;
+    struct stress st = {0};
+    pthread_t th;
+
+    mc__log_init("test_shm", MC__LOG_WARN);
+    env_start(&e, &a);
+    e.epoch = 1;
+    char *m = map_client(&e, &c, &st.f);
+    st.slot = e.slot;
+    st.at = m + 4096;
+    atomic_store(&st.granted, 1);
+    assert_int_equal(pthread_create(&th, NULL, stress_client, &st), 0);
+    char *mine = e.seg.base + 4096;
+    for (uint64_t r = 1; r <= 20000; r++) {
+        uint64_t spins = 0;
+        while (mc__server_enforced(e.srv, 7, r + 1) != r + 1)
+            assert_true(++spins < 100000000); /* a copy holds it: it ends */
+        /* The space is someone else's now; the client, still at epoch r,
+         * keeps trying. */
+        memset(mine, 0xEE, 64);
+        for (int i = 0; i < 200; i++)
+            for (int j = 0; j < 64; j++)
+                assert_int_equal((unsigned char)mine[j], 0xEE);
+        atomic_store(&st.granted, r + 1); /* its write goes on at r + 1 */
+    }
+    atomic_store(&st.stop, 1);
+    pthread_join(th, NULL);
+    assert_true(st.landed > 0);
+    assert_true(st.refused > 0);
+    munmap(m, mc__shm_memfd_size(SEG_SIZE));
+    env_close(&e);
+}
+
 static void test_shm_map_refused_over_tcp(void **state)
 {
     struct env e = {0};
@@ -360,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_shm_map_passes_the_memfd),
         cmocka_unit_test(test_shm_map_refused_over_tcp),
         cmocka_unit_test(test_fence_refuses_old_epochs_and_holds_the_rise_for_copies),
+        cmocka_unit_test(test_fence_holds_against_a_client_racing_the_rise),
     };
     alarm(60);
     return cmocka_run_group_tests(tests, NULL, NULL);
