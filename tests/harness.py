@@ -116,12 +116,13 @@ def in_netns(ns, cmd):
     return ["nsenter", f"--net=/run/netns/{ns}", *cmd]
 
 
-def cli(master, *args, input=None, netns=None, timeout=60):
+def cli(master, *args, input=None, netns=None, timeout=60, env=None):
     """Runs mooncake-cli --master MASTER ARGS (the public C API), in netns
-    if given; returns the CompletedProcess (stdout and stderr as bytes)."""
+    if given, with env if given; returns the CompletedProcess (stdout and
+    stderr as bytes)."""
     cmd = [CLI, "--master", master, *args]
     return subprocess.run(in_netns(netns, cmd) if netns else cmd, input=input,
-                          capture_output=True, timeout=timeout)
+                          capture_output=True, timeout=timeout, env=env)
 
 
 def cli_stats(master, netns=None):

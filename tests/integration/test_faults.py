@@ -4,6 +4,7 @@ processes (a master, nodes, a mount, raw sockets), one way the store used
 to corrupt or lose committed data, and checks what must survive."""
 
 import errno
+import mmap
 import os
 import re
 import socket
@@ -13,7 +14,7 @@ import time
 import pytest
 
 from harness import cli, cli_stats, wait_for
-from wire import HDR, frame, recv_exact
+from wire import HDR, MAGIC, frame, get_replica, hello, recv_exact
 
 MiB = 1 << 20
 OP_PING, OP_MOUNT_SEGMENT, OP_OPEN = 3, 10, 24
@@ -281,3 +282,59 @@ def test_a_dropped_replica_landing_late_spoils_no_other_object(cluster, make_mou
     late_bytes_spoil_nothing(m, mnt, 8)
     assert open(mnt.p("f"), "rb").read() == data
     assert "the late copy reached the node: Stale file handle" in mnt.read_log()
+
+
+OP_SHM_MAP = 52
+FENCE_BYTES = 8 + 8 * 8191  # its epoch, then a slot per mapping (transport/shm.h)
+
+
+def shm_map(data_addr, seg):
+    """Maps segment seg of the node at data_addr as a co-located client
+    does (SHM_MAP on its abstract socket): (socket, mapping, fence offset,
+    slot). The node frees the slot when the socket closes."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect("\0mooncake-data/" + data_addr)
+    hello(s, name=b"test_faults")
+    s.sendall(frame(OP_SHM_MAP, struct.pack("<I", seg), req_id=2))
+    got, fds, _, _ = socket.recv_fds(s, 24, 1)
+    hdr = struct.unpack(HDR, got + recv_exact(s, 24 - len(got)))
+    assert hdr[0] == MAGIC and hdr[6] == 0 and len(fds) == 1, (hdr, fds)
+    size, fence_off, slot = struct.unpack("<QQI", recv_exact(s, hdr[4]))
+    m = mmap.mmap(fds[0], fence_off + FENCE_BYTES)
+    os.close(fds[0])
+    return s, m, fence_off, slot
+
+
+def test_a_client_stopped_mid_copy_holds_the_space_until_it_exits(cluster):
+    """A client that maps a node's segment copies into it itself. One that
+    stops in the middle of a copy (here: a process that mapped the segment
+    and marked a copy of an old epoch in its fence slot, as a writer does
+    before its memcpy, and never finishes) could land its bytes whenever it
+    goes on: the space of a write that ended there must not go to anyone
+    else meanwhile, however long past the lease, and the node says why.
+    When the process exits, its slot is freed and the space comes back."""
+    m = cluster.master("--put-ttl-ms", "1000")  # the write lease: 1 s
+    node = cluster.node(m, "16M")
+    assert cli(m.addr, "--no-shm", "put", "k", input=b"k" * 4096).returncode == 0
+    (seg, epoch), data_addr, _, _ = get_replica(m.addr, b"k")
+    sock, mapping, fence_off, slot = shm_map(data_addr, seg)
+    struct.pack_into("<Q", mapping, fence_off + 8 + 8 * slot, epoch)  # a copy in progress
+    base = cli_stats(m.addr)["used_bytes"]
+    # A write that fails: its space is revoked, fenced (its bytes might
+    # still land), so it waits for the node to enforce a new epoch.
+    env = dict(os.environ, MC_FAULT_XFER="off=0,err=5")
+    r = cli(m.addr, "--no-shm", "put", "late", input=b"L" * MiB, env=env)
+    assert r.returncode != 0, r.stderr
+    wait_for(lambda: "is it stopped?" in node.read_log()
+             or cli_stats(m.addr)["used_bytes"] < base + MiB,
+             "the node to say what holds the space", timeout=30)
+    assert cli_stats(m.addr)["used_bytes"] >= base + MiB, \
+        "the space came back while the stopped copy could still land in it"
+    assert f"process {os.getpid()} (fence slot {slot})" in node.read_log(), node.read_log()[-800:]
+    # The stopped process exits: its copy can never land.
+    mapping.close()
+    sock.close()
+    wait_for(lambda: cli_stats(m.addr)["used_bytes"] == base, "the space to come back")
+    assert cli(m.addr, "put", "new", input=b"N" * MiB).returncode == 0
+    assert cli(m.addr, "get", "k").stdout == b"k" * 4096

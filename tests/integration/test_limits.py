@@ -8,43 +8,18 @@ bounded."""
 
 import errno
 import os
-import socket
 import struct
 import time
 
 import pytest
 
 from harness import cli
-from wire import HDR, MAGIC, SESSION, closed_by_peer, frame, recv_exact
+from wire import (SESSION, OP_HELLO, call, closed_by_peer, connect, frame, get_replica, hello,
+                  s_field)
 
 MiB = 1 << 20
-OP_HELLO, OP_PING, OP_GET_REPLICAS, OP_PUT_START, OP_READ, OP_WRITE = 1, 3, 30, 20, 50, 51
+OP_PING, OP_PUT_START, OP_READ, OP_WRITE = 3, 20, 50, 51
 CHUNK = 4 * MiB  # MC__PROTO_CHUNK: the largest READ/WRITE payload
-
-
-def s_field(b):
-    return struct.pack("<I", len(b)) + b
-
-
-def connect(addr, timeout=5):
-    host, port = addr.rsplit(":", 1)
-    s = socket.create_connection((host, int(port)))
-    s.settimeout(timeout)
-    return s
-
-
-def call(sock, op, body=b"", req_id=1):
-    """Sends a request; returns (status, body) of its response."""
-    sock.sendall(frame(op, body, req_id=req_id))
-    magic, _, rop, rid, n, flags, status = struct.unpack(HDR, recv_exact(sock, 24))
-    assert (magic, rop, rid, flags & 1) == (MAGIC, op, req_id, 1)
-    return status, recv_exact(sock, n)
-
-
-def hello(sock, nonce=b""):
-    body = struct.pack("<HHI", SESSION, SESSION, 1) + s_field(b"test_limits") + s_field(nonce)
-    status, _ = call(sock, OP_HELLO, body)
-    assert status == 0
 
 
 def wait_for(cond, timeout, what):
@@ -170,28 +145,6 @@ def test_idle_connections_do_not_lock_out_clients(cluster):
     assert "the limit" in m.read_log()
     for s in idle:
         s.close()
-
-
-def get_replica(addr, key):
-    """GET_REPLICAS over a raw socket: (segment id and its epoch, data
-    address, first extent)."""
-    s = connect(addr)
-    hello(s)
-    status, body = call(s, OP_GET_REPLICAS, s_field(key))
-    s.close()
-    assert status == 0
-    p = 8 + 92  # lease, stat
-    (count,) = struct.unpack_from("<I", body, p)
-    assert count >= 1
-    seg, epoch, alen = struct.unpack_from("<IQI", body, p + 4)
-    p += 20
-    data_addr = body[p:p + alen].decode()
-    p += alen
-    (rlen,) = struct.unpack_from("<I", body, p)
-    p += 4 + rlen
-    nxt, off, length = struct.unpack_from("<IQQ", body, p)
-    assert nxt >= 1
-    return (seg, epoch), data_addr, off, length
 
 
 def test_node_refuses_payload_over_the_chunk_size(cluster):

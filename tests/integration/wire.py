@@ -35,3 +35,54 @@ def closed_by_peer(sock, timeout=3):
         return True
     except socket.timeout:
         return False
+
+
+OP_HELLO, OP_GET_REPLICAS = 1, 30
+
+
+def s_field(b):
+    return struct.pack("<I", len(b)) + b
+
+
+def connect(addr, timeout=5):
+    """A connection to a TCP address "host:port"."""
+    host, port = addr.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    s.settimeout(timeout)
+    return s
+
+
+def call(sock, op, body=b"", req_id=1):
+    """Sends a request; returns (status, body) of its response."""
+    sock.sendall(frame(op, body, req_id=req_id))
+    magic, _, rop, rid, n, flags, status = struct.unpack(HDR, recv_exact(sock, 24))
+    assert (magic, rop, rid, flags & 1) == (MAGIC, op, req_id, 1)
+    return status, recv_exact(sock, n)
+
+
+def hello(sock, nonce=b"", name=b"test_limits"):
+    body = struct.pack("<HHI", SESSION, SESSION, 1) + s_field(name) + s_field(nonce)
+    status, _ = call(sock, OP_HELLO, body)
+    assert status == 0
+
+
+def get_replica(addr, key):
+    """GET_REPLICAS over a raw socket: (segment id and its epoch, data
+    address, first extent)."""
+    s = connect(addr)
+    hello(s)
+    status, body = call(s, OP_GET_REPLICAS, s_field(key))
+    s.close()
+    assert status == 0
+    p = 8 + 92  # lease, stat
+    (count,) = struct.unpack_from("<I", body, p)
+    assert count >= 1
+    seg, epoch, alen = struct.unpack_from("<IQI", body, p + 4)
+    p += 20
+    data_addr = body[p:p + alen].decode()
+    p += alen
+    (rlen,) = struct.unpack_from("<I", body, p)
+    p += 4 + rlen
+    nxt, off, length = struct.unpack_from("<IQQ", body, p)
+    assert nxt >= 1
+    return (seg, epoch), data_addr, off, length

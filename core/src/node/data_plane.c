@@ -150,27 +150,68 @@ static mc__shm_seg_t *shm_seg_find(const mc__data_plane_t *p, uint32_t seg)
     return NULL;
 }
 
+/* The process of the client holding slot of seg (0: none). */
+static int slot_pid(const mc__data_plane_t *p, uint32_t seg, uint32_t slot)
+{
+    for (uint32_t i = 0; i < p->nusers; i++)
+        if (p->users[i].seg == seg && p->users[i].slot == slot)
+            return p->users[i].pid;
+    return 0;
+}
+
+/* A copy of epoch in slot holds back ss's rise to want: logged once when
+ * the same copy has held it MC__FENCE_HELD_WARN_MS. */
+static void fence_held(const mc__data_plane_t *p, mc__shm_seg_t *ss, uint32_t slot, uint64_t epoch,
+                       uint64_t want)
+{
+    uint64_t now = mc_loop_now_ms();
+    if (!ss->held_since_ms || ss->held_slot != slot || ss->held_epoch != epoch) {
+        ss->held_slot = slot;
+        ss->held_epoch = epoch;
+        ss->held_since_ms = now;
+        ss->held_said = 0;
+        return;
+    }
+    if (ss->held_said || now - ss->held_since_ms < MC__FENCE_HELD_WARN_MS)
+        return;
+    ss->held_said = 1;
+    mc__log(MC__LOG_WARN,
+            "segment %u: process %d (fence slot %u) has been copying a write of epoch %llu into "
+            "it for %llu s; the space of writes that ended there waits until that copy ends "
+            "(epoch %llu) or the process exits (is it stopped?)",
+            ss->seg, slot_pid(p, ss->seg, slot), slot, (unsigned long long)epoch,
+            (unsigned long long)((now - ss->held_since_ms) / 1000), (unsigned long long)want);
+}
+
 /* Raises seg's fence to epoch (clients start no copy below it from now
  * on), then returns the lowest epoch below it of a copy in progress, or
  * epoch. Stores, then loads: see shm.h. */
-static uint64_t fence_enforced(const mc__shm_seg_t *ss, uint64_t epoch)
+static uint64_t fence_enforced(const mc__data_plane_t *p, mc__shm_seg_t *ss, uint64_t epoch)
 {
     if (atomic_load(&ss->f->epoch) < epoch)
         atomic_store(&ss->f->epoch, epoch);
     uint64_t low = epoch;
+    uint32_t by = 0;
     for (uint32_t w = 0; w < sizeof(ss->used) / sizeof(ss->used[0]); w++)
         for (uint64_t bits = ss->used[w]; bits; bits &= bits - 1) {
-            uint64_t e = atomic_load(&ss->f->busy[w * 64 + (uint32_t)__builtin_ctzll(bits)]);
-            if (e && e < low)
+            uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(bits);
+            uint64_t e = atomic_load(&ss->f->busy[slot]);
+            if (e && e < low) {
                 low = e;
+                by = slot;
+            }
         }
+    if (low < epoch)
+        fence_held(p, ss, by, low, epoch);
+    else
+        ss->held_since_ms = 0;
     return low;
 }
 
-uint64_t mc__data_plane_enforced(const mc__data_plane_t *p, uint32_t seg, uint64_t epoch)
+uint64_t mc__data_plane_enforced(mc__data_plane_t *p, uint32_t seg, uint64_t epoch)
 {
-    const mc__shm_seg_t *ss = shm_seg_find(p, seg);
-    uint64_t low = ss ? fence_enforced(ss, epoch) : epoch;
+    mc__shm_seg_t *ss = shm_seg_find(p, seg);
+    uint64_t low = ss ? fence_enforced(p, ss, epoch) : epoch;
     for (uint32_t i = 0; i < p->nplacing; i++)
         if (p->placing[i].seg == seg && p->placing[i].epoch < low)
             low = p->placing[i].epoch;
@@ -232,7 +273,9 @@ static int64_t user_slot(mc__data_plane_t *p, const mc__conn_t *c, mc__shm_seg_t
         p->users = nu;
         p->cusers = cap;
     }
-    p->users[p->nusers++] = (mc__shm_user_t){.c = c, .seg = ss->seg, .slot = slot};
+    pid_t pid = 0;
+    mc__conn_peer_cred(c, NULL, &pid);
+    p->users[p->nusers++] = (mc__shm_user_t){.c = c, .seg = ss->seg, .slot = slot, .pid = pid};
     ss->used[slot / 64] |= 1ull << (slot % 64);
     atomic_store(&ss->f->busy[slot], 0);
     return slot;

@@ -39,13 +39,24 @@ typedef struct mc__shm_seg {
     uint32_t seg;
     mc__shm_fence_t *f;
     uint64_t used[(MC__SHM_FENCE_SLOTS + 63) / 64];
+    /* The copy in progress that last held a rise back, since when, and
+     * whether that was logged (MC__FENCE_HELD_WARN_MS). */
+    uint32_t held_slot;
+    uint64_t held_epoch, held_since_ms;
+    int held_said;
 } mc__shm_seg_t;
+
+/* A copy that holds a rise back this long is logged (once): its client is
+ * stopped or hung in the middle of it, and the space of the writes that
+ * ended there waits for it. */
+#define MC__FENCE_HELD_WARN_MS 5000
 
 /* A fence slot, held by the connection that mapped its segment until it
  * closes. */
 typedef struct mc__shm_user {
     const mc__conn_t *c;
     uint32_t seg, slot;
+    int pid; /* the client's process (SO_PEERCRED), for logs */
 } mc__shm_user_t;
 
 /* A data plane: filled in by its owner, which keeps it. */
@@ -114,7 +125,7 @@ void mc__data_plane_unplace(mc__data_plane_t *p, const mc__placing_t *pl);
  * from now on starts none below epoch). A master hands space of a write
  * that ended to others only once the epoch raised for it is enforced.
  */
-uint64_t mc__data_plane_enforced(const mc__data_plane_t *p, uint32_t seg, uint64_t epoch);
+uint64_t mc__data_plane_enforced(mc__data_plane_t *p, uint32_t seg, uint64_t epoch);
 
 /* Whether c holds a fence slot (it mapped a segment). The owner keeps such
  * a connection open until its peer closes it (a frozen client's copy must

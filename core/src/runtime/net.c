@@ -527,7 +527,7 @@ int mc__conn_is_unix(const mc__conn_t *c)
     return c->is_unix;
 }
 
-int mc__conn_peer_uid(const mc__conn_t *c, uid_t *uid)
+int mc__conn_peer_cred(const mc__conn_t *c, uid_t *uid, pid_t *pid)
 {
     struct ucred cred;
     socklen_t len = sizeof(cred);
@@ -535,7 +535,10 @@ int mc__conn_peer_uid(const mc__conn_t *c, uid_t *uid)
         return -ENOTSOCK;
     if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
         return -errno;
-    *uid = cred.uid;
+    if (uid)
+        *uid = cred.uid;
+    if (pid)
+        *pid = cred.pid;
     return 0;
 }
 

@@ -191,11 +191,12 @@ int mc__conn_take_fd(mc__conn_t *c);
 int mc__conn_is_unix(const mc__conn_t *c);
 
 /*
- * mc__conn_peer_uid() stores the user id of a Unix conn's peer, as the
- * kernel recorded it at connect (SO_PEERCRED), in *uid. Returns 0, or
- * -ENOTSOCK for a TCP conn, or -errno.
+ * mc__conn_peer_cred() stores the user and process ids of a Unix conn's
+ * peer, as the kernel recorded them at connect (SO_PEERCRED), in *uid and
+ * *pid (either may be NULL). Returns 0, or -ENOTSOCK for a TCP conn, or
+ * -errno.
  */
-int mc__conn_peer_uid(const mc__conn_t *c, uid_t *uid);
+int mc__conn_peer_cred(const mc__conn_t *c, uid_t *uid, pid_t *pid);
 
 /*
  * mc__conn_set_limits() changes the conn's bounds: max_queued bytes queued

@@ -359,7 +359,8 @@ static void on_accept(mc__listener_t *ls, mc__conn_t *c)
     mc__conn_set_backpressure(c, MC__CONN_MAX_QUEUED / 2);
     srv->nconns++;
     if (!srv->o.secret && mc__conn_is_unix(c))
-        sc->stranger = mc__conn_peer_uid(c, &sc->uid) < 0 || (sc->uid != geteuid() && sc->uid != 0);
+        sc->stranger =
+            mc__conn_peer_cred(c, &sc->uid, NULL) < 0 || (sc->uid != geteuid() && sc->uid != 0);
     sc->next = srv->conns;
     if (srv->conns)
         srv->conns->prev = sc;
@@ -534,7 +535,7 @@ void mc__server_close(mc__server_t *srv)
     free(srv);
 }
 
-uint64_t mc__server_enforced(const mc__server_t *srv, uint32_t seg, uint64_t epoch)
+uint64_t mc__server_enforced(mc__server_t *srv, uint32_t seg, uint64_t epoch)
 {
     return srv ? mc__data_plane_enforced(&srv->data, seg, epoch) : epoch;
 }

@@ -97,6 +97,6 @@ void mc__server_close(mc__server_t *srv);
 
 /* What its data plane enforces of segment seg's epoch
  * (mc__data_plane_enforced(); srv NULL: epoch). */
-uint64_t mc__server_enforced(const mc__server_t *srv, uint32_t seg, uint64_t epoch);
+uint64_t mc__server_enforced(mc__server_t *srv, uint32_t seg, uint64_t epoch);
 
 #endif /* MC_SERVER_H */
