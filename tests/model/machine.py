@@ -8,8 +8,10 @@ overwrites, rename, unlink) and through the Python store (put, upsert, get,
 is_exist, remove) on one namespace. Faults, each a class that can be switched
 off (MC_MODEL_FAULTS): enospc (fill the store), idle (a writer idle past the
 put TTL), nodekill, nodestop (SIGSTOP within and past the node TTL),
-masterrestart (kill -9 and restart the master). Node and master faults need
-the cluster configuration.
+masterrestart (kill -9 and restart the master), mountstop (SIGSTOP the mount
+in the middle of a write, past the put TTL: it may be inside a copy into a
+node's segment it maps). Node, master and mount faults need the cluster
+configuration.
 
 What the model allows is what docs/SEMANTICS.md promises:
 - a read returns a whole published version, the last one (close-to-open);
@@ -29,6 +31,7 @@ Bytes that are not a whole acceptable version are always a failure.
 import errno
 import os
 import sys
+import threading
 import time
 
 from hypothesis import strategies as st
@@ -47,9 +50,11 @@ from model import ABSENT, Model, ModelError
 ALLOW = frozenset(x for x in os.environ.get("MC_MODEL_ALLOW", "").split(",") if x)
 
 KEYS = ["d0/k0", "d0/k1", "d1/k0", "d1/k1", "k2"]
-ALL_FAULTS = ("enospc", "idle", "nodekill", "nodestop", "masterrestart")
+ALL_FAULTS = ("enospc", "idle", "nodekill", "nodestop", "masterrestart", "mountstop")
 # An embedded store has no put TTL: its own writers are never revoked.
-CLUSTER_FAULTS = ("idle", "nodekill", "nodestop", "masterrestart")
+CLUSTER_FAULTS = ("idle", "nodekill", "nodestop", "masterrestart", "mountstop")
+# Faults that need a put TTL short enough to wait out (--put-ttl-ms).
+PUT_TTL_FAULTS = ("idle", "mountstop")
 
 # Python return codes (docs/PYTHON.md).
 NO_AVAILABLE_HANDLE, OBJECT_NOT_FOUND, OBJECT_HAS_LEASE, RPC_FAIL = -200, -704, -706, -900
@@ -597,6 +602,20 @@ class StoreMachine(RuleBasedStateMachine):
 
     # ---- faults: an idle writer ----
 
+    def open_new_version(self, key, size, what):
+        """Opens key through the mount for a new version of size bytes
+        (O_TRUNC): (the version, its bytes, the descriptor), or None when
+        the open failed as a fault allows."""
+        self.ensure_dir(key)
+        v = self.m.new_version(key, size, what)
+        try:
+            fd = os.open(self.w.p(key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as e:
+            self.allow_write_error(e.errno, f"open {key}")
+            return None
+        self.created(key)
+        return v, v.data(), fd
+
     @precondition(lambda self: "idle" in self.FAULTS and self.slow > 0 and not self.writers)
     @rule(key=keys, others=st.lists(st.tuples(keys, sizes), min_size=1, max_size=4))
     def idle_writer(self, key, others):
@@ -604,15 +623,10 @@ class StoreMachine(RuleBasedStateMachine):
         are written (they may get the space of the revoked write), write
         more, close; then every key must still read right."""
         self.slow -= 1
-        size = 3 * 4096 + 100
-        self.ensure_dir(key)
-        v = self.m.new_version(key, size, "idle writer")
-        data = v.data()
-        try:
-            fd = os.open(self.w.p(key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        except OSError as e:
-            return self.allow_write_error(e.errno, f"open {key}")
-        self.created(key)
+        opened = self.open_new_version(key, 3 * 4096 + 100, "idle writer")
+        if not opened:
+            return
+        v, data, fd = opened
         err, done = None, 0
         try:
             self.write_all(fd, data[:4096], 0)
@@ -632,6 +646,57 @@ class StoreMachine(RuleBasedStateMachine):
         if err is not None and err not in NET_ERRNOS | {errno.ENOSPC}:
             raise ModelError(f"idle writer {key}: unexpected {ename(err)}")
         self.check_all("after the idle writer")
+
+    # ---- faults: a writer stopped mid-write ----
+
+    @precondition(lambda self: self.cluster_fault("mountstop") and self.slow > 0 and
+                  not self.writers)
+    @rule(key=keys, others=st.lists(st.tuples(keys, sizes), min_size=1, max_size=4),
+          at_us=st.integers(0, 5000))
+    def stop_mount_mid_write(self, key, others, at_us):
+        """A thread writes 8 MiB to the mount in 1 MiB writes; at_us into
+        it the mount daemon is stopped (SIGSTOP: wherever it is, maybe in
+        the middle of a copy into a node's segment it maps) past the put
+        TTL, while the Python store writes other keys (they may get the
+        space of the revoked write); then SIGCONT. The write fails or
+        completes; every key must still read right."""
+        self.slow -= 1
+        size = 8 * 1024 * 1024
+        opened = self.open_new_version(key, size, "writer stopped mid-write")
+        if not opened:
+            return
+        v, data, fd = opened
+        result = {}
+
+        def write():
+            try:
+                for off in range(0, size, 1 << 20):
+                    self.write_all(fd, data[off:off + (1 << 20)], off)
+            except OSError as e:
+                result["err"] = e.errno
+
+        t = threading.Thread(target=write)
+        t.start()
+        time.sleep(at_us / 1e6)
+        self.w.mount.pause()
+        try:
+            time.sleep((self.w.put_ttl_ms + 2000) / 1000)
+            for k2, n in others:
+                if k2 != key:
+                    self.py_put(k2, n, False)
+        finally:
+            self.w.mount.resume()
+        t.join(60)
+        if t.is_alive():
+            raise ModelError(f"stopped writer {key}: a write still blocked 60 s after SIGCONT")
+        err = self.close_writer(fd, result.get("err"))
+        if err is None:
+            self.publish(key, v)
+        else:
+            self.failed_write(key, v, 0)
+        if err is not None and err not in NET_ERRNOS | {errno.ENOSPC}:
+            raise ModelError(f"stopped writer {key}: unexpected {ename(err)}")
+        self.check_all("after the stopped writer")
 
     # ---- faults: nodes ----
 

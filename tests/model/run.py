@@ -4,7 +4,7 @@ hypothesis stateful runs, each with its own seed, in the embedded and the
 cluster configuration, until the time is up.
 
     tests/model/run.py [--seconds N] [--config embedded|cluster|both]
-                       [--faults enospc,idle,nodekill,nodestop,masterrestart|all|none]
+                       [--faults enospc,idle,nodekill,nodestop,masterrestart,mountstop|all|none]
                        [--seed N] [--examples N] [--steps N] [--no-shrink]
 
 Environment (for make): MC_SOAK_SECONDS, MC_MODEL_CONFIG, MC_MODEL_FAULTS,
@@ -45,7 +45,7 @@ def parse_args():
                     choices=["embedded", "cluster", "both"])
     ap.add_argument("--faults", default=os.environ.get("MC_MODEL_FAULTS", "default"),
                     help="comma-separated fault classes, 'all', 'none' or 'default' "
-                         "(all but idle unless the master has --put-ttl-ms)")
+                         "(all but idle and mountstop unless the master has --put-ttl-ms)")
     seed = os.environ.get("MC_MODEL_SEED", "")
     ap.add_argument("--seed", type=int, default=int(seed) if seed.strip() else None,
                     help="the first round's seed (default: 1; --random: a random one)")
@@ -94,7 +94,7 @@ def main():
 
     if a.faults == "default":
         idle_ok = world.put_ttl_option(world.harness.MASTER)[1] < 30000
-        faults = [f for f in machine.ALL_FAULTS if f != "idle" or idle_ok]
+        faults = [f for f in machine.ALL_FAULTS if f not in machine.PUT_TTL_FAULTS or idle_ok]
     elif a.faults == "all":
         faults = list(machine.ALL_FAULTS)
     elif a.faults in ("none", ""):

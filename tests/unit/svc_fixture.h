@@ -78,17 +78,17 @@ static uint32_t mount_flags(fixture_t *f, uint64_t node, uint32_t seg, uint64_t 
                             const char *rdma, uint32_t flags)
 {
     const char *addr = "127.0.0.1:7000";
+    int i = 0;
+    while (i < f->nnodes && f->nodes[i].id != node)
+        i++;
+    uint64_t had = i < f->nnodes ? f->nodes[i].epoch : 0; /* what it enforced before */
     assert_int_equal(call(f, 1, now, MC__OP_MOUNT_SEGMENT, "qusqsuq", node, seg, addr,
-                          (uint32_t)strlen(addr), size, rdma, (uint32_t)strlen(rdma), flags,
-                          (uint64_t)0),
+                          (uint32_t)strlen(addr), size, rdma, (uint32_t)strlen(rdma), flags, had),
                      0);
     uint32_t got;
     uint64_t run, epoch;
     assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "uqq", &got, &run, &epoch), 0);
-    assert_true(epoch > 0); /* the node's was 0: the master's is past it */
-    int i = 0;
-    while (i < f->nnodes && f->nodes[i].id != node)
-        i++;
+    assert_true(epoch > had); /* the master's is past the node's */
     assert_true(i < 16);
     f->nnodes += i == f->nnodes;
     f->nodes[i] = (fnode_t){node, got, epoch, flags & MC__MOUNT_CHECKED};

@@ -492,7 +492,14 @@ int mc__peer_own(const mc_store_t *s, uint32_t seg, const mc__transport_t **tp, 
         return 0;
     ep->mem.base = s->seg;
     ep->mem.size = s->seg_size;
-    ep->mem.fence = NULL; /* ours: copied on the thread that reports its epochs (node.c) */
+    ep->mem.fence = NULL;
+    /* A write that ended may still be copied here (a writer of before a
+     * master restart, or revoked when its master connection dropped): it
+     * carries an epoch below the one our node reports it enforces, and is
+     * refused, as our data plane refuses such a WRITE. Copied on the
+     * thread that reports the epoch, so no copy straddles a rise. (An
+     * embedded store's epoch stays 0: it never revokes its own writers.) */
+    ep->mem.epoch = &s->rm->epoch;
     *tp = &mc__tp_local;
     return 1;
 }
@@ -542,6 +549,7 @@ int mc__peer_route(mc_store_t *s, const struct rrep *rep, const mc__transport_t 
         ep->mem.size = m->size;
         ep->mem.fence = m->fence;
         ep->mem.slot = m->slot;
+        ep->mem.epoch = NULL;
         *tp = &mc__tp_shm;
         return 0;
     }

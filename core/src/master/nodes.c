@@ -635,11 +635,15 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
         if (rc < 0)
             return rc;
         /* Unless every write there passes the node's check: the epoch it
-         * gets below is past theirs. */
-        uint64_t hold = flags & MC__MOUNT_CHECKED ? now : now + svc->o.write_lease_ms;
+         * gets below is past theirs, and the hold lasts only until the
+         * node says it enforces that epoch (a WRITE of before may still be
+         * arriving, a mapping's copy be in progress, as it mounts). */
+        int checked = (flags & MC__MOUNT_CHECKED) != 0;
+        uint64_t hold = checked ? UINT64_MAX : now + svc->o.write_lease_ms;
         if (again)
             mc__master_hold_segment(svc->m, seg, hold);
         si = mc__svc_seg_info(svc, seg);
+        si->hold_epoch = again && checked; /* the epoch is set below */
         if (again && !(flags & MC__MOUNT_REPORT))
             merge_view(svc, seg, now);
         if (flags & MC__MOUNT_REPORT) {
@@ -664,6 +668,8 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
      * by another master, or by this one before, carries a lower one. */
     if (si->epoch <= epoch)
         si->epoch = epoch + 1;
+    if (si->hold_epoch)
+        si->hold_epoch = si->epoch;
     mc__repair_wake(svc->rp); /* room for copies */
     mc__pack(w, "uqq", seg, svc->run, si->epoch);
     return w->err;
@@ -679,6 +685,20 @@ int mc__svc_op_unmount(mc__svc_t *svc, const char *body, size_t len, uint64_t no
         return -ENOENT;
     mc__svc_seg_drop(svc, seg, now);
     return 0;
+}
+
+/* A checked segment mounted again enforces the epoch of its mount: no
+ * write of before can land any more, so new data may go there (once its
+ * report, if one is in progress, is over). */
+static void seg_enforces_mount(mc__svc_t *svc, seginfo_t *si, uint64_t now)
+{
+    si->hold_epoch = 0;
+    if (si->hold_to) { /* a report in progress: it ends the hold */
+        si->hold_to = now;
+        return;
+    }
+    mc__master_hold_segment(svc->m, si->id, now);
+    mc__repair_wake(svc->rp);
 }
 
 int mc__svc_op_heartbeat(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
@@ -697,6 +717,8 @@ int mc__svc_op_heartbeat(mc__svc_t *svc, const char *body, size_t len, uint64_t 
     if (si && si->node == node) {
         if (enforced > si->enforced && enforced <= si->epoch)
             si->enforced = enforced;
+        if (si->hold_epoch && si->enforced >= si->hold_epoch)
+            seg_enforces_mount(svc, si, now);
         si->checked = (nflags & MC__MOUNT_CHECKED) != 0;
         if (si->epoch > enforced)
             want = si->epoch;

@@ -76,13 +76,15 @@ typedef struct seginfo {
     char *addr;
     char *rdma; /* the node's RDMA record, opaque (NULL: none) */
     uint32_t rdma_len;
-    mc__wbuf_t notes;   /* notices for its node, each an s (proto.h) */
-    size_t sent;        /* bytes of notes the last RECORDS_TAKE answered */
-    uint64_t hold_to;   /* the hold a report in progress ends at (0: none) */
-    uint64_t report_by; /* ... which must end by then, or the hold ends anyway */
-    uint64_t epoch;     /* what grants of its space carry (proto.h, "Segment epochs") */
-    uint64_t enforced;  /* the epoch its node last said it enforces */
-    int checked;        /* every write there passed its node's check (MC__MOUNT_CHECKED) */
+    mc__wbuf_t notes;    /* notices for its node, each an s (proto.h) */
+    size_t sent;         /* bytes of notes the last RECORDS_TAKE answered */
+    uint64_t hold_to;    /* the hold a report in progress ends at (0: none) */
+    uint64_t report_by;  /* ... which must end by then, or the hold ends anyway */
+    uint64_t hold_epoch; /* held until its node enforces this epoch (a checked
+                            segment mounted again), then as hold_to says; 0: not */
+    uint64_t epoch;      /* what grants of its space carry (proto.h, "Segment epochs") */
+    uint64_t enforced;   /* the epoch its node last said it enforces */
+    int checked;         /* every write there passed its node's check (MC__MOUNT_CHECKED) */
 } seginfo_t;
 
 typedef struct node {

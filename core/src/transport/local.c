@@ -2,7 +2,8 @@
  * local.c - the local transport (see transport.h): pieces of a segment this
  * process can address are copied with memcpy. The shm transport (shm.c)
  * moves a mapped segment of a co-located node with the same function, its
- * writes through the segment's fence (mc__shm_copy_in()).
+ * writes through the segment's fence (mc__shm_copy_in()). A write into our
+ * own segment is checked against its epoch as a node checks a WRITE.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -21,6 +22,8 @@ int mc__tp_mem_move(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb cb
         memcpy(p->buf, mem + p->off, p->len);
     else if (ep->mem.fence)
         return mc__shm_copy_in(ep->mem.fence, ep->mem.slot, p->epoch, mem + p->off, p->buf, p->len);
+    else if (ep->mem.epoch && p->epoch && p->epoch < *ep->mem.epoch)
+        return -ESTALE; /* our own segment: the check a node makes of a WRITE */
     else if (p->buf)
         memcpy(mem + p->off, p->buf, p->len);
     else

@@ -50,8 +50,10 @@ typedef union mc__tp_ep {
         uint64_t size;
         struct mc__shm_fence *fence; /* shm: writes go through its slot (shm.h); local: NULL */
         uint32_t slot;
-    } mem;                 /* local, shm */
-    mc__rpc_client_t *tcp; /* tcp: the node's client (session made) */
+        const uint64_t *epoch; /* local: the segment's epoch now, or NULL; a write of a
+                                  lower one (not 0) is refused with -ESTALE */
+    } mem;                     /* local, shm */
+    mc__rpc_client_t *tcp;     /* tcp: the node's client (session made) */
     struct {
         mc__rdma_conn_t *c;          /* a connected connection to the node */
         const mc__rdma_desc_t *desc; /* the segment's descriptor: copied per piece */
