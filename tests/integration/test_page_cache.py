@@ -18,6 +18,7 @@ import pytest
 
 from harness import DAEMON, cli, free_port, wait_for
 from test_metrics import scrape
+from test_space import fill_until_enospc
 
 PAGE = mmap.PAGESIZE
 MiB = 1 << 20
@@ -378,3 +379,38 @@ def test_an_open_right_after_another_dropped_the_cache_reads_one_version(store_m
         stop.touch()
     outs = [r.communicate(timeout=60)[0] for r in readers]
     assert [r.returncode for r in readers] == [0] * 4, outs
+
+
+def test_a_held_reader_keeps_its_version_after_a_failed_writer(store_mount):
+    """As above, after a writer of the file on this mount failed (ENOSPC:
+    copying the file for copy-on-write finds the store full). The failed
+    version leaves the daemon not knowing what the page cache holds, and
+    the next open dropped the cache and moved it to the version it found,
+    under the descriptor still reading the file: that descriptor read the
+    new version (or, where its pages had stayed, both). It keeps reading
+    its own, whole; the new open reads the new one with direct I/O."""
+    m = store_mount("16M")
+    v1, v2 = b"1" * (2 << 20), b"2" * (3 << 20)
+    other_client_put(m, "f", v1)
+    r1 = os.open(m.p("f"), os.O_RDONLY)
+    try:
+        assert os.pread(r1, 1 << 20, 0) == v1[:1 << 20]
+        filled = fill_until_enospc(m)
+        with pytest.raises(OSError) as e:  # at the write, or at close (write-behind)
+            with open(m.p("f"), "r+b", buffering=0) as w:
+                w.seek(len(v1) + 100)
+                w.write(b"x")
+        assert e.value.errno == errno.ENOSPC
+        for i in range(filled + 1):
+            if os.path.exists(m.p(f"fill{i}")):
+                os.unlink(m.p(f"fill{i}"))
+        other_client_put(m, "f", v2)
+        with open(m.p("f"), "rb") as r2:
+            assert r2.read() == v2
+        got = os.pread(r1, 4 << 20, 0)
+        assert got == v1, (len(got), sorted(set(got)))
+    finally:
+        os.close(r1)
+    with open(m.p("f"), "rb") as r3:
+        assert r3.read() == v2
+
