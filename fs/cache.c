@@ -35,6 +35,17 @@
  * (an open for writing moves the cache under its readers) only the
  * attributes are invalidated by the notification: invalidating pages from
  * the loop could wait on a page locked by a read queued behind it.
+ *
+ * The size the kernel holds is the version's the cache holds: while cur is set,
+ * attributes give its size (fs_fill_attr()). An open that keeps the cache
+ * leaves the size as it is, and that holds because the master's answers reach
+ * the daemon in the order it asked (one connection, or direct calls; the master
+ * answers each at once): a LOOKUP or GETATTR answered after the open's answer
+ * finds cur set, and one answered before it found the version the open found or
+ * an older one (then the open moves the cache, and invalidates the attributes;
+ * the kernel drops attributes asked for before that, by their attr_version).
+ * Were an open answered after a later GETATTR, it could keep the old version's
+ * pages under the new version's size: read(2) would cut the old version there.
  */
 static void cache_keep_or_drop(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, int created,
                                int alone, struct fuse_file_info *fi)
