@@ -354,6 +354,31 @@ def test_an_open_right_after_another_dropped_the_cache_reads_one_version(store_m
     assert not mixed, f"{len(mixed)} of 20 reads mixed versions: {mixed}"
 
 
+def reader_of_a_full_store(m, v1):
+    """Publishes v1 as f, opens it and reads its first MiB (cached), then
+    fills the store (fill0, fill1, ...): (the descriptor, how many fills
+    were published)."""
+    other_client_put(m, "f", v1)
+    r1 = os.open(m.p("f"), os.O_RDONLY)
+    assert os.pread(r1, 1 << 20, 0) == v1[:1 << 20]
+    return r1, fill_until_enospc(m)
+
+
+def opens_read(m, r1, new, held):
+    """A new open of f reads `new` whole, then r1 (held open) reads `held`
+    whole."""
+    with open(m.p("f"), "rb") as r2:
+        assert r2.read() == new
+    got = os.pread(r1, 4 << 20, 0)
+    assert got == held, (len(got), sorted(set(got)))
+
+
+def remove_fills(m, filled, first=0):
+    for i in range(first, filled + 1):
+        if os.path.exists(m.p(f"fill{i}")):
+            os.unlink(m.p(f"fill{i}"))
+
+
 def test_a_held_reader_keeps_its_version_after_a_failed_writer(store_mount):
     """As above, after a writer of the file on this mount failed (ENOSPC:
     copying the file for copy-on-write finds the store full). The failed
@@ -364,26 +389,41 @@ def test_a_held_reader_keeps_its_version_after_a_failed_writer(store_mount):
     its own, whole; the new open reads the new one with direct I/O."""
     m = store_mount("16M")
     v1, v2 = b"1" * (2 << 20), b"2" * (3 << 20)
-    other_client_put(m, "f", v1)
-    r1 = os.open(m.p("f"), os.O_RDONLY)
+    r1, filled = reader_of_a_full_store(m, v1)
     try:
-        assert os.pread(r1, 1 << 20, 0) == v1[:1 << 20]
-        filled = fill_until_enospc(m)
         with pytest.raises(OSError) as e:  # at the write, or at close (write-behind)
             with open(m.p("f"), "r+b", buffering=0) as w:
                 w.seek(len(v1) + 100)
                 w.write(b"x")
         assert e.value.errno == errno.ENOSPC
-        for i in range(filled + 1):
-            if os.path.exists(m.p(f"fill{i}")):
-                os.unlink(m.p(f"fill{i}"))
+        remove_fills(m, filled)
         other_client_put(m, "f", v2)
-        with open(m.p("f"), "rb") as r2:
-            assert r2.read() == v2
-        got = os.pread(r1, 4 << 20, 0)
-        assert got == v1, (len(got), sorted(set(got)))
+        opens_read(m, r1, v2, v1)
     finally:
         os.close(r1)
     with open(m.p("f"), "rb") as r3:
         assert r3.read() == v2
 
+
+def test_an_open_after_a_failed_writer_drops_its_bytes_under_a_held_reader(store_mount):
+    """A failed writer's bytes may stay in the page cache (its writes went
+    through the cache, and the one that failed came later): the next open
+    that finds the version the other descriptors read drops them, and
+    those descriptors read that version again, whole."""
+    m = store_mount("16M")
+    v1 = b"1" * (2 << 20)
+    r1, filled = reader_of_a_full_store(m, v1)
+    try:
+        for i in range(3):  # room to copy f (2 MiB), not to grow it by 4 MiB
+            os.unlink(m.p(f"fill{i}"))
+        with pytest.raises(OSError) as e:  # at the write, or at close (write-behind)
+            with open(m.p("f"), "r+b", buffering=0) as w:
+                w.write(b"x" * PAGE)  # over a page r1 has cached: it shows there
+                assert os.pread(r1, PAGE, 0) == b"x" * PAGE
+                w.seek(len(v1))
+                w.write(b"y" * (4 << 20))
+        assert e.value.errno == errno.ENOSPC
+        opens_read(m, r1, v1, v1)
+    finally:
+        os.close(r1)
+    remove_fills(m, filled, 3)
