@@ -35,6 +35,17 @@
  * (an open for writing moves the cache under its readers) only the
  * attributes are invalidated by the notification: invalidating pages from
  * the loop could wait on a page locked by a read queued behind it.
+ *
+ * The size the kernel holds is the version's the cache holds: while cur is set,
+ * attributes give its size (fs_fill_attr()). An open that keeps the cache
+ * leaves the size as it is, and that holds because the master's answers reach
+ * the daemon in the order it asked (one connection, or direct calls; the master
+ * answers each at once): a LOOKUP or GETATTR answered after the open's answer
+ * finds cur set, and one answered before it found the version the open found or
+ * an older one (then the open moves the cache, and invalidates the attributes;
+ * the kernel drops attributes asked for before that, by their attr_version).
+ * Were an open answered after a later GETATTR, it could keep the old version's
+ * pages under the new version's size: read(2) would cut the old version there.
  */
 static void cache_keep_or_drop(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, int created,
                                int alone, struct fuse_file_info *fi)
@@ -128,14 +139,19 @@ void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version)
 void fs_cache_open(fs_t *fs, fs_inode_t *in, fs_fh_t *fh, int created, struct fuse_file_info *fi)
 {
     const mc_stat_t *st = mc_obj_stat(fh->obj);
-    /* Another version than the cache holds while other descriptors read
-     * the file here: switching the cache would hand them pages of both. So
-     * this reader reads its version with direct I/O, and they keep theirs.
-     * (A rename over the file by this very mount reaches the master before
-     * the kernel's open of the file it replaces can: that open finds the
-     * new file's version under the old one's key.) */
+    /* Another version than the other descriptors of the file here read
+     * (cur's: their cache misses come from it; else the cache's): moving
+     * the cache would hand them pages of both. So this reader reads its
+     * version with direct I/O, and they keep theirs. That holds also when
+     * the daemon does not know what the cache holds (in->version 0: a
+     * writer failed, or the file was published again while cur was
+     * opened): their misses still come from cur. (A rename over the file
+     * by this very mount reaches the master before the kernel's open of
+     * the file it replaces can: that open finds the new file's version
+     * under the old one's key.) */
     int readers = in->opens - in->cur_opening - 1; /* cur_open() holds one */
-    if (!fh->writable && in->version && st->version != in->version && readers > 0 &&
+    uint64_t theirs = in->cur ? mc_obj_stat(in->cur)->version : in->version;
+    if (!fh->writable && theirs && st->version != theirs && readers > 0 &&
         !(in->ws && in->ws->state != WS_NONE)) {
         fi->direct_io = 1;
         fh->direct = 1;

@@ -233,7 +233,8 @@ void fs_ws_need(fs_wstate_t *ws, fs_waiter_t *w)
 void fs_ws_poison(fs_wstate_t *ws, int rc)
 {
     /* The page cache may hold what the failed writes put there: the next
-     * open drops it (cache_open() in files.c). */
+     * open that finds the version other descriptors read (or finds none
+     * open) drops it (fs_cache_open() in cache.c). */
     ws->in->version = 0;
     for (fs_fh_t *fh = ws->fs->fhs; fh; fh = fh->next)
         if (fh->writable && fh->in == ws->in && !fh->err)

@@ -18,6 +18,7 @@ import pytest
 
 from harness import DAEMON, cli, free_port, wait_for
 from test_metrics import scrape
+from test_space import fill_until_enospc
 
 PAGE = mmap.PAGESIZE
 MiB = 1 << 20
@@ -313,68 +314,116 @@ def test_a_read_only_close_sends_no_flush(cluster):
     assert other_client_get(m, "f") == data2
 
 
-# A reader that opens the file, reads it whole in one read(2) and closes it,
-# until the stop file exists; exits 1 at a read that is not one version
-# whole (version b is SIZE - 4099 * b bytes of b), printing where its bytes
-# change. Checking every byte takes it a while with the file closed: the
-# gaps let an open find the file open nowhere else, and move the cache
-# (readers that look at less keep it open all the time: their opens find
-# one another, and read with direct I/O).
-WHOLE_READER = r"""
-import mmap, os, sys
-path, stop, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-buf = mmap.mmap(-1, size + mmap.PAGESIZE)
-view = memoryview(buf)[16:16 + size]
-reads = 0
-while not os.path.exists(stop):
-    fd = os.open(path, os.O_RDONLY)
-    n = os.preadv(fd, [view], 0)
-    os.close(fd)
-    reads += 1
-    data = bytes(view[:n])
-    b = data[0] if data else -1
-    if not data or data.count(b) != n or n != size - 4099 * b:
-        runs, i = [], 0
-        while i < n:
-            j = i
-            while j < n and data[j] == data[i]:
-                j += 1
-            runs.append((i, j - i, data[i]))
-            i = j
-        print(f"read {reads}: {n} bytes, (offset, length, byte) runs {runs[:8]}")
-        sys.exit(1)
-print(reads)
-"""
+def test_an_open_right_after_another_dropped_the_cache_reads_one_version(store_mount):
+    """An open that finds a new version with the file open nowhere else
+    drops the cached pages of the one before. The kernel did that in the
+    opener's open(), after the daemon's answer, page by page (a 128 MiB
+    file: 32768 pages), and a stat's new size dropped them the same way in
+    the stat; meanwhile a second open, finding the version the first made
+    the cache's, kept the cache, and its read(2) (not asking for the size:
+    the stat had it) copied the old version's pages that neither drop had
+    reached yet and read the new one's where a page was missing: one read
+    of two versions. The daemon now drops the pages before it answers the
+    first open (fs/cache.c). Each trial caches version k whole but for one
+    MiB near the end, publishes k + 100 through another client, then opens
+    (the first open), stats and opens and reads the last 16 MiB (the second
+    open) at once; the read must be one version."""
+    m = store_mount("512M", "--cache-mode", "pages")
+    size = 128 * MiB
+    path = m.p("f")
+    mixed = []
+    for k in range(1, 21):
+        other_client_put(m, "f", bytes([k]) * size)
+        with open(path, "rb") as f:
+            assert f.read(size + 1) == bytes([k]) * size
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, size - 8 * MiB, MiB, os.POSIX_FADV_DONTNEED)  # a missing MiB
+        os.close(fd)
+        other_client_put(m, "f", bytes([k + 100]) * size)
+        first = threading.Thread(target=lambda: os.close(os.open(path, os.O_RDONLY)))
+        stat = threading.Thread(target=lambda: os.stat(path))
+        first.start()
+        stat.start()
+        fd = os.open(path, os.O_RDONLY)
+        got = os.pread(fd, 16 * MiB, size - 16 * MiB)
+        os.close(fd)
+        first.join()
+        stat.join()
+        if len(got) != 16 * MiB or len(set(got)) != 1:
+            mixed.append((k, len(got), sorted(set(got))))
+    assert not mixed, f"{len(mixed)} of 20 reads mixed versions: {mixed}"
 
 
-@pytest.mark.parametrize("threads", ["1", "3"])
-def test_an_open_right_after_another_dropped_the_cache_reads_one_version(store_mount, tmp_path,
-                                                                        threads):
-    """Readers open, read 16 MiB in one read(2) and close, in a loop, while
-    another client replaces the file 100 times. The first open to find a
-    new version drops the cached pages of the one before; the kernel did
-    that in the opener's open(), after the daemon's answer, while another
-    open that found the new version kept the cache and read: its read(2)
-    copied the old version's pages where that drop had not come yet and
-    the new one's where it had (a read of 16 MiB less 66 * 4099 bytes was
-    4.6 MiB of 66, then 2.2 MiB of 65, then 66 again). The daemon now drops
-    the pages before it answers that open (fs/cache.c)."""
-    m = store_mount("512M", "--cache-mode", "pages", "--threads", threads)
-    size = 16 * MiB
+def reader_of_a_full_store(m, v1):
+    """Publishes v1 as f, opens it and reads its first MiB (cached), then
+    fills the store (fill0, fill1, ...): (the descriptor, how many fills
+    were published)."""
+    other_client_put(m, "f", v1)
+    r1 = os.open(m.p("f"), os.O_RDONLY)
+    assert os.pread(r1, 1 << 20, 0) == v1[:1 << 20]
+    return r1, fill_until_enospc(m)
 
-    def put(b):
-        other_client_put(m, "f", bytes([b]) * (size - 4099 * b))
 
-    put(1)
-    stop = tmp_path / "stop"
-    readers = [subprocess.Popen(["/usr/bin/python3", "-c", WHOLE_READER, m.p("f"), str(stop),
-                                 str(size)], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+def opens_read(m, r1, new, held):
+    """A new open of f reads `new` whole, then r1 (held open) reads `held`
+    whole."""
+    with open(m.p("f"), "rb") as r2:
+        assert r2.read() == new
+    got = os.pread(r1, 4 << 20, 0)
+    assert got == held, (len(got), sorted(set(got)))
+
+
+def remove_fills(m, filled, first=0):
+    for i in range(first, filled + 1):
+        if os.path.exists(m.p(f"fill{i}")):
+            os.unlink(m.p(f"fill{i}"))
+
+
+def test_a_held_reader_keeps_its_version_after_a_failed_writer(store_mount):
+    """As above, after a writer of the file on this mount failed (ENOSPC:
+    copying the file for copy-on-write finds the store full). The failed
+    version leaves the daemon not knowing what the page cache holds, and
+    the next open dropped the cache and moved it to the version it found,
+    under the descriptor still reading the file: that descriptor read the
+    new version (or, where its pages had stayed, both). It keeps reading
+    its own, whole; the new open reads the new one with direct I/O."""
+    m = store_mount("16M")
+    v1, v2 = b"1" * (2 << 20), b"2" * (3 << 20)
+    r1, filled = reader_of_a_full_store(m, v1)
     try:
-        for i in range(100):
-            put(2 + i % 200)
-            if any(r.poll() is not None for r in readers):
-                break
+        with pytest.raises(OSError) as e:  # at the write, or at close (write-behind)
+            with open(m.p("f"), "r+b", buffering=0) as w:
+                w.seek(len(v1) + 100)
+                w.write(b"x")
+        assert e.value.errno == errno.ENOSPC
+        remove_fills(m, filled)
+        other_client_put(m, "f", v2)
+        opens_read(m, r1, v2, v1)
     finally:
-        stop.touch()
-    outs = [r.communicate(timeout=60)[0] for r in readers]
-    assert [r.returncode for r in readers] == [0] * 4, outs
+        os.close(r1)
+    with open(m.p("f"), "rb") as r3:
+        assert r3.read() == v2
+
+
+def test_an_open_after_a_failed_writer_drops_its_bytes_under_a_held_reader(store_mount):
+    """A failed writer's bytes may stay in the page cache (its writes went
+    through the cache, and the one that failed came later): the next open
+    that finds the version the other descriptors read drops them, and
+    those descriptors read that version again, whole."""
+    m = store_mount("16M")
+    v1 = b"1" * (2 << 20)
+    r1, filled = reader_of_a_full_store(m, v1)
+    try:
+        for i in range(3):  # room to copy f (2 MiB), not to grow it by 4 MiB
+            os.unlink(m.p(f"fill{i}"))
+        with pytest.raises(OSError) as e:  # at the write, or at close (write-behind)
+            with open(m.p("f"), "r+b", buffering=0) as w:
+                w.write(b"x" * PAGE)  # over a page r1 has cached: it shows there
+                assert os.pread(r1, PAGE, 0) == b"x" * PAGE
+                w.seek(len(v1))
+                w.write(b"y" * (4 << 20))
+        assert e.value.errno == errno.ENOSPC
+        opens_read(m, r1, v1, v1)
+    finally:
+        os.close(r1)
+    remove_fills(m, filled, 3)
