@@ -321,9 +321,10 @@ typedef struct mc_store_stats {
     /* Of rdma_bytes, those the NIC moved straight to or from the caller's
      * buffer (registered with mc_register_buffer()), without staging. */
     uint64_t rdma_zero_copy_bytes;
-    /* Pieces of writes a node refused because their write had ended: it
-     * was revoked or its lease ran out, and its space may be another
-     * object's (a segment's epoch, docs/PROTOCOL.md). */
+    /* Pieces of writes refused because their write had ended (by a node,
+     * by the fence of a node's segment mapped here, or by our own
+     * segment): it was revoked or its lease ran out, and its space may be
+     * another object's (a segment's epoch, docs/PROTOCOL.md). */
     uint64_t writes_fenced;
 } mc_store_stats_t;
 

@@ -132,7 +132,8 @@ static void transports(mc_metrics_t *mm, mc_store_t *s)
                       "Gets served from the replica-list cache.");
     mc_metrics_sample(mm, "mooncake_client_replica_cache_hits_total", NULL, st.cache_hits);
     mc_metrics_family(mm, "mooncake_client_writes_fenced_total", "counter",
-                      "Write pieces a node refused: their write had ended (an old epoch).");
+                      "Write pieces refused for an old epoch (by a node, a mapped "
+                      "segment's fence, or our own segment): their write had ended.");
     mc_metrics_sample(mm, "mooncake_client_writes_fenced_total", NULL, st.writes_fenced);
 }
 
