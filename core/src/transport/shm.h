@@ -103,12 +103,12 @@ int mc__seg_map_file(const char *path, uint64_t size, uint64_t off, mc__seg_t *o
 void mc__seg_destroy(mc__seg_t *seg);
 
 /*
- * mc__shm_map() maps size bytes (its segment and fence) of a segment memfd
- * received from a node,
- * read-write shared, into *base, after checking that the memfd is sealed
- * against shrinking (F_SEAL_SHRINK: else -EPERM) and holds at least size
- * bytes (else -EINVAL). It does not take fd: the caller closes it (the
- * mapping lives on). Undo with munmap(*base, size).
+ * mc__shm_map() maps size bytes (the segment and its fence) of a segment
+ * memfd received from a node, read-write shared, into *base, after
+ * checking that the memfd is sealed against shrinking (F_SEAL_SHRINK: else
+ * -EPERM) and holds at least size bytes (else -EINVAL). It does not take
+ * fd: the caller closes it (the mapping lives on). Undo with
+ * munmap(*base, size).
  */
 int mc__shm_map(int fd, uint64_t size, char **base);
 
