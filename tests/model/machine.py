@@ -602,6 +602,19 @@ class StoreMachine(RuleBasedStateMachine):
 
     # ---- faults: an idle writer ----
 
+    def wait_master(self, cond, timeout, what):
+        """Polls the master's counters until cond(them) holds; a ModelError
+        after timeout seconds. Asked in this process, through the Python
+        store's C extension (mc_master_stats()): a child process (the CLI)
+        would inherit our descriptors of files on the mount, and closing
+        them sends the daemon a FLUSH, which a stopped daemon never
+        answers."""
+        deadline = time.time() + timeout
+        while not cond(self.w.master_counters()):
+            if time.time() > deadline:
+                raise ModelError(f"timed out after {timeout:.0f} s waiting for {what}")
+            time.sleep(0.1)
+
     def open_new_version(self, key, size, what):
         """Opens key through the mount for a new version of size bytes
         (O_TRUNC): (the version, its bytes, the descriptor), or None when
@@ -652,14 +665,15 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.cluster_fault("mountstop") and self.slow > 0 and
                   not self.writers)
     @rule(key=keys, others=st.lists(st.tuples(keys, sizes), min_size=1, max_size=4),
-          at_us=st.integers(0, 5000))
-    def stop_mount_mid_write(self, key, others, at_us):
-        """A thread writes 8 MiB to the mount in 1 MiB writes; at_us into
-        it the mount daemon is stopped (SIGSTOP: wherever it is, maybe in
-        the middle of a copy into a node's segment it maps) past the put
-        TTL, while the Python store writes other keys (they may get the
-        space of the revoked write); then SIGCONT. The write fails or
-        completes; every key must still read right."""
+          after=st.integers(0, 7))
+    def stop_mount_mid_write(self, key, others, after):
+        """A thread writes 8 MiB to the mount in 1 MiB writes; once `after`
+        of them returned the mount daemon is stopped (SIGSTOP: wherever it
+        is, maybe in the middle of a copy into a node's segment it maps)
+        until the master revoked the write (the put TTL), while the Python
+        store writes other keys (they may get the space of the revoked
+        write); then SIGCONT. The write fails or completes; every key must
+        still read right."""
         self.slow -= 1
         size = 8 * 1024 * 1024
         opened = self.open_new_version(key, size, "writer stopped mid-write")
@@ -667,20 +681,26 @@ class StoreMachine(RuleBasedStateMachine):
             return
         v, data, fd = opened
         result = {}
+        written = threading.Semaphore(0)
 
         def write():
             try:
                 for off in range(0, size, 1 << 20):
                     self.write_all(fd, data[off:off + (1 << 20)], off)
+                    written.release()
             except OSError as e:
                 result["err"] = e.errno
+            written.release(8)  # whatever is left to wait for
 
         t = threading.Thread(target=write)
         t.start()
-        time.sleep(at_us / 1e6)
+        for _ in range(after):
+            if not written.acquire(timeout=30):
+                raise ModelError(f"stopped writer {key}: a 1 MiB write took over 30 s")
         self.w.mount.pause()
         try:
-            time.sleep((self.w.put_ttl_ms + 2000) / 1000)
+            self.wait_master(lambda c: c.get("puts") == 0, self.w.put_ttl_ms / 1000 + 15,
+                             "the stopped write to be revoked")
             for k2, n in others:
                 if k2 != key:
                     self.py_put(k2, n, False)

@@ -102,6 +102,12 @@ class World:
             raise AssertionError(f"Python setup({addr}) returned {rc}")
         self.store = s
 
+    def master_counters(self):
+        """The master's counters by name (mc_master_stats(), asked through
+        the Python store's direct backend), or {} on an error."""
+        c = self.store._b._s.master_stats()
+        return c if isinstance(c, dict) else {}
+
     def rconfig(self):
         c = ReplicateConfig()
         c.replica_num = self.replicas

@@ -623,6 +623,7 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
     seginfo_t *si = seg ? mc__svc_seg_info(svc, seg) : NULL;
     if (si && si->node != node)
         return -EEXIST;
+    int hold_for_epoch = 0; /* until the node enforces the epoch answered below */
     if (!si) {
         /* A segment mounted again under its old id (this master expired
          * it, or restarted) may still receive late bytes from writers of
@@ -643,7 +644,7 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
         if (again)
             mc__master_hold_segment(svc->m, seg, hold);
         si = mc__svc_seg_info(svc, seg);
-        si->hold_epoch = again && checked; /* the epoch is set below */
+        hold_for_epoch = again && checked;
         if (again && !(flags & MC__MOUNT_REPORT))
             merge_view(svc, seg, now);
         if (flags & MC__MOUNT_REPORT) {
@@ -668,7 +669,7 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
      * by another master, or by this one before, carries a lower one. */
     if (si->epoch <= epoch)
         si->epoch = epoch + 1;
-    if (si->hold_epoch)
+    if (hold_for_epoch || si->hold_epoch)
         si->hold_epoch = si->epoch;
     mc__repair_wake(svc->rp); /* room for copies */
     mc__pack(w, "uqq", seg, svc->run, si->epoch);

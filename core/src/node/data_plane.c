@@ -85,6 +85,20 @@ static int do_write(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, cons
     return mc__rpc_reply(c, h, 0, NULL, 0);
 }
 
+/* Room for one more of the n elements of size bytes at arr (room for
+ * *cap), doubling it: the array (arr, or where it moved), or NULL without
+ * memory (arr and *cap as they were). */
+static void *grow(void *arr, uint32_t n, uint32_t *cap, size_t size)
+{
+    if (n < *cap)
+        return arr;
+    uint32_t c = *cap ? *cap * 2 : 4;
+    void *a = realloc(arr, size * c);
+    if (a)
+        *cap = c;
+    return a;
+}
+
 /* The count of WRITEs being received into seg at epoch (a new one with
  * add), or NULL. */
 static mc__placing_t *placing_find(mc__data_plane_t *p, uint32_t seg, uint64_t epoch, int add)
@@ -92,16 +106,10 @@ static mc__placing_t *placing_find(mc__data_plane_t *p, uint32_t seg, uint64_t e
     for (uint32_t i = 0; i < p->nplacing; i++)
         if (p->placing[i].seg == seg && p->placing[i].epoch == epoch)
             return &p->placing[i];
-    if (!add)
+    mc__placing_t *np = add ? grow(p->placing, p->nplacing, &p->cplacing, sizeof(*np)) : NULL;
+    if (!np)
         return NULL;
-    if (p->nplacing == p->cplacing) {
-        uint32_t cap = p->cplacing ? p->cplacing * 2 : 4;
-        mc__placing_t *np = realloc(p->placing, sizeof(*np) * cap);
-        if (!np)
-            return NULL;
-        p->placing = np;
-        p->cplacing = cap;
-    }
+    p->placing = np;
     mc__placing_t *pl = &p->placing[p->nplacing++];
     *pl = (mc__placing_t){.seg = seg, .epoch = epoch};
     return pl;
@@ -265,14 +273,10 @@ static int64_t user_slot(mc__data_plane_t *p, const mc__conn_t *c, mc__shm_seg_t
         slot++;
     if (slot == MC__SHM_FENCE_SLOTS)
         return -EBUSY;
-    if (p->nusers == p->cusers) {
-        uint32_t cap = p->cusers ? p->cusers * 2 : 4;
-        mc__shm_user_t *nu = realloc(p->users, sizeof(*nu) * cap);
-        if (!nu)
-            return -ENOMEM;
-        p->users = nu;
-        p->cusers = cap;
-    }
+    mc__shm_user_t *nu = grow(p->users, p->nusers, &p->cusers, sizeof(*nu));
+    if (!nu)
+        return -ENOMEM;
+    p->users = nu;
     pid_t pid = 0;
     mc__conn_peer_cred(c, NULL, &pid);
     p->users[p->nusers++] = (mc__shm_user_t){.c = c, .seg = ss->seg, .slot = slot, .pid = pid};
