@@ -134,6 +134,8 @@ struct master {
     mc__server_t *srv;
     mc__rdma_ctx_t *rdma;
     mc__rdma_mr_t *seg_mr;
+    mc__rdma_fencer_t fencer; /* the segment's fence, for RDMA peers */
+    int fenced;
     mc__secret_t *secret;
     mc_metrics_server_t *metrics;
     mc__ha_t *ha;
@@ -437,8 +439,13 @@ static int serve_rdma(const struct options *o, struct master *mp)
     if (rc == 0)
         rc =
             mc__rdma_serve(mp->rdma, seg_mem.base, seg_mem.size, host, &mp->seg_mr, &rec, &rec_len);
+    static const uint32_t local = SEG_LOCAL;
+    mp->fencer = (mc__rdma_fencer_t){.srv = mp->srv, .seg = &local};
     if (rc >= 0)
-        rc = mc__svc_set_local_rdma(mp->svc, rec, rec_len);
+        mp->fenced = mc__rdma_fence_segment(mp->rdma, &mp->fencer, seg_mem.base, seg_mem.size,
+                                            seg_mem.fd) == 0;
+    if (rc >= 0)
+        rc = mc__svc_set_local_rdma(mp->svc, rec, rec_len, mp->fenced);
     free(rec);
     if (rc < 0 && o->xport == MC__XPORT_RDMA) {
         mc__log(MC__LOG_ERROR, "cannot serve the segment over RDMA on %s: %s", host,
@@ -482,6 +489,17 @@ static int serve_metrics(const struct options *o, struct master *mp)
     return 0;
 }
 
+/* Closes the server, once the segment's fence is taken back from the RDMA
+ * listener (whose calls reach the server's data plane). */
+static void server_close(struct master *mp)
+{
+    if (mp->fenced)
+        mc__rdma_fence(mp->rdma, NULL, NULL);
+    mp->fenced = 0;
+    mc__server_close(mp->srv);
+    mp->srv = NULL;
+}
+
 /*
  * Runs the loop until SIGINT or SIGTERM (sigs, blocked), then closes the
  * server and lets the loop finish with its connections. Returns the exit
@@ -501,8 +519,7 @@ static int run_until_signal(struct master *mp, const sigset_t *sigs)
     /* Close the connections and let the loop finish with them (and a
      * standby take over at once). */
     mc__ha_resign(mp->ha);
-    mc__server_close(mp->srv);
-    mp->srv = NULL;
+    server_close(mp);
     mc_timer_t drain = {.data = mp->loop};
     mc_timer_start(mp->loop, &drain, 50, 0, on_drained);
     mc_loop_run(mp->loop);
@@ -513,7 +530,7 @@ static int run_until_signal(struct master *mp, const sigset_t *sigs)
 static void free_master(struct master *mp)
 {
     mc_metrics_stop(mp->metrics); /* first: its scrapes use the rest */
-    mc__server_close(mp->srv);
+    server_close(mp);
     mc__ha_free(mp->ha);
     mc__svc_free(mp->svc);
     mc__master_free(mp->m);

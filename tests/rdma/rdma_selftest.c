@@ -14,7 +14,10 @@
  * registered buffers, runs many operations at once, checks the counters,
  * provokes a remote access error, a timeout and a close with operations
  * pending, and finally kills the node and checks that the pending and the
- * next operations fail within the timeout instead of hanging.
+ * next operations fail within the timeout instead of hanging. The node has
+ * a fence at epoch EPOCH (transport_rdma.h, "Fences"): the client's writes
+ * carry that epoch, and writes of a lower one must be refused, alone or
+ * among others, with nothing of theirs landing.
  *
  * Prints one "ok"/"not ok" line per check and "N passed, N failed"; exits 0
  * when all passed, 1 otherwise, 77 when built without RDMA or when no device
@@ -41,6 +44,7 @@
 #define TIMEOUT_MS 5000   /* connect and operations */
 #define WATCHDOG_MS 60000 /* a wait longer than this is a hang */
 #define BIG (64 * MiB)    /* the largest transfer */
+#define EPOCH 100         /* the node's fence's epoch */
 
 static mc_loop_t *L;
 static int passed, failed;
@@ -204,7 +208,7 @@ static int xfer(mc__rdma_conn_t *c, int write, char *buf, const mc__rdma_mr_t *m
                 uint64_t *ms)
 {
     waiter_t w = {.want = 1, .t0 = mc_loop_now_ms()};
-    int rc = write ? mc__rdma_write(c, buf, mr, rd, roff, len, timeout_ms, op_cb, &w)
+    int rc = write ? mc__rdma_write_epoch(c, EPOCH, buf, mr, rd, roff, len, timeout_ms, op_cb, &w)
                    : mc__rdma_read(c, buf, mr, rd, roff, len, timeout_ms, op_cb, &w);
     if (rc < 0)
         return rc;
@@ -220,6 +224,88 @@ static double mbps(uint64_t bytes, uint64_t ms)
 }
 
 /* ---- node ---- */
+
+/* The node's fence: its epoch and a slot per connection, never reused
+ * (the test makes a handful). */
+static struct {
+    _Atomic uint64_t epoch;
+    _Atomic uint64_t slot[64];
+    unsigned joined;
+} fence = {.epoch = EPOCH};
+
+static _Atomic uint64_t *fence_join(void *arg, mc__rdma_conn_t *c, const char *peer)
+{
+    return fence.joined < 64 ? &fence.slot[fence.joined++] : NULL;
+}
+
+static void fence_leave(void *arg, mc__rdma_conn_t *c) {}
+
+static const mc__rdma_fence_ops_t fence_ops = {.join = fence_join, .leave = fence_leave};
+
+/*
+ * The fence under rises (step_fence_races()): once the client sets go, the
+ * node raises its epoch every RACE_TICK_MS, as a node does for a write
+ * that ended: it stores the new epoch, then loads the slots, and counts
+ * the rise as enforced once no slot shows an older write in progress.
+ * Then it fills RACE_LEN bytes at RACE_AT with the epoch enforced (less
+ * RACE_BASE, as one byte): the client writes there only bytes of its
+ * write's epoch, so a byte below it at any later tick is a write that
+ * landed after its epoch's end was enforced (bytes, not words: a word
+ * read while the NIC writes it could mix two). The report lies in the
+ * segment's last page, for the client's READs.
+ */
+#define RACE_AT (80 * MiB)
+#define RACE_LEN (512 * KiB)
+#define RACE_BASE EPOCH
+#define RACE_MAX (RACE_BASE + 250)
+#define RACE_TICK_MS 3
+
+typedef struct race_report {
+    uint64_t go;         /* the client's: 1 raise, 2 stop */
+    uint64_t enforced;   /* the last epoch counted as enforced */
+    uint64_t violations; /* ticks that found a byte below it */
+    uint64_t rises;      /* rises enforced */
+    uint64_t held;       /* ticks a slot held a rise back */
+} race_report_t;
+
+static char *race_seg;
+static uint64_t race_seg_size;
+static uint64_t race_pending; /* the rise being enforced, or 0 */
+
+static void on_race_tick(mc_timer_t *t)
+{
+    volatile race_report_t *r = (volatile race_report_t *)(void *)(race_seg + race_seg_size - 4096);
+    unsigned char *at = (unsigned char *)race_seg + RACE_AT;
+    if (r->go != 1)
+        return;
+    if (!r->enforced) { /* the first tick: the region is the epoch's now */
+        r->enforced = atomic_load(&fence.epoch);
+        memset(at, (int)(r->enforced - RACE_BASE), RACE_LEN);
+    }
+    unsigned char floor = (unsigned char)(r->enforced - RACE_BASE);
+    for (uint64_t i = 0; i < RACE_LEN; i++)
+        if (((volatile unsigned char *)at)[i] < floor) {
+            r->violations++;
+            break;
+        }
+    if (!race_pending) {
+        if (atomic_load(&fence.epoch) >= RACE_MAX)
+            return;
+        race_pending = atomic_load(&fence.epoch) + 1;
+        atomic_store(&fence.epoch, race_pending);
+    }
+    for (unsigned k = 0; k < fence.joined; k++) {
+        uint64_t e = atomic_load(&fence.slot[k]);
+        if (e && e < race_pending) {
+            r->held++;
+            return;
+        }
+    }
+    r->enforced = race_pending;
+    race_pending = 0;
+    memset(at, (int)(r->enforced - RACE_BASE), RACE_LEN);
+    r->rises++;
+}
 
 static int run_node(const char *listen, const char *publish, uint64_t seg_size)
 {
@@ -244,6 +330,10 @@ static int run_node(const char *listen, const char *publish, uint64_t seg_size)
     mc__rdma_mr_t *mr;
     if ((rc = mc__rdma_register(ctx, seg, seg_size, MC__RDMA_REMOTE, &mr)) < 0) {
         fprintf(stderr, "node: registering the segment failed: %s\n", strerror(-rc));
+        return 1;
+    }
+    if ((rc = mc__rdma_fence(ctx, &fence.epoch, &fence_ops)) < 0) {
+        fprintf(stderr, "node: no fence: %s\n", strerror(-rc));
         return 1;
     }
     if ((rc = mc__rdma_listen(ctx, (struct sockaddr *)&ss)) < 0) {
@@ -273,7 +363,13 @@ static int run_node(const char *listen, const char *publish, uint64_t seg_size)
            mc__rdma_listen_port(ctx));
     fflush(stdout);
     free(blob);
-    /* Serve until killed: the HCA does the work, this loop only accepts. */
+    /* Serve until killed: the HCA does the work, this loop only accepts
+     * (and raises the fence's epoch for step_fence_races()). */
+    race_seg = seg;
+    race_seg_size = seg_size;
+    memset(seg + seg_size - 4096, 0, 4096); /* the race report */
+    mc_timer_t race = {0};
+    mc_timer_start(L, &race, RACE_TICK_MS, RACE_TICK_MS, on_race_tick);
     mc_loop_run(L);
     mc__rdma_deregister(mr);
     mc__rdma_ctx_free(ctx);
@@ -405,8 +501,8 @@ static void step_many_and_zeros(client_t *cl)
     waiter_t w = {.want = N, .t0 = mc_loop_now_ms()};
     int sub = 0;
     for (int i = 0; i < N; i++)
-        sub |= mc__rdma_write(cl->c, cl->src + i * MiB, (i & 1) ? cl->lmr : NULL, cl->rd,
-                              32 * MiB + (uint64_t)i * MiB, MiB, 0, op_cb, &w);
+        sub |= mc__rdma_write_epoch(cl->c, EPOCH, cl->src + i * MiB, (i & 1) ? cl->lmr : NULL,
+                                    cl->rd, 32 * MiB + (uint64_t)i * MiB, MiB, 0, op_cb, &w);
     int wrc = sub ? sub : wait_all(&w);
     waiter_t r = {.want = N, .t0 = mc_loop_now_ms()};
     for (int i = 0; i < N && !wrc; i++)
@@ -447,8 +543,10 @@ static void step_counters(client_t *cl)
           "counters: %" PRIu64 " writes, %" PRIu64 " bytes written", st.writes, st.bytes_written);
     check(st.bytes_read == cl->rbytes && st.reads == cl->nreads,
           "counters: %" PRIu64 " reads, %" PRIu64 " bytes read", st.reads, st.bytes_read);
-    check(st.failed == 0 && st.completions == st.slices,
-          "counters: no failure, every slice completed (%" PRIu64 ")", st.slices);
+    check(st.failed == 0 && st.completions == st.slices + st.fence_wrs && st.fence_wrs > 0,
+          "counters: no failure, every slice (%" PRIu64 ") and fence request (%" PRIu64
+          ") completed",
+          st.slices, st.fence_wrs);
     check(st.inflight_peak > 1 && st.inflight_peak <= MC__RDMA_MAX_INFLIGHT,
           "slices pipelined and bounded: peak %" PRIu64 " in flight (limit %d)", st.inflight_peak,
           MC__RDMA_MAX_INFLIGHT);
@@ -456,6 +554,119 @@ static void step_counters(client_t *cl)
           "completions event-driven: %" PRIu64 " wake-ups for %" PRIu64 " completions",
           st.cq_wakeups, st.completions);
     check(st.conns_opened == 1 && st.conns_failed == 0, "counters: 1 connection opened");
+}
+
+/* 5b. The fence: writes below its epoch are refused, alone and among
+ * others, and nothing of theirs lands; at or above it they land. */
+static void step_fence(client_t *cl)
+{
+    check(mc__rdma_conn_fenced(cl->c), "the node's connection parameters name a fence slot");
+    waiter_t w0 = {.want = 1};
+    int z = mc__rdma_write_epoch(cl->c, 0, cl->src, NULL, cl->rd, 0, 4096, 0, op_cb, &w0);
+    check(z == -ESTALE && w0.done == 0, "a write of no epoch: %s at once, no callback",
+          err_name(z));
+
+    const uint64_t at = 44 * MiB, N = 12;
+    memset(cl->src, 0, N * MiB);
+    int rc = xfer(cl->c, 1, cl->src, NULL, cl->rd, at, N * MiB, 0, NULL);
+    waiter_t w = {.want = 1};
+    fill_random(cl->src, MiB, 7);
+    int sub = mc__rdma_write_epoch(cl->c, EPOCH - 1, cl->src, NULL, cl->rd, at, MiB, 0, op_cb, &w);
+    int old = sub ? sub : wait_all(&w);
+    int got = xfer(cl->c, 0, cl->dst, NULL, cl->rd, at, MiB, 0, NULL);
+    memset(cl->expect, 0, MiB);
+    check(rc == 0 && old == -ESTALE && got == 0 && memcmp(cl->dst, cl->expect, MiB) == 0,
+          "a write of epoch %d below the fence's %d: %s, nothing of it landed", EPOCH - 1, EPOCH,
+          err_name(old));
+
+    /* Twelve at once, of epochs EPOCH + 1 and EPOCH - 1 in turn, from
+     * both kinds of buffer: one round decides them all. */
+    fill_random(cl->src, N * MiB, 8);
+    int results[12];
+    waiter_t ws[12];
+    for (uint64_t i = 0; i < N; i++) {
+        ws[i] = (waiter_t){.want = 1};
+        uint64_t e = i & 1 ? EPOCH - 1 : EPOCH + 1;
+        sub |= mc__rdma_write_epoch(cl->c, e, cl->src + i * MiB, (i & 2) ? cl->lmr : NULL, cl->rd,
+                                    at + i * MiB, MiB, 0, op_cb, &ws[i]);
+    }
+    int landed = 0, refused = 0, right = !sub;
+    for (uint64_t i = 0; i < N && !sub; i++) {
+        results[i] = wait_all(&ws[i]);
+        landed += results[i] == 0;
+        refused += results[i] == -ESTALE;
+    }
+    got = xfer(cl->c, 0, cl->dst, NULL, cl->rd, at, N * MiB, 0, NULL);
+    for (uint64_t i = 0; i < N && right; i++)
+        right = memcmp(cl->dst + i * MiB, i & 1 ? cl->expect : cl->src + i * MiB, MiB) == 0 &&
+                results[i] == (i & 1 ? -ESTALE : 0);
+    check(right && got == 0 && landed == 6 && refused == 6,
+          "%d writes at once, epochs %d and %d in turn: %d landed, %d refused (ESTALE), the "
+          "bytes of each where they belong",
+          (int)N, EPOCH + 1, EPOCH - 1, landed, refused);
+    mc__rdma_stats_t st;
+    mc__rdma_stats(cl->ctx, &st);
+    check(st.writes_fenced == 8, "counters: %" PRIu64 " writes fenced (want 8)", st.writes_fenced);
+}
+
+/* Reads the node's race report (on_race_tick()) into *r. */
+static int race_report(client_t *cl, race_report_t *r)
+{
+    return xfer(cl->c, 0, (char *)r, NULL, cl->rd, cl->rd->size - 4096, sizeof(*r), 0, NULL);
+}
+
+/* Sets the node's go word (as a write no fence refuses). */
+static int race_go(client_t *cl, uint64_t go)
+{
+    waiter_t w = {.want = 1};
+    int rc = mc__rdma_write_epoch(cl->c, UINT64_MAX / 2, &go, NULL, cl->rd, cl->rd->size - 4096,
+                                  sizeof(go), 0, op_cb, &w);
+    return rc ? rc : wait_all(&w);
+}
+
+/* 5c. The fence under rises: while the node raises its epoch every few
+ * ms, rounds of 8 writes of 64 KiB, each of the epoch last seen enforced,
+ * go to its race region. A write refused (ESTALE) makes the next round
+ * read the report again. No byte of a write may land after its epoch's
+ * end was enforced; some writes must land, and some be refused. */
+static void step_fence_races(client_t *cl)
+{
+    race_report_t r = {0};
+    const uint64_t n = 8, len = RACE_LEN / 8;
+    uint64_t landed = 0, refused = 0, rounds = 0, t0 = mc_loop_now_ms();
+    int rc = race_go(cl, 1);
+    while (rc == 0 && (rc = race_report(cl, &r)) == 0 && r.rises < 200 &&
+           mc_loop_now_ms() - t0 < 20000) {
+        uint64_t e = r.enforced ? r.enforced : EPOCH;
+        memset(cl->src, (int)(e - RACE_BASE), RACE_LEN);
+        waiter_t ws[8];
+        int sub = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            ws[i] = (waiter_t){.want = 1};
+            sub |= mc__rdma_write_epoch(cl->c, e, cl->src + i * len, (i & 1) ? cl->lmr : NULL,
+                                        cl->rd, RACE_AT + i * len, len, 0, op_cb, &ws[i]);
+        }
+        for (uint64_t i = 0; i < n && !sub; i++) {
+            int w = wait_all(&ws[i]);
+            landed += w == 0;
+            refused += w == -ESTALE;
+            if (w && w != -ESTALE)
+                rc = w;
+        }
+        rc = rc ? rc : sub;
+        rounds++;
+    }
+    int stop = race_go(cl, 2);
+    int got = race_report(cl, &r);
+    check(rc == 0 && stop == 0 && got == 0 && r.violations == 0 && r.rises >= 50 && landed > 0 &&
+              refused > 0,
+          "the fence under rises: %" PRIu64 " rises enforced (%" PRIu64 " ticks held back by a "
+          "write in progress), %" PRIu64 " rounds of 8 writes: %" PRIu64 " landed, %" PRIu64
+          " refused; bytes landed after their epoch ended: %" PRIu64 " (%s)",
+          r.rises, r.held, rounds, landed, refused, r.violations,
+          err_name(rc     ? rc
+                   : stop ? stop
+                          : got));
 }
 
 /* 6. Bad arguments fail at once, without a callback. 7. A remote access
@@ -504,7 +715,7 @@ static int step_timeout_and_close(client_t *cl)
 
     waiter_t w = {.want = 2};
     int a = mc__rdma_read(cl->c, cl->dst, cl->lmr, cl->rd, 0, BIG, 0, op_cb, &w);
-    int b = mc__rdma_write(cl->c, cl->src, NULL, cl->rd, 0, MiB, 0, op_cb, &w);
+    int b = mc__rdma_write_epoch(cl->c, EPOCH, cl->src, NULL, cl->rd, 0, MiB, 0, op_cb, &w);
     mc__rdma_close(cl->c);
     int before = w.done;
     rc = a ? a : b ? b : wait_all(&w);
@@ -539,7 +750,7 @@ static void step_node_dies(client_t *cl)
           "the pending READ fails when the node dies: %s after %" PRIu64 " ms (try %d)",
           err_name(rc), took, tries);
     waiter_t w = {.want = 1};
-    int next = mc__rdma_write(cl->c, cl->src, NULL, cl->rd, 0, 4096, 0, op_cb, &w);
+    int next = mc__rdma_write_epoch(cl->c, EPOCH, cl->src, NULL, cl->rd, 0, 4096, 0, op_cb, &w);
     if (next == 0) /* not yet noticed: then it must fail from the loop */
         next = wait_all(&w);
     check(next < 0 && next != -EDEADLK, "the next operation fails: %s", err_name(next));
@@ -612,6 +823,8 @@ static int run_client(const char *connect_to, const char *publish)
     step_round_trips(&cl);
     step_many_and_zeros(&cl);
     step_counters(&cl);
+    step_fence(&cl);
+    step_fence_races(&cl);
     if (step_bad_args_and_rkey(&cl) < 0 || step_timeout_and_close(&cl) < 0)
         return 1;
     step_node_dies(&cl);

@@ -7,7 +7,15 @@
 #   (c) the first node killed: every read fails over to the other replica;
 #   (d) the counters: RDMA carried every byte, TCP none;
 #   (e) the zero-copy API (zc_check): a registered 64 MiB buffer moved by
-#       the NIC itself (rdma_zero_copy_bytes), no staging, no TCP.
+#       the NIC itself (rdma_zero_copy_bytes), no staging, no TCP;
+#   (f) a one-sided write landing after its lease (MC_FAULT_XFER sends a
+#       copy 8 s late) is refused by the segment's fence and spoils no
+#       object that took the space meanwhile: into a node's segment, and
+#       into a master's own;
+#   (g) a writer stopped (SIGSTOP) in the middle of its one-sided writes
+#       holds the fence's rise back until the node revokes its connection;
+#       the space then goes to pinned objects, and when the writer goes on
+#       nothing of it lands there.
 # Prints each check; exits non-zero on the first failure.
 set -u
 IP=$RXE_IP
@@ -37,21 +45,29 @@ die() {
 now() { cut -d' ' -f1 /proc/uptime; }
 # field NAME FILE: the value after NAME in the last "stats:" line of FILE.
 field() { grep 'stats:' "$2" | tail -n 1 | tr ' ' '\n' | grep -A1 -x "$1" | tail -n 1; }
-cli() { mooncake-cli --master $M --auth-secret-file $K --protocol rdma --rdma-device "$RXE_DEV" "$@"; }
+# cli ARGS: mooncake-cli of the master $CM (default $M); used: the bytes
+# its cluster holds.
+cli() { mooncake-cli --master ${CM:-$M} --auth-secret-file $K --protocol rdma --rdma-device "$RXE_DEV" "$@"; }
+used() { cli stats --json | tr -d ' \n' | sed -n 's/.*"used_bytes":\([0-9]*\).*/\1/p'; }
 
 echo "== transport selftest"
 sh /usr/local/bin/vm-selftest.sh || die "rdma_selftest"
 
 echo "== cluster: master, nodes A and B (--protocol rdma, segments 256 MiB)"
-# A TTL longer than part (c) takes under emulation (each client's HELLO/AUTH
-# adds round trips): the killed node must stay listed, for the failover.
-mooncake-master --listen $M --auth-secret-file $K --node-ttl-ms 30000 >$T/master.log 2>&1 &
-pids="$pids $!"
-sleep 0.5
+# start_master ADDR [ARGS]: a master at ADDR (its log master.ADDR.log).
+start_master() {
+    a=$1
+    shift
+    mooncake-master --listen $a --auth-secret-file $K "$@" >$T/master.$a.log 2>&1 &
+    pids="$pids $!"
+    sleep 0.5
+}
+# start_node NAME [MASTER [SIZE]]: node NAME (pid in $nodeNAME, log
+# nodeNAME.log) of MASTER (default $M) with a segment of SIZE (256M).
 start_node() {
     # Not through cli(): $! must be mooncake-cli itself, for the kill -9.
-    mooncake-cli --master $M --auth-secret-file $K --protocol rdma --rdma-device "$RXE_DEV" --log-level info \
-        --segment-size 256M --listen $IP:0 node >$T/node$1.log 2>&1 &
+    mooncake-cli --master ${2:-$M} --auth-secret-file $K --protocol rdma --rdma-device "$RXE_DEV" \
+        --log-level info --segment-size ${3:-256M} --listen $IP:0 node >$T/node$1.log 2>&1 &
     eval "node$1=$!"
     pids="$pids $!"
     i=0
@@ -62,6 +78,9 @@ start_node() {
         sleep 0.1
     done
 }
+# A TTL longer than part (c) takes under emulation (each client's HELLO/AUTH
+# adds round trips): the killed node must stay listed, for the failover.
+start_master $M --node-ttl-ms 30000
 start_node A # first: with equal free space it is every object's first replica
 start_node B
 ok "master and 2 nodes up (RDMA listeners: $(grep -ho 'rdma: listening on [^ ]*' $T/node*.log | tr '\n' ' '))"
@@ -159,6 +178,137 @@ fs_umount $T/fs3.log
 ok "mooncake-fs reads the 64 MiB file after the kill"
 
 kill -INT $nodeB 2>/dev/null
+
+# late_write TAG: a mount of master $CM (the write lease: 1 s, and 8 MiB of
+# space) whose fault injection fails its write at offset 0 at once and
+# sends a copy of the bytes 8 s later, over RDMA: a writer frozen between
+# its check and its post. By then the space is back and pinned objects
+# hold all of it: they must keep their bytes, the copy be refused.
+late_write() {
+    MC_FAULT_XFER="off=0,err=5,delay=8000" mooncake-fs -f --master $CM --auth-secret-file $K \
+        --segment-size 0 --protocol rdma --rdma-device "$RXE_DEV" --cache-timeout 0 /mnt/mc \
+        >$T/late.$1.log 2>&1 &
+    fs=$!
+    i=0
+    until grep -q " /mnt/mc fuse" /proc/mounts; do
+        i=$((i + 1))
+        [ $i -gt 300 ] && die "mooncake-fs did not mount ($1)"
+        kill -0 $fs 2>/dev/null || die "mooncake-fs exited ($1): $(cat $T/late.$1.log)"
+        sleep 0.1
+    done
+    # A write that lands (not at offset 0): the RDMA connection is up.
+    dd if=/dev/zero of=/mnt/mc/probe bs=4096 count=1 seek=256 2>/dev/null || die "the probe write"
+    rm -f /mnt/mc/probe
+    head -c 1048576 /dev/zero | tr '\0' L >$T/L
+    cp $T/L /mnt/mc/late 2>$T/late.err && die "the faulted write succeeded ($1)"
+    i=0
+    until [ "$(used)" = 0 ]; do
+        i=$((i + 1))
+        [ $i -gt 300 ] && die "the failed write's space did not come back ($1: used $(used))"
+        sleep 0.1
+    done
+    n=0
+    vs=""
+    for c in A B C D E F G H I J K M N O P Q; do
+        head -c 1048576 /dev/zero | tr '\0' $c >$T/v$c
+        cli --pin hard put v$1$c $T/v$c 2>/dev/null || break
+        n=$((n + 1))
+        vs="$vs $c"
+    done
+    [ $n -ge 4 ] || die "only $n pinned objects fit ($1)"
+    grep -q "late copy" $T/late.$1.log && die "the late bytes came before the objects: no test"
+    i=0
+    until grep -q "late copy" $T/late.$1.log; do
+        i=$((i + 1))
+        [ $i -gt 300 ] && die "the late copy never went out ($1)"
+        sleep 0.1
+    done
+    for c in $vs; do
+        cli get v$1$c $T/g$c 2>/dev/null || die "get v$1$c"
+        cmp -s $T/v$c $T/g$c || die "object v$1$c was overwritten by the late write" \
+            "($(head -c 8 $T/g$c))"
+    done
+    grep -q "the late copy reached the node: Stale file handle" $T/late.$1.log ||
+        die "the late copy was not refused ($1): $(grep 'late copy' $T/late.$1.log)"
+    kill -INT $fs
+    wait $fs
+    lr=$(fs_bytes $T/late.$1.log rdma)
+    [ "${lr:-0}" -gt 0 ] ||
+        die "the mount moved no bytes over RDMA: $(grep 'bytes moved' $T/late.$1.log)"
+    ok "$n pinned objects intact; the late copy refused (Stale file handle); rdma $lr"
+}
+
+echo "== (f) a one-sided write landing after its lease spoils no other object"
+echo "   into a node's segment (node C, 8 MiB)"
+M2=$IP:50052
+start_master $M2 --put-ttl-ms 1000
+start_node C $M2 8M
+CM=$M2
+late_write node
+echo "   into the master's own segment (8 MiB, served over RDMA)"
+M4=$IP:50054
+start_master $M4 --put-ttl-ms 1000 --segment-size 8M --protocol rdma --rdma-device "$RXE_DEV"
+CM=$M4
+late_write master
+
+echo "== (g) a writer stopped in the middle of its RDMA writes is revoked"
+# Its own master (the write lease: 1 s) and node D (72 MiB). A put of 64
+# MiB is stopped once node D accepted its RDMA connection: its slot keeps
+# the write's epoch, so the rise of the epoch that revokes it (its lease
+# runs out while it is stopped) waits until the node revokes the
+# connection (5 s). Its space then comes back and pinned objects take it;
+# when the writer goes on, its queue pair is gone and nothing lands. A stop
+# that came before the first write was marked proves nothing: try again.
+M3=$IP:50053
+start_master $M3 --put-ttl-ms 1000
+start_node D $M3 72M
+CM=$M3
+held() { grep -q "RDMA peer .* torn down" $T/nodeD.log && [ "$(used)" = 0 ]; }
+revoked=0
+for attempt in 1 2 3; do
+    acc=$(grep -c "rdma: accepted" $T/nodeD.log)
+    # Not through cli(): $! must be mooncake-cli itself, for the SIGSTOP.
+    mooncake-cli --master $M3 --auth-secret-file $K --protocol rdma --rdma-device "$RXE_DEV" \
+        put big $T/in.64M >$T/big.log 2>&1 &
+    w=$!
+    i=0
+    until [ "$(grep -c "rdma: accepted" $T/nodeD.log)" -gt "$acc" ]; do
+        i=$((i + 1))
+        [ $i -gt 600 ] && die "the writer never connected to node D: $(cat $T/big.log)"
+        sleep 0.05
+    done
+    kill -STOP $w
+    i=0
+    until held; do
+        i=$((i + 1))
+        [ $i -gt 200 ] && break
+        sleep 0.1
+    done
+    if held; then
+        revoked=1
+        break
+    fi
+    echo "     attempt $attempt: stopped before a write was marked (used $(used)); again"
+    kill -CONT $w
+    wait $w
+    cli rm -f big >/dev/null 2>&1
+done
+[ $revoked = 1 ] || die "the stopped writer was never revoked: $(tail -n 5 $T/nodeD.log)"
+vs=""
+for c in a b c d e f g h; do
+    head -c 8388608 /dev/zero | tr '\0' $c >$T/w$c
+    cli --pin hard put w$c $T/w$c 2>/dev/null || die "pinned put w$c: the space did not come back"
+    vs="$vs $c"
+done
+kill -CONT $w
+wait $w && die "the revoked writer's put succeeded: $(cat $T/big.log)"
+for c in $vs; do
+    cli get w$c $T/h$c 2>/dev/null || die "get w$c"
+    cmp -s $T/w$c $T/h$c || die "object w$c was overwritten by the revoked writer"
+done
+ok "the stopped writer was revoked ($(grep -o 'RDMA peer [^ ]*' $T/nodeD.log | head -n 1)), its" \
+    "space went to 64 MiB of pinned objects, which kept their bytes when it went on"
+
 kill $pids 2>/dev/null
 wait 2>/dev/null
 echo "cluster test: $fails failure(s)"

@@ -137,12 +137,13 @@ struct env {
     int done, status, fd;
     uint64_t size, fence_off, epoch;
     uint32_t slot;
+    uint32_t alt; /* another number lookup() answers for the segment (0: none) */
 };
 
 static int lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd, uint64_t *epoch)
 {
     struct env *e = arg;
-    if (seg != 7)
+    if (seg != 7 && (!e->alt || seg != e->alt))
         return -ENOENT;
     *base = e->seg.base;
     *size = e->seg.size;
@@ -404,6 +405,82 @@ static void test_fence_holds_against_a_client_racing_the_rise(void **state)
     env_close(&e);
 }
 
+/* Revokes an RDMA peer the data plane gave up on, as the node's does:
+ * the transport tears its queue pair down, then says it left. */
+static mc__data_plane_t *revoking;
+static const void *revoked;
+
+static void revoke_peer(const void *owner)
+{
+    revoked = owner;
+    mc__data_plane_closed(revoking, owner);
+}
+
+/* Slots for writers the node does not see (RDMA connections): they share
+ * the fence with mappings, keep their slots when the segment is mounted
+ * again under another number, and hold a rise back while marked; one that
+ * holds it too long is revoked, which frees its slot and lets the rise
+ * go on. */
+static void test_fence_slots_for_rdma_peers(void **state)
+{
+    struct env e = {0};
+    mc__addr_t a;
+    mc__rpc_client_t *c1;
+    mc__shm_fence_t *f1;
+    int A, B, C; /* three peers */
+    _Atomic uint64_t *ep = NULL;
+
+    mc__log_init("test_shm", MC__LOG_ERROR);
+    env_start(&e, &a);
+    e.epoch = 10;
+    char *m1 = map_client(&e, &c1, &f1);
+    uint32_t s1 = e.slot;
+    mc__data_plane_t *dp = mc__server_data_plane(e.srv);
+    assert_non_null(dp);
+    mc__shm_fence_t *f = mc__seg_fence(e.seg.base, e.seg.size);
+    _Atomic uint64_t *wa = mc__data_plane_fence_join(dp, 7, &A, "10.0.0.2:1", revoke_peer, &ep);
+    assert_non_null(wa);
+    assert_ptr_equal(ep, &f->epoch);
+    assert_ptr_not_equal(wa, &f->busy[s1]);
+    assert_ptr_equal(mc__data_plane_fence_join(dp, 7, &A, "10.0.0.2:1", revoke_peer, &ep), wa);
+    /* Mounted again as segment 8: the same memory, fence and slots. */
+    e.alt = 8;
+    _Atomic uint64_t *wb = mc__data_plane_fence_join(dp, 8, &B, "10.0.0.3:1", revoke_peer, &ep);
+    assert_non_null(wb);
+    assert_ptr_not_equal(wb, wa);
+    assert_ptr_not_equal(wb, &f->busy[s1]);
+    assert_null(mc__data_plane_fence_join(dp, 9, &C, "10.0.0.4:1", revoke_peer, &ep));
+
+    /* A write of 10 marked by A holds a rise to 11 back, under either
+     * number; the fence is raised all the same. */
+    atomic_store(wa, 10);
+    e.epoch = 11;
+    assert_int_equal(mc__server_enforced(e.srv, 8, 11), 10);
+    assert_int_equal(mc__server_enforced(e.srv, 7, 11), 10);
+    assert_int_equal(atomic_load(&f->epoch), 11);
+    atomic_store(wa, 0);
+    assert_int_equal(mc__server_enforced(e.srv, 8, 11), 11);
+
+    /* B stops with a write of 11 marked: it holds a rise to 12 back until
+     * it has done so for held_ms, then it is revoked and its slot freed. */
+    dp->held_ms = 100;
+    revoking = dp;
+    atomic_store(wb, 11);
+    e.epoch = 12;
+    uint64_t t0 = mc_loop_now_ms();
+    assert_int_equal(mc__server_enforced(e.srv, 8, 12), 11);
+    while (mc__server_enforced(e.srv, 8, 12) != 12 && mc_loop_now_ms() - t0 < 3000)
+        settle(&e);
+    assert_ptr_equal(revoked, &B);
+    assert_true(mc_loop_now_ms() - t0 >= 100);
+    assert_int_equal(atomic_load(wb), 0);
+    assert_ptr_equal(mc__data_plane_fence_join(dp, 8, &C, "10.0.0.4:1", revoke_peer, &ep), wb);
+    mc__data_plane_closed(dp, &A);
+    mc__data_plane_closed(dp, &C);
+    munmap(m1, mc__shm_memfd_size(SEG_SIZE));
+    env_close(&e); /* closes c1 */
+}
+
 static void test_shm_map_refused_over_tcp(void **state)
 {
     struct env e = {0};
@@ -428,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_shm_map_refused_over_tcp),
         cmocka_unit_test(test_fence_refuses_old_epochs_and_holds_the_rise_for_copies),
         cmocka_unit_test(test_fence_holds_against_a_client_racing_the_rise),
+        cmocka_unit_test(test_fence_slots_for_rdma_peers),
     };
     alarm(60);
     return cmocka_run_group_tests(tests, NULL, NULL);

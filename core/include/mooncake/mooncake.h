@@ -322,8 +322,8 @@ typedef struct mc_store_stats {
      * buffer (registered with mc_register_buffer()), without staging. */
     uint64_t rdma_zero_copy_bytes;
     /* Pieces of writes refused because their write had ended (by a node,
-     * by the fence of a node's segment mapped here, or by our own
-     * segment): it was revoked or its lease ran out, and its space may be
+     * by the fence of a node's segment mapped here or written over RDMA,
+     * or by our own segment): it was revoked or its lease ran out, and its space may be
      * another object's (a segment's epoch, docs/PROTOCOL.md). */
     uint64_t writes_fenced;
 } mc_store_stats_t;

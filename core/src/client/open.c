@@ -99,10 +99,15 @@ static int serve_embedded(mc_store_t *s, const char *listen)
     mc__svc_set_local_addr(s->svc, mc__server_addr(s->srv));
     mc__svc_set_local_enforced(s->svc, local_enforced, s);
     if (s->rdma && s->seg) {
+        static const uint32_t local = SEG_LOCAL;
         char host[MC__ADDR_STRLEN];
         if ((rc = mc__rdma_host_of(mc__server_addr(s->srv), host, sizeof(host))) < 0 ||
-            (rc = mc__store_rdma_serve(s, host)) < 0 ||
-            (rc = mc__svc_set_local_rdma(s->svc, s->rdma_rec, s->rdma_rec_len)) < 0)
+            (rc = mc__store_rdma_serve(s, host)) < 0)
+            return rc;
+        s->fencer = (mc__rdma_fencer_t){.srv = s->srv, .seg = &local};
+        s->rdma_fenced =
+            mc__rdma_fence_segment(s->rdma, &s->fencer, s->seg, s->seg_size, s->seg_fd) == 0;
+        if ((rc = mc__svc_set_local_rdma(s->svc, s->rdma_rec, s->rdma_rec_len, s->rdma_fenced)) < 0)
             return rc;
     }
     return 0;
@@ -295,12 +300,22 @@ static void remote_closed(mc_store_t *s)
     mc_timer_start(s->loop, &s->drain, 50, 0, stop_cb);
 }
 
+/* Closes the embedded master's server, once its segment's fence is taken
+ * back from the RDMA listener (whose calls reach the server's data plane). */
+static void server_close(mc_store_t *s)
+{
+    if (s->rdma_fenced)
+        mc__rdma_fence(s->rdma, NULL, NULL);
+    s->rdma_fenced = 0;
+    mc__server_close(s->srv);
+    s->srv = NULL;
+}
+
 static void close_on_loop(mc_store_t *s)
 {
     mc_timer_stop(&s->sweep);
     int net = s->remote || s->srv;
-    mc__server_close(s->srv);
-    s->srv = NULL;
+    server_close(s);
     if (net) {
         mc__remote_close(s, remote_closed);
     } else {
@@ -328,8 +343,7 @@ void mc_store_close(mc_store_t *s)
     } else if (s->loop) {
         mc_timer_stop(&s->sweep);
         mc__remote_close(s, NULL);
-        mc__server_close(s->srv);
-        s->srv = NULL;
+        server_close(s);
     }
     /* The loop has stopped (or this is its thread): no operation uses the
      * registration any more; the context's watches leave the loop. */

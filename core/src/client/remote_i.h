@@ -25,6 +25,7 @@
 #include "client/store_i.h"
 #include "master/ids.h"
 #include "runtime/rpc.h"
+#include "server/rdma_setup.h"
 #include "server/server.h"
 #include "transport/transport.h"
 #include "wire/proto.h"
@@ -74,6 +75,8 @@ struct mc__remote {
     uint64_t rec_ack;           /* bytes of the last RECORDS_TAKE answer applied */
     uint64_t run;               /* the master run our segment was last mounted at (0: none) */
     uint64_t epoch;             /* our segment's: WRITEs below it are refused (proto.h) */
+    int rdma_fenced;            /* RDMA peers write through our segment's fence (node.c) */
+    mc__rdma_fencer_t fencer;   /* what gives them their slots */
     int rtaking;                /* a RECORDS_TAKE in flight */
     int reporting; /* records follow our mount: until the report's last call is answered */
     size_t rep_at; /* the next bucket of recs to report (SIZE_MAX: the last is sent) */

@@ -11,6 +11,7 @@
 
 #include "master/master.h"
 #include "mooncake/mooncake.h"
+#include "server/rdma_setup.h"
 
 struct mc__remote;
 struct mc__svc;
@@ -57,8 +58,10 @@ struct mc_store {
     struct mc__rdma_mr *seg_mr; /* the segment, registered for peers; or NULL */
     char *rdma_rec;             /* the segment's RDMA record, published */
     size_t rdma_rec_len;
-    mc_store_stats_t st;  /* updated with mc__count() on the loop thread */
-    mc__op_metrics_t opm; /* updated by mc__op_finish() */
+    mc__rdma_fencer_t fencer; /* an embedded master's segment's fence for RDMA peers (open.c) */
+    int rdma_fenced;          /* ... given to the listener */
+    mc_store_stats_t st;      /* updated with mc__count() on the loop thread */
+    mc__op_metrics_t opm;     /* updated by mc__op_finish() */
     mc_timer_t sweep;
     mc_timer_t drain; /* closing: lets connections finish */
     int thread_started;

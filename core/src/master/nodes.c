@@ -97,9 +97,10 @@ int mc__svc_seg_fenced(mc__svc_t *svc, uint32_t seg, uint64_t epoch)
         if (svc->local_enforced &&
             svc->local_enforced(svc->local_enforced_arg, seg, si->epoch) < epoch)
             return 0;
-        /* Checked unless served over RDMA: its data plane checks WRITEs and
-         * mappings' copies, and our own process copies on this thread. */
-        return svc->local_rdma ? 1 : 2;
+        /* Checked unless served over RDMA without a fence: its data plane
+         * checks WRITEs, mappings' copies and RDMA peers' writes (its
+         * fence), and our own process copies on this thread. */
+        return svc->local_rdma && !svc->local_rdma_fenced ? 1 : 2;
     }
     if (!si)
         return 1;
@@ -127,9 +128,12 @@ static int blob_set(char **dst, uint32_t *dlen, const void *src, size_t len)
     return 0;
 }
 
-int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len)
+int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len, int fenced)
 {
-    return blob_set(&svc->local_rdma, &svc->local_rdma_len, rec, len);
+    int rc = blob_set(&svc->local_rdma, &svc->local_rdma_len, rec, len);
+    if (rc == 0)
+        svc->local_rdma_fenced = fenced;
+    return rc;
 }
 
 static void pend_add(void *arg, uint32_t seg)

@@ -81,9 +81,11 @@ void mc__svc_set_local_addr(mc__svc_t *svc, const char *addr);
 
 /*
  * Sets the RDMA record published with the local segments (rec[0..len),
- * copied; len 0 clears it). Returns 0 or -ENOMEM.
+ * copied; len 0 clears it), and whether their RDMA peers write through
+ * the segment's fence (fenced: transport_rdma.h, "Fences"; then they still
+ * count as checked). Returns 0 or -ENOMEM.
  */
-int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len);
+int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len, int fenced);
 
 /*
  * Handles one request of operation op from owner (a connection id) at time

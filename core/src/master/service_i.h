@@ -109,6 +109,7 @@ struct mc__svc {
     char *local_addr;
     char *local_rdma; /* RDMA record of the local segments (NULL: none) */
     uint32_t local_rdma_len;
+    int local_rdma_fenced;              /* its RDMA peers write through the segment's fence */
     mc__svc_enforced_fn local_enforced; /* mc__svc_set_local_enforced() */
     void *local_enforced_arg;
     uint64_t nodes_expired, objects_lost, puts_expired, replicas_dropped;
@@ -159,7 +160,8 @@ seginfo_t *mc__svc_seg_info(mc__svc_t *svc, uint32_t id);
 uint64_t mc__svc_seg_fence(mc__svc_t *svc, uint32_t seg);
 /* Whether segment seg's node enforces epoch: 0 not yet, 1 it does (or
  * the segment is gone), 2 it does and every write there passed its check
- * (MC__MOUNT_CHECKED; for our own segment, unless served over RDMA): no
+ * (MC__MOUNT_CHECKED; for our own segment, unless served over RDMA
+ * without a fence): no
  * write lease need run out as well. */
 int mc__svc_seg_fenced(mc__svc_t *svc, uint32_t seg, uint64_t epoch);
 /* Drops segment id and every replica on it (see nodes.c). */

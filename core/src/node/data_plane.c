@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -150,26 +151,40 @@ int mc__data_plane_placed(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h
     return mc__rpc_reply(c, h, 0, NULL, 0);
 }
 
-static mc__shm_seg_t *shm_seg_find(const mc__data_plane_t *p, uint32_t seg)
+static mc__shm_seg_t *shm_seg_find(const mc__data_plane_t *p, const mc__shm_fence_t *f)
 {
     for (uint32_t i = 0; i < p->nshm_segs; i++)
-        if (p->shm_segs[i].seg == seg)
+        if (p->shm_segs[i].f == f)
             return &p->shm_segs[i];
     return NULL;
 }
 
-/* The process of the client holding slot of seg (0: none). */
-static int slot_pid(const mc__data_plane_t *p, uint32_t seg, uint32_t slot)
+/* The fence of our segment seg, or NULL (none: not ours, or no memfd). */
+static mc__shm_fence_t *seg_fence(const mc__data_plane_t *p, uint32_t seg, uint64_t *epoch)
+{
+    char *base;
+    uint64_t size, now;
+    int fd;
+    if (p->lookup(p->arg, seg, &base, &size, &fd, &now) < 0 || fd < 0)
+        return NULL;
+    if (epoch)
+        *epoch = now;
+    return mc__seg_fence(base, size);
+}
+
+/* The holder of slot of ss's fence, or NULL. */
+static mc__shm_user_t *slot_user(const mc__data_plane_t *p, const mc__shm_seg_t *ss, uint32_t slot)
 {
     for (uint32_t i = 0; i < p->nusers; i++)
-        if (p->users[i].seg == seg && p->users[i].slot == slot)
-            return p->users[i].pid;
-    return 0;
+        if (p->users[i].f == ss->f && p->users[i].slot == slot)
+            return &p->users[i];
+    return NULL;
 }
 
 /* A copy of epoch in slot holds back ss's rise to want: logged once when
- * the same copy has held it MC__FENCE_HELD_WARN_MS. */
-static void fence_held(const mc__data_plane_t *p, mc__shm_seg_t *ss, uint32_t slot, uint64_t epoch,
+ * the same copy has held it p->held_ms, and then revoked if its holder
+ * can be (which frees the slot). */
+static void fence_held(mc__data_plane_t *p, mc__shm_seg_t *ss, uint32_t slot, uint64_t epoch,
                        uint64_t want)
 {
     uint64_t now = mc_loop_now_ms();
@@ -180,21 +195,33 @@ static void fence_held(const mc__data_plane_t *p, mc__shm_seg_t *ss, uint32_t sl
         ss->held_said = 0;
         return;
     }
-    if (ss->held_said || now - ss->held_since_ms < MC__FENCE_HELD_WARN_MS)
+    if (ss->held_said ||
+        now - ss->held_since_ms < (p->held_ms ? p->held_ms : MC__FENCE_HELD_WARN_MS))
         return;
     ss->held_said = 1;
+    mc__shm_user_t *u = slot_user(p, ss, slot);
+    if (u && u->revoke) {
+        mc__log(MC__LOG_WARN,
+                "segment %u: RDMA peer %s (fence slot %u) has held a write of epoch %llu open "
+                "for %llu s; its connection is torn down, so that nothing of it lands any more "
+                "and the writes that ended there give their space back (epoch %llu)",
+                ss->seg, u->peer, slot, (unsigned long long)epoch,
+                (unsigned long long)((now - ss->held_since_ms) / 1000), (unsigned long long)want);
+        u->revoke(u->owner); /* calls mc__data_plane_closed(): u is gone */
+        return;
+    }
     mc__log(MC__LOG_WARN,
             "segment %u: process %d (fence slot %u) has been copying a write of epoch %llu into "
             "it for %llu s; the space of writes that ended there waits until that copy ends "
             "(epoch %llu) or the process exits (is it stopped?)",
-            ss->seg, slot_pid(p, ss->seg, slot), slot, (unsigned long long)epoch,
+            ss->seg, u ? u->pid : 0, slot, (unsigned long long)epoch,
             (unsigned long long)((now - ss->held_since_ms) / 1000), (unsigned long long)want);
 }
 
-/* Raises seg's fence to epoch (clients start no copy below it from now
+/* Raises ss's fence to epoch (clients start no copy below it from now
  * on), then returns the lowest epoch below it of a copy in progress, or
  * epoch. Stores, then loads: see shm.h. */
-static uint64_t fence_enforced(const mc__data_plane_t *p, mc__shm_seg_t *ss, uint64_t epoch)
+static uint64_t fence_enforced(mc__data_plane_t *p, mc__shm_seg_t *ss, uint64_t epoch)
 {
     if (atomic_load(&ss->f->epoch) < epoch)
         atomic_store(&ss->f->epoch, epoch);
@@ -218,7 +245,8 @@ static uint64_t fence_enforced(const mc__data_plane_t *p, mc__shm_seg_t *ss, uin
 
 uint64_t mc__data_plane_enforced(mc__data_plane_t *p, uint32_t seg, uint64_t epoch)
 {
-    mc__shm_seg_t *ss = shm_seg_find(p, seg);
+    mc__shm_fence_t *f = p->nshm_segs ? seg_fence(p, seg, NULL) : NULL;
+    mc__shm_seg_t *ss = f ? shm_seg_find(p, f) : NULL;
     uint64_t low = ss ? fence_enforced(p, ss, epoch) : epoch;
     for (uint32_t i = 0; i < p->nplacing; i++)
         if (p->placing[i].seg == seg && p->placing[i].epoch < low)
@@ -241,14 +269,16 @@ void mc__data_plane_fini(mc__data_plane_t *p)
 
 /* ---- fences of mapped segments (shm.h) ---- */
 
-/* The fence state of seg (a memfd segment at base, size bytes, now at
- * epoch), made on its first mapping; NULL without memory. */
-static mc__shm_seg_t *shm_seg_get(mc__data_plane_t *p, uint32_t seg, char *base, uint64_t size,
+/* The fence state of f, our segment seg's fence (now at epoch), made when
+ * it is first handed out; NULL without memory. */
+static mc__shm_seg_t *shm_seg_get(mc__data_plane_t *p, uint32_t seg, mc__shm_fence_t *f,
                                   uint64_t epoch)
 {
-    mc__shm_seg_t *ss = shm_seg_find(p, seg);
-    if (ss)
+    mc__shm_seg_t *ss = shm_seg_find(p, f);
+    if (ss) {
+        ss->seg = seg;
         return ss;
+    }
     ss = realloc(p->shm_segs, sizeof(*ss) * (p->nshm_segs + 1));
     if (!ss)
         return NULL;
@@ -256,17 +286,20 @@ static mc__shm_seg_t *shm_seg_get(mc__data_plane_t *p, uint32_t seg, char *base,
     ss = &p->shm_segs[p->nshm_segs++];
     memset(ss, 0, sizeof(*ss));
     ss->seg = seg;
-    ss->f = mc__seg_fence(base, size);
-    atomic_store(&ss->f->epoch, epoch);
+    ss->f = f;
+    if (atomic_load(&f->epoch) < epoch)
+        atomic_store(&f->epoch, epoch);
     return ss;
 }
 
-/* c's slot in ss's fence: the one it holds, or a free one it now holds.
- * Returns the slot, -EBUSY when none is free, or -ENOMEM. */
-static int64_t user_slot(mc__data_plane_t *p, const mc__conn_t *c, mc__shm_seg_t *ss)
+/* owner's slot in ss's fence: the one it holds, or a free one it now
+ * holds (pid, peer and revoke as mc__shm_user_t). Returns the slot,
+ * -EBUSY when none is free, or -ENOMEM. */
+static int64_t user_slot(mc__data_plane_t *p, const void *owner, mc__shm_seg_t *ss, int pid,
+                         const char *peer, void (*revoke)(const void *owner))
 {
     for (uint32_t i = 0; i < p->nusers; i++)
-        if (p->users[i].c == c && p->users[i].seg == ss->seg)
+        if (p->users[i].owner == owner && p->users[i].f == ss->f)
             return p->users[i].slot;
     uint32_t slot = 0;
     while (slot < MC__SHM_FENCE_SLOTS && (ss->used[slot / 64] >> (slot % 64) & 1))
@@ -277,27 +310,44 @@ static int64_t user_slot(mc__data_plane_t *p, const mc__conn_t *c, mc__shm_seg_t
     if (!nu)
         return -ENOMEM;
     p->users = nu;
-    pid_t pid = 0;
-    mc__conn_peer_cred(c, NULL, &pid);
-    p->users[p->nusers++] = (mc__shm_user_t){.c = c, .seg = ss->seg, .slot = slot, .pid = pid};
+    mc__shm_user_t *u = &p->users[p->nusers++];
+    *u = (mc__shm_user_t){.owner = owner, .f = ss->f, .slot = slot, .pid = pid, .revoke = revoke};
+    snprintf(u->peer, sizeof(u->peer), "%s", peer ? peer : "");
     ss->used[slot / 64] |= 1ull << (slot % 64);
     atomic_store(&ss->f->busy[slot], 0);
     return slot;
 }
 
+_Atomic uint64_t *mc__data_plane_fence_join(mc__data_plane_t *p, uint32_t seg, const void *owner,
+                                            const char *peer, void (*revoke)(const void *owner),
+                                            _Atomic uint64_t **epoch)
+{
+    uint64_t now;
+    mc__shm_fence_t *f = seg_fence(p, seg, &now);
+    mc__shm_seg_t *ss = f ? shm_seg_get(p, seg, f, now) : NULL;
+    int64_t slot = ss ? user_slot(p, owner, ss, 0, peer, revoke) : -ENOENT;
+    if (slot < 0) {
+        mc__log(MC__LOG_WARN, "segment %u: no fence slot for RDMA peer %s: %s", seg, peer,
+                strerror((int)-slot));
+        return NULL;
+    }
+    *epoch = &f->epoch;
+    return &f->busy[slot];
+}
+
 int mc__data_plane_maps(const mc__data_plane_t *p, const mc__conn_t *c)
 {
     for (uint32_t i = 0; i < p->nusers; i++)
-        if (p->users[i].c == c)
+        if (p->users[i].owner == c)
             return 1;
     return 0;
 }
 
-void mc__data_plane_closed(mc__data_plane_t *p, const mc__conn_t *c)
+void mc__data_plane_closed(mc__data_plane_t *p, const void *owner)
 {
     for (uint32_t i = 0; i < p->nusers;) {
         mc__shm_user_t *u = &p->users[i];
-        mc__shm_seg_t *ss = u->c == c ? shm_seg_find(p, u->seg) : NULL;
+        mc__shm_seg_t *ss = u->owner == owner ? shm_seg_find(p, u->f) : NULL;
         if (!ss) {
             i++;
             continue;
@@ -326,8 +376,10 @@ static int do_shm_map(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, co
         return mc__rpc_reply(c, h, -ENOENT, NULL, 0);
     if (fd < 0)
         return mc__rpc_reply(c, h, -EOPNOTSUPP, NULL, 0);
-    mc__shm_seg_t *ss = shm_seg_get(p, seg, base, size, epoch);
-    int64_t slot = ss ? user_slot(p, c, ss) : -ENOMEM;
+    mc__shm_seg_t *ss = shm_seg_get(p, seg, mc__seg_fence(base, size), epoch);
+    pid_t pid = 0;
+    mc__conn_peer_cred(c, NULL, &pid);
+    int64_t slot = ss ? user_slot(p, c, ss, pid, NULL, NULL) : -ENOMEM;
     if (slot < 0)
         return mc__rpc_reply(c, h, (int)slot, NULL, 0);
     char resp[20];

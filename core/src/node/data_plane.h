@@ -33,10 +33,12 @@ typedef struct mc__placing {
     uint32_t n;
 } mc__placing_t;
 
-/* A segment whose memfd was handed out (SHM_MAP): its fence (shm.h) and
- * the fence's slots in use. */
+/* A segment whose fence (shm.h) was handed out: to clients that mapped its
+ * memfd (SHM_MAP) and to RDMA connections (mc__data_plane_fence_join());
+ * the fence's slots in use. Found by the fence: a segment mounted again
+ * under another number keeps its fence and its slots. */
 typedef struct mc__shm_seg {
-    uint32_t seg;
+    uint32_t seg; /* the number it was last handed out under */
     mc__shm_fence_t *f;
     uint64_t used[(MC__SHM_FENCE_SLOTS + 63) / 64];
     /* The copy in progress that last held a rise back, since when, and
@@ -48,15 +50,20 @@ typedef struct mc__shm_seg {
 
 /* A copy that holds a rise back this long is logged (once): its client is
  * stopped or hung in the middle of it, and the space of the writes that
- * ended there waits for it. */
+ * ended there waits for it. A holder that can be revoked (an RDMA
+ * connection: its queue pair torn down, after which nothing it sent
+ * lands) is revoked then, and the rise goes on. */
 #define MC__FENCE_HELD_WARN_MS 5000
 
-/* A fence slot, held by the connection that mapped its segment until it
- * closes. */
+/* A fence slot, held by its owner (the connection that mapped its
+ * segment, or an RDMA connection) until that closes. */
 typedef struct mc__shm_user {
-    const mc__conn_t *c;
-    uint32_t seg, slot;
-    int pid; /* the client's process (SO_PEERCRED), for logs */
+    const void *owner;
+    mc__shm_fence_t *f;
+    uint32_t slot;
+    int pid;                           /* the client's process (SO_PEERCRED), for logs; 0: peer */
+    char peer[48];                     /* an RDMA peer's address, for logs */
+    void (*revoke)(const void *owner); /* ends owner's writes for good, or NULL */
 } mc__shm_user_t;
 
 /* A data plane: filled in by its owner, which keeps it. */
@@ -64,6 +71,8 @@ typedef struct mc__data_plane {
     mc__seg_lookup_fn lookup;
     void *arg;
     int shm;                /* answer SHM_MAP (on a Unix conn only); 0: -EOPNOTSUPP */
+    uint64_t held_ms;       /* a copy holding a rise back this long is logged or
+                               revoked (0: MC__FENCE_HELD_WARN_MS) */
     mc__placing_t *placing; /* [0, nplacing), room for cplacing (free()) */
     uint32_t nplacing, cplacing;
     mc__shm_seg_t *shm_segs; /* [0, nshm_segs) (free()) */
@@ -121,8 +130,8 @@ void mc__data_plane_unplace(mc__data_plane_t *p, const mc__placing_t *pl);
  * What the plane enforces of segment seg's epoch: epoch (the lookup's,
  * which it refuses WRITEs below), or the lowest epoch below it of a WRITE
  * still being received into seg (its bytes may land until it ends) or of
- * a copy in progress in a fence slot of a client that mapped seg (which
- * from now on starts none below epoch). A master hands space of a write
+ * a write in progress in a fence slot, of a client that mapped seg or of
+ * an RDMA peer (which from now on start none below epoch). A master hands space of a write
  * that ended to others only once the epoch raised for it is enforced.
  */
 uint64_t mc__data_plane_enforced(mc__data_plane_t *p, uint32_t seg, uint64_t epoch);
@@ -132,10 +141,26 @@ uint64_t mc__data_plane_enforced(mc__data_plane_t *p, uint32_t seg, uint64_t epo
  * keep its slot), and tells the plane when it closes. */
 int mc__data_plane_maps(const mc__data_plane_t *p, const mc__conn_t *c);
 
-/* c closed: its fence slots are cleared and free again. The peer is gone
- * (a process that died, or a client that closed it between copies), so no
- * copy of its is in progress. */
-void mc__data_plane_closed(mc__data_plane_t *p, const mc__conn_t *c);
+/*
+ * mc__data_plane_fence_join() gives owner, a writer into segment seg that
+ * passes no check of ours (an RDMA connection's one-sided writes), a slot
+ * of seg's fence, as SHM_MAP gives a mapping one: owner marks there the
+ * epoch of each write before it starts it (shm.h). peer names it in logs;
+ * revoke (or NULL) ends its writes for good when a copy of its holds a
+ * rise back too long (MC__FENCE_HELD_WARN_MS), and must then call
+ * mc__data_plane_closed(owner) (it may do so from within). Returns the
+ * slot's word and sets *epoch to the fence's epoch, or NULL: seg is not a
+ * memfd segment of ours (no fence), every slot is taken, or no memory.
+ */
+_Atomic uint64_t *mc__data_plane_fence_join(mc__data_plane_t *p, uint32_t seg, const void *owner,
+                                            const char *peer, void (*revoke)(const void *owner),
+                                            _Atomic uint64_t **epoch);
+
+/* owner (a connection, or an RDMA connection given a slot) closed: its
+ * fence slots are cleared and free again. Its writes are over for good (a
+ * process that died, a client that closed it between copies, a queue pair
+ * destroyed), so none of its is in progress. */
+void mc__data_plane_closed(mc__data_plane_t *p, const void *owner);
 
 /* Frees what p holds (not p). */
 void mc__data_plane_fini(mc__data_plane_t *p);

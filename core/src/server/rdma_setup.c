@@ -1,7 +1,7 @@
 /*
  * rdma_setup.c - setting a process up for RDMA (see rdma_setup.h): the
  * protocol a store asked for, the device it opens, and a node's segment
- * offered to peers.
+ * offered to peers, with its fence.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -10,6 +10,7 @@
 
 #include "runtime/log.h"
 #include "server/rdma_setup.h"
+#include "transport/shm.h"
 
 int mc__xport_parse(const char *s)
 {
@@ -103,4 +104,43 @@ int mc__rdma_host_of(const char *addr, char *host, size_t cap)
     memcpy(host, h, n);
     host[n] = '\0';
     return 0;
+}
+
+/* ---- the fence (transport_rdma.h, "Fences") ---- */
+
+static void fence_revoke(const void *owner)
+{
+    mc__rdma_revoke((mc__rdma_conn_t *)(uintptr_t)owner);
+}
+
+static _Atomic uint64_t *fence_join(void *arg, mc__rdma_conn_t *c, const char *peer)
+{
+    mc__rdma_fencer_t *f = arg;
+    mc__data_plane_t *dp = mc__server_data_plane(f->srv);
+    _Atomic uint64_t *epoch;
+    if (!dp)
+        return NULL;
+    return mc__data_plane_fence_join(dp, *f->seg, c, peer, fence_revoke, &epoch);
+}
+
+static void fence_leave(void *arg, mc__rdma_conn_t *c)
+{
+    mc__rdma_fencer_t *f = arg;
+    mc__data_plane_t *dp = mc__server_data_plane(f->srv);
+    if (dp)
+        mc__data_plane_closed(dp, c);
+}
+
+int mc__rdma_fence_segment(mc__rdma_ctx_t *ctx, mc__rdma_fencer_t *f, char *base, uint64_t size,
+                           int fd)
+{
+    mc__rdma_fence_ops_t ops = {.join = fence_join, .leave = fence_leave, .arg = f};
+    int rc = fd < 0 ? -ENOTSUP : mc__rdma_fence(ctx, &mc__seg_fence(base, size)->epoch, &ops);
+    if (fd < 0)
+        mc__log(MC__LOG_WARN, "the segment is in a file: RDMA peers' writes into it pass no "
+                              "fence, and the space of writes that ended there waits out their "
+                              "lease");
+    else if (rc < 0)
+        mc__log(MC__LOG_WARN, "RDMA peers' writes pass no fence: %s", strerror(-rc));
+    return rc;
 }

@@ -2,7 +2,7 @@
  * rdma_setup.h - setting a process up for RDMA: which transport a store
  * asked for (mc_store_opts_t.protocol, --protocol), opening the device it
  * uses, and offering a node's segment to peers (registered, an rdma_cm
- * listener, the record to publish with MOUNT_SEGMENT). Used by a store
+ * listener, the record to publish with MOUNT_SEGMENT, its fence). Used by a store
  * (client/store.c, client/node.c) and by mooncake-master with a segment;
  * the transport itself is transport/transport_rdma.h. Always built: without
  * RDMA, mc__rdma_open() says so and mc__rdma_serve() fails with -ENOTSUP.
@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "mooncake/loop.h"
+#include "server/server.h"
 #include "transport/transport_rdma.h"
 
 /* A store's data transport (mc_store_opts_t.protocol). */
@@ -55,6 +56,32 @@ int mc__rdma_open(mc_loop_t *l, int xport, const char *devices, uint64_t timeout
  */
 int mc__rdma_serve(mc__rdma_ctx_t *ctx, void *base, size_t size, const char *host,
                    mc__rdma_mr_t **mr, char **rec, size_t *rec_len);
+
+/*
+ * A fence for what a process serves over RDMA (transport_rdma.h,
+ * "Fences"): each connection its listener accepts gets a slot of the
+ * segment's fence from srv's data plane (node/data_plane.h), as segment
+ * *seg there (read at each connection: a node's number changes when it
+ * mounts again), and is revoked when a write of its holds an epoch's rise
+ * back too long. The
+ * caller keeps it while the fence is given (mc__rdma_fence_segment()).
+ */
+typedef struct mc__rdma_fencer {
+    mc__server_t *srv;
+    const uint32_t *seg;
+} mc__rdma_fencer_t;
+
+/*
+ * mc__rdma_fence_segment() gives ctx's listener the fence of segment
+ * [base, base + size), a memfd's (fd; its fence follows it,
+ * transport/shm.h), with slots from f. Returns 0, or -ENOTSUP (fd -1: a
+ * segment in a file has no fence; without RDMA), or the errors of
+ * mc__rdma_fence(); a segment left without a fence is logged.
+ * mc__rdma_fence(ctx, NULL, NULL) takes it back: do that before f's
+ * server closes.
+ */
+int mc__rdma_fence_segment(mc__rdma_ctx_t *ctx, mc__rdma_fencer_t *f, char *base, uint64_t size,
+                           int fd);
 
 /* Writes the host part of a data address ("10.0.0.1:7100", "[fe80::1]:7100"),
  * the host an RDMA listener binds, into host[0..cap). Returns 0,

@@ -539,3 +539,8 @@ uint64_t mc__server_enforced(mc__server_t *srv, uint32_t seg, uint64_t epoch)
 {
     return srv ? mc__data_plane_enforced(&srv->data, seg, epoch) : epoch;
 }
+
+mc__data_plane_t *mc__server_data_plane(mc__server_t *srv)
+{
+    return srv && srv->o.seg_lookup ? &srv->data : NULL;
+}

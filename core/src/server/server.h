@@ -99,4 +99,8 @@ void mc__server_close(mc__server_t *srv);
  * (mc__data_plane_enforced(); srv NULL: epoch). */
 uint64_t mc__server_enforced(mc__server_t *srv, uint32_t seg, uint64_t epoch);
 
+/* Its data plane (for fence slots of writers it does not see, such as RDMA
+ * connections: mc__data_plane_fence_join()), or NULL: it has none. */
+mc__data_plane_t *mc__server_data_plane(mc__server_t *srv);
+
 #endif /* MC_SERVER_H */

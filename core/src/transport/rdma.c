@@ -38,8 +38,8 @@ static int rdma_move(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb c
     rp->cb = cb;
     rp->arg = arg;
     memcpy(&rp->rd, ep->rdma.desc, dsz);
-    int rc = p->write ? mc__rdma_write(ep->rdma.c, p->buf, p->mr, &rp->rd, p->off, p->len,
-                                       p->timeout_ms, rdma_done, rp)
+    int rc = p->write ? mc__rdma_write_epoch(ep->rdma.c, p->epoch, p->buf, p->mr, &rp->rd, p->off,
+                                             p->len, p->timeout_ms, rdma_done, rp)
                       : mc__rdma_read(ep->rdma.c, p->buf, p->mr, &rp->rd, p->off, p->len,
                                       p->timeout_ms, rdma_done, rp);
     if (rc < 0)

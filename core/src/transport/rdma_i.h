@@ -11,6 +11,7 @@
 #define MC_RDMA_I_H
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "transport/transport_rdma.h"
@@ -49,6 +50,8 @@ typedef struct op {
     mc_timer_t timer;
     mc__rdma_cb cb;
     void *arg;
+    uint64_t epoch; /* a write's, on a fenced connection (rdma_io.c) */
+    int admitted;   /* it passed the fence (or needs not): its bytes may go */
 } op_t;
 
 typedef struct slot {
@@ -92,6 +95,21 @@ struct mc__rdma_conn {
     op_t *head, *tail; /* queued operations */
     op_t *issue;       /* the first with bytes not yet posted */
     char peer[64];
+    /* Client of a node with a fence (rdma_io.c): where its epoch and our
+     * slot are, what our slot holds as posted (0, or the lowest epoch of
+     * the writes admitted and not done, and of those a READ in flight
+     * decides), that READ (it decides the writes queued up to read_upto),
+     * and the marks and READs posted and not completed. */
+    int fenced, reading;
+    uint64_t fence_addr, slot_addr;
+    uint32_t fence_rkey, slot_rkey;
+    uint64_t mark;
+    op_t *read_upto;
+    uint32_t ctrl_inflight, ctrl_next;
+    uint64_t *ctrl; /* in the staging region: [0] the READ's target, [1..] marks' sources */
+    /* Node: the slot of our fence this connection writes its marks to. */
+    _Atomic uint64_t *slot;
+    struct ibv_mr *slot_mr;
 };
 
 struct mc__rdma_ctx {
@@ -108,7 +126,19 @@ struct mc__rdma_ctx {
     mc__rdma_mr_t *mrs;
     mc__rdma_stats_t st;
     char devname[64];
+    /* A node's fence (mc__rdma_fence()): its epoch word, registered for
+     * peers' READs, and who gives connections their slots. */
+    _Atomic uint64_t *fence_epoch;
+    struct ibv_mr *epoch_mr;
+    mc__rdma_fence_ops_t fence;
 };
+
+/* The work requests of the fence (rdma_io.c): a mark or a READ of the
+ * epoch; at most MC__RDMA_CTRL_MAX posted at once, beyond the slots. */
+#define MC__RDMA_WR_MARK ((uint64_t)-1)
+#define MC__RDMA_WR_FENCE ((uint64_t)-2)
+#define MC__RDMA_CTRL_MAX 3
+#define MC__RDMA_CTRL_WORDS 8 /* the READ's target and a ring of marks' sources */
 
 /* -errno of a failed verbs/rdma_cm call that set errno, never 0. */
 static inline int err_of(int fallback)

@@ -7,6 +7,16 @@
  * the caller's buffer is not registered) from post to completion; the slots
  * bound what is in flight. An RC send queue completes in order, so
  * operations complete in the order they were queued.
+ *
+ * On a connection to a node with a fence (transport_rdma.h, "Fences") a
+ * write is admitted before its first slice: when c->issue reaches one that
+ * is not, the writes queued so far are decided together by one round, a
+ * mark of the lowest epoch among them and those admitted (when that is
+ * below what the slot holds) and a READ of the fence's epoch after it;
+ * the READ's completion admits each write of that epoch or above and fails
+ * the others with -ESTALE. Once writes complete, the slot is set to what
+ * those left need (0: none). Marks and READs are few (MC__RDMA_CTRL_MAX)
+ * and go beyond the slots.
  */
 #ifdef MC_HAVE_RDMA
 
@@ -154,10 +164,129 @@ static void unlink_op(mc__rdma_conn_t *c, op_t *op)
         c->tail = prev;
 }
 
+/* ---- the fence (see the top of this file) ---- */
+
+/* Posts a mark of v to our slot (read 0) or a READ of the fence's epoch
+ * (read 1). Returns 0, or -1 when the connection failed. */
+static int post_ctrl(mc__rdma_conn_t *c, int read, uint64_t v)
+{
+    uint64_t *w = &c->ctrl[0];
+    if (!read) {
+        /* A ring of sources: with at most MC__RDMA_CTRL_MAX posted, the one
+         * reused here completed. */
+        w = &c->ctrl[1 + c->ctrl_next++ % (MC__RDMA_CTRL_WORDS - 1)];
+        *w = v;
+    }
+    struct ibv_sge sge = {(uintptr_t)w, sizeof(*w), c->stage_mr->lkey};
+    struct ibv_send_wr wr = {
+        .wr_id = read ? MC__RDMA_WR_FENCE : MC__RDMA_WR_MARK,
+        .sg_list = &sge,
+        .num_sge = 1,
+        .opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE,
+        .send_flags = IBV_SEND_SIGNALED,
+        .wr.rdma = {.remote_addr = read ? c->fence_addr : c->slot_addr,
+                    .rkey = read ? c->fence_rkey : c->slot_rkey},
+    };
+    struct ibv_send_wr *bad;
+    int rc = ibv_post_send(c->qp, &wr, &bad);
+    if (rc) {
+        mc__log(MC__LOG_WARN, "rdma: posting to %s's fence failed: %s", c->peer, strerror(rc));
+        mc__rdma_conn_fail(c, -EIO);
+        return -1;
+    }
+    c->ctrl_inflight++;
+    c->ctx->st.fence_wrs++;
+    return 0;
+}
+
+/* What our slot must hold: the lowest epoch of the writes admitted and not
+ * done, and of every write queued up to upto (or NULL); 0 if none. */
+static uint64_t mark_wanted(const mc__rdma_conn_t *c, const op_t *upto)
+{
+    uint64_t low = 0;
+    int covered = upto != NULL;
+    for (const op_t *op = c->head; op; op = op->next) {
+        if (op->write && (op->admitted || covered) && (!low || op->epoch < low))
+            low = op->epoch;
+        if (op == upto)
+            covered = 0;
+    }
+    return low;
+}
+
+/* Moves the fence along for c->issue: starts a round for it when it must
+ * pass the fence and none is in flight, else brings the slot to what the
+ * admitted writes need. Whether c->issue may post. */
+static int fence_step(mc__rdma_conn_t *c)
+{
+    op_t *op = c->issue;
+    int waits = op && op->write && !op->admitted;
+    if (c->reading)
+        return !waits;
+    if (waits && c->ctrl_inflight + 2 <= MC__RDMA_CTRL_MAX) {
+        uint64_t want = mark_wanted(c, c->tail);
+        if (want != c->mark && post_ctrl(c, 0, want) < 0)
+            return 0;
+        c->mark = want;
+        if (post_ctrl(c, 1, 0) < 0)
+            return 0;
+        c->reading = 1;
+        c->read_upto = c->tail;
+    } else if (!waits && c->ctrl_inflight < MC__RDMA_CTRL_MAX) {
+        uint64_t want = mark_wanted(c, NULL);
+        if (want != c->mark && post_ctrl(c, 0, want) == 0)
+            c->mark = want;
+    }
+    return !waits;
+}
+
+/* The READ of the fence's epoch completed: it decides the writes queued up
+ * to c->read_upto. */
+static void fence_read(mc__rdma_conn_t *c)
+{
+    mc__rdma_ctx_t *ctx = c->ctx;
+    uint64_t fence = *(volatile uint64_t *)&c->ctrl[0];
+    op_t *stop = c->read_upto, *refused = NULL, **rtail = &refused;
+    c->reading = 0;
+    c->read_upto = NULL;
+    for (op_t *op = c->issue, *next; op; op = next) {
+        next = op->next;
+        if (op->write && !op->admitted) {
+            if (op->epoch && op->epoch >= fence) {
+                op->admitted = 1;
+            } else {
+                if (c->issue == op)
+                    c->issue = next;
+                unlink_op(c, op);
+                op->next = NULL;
+                *rtail = op;
+                rtail = &op->next;
+            }
+        }
+        if (op == stop)
+            break;
+    }
+    while (refused) {
+        op_t *op = refused;
+        refused = op->next;
+        ctx->st.writes_fenced++;
+        mc__log(MC__LOG_DEBUG, "rdma: a write of epoch %llu to %s refused: the fence is at %llu",
+                (unsigned long long)op->epoch, c->peer, (unsigned long long)fence);
+        mc__rdma_finish_op(ctx, op, -ESTALE);
+    }
+}
+
 static void on_wc(mc__rdma_conn_t *c, const struct ibv_wc *wc)
 {
     mc__rdma_ctx_t *ctx = c->ctx;
     ctx->st.completions++;
+    if (wc->status == IBV_WC_SUCCESS &&
+        (wc->wr_id == MC__RDMA_WR_MARK || wc->wr_id == MC__RDMA_WR_FENCE)) {
+        c->ctrl_inflight--;
+        if (wc->wr_id == MC__RDMA_WR_FENCE)
+            fence_read(c);
+        return;
+    }
     if (wc->status != IBV_WC_SUCCESS || wc->wr_id >= c->nslots) {
         mc__log(MC__LOG_WARN, "rdma: work request to %s failed: %s (vendor error %u)", c->peer,
                 ibv_wc_status_str(wc->status), wc->vendor_err);
@@ -228,7 +357,7 @@ void mc__rdma_on_cq(mc_poll_t *p, int revents)
 static void pump(mc__rdma_conn_t *c)
 {
     mc__rdma_ctx_t *ctx = c->ctx;
-    while (c->state == C_CONNECTED && c->issue && c->nfree) {
+    while (c->state == C_CONNECTED && (!c->fenced || fence_step(c)) && c->issue && c->nfree) {
         op_t *op = c->issue;
         const mc__rdma_desc_t *rd = op->rd;
         uint64_t off = op->issued;
@@ -295,7 +424,7 @@ static void on_op_timeout(mc_timer_t *t)
     mc__rdma_conn_fail(c, -ETIMEDOUT);
 }
 
-static int submit(mc__rdma_conn_t *c, int write, char *buf, const mc__rdma_mr_t *mr,
+static int submit(mc__rdma_conn_t *c, int write, uint64_t epoch, char *buf, const mc__rdma_mr_t *mr,
                   const mc__rdma_desc_t *rd, uint64_t roff, size_t len, uint64_t timeout_ms,
                   mc__rdma_cb cb, void *arg)
 {
@@ -312,6 +441,10 @@ static int submit(mc__rdma_conn_t *c, int write, char *buf, const mc__rdma_mr_t 
         return c->err;
     if (c->state != C_CONNECTED)
         return -ENOTCONN;
+    if (write && c->fenced && !epoch) {
+        c->ctx->st.writes_fenced++;
+        return -ESTALE; /* a write of no epoch: as the node's WRITE refuses it */
+    }
     op_t *op = calloc(1, sizeof(*op));
     if (!op)
         return -ENOMEM;
@@ -323,7 +456,9 @@ static int submit(mc__rdma_conn_t *c, int write, char *buf, const mc__rdma_mr_t 
                  .roff = roff,
                  .len = len,
                  .cb = cb,
-                 .arg = arg};
+                 .arg = arg,
+                 .epoch = epoch,
+                 .admitted = !write || !c->fenced};
     op->timer.data = op;
     int rc = mc_timer_start(c->ctx->loop, &op->timer,
                             timeout_ms ? timeout_ms : c->ctx->o.timeout_ms, 0, on_op_timeout);
@@ -349,15 +484,22 @@ int mc__rdma_read(mc__rdma_conn_t *c, void *buf, const mc__rdma_mr_t *mr, const 
 {
     if (!buf)
         return -EINVAL;
-    return submit(c, 0, buf, mr, rd, roff, len, timeout_ms, cb, arg);
+    return submit(c, 0, 0, buf, mr, rd, roff, len, timeout_ms, cb, arg);
 }
 
 int mc__rdma_write(mc__rdma_conn_t *c, const void *buf, const mc__rdma_mr_t *mr,
                    const mc__rdma_desc_t *rd, uint64_t roff, size_t len, uint64_t timeout_ms,
                    mc__rdma_cb cb, void *arg)
 {
+    return mc__rdma_write_epoch(c, 0, buf, mr, rd, roff, len, timeout_ms, cb, arg);
+}
+
+int mc__rdma_write_epoch(mc__rdma_conn_t *c, uint64_t epoch, const void *buf,
+                         const mc__rdma_mr_t *mr, const mc__rdma_desc_t *rd, uint64_t roff,
+                         size_t len, uint64_t timeout_ms, mc__rdma_cb cb, void *arg)
+{
     /* The cast is safe: a write only reads buf. */
-    return submit(c, 1, (char *)buf, mr, rd, roff, len, timeout_ms, cb, arg);
+    return submit(c, 1, epoch, (char *)buf, mr, rd, roff, len, timeout_ms, cb, arg);
 }
 
 #endif /* MC_HAVE_RDMA */

@@ -20,9 +20,10 @@
  * Copies into a mapped segment pass no node's check, so the memfd carries
  * a fence after the segment (mc__shm_fence_t) that keeps a write which
  * ended from landing late (wire/proto.h, "Segment epochs"): each client
- * that maps the segment gets a slot, marks there the epoch of a copy
- * before it starts it and clears it after, and starts none below the
- * fence's epoch; the node raises that epoch and counts a rise as enforced
+ * that maps the segment gets a slot (as does each RDMA connection, whose
+ * one-sided writes pass no check either: transport_rdma.h), marks there
+ * the epoch of a copy before it starts it and clears it after, and starts
+ * none below the fence's epoch; the node raises that epoch and counts a rise as enforced
  * only once no slot shows an older copy in progress. Each side stores,
  * then loads the other's word (sequentially consistent), so at least one
  * of them sees the other: a copy that started before the rise holds the

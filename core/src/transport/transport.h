@@ -8,7 +8,8 @@
  *          write's fenced by its epoch (shm.c)
  *   tcp    a READ or WRITE request to the node's data address (tcp.c)
  *   rdma   one-sided RDMA READ or WRITE against the node's registered
- *          segment (rdma.c, over the verbs layer of transport_rdma.h)
+ *          segment, a write's fenced by its epoch (rdma.c, over the verbs
+ *          layer of transport_rdma.h)
  *
  * A transport is a table of functions (mc__transport_t); its caller (the
  * client's transfers) picks one per replica and fills the endpoint
@@ -35,7 +36,8 @@ typedef struct mc__tp_piece {
     uint32_t seg;            /* the replica's segment, as the master numbers it */
     uint64_t epoch;          /* writes: the segment's epoch as granted (wire/proto.h,
                                 "Segment epochs"; tcp carries it, the node checks it;
-                                shm checks it against the fence, shm.h) */
+                                shm and rdma check it against the node's fence,
+                                shm.h, transport_rdma.h) */
     uint64_t off;            /* where in the segment */
     uint32_t len;
     uint64_t timeout_ms; /* a bound on the wait (asynchronous transports) */
@@ -77,7 +79,7 @@ typedef struct mc__transport {
      * Returns 0: cb(arg, status) runs once, later (from the loop), unless
      * the transport is MC__TP_SYNC, whose pieces are done by then; or
      * -errno: nothing moved (-EIO: the range lies outside a memory
-     * endpoint; -ESTALE: shm refused a write's old epoch), and cb is
+     * endpoint; -ESTALE: shm or rdma refused a write's old epoch), and cb is
      * never called.
      */
     int (*move)(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb cb, void *arg);

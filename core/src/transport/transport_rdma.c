@@ -36,10 +36,14 @@
 #include "runtime/log.h"
 #include "transport/rdma_i.h"
 
-/* Connection parameters in rdma_cm private data, both ways. */
+/* Connection parameters in rdma_cm private data, both ways: magic u32,
+ * version u16, flags u16, slice u32, inflight u32; then, from a node with
+ * a fence (HELLO_FENCED), its epoch's address u64 and our slot's u64, and
+ * their rkeys u32 each (zeros otherwise). */
 #define HELLO_MAGIC 0x4f4c484dU /* "MHLO" little endian */
-#define HELLO_VERSION 1
-#define HELLO_LEN 16 /* magic u32, version u16, flags u16, slice u32, inflight u32 */
+#define HELLO_VERSION 2
+#define HELLO_LEN 40
+#define HELLO_FENCED 0x1
 
 static int set_nonblock(int fd)
 {
@@ -69,13 +73,21 @@ static const char *addr_str(const struct sockaddr *sa, char *buf, size_t n)
     return buf;
 }
 
-static void hello_pack(const mc__rdma_ctx_t *ctx, unsigned char *p)
+/* Our parameters; a node's connection c given a slot adds the fence. */
+static void hello_pack(const mc__rdma_ctx_t *ctx, const mc__rdma_conn_t *c, unsigned char *p)
 {
+    memset(p, 0, HELLO_LEN);
     put_le(p, HELLO_MAGIC, 4);
     put_le(p + 4, HELLO_VERSION, 2);
-    put_le(p + 6, 0, 2);
     put_le(p + 8, ctx->o.slice_size, 4);
     put_le(p + 12, ctx->o.max_inflight, 4);
+    if (c && c->slot_mr) {
+        put_le(p + 6, HELLO_FENCED, 2);
+        put_le(p + 16, (uint64_t)(uintptr_t)ctx->fence_epoch, 8);
+        put_le(p + 24, (uint64_t)(uintptr_t)c->slot, 8);
+        put_le(p + 32, ctx->epoch_mr->rkey, 4);
+        put_le(p + 36, c->slot_mr->rkey, 4);
+    }
 }
 
 static int hello_ok(const void *pd, size_t len)
@@ -252,9 +264,20 @@ static void conn_free(mc__rdma_conn_t *c)
  */
 static void teardown(mc__rdma_conn_t *c)
 {
+    mc__rdma_ctx_t *ctx = c->ctx;
     if (c->qp) {
         rdma_destroy_qp(c->id);
         c->qp = NULL;
+    }
+    /* Nothing of the peer's lands any more: its fence slot may go. */
+    if (c->slot_mr) {
+        ibv_dereg_mr(c->slot_mr);
+        c->slot_mr = NULL;
+    }
+    if (c->slot) {
+        c->slot = NULL;
+        if (ctx->fence.leave)
+            ctx->fence.leave(ctx->fence.arg, c);
     }
     mc_poll_stop(&c->cq_poll);
     if (c->cq) {
@@ -377,18 +400,19 @@ static int make_qp(mc__rdma_conn_t *c)
             return err_of(-ENOMEM);
         if ((rc = set_nonblock(c->ch->fd)) < 0)
             return rc;
-        c->cq = ibv_create_cq(ctx->verbs, (int)c->nslots + 1, c, c->ch, 0);
+        c->cq = ibv_create_cq(ctx->verbs, (int)c->nslots + MC__RDMA_CTRL_MAX + 1, c, c->ch, 0);
         if (!c->cq)
             return err_of(-ENOMEM);
         if ((rc = ibv_req_notify_cq(c->cq, 0)) != 0)
             return -rc;
         if ((rc = mc_poll_start(ctx->loop, &c->cq_poll, c->ch->fd, POLLIN, mc__rdma_on_cq)) < 0)
             return rc;
-        size_t bytes = (size_t)c->nslots * ctx->o.slice_size;
+        size_t bytes = (size_t)c->nslots * ctx->o.slice_size + MC__RDMA_CTRL_WORDS * 8;
         void *stage;
         if ((rc = posix_memalign(&stage, 4096, bytes)) != 0)
             return -rc;
         c->stage = stage;
+        c->ctrl = (uint64_t *)(void *)(c->stage + (size_t)c->nslots * ctx->o.slice_size);
         c->stage_mr = ibv_reg_mr(ctx->pd, c->stage, bytes, IBV_ACCESS_LOCAL_WRITE);
         if (!c->stage_mr)
             return err_of(-ENOMEM);
@@ -398,7 +422,7 @@ static int make_qp(mc__rdma_conn_t *c)
         .recv_cq = c->cq,
         .qp_type = IBV_QPT_RC,
         .sq_sig_all = 1,
-        .cap = {.max_send_wr = c->passive ? 1 : c->nslots,
+        .cap = {.max_send_wr = c->passive ? 1 : c->nslots + MC__RDMA_CTRL_MAX,
                 .max_recv_wr = 1,
                 .max_send_sge = 1,
                 .max_recv_sge = 1},
@@ -417,12 +441,14 @@ static void on_connect_request(mc__rdma_ctx_t *ctx, struct rdma_cm_id *id, const
     unsigned char hello[HELLO_LEN];
     char peer[64];
     addr_str(rdma_get_peer_addr(id), peer, sizeof(peer));
-    hello_pack(ctx, hello);
+    hello_pack(ctx, NULL, hello);
     const char *why = NULL;
     if (id->verbs != ctx->verbs)
         why = "it arrived on another device";
     else if (!hello_ok(pd, plen))
         why = "its parameters are not ours (another protocol or version)";
+    else if (ctx->epoch_mr && !ctx->fence.join)
+        why = "our fence was taken back (closing)";
     if (why) {
         mc__log(MC__LOG_WARN, "rdma: refusing a connection from %s: %s", peer, why);
         rdma_reject(id, hello, sizeof(hello));
@@ -440,6 +466,16 @@ static void on_connect_request(mc__rdma_ctx_t *ctx, struct rdma_cm_id *id, const
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
     c->state = C_ACCEPTING;
     int rc = make_qp(c);
+    if (rc == 0 && ctx->fence.join) {
+        /* Its slot of our fence, which it alone may write. */
+        c->slot = ctx->fence.join(ctx->fence.arg, c, peer);
+        if (!c->slot)
+            rc = -EBUSY;
+        else if (!(c->slot_mr = ibv_reg_mr(ctx->pd, (void *)c->slot, sizeof(*c->slot),
+                                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)))
+            rc = err_of(-ENOMEM);
+        hello_pack(ctx, c, hello);
+    }
     if (rc == 0) {
         struct rdma_conn_param cp = {
             .private_data = hello,
@@ -463,7 +499,7 @@ static void on_connect_request(mc__rdma_ctx_t *ctx, struct rdma_cm_id *id, const
 static void on_route_resolved(mc__rdma_conn_t *c)
 {
     unsigned char hello[HELLO_LEN];
-    hello_pack(c->ctx, hello);
+    hello_pack(c->ctx, NULL, hello);
     int rc = make_qp(c);
     if (rc < 0) {
         mc__rdma_conn_fail(c, rc);
@@ -493,6 +529,14 @@ static void on_established(mc__rdma_conn_t *c, const void *pd, size_t plen)
         mc__rdma_conn_fail(c, -EPROTO);
         return;
     }
+    const unsigned char *h = pd;
+    if (!c->passive && (get_le(h + 6, 2) & HELLO_FENCED)) {
+        c->fenced = 1;
+        c->fence_addr = get_le(h + 16, 8);
+        c->slot_addr = get_le(h + 24, 8);
+        c->fence_rkey = (uint32_t)get_le(h + 32, 4);
+        c->slot_rkey = (uint32_t)get_le(h + 36, 4);
+    }
     mc_timer_stop(&c->setup_timer);
     c->state = C_CONNECTED;
     if (c->passive) {
@@ -501,7 +545,8 @@ static void on_established(mc__rdma_conn_t *c, const void *pd, size_t plen)
         return;
     }
     ctx->st.conns_opened++;
-    mc__log(MC__LOG_INFO, "rdma: connected to %s on %s", c->peer, ctx->devname);
+    mc__log(MC__LOG_INFO, "rdma: connected to %s on %s%s", c->peer, ctx->devname,
+            c->fenced ? " (writes fenced)" : "");
     mc__rdma_connect_cb cb = c->ccb;
     c->ccb = NULL;
     cb(c, 0, c->carg);
@@ -692,6 +737,33 @@ void mc__rdma_close(mc__rdma_conn_t *c)
         queue_reap(c);
 }
 
+int mc__rdma_conn_fenced(const mc__rdma_conn_t *c)
+{
+    return c->fenced;
+}
+
+int mc__rdma_fence(mc__rdma_ctx_t *ctx, _Atomic uint64_t *epoch, const mc__rdma_fence_ops_t *ops)
+{
+    if (!ops) {
+        ctx->fence = (mc__rdma_fence_ops_t){0};
+        return 0;
+    }
+    if (ctx->epoch_mr)
+        return -EBUSY;
+    ctx->epoch_mr = ibv_reg_mr(ctx->pd, (void *)epoch, sizeof(*epoch), IBV_ACCESS_REMOTE_READ);
+    if (!ctx->epoch_mr)
+        return err_of(-ENOMEM);
+    ctx->fence_epoch = epoch;
+    ctx->fence = *ops;
+    return 0;
+}
+
+void mc__rdma_revoke(mc__rdma_conn_t *c)
+{
+    if (c->passive)
+        mc__rdma_conn_fail(c, -ECONNABORTED);
+}
+
 void mc__rdma_ctx_free(mc__rdma_ctx_t *ctx)
 {
     if (!ctx)
@@ -709,6 +781,8 @@ void mc__rdma_ctx_free(mc__rdma_ctx_t *ctx)
     }
     while (ctx->mrs)
         mc__rdma_deregister(ctx->mrs);
+    if (ctx->epoch_mr)
+        ibv_dereg_mr(ctx->epoch_mr);
     mc_poll_stop(&ctx->cm_poll);
     rdma_destroy_event_channel(ctx->cm);
     ibv_dealloc_pd(ctx->pd);

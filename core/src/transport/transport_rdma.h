@@ -24,6 +24,21 @@
  * acknowledges the events, re-arms, then drains the CQ. No thread, no busy
  * polling. The rdma_cm event channel is watched the same way.
  *
+ * Fences. One-sided writes pass no check of the node's, so a node that
+ * revokes writers (wire/proto.h, "Segment epochs") gives its listener a
+ * fence (mc__rdma_fence(): the layout and rules of transport/shm.h) and
+ * each connection it accepts a slot of it, named in the connection's
+ * parameters. Before a write's bytes go (mc__rdma_write_epoch()) the
+ * client marks the write's epoch in its slot (an RDMA WRITE) and reads the
+ * fence's epoch (an RDMA READ, after the mark on the same queue pair):
+ * above the write's, the write fails with -ESTALE and nothing of it is
+ * posted. The slot keeps the lowest epoch of the writes admitted and not
+ * done; once they completed it rises or clears. A node that raises its
+ * epoch stores it in the fence, then loads the slots: a write that began
+ * before holds the rise back until it ends, and one after is refused. A
+ * connection that holds a rise back too long is revoked (its queue pair
+ * destroyed, mc__rdma_revoke()): nothing it sends lands any more.
+ *
  * Errors. Every wait is bounded: a connect or accept by the context's
  * timeout, an operation by its own timeout_ms. A failed work completion
  * (remote access error, retries exceeded, flush), a QP or device error
@@ -43,6 +58,7 @@
 #define MC_TRANSPORT_RDMA_H
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -102,6 +118,8 @@ typedef struct mc__rdma_stats {
     uint64_t completions;                  /* work completions drained */
     uint64_t conns_opened, conns_accepted; /* established, as client / node */
     uint64_t conns_failed;                 /* torn down by an error or timeout */
+    uint64_t writes_fenced;                /* writes refused by a node's fence (-ESTALE) */
+    uint64_t fence_wrs;                    /* marks and READs of fences posted */
     uint64_t registered_bytes;             /* currently registered by callers */
 } mc__rdma_stats_t;
 
@@ -132,6 +150,19 @@ size_t mc__rdma_desc_pack(const mc__rdma_desc_t *d, void *buf, size_t cap);
  * a malformed, inconsistent or oversized string, -ENOMEM. Pure: no I/O.
  */
 int mc__rdma_desc_unpack(const void *buf, size_t len, mc__rdma_desc_t **out);
+
+/*
+ * A node's fence: ops->join(arg, c, peer) runs for each connection the
+ * listener accepts and returns the word of its slot (peers may RDMA WRITE
+ * only their own), or NULL to refuse it; ops->leave(arg, c) runs once c's
+ * queue pair is destroyed (nothing it sends lands any more), and only for
+ * connections join gave a slot.
+ */
+typedef struct mc__rdma_fence_ops {
+    _Atomic uint64_t *(*join)(void *arg, mc__rdma_conn_t *c, const char *peer);
+    void (*leave)(void *arg, mc__rdma_conn_t *c);
+    void *arg;
+} mc__rdma_fence_ops_t;
 
 #ifdef MC_HAVE_RDMA
 
@@ -200,6 +231,23 @@ const mc__rdma_desc_t *mc__rdma_mr_desc(const mc__rdma_mr_t *mr);
  */
 int mc__rdma_listen(mc__rdma_ctx_t *ctx, const struct sockaddr *sa);
 
+/*
+ * mc__rdma_fence() gives ctx's listener the fence whose epoch word is epoch
+ * (registered for peers' RDMA READs), for connections accepted from now on
+ * (see the top of this file); ops NULL detaches it (call that before what
+ * ops reaches goes away; connections are refused from then on). Returns 0, -EBUSY (a fence
+ * already), or the error of registering epoch.
+ */
+int mc__rdma_fence(mc__rdma_ctx_t *ctx, _Atomic uint64_t *epoch, const mc__rdma_fence_ops_t *ops);
+
+/* mc__rdma_revoke() tears down c, a connection the listener accepted: its
+ * queue pair is destroyed before this returns (then ops->leave runs), so
+ * nothing c's peer sends lands any more. */
+void mc__rdma_revoke(mc__rdma_conn_t *c);
+
+/* Whether c, connected, writes through a fence slot of its node's. */
+int mc__rdma_conn_fenced(const mc__rdma_conn_t *c);
+
 /* mc__rdma_listen_port() returns the port listened on, or -ENOTCONN. */
 int mc__rdma_listen_port(const mc__rdma_ctx_t *ctx);
 
@@ -250,6 +298,18 @@ int mc__rdma_write(mc__rdma_conn_t *c, const void *buf, const mc__rdma_mr_t *mr,
                    const mc__rdma_desc_t *rd, uint64_t roff, size_t len, uint64_t timeout_ms,
                    mc__rdma_cb cb, void *arg);
 
+/*
+ * mc__rdma_write_epoch() is mc__rdma_write() for a write of epoch (the
+ * segment's epoch as its writer was granted it): on a connection to a
+ * node with a fence its bytes go only if the fence's epoch is not above
+ * epoch, else cb gets -ESTALE and nothing was written (see the top of this
+ * file; epoch 0 is always refused there). Without a fence, epoch is not
+ * used.
+ */
+int mc__rdma_write_epoch(mc__rdma_conn_t *c, uint64_t epoch, const void *buf,
+                         const mc__rdma_mr_t *mr, const mc__rdma_desc_t *rd, uint64_t roff,
+                         size_t len, uint64_t timeout_ms, mc__rdma_cb cb, void *arg);
+
 #else /* !MC_HAVE_RDMA: built without libibverbs/librdmacm */
 
 static inline int mc__rdma_available(void)
@@ -287,6 +347,16 @@ static inline int mc__rdma_listen_port(const mc__rdma_ctx_t *ctx)
 {
     return -ENOTSUP;
 }
+static inline int mc__rdma_fence(mc__rdma_ctx_t *ctx, _Atomic uint64_t *epoch,
+                                 const mc__rdma_fence_ops_t *ops)
+{
+    return -ENOTSUP;
+}
+static inline void mc__rdma_revoke(mc__rdma_conn_t *c) {}
+static inline int mc__rdma_conn_fenced(const mc__rdma_conn_t *c)
+{
+    return 0;
+}
 static inline int mc__rdma_connect(mc__rdma_ctx_t *ctx, const struct sockaddr *sa,
                                    uint64_t timeout_ms, mc__rdma_connect_cb cb, void *arg,
                                    mc__rdma_conn_t **out)
@@ -307,6 +377,13 @@ static inline int mc__rdma_read(mc__rdma_conn_t *c, void *buf, const mc__rdma_mr
 static inline int mc__rdma_write(mc__rdma_conn_t *c, const void *buf, const mc__rdma_mr_t *mr,
                                  const mc__rdma_desc_t *rd, uint64_t roff, size_t len,
                                  uint64_t timeout_ms, mc__rdma_cb cb, void *arg)
+{
+    return -ENOTSUP;
+}
+static inline int mc__rdma_write_epoch(mc__rdma_conn_t *c, uint64_t epoch, const void *buf,
+                                       const mc__rdma_mr_t *mr, const mc__rdma_desc_t *rd,
+                                       uint64_t roff, size_t len, uint64_t timeout_ms,
+                                       mc__rdma_cb cb, void *arg)
 {
     return -ENOTSUP;
 }

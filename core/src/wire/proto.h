@@ -153,10 +153,11 @@ enum mc__op {
 /* MOUNT_SEGMENT flags (MC__MOUNT_CHECKED also in HEARTBEAT).
  * MC__MOUNT_REPORT: records follow (RECORDS_REPORT); hold the segment until
  * the last. MC__MOUNT_CHECKED: every write into the segment so far passed
- * an epoch check (the node's, or a mapping's fence, SHM_MAP; none came by
- * one-sided RDMA): bytes of a write that ended are refused
- * once the node enforces the epoch raised for it, so the master need not
- * also wait out a write lease. */
+ * an epoch check (the node's, or its segment's fence: a mapping's, SHM_MAP,
+ * or an RDMA connection's; none came by one-sided RDMA into a segment
+ * without a fence): bytes of a write that ended are refused once the node
+ * enforces the epoch raised for it, so the master need not also wait out a
+ * write lease. */
 #define MC__MOUNT_REPORT 0x1
 #define MC__MOUNT_CHECKED 0x2
 
