@@ -644,7 +644,8 @@ class StoreMachine(RuleBasedStateMachine):
         try:
             self.write_all(fd, data[:4096], 0)
             done = 4096
-            time.sleep((self.w.put_ttl_ms + 2000) / 1000)
+            self.wait_master(lambda c: c.get("puts") == 0, self.w.put_ttl_ms / 1000 + 15,
+                             "the idle write to be revoked")
             for k2, n in others:
                 if k2 != key:
                     self.py_put(k2, n, False)
