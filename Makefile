@@ -201,7 +201,7 @@ endif
 RDMA_SELFTEST := $(BUILD)/tests/rdma_selftest
 RDMA_SELFTEST_SRC := tests/rdma/rdma_selftest.c core/src/transport/transport_rdma.c \
 	core/src/transport/rdma_io.c core/src/transport/rdma_desc.c core/src/runtime/loop.c \
-	core/src/runtime/loop_io.c core/src/runtime/log.c
+	core/src/runtime/loop_io.c core/src/runtime/log.c core/src/runtime/forkfd.c
 $(RDMA_SELFTEST): $(RDMA_SELFTEST_SRC) core/src/transport/transport_rdma.h core/src/transport/rdma_i.h \
 	core/src/runtime/loop_i.h core/src/runtime/loop_ring.h core/src/runtime/log.h | check-deps
 	@mkdir -p $(dir $@)

@@ -59,6 +59,7 @@ _ERRNO = {
     errno.EPROTO: RPC_FAIL,
     errno.ESTALE: RPC_FAIL,  # the master no longer knows the write
     errno.EIO: INTERNAL_ERROR,
+    errno.ECHILD: STORE_CLOSED,  # a store inherited through fork(): not usable here
 }
 
 

@@ -46,6 +46,7 @@ long mcpy_to_code(int r)
         return CODE_BUFFER_OVERFLOW;
     case E_CLOSED:
     case ECANCELED:
+    case ECHILD: /* a store inherited through fork() */
         return CODE_UNAVAILABLE_IN_CURRENT_STATUS;
     case ENOTSUP:
         return CODE_UNAVAILABLE_IN_CURRENT_MODE;
@@ -95,6 +96,15 @@ static void store_close(StoreObject *self)
 {
     if (!self->s)
         return;
+    if (self->pid != getpid()) {
+        /* Inherited through fork(): the parent's threads (the store's, the
+         * metrics server's) are not here to wait for. Forget it; the
+         * parent's store goes on. */
+        mc_store_close(self->s); /* returns at once in a forked child */
+        self->s = NULL;
+        self->metrics = NULL;
+        return;
+    }
     self->closing = 1;
     mc_store_t *s = self->s;
     mc_metrics_server_t *metrics = self->metrics;
@@ -216,6 +226,7 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kw)
     }
     self->s = s;
     self->closing = 0;
+    self->pid = getpid();
     return 0;
 }
 

@@ -97,6 +97,7 @@ typedef struct StoreObject {
     mc_metrics_server_t *metrics; /* serve_metrics()'s server, or NULL; GIL */
     struct pin *pins;             /* pinned versions (_store_pins.c); GIL */
     uint64_t next_pin;            /* the last pin id given; GIL */
+    pid_t pid;                    /* the process that opened s (a forked child's copy is dead) */
 } StoreObject;
 
 struct CompleterObject {

@@ -7,8 +7,11 @@ import errno
 import mmap
 import os
 import re
+import signal
 import socket
 import struct
+import subprocess
+import sys
 import time
 
 import pytest
@@ -346,3 +349,78 @@ def test_a_client_stopped_mid_copy_holds_the_space_until_it_exits(cluster):
     wait_for(lambda: cli_stats(m.addr)["used_bytes"] == base, "the space to come back")
     assert cli(m.addr, "put", "new", input=b"N" * MiB).returncode == 0
     assert cli(m.addr, "get", "k").stdout == b"k" * 4096
+
+
+# A Python client that puts a key (mapping the co-located node's segment)
+# and forks a child, which tries a put with the inherited store and closes
+# it (writing what the put returned and how long both took to argv[2]),
+# then sleeps; the
+# parent prints the child's pid and dies without closing its store, as a
+# crash does.
+FORKER = r"""
+import os, sys, time
+from mooncake.store import MooncakeDistributedStore
+s = MooncakeDistributedStore()
+assert s.setup({"master_server_addr": sys.argv[1], "timeout_ms": 2000}) == 0
+assert s.put("forked", b"f" * 4096) == 0
+child = os.fork()
+if child == 0:
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    t0 = time.time()
+    rc = s.put("child", b"c" * 4096)
+    s.close()
+    with open(sys.argv[2] + ".tmp", "w") as f:
+        f.write(f"{rc} {time.time() - t0:.3f}")
+    os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+    time.sleep(60)
+    os._exit(0)
+print(child, flush=True)
+os._exit(0)
+"""
+
+
+def test_a_forked_child_keeps_no_connection_of_its_parent(cluster):
+    """A process that forks once its store is connected (Python's
+    multiprocessing does by default) must not leave its connections to
+    the child: the child cannot use them (the store's loop thread is not
+    forked), and holding them open would hide the parent's death. A
+    parent that dies mid-copy into a node's segment would then hold the
+    fence slot of its mapping, and with it the space of every write that
+    ended there, until its children exit. Here the parent dies (after a
+    put through the mapping) while its child sleeps: the node must see the
+    mapping's connection close, and give its slot (0, the first) to the
+    next client that maps the segment. The child's own use of the store it
+    inherited fails at once (it used to wait forever for a loop thread
+    that is not there)."""
+    if os.environ.get("MC_SANITIZED"):
+        pytest.skip("the Python C extension does not load under the sanitizers")
+    m = cluster.master()
+    cluster.node(m, "16M")
+    assert cli(m.addr, "--no-shm", "put", "k", input=b"k" * 4096).returncode == 0
+    (seg, _), data_addr, _, _ = get_replica(m.addr, b"k")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"))
+    said = os.path.join(cluster.tmp, "child-put")
+    r = subprocess.run([sys.executable, "-c", FORKER, m.addr, said], env=env,
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    child = int(r.stdout)
+    try:
+        def next_slot():
+            sock, mapping, _, slot = shm_map(data_addr, seg)
+            mapping.close()
+            sock.close()
+            return slot
+
+        wait_for(lambda: next_slot() == 0,
+                 "the dead parent's fence slot to be free (its child holds no connection)",
+                 timeout=10)
+        wait_for(lambda: os.path.exists(said), "the child's put to return", timeout=30)
+        rc, took = open(said).read().split()
+        # UNAVAILABLE_IN_CURRENT_STATUS, as on a closed store; at once.
+        assert int(rc) == -1010 and float(took) < 5, (rc, took)
+        assert cli(m.addr, "get", "child").returncode != 0
+    finally:
+        os.kill(child, signal.SIGKILL)

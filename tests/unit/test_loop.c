@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mooncake/loop.h"
@@ -703,6 +704,40 @@ static void test_free_forgets_started_handles(void **state)
     close(ps.fds[1]);
 }
 
+static void set_flag(void *arg)
+{
+    *(int *)arg = 1;
+}
+
+static void never(void *arg)
+{
+    (void)arg;
+    _exit(3); /* a forked child has no loop thread to run it */
+}
+
+/* A forked child cannot use its parent's loop (the loop's thread is not
+ * forked, nor are its ring's mappings): mc_loop_post() there fails at
+ * once with -ECHILD instead of queueing work nobody runs; the parent's
+ * loop goes on. */
+static void test_post_in_forked_child_fails(void **state)
+{
+    mc_loop_t *l;
+    assert_int_equal(mc_loop_new(&l), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(mc_loop_post(l, never, NULL) == -ECHILD ? 0 : 1);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    int ran = 0;
+    assert_int_equal(mc_loop_post(l, set_flag, &ran), 0);
+    run_for(l, 20);
+    assert_int_equal(ran, 1);
+    mc_loop_free(l);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -726,6 +761,7 @@ int main(void)
         T(test_poll_once),
         cmocka_unit_test(test_free_runs_posted_work),
         cmocka_unit_test(test_free_forgets_started_handles),
+        cmocka_unit_test(test_post_in_forked_child_fails),
     };
 #undef T
 

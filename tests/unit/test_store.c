@@ -5,6 +5,9 @@
  * The streaming writers and the read handles are test_store_handles.c; the
  * harness both use is store_harness.h.
  */
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "store_harness.h"
 
 /* ---- whole objects ---- */
@@ -687,11 +690,41 @@ static void test_register_buffer(void **state)
     free(buf);
 }
 
+/* A store does not cross fork(): a forked child's calls on its parent's
+ * store fail at once with -ECHILD (they used to wait forever for a loop
+ * thread that is not in the child), and closing it there only forgets it;
+ * the parent's store goes on. */
+static void test_forked_child_cannot_use_the_store(void **state)
+{
+    mc_store_t *s = *state;
+    assert_int_equal(mc_put(s, K("before"), "b", 1, NULL), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(10); /* a hang fails the child */
+        char c;
+        int ok = mc_put(s, K("child"), "c", 1, NULL) == -ECHILD &&
+                 mc_get(s, K("before"), 0, &c, 1, NULL) == -ECHILD;
+        mc_store_close(s);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    char c = 0;
+    assert_int_equal(mc_get(s, K("before"), 0, &c, 1, NULL), 1);
+    assert_int_equal(c, 'b');
+    assert_int_equal(mc_get(s, K("child"), 0, &c, 1, NULL), -ENOENT);
+    assert_int_equal(mc_put(s, K("after"), "a", 1, NULL), 0);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_put_get_round_trip),
+        T(test_forked_child_cannot_use_the_store),
         T(test_put_opts),
         T(test_putv_gathers),
         T(test_stat_and_versions),

@@ -81,8 +81,10 @@ MC_EXPORT void mc_loop_stop(mc_loop_t *l);
 
 /*
  * mc_loop_post() runs fn(arg) on the loop's thread soon. Thread-safe; this is
- * how other threads hand work to a loop. Returns 0 or -ENOMEM (fn not called).
- * Work posted before mc_loop_free() always runs.
+ * how other threads hand work to a loop. Returns 0 or -ENOMEM (fn not called),
+ * or -ECHILD in a forked child of the process that made the loop (its thread
+ * is not there: make a loop, or open a store, in the child). Work posted
+ * before mc_loop_free() always runs.
  */
 MC_EXPORT int mc_loop_post(mc_loop_t *l, mc_loop_fn fn, void *arg);
 

@@ -16,6 +16,10 @@
  *    valid until the callback runs.
  *  - Any thread may call any function; work is handed to the store's loop.
  *    Sync forms called from the loop thread itself return -EDEADLK.
+ *  - A store does not cross fork(): in a forked child its calls fail with
+ *    -ECHILD and mc_store_close() only forgets it (open a store in the
+ *    child). The child keeps none of its connections, so the parent's
+ *    death is seen by its peers at once.
  */
 #ifndef MOONCAKE_MOONCAKE_H
 #define MOONCAKE_MOONCAKE_H

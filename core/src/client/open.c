@@ -333,6 +333,13 @@ void mc_store_close(mc_store_t *s)
 {
     if (!s)
         return;
+    if (s->loop && mc__loop_forked(s->loop)) {
+        /* A forked child's copy of its parent's store: its loop thread is
+         * not here, nor its ring or sockets (runtime/forkfd.h). Nothing to
+         * close; the parent's store goes on. */
+        mc__log(MC__LOG_DEBUG, "a store inherited through fork() is left to its parent");
+        return;
+    }
     if (s->own_loop && s->thread_started) {
         if (mc_loop_post(s->loop, stop_on_loop, s) < 0)
             mc_loop_stop(s->loop);

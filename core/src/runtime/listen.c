@@ -13,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "runtime/forkfd.h"
 #include "runtime/listen.h"
 #include "runtime/log.h"
 #include "runtime/loop_i.h"
@@ -127,6 +128,7 @@ int mc__listen(mc_loop_t *l, const mc__addr_t *a, const mc__conn_ops_t *ops, mc_
         free(ls);
         return rc;
     }
+    mc__fd_own(ls->fd); /* a forked child closes it (forkfd.h) */
     if ((rc = bind_listen(ls->fd, a)) < 0)
         goto fail;
     ls->addr.len = sizeof(ls->addr.ss);
@@ -152,6 +154,7 @@ int mc__listen(mc_loop_t *l, const mc__addr_t *a, const mc__conn_ops_t *ops, mc_
 fail:
     if (ls->owns_path)
         unlink(un->sun_path);
+    mc__fd_disown(ls->fd);
     close(ls->fd);
     free(ls);
     return rc;
@@ -179,6 +182,7 @@ void mc__listener_close(mc__listener_t *ls)
 
     mc_timer_stop(&ls->retry);
     /* The kernel may still hold the socket: close it when it lets go. */
+    mc__fd_disown(ls->fd);
     mc__io_cancel(&ls->aio, close_fd, (void *)(intptr_t)ls->fd);
     /* Remove the path only if it is still ours, not a successor's. */
     if (ls->owns_path && stat(un->sun_path, &st) == 0 && st.st_dev == ls->dev &&

@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/forkfd.h"
+#include "runtime/log.h"
 #include "runtime/loop_ring.h"
 #include "mooncake/loop.h"
 
@@ -109,6 +111,11 @@ uint64_t mc__loop_time(mc_loop_t *l)
 int mc_loop_is_current(const mc_loop_t *l)
 {
     return current_loop == l;
+}
+
+int mc__loop_forked(const mc_loop_t *l)
+{
+    return l->forks != mc__fork_count();
 }
 
 static struct io_uring_sqe *get_sqe(mc_loop_t *l)
@@ -234,9 +241,15 @@ int mc_loop_new(mc_loop_t **out)
         free(l);
         return rc;
     }
+    /* A forked child keeps neither the ring nor its mappings (which hold
+     * it as well): its requests in flight hold our sockets (forkfd.h). */
+    mc__fd_own(l->ring.ring_fd);
+    io_uring_ring_dontfork(&l->ring);
+    l->forks = mc__fork_count();
     l->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (l->wake_fd < 0) {
         rc = -errno;
+        mc__fd_disown(l->ring.ring_fd);
         io_uring_queue_exit(&l->ring);
         free(l->wake_tok);
         free(l);
@@ -247,6 +260,7 @@ int mc_loop_new(mc_loop_t **out)
     rc = arm_poll(l, l->wake_tok, l->wake_fd, POLLIN);
     if (rc < 0) {
         close(l->wake_fd);
+        mc__fd_disown(l->ring.ring_fd);
         io_uring_queue_exit(&l->ring);
         free(l->wake_tok);
         free(l);
@@ -275,6 +289,13 @@ void mc_loop_stop(mc_loop_t *l)
 
 int mc_loop_post(mc_loop_t *l, mc_loop_fn fn, void *arg)
 {
+    if (mc__loop_forked(l)) {
+        mc__log(MC__LOG_ERROR,
+                "a loop (a store) made by process %d before a fork() cannot be "
+                "used in the child: open one in the child",
+                (int)getppid());
+        return -ECHILD;
+    }
     struct posted *p = malloc(sizeof(*p));
     if (!p)
         return -ENOMEM;
@@ -461,6 +482,7 @@ void mc_loop_free(mc_loop_t *l)
     current_loop = saved;
     /* Tear the ring down first, so that release functions free buffers no
      * request can still reach. */
+    mc__fd_disown(l->ring.ring_fd);
     io_uring_queue_exit(&l->ring);
     while (l->toks) {
         struct tok *t = l->toks;

@@ -157,4 +157,8 @@ uint64_t mc__loop_recent_ns(mc_loop_t *l);
  * stamps a commit's mtime. */
 int64_t mc__loop_wall_ns(void);
 
+/* Whether l was made by the process this one was forked from: its thread
+ * and its ring are not here, and it cannot be used (forkfd.h). */
+int mc__loop_forked(const mc_loop_t *l);
+
 #endif /* MC_LOOP_I_H */

@@ -71,6 +71,7 @@ struct mc_loop {
     uint64_t now_ms;        /* mc__loop_time(); loop thread only */
     uint64_t clock_ns;      /* mc__loop_recent_ns(); loop thread only */
     int64_t wall_off;       /* wall clock - clock_ns, as of the round's start */
+    unsigned forks;         /* mc__fork_count() when made: a forked child's copy is dead */
 };
 
 /* A relative timeout of ms milliseconds, as io_uring takes it. */

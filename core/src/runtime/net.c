@@ -34,6 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/forkfd.h"
 #include "runtime/log.h"
 #include "runtime/loop_i.h"
 #include "runtime/net.h"
@@ -359,6 +360,7 @@ static void conn_finish(mc__conn_t *c)
         c->hook->close(c, c->hook_state, c->err);
     if (c->ops.on_close)
         c->ops.on_close(c, c->err);
+    mc__fd_disown(c->fd);
     close(c->fd);
     free(c->rbuf);
     free(c);
@@ -407,6 +409,7 @@ static mc__conn_t *conn_new(mc_loop_t *l, int fd, const mc__conn_ops_t *ops, voi
         return NULL;
     c->loop = l;
     c->fd = fd;
+    mc__fd_own(fd); /* a forked child closes it (forkfd.h) */
     c->ops = *ops;
     c->data = data;
     c->cio.data = c->rio.data = c->wio.data = c;
@@ -471,6 +474,7 @@ int mc__conn_connect(mc_loop_t *l, const mc__addr_t *a, uint64_t timeout_ms,
     int rc = mc__io_connect(l, &c->cio, fd, (const struct sockaddr *)&a->ss, a->len,
                             timeout_ms ? timeout_ms : MC__CONN_CONNECT_TIMEOUT_MS, on_connected);
     if (rc < 0) {
+        mc__fd_disown(fd);
         close(fd);
         free(c);
         return rc;

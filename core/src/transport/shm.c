@@ -108,6 +108,9 @@ int mc__shm_map(int fd, uint64_t size, char **base)
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (p == MAP_FAILED)
         return -errno;
+    /* A forked child gets no copy: it cannot use the store, and must not
+     * write into the segment past its parent's fence slot (forkfd.h). */
+    madvise(p, size, MADV_DONTFORK);
     *base = p;
     return 0;
 }

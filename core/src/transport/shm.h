@@ -107,8 +107,9 @@ void mc__seg_destroy(mc__seg_t *seg);
  * mc__shm_map() maps size bytes (the segment and its fence) of a segment
  * memfd received from a node, read-write shared, into *base, after
  * checking that the memfd is sealed against shrinking (F_SEAL_SHRINK: else
- * -EPERM) and holds at least size bytes (else -EINVAL). It does not take
- * fd: the caller closes it (the mapping lives on). Undo with
+ * -EPERM) and holds at least size bytes (else -EINVAL); a forked child does
+ * not inherit the mapping. It does not take fd: the caller closes it (the
+ * mapping lives on). Undo with
  * munmap(*base, size).
  */
 int mc__shm_map(int fd, uint64_t size, char **base);
