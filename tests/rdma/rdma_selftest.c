@@ -635,7 +635,7 @@ static void step_fence_races(client_t *cl)
     const uint64_t n = 8, len = RACE_LEN / 8;
     uint64_t landed = 0, refused = 0, rounds = 0, t0 = mc_loop_now_ms();
     int rc = race_go(cl, 1);
-    while (rc == 0 && (rc = race_report(cl, &r)) == 0 && r.rises < 200 &&
+    while (rc == 0 && (rc = race_report(cl, &r)) == 0 && r.rises < 120 &&
            mc_loop_now_ms() - t0 < 20000) {
         uint64_t e = r.enforced ? r.enforced : EPOCH;
         memset(cl->src, (int)(e - RACE_BASE), RACE_LEN);

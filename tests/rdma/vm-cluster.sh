@@ -179,29 +179,31 @@ ok "mooncake-fs reads the 64 MiB file after the kill"
 
 kill -INT $nodeB 2>/dev/null
 
-# late_write TAG: a mount of master $CM (the write lease: 1 s, and 8 MiB of
-# space) whose fault injection fails its write at offset 0 at once and
-# sends a copy of the bytes 12 s later, over RDMA: a writer frozen between
-# its check and its post. By then the space is back and pinned objects
-# hold all of it: they must keep their bytes, the copy be refused.
+# late_write TAG MNT: a mount at MNT of master $CM (the write lease: 1 s,
+# and 8 MiB of space) whose fault injection fails its write at offset 0 at
+# once and sends a copy of the bytes 12 s later, over RDMA: a writer
+# frozen between its check and its post. By then the space is back and
+# pinned objects hold all of it: they must keep their bytes, the copy be
+# refused. Its files are named after TAG: two run at once.
 late_write() {
+    mkdir -p $2
     MC_FAULT_XFER="off=0,err=5,delay=12000" mooncake-fs -f --master $CM --auth-secret-file $K \
-        --segment-size 0 --protocol rdma --rdma-device "$RXE_DEV" --cache-timeout 0 /mnt/mc \
+        --segment-size 0 --protocol rdma --rdma-device "$RXE_DEV" --cache-timeout 0 $2 \
         >$T/late.$1.log 2>&1 &
     fs=$!
     i=0
-    until grep -q " /mnt/mc fuse" /proc/mounts; do
+    until grep -q " $2 fuse" /proc/mounts; do
         i=$((i + 1))
         [ $i -gt 300 ] && die "mooncake-fs did not mount ($1)"
         kill -0 $fs 2>/dev/null || die "mooncake-fs exited ($1): $(cat $T/late.$1.log)"
         sleep 0.1
     done
     # A write that lands (not at offset 0): the RDMA connection is up.
-    dd if=/dev/zero of=/mnt/mc/probe bs=4096 count=1 seek=256 2>/dev/null || die "the probe write"
-    rm -f /mnt/mc/probe
-    head -c 1048576 /dev/zero | tr '\0' L >$T/L
+    dd if=/dev/zero of=$2/probe bs=4096 count=1 seek=256 2>/dev/null || die "the probe write ($1)"
+    rm -f $2/probe
+    head -c 1048576 /dev/zero | tr '\0' L >$T/L.$1
     t0=$(now)
-    cp $T/L /mnt/mc/late 2>$T/late.err && die "the faulted write succeeded ($1)"
+    cp $T/L.$1 $2/late 2>$T/late.$1.err && die "the faulted write succeeded ($1)"
     i=0
     until [ "$(used)" = 0 ]; do
         i=$((i + 1))
@@ -211,14 +213,14 @@ late_write() {
     n=0
     vs=""
     for c in A B C D E F G H I J K M N O P Q; do
-        head -c 2097152 /dev/zero | tr '\0' $c >$T/v$c
-        cli --pin hard put v$1$c $T/v$c 2>/dev/null || break
+        head -c 2097152 /dev/zero | tr '\0' $c >$T/v$1$c
+        cli --pin hard put v$1$c $T/v$1$c 2>/dev/null || break
         n=$((n + 1))
         vs="$vs $c"
     done
     [ $n -ge 3 ] || die "only $n pinned objects fit ($1)"
     t1=$(now)
-    grep -q "late copy" $T/late.$1.log && die "the late bytes came before the objects: no test"
+    grep -q "late copy" $T/late.$1.log && die "the late bytes came before the objects: no test ($1)"
     i=0
     until grep -q "late copy" $T/late.$1.log; do
         i=$((i + 1))
@@ -226,9 +228,9 @@ late_write() {
         sleep 0.1
     done
     for c in $vs; do
-        cli get v$1$c $T/g$c 2>/dev/null || die "get v$1$c"
-        cmp -s $T/v$c $T/g$c || die "object v$1$c was overwritten by the late write" \
-            "($(head -c 8 $T/g$c))"
+        cli get v$1$c $T/g$1$c 2>/dev/null || die "get v$1$c"
+        cmp -s $T/v$1$c $T/g$1$c || die "object v$1$c was overwritten by the late write" \
+            "($(head -c 8 $T/g$1$c))"
     done
     grep -q "the late copy reached the node: Stale file handle" $T/late.$1.log ||
         die "the late copy was not refused ($1): $(grep 'late copy' $T/late.$1.log)"
@@ -237,26 +239,27 @@ late_write() {
     lr=$(fs_bytes $T/late.$1.log rdma)
     [ "${lr:-0}" -gt 0 ] ||
         die "the mount moved no bytes over RDMA: $(grep 'bytes moved' $T/late.$1.log)"
-    ok "$n pinned objects intact (in place $(echo "$t0 $t1" | awk '{printf "%.1f", $2-$1}') s" \
+    ok "$1: $n pinned objects intact (in place $(echo "$t0 $t1" | awk '{printf "%.1f", $2-$1}') s" \
         "after the write failed, before its copy at 12 s); the late copy refused (Stale file" \
         "handle); rdma $lr"
 }
 
 echo "== (f) a one-sided write landing after its lease spoils no other object"
-echo "   into a node's segment (node C, 8 MiB)"
+echo "   into a node's segment (node C, 8 MiB) and a master's own (8 MiB), at once"
 M2=$IP:50052
 start_master $M2 --put-ttl-ms 1000
 start_node C $M2 8M
-CM=$M2
-late_write node
-echo "   into the master's own segment (8 MiB, served over RDMA)"
 M4=$IP:50054
 start_master $M4 --put-ttl-ms 1000 --segment-size 8M --protocol rdma --rdma-device "$RXE_DEV"
-CM=$M4
-late_write master
+(CM=$M2; late_write node /mnt/mc) &
+lw1=$!
+(CM=$M4; late_write master /mnt/mc2) &
+lw2=$!
+wait $lw1 || die "(f) into a node's segment"
+wait $lw2 || die "(f) into a master's own segment"
 
 echo "== (g) a writer stopped in the middle of its RDMA writes is revoked"
-# Its own master (the write lease: 1 s) and node D (72 MiB). A put of 64
+# Its own master (the write lease: 1 s) and node D (40 MiB). A put of 32
 # MiB is stopped once node D accepted its RDMA connection: its slot keeps
 # the write's epoch, so the rise of the epoch that revokes it (its lease
 # runs out while it is stopped) waits until the node revokes the
@@ -265,15 +268,16 @@ echo "== (g) a writer stopped in the middle of its RDMA writes is revoked"
 # that came before the first write was marked proves nothing: try again.
 M3=$IP:50053
 start_master $M3 --put-ttl-ms 1000
-start_node D $M3 72M
+start_node D $M3 40M
 CM=$M3
+head -c 33554432 $T/in.64M >$T/in.32M
 held() { grep -q "RDMA peer .* torn down" $T/nodeD.log && [ "$(used)" = 0 ]; }
 revoked=0
 for attempt in 1 2 3; do
     acc=$(grep -c "rdma: accepted" $T/nodeD.log)
     # Not through cli(): $! must be mooncake-cli itself, for the SIGSTOP.
     mooncake-cli --master $M3 --auth-secret-file $K --protocol rdma --rdma-device "$RXE_DEV" \
-        put big $T/in.64M >$T/big.log 2>&1 &
+        put big $T/in.32M >$T/big.log 2>&1 &
     w=$!
     i=0
     until [ "$(grep -c "rdma: accepted" $T/nodeD.log)" -gt "$acc" ]; do
@@ -299,7 +303,7 @@ for attempt in 1 2 3; do
 done
 [ $revoked = 1 ] || die "the stopped writer was never revoked: $(tail -n 5 $T/nodeD.log)"
 vs=""
-for c in a b c d e f g h; do
+for c in a b c d; do
     head -c 8388608 /dev/zero | tr '\0' $c >$T/w$c
     cli --pin hard put w$c $T/w$c 2>/dev/null || die "pinned put w$c: the space did not come back"
     vs="$vs $c"
@@ -311,7 +315,7 @@ for c in $vs; do
     cmp -s $T/w$c $T/h$c || die "object w$c was overwritten by the revoked writer"
 done
 ok "the stopped writer was revoked ($(grep -o 'RDMA peer [^ ]*' $T/nodeD.log | head -n 1)), its" \
-    "space went to 64 MiB of pinned objects, which kept their bytes when it went on"
+    "space went to 32 MiB of pinned objects, which kept their bytes when it went on"
 
 kill $pids 2>/dev/null
 wait 2>/dev/null

@@ -42,7 +42,7 @@ typedef struct mc__shm_seg {
     mc__shm_fence_t *f;
     uint64_t used[(MC__SHM_FENCE_SLOTS + 63) / 64];
     /* The copy in progress that last held a rise back, since when, and
-     * whether that was logged (MC__FENCE_HELD_WARN_MS). */
+     * whether that was logged or revoked (held_ms). */
     uint32_t held_slot;
     uint64_t held_epoch, held_since_ms;
     int held_said;
@@ -61,7 +61,7 @@ typedef struct mc__shm_user {
     const void *owner;
     mc__shm_fence_t *f;
     uint32_t slot;
-    int pid;                           /* the client's process (SO_PEERCRED), for logs; 0: peer */
+    int pid;                           /* a mapping client's process (SO_PEERCRED), for logs */
     char peer[48];                     /* an RDMA peer's address, for logs */
     void (*revoke)(const void *owner); /* ends owner's writes for good, or NULL */
 } mc__shm_user_t;

@@ -290,10 +290,8 @@ void mc_loop_stop(mc_loop_t *l)
 int mc_loop_post(mc_loop_t *l, mc_loop_fn fn, void *arg)
 {
     if (mc__loop_forked(l)) {
-        mc__log(MC__LOG_ERROR,
-                "a loop (a store) made by process %d before a fork() cannot be "
-                "used in the child: open one in the child",
-                (int)getppid());
+        mc__log(MC__LOG_ERROR, "a loop (a store) made before fork() cannot be used in the "
+                               "forked child: open one in the child");
         return -ECHILD;
     }
     struct posted *p = malloc(sizeof(*p));

@@ -235,8 +235,8 @@ int mc__rdma_listen(mc__rdma_ctx_t *ctx, const struct sockaddr *sa);
  * mc__rdma_fence() gives ctx's listener the fence whose epoch word is epoch
  * (registered for peers' RDMA READs), for connections accepted from now on
  * (see the top of this file); ops NULL detaches it (call that before what
- * ops reaches goes away; connections are refused from then on). Returns 0, -EBUSY (a fence
- * already), or the error of registering epoch.
+ * ops reaches goes away; connections are refused from then on). Returns 0,
+ * -EBUSY (a fence already), or the error of registering epoch.
  */
 int mc__rdma_fence(mc__rdma_ctx_t *ctx, _Atomic uint64_t *epoch, const mc__rdma_fence_ops_t *ops);
 
@@ -303,8 +303,8 @@ int mc__rdma_write(mc__rdma_conn_t *c, const void *buf, const mc__rdma_mr_t *mr,
  * segment's epoch as its writer was granted it): on a connection to a
  * node with a fence its bytes go only if the fence's epoch is not above
  * epoch, else cb gets -ESTALE and nothing was written (see the top of this
- * file; epoch 0 is always refused there). Without a fence, epoch is not
- * used.
+ * file); epoch 0 is refused there at once (-ESTALE returned, cb never
+ * called). Without a fence, epoch is not used.
  */
 int mc__rdma_write_epoch(mc__rdma_conn_t *c, uint64_t epoch, const void *buf,
                          const mc__rdma_mr_t *mr, const mc__rdma_desc_t *rd, uint64_t roff,
