@@ -135,7 +135,6 @@ struct master {
     mc__rdma_ctx_t *rdma;
     mc__rdma_mr_t *seg_mr;
     mc__rdma_fencer_t fencer; /* the segment's fence, for RDMA peers */
-    int fenced;
     mc__secret_t *secret;
     mc_metrics_server_t *metrics;
     mc__ha_t *ha;
@@ -440,12 +439,11 @@ static int serve_rdma(const struct options *o, struct master *mp)
         rc =
             mc__rdma_serve(mp->rdma, seg_mem.base, seg_mem.size, host, &mp->seg_mr, &rec, &rec_len);
     static const uint32_t local = SEG_LOCAL;
-    mp->fencer = (mc__rdma_fencer_t){.srv = mp->srv, .seg = &local};
     if (rc >= 0)
-        mp->fenced = mc__rdma_fence_segment(mp->rdma, &mp->fencer, seg_mem.base, seg_mem.size,
-                                            seg_mem.fd) == 0;
+        mc__rdma_fence_segment(&mp->fencer, mp->rdma, mp->srv, &local, seg_mem.base, seg_mem.size,
+                               seg_mem.fd);
     if (rc >= 0)
-        rc = mc__svc_set_local_rdma(mp->svc, rec, rec_len, mp->fenced);
+        rc = mc__svc_set_local_rdma(mp->svc, rec, rec_len, mp->fencer.ctx != NULL);
     free(rec);
     if (rc < 0 && o->xport == MC__XPORT_RDMA) {
         mc__log(MC__LOG_ERROR, "cannot serve the segment over RDMA on %s: %s", host,
@@ -493,9 +491,7 @@ static int serve_metrics(const struct options *o, struct master *mp)
  * listener (whose calls reach the server's data plane). */
 static void server_close(struct master *mp)
 {
-    if (mp->fenced)
-        mc__rdma_fence(mp->rdma, NULL, NULL);
-    mp->fenced = 0;
+    mc__rdma_unfence(&mp->fencer);
     mc__server_close(mp->srv);
     mp->srv = NULL;
 }

@@ -354,9 +354,9 @@ def test_a_client_stopped_mid_copy_holds_the_space_until_it_exits(cluster):
 # A Python client that puts a key (mapping the co-located node's segment)
 # and forks a child, which tries a put with the inherited store and closes
 # it (writing what the put returned and how long both took to argv[2]),
-# then sleeps; the
-# parent prints the child's pid and dies without closing its store, as a
-# crash does.
+# then waits until its standard input (the test's pipe) closes; the parent
+# prints the child's pid and dies without closing its store, as a crash
+# does.
 FORKER = r"""
 import os, sys, time
 from mooncake.store import MooncakeDistributedStore
@@ -374,7 +374,7 @@ if child == 0:
     with open(sys.argv[2] + ".tmp", "w") as f:
         f.write(f"{rc} {time.time() - t0:.3f}")
     os.rename(sys.argv[2] + ".tmp", sys.argv[2])
-    time.sleep(60)
+    os.read(0, 1)
     os._exit(0)
 print(child, flush=True)
 os._exit(0)
@@ -403,8 +403,12 @@ def test_a_forked_child_keeps_no_connection_of_its_parent(cluster):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"))
     said = os.path.join(cluster.tmp, "child-put")
-    r = subprocess.run([sys.executable, "-c", FORKER, m.addr, said], env=env,
-                       capture_output=True, timeout=60)
+    hold, keep = os.pipe()  # the child lives until keep closes
+    try:
+        r = subprocess.run([sys.executable, "-c", FORKER, m.addr, said], env=env, stdin=hold,
+                           capture_output=True, timeout=60)
+    finally:
+        os.close(hold)
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     child = int(r.stdout)
     try:
@@ -423,4 +427,5 @@ def test_a_forked_child_keeps_no_connection_of_its_parent(cluster):
         assert int(rc) == -1010 and float(took) < 5, (rc, took)
         assert cli(m.addr, "get", "child").returncode != 0
     finally:
+        os.close(keep)
         os.kill(child, signal.SIGKILL)

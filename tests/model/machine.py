@@ -38,7 +38,8 @@ from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-import world as W
+import world as W  # first: it puts tests/ on sys.path
+import harness  # noqa: E402  (tests/harness.py)
 from model import ABSENT, Model, ModelError
 
 # Known bugs the model may be told to put up with while they are being fixed
@@ -609,11 +610,10 @@ class StoreMachine(RuleBasedStateMachine):
         would inherit our descriptors of files on the mount, and closing
         them sends the daemon a FLUSH, which a stopped daemon never
         answers."""
-        deadline = time.time() + timeout
-        while not cond(self.w.master_counters()):
-            if time.time() > deadline:
-                raise ModelError(f"timed out after {timeout:.0f} s waiting for {what}")
-            time.sleep(0.1)
+        try:
+            harness.wait_for(lambda: cond(self.w.master_counters()), what, timeout=timeout)
+        except AssertionError as e:
+            raise ModelError(f"{e} (after {timeout:.0f} s)") from None
 
     def open_new_version(self, key, size, what):
         """Opens key through the mount for a new version of size bytes

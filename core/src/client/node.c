@@ -36,7 +36,7 @@ static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int 
  * serve RDMA without a fence (a segment in a file). */
 static uint32_t seg_checked(struct mc__remote *rm)
 {
-    return rm->s->rdma_rec && !rm->rdma_fenced ? 0u : (uint32_t)MC__MOUNT_CHECKED;
+    return rm->s->rdma_rec && !rm->fencer.ctx ? 0u : (uint32_t)MC__MOUNT_CHECKED;
 }
 
 /* Raises our segment's epoch to the master's (wire/proto.h, "Segment
@@ -482,10 +482,9 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
             rc = mc__rdma_host_of(mc__server_addr(rm->srv), host, sizeof(host));
             if (rc >= 0)
                 rc = mc__store_rdma_serve(s, host);
-            rm->fencer = (mc__rdma_fencer_t){.srv = rm->srv, .seg = &rm->seg_id};
             if (rc >= 0)
-                rm->rdma_fenced = mc__rdma_fence_segment(s->rdma, &rm->fencer, s->seg, s->seg_size,
-                                                         s->seg_fd) == 0;
+                mc__rdma_fence_segment(&rm->fencer, s->rdma, rm->srv, &rm->seg_id, s->seg,
+                                       s->seg_size, s->seg_fd);
             if (rc < 0 && s->xport == MC__XPORT_RDMA) {
                 mc__remote_close(s, NULL);
                 return rc;
@@ -560,9 +559,7 @@ void mc__remote_close(mc_store_t *s, void (*done)(mc_store_t *s))
     rm->open_done = NULL;
     rm->close_done = done;
     mc_timer_stop(&rm->hb);
-    if (rm->rdma_fenced)
-        mc__rdma_fence(s->rdma, NULL, NULL); /* rm->fencer reaches rm->srv's data plane */
-    rm->rdma_fenced = 0;
+    mc__rdma_unfence(&rm->fencer); /* it reaches rm->srv's data plane */
     mc__server_close(rm->srv);
     rm->srv = NULL;
     s->rm = NULL; /* operations from now on fail with -ECANCELED */

@@ -104,10 +104,9 @@ static int serve_embedded(mc_store_t *s, const char *listen)
         if ((rc = mc__rdma_host_of(mc__server_addr(s->srv), host, sizeof(host))) < 0 ||
             (rc = mc__store_rdma_serve(s, host)) < 0)
             return rc;
-        s->fencer = (mc__rdma_fencer_t){.srv = s->srv, .seg = &local};
-        s->rdma_fenced =
-            mc__rdma_fence_segment(s->rdma, &s->fencer, s->seg, s->seg_size, s->seg_fd) == 0;
-        if ((rc = mc__svc_set_local_rdma(s->svc, s->rdma_rec, s->rdma_rec_len, s->rdma_fenced)) < 0)
+        mc__rdma_fence_segment(&s->fencer, s->rdma, s->srv, &local, s->seg, s->seg_size, s->seg_fd);
+        if ((rc = mc__svc_set_local_rdma(s->svc, s->rdma_rec, s->rdma_rec_len,
+                                         s->fencer.ctx != NULL)) < 0)
             return rc;
     }
     return 0;
@@ -304,9 +303,7 @@ static void remote_closed(mc_store_t *s)
  * back from the RDMA listener (whose calls reach the server's data plane). */
 static void server_close(mc_store_t *s)
 {
-    if (s->rdma_fenced)
-        mc__rdma_fence(s->rdma, NULL, NULL);
-    s->rdma_fenced = 0;
+    mc__rdma_unfence(&s->fencer);
     mc__server_close(s->srv);
     s->srv = NULL;
 }

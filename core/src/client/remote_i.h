@@ -75,8 +75,7 @@ struct mc__remote {
     uint64_t rec_ack;           /* bytes of the last RECORDS_TAKE answer applied */
     uint64_t run;               /* the master run our segment was last mounted at (0: none) */
     uint64_t epoch;             /* our segment's: WRITEs below it are refused (proto.h) */
-    int rdma_fenced;            /* RDMA peers write through our segment's fence (node.c) */
-    mc__rdma_fencer_t fencer;   /* what gives them their slots */
+    mc__rdma_fencer_t fencer;   /* our segment's fence for RDMA peers (node.c) */
     int rtaking;                /* a RECORDS_TAKE in flight */
     int reporting; /* records follow our mount: until the report's last call is answered */
     size_t rep_at; /* the next bucket of recs to report (SIZE_MAX: the last is sent) */

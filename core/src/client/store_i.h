@@ -59,7 +59,6 @@ struct mc_store {
     char *rdma_rec;             /* the segment's RDMA record, published */
     size_t rdma_rec_len;
     mc__rdma_fencer_t fencer; /* an embedded master's segment's fence for RDMA peers (open.c) */
-    int rdma_fenced;          /* ... given to the listener */
     mc_store_stats_t st;      /* updated with mc__count() on the loop thread */
     mc__op_metrics_t opm;     /* updated by mc__op_finish() */
     mc_timer_t sweep;

@@ -131,9 +131,10 @@ static void fence_leave(void *arg, mc__rdma_conn_t *c)
         mc__data_plane_closed(dp, c);
 }
 
-int mc__rdma_fence_segment(mc__rdma_ctx_t *ctx, mc__rdma_fencer_t *f, char *base, uint64_t size,
-                           int fd)
+int mc__rdma_fence_segment(mc__rdma_fencer_t *f, mc__rdma_ctx_t *ctx, mc__server_t *srv,
+                           const uint32_t *seg, char *base, uint64_t size, int fd)
 {
+    *f = (mc__rdma_fencer_t){.srv = srv, .seg = seg};
     mc__rdma_fence_ops_t ops = {.join = fence_join, .leave = fence_leave, .arg = f};
     int rc = fd < 0 ? -ENOTSUP : mc__rdma_fence(ctx, &mc__seg_fence(base, size)->epoch, &ops);
     if (fd < 0)
@@ -142,5 +143,14 @@ int mc__rdma_fence_segment(mc__rdma_ctx_t *ctx, mc__rdma_fencer_t *f, char *base
                               "lease");
     else if (rc < 0)
         mc__log(MC__LOG_WARN, "RDMA peers' writes pass no fence: %s", strerror(-rc));
+    if (rc == 0)
+        f->ctx = ctx;
     return rc;
+}
+
+void mc__rdma_unfence(mc__rdma_fencer_t *f)
+{
+    if (f->ctx)
+        mc__rdma_fence(f->ctx, NULL, NULL);
+    f->ctx = NULL;
 }

@@ -67,6 +67,7 @@ int mc__rdma_serve(mc__rdma_ctx_t *ctx, void *base, size_t size, const char *hos
  * caller keeps it while the fence is given (mc__rdma_fence_segment()).
  */
 typedef struct mc__rdma_fencer {
+    mc__rdma_ctx_t *ctx; /* the listener it is given to, or NULL: none */
     mc__server_t *srv;
     const uint32_t *seg;
 } mc__rdma_fencer_t;
@@ -74,14 +75,18 @@ typedef struct mc__rdma_fencer {
 /*
  * mc__rdma_fence_segment() gives ctx's listener the fence of segment
  * [base, base + size), a memfd's (fd; its fence follows it,
- * transport/shm.h), with slots from f. Returns 0, or -ENOTSUP (fd -1: a
- * segment in a file has no fence; without RDMA), or the errors of
- * mc__rdma_fence(); a segment left without a fence is logged.
- * mc__rdma_fence(ctx, NULL, NULL) takes it back: do that before f's
- * server closes.
+ * transport/shm.h), with slots from srv's data plane as segment *seg, and
+ * fills f (f->ctx set: given). Returns 0, or -ENOTSUP (fd -1: a segment in
+ * a file has no fence; without RDMA), or the errors of mc__rdma_fence();
+ * a segment left without a fence is logged.
  */
-int mc__rdma_fence_segment(mc__rdma_ctx_t *ctx, mc__rdma_fencer_t *f, char *base, uint64_t size,
-                           int fd);
+int mc__rdma_fence_segment(mc__rdma_fencer_t *f, mc__rdma_ctx_t *ctx, mc__server_t *srv,
+                           const uint32_t *seg, char *base, uint64_t size, int fd);
+
+/* mc__rdma_unfence() takes f's fence back from its listener, which refuses
+ * connections from then on; nothing when none was given. Call it before
+ * f's server closes. */
+void mc__rdma_unfence(mc__rdma_fencer_t *f);
 
 /* Writes the host part of a data address ("10.0.0.1:7100", "[fe80::1]:7100"),
  * the host an RDMA listener binds, into host[0..cap). Returns 0,

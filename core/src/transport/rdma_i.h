@@ -101,6 +101,7 @@ struct mc__rdma_conn {
      * decides), that READ (it decides the writes queued up to read_upto),
      * and the marks and READs posted and not completed. */
     int fenced, reading;
+    int mark_stale; /* writes ended since the slot was last set: it may rise */
     uint64_t fence_addr, slot_addr;
     uint32_t fence_rkey, slot_rkey;
     uint64_t mark;

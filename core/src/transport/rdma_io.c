@@ -215,8 +215,9 @@ static uint64_t mark_wanted(const mc__rdma_conn_t *c, const op_t *upto)
 }
 
 /* Moves the fence along for c->issue: starts a round for it when it must
- * pass the fence and none is in flight, else brings the slot to what the
- * admitted writes need. Whether c->issue may post. */
+ * pass the fence and none is in flight, else, once writes ended
+ * (c->mark_stale), brings the slot to what the admitted writes need.
+ * Whether c->issue may post. */
 static int fence_step(mc__rdma_conn_t *c)
 {
     op_t *op = c->issue;
@@ -232,10 +233,12 @@ static int fence_step(mc__rdma_conn_t *c)
             return 0;
         c->reading = 1;
         c->read_upto = c->tail;
-    } else if (!waits && c->ctrl_inflight < MC__RDMA_CTRL_MAX) {
+    } else if (!waits && c->mark_stale && c->ctrl_inflight < MC__RDMA_CTRL_MAX) {
         uint64_t want = mark_wanted(c, NULL);
-        if (want != c->mark && post_ctrl(c, 0, want) == 0)
+        if (want == c->mark || post_ctrl(c, 0, want) == 0) {
             c->mark = want;
+            c->mark_stale = 0;
+        }
     }
     return !waits;
 }
@@ -266,6 +269,8 @@ static void fence_read(mc__rdma_conn_t *c)
         if (op == stop)
             break;
     }
+    if (refused)
+        c->mark_stale = 1;
     while (refused) {
         op_t *op = refused;
         refused = op->next;
@@ -303,6 +308,7 @@ static void on_wc(mc__rdma_conn_t *c, const struct ibv_wc *wc)
     c->free_slots[c->nfree++] = si;
     c->inflight--;
     if (op->done == op->len) {
+        c->mark_stale |= op->write && c->fenced;
         unlink_op(c, op);
         mc__rdma_finish_op(ctx, op, 0);
     }
