@@ -514,6 +514,44 @@ static void test_endpoints_and_timeouts(void **state)
     assert_int_equal(mc__etcd_new(loop, "h:1", 0, &bad), -EINVAL);
 }
 
+/* Connections of this process to etcd's client port (the test's). */
+static int etcd_connections(void)
+{
+    int port = atoi(strchr(ep, ':') + 1), n = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        struct sockaddr_in a;
+        socklen_t len = sizeof(a);
+        if (getpeername(fd, (struct sockaddr *)&a, &len) == 0 && a.sin_family == AF_INET &&
+            ntohs(a.sin_port) == port)
+            n++;
+    }
+    return n;
+}
+
+/* A forked child keeps no connection to etcd (forkfd.h): its parent's
+ * client stays usable, and the child cannot use the client anyway. */
+static void test_forked_child_keeps_no_connection(void **state)
+{
+    (void)state;
+    mc__etcd_t *e = client(ep, 5000);
+    got_t g = {0};
+    assert_int_equal(wait_res(&g, mc__etcd_put(e, K("fork/a"), K("1"), 0, on_res, &g)), 0);
+    assert_cmp(etcd_connections(), >, 0); /* kept alive for the next request */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(etcd_connections() > 100 ? 100 : etcd_connections());
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0)
+        fail_msg("the forked child kept %d connection(s) to etcd", WEXITSTATUS(status));
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("fork/a"), 0, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 1);
+    mc__etcd_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -524,6 +562,7 @@ int main(void)
         cmocka_unit_test(test_leases),
         cmocka_unit_test(test_watch),
         cmocka_unit_test(test_endpoints_and_timeouts),
+        cmocka_unit_test(test_forked_child_keeps_no_connection),
     };
     return cmocka_run_group_tests(tests, setup_etcd, teardown_etcd);
 }

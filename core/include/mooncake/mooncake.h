@@ -18,8 +18,9 @@
  *    Sync forms called from the loop thread itself return -EDEADLK.
  *  - A store does not cross fork(): in a forked child its calls fail with
  *    -ECHILD and mc_store_close() only forgets it (open a store in the
- *    child). The child keeps none of its connections, so the parent's
- *    death is seen by its peers at once.
+ *    child). The child keeps none of its connections (nor those of
+ *    mc_metrics_serve() or of etcd), so the parent's death is seen by its
+ *    peers at once.
  */
 #ifndef MOONCAKE_MOONCAKE_H
 #define MOONCAKE_MOONCAKE_H

@@ -19,9 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "runtime/etcd.h"
 #include "runtime/etcd_i.h"
+#include "runtime/forkfd.h"
 #include "runtime/log.h"
 
 #define RESP_MAX (64u << 20) /* an answer (a range) larger than this fails */
@@ -138,6 +141,28 @@ static int req_send(req_t *r)
     return curl_multi_add_handle(e->multi, r->h) == CURLM_OK ? 0 : -ENOMEM;
 }
 
+/* Connections to etcd are made and closed here, so that a forked child
+ * closes them (forkfd.h): it would otherwise hold its dead parent's
+ * connections open. curl closes a connection with the callback of the
+ * request that opened it, whichever request used it last. */
+static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    (void)arg;
+    (void)purpose;
+    int fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    if (fd < 0)
+        return CURL_SOCKET_BAD;
+    mc__fd_own(fd);
+    return fd;
+}
+
+static int close_socket(void *arg, curl_socket_t fd)
+{
+    (void)arg;
+    mc__fd_disown(fd);
+    return close(fd);
+}
+
 /* Starts a request of kind on path with JSON body j (taken). */
 static int req_start(mc__etcd_t *e, enum kind kind, const char *path, json_t *j, mc__etcd_cb cb,
                      mc__etcd_watch_cb wcb, void *arg, req_t **out)
@@ -166,6 +191,8 @@ static int req_start(mc__etcd_t *e, enum kind kind, const char *path, json_t *j,
     curl_easy_setopt(r->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(r->h, CURLOPT_CONNECTTIMEOUT_MS, (long)e->timeout_ms);
     curl_easy_setopt(r->h, CURLOPT_PROTOCOLS_STR, "http");
+    curl_easy_setopt(r->h, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_easy_setopt(r->h, CURLOPT_CLOSESOCKETFUNCTION, close_socket);
     if (kind != K_WATCH)
         curl_easy_setopt(r->h, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
     r->next = e->reqs;

@@ -8,7 +8,9 @@
  * dead parent left marked (and with it the space of every write that ended
  * on that segment), a master a writer's connection, a listener its port.
  * So every connection's socket, every listening socket and every loop's
- * io_uring (whose requests in flight hold sockets too) is marked here, and
+ * io_uring (whose requests in flight hold sockets too) is marked here
+ * (the metrics server's listener and connections and etcd's connections
+ * as well, through libmicrohttpd's and libcurl's callbacks), and
  * a child closes the marked ones right after fork() (pthread_atfork); the
  * rings' mappings (which hold the ring as well) and the segments mapped
  * from nodes are not inherited at all (MADV_DONTFORK).

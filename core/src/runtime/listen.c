@@ -112,6 +112,21 @@ static int bind_listen(int fd, const mc__addr_t *a)
     return 0;
 }
 
+int mc__listen_socket(const mc__addr_t *a)
+{
+    int fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    mc__fd_own(fd); /* a forked child closes it (forkfd.h) */
+    int rc = bind_listen(fd, a);
+    if (rc < 0) {
+        mc__fd_disown(fd);
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
 int mc__listen(mc_loop_t *l, const mc__addr_t *a, const mc__conn_ops_t *ops, mc__accept_cb cb,
                void *arg, mc__listener_t **out)
 {
@@ -122,15 +137,12 @@ int mc__listen(mc_loop_t *l, const mc__addr_t *a, const mc__conn_ops_t *ops, mc_
     mc__listener_t *ls = calloc(1, sizeof(*ls));
     if (!ls)
         return -ENOMEM;
-    ls->fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    ls->fd = mc__listen_socket(a);
     if (ls->fd < 0) {
-        rc = -errno;
+        rc = ls->fd;
         free(ls);
         return rc;
     }
-    mc__fd_own(ls->fd); /* a forked child closes it (forkfd.h) */
-    if ((rc = bind_listen(ls->fd, a)) < 0)
-        goto fail;
     ls->addr.len = sizeof(ls->addr.ss);
     if (getsockname(ls->fd, (struct sockaddr *)&ls->addr.ss, &ls->addr.len) < 0)
         ls->addr = *a;

@@ -31,6 +31,15 @@ typedef void (*mc__accept_cb)(mc__listener_t *ls, mc__conn_t *c);
 int mc__listen(mc_loop_t *l, const mc__addr_t *a, const mc__conn_ops_t *ops, mc__accept_cb cb,
                void *arg, mc__listener_t **out);
 
+/*
+ * mc__listen_socket() is mc__listen()'s socket alone, for a server that
+ * accepts by other means (the metrics server): bound and listening as
+ * there, non-blocking and close-on-exec, and marked for closing in a
+ * forked child (forkfd.h; mc__fd_disown() it before closing it). Returns
+ * the descriptor or -errno.
+ */
+int mc__listen_socket(const mc__addr_t *a);
+
 /* mc__listener_addr() returns the bound address (the real port after ":0"). */
 const mc__addr_t *mc__listener_addr(const mc__listener_t *ls);
 

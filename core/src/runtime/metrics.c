@@ -17,9 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/addr.h"
+#include "runtime/forkfd.h"
+#include "runtime/listen.h"
 #include "runtime/log.h"
 #include "runtime/metrics.h"
 
@@ -113,6 +117,7 @@ struct mc_metrics_server {
     struct MHD_Daemon *d;
     hub_t *hub;
     int port;
+    int fd; /* the listening socket: ours, lent to libmicrohttpd */
 };
 
 /* Drops a reference to h (h->mu held; released here). */
@@ -220,8 +225,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   size_t *upload_data_size, void **ctx)
 {
     hub_t *h = cls;
+    (void)version;
+    (void)upload_data;
     if (strcmp(method, "GET") && strcmp(method, "HEAD"))
-        return answer_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "GET only\n");
+        return answer_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "GET only\n"); /* and closes */
+    /* The first call has the headers: answering then would close the
+     * connection (a body could follow). Answered at the last (a GET's body,
+     * if any, read and dropped), a scraper's HTTP/1.1 connection stays open
+     * for its next scrape. */
+    if (!*ctx || *upload_data_size) {
+        *ctx = conn;
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
     int health = strcmp(url, "/health") == 0;
     if (!health && strcmp(url, "/metrics") != 0)
         return answer_text(conn, MHD_HTTP_NOT_FOUND, "/metrics or /health\n");
@@ -246,6 +262,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return answer_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
     }
     return answer(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", m.p, m.len);
+}
+
+/* A forked child must not keep a scraper's connection (forkfd.h): it would
+ * hold it open after the parent died, and the scraper would wait on it
+ * instead of seeing the server gone. libmicrohttpd tells of a connection's
+ * end before it closes the socket. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **sctx,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    (void)cls;
+    (void)sctx;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        mc__fd_own(ci->connect_fd);
+    else
+        mc__fd_disown(ci->connect_fd);
 }
 
 /* "PORT" means 127.0.0.1:PORT; otherwise host:port or [v6]:port. */
@@ -290,24 +325,46 @@ int mc_metrics_serve(mc_metrics_server_t **out, const char *addr, mc_loop_t *loo
     h->collect = collect;
     h->arg = arg;
     srv->hub = h;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+    /* The listening socket is ours (a forked child closes it: forkfd.h),
+     * and taken back from libmicrohttpd at the stop (MHD_USE_ITC lets
+     * mc_metrics_stop() quiesce it) so that we close it ourselves. */
+    struct stat st = {0};
+    srv->fd = mc__listen_socket(&a);
+    if (srv->fd < 0 || fstat(srv->fd, &st) < 0) {
+        rc = srv->fd < 0 ? srv->fd : -errno;
+        goto fail;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC;
     if (a.ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     errno = 0;
-    srv->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-                              (struct sockaddr *)&a.ss, MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+    srv->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET,
+                              srv->fd, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     if (!srv->d) {
-        rc = errno ? -errno : -EADDRINUSE;
-        pthread_mutex_lock(&h->mu);
-        hub_unref_unlock(h);
-        free(srv);
-        return rc;
+        rc = errno ? -errno : -ENOMEM;
+        goto fail;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
-    srv->port = di ? di->port : mc__addr_port(&a);
+    mc__addr_t bound = {.len = sizeof(bound.ss)};
+    srv->port = getsockname(srv->fd, (struct sockaddr *)&bound.ss, &bound.len) == 0
+                    ? mc__addr_port(&bound)
+                    : mc__addr_port(&a);
     *out = srv;
     return 0;
+fail:
+    if (srv->fd >= 0) {
+        /* Closed unless libmicrohttpd closed it as it failed (then the
+         * number may be another's socket now: not ours to close). */
+        struct stat now;
+        mc__fd_disown(srv->fd);
+        if (fstat(srv->fd, &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino)
+            close(srv->fd);
+    }
+    pthread_mutex_lock(&h->mu);
+    hub_unref_unlock(h);
+    free(srv);
+    return rc;
 }
 
 int mc_metrics_server_port(const mc_metrics_server_t *srv)
@@ -319,7 +376,12 @@ void mc_metrics_stop(mc_metrics_server_t *srv)
 {
     if (!srv)
         return;
-    MHD_stop_daemon(srv->d); /* joins the HTTP thread: no new scrape */
+    MHD_socket fd = MHD_quiesce_daemon(srv->d); /* no new connection */
+    MHD_stop_daemon(srv->d);                    /* joins the HTTP thread: no new scrape */
+    if (fd != MHD_INVALID_SOCKET) {             /* ours again (else libmicrohttpd closed it) */
+        mc__fd_disown(fd);
+        close(fd);
+    }
     hub_t *h = srv->hub;
     pthread_mutex_lock(&h->mu); /* waits for a collect in progress */
     h->stopped = 1;
