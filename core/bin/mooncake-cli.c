@@ -42,7 +42,8 @@ static const command_t commands[];
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mooncake-cli [--master ADDR] [--segment-size SIZE] [--listen ADDR]\n"
+    fprintf(f, "usage: mooncake-cli [--master ADDR] [--segment-size SIZE] [--segment-file F]\n"
+               "                    [--listen ADDR]\n"
                "                    [--timeout-ms N] [--replicas N] [--pin hard|soft]\n"
                "                    [--auth-secret-file F] [--no-shm] [--protocol P]\n"
                "                    [--rdma-device NAME] [--preferred ADDR] [--repeat N]\n"
@@ -56,6 +57,9 @@ static void usage(FILE *f)
                "                     (host:port, unix:/path); none: an embedded store in\n"
                "                     this process, gone when it exits\n"
                "    --segment-size SIZE  node: bytes to contribute (e.g. 1G)\n"
+               "    --segment-file F node: the segment is the first SIZE bytes of the\n"
+               "                     existing file F (on /dev/shm, a DAX device's file\n"
+               "                     system, ...), mapped shared, not anonymous memory\n"
                "    --listen ADDR    node: where the segment's data is served (default\n"
                "                     127.0.0.1:0; beyond loopback only with\n"
                "                     --auth-secret-file)\n"
@@ -520,6 +524,7 @@ static int parse_options(int argc, char **argv, mc_store_opts_t *o, int *stats)
     static const struct option longopts[] = {
         {"master", required_argument, NULL, 'm'},
         {"segment-size", required_argument, NULL, 's'},
+        {"segment-file", required_argument, NULL, 'F'},
         {"listen", required_argument, NULL, 'l'},
         {"timeout-ms", required_argument, NULL, 't'},
         {"replicas", required_argument, NULL, 'r'},
@@ -549,6 +554,9 @@ static int parse_options(int argc, char **argv, mc_store_opts_t *o, int *stats)
                 fprintf(stderr, "mooncake-cli: bad --segment-size '%s'\n", optarg);
                 return 2;
             }
+            break;
+        case 'F':
+            o->segment_file = optarg;
             break;
         case 'l':
             o->listen = optarg;

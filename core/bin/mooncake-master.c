@@ -142,15 +142,12 @@ struct master {
 
 /* The master's own segment (SEG_LOCAL), for its data plane; arg is the
  * struct master. */
-static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd,
-                      uint64_t *epoch)
+static int seg_lookup(void *arg, uint32_t seg, mc__seg_t *out, uint64_t *epoch)
 {
     struct master *mp = arg;
     if (seg != SEG_LOCAL || !seg_mem.base)
         return -ENOENT;
-    *base = seg_mem.base;
-    *size = seg_mem.size;
-    *fd = seg_mem.fd;
+    *out = seg_mem;
     *epoch = mc__svc_seg_epoch(mp->svc, seg);
     return 0;
 }
@@ -440,8 +437,7 @@ static int serve_rdma(const struct options *o, struct master *mp)
             mc__rdma_serve(mp->rdma, seg_mem.base, seg_mem.size, host, &mp->seg_mr, &rec, &rec_len);
     static const uint32_t local = SEG_LOCAL;
     if (rc >= 0)
-        mc__rdma_fence_segment(&mp->fencer, mp->rdma, mp->srv, &local, seg_mem.base, seg_mem.size,
-                               seg_mem.fd);
+        mc__rdma_fence_segment(&mp->fencer, mp->rdma, mp->srv, &local, seg_mem.fence);
     if (rc >= 0)
         rc = mc__svc_set_local_rdma(mp->svc, rec, rec_len, mp->fencer.ctx != NULL);
     free(rec);

@@ -10,8 +10,9 @@
 #       the NIC itself (rdma_zero_copy_bytes), no staging, no TCP;
 #   (f) a one-sided write landing after its lease (MC_FAULT_XFER sends a
 #       copy 12 s late) is refused by the segment's fence and spoils no
-#       object that took the space meanwhile: into a node's segment, and
-#       into a master's own;
+#       object that took the space meanwhile: into a node's segment, into
+#       a node's segment in a file (--segment-file), and into a master's
+#       own;
 #   (g) a writer stopped (SIGSTOP) in the middle of its one-sided writes
 #       holds the fence's rise back until the node revokes its connection;
 #       the space then goes to pinned objects, and when the writer goes on
@@ -62,12 +63,14 @@ start_master() {
     pids="$pids $!"
     sleep 0.5
 }
-# start_node NAME [MASTER [SIZE]]: node NAME (pid in $nodeNAME, log
-# nodeNAME.log) of MASTER (default $M) with a segment of SIZE (256M).
+# start_node NAME [MASTER [SIZE [FILE]]]: node NAME (pid in $nodeNAME, log
+# nodeNAME.log) of MASTER (default $M) with a segment of SIZE (256M), in
+# FILE when given.
 start_node() {
     # Not through cli(): $! must be mooncake-cli itself, for the kill -9.
     mooncake-cli --master ${2:-$M} --auth-secret-file $K --protocol rdma --rdma-device "$RXE_DEV" \
-        --log-level info --segment-size ${3:-256M} --listen $IP:0 node >$T/node$1.log 2>&1 &
+        --log-level info --segment-size ${3:-256M} ${4:+--segment-file $4} --listen $IP:0 \
+        node >$T/node$1.log 2>&1 &
     eval "node$1=$!"
     pids="$pids $!"
     i=0
@@ -245,17 +248,24 @@ late_write() {
 }
 
 echo "== (f) a one-sided write landing after its lease spoils no other object"
-echo "   into a node's segment (node C, 8 MiB) and a master's own (8 MiB), at once"
+echo "   into a node's segment (node C, 8 MiB), one in a file (node E) and a master's own, at once"
 M2=$IP:50052
 start_master $M2 --put-ttl-ms 1000
 start_node C $M2 8M
+M5=$IP:50055
+start_master $M5 --put-ttl-ms 1000
+truncate -s 8M $T/segE
+start_node E $M5 8M $T/segE
 M4=$IP:50054
 start_master $M4 --put-ttl-ms 1000 --segment-size 8M --protocol rdma --rdma-device "$RXE_DEV"
 (CM=$M2; late_write node /mnt/mc) &
 lw1=$!
+(CM=$M5; late_write file /mnt/mc3) &
+lw3=$!
 (CM=$M4; late_write master /mnt/mc2) &
 lw2=$!
 wait $lw1 || die "(f) into a node's segment"
+wait $lw3 || die "(f) into a node's segment in a file"
 wait $lw2 || die "(f) into a master's own segment"
 
 echo "== (g) a writer stopped in the middle of its RDMA writes is revoked"

@@ -31,14 +31,12 @@ struct node {
     mc__addr_t addr;
 };
 
-static int lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd, uint64_t *epoch)
+static int lookup(void *arg, uint32_t seg, mc__seg_t *out, uint64_t *epoch)
 {
     struct node *n = arg;
     if (seg != SEG)
         return -ENOENT;
-    *base = n->mem;
-    *size = SEG_SIZE;
-    *fd = -1;
+    *out = (mc__seg_t){.base = n->mem, .size = SEG_SIZE, .fd = -1};
     *epoch = atomic_load(&n->epoch);
     return 0;
 }

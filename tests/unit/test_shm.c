@@ -82,6 +82,12 @@ static void test_segment_in_a_file(void **state)
     mc__seg_t seg;
     assert_int_equal(mc__seg_map_file(path, (uint64_t)page, (uint64_t)page, &seg), 0);
     assert_int_equal(seg.fd, -1); /* not offered to peers */
+    /* Its fence (for RDMA peers) is not in the file: apart, and clear. */
+    assert_non_null(seg.fence);
+    assert_true((char *)seg.fence + sizeof(*seg.fence) <= seg.base ||
+                (char *)seg.fence >= seg.base + page);
+    assert_int_equal(atomic_load(&seg.fence->epoch), 0);
+    assert_int_equal(atomic_load(&seg.fence->busy[MC__SHM_FENCE_SLOTS - 1]), 0);
     memcpy(seg.base + 10, "hello", 5);
     char got[5];
     assert_int_equal(pread(fd, got, 5, page + 10), 5);
@@ -140,14 +146,12 @@ struct env {
     uint32_t alt; /* another number lookup() answers for the segment (0: none) */
 };
 
-static int lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd, uint64_t *epoch)
+static int lookup(void *arg, uint32_t seg, mc__seg_t *out, uint64_t *epoch)
 {
     struct env *e = arg;
     if (seg != 7 && (!e->alt || seg != e->alt))
         return -ENOENT;
-    *base = e->seg.base;
-    *size = e->seg.size;
-    *fd = e->seg.fd;
+    *out = e->seg;
     *epoch = e->epoch ? e->epoch : 1;
     return 0;
 }
@@ -481,6 +485,61 @@ static void test_fence_slots_for_rdma_peers(void **state)
     env_close(&e); /* closes c1 */
 }
 
+/* A segment in a file (mc__seg_map_file()) is not offered for mapping, but
+ * its RDMA peers' one-sided writes get fence slots as a memfd segment's
+ * do: a write marked there holds a rise back, and a write below the
+ * fence's epoch is refused by its peer. */
+static void test_fence_slots_for_rdma_peers_in_a_file(void **state)
+{
+    (void)state;
+    struct env e = {0};
+    mc__addr_t a;
+    int A, B;
+    _Atomic uint64_t *ep = NULL;
+    char path[] = "/tmp/mc-test-segfile-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, SEG_SIZE), 0);
+
+    mc__log_init("test_shm", MC__LOG_ERROR);
+    assert_int_equal(mc_loop_new(&e.l), 0);
+    assert_int_equal(mc__seg_map_file(path, SEG_SIZE, 0, &e.seg), 0);
+    assert_int_equal(mc__addr_parse("127.0.0.1:0", -1, &a), 0);
+    mc__server_opts_t so = {.seg_lookup = lookup, .seg_arg = &e, .shm = 1};
+    assert_int_equal(mc__server_new(&e.srv, e.l, &a, &so), 0);
+    e.epoch = 10;
+    mc__data_plane_t *dp = mc__server_data_plane(e.srv);
+    assert_non_null(dp);
+    _Atomic uint64_t *wa = mc__data_plane_fence_join(dp, 7, &A, "10.0.0.2:1", revoke_peer, &ep);
+    assert_non_null(wa);
+    assert_non_null(ep);
+    _Atomic uint64_t *wb = mc__data_plane_fence_join(dp, 7, &B, "10.0.0.3:1", revoke_peer, &ep);
+    assert_non_null(wb);
+    assert_ptr_not_equal(wa, wb);
+    /* The fence is not in the file: the file's bytes are the segment's. */
+    assert_true((char *)ep < e.seg.base || (char *)ep >= e.seg.base + SEG_SIZE);
+
+    atomic_store(wa, 10);
+    e.epoch = 11;
+    assert_int_equal(mc__server_enforced(e.srv, 7, 11), 10);
+    assert_int_equal(atomic_load(ep), 11); /* a write of 10 starting now is refused */
+    atomic_store(wa, 0);
+    assert_int_equal(mc__server_enforced(e.srv, 7, 11), 11);
+
+    /* Not offered for mapping: it has no memfd. */
+    char name[128];
+    assert_int_equal(mc__shm_unix_addr(mc__server_addr(e.srv), name, sizeof(name)), 0);
+    assert_int_equal(mc__addr_parse(name, -1, &a), 0);
+    assert_int_equal(mc__rpc_client_new(e.l, &a, 2000, NULL, &e, &e.cl), 0);
+    shm_map_call(&e, 7);
+    assert_int_equal(e.status, -EOPNOTSUPP);
+    mc__data_plane_closed(dp, &A);
+    mc__data_plane_closed(dp, &B);
+    env_close(&e);
+    close(fd);
+    unlink(path);
+}
+
 static void test_shm_map_refused_over_tcp(void **state)
 {
     struct env e = {0};
@@ -506,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_fence_refuses_old_epochs_and_holds_the_rise_for_copies),
         cmocka_unit_test(test_fence_holds_against_a_client_racing_the_rise),
         cmocka_unit_test(test_fence_slots_for_rdma_peers),
+        cmocka_unit_test(test_fence_slots_for_rdma_peers_in_a_file),
     };
     alarm(60);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,15 +17,12 @@
 
 /* ---- the node role, and opening ---- */
 
-static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd,
-                      uint64_t *epoch)
+static int seg_lookup(void *arg, uint32_t seg, mc__seg_t *out, uint64_t *epoch)
 {
     mc_store_t *s = arg;
     if (!s->rm || seg != s->rm->seg_id || !s->seg)
         return -ENOENT;
-    *base = s->seg;
-    *size = s->seg_size;
-    *fd = s->seg_fd;
+    *out = (mc__seg_t){.base = s->seg, .size = s->seg_size, .fd = s->seg_fd, .fence = s->seg_fence};
     *epoch = s->rm->epoch;
     return 0;
 }
@@ -33,7 +30,7 @@ static int seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int 
 /* MC__MOUNT_CHECKED when every write into our segment so far passed an
  * epoch check: our data plane's, or a fence's (a mapping's, SHM_MAP,
  * transport/shm.h; an RDMA connection's, transport_rdma.h); none if we
- * serve RDMA without a fence (a segment in a file). */
+ * serve RDMA without a fence (the device would not register it). */
 static uint32_t seg_checked(struct mc__remote *rm)
 {
     return rm->s->rdma_rec && !rm->fencer.ctx ? 0u : (uint32_t)MC__MOUNT_CHECKED;
@@ -483,8 +480,7 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
             if (rc >= 0)
                 rc = mc__store_rdma_serve(s, host);
             if (rc >= 0)
-                mc__rdma_fence_segment(&rm->fencer, s->rdma, rm->srv, &rm->seg_id, s->seg,
-                                       s->seg_size, s->seg_fd);
+                mc__rdma_fence_segment(&rm->fencer, s->rdma, rm->srv, &rm->seg_id, s->seg_fence);
             if (rc < 0 && s->xport == MC__XPORT_RDMA) {
                 mc__remote_close(s, NULL);
                 return rc;

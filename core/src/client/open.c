@@ -41,15 +41,12 @@ static void *loop_thread(void *arg)
     return NULL;
 }
 
-static int local_seg_lookup(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd,
-                            uint64_t *epoch)
+static int local_seg_lookup(void *arg, uint32_t seg, mc__seg_t *out, uint64_t *epoch)
 {
     mc_store_t *s = arg;
     if (seg != SEG_LOCAL || !s->seg)
         return -ENOENT;
-    *base = s->seg;
-    *size = s->seg_size;
-    *fd = s->seg_fd;
+    *out = (mc__seg_t){.base = s->seg, .size = s->seg_size, .fd = s->seg_fd, .fence = s->seg_fence};
     *epoch = mc__svc_seg_epoch(s->svc, seg);
     return 0;
 }
@@ -104,7 +101,7 @@ static int serve_embedded(mc_store_t *s, const char *listen)
         if ((rc = mc__rdma_host_of(mc__server_addr(s->srv), host, sizeof(host))) < 0 ||
             (rc = mc__store_rdma_serve(s, host)) < 0)
             return rc;
-        mc__rdma_fence_segment(&s->fencer, s->rdma, s->srv, &local, s->seg, s->seg_size, s->seg_fd);
+        mc__rdma_fence_segment(&s->fencer, s->rdma, s->srv, &local, s->seg_fence);
         if ((rc = mc__svc_set_local_rdma(s->svc, s->rdma_rec, s->rdma_rec_len,
                                          s->fencer.ctx != NULL)) < 0)
             return rc;
@@ -179,6 +176,7 @@ static int open_segment(mc_store_t *s, const mc_store_opts_t *o, uint64_t seg_si
     s->seg = seg.base;
     s->seg_size = seg.size;
     s->seg_fd = seg.fd;
+    s->seg_fence = seg.fence;
     return 0;
 }
 
@@ -389,7 +387,7 @@ void mc_store_close(mc_store_t *s)
     mc__svc_free(s->svc);
     mc__master_free(s->m);
     free(s->rdma_rec);
-    mc__seg_t seg = {.base = s->seg, .size = s->seg_size, .fd = s->seg_fd};
+    mc__seg_t seg = {.base = s->seg, .size = s->seg_size, .fd = s->seg_fd, .fence = s->seg_fence};
     mc__seg_destroy(&seg);
     mc__secret_free(s->secret);
     free(s->fault);

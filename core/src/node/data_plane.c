@@ -34,18 +34,17 @@
 static int find_range(mc__data_plane_t *p, uint32_t seg, uint64_t epoch, uint64_t off, uint32_t n,
                       char **at)
 {
-    char *base;
-    uint64_t size, now;
-    int fd;
+    mc__seg_t s;
+    uint64_t now;
     if (n > MC__PROTO_CHUNK)
         return -EMSGSIZE;
-    if (p->lookup(p->arg, seg, &base, &size, &fd, &now) < 0)
+    if (p->lookup(p->arg, seg, &s, &now) < 0)
         return -ENOENT;
-    if (off > size || n > size - off)
+    if (off > s.size || n > s.size - off)
         return -EINVAL;
     if (epoch && epoch < now)
         return -ESTALE;
-    *at = base + off;
+    *at = s.base + off;
     return 0;
 }
 
@@ -159,17 +158,16 @@ static mc__shm_seg_t *shm_seg_find(const mc__data_plane_t *p, const mc__shm_fenc
     return NULL;
 }
 
-/* The fence of our segment seg, or NULL (none: not ours, or no memfd). */
+/* The fence of our segment seg, or NULL (none: not ours, or no fence). */
 static mc__shm_fence_t *seg_fence(const mc__data_plane_t *p, uint32_t seg, uint64_t *epoch)
 {
-    char *base;
-    uint64_t size, now;
-    int fd;
-    if (p->lookup(p->arg, seg, &base, &size, &fd, &now) < 0 || fd < 0)
+    mc__seg_t s;
+    uint64_t now;
+    if (p->lookup(p->arg, seg, &s, &now) < 0)
         return NULL;
     if (epoch)
         *epoch = now;
-    return mc__seg_fence(base, size);
+    return s.fence;
 }
 
 /* The holder of slot of ss's fence, or NULL. */
@@ -365,18 +363,17 @@ static int do_shm_map(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, co
                       size_t len)
 {
     uint32_t seg;
-    char *base;
-    uint64_t size, epoch;
-    int fd = -1;
+    mc__seg_t s;
+    uint64_t epoch;
     if (mc__unpack(body, len, "u", &seg) < 0)
         return -EBADMSG;
     if (!p->shm || !mc__conn_is_unix(c))
         return mc__rpc_reply(c, h, -EOPNOTSUPP, NULL, 0);
-    if (p->lookup(p->arg, seg, &base, &size, &fd, &epoch) < 0)
+    if (p->lookup(p->arg, seg, &s, &epoch) < 0)
         return mc__rpc_reply(c, h, -ENOENT, NULL, 0);
-    if (fd < 0)
+    if (s.fd < 0 || !s.fence)
         return mc__rpc_reply(c, h, -EOPNOTSUPP, NULL, 0);
-    mc__shm_seg_t *ss = shm_seg_get(p, seg, mc__seg_fence(base, size), epoch);
+    mc__shm_seg_t *ss = shm_seg_get(p, seg, s.fence, epoch);
     pid_t pid = 0;
     mc__conn_peer_cred(c, NULL, &pid);
     int64_t slot = ss ? user_slot(p, c, ss, pid, NULL, NULL) : -ENOMEM;
@@ -384,8 +381,8 @@ static int do_shm_map(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, co
         return mc__rpc_reply(c, h, (int)slot, NULL, 0);
     char resp[20];
     mc__wbuf_t w = {.p = resp, .cap = sizeof(resp)};
-    mc__pack(&w, "qqu", size, mc__shm_fence_off(size), (uint32_t)slot);
-    int rc = mc__rpc_reply_fd(c, h, 0, w.p, w.len, fd);
+    mc__pack(&w, "qqu", s.size, mc__shm_fence_off(s.size), (uint32_t)slot);
+    int rc = mc__rpc_reply_fd(c, h, 0, w.p, w.len, s.fd);
     if (rc < 0)
         return rc;
     p->shm_maps++;

@@ -19,11 +19,11 @@
 #include "transport/shm.h"
 #include "wire/proto.h"
 
-/* Finds a local segment's memory, its memfd (-1: none, not offered for
- * SHM_MAP) and its epoch: a WRITE carrying a lower one is refused
- * (wire/proto.h, "Segment epochs"). Returns 0 or -ENOENT. */
-typedef int (*mc__seg_lookup_fn)(void *arg, uint32_t seg, char **base, uint64_t *size, int *fd,
-                                 uint64_t *epoch);
+/* Finds a local segment: its memory, its memfd (-1: none, not offered for
+ * SHM_MAP) and its fence (NULL: none) in *out, and its epoch: a WRITE
+ * carrying a lower one is refused (wire/proto.h, "Segment epochs").
+ * Returns 0 or -ENOENT. */
+typedef int (*mc__seg_lookup_fn)(void *arg, uint32_t seg, mc__seg_t *out, uint64_t *epoch);
 
 /* WRITEs being received into a segment (mc__data_plane_place()), counted
  * by segment and epoch. */
@@ -150,7 +150,7 @@ int mc__data_plane_maps(const mc__data_plane_t *p, const mc__conn_t *c);
  * rise back too long (MC__FENCE_HELD_WARN_MS), and must then call
  * mc__data_plane_closed(owner) (it may do so from within). Returns the
  * slot's word and sets *epoch to the fence's epoch, or NULL: seg is not a
- * memfd segment of ours (no fence), every slot is taken, or no memory.
+ * segment of ours with a fence, every slot is taken, or no memory.
  */
 _Atomic uint64_t *mc__data_plane_fence_join(mc__data_plane_t *p, uint32_t seg, const void *owner,
                                             const char *peer, void (*revoke)(const void *owner),

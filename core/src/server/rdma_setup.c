@@ -132,16 +132,12 @@ static void fence_leave(void *arg, mc__rdma_conn_t *c)
 }
 
 int mc__rdma_fence_segment(mc__rdma_fencer_t *f, mc__rdma_ctx_t *ctx, mc__server_t *srv,
-                           const uint32_t *seg, char *base, uint64_t size, int fd)
+                           const uint32_t *seg, mc__shm_fence_t *fence)
 {
     *f = (mc__rdma_fencer_t){.srv = srv, .seg = seg};
     mc__rdma_fence_ops_t ops = {.join = fence_join, .leave = fence_leave, .arg = f};
-    int rc = fd < 0 ? -ENOTSUP : mc__rdma_fence(ctx, &mc__seg_fence(base, size)->epoch, &ops);
-    if (fd < 0)
-        mc__log(MC__LOG_WARN, "the segment is in a file: RDMA peers' writes into it pass no "
-                              "fence, and the space of writes that ended there waits out their "
-                              "lease");
-    else if (rc < 0)
+    int rc = fence ? mc__rdma_fence(ctx, &fence->epoch, &ops) : -ENOTSUP;
+    if (rc < 0)
         mc__log(MC__LOG_WARN, "RDMA peers' writes pass no fence: %s", strerror(-rc));
     if (rc == 0)
         f->ctx = ctx;

@@ -73,15 +73,14 @@ typedef struct mc__rdma_fencer {
 } mc__rdma_fencer_t;
 
 /*
- * mc__rdma_fence_segment() gives ctx's listener the fence of segment
- * [base, base + size), a memfd's (fd; its fence follows it,
- * transport/shm.h), with slots from srv's data plane as segment *seg, and
- * fills f (f->ctx set: given). Returns 0, or -ENOTSUP (fd -1: a segment in
- * a file has no fence; without RDMA), or the errors of mc__rdma_fence();
- * a segment left without a fence is logged.
+ * mc__rdma_fence_segment() gives ctx's listener fence, the segment's
+ * (mc__seg_t.fence, transport/shm.h), with slots from srv's data plane as
+ * segment *seg, and fills f (f->ctx set: given). Returns 0, or -ENOTSUP
+ * (fence NULL; without RDMA), or the errors of mc__rdma_fence(); a
+ * segment left without a fence is logged.
  */
 int mc__rdma_fence_segment(mc__rdma_fencer_t *f, mc__rdma_ctx_t *ctx, mc__server_t *srv,
-                           const uint32_t *seg, char *base, uint64_t size, int fd);
+                           const uint32_t *seg, mc__shm_fence_t *fence);
 
 /* mc__rdma_unfence() takes f's fence back from its listener, which refuses
  * connections from then on; nothing when none was given. Call it before

@@ -48,6 +48,7 @@ int mc__seg_create(uint64_t size, const char *name, mc__seg_t *out)
     out->base = p;
     out->size = size;
     out->fd = fd;
+    out->fence = mc__seg_fence(p, size);
     return 0;
 }
 
@@ -67,18 +68,27 @@ int mc__seg_map_file(const char *path, uint64_t size, uint64_t off, mc__seg_t *o
         rc = -EINVAL;
     if (rc == 0 && ((uint64_t)st.st_size < off || (uint64_t)st.st_size - off < size))
         rc = -EOVERFLOW;
-    void *p = MAP_FAILED;
+    void *p = MAP_FAILED, *f = MAP_FAILED;
     if (rc == 0) {
         p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, (off_t)off);
         if (p == MAP_FAILED)
             rc = -errno;
     }
     close(fd); /* the mapping keeps the file */
+    if (rc == 0) {
+        f = mmap(NULL, sizeof(mc__shm_fence_t), PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (f == MAP_FAILED) {
+            rc = -errno;
+            munmap(p, size);
+        }
+    }
     if (rc < 0)
         return rc;
     out->base = p;
     out->size = size;
     out->fd = -1;
+    out->fence = f;
     return 0;
 }
 
@@ -88,10 +98,13 @@ void mc__seg_destroy(mc__seg_t *seg)
         munmap(seg->base, seg->fd >= 0 ? mc__shm_memfd_size(seg->size) : seg->size);
         if (seg->fd >= 0)
             close(seg->fd);
+        else if (seg->fence)
+            munmap(seg->fence, sizeof(*seg->fence));
     }
     seg->base = NULL;
     seg->size = 0;
     seg->fd = -1;
+    seg->fence = NULL;
 }
 
 int mc__shm_map(int fd, uint64_t size, char **base)

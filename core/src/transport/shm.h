@@ -15,10 +15,11 @@
  * seals its memfd against shrinking and growing; a client maps only a memfd
  * sealed against shrinking, for the same reason in the other direction.
  * A segment in a file the caller named (mc__seg_map_file()) has no seals to
- * offer: it is not handed out, and its peers reach it over TCP.
+ * offer: it is not handed out, and its peers reach it over TCP or RDMA.
  *
  * Copies into a mapped segment pass no node's check, so the memfd carries
- * a fence after the segment (mc__shm_fence_t) that keeps a write which
+ * a fence after the segment (mc__shm_fence_t; a segment in a file has one
+ * in memory of its own, for its RDMA peers) that keeps a write which
  * ended from landing late (wire/proto.h, "Segment epochs"): each client
  * that maps the segment gets a slot (as does each RDMA connection, whose
  * one-sided writes pass no check either: transport_rdma.h), marks there
@@ -57,16 +58,20 @@ static inline uint64_t mc__shm_memfd_size(uint64_t size)
     return mc__shm_fence_off(size) + sizeof(mc__shm_fence_t);
 }
 
-/* A segment's memory: base[0..size), and the memfd behind it (or -1); a
- * memfd's fence follows the segment in the same mapping. */
+/* A segment's memory: base[0..size), the memfd behind it (or -1: a file's),
+ * and its fence: a memfd's follows the segment in the same mapping, a
+ * file's is anonymous shared memory of its own (not in the file, whose
+ * bytes are all the segment's; nor offered for mapping, as the file is
+ * not). */
 typedef struct mc__seg {
     char *base;
     uint64_t size;
     int fd;
+    mc__shm_fence_t *fence;
 } mc__seg_t;
 
-/* The fence of segment base[0..size) made by mc__seg_create() (whose fd is
- * not -1). */
+/* Where the fence of segment base[0..size) made by mc__seg_create() (whose
+ * fd is not -1) lies: after it in its memfd, as a client maps it too. */
 static inline mc__shm_fence_t *mc__seg_fence(char *base, uint64_t size)
 {
     return (mc__shm_fence_t *)(void *)(base + mc__shm_fence_off(size));
@@ -93,14 +98,15 @@ int mc__shm_copy_in(mc__shm_fence_t *f, uint32_t slot, uint64_t epoch, char *at,
  * mc__seg_map_file() maps size bytes of the regular file path from offset
  * off (a multiple of the page size) read-write shared into *out, whose fd
  * is then -1: the file is not offered for mapping by peers (no seals guard
- * its size). Returns 0, -ENOENT (no such file), -EISDIR (a directory),
+ * its size); its fence is mapped apart. Returns 0, -ENOENT (no such file), -EISDIR (a directory),
  * -EINVAL (another kind of file, a bad offset, size 0), -EOVERFLOW (the file holds fewer than off +
  * size bytes), or open()'s and mmap()'s errors. Undo with mc__seg_destroy().
  */
 int mc__seg_map_file(const char *path, uint64_t size, uint64_t off, mc__seg_t *out);
 
-/* mc__seg_destroy() unmaps and closes what mc__seg_create() made, and
- * clears *seg; a seg whose base is NULL is left alone. */
+/* mc__seg_destroy() unmaps and closes what mc__seg_create() or
+ * mc__seg_map_file() made, and clears *seg; a seg whose base is NULL is
+ * left alone. */
 void mc__seg_destroy(mc__seg_t *seg);
 
 /*
