@@ -56,7 +56,7 @@ store_ext = Extension(
     "mooncake._store",
     sources=["mooncake/_store.c", "mooncake/_store_methods.c", "mooncake/_store_group.c",
              "mooncake/_store_buffers.c", "mooncake/_store_completer.c",
-             "mooncake/_store_meta.c", "mooncake/_store_pins.c"],
+             "mooncake/_store_meta.c", "mooncake/_store_pins.c", "mooncake/_store_files.c"],
     include_dirs=include_dirs,
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
                         "-fvisibility=hidden", "-flto"],

@@ -41,6 +41,10 @@ try:  # the whole of a small get in one call without the GIL
     from ._store import read_file as _read_file
 except ImportError:  # the extension is not built: os calls do it
     _read_file = None
+try:  # async gets on C threads that never take the GIL
+    from ._store import FileReader as _FileReader
+except ImportError:  # the extension is not built: the backend's threads do them
+    _FileReader = None
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _renameat2 = getattr(_libc, "renameat2", None)
@@ -96,6 +100,9 @@ class MountBackend:
         self._offload = _Offload()
         for name in NATIVE:
             setattr(self, "a_" + name, self._offload.wrap(getattr(self, name)))
+        self._readers = {}  # event loop -> FileReader (async_get)
+        if _FileReader is not None:
+            self.a_get = self._a_get
 
     # ---- keys and memory ----
 
@@ -241,6 +248,33 @@ class MountBackend:
             return b""
         finally:
             os.close(fd)
+
+    def _a_get(self, key):
+        """async get(): a future that the loop's FileReader resolves with
+        what get() returns, read on the reader's own C threads (no GIL)."""
+        loop = asyncio.get_running_loop()
+        r = self._readers.get(loop)
+        if r is None:
+            r = self._attach(loop)
+        try:
+            path = self._path(key)
+        except _BadKey:
+            fut = loop.create_future()
+            fut.set_result(b"")
+            return fut
+        return r.get(path, _RDONLY)
+
+    def _attach(self, loop):
+        with self._lock:
+            r = self._readers.get(loop)
+            if r is not None:
+                return r
+            for old in [lp for lp in self._readers if lp.is_closed()]:
+                self._readers.pop(old).close(False)  # its loop is gone: drop what it left
+            r = _FileReader(loop)
+            loop.add_reader(r.fileno(), r.drain)
+            self._readers[loop] = r
+            return r
 
     def get_buffer(self, key):
         try:
@@ -515,6 +549,19 @@ class MountBackend:
 
     def close(self):
         self._offload.close()
+        try:
+            current = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        with self._lock:
+            readers, self._readers = self._readers, {}
+        for loop, r in readers.items():
+            if loop.is_closed():
+                r.close(False)
+            elif loop is current or not loop.is_running():
+                _detach(loop, r)
+            else:
+                loop.call_soon_threadsafe(_detach, loop, r)
         with self._lock:
             self._regions.clear()
             pins, self._pins = getattr(self, "_pins", set()), set()
@@ -613,6 +660,13 @@ class _Offload:
         for t in threads:
             if t is not threading.current_thread():
                 t.join()
+
+
+def _detach(loop, r):
+    """Takes r off loop (on its thread): the gets queued run, their
+    futures resolved."""
+    loop.remove_reader(r.fileno())
+    r.close()
 
 
 def _unlink_quietly(path):

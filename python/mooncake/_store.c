@@ -15,9 +15,7 @@
 #include "_store_i.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 long mcpy_to_code(int r)
@@ -289,93 +287,10 @@ static PyObject *mod_to_code(PyObject *m, PyObject *arg)
     return PyLong_FromLong(mcpy_to_code((int)r));
 }
 
-/* Reads the rest of fd into buf[0..cap): bytes read, or -errno. */
-static ssize_t read_all(int fd, char *buf, size_t cap)
-{
-    size_t n = 0;
-    while (n < cap) {
-        ssize_t r = read(fd, buf + n, cap - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -errno;
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    return (ssize_t)n;
-}
-
-/* Files up to this size are read with the GIL released once. */
-#define READ_FILE_SMALL (64 * 1024)
-
-/*
- * read_file(path, flags) -> bytes, or -errno: the whole of a regular file,
- * opened with flags (the mount backend's get()). Open, fstat, read and close
- * run with the GIL released once for a file of up to 64 KiB (read into a
- * scratch buffer, then copied into the bytes), twice for a larger one (read
- * straight into the bytes, allocated at its size plus one): each os call of
- * Python would release and take the GIL again, which several threads pay in
- * futex hand-offs. -EISDIR for anything but a regular file; -EAGAIN when the
- * file held more than fstat said (it grew meanwhile: read it otherwise).
- */
-static PyObject *mod_read_file(PyObject *m, PyObject *args)
-{
-    (void)m;
-    PyObject *path;
-    int flags;
-    if (!PyArg_ParseTuple(args, "O&i", PyUnicode_FSConverter, &path, &flags))
-        return NULL;
-    const char *p = PyBytes_AS_STRING(path);
-    struct stat st;
-    char *small = NULL;
-    ssize_t n = 0;
-    int fd, err = 0;
-    Py_BEGIN_ALLOW_THREADS;
-    fd = open(p, flags);
-    if (fd < 0 || fstat(fd, &st) < 0)
-        err = -errno;
-    else if (!S_ISREG(st.st_mode))
-        err = -EISDIR;
-    else if (st.st_size < READ_FILE_SMALL && !(small = malloc((size_t)st.st_size + 1)))
-        err = -ENOMEM;
-    else if (small && (n = read_all(fd, small, (size_t)st.st_size + 1)) < 0)
-        err = (int)n;
-    if (fd >= 0 && (small || err))
-        close(fd);
-    Py_END_ALLOW_THREADS;
-    Py_DECREF(path);
-    if (err || (small && n > st.st_size)) {
-        free(small);
-        return PyLong_FromLong(err ? err : -EAGAIN);
-    }
-    if (small) {
-        PyObject *b = PyBytes_FromStringAndSize(small, n);
-        free(small);
-        return b;
-    }
-    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)st.st_size + 1);
-    if (!b) {
-        close(fd);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS;
-    n = read_all(fd, PyBytes_AS_STRING(b), (size_t)st.st_size + 1);
-    close(fd);
-    Py_END_ALLOW_THREADS;
-    if (n < 0 || n > st.st_size) {
-        Py_DECREF(b);
-        return PyLong_FromLong(n < 0 ? (long)n : -EAGAIN);
-    }
-    if (_PyBytes_Resize(&b, n) < 0)
-        return NULL;
-    return b;
-}
-
 static PyMethodDef module_methods[] = {
     {"parse_size", mod_parse_size, METH_O, "parse_size('16 MB') -> bytes; ValueError if not"},
     {"to_code", mod_to_code, METH_O, "to_code(-errno) -> Mooncake error code"},
-    {"read_file", mod_read_file, METH_VARARGS,
+    {"read_file", mcpy_read_file, METH_VARARGS,
      "read_file(path, flags) -> bytes of a regular file, or -errno"},
     {NULL, NULL, 0, NULL},
 };
@@ -391,7 +306,8 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__store(void)
 {
     if (PyType_Ready(&mcpy_StoreType) < 0 || PyType_Ready(&mcpy_CompleterType) < 0 ||
-        PyType_Ready(&mcpy_BufferType) < 0 || mcpy_completer_init() < 0)
+        PyType_Ready(&mcpy_BufferType) < 0 || PyType_Ready(&mcpy_FileReaderType) < 0 ||
+        mcpy_completer_init() < 0)
         return NULL;
     mcpy_methods_init();
     PyObject *m = PyModule_Create(&module_def);
@@ -399,7 +315,8 @@ PyMODINIT_FUNC PyInit__store(void)
         return NULL;
     if (PyModule_AddObjectRef(m, "Store", (PyObject *)&mcpy_StoreType) < 0 ||
         PyModule_AddObjectRef(m, "Completer", (PyObject *)&mcpy_CompleterType) < 0 ||
-        PyModule_AddObjectRef(m, "Buffer", (PyObject *)&mcpy_BufferType) < 0)
+        PyModule_AddObjectRef(m, "Buffer", (PyObject *)&mcpy_BufferType) < 0 ||
+        PyModule_AddObjectRef(m, "FileReader", (PyObject *)&mcpy_FileReaderType) < 0)
         goto fail;
     static const struct {
         const char *name;

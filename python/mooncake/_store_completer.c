@@ -67,8 +67,7 @@ static group_t *completer_take(CompleterObject *c)
     return g;
 }
 
-/* Whether fut was cancelled (also when asking fails: nobody waits then). */
-static int future_cancelled(PyObject *fut)
+int mcpy_future_cancelled(PyObject *fut)
 {
     PyObject *cancelled = PyObject_CallMethodNoArgs(fut, str_cancelled);
     int skip = cancelled ? PyObject_IsTrue(cancelled) : 1;
@@ -77,20 +76,17 @@ static int future_cancelled(PyObject *fut)
     return skip != 0;
 }
 
-/* Resolves g's future with its result, or with the exception that building
- * the result raised. */
-static void group_resolve(group_t *g)
+void mcpy_future_resolve(PyObject *fut, PyObject *res)
 {
-    PyObject *res = mcpy_group_result(g);
     PyObject *x;
     if (res) {
-        x = PyObject_CallMethodOneArg(g->fut, str_set_result, res);
+        x = PyObject_CallMethodOneArg(fut, str_set_result, res);
         Py_DECREF(res);
     } else {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         PyErr_NormalizeException(&et, &ev, &tb);
-        x = PyObject_CallMethodOneArg(g->fut, str_set_exception, ev ? ev : Py_None);
+        x = PyObject_CallMethodOneArg(fut, str_set_exception, ev ? ev : Py_None);
         Py_XDECREF(et);
         Py_XDECREF(ev);
         Py_XDECREF(tb);
@@ -109,12 +105,12 @@ static long completer_empty(CompleterObject *c, int resolve)
     for (group_t *next; g; g = next) {
         next = g->qnext;
         n++;
-        if (resolve && !future_cancelled(g->fut)) {
+        if (resolve && !mcpy_future_cancelled(g->fut)) {
             if (mcpy_group_feed(g)) {
                 mcpy_group_start(g);
                 continue;
             }
-            group_resolve(g);
+            mcpy_future_resolve(g->fut, mcpy_group_result(g));
         }
         mcpy_group_free(g);
     }

@@ -12,6 +12,8 @@
  *   _store_completer.c async completion: the Completer and its eventfd
  *   _store_meta.c      extended attributes, rename, the master's counters
  *   _store_pins.c      pinned versions (the get sessions)
+ *   _store_files.c     the mount backend's whole-file reads: read_file() and
+ *                      the FileReader (its async get on threads of its own)
  *
  * Non-static names carry the prefix mcpy_: the extension links libmooncake.a
  * statically, whose internal names use mc__.
@@ -114,7 +116,7 @@ typedef struct {
     Py_ssize_t len;
 } BufferObject;
 
-extern PyTypeObject mcpy_StoreType, mcpy_CompleterType, mcpy_BufferType;
+extern PyTypeObject mcpy_StoreType, mcpy_CompleterType, mcpy_BufferType, mcpy_FileReaderType;
 
 /* ---- requests: groups of ops ---- */
 
@@ -324,6 +326,13 @@ void mcpy_store_drop_pins(StoreObject *self);
  * loop. Any thread, without the GIL. */
 void mcpy_completer_push(CompleterObject *c, group_t *g);
 
+/* mcpy_future_cancelled() says whether asyncio future fut was cancelled
+ * (also when asking fails: nobody waits then). mcpy_future_resolve() sets
+ * fut's result to res (stolen), or, res NULL, to the exception pending;
+ * what setting raises is dropped (a future of a closed loop). GIL held. */
+int mcpy_future_cancelled(PyObject *fut);
+void mcpy_future_resolve(PyObject *fut, PyObject *res);
+
 /* mcpy_done_future() returns a future of c's loop already done with res
  * (a reference stolen; NULL passes an error through). */
 PyObject *mcpy_done_future(CompleterObject *c, PyObject *res);
@@ -350,5 +359,10 @@ PyObject *mcpy_store_m_close(PyObject *self, PyObject *unused);
 PyObject *mcpy_store_m_wait_idle(PyObject *self, PyObject *unused);
 PyObject *mcpy_store_m_is_open(PyObject *self, PyObject *unused);
 PyObject *mcpy_store_m_inflight(PyObject *self, PyObject *unused);
+
+/* ---- the mount backend's file reads (_store_files.c) ---- */
+
+/* read_file(path, flags) -> bytes or -errno (the module function). */
+PyObject *mcpy_read_file(PyObject *m, PyObject *args);
 
 #endif

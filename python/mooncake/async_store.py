@@ -4,8 +4,10 @@ async_<name> coroutine for every method, same arguments and results.
 The hot methods (get, put, get_into, put_from, their batch forms, is_exist,
 remove, upsert and friends) are native: on the direct backend the C extension
 resolves an asyncio future from an eventfd that the running loop watches
-(loop.add_reader), with no thread per call; on the mount backend each is one
-hop to the backend's own few threads, whose results come back to the loop in
+(loop.add_reader), with no thread per call; on the mount backend async_get
+is read by C threads of the extension that never take the GIL (FileReader,
+resolved from an eventfd in the same way), and the others are one hop each
+to the backend's own few threads, whose results come back to the loop in
 batches. The other methods run the sync method in the loop's default
 executor.
 
