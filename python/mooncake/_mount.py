@@ -100,7 +100,8 @@ class MountBackend:
         self._offload = _Offload()
         for name in NATIVE:
             setattr(self, "a_" + name, self._offload.wrap(getattr(self, name)))
-        self._readers = {}  # event loop -> FileReader (async_get)
+        self._readers = {}  # event loop -> FileReader (async_get); guarded by _lock
+        self._closed = False  # guarded by _lock: no reader is made after close()
         if _FileReader is not None:
             self.a_get = self._a_get
 
@@ -259,15 +260,18 @@ class MountBackend:
         try:
             path = self._path(key)
         except _BadKey:
+            path = None
+        if r is None or path is None:  # closed meanwhile (as the thread hop does), or no file
             fut = loop.create_future()
-            fut.set_result(b"")
+            fut.set_result(self.get(key) if path is not None else b"")
             return fut
         return r.get(path, _RDONLY)
 
     def _attach(self, loop):
+        """loop's FileReader, made at its first get; None after close()."""
         with self._lock:
             r = self._readers.get(loop)
-            if r is not None:
+            if r is not None or self._closed:
                 return r
             for old in [lp for lp in self._readers if lp.is_closed()]:
                 self._readers.pop(old).close(False)  # its loop is gone: drop what it left
@@ -554,7 +558,7 @@ class MountBackend:
         except RuntimeError:
             current = None
         with self._lock:
-            readers, self._readers = self._readers, {}
+            readers, self._readers, self._closed = self._readers, {}, True
         for loop, r in readers.items():
             if loop.is_closed():
                 r.close(False)

@@ -341,6 +341,12 @@ async def test_mount_async_close_resolves_gets_in_flight(mount_store):
     gets = [asyncio.ensure_future(s.async_get("big" if i % 4 == 0 else "small"))
             for i in range(200)]
     await asyncio.sleep(0)  # they are queued
+    b = s._b
     assert await s.async_close() == 0
     done = await asyncio.wait_for(asyncio.gather(*gets), timeout=60)
     assert done == [big if i % 4 == 0 else small for i in range(200)]
+    # A get that raced close() into the backend is read on the spot; no
+    # reader (and no thread) is made for it.
+    threads = os_threads()
+    assert await b.a_get("small") == small
+    assert b._readers == {} and os_threads() == threads
