@@ -329,7 +329,7 @@ static PyObject *FileReader_get(PyObject *op, PyObject *args)
     int flags;
     if (!PyArg_ParseTuple(args, "O&i", PyUnicode_FSConverter, &path, &flags))
         return NULL;
-    if (r->efd < 0 || r->pid != getpid()) {
+    if (r->efd < 0 || r->stopping || r->pid != getpid()) {
         Py_DECREF(path);
         PyErr_SetString(PyExc_RuntimeError, "the FileReader is closed (or its process's parent's)");
         return NULL;

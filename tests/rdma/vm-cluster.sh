@@ -9,7 +9,7 @@
 #   (e) the zero-copy API (zc_check): a registered 64 MiB buffer moved by
 #       the NIC itself (rdma_zero_copy_bytes), no staging, no TCP;
 #   (f) a one-sided write landing after its lease (MC_FAULT_XFER sends a
-#       copy 12 s late) is refused by the segment's fence and spoils no
+#       copy 16 s late) is refused by the segment's fence and spoils no
 #       object that took the space meanwhile: into a node's segment, into
 #       a node's segment in a file (--segment-file), and into a master's
 #       own;
@@ -184,13 +184,13 @@ kill -INT $nodeB 2>/dev/null
 
 # late_write TAG MNT: a mount at MNT of master $CM (the write lease: 1 s,
 # and 8 MiB of space) whose fault injection fails its write at offset 0 at
-# once and sends a copy of the bytes 12 s later, over RDMA: a writer
+# once and sends a copy of the bytes 16 s later, over RDMA: a writer
 # frozen between its check and its post. By then the space is back and
 # pinned objects hold all of it: they must keep their bytes, the copy be
-# refused. Its files are named after TAG: two run at once.
+# refused. Its files are named after TAG: three run at once.
 late_write() {
     mkdir -p $2
-    MC_FAULT_XFER="off=0,err=5,delay=12000" mooncake-fs -f --master $CM --auth-secret-file $K \
+    MC_FAULT_XFER="off=0,err=5,delay=16000" mooncake-fs -f --master $CM --auth-secret-file $K \
         --segment-size 0 --protocol rdma --rdma-device "$RXE_DEV" --cache-timeout 0 $2 \
         >$T/late.$1.log 2>&1 &
     fs=$!
@@ -243,7 +243,7 @@ late_write() {
     [ "${lr:-0}" -gt 0 ] ||
         die "the mount moved no bytes over RDMA: $(grep 'bytes moved' $T/late.$1.log)"
     ok "$1: $n pinned objects intact (in place $(echo "$t0 $t1" | awk '{printf "%.1f", $2-$1}') s" \
-        "after the write failed, before its copy at 12 s); the late copy refused (Stale file" \
+        "after the write failed, before its copy at 16 s); the late copy refused (Stale file" \
         "handle); rdma $lr"
 }
 
