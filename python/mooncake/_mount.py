@@ -104,6 +104,7 @@ class MountBackend:
         self._closed = False  # guarded by _lock: no reader is made after close()
         if _FileReader is not None:
             self.a_get = self._a_get
+            self.a_get_batch = self._a_get_batch
 
     # ---- keys and memory ----
 
@@ -266,6 +267,11 @@ class MountBackend:
             fut.set_result(self.get(key) if path is not None else b"")
             return fut
         return r.get(path, _RDONLY)
+
+    def _a_get_batch(self, keys):
+        """async get_batch(): the gets of the keys at once, on the
+        FileReader's threads (the thread hop read them one after another)."""
+        return asyncio.gather(*[self._a_get(k) for k in keys])
 
     def _attach(self, loop):
         """loop's FileReader, made at its first get; None after close()."""

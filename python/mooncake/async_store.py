@@ -5,7 +5,7 @@ The hot methods (get, put, get_into, put_from, their batch forms, is_exist,
 remove, upsert and friends) are native: on the direct backend the C extension
 resolves an asyncio future from an eventfd that the running loop watches
 (loop.add_reader), with no thread per call; on the mount backend async_get
-is read by C threads of the extension that never take the GIL (FileReader,
+(and async_get_batch, its keys at once) is read by C threads of the extension that never take the GIL (FileReader,
 resolved from an eventfd in the same way), and the others are one hop each
 to the backend's own few threads, whose results come back to the loop in
 batches. The other methods run the sync method in the loop's default

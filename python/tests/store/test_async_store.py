@@ -322,6 +322,10 @@ async def test_mount_async_get_reads_every_size_and_kind_of_file(mount_store):
     got = await asyncio.gather(*[s.async_get(k) for k in keys])
     assert [len(g) for g in got] == [len(values[k]) for k in keys]
     assert got == [values[k] for k in keys]
+    # A batch's gets run at once too, in the batch's order.
+    assert await s.async_get_batch(keys + ["a//b", "missing"]) == got + [b"", b""]
+    with pytest.raises(TypeError):
+        await s.async_get_batch(["sz/1", 3.5])
     root = s.daemon.path
     os.mkdir(os.path.join(root, "adir"))
     os.mkfifo(os.path.join(root, "fifo"))
