@@ -540,6 +540,60 @@ static void test_fence_slots_for_rdma_peers_in_a_file(void **state)
     unlink(path);
 }
 
+/* Every slot of a fence taken (RDMA peers whose host vanished keep theirs:
+ * an RC queue pair has no keepalive): a new RDMA peer takes the slot of the
+ * one that joined first among those with no write in progress, which is
+ * revoked (its queue pair torn down; a live one connects again). A marked
+ * slot and a mapping's are never taken. */
+static void test_full_fence_revokes_the_oldest_idle_rdma_peer(void **state)
+{
+    (void)state;
+    struct env e = {0};
+    mc__addr_t a;
+    _Atomic uint64_t *ep = NULL;
+    static char owners[MC__SHM_FENCE_SLOTS + 2];
+    _Atomic uint64_t *w[MC__SHM_FENCE_SLOTS + 2];
+
+    mc__log_init("test_shm", MC__LOG_ERROR);
+    env_start(&e, &a);
+    e.epoch = 10;
+    mc__rpc_client_t *c1;
+    mc__shm_fence_t *f1;
+    char *m1 = map_client(&e, &c1, &f1); /* a mapping holds slot e.slot */
+    uint32_t mapped = e.slot;
+    mc__data_plane_t *dp = mc__server_data_plane(e.srv);
+    revoking = dp;
+    revoked = NULL;
+    for (int i = 0; i < MC__SHM_FENCE_SLOTS - 1; i++) {
+        w[i] = mc__data_plane_fence_join(dp, 7, &owners[i], "10.0.0.9:1", revoke_peer, &ep);
+        assert_non_null(w[i]);
+    }
+    assert_null(revoked); /* room for every one of them */
+    /* The first two mark a write; the third is the oldest idle one. */
+    atomic_store(w[0], 10);
+    atomic_store(w[1], 10);
+    _Atomic uint64_t *wn = mc__data_plane_fence_join(dp, 7, &owners[MC__SHM_FENCE_SLOTS],
+                                                     "10.0.0.8:1", revoke_peer, &ep);
+    assert_ptr_equal(revoked, &owners[2]);
+    assert_ptr_equal(wn, w[2]);
+    /* The next takes the fourth's. */
+    revoked = NULL;
+    assert_ptr_equal(mc__data_plane_fence_join(dp, 7, &owners[MC__SHM_FENCE_SLOTS + 1],
+                                               "10.0.0.8:2", revoke_peer, &ep),
+                     w[3]);
+    assert_ptr_equal(revoked, &owners[3]);
+    /* The mapping's slot was never handed out. */
+    mc__shm_fence_t *f = mc__seg_fence(e.seg.base, e.seg.size);
+    for (int i = 0; i < MC__SHM_FENCE_SLOTS - 1; i++)
+        assert_ptr_not_equal(w[i], &f->busy[mapped]);
+    atomic_store(w[0], 0);
+    atomic_store(w[1], 0);
+    for (int i = 0; i < MC__SHM_FENCE_SLOTS + 2; i++)
+        mc__data_plane_closed(dp, &owners[i]);
+    munmap(m1, mc__shm_memfd_size(SEG_SIZE));
+    env_close(&e);
+}
+
 static void test_shm_map_refused_over_tcp(void **state)
 {
     struct env e = {0};
@@ -566,6 +620,7 @@ int main(void)
         cmocka_unit_test(test_fence_holds_against_a_client_racing_the_rise),
         cmocka_unit_test(test_fence_slots_for_rdma_peers),
         cmocka_unit_test(test_fence_slots_for_rdma_peers_in_a_file),
+        cmocka_unit_test(test_full_fence_revokes_the_oldest_idle_rdma_peer),
     };
     alarm(60);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -293,6 +293,29 @@ static mc__shm_seg_t *shm_seg_get(mc__data_plane_t *p, uint32_t seg, mc__shm_fen
 /* owner's slot in ss's fence: the one it holds, or a free one it now
  * holds (pid, peer and revoke as mc__shm_user_t). Returns the slot,
  * -EBUSY when none is free, or -ENOMEM. */
+/* Every slot of ss's fence is taken: revokes the RDMA peer that joined
+ * first of those with no write in progress (its slot is then free).
+ * Returns 0, or -EBUSY when there is none (mappings, or writes marked). */
+static int revoke_oldest_idle(mc__data_plane_t *p, mc__shm_seg_t *ss)
+{
+    mc__shm_user_t *old = NULL;
+    for (uint32_t i = 0; i < p->nusers; i++) {
+        mc__shm_user_t *u = &p->users[i];
+        if (u->f == ss->f && u->revoke && !atomic_load(&ss->f->busy[u->slot]) &&
+            (!old || u->seq < old->seq))
+            old = u;
+    }
+    if (!old)
+        return -EBUSY;
+    mc__log(MC__LOG_WARN,
+            "segment %u: every fence slot is taken; RDMA peer %s (slot %u), the first to have "
+            "joined of those with no write in progress, is torn down for a new one (a live peer "
+            "connects again)",
+            ss->seg, old->peer, old->slot);
+    old->revoke(old->owner); /* calls mc__data_plane_closed(): old is gone */
+    return 0;
+}
+
 static int64_t user_slot(mc__data_plane_t *p, const void *owner, mc__shm_seg_t *ss, int pid,
                          const char *peer, void (*revoke)(const void *owner))
 {
@@ -300,16 +323,22 @@ static int64_t user_slot(mc__data_plane_t *p, const void *owner, mc__shm_seg_t *
         if (p->users[i].owner == owner && p->users[i].f == ss->f)
             return p->users[i].slot;
     uint32_t slot = 0;
-    while (slot < MC__SHM_FENCE_SLOTS && (ss->used[slot / 64] >> (slot % 64) & 1))
-        slot++;
-    if (slot == MC__SHM_FENCE_SLOTS)
-        return -EBUSY;
+    for (int tries = 0;; tries++) {
+        while (slot < MC__SHM_FENCE_SLOTS && (ss->used[slot / 64] >> (slot % 64) & 1))
+            slot++;
+        if (slot < MC__SHM_FENCE_SLOTS)
+            break;
+        if (tries || revoke_oldest_idle(p, ss) < 0)
+            return -EBUSY;
+        slot = 0;
+    }
     mc__shm_user_t *nu = grow(p->users, p->nusers, &p->cusers, sizeof(*nu));
     if (!nu)
         return -ENOMEM;
     p->users = nu;
     mc__shm_user_t *u = &p->users[p->nusers++];
-    *u = (mc__shm_user_t){.owner = owner, .f = ss->f, .slot = slot, .pid = pid, .revoke = revoke};
+    *u = (mc__shm_user_t){
+        .owner = owner, .f = ss->f, .slot = slot, .seq = ++p->joins, .pid = pid, .revoke = revoke};
     snprintf(u->peer, sizeof(u->peer), "%s", peer ? peer : "");
     ss->used[slot / 64] |= 1ull << (slot % 64);
     atomic_store(&ss->f->busy[slot], 0);

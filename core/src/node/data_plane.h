@@ -56,11 +56,16 @@ typedef struct mc__shm_seg {
 #define MC__FENCE_HELD_WARN_MS 5000
 
 /* A fence slot, held by its owner (the connection that mapped its
- * segment, or an RDMA connection) until that closes. */
+ * segment, or an RDMA connection) until that closes, or, for an RDMA
+ * connection, until it is revoked: when its write held a rise back too
+ * long, or when every slot is taken and it is the first to have joined of
+ * those with no write in progress (an RC queue pair has no keepalive: a
+ * peer whose host vanished would keep its slot for good). */
 typedef struct mc__shm_user {
     const void *owner;
     mc__shm_fence_t *f;
     uint32_t slot;
+    uint64_t seq;                      /* the order it joined in */
     int pid;                           /* a mapping client's process (SO_PEERCRED), for logs */
     char peer[48];                     /* an RDMA peer's address, for logs */
     void (*revoke)(const void *owner); /* ends owner's writes for good, or NULL */
@@ -79,6 +84,7 @@ typedef struct mc__data_plane {
     uint32_t nshm_segs;
     mc__shm_user_t *users; /* [0, nusers), room for cusers (free()) */
     uint32_t nusers, cusers;
+    uint64_t joins; /* slots given so far (mc__shm_user_t.seq) */
     /* Counters, for logs and tests. */
     uint64_t bytes_read, bytes_written, shm_maps;
     uint64_t bytes_placed;  /* of bytes_written, received in place */
