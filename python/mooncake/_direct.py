@@ -11,10 +11,10 @@ import ctypes
 import errno
 import itertools
 import os
-import threading
 import weakref
 
 from . import _store
+from ._loops import PerLoop, running_loop
 
 TMP_PREFIX = b".mctmp-"  # as the mount backend's temporary names
 _RENAME_NOREPLACE = 1  # MC_RENAME_NOREPLACE
@@ -55,8 +55,7 @@ class DirectBackend:
                                listen, timeout_ms, protocol, rdma_devices,
                                secret_file=secret_file, segment_file=segment_file,
                                segment_offset=segment_offset)
-        self._comps = {}  # event loop -> Completer
-        self._lock = threading.Lock()
+        self._comps = PerLoop(_store.Completer, _store.Completer.close)  # event loop -> Completer
         # A process that exits (or drops the store) without close() still
         # closes the library store: a node then unmounts its segment at
         # once instead of leaving it on the master until the node TTL.
@@ -79,21 +78,7 @@ class DirectBackend:
         return call
 
     def _completer(self):
-        loop = asyncio.get_running_loop()
-        c = self._comps.get(loop)
-        return c if c is not None else self._attach(loop)
-
-    def _attach(self, loop):
-        with self._lock:
-            c = self._comps.get(loop)
-            if c is not None:
-                return c
-            for old in [lp for lp in self._comps if lp.is_closed()]:
-                self._comps.pop(old).close()  # its loop is gone: drop what it left
-            c = _store.Completer(loop)
-            loop.add_reader(c.fileno(), c.drain)
-            self._comps[loop] = c
-            return c
+        return self._comps.get(asyncio.get_running_loop())
 
     def memory(self, target, size):
         """A read-only view of size bytes of caller memory: an int address
@@ -194,32 +179,13 @@ class DirectBackend:
         threads that still need their loop fail with STORE_CLOSED), closes
         the store, resolves the futures still queued and detaches from every
         event loop."""
-        try:
-            current = asyncio.get_running_loop()
-        except RuntimeError:
-            current = None
-        with self._lock:
-            local = [c for lp, c in self._comps.items()
-                     if lp is current or (not lp.is_running() and not lp.is_closed())]
+        current = running_loop()
+        local = self._comps.drainable(current)
         while True:
             # Large get()s come back once for their bytes object: feed them.
             self._s.wait_idle()
             if not sum(c.drain() for c in local):
                 break
         self._fin()
-        with self._lock:
-            comps, self._comps = self._comps, {}
-        for loop, c in comps.items():
-            if loop.is_closed():
-                c.close()
-            elif loop is current or not loop.is_running():
-                _detach(loop, c)
-            else:
-                loop.call_soon_threadsafe(_detach, loop, c)
+        self._comps.close_all(current)
         return 0
-
-
-def _detach(loop, c):
-    c.drain()
-    loop.remove_reader(c.fileno())
-    c.close()

@@ -18,6 +18,7 @@ import stat
 import threading
 
 from . import _errors as E
+from ._loops import PerLoop, running_loop
 
 _NAME_MAX = 255
 _KEY_MAX = 4095  # MC_KEY_MAX - 1 through the mount (see docs/SEMANTICS.md)
@@ -100,8 +101,8 @@ class MountBackend:
         self._offload = _Offload()
         for name in NATIVE:
             setattr(self, "a_" + name, self._offload.wrap(getattr(self, name)))
-        self._readers = {}  # event loop -> FileReader (async_get); guarded by _lock
-        self._closed = False  # guarded by _lock: no reader is made after close()
+        # event loop -> FileReader (async_get); none is made after close()
+        self._readers = PerLoop(_FileReader, lambda r: r.close(False), refuse_after_close=True)
         if _FileReader is not None:
             self.a_get = self._a_get
             self.a_get_batch = self._a_get_batch
@@ -225,10 +226,7 @@ class MountBackend:
             return b""
         if _read_file is not None:
             r = _read_file(path, _RDONLY)
-            if not isinstance(r, int):
-                return r
-            if r != -errno.EAGAIN:
-                return b""
+            return b"" if isinstance(r, int) else r
         try:
             fd = os.open(path, _RDONLY)
         except OSError:
@@ -256,8 +254,6 @@ class MountBackend:
         what get() returns, read on the reader's own C threads (no GIL)."""
         loop = asyncio.get_running_loop()
         r = self._readers.get(loop)
-        if r is None:
-            r = self._attach(loop)
         try:
             path = self._path(key)
         except _BadKey:
@@ -272,19 +268,6 @@ class MountBackend:
         """async get_batch(): the gets of the keys at once, on the
         FileReader's threads (the thread hop read them one after another)."""
         return asyncio.gather(*[self._a_get(k) for k in keys])
-
-    def _attach(self, loop):
-        """loop's FileReader, made at its first get; None after close()."""
-        with self._lock:
-            r = self._readers.get(loop)
-            if r is not None or self._closed:
-                return r
-            for old in [lp for lp in self._readers if lp.is_closed()]:
-                self._readers.pop(old).close(False)  # its loop is gone: drop what it left
-            r = _FileReader(loop)
-            loop.add_reader(r.fileno(), r.drain)
-            self._readers[loop] = r
-            return r
 
     def get_buffer(self, key):
         try:
@@ -559,19 +542,7 @@ class MountBackend:
 
     def close(self):
         self._offload.close()
-        try:
-            current = asyncio.get_running_loop()
-        except RuntimeError:
-            current = None
-        with self._lock:
-            readers, self._readers, self._closed = self._readers, {}, True
-        for loop, r in readers.items():
-            if loop.is_closed():
-                r.close(False)
-            elif loop is current or not loop.is_running():
-                _detach(loop, r)
-            else:
-                loop.call_soon_threadsafe(_detach, loop, r)
+        self._readers.close_all(running_loop())
         with self._lock:
             self._regions.clear()
             pins, self._pins = getattr(self, "_pins", set()), set()
@@ -670,13 +641,6 @@ class _Offload:
         for t in threads:
             if t is not threading.current_thread():
                 t.join()
-
-
-def _detach(loop, r):
-    """Takes r off loop (on its thread): the gets queued run, their
-    futures resolved."""
-    loop.remove_reader(r.fileno())
-    r.close()
 
 
 def _unlink_quietly(path):

@@ -1,8 +1,8 @@
 /*
  * _store_files.c - whole files read for the mount backend (mooncake/_mount.py):
  *
- *   read_file(path, flags)  one file, in one call that releases the GIL once
- *                           or twice (the backend's get());
+ *   read_file(path, flags)  one file on the caller's thread, the GIL released
+ *                           once or twice (the backend's get());
  *   FileReader(loop)        its async_get(): files read on C threads of the
  *                           reader's own, which never take the GIL, and the
  *                           futures of one asyncio event loop resolved from
@@ -12,10 +12,11 @@
  *                           for every get; at 1 KiB that, not the mount, was
  *                           most of a get's time.
  *
- * A file's bytes go straight into the bytes object returned: one of up to 64
- * KiB is read into a scratch buffer first (a bytes object needs the GIL to
- * be made), a larger one is opened and measured by a worker, given a bytes
- * object of its size by the loop, and read into it by a worker.
+ * Both read a file in the same two rounds (fjob_run()): the first opens and
+ * measures it, and reads one of up to 64 KiB into a scratch buffer (a bytes
+ * object needs the GIL to be made); a larger one is given a bytes object of
+ * its size (with the GIL: by the caller, or by the loop) and the second
+ * round reads it straight into that.
  */
 #include "_store_i.h"
 
@@ -47,69 +48,6 @@ static ssize_t read_all(int fd, char *buf, size_t cap)
         n += (size_t)r;
     }
     return (ssize_t)n;
-}
-
-/*
- * read_file(path, flags) -> bytes, or -errno: the whole of a regular file,
- * opened with flags (the mount backend's get()). Open, fstat, read and close
- * run with the GIL released once for a file of up to 64 KiB (read into a
- * scratch buffer, then copied into the bytes), twice for a larger one (read
- * straight into the bytes, allocated at its size plus one): each os call of
- * Python would release and take the GIL again, which several threads pay in
- * futex hand-offs. -EISDIR for anything but a regular file; -EAGAIN when the
- * file held more than fstat said (it grew meanwhile: read it otherwise).
- */
-PyObject *mcpy_read_file(PyObject *m, PyObject *args)
-{
-    (void)m;
-    PyObject *path;
-    int flags;
-    if (!PyArg_ParseTuple(args, "O&i", PyUnicode_FSConverter, &path, &flags))
-        return NULL;
-    const char *p = PyBytes_AS_STRING(path);
-    struct stat st;
-    char *small = NULL;
-    ssize_t n = 0;
-    int fd, err = 0;
-    Py_BEGIN_ALLOW_THREADS;
-    fd = open(p, flags);
-    if (fd < 0 || fstat(fd, &st) < 0)
-        err = -errno;
-    else if (!S_ISREG(st.st_mode))
-        err = -EISDIR;
-    else if (st.st_size < READ_FILE_SMALL && !(small = malloc((size_t)st.st_size + 1)))
-        err = -ENOMEM;
-    else if (small && (n = read_all(fd, small, (size_t)st.st_size + 1)) < 0)
-        err = (int)n;
-    if (fd >= 0 && (small || err))
-        close(fd);
-    Py_END_ALLOW_THREADS;
-    Py_DECREF(path);
-    if (err || (small && n > st.st_size)) {
-        free(small);
-        return PyLong_FromLong(err ? err : -EAGAIN);
-    }
-    if (small) {
-        PyObject *b = PyBytes_FromStringAndSize(small, n);
-        free(small);
-        return b;
-    }
-    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)st.st_size + 1);
-    if (!b) {
-        close(fd);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS;
-    n = read_all(fd, PyBytes_AS_STRING(b), (size_t)st.st_size + 1);
-    close(fd);
-    Py_END_ALLOW_THREADS;
-    if (n < 0 || n > st.st_size) {
-        Py_DECREF(b);
-        return PyLong_FromLong(n < 0 ? (long)n : -EAGAIN);
-    }
-    if (_PyBytes_Resize(&b, n) < 0)
-        return NULL;
-    return b;
 }
 
 /* ---- FileReader ---- */
@@ -257,11 +195,12 @@ static void todo_push(FileReaderObject *r, fjob_t *j)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* j's result: the file's bytes, or b"" when it could not be read (as get()). */
-static PyObject *fjob_result(fjob_t *j)
+/* j's result: the file's bytes, or -errno (an int) when it could not be
+ * read; NULL with an exception (no memory). */
+static PyObject *fjob_value(fjob_t *j)
 {
     if (j->n < 0 || (j->bytes && j->more < 0))
-        return PyBytes_FromStringAndSize("", 0);
+        return PyLong_FromLong(j->n < 0 ? (long)j->n : (long)j->more);
     if (!j->bytes)
         return PyBytes_FromStringAndSize(j->buf, j->n);
     PyObject *b = j->bytes;
@@ -277,6 +216,56 @@ static PyObject *fjob_result(fjob_t *j)
     else
         Py_CLEAR(b);
     return b;
+}
+
+/* After the first round (with the GIL): gives a measured large file its
+ * bytes object; 0, or -1 with an exception (no memory). */
+static int fjob_give_bytes(fjob_t *j)
+{
+    j->bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)j->size + 1);
+    return j->bytes ? 0 : -1;
+}
+
+/* A measured large file, waiting for its bytes object. */
+static int fjob_measured(const fjob_t *j)
+{
+    return j->fd >= 0 && !j->bytes;
+}
+
+/*
+ * read_file(path, flags) -> bytes, or -errno: the whole of a regular file,
+ * opened with flags (the mount backend's get()), in a FileReader's two
+ * rounds on the caller's thread: the GIL is released once for a file of up
+ * to 64 KiB, twice for a larger one, where each os call of Python would
+ * release and take it again (futex hand-offs between threads). -EISDIR for
+ * anything but a regular file.
+ */
+PyObject *mcpy_read_file(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *path;
+    int flags;
+    if (!PyArg_ParseTuple(args, "O&i", PyUnicode_FSConverter, &path, &flags))
+        return NULL;
+    fjob_t j = {.path = PyBytes_AS_STRING(path), .flags = flags, .fd = -1};
+    Py_BEGIN_ALLOW_THREADS;
+    fjob_run(&j);
+    Py_END_ALLOW_THREADS;
+    PyObject *v = NULL;
+    if (!fjob_measured(&j) || fjob_give_bytes(&j) == 0) {
+        if (j.bytes) {
+            Py_BEGIN_ALLOW_THREADS;
+            fjob_run(&j);
+            Py_END_ALLOW_THREADS;
+        }
+        v = fjob_value(&j);
+    }
+    if (j.fd >= 0)
+        close(j.fd);
+    Py_XDECREF(j.bytes);
+    free(j.buf);
+    Py_DECREF(path);
+    return v;
 }
 
 /* Takes every finished get off r; resolves its future when resolve is set
@@ -300,21 +289,20 @@ static long reader_empty(FileReaderObject *r, int resolve_them)
             fjob_free(j);
             continue;
         }
-        if (j->fd >= 0 && !j->bytes) { /* measured: its bytes, then read on */
-            j->bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)j->size + 1);
-            if (j->bytes && !r->stopping) {
+        if (fjob_measured(j) && fjob_give_bytes(j) == 0) { /* then read on */
+            if (!r->stopping) {
                 todo_push(r, j);
                 continue;
             }
-            if (j->bytes) {
-                Py_BEGIN_ALLOW_THREADS;
-                fjob_run(j);
-                Py_END_ALLOW_THREADS;
-            }
-            mcpy_future_resolve(j->fut, j->bytes ? fjob_result(j) : NULL); /* else MemoryError */
-        } else {
-            mcpy_future_resolve(j->fut, fjob_result(j));
+            Py_BEGIN_ALLOW_THREADS;
+            fjob_run(j);
+            Py_END_ALLOW_THREADS;
         }
+        /* its bytes, b"" when it could not be read (as get()), or MemoryError */
+        PyObject *v = fjob_measured(j) ? NULL : fjob_value(j);
+        if (v && PyLong_Check(v))
+            Py_SETREF(v, PyBytes_FromStringAndSize("", 0));
+        mcpy_future_resolve(j->fut, v);
         fjob_free(j);
     }
     return n;

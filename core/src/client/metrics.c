@@ -142,14 +142,15 @@ int mc_metrics_store(mc_metrics_t *mm, mc_store_t *s)
     if (!s->rm)
         return -ESHUTDOWN;
     /* A node serves once its segment is mounted at the master. */
-    int rc = s->remote && s->seg && !s->rm->seg_id ? -ENOTCONN : 0;
+    int rc = s->remote && s->seg_mem.base && !s->rm->seg_id ? -ENOTCONN : 0;
     if (!mm)
         return rc;
     ops(mm, &s->opm);
     transports(mm, s);
     mc_metrics_family(mm, "mooncake_segment_capacity_bytes", "gauge",
                       "Bytes of memory this process contributes as a segment.");
-    mc_metrics_sample(mm, "mooncake_segment_capacity_bytes", NULL, s->seg ? s->seg_size : 0);
+    mc_metrics_sample(mm, "mooncake_segment_capacity_bytes", NULL,
+                      s->seg_mem.base ? s->seg_mem.size : 0);
     mc__server_t *srv = s->srv ? s->srv : s->rm->srv; /* embedded; a node */
     if (srv)
         mc__metrics_server(mm, srv);

@@ -20,9 +20,9 @@
 static int seg_lookup(void *arg, uint32_t seg, mc__seg_t *out, uint64_t *epoch)
 {
     mc_store_t *s = arg;
-    if (!s->rm || seg != s->rm->seg_id || !s->seg)
+    if (!s->rm || seg != s->rm->seg_id || !s->seg_mem.base)
         return -ENOENT;
-    *out = (mc__seg_t){.base = s->seg, .size = s->seg_size, .fd = s->seg_fd, .fence = s->seg_fence};
+    *out = s->seg_mem;
     *epoch = s->rm->epoch;
     return 0;
 }
@@ -105,7 +105,7 @@ static void recs_apply(struct mc__remote *rm, const char *p, size_t n)
     recs_forget(rm, id);
     if (kind != MC__NOTE_PUT || mc__unpack(rest, rl, "s", &rec, &len) < 0)
         return;
-    if (rm->rec_bytes + len > rm->s->seg_size) {
+    if (rm->rec_bytes + len > rm->s->seg_mem.size) {
         mc__log(MC__LOG_WARN, "records of the segment pass its size: version %llu not kept",
                 (unsigned long long)id);
         return;
@@ -249,8 +249,8 @@ static void mount_segment(struct mc__remote *rm)
     mc_store_t *s = rm->s;
     rm->reporting = rm->recs.n != 0;
     int rc = mc__mcall(s, MC__OP_MOUNT_SEGMENT, mounted, rm, "qusqsuq", rm->node_id, rm->seg_id,
-                       addr, (uint32_t)strlen(addr), s->seg_size, s->rdma_rec ? s->rdma_rec : "",
-                       (uint32_t)s->rdma_rec_len,
+                       addr, (uint32_t)strlen(addr), s->seg_mem.size,
+                       s->rdma_rec ? s->rdma_rec : "", (uint32_t)s->rdma_rec_len,
                        (rm->reporting ? MC__MOUNT_REPORT : 0u) | seg_checked(rm), rm->epoch);
     if (rc < 0) {
         rm->mounting = 0;
@@ -444,7 +444,7 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
     int rc = follow ? 0 : mc__addr_parse(addr, 50051, &ma);
     if (rc < 0)
         return rc;
-    if (s->seg && (rc = mc__addr_parse(listen ? listen : "127.0.0.1:0", 0, &la)) < 0)
+    if (s->seg_mem.base && (rc = mc__addr_parse(listen ? listen : "127.0.0.1:0", 0, &la)) < 0)
         return rc;
     struct mc__remote *rm = calloc(1, sizeof(*rm));
     if (!rm)
@@ -465,7 +465,7 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
         return rc;
     }
     s->rm = rm;
-    if (s->seg) {
+    if (s->seg_mem.base) {
         mc__server_opts_t so = {
             .seg_lookup = seg_lookup, .seg_arg = s, .secret = s->secret, .shm = !s->no_shm};
         rc = mc__server_new(&rm->srv, s->loop, &la, &so);
@@ -480,7 +480,8 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
             if (rc >= 0)
                 rc = mc__store_rdma_serve(s, host);
             if (rc >= 0)
-                mc__rdma_fence_segment(&rm->fencer, s->rdma, rm->srv, &rm->seg_id, s->seg_fence);
+                mc__rdma_fence_segment(&rm->fencer, s->rdma, rm->srv, &rm->seg_id,
+                                       s->seg_mem.fence);
             if (rc < 0 && s->xport == MC__XPORT_RDMA) {
                 mc__remote_close(s, NULL);
                 return rc;
@@ -508,7 +509,7 @@ int mc__remote_open_local(mc_store_t *s, uint32_t seg)
         return -ENOMEM;
     rm->s = s;
     rm->seg_id = seg;
-    rm->own_seg = s->seg != NULL;
+    rm->own_seg = s->seg_mem.base != NULL;
     int rc = mc__link_local_new(s->loop, s->svc, MC__SVC_OWNER_LOCAL, &rm->master);
     if (rc < 0) {
         free(rm);

@@ -44,9 +44,9 @@ static void *loop_thread(void *arg)
 static int local_seg_lookup(void *arg, uint32_t seg, mc__seg_t *out, uint64_t *epoch)
 {
     mc_store_t *s = arg;
-    if (seg != SEG_LOCAL || !s->seg)
+    if (seg != SEG_LOCAL || !s->seg_mem.base)
         return -ENOENT;
-    *out = (mc__seg_t){.base = s->seg, .size = s->seg_size, .fd = s->seg_fd, .fence = s->seg_fence};
+    *out = s->seg_mem;
     *epoch = mc__svc_seg_epoch(s->svc, seg);
     return 0;
 }
@@ -70,7 +70,7 @@ static int embedded_master(mc_store_t *s, const mc_store_opts_t *o)
         .first_id = (uint64_t)(mc__wall_ns() / 1000),
     };
     int rc = mc__master_new(&s->m, &mo);
-    if (rc < 0 || (rc = mc__master_add_segment(s->m, SEG_LOCAL, s->seg_size)) < 0)
+    if (rc < 0 || (rc = mc__master_add_segment(s->m, SEG_LOCAL, s->seg_mem.size)) < 0)
         return rc;
     mc__svc_opts_t so = {.first_id = mc__svc_random_id(), .wall_ns = mc__loop_wall_ns};
     if ((rc = mc__svc_new(&s->svc, s->m, &so)) < 0)
@@ -95,13 +95,13 @@ static int serve_embedded(mc_store_t *s, const char *listen)
         return rc;
     mc__svc_set_local_addr(s->svc, mc__server_addr(s->srv));
     mc__svc_set_local_enforced(s->svc, local_enforced, s);
-    if (s->rdma && s->seg) {
+    if (s->rdma && s->seg_mem.base) {
         static const uint32_t local = SEG_LOCAL;
         char host[MC__ADDR_STRLEN];
         if ((rc = mc__rdma_host_of(mc__server_addr(s->srv), host, sizeof(host))) < 0 ||
             (rc = mc__store_rdma_serve(s, host)) < 0)
             return rc;
-        mc__rdma_fence_segment(&s->fencer, s->rdma, s->srv, &local, s->seg_fence);
+        mc__rdma_fence_segment(&s->fencer, s->rdma, s->srv, &local, s->seg_mem.fence);
         if ((rc = mc__svc_set_local_rdma(s->svc, s->rdma_rec, s->rdma_rec_len,
                                          s->fencer.ctx != NULL)) < 0)
             return rc;
@@ -113,8 +113,8 @@ int mc__store_rdma_serve(mc_store_t *s, const char *host)
 {
     if (s->seg_mr)
         return 0;
-    int rc = mc__rdma_serve(s->rdma, s->seg, s->seg_size, host, &s->seg_mr, &s->rdma_rec,
-                            &s->rdma_rec_len);
+    int rc = mc__rdma_serve(s->rdma, s->seg_mem.base, s->seg_mem.size, host, &s->seg_mr,
+                            &s->rdma_rec, &s->rdma_rec_len);
     if (rc < 0)
         mc__log(MC__LOG_ERROR, "cannot serve the segment over RDMA on %s: %s", host,
                 mc_strerror(rc));
@@ -173,10 +173,7 @@ static int open_segment(mc_store_t *s, const mc_store_opts_t *o, uint64_t seg_si
             mc__log(MC__LOG_ERROR, "segment file %s: %s", o->segment_file, mc_strerror(rc));
         return rc;
     }
-    s->seg = seg.base;
-    s->seg_size = seg.size;
-    s->seg_fd = seg.fd;
-    s->seg_fence = seg.fence;
+    s->seg_mem = seg;
     return 0;
 }
 
@@ -219,7 +216,7 @@ int mc_store_open(mc_store_t **out, const mc_store_opts_t *o)
     pthread_cond_init(&s->open_cv, NULL);
     s->remote = remote;
     s->timeout_ms = o->timeout_ms ? o->timeout_ms : 5000;
-    s->seg_fd = -1;
+    s->seg_mem.fd = -1;
     s->no_shm = o->no_shm != 0;
     s->no_rcache = o->no_replica_cache != 0;
     s->ra_max = o->readahead_max ? o->readahead_max : MC__RA_MAX_DEFAULT;
@@ -387,8 +384,7 @@ void mc_store_close(mc_store_t *s)
     mc__svc_free(s->svc);
     mc__master_free(s->m);
     free(s->rdma_rec);
-    mc__seg_t seg = {.base = s->seg, .size = s->seg_size, .fd = s->seg_fd, .fence = s->seg_fence};
-    mc__seg_destroy(&seg);
+    mc__seg_destroy(&s->seg_mem);
     mc__secret_free(s->secret);
     free(s->fault);
     free(s->open_master);

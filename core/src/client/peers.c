@@ -79,7 +79,7 @@ static void session(mc_store_t *s, mc__rpc_client_t *cl, mc__conn_t *c)
 {
     mc__session_opts_t o = {
         .secret = s->secret,
-        .role = s->seg ? MC__ROLE_NODE : MC__ROLE_CLIENT,
+        .role = s->seg_mem.base ? MC__ROLE_NODE : MC__ROLE_CLIENT,
         .timeout_ms = s->timeout_ms,
     };
     int rc = mc__session_start(c, &o, handshake_done, cl);
@@ -488,10 +488,10 @@ static int rdma_wait(xfer_t *x, peer_t *p, const struct rrep *rep)
 
 int mc__peer_own(const mc_store_t *s, uint32_t seg, const mc__transport_t **tp, mc__tp_ep_t *ep)
 {
-    if (!s->rm->own_seg || seg != s->rm->seg_id || !s->seg)
+    if (!s->rm->own_seg || seg != s->rm->seg_id || !s->seg_mem.base)
         return 0;
-    ep->mem.base = s->seg;
-    ep->mem.size = s->seg_size;
+    ep->mem.base = s->seg_mem.base;
+    ep->mem.size = s->seg_mem.size;
     ep->mem.fence = NULL;
     /* A write that ended may still be copied here (a writer of before a
      * master restart, or revoked when its master connection dropped): it

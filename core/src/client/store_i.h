@@ -12,6 +12,7 @@
 #include "master/master.h"
 #include "mooncake/mooncake.h"
 #include "server/rdma_setup.h"
+#include "transport/shm.h"
 
 struct mc__remote;
 struct mc__svc;
@@ -48,16 +49,14 @@ struct mc_store {
     int own_loop;
     pthread_t thread;
     mc__master_t *m;
-    char *seg; /* local segment memory, in a memfd or a file (shm.h) */
-    uint64_t seg_size;
-    int seg_fd;                      /* the segment's memfd, offered to co-located clients */
-    struct mc__shm_fence *seg_fence; /* the segment's fence (shm.h) */
-    int no_shm;                      /* move no bytes through shared memory, either way */
-    int no_rcache;                   /* mc_get() without the replica-list cache */
-    int xport;                       /* MC__XPORT_* asked for (transport_rdma.h) */
-    struct mc__rdma_ctx *rdma;       /* the RDMA context, or NULL: TCP; loop thread */
-    struct mc__rdma_mr *seg_mr;      /* the segment, registered for peers; or NULL */
-    char *rdma_rec;                  /* the segment's RDMA record, published */
+    mc__seg_t seg_mem;          /* our segment (base NULL: none): in a memfd offered to co-located
+                                   clients, or in a file (transport/shm.h) */
+    int no_shm;                 /* move no bytes through shared memory, either way */
+    int no_rcache;              /* mc_get() without the replica-list cache */
+    int xport;                  /* MC__XPORT_* asked for (transport_rdma.h) */
+    struct mc__rdma_ctx *rdma;  /* the RDMA context, or NULL: TCP; loop thread */
+    struct mc__rdma_mr *seg_mr; /* the segment, registered for peers; or NULL */
+    char *rdma_rec;             /* the segment's RDMA record, published */
     size_t rdma_rec_len;
     mc__rdma_fencer_t fencer; /* an embedded master's segment's fence for RDMA peers (open.c) */
     mc_store_stats_t st;      /* updated with mc__count() on the loop thread */

@@ -293,6 +293,15 @@ static mc__shm_seg_t *shm_seg_get(mc__data_plane_t *p, uint32_t seg, mc__shm_fen
 /* owner's slot in ss's fence: the one it holds, or a free one it now
  * holds (pid, peer and revoke as mc__shm_user_t). Returns the slot,
  * -EBUSY when none is free, or -ENOMEM. */
+/* The first free slot of ss's fence, or MC__SHM_FENCE_SLOTS: none. */
+static uint32_t free_slot(const mc__shm_seg_t *ss)
+{
+    uint32_t slot = 0;
+    while (slot < MC__SHM_FENCE_SLOTS && (ss->used[slot / 64] >> (slot % 64) & 1))
+        slot++;
+    return slot;
+}
+
 /* Every slot of ss's fence is taken: revokes the RDMA peer that joined
  * first of those with no write in progress (its slot is then free).
  * Returns 0, or -EBUSY when there is none (mappings, or writes marked). */
@@ -322,16 +331,11 @@ static int64_t user_slot(mc__data_plane_t *p, const void *owner, mc__shm_seg_t *
     for (uint32_t i = 0; i < p->nusers; i++)
         if (p->users[i].owner == owner && p->users[i].f == ss->f)
             return p->users[i].slot;
-    uint32_t slot = 0;
-    for (int tries = 0;; tries++) {
-        while (slot < MC__SHM_FENCE_SLOTS && (ss->used[slot / 64] >> (slot % 64) & 1))
-            slot++;
-        if (slot < MC__SHM_FENCE_SLOTS)
-            break;
-        if (tries || revoke_oldest_idle(p, ss) < 0)
-            return -EBUSY;
-        slot = 0;
-    }
+    uint32_t slot = free_slot(ss);
+    if (slot == MC__SHM_FENCE_SLOTS && revoke_oldest_idle(p, ss) == 0)
+        slot = free_slot(ss);
+    if (slot == MC__SHM_FENCE_SLOTS)
+        return -EBUSY;
     mc__shm_user_t *nu = grow(p->users, p->nusers, &p->cusers, sizeof(*nu));
     if (!nu)
         return -ENOMEM;
