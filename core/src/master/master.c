@@ -105,19 +105,25 @@ mc__version_t *mc__version_new(mc__master_t *m, const char *key, size_t klen, ui
 void mc__version_set_key(mc__version_t *v, char *k, size_t klen)
 {
     if (v->flags & MC__V_KEY_OWNED)
-        free(v->more->key);
+        free(v->rare->key);
     else
-        v->more->klen_in = v->klen; /* the replicas stay after the first key */
-    v->more->key = k;
+        v->rare->klen_in = v->klen; /* the replicas stay after the first key */
+    v->rare->key = k;
     v->klen = (uint16_t)klen;
     v->flags |= MC__V_KEY_OWNED;
 }
 
 mc__vmore_t *mc__version_more(mc__version_t *v)
 {
-    if (!v->more)
-        v->more = calloc(1, sizeof(*v->more));
-    return v->more;
+    if (v->has_more)
+        return v->rare;
+    mc__vmore_t *x = calloc(1, sizeof(*x));
+    if (!x)
+        return NULL;
+    x->atime_ns = v->atime_own; /* its word now points here */
+    v->rare = x;
+    v->has_more = 1;
+    return x;
 }
 
 int mc__version_set_ctime(mc__version_t *v, int64_t t)
@@ -130,7 +136,7 @@ int mc__version_set_ctime(mc__version_t *v, int64_t t)
         v->flags &= (uint8_t)~MC__V_CTIME;
         return -ENOMEM;
     }
-    v->more->ctime_ns = t;
+    v->rare->ctime_ns = t;
     v->flags |= MC__V_CTIME;
     return 0;
 }
@@ -140,14 +146,14 @@ void mc__version_free(mc__master_t *m, mc__version_t *v)
     mc__replica_t *rep = mc__vrep(v);
     for (uint32_t r = 0; r < v->nrep; r++)
         mc__replica_free_ext(&rep[r], &v->ext1);
-    if (v->more) {
+    if (v->has_more) {
         if (v->flags & MC__V_REP_OWNED)
-            free(v->more->rep);
+            free(v->rare->rep);
         if (v->flags & MC__V_KEY_OWNED)
-            free(v->more->key);
-        free(v->more->xattr);
-        free(v->more->link);
-        free(v->more);
+            free(v->rare->key);
+        free(v->rare->xattr);
+        free(v->rare->link);
+        free(v->rare);
     }
     if (v->flags & MC__V_SLAB)
         mc__slab_free(m->slab, v);
@@ -466,7 +472,7 @@ void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t no
     st->size = v->size;
     st->version = v->id;
     st->mtime_ns = v->mtime_ns;
-    st->atime_ns = v->atime_ns;
+    st->atime_ns = mc__vatime(v);
     st->ctime_ns = mc__vctime(v);
     st->mode = v->mode;
     mc__version_owner(m, v, &st->uid, &st->gid);

@@ -115,24 +115,27 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  */
 typedef struct mc__version {
     uint64_t id;
-    uint64_t size; /* bytes of data */
-    int64_t mtime_ns;
-    int64_t atime_ns;       /* wall clock (ns), as mtime_ns; the service sets them */
-    struct mc__vmore *more; /* what few versions have (owned; NULL: all zero);
-                               read it through mc__vmore() */
-    mc__extent_t ext1;      /* ext1.len: the bytes reserved in each replica, its
-                               capacity (read it through mc__vcap()); the whole of
-                               ext1: the extent array of its first replica while
-                               that has one extent (rep[0].ext points here, not its
-                               own), whose length is then the capacity: most
-                               objects' only extent needs neither an allocation
-                               nor a length of its own */
-    uint32_t owner;         /* its owner and group: an index into the master's
-                               table of those pairs (owners.c; 0: none recorded);
-                               read them through mc__version_owner() */
-    uint32_t lease;         /* its read lease ends at the master's lease base plus
-                               this many ms (0: none); read it through
-                               mc__version_lease() */
+    uint64_t size;              /* bytes of data */
+    int64_t mtime_ns;           /* wall clock (ns); the service sets it */
+    union {                     /* one word for two fields (has_more says which) */
+        int64_t atime_own;      /* !has_more: its atime (wall clock, ns, as the
+                                   mtime); read it through mc__vatime() */
+        struct mc__vmore *rare; /* has_more: what few versions have (owned),
+                                   its atime too; read it through mc__vmore() */
+    };
+    mc__extent_t ext1; /* ext1.len: the bytes reserved in each replica, its
+                          capacity (read it through mc__vcap()); the whole of
+                          ext1: the extent array of its first replica while
+                          that has one extent (rep[0].ext points here, not its
+                          own), whose length is then the capacity: most
+                          objects' only extent needs neither an allocation
+                          nor a length of its own */
+    uint32_t owner;    /* its owner and group: an index into the master's
+                          table of those pairs (owners.c; 0: none recorded);
+                          read them through mc__version_owner() */
+    uint32_t lease;    /* its read lease ends at the master's lease base plus
+                          this many ms (0: none); read it through
+                          mc__version_lease() */
     union {
         uint32_t tick; /* published: the master's access clock at its last
                           access (approximate LRU: eviction samples versions
@@ -143,34 +146,39 @@ typedef struct mc__version {
     uint16_t klen; /* <= MC_KEY_MAX */
     uint16_t mode; /* & 07777 */
     /* Bit-fields as narrow as their values (checked where they come in):
-     * with the mode in 16 bits and the lease in 32, the fields take 76
-     * bytes, where the key starts (mc__vrep_offset()). */
-    uint8_t state : 2;   /* enum mc__vstate */
-    uint8_t pin : 2;     /* MC_PIN_* (<= MC_PIN_HARD) */
-    uint8_t inherit : 4; /* pending: MC__INHERIT_*, what to take at commit
-                            from the version it replaces */
-    uint8_t nrep : 4;    /* <= MC__MAX_REPLICAS */
-    uint8_t repcap : 4;  /* the replicas this allocation has room for (after
-                            its fields and its key); MC__MAX_REPLICAS once
-                            grown */
-    uint8_t type : 4;    /* MC_TYPE_* */
-    uint8_t want : 4;    /* replicas asked for (clamped to the segments at the
-                            start; <= MC__MAX_REPLICAS) */
-    uint8_t flags;       /* MC__V_* */
-    char key[];          /* its key, unless MC__V_KEY_OWNED (read it through
-                            mc__vkey()): right after the fields, in the
-                            struct's tail padding and on */
+     * with the mode in 16 bits, the lease in 32 and the atime sharing a
+     * word with the rare fields, the fields take 68 bytes, where the key
+     * starts (mc__vrep_offset()). */
+    uint8_t state : 2;    /* enum mc__vstate */
+    uint8_t pin : 2;      /* MC_PIN_* (<= MC_PIN_HARD) */
+    uint8_t inherit : 2;  /* pending: MC__INHERIT_*, what to take at commit
+                             from the version it replaces */
+    uint8_t has_more : 1; /* it has rare fields (mc__version_more()) */
+    uint8_t nrep : 4;     /* <= MC__MAX_REPLICAS */
+    uint8_t repcap : 4;   /* the replicas this allocation has room for (after
+                             its fields and its key); MC__MAX_REPLICAS once
+                             grown */
+    uint8_t type : 4;     /* MC_TYPE_* */
+    uint8_t want : 4;     /* replicas asked for (clamped to the segments at the
+                             start; <= MC__MAX_REPLICAS) */
+    uint8_t flags;        /* MC__V_* */
+    char key[];           /* its key, unless MC__V_KEY_OWNED (read it through
+                             mc__vkey()): right after the fields, in the
+                             struct's tail padding and on */
 } mc__version_t;
 
-_Static_assert(MC__MAX_REPLICAS < 16 && MC_PIN_HARD < 4 && MC_TYPE_MAX < 16,
+_Static_assert(MC__MAX_REPLICAS < 16 && MC_PIN_HARD < 4 && MC_TYPE_MAX < 16 &&
+                   (MC__INHERIT_MODE | MC__INHERIT_OWNER) < 4,
                "mc__version_t's bit-fields");
 _Static_assert(sizeof(mc__version_t) - offsetof(mc__version_t, key) < 8,
                "a version's own allocation (mc__vrep_offset()) covers its struct");
 
 /* The fields of a version that few versions set (xattrs, hard links, soft
  * pins with a TTL, device numbers), kept apart so that the others do not
- * carry them: a version without any has none (more NULL). */
+ * carry them: a version without any has none (has_more 0). Made, they take
+ * the version's atime along, whose word then points to them. */
 typedef struct mc__vmore {
+    int64_t atime_ns;   /* the version's atime (mc__vatime()) */
     char *xattr;        /* owned: extended attributes, packed (xattr.c); NULL: none */
     char *link;         /* a name entry: the inode key it names (owned), else NULL */
     uint64_t pin_until; /* soft pin expiry (ms); 0: no expiry */
@@ -190,7 +198,29 @@ typedef struct mc__vmore {
 static inline const mc__vmore_t *mc__vmore(const mc__version_t *v)
 {
     static const mc__vmore_t none;
-    return v->more ? v->more : &none;
+    return v->has_more ? v->rare : &none;
+}
+
+/* v's rare fields to write: NULL when it has none (mc__version_more() makes
+ * them). */
+static inline mc__vmore_t *mc__vmore_w(mc__version_t *v)
+{
+    return v->has_more ? v->rare : NULL;
+}
+
+/* v's atime (wall clock, ns). */
+static inline int64_t mc__vatime(const mc__version_t *v)
+{
+    return v->has_more ? v->rare->atime_ns : v->atime_own;
+}
+
+/* Sets v's atime to t. */
+static inline void mc__version_set_atime(mc__version_t *v, int64_t t)
+{
+    if (v->has_more)
+        v->rare->atime_ns = t;
+    else
+        v->atime_own = t;
 }
 
 /* v's key (klen bytes, NUL-terminated): in v's own allocation, right after
@@ -199,7 +229,7 @@ static inline const mc__vmore_t *mc__vmore(const mc__version_t *v)
 static inline char *mc__vkey(const mc__version_t *v)
 {
     if (v->flags & MC__V_KEY_OWNED)
-        return v->more->key;
+        return v->rare->key;
     return (char *)(uintptr_t)v->key;
 }
 
@@ -215,8 +245,8 @@ static inline size_t mc__vrep_offset(size_t klen)
 static inline mc__replica_t *mc__vrep(const mc__version_t *v)
 {
     if (v->flags & MC__V_REP_OWNED)
-        return v->more->rep;
-    size_t klen = v->flags & MC__V_KEY_OWNED ? v->more->klen_in : v->klen;
+        return v->rare->rep;
+    size_t klen = v->flags & MC__V_KEY_OWNED ? v->rare->klen_in : v->klen;
     return (mc__replica_t *)(uintptr_t)((const char *)v + mc__vrep_offset(klen));
 }
 
@@ -245,7 +275,7 @@ static inline void mc__version_set_cap(mc__version_t *v, uint64_t cap)
  * later (MC__V_CTIME). */
 static inline int64_t mc__vctime(const mc__version_t *v)
 {
-    return v->flags & MC__V_CTIME ? v->more->ctime_ns : v->mtime_ns;
+    return v->flags & MC__V_CTIME ? v->rare->ctime_ns : v->mtime_ns;
 }
 
 /* Sets v's ctime to t (wall clock, ns); set the mtime first when both

@@ -33,7 +33,7 @@ static void name_gone(mc__master_t *m, mc__version_t *name, uint64_t now)
     mc__version_t *ino = mc__master_resolve(m, name);
     mc__master_retire(m, name, now);
     if (ino && mc__vmore(ino)->links > 1) {
-        ino->more->links--;
+        ino->rare->links--;
     } else if (ino) {
         mc__index_remove(m->ix, mc__vkey(ino), ino->klen);
         mc__master_retire(m, ino, now);
@@ -395,7 +395,7 @@ int mc__master_set_meta(mc__master_t *m, const char *key, size_t klen, const mc_
     if (meta->what & MC_META_MTIME)
         v->mtime_ns = meta->mtime_ns;
     if (meta->what & MC_META_ATIME)
-        v->atime_ns = meta->atime_ns;
+        mc__version_set_atime(v, meta->atime_ns);
     /* chown(2) of what is not a directory: the set-user-ID bit goes, and
      * the set-group-ID bit with group-execute (without, it marks mandatory
      * locking on Linux, and stays). */

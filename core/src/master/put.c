@@ -377,13 +377,13 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
             v->mode = old->mode;
         if (v->inherit & MC__INHERIT_OWNER)
             v->owner = old->owner; /* an index of the same master */
-        v->atime_ns = old->atime_ns;
+        mc__version_set_atime(v, mc__vatime(old));
         mc__xattr_take(v, old);
         if (mc__vmore(old)->links)
-            v->more->links = old->more->links; /* an inode: made above (a link) */
+            v->rare->links = old->rare->links; /* an inode: made above (a link) */
         mc__master_retire(m, old, now);
     } else if (name && mc__vmore(name)->link) {
-        v->more->links = 1; /* the file was lost: this name brings it back */
+        v->rare->links = 1; /* the file was lost: this name brings it back */
     }
     v->inherit = 0;
     return 0;

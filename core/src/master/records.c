@@ -114,7 +114,7 @@ const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t
     r->linklen = mc__vmore(v)->linklen;
     r->size = v->size;
     r->mtime_ns = v->mtime_ns;
-    r->atime_ns = v->atime_ns;
+    r->atime_ns = mc__vatime(v);
     r->ctime_ns = mc__vctime(v);
     r->mode = v->mode;
     mc__version_owner(m, v, &r->uid, &r->gid);
@@ -195,7 +195,7 @@ static int take_meta(mc__master_t *m, mc__version_t *v, const mc__rec_t *r)
 {
     char *x = NULL;
     mc__vmore_t *more = NULL;
-    if ((r->xattr_len || r->rdev || r->links || r->ctime_ns != r->mtime_ns || v->more) &&
+    if ((r->xattr_len || r->rdev || r->links || r->ctime_ns != r->mtime_ns || v->has_more) &&
         !(more = mc__version_more(v)))
         return -ENOMEM;
     if (mc__version_set_owner(m, v, r->uid, r->gid) < 0)
@@ -214,7 +214,7 @@ static int take_meta(mc__master_t *m, mc__version_t *v, const mc__rec_t *r)
     }
     v->size = r->size;
     v->mtime_ns = r->mtime_ns;
-    v->atime_ns = r->atime_ns;
+    mc__version_set_atime(v, r->atime_ns);
     (void)mc__version_set_ctime(v, r->ctime_ns); /* cannot fail: its rare fields are made */
     v->mode = r->mode & 07777;
     v->type = r->type;

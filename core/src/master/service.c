@@ -338,8 +338,9 @@ static int pack_version(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v, u
 static void read_access(const mc__svc_t *svc, mc__version_t *v)
 {
     int64_t t = mc__svc_wall(svc);
-    if (v->atime_ns <= v->mtime_ns || v->atime_ns <= mc__vctime(v) || t - v->atime_ns >= DAY_NS) {
-        v->atime_ns = t;
+    int64_t a = mc__vatime(v);
+    if (a <= v->mtime_ns || a <= mc__vctime(v) || t - a >= DAY_NS) {
+        mc__version_set_atime(v, t);
         mc__master_dirty(svc->m, v);
     }
 }
@@ -467,7 +468,7 @@ static int put_publish(mc__svc_t *svc, mc__version_t *v, unsigned flags,
     }
     int64_t t = mc__svc_wall(svc);
     v->mtime_ns = (rq->what & MC_META_MTIME) ? rq->mtime_ns : t;
-    v->atime_ns = t; /* a replaced version's atime stays (commit) */
+    mc__version_set_atime(v, t); /* a replaced version's atime stays (commit) */
     int is_new = 0;
     int rc = mc__version_set_ctime(v, t);
     if (rc == 0)

@@ -162,7 +162,7 @@ int mc__xattr_remove(mc__version_t *v, const char *name, size_t nlen)
     if (rc < 0)
         return rc;
     size_t sz = entry_size(v, at);
-    mc__vmore_t *x = v->more; /* it has the attribute found */
+    mc__vmore_t *x = v->rare; /* it has the attribute found */
     memmove(x->xattr + at, x->xattr + at + sz, x->xattr_len - at - sz);
     x->xattr_len -= (uint32_t)sz;
     if (x->xattr_len == 0) {
@@ -174,15 +174,15 @@ int mc__xattr_remove(mc__version_t *v, const char *name, size_t nlen)
 
 void mc__xattr_take(mc__version_t *to, mc__version_t *from)
 {
-    if (to->more) {
-        free(to->more->xattr);
-        to->more->xattr = NULL;
-        to->more->xattr_len = 0;
+    if (to->has_more) {
+        free(to->rare->xattr);
+        to->rare->xattr = NULL;
+        to->rare->xattr_len = 0;
     }
     if (!mc__vmore(from)->xattr)
         return;
-    to->more->xattr = from->more->xattr; /* to->more: the caller made it */
-    to->more->xattr_len = from->more->xattr_len;
-    from->more->xattr = NULL;
-    from->more->xattr_len = 0;
+    to->rare->xattr = from->rare->xattr; /* to's rare fields: the caller made them */
+    to->rare->xattr_len = from->rare->xattr_len;
+    from->rare->xattr = NULL;
+    from->rare->xattr_len = 0;
 }
