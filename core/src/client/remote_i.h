@@ -178,6 +178,13 @@ void mc__rset_replace(mc__rset_t *old, mc__rset_t *rs);
  */
 int mc__rset_run(const mc__rset_t *rs, uint64_t off, uint64_t *start, uint64_t *end);
 
+/* xfer_t.delayed: what MC_FAULT_XFER's delay did to a transfer. */
+enum {
+    MC__XFER_ON_TIME = 0, /* nothing (yet) */
+    MC__XFER_HELD,        /* held back once, then sent */
+    MC__XFER_LATE_COPY,   /* a copy of a failed write's bytes, sent after the delay */
+};
+
 /* A transfer between a buffer and the replicas of an object (mc__xfer()). */
 typedef struct xfer {
     mc_store_t *s;
@@ -190,7 +197,7 @@ typedef struct xfer {
     int rerr[MC__MAX_REPLICAS]; /* writes: the first error per replica */
     int pending;
     int issuing;
-    int delayed;   /* held back once by MC_FAULT_XFER's delay */
+    int delayed;   /* MC__XFER_*: what MC_FAULT_XFER's delay did to it */
     int refreshes; /* PUT_EPOCH rounds after a node refused an old epoch */
     uint32_t redo; /* replicas to send again: their epoch was refreshed */
     int err;

@@ -285,9 +285,9 @@ static void epoch_got(void *arg, int status, const char *body, size_t len)
  */
 static int xfer_refresh(xfer_t *x)
 {
-    /* A fault's late copy (delayed 2) stands for bytes sent before: it
+    /* A fault's late copy (MC__XFER_LATE_COPY) stands for bytes sent before: it
      * keeps the epoch it has. */
-    if (!x->write || !x->rs->put_id || x->refreshes >= 3 || x->delayed == 2)
+    if (!x->write || !x->rs->put_id || x->refreshes >= 3 || x->delayed == MC__XFER_LATE_COPY)
         return 0;
     int asked = 0;
     for (uint32_t r = 0; r < x->rs->n; r++) {
@@ -343,7 +343,9 @@ static void xfer_end(xfer_t *x)
         mc__xfer_step(x);
         return;
     }
-    int rc = x->delayed == 2 ? fault_copy_result(x) : x->write ? xfer_write_result(x) : x->err;
+    int rc = x->delayed == MC__XFER_LATE_COPY ? fault_copy_result(x)
+             : x->write                       ? xfer_write_result(x)
+                                              : x->err;
     void (*done)(void *, int) = x->done;
     void *arg = x->arg;
     mc__rset_free((mc__rset_t *)x->rs);
@@ -496,7 +498,7 @@ int mc__fault_load(mc_store_t *s)
 static int fault_on(const xfer_t *x)
 {
     const struct mc__fault *f = x->s->fault;
-    return f && x->write && x->buf && x->off == f->off && x->delayed != 2;
+    return f && x->write && x->buf && x->off == f->off && x->delayed != MC__XFER_LATE_COPY;
 }
 
 /* Whether MC_FAULT_XFER aims at replica rep (its addr=, or every one). */
@@ -546,7 +548,7 @@ static void fault_copy_landed(void *arg, int rc)
     free(arg);
 }
 
-/* A copy of write x's bytes (delayed 2), or NULL. */
+/* A copy of write x's bytes (MC__XFER_LATE_COPY), or NULL. */
 static xfer_t *fault_copy(const xfer_t *x)
 {
     xfer_t *g = calloc(1, sizeof(*g));
@@ -563,7 +565,7 @@ static xfer_t *fault_copy(const xfer_t *x)
                   .off = x->off,
                   .len = x->len,
                   .buf = copy,
-                  .delayed = 2,
+                  .delayed = MC__XFER_LATE_COPY,
                   .done = fault_copy_landed,
                   .arg = copy};
     ((mc__rset_t *)x->rs)->refs++;
@@ -580,7 +582,7 @@ static int fault_delays(xfer_t *x)
 {
     if (x->delayed || !fault_on(x) || !x->s->fault->delay_ms)
         return 0;
-    x->delayed = 1;
+    x->delayed = MC__XFER_HELD;
     xfer_t *held = x->s->fault->err ? fault_copy(x) : x;
     fault_delay_t *d = held ? calloc(1, sizeof(*d)) : NULL;
     if (d) {
@@ -673,10 +675,12 @@ void mc__xfer_step(xfer_t *x)
         return; /* the peer resumes it */
     x->issuing = 1;
     if (x->write) {
-        /* A fault's late copy (delayed 2) goes to the replicas the fault
+        /* A fault's late copy (MC__XFER_LATE_COPY) goes to the replicas the fault
          * failed, dropped ones included: those bytes were on their way. */
         for (uint32_t r = 0; r < x->rs->n; r++)
-            if ((x->delayed == 2 ? fault_aims(x, &x->rs->r[r]) : !x->rs->r[r].dead) && !x->rerr[r])
+            if ((x->delayed == MC__XFER_LATE_COPY ? fault_aims(x, &x->rs->r[r])
+                                                  : !x->rs->r[r].dead) &&
+                !x->rerr[r])
                 xfer_replica(x, r);
     } else if (x->rs->r[x->replica].dead) {
         x->err = -EIO;
