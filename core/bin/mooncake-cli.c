@@ -48,7 +48,7 @@ static void usage(FILE *f)
                "                    [--auth-secret-file F] [--no-shm] [--protocol P]\n"
                "                    [--rdma-device NAME] [--preferred ADDR] [--repeat N]\n"
                "                    [--interval-ms N] [--no-progress] [--metrics ADDR]\n"
-               "                    [--stats] COMMAND [ARGS]\n"
+               "                    [--stats] [--log-level L] COMMAND [ARGS]\n"
                "commands (mooncake-cli COMMAND --help tells more):\n");
     for (const command_t *c = commands; c->name; c++)
         fprintf(f, "    %-16s %s\n", c->synopsis, c->summary);

@@ -84,7 +84,6 @@ static void usage(FILE *f, const char *prog)
             "    --protocol P          how peers reach the segment: tcp (default), rdma\n"
             "                          (also over RDMA; fails without a device) or auto\n"
             "    --rdma-device NAME    the verbs device(s) for RDMA, comma-separated\n"
-            "                          as shared memory\n"
             "    --metrics ADDR        serve Prometheus metrics and /health over HTTP on\n"
             "                          ADDR: PORT (on 127.0.0.1) or HOST:PORT (default:\n"
             "                          none)\n"
