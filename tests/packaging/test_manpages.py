@@ -2,7 +2,8 @@
 that they never drift: every long option a program's --help names is an
 option the man page describes, and every option the man page describes is
 one --help names (--help and --version may be left out of the usage
-text); every function the public headers declare is in libmooncake(3) and
+text); the README's option list of each program the same (it had drifted:
+--no-shm and five of mooncake-cli's options missing); every function the public headers declare is in libmooncake(3) and
 every function libmooncake(3) names is declared. scdoc must render each
 page. Run by `make test-packaging` (MC_BUILD: the build with the programs)."""
 
@@ -57,6 +58,35 @@ def test_every_option_in_the_man_page_is_in_help(program):
     extra = page_options(PAGES[program]) - help_options(program) - ALWAYS
     assert not extra, f"docs/man/{PAGES[program]} describes {sorted(extra)}, which " \
                       f"{program} --help does not name"
+
+
+# The README's heading whose first code block lists each program's options.
+README_BLOCKS = {"mooncake-fs": "## mooncake-fs options",
+                 "mooncake-master": "## mooncake-master options",
+                 "mooncake-cli": "## mooncake-cli"}
+
+
+def readme_options(program):
+    """The long options in the README's code block for program."""
+    text = read(os.path.join(ROOT, "README.md"))
+    at = text.index("\n" + README_BLOCKS[program] + "\n")
+    start = text.index("```", at)
+    block = text[start + 3:text.index("```", start + 3)]
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", block))
+
+
+@pytest.mark.parametrize("program", sorted(PAGES))
+def test_every_option_in_help_is_in_the_readme(program):
+    missing = help_options(program) - readme_options(program) - ALWAYS
+    assert not missing, f"{program} --help names {sorted(missing)}; list them in README.md " \
+                        f"under '{README_BLOCKS[program]}'"
+
+
+@pytest.mark.parametrize("program", sorted(PAGES))
+def test_every_option_in_the_readme_is_in_help(program):
+    extra = readme_options(program) - help_options(program) - ALWAYS
+    assert not extra, f"README.md lists {sorted(extra)} under '{README_BLOCKS[program]}', " \
+                      f"which {program} --help does not name"
 
 
 def declared_functions():

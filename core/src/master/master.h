@@ -201,13 +201,6 @@ static inline const mc__vmore_t *mc__vmore(const mc__version_t *v)
     return v->has_more ? v->rare : &none;
 }
 
-/* v's rare fields to write: NULL when it has none (mc__version_more() makes
- * them). */
-static inline mc__vmore_t *mc__vmore_w(mc__version_t *v)
-{
-    return v->has_more ? v->rare : NULL;
-}
-
 /* v's atime (wall clock, ns). */
 static inline int64_t mc__vatime(const mc__version_t *v)
 {
