@@ -31,11 +31,22 @@ void mcpy_completer_push(CompleterObject *c, group_t *g)
         c->head = g;
     c->tail = g;
     pthread_mutex_unlock(&c->mu);
-    if (was_empty) {
-        uint64_t one = 1;
-        ssize_t w = write(c->fd, &one, sizeof(one));
-        (void)w; /* a non-blocking eventfd write cannot fail here */
-    }
+    if (was_empty)
+        mcpy_efd_wake(c->fd);
+}
+
+void mcpy_efd_wake(int fd)
+{
+    uint64_t one = 1;
+    ssize_t w = write(fd, &one, sizeof(one));
+    (void)w; /* a non-blocking eventfd write cannot fail here */
+}
+
+void mcpy_efd_clear(int fd)
+{
+    uint64_t v;
+    ssize_t r = read(fd, &v, sizeof(v));
+    (void)r; /* EAGAIN when a previous drain already took everything */
 }
 
 /* A future that is already done with res (stolen). */
@@ -57,9 +68,7 @@ PyObject *mcpy_done_future(CompleterObject *c, PyObject *res)
 /* Takes every queued group off c's queue. */
 static group_t *completer_take(CompleterObject *c)
 {
-    uint64_t v;
-    ssize_t r = read(c->fd, &v, sizeof(v));
-    (void)r; /* EAGAIN when a previous drain already took everything */
+    mcpy_efd_clear(c->fd);
     pthread_mutex_lock(&c->mu);
     group_t *g = c->head;
     c->head = c->tail = NULL;

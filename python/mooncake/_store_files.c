@@ -91,6 +91,17 @@ static void fjob_free(fjob_t *j)
     free(j);
 }
 
+/* Appends j to the queue head..tail (its lock held). */
+static void fjob_append(fjob_t **head, fjob_t **tail, fjob_t *j)
+{
+    j->next = NULL;
+    if (*tail)
+        (*tail)->next = j;
+    else
+        *head = j;
+    *tail = j;
+}
+
 /* Reads on from fd into j->buf (from j->buf[have], growing it) to the end:
  * the bytes it holds, or -errno. */
 static ssize_t read_rest(fjob_t *j, int fd, size_t have)
@@ -164,18 +175,9 @@ static void *reader_thread(void *arg)
         pthread_mutex_unlock(&r->mu);
         fjob_run(j);
         pthread_mutex_lock(&r->mu);
-        j->next = NULL;
-        int was_empty = !r->done;
-        if (r->done_tail)
-            r->done_tail->next = j;
-        else
-            r->done = j;
-        r->done_tail = j;
-        if (was_empty) {
-            uint64_t one = 1;
-            ssize_t w = write(r->efd, &one, sizeof(one));
-            (void)w; /* a non-blocking eventfd write cannot fail here */
-        }
+        if (!r->done)
+            mcpy_efd_wake(r->efd);
+        fjob_append(&r->done, &r->done_tail, j);
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
@@ -184,13 +186,8 @@ static void *reader_thread(void *arg)
 /* Queues j for the threads (r->mu not held). */
 static void todo_push(FileReaderObject *r, fjob_t *j)
 {
-    j->next = NULL;
     pthread_mutex_lock(&r->mu);
-    if (r->todo_tail)
-        r->todo_tail->next = j;
-    else
-        r->todo = j;
-    r->todo_tail = j;
+    fjob_append(&r->todo, &r->todo_tail, j);
     pthread_cond_signal(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }
@@ -274,9 +271,7 @@ PyObject *mcpy_read_file(PyObject *m, PyObject *args)
  * taken. */
 static long reader_empty(FileReaderObject *r, int resolve_them)
 {
-    uint64_t v;
-    ssize_t rd = read(r->efd, &v, sizeof(v));
-    (void)rd; /* EAGAIN when a previous drain already took everything */
+    mcpy_efd_clear(r->efd);
     pthread_mutex_lock(&r->mu);
     fjob_t *j = r->done;
     r->done = r->done_tail = NULL;

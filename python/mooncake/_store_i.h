@@ -333,6 +333,13 @@ void mcpy_completer_push(CompleterObject *c, group_t *g);
 int mcpy_future_cancelled(PyObject *fut);
 void mcpy_future_resolve(PyObject *fut, PyObject *res);
 
+/* The eventfd of a per-loop queue (a Completer's, a FileReader's):
+ * mcpy_efd_wake() makes it readable (when the queue was empty and no
+ * longer is), mcpy_efd_clear() takes that back before the queue is
+ * emptied. Both non-blocking; neither can fail in a way that matters. */
+void mcpy_efd_wake(int fd);
+void mcpy_efd_clear(int fd);
+
 /* mcpy_done_future() returns a future of c's loop already done with res
  * (a reference stolen; NULL passes an error through). */
 PyObject *mcpy_done_future(CompleterObject *c, PyObject *res);
