@@ -3,7 +3,7 @@
  * sampled access clocks in an index past MC__EVICT_EXACT keys (the oldest
  * of a sample goes; never a pinned, open, leased or pending version), the
  * array of retired versions waiting for handles and leases, a version's
- * key and replicas read through mc__vkey() / mc__vrep() once they moved out
+ * key and replicas read through mc__vkey() / mc__vrep_get() once they moved out
  * of its own allocation (a rename, a grown replica array), its ctime kept
  * apart from its mtime only when they differ, its lease in 32 bits from a
  * base that moves, replicas' extent arrays with no count of their
@@ -209,8 +209,8 @@ static void test_key_and_replicas_moved_out(void **state)
     assert_int_equal(mc__master_commit(m, v, UNIT, 0, now), 0);
     assert_false(v->has_more);
     assert_string_equal(mc__vkey(v), "a/file");
-    uint32_t seg0 = mc__vrep(v)[0].seg;
-    uint64_t off0 = mc__vrep(v)[0].ext[0].off;
+    uint32_t seg0 = mc__vrep_get(v, 0).seg;
+    uint64_t off0 = mc__vrep_get(v, 0).ext[0].off;
 
     /* A second replica outgrows the room it was made with: the array moves
      * to the rare fields, the key stays where it was and reads the same. */
@@ -220,9 +220,9 @@ static void test_key_and_replicas_moved_out(void **state)
     assert_int_equal(mc__master_replica_attach(v, &r), 0);
     assert_true(v->flags & MC__V_REP_OWNED);
     assert_int_equal(v->nrep, 2);
-    assert_int_equal(mc__vrep(v)[0].seg, seg0);
-    assert_int_equal(mc__vrep(v)[0].ext[0].off, off0);
-    assert_int_equal(mc__vrep(v)[1].seg, other);
+    assert_int_equal(mc__vrep_get(v, 0).seg, seg0);
+    assert_int_equal(mc__vrep_get(v, 0).ext[0].off, off0);
+    assert_int_equal(mc__vrep_get(v, 1).seg, other);
     assert_string_equal(mc__vkey(v), "a/file");
     assert_ptr_equal(find(m, "a/file"), v);
 
@@ -235,7 +235,7 @@ static void test_key_and_replicas_moved_out(void **state)
     assert_ptr_equal(find(m, "c"), v);
     assert_null(find(m, "a/file"));
     assert_int_equal(v->nrep, 2);
-    assert_int_equal(mc__vrep(v)[1].seg, other);
+    assert_int_equal(mc__vrep_get(v, 1).seg, other);
 
     /* The rare fields the version had before keep their values. */
     assert_int_equal(mc__xattr_set(v, "user.x", 6, "1", 1, 0), 0);
@@ -280,7 +280,7 @@ static void test_ctime_apart_from_mtime(void **state)
     /* Its record carries both. */
     mc__rec_t rec;
     memset(&rec, 0, sizeof(rec));
-    (void)mc__master_record(m, v, mc__vrep(v)[0].seg, &rec);
+    (void)mc__master_record(m, v, mc__vrep_get(v, 0).seg, &rec);
     assert_int_equal(rec.ctime_ns, 500);
     assert_int_equal(rec.mtime_ns, mtime);
     /* A new mtime at the same time: one again. */
@@ -363,31 +363,31 @@ static void test_replica_room_grows(void **state)
     assert_int_equal(mc__master_begin(m, "big", 3, NULL, now, &v), 0);
     for (uint64_t n = 1; n <= 32; n++) {
         assert_int_equal(mc__master_reserve(m, v, n * UNIT, now), 0);
-        assert_int_equal(mc__vrep(v)[0].n, n);
+        assert_int_equal(mc__vrep_get(v, 0).n, n);
         if (n == 1)
-            assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+            assert_ptr_equal(mc__vrep_get(v, 0).ext, &v->ext1);
         else
-            assert_ptr_not_equal(mc__vrep(v)[0].ext, &v->ext1);
+            assert_ptr_not_equal(mc__vrep_get(v, 0).ext, &v->ext1);
     }
     assert_int_equal(used(m), 64 * UNIT);
     /* Committed smaller: the tail goes back, the array stays its own. */
     assert_int_equal(mc__master_commit(m, v, 5 * UNIT, 0, now), 0);
-    assert_int_equal(mc__vrep(v)[0].n, 5);
+    assert_int_equal(mc__vrep_get(v, 0).n, 5);
     assert_int_equal(used(m), 37 * UNIT);
     /* Taken out (a repair's move), then given back: a replica of its own. */
     mc__replica_t r;
-    uint32_t seg = mc__vrep(v)[0].seg;
+    uint32_t seg = mc__vrep_get(v, 0).seg;
     assert_int_equal(mc__version_take_replica(v, seg, &r), 1);
     assert_int_equal(v->nrep, 0);
     assert_int_equal(r.n, 5);
     assert_int_equal(mc__master_replica_attach(v, &r), 0);
-    assert_int_equal(mc__vrep(v)[0].n, 5);
+    assert_int_equal(mc__vrep_get(v, 0).n, 5);
     assert_int_equal(mc__master_remove(m, "big", 3, 0, now), 0);
     assert_int_equal(used(m), 32 * UNIT);
 
     /* A one-extent replica taken from ext1 takes a copy of its own. */
     v = put(m, "one", UNIT, now);
-    assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+    assert_ptr_equal(mc__vrep_get(v, 0).ext, &v->ext1);
     assert_int_equal(mc__version_take_replica(v, seg, &r), 1);
     assert_ptr_not_equal(r.ext, &v->ext1);
     assert_int_equal(r.n, 1);
@@ -403,7 +403,7 @@ static void test_replica_room_grows(void **state)
 static void assert_layout(const mc__version_t *v)
 {
     for (uint32_t r = 0; r < v->nrep; r++) {
-        const mc__replica_t *rep = &mc__vrep(v)[r];
+        const mc__replica_t r1 = mc__vrep_get(v, r), *rep = &r1;
         uint64_t t = 0;
         for (uint32_t i = 0; i < rep->n; i++)
             t += rep->ext[i].len;
@@ -428,21 +428,21 @@ static void test_capacity_is_the_one_extent_length(void **state)
     assert_int_equal(mc__master_begin(m, "a", 1, NULL, now, &v), 0);
     assert_int_equal(mc__vcap(v), 0);
     assert_int_equal(mc__master_reserve(m, v, UNIT, now), 0);
-    assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+    assert_ptr_equal(mc__vrep_get(v, 0).ext, &v->ext1);
     assert_int_equal(mc__vcap(v), UNIT);
-    uint64_t off = mc__vrep(v)[0].ext[0].off;
+    uint64_t off = mc__vrep_get(v, 0).ext[0].off;
     /* Something else takes space: the next growth is (most likely) a
      * second extent, the first one copied out where it was; if it came
      * right after the first, one extent, grown in place. */
     (void)put(m, "b", UNIT, now);
     assert_int_equal(mc__master_reserve(m, v, 5 * UNIT, now), 0);
     assert_int_equal(mc__vcap(v), 5 * UNIT);
-    assert_int_equal(mc__vrep(v)[0].ext[0].off, off);
-    if (mc__vrep(v)[0].n == 1) {
-        assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+    assert_int_equal(mc__vrep_get(v, 0).ext[0].off, off);
+    if (mc__vrep_get(v, 0).n == 1) {
+        assert_ptr_equal(mc__vrep_get(v, 0).ext, &v->ext1);
     } else {
-        assert_ptr_not_equal(mc__vrep(v)[0].ext, &v->ext1);
-        assert_int_equal(mc__vrep(v)[0].ext[0].len, UNIT);
+        assert_ptr_not_equal(mc__vrep_get(v, 0).ext, &v->ext1);
+        assert_int_equal(mc__vrep_get(v, 0).ext[0].len, UNIT);
     }
     assert_layout(v);
     /* Committed with 100 bytes: the tail goes back (to 8-byte units). */
@@ -454,15 +454,15 @@ static void test_capacity_is_the_one_extent_length(void **state)
     /* A small one trimmed to 8-byte units at its commit, in ext1; renamed,
      * it keeps its extent and capacity. */
     mc__version_t *c = put(m, "c", 100, now);
-    assert_ptr_equal(mc__vrep(c)[0].ext, &c->ext1);
+    assert_ptr_equal(mc__vrep_get(c, 0).ext, &c->ext1);
     assert_int_equal(mc__vcap(c), 104);
-    assert_int_equal(mc__vrep(c)[0].ext[0].len, 104);
-    uint64_t coff = mc__vrep(c)[0].ext[0].off;
+    assert_int_equal(mc__vrep_get(c, 0).ext[0].len, 104);
+    uint64_t coff = mc__vrep_get(c, 0).ext[0].off;
     assert_int_equal(mc__master_rename(m, "c", 1, "a-much-longer-name/c", 20, 0, now), 0);
     c = find(m, "a-much-longer-name/c");
     assert_non_null(c);
     assert_int_equal(mc__vcap(c), 104);
-    assert_int_equal(mc__vrep(c)[0].ext[0].off, coff);
+    assert_int_equal(mc__vrep_get(c, 0).ext[0].off, coff);
     assert_layout(c);
     assert_int_equal(used(m), UNIT + 2 * 104);
     mc__master_free(m);
@@ -489,11 +489,11 @@ static void test_capacity_after_a_failed_growth(void **state)
 
     assert_int_equal(mc__master_begin(m, "a", 1, &po, now, &v), 0);
     assert_int_equal(v->nrep, 2);
-    assert_int_equal(mc__vrep(v)[0].seg, 0); /* the most free first */
+    assert_int_equal(mc__vrep_get(v, 0).seg, 0); /* the most free first */
     assert_int_equal(mc__master_reserve(m, v, UNIT, now), 0);
     assert_int_equal(mc__master_reserve(m, v, 8 * UNIT, now), -ENOSPC);
     assert_int_equal(mc__vcap(v), UNIT);
-    assert_int_equal(mc__vrep(v)[0].n, 1);
+    assert_int_equal(mc__vrep_get(v, 0).n, 1);
     assert_layout(v);
     assert_int_equal(used(m), 2 * UNIT);
     mc__master_abort(m, v);
@@ -502,7 +502,7 @@ static void test_capacity_after_a_failed_growth(void **state)
     assert_int_equal(mc__master_begin(m, "b", 1, &po, now, &v), 0);
     assert_int_equal(mc__master_reserve(m, v, 8 * UNIT, now), -ENOSPC);
     assert_int_equal(mc__vcap(v), 0);
-    assert_int_equal(mc__vrep(v)[0].n, 0);
+    assert_int_equal(mc__vrep_get(v, 0).n, 0);
     assert_layout(v);
     assert_int_equal(used(m), 0);
     /* And grows later all the same. */
@@ -523,18 +523,18 @@ static void test_capacity_with_a_second_replica(void **state)
     uint64_t now = T0;
     mc__master_t *m = two_segments();
     mc__version_t *v = put(m, "a", 100, now);
-    assert_int_equal(mc__vrep(v)[0].seg, 0);
+    assert_int_equal(mc__vrep_get(v, 0).seg, 0);
     mc__replica_t r;
     assert_int_equal(mc__master_replica_alloc(m, 1, mc__vcap(v), &r), 0);
     assert_int_equal(mc__master_replica_attach(v, &r), 0);
     assert_int_equal(v->nrep, 2);
-    assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+    assert_ptr_equal(mc__vrep_get(v, 0).ext, &v->ext1);
     assert_int_equal(mc__vcap(v), 104);
     assert_layout(v);
     assert_int_equal(mc__master_drop_segment(m, 0, now), 0);
     assert_ptr_equal(find(m, "a"), v);
     assert_int_equal(v->nrep, 1);
-    assert_int_equal(mc__vrep(v)[0].seg, 1);
+    assert_int_equal(mc__vrep_get(v, 0).seg, 1);
     assert_int_equal(mc__vcap(v), 104);
     assert_layout(v);
     mc_stat_t st;
@@ -545,7 +545,8 @@ static void test_capacity_with_a_second_replica(void **state)
 }
 
 /* A version's key starts right after its fields (in the struct's tail
- * padding, when it has some), and its replicas follow the key's NUL at the next 8 bytes, for
+ * padding, when it has some); a compact one's allocation ends after the
+ * key's NUL at the next 8 bytes, where another's replica array starts, for
  * keys of every length: nothing overlaps (and under ASan, where versions
  * are malloc'd to their size, nothing is read past the end). */
 static void test_key_in_the_tail_of_the_fields(void **state)
@@ -553,6 +554,8 @@ static void test_key_in_the_tail_of_the_fields(void **state)
     (void)state;
     uint64_t now = T0;
     mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
+    assert_int_equal(mc__master_add_segment(m, 1, 64 * UNIT), 0);
+    mc_put_opts_t two = {.replica_num = 2};
     char k[48];
 
     for (size_t len = 1; len < sizeof(k); len++) {
@@ -560,26 +563,41 @@ static void test_key_in_the_tail_of_the_fields(void **state)
         k[len] = '\0';
         mc__version_t *v = put(m, k, 8, now);
         const char *key = mc__vkey(v);
-        const char *rep = (const char *)mc__vrep(v);
+        const char *end = (const char *)v + mc__vrep_offset(len);
+        assert_true(mc__vcompact(v));
         assert_ptr_equal(key, (const char *)v + offsetof(mc__version_t, key));
         assert_true(sizeof(*v) - offsetof(mc__version_t, key) < 8);
         assert_memory_equal(key, k, len + 1);
-        assert_true(rep >= key + len + 1 && rep < key + len + 1 + 8);
-        assert_true(rep >= (const char *)(v + 1));
-        assert_int_equal((uintptr_t)rep % 8, 0);
-        assert_ptr_equal(mc__vrep(v)[0].ext, &v->ext1);
+        assert_true(end >= key + len + 1 && end < key + len + 1 + 8);
+        assert_true(end >= (const char *)(v + 1));
+        assert_int_equal((uintptr_t)end % 8, 0);
+        assert_int_equal(v->nrep, 1);
+        assert_ptr_equal(mc__vrep_get(v, 0).ext, &v->ext1);
         assert_int_equal(mc__vcap(v), 8);
+        assert_int_equal(mc__master_remove(m, k, len, 0, now), 0);
+
+        mc__version_t *w = NULL;
+        assert_int_equal(mc__master_begin(m, k, len, &two, now, &w), 0);
+        assert_int_equal(mc__master_reserve(m, w, 8, now), 0);
+        assert_int_equal(mc__master_commit(m, w, 8, 0, now), 0);
+        assert_false(mc__vcompact(w));
+        assert_int_equal(w->repcap, 2);
+        assert_ptr_equal((const char *)mc__vrep_array(w), (const char *)w + mc__vrep_offset(len));
+        assert_ptr_equal(mc__vrep_get(w, 0).ext, &w->ext1);
+        assert_int_not_equal(mc__vrep_get(w, 0).seg, mc__vrep_get(w, 1).seg);
         assert_int_equal(mc__master_remove(m, k, len, 0, now), 0);
     }
     assert_int_equal(used(m), 0);
     mc__master_free(m);
 }
 
-/* A version's own allocation (fields, key, one replica) takes 104 bytes
- * for the keys of 15 and 16 bytes the memory bench puts: the atime and the
- * pointer to the rare fields share one word, the atime moving into the rare
- * fields when they are made. The atime survives their making (a chmod after
- * a touch -a), reads back through stat and records, and changes after. */
+/* A version's own allocation (fields, key, one replica) takes 88 bytes
+ * for the keys of 15 and 16 bytes the memory bench puts: its one replica's
+ * segment is a field (no replica array: room for none), and the atime and
+ * the pointer to the rare fields share one word, the atime moving into the
+ * rare fields when they are made. The atime survives their making (a chmod
+ * after a touch -a), reads back through stat and records, and changes
+ * after. */
 static void test_atime_shares_a_word_with_the_rare_fields(void **state)
 {
     (void)state;
@@ -587,9 +605,10 @@ static void test_atime_shares_a_word_with_the_rare_fields(void **state)
     const char *keys[] = {"0123456789abcde", "0123456789abcdef"};
     for (int i = 0; i < 2; i++) {
         mc__version_t *v = put(m, keys[i], UNIT, T0);
-        const char *end = (const char *)(mc__vrep(v) + v->repcap);
-        assert_int_equal(v->repcap, 1);
-        assert_int_equal(end - (const char *)v, 104);
+        size_t end = mc__vrep_offset(v->klen) + sizeof(mc__replica_t) * v->repcap;
+        assert_int_equal(v->repcap, 0);
+        assert_int_equal(v->nrep, 1);
+        assert_int_equal(end, 88);
     }
 
     mc__version_t *v = put(m, "d/a", UNIT, T0), *out = NULL;
@@ -607,7 +626,7 @@ static void test_atime_shares_a_word_with_the_rare_fields(void **state)
     assert_int_equal(st.mode & 07777, 0640);
     mc__rec_t rec;
     memset(&rec, 0, sizeof(rec));
-    (void)mc__master_record(m, v, mc__vrep(v)[0].seg, &rec);
+    (void)mc__master_record(m, v, mc__vrep_get(v, 0).seg, &rec);
     assert_int_equal(rec.atime_ns, 123456789);
     assert_int_equal(rec.ctime_ns, 500);
     meta = (mc_meta_t){.what = MC_META_ATIME, .atime_ns = 987654321};
@@ -615,6 +634,110 @@ static void test_atime_shares_a_word_with_the_rare_fields(void **state)
     mc__version_stat(m, v, T0, &st);
     assert_int_equal(st.atime_ns, 987654321);
     assert_int_equal(st.ctime_ns, 600);
+    mc__master_free(m);
+}
+
+/* A compact version (one replica, its segment in its fields) keeps at
+ * most one extent, in ext1: the layouts that need more (a second extent, a
+ * hole, a second replica) take a replica array in its rare fields first,
+ * holding what its fields held, and everything reads the same through it;
+ * a replica taken out (a repair's move) leaves it with none. Space is
+ * counted right throughout, and all of it comes back. */
+static void test_compact_takes_an_array_when_it_must(void **state)
+{
+    (void)state;
+    uint64_t now = T0;
+    mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
+    assert_int_equal(mc__master_add_segment(m, 1, 64 * UNIT), 0);
+
+    /* A second extent: "b" after "a" in the segment, so "a" cannot grow in
+     * place. */
+    mc__version_t *a = NULL;
+    assert_int_equal(mc__master_begin(m, "a", 1, NULL, now, &a), 0);
+    assert_true(mc__vcompact(a));
+    assert_int_equal(a->nrep, 1);
+    assert_int_equal(mc__vrep_get(a, 0).n, 0);
+    assert_null(mc__vrep_get(a, 0).ext);
+    uint32_t seg = mc__vrep_get(a, 0).seg;
+    assert_int_equal(mc__master_reserve(m, a, UNIT, now), 0);
+    assert_true(mc__vcompact(a));
+    assert_false(a->has_more);
+    assert_int_equal(mc__vrep_get(a, 0).n, 1);
+    assert_ptr_equal(mc__vrep_get(a, 0).ext, &a->ext1);
+    uint64_t off = a->ext1.off;
+    mc__version_t *b = put(m, "b", UNIT, now);
+    assert_int_equal(mc__vrep_get(b, 0).seg, seg == 0 ? 1 : 0); /* the most free */
+    mc__version_t *c = put(m, "c", UNIT, now);
+    assert_int_equal(mc__vrep_get(c, 0).seg, seg);
+    assert_int_equal(mc__master_reserve(m, a, 3 * UNIT, now), 0);
+    assert_false(mc__vcompact(a));
+    assert_true(a->flags & MC__V_REP_OWNED);
+    assert_int_equal(a->nrep, 1);
+    mc__replica_t r0 = mc__vrep_get(a, 0);
+    assert_int_equal(r0.seg, seg);
+    assert_ptr_not_equal(r0.ext, &a->ext1);
+    assert_int_equal(r0.ext[0].off, off);
+    assert_int_equal(mc__replica_bytes(&r0), 3 * UNIT);
+    assert_int_equal(mc__master_commit(m, a, 3 * UNIT, 0, now), 0);
+    assert_int_equal(used(m), 5 * UNIT);
+
+    /* A hole: a one-extent compact version grown past a gap. */
+    mc__version_t *h = put(m, "h", UNIT, now);
+    assert_true(mc__vcompact(h));
+    mc__version_t *h2 = NULL;
+    assert_int_equal(mc__master_begin(m, "h", 1, NULL, now, &h2), 0);
+    assert_true(mc__vcompact(h2));
+    assert_int_equal(mc__master_reserve_range(m, h2, 8 * UNIT, UNIT, 0, now), 0);
+    assert_false(mc__vcompact(h2));
+    mc__replica_t hr = mc__vrep_get(h2, 0);
+    assert_int_equal(mc__vcap(h2), 9 * UNIT);
+    assert_int_equal(mc__replica_bytes(&hr), UNIT); /* the rest a hole */
+    assert_int_equal(hr.ext[0].off, MC__HOLE);
+    assert_int_equal(mc__master_commit(m, h2, 9 * UNIT, 0, now), 0);
+    assert_ptr_equal(find(m, "h"), h2);
+    assert_int_equal(used(m), 6 * UNIT); /* "h"'s first version went */
+
+    /* A second replica on the other segment; then the first one's segment
+     * goes: the other one stays, as the only replica. */
+    mc__replica_t r;
+    uint32_t other = mc__vrep_get(c, 0).seg == 0 ? 1 : 0;
+    assert_int_equal(mc__master_replica_alloc(m, other, mc__vcap(c), &r), 0);
+    assert_int_equal(mc__master_replica_attach(c, &r), 0);
+    assert_false(mc__vcompact(c));
+    assert_int_equal(c->nrep, 2);
+    assert_int_equal(mc__vrep_get(c, 0).seg, seg);
+    assert_ptr_equal(mc__vrep_get(c, 0).ext, &c->ext1);
+    assert_int_equal(mc__vrep_get(c, 1).seg, other);
+    assert_true(mc__version_has_replica(c, other));
+
+    /* Taken out of a compact version (a repair's move): none left, the
+     * extent goes along as a copy; given back, an array. */
+    mc__version_t *d = put(m, "d", UNIT, now);
+    uint32_t dseg = mc__vrep_get(d, 0).seg;
+    uint64_t doff = d->ext1.off;
+    assert_int_equal(mc__version_take_replica(d, dseg, &r), 1);
+    assert_int_equal(d->nrep, 0);
+    assert_true(mc__vcompact(d));
+    assert_int_equal(r.n, 1);
+    assert_ptr_not_equal(r.ext, &d->ext1);
+    assert_int_equal(r.ext[0].off, doff);
+    assert_int_equal(mc__master_replica_attach(d, &r), 0);
+    assert_false(mc__vcompact(d));
+    assert_int_equal(d->nrep, 1);
+    assert_int_equal(mc__vrep_get(d, 0).seg, dseg);
+    assert_int_equal(mc__vrep_get(d, 0).ext[0].off, doff);
+
+    /* A pending compact version aborted, and everything removed: all the
+     * space comes back. */
+    mc__version_t *p = NULL;
+    assert_int_equal(mc__master_begin(m, "p", 1, NULL, now, &p), 0);
+    assert_int_equal(mc__master_reserve(m, p, 2 * UNIT, now), 0);
+    assert_true(mc__vcompact(p));
+    mc__master_abort(m, p);
+    const char *keys[] = {"a", "b", "c", "d", "h"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        assert_int_equal(mc__master_remove(m, keys[i], 1, 0, now), 0);
+    assert_int_equal(used(m), 0);
     mc__master_free(m);
 }
 
@@ -735,6 +858,7 @@ int main(void)
         cmocka_unit_test(test_capacity_with_a_second_replica),
         cmocka_unit_test(test_key_in_the_tail_of_the_fields),
         cmocka_unit_test(test_atime_shares_a_word_with_the_rare_fields),
+        cmocka_unit_test(test_compact_takes_an_array_when_it_must),
         cmocka_unit_test(test_open_handles_counted_apart),
         cmocka_unit_test(test_owners_by_index),
     };

@@ -70,8 +70,8 @@ static void test_a_record_brings_its_object_back(void **state)
     assert_int_equal(gid, 100);
     assert_int_equal(v->mtime_ns, 111);
     assert_int_equal(v->nrep, 1);
-    assert_int_equal(mc__vrep(v)[0].seg, 1);
-    assert_int_equal(mc__vrep(v)[0].ext[0].off, 4096);
+    assert_int_equal(mc__vrep_get(v, 0).seg, 1);
+    assert_int_equal(mc__vrep_get(v, 0).ext[0].off, 4096);
     assert_int_equal(used(m), 128);
     /* A record of the same segment again (reported twice): nothing new. */
     assert_int_equal(merge(m, 1, &r, T0), 1);
@@ -80,9 +80,9 @@ static void test_a_record_brings_its_object_back(void **state)
     mc__version_t *n = NULL;
     assert_int_equal(mc__master_begin(m, "c", 1, NULL, T0, &n), 0);
     assert_int_equal(mc__master_reserve(m, n, SEG_SIZE - 128, T0), 0);
-    for (uint32_t i = 0; i < mc__vrep(n)[0].n; i++)
-        assert_true(mc__vrep(n)[0].ext[i].off + mc__vrep(n)[0].ext[i].len <= 4096 ||
-                    mc__vrep(n)[0].ext[i].off >= 4096 + 128);
+    for (uint32_t i = 0; i < mc__vrep_get(n, 0).n; i++)
+        assert_true(mc__vrep_get(n, 0).ext[i].off + mc__vrep_get(n, 0).ext[i].len <= 4096 ||
+                    mc__vrep_get(n, 0).ext[i].off >= 4096 + 128);
     assert_int_equal(mc__master_commit(m, n, 10, 0, T0), 0);
     assert_cmp(n->id, >, 77);
     mc__master_free(m);
@@ -108,9 +108,9 @@ static void test_a_record_keeps_holes(void **state)
     mc__version_t *w = find(m2, "s");
     assert_non_null(w);
     assert_int_equal(w->size, 100 * SEG_SIZE + 10);
-    assert_int_equal(mc__vrep(w)[0].n, 3);
-    assert_int_equal(mc__vrep(w)[0].ext[1].off, MC__HOLE);
-    assert_int_equal(mc__vrep(w)[0].ext[1].len, 100 * SEG_SIZE - UNIT);
+    assert_int_equal(mc__vrep_get(w, 0).n, 3);
+    assert_int_equal(mc__vrep_get(w, 0).ext[1].off, MC__HOLE);
+    assert_int_equal(mc__vrep_get(w, 0).ext[1].len, 100 * SEG_SIZE - UNIT);
     assert_int_equal(used(m2), 2 * UNIT);
     assert_int_equal(used(m2), used(m));
     mc__master_free(m2);

@@ -7,6 +7,7 @@
  * retired versions) are described in master_i.h.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,9 +144,11 @@ int mc__version_set_ctime(mc__version_t *v, int64_t t)
 
 void mc__version_free(mc__master_t *m, mc__version_t *v)
 {
-    mc__replica_t *rep = mc__vrep(v);
-    for (uint32_t r = 0; r < v->nrep; r++)
-        mc__replica_free_ext(&rep[r], &v->ext1);
+    if (!mc__vcompact(v)) { /* a compact one's one extent is in ext1 */
+        mc__replica_t *rep = mc__vrep_array(v);
+        for (uint32_t r = 0; r < v->nrep; r++)
+            mc__replica_free_ext(&rep[r], &v->ext1);
+    }
     if (v->has_more) {
         if (v->flags & MC__V_REP_OWNED)
             free(v->rare->rep);
@@ -163,8 +166,11 @@ void mc__version_free(mc__master_t *m, mc__version_t *v)
 
 static void version_release_space(mc__master_t *m, mc__version_t *v)
 {
-    for (uint32_t r = 0; r < v->nrep; r++)
-        mc__replica_release_in(m, &mc__vrep(v)[r], &v->ext1);
+    for (uint32_t r = 0; r < v->nrep; r++) {
+        mc__replica_t rep = mc__vrep_get(v, r);
+        mc__replica_release_in(m, &rep, &v->ext1);
+        mc__vrep_put(v, r, &rep);
+    }
     mc__version_set_cap(v, 0);
 }
 
@@ -283,22 +289,69 @@ int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size)
     return 0;
 }
 
-/* Takes replica r out of v's array (its extents are the caller's). */
+void mc__vrep_put(mc__version_t *v, uint32_t r, const mc__replica_t *rep)
+{
+    if (!mc__vcompact(v)) {
+        mc__vrep_array(v)[r] = *rep;
+        return;
+    }
+    if (r != 0 || rep->n > 1 || (rep->n && rep->ext != &v->ext1)) {
+        fprintf(stderr, "mooncake: internal error: a compact version given a replica array\n");
+        abort();
+    }
+    v->seg1 = rep->seg;
+    v->n1 = rep->n != 0;
+}
+
+/* Moves v's replicas to an array of its own in its rare fields, room for
+ * MC__MAX_REPLICAS (from its fields, or from the room after its key).
+ * Returns 0 or -ENOMEM (nothing changed). */
+static int rep_array_own(mc__version_t *v)
+{
+    mc__vmore_t *more = mc__version_more(v);
+    mc__replica_t *a = more ? calloc(MC__MAX_REPLICAS, sizeof(*a)) : NULL;
+    if (!a)
+        return -ENOMEM;
+    for (uint32_t r = 0; r < v->nrep; r++)
+        a[r] = mc__vrep_get(v, r);
+    more->rep = a;
+    /* Only the room made with v grows (once: then it has the most). */
+    v->repcap = MC__MAX_REPLICAS;
+    v->flags |= MC__V_REP_OWNED;
+    v->seg1 = 0;
+    v->n1 = 0;
+    return 0;
+}
+
+int mc__version_rep_array(mc__version_t *v)
+{
+    return mc__vcompact(v) ? rep_array_own(v) : 0;
+}
+
+/* Takes replica r out of v (its extents are the caller's). */
 static void replica_unlink(mc__version_t *v, uint32_t r)
 {
-    memmove(&mc__vrep(v)[r], &mc__vrep(v)[r + 1], sizeof(mc__vrep(v)[0]) * (v->nrep - r - 1));
+    if (mc__vcompact(v)) {
+        v->nrep = 0;
+        v->seg1 = 0;
+        v->n1 = 0;
+        return;
+    }
+    mc__replica_t *a = mc__vrep_array(v);
+    memmove(&a[r], &a[r + 1], sizeof(a[0]) * (v->nrep - r - 1));
     v->nrep--;
-    memset(&mc__vrep(v)[v->nrep], 0, sizeof(mc__vrep(v)[0]));
+    memset(&a[v->nrep], 0, sizeof(a[0]));
 }
 
 void mc__version_drop_replica(mc__version_t *v, uint32_t seg)
 {
     for (uint32_t r = 0; r < v->nrep;) {
-        if (mc__vrep(v)[r].seg != seg) {
+        mc__replica_t rep = mc__vrep_get(v, r);
+        if (rep.seg != seg) {
             r++;
             continue;
         }
-        mc__replica_free_ext(&mc__vrep(v)[r], &v->ext1);
+        mc__replica_free_ext(&rep, &v->ext1);
         replica_unlink(v, r);
     }
 }
@@ -306,7 +359,7 @@ void mc__version_drop_replica(mc__version_t *v, uint32_t seg)
 static int has_replica_on(const mc__version_t *v, uint32_t seg)
 {
     for (uint32_t r = 0; r < v->nrep; r++)
-        if (mc__vrep(v)[r].seg == seg)
+        if (mc__vrep_get(v, r).seg == seg)
             return 1;
     return 0;
 }
@@ -481,7 +534,8 @@ void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t no
     st->nlink = mc__vmore(v)->links ? mc__vmore(v)->links : 1;
     st->ino = mc__vmore(v)->links ? strtoull(mc__vkey(v) + MC__INODE_PLEN, NULL, 16) : 0;
     st->replicas = v->nrep;
-    st->alloc = v->nrep ? mc__replica_bytes(&mc__vrep(v)[0]) : 0;
+    mc__replica_t r0 = v->nrep ? mc__vrep_get(v, 0) : (mc__replica_t){0};
+    st->alloc = mc__replica_bytes(&r0);
     st->flags = 0;
     if (mc__vopen(v) || mc__leased(m, v, now))
         st->flags |= MC_STAT_LEASED;
@@ -507,20 +561,11 @@ int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep)
         return -EEXIST;
     if (v->nrep >= MC__MAX_REPLICAS)
         return -ENOSPC;
-    if (v->nrep >= v->repcap) {
-        /* Out of the room it was made with: a repair's replica, or a
-         * rebuilt version's next one. */
-        mc__vmore_t *more = mc__version_more(v);
-        mc__replica_t *a = more ? malloc(sizeof(*a) * MC__MAX_REPLICAS) : NULL;
-        if (!a)
-            return -ENOMEM;
-        memcpy(a, mc__vrep(v), sizeof(*a) * v->nrep);
-        /* Only the room made with v grows (once: then it has the most). */
-        more->rep = a;
-        v->repcap = MC__MAX_REPLICAS;
-        v->flags |= MC__V_REP_OWNED;
-    }
-    mc__vrep(v)[v->nrep++] = *rep;
+    /* Out of the room it was made with (none for a compact one): a
+     * repair's replica, or a rebuilt version's next one. */
+    if (v->nrep >= v->repcap && rep_array_own(v) < 0)
+        return -ENOMEM;
+    mc__vrep_array(v)[v->nrep++] = *rep;
     memset(rep, 0, sizeof(*rep));
     return 0;
 }
@@ -533,9 +578,9 @@ int mc__version_has_replica(const mc__version_t *v, uint32_t seg)
 int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep)
 {
     for (uint32_t r = 0; r < v->nrep; r++) {
-        if (mc__vrep(v)[r].seg != seg)
+        if (mc__vrep_get(v, r).seg != seg)
             continue;
-        *rep = mc__vrep(v)[r];
+        *rep = mc__vrep_get(v, r);
         if (rep->ext == &v->ext1 && rep->n) { /* the replica takes a copy along */
             if (!(rep->ext = malloc(sizeof(*rep->ext) * mc__replica_room(rep->n))))
                 return -ENOMEM;

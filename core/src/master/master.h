@@ -74,8 +74,9 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
 
 /* mc__version_t.flags: what of a version lives outside its own allocation
  * (its key after a rename, its replica array after growing past the room
- * it was made with), pointed to from its rare fields (mc__vmore_t key, rep)
- * and freed on its own. Read both through mc__vkey() and mc__vrep(). */
+ * it was made with, none for a compact one), pointed to from its rare
+ * fields (mc__vmore_t key, rep) and freed on its own. Read both through
+ * mc__vkey() and mc__vrep_get(). */
 #define MC__V_KEY_OWNED 0x1
 #define MC__V_REP_OWNED 0x2
 #define MC__V_REBUILT                                                                              \
@@ -109,8 +110,10 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
 
 /*
  * One version. Sized for the million small objects of a cache: one
- * allocation holds the struct, the key and the replica array (room for the
- * replicas asked for, usually 1); the fields are as wide as their values
+ * allocation holds the struct and the key, and either its one replica's
+ * segment in the fields (a compact version: room for no replica array,
+ * mc__vcompact()) or a replica array after the key (room for the replicas
+ * asked for, when more than one); the fields are as wide as their values
  * need (issue 14: 1M keys of 100 B take no more memory than in Redis).
  */
 typedef struct mc__version {
@@ -143,32 +146,35 @@ typedef struct mc__version {
         uint32_t rpos; /* retired: its place in the master's array of those
                           waiting for handles or a lease, plus one (0: none) */
     };
-    uint16_t klen; /* <= MC_KEY_MAX */
-    uint16_t mode; /* & 07777 */
+    uint32_t seg1; /* compact (mc__vcompact()) with a replica: its segment */
     /* Bit-fields as narrow as their values (checked where they come in):
-     * with the mode in 16 bits, the lease in 32 and the atime sharing a
-     * word with the rare fields, the fields take 68 bytes, where the key
-     * starts (mc__vrep_offset()). */
-    uint8_t state : 2;    /* enum mc__vstate */
-    uint8_t pin : 2;      /* MC_PIN_* (<= MC_PIN_HARD) */
-    uint8_t inherit : 2;  /* pending: MC__INHERIT_*, what to take at commit
-                             from the version it replaces */
-    uint8_t has_more : 1; /* it has rare fields (mc__version_more()) */
-    uint8_t nrep : 4;     /* <= MC__MAX_REPLICAS */
-    uint8_t repcap : 4;   /* the replicas this allocation has room for (after
-                             its fields and its key); MC__MAX_REPLICAS once
-                             grown */
-    uint8_t type : 4;     /* MC_TYPE_* */
-    uint8_t want : 4;     /* replicas asked for (clamped to the segments at the
-                             start; <= MC__MAX_REPLICAS) */
-    uint8_t flags;        /* MC__V_* */
-    char key[];           /* its key, unless MC__V_KEY_OWNED (read it through
-                             mc__vkey()): right after the fields, in the
-                             struct's tail padding and on */
+     * with the key's length in 13 bits and the mode in 12, the lease in 32
+     * and the atime sharing a word with the rare fields, the fields take 71
+     * bytes, where the key starts (mc__vrep_offset()). */
+    uint32_t klen : 13;    /* <= MC_KEY_MAX */
+    uint32_t mode : 12;    /* & 07777 */
+    uint32_t state : 2;    /* enum mc__vstate */
+    uint32_t pin : 2;      /* MC_PIN_* (<= MC_PIN_HARD) */
+    uint32_t inherit : 2;  /* pending: MC__INHERIT_*, what to take at commit
+                              from the version it replaces */
+    uint32_t has_more : 1; /* it has rare fields (mc__version_more()) */
+    uint8_t nrep : 4;      /* <= MC__MAX_REPLICAS */
+    uint8_t repcap : 4;    /* the replicas this allocation has room for (after
+                              its fields and its key); MC__MAX_REPLICAS once
+                              grown; 0: compact, see mc__vcompact() */
+    uint8_t type : 3;      /* MC_TYPE_* */
+    uint8_t n1 : 1;        /* compact with a replica: its extents (0 or 1, in
+                              ext1) */
+    uint8_t want : 4;      /* replicas asked for (clamped to the segments at the
+                              start; <= MC__MAX_REPLICAS) */
+    uint8_t flags;         /* MC__V_* */
+    char key[];            /* its key, unless MC__V_KEY_OWNED (read it through
+                              mc__vkey()): right after the fields, in the
+                              struct's tail padding and on */
 } mc__version_t;
 
-_Static_assert(MC__MAX_REPLICAS < 16 && MC_PIN_HARD < 4 && MC_TYPE_MAX < 16 &&
-                   (MC__INHERIT_MODE | MC__INHERIT_OWNER) < 4,
+_Static_assert(MC__MAX_REPLICAS < 16 && MC_PIN_HARD < 4 && MC_TYPE_MAX < 8 &&
+                   (MC__INHERIT_MODE | MC__INHERIT_OWNER) < 4 && MC_KEY_MAX < 8192,
                "mc__version_t's bit-fields");
 _Static_assert(sizeof(mc__version_t) - offsetof(mc__version_t, key) < 8,
                "a version's own allocation (mc__vrep_offset()) covers its struct");
@@ -227,21 +233,55 @@ static inline char *mc__vkey(const mc__version_t *v)
 }
 
 /* Where a version's own replica array starts, after a key of klen bytes
- * and its NUL, at the next 8 bytes (never before the struct's end). */
+ * and its NUL, at the next 8 bytes (never before the struct's end); a
+ * compact version's allocation ends there. */
 static inline size_t mc__vrep_offset(size_t klen)
 {
     return (offsetof(mc__version_t, key) + klen + 1 + 7) & ~(size_t)7;
 }
 
-/* v's replicas, rep[0..nrep): in v's own allocation, after its key, unless
- * MC__V_REP_OWNED. */
-static inline mc__replica_t *mc__vrep(const mc__version_t *v)
+/* 1 if v is compact: its allocation has no room for a replica array and
+ * none moved out (MC__V_REP_OWNED); its one replica, when it has one
+ * (nrep 1), is seg1 with n1 extents (0, or 1 in ext1). Most versions are:
+ * those put with one replica. Adding a replica, or one extent more than
+ * ext1 holds, makes the array first (mc__version_rep_array()). */
+static inline int mc__vcompact(const mc__version_t *v)
+{
+    return v->repcap == 0 && !(v->flags & MC__V_REP_OWNED);
+}
+
+/* v's replica array, rep[0..nrep): in v's own allocation, after its key,
+ * unless MC__V_REP_OWNED. Not for a compact version, which has none:
+ * read a replica through mc__vrep_get() and write it through
+ * mc__vrep_put(). */
+static inline mc__replica_t *mc__vrep_array(const mc__version_t *v)
 {
     if (v->flags & MC__V_REP_OWNED)
         return v->rare->rep;
     size_t klen = v->flags & MC__V_KEY_OWNED ? v->rare->klen_in : v->klen;
     return (mc__replica_t *)(uintptr_t)((const char *)v + mc__vrep_offset(klen));
 }
+
+/* v's replica r (r < nrep), as a value: its ext points into v (ext1 or the
+ * replica's own array), so the extents read through it are v's. */
+static inline mc__replica_t mc__vrep_get(const mc__version_t *v, uint32_t r)
+{
+    if (mc__vcompact(v))
+        return (mc__replica_t){
+            .seg = v->seg1, .n = v->n1, .ext = v->n1 ? (mc__extent_t *)(uintptr_t)&v->ext1 : NULL};
+    return mc__vrep_array(v)[r];
+}
+
+/* Stores rep as v's replica r (a value from mc__vrep_get() of v, changed).
+ * A compact version's replica keeps at most one extent, in ext1: anything
+ * else takes mc__version_rep_array() first (aborts otherwise: a replica
+ * array lost is space and bytes lost). */
+void mc__vrep_put(mc__version_t *v, uint32_t r, const mc__replica_t *rep);
+
+/* Gives compact v a replica array (in its rare fields, MC__V_REP_OWNED,
+ * room for MC__MAX_REPLICAS) holding what its fields held; nothing for a
+ * version that has one. Returns 0, or -ENOMEM (nothing changed). */
+int mc__version_rep_array(mc__version_t *v);
 
 /* 1 if v has open handles (mc__master_ref()), else 0. */
 static inline int mc__vopen(const mc__version_t *v)

@@ -136,9 +136,9 @@ mc__segment_t *mc__master_seg(mc__master_t *m, uint32_t id);
 char *mc__dup_key(const char *key, size_t klen);
 
 /* A new version (zeroed, nowhere yet) of key[0..klen) with room for repcap
- * replicas, in one allocation (from m's slab when it fits); NULL when out
- * of memory. Free it with mc__version_destroy(), or mc__version_free() if
- * it holds no space. */
+ * replicas (0: compact, its one replica in its fields), in one allocation
+ * (from m's slab when it fits); NULL when out of memory. Free it with mc__version_destroy(), or
+ * mc__version_free() if it holds no space. */
 mc__version_t *mc__version_new(mc__master_t *m, const char *key, size_t klen, uint32_t repcap);
 
 /* Frees v's memory (key, replica and extent arrays, attributes, link)

@@ -323,7 +323,7 @@ int mc__svc_pack_replicas(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v)
 {
     mc__pack(w, "u", v->nrep);
     for (uint32_t r = 0; r < v->nrep; r++) {
-        const mc__replica_t *rep = &mc__vrep(v)[r];
+        const mc__replica_t r1 = mc__vrep_get(v, r), *rep = &r1;
         seginfo_t *si = mc__svc_seg_info(svc, rep->seg);
         const char *addr = si && si->addr ? si->addr : "";
         const char *rdma = si && si->rdma ? si->rdma : "";
@@ -446,7 +446,7 @@ static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
     if (!f)
         return;
     for (uint32_t r = 0; r < f->nrep; r++)
-        note_add(svc, mc__vrep(f)[r].seg, v, drop, 1);
+        note_add(svc, mc__vrep_get(f, r).seg, v, drop, 1);
 }
 
 /* ---- the op log (master/oplog.h) ---- */

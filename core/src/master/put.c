@@ -55,7 +55,8 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         want = MC__MAX_REPLICAS;
     if (want > (uint32_t)m->nseg)
         want = (uint32_t)m->nseg;
-    mc__version_t *v = mc__version_new(m, key, klen, want);
+    /* One replica: a compact version (its segment in its fields). */
+    mc__version_t *v = mc__version_new(m, key, klen, want > 1 ? want : 0);
     if (!v)
         return -ENOMEM;
     v->state = MC__PENDING;
@@ -95,7 +96,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         if (!used[i] && m->segs[i].id == (uint32_t)pref_seg && !m->segs[i].avoid &&
             mc__segment_free(&m->segs[i]) >= need && mc__segment_free(&m->segs[i]) > 0) {
             used[i] = 1;
-            mc__vrep(v)[r0++].seg = (uint32_t)pref_seg;
+            mc__vrep_put(v, r0++, &(mc__replica_t){.seg = (uint32_t)pref_seg});
             break;
         }
     }
@@ -105,7 +106,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
             if (!used[i] && (best < 0 || place_before(&m->segs[i], &m->segs[best])))
                 best = i;
         used[best] = 1;
-        mc__vrep(v)[r].seg = m->segs[best].id;
+        mc__vrep_put(v, r, &(mc__replica_t){.seg = m->segs[best].id});
     }
     v->nrep = (uint8_t)want;
     *out = v;
@@ -114,8 +115,10 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
 
 /* Allocates len more bytes at the end of replica rep; one with no extent
  * yet that gets one takes slot (when not NULL: its version's ext1) as its
- * array. */
-static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__extent_t *slot)
+ * array. rep is a copy of compact version cv's replica (else cv is NULL):
+ * cv gets its replica array before rep gets an extent array. */
+static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__extent_t *slot,
+                        mc__version_t *cv)
 {
     mc__segment_t *s = mc__master_seg(m, rep->seg);
     if (!s)
@@ -128,6 +131,10 @@ static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__e
     if (slot && rep->n == 0 && !own && n == 1) {
         rep->ext = slot; /* not the replica's own */
     } else if (rep->n + (uint64_t)n > (own ? mc__replica_room(rep->n) : 0)) {
+        if (cv && mc__version_rep_array(cv) < 0) {
+            mc__alloc_put(s->alloc, got, n);
+            return -ENOMEM;
+        }
         uint64_t room = mc__replica_room(rep->n + (uint64_t)n);
         mc__extent_t *e = own ? realloc(rep->ext, sizeof(*e) * room) : malloc(sizeof(*e) * room);
         if (!e) {
@@ -147,6 +154,15 @@ static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__e
             rep->ext[rep->n++] = got[i];
     }
     return 0;
+}
+
+/* replica_grow() of v's replica r. */
+static int version_grow(mc__master_t *m, mc__version_t *v, uint32_t r, uint64_t len)
+{
+    mc__replica_t rep = mc__vrep_get(v, r);
+    int rc = replica_grow(m, &rep, len, r ? NULL : &v->ext1, mc__vcompact(v) ? v : NULL);
+    mc__vrep_put(v, r, &rep);
+    return rc;
 }
 
 /* Returns bytes beyond keep (rounded) at the end of replica r. */
@@ -174,6 +190,14 @@ static void replica_trim(mc__master_t *m, mc__replica_t *rep, uint64_t keep)
         mc__extents_put(s->alloc, &rep->ext[i], rep->n - i);
     if (i < rep->n)
         rep->n = i;
+}
+
+/* replica_trim() of v's replica r: a compact v's stays in ext1. */
+static void version_trim(mc__master_t *m, mc__version_t *v, uint32_t r, uint64_t keep)
+{
+    mc__replica_t rep = mc__vrep_get(v, r);
+    replica_trim(m, &rep, keep);
+    mc__vrep_put(v, r, &rep);
 }
 
 void mc__extents_put(mc__alloc_t *a, const mc__extent_t *ext, uint32_t n)
@@ -204,8 +228,10 @@ static uint64_t round_up(const mc__master_t *m, uint64_t len)
 static uint64_t small_keep(const mc__master_t *m, const mc__version_t *v, uint64_t size)
 {
     uint64_t unit = MC__SMALL_UNIT;
-    if (size >= MC__SMALL_MAX || m->o.align < unit || !v->nrep ||
-        mc__replica_bytes(&mc__vrep(v)[0]) != mc__vcap(v))
+    if (size >= MC__SMALL_MAX || m->o.align < unit || !v->nrep)
+        return round_up(m, size);
+    mc__replica_t r0 = mc__vrep_get(v, 0);
+    if (mc__replica_bytes(&r0) != mc__vcap(v))
         return round_up(m, size);
     return (size + unit - 1) & ~(unit - 1);
 }
@@ -277,18 +303,18 @@ int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uin
     uint32_t done = 0;
     int rc = 0;
     for (; done < v->nrep; done++) {
-        rc = replica_grow(m, &mc__vrep(v)[done], want, done ? NULL : &v->ext1);
+        rc = version_grow(m, v, done, want);
         if (rc == -ENOSPC) {
             /* Space held by expired leases first, then eviction. */
             mc__master_sweep(m, now);
-            rc = replica_grow(m, &mc__vrep(v)[done], want, done ? NULL : &v->ext1);
+            rc = version_grow(m, v, done, want);
             if (rc == -ENOSPC && evict_enabled(m)) {
                 uint64_t target = low_mark(m);
                 uint64_t total = total_size(m);
                 if (total - want < target)
                     target = total - want;
                 mc__master_evict(m, target, now);
-                rc = replica_grow(m, &mc__vrep(v)[done], want, done ? NULL : &v->ext1);
+                rc = version_grow(m, v, done, want);
             }
         }
         if (rc < 0)
@@ -296,7 +322,7 @@ int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uin
     }
     if (rc < 0) {
         for (uint32_t r = 0; r < done; r++)
-            replica_trim(m, &mc__vrep(v)[r], old);
+            version_trim(m, v, r, old);
         mc__version_set_cap(v, old);
         return rc;
     }
@@ -359,7 +385,7 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
     uint64_t keep = small_keep(m, v, size);
     if (keep < mc__vcap(v)) {
         for (uint32_t r = 0; r < v->nrep; r++)
-            replica_trim(m, &mc__vrep(v)[r], keep);
+            version_trim(m, v, r, keep);
         mc__version_set_cap(v, keep);
     }
     /* Replaced in place, or a new key with room reserved: cannot fail. */
@@ -406,7 +432,7 @@ int mc__master_replica_alloc(mc__master_t *m, uint32_t seg, uint64_t len, mc__re
 {
     memset(rep, 0, sizeof(*rep));
     rep->seg = seg;
-    int rc = replica_grow(m, rep, round_up(m, len), NULL);
+    int rc = replica_grow(m, rep, round_up(m, len), NULL, NULL);
     if (rc < 0)
         mc__master_replica_release(m, rep);
     return rc;

@@ -127,9 +127,10 @@ const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t
     r->xattr = mc__vmore(v)->xattr;
     r->xattr_len = mc__vmore(v)->xattr_len;
     for (uint32_t i = 0; i < v->nrep; i++) {
-        if (mc__vrep(v)[i].seg == seg) {
-            r->next = mc__vrep(v)[i].n;
-            return mc__vrep(v)[i].ext;
+        mc__replica_t rep = mc__vrep_get(v, i);
+        if (rep.seg == seg) {
+            r->next = rep.n;
+            return rep.ext; /* v's: ext1 or the replica's own array */
         }
     }
     return NULL;
@@ -287,7 +288,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         int rc = 1;
         int twice = 0; /* reported again (by the node and the op log) */
         for (uint32_t i = 0; i < v->nrep; i++)
-            twice |= mc__vrep(v)[i].seg == seg;
+            twice |= mc__vrep_get(v, i).seg == seg;
         if (!mc__vmore(v)->link && !twice) {
             if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r, ext) != mc__vcap(v))
                 return 0;

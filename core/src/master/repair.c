@@ -150,26 +150,19 @@ static int has_task(const mc__repair_t *r, uint64_t vid)
     return 0;
 }
 
-static int has_replica_on(const mc__version_t *v, uint32_t seg)
-{
-    for (uint32_t i = 0; i < v->nrep; i++)
-        if (mc__vrep(v)[i].seg == seg)
-            return 1;
-    return 0;
-}
-
 /* The target with the most free space that has no replica of v and room
  * for it; NULL if none. */
 static const mc__repair_target_t *pick_target(mc__master_t *m, const mc__version_t *v,
                                               const mc__repair_target_t *targets, size_t n)
 {
     const mc__repair_target_t *best = NULL;
+    const mc__replica_t r0 = mc__vrep_get(v, 0);
     uint64_t best_free = 0;
     for (size_t i = 0; i < n; i++) {
-        if (has_replica_on(v, targets[i].seg))
+        if (mc__version_has_replica(v, targets[i].seg))
             continue;
         uint64_t fr = mc__master_segment_free(m, targets[i].seg);
-        if (fr >= mc__replica_bytes(&mc__vrep(v)[0]) && fr > 0 && (!best || fr > best_free)) {
+        if (fr >= mc__replica_bytes(&r0) && fr > 0 && (!best || fr > best_free)) {
             best = &targets[i];
             best_free = fr;
         }
@@ -190,7 +183,8 @@ static int plan_one(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
         free(t);
         return -ENOMEM;
     }
-    if (mc__master_replica_alloc_like(m, tg->seg, &mc__vrep(v)[0], &rep) < 0) {
+    const mc__replica_t r0 = mc__vrep_get(v, 0);
+    if (mc__master_replica_alloc_like(m, tg->seg, &r0, &rep) < 0) {
         free(key);
         free(t);
         return -ENOSPC;
@@ -384,7 +378,7 @@ void mc__repair_on_job(mc__repair_t *r, mc__repair_job_cb cb, void *arg)
 int mc__repair_copy_to(mc__repair_t *r, mc__master_t *m, mc__version_t *v, uint32_t seg,
                        uint64_t node, uint64_t job, uint64_t now)
 {
-    if (has_replica_on(v, seg))
+    if (mc__version_has_replica(v, seg))
         return -EEXIST;
     if (v->nrep >= MC__MAX_REPLICAS || v->nrep == 0)
         return -ENOSPC;
