@@ -72,6 +72,11 @@ static void test_a_record_brings_its_object_back(void **state)
     assert_int_equal(v->nrep, 1);
     assert_int_equal(mc__vrep_get(v, 0).seg, 1);
     assert_int_equal(mc__vrep_get(v, 0).ext[0].off, 4096);
+    /* Compact, as it was put: its one extent in ext1, no array. */
+    assert_true(mc__vcompact(v));
+    assert_false(v->flags & MC__V_REP_OWNED);
+    assert_ptr_equal(mc__vrep_get(v, 0).ext, &v->ext1);
+    assert_int_equal(mc__vcap(v), 128);
     assert_int_equal(used(m), 128);
     /* A record of the same segment again (reported twice): nothing new. */
     assert_int_equal(merge(m, 1, &r, T0), 1);
@@ -109,6 +114,7 @@ static void test_a_record_keeps_holes(void **state)
     assert_non_null(w);
     assert_int_equal(w->size, 100 * SEG_SIZE + 10);
     assert_int_equal(mc__vrep_get(w, 0).n, 3);
+    assert_false(mc__vcompact(w)); /* three extents: an array */
     assert_int_equal(mc__vrep_get(w, 0).ext[1].off, MC__HOLE);
     assert_int_equal(mc__vrep_get(w, 0).ext[1].len, 100 * SEG_SIZE - UNIT);
     assert_int_equal(used(m2), 2 * UNIT);

@@ -318,8 +318,8 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         return 0;
     uint64_t bytes = rec_bytes(r, ext);
     if (bytes < r->size || bytes - r->size >= m->o.align)
-        return 0; /* not the space of this size */
-    mc__version_t *v = mc__version_new(m, r->key, r->klen, r->linklen ? 0 : 1);
+        return 0;                                              /* not the space of this size */
+    mc__version_t *v = mc__version_new(m, r->key, r->klen, 0); /* compact */
     e = calloc(1, sizeof(*e));
     int rc = v && e ? 0 : -ENOMEM;
     mc__vmore_t *more = rc == 0 && r->linklen ? mc__version_more(v) : NULL;
@@ -339,8 +339,20 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     }
     v->id = r->version;
     mc__version_set_cap(v, bytes);
-    if (!r->linklen)
-        mc__master_replica_attach(v, &rep);
+    if (!r->linklen && rep.n <= 1) { /* compact: its one extent in ext1 */
+        if (rep.n) {
+            v->ext1.off = rep.ext[0].off; /* ext1.len is bytes, the extent's length */
+            free(rep.ext);
+            rep.ext = &v->ext1;
+        }
+        mc__vrep_put(v, 0, &rep);
+        v->nrep = 1;
+    } else if (!r->linklen && mc__master_replica_attach(v, &rep) < 0) {
+        mc__master_replica_release(m, &rep);
+        mc__version_free(m, v);
+        free(e);
+        return -ENOMEM;
+    }
     if (publish(m, v, now) < 0) {
         mc__version_destroy(m, v);
         free(e);
