@@ -638,17 +638,34 @@ static void test_atime_shares_a_word_with_the_rare_fields(void **state)
 }
 
 /* A compact version (one replica, its segment in its fields) keeps at
- * most one extent, in ext1: the layouts that need more (a second extent, a
- * hole, a second replica) take a replica array in its rare fields first,
- * holding what its fields held, and everything reads the same through it;
- * a replica taken out (a repair's move) leaves it with none. Space is
- * counted right throughout, and all of it comes back. */
+ * most one extent, in ext1, which grows in place when the space after it
+ * is free: the layouts that need more (a second extent, a hole, a second
+ * replica) take a replica array in its rare fields first, with room for
+ * what it holds, holding what its fields held, and everything reads the
+ * same through it; a replica taken out (a repair's move) leaves it with
+ * none. Space is counted right throughout, and all of it comes back. */
 static void test_compact_takes_an_array_when_it_must(void **state)
 {
     (void)state;
     uint64_t now = T0;
     mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
     assert_int_equal(mc__master_add_segment(m, 1, 64 * UNIT), 0);
+
+    /* Grown into the free space right after its extent: still one extent,
+     * in ext1, compact. */
+    mc__version_t *g = NULL;
+    assert_int_equal(mc__master_begin(m, "g", 1, NULL, now, &g), 0);
+    assert_int_equal(mc__master_reserve(m, g, UNIT, now), 0);
+    uint64_t goff = g->ext1.off;
+    assert_int_equal(mc__master_reserve(m, g, 3 * UNIT, now), 0);
+    assert_true(mc__vcompact(g));
+    assert_int_equal(mc__vrep_get(g, 0).n, 1);
+    assert_int_equal(g->ext1.off, goff);
+    assert_int_equal(mc__vcap(g), 3 * UNIT);
+    assert_int_equal(used(m), 3 * UNIT);
+    assert_int_equal(mc__master_commit(m, g, 3 * UNIT - 5, 0, now), 0);
+    assert_int_equal(mc__master_remove(m, "g", 1, 0, now), 0);
+    assert_int_equal(used(m), 0);
 
     /* A second extent: "b" after "a" in the segment, so "a" cannot grow in
      * place. */
@@ -672,6 +689,7 @@ static void test_compact_takes_an_array_when_it_must(void **state)
     assert_int_equal(mc__master_reserve(m, a, 3 * UNIT, now), 0);
     assert_false(mc__vcompact(a));
     assert_true(a->flags & MC__V_REP_OWNED);
+    assert_int_equal(a->repcap, 1); /* room for its one replica */
     assert_int_equal(a->nrep, 1);
     mc__replica_t r0 = mc__vrep_get(a, 0);
     assert_int_equal(r0.seg, seg);
@@ -704,6 +722,7 @@ static void test_compact_takes_an_array_when_it_must(void **state)
     assert_int_equal(mc__master_replica_alloc(m, other, mc__vcap(c), &r), 0);
     assert_int_equal(mc__master_replica_attach(c, &r), 0);
     assert_false(mc__vcompact(c));
+    assert_int_equal(c->repcap, 2);
     assert_int_equal(c->nrep, 2);
     assert_int_equal(mc__vrep_get(c, 0).seg, seg);
     assert_ptr_equal(mc__vrep_get(c, 0).ext, &c->ext1);

@@ -115,6 +115,17 @@ static void test_a_record_keeps_holes(void **state)
     assert_int_equal(w->size, 100 * SEG_SIZE + 10);
     assert_int_equal(mc__vrep_get(w, 0).n, 3);
     assert_false(mc__vcompact(w)); /* three extents: an array */
+    /* A record of one extent that is a hole (a file truncated up, never
+     * written) takes no space and is no compact version's ext1 either. */
+    mc__extent_t hole = {MC__HOLE, 4 * UNIT};
+    trec_t h = rec("h", 99, 5, 4 * UNIT, &hole);
+    h.r.next = 1;
+    assert_int_equal(merge(m2, 1, &h, T0), 1);
+    mc__version_t *hv = find(m2, "h");
+    assert_non_null(hv);
+    assert_false(mc__vcompact(hv));
+    assert_int_equal(mc__vrep_get(hv, 0).ext[0].off, MC__HOLE);
+    assert_int_equal(mc__vcap(hv), 4 * UNIT);
     assert_int_equal(mc__vrep_get(w, 0).ext[1].off, MC__HOLE);
     assert_int_equal(mc__vrep_get(w, 0).ext[1].len, 100 * SEG_SIZE - UNIT);
     assert_int_equal(used(m2), 2 * UNIT);

@@ -303,29 +303,36 @@ void mc__vrep_put(mc__version_t *v, uint32_t r, const mc__replica_t *rep)
     v->n1 = rep->n != 0;
 }
 
-/* Moves v's replicas to an array of its own in its rare fields, room for
- * MC__MAX_REPLICAS (from its fields, or from the room after its key).
- * Returns 0 or -ENOMEM (nothing changed). */
-static int rep_array_own(mc__version_t *v)
+/* Gives v a replica array of its own in its rare fields with room for
+ * room (>= nrep, >= 1) replicas: its replicas move there from its fields
+ * or from the room after its key, or its array grows. Returns 0 or -ENOMEM
+ * (nothing changed). */
+static int rep_array_own(mc__version_t *v, uint32_t room)
 {
-    mc__vmore_t *more = mc__version_more(v);
-    mc__replica_t *a = more ? calloc(MC__MAX_REPLICAS, sizeof(*a)) : NULL;
-    if (!a)
-        return -ENOMEM;
-    for (uint32_t r = 0; r < v->nrep; r++)
-        a[r] = mc__vrep_get(v, r);
-    more->rep = a;
-    /* Only the room made with v grows (once: then it has the most). */
-    v->repcap = MC__MAX_REPLICAS;
-    v->flags |= MC__V_REP_OWNED;
-    v->seg1 = 0;
-    v->n1 = 0;
+    mc__replica_t *a;
+    if (v->flags & MC__V_REP_OWNED) {
+        if (!(a = realloc(v->rare->rep, sizeof(*a) * room)))
+            return -ENOMEM;
+        memset(a + v->nrep, 0, sizeof(*a) * (room - v->nrep));
+        v->rare->rep = a;
+    } else {
+        mc__vmore_t *more = mc__version_more(v);
+        if (!more || !(a = calloc(room, sizeof(*a))))
+            return -ENOMEM;
+        for (uint32_t r = 0; r < v->nrep; r++)
+            a[r] = mc__vrep_get(v, r);
+        more->rep = a;
+        v->flags |= MC__V_REP_OWNED;
+        v->seg1 = 0;
+        v->n1 = 0;
+    }
+    v->repcap = (uint8_t)room;
     return 0;
 }
 
 int mc__version_rep_array(mc__version_t *v)
 {
-    return mc__vcompact(v) ? rep_array_own(v) : 0;
+    return mc__vcompact(v) ? rep_array_own(v, v->nrep ? v->nrep : 1) : 0;
 }
 
 /* Takes replica r out of v (its extents are the caller's). */
@@ -561,9 +568,9 @@ int mc__master_replica_attach(mc__version_t *v, mc__replica_t *rep)
         return -EEXIST;
     if (v->nrep >= MC__MAX_REPLICAS)
         return -ENOSPC;
-    /* Out of the room it was made with (none for a compact one): a
-     * repair's replica, or a rebuilt version's next one. */
-    if (v->nrep >= v->repcap && rep_array_own(v) < 0)
+    /* Out of room (none for a compact one): a repair's replica, or a
+     * rebuilt version's next one. */
+    if (v->nrep >= v->repcap && rep_array_own(v, v->nrep + 1u) < 0)
         return -ENOMEM;
     mc__vrep_array(v)[v->nrep++] = *rep;
     memset(rep, 0, sizeof(*rep));

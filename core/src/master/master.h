@@ -159,9 +159,9 @@ typedef struct mc__version {
                               from the version it replaces */
     uint32_t has_more : 1; /* it has rare fields (mc__version_more()) */
     uint8_t nrep : 4;      /* <= MC__MAX_REPLICAS */
-    uint8_t repcap : 4;    /* the replicas this allocation has room for (after
-                              its fields and its key); MC__MAX_REPLICAS once
-                              grown; 0: compact, see mc__vcompact() */
+    uint8_t repcap : 4;    /* the replicas its array has room for: after its
+                              fields and its key, or, MC__V_REP_OWNED, in its
+                              rare fields; 0: compact, see mc__vcompact() */
     uint8_t type : 3;      /* MC_TYPE_* */
     uint8_t n1 : 1;        /* compact with a replica: its extents (0 or 1, in
                               ext1) */
@@ -197,7 +197,7 @@ typedef struct mc__vmore {
     int64_t ctime_ns;   /* MC__V_CTIME: v's ctime */
     char *key;          /* MC__V_KEY_OWNED: v's key (owned, NUL-terminated) */
     mc__replica_t *rep; /* MC__V_REP_OWNED: v's replica array (owned, room for
-                           MC__MAX_REPLICAS) */
+                           v->repcap) */
 } mc__vmore_t;
 
 /* v's rare fields to read: all zero when it has none. */
@@ -279,8 +279,9 @@ static inline mc__replica_t mc__vrep_get(const mc__version_t *v, uint32_t r)
 void mc__vrep_put(mc__version_t *v, uint32_t r, const mc__replica_t *rep);
 
 /* Gives compact v a replica array (in its rare fields, MC__V_REP_OWNED,
- * room for MC__MAX_REPLICAS) holding what its fields held; nothing for a
- * version that has one. Returns 0, or -ENOMEM (nothing changed). */
+ * room for its replicas, at least one) holding what its fields held;
+ * nothing for a version that has one. Returns 0, or -ENOMEM (nothing
+ * changed). */
 int mc__version_rep_array(mc__version_t *v);
 
 /* 1 if v has open handles (mc__master_ref()), else 0. */

@@ -130,6 +130,10 @@ static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__e
     int own = rep->ext && rep->ext != slot;
     if (slot && rep->n == 0 && !own && n == 1) {
         rep->ext = slot; /* not the replica's own */
+    } else if (slot && rep->n == 1 && rep->ext == slot && n == 1 && slot->off != MC__HOLE &&
+               slot->off + slot->len == got[0].off) {
+        slot->len += got[0].len; /* right after its one extent: it grows in place */
+        return 0;
     } else if (rep->n + (uint64_t)n > (own ? mc__replica_room(rep->n) : 0)) {
         if (cv && mc__version_rep_array(cv) < 0) {
             mc__alloc_put(s->alloc, got, n);

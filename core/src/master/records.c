@@ -339,7 +339,8 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     }
     v->id = r->version;
     mc__version_set_cap(v, bytes);
-    if (!r->linklen && rep.n <= 1) { /* compact: its one extent in ext1 */
+    if (!r->linklen && (rep.n == 0 || (rep.n == 1 && rep.ext[0].off != MC__HOLE))) {
+        /* Compact: its one extent (never a hole) in ext1. */
         if (rep.n) {
             v->ext1.off = rep.ext[0].off; /* ext1.len is bytes, the extent's length */
             free(rep.ext);

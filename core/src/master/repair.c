@@ -219,7 +219,8 @@ static int plan(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
         mc__replica_t rep;
         memset(&rep, 0, sizeof(rep));
         rep.seg = tg->seg;
-        mc__master_replica_attach(v, &rep);
+        if (mc__master_replica_attach(v, &rep) < 0)
+            return 0;           /* out of memory: it waits */
         mc__master_dirty(m, v); /* the new replica's node keeps its record */
         r->st.started++;
         r->st.done++;
@@ -386,7 +387,9 @@ int mc__repair_copy_to(mc__repair_t *r, mc__master_t *m, mc__version_t *v, uint3
     mc__repair_task_t *t = NULL;
     if (mc__vcap(v) == 0) { /* an empty object: nothing to copy */
         mc__replica_t rep = {.seg = seg};
-        mc__master_replica_attach(v, &rep);
+        int rc = mc__master_replica_attach(v, &rep);
+        if (rc < 0)
+            return rc;
         mc__master_dirty(m, v);
         return 1;
     }

@@ -144,7 +144,7 @@ static void finish(mc__svc_t *svc, task_t *t)
 static void drop_replica(mc__svc_t *svc, mc__version_t *v, uint32_t seg, uint64_t now)
 {
     mc__replica_t rep;
-    if (!mc__version_take_replica(v, seg, &rep))
+    if (mc__version_take_replica(v, seg, &rep) <= 0) /* none there, or out of memory: kept */
         return;
     /* What the dirty list holds (a task's new replica) is logged first. */
     mc__svc_flush(svc);
