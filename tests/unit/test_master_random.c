@@ -19,9 +19,9 @@
 
 static int failing; /* 1: allocations fail now and then */
 static long live;   /* allocations not freed */
-static long failed; /* allocations that failed */
 
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_UNDEFINED__)
+static long failed; /* allocations that failed */
 static uint64_t frng = 12345;
 extern void *__libc_malloc(size_t n);
 extern void *__libc_calloc(size_t n, size_t size);

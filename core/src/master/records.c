@@ -318,8 +318,10 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         return 0;
     uint64_t bytes = rec_bytes(r, ext);
     if (bytes < r->size || bytes - r->size >= m->o.align)
-        return 0;                                              /* not the space of this size */
-    mc__version_t *v = mc__version_new(m, r->key, r->klen, 0); /* compact */
+        return 0; /* not the space of this size */
+    /* Compact to begin with: one extent or none goes in its fields, more
+     * take an array (mc__master_replica_attach()). */
+    mc__version_t *v = mc__version_new(m, r->key, r->klen, 0);
     e = calloc(1, sizeof(*e));
     int rc = v && e ? 0 : -ENOMEM;
     mc__vmore_t *more = rc == 0 && r->linklen ? mc__version_more(v) : NULL;
