@@ -476,6 +476,14 @@ static mc__master_t *two_segments(void)
     return m;
 }
 
+/* A master with two segments of 64 units, 0 and 1. */
+static mc__master_t *two_large_segments(void)
+{
+    mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
+    assert_int_equal(mc__master_add_segment(m, 1, 64 * UNIT), 0);
+    return m;
+}
+
 /* A growth that fails on a later replica gives the first one's growth
  * back: its one extent (and with it the capacity) is what it was, from
  * one unit or from none. */
@@ -553,8 +561,7 @@ static void test_key_in_the_tail_of_the_fields(void **state)
 {
     (void)state;
     uint64_t now = T0;
-    mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
-    assert_int_equal(mc__master_add_segment(m, 1, 64 * UNIT), 0);
+    mc__master_t *m = two_large_segments();
     mc_put_opts_t two = {.replica_num = 2};
     char k[48];
 
@@ -648,8 +655,7 @@ static void test_compact_takes_an_array_when_it_must(void **state)
 {
     (void)state;
     uint64_t now = T0;
-    mc__master_t *m = new_master_opts(64 * UNIT, 0, 0);
-    assert_int_equal(mc__master_add_segment(m, 1, 64 * UNIT), 0);
+    mc__master_t *m = two_large_segments();
 
     /* Grown into the free space right after its extent: still one extent,
      * in ext1, compact. */

@@ -235,15 +235,22 @@ static void step(mc__master_t *m, uint64_t now)
     }
 }
 
+/* A master whose leases last lease_ms, with segments 0 .. NSEG - 1. */
+static mc__master_t *random_master(uint64_t lease_ms)
+{
+    mc__master_opts_t o = {.lease_ms = lease_ms, .align = UNIT};
+    mc__master_t *m = NULL;
+    assert_int_equal(mc__master_new(&m, &o), 0);
+    for (uint32_t s = 0; s < NSEG; s++)
+        assert_int_equal(mc__master_add_segment(m, s, SEGSZ), 0);
+    return m;
+}
+
 /* Rebuilds a second master from the records of the first's published
  * versions: the same space in use. */
 static void rebuild_check(mc__master_t *m)
 {
-    mc__master_opts_t o = {.lease_ms = LEASE_MS, .align = UNIT};
-    mc__master_t *m2 = NULL;
-    assert_int_equal(mc__master_new(&m2, &o), 0);
-    for (uint32_t s = 0; s < NSEG; s++)
-        assert_int_equal(mc__master_add_segment(m2, s, SEGSZ), 0);
+    mc__master_t *m2 = random_master(LEASE_MS);
     uint64_t want = 0;
     mc__index_iter_t it;
     void *val;
@@ -274,12 +281,8 @@ static void test_random_ops(void **state)
 {
     (void)state;
     for (int round = 0; round < 3000; round++) {
-        mc__master_opts_t o = {.lease_ms = 0, .align = UNIT};
-        mc__master_t *m = NULL;
         long live0 = live;
-        assert_int_equal(mc__master_new(&m, &o), 0);
-        for (uint32_t s = 0; s < NSEG; s++)
-            assert_int_equal(mc__master_add_segment(m, s, SEGSZ), 0);
+        mc__master_t *m = random_master(0);
         memset(pend, 0, sizeof(pend));
         nheld = 0;
         uint64_t now = T0;

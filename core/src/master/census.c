@@ -28,10 +28,8 @@ void mc__master_census(const mc__master_t *m, uint64_t now, mc__census_t *c)
     for (size_t i = 0; i < m->nretired; i++) {
         const mc__version_t *v = m->retired[i];
         c->retired++;
-        for (uint32_t r = 0; r < v->nrep; r++) {
-            mc__replica_t rep = mc__vrep_get(v, r);
-            c->retired_bytes += mc__replica_bytes(&rep); /* holes take none */
-        }
+        for (uint32_t r = 0; r < v->nrep; r++)
+            c->retired_bytes += mc__vrep_bytes(v, r); /* holes take none */
         c->open += mc__vopen(v);
     }
 }

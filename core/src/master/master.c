@@ -541,8 +541,7 @@ void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t no
     st->nlink = mc__vmore(v)->links ? mc__vmore(v)->links : 1;
     st->ino = mc__vmore(v)->links ? strtoull(mc__vkey(v) + MC__INODE_PLEN, NULL, 16) : 0;
     st->replicas = v->nrep;
-    mc__replica_t r0 = v->nrep ? mc__vrep_get(v, 0) : (mc__replica_t){0};
-    st->alloc = mc__replica_bytes(&r0);
+    st->alloc = v->nrep ? mc__vrep_bytes(v, 0) : 0;
     st->flags = 0;
     if (mc__vopen(v) || mc__leased(m, v, now))
         st->flags |= MC_STAT_LEASED;

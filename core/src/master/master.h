@@ -440,6 +440,13 @@ int mc__master_reserve_range(mc__master_t *m, mc__version_t *v, uint64_t off, ui
 /* Bytes of segment space replica rep holds (its holes take none). */
 uint64_t mc__replica_bytes(const mc__replica_t *rep);
 
+/* mc__replica_bytes() of v's replica r (r < nrep). */
+static inline uint64_t mc__vrep_bytes(const mc__version_t *v, uint32_t r)
+{
+    mc__replica_t rep = mc__vrep_get(v, r);
+    return mc__replica_bytes(&rep);
+}
+
 /* Returns the extents ext[0..n) that are not holes to allocator a. */
 void mc__extents_put(mc__alloc_t *a, const mc__extent_t *ext, uint32_t n);
 

@@ -232,10 +232,8 @@ static uint64_t round_up(const mc__master_t *m, uint64_t len)
 static uint64_t small_keep(const mc__master_t *m, const mc__version_t *v, uint64_t size)
 {
     uint64_t unit = MC__SMALL_UNIT;
-    if (size >= MC__SMALL_MAX || m->o.align < unit || !v->nrep)
-        return round_up(m, size);
-    mc__replica_t r0 = mc__vrep_get(v, 0);
-    if (mc__replica_bytes(&r0) != mc__vcap(v))
+    if (size >= MC__SMALL_MAX || m->o.align < unit || !v->nrep ||
+        mc__vrep_bytes(v, 0) != mc__vcap(v))
         return round_up(m, size);
     return (size + unit - 1) & ~(unit - 1);
 }

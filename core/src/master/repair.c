@@ -156,13 +156,13 @@ static const mc__repair_target_t *pick_target(mc__master_t *m, const mc__version
                                               const mc__repair_target_t *targets, size_t n)
 {
     const mc__repair_target_t *best = NULL;
-    const mc__replica_t r0 = mc__vrep_get(v, 0);
+    const uint64_t bytes = mc__vrep_bytes(v, 0);
     uint64_t best_free = 0;
     for (size_t i = 0; i < n; i++) {
         if (mc__version_has_replica(v, targets[i].seg))
             continue;
         uint64_t fr = mc__master_segment_free(m, targets[i].seg);
-        if (fr >= mc__replica_bytes(&r0) && fr > 0 && (!best || fr > best_free)) {
+        if (fr >= bytes && fr > 0 && (!best || fr > best_free)) {
             best = &targets[i];
             best_free = fr;
         }
