@@ -266,16 +266,25 @@ def test_a_held_reader_keeps_its_version_while_a_new_open_reads_the_next(store_m
     another client publishes a new one and a second open on this mount reads
     that: the second reads with direct I/O, the page cache stays the
     first's; once the first is closed, the next open moves the cache."""
-    m = store_mount("64M")
+    port = free_port()
+    m = store_mount("64M", "--metrics", str(port))
     v1, v2 = b"1" * (2 << 20), b"2" * (3 << 20)
     other_client_put(m, "f", v1)
     r1 = os.open(m.p("f"), os.O_RDONLY)
     assert os.pread(r1, 1 << 20, 0) == v1[:1 << 20]
     other_client_put(m, "f", v2)
+
+    def releases():
+        return scrape(port).get(("mooncake_fuse_requests_total", 'opcode="RELEASE"'), 0)
+
+    before = releases()
     with open(m.p("f"), "rb") as r2:
         assert r2.read() == v2
     assert os.pread(r1, 4 << 20, 0) == v1  # all of it, the cached and the rest
     os.close(r1)
+    # The kernel sends RELEASE in the background: an open right after the
+    # close can reach the daemon first (and still find r1 holding the cache).
+    wait_for(lambda: releases() == before + 2, "r2's and r1's RELEASEs")
     with open(m.p("f"), "rb") as r3:
         assert r3.read() == v2
         mm = mmap.mmap(r3.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ)  # the cache's again
