@@ -132,7 +132,8 @@ static void read_all(int fd, char *b, size_t n)
 {
     for (size_t got = 0; got < n;) {
         ssize_t r = read(fd, b + got, n - got);
-        assert_true(r > 0);
+        if (r <= 0)
+            fail_msg("read %zd of %zu bytes, then %s", got, n, r ? strerror(errno) : "EOF");
         got += (size_t)r;
     }
 }
