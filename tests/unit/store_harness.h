@@ -37,7 +37,7 @@
 #define MiB (1024 * 1024)
 #define SEG (8 * MiB)
 #define UNIT 64 /* the embedded store's allocation unit */
-#define SMALL 8 /* what a published object under 1 KiB with no hole is rounded to */
+#define SMALL 4 /* what a published object under 1 KiB with no hole is rounded to */
 #define SMALL_ROUND(n) (((n) + SMALL - 1) / SMALL * SMALL)
 
 /* ---- waiting for callbacks ---- */

@@ -70,12 +70,20 @@ static void test_create_rejects_bad_arguments(void **state)
     mc__extent_t e;
 
     assert_int_equal(mc__alloc_create(&a, 1 << 20, 0), -EINVAL);
-    assert_int_equal(mc__alloc_create(&a, 1 << 20, 4), -EINVAL);  /* below 8 */
+    assert_int_equal(mc__alloc_create(&a, 1 << 20, 2), -EINVAL);  /* below 4 */
     assert_int_equal(mc__alloc_create(&a, 1 << 20, 12), -EINVAL); /* not 2^k */
     assert_int_equal(mc__alloc_create(&a, 1 << 20, 96), -EINVAL);
     assert_int_equal(mc__alloc_create(&a, 4095, 4096), -EINVAL); /* < one unit */
     assert_int_equal(mc__alloc_create(&a, 0, 64), -EINVAL);
     assert_null(a);
+
+    /* 4 bytes, the smallest unit (a small object's) */
+    assert_int_equal(mc__alloc_create(&a, 1 << 20, 4), 0);
+    assert_int_equal(mc__alloc_get(a, 5, &e, 1), 1);
+    assert_int_equal(e.len, 8);
+    mc__alloc_put(a, &e, 1);
+    mc__alloc_destroy(a);
+    a = NULL;
 
     /* size is rounded down to the alignment */
     assert_int_equal(mc__alloc_create(&a, 3 * 4096 + 100, 4096), 0);

@@ -445,26 +445,26 @@ static void test_capacity_is_the_one_extent_length(void **state)
         assert_int_equal(mc__vrep_get(v, 0).ext[0].len, UNIT);
     }
     assert_layout(v);
-    /* Committed with 100 bytes: the tail goes back (to 8-byte units). */
+    /* Committed with 100 bytes: the tail goes back (to 4-byte units). */
     assert_int_equal(mc__master_commit(m, v, 100, 0, now), 0);
-    assert_int_equal(mc__vcap(v), 104);
+    assert_int_equal(mc__vcap(v), 100);
     assert_layout(v);
-    assert_int_equal(used(m), UNIT + 104);
+    assert_int_equal(used(m), UNIT + 100);
 
-    /* A small one trimmed to 8-byte units at its commit, in ext1; renamed,
+    /* A small one trimmed to 4-byte units at its commit, in ext1; renamed,
      * it keeps its extent and capacity. */
     mc__version_t *c = put(m, "c", 100, now);
     assert_ptr_equal(mc__vrep_get(c, 0).ext, &c->ext1);
-    assert_int_equal(mc__vcap(c), 104);
-    assert_int_equal(mc__vrep_get(c, 0).ext[0].len, 104);
+    assert_int_equal(mc__vcap(c), 100);
+    assert_int_equal(mc__vrep_get(c, 0).ext[0].len, 100);
     uint64_t coff = mc__vrep_get(c, 0).ext[0].off;
     assert_int_equal(mc__master_rename(m, "c", 1, "a-much-longer-name/c", 20, 0, now), 0);
     c = find(m, "a-much-longer-name/c");
     assert_non_null(c);
-    assert_int_equal(mc__vcap(c), 104);
+    assert_int_equal(mc__vcap(c), 100);
     assert_int_equal(mc__vrep_get(c, 0).ext[0].off, coff);
     assert_layout(c);
-    assert_int_equal(used(m), UNIT + 2 * 104);
+    assert_int_equal(used(m), UNIT + 2 * 100);
     mc__master_free(m);
 }
 
@@ -537,13 +537,13 @@ static void test_capacity_with_a_second_replica(void **state)
     assert_int_equal(mc__master_replica_attach(v, &r), 0);
     assert_int_equal(v->nrep, 2);
     assert_ptr_equal(mc__vrep_get(v, 0).ext, &v->ext1);
-    assert_int_equal(mc__vcap(v), 104);
+    assert_int_equal(mc__vcap(v), 100);
     assert_layout(v);
     assert_int_equal(mc__master_drop_segment(m, 0, now), 0);
     assert_ptr_equal(find(m, "a"), v);
     assert_int_equal(v->nrep, 1);
     assert_int_equal(mc__vrep_get(v, 0).seg, 1);
-    assert_int_equal(mc__vcap(v), 104);
+    assert_int_equal(mc__vcap(v), 100);
     assert_layout(v);
     mc_stat_t st;
     mc__version_stat(m, v, now, &st);

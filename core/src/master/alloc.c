@@ -35,7 +35,7 @@
 
 struct mc__alloc {
     uint64_t size;      /* usable bytes, a multiple of align */
-    uint64_t align;     /* power of two, at least 8 */
+    uint64_t align;     /* power of two, at least 4 */
     uint64_t used;      /* bytes handed out */
     mc__extent_t *free; /* free extents sorted by off, none touching */
     size_t nfree;       /* entries in use in free[] */
@@ -70,7 +70,7 @@ int mc__alloc_create(mc__alloc_t **out, uint64_t size, uint64_t align)
 {
     mc__alloc_t *a;
 
-    if (!out || align < 8 || (align & (align - 1)) != 0)
+    if (!out || align < 4 || (align & (align - 1)) != 0)
         return -EINVAL;
     size &= ~(align - 1);
     if (size == 0)

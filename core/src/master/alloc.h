@@ -28,7 +28,7 @@ typedef struct mc__alloc mc__alloc_t;
 
 /*
  * Creates an allocator for size bytes with the given alignment (a power of
- * two, at least 8). size is rounded down to the alignment. Returns 0 and sets
+ * two, at least 4). size is rounded down to the alignment. Returns 0 and sets
  * *out, or -EINVAL (bad alignment, size smaller than one unit) or -ENOMEM.
  * Free it with mc__alloc_destroy().
  */

@@ -33,8 +33,10 @@
 /* Space is reserved in the master's allocation unit (mc__master_opts_t
  * align, 64 bytes by default). A version under MC__SMALL_MAX bytes with no
  * hole is trimmed at its commit to a multiple of MC__SMALL_UNIT, the
- * segments' allocators' unit: a 100-byte value takes 104 bytes, not 128. */
-#define MC__SMALL_UNIT 8
+ * segments' allocators' unit: a 100-byte value takes 100 bytes, not 128
+ * (nor 104, as in 8-byte units). Nothing reads a value in wider words than
+ * bytes (memcpy, the kernel, the NIC), so 4-byte offsets are as good. */
+#define MC__SMALL_UNIT 4
 #define MC__SMALL_MAX 1024
 
 /* The keys of hard-linked files (inodes); see the top of this file. */
@@ -115,7 +117,7 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  * mc__vcompact()) or a replica array after the key (room for the replicas
  * asked for, when more than one); the fields are as wide as their values
  * need (the aim, issue 14: 1M keys of 100 B in no more memory than Redis
- * takes; 210 B against 188 B so far, docs/BENCHMARKS.md).
+ * takes; 206 B against 187 B so far, docs/BENCHMARKS.md).
  */
 typedef struct mc__version {
     uint64_t id;
