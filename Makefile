@@ -56,9 +56,10 @@ BIN_OBJ := $(BUILD)/core/bin/mooncake-master.o $(BUILD)/core/bin/mooncake-cli.o
 LIB_A := $(BUILD)/libmooncake.a
 LIB_SO := $(BUILD)/libmooncake.so
 FS_BIN := $(BUILD)/mooncake-fs
+MC_BENCH := $(BUILD)/mc_bench
 
 .PHONY: all deps check-deps run test test-unit test-integration asan bench install clean format format-check check-layers fuzz test-rdma bench-rdma
-all: $(LIB_A) $(LIB_SO) $(BUILD)/mooncake.pc $(FS_BIN) $(BIN_MASTER) $(BIN_CLI) $(UNIT_BIN)
+all: $(LIB_A) $(LIB_SO) $(BUILD)/mooncake.pc $(FS_BIN) $(BIN_MASTER) $(BIN_CLI) $(UNIT_BIN) $(MC_BENCH)
 
 deps:
 	$(Q)packaging/deps.sh
@@ -183,7 +184,7 @@ asan:
 # (bench/run.sh). mc_bench (bench/cluster.sh's client) links what the
 # library links. BENCH_BASE=REV then compares REV with the working tree:
 # embedded 1 KiB put/get and the mount's write/read (bench/compare.sh).
-MC_BENCH := $(BUILD)/mc_bench
+# make all builds it too, so that a measure by hand never runs a stale one.
 $(MC_BENCH): bench/mc_bench.c $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CPPFLAGS) -std=gnu11 -O2 -g $(WARN) -Icore/include -o $@ $< $(LIB_A) $(LDFLAGS_ALL) $(CORE_LIBS)
