@@ -182,6 +182,26 @@ def test_raw_socket_that_skips_auth_is_closed(cluster, tmp_path):
     assert cli(m.addr, "--auth-secret-file", key, "put", "still", input=b"up").returncode == 0
 
 
+def test_a_peer_of_an_older_session_version_is_refused(cluster):
+    """HELLO negotiates one session version; a peer that speaks only older
+    ones is refused with EPROTONOSUPPORT and hung up on, before it can send
+    anything that the versions read apart. A node of version 6 (before
+    small objects in 4-byte units) reporting records to a master of 7, or
+    the other way round, would otherwise meet records it drops; a range
+    that reaches the current version is served it."""
+    m = cluster.master("--segment-size", "16M")
+    s = connect(m.addr)
+    body = struct.pack("<HHI", 1, SESSION - 1, 2) + s_field(b"old-node") + s_field(b"")
+    assert call(s, OP_HELLO, body)[0] == -errno.EPROTONOSUPPORT
+    assert closed_by_peer(s)
+    s.close()
+    s = connect(m.addr)
+    body = struct.pack("<HHI", 1, SESSION + 3, 2) + s_field(b"new-node") + s_field(b"")
+    status, resp = call(s, OP_HELLO, body)
+    assert status == 0 and struct.unpack_from("<H", resp)[0] == SESSION
+    s.close()
+
+
 def test_secret_file_is_checked(cluster, tmp_path):
     m = cluster.master()
     loose = secret_file(tmp_path, "loose", b"secret", mode=0o644)

@@ -32,9 +32,11 @@
  * master rebuilds its namespace from the nodes). 4: sparse files: an
  * extent whose offset is MC__WIRE_HOLE is a hole, the stat carries the
  * bytes allocated, PUT_GROW names a range (and may punch). 5: segment
- * epochs (below). 6: SHM_MAP answers a fence slot (transport/shm.h). A
- * peer of another version is refused. */
-#define MC__PROTO_SESSION 6
+ * epochs (below). 6: SHM_MAP answers a fence slot (transport/shm.h). 7:
+ * small objects in 4-byte units, so a record's extents may sit at offsets
+ * that a master of 6 (8-byte units) refuses, dropping their bytes. A peer
+ * of another version is refused. */
+#define MC__PROTO_SESSION 7
 
 /* The offset of an extent that is a hole: its length takes no space in the
  * segment and reads as zeros (session version 4; master/alloc.h's
