@@ -337,10 +337,12 @@ def test_an_open_right_after_another_dropped_the_cache_reads_one_version(store_m
     MiB near the end, publishes k + 100 through another client, then opens
     (the first open), stats and opens and reads the last 16 MiB (the second
     open) at once; the read must be one version. Without the fix a trial
-    mixed versions about one time in four, so 20 trials miss a regression
-    about once in 250 runs. Under the sanitizers (make asan), which check
-    the daemon's memory rather than the kernel's timing, 5 trials run the
-    same paths at a quarter of the cost (this test was 84 s there)."""
+    mixed versions about one time in four (39 of 160), so 20 trials miss a
+    regression about once in 250 runs. Under the sanitizers (make asan),
+    which check the daemon's memory rather than the kernel's timing, 5
+    trials run the same paths at a quarter of the cost (this test was 84 s
+    there); alone they would miss one run in four, the plain stage's 20
+    stand guard."""
     m = store_mount("512M", "--cache-mode", "pages")
     size = 128 * MiB
     path = m.p("f")

@@ -133,7 +133,7 @@ static void read_all(int fd, char *b, size_t n)
     for (size_t got = 0; got < n;) {
         ssize_t r = read(fd, b + got, n - got);
         if (r <= 0)
-            fail_msg("read %zd of %zu bytes, then %s", got, n, r ? strerror(errno) : "EOF");
+            fail_msg("read %zu of %zu bytes, then %s", got, n, r ? strerror(errno) : "EOF");
         got += (size_t)r;
     }
 }
