@@ -83,6 +83,25 @@ def git(*args):
         return ""
 
 
+def idle_setting():
+    """How idle CPUs wait here: the cpuidle governor and, for haltpoll, how
+    long an idle vCPU polls before it halts. At 0 every wakeup across CPUs
+    wakes a halted vCPU, which is what the small-files row mostly measures
+    then (docs/BENCHMARKS.md, "With the idle vCPUs polling before they
+    halt"). "" where the kernel does not say."""
+    def read(path):
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except OSError:
+            return ""
+    gov = read("/sys/devices/system/cpu/cpuidle/current_governor")
+    poll = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") if gov == "haltpoll" else ""
+    if not gov:
+        return ""
+    return f", cpuidle governor {gov}" + (f" (guest_halt_poll_ns {poll})" if poll else "")
+
+
 def header(runs):
     rev = git("rev-parse", "--short", "HEAD") or "unknown"
     dirty = git("status", "--porcelain", "--untracked-files=no")
@@ -93,8 +112,8 @@ def header(runs):
         "",
         f"Commit {rev}{' (with uncommitted changes)' if dirty else ''}: {subject}  ",
         f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {platform.node()}, {os.cpu_count()} cores, "
-        f"Linux {platform.release()}, load average at the end {load1:.2f} {load5:.2f} "
-        f"{load15:.2f}  ",
+        f"Linux {platform.release()}{idle_setting()}, load average at the end {load1:.2f} "
+        f"{load5:.2f} {load15:.2f}  ",
         f"Every figure is the median of {runs} interleaved runs (every run's value: "
         "results.txt); compare within this report only.",
         "",
