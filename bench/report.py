@@ -96,9 +96,9 @@ def idle_setting():
         except OSError:
             return ""
     gov = read("/sys/devices/system/cpu/cpuidle/current_governor")
-    poll = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") if gov == "haltpoll" else ""
     if not gov:
         return ""
+    poll = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") if gov == "haltpoll" else ""
     return f", cpuidle governor {gov}" + (f" (guest_halt_poll_ns {poll})" if poll else "")
 
 

@@ -57,6 +57,11 @@ def scrape(port):
     return samples
 
 
+def fuse_requests(port, op):
+    """A mount's count of FUSE requests of opcode op (its --metrics port)."""
+    return scrape(port).get(("mooncake_fuse_requests_total", f'opcode="{op}"'), 0)
+
+
 def delta(before, after, name, labels=""):
     return after.get((name, labels), 0) - before.get((name, labels), 0)
 

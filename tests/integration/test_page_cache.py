@@ -17,7 +17,7 @@ import threading
 import pytest
 
 from harness import DAEMON, cli, free_port, wait_for
-from test_metrics import scrape
+from test_metrics import fuse_requests
 from test_space import fill_until_enospc
 
 PAGE = mmap.PAGESIZE
@@ -85,10 +85,6 @@ def test_shared_read_only_mapping(store_mount):
         mm.close()
 
 
-def fuse_reads(port):
-    return scrape(port).get(("mooncake_fuse_requests_total", 'opcode="READ"'), 0)
-
-
 def test_rereads_come_from_the_page_cache_and_a_new_version_drops_it(cluster):
     port = free_port()
     m = cluster.mount("--segment-size", "64M", "--metrics", str(port), "--cache-timeout", "60")
@@ -97,11 +93,11 @@ def test_rereads_come_from_the_page_cache_and_a_new_version_drops_it(cluster):
     other_client_put(m, "f", v1)
     with open(m.p("f"), "rb") as f:
         assert f.read() == v1
-    before = fuse_reads(port)
+    before = fuse_requests(port, "READ")
     for _ in range(3):
         with open(m.p("f"), "rb") as f:
             assert f.read() == v1
-    assert fuse_reads(port) == before, "re-reads of an unchanged file reached the daemon"
+    assert fuse_requests(port, "READ") == before, "re-reads of an unchanged file reached the daemon"
     # Another client publishes a longer, then a shorter version. The kernel
     # keeps names and attributes for 60 s here, yet each open reads the new
     # version whole: the open drops the cached pages and the stale size.
@@ -273,18 +269,14 @@ def test_a_held_reader_keeps_its_version_while_a_new_open_reads_the_next(store_m
     r1 = os.open(m.p("f"), os.O_RDONLY)
     assert os.pread(r1, 1 << 20, 0) == v1[:1 << 20]
     other_client_put(m, "f", v2)
-
-    def releases():
-        return scrape(port).get(("mooncake_fuse_requests_total", 'opcode="RELEASE"'), 0)
-
-    before = releases()
+    before = fuse_requests(port, "RELEASE")
     with open(m.p("f"), "rb") as r2:
         assert r2.read() == v2
     assert os.pread(r1, 4 << 20, 0) == v1  # all of it, the cached and the rest
     os.close(r1)
     # The kernel sends RELEASE in the background: an open right after the
     # close can reach the daemon first (and still find r1 holding the cache).
-    wait_for(lambda: releases() == before + 2, "r2's and r1's RELEASEs")
+    wait_for(lambda: fuse_requests(port, "RELEASE") == before + 2, "r2's and r1's RELEASEs")
     with open(m.p("f"), "rb") as r3:
         assert r3.read() == v2
         mm = mmap.mmap(r3.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ)  # the cache's again
@@ -305,21 +297,18 @@ def test_a_read_only_close_sends_no_flush(cluster):
         f.write(data)
     assert other_client_get(m, "f") == data
 
-    def count(op):
-        return scrape(port).get(("mooncake_fuse_requests_total", f'opcode="{op}"'), 0)
-
-    before = {op: count(op) for op in ("OPEN", "RELEASE", "FLUSH")}
+    before = {op: fuse_requests(port, op) for op in ("OPEN", "RELEASE", "FLUSH")}
     for _ in range(20):
         fd = os.open(m.p("f"), os.O_RDONLY)
         assert os.read(fd, 4096) == data
         os.close(fd)
-    assert count("OPEN") - before["OPEN"] == 20
-    assert count("FLUSH") == before["FLUSH"]
-    wait_for(lambda: count("RELEASE") - before["RELEASE"] == 20, "20 RELEASEs")  # asynchronous
+    assert fuse_requests(port, "OPEN") - before["OPEN"] == 20
+    assert fuse_requests(port, "FLUSH") == before["FLUSH"]
+    wait_for(lambda: fuse_requests(port, "RELEASE") - before["RELEASE"] == 20, "20 RELEASEs")  # asynchronous
     data2 = os.urandom(2000)
     with open(m.p("f"), "r+b") as f:
         f.write(data2)
-    assert count("FLUSH") == before["FLUSH"] + 1
+    assert fuse_requests(port, "FLUSH") == before["FLUSH"] + 1
     assert other_client_get(m, "f") == data2
 
 

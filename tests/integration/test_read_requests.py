@@ -23,7 +23,7 @@ import subprocess
 import pytest
 
 from harness import cli, free_port
-from test_metrics import scrape
+from test_metrics import fuse_requests
 
 MiB = 1 << 20
 PAGES = 512  # fs.h: FS_MAX_PAGES
@@ -38,10 +38,6 @@ def kernel_max_pages():
             return int(f.read())
     except OSError:
         return 256
-
-
-def fuse_reads(port):
-    return scrape(port).get(("mooncake_fuse_requests_total", 'opcode="READ"'), 0)
 
 
 def reads_at(fd, chunks, shift):
@@ -87,9 +83,9 @@ def test_a_1mib_read_into_a_buffer_off_a_page_is_one_request(store_mount, tmp_pa
         f.write(data)
     fd = os.open(m.p("f"), os.O_RDONLY)
     try:
-        before = fuse_reads(port)
+        before = fuse_requests(port, "READ")
         got = reads_at(fd, [(i * MiB, MiB) for i in range(8)], 16)
-        after = fuse_reads(port)
+        after = fuse_requests(port, "READ")
     finally:
         os.close(fd)
     assert b"".join(got) == data
@@ -112,9 +108,9 @@ def test_max_read_caps_the_reads_the_kernel_sends(store_mount):
         f.write(data)
     fd = os.open(m.p("f"), os.O_RDONLY)
     try:
-        before = fuse_reads(port)
+        before = fuse_requests(port, "READ")
         got = reads_at(fd, [(0, 2 * MiB)], 0)
-        after = fuse_reads(port)
+        after = fuse_requests(port, "READ")
     finally:
         os.close(fd)
     assert got == [data]
