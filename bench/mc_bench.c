@@ -16,7 +16,10 @@
  *       stat asks the master only, no byte moves: its ops/s are the master's),
  *       --memory (store modes: no phase; after the fill, prints
  *       keys=N rss_bytes_per_key=B, what this process's resident memory grew
- *       by per key, segment pages and the master's metadata included)
+ *       by per key, segment pages and the master's metadata included),
+ *       --key-prefix P (keys P:0 to P:N-1, N = concurrency x keys: the
+ *       names redis-server's DEBUG POPULATE N P gives; default
+ *       mcb/SIZE/SLOT/I, I < K)
  *
  * Every key is written once, untimed, before the measured phases (N writes
  * in flight, as the phases keep). The store
@@ -63,7 +66,8 @@ static struct {
     double seconds;
     int phases[3];
     int nphases;
-    int memory; /* --memory */
+    int memory;             /* --memory */
+    const char *key_prefix; /* --key-prefix: keys PREFIX:N, N from 0 (redis's DEBUG POPULATE names) */
     int no_shm;                         /* --no-shm: a co-located node is still reached over TCP */
     const char *protocol, *rdma_device; /* --protocol, --rdma-device */
     const char *secret_file;            /* --auth-secret-file */
@@ -165,6 +169,9 @@ static void report(const char *op, uint64_t ops, uint64_t ns, uint64_t errors, c
 
 static int make_key(char *k, size_t cap, unsigned slot, uint64_t i)
 {
+    if (cfg.key_prefix)
+        return snprintf(k, cap, "%s:%llu", cfg.key_prefix,
+                        (unsigned long long)slot * cfg.keys + i % cfg.keys);
     return snprintf(k, cap, "mcb/%zu/%u/%llu", cfg.size, slot, (unsigned long long)(i % cfg.keys));
 }
 
@@ -635,7 +642,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: mc_bench (--master HOST:PORT | --embedded | --memcached HOST:PORT |\n"
             "                 --memcpy) [--size SIZE] [--concurrency N] [--seconds S] [--no-shm]\n"
-            "                [--keys K] [--ops put,get,stat] [--memory]\n"
+            "                [--keys K] [--key-prefix P] [--ops put,get,stat] [--memory]\n"
             "                [--protocol tcp|rdma|auto] [--rdma-device NAME] [--auth-secret-file F]\n");
 }
 
@@ -656,6 +663,7 @@ int main(int argc, char **argv)
         {"rdma-device", required_argument, NULL, 'D'},
         {"auth-secret-file", required_argument, NULL, 'a'},
         {"memory", no_argument, NULL, 'R'},
+        {"key-prefix", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -712,6 +720,13 @@ int main(int argc, char **argv)
             break;
         case 'R':
             cfg.memory = 1;
+            break;
+        case 'K':
+            if (strlen(optarg) > 32) { /* keys are made in 64-byte buffers */
+                fprintf(stderr, "mc_bench: --key-prefix is longer than 32 bytes\n");
+                return 2;
+            }
+            cfg.key_prefix = optarg;
             break;
         case 'h':
             usage(stdout);

@@ -266,17 +266,28 @@ def scale_section(r):
     keys = r.m("scale.mem.keys")
     if keys is None:
         return []
-    mc, redis = r.m("scale.mem.mc"), r.m("scale.mem.redis")
     lines = ["## Past this machine: memory per key, the master's ops/s", "",
              f"Memory per key: the growth of resident memory per key holding {keys:,.0f} "
-             "keys of 100 bytes, an embedded store (its segment's pages and the master's "
-             "metadata) next to redis-server (`DEBUG POPULATE`, its `used_memory_rss`).", "",
+             "keys with values of 100 bytes, an embedded store (its segment's pages and the "
+             "master's metadata) next to redis-server holding the same keys (SETs through "
+             "`redis-cli --pipe`, or `DEBUG POPULATE`; the growth of its VmRSS).", "",
              "| keys | mooncake (B/key) | redis (B/key) | mooncake / redis |",
-             "|---|---|---|---|",
-             f"| {keys:,.0f} | {fmt(mc)} | {fmt(redis)} | {ratio(mc, redis)} |"]
+             "|---|---|---|---|"]
+    for what, k in (("mc_bench's, `mcb/100/SLOT/I` (10 to 16 bytes)", "scale.mem"),
+                    ("redis's `DEBUG POPULATE` names, `key:0` on (5 to 10 bytes)",
+                     "scale.mem_short")):
+        mc, redis = r.m(f"{k}.mc"), r.m(f"{k}.redis")
+        if mc is not None:
+            lines.append(f"| {keys:,.0f}, {what} | {fmt(mc)} | {fmt(redis)} | "
+                         f"{ratio(mc, redis)} |")
+        pop = r.m(f"{k}.redis_populate")
+        if mc is not None and pop is not None:
+            lines.append(f"| the same, redis filled by `DEBUG POPULATE` (no SETs) | {fmt(mc)} | "
+                         f"{fmt(pop)} | {ratio(mc, pop)} |")
     big = r.m("scale.mem_big.keys")
     if big is not None:
-        lines.append(f"| {big:,.0f} (mooncake alone, one run) | {fmt(r.m('scale.mem_big.mc'))} "
+        lines.append(f"| {big:,.0f}, mc_bench's (mooncake alone, one run) | "
+                     f"{fmt(r.m('scale.mem_big.mc'))} "
                      "| - | - |")
     conns = sorted(int(k.rsplit(".", 1)[1]) for k in r.vals if k.startswith("scale.master_ops."))
     if conns:

@@ -5,9 +5,12 @@
 #   - memory per key: an embedded store (mc_bench --memory: the growth of
 #     the process's resident memory per key, segment pages and the master's
 #     metadata included) holding MEM_KEYS keys of 100 bytes, next to Debian's
-#     redis-server holding the same number of keys of 100 bytes (DEBUG
-#     POPULATE; the growth of its used_memory_rss); and the store alone
-#     with MEM_KEYS_BIG keys (0: skipped);
+#     redis-server holding the same keys with values of 100 bytes (SETs
+#     through redis-cli --pipe; the growth of its VmRSS), twice: mc_bench's
+#     own keys (mcb/100/SLOT/I, 10 to 16 bytes) and redis's DEBUG POPULATE
+#     names (key:0 on, 5 to 10 bytes; also made by DEBUG POPULATE itself,
+#     which leaves redis's allocator less fragmented than SETs do); and the
+#     store alone with MEM_KEYS_BIG keys of mc_bench's (0: skipped);
 #   - the master's ops/s at 1, 8 and 64 client connections (CONNS): that
 #     many mc_bench processes, each a pure client with 16 STATs in flight
 #     (a STAT is answered by the master alone, no byte moves), their ops/s
@@ -26,6 +29,10 @@ SECS=${BENCH_MASTER_SECONDS:-2}
 results=${BENCH_RESULTS:-}
 bench_bin=${MC_BENCH:-$BUILD/mc_bench}
 [ -x "$bench_bin" ] || make --no-print-directory -s BUILD="$BUILD" "$bench_bin"
+[ $((MEM_KEYS % 16)) -eq 0 ] && [ $((MEM_KEYS_BIG % 16)) -eq 0 ] || {
+    echo "scale bench: BENCH_MEM_KEYS and BENCH_MEM_KEYS_BIG must be multiples of 16 (mc_bench's slots)" >&2
+    exit 2
+}
 command -v redis-server >/dev/null || {
     echo "scale bench: redis-server not found (apt-get install redis-server)" >&2
     exit 1
@@ -56,25 +63,50 @@ free_port() {
 # field KEY: KEY's value in mc_bench's output on stdin
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | head -1; }
 
-# mc_memory KEYS: bytes per key of an embedded store holding KEYS keys.
+# mc_memory KEYS [PREFIX]: bytes per key of an embedded store holding KEYS
+# keys: mc_bench's own (16 slots of KEYS/16), or PREFIX:0 to PREFIX:KEYS-1.
 mc_memory() {
-    "$bench_bin" --embedded --size 100 --concurrency 16 --keys $(($1 / 16)) --memory | field rss_bytes_per_key
+    "$bench_bin" --embedded --size 100 --concurrency 16 --keys $(($1 / 16)) --memory \
+        ${2:+--key-prefix "$2"} | field rss_bytes_per_key
 }
-# redis_memory KEYS: bytes per key of a fresh redis-server holding KEYS keys
-# of 100 bytes (no persistence).
+# redis_memory KEYS [PREFIX [populate]]: bytes per key of a fresh
+# redis-server (no persistence) holding the keys mc_memory's store holds,
+# with values of 100 bytes: SETs, as clients load it, or with populate its
+# DEBUG POPULATE (PREFIX:0 on, in the server itself: no query buffers in
+# between, so its allocator is less fragmented). The growth of its VmRSS
+# (INFO's used_memory_rss is a sample of the server's last cron, and may
+# predate the last SETs).
 redis_memory() {
-    local port before after
+    local port before after n
     port=$(free_port)
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
         --enable-debug-command local --daemonize no >"$work/redis.log" 2>&1 &
     local pid=$!
     for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
-    before=$(redis-cli -p "$port" info memory | sed -n 's/^used_memory_rss:\([0-9]*\).*/\1/p')
-    redis-cli -p "$port" debug populate "$1" key 100 >/dev/null
-    after=$(redis-cli -p "$port" info memory | sed -n 's/^used_memory_rss:\([0-9]*\).*/\1/p')
+    before=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status")
+    if [ "${3:-}" = populate ]; then
+        redis-cli -p "$port" debug populate "$1" "$2" 100 >"$work/pipe.out"
+    else
+        # The keys as mc_bench makes them (make_key()), each SET in redis's
+        # protocol; the replies are read as they come (--pipe).
+        awk -v n="$1" -v prefix="${2:-}" 'BEGIN {
+            v = sprintf("%100s", ""); gsub(/ /, "v", v)
+            for (k = 0; k < n; k++) {
+                key = prefix != "" ? prefix ":" k : "mcb/100/" int(k / (n / 16)) "/" k % (n / 16)
+                printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$100\r\n%s\r\n", length(key), key, v
+            }
+        }' | redis-cli -p "$port" --pipe >"$work/pipe.out"
+    fi
+    n=$(redis-cli -p "$port" dbsize)
+    after=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status")
     redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
     wait "$pid" 2>/dev/null || true
-    echo "$before $after $1" | awk '{printf "%.0f\n", ($2 - $1) / $3}'
+    [ "$n" = "$1" ] || {
+        echo "scale bench: redis-server holds $n keys, not $1:" >&2
+        cat "$work/pipe.out" >&2
+        exit 1
+    }
+    echo "$before $after $1" | awk '{printf "%.0f\n", ($2 - $1) * 1024 / $3}'
 }
 
 echo "scale bench: memory per key, $MEM_KEYS keys of 100 B, $RUNS runs ..."
@@ -82,6 +114,9 @@ record scale.mem.keys "$MEM_KEYS"
 for _ in $(seq "$RUNS"); do
     record scale.mem.mc "$(mc_memory "$MEM_KEYS")"
     record scale.mem.redis "$(redis_memory "$MEM_KEYS")"
+    record scale.mem_short.mc "$(mc_memory "$MEM_KEYS" key)"
+    record scale.mem_short.redis "$(redis_memory "$MEM_KEYS" key)"
+    record scale.mem_short.redis_populate "$(redis_memory "$MEM_KEYS" key populate)"
 done
 if [ "$MEM_KEYS_BIG" -gt 0 ]; then
     echo "scale bench: memory per key, $MEM_KEYS_BIG keys (the store alone, once) ..."
