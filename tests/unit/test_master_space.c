@@ -120,6 +120,32 @@ static void test_commit_size_over_capacity(void **state)
     mc__master_free(m);
 }
 
+/* A version keeps its size in 48 bits, and a larger one (a sparse file's:
+ * holes take no space) in its rare fields: every size up to the largest
+ * file comes back, through a replacement and a smaller size again. */
+static void test_large_sizes(void **state)
+{
+    mc__master_t *m = new_master();
+    static const uint64_t sizes[] = {
+        MC__VSIZE_BIG - 1, MC__VSIZE_BIG, MC__VSIZE_BIG + 1, (uint64_t)INT64_MAX, 100, UINT32_MAX,
+    };
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        mc__version_t *v = NULL;
+        assert_int_equal(mc__master_begin(m, "big", 3, NULL, T0, &v), 0);
+        /* A hole of the size less one byte, then one byte of data. */
+        assert_int_equal(mc__master_reserve_range(m, v, sizes[i] - 1, 1, 0, T0), 0);
+        assert_int_equal(mc__master_commit(m, v, sizes[i], 0, T0), 0);
+        mc__version_t *f = find(m, "big");
+        assert_ptr_equal(f, v);
+        mc_stat_t st;
+        mc__version_stat(m, f, T0, &st);
+        assert_int_equal(st.size, sizes[i]);
+        assert_int_equal(mc__vsize(f), sizes[i]);
+        assert_int_equal(used(m), UNIT);
+    }
+    mc__master_free(m);
+}
+
 static void test_replace_bumps_version_and_frees_old(void **state)
 {
     mc__master_t *m = new_master();
@@ -568,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_begin_without_segment),
         cmocka_unit_test(test_commit_noreplace),
         cmocka_unit_test(test_commit_size_over_capacity),
+        cmocka_unit_test(test_large_sizes),
         cmocka_unit_test(test_replace_bumps_version_and_frees_old),
         cmocka_unit_test(test_ref_holds_replaced_version),
         cmocka_unit_test(test_ref_and_lease_on_replaced_version),

@@ -130,6 +130,19 @@ static void test_a_record_keeps_holes(void **state)
     assert_int_equal(mc__vrep_get(w, 0).ext[1].len, 100 * SEG_SIZE - UNIT);
     assert_int_equal(used(m2), 2 * UNIT);
     assert_int_equal(used(m2), used(m));
+    /* A sparse file of 2^48 bytes and more (its size is in the version's
+     * rare fields, not its own 48 bits) comes back with its size. */
+    uint64_t bsize = MC__VSIZE_BIG + 1 + 10;
+    mc__extent_t big[2] = {{MC__HOLE, MC__VSIZE_BIG + 1}, {SEG_SIZE - UNIT, UNIT}};
+    trec_t b = rec("b", 98, 5, bsize, big);
+    b.r.next = 2;
+    assert_int_equal(merge(m2, 1, &b, T0), 1);
+    mc__version_t *bv = find(m2, "b");
+    assert_non_null(bv);
+    assert_int_equal(mc__vsize(bv), bsize);
+    trec_t again;
+    again.ext = mc__master_record(m2, bv, 1, &again.r);
+    assert_int_equal(again.r.size, bsize);
     mc__master_free(m2);
     mc__master_free(m);
 }

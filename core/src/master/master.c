@@ -127,6 +127,19 @@ mc__vmore_t *mc__version_more(mc__version_t *v)
     return x;
 }
 
+int mc__version_set_size(mc__version_t *v, uint64_t size)
+{
+    if (size < MC__VSIZE_BIG) {
+        v->size = size;
+        return 0;
+    }
+    if (!mc__version_more(v))
+        return -ENOMEM;
+    v->rare->size = size;
+    v->size = MC__VSIZE_BIG;
+    return 0;
+}
+
 int mc__version_set_ctime(mc__version_t *v, int64_t t)
 {
     if (t == v->mtime_ns) {
@@ -529,7 +542,7 @@ void mc__master_unref(mc__master_t *m, mc__version_t *v, uint64_t now)
 
 void mc__version_stat(const mc__master_t *m, const mc__version_t *v, uint64_t now, mc_stat_t *st)
 {
-    st->size = v->size;
+    st->size = mc__vsize(v);
     st->version = v->id;
     st->mtime_ns = v->mtime_ns;
     st->atime_ns = mc__vatime(v);

@@ -117,11 +117,22 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  * mc__vcompact()) or a replica array after the key (room for the replicas
  * asked for, when more than one); the fields are as wide as their values
  * need (the aim, issue 14: 1M keys of 100 B in no more memory than Redis
- * takes; 206 B against 187 B so far, docs/BENCHMARKS.md).
+ * takes, docs/BENCHMARKS.md).
  */
 typedef struct mc__version {
     uint64_t id;
-    uint64_t size;              /* bytes of data */
+    /* Bit-fields as narrow as their values (checked where they come in):
+     * with the size in 48 bits (a larger one, of a sparse file, in the
+     * rare fields), the key's length in 13 and the mode in 12, the lease
+     * in 32 and the atime sharing a word with the rare fields, the fields
+     * take 69 bytes, where the key starts (mc__vrep_offset()): a key of up
+     * to 10 bytes and its NUL end at 80. */
+    uint64_t size : 48;         /* bytes of data, below MC__VSIZE_BIG, else that and
+                                   the size is in its rare fields (mc__vmore_t
+                                   size); read it through mc__vsize() */
+    uint64_t klen : 13;         /* <= MC_KEY_MAX */
+    uint64_t state : 2;         /* enum mc__vstate */
+    uint64_t has_more : 1;      /* it has rare fields (mc__version_more()) */
     int64_t mtime_ns;           /* wall clock (ns); the service sets it */
     union {                     /* one word for two fields (has_more says which) */
         int64_t atime_own;      /* !has_more: its atime (wall clock, ns, as the
@@ -149,36 +160,30 @@ typedef struct mc__version {
         uint32_t rpos; /* retired: its place in the master's array of those
                           waiting for handles or a lease, plus one (0: none) */
     };
-    uint32_t seg1; /* compact (mc__vcompact()) with a replica: its segment */
-    /* Bit-fields as narrow as their values (checked where they come in):
-     * with the key's length in 13 bits and the mode in 12, the lease in 32
-     * and the atime sharing a word with the rare fields, the fields take 71
-     * bytes, where the key starts (mc__vrep_offset()). */
-    uint32_t klen : 13;    /* <= MC_KEY_MAX */
-    uint32_t mode : 12;    /* & 07777 */
-    uint32_t state : 2;    /* enum mc__vstate */
-    uint32_t pin : 2;      /* MC_PIN_* (<= MC_PIN_HARD) */
-    uint32_t inherit : 2;  /* pending: MC__INHERIT_*, what to take at commit
-                              from the version it replaces */
-    uint32_t has_more : 1; /* it has rare fields (mc__version_more()) */
-    uint8_t nrep : 4;      /* <= MC__MAX_REPLICAS */
-    uint8_t repcap : 4;    /* the replicas its array has room for: after its
-                              fields and its key, or, MC__V_REP_OWNED, in its
-                              rare fields; 0: compact, see mc__vcompact() */
-    uint8_t type : 3;      /* MC_TYPE_* */
-    uint8_t n1 : 1;        /* compact with a replica: its extents (0 or 1, in
-                              ext1) */
-    uint8_t want : 4;      /* replicas asked for (clamped to the segments at the
-                              start; <= MC__MAX_REPLICAS) */
-    uint8_t flags;         /* MC__V_* */
-    char key[];            /* its key, unless MC__V_KEY_OWNED (read it through
-                              mc__vkey()): right after the fields, in the
-                              struct's tail padding and on */
+    uint32_t seg1;        /* compact (mc__vcompact()) with a replica: its segment */
+    uint16_t mode : 12;   /* & 07777 */
+    uint16_t pin : 2;     /* MC_PIN_* (<= MC_PIN_HARD) */
+    uint16_t inherit : 2; /* pending: MC__INHERIT_*, what to take at commit
+                             from the version it replaces */
+    uint8_t nrep : 4;     /* <= MC__MAX_REPLICAS */
+    uint8_t repcap : 4;   /* the replicas its array has room for: after its
+                             fields and its key, or, MC__V_REP_OWNED, in its
+                             rare fields; 0: compact, see mc__vcompact() */
+    uint8_t type : 3;     /* MC_TYPE_* */
+    uint8_t n1 : 1;       /* compact with a replica: its extents (0 or 1, in
+                             ext1) */
+    uint8_t want : 4;     /* replicas asked for (clamped to the segments at the
+                             start; <= MC__MAX_REPLICAS) */
+    uint8_t flags;        /* MC__V_* */
+    char key[];           /* its key, unless MC__V_KEY_OWNED (read it through
+                             mc__vkey()): right after the fields, in the
+                             struct's tail padding and on */
 } mc__version_t;
 
 _Static_assert(MC__MAX_REPLICAS < 16 && MC_PIN_HARD < 4 && MC_TYPE_MAX < 8 &&
                    (MC__INHERIT_MODE | MC__INHERIT_OWNER) < 4 && MC_KEY_MAX < 8192,
                "mc__version_t's bit-fields");
+_Static_assert(offsetof(mc__version_t, key) == 69, "mc__version_t's fields take 69 bytes");
 _Static_assert(sizeof(mc__version_t) - offsetof(mc__version_t, key) < 8,
                "a version's own allocation (mc__vrep_offset()) covers its struct");
 
@@ -201,7 +206,23 @@ typedef struct mc__vmore {
     char *key;          /* MC__V_KEY_OWNED: v's key (owned, NUL-terminated) */
     mc__replica_t *rep; /* MC__V_REP_OWNED: v's replica array (owned, room for
                            v->repcap) */
+    uint64_t size;      /* v's size when it is MC__VSIZE_BIG or more */
 } mc__vmore_t;
+
+/* The sizes a version keeps in its rare fields, not in its own 48 bits:
+ * those of sparse files of 256 TiB and more (a file's bytes are in
+ * segments; its holes take no space). */
+#define MC__VSIZE_BIG (((uint64_t)1 << 48) - 1)
+
+/* v's size: the bytes of its data. */
+static inline uint64_t mc__vsize(const mc__version_t *v)
+{
+    return v->size == MC__VSIZE_BIG ? v->rare->size : v->size;
+}
+
+/* Sets v's size. Returns 0, or -ENOMEM (nothing changed) when the size is
+ * MC__VSIZE_BIG or more and v's rare fields could not be made. */
+int mc__version_set_size(mc__version_t *v, uint64_t size);
 
 /* v's rare fields to read: all zero when it has none. */
 static inline const mc__vmore_t *mc__vmore(const mc__version_t *v)

@@ -372,7 +372,8 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
      * attributes) goes into v's rare fields: made now, while failing
      * changes nothing (no slot was added: name is there). */
     const mc__vmore_t *nx = name ? mc__vmore(name) : NULL;
-    if (nx && (nx->link || nx->xattr || nx->links) && !mc__version_more(v))
+    if (((nx && (nx->link || nx->xattr || nx->links)) || size >= MC__VSIZE_BIG) &&
+        !mc__version_more(v))
         return -ENOMEM;
     if (name && mc__vmore(name)->link) {
         /* A hard link's name: the new version is the file's, under its
@@ -396,7 +397,7 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         mc__index_replace(m->ix, cur, v);
     else
         mc__index_insert(m->ix, v, NULL);
-    v->size = size;
+    (void)mc__version_set_size(v, size); /* cannot fail: a large size's rare fields are made */
     v->id = m->next_id++;
     v->state = MC__PUBLISHED;
     mc__lru_touch(m, v);

@@ -112,7 +112,7 @@ const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t
     r->klen = v->klen;
     r->link = mc__vmore(v)->link;
     r->linklen = mc__vmore(v)->linklen;
-    r->size = v->size;
+    r->size = mc__vsize(v);
     r->mtime_ns = v->mtime_ns;
     r->atime_ns = mc__vatime(v);
     r->ctime_ns = mc__vctime(v);
@@ -196,7 +196,8 @@ static int take_meta(mc__master_t *m, mc__version_t *v, const mc__rec_t *r)
 {
     char *x = NULL;
     mc__vmore_t *more = NULL;
-    if ((r->xattr_len || r->rdev || r->links || r->ctime_ns != r->mtime_ns || v->has_more) &&
+    if ((r->xattr_len || r->rdev || r->links || r->ctime_ns != r->mtime_ns ||
+         r->size >= MC__VSIZE_BIG || v->has_more) &&
         !(more = mc__version_more(v)))
         return -ENOMEM;
     if (mc__version_set_owner(m, v, r->uid, r->gid) < 0)
@@ -213,7 +214,7 @@ static int take_meta(mc__master_t *m, mc__version_t *v, const mc__rec_t *r)
         more->links = r->links;
         more->pin_until = 0;
     }
-    v->size = r->size;
+    (void)mc__version_set_size(v, r->size); /* cannot fail: its rare fields are made */
     v->mtime_ns = r->mtime_ns;
     mc__version_set_atime(v, r->atime_ns);
     (void)mc__version_set_ctime(v, r->ctime_ns); /* cannot fail: its rare fields are made */

@@ -195,7 +195,7 @@ static int plan_one(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
                              .vid = v->id,
                              .key = key,
                              .klen = v->klen,
-                             .size = v->size,
+                             .size = mc__vsize(v),
                              /* >= 10 MB/s of its bytes (a repair skips holes) */
                              .limit_ms = 10000 + mc__replica_bytes(&rep) / (10 << 10),
                              .dst = rep,
