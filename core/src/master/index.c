@@ -2,7 +2,7 @@
  * index.c - the ordered key index: a B+tree of value pointers whose keys
  * live in the values (index.h), beside a hash table of them (index_hash.c).
  *
- * Leaves hold up to LEAF_CAP value pointers in key order and are linked
+ * Leaves hold up to LEAF_CAP value pointers (6 bytes each) in key order and are linked
  * both ways, so a walk is a step along an array; inner nodes hold up to
  * INNER_CAP children and, between them, separators that are values too:
  * sep[i] is the least value of child i + 1's subtree, always a value in the
@@ -25,15 +25,38 @@
 
 #include "master/index_i.h"
 
-#define LEAF_CAP 60  /* a 512-byte malloc chunk */
+#define LEAF_CAP 80  /* a 512-byte malloc chunk */
 #define INNER_CAP 32 /* children */
 #define MAX_DEPTH 40 /* inner levels; every inner node below the root has >= 1 child of many */
+
+/* A value pointer in a leaf: its low 48 bits (index.h: values lie below
+ * 2^48), in 6 bytes, so that a 512-byte leaf holds 80 values, not 60. */
+typedef struct vp {
+    uint16_t w[3];
+} vp_t;
+
+static inline void *vget(const vp_t *p)
+{
+    return (void *)(uintptr_t)((uint64_t)p->w[0] | (uint64_t)p->w[1] << 16 |
+                               (uint64_t)p->w[2] << 32);
+}
+
+static inline void vset(vp_t *p, const void *val)
+{
+    uint64_t x = (uint64_t)(uintptr_t)val;
+    p->w[0] = (uint16_t)x;
+    p->w[1] = (uint16_t)(x >> 16);
+    p->w[2] = (uint16_t)(x >> 32);
+}
 
 struct leaf {
     struct leaf *prev, *next;
     uint32_t n;
-    void *val[LEAF_CAP];
+    vp_t val[LEAF_CAP];
 };
+
+_Static_assert(sizeof(vp_t) == 6 && sizeof(struct leaf) <= 504,
+               "a leaf is a 512-byte malloc chunk");
 
 struct inner {
     uint32_t n;               /* children */
@@ -126,7 +149,7 @@ static unsigned leaf_bound(const mc__index_t *ix, const struct leaf *l, const ch
 
     while (lo < hi) {
         unsigned mid = lo + (hi - lo) / 2;
-        int c = val_cmp(ix, l->val[mid], key, len);
+        int c = val_cmp(ix, vget(&l->val[mid]), key, len);
 
         if (c < 0 || (c == 0 && after))
             lo = mid + 1;
@@ -240,13 +263,13 @@ static int shift_to_sibling(mc__index_t *ix, step_t *up, struct leaf *l, unsigne
         struct leaf *s = p->child[ci - 1];
 
         if (pos == 0) {
-            s->val[s->n++] = val;
+            vset(&s->val[s->n++], val);
             return 1;
         }
-        s->val[s->n++] = l->val[0];
+        vset(&s->val[s->n++], vget(&l->val[0]));
         memmove(&l->val[0], &l->val[1], (pos - 1) * sizeof(l->val[0]));
-        l->val[pos - 1] = val;
-        p->sep[ci - 1] = l->val[0];
+        vset(&l->val[pos - 1], val);
+        p->sep[ci - 1] = vget(&l->val[0]);
         return 1;
     }
     if (ci + 1 < p->n && ((struct leaf *)p->child[ci + 1])->n < LEAF_CAP) {
@@ -255,13 +278,13 @@ static int shift_to_sibling(mc__index_t *ix, step_t *up, struct leaf *l, unsigne
         memmove(&s->val[1], &s->val[0], s->n * sizeof(s->val[0]));
         s->n++;
         if (pos == LEAF_CAP) {
-            s->val[0] = val;
+            vset(&s->val[0], val);
         } else {
-            s->val[0] = l->val[LEAF_CAP - 1];
+            vset(&s->val[0], vget(&l->val[LEAF_CAP - 1]));
             memmove(&l->val[pos + 1], &l->val[pos], (LEAF_CAP - 1 - pos) * sizeof(l->val[0]));
-            l->val[pos] = val;
+            vset(&l->val[pos], val);
         }
-        p->sep[ci] = s->val[0];
+        p->sep[ci] = vget(&s->val[0]);
         return 1;
     }
     return 0;
@@ -276,19 +299,19 @@ static void tree_insert(mc__index_t *ix, void *val, const char *key, size_t len)
 
     if (l->n < LEAF_CAP) {
         memmove(&l->val[pos + 1], &l->val[pos], (l->n - pos) * sizeof(l->val[0]));
-        l->val[pos] = val;
+        vset(&l->val[pos], val);
         l->n++;
         return;
     }
     if (ix->height > 0 && shift_to_sibling(ix, &path[ix->height - 1], l, pos, val))
         return;
     /* Split: in half, or at an end when val arrives at one. */
-    void *tmp[LEAF_CAP + 1];
+    vp_t tmp[LEAF_CAP + 1];
     unsigned s = pos == LEAF_CAP ? LEAF_CAP : pos == 0 ? 1 : (LEAF_CAP + 1) / 2;
     struct leaf *r = take_leaf(ix);
 
     memcpy(tmp, l->val, pos * sizeof(tmp[0]));
-    tmp[pos] = val;
+    vset(&tmp[pos], val);
     memcpy(tmp + pos + 1, l->val + pos, (LEAF_CAP - pos) * sizeof(tmp[0]));
     memcpy(l->val, tmp, s * sizeof(tmp[0]));
     l->n = s;
@@ -299,7 +322,7 @@ static void tree_insert(mc__index_t *ix, void *val, const char *key, size_t len)
     if (l->next)
         l->next->prev = r;
     l->next = r;
-    insert_child(ix, path, ix->height - 1, r->val[0], r);
+    insert_child(ix, path, ix->height - 1, vget(&r->val[0]), r);
 }
 
 /* old (in the tree) gives its place to val, which has the same key. */
@@ -309,9 +332,9 @@ static void tree_replace(mc__index_t *ix, void *old, void *val, const char *key,
     struct leaf *l = descend(ix, key, len, path);
     unsigned pos = 0;
 
-    while (l->val[pos] != old) /* a scan of pointers: no key read */
+    while (vget(&l->val[pos]) != old) /* a scan of pointers: no key read */
         pos++;
-    l->val[pos] = val;
+    vset(&l->val[pos], val);
     for (int k = 0; k < ix->height; k++)
         if (path[k].ci > 0 && path[k].node->sep[path[k].ci - 1] == old)
             path[k].node->sep[path[k].ci - 1] = val;
@@ -461,7 +484,7 @@ void mc__index_free(mc__index_t *ix, void (*free_val)(void *))
         struct leaf *next = l->next;
 
         for (unsigned i = 0; free_val && i < l->n; i++)
-            free_val(l->val[i]);
+            free_val(vget(&l->val[i]));
         free(l);
         l = next;
     }
@@ -545,12 +568,12 @@ void *mc__index_remove(mc__index_t *ix, const char *key, size_t len)
     step_t path[MAX_DEPTH];
     struct leaf *l = descend(ix, key, len, path);
     unsigned pos = leaf_bound(ix, l, key, len, 0);
-    void *val = l->val[pos], *succ;
+    void *val = vget(&l->val[pos]), *succ;
 
     memmove(&l->val[pos], &l->val[pos + 1], (l->n - pos - 1) * sizeof(l->val[0]));
     l->n--;
     /* Where val was the least of a subtree, its successor is now. */
-    succ = pos < l->n ? l->val[pos] : l->next ? l->next->val[0] : NULL;
+    succ = pos < l->n ? vget(&l->val[pos]) : l->next ? vget(&l->next->val[0]) : NULL;
     for (int k = 0; k < ix->height; k++)
         if (path[k].ci > 0 && path[k].node->sep[path[k].ci - 1] == val)
             path[k].node->sep[path[k].ci - 1] = succ;
@@ -591,7 +614,7 @@ int mc__index_next(mc__index_iter_t *it, const char **key, size_t *len, void **v
 
     if (!l)
         return 0;
-    void *v = l->val[it->pos];
+    void *v = vget(&l->val[it->pos]);
 
     if (key || len) {
         size_t kl;
@@ -628,17 +651,17 @@ static long check_node(const mc__index_t *ix, const void *n, int height, const v
         if (l != *leaf || (l->n == 0 && ix->height > 0) || l->n > LEAF_CAP)
             return -1;
         for (unsigned i = 0; i < l->n; i++) {
-            k = ix->keyof(l->val[i], &kl);
+            k = ix->keyof(vget(&l->val[i]), &kl);
             if ((lo && val_cmp(ix, lo, k, kl) > 0) || (hi && val_cmp(ix, hi, k, kl) <= 0))
                 return -1;
-            if (i > 0 && val_cmp(ix, l->val[i - 1], k, kl) >= 0)
+            if (i > 0 && val_cmp(ix, vget(&l->val[i - 1]), k, kl) >= 0)
                 return -1;
-            if (mc__index_get(ix, k, kl) != l->val[i])
+            if (mc__index_get(ix, k, kl) != vget(&l->val[i]))
                 return -1;
         }
         if (l->next && l->next->prev != l)
             return -1;
-        *first = l->n ? l->val[0] : NULL;
+        *first = l->n ? vget(&l->val[0]) : NULL;
         *leaf = l->next;
         return l->n;
     }
