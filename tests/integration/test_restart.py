@@ -6,13 +6,17 @@ one on the same address, nodes, a mount and the Python client."""
 
 import errno
 import os
+import socket
 import stat
+import struct
 import sys
+import threading
 import time
 
 import pytest
 
 from harness import cli, cli_stats, wait_for
+from wire import HDR, MAGIC, recv_exact
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
@@ -29,10 +33,15 @@ def settled(m):
 def restart(cluster, m, *args):
     """kill -9 of master m, then a new master on the same address."""
     m.kill9()
+    return restart_on(cluster, m.port, *args)
+
+
+def restart_on(cluster, port, *args):
+    """A new master on port (once a killed one's connections let it go)."""
     deadline = time.time() + 20
     while True:  # the old master's connections may hold the port a moment
         try:
-            return cluster.master(*args, port=m.port)
+            return cluster.master(*args, port=port)
         except AssertionError:
             assert time.time() < deadline, "the master could not listen again"
             time.sleep(0.5)
@@ -268,3 +277,84 @@ def test_puts_after_a_master_restart_wait_only_for_what_the_nodes_cannot_check(c
     wait_for(lambda: cli(m2.addr, "put", "new", input=b"new").returncode == 0,
              "a put to succeed within a few heartbeats", timeout=5)
     assert cli(m2.addr, "get", "new").stdout == b"new"
+
+
+class OtherVersionMaster:
+    """A master of another session version on addr's port, as far as HELLO
+    goes: it answers every HELLO with -EPROTONOSUPPORT, as a master of a
+    version the peer does not speak does (server.c), and hangs up."""
+
+    def __init__(self, port):
+        deadline = time.time() + 20
+        while True:  # the killed master's connections may hold the port a moment
+            try:
+                self.sock = socket.create_server(("127.0.0.1", port))
+                break
+            except OSError:
+                assert time.time() < deadline, "the port stayed busy"
+                time.sleep(0.2)
+        self.sock.settimeout(0.2)
+        self.hellos = 0
+        self.other = []  # ops that were not HELLO
+        self.done = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while not self.done:
+            try:
+                c, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            with c:
+                c.settimeout(5)
+                try:
+                    magic, ver, op, rid, n, _, _ = struct.unpack(HDR, recv_exact(c, 24))
+                    recv_exact(c, n)
+                except (AssertionError, OSError):
+                    continue
+                if op != 1:
+                    self.other.append(op)
+                    continue
+                self.hellos += 1
+                c.sendall(struct.pack(HDR, MAGIC, ver, op, rid, 0, 1, -errno.EPROTONOSUPPORT))
+                c.shutdown(socket.SHUT_WR)  # the reply first, then the end
+                try:
+                    while c.recv(65536):
+                        pass
+                except OSError:
+                    pass
+
+    def close(self):
+        self.done = True
+        self.thread.join()
+        self.sock.close()
+
+
+def test_a_node_keeps_its_bytes_while_the_master_speaks_another_version(cluster):
+    """A master of another session version (a rollback, or a standby still
+    on an older binary) refuses a node that held data with EPROTONOSUPPORT:
+    the node keeps its segment and its records and keeps trying, sending
+    nothing but HELLO, and says why in its log; the next master of its own
+    version gets every byte back."""
+    m = cluster.master()
+    node = cluster.node(m, "32M")
+    blobs = {f"v/{i}": os.urandom(1 + i * 10_007) for i in range(8)}
+    for k, v in blobs.items():
+        assert cli(m.addr, "put", k, input=v).returncode == 0
+    settled(m)
+    m.kill9()
+    other = OtherVersionMaster(m.port)
+    try:
+        wait_for(lambda: other.hellos >= 3, "the node to try the other master again and again",
+                 timeout=60, step=0.2)
+        assert node.proc.poll() is None, node.fail("exited at a master of another version")
+        assert other.other == [], other.other
+        # ... and says why, for whoever runs it.
+        assert "does not speak our protocol version" in node.read_log(), node.read_log()
+    finally:
+        other.close()
+    m2 = restart_on(cluster, m.port)
+    wait_for(lambda: cli(m2.addr, "get", "v/0").returncode == 0, "the node to report")
+    for k, v in blobs.items():
+        assert cli(m2.addr, "get", k).stdout == v, k

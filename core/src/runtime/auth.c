@@ -197,6 +197,22 @@ static void auth_done(void *arg, int status, const char *body, size_t len)
     session_end(ss, status < 0 ? status : 0);
 }
 
+/* The peer speaks no session version of ours (an upgrade or a rollback
+ * across one; theirs: the version it answered, 0 when it refused ours):
+ * nothing more goes to it, and whoever runs this process is told why, at
+ * every attempt, as for a refused secret. */
+static void other_version(session_t *ss, unsigned theirs)
+{
+    char why[32] = "it refused it";
+    if (theirs)
+        snprintf(why, sizeof(why), "it answered %u", theirs);
+    mc__log(MC__LOG_WARN,
+            "%s does not speak our protocol version, %u (%s): upgrade it and this process "
+            "together",
+            ss->peer, (unsigned)MC__PROTO_SESSION, why);
+    session_end(ss, -EPROTONOSUPPORT);
+}
+
 static void hello_done(void *arg, int status, const char *body, size_t len)
 {
     session_t *ss = arg;
@@ -206,6 +222,8 @@ static void hello_done(void *arg, int status, const char *body, size_t len)
 
     if (status == -EACCES)
         mc__log(MC__LOG_WARN, "%s refused the session: permission denied", ss->peer);
+    if (status == -EPROTONOSUPPORT)
+        return other_version(ss, 0);
     if (status < 0)
         return session_end(ss, status);
     if (mc__unpack(body, len, "huss", &ver, &auth, &snonce, &nlen, &proof, &plen) < 0 || auth > 1) {
@@ -213,7 +231,7 @@ static void hello_done(void *arg, int status, const char *body, size_t len)
         return session_end(ss, -EPROTO);
     }
     if (ver != MC__PROTO_SESSION)
-        return session_end(ss, -EPROTONOSUPPORT);
+        return other_version(ss, ver);
     if (!auth && !ss->secret)
         return session_end(ss, 0);
     if (!auth) {
