@@ -70,7 +70,7 @@ def test_counters_move_by_the_workload(cluster):
     mport = free_port()
     master = cluster.master("--metrics", str(mport))
     nport = free_port()
-    node = cluster.node(master, "64M", "--no-shm", "--metrics", str(nport))
+    cluster.node(master, "64M", "--no-shm", "--metrics", str(nport))
     fport = free_port()
     mnt = cluster.mount("--master", master.addr, "--segment-size", "0", "--no-shm",
                         "--metrics", f"127.0.0.1:{fport}")

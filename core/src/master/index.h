@@ -20,6 +20,7 @@
 #define MC_INDEX_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct mc__index mc__index_t;
 
