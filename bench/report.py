@@ -273,7 +273,7 @@ def scale_section(r):
              "`redis-cli --pipe`, or `DEBUG POPULATE`; the growth of its VmRSS).", "",
              "| keys | mooncake (B/key) | redis (B/key) | mooncake / redis |",
              "|---|---|---|---|"]
-    for what, k in (("mc_bench's, `mcb/100/SLOT/I` (10 to 16 bytes)", "scale.mem"),
+    for what, k in (("mc_bench's, `mcb/100/SLOT/I` (11 to 16 bytes)", "scale.mem"),
                     ("redis's `DEBUG POPULATE` names, `key:0` on (5 to 10 bytes)",
                      "scale.mem_short")):
         mc, redis = r.m(f"{k}.mc"), r.m(f"{k}.redis")

@@ -7,7 +7,7 @@
 #     metadata included) holding MEM_KEYS keys of 100 bytes, next to Debian's
 #     redis-server holding the same keys with values of 100 bytes (SETs
 #     through redis-cli --pipe; the growth of its VmRSS), twice: mc_bench's
-#     own keys (mcb/100/SLOT/I, 10 to 16 bytes) and redis's DEBUG POPULATE
+#     own keys (mcb/100/SLOT/I, 11 to 16 bytes) and redis's DEBUG POPULATE
 #     names (key:0 on, 5 to 10 bytes; also made by DEBUG POPULATE itself,
 #     which leaves redis's allocator less fragmented than SETs do); and the
 #     store alone with MEM_KEYS_BIG keys of mc_bench's (0: skipped);
@@ -18,6 +18,7 @@
 # Every value goes to BENCH_RESULTS (KEY VALUE, keys "scale.") when set.
 # Loopback only; every process it starts is stopped on exit.
 set -euo pipefail
+shopt -s inherit_errexit # a failure inside $(...) ends that subshell, with no value
 cd "$(dirname "$0")/.."
 BUILD=${MC_BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -54,6 +55,10 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 record() {
+    [ -n "$2" ] || {
+        echo "scale bench: no value for $1 (see above)" >&2
+        exit 1
+    }
     echo "$1 $2"
     [ -z "$results" ] || echo "$1 $2" >>"$results"
 }
@@ -84,6 +89,10 @@ redis_memory() {
     local pid=$!
     for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
     before=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status")
+    [ -n "$before" ] || {
+        echo "scale bench: redis-server's VmRSS is unknown" >&2
+        exit 1
+    }
     if [ "${3:-}" = populate ]; then
         redis-cli -p "$port" debug populate "$1" "$2" 100 >"$work/pipe.out"
     else

@@ -2,7 +2,8 @@
  * test_master_random.c - random operations on the master's versions,
  * compact (one replica in the fields) and general, with allocations
  * failing now and then: puts of one to three replicas begun, grown,
- * given holes and punched, committed and aborted; a repair's replica
+ * given holes and punched (sizes past 2^48 among them), committed and
+ * aborted; a repair's replica
  * attached, a replica taken out and given back, removes, a segment
  * dropped and mounted again. After every step every version's layout
  * covers its capacity (a compact one holds at most one extent, in ext1)
@@ -114,8 +115,10 @@ static void check(mc__master_t *m)
     mc__index_iter_t it;
     void *val;
     mc__index_seek(m->ix, &it, NULL, 0, 0);
-    while (mc__index_next(&it, NULL, NULL, &val))
+    while (mc__index_next(&it, NULL, NULL, &val)) {
         t += layout_bytes(val);
+        assert_true(mc__vsize(val) <= mc__vcap(val)); /* a size past 2^48 too */
+    }
     for (size_t i = 0; i < m->nretired; i++)
         t += layout_bytes(m->retired[i]);
     for (int i = 0; i < NPEND; i++)
@@ -149,15 +152,21 @@ static void step(mc__master_t *m, uint64_t now)
         if (pend[p])
             st_reserve += 0 == mc__master_reserve(m, pend[p], mc__vcap(pend[p]) + rn(6) * 40, now);
         break;
-    case 2: /* range or punch */
-        if (pend[p])
-            st_range += 0 == mc__master_reserve_range(m, pend[p], rn(12) * 50, 1 + rn(4) * 60,
-                                                      rn(3) == 0, now);
+    case 2: /* range or punch, now and then past 2^48 (a size kept in the side record) */
+        if (pend[p]) {
+            uint64_t off = rn(16) ? rn(12) * 50 : MC__VSIZE_BIG - 200 + rn(6) * 50;
+            st_range +=
+                0 == mc__master_reserve_range(m, pend[p], off, 1 + rn(4) * 60, rn(3) == 0, now);
+        }
         break;
-    case 3: /* commit */
+    case 3: /* commit: the whole capacity or less */
         if (pend[p]) {
             uint64_t cap = mc__vcap(pend[p]);
-            if (mc__master_commit(m, pend[p], cap ? rn(cap + 1) : 0, 0, now) == 0) {
+            uint64_t size = rn(4) == 0 ? cap : cap ? rn(cap + 1) : 0;
+            if (mc__master_commit(m, pend[p], size, 0, now) == 0) {
+                mc_stat_t st;
+                mc__version_stat(m, pend[p], now, &st);
+                assert_int_equal(st.size, size);
                 st_commit++;
                 if (!mc__vcompact(pend[p]))
                     st_conv++;

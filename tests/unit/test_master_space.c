@@ -29,7 +29,7 @@ static void test_commit_publishes(void **state)
     assert_int_equal(mc__master_commit(m, v, 100, 0, T0), 0);
     assert_ptr_equal(find(m, "k"), v);
     assert_int_equal(v->state, MC__PUBLISHED);
-    assert_int_equal(v->size, 100);
+    assert_int_equal(mc__vsize(v), 100);
     assert_int_equal(mc__vcap(v), 100);
     assert_int_equal(used(m), 100);
     assert_int_equal(objects(m), 1);
@@ -51,7 +51,7 @@ static void test_empty_object(void **state)
     mc__master_t *m = new_master();
     mc__version_t *v = put(m, "empty", 0, T0);
 
-    assert_int_equal(v->size, 0);
+    assert_int_equal(mc__vsize(v), 0);
     assert_int_equal(mc__vcap(v), 0);
     assert_int_equal(used(m), 0);
     assert_int_equal(objects(m), 1);
@@ -169,7 +169,7 @@ static void test_ref_holds_replaced_version(void **state)
     mc__version_t *v2 = put(m, "k", 640, T0 + 1);
     assert_ptr_equal(find(m, "k"), v2);
     assert_int_equal(v1->state, MC__RETIRED);
-    assert_int_equal(v1->size, 6400);
+    assert_int_equal(mc__vsize(v1), 6400);
     assert_int_equal(used(m), 6400 + 640);
     /* Sweeping does not free a version a handle holds. */
     mc__master_sweep(m, T0 + 10 * LEASE_MS);

@@ -7,7 +7,8 @@
  * returns for it, and must not change while the value is in the index
  * (take it out, change the key, put it back). The index holds a pointer
  * per value in a leaf of the tree (48 bits of it, in 6 bytes) and one in
- * a slot of the hash table (8 bytes), about 15 bytes a value in all.
+ * a slot of the hash table (8 bytes), about 16 bytes a value in all (leaves
+ * and table 80% to 95% full).
  *
  * Keys are compared as unsigned bytes (memcmp, shorter first on a tie), so
  * the keys under a prefix form one contiguous run: seek to the prefix, walk

@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,16 +199,23 @@ static void auth_done(void *arg, int status, const char *body, size_t len)
     session_end(ss, status < 0 ? status : 0);
 }
 
+/* When other_version() last warned (mc_loop_now_ms(); 0: never): it warns
+ * once a minute at most, the attempts between go to the debug log (a
+ * client that finds its master through etcd tries twice a second). */
+static _Atomic uint64_t other_version_warned;
+
 /* The peer speaks no session version of ours (an upgrade or a rollback
- * across one; theirs: the version it answered, 0 when it refused ours):
- * nothing more goes to it, and whoever runs this process is told why, at
- * every attempt, as for a refused secret. */
-static void other_version(session_t *ss, unsigned theirs)
+ * across one; theirs: the version it answered, -1 when it refused ours):
+ * nothing more goes to it, and whoever runs this process is told why. */
+static void other_version(session_t *ss, int theirs)
 {
     char why[32] = "it refused it";
-    if (theirs)
-        snprintf(why, sizeof(why), "it answered %u", theirs);
-    mc__log(MC__LOG_WARN,
+    if (theirs >= 0)
+        snprintf(why, sizeof(why), "it answered %d", theirs);
+    uint64_t now = mc_loop_now_ms(), last = atomic_load(&other_version_warned);
+    int warn = (last == 0 || now - last >= 60000) &&
+               atomic_compare_exchange_strong(&other_version_warned, &last, now ? now : 1);
+    mc__log(warn ? MC__LOG_WARN : MC__LOG_DEBUG,
             "%s does not speak our protocol version, %u (%s): upgrade it and this process "
             "together",
             ss->peer, (unsigned)MC__PROTO_SESSION, why);
@@ -223,7 +232,7 @@ static void hello_done(void *arg, int status, const char *body, size_t len)
     if (status == -EACCES)
         mc__log(MC__LOG_WARN, "%s refused the session: permission denied", ss->peer);
     if (status == -EPROTONOSUPPORT)
-        return other_version(ss, 0);
+        return other_version(ss, -1);
     if (status < 0)
         return session_end(ss, status);
     if (mc__unpack(body, len, "huss", &ver, &auth, &snonce, &nlen, &proof, &plen) < 0 || auth > 1) {
@@ -231,7 +240,7 @@ static void hello_done(void *arg, int status, const char *body, size_t len)
         return session_end(ss, -EPROTO);
     }
     if (ver != MC__PROTO_SESSION)
-        return other_version(ss, ver);
+        return other_version(ss, (int)ver);
     if (!auth && !ss->secret)
         return session_end(ss, 0);
     if (!auth) {

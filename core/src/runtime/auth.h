@@ -90,7 +90,9 @@ typedef void (*mc__session_cb)(void *arg, mc__conn_t *c, int rc);
  * client's. cb(arg, c, rc) runs once, from the loop: rc 0 when the session
  * may carry other calls, -EACCES when either side lacks or refuses the
  * secret (the reason is logged as a warning naming the peer), -EPROTO for a
- * malformed HELLO answer, -EPROTONOSUPPORT, or the failure of a call
+ * malformed HELLO answer, -EPROTONOSUPPORT when the peer speaks another
+ * session version (logged as a warning naming it, once a minute at most
+ * in the process, else to the debug log), or the failure of a call
  * (-ETIMEDOUT, the conn's close reason). Returns 0, or -errno (-ENOMEM,
  * errors of mc__rpc_call_early()); cb is then never called.
  */
