@@ -18,7 +18,7 @@
 # Every value goes to BENCH_RESULTS (KEY VALUE, keys "scale.") when set.
 # Loopback only; every process it starts is stopped on exit.
 set -euo pipefail
-shopt -s inherit_errexit # a failure inside $(...) ends that subshell, with no value
+shopt -s inherit_errexit # a failure inside $(...) ends that subshell (record then has no value)
 cd "$(dirname "$0")/.."
 BUILD=${MC_BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -87,14 +87,22 @@ redis_memory() {
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
         --enable-debug-command local --daemonize no >"$work/redis.log" 2>&1 &
     local pid=$!
-    for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
-    before=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status")
-    [ -n "$before" ] || {
-        echo "scale bench: redis-server's VmRSS is unknown" >&2
+    # Called in $(...): however this subshell ends, the server goes with it
+    # (the script's cleanup does not know its pid).
+    # shellcheck disable=SC2064 # this port and pid, now: the function's locals are gone by then
+    trap "redis-cli -p $port shutdown nosave >/dev/null 2>&1 || kill $pid 2>/dev/null
+        wait $pid 2>/dev/null || true" EXIT
+    failed() {
+        echo "scale bench: $1; redis-server's log and redis-cli's output:" >&2
+        cat "$work/redis.log" "$work/pipe.out" >&2 2>/dev/null || true
         exit 1
     }
+    for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    before=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status")
+    [ -n "$before" ] || failed "redis-server's VmRSS is unknown"
     if [ "${3:-}" = populate ]; then
-        redis-cli -p "$port" debug populate "$1" "$2" 100 >"$work/pipe.out"
+        redis-cli -p "$port" debug populate "$1" "$2" 100 >"$work/pipe.out" ||
+            failed "DEBUG POPULATE failed"
     else
         # The keys as mc_bench makes them (make_key()), each SET in redis's
         # protocol; the replies are read as they come (--pipe).
@@ -104,17 +112,11 @@ redis_memory() {
                 key = prefix != "" ? prefix ":" k : "mcb/100/" int(k / (n / 16)) "/" k % (n / 16)
                 printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$100\r\n%s\r\n", length(key), key, v
             }
-        }' | redis-cli -p "$port" --pipe >"$work/pipe.out"
+        }' | redis-cli -p "$port" --pipe >"$work/pipe.out" || failed "the SETs failed"
     fi
-    n=$(redis-cli -p "$port" dbsize)
+    n=$(redis-cli -p "$port" dbsize) || failed "DBSIZE failed"
     after=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status")
-    redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
-    wait "$pid" 2>/dev/null || true
-    [ "$n" = "$1" ] || {
-        echo "scale bench: redis-server holds $n keys, not $1:" >&2
-        cat "$work/pipe.out" >&2
-        exit 1
-    }
+    [ "$n" = "$1" ] || failed "redis-server holds $n keys, not $1"
     echo "$before $after $1" | awk '{printf "%.0f\n", ($2 - $1) * 1024 / $3}'
 }
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from harness import cli, cli_stats, wait_for
-from wire import HDR, MAGIC, recv_exact
+from wire import HDR, MAGIC, OP_HELLO, closed_by_peer, recv_exact
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
@@ -280,7 +280,7 @@ def test_puts_after_a_master_restart_wait_only_for_what_the_nodes_cannot_check(c
 
 
 class OtherVersionMaster:
-    """A master of another session version on addr's port, as far as HELLO
+    """A master of another session version on port, as far as HELLO
     goes: it answers every HELLO with -EPROTONOSUPPORT, as a master of a
     version the peer does not speak does (server.c), and hangs up."""
 
@@ -313,17 +313,13 @@ class OtherVersionMaster:
                     recv_exact(c, n)
                 except (AssertionError, OSError):
                     continue
-                if op != 1:
+                if op != OP_HELLO:
                     self.other.append(op)
                     continue
                 self.hellos += 1
                 c.sendall(struct.pack(HDR, MAGIC, ver, op, rid, 0, 1, -errno.EPROTONOSUPPORT))
                 c.shutdown(socket.SHUT_WR)  # the reply first, then the end
-                try:
-                    while c.recv(65536):
-                        pass
-                except OSError:
-                    pass
+                closed_by_peer(c, timeout=5)
 
     def close(self):
         self.done = True

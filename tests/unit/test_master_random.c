@@ -87,7 +87,7 @@ static uint64_t rn(uint64_t n)
 static mc__version_t *pend[NPEND];
 static mc__replica_t held[NHELD];
 static int nheld;
-static long st_commit, st_conv, st_attach, st_take, st_range, st_reserve;
+static long st_commit, st_conv, st_attach, st_take, st_range, st_reserve, st_big;
 
 static uint64_t layout_bytes(const mc__version_t *v)
 {
@@ -167,6 +167,7 @@ static void step(mc__master_t *m, uint64_t now)
                 mc_stat_t st;
                 mc__version_stat(m, pend[p], now, &st);
                 assert_int_equal(st.size, size);
+                st_big += size >= MC__VSIZE_BIG;
                 st_commit++;
                 if (!mc__vcompact(pend[p]))
                     st_conv++;
@@ -322,7 +323,7 @@ static void test_random_ops(void **state)
     /* The steps reached what they are for: versions committed compact and
      * in the general form, replicas attached and taken, holes. */
     assert_true(st_commit > 1000 && st_conv > 100 && st_attach > 100 && st_take > 100);
-    assert_true(st_range > 100 && st_reserve > 1000);
+    assert_true(st_range > 100 && st_reserve > 1000 && st_big > 10);
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_UNDEFINED__)
     assert_true(failed > 1000);
 #endif

@@ -7,8 +7,9 @@
  * returns for it, and must not change while the value is in the index
  * (take it out, change the key, put it back). The index holds a pointer
  * per value in a leaf of the tree (48 bits of it, in 6 bytes) and one in
- * a slot of the hash table (8 bytes), about 16 bytes a value in all (leaves
- * and table 80% to 95% full).
+ * a slot of the hash table (8 bytes): about 16 bytes a value at a million
+ * (leaves 80% to 95% full, the table 93%), up to 21 as the table's fill
+ * goes down to 62.5% after it doubles.
  *
  * Keys are compared as unsigned bytes (memcmp, shorter first on a tie), so
  * the keys under a prefix form one contiguous run: seek to the prefix, walk

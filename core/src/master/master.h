@@ -188,7 +188,7 @@ _Static_assert(sizeof(mc__version_t) - offsetof(mc__version_t, key) < 8,
                "a version's own allocation (mc__vrep_offset()) covers its struct");
 
 /* The fields of a version that few versions set (xattrs, hard links, soft
- * pins with a TTL, device numbers), kept apart so that the others do not
+ * pins with a TTL, device numbers, sizes past 48 bits), kept apart so that the others do not
  * carry them: a version without any has none (has_more 0). Made, they take
  * the version's atime along, whose word then points to them. */
 typedef struct mc__vmore {
@@ -210,8 +210,8 @@ typedef struct mc__vmore {
 } mc__vmore_t;
 
 /* The sizes a version keeps in its rare fields, not in its own 48 bits:
- * those of sparse files of 256 TiB and more (a file's bytes are in
- * segments; its holes take no space). */
+ * 2^48 - 1 bytes (just under 256 TiB) and more, which only a sparse file
+ * has (a file's bytes are in segments; its holes take no space). */
 #define MC__VSIZE_BIG (((uint64_t)1 << 48) - 1)
 
 /* v's size: the bytes of its data. */

@@ -212,7 +212,8 @@ static void other_version(session_t *ss, int theirs)
     char why[32] = "it refused it";
     if (theirs >= 0)
         snprintf(why, sizeof(why), "it answered %d", theirs);
-    uint64_t now = mc_loop_now_ms(), last = atomic_load(&other_version_warned);
+    uint64_t last = atomic_load(&other_version_warned);
+    uint64_t now = mc_loop_now_ms(); /* after last: monotonic, so not before it */
     int warn = (last == 0 || now - last >= 60000) &&
                atomic_compare_exchange_strong(&other_version_warned, &last, now ? now : 1);
     mc__log(warn ? MC__LOG_WARN : MC__LOG_DEBUG,
