@@ -65,6 +65,8 @@ record() {
 free_port() {
     "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+# vmrss_kb PID: the resident memory of process PID (kB, its /proc status)
+vmrss_kb() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
 # field KEY: KEY's value in mc_bench's output on stdin
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | head -1; }
 
@@ -98,7 +100,7 @@ redis_memory() {
         exit 1
     }
     for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
-    before=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status")
+    before=$(vmrss_kb "$pid")
     [ -n "$before" ] || failed "redis-server's VmRSS is unknown"
     if [ "${3:-}" = populate ]; then
         redis-cli -p "$port" debug populate "$1" "$2" 100 >"$work/pipe.out" ||
@@ -115,7 +117,7 @@ redis_memory() {
         }' | redis-cli -p "$port" --pipe >"$work/pipe.out" || failed "the SETs failed"
     fi
     n=$(redis-cli -p "$port" dbsize) || failed "DBSIZE failed"
-    after=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status")
+    after=$(vmrss_kb "$pid")
     [ "$n" = "$1" ] || failed "redis-server holds $n keys, not $1"
     echo "$before $after $1" | awk '{printf "%.0f\n", ($2 - $1) * 1024 / $3}'
 }

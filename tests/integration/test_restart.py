@@ -285,14 +285,16 @@ class OtherVersionMaster:
     version the peer does not speak does (server.c), and hangs up."""
 
     def __init__(self, port):
-        deadline = time.time() + 20
-        while True:  # the killed master's connections may hold the port a moment
+        self.sock = None
+
+        def bound():
             try:
                 self.sock = socket.create_server(("127.0.0.1", port))
-                break
+                return True
             except OSError:
-                assert time.time() < deadline, "the port stayed busy"
-                time.sleep(0.2)
+                return False
+        # The killed master's connections may hold the port a moment.
+        wait_for(bound, "the killed master's port to be free", timeout=20, step=0.2)
         self.sock.settimeout(0.2)
         self.hellos = 0
         self.other = []  # ops that were not HELLO

@@ -266,7 +266,7 @@ static int shift_to_sibling(mc__index_t *ix, step_t *up, struct leaf *l, unsigne
             vset(&s->val[s->n++], val);
             return 1;
         }
-        vset(&s->val[s->n++], vget(&l->val[0]));
+        s->val[s->n++] = l->val[0];
         memmove(&l->val[0], &l->val[1], (pos - 1) * sizeof(l->val[0]));
         vset(&l->val[pos - 1], val);
         p->sep[ci - 1] = vget(&l->val[0]);
@@ -280,7 +280,7 @@ static int shift_to_sibling(mc__index_t *ix, step_t *up, struct leaf *l, unsigne
         if (pos == LEAF_CAP) {
             vset(&s->val[0], val);
         } else {
-            vset(&s->val[0], vget(&l->val[LEAF_CAP - 1]));
+            s->val[0] = l->val[LEAF_CAP - 1];
             memmove(&l->val[pos + 1], &l->val[pos], (LEAF_CAP - 1 - pos) * sizeof(l->val[0]));
             vset(&l->val[pos], val);
         }
@@ -651,12 +651,13 @@ static long check_node(const mc__index_t *ix, const void *n, int height, const v
         if (l != *leaf || (l->n == 0 && ix->height > 0) || l->n > LEAF_CAP)
             return -1;
         for (unsigned i = 0; i < l->n; i++) {
-            k = ix->keyof(vget(&l->val[i]), &kl);
+            void *v = vget(&l->val[i]);
+            k = ix->keyof(v, &kl);
             if ((lo && val_cmp(ix, lo, k, kl) > 0) || (hi && val_cmp(ix, hi, k, kl) <= 0))
                 return -1;
             if (i > 0 && val_cmp(ix, vget(&l->val[i - 1]), k, kl) >= 0)
                 return -1;
-            if (mc__index_get(ix, k, kl) != vget(&l->val[i]))
+            if (mc__index_get(ix, k, kl) != v)
                 return -1;
         }
         if (l->next && l->next->prev != l)
