@@ -481,6 +481,18 @@ static void ping(struct client *k)
 /* ---- a raw peer: a blocking socket on the test thread ---- */
 
 /* Writes p[0..n) to fd, all of it. */
+/* read() on a socket with a receive timeout, going on after EINTR: the
+ * kernel's teardown of a ring this thread made (a loop an earlier test
+ * freed) interrupts the thread once, and with a timeout set the read is
+ * not restarted. */
+static ssize_t read_retry(int fd, void *buf, size_t n)
+{
+    ssize_t r;
+    while ((r = read(fd, buf, n)) < 0 && errno == EINTR)
+        ;
+    return r;
+}
+
 static void write_all(int fd, const void *p, size_t n)
 {
     while (n) {

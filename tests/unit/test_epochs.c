@@ -131,7 +131,7 @@ static size_t write_frame(char *out, uint64_t id, uint64_t epoch, uint64_t off, 
 static void read_all(int fd, char *b, size_t n)
 {
     for (size_t got = 0; got < n;) {
-        ssize_t r = read(fd, b + got, n - got);
+        ssize_t r = read_retry(fd, b + got, n - got);
         if (r <= 0)
             fail_msg("read %zu of %zu bytes, then %s", got, n, r ? strerror(errno) : "EOF");
         got += (size_t)r;

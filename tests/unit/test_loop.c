@@ -19,7 +19,10 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -179,6 +182,94 @@ static void test_post_from_many_threads(void **state)
     for (int i = 0; i < POSTERS; i++)
         assert_int_equal(ps->next[i], POSTS);
     free(ps);
+}
+
+/* Posts nothing-doing calls to a loop every millisecond until told. */
+struct ticker {
+    mc_loop_t *l;
+    atomic_int stop;
+    int posted;
+};
+
+static void nop_fn(void *arg)
+{
+    (void)arg;
+}
+
+static void *ticker_main(void *arg)
+{
+    struct ticker *t = arg;
+
+    while (!atomic_load(&t->stop)) {
+        if (mc_loop_post(t->l, nop_fn, NULL) == 0)
+            t->posted++;
+        usleep(1000);
+    }
+    return NULL;
+}
+
+/* What the thread that makes a loop sees of it. */
+struct maker {
+    int errs[3]; /* the errno of each read */
+    int posted;
+};
+
+static void *maker_main(void *arg)
+{
+    struct maker *m = arg;
+    mc_loop_t *l = NULL;
+    pthread_t loop_th, tick_th;
+    int sv[2];
+    char b;
+
+    if (mc_loop_new(&l) < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return (void *)1;
+    struct ticker t = {.l = l};
+    struct timeval tv = {.tv_usec = 200 * 1000};
+    setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    pthread_create(&loop_th, NULL, run_thread, l);
+    pthread_create(&tick_th, NULL, ticker_main, &t);
+    for (int i = 0; i < 3; i++) { /* each read waits out its timeout */
+        errno = 0;
+        m->errs[i] = read(sv[0], &b, 1) < 0 ? errno : 0;
+    }
+    atomic_store(&t.stop, 1);
+    pthread_join(tick_th, NULL);
+    m->posted = t.posted;
+    mc_loop_post(l, stop_fn, l);
+    pthread_join(loop_th, NULL);
+    mc_loop_free(l);
+    close(sv[0]);
+    close(sv[1]);
+    return NULL;
+}
+
+/* A loop made on one thread and run on another leaves the first alone:
+ * its wake-ups (each post) are not the making thread's work. A request
+ * the making thread had submitted would complete through that thread's
+ * task work, which interrupts whatever it blocks in: a read from a socket
+ * with a receive timeout (SO_RCVTIMEO) then fails with EINTR, which a
+ * program using libmooncake never asked for (and a making thread asleep in
+ * the kernel uninterruptibly would hold the loop's wake-ups back). The
+ * making thread is a fresh one: the kernel's teardown of a ring freed
+ * before (another test's) interrupts the thread that made that ring once. */
+static void test_loop_made_here_run_elsewhere_leaves_this_thread_alone(void **state)
+{
+    struct maker m = {{0}, 0};
+    pthread_t th;
+    void *rc = (void *)1;
+
+    (void)state;
+    alarm(20);
+    assert_int_equal(pthread_create(&th, NULL, maker_main, &m), 0);
+    assert_int_equal(pthread_join(th, &rc), 0);
+    alarm(0);
+    assert_null(rc);
+    for (int i = 0; i < 3; i++)
+        if (m.errs[i] != EAGAIN)
+            fail_msg("read %d on the thread that made the loop: %s, not EAGAIN", i,
+                     strerror(m.errs[i]));
+    assert_cmp(m.posted, >, 100); /* the loop was woken while it read */
 }
 
 /* ---- defer ---- */
@@ -745,6 +836,7 @@ int main(void)
         T(test_run_stop_from_other_thread),
         cmocka_unit_test(test_now_ms),
         T(test_post_from_many_threads),
+        cmocka_unit_test(test_loop_made_here_run_elsewhere_leaves_this_thread_alone),
         T(test_defer_order),
         T(test_defer_before_run),
         T(test_timer_one_shot),

@@ -419,7 +419,7 @@ static void expect_cut(const mc__addr_t *a, const void *bytes, size_t n)
     int fd = raw_connect(a);
 
     assert_int_equal(write(fd, bytes, n), (ssize_t)n);
-    ssize_t got = read(fd, buf, sizeof(buf));
+    ssize_t got = read_retry(fd, buf, sizeof(buf));
     if (got != 0 && !(got < 0 && errno == ECONNRESET))
         fail_msg("expected the server to close: read %zd, errno %d", got, errno);
     close(fd);
@@ -480,7 +480,7 @@ static void test_bad_frames_close_only_that_conn(void **state)
     unsigned char resp[MC__PROTO_HDR_SIZE + 3];
     size_t got = 0;
     while (got < sizeof(resp)) {
-        ssize_t r = read(fd, resp + got, sizeof(resp) - got);
+        ssize_t r = read_retry(fd, resp + got, sizeof(resp) - got);
         assert_true(r > 0);
         got += (size_t)r;
     }
@@ -666,7 +666,7 @@ static void test_max_body(void **state)
     free(log);
     struct timeval tv = {3, 0};
     setsockopt(sv[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    assert_int_equal(read(sv[1], buf, sizeof(buf)), 0); /* the conn closed its end */
+    assert_int_equal(read_retry(sv[1], buf, sizeof(buf)), 0); /* the conn closed its end */
     close(sv[1]);
 }
 

@@ -436,16 +436,6 @@ static void srv_case_close_fn(void *arg)
     mc__server_close(t->srv);
 }
 
-/* read() on a socket with a receive timeout, which the loops' io_uring task
- * work may interrupt with EINTR (the kernel does not restart it then). */
-static ssize_t read_retry(int fd, void *buf, size_t n)
-{
-    ssize_t r;
-    while ((r = read(fd, buf, n)) < 0 && errno == EINTR)
-        ;
-    return r;
-}
-
 /* Sends a request on a blocking socket; returns its response's status, or
  * INT_MIN when the server closed the connection instead. */
 static int raw_call(int fd, uint16_t op, const void *body, uint32_t len)

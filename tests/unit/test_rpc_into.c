@@ -58,14 +58,14 @@ static uint64_t read_request(int fd)
     size_t got = 0;
     mc__hdr_t h;
     while (got < MC__PROTO_HDR_SIZE) {
-        ssize_t r = read(fd, buf + got, MC__PROTO_HDR_SIZE - got);
+        ssize_t r = read_retry(fd, buf + got, MC__PROTO_HDR_SIZE - got);
         assert_true(r > 0);
         got += (size_t)r;
     }
     assert_int_equal(mc__hdr_decode(buf, got, &h), 0);
     assert_true(h.len <= 64);
     while (got < MC__PROTO_HDR_SIZE + h.len) {
-        ssize_t r = read(fd, buf + got, MC__PROTO_HDR_SIZE + h.len - got);
+        ssize_t r = read_retry(fd, buf + got, MC__PROTO_HDR_SIZE + h.len - got);
         assert_true(r > 0);
         got += (size_t)r;
     }

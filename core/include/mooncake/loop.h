@@ -60,13 +60,19 @@ struct mc_timer {
  * mc_loop_new() creates a loop with its own io_uring and wake-up eventfd.
  * Returns 0 and sets *out, or -errno (-ENOMEM, or what io_uring_queue_init
  * returned). The caller frees the loop with mc_loop_free() once mc_loop_run()
- * has returned (or was never called).
+ * has returned (or was never called). Handles may be started on the making
+ * thread before the loop first runs: their requests reach the kernel with
+ * the loop's first round, from the thread that runs it, so that their
+ * completions never interrupt the making thread.
  */
 MC_EXPORT int mc_loop_new(mc_loop_t **out);
 
 /* mc_loop_free() releases the loop. Work still queued by mc_loop_post() is run
  * first, so that nobody waits forever on it; handles still started are
- * forgotten (their callbacks never run). */
+ * forgotten (their callbacks never run). The kernel's teardown of the ring
+ * interrupts the thread that made the loop once, soon after: a blocking
+ * call there that the kernel does not restart (a read from a socket with a
+ * receive timeout, SO_RCVTIMEO) may fail with EINTR. */
 MC_EXPORT void mc_loop_free(mc_loop_t *l);
 
 /*

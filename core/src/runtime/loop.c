@@ -266,7 +266,12 @@ int mc_loop_new(mc_loop_t **out)
         free(l);
         return rc;
     }
-    io_uring_submit(&l->ring);
+    /* Not submitted here: the loop's thread submits it with its first
+     * round. A request completes through the task work of the thread that
+     * submitted it, and that thread may be the caller's own (a program's
+     * thread opening a store), which each completion would then interrupt:
+     * its read from a socket with a receive timeout fails with EINTR, and
+     * while it sleeps uninterruptibly the loop hears no post. */
     *out = l;
     return 0;
 }
