@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # bench/lib.sh - shell helpers shared by bench/run.sh, bench/compare.sh,
-# bench/stream.sh and bench/ha.sh (sourced, not run): timing dd through a
+# bench/stream.sh, bench/ha.sh and bench/scale.sh (sourced, not run): timing dd through a
 # directory, medians, free ports, waiting for a process's log, mounts.
 
 now() { date +%s.%N; }

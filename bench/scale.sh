@@ -20,6 +20,7 @@
 set -euo pipefail
 shopt -s inherit_errexit # a failure inside $(...) ends that subshell (record then has no value)
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BUILD=${MC_BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 RUNS=${BENCH_RUNS:-3}
@@ -61,9 +62,6 @@ record() {
     }
     echo "$1 $2"
     [ -z "$results" ] || echo "$1 $2" >>"$results"
-}
-free_port() {
-    "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 # vmrss_kb PID: the resident memory of process PID (kB, its /proc status)
 vmrss_kb() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }

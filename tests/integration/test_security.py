@@ -8,13 +8,12 @@ import errno
 import hashlib
 import hmac
 import os
-import socket
 import struct
 import subprocess
 import time
 
 from harness import DAEMON, MASTER, cli
-from wire import HDR, MAGIC, SESSION, closed_by_peer, frame, recv_exact
+from wire import SESSION, call, closed_by_peer, connect, s_field
 
 OP_HELLO, OP_AUTH, OP_PING, OP_STAT, OP_READ = 1, 2, 3, 31, 50
 EACCES = -errno.EACCES
@@ -29,19 +28,8 @@ def secret_file(tmp_path, name, content, mode=0o600):
 
 # ---- raw frames ----
 
-def s_field(b):
-    return struct.pack("<I", len(b)) + b
-
-
-def call(sock, op, body=b"", req_id=1):
-    """Sends a request; returns (status, body) of its response."""
-    sock.sendall(frame(op, body, req_id=req_id))
-    magic, _, rop, rid, n, flags, status = struct.unpack(HDR, recv_exact(sock, 24))
-    assert (magic, rop, rid, flags & 1) == (MAGIC, op, req_id, 1)
-    return status, recv_exact(sock, n)
-
-
 def hello(sock, nonce):
+    """HELLO with nonce: (status, auth, server nonce, server proof)."""
     body = struct.pack("<HHI", SESSION, SESSION, 1) + s_field(b"test_security") + s_field(nonce)
     status, resp = call(sock, OP_HELLO, body)
     if status < 0:
@@ -56,13 +44,6 @@ def hello(sock, nonce):
 
 def mac(secret, label, first, second):
     return hmac.new(secret, label + first + second, hashlib.sha256).digest()
-
-
-def connect(addr):
-    host, port = addr.rsplit(":", 1)
-    s = socket.create_connection((host, int(port)))
-    s.settimeout(5)
-    return s
 
 
 # ---- tests ----
