@@ -469,11 +469,14 @@ static void test_timer_stop_then_free(void **state)
     t->data = &ts;
     assert_int_equal(mc_timer_start(l, t, 5, 5, count_cb), 0);
     run_for(l, 8);
-    assert_int_equal(ts.calls, 1);
+    /* Once, or twice when the loop's thread was held up past 10 ms (a
+     * loaded machine): the guard's stop ends the round, not its CQEs. */
+    int calls = ts.calls;
+    assert_in_range(calls, 1, 2);
     mc_timer_stop(t);
     free(t);
     run_for(l, 40);
-    assert_int_equal(ts.calls, 1);
+    assert_int_equal(ts.calls, calls);
 }
 
 static void test_timer_stop_and_free_other_due_at_once(void **state)

@@ -93,11 +93,16 @@ static void test_space_given_back_waits_for_the_bytes_on_their_way(void **state)
 static void test_an_abort_waits_for_the_bytes_on_their_way(void **state)
 {
     fix_t *f = *state;
-    char *data = malloc(MiB), *buf = malloc(MiB);
+    char *data = malloc(FOFF + MiB), *buf = malloc(MiB);
 
-    memset(data, 'w', MiB);
+    memset(data, 'w', FOFF + MiB);
     dirty(f);
-    ops_t a = {.w = open_writer(f), .buf = data - FOFF, .n = 1, .op = {WRITE(FOFF, MiB)}};
+    ops_t a = {.w = open_writer(f), .buf = data, .n = 1, .op = {WRITE(FOFF, MiB)}};
+    /* The writer has the space first (a write from 0 is not held back):
+     * the held write then goes out at once, before the abort behind it.
+     * Had it still waited for its space, the objects below could take
+     * that space first, and the write would rightly fail (ENOSPC). */
+    assert_int_equal(wcall(a.w, 'w', 0, data, FOFF + MiB), FOFF + MiB);
     ops_start(f->s, &a); /* held back */
     mc_writer_abort(a.w);
     int n = fill_pinned(f, buf);
