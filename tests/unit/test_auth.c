@@ -182,7 +182,8 @@ struct hs {
     mc__server_t *srv;
     mc__rpc_client_t *cl;
     mc_timer_t guard;
-    int done, status, handshakes;
+    int done, status, handshakes, connects, want_handshakes;
+    mc_timer_t poll; /* watch(): stops the loop at want_handshakes or a connect */
 };
 
 static void hs_done(void *arg, mc__conn_t *c, int rc)
@@ -193,7 +194,11 @@ static void hs_done(void *arg, mc__conn_t *c, int rc)
 static void hs_start(mc__rpc_client_t *cl, mc__conn_t *c)
 {
     struct hs *t = mc__rpc_client_data(cl);
-    mc__session_opts_t o = {.secret = t->cl_secret, .role = MC__ROLE_CLIENT, .timeout_ms = 2000};
+    /* As peers.c: a handshake after failed ones logs why at debug level. */
+    mc__session_opts_t o = {.secret = t->cl_secret,
+                            .role = MC__ROLE_CLIENT,
+                            .timeout_ms = 2000,
+                            .quiet = mc__rpc_client_handshake_failures(cl) > 0};
     t->handshakes++;
     int rc = mc__session_start(c, &o, hs_done, cl);
     if (rc < 0)
@@ -249,6 +254,102 @@ static int handshake_case(const mc__secret_t *srv_secret, const mc__secret_t *cl
     return t.status;
 }
 
+static void hs_connected(mc__rpc_client_t *cl, mc__conn_t *c)
+{
+    struct hs *t = mc__rpc_client_data(cl);
+    t->connects++;
+}
+
+static void watch(mc_timer_t *tm)
+{
+    struct hs *t = tm->data;
+    if (t->handshakes >= t->want_handshakes || t->connects)
+        mc_loop_stop(tm->loop);
+}
+
+/* Runs t's loop until it made want handshakes in all, or connected (5 s at
+ * most). */
+static void run_until(struct hs *t, int want)
+{
+    t->want_handshakes = want;
+    t->connects = 0;
+    t->poll.data = t;
+    assert_int_equal(mc_timer_start(t->l, &t->poll, 5, 5, watch), 0);
+    assert_int_equal(mc_timer_start(t->l, &t->guard, 5000, 0, stop_loop), 0);
+    assert_int_equal(mc_loop_run(t->l), 0);
+    mc_timer_stop(&t->poll);
+    mc_timer_stop(&t->guard);
+}
+
+/* How many times needle is in hay. */
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* A client whose secret the server does not share keeps trying, with
+ * backoff: why its handshake fails is a warning at the first attempt of a
+ * run of failures and debug after (one line, not one every retry), until
+ * a handshake succeeds; a later run of failures warns again. */
+static void test_a_refusal_warns_once_per_run_of_failures(void **state)
+{
+    static const mc__rpc_client_ops_t ops = {.handshake = hs_start, .on_connect = hs_connected};
+    static const char why[] = "failed to prove it knows the secret";
+    mc__secret_t *k, *other;
+    struct hs t = {0};
+    mc__addr_t a;
+
+    assert_int_equal(mc__secret_new("k3y", 3, &k), 0);
+    assert_int_equal(mc__secret_new("k3y!", 4, &other), 0);
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *cap = tmpfile();
+    assert_non_null(cap);
+    dup2(fileno(cap), 2);
+    mc__log_init("test_auth", MC__LOG_WARN); /* debug lines are not printed */
+
+    assert_int_equal(mc_loop_new(&t.l), 0);
+    assert_int_equal(mc__addr_parse("127.0.0.1:0", -1, &a), 0);
+    mc__server_opts_t so = {.secret = k};
+    assert_int_equal(mc__server_new(&t.srv, t.l, &a, &so), 0);
+    assert_int_equal(mc__addr_parse(mc__server_addr(t.srv), -1, &a), 0);
+    t.cl_secret = other;
+    assert_int_equal(mc__rpc_client_new(t.l, &a, 2000, &ops, &t, &t.cl), 0);
+    run_until(&t, 4); /* 4 refused handshakes (backoff 100, 200, 400 ms) */
+    int first_run = t.handshakes;
+    assert_int_equal(mc__rpc_client_handshake_failures(t.cl) >= 3, 1);
+    t.cl_secret = k; /* the next one succeeds and ends the run */
+    run_until(&t, 1000);
+    assert_int_equal(t.connects, 1);
+    assert_int_equal(mc__rpc_client_handshake_failures(t.cl), 0);
+    t.cl_secret = other;
+    mc__rpc_client_reconnect(t.cl); /* a new run: refused at once, again and again */
+    run_until(&t, t.handshakes + 2);
+
+    mc__rpc_client_close(t.cl);
+    mc__server_close(t.srv);
+    mc_timer_start(t.l, &t.guard, 20, 0, stop_loop);
+    mc_loop_run(t.l);
+    mc_loop_free(t.l);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char log[16384] = "";
+    rewind(cap);
+    size_t n = fread(log, 1, sizeof(log) - 1, cap);
+    log[n] = 0;
+    fclose(cap);
+    mc__secret_free(other);
+    mc__secret_free(k);
+    assert_int_equal(first_run, 4);
+    if (count(log, why) != 2)
+        fail_msg("'%s' %d times in %d handshakes (want 2: one a run):\n%s", why, count(log, why),
+                 t.handshakes, log);
+}
+
 static void test_handshake_cases(void **state)
 {
     mc__secret_t *k, *other;
@@ -287,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_nonces_differ),
         cmocka_unit_test(test_secret_file_rules),
         cmocka_unit_test(test_handshake_cases),
+        cmocka_unit_test(test_a_refusal_warns_once_per_run_of_failures),
     };
     alarm(60);
     return cmocka_run_group_tests(tests, NULL, NULL);

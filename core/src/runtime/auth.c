@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -178,6 +177,7 @@ typedef struct session {
     unsigned char cnonce[MC__AUTH_NONCE];
     mc__session_cb cb;
     void *arg;
+    int level; /* of the messages saying why it failed (o->quiet: debug) */
     char peer[MC__ADDR_STRLEN];
 } session_t;
 
@@ -195,14 +195,9 @@ static void auth_done(void *arg, int status, const char *body, size_t len)
 {
     session_t *ss = arg;
     if (status == -EACCES)
-        mc__log(MC__LOG_WARN, "%s refused our secret (a different --auth-secret-file?)", ss->peer);
+        mc__log(ss->level, "%s refused our secret (a different --auth-secret-file?)", ss->peer);
     session_end(ss, status < 0 ? status : 0);
 }
-
-/* When other_version() last warned (mc_loop_now_ms(); 0: never): it warns
- * once a minute at most, the attempts between go to the debug log (a
- * client that finds its master through etcd tries twice a second). */
-static _Atomic uint64_t other_version_warned;
 
 /* The peer speaks no session version of ours (an upgrade or a rollback
  * across one; theirs: the version it answered, -1 when it refused ours):
@@ -212,11 +207,7 @@ static void other_version(session_t *ss, int theirs)
     char why[32] = "it refused it";
     if (theirs >= 0)
         snprintf(why, sizeof(why), "it answered %d", theirs);
-    uint64_t last = atomic_load(&other_version_warned);
-    uint64_t now = mc_loop_now_ms(); /* after last: monotonic, so not before it */
-    int warn = (last == 0 || now - last >= 60000) &&
-               atomic_compare_exchange_strong(&other_version_warned, &last, now ? now : 1);
-    mc__log(warn ? MC__LOG_WARN : MC__LOG_DEBUG,
+    mc__log(ss->level,
             "%s does not speak our protocol version, %u (%s): upgrade it and this process "
             "together",
             ss->peer, (unsigned)MC__PROTO_SESSION, why);
@@ -231,13 +222,13 @@ static void hello_done(void *arg, int status, const char *body, size_t len)
     const char *snonce, *proof;
 
     if (status == -EACCES)
-        mc__log(MC__LOG_WARN, "%s refused the session: permission denied", ss->peer);
+        mc__log(ss->level, "%s refused the session: permission denied", ss->peer);
     if (status == -EPROTONOSUPPORT)
         return other_version(ss, -1);
     if (status < 0)
         return session_end(ss, status);
     if (mc__unpack(body, len, "huss", &ver, &auth, &snonce, &nlen, &proof, &plen) < 0 || auth > 1) {
-        mc__log(MC__LOG_WARN, "%s: malformed HELLO answer", ss->peer);
+        mc__log(ss->level, "%s: malformed HELLO answer", ss->peer);
         return session_end(ss, -EPROTO);
     }
     if (ver != MC__PROTO_SESSION)
@@ -245,14 +236,14 @@ static void hello_done(void *arg, int status, const char *body, size_t len)
     if (!auth && !ss->secret)
         return session_end(ss, 0);
     if (!auth) {
-        mc__log(MC__LOG_WARN,
+        mc__log(ss->level,
                 "%s does not authenticate: refusing a server that cannot prove it "
                 "knows the secret",
                 ss->peer);
         return session_end(ss, -EACCES);
     }
     if (!ss->secret) {
-        mc__log(MC__LOG_WARN,
+        mc__log(ss->level,
                 "%s requires authentication and no secret is configured "
                 "(--auth-secret-file)",
                 ss->peer);
@@ -260,7 +251,7 @@ static void hello_done(void *arg, int status, const char *body, size_t len)
     }
     if (nlen != MC__AUTH_NONCE || mc__auth_check(ss->secret, MC__AUTH_LABEL_SERVER, ss->cnonce,
                                                  (const unsigned char *)snonce, proof, plen) < 0) {
-        mc__log(MC__LOG_WARN, "%s failed to prove it knows the secret: refusing it", ss->peer);
+        mc__log(ss->level, "%s failed to prove it knows the secret: refusing it", ss->peer);
         return session_end(ss, -EACCES);
     }
     unsigned char mac[MC__AUTH_MAC];
@@ -290,6 +281,7 @@ int mc__session_start(mc__conn_t *c, const mc__session_opts_t *o, mc__session_cb
     ss->timeout_ms = o->timeout_ms;
     ss->cb = cb;
     ss->arg = arg;
+    ss->level = o->quiet ? MC__LOG_DEBUG : MC__LOG_WARN;
     snprintf(ss->peer, sizeof(ss->peer), "%s", mc__conn_peer(c));
     mc__auth_nonce(ss->cnonce);
     if (!o->name)

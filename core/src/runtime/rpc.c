@@ -385,6 +385,7 @@ struct mc__rpc_client {
     uint64_t last_call_ms; /* when a call last went out through the client */
     uint64_t ready_ms;     /* when the current session became ready */
     unsigned failures;     /* attempts failed in a row: only the first is logged as info */
+    unsigned hs_failures;  /* of them, handshakes (mc__rpc_client_handshake_failures()) */
     int closing;
     int in_cb;         /* inside an owner's callback: mc__rpc_client_close() must not free */
     int handshake_err; /* why the last handshake failed, 0 if it did not */
@@ -418,6 +419,7 @@ static void client_ready(mc__rpc_client_t *cl, mc__conn_t *c)
     cl->backoff_ms = MC__RPC_BACKOFF_MIN_MS;
     mc__log(cl->failures ? MC__LOG_INFO : MC__LOG_DEBUG, "connected to %s", cl->name);
     cl->failures = 0;
+    cl->hs_failures = 0;
     if (cl->ops.on_connect)
         cl->ops.on_connect(cl, c);
 }
@@ -474,6 +476,7 @@ static void client_on_close(mc__conn_t *c, int err)
         /* Connected, but the handshake failed (its owner said why): back off
          * as for a refused connect. */
         int e = hs_err ? hs_err : err;
+        cl->hs_failures++;
         mc__log(cl->failures++ || hs_err ? MC__LOG_DEBUG : MC__LOG_WARN,
                 "session with %s failed (%s); retrying in %" PRIu64 " ms", cl->name,
                 e ? strerror(-e) : "closed", cl->backoff_ms);
@@ -632,6 +635,11 @@ int mc__rpc_client_callv(mc__rpc_client_t *cl, uint16_t op, const struct iovec *
 mc__conn_t *mc__rpc_client_conn(const mc__rpc_client_t *cl)
 {
     return cl->ready && !cl->closing ? cl->conn : NULL;
+}
+
+unsigned mc__rpc_client_handshake_failures(const mc__rpc_client_t *cl)
+{
+    return cl->hs_failures;
 }
 
 void *mc__rpc_client_resolve_arg(const mc__rpc_client_t *cl)
