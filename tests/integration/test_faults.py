@@ -20,6 +20,10 @@ from harness import cli, cli_stats, wait_for
 from wire import HDR, MAGIC, frame, get_replica, hello, recv_exact
 
 MiB = 1 << 20
+# How late MC_FAULT_XFER's copy comes in the late-bytes tests: after the
+# victims are put (late_bytes_spoil_nothing() checks that it did). Under
+# the sanitizers each of those puts' processes starts several times slower.
+LATE_MS = 20000 if os.environ.get("MC_SANITIZED") else 8000
 OP_PING, OP_MOUNT_SEGMENT, OP_OPEN = 3, 10, 24
 
 
@@ -226,7 +230,8 @@ def late_bytes_spoil_nothing(m, mnt, least):
         victims[f"v{i}"] = v
     assert len(victims) >= least, cli_stats(m.addr)
     assert "late copy" not in mnt.read_log(), "the late bytes came before the victims: no test"
-    wait_for(lambda: "late copy" in mnt.read_log(), "the late bytes to reach the node", timeout=30)
+    wait_for(lambda: "late copy" in mnt.read_log(), "the late bytes to reach the node",
+             timeout=LATE_MS / 1000 + 22)
     for k, v in victims.items():
         got = cli(m.addr, "get", k).stdout
         assert got == v, f"{k} was overwritten by the late write ({got[:8]!r})"
@@ -236,7 +241,7 @@ def late_bytes_spoil_nothing(m, mnt, least):
 def test_a_write_landing_after_its_lease_spoils_no_other_object(cluster, make_mount, shm):
     """A write's bytes that reach a node after the writer gave up on them
     and after its write lease ran out (a network that held them; here the
-    client's fault injection point sends a copy 8 s late) must not land in
+    client's fault injection point sends a copy LATE_MS late) must not land in
     space the master handed to another object meanwhile. The master takes
     the space back once the lease is over; the node must refuse the late
     bytes (the segment's epoch moved on before the space was reused).
@@ -246,7 +251,7 @@ def test_a_write_landing_after_its_lease_spoils_no_other_object(cluster, make_mo
     m = cluster.master("--put-ttl-ms", "1000")  # the write lease: 1 s
     no_shm = [] if shm else ["--no-shm"]
     cluster.node(m, "8M", *no_shm)
-    env = dict(os.environ, MC_FAULT_XFER="off=0,err=5,delay=8000")
+    env = dict(os.environ, MC_FAULT_XFER=f"off=0,err=5,delay={LATE_MS}")
     mnt = make_mount("--master", m.addr, "--segment-size", "0", *no_shm, "--cache-timeout", "0",
                      env=env, expect_log=r"MC_FAULT_XFER|publishing|Input/output error")
     with open(mnt.p("probe"), "wb") as f:  # a write that lands (not at offset 0)
@@ -273,13 +278,13 @@ def test_a_write_landing_after_its_lease_spoils_no_other_object(cluster, make_mo
 def test_a_dropped_replica_landing_late_spoils_no_other_object(cluster, make_mount):
     """A writer that cannot reach one of its replicas' nodes (a timeout)
     drops that replica and goes on with the other; its bytes to the first
-    may still arrive (a partition that heals; here they come 8 s late),
+    may still arrive (a partition that heals; here they come LATE_MS late),
     after the master gave the dropped replica's space to another object.
     That node must refuse them."""
     m = cluster.master("--node-ttl-ms", "3000")
     cluster.node(m, "8M", "--no-shm")
     late = cluster.node(m, "8M", "--no-shm")
-    env = dict(os.environ, MC_FAULT_XFER=f"off=0,err=110,delay=8000,addr={late.addr}")
+    env = dict(os.environ, MC_FAULT_XFER=f"off=0,err=110,delay={LATE_MS},addr={late.addr}")
     mnt = make_mount("--master", m.addr, "--segment-size", "0", "--no-shm", "--cache-timeout", "0",
                      "--replicas", "2", env=env,
                      expect_log=r"MC_FAULT_XFER|publishing|Connection timed out|without the replica")
