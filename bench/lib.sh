@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# bench/lib.sh - shell helpers shared by bench/run.sh, bench/compare.sh,
-# bench/stream.sh, bench/ha.sh and bench/scale.sh (sourced, not run): timing dd through a
-# directory, medians, free ports, waiting for a process's log, mounts.
+# bench/lib.sh - shell helpers the bench scripts share (sourced, not run):
+# timing dd through a directory, medians, free ports, waiting for a
+# process's log, mounts.
 
 now() { date +%s.%N; }
 

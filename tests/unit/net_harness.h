@@ -1,5 +1,6 @@
 /*
- * net_harness.h - what test_net.c and test_rpc.c share: a server loop and a
+ * net_harness.h - what the network unit tests (test_net*.c, test_rpc*.c,
+ * test_epochs.c) share: a server loop and a
  * client loop on their own threads, a test server and client over framed
  * connections, calls, and a capture of stderr. Included once by each test
  * file (its functions are static; a file uses some of them).
@@ -480,7 +481,6 @@ static void ping(struct client *k)
 
 /* ---- a raw peer: a blocking socket on the test thread ---- */
 
-/* Writes p[0..n) to fd, all of it. */
 /* read() on a socket with a receive timeout, going on after EINTR: the
  * kernel's teardown of a ring this thread made (a loop an earlier test
  * freed) interrupts the thread once, and with a timeout set the read is
@@ -493,6 +493,7 @@ static ssize_t read_retry(int fd, void *buf, size_t n)
     return r;
 }
 
+/* Writes p[0..n) to fd, all of it. */
 static void write_all(int fd, const void *p, size_t n)
 {
     while (n) {

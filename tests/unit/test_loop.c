@@ -184,16 +184,18 @@ static void test_post_from_many_threads(void **state)
     free(ps);
 }
 
-/* Posts nothing-doing calls to a loop every millisecond until told. */
+/* Posts calls that count their runs to a loop every millisecond until
+ * told. */
 struct ticker {
     mc_loop_t *l;
     atomic_int stop;
-    int posted;
+    atomic_int ran; /* on the loop's thread */
 };
 
-static void nop_fn(void *arg)
+static void count_fn(void *arg)
 {
-    (void)arg;
+    struct ticker *t = arg;
+    atomic_fetch_add(&t->ran, 1);
 }
 
 static void *ticker_main(void *arg)
@@ -201,8 +203,7 @@ static void *ticker_main(void *arg)
     struct ticker *t = arg;
 
     while (!atomic_load(&t->stop)) {
-        if (mc_loop_post(t->l, nop_fn, NULL) == 0)
-            t->posted++;
+        mc_loop_post(t->l, count_fn, t);
         usleep(1000);
     }
     return NULL;
@@ -211,7 +212,7 @@ static void *ticker_main(void *arg)
 /* What the thread that makes a loop sees of it. */
 struct maker {
     int errs[3]; /* the errno of each read */
-    int posted;
+    int ran;     /* calls the loop ran while they went on */
 };
 
 static void *maker_main(void *arg)
@@ -222,20 +223,25 @@ static void *maker_main(void *arg)
     int sv[2];
     char b;
 
-    if (mc_loop_new(&l) < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+    struct timeval tv = {.tv_usec = 200 * 1000};
+    if (mc_loop_new(&l) < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 ||
+        setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
         return (void *)1;
     struct ticker t = {.l = l};
-    struct timeval tv = {.tv_usec = 200 * 1000};
-    setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    pthread_create(&loop_th, NULL, run_thread, l);
-    pthread_create(&tick_th, NULL, ticker_main, &t);
+    if (pthread_create(&loop_th, NULL, run_thread, l) != 0)
+        return (void *)1;
+    if (pthread_create(&tick_th, NULL, ticker_main, &t) != 0) {
+        mc_loop_stop(l);
+        pthread_join(loop_th, NULL);
+        return (void *)1;
+    }
     for (int i = 0; i < 3; i++) { /* each read waits out its timeout */
         errno = 0;
         m->errs[i] = read(sv[0], &b, 1) < 0 ? errno : 0;
     }
     atomic_store(&t.stop, 1);
     pthread_join(tick_th, NULL);
-    m->posted = t.posted;
+    m->ran = atomic_load(&t.ran);
     mc_loop_post(l, stop_fn, l);
     pthread_join(loop_th, NULL);
     mc_loop_free(l);
@@ -269,7 +275,7 @@ static void test_loop_made_here_run_elsewhere_leaves_this_thread_alone(void **st
         if (m.errs[i] != EAGAIN)
             fail_msg("read %d on the thread that made the loop: %s, not EAGAIN", i,
                      strerror(m.errs[i]));
-    assert_cmp(m.posted, >, 100); /* the loop was woken while it read */
+    assert_cmp(m.ran, >, 100); /* the loop was woken while it read */
 }
 
 /* ---- defer ---- */

@@ -3,7 +3,8 @@
  *
  * One loop per thread. Everything that touches a loop runs on the thread that
  * called mc_loop_run(), except mc_loop_post() and mc_loop_stop(), which any
- * thread may call. Handles (mc_poll_t, mc_timer_t, mc_work_t) are allocated by
+ * thread may call, and handles started before the loop first runs (see
+ * mc_loop_new()). Handles (mc_poll_t, mc_timer_t, mc_work_t) are allocated by
  * the caller; their fields are private. A stopped handle may be freed at once:
  * a completion that arrives for it later is dropped by the loop.
  */
@@ -63,16 +64,17 @@ struct mc_timer {
  * has returned (or was never called). Handles may be started on the making
  * thread before the loop first runs: their requests reach the kernel with
  * the loop's first round, from the thread that runs it, so that their
- * completions never interrupt the making thread.
+ * completions never interrupt the making thread (as long as they fit the
+ * ring's 256 entries; more would be submitted from the making thread).
  */
 MC_EXPORT int mc_loop_new(mc_loop_t **out);
 
 /* mc_loop_free() releases the loop. Work still queued by mc_loop_post() is run
  * first, so that nobody waits forever on it; handles still started are
  * forgotten (their callbacks never run). The kernel's teardown of the ring
- * interrupts the thread that made the loop once, soon after: a blocking
- * call there that the kernel does not restart (a read from a socket with a
- * receive timeout, SO_RCVTIMEO) may fail with EINTR. */
+ * interrupts the threads that made and ran the loop once, soon after: a
+ * blocking call there that the kernel does not restart (a read from a
+ * socket with a receive timeout, SO_RCVTIMEO) may fail with EINTR. */
 MC_EXPORT void mc_loop_free(mc_loop_t *l);
 
 /*

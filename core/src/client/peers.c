@@ -81,7 +81,7 @@ static void session(mc_store_t *s, mc__rpc_client_t *cl, mc__conn_t *c)
         .secret = s->secret,
         .role = s->seg_mem.base ? MC__ROLE_NODE : MC__ROLE_CLIENT,
         .timeout_ms = s->timeout_ms,
-        .quiet = mc__rpc_client_handshake_failures(cl) > 0,
+        .seen = mc__rpc_client_handshake_failed(cl),
     };
     int rc = mc__session_start(c, &o, handshake_done, cl);
     if (rc < 0)

@@ -177,9 +177,16 @@ typedef struct session {
     unsigned char cnonce[MC__AUTH_NONCE];
     mc__session_cb cb;
     void *arg;
-    int level; /* of the messages saying why it failed (o->quiet: debug) */
+    int seen; /* o->seen: a failure for this reason is logged at debug level */
     char peer[MC__ADDR_STRLEN];
 } session_t;
+
+/* The level of the message saying why ss fails with rc: a warning, unless
+ * the last handshake failed for the same reason. */
+static int why_level(const session_t *ss, int rc)
+{
+    return rc == ss->seen ? MC__LOG_DEBUG : MC__LOG_WARN;
+}
 
 static void session_end(session_t *ss, int rc)
 {
@@ -195,7 +202,8 @@ static void auth_done(void *arg, int status, const char *body, size_t len)
 {
     session_t *ss = arg;
     if (status == -EACCES)
-        mc__log(ss->level, "%s refused our secret (a different --auth-secret-file?)", ss->peer);
+        mc__log(why_level(ss, -EACCES), "%s refused our secret (a different --auth-secret-file?)",
+                ss->peer);
     session_end(ss, status < 0 ? status : 0);
 }
 
@@ -207,7 +215,7 @@ static void other_version(session_t *ss, int theirs)
     char why[32] = "it refused it";
     if (theirs >= 0)
         snprintf(why, sizeof(why), "it answered %d", theirs);
-    mc__log(ss->level,
+    mc__log(why_level(ss, -EPROTONOSUPPORT),
             "%s does not speak our protocol version, %u (%s): upgrade it and this process "
             "together",
             ss->peer, (unsigned)MC__PROTO_SESSION, why);
@@ -222,13 +230,13 @@ static void hello_done(void *arg, int status, const char *body, size_t len)
     const char *snonce, *proof;
 
     if (status == -EACCES)
-        mc__log(ss->level, "%s refused the session: permission denied", ss->peer);
+        mc__log(why_level(ss, -EACCES), "%s refused the session: permission denied", ss->peer);
     if (status == -EPROTONOSUPPORT)
         return other_version(ss, -1);
     if (status < 0)
         return session_end(ss, status);
     if (mc__unpack(body, len, "huss", &ver, &auth, &snonce, &nlen, &proof, &plen) < 0 || auth > 1) {
-        mc__log(ss->level, "%s: malformed HELLO answer", ss->peer);
+        mc__log(why_level(ss, -EPROTO), "%s: malformed HELLO answer", ss->peer);
         return session_end(ss, -EPROTO);
     }
     if (ver != MC__PROTO_SESSION)
@@ -236,14 +244,14 @@ static void hello_done(void *arg, int status, const char *body, size_t len)
     if (!auth && !ss->secret)
         return session_end(ss, 0);
     if (!auth) {
-        mc__log(ss->level,
+        mc__log(why_level(ss, -EACCES),
                 "%s does not authenticate: refusing a server that cannot prove it "
                 "knows the secret",
                 ss->peer);
         return session_end(ss, -EACCES);
     }
     if (!ss->secret) {
-        mc__log(ss->level,
+        mc__log(why_level(ss, -EACCES),
                 "%s requires authentication and no secret is configured "
                 "(--auth-secret-file)",
                 ss->peer);
@@ -251,7 +259,8 @@ static void hello_done(void *arg, int status, const char *body, size_t len)
     }
     if (nlen != MC__AUTH_NONCE || mc__auth_check(ss->secret, MC__AUTH_LABEL_SERVER, ss->cnonce,
                                                  (const unsigned char *)snonce, proof, plen) < 0) {
-        mc__log(ss->level, "%s failed to prove it knows the secret: refusing it", ss->peer);
+        mc__log(why_level(ss, -EACCES), "%s failed to prove it knows the secret: refusing it",
+                ss->peer);
         return session_end(ss, -EACCES);
     }
     unsigned char mac[MC__AUTH_MAC];
@@ -281,7 +290,7 @@ int mc__session_start(mc__conn_t *c, const mc__session_opts_t *o, mc__session_cb
     ss->timeout_ms = o->timeout_ms;
     ss->cb = cb;
     ss->arg = arg;
-    ss->level = o->quiet ? MC__LOG_DEBUG : MC__LOG_WARN;
+    ss->seen = o->seen;
     snprintf(ss->peer, sizeof(ss->peer), "%s", mc__conn_peer(c));
     mc__auth_nonce(ss->cnonce);
     if (!o->name)

@@ -78,9 +78,9 @@ typedef struct mc__session_opts {
     uint32_t role;              /* MC__ROLE_CLIENT or MC__ROLE_NODE */
     const char *name;           /* for the server's logs; NULL: "mooncake/PID" */
     uint64_t timeout_ms;        /* per call; must be > 0 */
-    int quiet;                  /* why it fails goes to the debug log, not a warning: an earlier
-                                   handshake of the same run of failures said it already
-                                   (mc__rpc_client_handshake_failures()) */
+    int seen;                   /* why the last handshake failed (-errno; 0: none): this one
+                                   failing for that reason logs it at debug level, not as a
+                                   warning (mc__rpc_client_handshake_failed()) */
 } mc__session_opts_t;
 
 /* The handshake's end: rc 0, or why it failed (see mc__session_start()). */
@@ -95,8 +95,8 @@ typedef void (*mc__session_cb)(void *arg, mc__conn_t *c, int rc);
  * secret, -EPROTO for a malformed HELLO answer, -EPROTONOSUPPORT when the
  * peer speaks another session version, or the failure of a call
  * (-ETIMEDOUT, the conn's close reason). Each but the last is logged with
- * its reason and the peer's name: as a warning, or with o->quiet at debug
- * level. Returns 0, or -errno (-ENOMEM,
+ * its reason and the peer's name: as a warning, or at debug level when it
+ * is o->seen. Returns 0, or -errno (-ENOMEM,
  * errors of mc__rpc_call_early()); cb is then never called.
  */
 int mc__session_start(mc__conn_t *c, const mc__session_opts_t *o, mc__session_cb cb, void *arg);

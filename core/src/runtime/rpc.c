@@ -385,7 +385,8 @@ struct mc__rpc_client {
     uint64_t last_call_ms; /* when a call last went out through the client */
     uint64_t ready_ms;     /* when the current session became ready */
     unsigned failures;     /* attempts failed in a row: only the first is logged as info */
-    unsigned hs_failures;  /* of them, handshakes (mc__rpc_client_handshake_failures()) */
+    int hs_last;           /* why the last handshake failed, until one succeeds or the
+                              address changes (mc__rpc_client_handshake_failed()) */
     int closing;
     int in_cb;         /* inside an owner's callback: mc__rpc_client_close() must not free */
     int handshake_err; /* why the last handshake failed, 0 if it did not */
@@ -419,7 +420,7 @@ static void client_ready(mc__rpc_client_t *cl, mc__conn_t *c)
     cl->backoff_ms = MC__RPC_BACKOFF_MIN_MS;
     mc__log(cl->failures ? MC__LOG_INFO : MC__LOG_DEBUG, "connected to %s", cl->name);
     cl->failures = 0;
-    cl->hs_failures = 0;
+    cl->hs_last = 0;
     if (cl->ops.on_connect)
         cl->ops.on_connect(cl, c);
 }
@@ -476,7 +477,7 @@ static void client_on_close(mc__conn_t *c, int err)
         /* Connected, but the handshake failed (its owner said why): back off
          * as for a refused connect. */
         int e = hs_err ? hs_err : err;
-        cl->hs_failures++;
+        cl->hs_last = e ? e : -ECONNRESET;
         mc__log(cl->failures++ || hs_err ? MC__LOG_DEBUG : MC__LOG_WARN,
                 "session with %s failed (%s); retrying in %" PRIu64 " ms", cl->name,
                 e ? strerror(-e) : "closed", cl->backoff_ms);
@@ -561,6 +562,8 @@ void mc__rpc_client_resolved(mc__rpc_client_t *cl, const mc__addr_t *a, int rc)
         client_retry_later(cl);
         return;
     }
+    if (a->len != cl->addr.len || memcmp(&a->ss, &cl->addr.ss, a->len))
+        cl->hs_last = 0; /* another server: its refusal is news */
     cl->addr = *a;
     mc__addr_format((const struct sockaddr *)&a->ss, a->len, cl->name, sizeof(cl->name));
     cl->resolved = 1;
@@ -637,9 +640,9 @@ mc__conn_t *mc__rpc_client_conn(const mc__rpc_client_t *cl)
     return cl->ready && !cl->closing ? cl->conn : NULL;
 }
 
-unsigned mc__rpc_client_handshake_failures(const mc__rpc_client_t *cl)
+int mc__rpc_client_handshake_failed(const mc__rpc_client_t *cl)
 {
-    return cl->hs_failures;
+    return cl->hs_last;
 }
 
 void *mc__rpc_client_resolve_arg(const mc__rpc_client_t *cl)

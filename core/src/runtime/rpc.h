@@ -197,13 +197,14 @@ void mc__rpc_client_set_keepalive(mc__rpc_client_t *cl, uint64_t ms);
  * NULL while not connected. */
 mc__conn_t *mc__rpc_client_conn(const mc__rpc_client_t *cl);
 
-/* mc__rpc_client_handshake_failures() returns how many handshakes failed
- * in a row, since the client was last ready (0 at the first attempt): a
- * handshake warns of why it failed when this is 0 and logs it at debug
- * level after, as the client's own messages do, so that a server that
+/* mc__rpc_client_handshake_failed() returns why the last handshake failed
+ * (its -errno), while none succeeded since and the client's address is the
+ * same; else 0. A handshake that fails for that same reason logs it at
+ * debug level, not as a warning (mc__session_opts_t.seen): a server that
  * keeps refusing (another secret, another protocol version) is named once
- * per run of failures, not at every retry. */
-unsigned mc__rpc_client_handshake_failures(const mc__rpc_client_t *cl);
+ * per run of failures, not at every retry, and a new reason is named
+ * too. */
+int mc__rpc_client_handshake_failed(const mc__rpc_client_t *cl);
 
 /* mc__rpc_client_resolve_arg() returns ops.resolve_arg. */
 void *mc__rpc_client_resolve_arg(const mc__rpc_client_t *cl);
