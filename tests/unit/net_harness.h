@@ -1,9 +1,9 @@
 /*
  * net_harness.h - what the network unit tests (test_net*.c, test_rpc*.c,
- * test_epochs.c) share: a server loop and a
- * client loop on their own threads, a test server and client over framed
- * connections, calls, and a capture of stderr. Included once by each test
- * file (its functions are static; a file uses some of them).
+ * test_epochs.c) share: a server loop and a client loop on their own
+ * threads, a test server and client over framed connections, and calls.
+ * Included once by each test file (its functions are static; a file uses
+ * some of them).
  *
  * The test thread sets things up on the loops with run_on() (post, then
  * wait) and waits for results with WAIT_FOR(); loop-thread callbacks record
@@ -481,18 +481,6 @@ static void ping(struct client *k)
 
 /* ---- a raw peer: a blocking socket on the test thread ---- */
 
-/* read() on a socket with a receive timeout, going on after EINTR: the
- * kernel's teardown of a ring this thread made (a loop an earlier test
- * freed) interrupts the thread once, and with a timeout set the read is
- * not restarted. */
-static ssize_t read_retry(int fd, void *buf, size_t n)
-{
-    ssize_t r;
-    while ((r = read(fd, buf, n)) < 0 && errno == EINTR)
-        ;
-    return r;
-}
-
 /* Writes p[0..n) to fd, all of it. */
 static void write_all(int fd, const void *p, size_t n)
 {
@@ -512,38 +500,6 @@ static void write_taken(int fd, const void *p, size_t n)
     int queued = 1;
     write_all(fd, p, n);
     WAIT_FOR(ioctl(fd, SIOCOUTQ, &queued) == 0 && queued == 0, 2000);
-}
-
-/* ---- stderr capture ---- */
-
-struct capture {
-    int saved;
-    FILE *tmp;
-};
-
-static void capture_start(struct capture *cap)
-{
-    fflush(stderr);
-    cap->saved = dup(2);
-    cap->tmp = tmpfile();
-    assert_non_null(cap->tmp);
-    dup2(fileno(cap->tmp), 2);
-}
-
-/* Restores stderr; returns what was written (free it), echoed to stderr. */
-static char *capture_end(struct capture *cap)
-{
-    fflush(stderr);
-    dup2(cap->saved, 2);
-    close(cap->saved);
-    long n = ftell(cap->tmp);
-    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-    rewind(cap->tmp);
-    size_t got = fread(s, 1, (size_t)(n > 0 ? n : 0), cap->tmp);
-    s[got] = '\0';
-    fclose(cap->tmp);
-    fputs(s, stderr);
-    return s;
 }
 
 /* ======== log ======== */

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdatomic.h>
@@ -184,28 +185,28 @@ static void test_post_from_many_threads(void **state)
     free(ps);
 }
 
-/* Posts calls that count their runs to a loop every millisecond until
- * told. */
+/* Posts calls that count their runs to a loop, each once the one before
+ * ran (a wake-up each), until told. */
 struct ticker {
     mc_loop_t *l;
     atomic_int stop;
     atomic_int ran; /* on the loop's thread */
+    sem_t done;     /* posted by each call */
 };
 
 static void count_fn(void *arg)
 {
     struct ticker *t = arg;
     atomic_fetch_add(&t->ran, 1);
+    sem_post(&t->done);
 }
 
 static void *ticker_main(void *arg)
 {
     struct ticker *t = arg;
 
-    while (!atomic_load(&t->stop)) {
-        mc_loop_post(t->l, count_fn, t);
-        usleep(1000);
-    }
+    while (!atomic_load(&t->stop) && mc_loop_post(t->l, count_fn, t) == 0)
+        sem_wait(&t->done);
     return NULL;
 }
 
@@ -228,6 +229,7 @@ static void *maker_main(void *arg)
         setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
         return (void *)1;
     struct ticker t = {.l = l};
+    sem_init(&t.done, 0, 0);
     if (pthread_create(&loop_th, NULL, run_thread, l) != 0)
         return (void *)1;
     if (pthread_create(&tick_th, NULL, ticker_main, &t) != 0) {
@@ -244,6 +246,7 @@ static void *maker_main(void *arg)
     m->ran = atomic_load(&t.ran);
     mc_loop_post(l, stop_fn, l);
     pthread_join(loop_th, NULL);
+    sem_destroy(&t.done);
     mc_loop_free(l);
     close(sv[0]);
     close(sv[1]);

@@ -83,9 +83,7 @@ static void ask(int fd, const char *req, const char *want)
     size_t n = 0;
     assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     while (n < sizeof(buf) - 1) {
-        ssize_t r = read(fd, buf + n, sizeof(buf) - 1 - n);
-        if (r < 0 && errno == EINTR)
-            continue;
+        ssize_t r = read_retry(fd, buf + n, sizeof(buf) - 1 - n);
         if (r <= 0)
             fail_msg("read: %zd (%s) after \"%.*s\"", r, strerror(errno), (int)n, buf);
         n += (size_t)r;
@@ -215,9 +213,7 @@ static void test_forked_child_keeps_no_socket(void **state)
     kill(server, SIGKILL);
     assert_int_equal(waitpid(server, NULL, 0), server);
     char ch;
-    ssize_t eof = read(c, &ch, 1);
-    while (eof < 0 && errno == EINTR)
-        eof = read(c, &ch, 1);
+    ssize_t eof = read_retry(c, &ch, 1);
     int listened = can_listen(port);
     close(hold[1]); /* the server's child goes */
     close(c);
