@@ -312,7 +312,7 @@ def test_a_read_only_close_sends_no_flush(cluster):
     assert other_client_get(m, "f") == data2
 
 
-def test_an_open_right_after_another_dropped_the_cache_reads_one_version(store_mount):
+def test_an_open_right_after_another_dropped_the_cache_reads_one_version(store_mount, cluster):
     """An open that finds a new version with the file open nowhere else
     drops the cached pages of the one before. The kernel did that in the
     opener's open(), after the daemon's answer, page by page (a 128 MiB
@@ -322,29 +322,39 @@ def test_an_open_right_after_another_dropped_the_cache_reads_one_version(store_m
     the stat had it) copied the old version's pages that neither drop had
     reached yet and read the new one's where a page was missing: one read
     of two versions. The daemon now drops the pages before it answers the
-    first open (fs/cache.c). Each trial caches version k whole but for one
-    MiB near the end, publishes k + 100 through another client, then opens
-    (the first open), stats and opens and reads the last 16 MiB (the second
-    open) at once; the read must be one version. Without the fix a trial
-    mixed versions about one time in four (39 of 160), so 20 trials miss a
-    regression about once in 250 runs. Under the sanitizers (make asan),
-    which check the daemon's memory rather than the kernel's timing, 5
-    trials run the same paths at a quarter of the cost (this test was 84 s
-    there); alone they would miss one run in four, the plain stage's 20
-    stand guard."""
+    first open (fs/cache.c). Each trial publishes a version through
+    another client of the store (a second mount, direct I/O), caches it
+    whole but for one MiB near the end, publishes the next (the other of
+    two contents), then opens (the first open), stats and opens and reads
+    the last 16 MiB (the second open) at once; the read must be one
+    version. Without the fix a trial mixed versions about one time in four
+    (39 of 160), so 20 trials miss a regression about once in 250 runs.
+    The publisher is a mount rather than mooncake-cli, and the buffers are
+    made once, because a fresh process's first touch of 128 MiB cost up to
+    a second on a VM that faults every new page in (20 trials took 185 s);
+    none of that is what the test is about. Under the sanitizers (make
+    asan), which check the daemon's memory rather than the kernel's
+    timing, 5 trials run the same paths; alone they would miss one run in
+    four, the plain stage's 20 stand guard."""
     m = store_mount("512M", "--cache-mode", "pages")
+    other = cluster.mount("--master", m.store_addr, "--segment-size", "0", "--cache-mode", "direct")
     size = 128 * MiB
     path = m.p("f")
+    contents = [bytes([1]) * size, bytes([2]) * size]
+    buf = bytearray(size + 1)
     mixed = []
     trials = 5 if os.environ.get("MC_SANITIZED") else 20
-    for k in range(1, trials + 1):
-        other_client_put(m, "f", bytes([k]) * size)
-        with open(path, "rb") as f:
-            assert f.read(size + 1) == bytes([k]) * size
+    for k in range(trials):
+        old, new = contents[k % 2], contents[1 - k % 2]
+        with open(other.p("f"), "wb") as f:
+            f.write(old)
+        with open(path, "rb", buffering=0) as f:
+            assert f.readinto(buf) == size and memoryview(buf)[:size] == old
         fd = os.open(path, os.O_RDONLY)
         os.posix_fadvise(fd, size - 8 * MiB, MiB, os.POSIX_FADV_DONTNEED)  # a missing MiB
         os.close(fd)
-        other_client_put(m, "f", bytes([k + 100]) * size)
+        with open(other.p("f"), "wb") as f:
+            f.write(new)
         first = threading.Thread(target=lambda: os.close(os.open(path, os.O_RDONLY)))
         stat = threading.Thread(target=lambda: os.stat(path))
         first.start()
