@@ -35,6 +35,7 @@ BUILD = os.path.join(ROOT, os.environ.get("MC_BUILD", "build"))
 DAEMON = os.path.join(BUILD, "mooncake-fs")
 MASTER = os.path.join(BUILD, "mooncake-master")
 CLI = os.path.join(BUILD, "mooncake-cli")
+MC_BENCH = os.path.join(BUILD, "mc_bench")  # a client of the C API with N requests in flight
 
 # Lines in a log that mean something went wrong.
 BAD_LOG = re.compile(r"error|AddressSanitizer|LeakSanitizer|runtime error|Segmentation", re.I)

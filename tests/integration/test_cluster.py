@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import CLI, cli, cli_stats
+from harness import CLI, MC_BENCH, cli, cli_stats
 from wire import HDR, closed_by_peer, frame, recv_exact
 
 MiB = 1 << 20
@@ -300,3 +300,27 @@ def test_new_file_written_after_another_clients_put_is_its_own(cluster):
         os.close(fd)
     assert open(mnt.p("new"), "rb").read() == b"a"
     assert cli(m.addr, "get", "new").stdout == b"a"
+
+
+def test_puts_over_tcp_past_what_a_connection_queues(cluster, tmp_path):
+    """A connection queues at most 64 MiB of frames to send, and a call that
+    found no room failed at once with ENOBUFS: a put over TCP (another
+    host's client, or --no-shm) of more than 64 MiB failed, and so did
+    32 puts of 4 MiB at once to one node. Calls now wait for room: the
+    100 MiB put reaches both replicas whole, and every put of the 32 in
+    flight (mc_bench, for a second) succeeds."""
+    MiB = 1 << 20
+    m = cluster.master()
+    cluster.nodes(m, 2, "512M", "--no-shm")
+    big = os.urandom(100 * MiB)
+    path = tmp_path / "big"
+    path.write_bytes(big)
+    r = cli(m.addr, "--no-shm", "--replicas", "2", "put", "big", str(path))
+    assert r.returncode == 0, r.stderr
+    r = cli(m.addr, "--no-shm", "get", "big")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == big
+    r = subprocess.run([MC_BENCH, "--master", m.addr, "--no-shm", "--size", "4M", "-n", "32",
+                        "--keys", "1", "--seconds", "1", "--ops", "put"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -169,6 +169,163 @@ static void test_close_midflight(void **state)
     free(m);
 }
 
+/* ======== calls that find the send queue full ======== */
+
+#define WQ_CALLS 12
+#define WQ_BODY (1 << 20)
+#define WQ_PACE_MS 100     /* the peer answers a frame this long after it came */
+#define WQ_TIMEOUT_MS 1000 /* less than the whole run takes, at that pace */
+
+struct wq_case {
+    struct env *e;
+    mc__conn_t *c;
+    int fd;
+    unsigned char *buf; /* the WRITE calls' bodies, WQ_CALLS * WQ_BODY */
+    struct result res[WQ_CALLS + 2];
+    int rc[WQ_CALLS + 2];
+    atomic_int closed, close_err;
+};
+
+static void wq_close(mc__conn_t *c, int err)
+{
+    struct wq_case *w = mc__conn_data(c);
+    atomic_store(&w->close_err, err);
+    atomic_store(&w->closed, 1);
+}
+
+static const mc__conn_ops_t wq_ops = {.on_frame = bound_frame, .on_close = wq_close};
+
+/* Starts the conn with room for one frame of WQ_BODY bytes, then makes
+ * WQ_CALLS WRITE calls of WQ_BODY bytes each (their bodies gathered
+ * straight from w->buf) and two PINGs, all at once. */
+static void wq_start_fn(void *arg)
+{
+    struct wq_case *w = arg;
+
+    CHECK(mc__conn_start(w->e->cl, w->fd, NULL, &wq_ops, w, &w->c) == 0);
+    mc__conn_set_limits(w->c, 2 * WQ_BODY, 0, 0);
+    for (int i = 0; i < WQ_CALLS + 2; i++) {
+        struct result *r = &w->res[i];
+        r->t0 = mc_loop_now_ms();
+        if (i < WQ_CALLS) {
+            struct iovec iov = {w->buf + (size_t)i * WQ_BODY, WQ_BODY};
+            w->rc[i] = mc__rpc_callv(w->c, MC__OP_WRITE, &iov, 1, WQ_TIMEOUT_MS, result_cb, r);
+        } else {
+            w->rc[i] = mc__rpc_call(w->c, MC__OP_PING, "p", 1, WQ_TIMEOUT_MS, result_cb, r);
+        }
+        CHECK(atomic_load(&r->done) == 0); /* never inside the call */
+    }
+}
+
+static void wq_close_fn(void *arg)
+{
+    mc__conn_close(((struct wq_case *)arg)->c);
+}
+
+static struct wq_case *wq_new(struct env *e, int *peer)
+{
+    struct wq_case *w = calloc(1, sizeof(*w));
+    int sv[2];
+
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    w->e = e;
+    w->fd = sv[0];
+    *peer = sv[1];
+    w->buf = malloc((size_t)WQ_CALLS * WQ_BODY);
+    for (int i = 0; i < WQ_CALLS; i++)
+        fill(w->buf + (size_t)i * WQ_BODY, (uint64_t)i, WQ_BODY);
+    return w;
+}
+
+/* Reads exactly n bytes from fd. */
+static void read_exact(int fd, void *p, size_t n)
+{
+    while (n) {
+        ssize_t r = read_retry(fd, p, n);
+        assert_true(r > 0);
+        p = (char *)p + r;
+        n -= (size_t)r;
+    }
+}
+
+/* A full send queue (mc__conn_set_limits()) used to fail a call with
+ * -ENOBUFS at once: a put over TCP of more than the queue's 64 MiB, or
+ * many smaller ones at once to one node, failed so. Now a call that finds
+ * no room waits for it: every call goes out, in the order made, and each
+ * call's time starts once its frame is queued, so a slow peer that
+ * answers every frame within the timeout fails none, though the last
+ * answer comes long after the first call was made. */
+static void test_calls_wait_for_room_in_a_full_send_queue(void **state)
+{
+    struct env *e = *state;
+    int peer;
+    struct wq_case *w = wq_new(e, &peer);
+    char *body = malloc(WQ_BODY);
+
+    run_on(e->cl, wq_start_fn, w);
+    for (int i = 0; i < WQ_CALLS + 2; i++)
+        assert_int_equal(w->rc[i], 0);
+    uint64_t last_id = 0;
+    for (int i = 0; i < WQ_CALLS + 2; i++) {
+        unsigned char hdr[MC__PROTO_HDR_SIZE];
+        mc__hdr_t h;
+        read_exact(peer, hdr, sizeof(hdr));
+        assert_int_equal(mc__hdr_decode(hdr, sizeof(hdr), &h), 0);
+        assert_int_equal(h.op, i < WQ_CALLS ? MC__OP_WRITE : MC__OP_PING);
+        assert_int_equal(h.len, i < WQ_CALLS ? WQ_BODY : 1);
+        read_exact(peer, body, h.len);
+        if (i < WQ_CALLS)
+            assert_true(matches(body, (uint64_t)i, WQ_BODY));
+        if (i) /* in the order made */
+            assert_cmp(h.id, >, last_id);
+        last_id = h.id;
+        usleep(WQ_PACE_MS * 1000); /* the slow peer */
+        mc__hdr_t a = {.magic = MC__PROTO_MAGIC,
+                       .version = MC__PROTO_VERSION,
+                       .op = h.op,
+                       .flags = MC__F_RESPONSE,
+                       .id = h.id};
+        mc__hdr_encode(hdr, &a);
+        write_all(peer, hdr, sizeof(hdr));
+    }
+    for (int i = 0; i < WQ_CALLS + 2; i++) {
+        WAIT_FOR(atomic_load(&w->res[i].done), 3000);
+        if (w->res[i].status != 0)
+            fail_msg("call %d: status %d", i, w->res[i].status);
+    }
+    /* The run took longer than one call may: the last calls waited for
+     * room before their time started. */
+    assert_cmp(w->res[WQ_CALLS + 1].t1 - w->res[0].t0, >, WQ_TIMEOUT_MS);
+    run_on(e->cl, wq_close_fn, w);
+    WAIT_FOR(atomic_load(&w->closed), 3000);
+    close(peer);
+    free(body);
+    free(w->buf);
+    free(w);
+}
+
+/* Calls still waiting for room when the conn closes fail once, with the
+ * calls that were sent, before on_close. */
+static void test_calls_waiting_for_room_fail_at_a_close(void **state)
+{
+    struct env *e = *state;
+    int peer;
+    struct wq_case *w = wq_new(e, &peer);
+
+    run_on(e->cl, wq_start_fn, w); /* nobody reads: one frame goes, the rest wait */
+    for (int i = 0; i < WQ_CALLS + 2; i++)
+        assert_int_equal(w->rc[i], 0);
+    run_on(e->cl, wq_close_fn, w);
+    WAIT_FOR(atomic_load(&w->closed), 3000);
+    for (int i = 0; i < WQ_CALLS + 2; i++) {
+        assert_true(atomic_load(&w->res[i].done)); /* before on_close */
+        assert_int_equal(w->res[i].status, -ECANCELED);
+    }
+    close(peer);
+    free(w->buf);
+    free(w);
+}
+
 /* ======== the reconnecting client ======== */
 
 struct rc_case {
@@ -556,6 +713,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rpc_timeout_and_late_reply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_server_close_fails_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_midflight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_calls_wait_for_room_in_a_full_send_queue, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_calls_waiting_for_room_fail_at_a_close, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_reconnects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_resolves, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_keepalive_and_reconnect, setup, teardown),

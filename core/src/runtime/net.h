@@ -116,15 +116,17 @@ int mc__conn_connect(mc_loop_t *l, const mc__addr_t *a, uint64_t timeout_ms,
  * mc__conn_send() queues the frame h (magic, version and len are filled in)
  * with a copy of body[0..len). Frames go out in the order they were queued.
  * Returns 0, -EMSGSIZE for a body over MC__PROTO_MAX_BODY, -ENOBUFS when
- * the queue would pass its bound (the peer is not reading), -EPIPE when the
- * conn is closing, -ENOMEM.
+ * the queue would pass its bound (mc__conn_set_limits(); the peer reads
+ * slower than frames come: the rpc layer waits for room, see
+ * mc__conn_hook_t.room), -EPIPE when the conn is closing, -ENOMEM.
  */
 int mc__conn_send(mc__conn_t *c, const mc__hdr_t *h, const void *body, size_t len);
 
 /*
  * mc__conn_send_ex() is mc__conn_send() with flags (MC__SEND_EARLY: the
  * frame goes out while the conn is held, ahead of the held frames and after
- * earlier early ones) and, when pass_fd >= 0, a descriptor passed with the
+ * earlier early ones, and is queued past the bound: the frames it goes
+ * ahead of could not make room for it) and, when pass_fd >= 0, a descriptor passed with the
  * frame's first byte (SCM_RIGHTS; the conn sends a duplicate, the caller
  * keeps pass_fd). Returns as mc__conn_send(), and -EOPNOTSUPP for a
  * descriptor on a conn that is not a Unix socket, -EMFILE when it cannot be
@@ -264,11 +266,16 @@ int mc__conn_is_closing(const mc__conn_t *c);
  * buffer. The conn then owns that buffer until it hands it to frame() as
  * body (once every byte is in) or, if it closes first, until close() runs:
  * the kernel may write into it until then, whatever timers fire.
+ *
+ * room() (may be NULL) runs, from the loop, when frames have left the send
+ * queue (the kernel took them) and the conn is not closing: sends that
+ * found the queue full (-ENOBUFS) may find room now.
  */
 typedef struct mc__conn_hook {
     int (*frame)(mc__conn_t *c, void *state, const mc__hdr_t *h, const char *body, size_t len);
     void (*close)(mc__conn_t *c, void *state, int err);
     char *(*body_dst)(mc__conn_t *c, void *state, const mc__hdr_t *h);
+    void (*room)(mc__conn_t *c, void *state);
 } mc__conn_hook_t;
 
 /* mc__conn_set_hook() attaches hook (static storage) with its state. */

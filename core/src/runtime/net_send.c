@@ -41,9 +41,11 @@ static void wreq_free(struct wreq *w)
     free(w);
 }
 
-/* Accounts n sent bytes to the queue, completing whole frames. */
-static void consume_sent(mc__conn_t *c, size_t n)
+/* Accounts n sent bytes to the queue, completing whole frames. Returns
+ * how many it completed. */
+static int consume_sent(mc__conn_t *c, size_t n)
 {
+    int done = 0;
     while (n > 0 && c->wq_head) {
         struct wreq *w = c->wq_head;
         size_t take = w->total - w->sent;
@@ -60,7 +62,9 @@ static void consume_sent(mc__conn_t *c, size_t n)
         if (w->done)
             w->done(w->arg, 0);
         wreq_free(w);
+        done++;
     }
+    return done;
 }
 
 static void on_sent(mc__io_t *io, int res)
@@ -73,13 +77,15 @@ static void on_sent(mc__io_t *io, int res)
         c->wq_head->pass_fd = -1;
     }
     c->sending_fd = 0;
-    if (res > 0)
-        consume_sent(c, (size_t)res);
-    else if (res == -ETIMEDOUT)
+    if (res > 0) {
+        if (consume_sent(c, (size_t)res) && c->state != CS_CLOSING && c->hook && c->hook->room)
+            c->hook->room(c, c->hook_state); /* sends that found no room may go now */
+    } else if (res == -ETIMEDOUT) {
         mc__conn_fail(c, res, MC__LOG_WARN, "send made no progress for %llu ms",
                       (unsigned long long)c->send_timeout_ms);
-    else if (res != -EINTR && res != -EAGAIN && res != 0)
+    } else if (res != -EINTR && res != -EAGAIN && res != 0) {
         mc__conn_fail(c, res, MC__LOG_INFO, "send failed: %s", strerror(-res));
+    }
     mc__conn_drive(c);
 }
 
@@ -157,15 +163,18 @@ void mc__conn_fail_sends(mc__conn_t *c, int err)
     c->wq_bytes = 0;
 }
 
-/* Checks that a frame of body bytes may be queued now. */
-static int may_queue(const mc__conn_t *c, size_t body)
+/* Checks that a frame of body bytes (early: MC__SEND_EARLY) may be queued
+ * now. */
+static int may_queue(const mc__conn_t *c, size_t body, int early)
 {
     if (c->state == CS_CLOSING)
         return -EPIPE;
     if (body > MC__PROTO_MAX_BODY)
         return -EMSGSIZE;
-    /* An empty queue takes any frame, so that a small bound cannot wedge. */
-    if (c->wq_head && c->wq_bytes + MC__PROTO_HDR_SIZE + body > c->max_queued)
+    /* An empty queue takes any frame, so that a small bound cannot wedge;
+     * so does a held one an early frame (a handshake's): the frames it goes
+     * ahead of wait for it. */
+    if (c->wq_head && !early && c->wq_bytes + MC__PROTO_HDR_SIZE + body > c->max_queued)
         return -ENOBUFS;
     return 0;
 }
@@ -207,7 +216,7 @@ static void enqueue(mc__conn_t *c, struct wreq *w, const mc__hdr_t *h, size_t bo
 int mc__conn_send_ex(mc__conn_t *c, const mc__hdr_t *h, const void *body, size_t len,
                      unsigned flags, int pass_fd)
 {
-    int rc = may_queue(c, len);
+    int rc = may_queue(c, len, (flags & MC__SEND_EARLY) != 0);
     if (rc < 0)
         return rc;
     if (pass_fd >= 0 && !c->is_unix)
@@ -252,7 +261,7 @@ int mc__conn_send_iov(mc__conn_t *c, const mc__hdr_t *h, const struct iovec *iov
             return -EMSGSIZE;
         len += iov[i].iov_len; /* cannot overflow: n * 16 MiB is small */
     }
-    int rc = may_queue(c, len);
+    int rc = may_queue(c, len, 0);
     if (rc < 0)
         return rc;
     struct wreq *w = malloc(sizeof(*w) + (size_t)(n + 1) * sizeof(struct iovec));

@@ -10,6 +10,15 @@
  * call_into whose answer's body is being received into its buffer does not
  * time out alone: its timeout closes the conn, and the close, once the
  * kernel let go of the buffer, fails it (the same rule the other way).
+ *
+ * A call whose frame finds the conn's send queue full (-ENOBUFS, net.h)
+ * waits for room instead of failing, with every later call behind it so
+ * that frames go out in the order of the calls: its own copy of the body
+ * (or of the caller's iovecs) is kept in the wait list, and the conn's
+ * room() hook queues the waiting frames as the kernel takes the ones
+ * ahead. Its timer starts when its frame is queued: the wait before that
+ * is bounded by the conn's send timeout, which fails the conn (and every
+ * call, waiting or not) when the peer takes nothing.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -38,6 +47,11 @@ struct call {
     int receiving;   /* the conn receives the body into dst: it never times out alone */
     int held;        /* a result waits for the send to finish ... */
     int held_status; /* ... and this is it */
+    /* Waiting for room in the send queue (struct rpc's wait list): */
+    struct call *wnext;
+    struct iovec *wiov; /* the body: the caller's iovecs, or a copy (wcopy) */
+    int wn;
+    int wcopy;
 };
 
 struct rpc {
@@ -45,13 +59,16 @@ struct rpc {
     uint64_t next_id;
     struct call **tab; /* nb buckets, a power of two */
     size_t nb, count;
+    struct call *wait_head, *wait_tail; /* calls waiting for room, in order */
+    size_t waiting;
 };
 
 static int rpc_frame(mc__conn_t *c, void *state, const mc__hdr_t *h, const char *body, size_t len);
 static void rpc_close(mc__conn_t *c, void *state, int err);
 static char *rpc_body_dst(mc__conn_t *c, void *state, const mc__hdr_t *h);
+static void rpc_room(mc__conn_t *c, void *state);
 
-static const mc__conn_hook_t rpc_hook = {rpc_frame, rpc_close, rpc_body_dst};
+static const mc__conn_hook_t rpc_hook = {rpc_frame, rpc_close, rpc_body_dst, rpc_room};
 
 /* ---- the table of pending calls ---- */
 
@@ -135,6 +152,8 @@ static void call_deliver(struct call *k, int status, const char *body, size_t le
     void *arg = k->arg;
 
     k->cb = NULL;
+    free(k->wiov);
+    k->wiov = NULL;
     if (!k->sending)
         free(k);
     cb(arg, status, body, len);
@@ -221,6 +240,7 @@ static void rpc_close(mc__conn_t *c, void *state, int err)
             all = k;
         }
     }
+    struct call *waiting = r->wait_head; /* never sent: no timer runs */
     free(r->tab);
     free(r);
     while (all) {
@@ -228,6 +248,11 @@ static void rpc_close(mc__conn_t *c, void *state, int err)
         all = k->next;
         mc_timer_stop(&k->timer);
         k->sending = 0;
+        call_deliver(k, status, NULL, 0);
+    }
+    while (waiting) {
+        struct call *k = waiting;
+        waiting = k->wnext;
         call_deliver(k, status, NULL, 0);
     }
 }
@@ -247,9 +272,92 @@ typedef struct call_args {
     uint64_t timeout_ms;
 } call_args_t;
 
-static int call_start(mc__conn_t *c, const call_args_t *a, mc__rpc_cb cb, void *arg)
+/* Starts k's timer and queues its frame; k goes into the table. Returns 0
+ * or -errno (-ENOBUFS: no room; k is as it was). */
+static int call_send(struct rpc *r, struct call *k, const call_args_t *a)
 {
     mc__hdr_t h;
+    int rc = mc_timer_start(mc__conn_loop(r->c), &k->timer, k->timeout_ms, 0, call_timeout);
+    if (rc < 0)
+        return rc;
+    memset(&h, 0, sizeof(h));
+    h.op = a->op;
+    h.id = k->id;
+    if (a->iov) {
+        k->sending = 1;
+        rc = mc__conn_send_iov(r->c, &h, a->iov, a->n, call_sent, k);
+    } else {
+        rc = mc__conn_send_ex(r->c, &h, a->body, a->len, a->flags, -1);
+    }
+    if (rc < 0) {
+        k->sending = 0;
+        mc_timer_stop(&k->timer);
+        return rc;
+    }
+    table_add(r, k);
+    return 0;
+}
+
+/* Puts k at the end of the wait list with what a sends (copied). */
+static int call_wait(struct rpc *r, struct call *k, const call_args_t *a)
+{
+    int n = a->iov ? a->n : 1;
+    size_t copy = a->iov ? 0 : a->len;
+    k->wiov = malloc(sizeof(struct iovec) * (size_t)(n ? n : 1) + copy);
+    if (!k->wiov)
+        return -ENOMEM;
+    if (a->iov) {
+        memcpy(k->wiov, a->iov, sizeof(struct iovec) * (size_t)n);
+    } else {
+        k->wiov[0].iov_base = (char *)(k->wiov + 1);
+        k->wiov[0].iov_len = a->len;
+        if (a->len)
+            memcpy(k->wiov[0].iov_base, a->body, a->len);
+    }
+    k->wn = n;
+    k->wcopy = !a->iov;
+    if (r->wait_tail)
+        r->wait_tail->wnext = k;
+    else
+        r->wait_head = k;
+    r->wait_tail = k;
+    r->waiting++;
+    return 0;
+}
+
+/* Frames left c's send queue: the waiting calls go, in order, while there
+ * is room. */
+static void rpc_room(mc__conn_t *c, void *state)
+{
+    struct rpc *r = state;
+    (void)c;
+    while (r->wait_head) {
+        struct call *k = r->wait_head;
+        call_args_t a = {.op = k->op};
+        if (k->wcopy) {
+            a.body = k->wiov[0].iov_base;
+            a.len = k->wiov[0].iov_len;
+        } else {
+            a.iov = k->wiov;
+            a.n = k->wn;
+        }
+        int rc = call_send(r, k, &a);
+        if (rc == -ENOBUFS)
+            return;
+        r->wait_head = k->wnext;
+        if (!r->wait_head)
+            r->wait_tail = NULL;
+        r->waiting--;
+        k->wnext = NULL;
+        free(k->wiov); /* the conn keeps its own copy of the iovecs */
+        k->wiov = NULL;
+        if (rc < 0)
+            call_deliver(k, rc, NULL, 0); /* from the loop: a completion runs this */
+    }
+}
+
+static int call_start(mc__conn_t *c, const call_args_t *a, mc__rpc_cb cb, void *arg)
+{
     int rc;
 
     if (!cb || a->timeout_ms == 0)
@@ -271,25 +379,16 @@ static int call_start(mc__conn_t *c, const call_args_t *a, mc__rpc_cb cb, void *
     k->cap = a->cap;
     k->timeout_ms = a->timeout_ms;
     k->timer.data = k;
-    if ((rc = mc_timer_start(mc__conn_loop(c), &k->timer, a->timeout_ms, 0, call_timeout)) < 0) {
-        free(k);
-        return rc;
-    }
-    memset(&h, 0, sizeof(h));
-    h.op = a->op;
-    h.id = k->id;
-    if (a->iov) {
-        k->sending = 1;
-        rc = mc__conn_send_iov(c, &h, a->iov, a->n, call_sent, k);
-    } else {
-        rc = mc__conn_send_ex(c, &h, a->body, a->len, a->flags, -1);
-    }
+    /* Behind calls that wait for room, unless it is a handshake's (early):
+     * those wait for it. */
+    int early = (a->flags & MC__SEND_EARLY) != 0;
+    rc = r->wait_head && !early ? -ENOBUFS : call_send(r, k, a);
+    if (rc == -ENOBUFS && !early)
+        rc = call_wait(r, k, a);
     if (rc < 0) {
-        mc_timer_stop(&k->timer);
         free(k);
         return rc;
     }
-    table_add(r, k);
     return 0;
 }
 
@@ -328,7 +427,7 @@ int mc__rpc_callv(mc__conn_t *c, uint16_t op, const struct iovec *iov, int n, ui
 size_t mc__rpc_pending(const mc__conn_t *c)
 {
     const struct rpc *r = mc__conn_hook_state(c, &rpc_hook);
-    return r ? r->count : 0;
+    return r ? r->count + r->waiting : 0;
 }
 
 static int reply_hdr(mc__hdr_t *h, const mc__hdr_t *req, int status)

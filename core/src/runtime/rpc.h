@@ -14,6 +14,12 @@
  *                           -ECANCELED after mc__conn_close(); all pending
  *                           calls of a conn fail together
  *
+ * A call whose frame finds the conn's send queue full (its bound, net.h)
+ * waits for room rather than failing, and the calls made after it wait
+ * behind it: frames go out in the order of the calls. Its timeout starts
+ * once its frame is queued; the wait before is bounded by the conn's send
+ * timeout (a peer that takes nothing fails the conn, and its calls).
+ *
  * A response nobody waits for (a late one, after a timeout) is dropped with
  * a debug line. Server side, mc__rpc_reply() answers a request frame.
  *
@@ -43,8 +49,9 @@ typedef void (*mc__rpc_cb)(void *arg, int status, const char *body, size_t len);
 /*
  * mc__rpc_call() sends request op with a copy of body[0..len) on c and
  * calls cb(arg, ...) once as described above. timeout_ms must be > 0.
- * Returns 0, or -EINVAL (timeout_ms 0), -EPIPE (c is closing) and the other
- * errors of mc__conn_send(); cb is then never called.
+ * Returns 0, or -EINVAL (timeout_ms 0), -EPIPE (c is closing), -EMSGSIZE
+ * and -ENOMEM; cb is then never called. A full send queue is waited out
+ * (above), never -ENOBUFS.
  */
 int mc__rpc_call(mc__conn_t *c, uint16_t op, const void *body, size_t len, uint64_t timeout_ms,
                  mc__rpc_cb cb, void *arg);
