@@ -1,18 +1,24 @@
-"""Many small files: 10,000 x 4 KiB written, listed, read back, removed."""
+"""Many small files: 10,000 x 4 KiB written, listed, read back, removed.
+Under the sanitizers (make asan), which check the daemon's and the
+master's memory on the same paths rather than their scale, 3,000 (three
+pages of a listing): the 10,000 took 167 s there, the longest test of the
+stage, against 22 s in the plain one."""
 
 import os
 
+FILES = 3000 if os.environ.get("MC_SANITIZED") else 10000
 
-def test_10000_small_files(mnt):
+
+def test_many_small_files(mnt):
     os.mkdir(mnt.p("many"))
     blobs = {}
-    for i in range(10000):
+    for i in range(FILES):
         data = (f"{i:08d}".encode() * 512)[:4096]
         blobs[f"f{i:05d}"] = data
         with open(mnt.p("many", f"f{i:05d}"), "wb") as f:
             f.write(data)
     names = os.listdir(mnt.p("many"))
-    assert len(names) == 10000
+    assert len(names) == FILES
     assert sorted(names) == sorted(blobs)
     with os.scandir(mnt.p("many")) as it:
         for e in it:
