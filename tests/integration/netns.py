@@ -101,6 +101,17 @@ class Host:
     def mend(self):
         ip("-n", self.net.bridge, "link", "set", self.port, "up")
 
+    def limit(self, mbit):
+        """Slows this host's link to mbit Mbit/s each way: a token bucket
+        (tc's tbf) on both ends of its veth pair."""
+        for ns, dev in ((self.ns, "eth0"), (self.net.bridge, self.port)):
+            r = subprocess.run(in_netns(ns, ["tc", "qdisc", "add", "dev", dev, "root", "tbf",
+                                             "rate", f"{mbit}mbit", "burst", "256kb",
+                                             "latency", "50ms"]),
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"tc on {ns} {dev}: {r.stderr.strip()}")
+
 
 class Net:
     """A bridge namespace and hosts joined to it; close() removes them all."""

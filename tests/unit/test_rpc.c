@@ -326,6 +326,122 @@ static void test_calls_waiting_for_room_fail_at_a_close(void **state)
     free(w);
 }
 
+/* ======== the window of bytes in flight ======== */
+
+#define WIN_CALLS 10
+#define WIN_PIECE (1 << 20)
+
+struct win_case {
+    struct env *e;
+    mc__conn_t *c;
+    int fd;
+    char *dst; /* WIN_CALLS * WIN_PIECE: where answers may go (a TCP conn's) */
+    struct result res[WIN_CALLS];
+    int rc[WIN_CALLS];
+    atomic_int closed;
+};
+
+static void win_close(mc__conn_t *c, int err)
+{
+    struct win_case *w = mc__conn_data(c);
+    (void)err;
+    atomic_store(&w->closed, 1);
+}
+
+static const mc__conn_ops_t win_ops = {.on_frame = bound_frame, .on_close = win_close};
+
+static void win_close_fn(void *arg)
+{
+    mc__conn_close(((struct win_case *)arg)->c);
+}
+
+/* Starts the conn with a window of two pieces, then makes WIN_CALLS READ
+ * calls whose answers (WIN_PIECE bytes each) go into w->dst, all at once. */
+static void win_start_fn(void *arg)
+{
+    struct win_case *w = arg;
+
+    CHECK(mc__conn_start(w->e->cl, w->fd, NULL, &win_ops, w, &w->c) == 0);
+    mc__rpc_set_window(w->c, 2 * WIN_PIECE);
+    for (int i = 0; i < WIN_CALLS; i++) {
+        w->res[i].t0 = mc_loop_now_ms();
+        w->rc[i] = mc__rpc_call_into(w->c, MC__OP_READ, NULL, 0, w->dst + (size_t)i * WIN_PIECE,
+                                     WIN_PIECE, WQ_TIMEOUT_MS, result_cb, &w->res[i]);
+    }
+}
+
+/* 1 if a byte arrives on fd within ms. */
+static int readable_within(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, ms) == 1;
+}
+
+/* A call's bytes count against its conn's window (mc__rpc_set_window())
+ * from the moment it is sent until its answer: the request's body and the
+ * answer it may get (call_into's cap). A READ of a large object used to
+ * send every piece's request at once, so the last pieces waited for the
+ * whole object to cross the link, and over a slow one timed out. Now a
+ * peer sees two requests (the window), no third until it answers one, and
+ * every call succeeds, in order, though the run takes longer than one
+ * call's timeout. */
+static void test_calls_keep_to_a_window_of_bytes_in_flight(void **state)
+{
+    struct env *e = *state;
+    struct win_case *w = calloc(1, sizeof(*w));
+    int sv[2];
+    char *piece = malloc(WIN_PIECE);
+
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    w->e = e;
+    w->fd = sv[0];
+    w->dst = malloc((size_t)WIN_CALLS * WIN_PIECE);
+    run_on(e->cl, win_start_fn, w);
+    for (int i = 0; i < WIN_CALLS; i++)
+        assert_int_equal(w->rc[i], 0);
+    mc__hdr_t req[WIN_CALLS];
+    int got = 0;
+    for (int i = 0; i < WIN_CALLS; i++) {
+        while (got < WIN_CALLS && got < i + 2) { /* the window: two unanswered */
+            unsigned char hdr[MC__PROTO_HDR_SIZE];
+            read_exact(sv[1], hdr, sizeof(hdr));
+            assert_int_equal(mc__hdr_decode(hdr, sizeof(hdr), &req[got]), 0);
+            assert_int_equal(req[got].op, MC__OP_READ);
+            assert_int_equal(req[got].len, 0); /* a READ of WIN_PIECE: its cost */
+            if (got)
+                assert_cmp(req[got].id, >, req[got - 1].id);
+            got++;
+        }
+        if (i == 0) /* two in flight, the third held back */
+            assert_false(readable_within(sv[1], 200));
+        usleep(WQ_PACE_MS * 1000); /* the slow peer */
+        unsigned char hdr[MC__PROTO_HDR_SIZE];
+        mc__hdr_t a = {.magic = MC__PROTO_MAGIC,
+                       .version = MC__PROTO_VERSION,
+                       .op = MC__OP_READ,
+                       .flags = MC__F_RESPONSE,
+                       .id = req[i].id,
+                       .len = WIN_PIECE};
+        mc__hdr_encode(hdr, &a);
+        fill((unsigned char *)piece, (uint64_t)i, WIN_PIECE);
+        write_all(sv[1], hdr, sizeof(hdr));
+        write_all(sv[1], piece, WIN_PIECE);
+    }
+    for (int i = 0; i < WIN_CALLS; i++) {
+        WAIT_FOR(atomic_load(&w->res[i].done), 3000);
+        if (w->res[i].status != 0 || w->res[i].len != WIN_PIECE)
+            fail_msg("call %d: status %d, %zu bytes", i, w->res[i].status, w->res[i].len);
+        assert_true(matches(w->res[i].body, (uint64_t)i, sizeof(w->res[i].body)));
+    }
+    assert_cmp(w->res[WIN_CALLS - 1].t1 - w->res[0].t0, >, WQ_TIMEOUT_MS);
+    run_on(e->cl, win_close_fn, w);
+    WAIT_FOR(atomic_load(&w->closed), 3000);
+    close(sv[1]);
+    free(piece);
+    free(w->dst);
+    free(w);
+}
+
 /* ======== the reconnecting client ======== */
 
 struct rc_case {
@@ -716,6 +832,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_calls_wait_for_room_in_a_full_send_queue, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_calls_waiting_for_room_fail_at_a_close, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_calls_keep_to_a_window_of_bytes_in_flight, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_reconnects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_resolves, setup, teardown),

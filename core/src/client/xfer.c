@@ -3,8 +3,8 @@
  * an object (remote_i.h).
  *
  * Data moves in pieces of at most MC__PROTO_CHUNK bytes, all pieces of a
- * transfer issued at once (over TCP, those past a connection's send queue
- * wait for room in the rpc layer, rpc.h): writes go to every replica,
+ * transfer issued at once (over TCP, those past a connection's window of
+ * bytes in flight wait in the rpc layer, rpc.h): writes go to every replica,
  * reads to one and fail over to the next. Each replica's pieces take the transport
  * mc__peer_route() picks (transport/transport.h): memcpy into our own
  * segment or a co-located node's mapped one, RDMA, or TCP; a transfer that

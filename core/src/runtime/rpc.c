@@ -11,14 +11,18 @@
  * time out alone: its timeout closes the conn, and the close, once the
  * kernel let go of the buffer, fails it (the same rule the other way).
  *
- * A call whose frame finds the conn's send queue full (-ENOBUFS, net.h)
- * waits for room instead of failing, with every later call behind it so
- * that frames go out in the order of the calls: its own copy of the body
- * (or of the caller's iovecs) is kept in the wait list, and the conn's
- * room() hook queues the waiting frames as the kernel takes the ones
- * ahead. Its timer starts when its frame is queued: the wait before that
- * is bounded by the conn's send timeout, which fails the conn (and every
- * call, waiting or not) when the peer takes nothing.
+ * A call counts against its conn's window (struct rpc's inflight) from
+ * when it is sent until it leaves the table: its request body and the
+ * answer it may receive (call_into's cap). A call that would pass the
+ * window, or whose frame finds the send queue full (-ENOBUFS, net.h),
+ * waits instead, with every later call behind it so that frames go out in
+ * the order of the calls: its own copy of the body (or of the caller's
+ * iovecs) is kept in the wait list, and the waiting calls go as answers
+ * come back (rpc_frame(), call_timeout()) and as the kernel takes frames
+ * (the conn's room() hook). Its timer starts when it is sent: the wait
+ * before that is bounded by the calls ahead, each by its own timeout, and
+ * by the conn's send timeout, which fails the conn (and every call,
+ * waiting or not) when the peer takes nothing.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -47,7 +51,8 @@ struct call {
     int receiving;   /* the conn receives the body into dst: it never times out alone */
     int held;        /* a result waits for the send to finish ... */
     int held_status; /* ... and this is it */
-    /* Waiting for room in the send queue (struct rpc's wait list): */
+    size_t cost;     /* bytes it counts against the window: body and cap */
+    /* Waiting for room in the window or the send queue (the wait list): */
     struct call *wnext;
     struct iovec *wiov; /* the body: the caller's iovecs, or a copy (wcopy) */
     int wn;
@@ -59,6 +64,7 @@ struct rpc {
     uint64_t next_id;
     struct call **tab; /* nb buckets, a power of two */
     size_t nb, count;
+    size_t inflight, window;            /* bytes of the calls in the table, and their bound */
     struct call *wait_head, *wait_tail; /* calls waiting for room, in order */
     size_t waiting;
 };
@@ -99,6 +105,7 @@ static void table_add(struct rpc *r, struct call *k)
     k->next = *b;
     *b = k;
     r->count++;
+    r->inflight += k->cost;
 }
 
 static struct call *table_find(const struct rpc *r, uint64_t id)
@@ -116,6 +123,7 @@ static struct call *table_take(struct rpc *r, uint64_t id)
             struct call *k = *p;
             *p = k->next;
             r->count--;
+            r->inflight -= k->cost;
             return k;
         }
     }
@@ -137,6 +145,7 @@ static struct rpc *rpc_get(mc__conn_t *c)
     }
     r->nb = TABLE_MIN;
     r->next_id = 1;
+    r->window = MC__RPC_WINDOW;
     r->c = c;
     mc__conn_set_hook(c, &rpc_hook, r);
     return r;
@@ -189,9 +198,10 @@ static void call_timeout(mc_timer_t *t)
     if (k->sending) {
         k->held = 1;
         k->held_status = -ETIMEDOUT;
-        return;
+    } else {
+        call_deliver(k, -ETIMEDOUT, NULL, 0);
     }
-    call_deliver(k, -ETIMEDOUT, NULL, 0);
+    rpc_room(r->c, r); /* its bytes left the window */
 }
 
 static int rpc_frame(mc__conn_t *c, void *state, const mc__hdr_t *h, const char *body, size_t len)
@@ -206,6 +216,7 @@ static int rpc_frame(mc__conn_t *c, void *state, const mc__hdr_t *h, const char 
     }
     mc_timer_stop(&k->timer);
     call_deliver(k, h->status, body, len);
+    rpc_room(c, r); /* its bytes left the window */
     return 1;
 }
 
@@ -272,8 +283,15 @@ typedef struct call_args {
     uint64_t timeout_ms;
 } call_args_t;
 
+/* Whether a call of cost bytes fits r's window now: an empty window takes
+ * any call, so that one larger than the window cannot wedge. */
+static int window_fits(const struct rpc *r, size_t cost)
+{
+    return r->inflight == 0 || r->inflight + cost <= r->window;
+}
+
 /* Starts k's timer and queues its frame; k goes into the table. Returns 0
- * or -errno (-ENOBUFS: no room; k is as it was). */
+ * or -errno (-ENOBUFS: no room in the send queue; k is as it was). */
 static int call_send(struct rpc *r, struct call *k, const call_args_t *a)
 {
     mc__hdr_t h;
@@ -325,15 +343,16 @@ static int call_wait(struct rpc *r, struct call *k, const call_args_t *a)
     return 0;
 }
 
-/* Frames left c's send queue: the waiting calls go, in order, while there
- * is room. */
+/* Calls left the window, or frames c's send queue: the waiting calls go,
+ * in order, while there is room in both. */
 static void rpc_room(mc__conn_t *c, void *state)
 {
     struct rpc *r = state;
-    (void)c;
-    while (r->wait_head) {
+    if (mc__conn_is_closing(c))
+        return; /* rpc_close() fails them with the conn's reason */
+    while (r->wait_head && window_fits(r, r->wait_head->cost)) {
         struct call *k = r->wait_head;
-        call_args_t a = {.op = k->op};
+        call_args_t a = {.op = k->op, .dst = k->dst, .cap = k->cap};
         if (k->wcopy) {
             a.body = k->wiov[0].iov_base;
             a.len = k->wiov[0].iov_len;
@@ -379,10 +398,16 @@ static int call_start(mc__conn_t *c, const call_args_t *a, mc__rpc_cb cb, void *
     k->cap = a->cap;
     k->timeout_ms = a->timeout_ms;
     k->timer.data = k;
+    k->cost = a->cap;
+    if (a->iov)
+        for (int i = 0; i < a->n; i++)
+            k->cost += a->iov[i].iov_len;
+    else
+        k->cost += a->len;
     /* Behind calls that wait for room, unless it is a handshake's (early):
      * those wait for it. */
     int early = (a->flags & MC__SEND_EARLY) != 0;
-    rc = r->wait_head && !early ? -ENOBUFS : call_send(r, k, a);
+    rc = (r->wait_head || !window_fits(r, k->cost)) && !early ? -ENOBUFS : call_send(r, k, a);
     if (rc == -ENOBUFS && !early)
         rc = call_wait(r, k, a);
     if (rc < 0) {
@@ -422,6 +447,15 @@ int mc__rpc_callv(mc__conn_t *c, uint16_t op, const struct iovec *iov, int n, ui
     call_args_t a = {
         .op = op, .iov = iov ? iov : &none, .n = iov ? n : 0, .timeout_ms = timeout_ms};
     return call_start(c, &a, cb, arg);
+}
+
+void mc__rpc_set_window(mc__conn_t *c, size_t bytes)
+{
+    struct rpc *r = rpc_get(c);
+    if (r) {
+        r->window = bytes ? bytes : MC__RPC_WINDOW;
+        rpc_room(c, r);
+    }
 }
 
 size_t mc__rpc_pending(const mc__conn_t *c)
