@@ -103,14 +103,17 @@ class Host:
 
     def limit(self, mbit):
         """Slows this host's link to mbit Mbit/s each way: a token bucket
-        (tc's tbf) on both ends of its veth pair."""
+        (tc's tbf) on both ends of its veth pair. Raises NetnsUnavailable
+        when this kernel or iproute2 cannot (no tc, no sch_tbf)."""
+        if not shutil.which("tc"):
+            raise NetnsUnavailable("tc not found (iproute2)")
         for ns, dev in ((self.ns, "eth0"), (self.net.bridge, self.port)):
             r = subprocess.run(in_netns(ns, ["tc", "qdisc", "add", "dev", dev, "root", "tbf",
                                              "rate", f"{mbit}mbit", "burst", "256kb",
                                              "latency", "50ms"]),
-                               capture_output=True, text=True)
+                               capture_output=True, text=True, timeout=10)
             if r.returncode != 0:
-                raise RuntimeError(f"tc on {ns} {dev}: {r.stderr.strip()}")
+                raise NetnsUnavailable(f"tc qdisc tbf on {dev}: {r.stderr.strip()}")
 
 
 class Net:

@@ -306,9 +306,10 @@ def test_puts_over_tcp_past_what_a_connection_queues(cluster, tmp_path):
     """A connection queues at most 64 MiB of frames to send, and a call that
     found no room failed at once with ENOBUFS: a put over TCP (another
     host's client, or --no-shm) of more than 64 MiB failed, and so did
-    32 puts of 4 MiB at once to one node. Calls now wait for room: the
-    100 MiB put reaches both replicas whole, and every put of the 32 in
-    flight (mc_bench, for a second) succeeds."""
+    32 puts of 4 MiB at once to one node. Calls now wait their turn in the
+    connection's window of 32 MiB in flight (and for room in its queue):
+    the 100 MiB put reaches both replicas whole, and every put of the 32
+    in flight (mc_bench, for a second) succeeds."""
     MiB = 1 << 20
     m = cluster.master()
     cluster.nodes(m, 2, "512M", "--no-shm")

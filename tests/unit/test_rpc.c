@@ -183,12 +183,16 @@ struct wq_case {
     unsigned char *buf; /* the WRITE calls' bodies, WQ_CALLS * WQ_BODY */
     struct result res[WQ_CALLS + 2];
     int rc[WQ_CALLS + 2];
-    atomic_int closed, close_err;
+    atomic_int closed, close_err, done_at_close;
 };
 
 static void wq_close(mc__conn_t *c, int err)
 {
     struct wq_case *w = mc__conn_data(c);
+    int done = 0;
+    for (int i = 0; i < WQ_CALLS + 2; i++)
+        done += atomic_load(&w->res[i].done);
+    atomic_store(&w->done_at_close, done);
     atomic_store(&w->close_err, err);
     atomic_store(&w->closed, 1);
 }
@@ -222,12 +226,29 @@ static void wq_close_fn(void *arg)
     mc__conn_close(((struct wq_case *)arg)->c);
 }
 
+/* A socket pair whose kernel buffers are small (64 KiB), so that a frame
+ * of 1 MiB waits in the conn's queue until the peer reads it, whatever
+ * the machine's defaults; the peer's end (sv[1]) gives up a read after
+ * 3 s. */
+static void small_pair(int sv[2])
+{
+    int small = 64 << 10;
+    struct timeval tv = {3, 0};
+
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(setsockopt(sv[i], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+        assert_int_equal(setsockopt(sv[i], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+    }
+    assert_int_equal(setsockopt(sv[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+}
+
 static struct wq_case *wq_new(struct env *e, int *peer)
 {
     struct wq_case *w = calloc(1, sizeof(*w));
     int sv[2];
 
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    small_pair(sv);
     w->e = e;
     w->fd = sv[0];
     *peer = sv[1];
@@ -317,10 +338,9 @@ static void test_calls_waiting_for_room_fail_at_a_close(void **state)
         assert_int_equal(w->rc[i], 0);
     run_on(e->cl, wq_close_fn, w);
     WAIT_FOR(atomic_load(&w->closed), 3000);
-    for (int i = 0; i < WQ_CALLS + 2; i++) {
-        assert_true(atomic_load(&w->res[i].done)); /* before on_close */
+    assert_int_equal(atomic_load(&w->done_at_close), WQ_CALLS + 2); /* before on_close */
+    for (int i = 0; i < WQ_CALLS + 2; i++)
         assert_int_equal(w->res[i].status, -ECANCELED);
-    }
     close(peer);
     free(w->buf);
     free(w);
@@ -392,7 +412,7 @@ static void test_calls_keep_to_a_window_of_bytes_in_flight(void **state)
     int sv[2];
     char *piece = malloc(WIN_PIECE);
 
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    small_pair(sv);
     w->e = e;
     w->fd = sv[0];
     w->dst = malloc((size_t)WIN_CALLS * WIN_PIECE);
@@ -438,6 +458,73 @@ static void test_calls_keep_to_a_window_of_bytes_in_flight(void **state)
     WAIT_FOR(atomic_load(&w->closed), 3000);
     close(sv[1]);
     free(piece);
+    free(w->dst);
+    free(w);
+}
+
+#define WIN_TIMEOUT_MS 300
+
+/* A window of one piece and two READs of one piece, each with a timeout of
+ * WIN_TIMEOUT_MS. */
+static void win_timeout_start_fn(void *arg)
+{
+    struct win_case *w = arg;
+
+    CHECK(mc__conn_start(w->e->cl, w->fd, NULL, &win_ops, w, &w->c) == 0);
+    mc__rpc_set_window(w->c, WIN_PIECE);
+    for (int i = 0; i < 2; i++) {
+        w->res[i].t0 = mc_loop_now_ms();
+        w->rc[i] = mc__rpc_call_into(w->c, MC__OP_READ, NULL, 0, w->dst + (size_t)i * WIN_PIECE,
+                                     WIN_PIECE, WIN_TIMEOUT_MS, result_cb, &w->res[i]);
+    }
+}
+
+/* A call that times out leaves the window as one answered does: the call
+ * waiting behind it goes then, and has a whole timeout of its own. */
+static void test_a_timed_out_call_makes_room_in_the_window(void **state)
+{
+    struct env *e = *state;
+    struct win_case *w = calloc(1, sizeof(*w));
+    int sv[2];
+    unsigned char hdr[MC__PROTO_HDR_SIZE];
+    mc__hdr_t req[2];
+
+    small_pair(sv);
+    w->e = e;
+    w->fd = sv[0];
+    w->dst = malloc(2 * (size_t)WIN_PIECE);
+    run_on(e->cl, win_timeout_start_fn, w);
+    assert_int_equal(w->rc[0], 0);
+    assert_int_equal(w->rc[1], 0);
+    read_exact(sv[1], hdr, sizeof(hdr)); /* the first, never answered */
+    assert_int_equal(mc__hdr_decode(hdr, sizeof(hdr), &req[0]), 0);
+    assert_false(readable_within(sv[1], WIN_TIMEOUT_MS / 2)); /* the second waits */
+    read_exact(sv[1], hdr, sizeof(hdr)); /* it comes once the first timed out */
+    assert_int_equal(mc__hdr_decode(hdr, sizeof(hdr), &req[1]), 0);
+    assert_cmp(req[1].id, >, req[0].id);
+    WAIT_FOR(atomic_load(&w->res[0].done), 3000);
+    assert_int_equal(w->res[0].status, -ETIMEDOUT);
+    usleep(WIN_TIMEOUT_MS / 2 * 1000); /* the slow peer, within the second's own timeout */
+    char body[16];
+    fill((unsigned char *)body, 1, sizeof(body));
+    mc__hdr_t a = {.magic = MC__PROTO_MAGIC,
+                   .version = MC__PROTO_VERSION,
+                   .op = MC__OP_READ,
+                   .flags = MC__F_RESPONSE,
+                   .id = req[1].id,
+                   .len = sizeof(body)};
+    mc__hdr_encode(hdr, &a);
+    write_all(sv[1], hdr, sizeof(hdr));
+    write_all(sv[1], body, sizeof(body));
+    WAIT_FOR(atomic_load(&w->res[1].done), 3000);
+    assert_int_equal(w->res[1].status, 0);
+    assert_int_equal(w->res[1].len, sizeof(body));
+    assert_true(matches(w->res[1].body, 1, sizeof(body)));
+    /* Made at once with the first, answered after more than one timeout. */
+    assert_cmp(w->res[1].t1 - w->res[1].t0, >, WIN_TIMEOUT_MS);
+    run_on(e->cl, win_close_fn, w);
+    WAIT_FOR(atomic_load(&w->closed), 3000);
+    close(sv[1]);
     free(w->dst);
     free(w);
 }
@@ -834,6 +921,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_calls_waiting_for_room_fail_at_a_close, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_calls_keep_to_a_window_of_bytes_in_flight, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_timed_out_call_makes_room_in_the_window, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_reconnects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rpc_client_resolves, setup, teardown),

@@ -123,14 +123,21 @@ int mc__conn_connect(mc_loop_t *l, const mc__addr_t *a, uint64_t timeout_ms,
 int mc__conn_send(mc__conn_t *c, const mc__hdr_t *h, const void *body, size_t len);
 
 /*
+ * mc__conn_check_frame() says whether a frame of body bytes in niov pieces
+ * could ever be sent: 0, -EMSGSIZE for a body over MC__PROTO_MAX_BODY,
+ * -EINVAL for a count of pieces mc__conn_send_iov() does not take. For
+ * callers that hold a frame back before they send it (rpc.c).
+ */
+int mc__conn_check_frame(size_t body, int niov);
+
+/*
  * mc__conn_send_ex() is mc__conn_send() with flags (MC__SEND_EARLY: the
  * frame goes out while the conn is held, ahead of the held frames and after
- * earlier early ones, and is queued past the bound: the frames it goes
- * ahead of could not make room for it) and, when pass_fd >= 0, a descriptor passed with the
- * frame's first byte (SCM_RIGHTS; the conn sends a duplicate, the caller
- * keeps pass_fd). Returns as mc__conn_send(), and -EOPNOTSUPP for a
- * descriptor on a conn that is not a Unix socket, -EMFILE when it cannot be
- * duplicated.
+ * earlier early ones, and is queued past the bound, held or not: the held
+ * frames it goes ahead of could not make room for it) and, when pass_fd >= 0, a descriptor passed
+ * with the frame's first byte (SCM_RIGHTS; the conn sends a duplicate, the caller keeps pass_fd).
+ * Returns as mc__conn_send(), and -EOPNOTSUPP for a descriptor on a conn that is not a Unix socket,
+ * -EMFILE when it cannot be duplicated.
  */
 int mc__conn_send_ex(mc__conn_t *c, const mc__hdr_t *h, const void *body, size_t len,
                      unsigned flags, int pass_fd);

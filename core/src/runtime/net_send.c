@@ -172,8 +172,8 @@ static int may_queue(const mc__conn_t *c, size_t body, int early)
     if (body > MC__PROTO_MAX_BODY)
         return -EMSGSIZE;
     /* An empty queue takes any frame, so that a small bound cannot wedge;
-     * so does a held one an early frame (a handshake's): the frames it goes
-     * ahead of wait for it. */
+     * any queue takes an early frame (a handshake's): while the conn is
+     * held, the frames it goes ahead of wait for it. */
     if (c->wq_head && !early && c->wq_bytes + MC__PROTO_HDR_SIZE + body > c->max_queued)
         return -ENOBUFS;
     return 0;
@@ -242,6 +242,13 @@ int mc__conn_send_ex(mc__conn_t *c, const mc__hdr_t *h, const void *body, size_t
     w->early = (flags & MC__SEND_EARLY) != 0;
     enqueue(c, w, h, len);
     return 0;
+}
+
+int mc__conn_check_frame(size_t body, int niov)
+{
+    if (niov < 0 || niov > CONN_MAX_IOV)
+        return -EINVAL;
+    return body > MC__PROTO_MAX_BODY ? -EMSGSIZE : 0;
 }
 
 int mc__conn_send(mc__conn_t *c, const mc__hdr_t *h, const void *body, size_t len)

@@ -283,6 +283,10 @@ typedef struct call_args {
     uint64_t timeout_ms;
 } call_args_t;
 
+_Static_assert(
+    8 * (MC__PROTO_CHUNK + 64) <= MC__RPC_WINDOW,
+    "the window holds eight READ or WRITE pieces of MC__PROTO_CHUNK with their requests");
+
 /* Whether a call of cost bytes fits r's window now: an empty window takes
  * any call, so that one larger than the window cannot wedge. */
 static int window_fits(const struct rpc *r, size_t cost)
@@ -348,9 +352,9 @@ static int call_wait(struct rpc *r, struct call *k, const call_args_t *a)
 static void rpc_room(mc__conn_t *c, void *state)
 {
     struct rpc *r = state;
-    if (mc__conn_is_closing(c))
-        return; /* rpc_close() fails them with the conn's reason */
-    while (r->wait_head && window_fits(r, r->wait_head->cost)) {
+    /* On a closing conn (a callback below may close it), rpc_close() fails
+     * them with the conn's reason. */
+    while (r->wait_head && window_fits(r, r->wait_head->cost) && !mc__conn_is_closing(c)) {
         struct call *k = r->wait_head;
         call_args_t a = {.op = k->op, .dst = k->dst, .cap = k->cap};
         if (k->wcopy) {
@@ -398,12 +402,16 @@ static int call_start(mc__conn_t *c, const call_args_t *a, mc__rpc_cb cb, void *
     k->cap = a->cap;
     k->timeout_ms = a->timeout_ms;
     k->timer.data = k;
-    k->cost = a->cap;
+    size_t body = a->len;
     if (a->iov)
-        for (int i = 0; i < a->n; i++)
-            k->cost += a->iov[i].iov_len;
-    else
-        k->cost += a->len;
+        for (int i = 0, n = a->n > 0 ? a->n : 0; i < n; i++)
+            body += a->iov[i].iov_len;
+    /* What the conn would refuse later refuses the call now, waiting or not. */
+    if ((rc = mc__conn_check_frame(body, a->iov ? a->n : 1)) < 0) {
+        free(k);
+        return rc;
+    }
+    k->cost = body + a->cap;
     /* Behind calls that wait for room, unless it is a handshake's (early):
      * those wait for it. */
     int early = (a->flags & MC__SEND_EARLY) != 0;
@@ -452,10 +460,8 @@ int mc__rpc_callv(mc__conn_t *c, uint16_t op, const struct iovec *iov, int n, ui
 void mc__rpc_set_window(mc__conn_t *c, size_t bytes)
 {
     struct rpc *r = rpc_get(c);
-    if (r) {
+    if (r) /* calls waiting now go when the next call leaves the window */
         r->window = bytes ? bytes : MC__RPC_WINDOW;
-        rpc_room(c, r);
-    }
 }
 
 size_t mc__rpc_pending(const mc__conn_t *c)

@@ -17,15 +17,14 @@
  * A conn's calls keep to a window of bytes in flight (MC__RPC_WINDOW,
  * mc__rpc_set_window()): a call counts its request body and the answer it
  * may receive (mc__rpc_call_into()'s cap) from when it is sent until it
- * completes. A call that would pass the window, or whose frame finds the
- * conn's send queue full (its bound, net.h), waits rather than failing,
- * and the calls made after it wait behind it: frames go out in the order
- * of the calls. Its timeout starts once it is sent, so that it bounds the
- * call's own wait for the network, not the calls' ahead of it: a transfer
- * of any size, in 4 MiB pieces, succeeds over a link that moves the window
- * within the timeout. The wait before is bounded by the calls ahead, each
- * by its timeout, and by the conn's send timeout (a peer that takes
- * nothing fails the conn, and its calls).
+ * is answered, times out or its conn closes. A call that would pass the window, or whose frame
+ * finds the conn's send queue full (its bound, net.h), waits rather than failing, and the calls
+ * made after it wait behind it: frames go out in the order of the calls. Its timeout starts once it
+ * is sent, so that it bounds the call's own wait for the network, not the calls' ahead of it: a
+ * transfer of any size, in 4 MiB pieces, succeeds over a link that moves the window within the
+ * timeout (a link shared by several conns: their windows). The wait before is bounded by the calls
+ * ahead, each by its timeout, and by the conn's send timeout (a peer that takes nothing fails the
+ * conn, and its calls).
  *
  * A response nobody waits for (a late one, after a timeout) is dropped with
  * a debug line. Server side, mc__rpc_reply() answers a request frame.
@@ -34,7 +33,8 @@
  * a loss with exponential backoff (100 ms doubling to 5 s), except that a
  * session that lasted a while and then ended (a server closing it as idle,
  * or restarting) is reconnected at once. Calls made while a connect attempt
- * is in flight are queued on it (bounded by their timeout); calls made while
+ * is in flight are queued on it (bounded by their timeout, or, past the
+ * window, unsent, by the connect's); calls made while
  * waiting out the backoff fail at once with -ENOTCONN. A client that makes
  * no call for MC__RPC_KEEPALIVE_MS sends a PING, so that a server's idle
  * timeout (server.h) never closes a connection in use: the master ties
@@ -95,12 +95,14 @@ int mc__rpc_call_into(mc__conn_t *c, uint16_t op, const void *body, size_t len, 
 int mc__rpc_call_early(mc__conn_t *c, uint16_t op, const void *body, size_t len,
                        uint64_t timeout_ms, mc__rpc_cb cb, void *arg);
 
-/* Bytes a conn's calls keep in flight (see the top): 32 MiB, eight pieces
- * of MC__PROTO_CHUNK, 0.3 s of a 1 Gbit/s link, 3 ms of 100 Gbit/s. */
-#define MC__RPC_WINDOW (32U << 20)
+/* Bytes a conn's calls keep in flight (see the top): eight READ or WRITE
+ * pieces of MC__PROTO_CHUNK (4 MiB) with their requests' own bytes (64 KiB
+ * spare), 0.3 s of a 1 Gbit/s link, 3 ms of 100 Gbit/s. */
+#define MC__RPC_WINDOW ((32U << 20) + (64U << 10))
 
 /* mc__rpc_set_window() bounds c's calls to bytes in flight (0:
- * MC__RPC_WINDOW). A call larger than the window goes alone. */
+ * MC__RPC_WINDOW), from the next call on. A call larger than the window
+ * goes alone. */
 void mc__rpc_set_window(mc__conn_t *c, size_t bytes);
 
 /* mc__rpc_pending() returns the number of c's calls awaiting a response,
