@@ -7,18 +7,31 @@
  */
 #include <errno.h>
 #include <linux/falloc.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fs.h"
 #include "fs_i.h"
 #include "writers.h"
 
-/* The zeros the default mode writes into holes, a piece at a time (in
- * .bss and never written: every page of it is the kernel's zero page, so
- * it takes no memory). A hole up to this long gets its space in one
- * request to the master: all of it, or none and ENOSPC. */
-static char zeros[64 << 20];
+/* The zeros the default mode writes into holes, a piece at a time: a
+ * read-only private anonymous mapping made at the first use, every page of
+ * it the kernel's zero page, so that it takes no memory. A hole up to this
+ * long gets its space in one request to the master: all of it, or none and
+ * ENOSPC. (A global array would take no memory either, but the sanitizer
+ * builds poison and scan every global: 64 MiB of it cost each daemon 0.3 s
+ * at its start and exit.) */
+#define ZEROS_LEN ((size_t)64 << 20)
+static const char *zeros;
+static pthread_once_t zeros_once = PTHREAD_ONCE_INIT;
+
+static void zeros_map(void)
+{
+    void *p = mmap(NULL, ZEROS_LEN, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    zeros = p == MAP_FAILED ? NULL : p;
+}
 
 /* What a request's context holds through the steps (fs_ctx_t's fields):
  * c->off the next byte to look at, c->size the length to punch (PUNCH_HOLE,
@@ -40,7 +53,7 @@ static size_t falloc_hole(const fs_ctx_t *c, const mc_writer_t *w, uint64_t *at)
     int64_t d = mc_writer_seek(w, (uint64_t)h, 0);
     uint64_t end = d < 0 || (uint64_t)d > lim ? lim : (uint64_t)d;
     *at = (uint64_t)h;
-    return end - (uint64_t)h > sizeof(zeros) ? sizeof(zeros) : (size_t)(end - (uint64_t)h);
+    return end - (uint64_t)h > ZEROS_LEN ? ZEROS_LEN : (size_t)(end - (uint64_t)h);
 }
 
 /* Punches [c->off, c->off + c->size) of the version in progress (a hole
@@ -61,7 +74,8 @@ static void falloc_next(fs_ctx_t *c)
         c->attr.st_size = 0;
     } else if ((n = falloc_hole(c, ws->w, &at)) > 0) {
         c->off = (off_t)(at + n);
-        rc = mc_writer_write_async(ws->w, at, zeros, n, falloc_step, c);
+        pthread_once(&zeros_once, zeros_map);
+        rc = zeros ? mc_writer_write_async(ws->w, at, zeros, n, falloc_step, c) : -ENOMEM;
     } else {
         fs_ws_op_done(ws, 0);
         return fs_ctx_fail(c, c->flags);
