@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/fuzz/run.sh [SECONDS] - builds the libFuzzer targets (tests/fuzz/fuzz_*.c)
 # with clang into build/fuzz/ and runs them for SECONDS in all (default 30),
-# split evenly between targets. Each target starts from its seed corpus in
+# split evenly between targets, which build and run at once (on 2 cores, 2
+# targets take SECONDS / 2 of the clock). Each target starts from its seed corpus in
 # tests/fuzz/corpus/NAME/ (left untouched) and keeps what it learns in
 # build/fuzz/corpus/NAME/. Prints each run's libFuzzer summary; exits 1 if a
 # target crashed (the input is saved under build/fuzz/artifacts/NAME/ and the
@@ -36,9 +37,11 @@ per=$((budget / count))
 [ "$per" -ge 1 ] || per=1
 
 mkdir -p "$out"
-for t in $targets; do
-    echo "  CLANG   tests/fuzz/fuzz_$t.c"
-    # shellcheck disable=SC2086
+# The targets build at once (a clang each: one core apiece), then run at
+# once, each for its share of the budget: on 2 cores, the stage takes about
+# half as long as one after the other, with the same work.
+build() {
+    t=$1
     # tests/fuzz/NAME.link, if present, replaces core/src/LAYER/NAME.c with its
     # own sources and libraries (paths relative to the repository).
     srcs=$(echo "$root"/core/src/*/"$t".c)
@@ -46,14 +49,27 @@ for t in $targets; do
         srcs=$(cd "$root" && eval "echo $(cat "tests/fuzz/$t.link")" | sed "s|\(^\| \)core/|\1$root/core/|g")
     fi
     # shellcheck disable=SC2086
-    if ! "$clang" $flags -o "$out/fuzz_$t" "$root/tests/fuzz/fuzz_$t.c" $srcs; then
-        echo "fuzz: building fuzz_$t failed" >&2
-        exit 2
-    fi
-done
-
-failed=0
+    "$clang" $flags -o "$out/fuzz_$t" "$root/tests/fuzz/fuzz_$t.c" $srcs
+}
+pids=
 for t in $targets; do
+    echo "  CLANG   tests/fuzz/fuzz_$t.c"
+    build "$t" &
+    pids="$pids $!"
+done
+built=0
+for p in $pids; do
+    wait "$p" || built=1
+done
+if [ "$built" -ne 0 ]; then
+    echo "fuzz: building a target failed (its compiler's messages are above)" >&2
+    exit 2
+fi
+
+# run NAME: one target for its share of the budget; its exit status is
+# libFuzzer's (0: no crash).
+run() {
+    t=$1
     corpus=$out/corpus/$t
     artifacts=$out/artifacts/$t/
     log=$out/fuzz_$t.log
@@ -61,17 +77,30 @@ for t in $targets; do
     touch "$out/.start_$t" # artifacts newer than this are this run's
     dict=
     [ -f "$root/tests/fuzz/$t.dict" ] && dict=-dict=$root/tests/fuzz/$t.dict
-    echo "fuzz_$t: ${per}s, log $log"
     # -max_total_time stops libFuzzer; timeout is only a backstop.
     timeout -k 10 $((per + 60)) "$out/fuzz_$t" -max_total_time="$per" -print_final_stats=1 \
         -timeout=10 -rss_limit_mb=2048 -max_len=16384 -artifact_prefix="$artifacts" \
         $dict "$corpus" "$root/tests/fuzz/corpus/$t" >"$log" 2>&1
+}
+
+pids=
+for t in $targets; do
+    echo "fuzz_$t: ${per}s, log $out/fuzz_$t.log"
+    run "$t" &
+    pids="$pids $!"
+done
+failed=0
+set -- $pids
+for t in $targets; do
+    wait "$1"
     rc=$?
-    grep -E '^(Done [0-9]+ runs|stat::)' "$log" | sed "s/^/  /"
+    shift
+    artifacts=$out/artifacts/$t/
+    grep -E '^(Done [0-9]+ runs|stat::)' "$out/fuzz_$t.log" | sed "s/^/  /"
     if [ "$rc" -ne 0 ]; then
         failed=1
         echo "fuzz_$t: FAILED (exit $rc)"
-        grep -E -A 30 'ERROR: |runtime error|check failed|deadly signal' "$log" | head -n 60
+        grep -E -A 30 'ERROR: |runtime error|check failed|deadly signal' "$out/fuzz_$t.log" | head -n 60
         find "$artifacts" -type f -newer "$out/.start_$t" | while read -r a; do
             echo "  replay: $out/fuzz_$t $a"
         done
