@@ -7,7 +7,7 @@
  */
 #include <errno.h>
 #include <linux/falloc.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -24,13 +24,23 @@
  * builds poison and scan every global: 64 MiB of it cost each daemon 0.3 s
  * at its start and exit.) */
 #define ZEROS_LEN ((size_t)64 << 20)
-static const char *zeros;
-static pthread_once_t zeros_once = PTHREAD_ONCE_INIT;
 
-static void zeros_map(void)
+/* The mapping, made now if it is not yet (any thread; a failed mmap is
+ * tried again at the next call); NULL if it cannot be. */
+static const char *zeros_get(void)
 {
-    void *p = mmap(NULL, ZEROS_LEN, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    zeros = p == MAP_FAILED ? NULL : p;
+    static _Atomic(const char *) zeros;
+    const char *z = atomic_load_explicit(&zeros, memory_order_acquire);
+    if (z)
+        return z;
+    void *p = mmap(NULL, ZEROS_LEN, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (!atomic_compare_exchange_strong(&zeros, &z, (const char *)p))
+        munmap(p, ZEROS_LEN); /* another thread's came first: z is it */
+    else
+        z = p;
+    return z;
 }
 
 /* What a request's context holds through the steps (fs_ctx_t's fields):
@@ -74,8 +84,7 @@ static void falloc_next(fs_ctx_t *c)
         c->attr.st_size = 0;
     } else if ((n = falloc_hole(c, ws->w, &at)) > 0) {
         c->off = (off_t)(at + n);
-        pthread_once(&zeros_once, zeros_map);
-        rc = zeros ? mc_writer_write_async(ws->w, at, zeros, n, falloc_step, c) : -ENOMEM;
+        rc = mc_writer_write_async(ws->w, at, zeros_get(), n, falloc_step, c);
     } else {
         fs_ws_op_done(ws, 0);
         return fs_ctx_fail(c, c->flags);
@@ -132,6 +141,8 @@ static void falloc_run(fs_waiter_t *w, int err)
                                                                           : end;
     if (!c->size && !c->attr.st_size && !falloc_hole(c, ws->w, &at))
         return fs_ctx_fail(c, 0); /* nothing changes */
+    if (c->st2.size && !zeros_get())
+        return fs_ctx_fail(c, -ENOMEM); /* before the version is touched */
     ws->dirty = 1;
     fs_ws_op_start(ws);
     falloc_next(c);

@@ -133,8 +133,8 @@ def cli_env(env=None):
 
 def cli(master, *args, input=None, netns=None, timeout=60, env=None):
     """Runs mooncake-cli --master MASTER ARGS (the public C API), in netns
-    if given, with env if given; returns the CompletedProcess (stdout and
-    stderr as bytes)."""
+    if given, with env if given (and cli_env()'s sanitizer options); returns
+    the CompletedProcess (stdout and stderr as bytes)."""
     cmd = [CLI, "--master", master, *args]
     return subprocess.run(in_netns(netns, cmd) if netns else cmd, input=input,
                           capture_output=True, timeout=timeout, env=cli_env(env))

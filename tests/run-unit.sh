@@ -5,9 +5,10 @@
 # it). Exit 0 pass, 77 skip, anything else fail. Prints each test's result
 # in name order, then "N passed, N failed, N skipped".
 #
-# UNIT_JOBS (default 4) tests run at once: the suite mostly waits (its
-# timeouts and timers; on 2 cores, 50 s of clock for 15 s of CPU one at a
-# time), and every test makes its own loops, sockets and files.
+# UNIT_JOBS (default 4) tests run at once (GNU xargs -P): the suite mostly
+# waits (its timeouts and timers; on 2 cores, 50 s of clock for 15 s of
+# CPU one at a time), and every test makes its own loops, sockets, files
+# and ports (unit.h's free_port() picks them below the ephemeral range).
 set -u
 if [ "${1:-}" = "--one" ]; then
     # run-unit.sh --one TEST LOGS: runs one test, writes its result lines
@@ -32,7 +33,7 @@ mkdir -p "$logs"
 rm -f "$logs"/*.result
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] && echo "$t"
-done | xargs -P "${UNIT_JOBS:-4}" -I{} "$0" --one {} "$logs"
+done | xargs -d '\n' -P "${UNIT_JOBS:-4}" -I{} sh "$0" --one {} "$logs"
 pass=0 fail=0 skip=0
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue
@@ -42,12 +43,14 @@ for t in "$build"/tests/test_*; do
         echo "FAIL $(basename "$t"): no result (the runner failed)"
         continue
     fi
-    cat "$r"
     case $(head -c 4 "$r") in
     PASS) pass=$((pass + 1)) ;;
     SKIP) skip=$((skip + 1)) ;;
-    *) fail=$((fail + 1)) ;;
+    FAIL) fail=$((fail + 1)) ;;
+    *) fail=$((fail + 1))
+       echo "FAIL $(basename "$t"): an empty result (the runner failed)" ;;
     esac
+    cat "$r"
 done
 echo "unit: $pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

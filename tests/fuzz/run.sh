@@ -1,8 +1,9 @@
 #!/bin/sh
 # tests/fuzz/run.sh [SECONDS] - builds the libFuzzer targets (tests/fuzz/fuzz_*.c)
 # with clang into build/fuzz/ and runs them for SECONDS in all (default 30),
-# split evenly between targets, which build and run at once (on 2 cores, 2
-# targets take SECONDS / 2 of the clock). Each target starts from its seed corpus in
+# split evenly between targets, which build and run at once (2 targets on
+# 2 cores take SECONDS / 2 of the clock; more targets than cores share
+# them). Each target starts from its seed corpus in
 # tests/fuzz/corpus/NAME/ (left untouched) and keeps what it learns in
 # build/fuzz/corpus/NAME/. Prints each run's libFuzzer summary; exits 1 if a
 # target crashed (the input is saved under build/fuzz/artifacts/NAME/ and the
@@ -38,8 +39,9 @@ per=$((budget / count))
 
 mkdir -p "$out"
 # The targets build at once (a clang each: one core apiece), then run at
-# once, each for its share of the budget: on 2 cores, the stage takes about
-# half as long as one after the other, with the same work.
+# once, each for its share of the budget: with as many cores as targets,
+# the stage takes about half as long as one after the other, with the same
+# work.
 build() {
     t=$1
     # tests/fuzz/NAME.link, if present, replaces core/src/LAYER/NAME.c with its
@@ -49,7 +51,10 @@ build() {
         srcs=$(cd "$root" && eval "echo $(cat "tests/fuzz/$t.link")" | sed "s|\(^\| \)core/|\1$root/core/|g")
     fi
     # shellcheck disable=SC2086
-    "$clang" $flags -o "$out/fuzz_$t" "$root/tests/fuzz/fuzz_$t.c" $srcs
+    "$clang" $flags -o "$out/fuzz_$t" "$root/tests/fuzz/fuzz_$t.c" $srcs || {
+        echo "fuzz: building fuzz_$t failed" >&2
+        return 1
+    }
 }
 pids=
 for t in $targets; do
@@ -62,7 +67,7 @@ for p in $pids; do
     wait "$p" || built=1
 done
 if [ "$built" -ne 0 ]; then
-    echo "fuzz: building a target failed (its compiler's messages are above)" >&2
+    echo "fuzz: a build failed (its compiler's messages are above)" >&2
     exit 2
 fi
 

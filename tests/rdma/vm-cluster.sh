@@ -55,13 +55,22 @@ echo "== transport selftest"
 sh /usr/local/bin/vm-selftest.sh || die "rdma_selftest"
 
 echo "== cluster: master, nodes A and B (--protocol rdma, segments 256 MiB)"
-# start_master ADDR [ARGS]: a master at ADDR (its log master.ADDR.log).
+# start_master ADDR [ARGS]: a master at ADDR (its log master.ADDR.log),
+# waited for until it listens: one with an RDMA segment opens its device
+# first, which under TCG took more than the half second this once slept.
 start_master() {
     a=$1
     shift
     mooncake-master --listen $a --auth-secret-file $K "$@" >$T/master.$a.log 2>&1 &
-    pids="$pids $!"
-    sleep 0.5
+    mp=$!
+    pids="$pids $mp"
+    i=0
+    until grep -q "listening on" $T/master.$a.log; do
+        i=$((i + 1))
+        [ $i -gt 300 ] && die "master $a did not come up: $(cat $T/master.$a.log)"
+        kill -0 $mp 2>/dev/null || die "master $a exited: $(cat $T/master.$a.log)"
+        sleep 0.1
+    done
 }
 # start_node NAME [MASTER [SIZE [FILE]]]: node NAME (pid in $nodeNAME, log
 # nodeNAME.log) of MASTER (default $M) with a segment of SIZE (256M), in

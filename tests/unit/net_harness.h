@@ -143,20 +143,6 @@ static void run_on(mc_loop_t *l, void (*fn)(void *), void *arg)
     sem_destroy(&o.done);
 }
 
-/* A loopback TCP port nobody listens on: bound, then closed. */
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static unsigned char pattern(uint64_t seq, size_t i)
 {
     return (unsigned char)((i * 131u) ^ (seq * 17u) ^ (i >> 9));

@@ -32,18 +32,6 @@ static char dir[] = "/tmp/mc-test-etcd.XXXXXX";
 
 /* ---- harness ---- */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t n = sizeof(a);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &n) < 0)
-        abort();
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* What one request answered. */
 typedef struct got {
     int done, rc;

@@ -5,15 +5,20 @@
  * fails; rnd() is a seeded xorshift64* generator of the test's own (seed
  * rng_state, never 0), independent of any generator in the code under test;
  * read_retry() reads a socket with a receive timeout through EINTR;
- * capture_start() and capture_end() collect what is written to stderr.
+ * capture_start() and capture_end() collect what is written to stderr;
+ * free_port() picks a loopback port for a server a test starts.
  */
 #ifndef MC_TEST_UNIT_H
 #define MC_TEST_UNIT_H
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Checks a comparison of two integers, printing both when it fails. */
@@ -46,6 +51,34 @@ static inline ssize_t read_retry(int fd, void *buf, size_t n)
     while ((r = read(fd, buf, n)) < 0 && errno == EINTR)
         ;
     return r;
+}
+
+/* A loopback port that was free a moment ago, below the ephemeral range
+ * (32768 up), as tests/harness.py's free_port() picks them: the port the
+ * kernel gives a connect() or a bind to port 0, in this test or in another
+ * running beside it (run-unit.sh runs several), never is one of these. */
+static inline int free_port(void)
+{
+    static uint64_t x;
+    if (!x)
+        x = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ 0x9e3779b97f4a7c15ULL;
+    for (int i = 0; i < 1000; i++) {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        int port = 10000 + (int)((x * 0x2545f4914f6cdd1dULL) >> 33) % 22000;
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0)
+            break;
+        int ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+        close(fd);
+        if (ok)
+            return port;
+    }
+    fprintf(stderr, "free_port: no free port in 10000-31999\n");
+    abort();
 }
 
 /* ---- stderr capture ---- */
