@@ -1,7 +1,7 @@
 /*
  * test_auth.c - unit tests for authentication (core/src/runtime/auth.c) and the
  * session handshake between a real server (server.c) and a reconnecting
- * rpc client (rpc.c) on one loop over loopback TCP.
+ * rpc client (rpc_client.c) on one loop over loopback TCP.
  *
  * The MACs are checked against known answers computed independently with
  * Python's hmac module (HMAC-SHA256, RFC 2104), so the wire format stays

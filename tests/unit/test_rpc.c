@@ -173,8 +173,18 @@ static void test_close_midflight(void **state)
 
 #define WQ_CALLS 12
 #define WQ_BODY (1 << 20)
-#define WQ_PACE_MS 100     /* the peer answers a frame this long after it came */
+#define WQ_PACE_MS 100     /* the slow peer answers one frame in this long */
 #define WQ_TIMEOUT_MS 1000 /* less than the whole run takes, at that pace */
+
+/* The slow peer keeps a schedule: it answers no earlier than at, on
+ * mc_loop_now_ms()'s clock (CLOCK_MONOTONIC), so that how long a run takes
+ * follows from the schedule, not from how long each step happened to take. */
+static void peer_wait_until(uint64_t at)
+{
+    struct timespec ts = {(time_t)(at / 1000), (long)(at % 1000) * 1000000};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
 
 struct wq_case {
     struct env *e;
@@ -300,7 +310,7 @@ static void test_calls_wait_for_room_in_a_full_send_queue(void **state)
         if (i) /* in the order made */
             assert_cmp(h.id, >, last_id);
         last_id = h.id;
-        usleep(WQ_PACE_MS * 1000); /* the slow peer */
+        peer_wait_until(w->res[0].t0 + (uint64_t)(i + 1) * WQ_PACE_MS);
         mc__hdr_t a = {.magic = MC__PROTO_MAGIC,
                        .version = MC__PROTO_VERSION,
                        .op = h.op,
@@ -314,8 +324,9 @@ static void test_calls_wait_for_room_in_a_full_send_queue(void **state)
         if (w->res[i].status != 0)
             fail_msg("call %d: status %d", i, w->res[i].status);
     }
-    /* The run took longer than one call may: the last calls waited for
-     * room before their time started. */
+    /* The run took longer than one call may (the schedule's last answer
+     * comes (WQ_CALLS + 2) * WQ_PACE_MS after the first call): the last
+     * calls waited for room before their time started. */
     assert_cmp(w->res[WQ_CALLS + 1].t1 - w->res[0].t0, >, WQ_TIMEOUT_MS);
     run_on(e->cl, wq_close_fn, w);
     WAIT_FOR(atomic_load(&w->closed), 3000);
@@ -434,7 +445,10 @@ static void test_calls_keep_to_a_window_of_bytes_in_flight(void **state)
         }
         if (i == 0) /* two in flight, the third held back */
             assert_false(readable_within(sv[1], 200));
-        usleep(WQ_PACE_MS * 1000); /* the slow peer */
+        /* A call waits for the one two ahead, is sent at about
+         * t0 + i * WQ_PACE_MS and answered two paces later, within its
+         * timeout; the last answer comes past one timeout after t0. */
+        peer_wait_until(w->res[0].t0 + (uint64_t)(i + 2) * WQ_PACE_MS);
         unsigned char hdr[MC__PROTO_HDR_SIZE];
         mc__hdr_t a = {.magic = MC__PROTO_MAGIC,
                        .version = MC__PROTO_VERSION,
@@ -504,7 +518,9 @@ static void test_a_timed_out_call_makes_room_in_the_window(void **state)
     assert_cmp(req[1].id, >, req[0].id);
     WAIT_FOR(atomic_load(&w->res[0].done), 3000);
     assert_int_equal(w->res[0].status, -ETIMEDOUT);
-    usleep(WIN_TIMEOUT_MS / 2 * 1000); /* the slow peer, within the second's own timeout */
+    /* The slow peer answers half a timeout after the first timed out (and
+     * the second was sent): within the second's own timeout. */
+    peer_wait_until(w->res[0].t1 + WIN_TIMEOUT_MS / 2);
     char body[16];
     fill((unsigned char *)body, 1, sizeof(body));
     mc__hdr_t a = {.magic = MC__PROTO_MAGIC,
