@@ -24,11 +24,13 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 BASE_CFLAGS = -std=gnu11 $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE -Icore/include -Icore/src $(BASE_CFLAGS_RDMA) $(SAN_FLAGS)
 FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3)
-# The metrics endpoint (runtime/metrics.c) serves HTTP with libmicrohttpd.
-MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
-# The etcd client (runtime/etcd.c) speaks HTTP/JSON with libcurl and libjansson.
-ETCD_LIBS := $(shell pkg-config --libs libcurl jansson 2>/dev/null || echo -lcurl -ljansson)
-CORE_LIBS := -luring -lsodium $(MHD_LIBS) $(ETCD_LIBS) -lpthread
+# The metrics endpoint (runtime/metrics.c) serves HTTP with libmicrohttpd,
+# and the etcd client (runtime/etcd.c) speaks HTTP/JSON with libcurl and
+# libjansson. libmicrohttpd and libcurl are loaded at their first use
+# (runtime/dl.c: linked, their trees cost every process about 8 ms at
+# start), so they are not linked: the build needs their headers only.
+JANSSON_LIBS := $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
+CORE_LIBS := -luring -lsodium $(JANSSON_LIBS) -ldl -lpthread
 # RDMA: built in when pkg-config finds libibverbs and librdmacm, unless
 # NO_RDMA=1 (then the transport's calls are stubs returning -ENOTSUP and
 # protocol "rdma" fails at open; "auto" means TCP).

@@ -42,7 +42,8 @@ typedef int (*mc_metrics_cb)(void *arg, mc_metrics_t *m);
  * mc_metrics_serve() serves /metrics and /health on addr: "PORT" (on
  * 127.0.0.1), "HOST:PORT" or "[V6]:PORT" (TCP only). collect(arg, m) runs
  * on loop's thread for each request. Returns 0 and sets *out, or -EINVAL
- * (a bad address), -EADDRINUSE or another -errno when it cannot listen.
+ * (a bad address), -ELIBACC (libmicrohttpd.so.12, loaded at the first
+ * call, is missing), -EADDRINUSE or another -errno when it cannot listen.
  * Stop it with mc_metrics_stop().
  */
 MC_EXPORT int mc_metrics_serve(mc_metrics_server_t **out, const char *addr, mc_loop_t *loop,

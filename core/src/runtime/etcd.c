@@ -12,7 +12,6 @@
  * 64-bit integers are strings, fields at their default value (0, false) are
  * left out.
  */
-#include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
 #include <poll.h>
@@ -22,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "runtime/dl.h"
 #include "runtime/etcd.h"
 #include "runtime/etcd_i.h"
 #include "runtime/forkfd.h"
@@ -36,6 +36,7 @@ typedef struct req req_t;
 
 struct mc__etcd {
     mc_loop_t *loop;
+    const mc__curl_fns_t *cu; /* libcurl's functions (dl.h) */
     CURLM *multi;
     mc_timer_t timer;
     char *eps[EP_MAX];
@@ -43,7 +44,7 @@ struct mc__etcd {
     int cur; /* the endpoint requests go to first */
     unsigned timeout_ms;
     req_t *reqs;        /* in flight, watches too */
-    int in_action;      /* inside curl_multi_socket_action(): sockets are not freed, */
+    int in_action;      /* inside e->cu->multi_socket_action(): sockets are not freed, */
     struct sockw *dead; /* but kept here until it returns */
 };
 
@@ -91,10 +92,10 @@ static void req_free(req_t *r)
     if (r->next)
         r->next->prev = r->prev;
     if (r->h) {
-        curl_multi_remove_handle(e->multi, r->h);
-        curl_easy_cleanup(r->h);
+        e->cu->multi_remove_handle(e->multi, r->h);
+        e->cu->easy_cleanup(r->h);
     }
-    curl_slist_free_all(r->hdrs);
+    e->cu->slist_free_all(r->hdrs);
     free(r->body);
     free(r->resp);
     free(r->w);
@@ -136,9 +137,9 @@ static int req_send(req_t *r)
     char url[512];
     const char *ep = e->eps[(e->cur + r->tries) % e->neps];
     snprintf(url, sizeof(url), "%s%s%s", strncmp(ep, "http", 4) ? "http://" : "", ep, r->path);
-    curl_easy_setopt(r->h, CURLOPT_URL, url);
+    e->cu->easy_setopt(r->h, CURLOPT_URL, url);
     r->rlen = 0;
-    return curl_multi_add_handle(e->multi, r->h) == CURLM_OK ? 0 : -ENOMEM;
+    return e->cu->multi_add_handle(e->multi, r->h) == CURLM_OK ? 0 : -ENOMEM;
 }
 
 /* Connections to etcd are made and closed here, so that a forked child
@@ -170,7 +171,7 @@ static int req_start(mc__etcd_t *e, enum kind kind, const char *path, json_t *j,
     req_t *r = calloc(1, sizeof(*r));
     char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    if (!r || !body || !(r->h = curl_easy_init())) {
+    if (!r || !body || !(r->h = e->cu->easy_init())) {
         free(r);
         free(body);
         return -ENOMEM;
@@ -182,19 +183,19 @@ static int req_start(mc__etcd_t *e, enum kind kind, const char *path, json_t *j,
     r->cb = cb;
     r->wcb = wcb;
     r->arg = arg;
-    r->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-    curl_easy_setopt(r->h, CURLOPT_POSTFIELDS, r->body);
-    curl_easy_setopt(r->h, CURLOPT_HTTPHEADER, r->hdrs);
-    curl_easy_setopt(r->h, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(r->h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(r->h, CURLOPT_PRIVATE, r);
-    curl_easy_setopt(r->h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(r->h, CURLOPT_CONNECTTIMEOUT_MS, (long)e->timeout_ms);
-    curl_easy_setopt(r->h, CURLOPT_PROTOCOLS_STR, "http");
-    curl_easy_setopt(r->h, CURLOPT_OPENSOCKETFUNCTION, open_socket);
-    curl_easy_setopt(r->h, CURLOPT_CLOSESOCKETFUNCTION, close_socket);
+    r->hdrs = e->cu->slist_append(NULL, "Content-Type: application/json");
+    e->cu->easy_setopt(r->h, CURLOPT_POSTFIELDS, r->body);
+    e->cu->easy_setopt(r->h, CURLOPT_HTTPHEADER, r->hdrs);
+    e->cu->easy_setopt(r->h, CURLOPT_WRITEFUNCTION, on_data);
+    e->cu->easy_setopt(r->h, CURLOPT_WRITEDATA, r);
+    e->cu->easy_setopt(r->h, CURLOPT_PRIVATE, r);
+    e->cu->easy_setopt(r->h, CURLOPT_NOSIGNAL, 1L);
+    e->cu->easy_setopt(r->h, CURLOPT_CONNECTTIMEOUT_MS, (long)e->timeout_ms);
+    e->cu->easy_setopt(r->h, CURLOPT_PROTOCOLS_STR, "http");
+    e->cu->easy_setopt(r->h, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    e->cu->easy_setopt(r->h, CURLOPT_CLOSESOCKETFUNCTION, close_socket);
     if (kind != K_WATCH)
-        curl_easy_setopt(r->h, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
+        e->cu->easy_setopt(r->h, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
     r->next = e->reqs;
     if (e->reqs)
         e->reqs->prev = r;
@@ -351,16 +352,16 @@ static void check_done(mc__etcd_t *e)
 {
     CURLMsg *m;
     int left;
-    while ((m = curl_multi_info_read(e->multi, &left))) {
+    while ((m = e->cu->multi_info_read(e->multi, &left))) {
         if (m->msg != CURLMSG_DONE)
             continue;
         req_t *r = NULL;
         long status = 0;
         CURL *h = m->easy_handle;
         CURLcode cc = m->data.result;
-        curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&r);
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-        curl_multi_remove_handle(e->multi, h);
+        e->cu->easy_getinfo(h, CURLINFO_PRIVATE, (char **)&r);
+        e->cu->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        e->cu->multi_remove_handle(e->multi, h);
         int rc = curl_errno(cc);
         /* Not sent at all: the next endpoint may answer. */
         if ((cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) &&
@@ -413,7 +414,7 @@ static void on_sock(mc_poll_t *p, int revents)
     if (revents > 0 && (revents & POLLOUT))
         flags |= CURL_CSELECT_OUT;
     e->in_action++;
-    curl_multi_socket_action(e->multi, fd, flags, &running);
+    e->cu->multi_socket_action(e->multi, fd, flags, &running);
     e->in_action--;
     if (!w->removed)
         sock_arm(w); /* as a level: curl may not have read everything */
@@ -442,7 +443,7 @@ static int sock_cb(CURL *h, curl_socket_t fd, int what, void *userp, void *socke
             return -1;
         w->e = e;
         w->fd = fd;
-        curl_multi_assign(e->multi, fd, w);
+        e->cu->multi_assign(e->multi, fd, w);
     }
     w->events = (what & CURL_POLL_IN ? POLLIN : 0) | (what & CURL_POLL_OUT ? POLLOUT : 0);
     sock_arm(w);
@@ -454,7 +455,7 @@ static void on_timer(mc_timer_t *t)
     mc__etcd_t *e = t->data;
     int running;
     e->in_action++;
-    curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    e->cu->multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     e->in_action--;
     free_dead(e);
     check_done(e);
@@ -476,18 +477,16 @@ static int timer_cb(CURLM *m, long timeout_ms, void *userp)
 
 int mc__etcd_new(mc_loop_t *loop, const char *endpoints, unsigned timeout_ms, mc__etcd_t **out)
 {
-    static int global;
     if (!endpoints || !*endpoints || timeout_ms == 0 || timeout_ms > 3600000)
         return -EINVAL;
-    if (!global) {
-        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-            return -ENOMEM;
-        global = 1;
-    }
+    const mc__curl_fns_t *cu = mc__curl(); /* libcurl, loaded now (dl.h) */
+    if (!cu)
+        return -ELIBACC;
     mc__etcd_t *e = calloc(1, sizeof(*e));
     if (!e)
         return -ENOMEM;
     e->loop = loop;
+    e->cu = cu;
     e->timeout_ms = timeout_ms;
     const char *p = endpoints;
     if (!strncmp(p, "etcd://", 7)) /* Mooncake's form of a master address */
@@ -503,15 +502,15 @@ int mc__etcd_new(mc_loop_t *loop, const char *endpoints, unsigned timeout_ms, mc
         }
         p += n + (p[n] != '\0');
     }
-    if (!e->neps || !(e->multi = curl_multi_init())) {
+    if (!e->neps || !(e->multi = e->cu->multi_init())) {
         int rc = e->neps ? -ENOMEM : -EINVAL;
         mc__etcd_free(e);
         return rc;
     }
-    curl_multi_setopt(e->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
-    curl_multi_setopt(e->multi, CURLMOPT_SOCKETDATA, e);
-    curl_multi_setopt(e->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
-    curl_multi_setopt(e->multi, CURLMOPT_TIMERDATA, e);
+    e->cu->multi_setopt(e->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
+    e->cu->multi_setopt(e->multi, CURLMOPT_SOCKETDATA, e);
+    e->cu->multi_setopt(e->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+    e->cu->multi_setopt(e->multi, CURLMOPT_TIMERDATA, e);
     *out = e;
     return 0;
 }
@@ -533,7 +532,7 @@ void mc__etcd_free(mc__etcd_t *e)
     }
     mc_timer_stop(&e->timer);
     if (e->multi)
-        curl_multi_cleanup(e->multi); /* removes its sockets: sock_cb frees them */
+        e->cu->multi_cleanup(e->multi); /* removes its sockets: sock_cb frees them */
     free_dead(e);
     for (int i = 0; i < e->neps; i++)
         free(e->eps[i]);

@@ -64,7 +64,8 @@ typedef void (*mc__etcd_watch_cb)(void *arg, int rc, const mc__etcd_event_t *ev,
 /* Opens a client of the etcd at endpoints ("http://h:p" or "h:p", several
  * separated by ',' or ';'; the list may start with "etcd://", as Mooncake's
  * master addresses do). timeout_ms bounds each request (1 to 3600000).
- * 0 or -errno (-EINVAL for a bad list). */
+ * 0 or -errno (-EINVAL for a bad list, -ELIBACC when libcurl.so.4, loaded
+ * at the first call, is missing). */
 int mc__etcd_new(mc_loop_t *loop, const char *endpoints, unsigned timeout_ms, mc__etcd_t **out);
 
 /* Frees the client: requests in flight end with -ECANCELED first, and so do

@@ -11,7 +11,6 @@
  * scrape still queued on the loop completes without calling collect.
  */
 #include <errno.h>
-#include <microhttpd.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +21,7 @@
 #include <unistd.h>
 
 #include "runtime/addr.h"
+#include "runtime/dl.h"
 #include "runtime/forkfd.h"
 #include "runtime/listen.h"
 #include "runtime/log.h"
@@ -161,14 +161,15 @@ static void run_scrape(void *arg)
 static enum MHD_Result answer(struct MHD_Connection *conn, unsigned code, const char *type,
                               char *body, size_t len)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r =
+        mc__mhd()->create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    enum MHD_Result ret = MHD_queue_response(conn, code, r);
-    MHD_destroy_response(r);
+    mc__mhd()->add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    enum MHD_Result ret = mc__mhd()->queue_response(conn, code, r);
+    mc__mhd()->destroy_response(r);
     return ret;
 }
 
@@ -274,7 +275,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **sctx,
     (void)cls;
     (void)sctx;
     const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        mc__mhd()->get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci)
         return;
     if (code == MHD_CONNECTION_NOTIFY_STARTED)
@@ -308,6 +309,8 @@ int mc_metrics_serve(mc_metrics_server_t **out, const char *addr, mc_loop_t *loo
     int rc = parse_addr(addr, &a);
     if (rc < 0)
         return rc;
+    if (!mc__mhd()) /* libmicrohttpd, loaded now (dl.h); after this, never NULL */
+        return -ELIBACC;
     mc_metrics_server_t *srv = calloc(1, sizeof(*srv));
     hub_t *h = calloc(1, sizeof(*h));
     pthread_condattr_t ca;
@@ -338,10 +341,10 @@ int mc_metrics_serve(mc_metrics_server_t **out, const char *addr, mc_loop_t *loo
     if (a.ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     errno = 0;
-    srv->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET,
-                              srv->fd, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+    srv->d = mc__mhd()->start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET,
+                                     srv->fd, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
+                                     MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+                                     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     if (!srv->d) {
         rc = errno ? -errno : -ENOMEM;
         goto fail;
@@ -376,9 +379,9 @@ void mc_metrics_stop(mc_metrics_server_t *srv)
 {
     if (!srv)
         return;
-    MHD_socket fd = MHD_quiesce_daemon(srv->d); /* no new connection */
-    MHD_stop_daemon(srv->d);                    /* joins the HTTP thread: no new scrape */
-    if (fd != MHD_INVALID_SOCKET) {             /* ours again (else libmicrohttpd closed it) */
+    MHD_socket fd = mc__mhd()->quiesce_daemon(srv->d); /* no new connection */
+    mc__mhd()->stop_daemon(srv->d);                    /* joins the HTTP thread: no new scrape */
+    if (fd != MHD_INVALID_SOCKET) { /* ours again (else libmicrohttpd closed it) */
         mc__fd_disown(fd);
         close(fd);
     }
