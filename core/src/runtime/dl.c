@@ -9,10 +9,28 @@
 #include "runtime/dl.h"
 #include "runtime/log.h"
 
-/* Opens soname and fills tab, a struct of n function pointers, from the
- * names in syms, in order (copied in, as POSIX has dlsym's pointers taken).
- * Returns 0, or -1 with the reason logged. */
-static int load(const char *soname, const char *what, void *tab, const char *const *syms, size_t n)
+/* A function to look up: its name and where its pointer goes in a table. */
+struct sym {
+    const char *name;
+    size_t off;
+};
+
+/* Made from the member's name, so that a name cannot go to another
+ * member's place: curl_easy_init into .easy_init, MHD_stop_daemon into
+ * .stop_daemon. */
+#define CURL_SYM(m)                                                                                \
+    {                                                                                              \
+        "curl_" #m, offsetof(mc__curl_fns_t, m)                                                    \
+    }
+#define MHD_SYM(m)                                                                                 \
+    {                                                                                              \
+        "MHD_" #m, offsetof(mc__mhd_fns_t, m)                                                      \
+    }
+
+/* Opens soname and fills tab, a struct of n function pointers, from syms
+ * (copied in, as POSIX has dlsym's pointers taken). Returns 0, or -1 with
+ * the reason logged. */
+static int load(const char *soname, const char *what, void *tab, const struct sym *syms, size_t n)
 {
     void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
@@ -20,28 +38,29 @@ static int load(const char *soname, const char *what, void *tab, const char *con
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        void *f = dlsym(lib, syms[i]);
-        memcpy((char *)tab + i * sizeof(f), &f, sizeof(f));
+        void *f = dlsym(lib, syms[i].name);
         if (!f) {
-            mc__log(MC__LOG_ERROR, "%s needs %s from %s, which does not have it", what, syms[i],
-                    soname);
+            mc__log(MC__LOG_ERROR, "%s needs %s from %s, which does not have it", what,
+                    syms[i].name, soname);
             dlclose(lib);
             return -1;
         }
+        memcpy((char *)tab + syms[i].off, &f, sizeof(f));
     }
     return 0; /* never closed: its functions stay in use */
 }
 
 /* ---- libcurl ---- */
 
-static const char *const curl_syms[] = {
-    "curl_global_init",         "curl_easy_init",        "curl_easy_cleanup",
-    "curl_easy_setopt",         "curl_easy_getinfo",     "curl_multi_init",
-    "curl_multi_cleanup",       "curl_multi_add_handle", "curl_multi_remove_handle",
-    "curl_multi_assign",        "curl_multi_info_read",  "curl_multi_setopt",
-    "curl_multi_socket_action", "curl_slist_append",     "curl_slist_free_all",
+static const struct sym curl_syms[] = {
+    CURL_SYM(global_init),         CURL_SYM(easy_init),        CURL_SYM(easy_cleanup),
+    CURL_SYM(easy_setopt),         CURL_SYM(easy_getinfo),     CURL_SYM(multi_init),
+    CURL_SYM(multi_cleanup),       CURL_SYM(multi_add_handle), CURL_SYM(multi_remove_handle),
+    CURL_SYM(multi_assign),        CURL_SYM(multi_info_read),  CURL_SYM(multi_setopt),
+    CURL_SYM(multi_socket_action), CURL_SYM(slist_append),     CURL_SYM(slist_free_all),
 };
-_Static_assert(sizeof(mc__curl_fns_t) == sizeof(curl_syms), "mc__curl_fns_t and its names");
+_Static_assert(sizeof(mc__curl_fns_t) == sizeof(curl_syms) / sizeof(curl_syms[0]) * sizeof(void *),
+               "every member of mc__curl_fns_t is looked up");
 
 static mc__curl_fns_t curl_fns;
 static const mc__curl_fns_t *curl_ok;
@@ -67,13 +86,14 @@ const mc__curl_fns_t *mc__curl(void)
 
 /* ---- libmicrohttpd ---- */
 
-static const char *const mhd_syms[] = {
-    "MHD_start_daemon",        "MHD_stop_daemon",
-    "MHD_quiesce_daemon",      "MHD_create_response_from_buffer",
-    "MHD_add_response_header", "MHD_queue_response",
-    "MHD_destroy_response",    "MHD_get_connection_info",
+static const struct sym mhd_syms[] = {
+    MHD_SYM(start_daemon),        MHD_SYM(stop_daemon),
+    MHD_SYM(quiesce_daemon),      MHD_SYM(create_response_from_buffer),
+    MHD_SYM(add_response_header), MHD_SYM(queue_response),
+    MHD_SYM(destroy_response),    MHD_SYM(get_connection_info),
 };
-_Static_assert(sizeof(mc__mhd_fns_t) == sizeof(mhd_syms), "mc__mhd_fns_t and its names");
+_Static_assert(sizeof(mc__mhd_fns_t) == sizeof(mhd_syms) / sizeof(mhd_syms[0]) * sizeof(void *),
+               "every member of mc__mhd_fns_t is looked up");
 
 static mc__mhd_fns_t mhd_fns;
 static const mc__mhd_fns_t *mhd_ok;

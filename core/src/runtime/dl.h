@@ -9,9 +9,13 @@
  *
  * Each function loads its library (dlopen, the Debian package's soname)
  * and looks up what the caller uses, once per process (pthread_once), and
- * returns the table, or NULL when the library or a symbol is missing (the
- * reason logged once): the caller then fails with -ELIBACC. The types are
- * the libraries' own headers', which the build needs as before.
+ * returns the table, or NULL when the library or a symbol is missing, or
+ * libcurl's curl_global_init() failed (the reason logged once; not tried
+ * again): the caller then fails with -ELIBACC. The types are the
+ * libraries' own headers', which the build needs as before. Through the
+ * table, curl_easy_setopt() loses the type checks curl.h's macros give a
+ * direct call: its callers pass long, pointer or function as the option
+ * says (CURLOPT_*'s comments in curl.h).
  */
 #ifndef MC_RUNTIME_DL_H
 #define MC_RUNTIME_DL_H
