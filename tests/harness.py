@@ -117,27 +117,13 @@ def in_netns(ns, cmd):
     return ["nsenter", f"--net=/run/netns/{ns}", *cmd]
 
 
-def cli_env(env=None):
-    """The environment of a mooncake-cli command: env (None: ours). Under the
-    sanitizers (make asan, MC_SANITIZED) without LeakSanitizer's pass at
-    exit, which costs a process 60-70 ms on this kind of VM (an empty
-    program's), for each of the thousands of commands the suite runs; the
-    library is leak-checked in every long-lived process (mounts, nodes,
-    masters) and in the unit tests."""
-    if not os.environ.get("MC_SANITIZED"):
-        return env
-    env = dict(os.environ if env is None else env)
-    env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS"), "detect_leaks=0"]))
-    return env
-
-
 def cli(master, *args, input=None, netns=None, timeout=60, env=None):
     """Runs mooncake-cli --master MASTER ARGS (the public C API), in netns
-    if given, with env if given (and cli_env()'s sanitizer options); returns
-    the CompletedProcess (stdout and stderr as bytes)."""
+    if given, with env if given; returns the CompletedProcess (stdout and
+    stderr as bytes)."""
     cmd = [CLI, "--master", master, *args]
     return subprocess.run(in_netns(netns, cmd) if netns else cmd, input=input,
-                          capture_output=True, timeout=timeout, env=cli_env(env))
+                          capture_output=True, timeout=timeout, env=env)
 
 
 def cli_stats(master, netns=None):

@@ -332,10 +332,7 @@ def test_an_open_right_after_another_dropped_the_cache_reads_one_version(store_m
     The publisher is a mount rather than mooncake-cli, and the buffers are
     made once, because a fresh process's first touch of 128 MiB cost up to
     a second on a VM that faults every new page in (20 trials took 185 s);
-    none of that is what the test is about. Under the sanitizers (make
-    asan), which check the daemon's memory rather than the kernel's
-    timing, 5 trials run the same paths; alone they would miss one run in
-    four, the plain stage's 20 stand guard."""
+    none of that is what the test is about."""
     m = store_mount("512M", "--cache-mode", "pages")
     other = cluster.mount("--master", m.store_addr, "--segment-size", "0", "--cache-mode", "direct")
     size = 128 * MiB
@@ -343,7 +340,7 @@ def test_an_open_right_after_another_dropped_the_cache_reads_one_version(store_m
     contents = [bytes([1]) * size, bytes([2]) * size]
     buf = bytearray(size + 1)
     mixed = []
-    trials = 5 if os.environ.get("MC_SANITIZED") else 20
+    trials = 20
     for k in range(trials):
         old, new = contents[k % 2], contents[1 - k % 2]
         with open(other.p("f"), "wb") as f:
