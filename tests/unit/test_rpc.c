@@ -156,7 +156,10 @@ static void test_close_midflight(void **state)
     m->e = e;
     m->fd = sv[0];
     run_on(e->cl, mid_start_fn, m);
-    usleep(50000); /* some bytes go out, the rest wait: nobody reads sv[1] */
+    /* Some bytes go out; the rest (8 MiB, past any socket buffer) wait:
+     * nobody reads sv[1]. */
+    int queued = 0;
+    WAIT_FOR(ioctl(sv[1], FIONREAD, &queued) == 0 && queued > 0, 3000);
     run_on(e->cl, mid_close_fn, m);
     WAIT_FOR(atomic_load(&m->closed), 3000);
     assert_int_equal(atomic_load(&m->close_err), 0);
