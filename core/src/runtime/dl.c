@@ -26,6 +26,8 @@ struct sym {
     {                                                                                              \
         "MHD_" #m, offsetof(mc__mhd_fns_t, m)                                                      \
     }
+/* The entries of a table of syms. */
+#define NSYMS(syms) (sizeof(syms) / sizeof((syms)[0]))
 
 /* Opens soname and fills tab, a struct of n function pointers, from syms
  * (copied in, as POSIX has dlsym's pointers taken). Returns 0, or -1 with
@@ -59,7 +61,7 @@ static const struct sym curl_syms[] = {
     CURL_SYM(multi_assign),        CURL_SYM(multi_info_read),  CURL_SYM(multi_setopt),
     CURL_SYM(multi_socket_action), CURL_SYM(slist_append),     CURL_SYM(slist_free_all),
 };
-_Static_assert(sizeof(mc__curl_fns_t) == sizeof(curl_syms) / sizeof(curl_syms[0]) * sizeof(void *),
+_Static_assert(sizeof(mc__curl_fns_t) == NSYMS(curl_syms) * sizeof(void *),
                "every member of mc__curl_fns_t is looked up");
 
 static mc__curl_fns_t curl_fns;
@@ -68,8 +70,7 @@ static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 
 static void curl_load(void)
 {
-    if (load("libcurl.so.4", "etcd", &curl_fns, curl_syms,
-             sizeof(curl_syms) / sizeof(curl_syms[0])) < 0)
+    if (load("libcurl.so.4", "etcd", &curl_fns, curl_syms, NSYMS(curl_syms)) < 0)
         return;
     if (curl_fns.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         mc__log(MC__LOG_ERROR, "etcd: libcurl's curl_global_init() failed");
@@ -92,7 +93,7 @@ static const struct sym mhd_syms[] = {
     MHD_SYM(add_response_header), MHD_SYM(queue_response),
     MHD_SYM(destroy_response),    MHD_SYM(get_connection_info),
 };
-_Static_assert(sizeof(mc__mhd_fns_t) == sizeof(mhd_syms) / sizeof(mhd_syms[0]) * sizeof(void *),
+_Static_assert(sizeof(mc__mhd_fns_t) == NSYMS(mhd_syms) * sizeof(void *),
                "every member of mc__mhd_fns_t is looked up");
 
 static mc__mhd_fns_t mhd_fns;
@@ -101,8 +102,8 @@ static pthread_once_t mhd_once = PTHREAD_ONCE_INIT;
 
 static void mhd_load(void)
 {
-    if (load("libmicrohttpd.so.12", "the metrics endpoint", &mhd_fns, mhd_syms,
-             sizeof(mhd_syms) / sizeof(mhd_syms[0])) == 0)
+    if (load("libmicrohttpd.so.12", "the metrics endpoint", &mhd_fns, mhd_syms, NSYMS(mhd_syms)) ==
+        0)
         mhd_ok = &mhd_fns;
 }
 

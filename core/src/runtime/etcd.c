@@ -44,7 +44,7 @@ struct mc__etcd {
     int cur; /* the endpoint requests go to first */
     unsigned timeout_ms;
     req_t *reqs;        /* in flight, watches too */
-    int in_action;      /* inside e->cu->multi_socket_action(): sockets are not freed, */
+    int in_action;      /* inside curl_multi_socket_action(): sockets are not freed, */
     struct sockw *dead; /* but kept here until it returns */
 };
 

@@ -161,15 +161,15 @@ static void run_scrape(void *arg)
 static enum MHD_Result answer(struct MHD_Connection *conn, unsigned code, const char *type,
                               char *body, size_t len)
 {
-    struct MHD_Response *r =
-        mc__mhd()->create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    const mc__mhd_fns_t *mhd = mc__mhd(); /* loaded: the server runs */
+    struct MHD_Response *r = mhd->create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
         return MHD_NO;
     }
-    mc__mhd()->add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    enum MHD_Result ret = mc__mhd()->queue_response(conn, code, r);
-    mc__mhd()->destroy_response(r);
+    mhd->add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    enum MHD_Result ret = mhd->queue_response(conn, code, r);
+    mhd->destroy_response(r);
     return ret;
 }
 
@@ -379,9 +379,10 @@ void mc_metrics_stop(mc_metrics_server_t *srv)
 {
     if (!srv)
         return;
-    MHD_socket fd = mc__mhd()->quiesce_daemon(srv->d); /* no new connection */
-    mc__mhd()->stop_daemon(srv->d);                    /* joins the HTTP thread: no new scrape */
-    if (fd != MHD_INVALID_SOCKET) { /* ours again (else libmicrohttpd closed it) */
+    const mc__mhd_fns_t *mhd = mc__mhd();        /* loaded: the server runs */
+    MHD_socket fd = mhd->quiesce_daemon(srv->d); /* no new connection */
+    mhd->stop_daemon(srv->d);                    /* joins the HTTP thread: no new scrape */
+    if (fd != MHD_INVALID_SOCKET) {              /* ours again (else libmicrohttpd closed it) */
         mc__fd_disown(fd);
         close(fd);
     }
