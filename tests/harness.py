@@ -16,7 +16,9 @@ table (`ip netns exec` would also unshare the mount namespace).
 Who stops what: a Cluster owns the processes started through it; its
 close() stops them all (mounts first, then nodes and masters together) and
 returns the problems it found, for the fixture to assert on. A process
-started on its own is the caller's to stop()."""
+started on its own is the caller's to stop(). And if the test runner dies
+without stopping them (killed by a CI job's timeout), each gets SIGTERM
+from the kernel (_dies_with_us()): nothing outlives the run."""
 
 import itertools
 import json
@@ -28,6 +30,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -157,6 +160,19 @@ def _unmount_lazily(path):
     subprocess.run(["fusermount3", "-uz", path], check=False)
 
 
+def _dies_with_us():
+    """A prefix under which a process gets SIGTERM when the test runner
+    dies, however it dies (a CI job's timeout: SIGTERM, then SIGKILL; no
+    finally of ours runs then): a master, node or mount does not outlive
+    the run, and a mount unmounts itself on the way out (test_harness.py).
+    The kernel sends it when the thread that started the process ends, so
+    only a process the main thread starts gets it: one started by another
+    thread, which may end first, lives until it is stopped, as before."""
+    if threading.current_thread() is threading.main_thread():
+        return ["setpriv", "--pdeathsig", "TERM", "--"]
+    return []
+
+
 class Proc:
     """A process in the foreground whose stdout and stderr go to log_path;
     ready once its log matches the regex `ready`. prefix runs before the
@@ -180,7 +196,8 @@ class Proc:
         self.paused = False
         self.stopping = False  # asked to exit once: asking again changes nothing
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen([*_dies_with_us(), *self.argv], stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=env)
         STARTED.append(self)
 
     @property
