@@ -74,20 +74,30 @@ static void *run_thread(void *arg)
 
 /* ---- run / stop ---- */
 
+static void post_sem(void *arg)
+{
+    sem_post(arg);
+}
+
 static void test_run_stop_from_other_thread(void **state)
 {
     mc_loop_t *l = *state;
     pthread_t th;
     void *rc = (void *)1;
+    sem_t running;
 
     assert_int_equal(mc_loop_is_current(l), 0);
+    assert_int_equal(sem_init(&running, 0, 0), 0);
     for (int round = 0; round < 3; round++) { /* a stopped loop can run again */
         assert_int_equal(pthread_create(&th, NULL, run_thread, l), 0);
-        usleep(10000);
+        /* Stopped while it runs (it ran a call), not before it starts. */
+        assert_int_equal(mc_loop_post(l, post_sem, &running), 0);
+        assert_int_equal(sem_wait(&running), 0);
         mc_loop_stop(l);
         assert_int_equal(pthread_join(th, &rc), 0);
         assert_int_equal((intptr_t)rc, 0);
     }
+    sem_destroy(&running);
     /* Stopped before it runs: returns at once. */
     mc_loop_stop(l);
     assert_int_equal(mc_loop_run(l), 0);
