@@ -18,6 +18,7 @@
 # differs is only the file system under the directory.
 
 TABLE_MB=${BENCH_TABLE_MB:-1024}
+TABLE_CP_MB=${BENCH_TABLE_CP_MB:-256} # the file cp copies (twice that must fit)
 TABLE_FILES=${BENCH_TABLE_FILES:-2000}
 TABLE_SECONDS=${BENCH_TABLE_SECONDS:-3}
 
@@ -52,6 +53,18 @@ for _ in range(4):
 t2 = time.perf_counter()
 print(round(n / (t1 - t0)), round(4 * n / (t2 - t1)))
 PY
+}
+
+# cp_mibps SRC DST: cp of SRC to DST (after drop_caches: SRC cold), MiB/s
+# of SRC's size. cp uses copy_file_range(2): each file system's own copy
+# where it has one (passthrough_ll's and mooncake-fs's), else the kernel's.
+cp_mibps() {
+    local t0 t1
+    drop_caches
+    t0=$(now)
+    cp "$1" "$2"
+    t1=$(now)
+    echo "$(stat -c %s "$1") $t0 $t1" | awk '{printf "%.0f\n", $1 / 1048576 / ($3 - $2)}'
 }
 
 # read4_mibps FILE: the read4 job on FILE (after drop_caches): MiB/s.
@@ -94,6 +107,9 @@ mount_table() {
         --size="${TABLE_MB}M" --ioengine=libaio --iodepth=16 --direct=1 \
         --runtime="$TABLE_SECONDS" --time_based | json_field iops)"
     rm -f "$f"
+    dd if=/dev/urandom of="$d/cp.src" bs=1M count="$TABLE_CP_MB" status=none
+    record "table.cp.$1" "$(cp_mibps "$d/cp.src" "$d/cp.dst")"
+    rm -f "$d/cp.src" "$d/cp.dst"
     local fs st
     read -r fs st < <(small_files "$d/small" "$TABLE_FILES")
     record "table.create.$1" "$fs"

@@ -218,6 +218,7 @@ TABLE_ROWS = [
     ("read4", "{mb:.0f} MiB sequential read by 4 readers at once, 1 MiB blocks, cold (MiB/s)"),
     ("rand1", "4 KiB random reads, 1 in flight, after that read (IOPS)"),
     ("rand16", "4 KiB random reads, libaio 16 in flight, O_DIRECT (IOPS)"),
+    ("cp", "cp of a {cp:.0f} MiB file within the file system, cold (MiB/s)"),
     ("create", "create + write 4 KiB + close, one process (files/s)"),
     ("stat", "stat of those files (per s)"),
 ]
@@ -236,7 +237,8 @@ def table_section(r):
              "|---|---|---|---|---|---|"]
     for key, label in TABLE_ROWS:
         v = {t: r.m(f"table.{key}.{t}") for t in ("tmpfs", "pt", "mc")}
-        lines.append(f"| {label.format(mb=mb)} | {fmt(v['tmpfs'])} | {fmt(v['pt'])} | "
+        cp = r.m("table.cp_mb") or 0
+        lines.append(f"| {label.format(mb=mb, cp=cp)} | {fmt(v['tmpfs'])} | {fmt(v['pt'])} | "
                      f"{fmt(v['mc'])} | {ratio(v['mc'], v['pt'])} | {ratio(v['mc'], v['tmpfs'])} |")
     return lines + [""] + threads_rows(r, mb)
 

@@ -211,6 +211,7 @@ for _ in $(seq "$RUNS"); do
 done
 echo "bench: the mount table (fio, small files), $RUNS runs ..."
 record table.size_mb "$TABLE_MB"
+record table.cp_mb "$TABLE_CP_MB"
 record table.files "$TABLE_FILES"
 for _ in $(seq "$RUNS"); do
     for t in tmpfs pt mc; do

@@ -7,7 +7,7 @@
  * - FUSE_HANDLE_KILLPRIV_V2, a flag libfuse 3.14 does not know. With it
  *   the kernel leaves clearing the set-user-ID and set-group-ID bits on a
  *   write or a truncation by an unprivileged process to the daemon
- *   (kill_set_id() in files.c, kill_set_id_on_truncate() in attrs.c;
+ *   (fs_kill_set_id() in files.c, kill_set_id_on_truncate() in attrs.c;
  *   chown's is the master's SET_META rule), and asks for a file's
  *   security.capability (GETXATTR) once instead of before every write: one
  *   request less for every write(2) but a file's first. The mount has no

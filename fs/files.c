@@ -342,6 +342,8 @@ static void read_done(void *arg, int rc)
     fs_ctx_t *c = arg;
     if (rc < 0)
         return fs_ctx_fail(c, rc);
+    if (c->got)
+        return c->got(c, rc);
     fuse_reply_buf(c->req, c->data, (size_t)rc);
     fs_ctx_free(c);
 }
@@ -382,6 +384,10 @@ static int read_buf(fs_ctx_t *c)
  * buffer it reads into). 0 (the reply is sent or will be) or -errno. */
 static int read_obj(fs_ctx_t *c, mc_obj_t *o)
 {
+    if (c->got) { /* the daemon's own read: into its buffer */
+        int rc = read_buf(c);
+        return rc < 0 ? rc : mc_obj_read_async(o, (uint64_t)c->off, c->data, c->size, read_done, c);
+    }
     const void *p;
     int64_t n = mc_obj_view(o, (uint64_t)c->off, c->size, &p);
     if (n >= 0 &&
@@ -452,6 +458,12 @@ static void read_run(fs_waiter_t *w, int err)
         fs_ctx_fail(c, rc);
 }
 
+void fs_read_into(fs_ctx_t *c, void (*got)(fs_ctx_t *c, int rc))
+{
+    c->got = got;
+    fs_wb_settled(c, read_run);
+}
+
 void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
     fs_fh_t *fh = (fs_fh_t *)(uintptr_t)fi->fh;
@@ -492,7 +504,7 @@ static void write_killed(void *arg, int rc)
  * published one loses them before the write goes on, as the kernel's own
  * clearing did (the mount asks for FUSE_HANDLE_KILLPRIV_V2: devio.c).
  * Returns 1 when the write waits for that (write_killed() goes on). */
-static int kill_set_id(fs_ctx_t *c)
+int fs_kill_set_id(fs_ctx_t *c)
 {
     fs_inode_t *in = c->in;
     uint32_t mode = in->st.mode;
@@ -519,7 +531,7 @@ static void write_run(fs_waiter_t *w, int err)
     if (c->fh->err)
         return fs_ctx_fail(c, c->fh->err);
     ws->dirty = 1;
-    if (kill_set_id(c))
+    if (fs_kill_set_id(c))
         return;
     if (c->fh->append)
         c->off = (off_t)mc_writer_size(ws->w);

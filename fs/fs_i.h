@@ -90,6 +90,10 @@ typedef struct fs_ctx {
     char *out; /* readdir reply */
     size_t outlen;
     mc_obj_t *held; /* rename: the version it replaces, for the inode's next open */
+    /* A read for the daemon's own use (fs_read_into()): its bytes go to
+     * c->data and to this instead of to a reply. */
+    void (*got)(struct fs_ctx *c, int rc);
+    struct fs_copy *copy; /* copy_file_range: its state (copy.c), freed with c */
     /* Last, and not zeroed by fs_ctx_new() (empty strings): the keys. */
     char key[MC_KEY_MAX + 2];
     size_t klen;
@@ -252,6 +256,26 @@ void fs_cache_unpin(fs_t *fs, fs_inode_t *in);
 /* Runs w (a read that missed the cache) once in->cur is open, opening it;
  * or returns -errno when it cannot be opened (the file was unlinked). */
 int fs_cache_wait(fs_t *fs, fs_inode_t *in, fs_waiter_t *w);
+
+/* ---- files.c: reads for the daemon's own use ---- */
+
+/* Reads c->size bytes at c->off through handle c->fh (c->in its inode) as
+ * a READ of it would (the content a read through it sees, once settled:
+ * fs_wb_settled()) into c->data (allocated here if NULL, c->size bytes),
+ * then calls got(c, bytes read, short at the end) instead of replying; a
+ * failure replies it (fs_ctx_fail()) and got is not called. */
+void fs_read_into(fs_ctx_t *c, void (*got)(fs_ctx_t *c, int rc));
+
+/* A write by c->uid to file c->in, whose writer is open: clears the
+ * set-ID bits a write by that user clears. Returns 1 when the write must
+ * wait for that (c->wait runs again when it is done), else 0. */
+int fs_kill_set_id(fs_ctx_t *c);
+
+/* ---- copy.c ---- */
+
+void fs_op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
+                           struct fuse_file_info *fi_in, fuse_ino_t ino_out, off_t off_out,
+                           struct fuse_file_info *fi_out, size_t len, int flags);
 
 /* ---- fallocate.c ---- */
 

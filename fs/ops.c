@@ -50,6 +50,7 @@ const struct fuse_lowlevel_ops fs_ops = {
     .fsync = fs_op_fsync,
     .fallocate = fs_op_fallocate,
     .lseek = fs_op_lseek,
+    .copy_file_range = fs_op_copy_file_range,
     .opendir = fs_op_opendir,
     .readdir = fs_op_readdir,
     .readdirplus = fs_op_readdirplus,

@@ -48,6 +48,7 @@ void fs_ctx_free(fs_ctx_t *c)
     fs->inflight--;
     mc_list_free(c->list);
     mc_obj_close(c->held);
+    free(c->copy);
     free(c->data);
     free(c->out);
     if (fs->nspare >= SPARE_MAX)

@@ -211,6 +211,22 @@ with open(f, "r+") as fh:
     assert open(f).read() == "x"
 
 
+def test_copy_by_unprivileged_user_clears_set_id(shared_mount, users):
+    """copy_file_range into a file writes it (fs/copy.c): as a write."""
+    m = shared_mount()
+    pub = world_dir(m.p("pub"))
+    f, src = os.path.join(pub, "f"), os.path.join(pub, "src")
+    as_user("mc10a", "open(f, 'w').close(); os.chmod(f, 0o6777); out = 0", f=f)
+    as_user("mc10b", "open(src, 'w').write('copied'); out = 0", src=src)
+    assert as_user("mc10b", """
+with open(src, "rb") as s, open(f, "r+b") as fh:
+    n = os.copy_file_range(s.fileno(), fh.fileno(), 100, 0, 0)
+    out = [n, os.fstat(fh.fileno()).st_mode & 0o7777]
+""", f=f, src=src) == [6, 0o777]
+    assert stat.S_IMODE(os.stat(f).st_mode) == 0o777
+    assert open(f).read() == "copied"
+
+
 def test_truncate_by_unprivileged_user_clears_set_id(shared_mount, users):
     m = shared_mount()
     pub = world_dir(m.p("pub"))
