@@ -46,13 +46,24 @@ static void copy_end(fs_ctx_t *c)
     fs_ctx_free(c);
 }
 
+/* The copy stopped at an error: the bytes copied before it, as write(2)
+ * counts them (the error comes again with the next call: a failed write
+ * failed the destination's version, a failed read fails again), or the
+ * error when there were none. */
+static void copy_fail(fs_ctx_t *c, int rc)
+{
+    if (c->copy->done)
+        return copy_end(c);
+    fs_ctx_fail(c, rc);
+}
+
 static void copy_written(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
     struct fs_copy *k = c->copy;
     fs_ws_op_done(k->dst->in->ws, rc); /* a failure fails the version */
     if (rc < 0)
-        return fs_ctx_fail(c, rc);
+        return copy_fail(c, rc);
     k->done += (uint64_t)rc;
     if (k->last || k->done >= k->len)
         return copy_end(c);
@@ -69,7 +80,7 @@ static void copy_write(fs_waiter_t *w, int err)
     if (err < 0)
         fs_ws_poison(ws, err); /* opening the writer (copying the base) failed */
     if (k->dst->err)
-        return fs_ctx_fail(c, k->dst->err);
+        return copy_fail(c, k->dst->err);
     ws->dirty = 1;
     if (fs_kill_set_id(c))
         return; /* runs again once the set-ID bits are cleared */
@@ -79,10 +90,12 @@ static void copy_write(fs_waiter_t *w, int err)
         copy_written(c, rc);
 }
 
-/* A chunk was read (rc bytes): on to the destination. */
+/* A chunk was read (rc bytes, or -errno): on to the destination. */
 static void copy_read(fs_ctx_t *c, int rc)
 {
     struct fs_copy *k = c->copy;
+    if (rc < 0)
+        return copy_fail(c, rc);
     if ((size_t)rc < c->size)
         k->last = 1; /* the source ends here */
     if (rc == 0)

@@ -337,13 +337,19 @@ void fs_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 /* ---- read, write, flush ---- */
 
+/* A read failed: replied, or told to the daemon's own reader (c->got). */
+static void read_fail(fs_ctx_t *c, int rc)
+{
+    if (c->got)
+        return c->got(c, rc);
+    fs_ctx_fail(c, rc);
+}
+
 static void read_done(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
-    if (rc < 0)
-        return fs_ctx_fail(c, rc);
-    if (c->got)
-        return c->got(c, rc);
+    if (rc < 0 || c->got)
+        return read_fail(c, rc);
     fuse_reply_buf(c->req, c->data, (size_t)rc);
     fs_ctx_free(c);
 }
@@ -426,11 +432,11 @@ static void read_cached(fs_ctx_t *c)
     } else {
         rc = fs_cache_wait(c->fs, in, &c->wait); /* after a publish by this very handle */
         if (rc < 0)
-            fs_ctx_fail(c, rc);
+            read_fail(c, rc);
         return;
     }
     if (rc < 0)
-        fs_ctx_fail(c, rc);
+        read_fail(c, rc);
 }
 
 static void read_run(fs_waiter_t *w, int err)
@@ -440,7 +446,7 @@ static void read_run(fs_waiter_t *w, int err)
     fs_wstate_t *ws = fh->in->ws;
     int rc;
     if (err < 0)
-        return fs_ctx_fail(c, err);
+        return read_fail(c, err);
     if (!c->fs->direct_io && !fh->direct)
         return read_cached(c);
     int follow = fh->writable; /* a writable handle reads what it wrote */
@@ -455,7 +461,7 @@ static void read_run(fs_waiter_t *w, int err)
         rc = read_obj(c, fh->obj);
     }
     if (rc < 0)
-        fs_ctx_fail(c, rc);
+        read_fail(c, rc);
 }
 
 void fs_read_into(fs_ctx_t *c, void (*got)(fs_ctx_t *c, int rc))

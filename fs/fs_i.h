@@ -262,8 +262,8 @@ int fs_cache_wait(fs_t *fs, fs_inode_t *in, fs_waiter_t *w);
 /* Reads c->size bytes at c->off through handle c->fh (c->in its inode) as
  * a READ of it would (the content a read through it sees, once settled:
  * fs_wb_settled()) into c->data (allocated here if NULL, c->size bytes),
- * then calls got(c, bytes read, short at the end) instead of replying; a
- * failure replies it (fs_ctx_fail()) and got is not called. */
+ * then calls got(c, bytes read, short at the end; or -errno) instead of
+ * replying. */
 void fs_read_into(fs_ctx_t *c, void (*got)(fs_ctx_t *c, int rc));
 
 /* A write by c->uid to file c->in, whose writer is open: clears the

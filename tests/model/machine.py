@@ -353,6 +353,53 @@ class StoreMachine(RuleBasedStateMachine):
         d.vals, d.settle_at = set(s.present()), s.settle_at
         self.m.removed(src)
 
+    @rule(src=keys, dst=keys)
+    def mount_copy(self, src, dst):
+        """cp: copy_file_range(2) from src into dst (created or truncated),
+        then close: dst publishes src's bytes, the bytes copied before an
+        error (a read of src failed: the call returns what it copied, the
+        next one the error) or nothing (a write failed the version)."""
+        s = self.m.key(src)
+        if src == dst or self.busy(dst) or self.busy(src) or len(s.vals) != 1 or \
+                s.single() is ABSENT or not s.settled:
+            return
+        sv = s.single()
+        try:
+            fin = os.open(self.w.p(src), os.O_RDONLY)
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                return self.m.observe(src, ABSENT, "copy source")
+            return self.allow_read_error(src, e.errno, "copy source open")
+        self.ensure_dir(dst)
+        try:
+            fout = os.open(self.w.p(dst), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as e:
+            os.close(fin)
+            return self.allow_write_error(e.errno, f"open {dst} for a copy")
+        self.created(dst)
+        done, err, read_err = 0, None, None
+        try:
+            while True:
+                n = os.copy_file_range(fin, fout, 1 << 30)
+                if n == 0:
+                    break
+                done += n
+        except OSError as e:
+            err = e.errno
+        finally:
+            os.close(fin)
+        if err and done < sv.size:
+            read_err = err  # if the close publishes, a read of src failed
+        err = self.close_writer(fout, err if read_err is None else None)
+        if err:
+            return self.allow_write_error(err, f"copy {src} -> {dst}", dst)
+        v = self.m.prefix(sv, done, f"copy of v{sv.vid}, {done} B")
+        if read_err is not None:
+            self.allow_read_error(src, read_err, f"copy {src} -> {dst}")
+        elif done != sv.size:
+            raise ModelError(f"copy {src!r} -> {dst!r}: {done} bytes of {sv!r}")
+        self.publish(dst, v)
+
     # ---- readers held open ----
 
     @precondition(lambda self: len(self.held) < 3)
