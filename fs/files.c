@@ -78,6 +78,13 @@ static void open_done(void *arg, int rc)
     fh->opening = 0;
     if (rc == 0 && c->fs->stopping)
         rc = -ECANCELED; /* fs_shutdown() left this handle to us */
+    /* The file the kernel looked up went (unlinked or replaced, here or by
+     * another client) between its lookup and this open: ESTALE makes it
+     * look the path up again once, and open what is there now, or make it
+     * (O_CREAT), as on a local file system. ENOENT would fail an
+     * open(O_CREAT) of a name that exists or can be made. */
+    if (rc == -ENOENT)
+        rc = -ESTALE;
     if (rc < 0) {
         fh_free(c->fs, fh);
         if (c->kind == 1)
@@ -117,8 +124,12 @@ static void open_done(void *arg, int rc)
     fs_ctx_free(c);
 }
 
+static void open_replaced(fs_ctx_t *c);
+
 static void open_version(fs_ctx_t *c)
 {
+    if (!c->in->key) /* unlinked or replaced while the open waited (O_TRUNC) */
+        return c->kind == 1 ? fs_ctx_fail(c, -ESTALE) : open_replaced(c);
     int writable = is_writable(c->fi.flags);
     c->fh = fh_new(c->fs, c->in, writable);
     if (!c->fh)

@@ -1,8 +1,10 @@
 """Concurrent users: writers and readers on different files, and readers of
 a file while it is replaced."""
 
+import errno
 import hashlib
 import os
+import random
 import subprocess
 import threading
 import time
@@ -209,3 +211,54 @@ def test_who_publishes_a_close(mnt):
     t.join()
     assert done == [1]
     assert cli(mnt.store_addr, "get", "f").stdout == b"half and the rest"
+
+
+def test_open_creat_racing_unlink_and_rename_never_fails(mnt):
+    """open(O_CREAT | O_TRUNC) of a name that other threads unlink and
+    rename over at the same time opens the file that is there or makes a
+    new one, as on a local file system: never ENOENT (the file the kernel
+    had looked up went between its lookup and its open) nor another error.
+    The one exception SEMANTICS allows: ESTALE, when the kernel's second
+    look at the path races again (counted, not failed on, if rare)."""
+    names = [mnt.p(f"r{i}") for i in range(4)]
+    stop = time.time() + 8
+    bad, stale, opens = [], [0], [0]
+
+    def opener(seed):
+        r = random.Random(seed)
+        while time.time() < stop and len(bad) < 5:
+            p = r.choice(names)
+            try:
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            except OSError as e:
+                if e.errno == errno.ESTALE:
+                    stale[0] += 1
+                else:
+                    bad.append(f"open({p}, O_CREAT): {errno.errorcode[e.errno]}")
+                continue
+            opens[0] += 1
+            try:
+                os.write(fd, os.urandom(r.randrange(0, 200_000)))
+            finally:
+                os.close(fd)
+
+    def remover(seed):
+        r = random.Random(seed)
+        while time.time() < stop and len(bad) < 5:
+            try:
+                if r.random() < 0.5:
+                    os.unlink(r.choice(names))
+                else:
+                    os.rename(r.choice(names), r.choice(names))
+            except FileNotFoundError:
+                pass
+
+    threads = [threading.Thread(target=opener, args=(i,)) for i in range(4)] + \
+        [threading.Thread(target=remover, args=(10 + i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad, bad
+    assert opens[0] > 100, "the openers hardly ran"
+    assert stale[0] * 100 <= opens[0], f"{stale[0]} ESTALE in {opens[0]} opens"
