@@ -130,9 +130,11 @@ void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version)
         return;
     cur_set(fs, in, NULL);
     /* Another handle may read what the cache lacks: open the version now,
-     * while its key is sure to name it. The publisher's own handle opens
-     * it when it needs it (usually it is released first). */
-    if (in->opens > 1)
+     * while its key is sure to name it (an unlink or a rename of the file
+     * waits for this: settle() in namespace.c). The writers' own
+     * handles open it when they need it (usually they are released first;
+     * a commit at the last writer's release has none left). */
+    if (in->opens > (in->ws ? in->ws->handles : 0))
         cur_open(fs, in);
 }
 
@@ -171,6 +173,13 @@ void fs_cache_open(fs_t *fs, fs_inode_t *in, fs_fh_t *fh, int created, struct fu
 void fs_cache_unpin(fs_t *fs, fs_inode_t *in)
 {
     cur_set(fs, in, NULL);
+}
+
+int fs_cache_pin(fs_t *fs, fs_inode_t *in, fs_waiter_t *w)
+{
+    if (fs->direct_io || !in->opens || in->cur || !in->key || (in->ws && in->ws->state == WS_READY))
+        return 0;
+    return fs_cache_wait(fs, in, w) == 0;
 }
 
 int fs_cache_wait(fs_t *fs, fs_inode_t *in, fs_waiter_t *w)

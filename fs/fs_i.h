@@ -93,7 +93,9 @@ typedef struct fs_ctx {
     /* A read for the daemon's own use (fs_read_into()): its bytes go to
      * c->data and to this instead of to a reply. */
     void (*got)(struct fs_ctx *c, int rc);
-    struct fs_copy *copy; /* copy_file_range: its state (copy.c), freed with c */
+    struct fs_copy *copy;           /* copy_file_range: its state (copy.c), freed with c */
+    void (*next)(struct fs_ctx *c); /* unlink, rename: what runs once the files
+                                       are settled (namespace.c, settle()) */
     /* Last, and not zeroed by fs_ctx_new() (empty strings): the keys. */
     char key[MC_KEY_MAX + 2];
     size_t klen;
@@ -252,6 +254,13 @@ void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version);
 
 /* The last handle of in closed: lets go of its version. */
 void fs_cache_unpin(fs_t *fs, fs_inode_t *in);
+
+/* Before the file's name goes (an unlink or a rename through this mount):
+ * when descriptors of in open here read through the page cache and no
+ * version is open for their misses (in->cur), opens the current one now,
+ * while its key names it, and returns 1: w runs once it is open (or could
+ * not be). Else returns 0 (none needed). */
+int fs_cache_pin(fs_t *fs, fs_inode_t *in, fs_waiter_t *w);
 
 /* Runs w (a read that missed the cache) once in->cur is open, opening it;
  * or returns -errno when it cannot be opened (the file was unlinked). */

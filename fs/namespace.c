@@ -168,14 +168,67 @@ static void unlink_done(void *arg, int rc)
     fs_ctx_fail(c, 0);
 }
 
+/*
+ * Before an unlink or a rename sends its request: for the file at c->key
+ * (and c->key2 when set: a rename's destination), in turn,
+ *
+ * - waits until no commit of it is in flight here (a close's, or the last
+ *   writer's release): the request then reaches the master after the
+ *   version that commit publishes, and after the open of it that the
+ *   commit makes for the descriptors still open here
+ *   (fs_cache_published()), in the order the kernel sent them;
+ * - opens its current version for the descriptors open here that read
+ *   through the page cache, if none is (fs_cache_pin()), while its key
+ *   still names it.
+ *
+ * Else such a descriptor's read that misses the cache would look the file
+ * up by a key that is gone (EIO) or names another file by then. Then runs
+ * c->next. c->stage counts the steps: two a key.
+ */
+static void settle_step(fs_waiter_t *w, int err)
+{
+    fs_ctx_t *c = (fs_ctx_t *)w;
+    (void)err; /* a failed commit or open leaves nothing more to wait for */
+    int steps = c->klen2 ? 4 : 2;
+    while (c->stage < steps) {
+        int dst = c->stage >= 2;
+        fs_inode_t *in =
+            fs_inode_find(c->fs->it, dst ? c->key2 : c->key, dst ? c->klen2 : c->klen, 0);
+        int pin = c->stage & 1;
+        c->stage++;
+        if (!in)
+            continue;
+        if (!pin && in->ws && fs_ws_busy(in->ws))
+            return fs_ws_when_idle(in->ws, w);
+        if (pin && fs_cache_pin(c->fs, in, w))
+            return;
+    }
+    c->stage = 0;
+    c->next(c);
+}
+
+static void settle(fs_ctx_t *c, void (*next)(fs_ctx_t *c))
+{
+    c->next = next;
+    c->stage = 0;
+    c->wait.need_writer = 0;
+    c->wait.run = settle_step;
+    settle_step(&c->wait, 0);
+}
+
+static void unlink_issue(fs_ctx_t *c)
+{
+    int rc = mc_remove_async(c->fs->store, c->key, c->klen, MC_REMOVE_FORCE, unlink_done, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
 void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     fs_ctx_t *c = fs_ctx_new(req, NULL);
     if (!c || fs_child_key(c, parent, name, c->key, &c->klen) < 0)
         return;
-    int rc = mc_remove_async(c->fs->store, c->key, c->klen, MC_REMOVE_FORCE, unlink_done, c);
-    if (rc < 0)
-        fs_ctx_fail(c, rc);
+    settle(c, unlink_issue);
 }
 
 static void rename_done(void *arg, int rc)
@@ -273,6 +326,15 @@ static void rename_src_looked_up(void *arg, int rc)
         fs_ctx_fail(c, rc);
 }
 
+/* The source and the destination are settled (settle()): the rename
+ * starts, with its lookups. */
+static void rename_settled(fs_ctx_t *c)
+{
+    int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, rename_src_looked_up, c);
+    if (rc < 0)
+        fs_ctx_fail(c, rc);
+}
+
 void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                   const char *newname, unsigned int flags)
 {
@@ -285,9 +347,7 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
     fs_subdirs_changed(c->fs, c->key, c->klen);
     fs_subdirs_changed(c->fs, c->key2, c->klen2);
     c->flags = (int)flags;
-    int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, rename_src_looked_up, c);
-    if (rc < 0)
-        fs_ctx_fail(c, rc);
+    settle(c, rename_settled);
 }
 
 /* link: the master gives the file a second name (mc_link_async()); the new

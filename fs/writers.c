@@ -108,7 +108,7 @@ static void ws_enqueue(fs_wstate_t *ws, fs_waiter_t *w)
     ws->wait_tail = w;
 }
 
-static int ws_busy(const fs_wstate_t *ws)
+int fs_ws_busy(const fs_wstate_t *ws)
 {
     return ws->state == WS_OPENING || ws->state == WS_COMMITTING || ws->state == WS_FAILING;
 }
@@ -116,7 +116,7 @@ static int ws_busy(const fs_wstate_t *ws)
 /* Runs w once the state is not opening, committing or failing. */
 void fs_ws_when_idle(fs_wstate_t *ws, fs_waiter_t *w)
 {
-    if (ws_busy(ws))
+    if (fs_ws_busy(ws))
         ws_enqueue(ws, w);
     else
         w->run(w, 0);
@@ -125,7 +125,7 @@ void fs_ws_when_idle(fs_wstate_t *ws, fs_waiter_t *w)
 /* Called when nothing is in flight: publish or drop what is left, free. */
 void fs_ws_settle(fs_wstate_t *ws)
 {
-    if (ws->handles || ws->ops || ws->wait_head || ws_busy(ws))
+    if (ws->handles || ws->ops || ws->wait_head || fs_ws_busy(ws))
         return;
     if (ws->state == WS_READY) {
         if (ws->dirty && !ws->orphaned && (ws->in->key || ws->ino)) {
@@ -375,7 +375,7 @@ void fs_ws_shutdown(fs_t *fs, int store_closed)
         /* A writer with an operation in flight (a commit, an open, writes)
          * is its store's until that operation ends: its callback still
          * comes, and finds the state here. */
-        if (!store_closed && (ws->ops || ws_busy(ws)))
+        if (!store_closed && (ws->ops || fs_ws_busy(ws)))
             continue;
         if (ws->w && !store_closed)
             mc_writer_abort(ws->w);

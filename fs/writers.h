@@ -73,6 +73,8 @@ int fs_ws_is_owner(const fs_wstate_t *ws, fuse_req_t req);
  * needed; err is the error that opening it gave. */
 void fs_ws_need(fs_wstate_t *ws, fs_waiter_t *w);
 
+/* Whether the state is opening, committing or failing. */
+int fs_ws_busy(const fs_wstate_t *ws);
 /* Runs w (now or later, exactly once) when the state is neither opening,
  * committing nor failing. */
 void fs_ws_when_idle(fs_wstate_t *ws, fs_waiter_t *w);
