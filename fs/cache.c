@@ -133,7 +133,9 @@ void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version)
      * while its key is sure to name it (an unlink or a rename of the file
      * waits for this: settle() in namespace.c). The writers' own
      * handles open it when they need it (usually they are released first;
-     * a commit at the last writer's release has none left). */
+     * a commit at the last writer's release has none left); ws->handles
+     * also counts an operation holding the state (a truncate by path),
+     * which leaves this to the first read that misses. */
     if (in->opens > (in->ws ? in->ws->handles : 0))
         cur_open(fs, in);
 }

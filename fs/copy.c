@@ -61,9 +61,14 @@ static void copy_written(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
     struct fs_copy *k = c->copy;
-    fs_ws_op_done(k->dst->in->ws, rc); /* a failure fails the version */
+    /* c->in is the destination's inode while a chunk is written; the
+     * handles (k->src, k->dst) may be gone once the daemon stops
+     * (fs_shutdown() frees them while this write is in flight). */
+    fs_ws_op_done(c->in->ws, rc); /* a failure fails the version */
     if (rc < 0)
         return copy_fail(c, rc);
+    if (c->fs->stopping)
+        return fs_ctx_fail(c, -ECANCELED);
     k->done += (uint64_t)rc;
     if (k->last || k->done >= k->len)
         return copy_end(c);
@@ -76,7 +81,9 @@ static void copy_write(fs_waiter_t *w, int err)
 {
     fs_ctx_t *c = (fs_ctx_t *)w;
     struct fs_copy *k = c->copy;
-    fs_wstate_t *ws = k->dst->in->ws;
+    if (c->fs->stopping)
+        return fs_ctx_fail(c, -ECANCELED);
+    fs_wstate_t *ws = c->in->ws;
     if (err < 0)
         fs_ws_poison(ws, err); /* opening the writer (copying the base) failed */
     if (k->dst->err)
@@ -96,6 +103,8 @@ static void copy_read(fs_ctx_t *c, int rc)
     struct fs_copy *k = c->copy;
     if (rc < 0)
         return copy_fail(c, rc);
+    if (c->fs->stopping)
+        return fs_ctx_fail(c, -ECANCELED);
     if ((size_t)rc < c->size)
         k->last = 1; /* the source ends here */
     if (rc == 0)

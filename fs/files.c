@@ -126,14 +126,24 @@ static void open_done(void *arg, int rc)
 
 static void open_replaced(fs_ctx_t *c);
 
+/* An open (kind 0) or a create (kind 1) fails with rc before it has a
+ * handle: a create's inode drops the lookup its reply would have given
+ * the kernel (as open_done() does). */
+static void open_fail(fs_ctx_t *c, int rc)
+{
+    if (c->kind == 1)
+        fs_inode_forget(c->fs->it, c->in, 1);
+    fs_ctx_fail(c, rc);
+}
+
 static void open_version(fs_ctx_t *c)
 {
     if (!c->in->key) /* unlinked or replaced while the open waited (O_TRUNC) */
-        return c->kind == 1 ? fs_ctx_fail(c, -ESTALE) : open_replaced(c);
+        return c->kind == 1 ? open_fail(c, -ESTALE) : open_replaced(c);
     int writable = is_writable(c->fi.flags);
     c->fh = fh_new(c->fs, c->in, writable);
     if (!c->fh)
-        return fs_ctx_fail(c, -ENOMEM);
+        return open_fail(c, -ENOMEM);
     if (writable)
         fs_ws_add_owner(c->in->ws, c->req);
     c->fh->opening = 1;
@@ -166,7 +176,7 @@ static void open_truncated(void *arg, int rc)
     fs_wstate_t *ws = c->in->ws;
     fs_ws_op_done(ws, rc);
     if (rc < 0)
-        fs_ctx_fail(c, rc);
+        open_fail(c, rc);
     else
         open_version(c); /* takes its handle before ours goes */
     ws->handles--;
@@ -177,7 +187,7 @@ static void open_trunc_ready(fs_waiter_t *w, int err)
 {
     fs_ctx_t *c = (fs_ctx_t *)w;
     if (err < 0)
-        return fs_ctx_fail(c, err);
+        return open_fail(c, err);
     open_version(c);
 }
 
@@ -187,10 +197,10 @@ static void open_trunc_writer(fs_waiter_t *w, int err)
 {
     fs_ctx_t *c = (fs_ctx_t *)w;
     if (err < 0)
-        return fs_ctx_fail(c, err);
+        return open_fail(c, err);
     fs_wstate_t *ws = fs_ws_get(c->fs, c->in);
     if (!ws)
-        return fs_ctx_fail(c, -ENOMEM);
+        return open_fail(c, -ENOMEM);
     ws->dirty = 1;
     if (ws->state == WS_READY) {
         ws->handles++;
@@ -278,6 +288,8 @@ static void create_made(void *arg, int rc)
             fs_ctx_fail(c, rc);
         return;
     }
+    if (rc == -ENOENT) /* made, then removed before it was opened: look again */
+        rc = -ESTALE;
     if (rc < 0)
         return fs_ctx_fail(c, rc);
     fs_inode_t *in = c->in = fs_inode_ref(c->fs->it, c->key, c->klen, 0);
@@ -359,8 +371,10 @@ static void read_fail(fs_ctx_t *c, int rc)
 static void read_done(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
-    if (rc < 0 || c->got)
+    if (rc < 0)
         return read_fail(c, rc);
+    if (c->got)
+        return c->got(c, rc);
     fuse_reply_buf(c->req, c->data, (size_t)rc);
     fs_ctx_free(c);
 }

@@ -270,7 +270,8 @@ int fs_cache_wait(fs_t *fs, fs_inode_t *in, fs_waiter_t *w);
 
 /* Reads c->size bytes at c->off through handle c->fh (c->in its inode) as
  * a READ of it would (the content a read through it sees, once settled:
- * fs_wb_settled()) into c->data (allocated here if NULL, c->size bytes),
+ * fs_wb_settled()) into c->data (allocated here if NULL, c->size bytes: a
+ * later call on the same c must not ask for more),
  * then calls got(c, bytes read, short at the end; or -errno) instead of
  * replying. */
 void fs_read_into(fs_ctx_t *c, void (*got)(fs_ctx_t *c, int rc));

@@ -172,10 +172,10 @@ static void unlink_done(void *arg, int rc)
  * Before an unlink or a rename sends its request: for the file at c->key
  * (and c->key2 when set: a rename's destination), in turn,
  *
- * - waits until no commit of it is in flight here (a close's, or the last
- *   writer's release): the request then reaches the master after the
- *   version that commit publishes, and after the open of it that the
- *   commit makes for the descriptors still open here
+ * - waits until no commit of it is in flight here (one a close or the
+ *   last writer's release started): the request then reaches the master
+ *   after the version that commit publishes, and after the open of it
+ *   that the commit makes for the descriptors still open here
  *   (fs_cache_published()), in the order the kernel sent them;
  * - opens its current version for the descriptors open here that read
  *   through the page cache, if none is (fs_cache_pin()), while its key

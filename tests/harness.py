@@ -167,7 +167,9 @@ def _dies_with_us():
     the run, and a mount unmounts itself on the way out (test_harness.py).
     The kernel sends it when the thread that started the process ends, so
     only a process the main thread starts gets it: one started by another
-    thread, which may end first, lives until it is stopped, as before."""
+    thread, which may end first, lives until it is stopped, as before;
+    nor one started as another user (a prefix of setpriv --reuid: the
+    change of credentials clears the signal)."""
     if threading.current_thread() is threading.main_thread():
         return ["setpriv", "--pdeathsig", "TERM", "--"]
     return []
