@@ -166,7 +166,12 @@ def test_a_stopped_leader_steps_down(cluster):
     r = cli(etcd.url, "--timeout-ms", "15000", "put", "after", input=b"two")
     assert r.returncode == 0, r.stderr
     leader.resume()
-    wait_for(lambda: "stepping down" in leader.read_log(), "the old leader to step down")
+    # It steps down by starting again (execv, as a candidate): a put sent
+    # in between finds its sockets closed (reset, refused). Once it listens
+    # again it answers, and refuses the put.
+    wait_for(lambda: "stepping down" in leader.read_log() and
+             leader.read_log().split("stepping down", 1)[1].count("listening on") >= 1,
+             "the old leader to step down and listen again")
     r = cli(leader.addr, "--timeout-ms", "3000", "put", "refused", input=b"x")
     assert r.returncode != 0
     assert b"Remote address changed" in r.stderr or b"Read-only" in r.stderr or \
