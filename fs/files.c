@@ -128,12 +128,13 @@ static void open_replaced(fs_ctx_t *c);
 
 /* An open (kind 0) or a create (kind 1) fails with rc before it has a
  * handle: a create's inode drops the lookup its reply would have given
- * the kernel (as open_done() does). */
+ * the kernel (as open_done() does). ENOENT here means the file went
+ * (its directory was there): ESTALE, as in open_done(). */
 static void open_fail(fs_ctx_t *c, int rc)
 {
     if (c->kind == 1)
         fs_inode_forget(c->fs->it, c->in, 1);
-    fs_ctx_fail(c, rc);
+    fs_ctx_fail(c, rc == -ENOENT ? -ESTALE : rc);
 }
 
 static void open_version(fs_ctx_t *c)
@@ -220,7 +221,7 @@ void fs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     fs_inode_t *in = fs_inode_get(fs_of(req)->it, ino);
     if (!in)
-        return reply_err(req, -ENOENT);
+        return reply_err(req, -ESTALE); /* gone: the kernel looks again */
     if (in->is_dir)
         return reply_err(req, -EISDIR);
     fs_ctx_t *c = fs_ctx_new(req, in);
