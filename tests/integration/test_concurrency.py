@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from harness import cli, free_port
+from harness import cli, free_port, wait_for
 
 
 def test_8_writers_and_readers(mnt):
@@ -293,17 +293,15 @@ def test_unlink_during_a_publish_keeps_the_readers_version(cluster):
         try:
             closer = threading.Thread(target=os.close, args=(w,))
             closer.start()
-            deadline = time.time() + 20
-            while fuse_requests(port, "FLUSH") == flushes and time.time() < deadline:
-                time.sleep(0.01)
+            wait_for(lambda: fuse_requests(port, "FLUSH") > flushes, "the close to reach the daemon",
+                     timeout=20, step=0.01)
             remover = threading.Thread(target=os.unlink, args=(p,))
             remover.start()
-            while fuse_requests(port, "UNLINK") == unlinks and time.time() < deadline:
-                time.sleep(0.01)
-            arrived = fuse_requests(port, "UNLINK") > unlinks
+            wait_for(lambda: fuse_requests(port, "UNLINK") > unlinks,
+                     "the unlink to reach the daemon while the commit was held", timeout=20,
+                     step=0.01)
         finally:
             master.resume()
-        assert arrived, "the unlink did not reach the daemon while the commit was held"
         closer.join(30)
         remover.join(30)
         assert not os.path.exists(p)

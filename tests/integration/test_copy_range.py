@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from harness import free_port
+from harness import free_port, wait_for
 from test_metrics import fuse_requests
 
 CACHE_MODES = ["pages", "direct"]
@@ -174,7 +174,6 @@ def test_a_daemon_stopped_during_a_copy_exits_cleanly(cluster):
     had freed."""
     import signal
     import threading
-    import time
     port = free_port()
     master = cluster.master()
     cluster.node(master, "1G")
@@ -194,9 +193,8 @@ def test_a_daemon_stopped_during_a_copy_exits_cleanly(cluster):
 
     t = threading.Thread(target=copy)
     t.start()
-    deadline = time.time() + 20
-    while fuse_requests(port, "COPY_FILE_RANGE") == copies and time.time() < deadline:
-        time.sleep(0.005)
+    wait_for(lambda: fuse_requests(port, "COPY_FILE_RANGE") > copies,
+             "the copy to reach the daemon", timeout=20, step=0.005)
     assert m.stop(signal.SIGTERM) == 0
     t.join(30)
     assert not t.is_alive() and outcome  # answered or failed, never hung

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -20,14 +19,14 @@ import harness  # noqa: E402
 # A runner that starts what a test starts (through the harness, as every
 # test does), says their pids, and waits to be killed.
 RUNNER = textwrap.dedent("""
-    import sys, time
+    import signal, sys
     sys.path.insert(0, sys.argv[1])
     import harness
     m = harness.Master(sys.argv[2])
     n = harness.Node(sys.argv[2], m.addr, "16M")
     f = harness.Mount(sys.argv[2] + "/fs", "--master", m.addr, "--segment-size", "0")
     print(m.pid, n.pid, f.pid, f.path, flush=True)
-    time.sleep(600)
+    signal.pause()  # until killed
 """)
 
 
@@ -55,9 +54,12 @@ def test_a_killed_runner_leaves_nothing_behind(tmp_path, sig):
         assert harness.is_mounted(path)
         runner.send_signal(sig)
         runner.wait(timeout=30)
-        deadline = time.time() + 60
-        while (any(alive(p) for p in pids) or harness.is_mounted(path)) and time.time() < deadline:
-            time.sleep(0.05)
+        try:
+            harness.wait_for(lambda: not any(alive(p) for p in pids)
+                             and not harness.is_mounted(path), "the runner's processes to go",
+                             timeout=60, step=0.05)
+        except AssertionError:
+            pass  # said precisely below
         left = [p for p in pids if alive(p)]
         assert not left, f"still running after the runner died of {sig.name}: {left}"
         assert not harness.is_mounted(path), f"{path} still mounted"
