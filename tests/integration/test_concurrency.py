@@ -217,7 +217,9 @@ def test_open_creat_racing_unlink_and_rename_never_fails(mnt):
     """open(O_CREAT | O_TRUNC) of a name that other threads unlink and
     rename over at the same time opens the file that is there or makes a
     new one, as on a local file system: never ENOENT (the file the kernel
-    had looked up went between its lookup and its open) nor another error.
+    had looked up went between its lookup and its open) nor another error,
+    and its write and close succeed (the writes of a file unlinked or
+    renamed over meanwhile are dropped at close, which answers 0).
     The one exception SEMANTICS allows: ESTALE, when the kernel's second
     look at the path races again (under load, now and then)."""
     names = [mnt.p(f"r{i}") for i in range(4)]
@@ -238,9 +240,16 @@ def test_open_creat_racing_unlink_and_rename_never_fails(mnt):
                 continue
             opens[0] += 1
             try:
-                os.write(fd, os.urandom(r.randrange(0, 200_000)))
+                data = os.urandom(r.randrange(0, 200_000))
+                if os.write(fd, data) != len(data):
+                    bad.append(f"write({p}): short")
+            except OSError as e:
+                bad.append(f"write({p}): {errno.errorcode[e.errno]}")
             finally:
-                os.close(fd)
+                try:
+                    os.close(fd)
+                except OSError as e:
+                    bad.append(f"close({p}): {errno.errorcode[e.errno]}")
 
     def remover(seed):
         r = random.Random(seed)
