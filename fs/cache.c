@@ -96,7 +96,10 @@ static void cur_opened(void *arg, int rc)
         w->run(w, rc < 0 ? rc : 0);
         w = next;
     }
-    fs_inode_maybe_free(o->fs->it, in);
+    if (!in->opens && in->ws)
+        fs_ws_settle(in->ws); /* it may wait for the last handle (writers.c) */
+    else
+        fs_inode_maybe_free(o->fs->it, in);
     free(o);
 }
 

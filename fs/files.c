@@ -54,14 +54,17 @@ static void fh_free(fs_t *fs, fs_fh_t *fh)
     if (fh->obj)
         mc_obj_close(fh->obj);
     fs_inode_t *in = fh->in;
+    int writable = fh->writable;
+    free(fh);
     if (--in->opens == 0)
         fs_cache_unpin(fs, in); /* no reads without a handle */
-    if (fh->writable && in->ws) {
+    if (!in->ws)
+        return fs_inode_maybe_free(fs->it, in);
+    if (writable)
         in->ws->handles--;
-        fs_ws_settle(in->ws);
-    }
-    fs_inode_maybe_free(fs->it, in);
-    free(fh);
+    /* The last close of a file with no name drops its bytes; a state
+     * freed frees the inode it held when nothing else does (ws_free()). */
+    fs_ws_settle(in->ws);
 }
 
 static int is_writable(int flags)

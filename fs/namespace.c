@@ -177,30 +177,37 @@ static void unlink_done(void *arg, int rc)
  *   after the version that commit publishes, and after the open of it
  *   that the commit makes for the descriptors still open here
  *   (fs_cache_published()), in the order the kernel sent them;
+ * - for the file whose name goes (the unlinked one, a rename's replaced
+ *   destination): opens its writer when descriptors are open for writing
+ *   and none wrote yet (fs_ws_before_unnamed()), copying its current
+ *   version while its key still names it: their writes then change the
+ *   file's bytes, which they and its readers keep until the last close;
  * - opens its current version for the descriptors open here that read
  *   through the page cache, if none is (fs_cache_pin()), while its key
  *   still names it.
  *
  * Else such a descriptor's read that misses the cache would look the file
  * up by a key that is gone (EIO) or names another file by then. Then runs
- * c->next. c->stage counts the steps: two a key.
+ * c->next. c->stage counts the steps: three a key.
  */
 static void settle_step(fs_waiter_t *w, int err)
 {
     fs_ctx_t *c = (fs_ctx_t *)w;
     (void)err; /* a failed commit or open leaves nothing more to wait for */
-    int steps = c->klen2 ? 4 : 2;
+    int steps = c->klen2 ? 6 : 3;
     while (c->stage < steps) {
-        int dst = c->stage >= 2;
+        int dst = c->stage >= 3, step = c->stage % 3;
         fs_inode_t *in =
             fs_inode_find(c->fs->it, dst ? c->key2 : c->key, dst ? c->klen2 : c->klen, 0);
-        int pin = c->stage & 1;
+        int gone = dst || !c->klen2; /* a rename's source keeps its file */
         c->stage++;
         if (!in)
             continue;
-        if (!pin && in->ws && fs_ws_busy(in->ws))
+        if (step == 0 && in->ws && fs_ws_busy(in->ws))
             return fs_ws_when_idle(in->ws, w);
-        if (pin && fs_cache_pin(c->fs, in, w))
+        if (step == 1 && gone && fs_ws_before_unnamed(in, w))
+            return;
+        if (step == 2 && fs_cache_pin(c->fs, in, w))
             return;
     }
     c->stage = 0;

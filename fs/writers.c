@@ -122,16 +122,31 @@ void fs_ws_when_idle(fs_wstate_t *ws, fs_waiter_t *w)
         w->run(w, 0);
 }
 
-/* Called when nothing is in flight: publish or drop what is left, free. */
+/* Whether the file has a name to publish to: its own, or, its own gone, a
+ * hard-linked file's other names (ws->ino). */
+static int ws_named(const fs_wstate_t *ws)
+{
+    return !ws->orphaned && (ws->in->key || ws->ino);
+}
+
+/* Called when nothing is in flight: publish or drop what is left, free.
+ * A file with no name left publishes nothing; its version in progress is
+ * the file's content while any descriptor of it is open, as on a local
+ * file system: a reader's misses of the page cache read it (with
+ * --cache-mode direct a reader reads its own version, and only the
+ * writable handles, which hold the state, read it). The last close drops
+ * it (fh_free() in files.c). */
 void fs_ws_settle(fs_wstate_t *ws)
 {
     if (ws->handles || ws->ops || ws->wait_head || fs_ws_busy(ws))
         return;
     if (ws->state == WS_READY) {
-        if (ws->dirty && !ws->orphaned && (ws->in->key || ws->ino)) {
+        if (ws->dirty && ws_named(ws)) {
             fs_ws_commit(ws); /* settles again when done */
             return;
         }
+        if (!ws_named(ws) && ws->in->opens && !ws->fs->direct_io)
+            return;
         mc_writer_abort(ws->w);
         ws->w = NULL;
         ws->state = WS_NONE;
@@ -247,6 +262,23 @@ int fs_fh_err(const fs_fh_t *fh)
     return fh && fh->writable ? fh->err : 0;
 }
 
+/* The commit ended with rc: wake the flushes waiting for it (they answer
+ * rc), then whatever queued meanwhile. */
+static void ws_wake(fs_wstate_t *ws, int rc)
+{
+    fs_waiter_t *c = ws->committers;
+    ws->committers = NULL;
+    while (c) {
+        fs_waiter_t *next = c->next;
+        c->run(c, rc);
+        c = next;
+    }
+    ws->handles++;
+    ws_drain(ws, 0);
+    ws->handles--;
+    fs_ws_settle(ws);
+}
+
 /* The commit ended, or the failed version was aborted (published says
  * whether a version was published): wake the flushes waiting for it, then
  * whatever queued meanwhile. */
@@ -261,17 +293,7 @@ static void ws_finish(fs_wstate_t *ws, int rc, int published)
         ws->in->st = ws->st;
         fs_cache_published(ws->fs, ws->in, ws->st.version);
     }
-    fs_waiter_t *c = ws->committers;
-    ws->committers = NULL;
-    while (c) {
-        fs_waiter_t *next = c->next;
-        c->run(c, rc);
-        c = next;
-    }
-    ws->handles++;
-    ws_drain(ws, 0);
-    ws->handles--;
-    fs_ws_settle(ws);
+    ws_wake(ws, rc);
 }
 
 static void ws_committed(void *arg, int rc)
@@ -284,24 +306,29 @@ static void ws_committed(void *arg, int rc)
     ws_finish(ws, rc, rc == 0);
 }
 
-/* Sends the commit (state COMMITTING, nothing in flight), or drops the
- * changes when the file is gone. */
+/* Sends the commit (state COMMITTING, nothing in flight); when the file
+ * has no name left, goes back to READY with nothing sent. */
 static void ws_commit_now(fs_wstate_t *ws)
 {
-    int rc = 0;
+    if (!ws_named(ws)) {
+        /* Unlinked or renamed over (no other name): nothing to publish,
+         * and the writes stay the file's for its descriptors still open
+         * (fs_ws_settle()); the flush answers 0. */
+        ws->state = WS_READY;
+        ws_wake(ws, 0);
+        return;
+    }
     char ibuf[64];
     size_t klen;
     const char *key = ws_key(ws, ibuf, sizeof(ibuf), &klen);
-    if (key) {
-        rc = mc_writer_set_key(ws->w, key, klen);
-        if (rc == 0) {
-            rc = mc_writer_commit_async(ws->w, &ws->st, ws_committed, ws);
-            if (rc == 0)
-                return;
-        }
-        fprintf(stderr, "mooncake-fs: error: publishing %s failed: %s\n",
-                ws->in->key ? ws->in->key : "(a hard-linked file)", mc_strerror(rc));
+    int rc = key ? mc_writer_set_key(ws->w, key, klen) : -EINVAL; /* no inode key */
+    if (rc == 0) {
+        rc = mc_writer_commit_async(ws->w, &ws->st, ws_committed, ws);
+        if (rc == 0)
+            return;
     }
+    fprintf(stderr, "mooncake-fs: error: publishing %s failed: %s\n",
+            ws->in->key ? ws->in->key : "(a hard-linked file)", mc_strerror(rc));
     mc_writer_abort(ws->w);
     ws_finish(ws, rc, 0);
 }
@@ -360,9 +387,24 @@ void fs_ws_orphan(fs_inode_t *in)
         in->ws->orphaned = 1;
 }
 
+/* Whether the file keeps other names when one goes (a hard link). */
+static int keeps_a_name(const fs_inode_t *in)
+{
+    return in->st.ino && in->st.nlink > 1 && !in->is_dir;
+}
+
+int fs_ws_before_unnamed(fs_inode_t *in, fs_waiter_t *w)
+{
+    fs_wstate_t *ws = in ? in->ws : NULL;
+    if (!ws || !ws->handles || ws->state != WS_NONE || ws->fresh || !in->key || keeps_a_name(in))
+        return 0;
+    fs_ws_need(ws, w);
+    return 1;
+}
+
 void fs_ws_unnamed(fs_inode_t *in)
 {
-    if (in && in->ws && in->st.ino && in->st.nlink > 1 && !in->is_dir)
+    if (in && in->ws && keeps_a_name(in))
         in->ws->ino = in->st.ino; /* the file lives on under its other names */
     else
         fs_ws_orphan(in);

@@ -99,6 +99,15 @@ void fs_ws_poison(fs_wstate_t *ws, int rc);
 /* The error that failed the version a writable handle wrote to, or 0. */
 int fs_fh_err(const fs_fh_t *fh);
 
+/* The name of in is about to go (an unlink, or a rename over it), and with
+ * it the file's last name: when handles are open for writing and none has
+ * written since the last publish (no writer), opens the writer now,
+ * copying the version its key still names, so that their writes after
+ * the name went change the file's bytes instead of an empty file's (a
+ * writer opened afterwards has no version to copy). Returns 1 when it
+ * does (w runs once the writer is open, or failed to), else 0. */
+int fs_ws_before_unnamed(fs_inode_t *in, fs_waiter_t *w);
+
 /* The name of in (may be NULL) was unlinked or replaced: its writer
  * publishes to the file when the file keeps other names (a hard link),
  * else never (fs_ws_orphan()). */

@@ -219,7 +219,8 @@ def test_open_creat_racing_unlink_and_rename_never_fails(mnt):
     new one, as on a local file system: never ENOENT (the file the kernel
     had looked up went between its lookup and its open) nor another error,
     and its write and close succeed (the writes of a file unlinked or
-    renamed over meanwhile are dropped at close, which answers 0).
+    renamed over meanwhile are dropped at its last close, which answers
+    0).
     The one exception SEMANTICS allows: ESTALE, when the kernel's second
     look at the path races again (under load, now and then)."""
     names = [mnt.p(f"r{i}") for i in range(4)]

@@ -222,7 +222,8 @@ def test_unlink_of_one_name_and_a_writer_through_it(mnt):
     count changed); writes through a descriptor opened by another name
     still publish, and so do those through a descriptor whose own name is
     unlinked or renamed over while the file keeps another name: they are
-    the file's. With no name left, they are dropped (close answers 0)."""
+    the file's. With no name left, they are dropped at the last close
+    (which answers 0; test_unlinked.py)."""
     from harness import clock_past
 
     with open(mnt.p("a"), "w") as f:

@@ -4,7 +4,7 @@ against the reference model (model.py).
 
 Operations go through the mount (open/write/close with and without O_TRUNC,
 O_APPEND, a sparse write past a hole, a write left open across other steps, a reader held open across
-overwrites, rename, unlink) and through the Python store (put, upsert, get,
+overwrites, rename, unlink, a temporary file unlinked while open) and through the Python store (put, upsert, get,
 is_exist, remove) on one namespace. Faults, each a class that can be switched
 off (MC_MODEL_FAULTS): enospc (fill the store), idle (a writer idle past the
 put TTL), nodekill, nodestop (SIGSTOP within and past the node TTL),
@@ -400,6 +400,47 @@ class StoreMachine(RuleBasedStateMachine):
             raise ModelError(f"copy {src!r} -> {dst!r}: {done} bytes of {sv!r}")
         self.publish(dst, v)
 
+    @rule(key=keys, size=sizes)
+    def mount_tmpfile(self, key, size):
+        """A temporary file: made, unlinked at once, written, a dup of its
+        descriptor closed (the kernel sends a FLUSH for it), read back and
+        closed. It reads what was written until its last close, and leaves
+        nothing under its name (SEMANTICS: a file unlinked while open lives
+        on until its last descriptor closes)."""
+        k = self.m.key(key)
+        if self.busy(key) or k.present() or not k.settled:
+            return
+        self.ensure_dir(key)
+        try:
+            fd = os.open(self.w.p(key), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as e:
+            return self.allow_write_error(e.errno, f"create {key} for a temporary file")
+        self.created(key)
+        try:
+            os.unlink(self.w.p(key))
+        except OSError as e:
+            os.close(fd)
+            return self.allow_write_error(e.errno, f"unlink {key}")
+        self.m.removed(key)
+        data = os.urandom(size)
+        got, err = b"", None
+        try:
+            self.write_all(fd, data, 0)
+            os.close(os.dup(fd))
+            while len(got) <= size:
+                b = os.pread(fd, size + 1 - len(got), len(got))
+                if not b:
+                    break
+                got += b
+        except OSError as e:
+            err = e.errno
+        err = self.close_writer(fd, err)
+        if err:
+            return self.allow_write_error(err, f"temporary file {key} ({size} B)")
+        if got != data:
+            raise ModelError(f"temporary file {key!r}: wrote {size} B, read back {len(got)} B"
+                             f"{' (other bytes)' if len(got) == size else ''}")
+
     # ---- readers held open ----
 
     @precondition(lambda self: len(self.held) < 3)
@@ -514,7 +555,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.write_some(wr, len(wr.data) - wr.off)
         err = self.close_writer(wr.fd, wr.failed)
         if wr.discarded:
-            return  # unlinked or renamed over: discarded at close (SEMANTICS)
+            return  # unlinked or renamed over: discarded at its last close (SEMANTICS)
         if err:
             self.failed_write(wr.key, wr.v, wr.off)
             if err == wr.failed and wr.failed_excused:

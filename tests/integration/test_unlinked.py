@@ -1,0 +1,197 @@
+"""A file unlinked (or renamed over) while open lives on, as on a local file
+system, until its last descriptor closes: its descriptors keep reading and
+writing its bytes, whichever of them closes first. Only then are its bytes
+dropped (nothing is published: it has no name) and its space comes back.
+The pattern is common: a temporary file made, unlinked at once and used
+through several descriptors (dup(2), a second open, a child's inherited
+one). Before, the first close of any of them dropped the bytes the file's
+writers had written, under the descriptors still open."""
+
+import errno
+import os
+
+import pytest
+
+from harness import cli, cli_stats, wait_for
+
+MiB = 1 << 20
+
+
+def used(m):
+    return cli_stats(m.store_addr)["used_bytes"]
+
+
+def test_a_temporary_file_keeps_its_bytes_past_the_close_of_a_dup(mnt):
+    """create, unlink, write, then close a dup of the descriptor (the
+    kernel sends a FLUSH for it, as for every close): the file still holds
+    what was written, and takes more writes after it."""
+    p = mnt.p("tmp")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.unlink(p)
+    os.write(fd, b"B" * 100_000)
+    os.close(os.dup(fd))
+    assert os.pread(fd, 200_000, 0) == b"B" * 100_000
+    assert os.fstat(fd).st_size == 100_000
+    os.write(fd, b"C" * 10)
+    os.close(os.dup(fd))
+    assert os.pread(fd, 200_000, 0) == b"B" * 100_000 + b"C" * 10
+    os.close(fd)
+    assert not os.path.exists(p)
+
+
+def test_two_opens_of_an_unlinked_file_share_its_bytes(mnt):
+    """Two descriptors open for writing, the file unlinked, one closed: the
+    other reads what the first wrote, and writes on from there."""
+    p = mnt.p("f")
+    with open(p, "wb") as f:
+        f.write(b"A" * MiB)
+    w1 = os.open(p, os.O_RDWR)
+    w2 = os.open(p, os.O_RDWR)
+    os.pwrite(w1, b"B" * MiB, 0)
+    os.unlink(p)
+    os.close(w1)
+    assert os.pread(w2, 2 * MiB, 0) == b"B" * MiB
+    os.pwrite(w2, b"C" * 10, MiB)
+    assert os.pread(w2, 2 * MiB, 0) == b"B" * MiB + b"C" * 10
+    os.close(w2)
+    assert not os.path.exists(p)
+
+
+def test_a_file_renamed_over_keeps_its_bytes_for_its_descriptors(mnt):
+    """The same when another file is renamed over the name: the replaced
+    file's descriptors keep its bytes; the name holds the other file."""
+    p, q = mnt.p("f"), mnt.p("g")
+    with open(p, "wb") as f:
+        f.write(b"A" * MiB)
+    with open(q, "wb") as f:
+        f.write(b"other")
+    w1 = os.open(p, os.O_RDWR)
+    w2 = os.open(p, os.O_RDWR)
+    os.pwrite(w1, b"B" * MiB, 0)
+    os.rename(q, p)
+    os.close(w1)
+    assert os.pread(w2, 2 * MiB, 0) == b"B" * MiB
+    os.close(w2)
+    assert open(p, "rb").read() == b"other"
+
+
+def test_a_reader_of_an_unlinked_file_reads_its_writers_bytes_after_they_close(mnt):
+    """A reader through the page cache (the default cache mode) follows the
+    file's writers (docs/SEMANTICS.md, Consistency); once the file is
+    unlinked and its writer closes, the reader still reads the writer's
+    bytes, every one: before, its cache kept a few of the writer's pages
+    and its misses read the file's old version, one read(2) returning
+    bytes of both."""
+    p = mnt.p("f")
+    size = 4 * MiB
+    with open(p, "wb") as f:
+        f.write(b"A" * size)
+    r = os.open(p, os.O_RDONLY)
+    w = os.open(p, os.O_WRONLY)
+    os.pwrite(w, b"B" * size, 0)
+    assert os.pread(r, 4096, 0) == b"B" * 4096
+    os.unlink(p)
+    os.close(w)
+    got = b"".join(os.pread(r, MiB, off) for off in range(0, size, MiB))
+    os.close(r)
+    assert got == b"B" * size, {c: got.count(c) for c in set(got)}
+
+
+def test_with_cache_mode_direct_a_reader_keeps_its_version(store_mount):
+    """With --cache-mode direct each reader reads the version it opened,
+    whatever the file's writers do (the writer's bytes are the writers'):
+    unlinking the file and closing one writer changes neither."""
+    m = store_mount("256M", "--cache-mode", "direct")
+    p = m.p("f")
+    with open(p, "wb") as f:
+        f.write(b"A" * MiB)
+    r = os.open(p, os.O_RDONLY)
+    w1 = os.open(p, os.O_RDWR)
+    w2 = os.open(p, os.O_RDWR)
+    os.pwrite(w1, b"B" * MiB, 0)
+    os.unlink(p)
+    os.close(w1)
+    assert os.pread(r, 2 * MiB, 0) == b"A" * MiB
+    assert os.pread(w2, 2 * MiB, 0) == b"B" * MiB
+    os.close(w2)
+    assert os.pread(r, 2 * MiB, 0) == b"A" * MiB
+    os.close(r)
+
+
+def test_the_space_of_an_unlinked_file_comes_back_at_its_last_close(store_mount):
+    """Its bytes take space while a descriptor holds the file (as on a
+    local file system), and none once the last one closes; nothing is
+    published under its name, nor under any other."""
+    m = store_mount("256M")
+    base = used(m)
+    p = m.p("f")
+    r = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)
+    w = os.open(p, os.O_WRONLY)
+    os.write(w, b"x" * (8 * MiB))
+    os.unlink(p)
+    os.close(w)
+    assert used(m) >= base + 8 * MiB
+    assert os.pread(r, 16, 8 * MiB - 16) == b"x" * 16
+    os.close(r)
+    wait_for(lambda: used(m) <= base, "the unlinked file's space to come back", timeout=10)
+    assert os.listdir(m.p()) == []
+    assert cli(m.store_addr, "ls").stdout.strip() == b""
+
+
+def test_a_descriptor_whose_first_write_comes_after_the_unlink_keeps_the_bytes(mnt):
+    """A descriptor open for writing that wrote nothing yet when the file
+    lost its name (unlink, or another file renamed over it) writes into the
+    file's bytes, as on a local file system: a write in the middle, an
+    append. Before, its first write started an empty file."""
+    data = bytes(range(256)) * 4096  # 1 MiB
+    for how in ("unlink", "rename"):
+        p, q = mnt.p("f"), mnt.p("g")
+        with open(p, "wb") as f:
+            f.write(data)
+        with open(q, "wb") as f:
+            f.write(b"other")
+        fd = os.open(p, os.O_RDWR)
+        ap = os.open(p, os.O_RDWR | os.O_APPEND)
+        if how == "unlink":
+            os.unlink(p)
+        else:
+            os.rename(q, p)
+        os.pwrite(fd, b"XY", 5)
+        os.write(ap, b"tail")
+        want = data[:5] + b"XY" + data[7:] + b"tail"
+        assert os.pread(fd, 2 * MiB, 0) == want, how
+        os.close(fd)
+        assert os.pread(ap, 2 * MiB, 0) == want, how
+        os.close(ap)
+        if how == "rename":
+            assert open(p, "rb").read() == b"other"
+            os.unlink(p)
+        else:
+            os.unlink(q)
+
+
+def test_an_idle_unlinked_file_of_a_cluster_mount_fails_its_reads_past_the_put_ttl(
+        cluster, make_mount):
+    """Its bytes are a version in progress, whose write the master revokes
+    once it sat idle past the put TTL (docs/SEMANTICS.md, Faults): a read
+    that misses the page cache then fails with ESTALE, never reads the
+    space the master handed to another object, which keeps its bytes."""
+    m = cluster.master("--put-ttl-ms", "1000")
+    cluster.node(m)
+    mnt = make_mount("--master", m.addr, "--segment-size", "0", expect_log=r"revoked")
+    p = mnt.p("tmp")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.unlink(p)
+        os.write(fd, b"a" * MiB)
+        wait_for(lambda: "revoked" in m.read_log(), "the idle write to be revoked", timeout=30)
+        victim = os.urandom(MiB)
+        r = cli(m.addr, "put", "victim", input=victim)
+        assert r.returncode == 0, r.stderr
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # the reads miss the cache
+        with pytest.raises(OSError) as e:
+            os.pread(fd, MiB, 0)
+        assert e.value.errno == errno.ESTALE, e.value
+    finally:
+        os.close(fd)
+    assert cli(m.addr, "get", "victim").stdout == victim
