@@ -195,3 +195,22 @@ def test_an_idle_unlinked_file_of_a_cluster_mount_fails_its_reads_past_the_put_t
     finally:
         os.close(fd)
     assert cli(m.addr, "get", "victim").stdout == victim
+
+
+def test_pythons_temporary_file_with_a_child_writing_to_it(mnt):
+    """tempfile.TemporaryFile() (O_TMPFILE is refused with EOPNOTSUPP, so
+    it makes a file and unlinks it) written by this process and by a child
+    through the descriptor it inherits: the child's exit closes its copy
+    (a FLUSH), and the file keeps every byte."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryFile(dir=mnt.p()) as f:
+        f.write(b"x" * 300_000)
+        f.flush()
+        subprocess.run([sys.executable, "-c", f"import os; os.write({f.fileno()}, b'tail')"],
+                       pass_fds=(f.fileno(),), check=True)
+        f.seek(0)
+        assert f.read() == b"x" * 300_000 + b"tail"
+    assert os.listdir(mnt.p()) == []
