@@ -71,6 +71,7 @@ static void cur_set(fs_t *fs, fs_inode_t *in, mc_obj_t *o)
 }
 
 typedef struct cur_open {
+    fs_waiter_t gate; /* first: waiting for an unlink or rename (cur_send()) */
     fs_t *fs;
     fs_inode_t *in;
     mc_obj_t *obj;
@@ -103,6 +104,23 @@ static void cur_opened(void *arg, int rc)
     free(o);
 }
 
+/* Sends cur_open()'s open by key, once no unlink or rename of the file is
+ * on its way: sent before its answer, it would open what the key names
+ * after it, nothing or another file. */
+static void cur_send(fs_waiter_t *gate, int err)
+{
+    cur_open_t *o = (cur_open_t *)gate;
+    fs_inode_t *in = o->in;
+    (void)err;
+    if (fs_naming_gate(o->fs, in->key, in->klen, gate))
+        return;
+    int rc = !in->key ? -ENOENT : o->fs->stopping ? -ECANCELED : 0; /* gone meanwhile */
+    if (rc == 0)
+        rc = mc_obj_open_async(o->fs->store, in->key, in->klen, &o->obj, cur_opened, o);
+    if (rc < 0)
+        cur_opened(o, rc);
+}
+
 /* Opens the current version of in as its cur (cur_opening while it runs). */
 static void cur_open(fs_t *fs, fs_inode_t *in)
 {
@@ -111,13 +129,12 @@ static void cur_open(fs_t *fs, fs_inode_t *in)
         free(o);
         return;
     }
+    o->gate.run = cur_send;
     o->fs = fs;
     o->in = in;
     in->cur_opening = 1;
     in->opens++; /* keeps the inode until the open ends */
-    int rc = mc_obj_open_async(fs->store, in->key, in->klen, &o->obj, cur_opened, o);
-    if (rc < 0)
-        cur_opened(o, rc);
+    cur_send(&o->gate, 0);
 }
 
 void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version)

@@ -140,8 +140,13 @@ static void open_fail(fs_ctx_t *c, int rc)
     fs_ctx_fail(c, rc == -ENOENT ? -ESTALE : rc);
 }
 
+static void open_version_gated(fs_waiter_t *w, int err);
+
 static void open_version(fs_ctx_t *c)
 {
+    c->wait.run = open_version_gated;
+    if (fs_naming_gate(c->fs, c->in->key, c->in->klen, &c->wait))
+        return;      /* an unlink or rename of it on its way: then what it left */
     if (!c->in->key) /* unlinked or replaced while the open waited (O_TRUNC) */
         return c->kind == 1 ? open_fail(c, -ESTALE) : open_replaced(c);
     int writable = is_writable(c->fi.flags);
@@ -154,6 +159,12 @@ static void open_version(fs_ctx_t *c)
     int rc = mc_obj_open_async(c->fs->store, c->in->key, c->in->klen, &c->fh->obj, open_done, c);
     if (rc < 0)
         open_done(c, rc);
+}
+
+static void open_version_gated(fs_waiter_t *w, int err)
+{
+    (void)err;
+    open_version((fs_ctx_t *)w);
 }
 
 /* An open of a file a rename through this mount replaced since the kernel
@@ -482,6 +493,8 @@ static void read_run(fs_waiter_t *w, int err)
     if (follow && ws && ws->state == WS_READY) {
         rc = read_writer(c, ws);
     } else if (follow && fh->in->key && fh->in->version != mc_obj_stat(fh->obj)->version) {
+        if (fs_naming_gate(c->fs, fh->in->key, fh->in->klen, &c->wait))
+            return;       /* read_run() again once the unlink or rename is answered */
         rc = read_buf(c); /* a newer version than the handle's */
         if (rc == 0)
             rc = mc_get_async(c->fs->store, fh->in->key, fh->in->klen, (uint64_t)c->off, c->data,

@@ -54,6 +54,7 @@ typedef struct fs {
     struct fs_fh *fhs;      /* every open file handle, for shutdown */
     struct fs_dh *dhs;      /* every open directory handle, for exit (dirs.c) */
     struct fs_wstate *wss;  /* every writer state, for shutdown */
+    struct fs_ctx *naming;  /* unlinks and renames sent, not answered (namespace.c) */
     unsigned long inflight; /* requests started and not yet answered, and writes
                                answered while their bytes are in flight (wbehind.c) */
     struct fs_ctx *spare;   /* freed request contexts kept for the next ones */

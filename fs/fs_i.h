@@ -96,6 +96,9 @@ typedef struct fs_ctx {
     struct fs_copy *copy;           /* copy_file_range: its state (copy.c), freed with c */
     void (*next)(struct fs_ctx *c); /* unlink, rename: what runs once the files
                                        are settled (namespace.c, settle()) */
+    struct fs_ctx *naming_next;     /* unlink, rename sent: on fs->naming */
+    fs_waiter_t *gated;             /* operations on its keys waiting for its answer
+                                       (fs_naming_gate()) */
     /* Last, and not zeroed by fs_ctx_new() (empty strings): the keys. */
     char key[MC_KEY_MAX + 2];
     size_t klen;
@@ -261,6 +264,21 @@ void fs_cache_unpin(fs_t *fs, fs_inode_t *in);
  * while its key names it, and returns 1: w runs once it is open (or could
  * not be). Else returns 0 (none needed). */
 int fs_cache_pin(fs_t *fs, fs_inode_t *in, fs_waiter_t *w);
+
+/* ---- namespace.c ---- */
+
+/*
+ * Whether an unlink or a rename this mount sent is on its way to the master
+ * for key (a file's; NULL: none) or a directory above it: then w runs (err
+ * 0) once its answer is in and the inodes' keys follow it (a key moved, or
+ * NULL: gone), and this returns 1; else 0. An operation that names a file
+ * by its key at the master (a commit, a writer copying the file, an open
+ * by key) goes through this first: sent meanwhile, it would reach the
+ * master after the unlink or rename, under a key that names nothing, or
+ * another file, by then (a commit made the unlinked file again; a rename's
+ * file lost its writer's bytes to a new file under the old name).
+ */
+int fs_naming_gate(fs_t *fs, const char *key, size_t klen, fs_waiter_t *w);
 
 /* Runs w (a read that missed the cache) once in->cur is open, opening it;
  * or returns -errno when it cannot be opened (the file was unlinked). */

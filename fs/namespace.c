@@ -155,17 +155,75 @@ void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
         fs_ctx_fail(c, rc);
 }
 
+/* Whether key is one of c's keys or under one (a directory's). */
+static int naming_touches(const fs_ctx_t *c, const char *key, size_t klen)
+{
+    const char *k[2] = {c->key, c->key2};
+    size_t n[2] = {c->klen, c->klen2};
+    for (int i = 0; i < 2; i++)
+        if (n[i] && klen >= n[i] && memcmp(key, k[i], n[i]) == 0 &&
+            (klen == n[i] || key[n[i]] == '/'))
+            return 1;
+    return 0;
+}
+
+int fs_naming_gate(fs_t *fs, const char *key, size_t klen, fs_waiter_t *w)
+{
+    if (!key)
+        return 0;
+    for (fs_ctx_t *c = fs->naming; c; c = c->naming_next) {
+        if (naming_touches(c, key, klen)) {
+            w->next = c->gated;
+            c->gated = w;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* c (an unlink or a rename) is sent: operations on its keys wait. */
+static void naming_start(fs_ctx_t *c)
+{
+    c->naming_next = c->fs->naming;
+    c->fs->naming = c;
+}
+
+/* c is answered and the inodes follow it: runs what waited for it, then
+ * answers the request with rc. */
+static void naming_done(fs_ctx_t *c, int rc)
+{
+    fs_ctx_t **p = &c->fs->naming;
+    while (*p && *p != c)
+        p = &(*p)->naming_next;
+    if (*p)
+        *p = c->naming_next;
+    fs_waiter_t *w = c->gated, *order = NULL;
+    c->gated = NULL;
+    while (w) { /* gated last first: run them in their order */
+        fs_waiter_t *next = w->next;
+        w->next = order;
+        order = w;
+        w = next;
+    }
+    while (order) {
+        fs_waiter_t *next = order->next;
+        order->run(order, 0);
+        order = next;
+    }
+    fs_ctx_fail(c, rc);
+}
+
 static void unlink_done(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
     if (rc < 0)
-        return fs_ctx_fail(c, rc);
+        return naming_done(c, rc);
     fs_inode_t *in = fs_inode_find(c->fs->it, c->key, c->klen, 0);
     if (in) {
         fs_ws_unnamed(in);
         fs_inode_unlink(c->fs->it, in);
     }
-    fs_ctx_fail(c, 0);
+    naming_done(c, 0);
 }
 
 /*
@@ -225,9 +283,10 @@ static void settle(fs_ctx_t *c, void (*next)(fs_ctx_t *c))
 
 static void unlink_issue(fs_ctx_t *c)
 {
+    naming_start(c);
     int rc = mc_remove_async(c->fs->store, c->key, c->klen, MC_REMOVE_FORCE, unlink_done, c);
     if (rc < 0)
-        fs_ctx_fail(c, rc);
+        naming_done(c, rc);
 }
 
 void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -243,7 +302,7 @@ static void rename_done(void *arg, int rc)
     fs_ctx_t *c = arg;
     fs_t *fs = c->fs;
     if (rc < 0)
-        return fs_ctx_fail(c, rc);
+        return naming_done(c, rc);
     int is_dir = c->kind == MC_LOOKUP_DIR;
     size_t flen = c->klen, tlen = c->klen2;
     fs_subdirs_changed(fs, c->key, flen);
@@ -263,7 +322,7 @@ static void rename_done(void *arg, int rc)
     if (dst)
         fs_inode_unlink(fs->it, dst);
     rc = fs_inode_rename(fs->it, c->key, flen, c->key2, tlen, is_dir);
-    fs_ctx_fail(c, rc);
+    naming_done(c, rc);
 }
 
 static void rename_issue(void *arg, int rc)
@@ -272,6 +331,7 @@ static void rename_issue(void *arg, int rc)
     if (rc < 0)
         c->held = NULL; /* gone meanwhile: nothing to hold */
     unsigned flags = (c->flags & RENAME_NOREPLACE) ? MC_RENAME_NOREPLACE : 0;
+    naming_start(c);
     if (c->kind == MC_LOOKUP_FILE) {
         rc = mc_rename_async(c->fs->store, c->key, c->klen, c->key2, c->klen2, flags, rename_done,
                              c);
@@ -281,7 +341,7 @@ static void rename_issue(void *arg, int rc)
         if (!from || !to) {
             free(from);
             free(to);
-            return fs_ctx_fail(c, -ENOMEM);
+            return naming_done(c, -ENOMEM);
         }
         memcpy(from, c->key, c->klen);
         from[c->klen] = '/';
@@ -293,7 +353,7 @@ static void rename_issue(void *arg, int rc)
         free(to);
     }
     if (rc < 0)
-        fs_ctx_fail(c, rc);
+        naming_done(c, rc);
 }
 
 /* A file replacing a file the kernel knows (it may be opening it right

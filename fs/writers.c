@@ -15,6 +15,7 @@
  * its flush with the error. The file keeps its published version.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,30 @@ static void ws_base_opened(void *arg, int rc)
         ws_opened(ws, rc);
 }
 
+/* State OPENING: opens the version the writer copies (none when the file
+ * is written afresh), once no unlink or rename of the file is on its way.
+ * As ws->gate's run. */
+static void ws_open_base(fs_waiter_t *gate, int err)
+{
+    fs_wstate_t *ws = (fs_wstate_t *)((char *)gate - offsetof(fs_wstate_t, gate));
+    (void)err;
+    gate->run = ws_open_base;
+    if (!ws->fresh && fs_naming_gate(ws->fs, ws->in->key, ws->in->klen, gate))
+        return;
+    if (ws->fs->stopping)
+        return ws_opened(ws, -ECANCELED); /* fs_shutdown(): no new store operation */
+    int rc = -ENOENT;
+    int fresh = ws->fresh;
+    ws->fresh = 0;
+    char ibuf[64];
+    size_t klen;
+    const char *key = fresh ? NULL : ws_key(ws, ibuf, sizeof(ibuf), &klen);
+    if (key)
+        rc = mc_obj_open_async(ws->fs->store, key, klen, &ws->base, ws_base_opened, ws);
+    if (rc < 0)
+        ws_base_opened(ws, rc);
+}
+
 /* Runs w with the writer open, opening it (copy-on-write) if needed. */
 void fs_ws_need(fs_wstate_t *ws, fs_waiter_t *w)
 {
@@ -231,16 +256,7 @@ void fs_ws_need(fs_wstate_t *ws, fs_waiter_t *w)
     }
     ws_enqueue(ws, w);
     ws->state = WS_OPENING;
-    int rc = -ENOENT;
-    int fresh = ws->fresh;
-    ws->fresh = 0;
-    char ibuf[64];
-    size_t klen;
-    const char *key = fresh ? NULL : ws_key(ws, ibuf, sizeof(ibuf), &klen);
-    if (key)
-        rc = mc_obj_open_async(ws->fs->store, key, klen, &ws->base, ws_base_opened, ws);
-    if (rc < 0)
-        ws_base_opened(ws, rc);
+    ws_open_base(&ws->gate, 0);
 }
 
 /* The version in progress failed with rc: every handle open for writing on
@@ -308,8 +324,24 @@ static void ws_committed(void *arg, int rc)
 
 /* Sends the commit (state COMMITTING, nothing in flight); when the file
  * has no name left, goes back to READY with nothing sent. */
+static void ws_commit_now(fs_wstate_t *ws);
+
+/* ws->gate's run while a commit waits for an unlink or rename of the file. */
+static void ws_commit_gated(fs_waiter_t *gate, int err)
+{
+    fs_wstate_t *ws = (fs_wstate_t *)((char *)gate - offsetof(fs_wstate_t, gate));
+    (void)err;
+    if (!ws->fs->stopping)
+        return ws_commit_now(ws);
+    mc_writer_abort(ws->w); /* fs_shutdown(): no new store operation */
+    ws_finish(ws, -ECANCELED, 0);
+}
+
 static void ws_commit_now(fs_wstate_t *ws)
 {
+    ws->gate.run = ws_commit_gated;
+    if (fs_naming_gate(ws->fs, ws->in->key, ws->in->klen, &ws->gate))
+        return; /* then to the key the file has, or none */
     if (!ws_named(ws)) {
         /* Unlinked or renamed over (no other name): nothing to publish,
          * and the writes stay the file's for its descriptors still open

@@ -42,6 +42,8 @@ typedef struct fs_wstate {
     uint64_t size; /* while COMMITTING: the size it publishes */
     fs_waiter_t *wait_head, *wait_tail;
     fs_waiter_t *committers;  /* flushes waiting for the commit in flight */
+    fs_waiter_t gate;         /* the base's open or the commit, waiting for an
+                                 unlink or rename of the file (fs_naming_gate()) */
     uint64_t behind;          /* bytes of writes answered while in flight (wbehind.c) */
     fs_waiter_t *behind_wait; /* waiting for them to land (fs_wb_wait()) */
     pid_t owners[8];          /* processes that opened it for writing or wrote */

@@ -320,3 +320,51 @@ def test_unlink_during_a_publish_keeps_the_readers_version(cluster):
         assert os.pread(r, 2, 0) == b"xA"
     finally:
         os.close(r)
+
+
+def test_a_close_while_an_unlink_is_in_flight_does_not_bring_the_file_back(cluster):
+    """A writer's close (its commit) that comes while an unlink of the file
+    is on its way to the master must not publish the file again under the
+    name the unlink removed: the unlink returned, so the name is gone, and
+    the file's bytes live on for its descriptors still open. Before, the
+    commit followed the unlink to the master with the old name and made
+    the file again there. The master is paused to hold the unlink in
+    flight while the close arrives."""
+    from test_metrics import fuse_requests
+    port = free_port()
+    master = cluster.master()
+    cluster.node(master, "256M")
+    m = cluster.mount("--master", master.addr, "--segment-size", "0", "--metrics", str(port))
+    p = m.p("f")
+    size = 1 << 20
+    with open(p, "wb") as f:
+        f.write(b"A" * size)
+    r = os.open(p, os.O_RDONLY)
+    w = os.open(p, os.O_RDWR)
+    try:
+        os.pwrite(w, b"x", 0)
+        os.stat(p)
+        flushes, unlinks = fuse_requests(port, "FLUSH"), fuse_requests(port, "UNLINK")
+        master.pause()
+        try:
+            remover = threading.Thread(target=os.unlink, args=(p,))
+            remover.start()
+            wait_for(lambda: fuse_requests(port, "UNLINK") > unlinks,
+                     "the unlink to reach the daemon", timeout=20, step=0.01)
+            closer = threading.Thread(target=os.close, args=(w,))
+            closer.start()
+            wait_for(lambda: fuse_requests(port, "FLUSH") > flushes,
+                     "the close to reach the daemon while the unlink was held", timeout=20,
+                     step=0.01)
+        finally:
+            master.resume()
+        remover.join(30)
+        closer.join(30)
+        assert not os.path.exists(p)
+        assert cli(master.addr, "ls").stdout.split() == []
+        os.posix_fadvise(r, 0, 0, os.POSIX_FADV_DONTNEED)  # the next reads miss the cache
+        assert os.pread(r, 2, 0) == b"xA"
+        assert os.pread(r, 4, size // 2) == b"AAAA"
+    finally:
+        os.close(r)
+
