@@ -273,6 +273,21 @@ def test_open_creat_racing_unlink_and_rename_never_fails(mnt):
     assert opens[0] > stale[0] and opens[0] >= 20, f"{opens[0]} opens, {stale[0]} ESTALE"
 
 
+def _a_reader_and_a_writer(cluster):
+    """A cluster mount (its metrics on a port of its own) and a file f of
+    1 MiB of "A" open twice: (master, metrics port, path, size, a read-only
+    descriptor, a read-write one)."""
+    port = free_port()
+    master = cluster.master()
+    cluster.node(master, "256M")
+    m = cluster.mount("--master", master.addr, "--segment-size", "0", "--metrics", str(port))
+    p = m.p("f")
+    size = 1 << 20
+    with open(p, "wb") as f:
+        f.write(b"A" * size)
+    return master, port, p, size, os.open(p, os.O_RDONLY), os.open(p, os.O_RDWR)
+
+
 def test_unlink_during_a_publish_keeps_the_readers_version(cluster):
     """A descriptor reading a file through the page cache while this mount
     publishes a new version of it (a close's commit at the master) and
@@ -285,16 +300,7 @@ def test_unlink_during_a_publish_keeps_the_readers_version(cluster):
     in fs/namespace.c; this test cannot hold one there: with the master
     paused, the kernel's rename did not reach the daemon.)"""
     from test_metrics import fuse_requests
-    port = free_port()
-    master = cluster.master()
-    cluster.node(master, "256M")
-    m = cluster.mount("--master", master.addr, "--segment-size", "0", "--metrics", str(port))
-    p = m.p("f")
-    size = 1 << 20
-    with open(p, "wb") as f:
-        f.write(b"A" * size)
-    r = os.open(p, os.O_RDONLY)
-    w = os.open(p, os.O_RDWR)
+    master, port, p, size, r, w = _a_reader_and_a_writer(cluster)
     try:
         assert os.pread(r, 4, 0) == b"AAAA"
         os.pwrite(w, b"x", 0)
@@ -331,16 +337,7 @@ def test_a_close_while_an_unlink_is_in_flight_does_not_bring_the_file_back(clust
     the file again there. The master is paused to hold the unlink in
     flight while the close arrives."""
     from test_metrics import fuse_requests
-    port = free_port()
-    master = cluster.master()
-    cluster.node(master, "256M")
-    m = cluster.mount("--master", master.addr, "--segment-size", "0", "--metrics", str(port))
-    p = m.p("f")
-    size = 1 << 20
-    with open(p, "wb") as f:
-        f.write(b"A" * size)
-    r = os.open(p, os.O_RDONLY)
-    w = os.open(p, os.O_RDWR)
+    master, port, p, size, r, w = _a_reader_and_a_writer(cluster)
     try:
         os.pwrite(w, b"x", 0)
         os.stat(p)
