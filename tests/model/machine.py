@@ -510,13 +510,20 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: len(self.writers) < 2)
     @rule(key=keys, size=sizes, trunc=st.booleans())
     def begin_write(self, key, size, trunc):
-        """Open for writing and write the first half; the version is not
-        published until finish_write."""
+        """Open for writing and write the first half (a byte at least); the
+        version is not published until finish_write. Without O_TRUNC the
+        version in progress copies the file as of its first write
+        (SEMANTICS): that write comes now, so that a put by another client
+        before finish_write is not in its base. (A version of 1 byte whose
+        write waited for finish_write copied a 15-byte put made meanwhile,
+        as documented, where this model expected 1 byte: soak seed
+        1431599098.) An empty version truncates: without a write, a close
+        publishes nothing."""
         if self.busy(key):
             return
         k = self.m.key(key)
         cur = k.single() if len(k.vals) == 1 else None
-        if cur is None or (cur is not ABSENT and cur.size > size):
+        if cur is None or (cur is not ABSENT and cur.size > size) or size == 0:
             trunc = True
         v = self.m.new_version(key, size, "mount write left open")
         self.ensure_dir(key)
@@ -528,7 +535,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.created(key)
         wr = Writer(fd, key, v, self.epoch)
         self.writers.append(wr)
-        self.write_some(wr, size // 2)
+        self.write_some(wr, max(1, size // 2) if size else 0)
 
     def write_some(self, wr, n):
         if wr.failed:
