@@ -369,12 +369,18 @@ static void setattr_meta(fs_ctx_t *c)
     fs_inode_t *in = c->in;
     const char *key = in->key;
     size_t klen = in->klen;
+    int rc = 0;
     if (in->is_dir) {
         c->klen2 = marker_key(in, c->key2);
         key = c->key2;
         klen = c->klen2;
+    } else if (!key) { /* its name went, others stay: the file by its inode key */
+        rc = mc_inode_key(in->st.ino, c->key2, sizeof(c->key2));
+        key = c->key2;
+        klen = rc > 0 ? (size_t)rc : 0;
     }
-    int rc = mc_set_meta_async(c->fs->store, key, klen, &c->meta, &c->st, setattr_meta_done, c);
+    if (rc >= 0)
+        rc = mc_set_meta_async(c->fs->store, key, klen, &c->meta, &c->st, setattr_meta_done, c);
     if (rc < 0)
         fs_ctx_fail(c, rc);
 }
@@ -382,6 +388,22 @@ static void setattr_meta(fs_ctx_t *c)
 static int64_t ns_of(const struct timespec *t)
 {
     return (int64_t)t->tv_sec * 1000000000LL + t->tv_nsec;
+}
+
+/* Makes the change m (at now) in st, as the master would. */
+static void meta_apply(mc_stat_t *st, const mc_meta_t *m, int64_t now)
+{
+    if (m->what & MC_META_MODE)
+        st->mode = m->mode;
+    if (m->what & MC_META_UID)
+        st->uid = m->uid;
+    if (m->what & MC_META_GID)
+        st->gid = m->gid;
+    if (m->what & MC_META_ATIME)
+        st->atime_ns = m->atime_ns;
+    if (m->what & MC_META_MTIME)
+        st->mtime_ns = m->mtime_ns;
+    st->ctime_ns = now;
 }
 
 static void setattr_step(fs_ctx_t *c)
@@ -431,7 +453,14 @@ static void setattr_step(fs_ctx_t *c)
             m->what |= MC_META_MTIME;
             m->mtime_ns = (c->to_set & FUSE_SET_ATTR_MTIME_NOW) ? now : ns_of(&c->attr.st_mtim);
         }
-        if (!m->what || !in->key || in->ino == FUSE_ROOT_ID) {
+        if (m->what && !in->key && !in->is_dir && !in->linked) {
+            /* Unlinked or replaced while open, with no other name: nobody
+             * else can see the file, whose attributes live here, for its
+             * descriptors, until the last of them closes. */
+            meta_apply(&in->st, m, now);
+            m->what = 0;
+        }
+        if (!m->what || (!in->key && in->is_dir) || in->ino == FUSE_ROOT_ID) {
             c->stage = 3;
             return setattr_step(c);
         }

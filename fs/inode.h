@@ -46,6 +46,8 @@ typedef struct fs_inode {
                                    the inode (one racing the rename) reads it, as on
                                    a local filesystem; closed when the inode goes */
     int opens;                  /* open file handles */
+    int linked;                 /* its name went while the file had others (a hard
+                                   link): it lives on under its inode key */
     struct fs_inode *by_ino_next, *by_key_next;
 } fs_inode_t;
 
@@ -64,6 +66,13 @@ fs_inode_t *fs_inode_ref(fs_itable_t *t, const char *key, size_t klen, int is_di
 void fs_inode_forget(fs_itable_t *t, fs_inode_t *in, uint64_t n);
 /* Frees an inode with no lookups once its last handle is gone. */
 void fs_inode_maybe_free(fs_itable_t *t, fs_inode_t *in);
+/* Whether in is a file with names besides its own (a hard link), as far
+ * as its last known attributes say. */
+static inline int fs_inode_has_other_names(const fs_inode_t *in)
+{
+    return in->st.ino && in->st.nlink > 1 && !in->is_dir;
+}
+
 /* Detaches the inode from its key (after unlink / rmdir / replace). */
 void fs_inode_unlink(fs_itable_t *t, fs_inode_t *in);
 /* Moves inodes from key `from` to `to`; with prefix != 0 every inode whose

@@ -220,6 +220,7 @@ static void unlink_done(void *arg, int rc)
         return naming_done(c, rc);
     fs_inode_t *in = fs_inode_find(c->fs->it, c->key, c->klen, 0);
     if (in) {
+        in->linked = fs_inode_has_other_names(in);
         fs_ws_unnamed(in);
         fs_inode_unlink(c->fs->it, in);
     }
@@ -311,6 +312,7 @@ static void rename_done(void *arg, int rc)
      * the version it had, for an open that raced this rename. */
     fs_inode_t *dst = fs_inode_find(fs->it, c->key2, tlen, 0);
     if (dst) {
+        dst->linked = fs_inode_has_other_names(dst);
         fs_ws_unnamed(dst);
         fs_inode_unlink(fs->it, dst);
         if (!dst->held) {

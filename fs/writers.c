@@ -419,16 +419,11 @@ void fs_ws_orphan(fs_inode_t *in)
         in->ws->orphaned = 1;
 }
 
-/* Whether the file keeps other names when one goes (a hard link). */
-static int keeps_a_name(const fs_inode_t *in)
-{
-    return in->st.ino && in->st.nlink > 1 && !in->is_dir;
-}
-
 int fs_ws_before_unnamed(fs_inode_t *in, fs_waiter_t *w)
 {
     fs_wstate_t *ws = in ? in->ws : NULL;
-    if (!ws || !ws->handles || ws->state != WS_NONE || ws->fresh || !in->key || keeps_a_name(in))
+    if (!ws || !ws->handles || ws->state != WS_NONE || ws->fresh || !in->key ||
+        fs_inode_has_other_names(in))
         return 0;
     fs_ws_need(ws, w);
     return 1;
@@ -436,7 +431,7 @@ int fs_ws_before_unnamed(fs_inode_t *in, fs_waiter_t *w)
 
 void fs_ws_unnamed(fs_inode_t *in)
 {
-    if (in && in->ws && keeps_a_name(in))
+    if (in && in->ws && fs_inode_has_other_names(in))
         in->ws->ino = in->st.ino; /* the file lives on under its other names */
     else
         fs_ws_orphan(in);

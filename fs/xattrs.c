@@ -39,14 +39,20 @@ static int may_xattr(fuse_req_t req, const fs_inode_t *in, const char *name, int
     return ok ? 0 : set ? -EPERM : -ENODATA;
 }
 
-/* Writes the key holding in's attributes into c->key: the file's, or the
- * directory's marker. Returns -ENOENT for an unlinked file, -EOPNOTSUPP
- * for the root (it has no record). */
+/* Writes the key holding in's attributes into c->key: the file's (by its
+ * inode key when its name went and a hard link stays), or the directory's
+ * marker. Returns -ENOENT for a file unlinked with no other name,
+ * -EOPNOTSUPP for the root (it has no record). */
 static int xattr_key(fs_ctx_t *c)
 {
     fs_inode_t *in = c->in;
     if (in->ino == FUSE_ROOT_ID)
         return -EOPNOTSUPP;
+    if (!in->key && in->linked) { /* its name went, others stay: the file's */
+        int n = mc_inode_key(in->st.ino, c->key, sizeof(c->key));
+        c->klen = n > 0 ? (size_t)n : 0;
+        return n > 0 ? 0 : -ENOENT;
+    }
     if (!in->key)
         return -ENOENT;
     memcpy(c->key, in->key, in->klen);

@@ -214,3 +214,51 @@ def test_pythons_temporary_file_with_a_child_writing_to_it(mnt):
         f.seek(0)
         assert f.read() == b"x" * 300_000 + b"tail"
     assert os.listdir(mnt.p()) == []
+
+
+def test_the_attributes_of_an_unlinked_file_change_through_its_descriptor(mnt):
+    """fchmod, futimens and fchown of a file unlinked while open take
+    effect, as on a local file system: its descriptors' fstat shows them
+    (nothing else can see the file). Before, they answered 0 and changed
+    nothing. With another name left (a hard link) they change the file
+    that name shows."""
+    p = mnt.p("f")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    os.write(fd, b"x")
+    os.unlink(p)
+    os.fchmod(fd, 0o600)
+    os.utime(fd, ns=(1_000_000_000, 2_000_000_000))
+    os.fchown(fd, -1, 0)
+    st = os.fstat(fd)
+    os.close(fd)
+    assert (st.st_mode & 0o7777, st.st_atime_ns, st.st_mtime_ns, st.st_gid, st.st_nlink) == \
+        (0o600, 1_000_000_000, 2_000_000_000, 0, 0)
+
+    a, b = mnt.p("a"), mnt.p("b")
+    with open(a, "wb") as f:
+        f.write(b"y")
+    os.link(a, b)
+    fd = os.open(a, os.O_RDONLY)
+    os.unlink(a)
+    os.fchmod(fd, 0o640)
+    os.utime(fd, ns=(3_000_000_000, 4_000_000_000))
+    os.setxattr(fd, "user.k", b"v")
+    os.close(fd)
+    st = os.stat(b)
+    assert (st.st_mode & 0o7777, st.st_mtime_ns) == (0o640, 4_000_000_000)
+    assert os.getxattr(b, "user.k") == b"v"
+
+
+def test_extended_attributes_of_a_file_unlinked_with_no_other_name_fail(mnt):
+    """They went with its name (docs/SEMANTICS.md): ENOENT, not a
+    success that keeps nothing."""
+    p = mnt.p("f")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    os.unlink(p)
+    try:
+        for call in (lambda: os.setxattr(fd, "user.k", b"v"), lambda: os.getxattr(fd, "user.k")):
+            with pytest.raises(OSError) as e:
+                call()
+            assert e.value.errno == errno.ENOENT
+    finally:
+        os.close(fd)
