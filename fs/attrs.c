@@ -335,10 +335,34 @@ static void setattr_marker_put(void *arg, int rc)
     setattr_meta(c); /* now on the marker */
 }
 
+/* Makes the change m (at now) in st, as the master would. */
+static void meta_apply(mc_stat_t *st, const mc_meta_t *m, int64_t now)
+{
+    if (m->what & MC_META_MODE)
+        st->mode = m->mode;
+    if (m->what & MC_META_UID)
+        st->uid = m->uid;
+    if (m->what & MC_META_GID)
+        st->gid = m->gid;
+    if (m->what & MC_META_ATIME)
+        st->atime_ns = m->atime_ns;
+    if (m->what & MC_META_MTIME)
+        st->mtime_ns = m->mtime_ns;
+    st->ctime_ns = now;
+}
+
 static void setattr_meta_done(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
     fs_inode_t *in = c->in;
+    if (rc == -ENOENT && !in->key && !in->is_dir) {
+        /* Changed by its inode key (its name went, it had others), which
+         * is gone too: the file has no name left, as for an unlinked one
+         * (setattr_step()). */
+        in->linked = 0;
+        meta_apply(&in->st, &c->meta, fs_now_ns());
+        return setattr_next(c, 0);
+    }
     if (rc == -ENOENT && in->is_dir && !c->kind) {
         /* An implicit directory: give it a marker to hold the metadata. */
         mc_put_opts_t po = {.flags = MC_PUT_NOREPLACE | MC_PUT_MODE,
@@ -388,22 +412,6 @@ static void setattr_meta(fs_ctx_t *c)
 static int64_t ns_of(const struct timespec *t)
 {
     return (int64_t)t->tv_sec * 1000000000LL + t->tv_nsec;
-}
-
-/* Makes the change m (at now) in st, as the master would. */
-static void meta_apply(mc_stat_t *st, const mc_meta_t *m, int64_t now)
-{
-    if (m->what & MC_META_MODE)
-        st->mode = m->mode;
-    if (m->what & MC_META_UID)
-        st->uid = m->uid;
-    if (m->what & MC_META_GID)
-        st->gid = m->gid;
-    if (m->what & MC_META_ATIME)
-        st->atime_ns = m->atime_ns;
-    if (m->what & MC_META_MTIME)
-        st->mtime_ns = m->mtime_ns;
-    st->ctime_ns = now;
 }
 
 static void setattr_step(fs_ctx_t *c)

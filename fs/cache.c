@@ -94,7 +94,7 @@ static void cur_opened(void *arg, int rc)
     in->cur_wait = NULL;
     while (w) {
         fs_waiter_t *next = w->next;
-        w->run(w, rc < 0 ? rc : 0);
+        w->run(w, rc == -ENOENT ? -EIO : rc < 0 ? rc : 0); /* ENOENT: not read(2)'s */
         w = next;
     }
     if (!in->opens && in->ws)

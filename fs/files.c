@@ -163,7 +163,8 @@ static void open_version(fs_ctx_t *c)
 
 static void open_version_gated(fs_waiter_t *w, int err)
 {
-    (void)err;
+    if (err < 0)
+        return open_fail((fs_ctx_t *)w, err);
     open_version((fs_ctx_t *)w);
 }
 
@@ -213,6 +214,11 @@ static void open_trunc_writer(fs_waiter_t *w, int err)
     fs_ctx_t *c = (fs_ctx_t *)w;
     if (err < 0)
         return open_fail(c, err);
+    c->wait.run = open_trunc_writer;
+    if (fs_naming_gate(c->fs, c->in->key, c->in->klen, &c->wait))
+        return; /* an unlink or rename of it on its way: truncate what it left */
+    if (!c->in->key)
+        return c->kind == 1 ? open_fail(c, -ESTALE) : open_replaced(c);
     fs_wstate_t *ws = fs_ws_get(c->fs, c->in);
     if (!ws)
         return open_fail(c, -ENOMEM);
@@ -482,11 +488,11 @@ static void read_cached(fs_ctx_t *c)
 static void read_run(fs_waiter_t *w, int err)
 {
     fs_ctx_t *c = (fs_ctx_t *)w;
+    if (err < 0) /* before c->fh: fs_shutdown() may have freed it */
+        return read_fail(c, err);
     fs_fh_t *fh = c->fh;
     fs_wstate_t *ws = fh->in->ws;
     int rc;
-    if (err < 0)
-        return read_fail(c, err);
     if (!c->fs->direct_io && !fh->direct)
         return read_cached(c);
     int follow = fh->writable; /* a writable handle reads what it wrote */

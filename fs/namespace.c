@@ -205,9 +205,10 @@ static void naming_done(fs_ctx_t *c, int rc)
         order = w;
         w = next;
     }
+    int err = c->fs->stopping ? -ECANCELED : 0; /* fs_shutdown() freed the handles */
     while (order) {
         fs_waiter_t *next = order->next;
-        order->run(order, 0);
+        order->run(order, err);
         order = next;
     }
     fs_ctx_fail(c, rc);
@@ -333,7 +334,6 @@ static void rename_issue(void *arg, int rc)
     if (rc < 0)
         c->held = NULL; /* gone meanwhile: nothing to hold */
     unsigned flags = (c->flags & RENAME_NOREPLACE) ? MC_RENAME_NOREPLACE : 0;
-    naming_start(c);
     if (c->kind == MC_LOOKUP_FILE) {
         rc = mc_rename_async(c->fs->store, c->key, c->klen, c->key2, c->klen2, flags, rename_done,
                              c);
@@ -369,13 +369,13 @@ static void rename_dest_looked_up(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
     if (rc < 0 && rc != -ENOENT)
-        return fs_ctx_fail(c, rc);
+        return naming_done(c, rc);
     if (rc >= 0 && (c->flags & RENAME_NOREPLACE))
-        return fs_ctx_fail(c, -EEXIST);
+        return naming_done(c, -EEXIST);
     if (c->kind == MC_LOOKUP_FILE && rc == MC_LOOKUP_DIR)
-        return fs_ctx_fail(c, -EISDIR);
+        return naming_done(c, -EISDIR);
     if (c->kind == MC_LOOKUP_DIR && rc == MC_LOOKUP_FILE)
-        return fs_ctx_fail(c, -ENOTDIR);
+        return naming_done(c, -ENOTDIR);
     fs_inode_t *dst = rc == MC_LOOKUP_FILE ? fs_inode_find(c->fs->it, c->key2, c->klen2, 0) : NULL;
     if (!dst || !dst->nlookup || dst->held)
         return rename_issue(c, 0);
@@ -388,20 +388,22 @@ static void rename_src_looked_up(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
     if (rc < 0)
-        return fs_ctx_fail(c, rc);
+        return naming_done(c, rc);
     c->kind = rc;
     rc = mc_lookup_async(c->fs->store, c->key2, c->klen2, '/', &c->st2, rename_dest_looked_up, c);
     if (rc < 0)
-        fs_ctx_fail(c, rc);
+        naming_done(c, rc);
 }
 
 /* The source and the destination are settled (settle()): the rename
- * starts, with its lookups. */
+ * starts, with its lookups; operations on its keys wait for its answer
+ * (fs_naming_gate()). */
 static void rename_settled(fs_ctx_t *c)
 {
+    naming_start(c); /* from here on: its lookups decide what it does */
     int rc = mc_lookup_async(c->fs->store, c->key, c->klen, '/', &c->st, rename_src_looked_up, c);
     if (rc < 0)
-        fs_ctx_fail(c, rc);
+        naming_done(c, rc);
 }
 
 void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,

@@ -95,6 +95,7 @@ static void ws_free(fs_wstate_t *ws)
     if (ws->next)
         ws->next->prev = ws->prev;
     ws->in->ws = NULL;
+    mc_obj_close(ws->kept);
     fs_inode_maybe_free(fs->it, ws->in);
     free(ws);
 }
@@ -206,8 +207,10 @@ static void ws_base_opened(void *arg, int rc)
     /* No mode and no owner: the commit keeps those of the version it
      * replaces (as chmod and chown left them meanwhile). */
     mc_put_opts_t po = {.replica_num = ws->fs->replicas};
+    if (rc < 0 && rc != -ENOENT)
+        return ws_opened(ws, rc); /* not a file that went: its bytes are to be copied */
     if (rc < 0)
-        ws->base = NULL;
+        ws->base = NULL; /* removed meanwhile, or written afresh: start empty */
     const char *key = ws->in->key ? ws->in->key : "orphan";
     size_t klen = ws->in->key ? ws->in->klen : 6;
     rc = mc_writer_open_async(ws->fs->store, key, klen, &po, ws->base, &ws->w, ws_opened, ws);
@@ -233,6 +236,11 @@ static void ws_open_base(fs_waiter_t *gate, int err)
     char ibuf[64];
     size_t klen;
     const char *key = fresh ? NULL : ws_key(ws, ibuf, sizeof(ibuf), &klen);
+    if (!key && !fresh && ws->kept) { /* no name left: the file as it went */
+        ws->base = ws->kept;
+        ws->kept = NULL;
+        return ws_base_opened(ws, 0);
+    }
     if (key)
         rc = mc_obj_open_async(ws->fs->store, key, klen, &ws->base, ws_base_opened, ws);
     if (rc < 0)
@@ -308,6 +316,8 @@ static void ws_finish(fs_wstate_t *ws, int rc, int published)
     if (published) {
         ws->in->st = ws->st;
         fs_cache_published(ws->fs, ws->in, ws->st.version);
+        mc_obj_close(ws->kept); /* the file has a name: the next writer copies it */
+        ws->kept = NULL;
     }
     ws_wake(ws, rc);
 }
@@ -419,13 +429,29 @@ void fs_ws_orphan(fs_inode_t *in)
         in->ws->orphaned = 1;
 }
 
+static void ws_kept_opened(void *arg, int rc)
+{
+    fs_wstate_t *ws = arg;
+    if (rc < 0)
+        ws->kept = NULL; /* then a writer opened later starts empty */
+    fs_waiter_t *w = ws->kept_wait;
+    ws->kept_wait = NULL;
+    w->run(w, rc < 0 ? rc : 0);
+    ws->handles--;
+    fs_ws_settle(ws);
+}
+
 int fs_ws_before_unnamed(fs_inode_t *in, fs_waiter_t *w)
 {
     fs_wstate_t *ws = in ? in->ws : NULL;
-    if (!ws || !ws->handles || ws->state != WS_NONE || ws->fresh || !in->key ||
-        fs_inode_has_other_names(in))
+    if (!ws || !ws->handles || ws->state != WS_NONE || ws->fresh || ws->kept || ws->kept_wait ||
+        !in->key || fs_inode_has_other_names(in) || ws->fs->stopping)
         return 0;
-    fs_ws_need(ws, w);
+    ws->handles++; /* the open holds the state */
+    ws->kept_wait = w;
+    int rc = mc_obj_open_async(ws->fs->store, in->key, in->klen, &ws->kept, ws_kept_opened, ws);
+    if (rc < 0)
+        ws_kept_opened(ws, rc);
     return 1;
 }
 
@@ -444,12 +470,14 @@ void fs_ws_shutdown(fs_t *fs, int store_closed)
         /* A writer with an operation in flight (a commit, an open, writes)
          * is its store's until that operation ends: its callback still
          * comes, and finds the state here. */
-        if (!store_closed && (ws->ops || fs_ws_busy(ws)))
+        if (!store_closed && (ws->ops || fs_ws_busy(ws) || ws->kept_wait))
             continue;
         if (ws->w && !store_closed)
             mc_writer_abort(ws->w);
         if (ws->base && !store_closed)
             mc_obj_close(ws->base);
+        if (store_closed)
+            ws->kept = NULL; /* closed with the store */
         if (store_closed)
             ws->in->held = NULL; /* closed with the store; ws_free() may free the inode */
         ws->w = NULL;

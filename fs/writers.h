@@ -6,7 +6,10 @@
  *
  * A handle or an operation that uses a state holds it (ws->handles++); the
  * state is freed by fs_ws_settle() once nothing holds it and nothing is in
- * flight. Runs on the loop thread only; no locks.
+ * flight, but for a file with no name left (unlinked, renamed over), whose
+ * version in progress stays while any handle of the file is open, read-only
+ * ones too: it is the file's content. Runs on the loop thread only; no
+ * locks.
  */
 #ifndef FS_WRITERS_H
 #define FS_WRITERS_H
@@ -29,6 +32,10 @@ typedef struct fs_wstate {
     fs_inode_t *in;
     mc_writer_t *w;
     mc_obj_t *base;
+    mc_obj_t *kept;         /* the version the file's key named when its last name
+                               went with no writer open (fs_ws_before_unnamed()):
+                               what a writer opened afterwards copies */
+    fs_waiter_t *kept_wait; /* waiting for kept's open */
     enum ws_state state;
     int handles;   /* writable handles plus operations holding the state */
     int ops;       /* writer operations (write, read, truncate) in flight */
@@ -82,11 +89,14 @@ int fs_ws_busy(const fs_wstate_t *ws);
 void fs_ws_when_idle(fs_wstate_t *ws, fs_waiter_t *w);
 
 /* Frees the state, after publishing or dropping what its writer holds, if
- * nothing holds it and nothing is in flight; else does nothing. */
+ * nothing holds it and nothing is in flight (and, for a file with no name
+ * left, no handle of the file is open); else does nothing. */
 void fs_ws_settle(fs_wstate_t *ws);
 
 /* Publishes the writer (state READY, dirty) once its operations in flight
- * end. The waiters on ws->committers run with the result. */
+ * end, and once no unlink or rename of the file is on its way; for a file
+ * that has no name left then, goes back to READY, publishing nothing. The
+ * waiters on ws->committers run with the result (0 for the latter). */
 void fs_ws_commit(fs_wstate_t *ws);
 
 /* Counts a writer operation (write, read, truncate) starting on a READY
@@ -103,11 +113,12 @@ int fs_fh_err(const fs_fh_t *fh);
 
 /* The name of in is about to go (an unlink, or a rename over it), and with
  * it the file's last name: when handles are open for writing and none has
- * written since the last publish (no writer), opens the writer now,
- * copying the version its key still names, so that their writes after
- * the name went change the file's bytes instead of an empty file's (a
- * writer opened afterwards has no version to copy). Returns 1 when it
- * does (w runs once the writer is open, or failed to), else 0. */
+ * written since the last publish (no writer), opens the version its key
+ * still names and keeps it (ws->kept), for the writer their first write
+ * opens to copy: their writes then change the file's bytes instead of an
+ * empty file's (a writer opened afterwards has no key to copy from). An
+ * open handle, not a writer: it holds no write lease. Returns 1 when it
+ * does (w runs once the open is done, or failed), else 0. */
 int fs_ws_before_unnamed(fs_inode_t *in, fs_waiter_t *w);
 
 /* The name of in (may be NULL) was unlinked or replaced: its writer

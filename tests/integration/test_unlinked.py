@@ -262,3 +262,54 @@ def test_extended_attributes_of_a_file_unlinked_with_no_other_name_fail(mnt):
             assert e.value.errno == errno.ENOENT
     finally:
         os.close(fd)
+
+
+def test_attributes_after_every_name_of_a_hard_linked_file_went(mnt):
+    """ln a b, a descriptor of a, rm b, rm a: the mount still counts two
+    names for a (its count is a's last stat's), so a change through the
+    descriptor goes to the file's inode key, which went with b. It then
+    takes effect for the descriptors, as for any file with no name left;
+    before, it answered 0 and changed nothing."""
+    a, b = mnt.p("a"), mnt.p("b")
+    with open(a, "wb") as f:
+        f.write(b"y")
+    os.link(a, b)
+    os.stat(a)
+    fd = os.open(a, os.O_RDONLY)
+    try:
+        os.unlink(b)
+        os.unlink(a)
+        os.fchmod(fd, 0o600)
+        assert os.fstat(fd).st_mode & 0o7777 == 0o600
+    finally:
+        os.close(fd)
+
+
+def test_an_unlinked_file_held_open_for_writing_without_writes_does_not_expire(
+        cluster, make_mount):
+    """A descriptor open for writing that has not written when the file is
+    unlinked holds the file as it went with a read handle, not a writer:
+    nothing of it expires with the put TTL. Well past the TTL a reader
+    through the page cache still reads the file, and the descriptor's
+    first write changes the file's bytes."""
+    import time
+    m = cluster.master("--put-ttl-ms", "1000")
+    cluster.node(m)
+    mnt = make_mount("--master", m.addr, "--segment-size", "0")
+    p = mnt.p("f")
+    with open(p, "wb") as f:
+        f.write(b"A" * MiB)
+    r = os.open(p, os.O_RDONLY)
+    w = os.open(p, os.O_RDWR)
+    try:
+        os.unlink(p)
+        time.sleep(2.5)  # past the put TTL: what would expire has (a negative check)
+        os.posix_fadvise(r, 0, 0, os.POSIX_FADV_DONTNEED)
+        assert os.pread(r, 4, MiB // 2) == b"AAAA"
+        os.pwrite(w, b"B", 1)
+        assert os.pread(w, 4, 0) == b"ABAA"
+        assert os.pread(w, 2 * MiB, 0) == b"A" + b"B" + b"A" * (MiB - 2)
+    finally:
+        os.close(w)
+        os.close(r)
+    assert "revoked" not in m.read_log()
