@@ -165,11 +165,9 @@ def sqlite_writer(path, who, n):
     db.close()
 
 
-def test_sqlite_in_wal_mode_with_concurrent_writers(store_mount):
-    m = store_mount("256M")
-    path = m.p("db.sqlite")
-    db = sqlite3.connect(path, timeout=60)
-    assert db.execute("pragma journal_mode=wal").fetchone()[0] == "wal"
+def three_sqlite_writers(db, path):
+    """Makes table t in db (at path), has three processes insert 100 rows
+    each, and checks the rows and the database's integrity."""
     db.execute("create table t (who int, i int)")
     db.commit()
     ctx = multiprocessing.get_context("spawn")
@@ -181,12 +179,33 @@ def test_sqlite_in_wal_mode_with_concurrent_writers(store_mount):
         assert p.exitcode == 0
     assert db.execute("select count(*), count(distinct who) from t").fetchone() == (300, 3)
     assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
+
+
+def test_sqlite_in_wal_mode_with_concurrent_writers(store_mount):
+    m = store_mount("256M")
+    path = m.p("db.sqlite")
+    db = sqlite3.connect(path, timeout=60)
+    assert db.execute("pragma journal_mode=wal").fetchone()[0] == "wal"
+    three_sqlite_writers(db, path)
     db.execute("pragma wal_checkpoint(truncate)")
     db.close()
     # Another process, after every connection closed, reads the same rows.
     again = sqlite3.connect(path)
     assert again.execute("select count(*) from t").fetchone()[0] == 300
     again.close()
+
+
+@pytest.mark.parametrize("journal", ["delete", "truncate", "persist"])
+def test_sqlite_with_a_rollback_journal_and_concurrent_writers(store_mount, journal):
+    """The rollback journal: each transaction writes the journal, then
+    deletes, truncates or zeroes it at commit; three processes take turns
+    through sqlite's fcntl locks (the kernel's, on this one mount)."""
+    m = store_mount("256M")
+    path = m.p("db.sqlite")
+    db = sqlite3.connect(path, timeout=60)
+    assert db.execute(f"pragma journal_mode={journal}").fetchone()[0] == journal
+    three_sqlite_writers(db, path)
+    db.close()
 
 
 def publishing_for_a_second(cluster, at):
