@@ -47,7 +47,10 @@ typedef struct fs_inode {
                                    a local filesystem; closed when the inode goes */
     int opens;                  /* open file handles */
     int linked;                 /* its name went while the file had others (a hard
-                                   link): it lives on under its inode key */
+                                   link): it lives on under its inode key, where its
+                                   writer publishes (writers.c) and its attributes
+                                   change (attrs.c, xattrs.c); with key NULL and
+                                   linked 0 the file has no name left */
     struct fs_inode *by_ino_next, *by_key_next;
 } fs_inode_t;
 

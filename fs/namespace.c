@@ -222,7 +222,6 @@ static void unlink_done(void *arg, int rc)
     fs_inode_t *in = fs_inode_find(c->fs->it, c->key, c->klen, 0);
     if (in) {
         in->linked = fs_inode_has_other_names(in);
-        fs_ws_unnamed(in);
         fs_inode_unlink(c->fs->it, in);
     }
     naming_done(c, 0);
@@ -238,10 +237,11 @@ static void unlink_done(void *arg, int rc)
  *   that the commit makes for the descriptors still open here
  *   (fs_cache_published()), in the order the kernel sent them;
  * - for the file whose name goes (the unlinked one, a rename's replaced
- *   destination): opens its writer when descriptors are open for writing
- *   and none wrote yet (fs_ws_before_unnamed()), copying its current
- *   version while its key still names it: their writes then change the
- *   file's bytes, which they and its readers keep until the last close;
+ *   destination): when descriptors are open for writing and none wrote
+ *   yet, opens its current version while its key still names it and
+ *   keeps it for the writer their first write opens to copy
+ *   (fs_ws_before_unnamed()): their writes then change the file's bytes,
+ *   which they and its readers keep until the last close;
  * - opens its current version for the descriptors open here that read
  *   through the page cache, if none is (fs_cache_pin()), while its key
  *   still names it.
@@ -314,7 +314,6 @@ static void rename_done(void *arg, int rc)
     fs_inode_t *dst = fs_inode_find(fs->it, c->key2, tlen, 0);
     if (dst) {
         dst->linked = fs_inode_has_other_names(dst);
-        fs_ws_unnamed(dst);
         fs_inode_unlink(fs->it, dst);
         if (!dst->held) {
             dst->held = c->held;

@@ -125,10 +125,10 @@ void fs_ws_when_idle(fs_wstate_t *ws, fs_waiter_t *w)
 }
 
 /* Whether the file has a name to publish to: its own, or, its own gone, a
- * hard-linked file's other names (ws->ino). */
+ * hard-linked file's other names (in->linked: its inode key). */
 static int ws_named(const fs_wstate_t *ws)
 {
-    return !ws->orphaned && (ws->in->key || ws->ino);
+    return ws->in->key || ws->in->linked;
 }
 
 /* Called when nothing is in flight: publish or drop what is left, free.
@@ -190,13 +190,11 @@ static void ws_opened(void *arg, int rc)
  * was a name of (into buf); NULL when it has none. */
 static const char *ws_key(const fs_wstate_t *ws, char *buf, size_t size, size_t *klen)
 {
-    if (ws->orphaned)
-        return NULL;
     if (ws->in->key) {
         *klen = ws->in->klen;
         return ws->in->key;
     }
-    int n = ws->ino ? mc_inode_key(ws->ino, buf, size) : -EINVAL;
+    int n = ws->in->linked ? mc_inode_key(ws->in->st.ino, buf, size) : -EINVAL;
     *klen = n > 0 ? (size_t)n : 0;
     return n > 0 ? buf : NULL;
 }
@@ -421,14 +419,6 @@ void fs_ws_op_done(fs_wstate_t *ws, int rc)
     }
 }
 
-/* The file was unlinked or replaced: what its writers hold is never
- * published. */
-void fs_ws_orphan(fs_inode_t *in)
-{
-    if (in && in->ws)
-        in->ws->orphaned = 1;
-}
-
 static void ws_kept_opened(void *arg, int rc)
 {
     fs_wstate_t *ws = arg;
@@ -453,14 +443,6 @@ int fs_ws_before_unnamed(fs_inode_t *in, fs_waiter_t *w)
     if (rc < 0)
         ws_kept_opened(ws, rc);
     return 1;
-}
-
-void fs_ws_unnamed(fs_inode_t *in)
-{
-    if (in && in->ws && fs_inode_has_other_names(in))
-        in->ws->ino = in->st.ino; /* the file lives on under its other names */
-    else
-        fs_ws_orphan(in);
 }
 
 void fs_ws_shutdown(fs_t *fs, int store_closed)

@@ -41,9 +41,6 @@ typedef struct fs_wstate {
     int ops;       /* writer operations (write, read, truncate) in flight */
     int err;       /* why the version failed, while FAILING */
     int dirty;     /* the writer holds changes not yet published */
-    int orphaned;  /* the file was unlinked or replaced: never publish */
-    uint64_t ino;  /* its name went, a hard-linked file's others stay: publish
-                      to the file (mc_inode_key()) */
     int fresh;     /* the next writer starts empty instead of copying */
     mc_stat_t st;  /* filled by the commit */
     uint64_t size; /* while COMMITTING: the size it publishes */
@@ -120,14 +117,6 @@ int fs_fh_err(const fs_fh_t *fh);
  * open handle, not a writer: it holds no write lease. Returns 1 when it
  * does (w runs once the open is done, or failed), else 0. */
 int fs_ws_before_unnamed(fs_inode_t *in, fs_waiter_t *w);
-
-/* The name of in (may be NULL) was unlinked or replaced: its writer
- * publishes to the file when the file keeps other names (a hard link),
- * else never (fs_ws_orphan()). */
-void fs_ws_unnamed(fs_inode_t *in);
-/* Marks the writer of an unlinked or replaced file (in may be NULL) never
- * to publish. */
-void fs_ws_orphan(fs_inode_t *in);
 
 /* At unmount, after every handle is gone: aborts every idle writer and
  * frees its state. Writers with an operation in flight are left to finish

@@ -288,6 +288,29 @@ def _a_reader_and_a_writer(cluster):
     return master, port, p, size, os.open(p, os.O_RDONLY), os.open(p, os.O_RDWR)
 
 
+def _with_the_master_paused(master, port, steps):
+    """Pauses master and runs each step (call, its argument, the FUSE
+    opcode it sends) in a thread of its own, in turn, each once the daemon
+    has received the request of the one before; then resumes the master
+    and waits for the threads. What the steps sent to the master reaches it
+    in the order the daemon sent it."""
+    from test_metrics import fuse_requests
+    before = [fuse_requests(port, op) for _, _, op in steps]
+    threads = []
+    master.pause()
+    try:
+        for (call, arg, op), n in zip(steps, before):
+            threads.append(threading.Thread(target=call, args=(arg,)))
+            threads[-1].start()
+            wait_for(lambda op=op, n=n: fuse_requests(port, op) > n,
+                     f"the {op} to reach the daemon while the master was paused", timeout=20,
+                     step=0.01)
+    finally:
+        master.resume()
+    for t in threads:
+        t.join(30)
+
+
 def test_unlink_during_a_publish_keeps_the_readers_version(cluster):
     """A descriptor reading a file through the page cache while this mount
     publishes a new version of it (a close's commit at the master) and
@@ -298,28 +321,13 @@ def test_unlink_during_a_publish_keeps_the_readers_version(cluster):
     failed with EIO. The master is paused to hold the commit in flight
     while the unlink arrives. (A rename goes through the same step, settle()
     in fs/namespace.c; this test cannot hold one there: with the master
-    paused, the kernel's rename did not reach the daemon.)"""
-    from test_metrics import fuse_requests
+    paused, the daemon's rename waits at its lookups, and the kernel holds
+    a close of the file back until the rename is answered.)"""
     master, port, p, size, r, w = _a_reader_and_a_writer(cluster)
     try:
         assert os.pread(r, 4, 0) == b"AAAA"
         os.pwrite(w, b"x", 0)
-        flushes, unlinks = fuse_requests(port, "FLUSH"), fuse_requests(port, "UNLINK")
-        master.pause()
-        try:
-            closer = threading.Thread(target=os.close, args=(w,))
-            closer.start()
-            wait_for(lambda: fuse_requests(port, "FLUSH") > flushes, "the close to reach the daemon",
-                     timeout=20, step=0.01)
-            remover = threading.Thread(target=os.unlink, args=(p,))
-            remover.start()
-            wait_for(lambda: fuse_requests(port, "UNLINK") > unlinks,
-                     "the unlink to reach the daemon while the commit was held", timeout=20,
-                     step=0.01)
-        finally:
-            master.resume()
-        closer.join(30)
-        remover.join(30)
+        _with_the_master_paused(master, port, [(os.close, w, "FLUSH"), (os.unlink, p, "UNLINK")])
         assert not os.path.exists(p)
         os.posix_fadvise(r, 0, 0, os.POSIX_FADV_DONTNEED)  # the next reads miss the cache
         assert os.pread(r, 4, size // 2) == b"AAAA"
@@ -336,27 +344,11 @@ def test_a_close_while_an_unlink_is_in_flight_does_not_bring_the_file_back(clust
     commit followed the unlink to the master with the old name and made
     the file again there. The master is paused to hold the unlink in
     flight while the close arrives."""
-    from test_metrics import fuse_requests
     master, port, p, size, r, w = _a_reader_and_a_writer(cluster)
     try:
         os.pwrite(w, b"x", 0)
         os.stat(p)
-        flushes, unlinks = fuse_requests(port, "FLUSH"), fuse_requests(port, "UNLINK")
-        master.pause()
-        try:
-            remover = threading.Thread(target=os.unlink, args=(p,))
-            remover.start()
-            wait_for(lambda: fuse_requests(port, "UNLINK") > unlinks,
-                     "the unlink to reach the daemon", timeout=20, step=0.01)
-            closer = threading.Thread(target=os.close, args=(w,))
-            closer.start()
-            wait_for(lambda: fuse_requests(port, "FLUSH") > flushes,
-                     "the close to reach the daemon while the unlink was held", timeout=20,
-                     step=0.01)
-        finally:
-            master.resume()
-        remover.join(30)
-        closer.join(30)
+        _with_the_master_paused(master, port, [(os.unlink, p, "UNLINK"), (os.close, w, "FLUSH")])
         assert not os.path.exists(p)
         assert cli(master.addr, "ls").stdout.split() == []
         os.posix_fadvise(r, 0, 0, os.POSIX_FADV_DONTNEED)  # the next reads miss the cache

@@ -291,19 +291,21 @@ def test_an_unlinked_file_held_open_for_writing_without_writes_does_not_expire(
     unlinked holds the file as it went with a read handle, not a writer:
     nothing of it expires with the put TTL. Well past the TTL a reader
     through the page cache still reads the file, and the descriptor's
-    first write changes the file's bytes."""
-    import time
+    first write changes the file's bytes. (Past: once an idle writer of
+    another file, the canary, was revoked.)"""
     m = cluster.master("--put-ttl-ms", "1000")
     cluster.node(m)
-    mnt = make_mount("--master", m.addr, "--segment-size", "0")
+    mnt = make_mount("--master", m.addr, "--segment-size", "0", expect_log=r"revoked|publishing")
     p = mnt.p("f")
     with open(p, "wb") as f:
         f.write(b"A" * MiB)
     r = os.open(p, os.O_RDONLY)
     w = os.open(p, os.O_RDWR)
+    canary = os.open(mnt.p("canary"), os.O_WRONLY | os.O_CREAT, 0o644)
     try:
+        os.write(canary, b"c")  # a writer left idle: revoked once the put TTL is past
         os.unlink(p)
-        time.sleep(2.5)  # past the put TTL: what would expire has (a negative check)
+        wait_for(lambda: "revoked" in m.read_log(), "the idle canary to be revoked", timeout=30)
         os.posix_fadvise(r, 0, 0, os.POSIX_FADV_DONTNEED)
         assert os.pread(r, 4, MiB // 2) == b"AAAA"
         os.pwrite(w, b"B", 1)
@@ -312,4 +314,8 @@ def test_an_unlinked_file_held_open_for_writing_without_writes_does_not_expire(
     finally:
         os.close(w)
         os.close(r)
-    assert "revoked" not in m.read_log()
+        try:
+            os.close(canary)
+        except OSError:
+            pass  # ESTALE: it was revoked
+    assert m.read_log().count("revoked") == 1  # the canary's only
