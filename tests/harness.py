@@ -20,6 +20,7 @@ started on its own is the caller's to stop(). And if the test runner dies
 without stopping them (killed by a CI job's timeout), each gets SIGTERM
 from the kernel (_dies_with_us()): nothing outlives the run."""
 
+import errno
 import itertools
 import json
 import os
@@ -106,6 +107,44 @@ def wait_for(cond, what, timeout=30, step=0.1):
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(step)
+
+
+def stopped_till_revoked(master, mount):
+    """Stops mount's daemon (SIGSTOP) until master logs that it revoked a
+    write nobody renewed (the put TTL), then lets it go on."""
+    before = master.read_log().count("revoked")
+    mount.pause()
+    try:
+        wait_for(lambda: master.read_log().count("revoked") > before,
+                 "a stopped writer to be revoked", timeout=30)
+    finally:
+        mount.resume()
+
+
+def past_the_put_ttl(master, stopped):
+    """Returns once the master's put TTL has passed, told by a writer that
+    stops: opens and writes a file on `stopped` (a mount of master's, its
+    log allowing "revoked|publishing"), stops its daemon (SIGSTOP) until
+    the master logs that it revoked an idle write, and lets it go on. The
+    stopped writer's bytes are lost, as SEMANTICS (Faults) says of a client
+    that stops past the put TTL: its close fails with ESTALE, which is
+    checked. No child process is started while the daemon is stopped: a
+    child's exec would close its copy of the descriptor, and wait for the
+    stopped daemon's answer to that FLUSH."""
+    n = master.read_log().count("revoked")
+    fd = os.open(stopped.p(f"stopped-writer-{n}"), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"s")
+        stopped_till_revoked(master, stopped)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        os.close(fd)
+    except OSError as e:
+        assert e.errno == errno.ESTALE, e
+    else:
+        raise AssertionError("the close of a writer revoked past the put TTL succeeded")
 
 
 def is_mounted(path):

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from harness import cli, cli_stats, wait_for
+from harness import cli, cli_stats, past_the_put_ttl, stopped_till_revoked, wait_for
 from wire import HDR, MAGIC, frame, get_replica, hello, recv_exact
 
 MiB = 1 << 20
@@ -41,10 +41,36 @@ def responses(sock, n):
     return out
 
 
-def test_idle_writer_past_put_ttl_cannot_corrupt_another_object(cluster, make_mount):
-    """A writer idle past the put TTL has its put revoked and its space
-    reused by another object: its later writes must fail, never land in the
-    other object's space."""
+def test_an_idle_writer_of_a_running_mount_keeps_its_write_past_the_put_ttl(
+        cluster, make_mount):
+    """A file held open for writing and left idle (a log written now and
+    then, a file an editor keeps open) keeps its version in progress for as
+    long as the mount runs: the client renews its idle writes' leases, and
+    the master revokes only a write nobody renews for the put TTL. Well
+    past the TTL (a writer of a stopped mount was revoked meanwhile) the
+    idle writer writes on and its close publishes every byte."""
+    m = cluster.master("--put-ttl-ms", "1000")
+    cluster.node(m)
+    mnt = make_mount("--master", m.addr, "--segment-size", "0")
+    stopped = make_mount("--master", m.addr, "--segment-size", "0",
+                         expect_log=r"revoked|publishing")
+    first, second = os.urandom(100000), os.urandom(3 * MiB)
+    fd = os.open(mnt.p("log"), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, first)
+        past_the_put_ttl(m, stopped)
+        past_the_put_ttl(m, stopped)
+        os.write(fd, second)
+    finally:
+        os.close(fd)
+    assert open(mnt.p("log"), "rb").read() == first + second
+    assert m.read_log().count("revoked") == 2  # the stopped writers' only
+
+
+def test_a_stopped_writer_past_put_ttl_cannot_corrupt_another_object(cluster, make_mount):
+    """A writer whose mount stops (SIGSTOP) past the put TTL has its put
+    revoked and its space reused by another object: its later writes must
+    fail, never land in the other object's space."""
     m = cluster.master("--put-ttl-ms", "2000")
     cluster.node(m)
     cluster.node(m)
@@ -55,8 +81,7 @@ def test_idle_writer_past_put_ttl_cannot_corrupt_another_object(cluster, make_mo
     fd = os.open(mnt.p("f"), os.O_WRONLY | os.O_TRUNC)
     try:
         os.write(fd, b"a" * 1000)
-        # Past the put TTL the master revokes the idle write.
-        wait_for(lambda: "revoked" in m.read_log(), "the idle put to be revoked", timeout=30)
+        stopped_till_revoked(m, mnt)  # past the put TTL, nobody renewed it
         victim = os.urandom(MiB)
         r = cli(m.addr, "--replicas", "2", "put", "victim", input=victim)
         assert r.returncode == 0, r.stderr

@@ -47,6 +47,7 @@ static void create_done(void *arg, int status, const char *body, size_t len)
         return mc__op_finish(o, rc);
     }
     w->put_flags = 0; /* keeps the mode and owner it was published with */
+    mc__writer_handed(w);
     *o->obj_out = ob;
     *o->w_out = w;
     mc__op_finish(o, 0);

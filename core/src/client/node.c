@@ -556,6 +556,7 @@ void mc__remote_close(mc_store_t *s, void (*done)(mc_store_t *s))
     rm->open_done = NULL;
     rm->close_done = done;
     mc_timer_stop(&rm->hb);
+    mc_timer_stop(&rm->renew);
     mc__rdma_unfence(&rm->fencer); /* it reaches rm->srv's data plane */
     mc__server_close(rm->srv);
     rm->srv = NULL;

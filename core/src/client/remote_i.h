@@ -62,6 +62,8 @@ struct mc__remote {
     uint32_t seg_id; /* our segment's id (a node: 0 until mounted) */
     int own_seg;     /* seg_id is our own segment: its bytes are copied here */
     mc_timer_t hb;
+    mc_timer_t renew;   /* idle writers' renewals (writer.c) */
+    uint64_t renew_due; /* when it fires (0: not armed) */
     int mounting;
     void (*open_done)(mc_store_t *s, int rc);
     void (*close_done)(mc_store_t *s);
@@ -155,6 +157,10 @@ void mc__writer_exec(op_t *o);
  */
 int mc__writer_take(mc_store_t *s, const char *key, size_t klen, uint64_t sent_ms,
                     uint64_t capacity, const char *body, size_t len, mc_writer_t **out);
+
+/* Writer w is the caller's now (opened, its base copied): from now on its
+ * lease is renewed while it sits idle, until its commit or abort. */
+void mc__writer_handed(mc_writer_t *w);
 
 /* ---- transfers (xfer.c) ---- */
 

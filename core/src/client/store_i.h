@@ -106,8 +106,13 @@ struct mc_writer {
     struct op *xfer_wait; /* remote: punches waiting until none is */
     int ops;              /* remote: its writes, reads, truncations, punches not finished */
     struct op *ops_wait;  /* remote: a commit or abort waiting until none is */
-    int err;         /* remote: the version is lost (writer.c): later ops and the commit fail so */
-    int xfer_failed; /* remote: a write transfer failed: its bytes may still land */
+    int err;          /* remote: the version is lost (writer.c): later ops and the commit fail so */
+    int xfer_failed;  /* remote: a write transfer failed: its bytes may still land */
+    int handed;       /* remote: handed to the caller (open and copied): renewed when idle */
+    int ending;       /* remote: its commit or revoke is sent: no renewal any more */
+    int renewing;     /* remote: an idle renewal in flight (counted in ops) */
+    int renew_failed; /* remote: the last idle renewal failed (tried again later) */
+    uint64_t renew_sent;      /* remote: when it was sent */
     mc_writer_t *prev, *next; /* on s->writers */
 };
 

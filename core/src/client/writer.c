@@ -240,6 +240,7 @@ static void w_copy_step(op_t *o)
     if (w->size >= size) {
         free(o->tmp);
         o->tmp = NULL;
+        mc__writer_handed(w);
         *o->w_out = w;
         return mc__op_finish(o, 0);
     }
@@ -317,6 +318,7 @@ static void w_started(void *arg, int status, const char *body, size_t len)
     w->put_flags = o->po.flags;
     o->w = w;
     if (!o->obj || !o->obj->st.size) {
+        mc__writer_handed(w);
         *o->w_out = w;
         return mc__op_finish(o, 0);
     }
@@ -670,6 +672,93 @@ static void w_committed(void *arg, int status, const char *body, size_t len)
     mc__op_finish(o, status < 0 ? revoked(status) : 0);
 }
 
+/* ---- idle writers: renewed while the client runs ---- */
+
+/*
+ * The master revokes a write that nobody touched for its put TTL, and the
+ * write lease it grants is at most that TTL. A writer that moves bytes
+ * renews its lease as it goes (w_stale()); one left idle (a file held open
+ * for writing, written now and then) is renewed here once half its lease
+ * is gone, with an empty PUT_GROW, so that its write lasts as long as this
+ * client runs and holds it. A client that stops or loses its connection
+ * stops renewing, and the master revokes its writes as before. One timer
+ * for all of them, armed for the earliest due; an embedded store's master
+ * never revokes its own writers, so it has none.
+ */
+static void renew_arm(mc_store_t *s, uint64_t at);
+
+#define W_IDLE_GAP_MS 100
+
+static void w_idle_renewed(void *arg, int status, const char *body, size_t len)
+{
+    mc_writer_t *w = arg;
+    w->renewing = 0;
+    if (status >= 0)
+        status = w_take_rset(w, body, len);
+    w->renew_failed = status < 0;
+    if (status >= 0)
+        w->renew_at = w->renew_sent + w->lease_ms / 2;
+    else if (grow_error(status) == -ESTALE)
+        w_poison(w, -ESTALE); /* the put is gone: every later op fails so */
+    /* Other failures (a timeout) are tried again a second later. */
+    if (!w->ending && !w->err && w->s->rm)
+        renew_arm(w->s, status >= 0 ? w->renew_at : w->renew_sent + 1000);
+    if (!--w->ops)
+        w_wake(&w->ops_wait);
+}
+
+static void renew_tick(mc_timer_t *t)
+{
+    mc_store_t *s = t->data;
+    struct mc__remote *rm = s->rm;
+    uint64_t now = mc__loop_time(s->loop), next = UINT64_MAX;
+    if (!rm)
+        return;
+    rm->renew_due = 0;
+    for (mc_writer_t *w = s->writers; w; w = w->next) {
+        if (!w->handed || w->ending || w->renewing || w->err)
+            continue;
+        /* Not sooner than W_IDLE_GAP_MS after the last (a second after one
+         * that failed): a lease of a few milliseconds (a tiny put TTL) must
+         * not become a storm of calls. */
+        uint64_t gap = w->renew_sent + (w->renew_failed ? 1000 : W_IDLE_GAP_MS);
+        uint64_t due = w->renew_at > gap ? w->renew_at : gap;
+        if (now < due) {
+            next = due < next ? due : next;
+            continue;
+        }
+        w->renew_sent = now;
+        if (mc__mcall(s, MC__OP_PUT_GROW, w_idle_renewed, w, "qqqu", w->put_id, (uint64_t)0,
+                      (uint64_t)0, 0u) == 0) {
+            w->renewing = 1;
+            w->ops++;
+        } else if (now + 1000 < next) {
+            next = now + 1000; /* could not be sent: again in a second */
+        }
+    }
+    if (next != UINT64_MAX)
+        renew_arm(s, next);
+}
+
+static void renew_arm(mc_store_t *s, uint64_t at)
+{
+    struct mc__remote *rm = s->rm;
+    if (s->svc || (rm->renew_due && rm->renew_due <= at))
+        return;
+    uint64_t now = mc__loop_time(s->loop);
+    rm->renew_due = at;
+    rm->renew.data = s;
+    if (mc_timer_start(s->loop, &rm->renew, at > now ? at - now : 1, 0, renew_tick) < 0)
+        rm->renew_due = 0; /* no memory: the next writer handed out tries again */
+}
+
+void mc__writer_handed(mc_writer_t *w)
+{
+    w->handed = 1;
+    if (w->s->rm)
+        renew_arm(w->s, w->renew_at);
+}
+
 /* ---- dispatch ---- */
 
 /* A write, read, truncation or punch of o->w: counted in w->ops until it
@@ -721,6 +810,7 @@ static void w_commit(op_t *o)
     mc_writer_t *w = o->w;
     if (w->ops)
         return w_park(&w->ops_wait, o, w_commit);
+    w->ending = 1;
     if (w->err) { /* nothing of it is published: its space goes back */
         int rc = w->err;
         w_revoke(w);

@@ -90,7 +90,7 @@ static void on_tick(mc_timer_t *t)
     mc__svc_tick(p->svc, now);
     mc__svc_stats(p->svc, &after);
     if (after.puts_expired > before.puts_expired)
-        mc__log(MC__LOG_INFO, "%llu idle write(s) revoked past the put TTL",
+        mc__log(MC__LOG_INFO, "revoked %llu write(s) nobody renewed for the put TTL",
                 (unsigned long long)(after.puts_expired - before.puts_expired));
     if (after.nodes_expired > before.nodes_expired)
         mc__log(MC__LOG_WARN,

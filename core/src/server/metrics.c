@@ -31,8 +31,8 @@ void mc__metrics_master(mc_metrics_t *mm, const mc__master_t *m, const mc__svc_t
         "Nodes dropped for silence past their TTL.", st.nodes_expired);
     one(mm, "mooncake_master_objects_lost_total", "counter",
         "Objects gone with the last segment holding a replica.", st.objects_lost);
-    one(mm, "mooncake_master_puts_expired_total", "counter", "Idle writes revoked.",
-        st.puts_expired);
+    one(mm, "mooncake_master_puts_expired_total", "counter",
+        "Writes nobody renewed for the put TTL, revoked.", st.puts_expired);
     one(mm, "mooncake_master_replicas_dropped_total", "counter",
         "Replicas writers dropped (node unreachable).", st.replicas_dropped);
     one(mm, "mooncake_master_repairs_started_total", "counter", "Repair copies started.",
