@@ -5,6 +5,7 @@ import errno
 import hashlib
 import os
 import random
+import signal
 import subprocess
 import threading
 import time
@@ -276,11 +277,12 @@ def test_open_creat_racing_unlink_and_rename_never_fails(mnt):
 def _a_reader_and_a_writer(cluster):
     """A cluster mount (its metrics on a port of its own) and a file f of
     1 MiB of "A" open twice: (master, metrics port, path, size, a read-only
-    descriptor, a read-write one)."""
+    descriptor, a read-write one); the mount is cluster.last_mount."""
     port = free_port()
     master = cluster.master()
     cluster.node(master, "256M")
-    m = cluster.mount("--master", master.addr, "--segment-size", "0", "--metrics", str(port))
+    m = cluster.last_mount = cluster.mount("--master", master.addr, "--segment-size", "0",
+                                           "--metrics", str(port))
     p = m.p("f")
     size = 1 << 20
     with open(p, "wb") as f:
@@ -309,6 +311,48 @@ def _with_the_master_paused(master, port, steps):
         master.resume()
     for t in threads:
         t.join(30)
+
+
+def test_a_mount_stopped_while_a_close_waits_for_an_unlink_exits_cleanly(cluster):
+    """SIGTERM to the daemon while a close of a file waits for an unlink of
+    it to be answered (the master paused holds the unlink in flight): the
+    close waiting at the gate is let go as the daemon shuts down (with
+    ECANCELED, fs/namespace.c), the daemon exits 0 with no error in its
+    log, the mount is gone, and both calls return, with ECANCELED (or the
+    kernel's errors for a mount whose daemon went away), all before the
+    master is let go on."""
+    from test_metrics import fuse_requests
+    master, port, p, size, r, w = _a_reader_and_a_writer(cluster)
+    mnt = cluster.last_mount
+    os.pwrite(w, b"x", 0)
+    errs = {}
+
+    def call(name, fn, arg):
+        try:
+            fn(arg)
+        except OSError as e:
+            errs[name] = e.errno
+
+    threads = []
+    master.pause()
+    try:
+        for name, fn, arg, op in (("unlink", os.unlink, p, "UNLINK"),
+                                  ("close", os.close, w, "FLUSH")):
+            n = fuse_requests(port, op)
+            threads.append(threading.Thread(target=call, args=(name, fn, arg)))
+            threads[-1].start()
+            wait_for(lambda op=op, n=n: fuse_requests(port, op) > n,
+                     f"the {op} to reach the daemon", timeout=20, step=0.01)
+        mnt.request_stop(signal.SIGTERM)
+        assert mnt.wait_exit() == 0, mnt.read_log()[-2000:]
+        for t in threads:
+            t.join(30)
+            assert not t.is_alive(), "a call on the mount still waits after its daemon exited"
+    finally:
+        master.resume()
+        os.close(r)
+    # What the daemon answered as it stopped, or the kernel once it was gone.
+    assert set(errs.values()) <= {errno.ECANCELED, errno.ENOTCONN, errno.ECONNABORTED}, errs
 
 
 def test_unlink_during_a_publish_keeps_the_readers_version(cluster):
