@@ -109,13 +109,19 @@ def wait_for(cond, what, timeout=30, step=0.1):
         time.sleep(step)
 
 
+def revoked_writes(master):
+    """How many writes master revoked because nobody renewed them for its
+    put TTL, as its log says."""
+    return sum(int(n) for n in re.findall(r"revoked (\d+) write", master.read_log()))
+
+
 def stopped_till_revoked(master, mount):
     """Stops mount's daemon (SIGSTOP) until master logs that it revoked a
     write nobody renewed (the put TTL), then lets it go on."""
-    before = master.read_log().count("revoked")
+    before = revoked_writes(master)
     mount.pause()
     try:
-        wait_for(lambda: master.read_log().count("revoked") > before,
+        wait_for(lambda: revoked_writes(master) > before,
                  "a stopped writer to be revoked", timeout=30)
     finally:
         mount.resume()
@@ -131,7 +137,7 @@ def past_the_put_ttl(master, stopped):
     checked. No child process is started while the daemon is stopped: a
     child's exec would close its copy of the descriptor, and wait for the
     stopped daemon's answer to that FLUSH."""
-    n = master.read_log().count("revoked")
+    n = revoked_writes(master)
     fd = os.open(stopped.p(f"stopped-writer-{n}"), os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.write(fd, b"s")

@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from harness import cli, cli_stats, past_the_put_ttl, stopped_till_revoked, wait_for
+from harness import (cli, cli_stats, past_the_put_ttl, revoked_writes, stopped_till_revoked,
+                     wait_for)
 from wire import HDR, MAGIC, frame, get_replica, hello, recv_exact
 
 MiB = 1 << 20
@@ -49,7 +50,7 @@ def test_an_idle_writer_of_a_running_mount_keeps_its_write_past_the_put_ttl(
     the master revokes only a write nobody renews for the put TTL. Well
     past the TTL (a writer of a stopped mount was revoked meanwhile) the
     idle writer writes on and its close publishes every byte."""
-    m = cluster.master("--put-ttl-ms", "1000")
+    m = cluster.master("--put-ttl-ms", "3000")
     cluster.node(m)
     mnt = make_mount("--master", m.addr, "--segment-size", "0")
     stopped = make_mount("--master", m.addr, "--segment-size", "0",
@@ -64,7 +65,7 @@ def test_an_idle_writer_of_a_running_mount_keeps_its_write_past_the_put_ttl(
     finally:
         os.close(fd)
     assert open(mnt.p("log"), "rb").read() == first + second
-    assert m.read_log().count("revoked") == 2  # the stopped writers' only
+    assert revoked_writes(m) == 2  # the stopped writers' only
 
 
 def test_a_stopped_writer_past_put_ttl_cannot_corrupt_another_object(cluster, make_mount):

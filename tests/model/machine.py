@@ -727,8 +727,8 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: "idle" in self.FAULTS and self.slow > 0 and not self.writers)
     @rule(key=keys, others=st.lists(st.tuples(keys, sizes), min_size=1, max_size=4))
     def idle_writer(self, key, others):
-        """Open, write a little, stay idle past the put TTL while other keys
-        are written, write more, close. The mount runs all along, so it
+        """Open, write a little, stay idle past the put TTL, write other
+        keys, write more, close. The mount runs all along, so it
         renews the idle write's lease and the master must not revoke it:
         the write fails only as a fault in effect or a full store allows;
         then every key must still read right. (A writer whose mount stops

@@ -633,7 +633,10 @@ MC_EXPORT int mc_create_async(mc_store_t *s, const char *key, size_t klen, const
  * Starts a new version of key. Nothing is visible until commit. If base is
  * not NULL the new version starts as a copy of it (copy-on-write of an
  * existing file); otherwise empty. Space is allocated as data arrives, so
- * memory per writer is bounded. Result 0 with *out set, or -EINVAL,
+ * memory per writer is bounded. While it is open the store renews its
+ * write at the master in the background, on the store's loop (a caller
+ * that supplies the loop keeps it running), so that an idle writer is not
+ * revoked at the master's put TTL. Result 0 with *out set, or -EINVAL,
  * -ENAMETOOLONG, -ENOSPC.
  */
 MC_EXPORT int mc_writer_open_async(mc_store_t *s, const char *key, size_t klen,

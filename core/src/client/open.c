@@ -376,6 +376,7 @@ void mc_store_close(mc_store_t *s)
     while (s->writers) {
         mc_writer_t *w = s->writers;
         s->writers = w->next;
+        mc__writer_forget_renewal(w); /* its answer may come later (closed on the loop) */
         mc__rset_free(w->rs);
         free(w->key);
         free(w);

@@ -108,8 +108,9 @@ int mc__mcall_create(op_t *o, uint64_t capacity, mc__rpc_cb cb);
 /* A callback for master calls whose answer does not matter. */
 void mc__ignore_reply(void *arg, int status, const char *body, size_t len);
 
-/* The master forgot a write in progress: its lease ran out (idle past the
- * put TTL, or a master that restarted). The writer must stop. */
+/* The master forgot a write in progress: its lease ran out (nobody renewed
+ * it for the put TTL: its client stopped; or a master that restarted). The
+ * writer must stop. */
 static inline int revoked(int status)
 {
     return status == -ENOENT ? -ESTALE : status;

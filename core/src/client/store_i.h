@@ -106,15 +106,19 @@ struct mc_writer {
     struct op *xfer_wait; /* remote: punches waiting until none is */
     int ops;              /* remote: its writes, reads, truncations, punches not finished */
     struct op *ops_wait;  /* remote: a commit or abort waiting until none is */
-    int err;          /* remote: the version is lost (writer.c): later ops and the commit fail so */
-    int xfer_failed;  /* remote: a write transfer failed: its bytes may still land */
-    int handed;       /* remote: handed to the caller (open and copied): renewed when idle */
-    int ending;       /* remote: its commit or revoke is sent: no renewal any more */
-    int renewing;     /* remote: an idle renewal in flight (counted in ops) */
-    int renew_failed; /* remote: the last idle renewal failed (tried again later) */
-    uint64_t renew_sent;      /* remote: when it was sent */
-    mc_writer_t *prev, *next; /* on s->writers */
+    int err;         /* remote: the version is lost (writer.c): later ops and the commit fail so */
+    int xfer_failed; /* remote: a write transfer failed: its bytes may still land */
+    int handed;      /* remote: handed to the caller (open and copied): renewed when idle */
+    int ending;      /* remote: its commit or revoke is sent: no renewal any more */
+    struct w_renewal *renewal; /* remote: its idle renewal in flight (counted in ops), or NULL */
+    int renew_failed;          /* remote: the last idle renewal failed (tried again later) */
+    uint64_t renew_sent;       /* remote: when it was sent */
+    mc_writer_t *prev, *next;  /* on s->writers */
 };
+
+/* Before w is freed: its idle renewal in flight, if any (writer.c), finds
+ * it gone when its answer comes. Loop thread, or the store's close. */
+void mc__writer_forget_renewal(mc_writer_t *w);
 
 /* Links / unlinks n on the list at *head (a handle or a writer). */
 #define LINK(head, n)                                                                              \

@@ -21,6 +21,7 @@
 
 static void w_free(mc_writer_t *w)
 {
+    mc__writer_forget_renewal(w);
     UNLINK(&w->s->writers, w);
     mc__rset_free(w->rs);
     free(w->key);
@@ -689,10 +690,28 @@ static void renew_arm(mc_store_t *s, uint64_t at);
 
 #define W_IDLE_GAP_MS 100
 
+/* An idle renewal's own record, so that its answer finds out whether its
+ * writer is still there: a store closed on its loop's thread frees its
+ * writers at once, and the answer (-ECANCELED) comes later. */
+struct w_renewal {
+    mc_writer_t *w; /* NULL: gone */
+};
+
+void mc__writer_forget_renewal(mc_writer_t *w)
+{
+    if (w->renewal)
+        w->renewal->w = NULL;
+    w->renewal = NULL;
+}
+
 static void w_idle_renewed(void *arg, int status, const char *body, size_t len)
 {
-    mc_writer_t *w = arg;
-    w->renewing = 0;
+    struct w_renewal *r = arg;
+    mc_writer_t *w = r->w;
+    free(r);
+    if (!w)
+        return;
+    w->renewal = NULL;
     if (status >= 0)
         status = w_take_rset(w, body, len);
     w->renew_failed = status < 0;
@@ -700,13 +719,39 @@ static void w_idle_renewed(void *arg, int status, const char *body, size_t len)
         w->renew_at = w->renew_sent + w->lease_ms / 2;
     else if (grow_error(status) == -ESTALE)
         w_poison(w, -ESTALE); /* the put is gone: every later op fails so */
-    /* Other failures (a timeout) are tried again a second later. */
+    else
+        w->renew_sent = mc__loop_time(w->s->loop); /* a timeout: again a second from now */
     if (!w->ending && !w->err && w->s->rm)
         renew_arm(w->s, status >= 0 ? w->renew_at : w->renew_sent + 1000);
     if (!--w->ops)
         w_wake(&w->ops_wait);
 }
 
+/* Sends w's idle renewal; 0 or -errno. */
+static int w_idle_renew(mc_writer_t *w, uint64_t now)
+{
+    struct w_renewal *r = malloc(sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    r->w = w;
+    w->renew_sent = now;
+    int rc = mc__mcall(w->s, MC__OP_PUT_GROW, w_idle_renewed, r, "qqqu", w->put_id, (uint64_t)0,
+                       (uint64_t)0, 0u);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    w->renewal = r;
+    w->ops++;
+    return 0;
+}
+
+/*
+ * Renews the idle writers due: those whose lease is half gone, and with
+ * them those within a quarter of a lease of it (renewed early), so that the
+ * timer fires at most about once a quarter of a lease, and each firing's
+ * walk of the writers serves many.
+ */
 static void renew_tick(mc_timer_t *t)
 {
     mc_store_t *s = t->data;
@@ -716,24 +761,20 @@ static void renew_tick(mc_timer_t *t)
         return;
     rm->renew_due = 0;
     for (mc_writer_t *w = s->writers; w; w = w->next) {
-        if (!w->handed || w->ending || w->renewing || w->err)
+        if (!w->handed || w->ending || w->renewal || w->err)
             continue;
         /* Not sooner than W_IDLE_GAP_MS after the last (a second after one
          * that failed): a lease of a few milliseconds (a tiny put TTL) must
          * not become a storm of calls. */
         uint64_t gap = w->renew_sent + (w->renew_failed ? 1000 : W_IDLE_GAP_MS);
         uint64_t due = w->renew_at > gap ? w->renew_at : gap;
-        if (now < due) {
-            next = due < next ? due : next;
+        if (now + w->lease_ms / 4 < due) {
+            next = due - w->lease_ms / 4 < next ? due - w->lease_ms / 4 : next;
             continue;
         }
-        w->renew_sent = now;
-        if (mc__mcall(s, MC__OP_PUT_GROW, w_idle_renewed, w, "qqqu", w->put_id, (uint64_t)0,
-                      (uint64_t)0, 0u) == 0) {
-            w->renewing = 1;
-            w->ops++;
-        } else if (now + 1000 < next) {
-            next = now + 1000; /* could not be sent: again in a second */
+        if (w_idle_renew(w, now) < 0) {
+            w->renew_failed = 1; /* could not be sent: again in a second */
+            next = now + 1000 < next ? now + 1000 : next;
         }
     }
     if (next != UINT64_MAX)
