@@ -748,9 +748,11 @@ static int w_idle_renew(mc_writer_t *w, uint64_t now)
 
 /*
  * Renews the idle writers due: those whose lease is half gone, and with
- * them those within a quarter of a lease of it (renewed early), so that the
- * timer fires at most about once a quarter of a lease, and each firing's
- * walk of the writers serves many.
+ * them those within a quarter of a lease of it (renewed early). The timer
+ * is armed for the earliest due, so a writer is renewed a quarter to half
+ * a lease after its last renewal, and the timer fires at most about once a
+ * quarter of a lease however many writers it serves (each firing walks
+ * them all).
  */
 static void renew_tick(mc_timer_t *t)
 {
@@ -769,7 +771,7 @@ static void renew_tick(mc_timer_t *t)
         uint64_t gap = w->renew_sent + (w->renew_failed ? 1000 : W_IDLE_GAP_MS);
         uint64_t due = w->renew_at > gap ? w->renew_at : gap;
         if (now + w->lease_ms / 4 < due) {
-            next = due - w->lease_ms / 4 < next ? due - w->lease_ms / 4 : next;
+            next = due < next ? due : next;
             continue;
         }
         if (w_idle_renew(w, now) < 0) {
