@@ -279,38 +279,6 @@ static int teardown_two_nodes(void **state)
     return 0;
 }
 
-/* A node's loop thread held by the test (a node that does not answer for
- * a while, and then does). */
-typedef struct hold {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int held, released;
-} hold_t;
-
-static void hold_run(void *arg)
-{
-    hold_t *h = arg;
-    struct timespec until;
-
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 10; /* bounded: a failing test must not hang the node */
-    pthread_mutex_lock(&h->mu);
-    h->held = 1;
-    pthread_cond_broadcast(&h->cv);
-    while (!h->released)
-        if (pthread_cond_timedwait(&h->cv, &h->mu, &until) == ETIMEDOUT)
-            break;
-    pthread_mutex_unlock(&h->mu);
-}
-
-static void hold_set(hold_t *h, int released)
-{
-    pthread_mutex_lock(&h->mu);
-    h->released = released;
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-}
-
 /*
  * Node r misses a write (its transfer fails there while n1 takes it; the
  * writer drops r's replica) after the writer already took a new replica

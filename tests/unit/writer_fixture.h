@@ -90,6 +90,39 @@ static void batch_wait(batch_t *b)
     assert_int_equal(left, 0);
 }
 
+/* A store's loop thread held by the test (a node or a master that does not
+ * answer for a while, at most 10 s, and then does): hold_run() posted to
+ * its loop, hold_set(h, 1) lets it go. */
+typedef struct hold {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int held, released;
+} hold_t;
+
+static void hold_run(void *arg)
+{
+    hold_t *h = arg;
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10; /* bounded: a failing test must not hang the node */
+    pthread_mutex_lock(&h->mu);
+    h->held = 1;
+    pthread_cond_broadcast(&h->cv);
+    while (!h->released)
+        if (pthread_cond_timedwait(&h->cv, &h->mu, &until) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void hold_set(hold_t *h, int released)
+{
+    pthread_mutex_lock(&h->mu);
+    h->released = released;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
 /* Where the writer's bytes go: f's node, or wherever the master likes. */
 static mc_put_opts_t placement(const fix_t *f)
 {

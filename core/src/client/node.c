@@ -125,6 +125,8 @@ static void records_take(struct mc__remote *rm);
 static void records_taken(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
+    if (rm->closing)
+        return; /* answered while the store closes (remote_i.h) */
     rm->rtaking = 0;
     if (status < 0) {
         rm->rec_ack = 0; /* the next take starts over: notices are idempotent */
@@ -157,6 +159,8 @@ static void report_next(struct mc__remote *rm);
 static void reported(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
+    if (rm->closing)
+        return; /* answered while the store closes (remote_i.h) */
     (void)body, (void)len;
     if (status < 0) {
         /* The master ends the segment's hold without the rest in time. */
@@ -211,6 +215,8 @@ static void records_report(struct mc__remote *rm, int all)
 static void mounted(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
+    if (rm->closing)
+        return; /* answered while the store closes (remote_i.h) */
     uint32_t seg;
     uint64_t run = 0, epoch = 0;
     rm->mounting = 0;
@@ -382,6 +388,8 @@ static void rt_start(struct mc__remote *rm, const char *p, size_t n)
 static void repair_taken(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
+    if (rm->closing)
+        return; /* answered while the store closes (remote_i.h) */
     rm->taking = 0;
     if (status < 0)
         return;
@@ -399,6 +407,8 @@ static void repair_taken(void *arg, int status, const char *body, size_t len)
 static void beat_done(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
+    if (rm->closing)
+        return; /* answered while the store closes (remote_i.h) */
     uint32_t flags;
     uint64_t epoch;
     if (status < 0 || mc__unpack(body, len, "uq", &flags, &epoch) < 0)
@@ -555,6 +565,7 @@ void mc__remote_close(mc_store_t *s, void (*done)(mc_store_t *s))
     }
     rm->open_done = NULL;
     rm->close_done = done;
+    rm->closing = 1;
     mc_timer_stop(&rm->hb);
     mc_timer_stop(&rm->renew);
     mc__rdma_unfence(&rm->fencer); /* it reaches rm->srv's data plane */

@@ -65,6 +65,11 @@ struct mc__remote {
     mc_timer_t renew;   /* idle writers' renewals (writer.c) */
     uint64_t renew_due; /* when it fires (0: not armed) */
     int mounting;
+    /* mc__remote_close() began: the master link lives until its calls in
+     * flight are answered (its UNMOUNT_SEGMENT among them), and their
+     * answers come after the store may be gone (closed on its loop's
+     * thread frees it at once): node.c's callbacks then do nothing. */
+    int closing;
     void (*open_done)(mc_store_t *s, int rc);
     void (*close_done)(mc_store_t *s);
     struct rcache_ent **rc_tab; /* replica-list cache: RC_BUCKETS chains, or NULL */
