@@ -399,9 +399,8 @@ static void setattr_meta(fs_ctx_t *c)
         key = c->key2;
         klen = c->klen2;
     } else if (!key) { /* its name went, others stay: the file by its inode key */
-        rc = mc_inode_key(in->st.ino, c->key2, sizeof(c->key2));
-        key = c->key2;
-        klen = rc > 0 ? (size_t)rc : 0;
+        key = fs_inode_file_key(in, c->key2, sizeof(c->key2), &klen);
+        rc = key ? 0 : -ENOENT;
     }
     if (rc >= 0)
         rc = mc_set_meta_async(c->fs->store, key, klen, &c->meta, &c->st, setattr_meta_done, c);

@@ -195,6 +195,17 @@ void fs_inode_forget(fs_itable_t *t, fs_inode_t *in, uint64_t n)
     fs_inode_maybe_free(t, in);
 }
 
+const char *fs_inode_file_key(const fs_inode_t *in, char *buf, size_t size, size_t *klen)
+{
+    if (in->key) {
+        *klen = in->klen;
+        return in->key;
+    }
+    int n = in->linked ? mc_inode_key(in->st.ino, buf, size) : -ENOENT;
+    *klen = n > 0 ? (size_t)n : 0;
+    return n > 0 ? buf : NULL;
+}
+
 void fs_inode_unlink(fs_itable_t *t, fs_inode_t *in)
 {
     if (!in->key || in->ino == 1)

@@ -76,6 +76,11 @@ static inline int fs_inode_has_other_names(const fs_inode_t *in)
     return in->st.ino && in->st.nlink > 1 && !in->is_dir;
 }
 
+/* The key file in lives under at the master: its name, or, when its name
+ * went and other names stay (in->linked), its inode key, written into buf
+ * (size bytes). NULL when it has none (unlinked with no other name). */
+const char *fs_inode_file_key(const fs_inode_t *in, char *buf, size_t size, size_t *klen);
+
 /* Detaches the inode from its key (after unlink / rmdir / replace). */
 void fs_inode_unlink(fs_itable_t *t, fs_inode_t *in);
 /* Moves inodes from key `from` to `to`; with prefix != 0 every inode whose

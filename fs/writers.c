@@ -186,19 +186,6 @@ static void ws_opened(void *arg, int rc)
     fs_ws_settle(ws);
 }
 
-/* The key ws publishes to: its inode's name, or the hard-linked file it
- * was a name of (into buf); NULL when it has none. */
-static const char *ws_key(const fs_wstate_t *ws, char *buf, size_t size, size_t *klen)
-{
-    if (ws->in->key) {
-        *klen = ws->in->klen;
-        return ws->in->key;
-    }
-    int n = ws->in->linked ? mc_inode_key(ws->in->st.ino, buf, size) : -EINVAL;
-    *klen = n > 0 ? (size_t)n : 0;
-    return n > 0 ? buf : NULL;
-}
-
 static void ws_base_opened(void *arg, int rc)
 {
     fs_wstate_t *ws = arg;
@@ -233,7 +220,7 @@ static void ws_open_base(fs_waiter_t *gate, int err)
     ws->fresh = 0;
     char ibuf[64];
     size_t klen;
-    const char *key = fresh ? NULL : ws_key(ws, ibuf, sizeof(ibuf), &klen);
+    const char *key = fresh ? NULL : fs_inode_file_key(ws->in, ibuf, sizeof(ibuf), &klen);
     if (!key && !fresh && ws->kept) { /* no name left: the file as it went */
         ws->base = ws->kept;
         ws->kept = NULL;
@@ -360,7 +347,7 @@ static void ws_commit_now(fs_wstate_t *ws)
     }
     char ibuf[64];
     size_t klen;
-    const char *key = ws_key(ws, ibuf, sizeof(ibuf), &klen);
+    const char *key = fs_inode_file_key(ws->in, ibuf, sizeof(ibuf), &klen);
     int rc = key ? mc_writer_set_key(ws->w, key, klen) : -EINVAL; /* no inode key */
     if (rc == 0) {
         rc = mc_writer_commit_async(ws->w, &ws->st, ws_committed, ws);

@@ -48,11 +48,8 @@ static int xattr_key(fs_ctx_t *c)
     fs_inode_t *in = c->in;
     if (in->ino == FUSE_ROOT_ID)
         return -EOPNOTSUPP;
-    if (!in->key && in->linked) { /* its name went, others stay: the file's */
-        int n = mc_inode_key(in->st.ino, c->key, sizeof(c->key));
-        c->klen = n > 0 ? (size_t)n : 0;
-        return n > 0 ? 0 : -ENOENT;
-    }
+    if (!in->key && !in->is_dir) /* its name went: by its inode key if others stay */
+        return fs_inode_file_key(in, c->key, sizeof(c->key), &c->klen) ? 0 : -ENOENT;
     if (!in->key)
         return -ENOENT;
     memcpy(c->key, in->key, in->klen);

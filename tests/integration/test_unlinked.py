@@ -40,17 +40,24 @@ def test_a_temporary_file_keeps_its_bytes_past_the_close_of_a_dup(mnt):
     assert not os.path.exists(p)
 
 
+def _the_other_of_two_writers_after_unlink(p):
+    """Opens p twice for writing, writes 1 MiB of "B" through the first,
+    unlinks p and closes the first: returns the second descriptor."""
+    w1 = os.open(p, os.O_RDWR)
+    w2 = os.open(p, os.O_RDWR)
+    os.pwrite(w1, b"B" * MiB, 0)
+    os.unlink(p)
+    os.close(w1)
+    return w2
+
+
 def test_two_opens_of_an_unlinked_file_share_its_bytes(mnt):
     """Two descriptors open for writing, the file unlinked, one closed: the
     other reads what the first wrote, and writes on from there."""
     p = mnt.p("f")
     with open(p, "wb") as f:
         f.write(b"A" * MiB)
-    w1 = os.open(p, os.O_RDWR)
-    w2 = os.open(p, os.O_RDWR)
-    os.pwrite(w1, b"B" * MiB, 0)
-    os.unlink(p)
-    os.close(w1)
+    w2 = _the_other_of_two_writers_after_unlink(p)
     assert os.pread(w2, 2 * MiB, 0) == b"B" * MiB
     os.pwrite(w2, b"C" * 10, MiB)
     assert os.pread(w2, 2 * MiB, 0) == b"B" * MiB + b"C" * 10
@@ -107,11 +114,7 @@ def test_with_cache_mode_direct_a_reader_keeps_its_version(store_mount):
     with open(p, "wb") as f:
         f.write(b"A" * MiB)
     r = os.open(p, os.O_RDONLY)
-    w1 = os.open(p, os.O_RDWR)
-    w2 = os.open(p, os.O_RDWR)
-    os.pwrite(w1, b"B" * MiB, 0)
-    os.unlink(p)
-    os.close(w1)
+    w2 = _the_other_of_two_writers_after_unlink(p)
     assert os.pread(r, 2 * MiB, 0) == b"A" * MiB
     assert os.pread(w2, 2 * MiB, 0) == b"B" * MiB
     os.close(w2)

@@ -710,6 +710,17 @@ class StoreMachine(RuleBasedStateMachine):
         except AssertionError as e:
             raise ModelError(f"{e} (after {timeout:.0f} s)") from None
 
+    def stay_idle(self, key, seconds):
+        """Lets seconds pass (idle is what the rule tests: past the put
+        TTL) with key's writer idle, polling the master's counters all
+        along: it must keep the write, its one put in progress, unless a
+        fault is in effect."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.w.master_counters().get("puts", 0) < 1 and not self.degraded():
+                raise ModelError(f"idle writer {key}: the master dropped its write")
+            time.sleep(0.1)
+
     def open_new_version(self, key, size, what):
         """Opens key through the mount for a new version of size bytes
         (O_TRUNC): (the version, its bytes, the descriptor), or None when
@@ -742,8 +753,7 @@ class StoreMachine(RuleBasedStateMachine):
         try:
             self.write_all(fd, data[:4096], 0)
             done = 4096
-            # Idle is what is tested: time passing, past the TTL.
-            time.sleep(self.w.put_ttl_ms / 1000 * 1.5 + 0.5)
+            self.stay_idle(key, self.w.put_ttl_ms / 1000 * 1.5 + 0.5)
             for k2, n in others:
                 if k2 != key:
                     self.py_put(k2, n, False)

@@ -4,6 +4,7 @@
  *
  *   remote.c  master calls, and the operations: simple ones, put, get, open
  *   writer.c  streaming writers (OP_W_*)
+ *   writer_idle.c  their leases renewed while they sit idle
  *   xfer.c    replica sets, and transfers between a buffer and replicas
  *             in pieces, over the transports of transport/transport.h
  *   peers.c   sessions, the nodes we move data with, and which transport
@@ -165,8 +166,18 @@ int mc__writer_take(mc_store_t *s, const char *key, size_t klen, uint64_t sent_m
                     uint64_t capacity, const char *body, size_t len, mc_writer_t **out);
 
 /* Writer w is the caller's now (opened, its base copied): from now on its
- * lease is renewed while it sits idle, until its commit or abort. */
+ * lease is renewed while it sits idle, until its commit or abort
+ * (writer_idle.c). */
 void mc__writer_handed(mc_writer_t *w);
+
+/* For writer_idle.c: takes the answer to w's idle renewal (status, body:
+ * a PUT_GROW's) into w: its replica set and next renewal, or the put's
+ * loss (w->err). Returns status, or the error taking it. */
+int mc__writer_renewed(mc_writer_t *w, int status, const char *body, size_t len);
+
+/* For writer_idle.c: one of w's ops (its renewal) ended: a commit or an
+ * abort waiting for the last goes on. */
+void mc__writer_op_ended(mc_writer_t *w);
 
 /* ---- transfers (xfer.c) ---- */
 
