@@ -9,63 +9,10 @@
 
 #include "client/store_i.h"
 
-/* What the client's loop thread reads of its writer for the test. */
-typedef struct probe {
-    mc_store_t *s;
-    mc_writer_t *w;
-    batch_t b;
-    mc_timer_t look, stop;
-} probe_t;
-
-/* On the loop's thread: the batch ends once w's idle renewal is in flight. */
-static void probe_look(mc_timer_t *t)
+/* On the client's loop thread: its writer's idle renewal is in flight. */
+static int renewing(probe_t *p)
 {
-    probe_t *p = t->data;
-    slot_t sl = {&p->b, 0};
-
-    if (!p->w->renewal)
-        return; /* looked at again at the timer's next tick */
-    mc_timer_stop(t);
-    slot_done(&sl, 0);
-}
-
-static void probe_start(void *arg)
-{
-    probe_t *p = arg;
-
-    p->look.data = p;
-    assert_int_equal(mc_timer_start(mc_store_loop(p->s), &p->look, 10, 10, probe_look), 0);
-}
-
-/* Returns once w's idle renewal is in flight (at most 10 s). */
-static void wait_renewing(probe_t *p)
-{
-    batch_init(&p->b, 1);
-    assert_int_equal(mc_loop_post(mc_store_loop(p->s), probe_start, p), 0);
-    batch_wait(&p->b);
-}
-
-static void *run_loop(void *arg)
-{
-    mc_loop_run(arg);
-    return NULL;
-}
-
-static void stop_loop(mc_timer_t *t)
-{
-    mc_loop_stop(t->loop);
-}
-
-/* Closes the store on its loop's thread, and lets the loop run on for a
- * moment, as a caller's loop does after it closed a store: what the close
- * left to finish (the master connection's end, its calls' answers) runs. */
-static void close_on_loop(void *arg)
-{
-    probe_t *p = arg;
-    mc_loop_t *l = mc_store_loop(p->s);
-
-    mc_store_close(p->s);
-    assert_int_equal(mc_timer_start(l, &p->stop, 1000, 0, stop_loop), 0);
+    return ((mc_writer_t *)p->arg)->renewal != NULL;
 }
 
 /*
@@ -83,7 +30,7 @@ static void test_a_client_closed_on_its_loop_with_a_renewal_in_flight(void **sta
     fix_t f = {.srv = srv};
     mc_loop_t *l;
     mc_store_opts_t o;
-    probe_t p = {0};
+    probe_t p = {.ready = renewing, .run_on_ms = 1000};
     pthread_t th;
 
     assert_int_equal(mc_loop_new(&l), 0);
@@ -95,12 +42,12 @@ static void test_a_client_closed_on_its_loop_with_a_renewal_in_flight(void **sta
     assert_int_equal(mc_store_open(&p.s, &o), 0); /* runs l until it is open */
     assert_int_equal(pthread_create(&th, NULL, run_loop, l), 0);
     f.s = p.s;
-    p.w = open_writer(&f);
+    p.arg = open_writer(&f);
 
     /* The master stops answering; the writer's lease is renewed once half
      * of it is gone (5 s of the master's 10). */
     assert_int_equal(mc_loop_post(mc_store_loop(srv), hold_run, &h), 0);
-    wait_renewing(&p);
+    probe_wait(&p);
     /* Closed on its loop's thread with the renewal unanswered: the writer
      * is freed now, the renewal's answer comes after, while the loop runs
      * on. */

@@ -3,7 +3,9 @@
  * (test_writer_gaps.c, test_writer_faults.c, test_writer_space.c): the three stores a writer
  * runs on (embedded; a pure client over TCP of an embedded store; a pure
  * client whose bytes go to a node of their own), batches of operations
- * waited for together, a segment left full of 0xaa, a writer opened there.
+ * waited for together, a segment left full of 0xaa, a writer opened there,
+ * a store's loop watched and a store closed on it (test_writer_idle.c,
+ * test_node_close.c).
  * Included once by each test file (its functions are static; a file uses
  * some of them).
  */
@@ -268,6 +270,71 @@ static int teardown(void **state)
     mc_store_close(f->srv);
     free(f);
     return 0;
+}
+
+/* A store's loop watched by the test: probe_wait() returns once ready()
+ * holds there; close_on_loop() closes the store on that loop's thread. */
+typedef struct probe {
+    mc_store_t *s;
+    int (*ready)(struct probe *p); /* read on s's loop thread */
+    void *arg;                     /* what ready() looks at */
+    batch_t b;
+    mc_timer_t look, stop;
+    uint64_t run_on_ms; /* close_on_loop(): how long the loop runs on */
+} probe_t;
+
+/* On the loop's thread: the batch ends once ready() holds. */
+static void probe_look(mc_timer_t *t)
+{
+    probe_t *p = t->data;
+    slot_t sl = {&p->b, 0};
+
+    if (!p->ready(p))
+        return; /* looked at again at the timer's next tick */
+    mc_timer_stop(t);
+    slot_done(&sl, 0);
+}
+
+static void probe_start(void *arg)
+{
+    probe_t *p = arg;
+
+    p->look.data = p;
+    assert_int_equal(mc_timer_start(mc_store_loop(p->s), &p->look, 10, 10, probe_look), 0);
+}
+
+/* Returns once p->ready(p) holds on p->s's loop (looked at every 10 ms, at
+ * most 10 s). */
+static void probe_wait(probe_t *p)
+{
+    batch_init(&p->b, 1);
+    assert_int_equal(mc_loop_post(mc_store_loop(p->s), probe_start, p), 0);
+    batch_wait(&p->b);
+}
+
+/* A caller's loop, run on a thread of the test's until stop_loop(). */
+static void *run_loop(void *arg)
+{
+    mc_loop_run(arg);
+    return NULL;
+}
+
+static void stop_loop(mc_timer_t *t)
+{
+    mc_loop_stop(t->loop);
+}
+
+/* Posted to p->s's loop: closes the store on that loop's thread (which
+ * frees it at once) and lets the loop run on for p->run_on_ms, as a
+ * caller's loop does after it closed a store: what the close left to
+ * finish (the master connection's end, its calls' answers) runs then. */
+static void close_on_loop(void *arg)
+{
+    probe_t *p = arg;
+    mc_loop_t *l = mc_store_loop(p->s);
+
+    mc_store_close(p->s);
+    assert_int_equal(mc_timer_start(l, &p->stop, p->run_on_ms, 0, stop_loop), 0);
 }
 
 #pragma GCC diagnostic pop

@@ -5,6 +5,7 @@
  * mounting again, and the master's repair tasks copy objects into it.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -54,6 +55,39 @@ static void opened(struct mc__remote *rm, int rc)
         rm->open_done = NULL;
         done(rm->s, rc);
     }
+}
+
+/* ---- the node role's calls to the master ----
+ *
+ * Each call's answer holds rm (rm->calls). mc__remote_close() ends the
+ * master link after a bounded wait for its UNMOUNT_SEGMENT, and a store
+ * closed on its loop's thread is freed at once, while calls sent before
+ * (a heartbeat, a fetch of records) are answered later, with -ECANCELED
+ * at the latest: rm outlives them, and the last answer after the close
+ * frees it. */
+static int ncall(struct mc__remote *rm, uint16_t op, mc__rpc_cb cb, const char *fmt, ...)
+{
+    if (rm->closing)
+        return -ECANCELED;
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = mc__link_vcall(rm->master, op, rm->s->timeout_ms, cb, rm, fmt, ap);
+    va_end(ap);
+    if (rc == 0)
+        rm->calls++;
+    return rc;
+}
+
+/* Counts an answer to ncall(). Returns 1 once rm is closing: the answer is
+ * then dropped (rm may be freed on return). */
+static int answered(struct mc__remote *rm)
+{
+    rm->calls--;
+    if (!rm->closing)
+        return 0;
+    if (rm->released && !rm->calls)
+        free(rm);
+    return 1;
 }
 
 static void mount_segment(struct mc__remote *rm);
@@ -125,8 +159,8 @@ static void records_take(struct mc__remote *rm);
 static void records_taken(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
-    if (rm->closing)
-        return; /* answered while the store closes (remote_i.h) */
+    if (answered(rm))
+        return; /* answered while the store closes */
     rm->rtaking = 0;
     if (status < 0) {
         rm->rec_ack = 0; /* the next take starts over: notices are idempotent */
@@ -150,18 +184,15 @@ static void records_take(struct mc__remote *rm)
 {
     if (rm->rtaking || !rm->seg_id || rm->mounting || rm->reporting)
         return;
-    rm->rtaking = mc__mcall(rm->s, MC__OP_RECORDS_TAKE, records_taken, rm, "quq", rm->node_id,
-                            rm->seg_id, rm->rec_ack) == 0;
+    rm->rtaking = ncall(rm, MC__OP_RECORDS_TAKE, records_taken, "quq", rm->node_id, rm->seg_id,
+                        rm->rec_ack) == 0;
 }
 
 static void report_next(struct mc__remote *rm);
 
-static void reported(void *arg, int status, const char *body, size_t len)
+/* The last RECORDS_REPORT call ended with status: the next goes. */
+static void report_ended(struct mc__remote *rm, int status)
 {
-    struct mc__remote *rm = arg;
-    if (rm->closing)
-        return; /* answered while the store closes (remote_i.h) */
-    (void)body, (void)len;
     if (status < 0) {
         /* The master ends the segment's hold without the rest in time. */
         mc__log(MC__LOG_WARN, "reporting the segment's records to the master failed: %s",
@@ -173,6 +204,14 @@ static void reported(void *arg, int status, const char *body, size_t len)
         rm->reporting = 0; /* that was the last */
     else
         report_next(rm);
+}
+
+static void reported(void *arg, int status, const char *body, size_t len)
+{
+    struct mc__remote *rm = arg;
+    if (answered(rm))
+        return; /* answered while the store closes */
+    report_ended(rm, status);
 }
 
 /* Sends the next RECORDS_REPORT: the records of the next buckets, about
@@ -191,11 +230,11 @@ static void report_next(struct mc__remote *rm)
     if (last)
         rm->rep_at = SIZE_MAX;
     int rc = w.err ? w.err
-                   : mc__mcall(rm->s, MC__OP_RECORDS_REPORT, reported, rm, "quu*", rm->node_id,
-                               rm->seg_id, (unsigned)last, w.p ? w.p : "", (uint32_t)w.len);
+                   : ncall(rm, MC__OP_RECORDS_REPORT, reported, "quu*", rm->node_id, rm->seg_id,
+                           (unsigned)last, w.p ? w.p : "", (uint32_t)w.len);
     free(w.p);
     if (rc < 0)
-        reported(rm, rc, NULL, 0);
+        report_ended(rm, rc);
 }
 
 /* Reports every record to a new master, or, to the one that dropped our
@@ -215,8 +254,8 @@ static void records_report(struct mc__remote *rm, int all)
 static void mounted(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
-    if (rm->closing)
-        return; /* answered while the store closes (remote_i.h) */
+    if (answered(rm))
+        return; /* answered while the store closes */
     uint32_t seg;
     uint64_t run = 0, epoch = 0;
     rm->mounting = 0;
@@ -254,10 +293,10 @@ static void mount_segment(struct mc__remote *rm)
     rm->mounting = 1;
     mc_store_t *s = rm->s;
     rm->reporting = rm->recs.n != 0;
-    int rc = mc__mcall(s, MC__OP_MOUNT_SEGMENT, mounted, rm, "qusqsuq", rm->node_id, rm->seg_id,
-                       addr, (uint32_t)strlen(addr), s->seg_mem.size,
-                       s->rdma_rec ? s->rdma_rec : "", (uint32_t)s->rdma_rec_len,
-                       (rm->reporting ? MC__MOUNT_REPORT : 0u) | seg_checked(rm), rm->epoch);
+    int rc = ncall(rm, MC__OP_MOUNT_SEGMENT, mounted, "qusqsuq", rm->node_id, rm->seg_id, addr,
+                   (uint32_t)strlen(addr), s->seg_mem.size, s->rdma_rec ? s->rdma_rec : "",
+                   (uint32_t)s->rdma_rec_len,
+                   (rm->reporting ? MC__MOUNT_REPORT : 0u) | seg_checked(rm), rm->epoch);
     if (rc < 0) {
         rm->mounting = 0;
         opened(rm, rc);
@@ -388,8 +427,8 @@ static void rt_start(struct mc__remote *rm, const char *p, size_t n)
 static void repair_taken(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
-    if (rm->closing)
-        return; /* answered while the store closes (remote_i.h) */
+    if (answered(rm))
+        return; /* answered while the store closes */
     rm->taking = 0;
     if (status < 0)
         return;
@@ -407,8 +446,8 @@ static void repair_taken(void *arg, int status, const char *body, size_t len)
 static void beat_done(void *arg, int status, const char *body, size_t len)
 {
     struct mc__remote *rm = arg;
-    if (rm->closing)
-        return; /* answered while the store closes (remote_i.h) */
+    if (answered(rm))
+        return; /* answered while the store closes */
     uint32_t flags;
     uint64_t epoch;
     if (status < 0 || mc__unpack(body, len, "uq", &flags, &epoch) < 0)
@@ -421,7 +460,7 @@ static void beat_done(void *arg, int status, const char *body, size_t len)
     }
     if ((flags & MC__HB_REPAIR) && !rm->taking && rm->seg_id) {
         rm->take_at = mc_loop_now_ms();
-        rm->taking = mc__mcall(rm->s, MC__OP_REPAIR_TAKE, repair_taken, rm, "q", rm->node_id) == 0;
+        rm->taking = ncall(rm, MC__OP_REPAIR_TAKE, repair_taken, "q", rm->node_id) == 0;
     }
     if ((flags & MC__HB_RECORDS) && !(flags & MC__HB_REMOUNT))
         records_take(rm);
@@ -437,13 +476,16 @@ static void on_beat(mc_timer_t *t)
     /* What we enforce of our epoch: the master frees space of writes that
      * ended once we do (a write still being received holds it back). */
     uint32_t seg = rm->own_seg ? rm->seg_id : 0;
-    mc__mcall(rm->s, MC__OP_HEARTBEAT, beat_done, rm, "ququ", rm->node_id, seg,
-              seg ? mc__server_enforced(rm->srv, seg, rm->epoch) : 0, seg_checked(rm));
+    ncall(rm, MC__OP_HEARTBEAT, beat_done, "ququ", rm->node_id, seg,
+          seg ? mc__server_enforced(rm->srv, seg, rm->epoch) : 0, seg_checked(rm));
 }
 
 static void pinged(void *arg, int status, const char *body, size_t len)
 {
-    opened(arg, status < 0 ? status : 0);
+    struct mc__remote *rm = arg;
+    if (answered(rm))
+        return; /* answered while the store closes */
+    opened(rm, status < 0 ? status : 0);
 }
 
 int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
@@ -504,7 +546,7 @@ int mc__remote_open(mc_store_t *s, const char *addr, const char *listen,
         mount_segment(rm);
         return 0;
     }
-    rc = mc__mcall(s, MC__OP_PING, pinged, rm, "");
+    rc = ncall(rm, MC__OP_PING, pinged, "");
     if (rc < 0) {
         mc__remote_close(s, NULL);
         return rc;
@@ -545,14 +587,19 @@ static void remote_free(struct mc__remote *rm)
     recs_clear(rm);
     mc__ids_fini(&rm->recs);
     free(rm->rc_tab);
-    free(rm);
+    if (rm->calls)
+        rm->released = 1; /* the last answer frees it */
+    else
+        free(rm);
     if (done)
         done(s);
 }
 
 static void unmounted(void *arg, int status, const char *body, size_t len)
 {
-    remote_free(arg);
+    struct mc__remote *rm = arg;
+    rm->calls--;
+    remote_free(rm);
 }
 
 void mc__remote_close(mc_store_t *s, void (*done)(mc_store_t *s))
@@ -579,8 +626,10 @@ void mc__remote_close(mc_store_t *s, void (*done)(mc_store_t *s))
         mc__wbuf_t w = {.p = body, .cap = sizeof(body)};
         mc__pack(&w, "qu", rm->node_id, rm->seg_id);
         uint64_t t = s->timeout_ms < 1000 ? s->timeout_ms : 1000;
-        if (mc__link_call(rm->master, MC__OP_UNMOUNT_SEGMENT, body, w.len, t, unmounted, rm) == 0)
+        if (mc__link_call(rm->master, MC__OP_UNMOUNT_SEGMENT, body, w.len, t, unmounted, rm) == 0) {
+            rm->calls++;
             return;
+        }
     }
     remote_free(rm);
 }

@@ -71,6 +71,11 @@ struct mc__remote {
      * answers come after the store may be gone (closed on its loop's
      * thread frees it at once): node.c's callbacks then do nothing. */
     int closing;
+    /* node.c's calls to the master in flight, each answered once (a
+     * failure too: -ECANCELED once the link closed). Their answers find rm
+     * alive: once closed, the last of them frees it (released). */
+    int calls;
+    int released; /* closed with calls in flight: the last answer frees rm */
     void (*open_done)(mc_store_t *s, int rc);
     void (*close_done)(mc_store_t *s);
     struct rcache_ent **rc_tab; /* replica-list cache: RC_BUCKETS chains, or NULL */
