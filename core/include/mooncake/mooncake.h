@@ -296,12 +296,17 @@ MC_EXPORT int mc_store_open(mc_store_t **out, const mc_store_opts_t *o);
 
 /*
  * mc_store_close() fails operations still waiting with -ECANCELED, releases
- * every handle and writer, and frees the store. Call it from a thread other
- * than the loop's when the store runs its own thread; from the loop's thread
- * when the caller supplied the loop. The thread that opened a store with a
- * loop of its own is interrupted once, soon after (the kernel's teardown of
- * the loop's io_uring): a blocking call there that is not restarted (a read
- * from a socket with SO_RCVTIMEO) may fail with EINTR.
+ * every handle and writer, and frees the store. Each operation's callback
+ * runs once either way. Called from another thread, it returns when all is
+ * done. Called on the loop's thread (from a callback, one of the operation
+ * that is being answered too; or the caller's loop's thread when the caller
+ * supplied the loop), it returns at once and the close goes on in the loop:
+ * operations still waiting are called back later, and the store is freed
+ * after the last (a store with a loop of its own: its thread then ends). The
+ * store may not be used once this is called. The thread that opened a store
+ * with a loop of its own is interrupted once, soon after (the kernel's
+ * teardown of the loop's io_uring): a blocking call there that is not
+ * restarted (a read from a socket with SO_RCVTIMEO) may fail with EINTR.
  */
 MC_EXPORT void mc_store_close(mc_store_t *s);
 

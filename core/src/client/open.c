@@ -34,10 +34,17 @@ static void on_sweep(mc_timer_t *t)
         mc__svc_tick(s->svc, mc_loop_now_ms());
 }
 
+static void store_free(mc_store_t *s);
+
 static void *loop_thread(void *arg)
 {
     mc_store_t *s = arg;
     mc_loop_run(s->loop);
+    if (s->closing == MC__CLOSE_SELF) {
+        /* Closed from one of its callbacks: nobody joins this thread. */
+        pthread_detach(pthread_self());
+        store_free(s);
+    }
     return NULL;
 }
 
@@ -321,6 +328,50 @@ static void stop_on_loop(void *arg)
     close_on_loop(arg);
 }
 
+/* Closed on a caller's loop's thread: once the master connection ended
+ * (and a segment served to peers had a moment for receives into it to
+ * end), the store is freed when the last operation or transfer still in
+ * flight lets it go (mc__store_release()): those waiting on the master or a
+ * peer are failed with -ECANCELED as their connections close. */
+static void drained(mc_store_t *s)
+{
+    s->closing = MC__CLOSE_DRAINED;
+    if (!__atomic_load_n(&s->live, __ATOMIC_ACQUIRE))
+        store_free(s);
+}
+
+static void drain_done(mc_timer_t *t)
+{
+    drained(t->data);
+}
+
+static void drain_segment(mc_store_t *s)
+{
+    s->drain.data = s;
+    if (mc_timer_start(s->loop, &s->drain, 50, 0, drain_done) < 0)
+        drained(s);
+}
+
+static void close_later(mc_store_t *s)
+{
+    s->closing = MC__CLOSE_LATER;
+    mc_timer_stop(&s->sweep);
+    int served = s->seg_mem.base && (s->remote || s->srv);
+    server_close(s);
+    mc__remote_close(s, served ? drain_segment : drained);
+}
+
+void mc__store_hold(mc_store_t *s)
+{
+    __atomic_add_fetch(&s->live, 1, __ATOMIC_RELAXED);
+}
+
+void mc__store_release(mc_store_t *s)
+{
+    if (!__atomic_sub_fetch(&s->live, 1, __ATOMIC_ACQ_REL) && s->closing == MC__CLOSE_DRAINED)
+        store_free(s);
+}
+
 void mc_store_close(mc_store_t *s)
 {
     if (!s)
@@ -332,6 +383,15 @@ void mc_store_close(mc_store_t *s)
         mc__log(MC__LOG_DEBUG, "a store inherited through fork() is left to its parent");
         return;
     }
+    if (s->closing)
+        return; /* closed already, from a callback: finishing */
+    if (s->own_loop && s->thread_started && mc_loop_is_current(s->loop)) {
+        /* From one of its callbacks: its thread finishes the close once the
+         * loop stops (loop_thread()), and ends. */
+        s->closing = MC__CLOSE_SELF;
+        close_on_loop(s);
+        return;
+    }
     if (s->own_loop && s->thread_started) {
         if (mc_loop_post(s->loop, stop_on_loop, s) < 0)
             mc_loop_stop(s->loop);
@@ -340,12 +400,22 @@ void mc_store_close(mc_store_t *s)
         close_on_loop(s);
         mc_loop_run(s->loop); /* until the drain timer (or at once) */
     } else if (s->loop) {
-        mc_timer_stop(&s->sweep);
-        mc__remote_close(s, NULL);
-        server_close(s);
+        /* On its caller's loop's thread (a callback): operations in flight
+         * are called back later, so the close goes on after this returns. */
+        close_later(s);
+        return;
     }
-    /* The loop has stopped (or this is its thread): no operation uses the
-     * registration any more; the context's watches leave the loop. */
+    store_free(s);
+}
+
+/* Frees the store and what it still holds, once nothing runs its work any
+ * more: its loop stopped, or (closed on a caller's loop's thread) nothing
+ * in flight reads it. */
+static void store_free(mc_store_t *s)
+{
+    /* The loop has stopped, or nothing in flight reads the store (closed
+     * on its caller's loop's thread): no operation uses the registration
+     * any more; the context's watches leave the loop. */
     mc__rdma_deregister(s->seg_mr);
     s->seg_mr = NULL;
     for (struct mc__ubuf *u = s->ubufs; u; u = u->next) {
@@ -363,9 +433,10 @@ void mc_store_close(mc_store_t *s)
     }
     if (s->own_loop)
         mc_loop_free(s->loop); /* runs anything posted meanwhile */
-    /* The loop is stopped (or this is its thread): release what callers left
-     * open, as promised. Their handles and writes at the master went with
-     * the client's link (an embedded master's are freed with it). */
+    /* The loop is stopped (or nothing in flight reads the store): release
+     * what callers left open, as promised. Their handles and writes at the
+     * master went with the client's link (an embedded master's are freed
+     * with it). */
     mc__ra_free_all(s);
     while (s->objs) {
         mc_obj_t *ob = s->objs;

@@ -46,13 +46,14 @@ static op_t *op_alloc(mc_store_t *s, size_t keys)
 static void op_free(op_t *o)
 {
     mc_store_t *s = o->s;
-    if (o->small && mc_loop_is_current(s->loop) && s->op_pooled < OP_POOL_MAX) {
+    if (o->small && mc_loop_is_current(s->loop) && s->op_pooled < OP_POOL_MAX && !s->closing) {
         o->wnext = s->op_pool;
         s->op_pool = o;
         s->op_pooled++;
-        return;
+    } else {
+        free(o);
     }
-    free(o);
+    mc__store_release(s); /* may free s (closed on its loop's thread) */
 }
 
 void mc__op_pool_free(mc_store_t *s)
@@ -71,6 +72,7 @@ op_t *mc__op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
     op_t *o = op_alloc(s, klen + klen2 + 2);
     if (!o)
         return NULL;
+    mc__store_hold(s);
     o->s = s;
     o->kind = kind;
     o->t0_ns = mc__loop_recent_ns(s->loop);

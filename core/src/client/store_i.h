@@ -24,6 +24,12 @@ struct mc__rdma_mr;
 
 #define SEG_LOCAL 0
 
+/* How mc_store_close() goes on (s->closing; open.c): not closing; closed on
+ * its caller's loop's thread, freed later (draining, then drained: freed
+ * once nothing in flight reads it); closed from a callback of its own
+ * loop's thread, which finishes the close and ends. */
+enum { MC__CLOSE_NONE, MC__CLOSE_LATER, MC__CLOSE_DRAINED, MC__CLOSE_SELF };
+
 /* Operations by kind (enum op_kind) and their latency (client/metrics.c):
  * relaxed atomics, written on the loop thread, read from any. */
 #define MC__OP_KINDS 29
@@ -64,6 +70,8 @@ struct mc_store {
     mc_timer_t sweep;
     mc_timer_t drain; /* closing: lets connections finish */
     int thread_started;
+    int closing;             /* MC__CLOSE_*: how mc_store_close() goes on (open.c) */
+    int live;                /* ops and transfers not yet freed, which read the store (atomic) */
     struct mc__ubuf *ubufs;  /* mc_register_buffer()'s regions; loop thread only */
     mc_obj_t *objs;          /* open handles, released by close; loop thread only */
     mc_writer_t *writers;    /* open writers, released by close; loop thread only */
@@ -258,6 +266,13 @@ op_t *mc__op_new(mc_store_t *s, enum op_kind kind, const char *key, size_t klen,
 /* Frees the ops kept for reuse (ops.c): at close, once the loop has
  * stopped or from its thread. */
 void mc__op_pool_free(mc_store_t *s);
+
+/* An op or a transfer made (hold) and freed (release) on s: a store closed
+ * on its caller's loop's thread is freed by the last release once its close
+ * drained (open.c). A release must be the caller's last use of s. Any
+ * thread. */
+void mc__store_hold(mc_store_t *s);
+void mc__store_release(mc_store_t *s);
 
 /* Runs o on the loop; its callback runs later, never inside this call.
  * Returns 0 or -errno (o is freed, the callback never runs). */

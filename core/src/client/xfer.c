@@ -349,9 +349,11 @@ static void xfer_end(xfer_t *x)
                                               : x->err;
     void (*done)(void *, int) = x->done;
     void *arg = x->arg;
+    mc_store_t *s = x->s;
     mc__rset_free((mc__rset_t *)x->rs);
     free(x);
     done(arg, rc);
+    mc__store_release(s); /* may free s (closed on its loop's thread) */
 }
 
 /* Starts piece p of x on replica r (node peer) over tp. Returns 0 or
@@ -570,6 +572,7 @@ static xfer_t *fault_copy(const xfer_t *x)
                   .done = fault_copy_landed,
                   .arg = copy};
     ((mc__rset_t *)x->rs)->refs++;
+    mc__store_hold(x->s);
     return g;
 }
 
@@ -722,5 +725,6 @@ void mc__xfer(mc_store_t *s, const mc__rset_t *rs, int write, uint64_t off, char
                   .done = done,
                   .arg = arg};
     ((mc__rset_t *)rs)->refs++;
+    mc__store_hold(s);
     mc__xfer_step(x);
 }
