@@ -183,6 +183,25 @@ static void take_rec(const char *p, size_t n)
     free(w.p);
 }
 
+/* A PUT_RENEW answer: each put's status and, renewed, its replica set. */
+static void take_renewals(const char *p, size_t n)
+{
+    mc__wire_replica_t r[MAX_REPLICAS];
+
+    while (n) {
+        int64_t st;
+        const char *rs, *p0 = p;
+        size_t rl, n0 = n;
+        if (mc__take_renewal(&p, &n, &st, &rs, &rl, r, MAX_REPLICAS) < 0) {
+            CHECK(p == p0 && n == n0);
+            return;
+        }
+        CHECK(n < n0 && rs >= p0 && rs + rl == p && (st >= 0 || rl == 0));
+        if (st >= 0)
+            CHECK(take_replicas(&rs, &rl, MAX_REPLICAS) >= 0 && rl == 0);
+    }
+}
+
 /* A sequence of s fields (RECORDS_REPORT's records, RECORDS_TAKE's
  * notices), each checked by one(). */
 static void each_s(const char *p, size_t n, void (*one)(const char *, size_t))
@@ -232,6 +251,9 @@ static void check_nested(uint16_t op, const char *p, size_t n)
         break;
     case MC__OP_RECORDS_TAKE:
         each_s(p, n, take_note);
+        break;
+    case MC__OP_PUT_RENEW:
+        take_renewals(p, n);
         break;
     default: /* READ: plain bytes */
         break;

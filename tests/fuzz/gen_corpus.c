@@ -213,6 +213,12 @@ int main(int argc, char **argv)
     mc__pack(&b, "q", (uint64_t)99);
     replicas(&b);
     seed("put_start-resp", MC__OP_PUT_START, 1, 0, &b, 1);
+    mc__pack(&b, "qq", (uint64_t)99, (uint64_t)100);
+    seed("put_renew-req", MC__OP_PUT_RENEW, 0, 0, &b, 0);
+    mc__pack(&b, "i", (int64_t)0);
+    replicas(&b);
+    mc__pack(&b, "i", (int64_t)-ENOENT);
+    seed("put_renew-resp", MC__OP_PUT_RENEW, 1, 0, &b, 1);
     mc__pack(&b, "qkquui", (uint64_t)99, S("dir/file.bin"), (uint64_t)1000000,
              (unsigned)MC_META_MODE, 0600u, (int64_t)-1);
     seed("put_commit-req", MC__OP_PUT_COMMIT, 0, 0, &b, 1);

@@ -13,11 +13,12 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
-from harness import (cli, cli_stats, past_the_put_ttl, revoked_writes, stopped_till_revoked,
-                     wait_for)
+from harness import (cli, cli_stats, free_port, past_the_put_ttl, revoked_writes,
+                     stopped_till_revoked, wait_for)
 from wire import HDR, MAGIC, frame, get_replica, hello, recv_exact
 
 MiB = 1 << 20
@@ -66,6 +67,52 @@ def test_an_idle_writer_of_a_running_mount_keeps_its_write_past_the_put_ttl(
         os.close(fd)
     assert open(mnt.p("log"), "rb").read() == first + second
     assert revoked_writes(m) == 2  # the stopped writers' only
+
+
+def server_requests(port, *ops):
+    """How many requests of each op the process serving metrics on port
+    received (mooncake_server_requests_total)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    got = dict(re.findall(r'^mooncake_server_requests_total\{op="(\w+)"\} (\d+)', text, re.M))
+    return [int(got.get(op, 0)) for op in ops]
+
+
+def test_a_mounts_idle_writers_are_renewed_together(cluster, make_mount):
+    """Files held open for writing and left idle cost the master a number
+    of calls that grows with time, not with the number of files: the mount
+    renews all of its idle writes due together in one call (PUT_RENEW).
+    Past two put TTLs every file still takes more bytes, and its close
+    publishes all of them."""
+    port = free_port()
+    m = cluster.master("--put-ttl-ms", "3000", "--metrics", str(port))
+    cluster.node(m)
+    mnt = make_mount("--master", m.addr, "--segment-size", "0")
+    stopped = make_mount("--master", m.addr, "--segment-size", "0",
+                         expect_log=r"revoked|publishing")
+    files = 16
+    first = [os.urandom(1000 + i) for i in range(files)]
+    fds = [os.open(mnt.p(f"f{i}"), os.O_WRONLY | os.O_CREAT, 0o644) for i in range(files)]
+    try:
+        for fd, b in zip(fds, first):
+            os.write(fd, b)
+        before, t0 = server_requests(port, "PUT_RENEW", "PUT_GROW"), time.monotonic()
+        past_the_put_ttl(m, stopped)
+        past_the_put_ttl(m, stopped)
+        after, idle = server_requests(port, "PUT_RENEW", "PUT_GROW"), time.monotonic() - t0
+        for fd, b in zip(fds, first):
+            os.write(fd, b)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    for i, b in enumerate(first):
+        assert open(mnt.p(f"f{i}"), "rb").read() == b + b
+    # The write lease is the put TTL here (3 s), renewed a quarter to half
+    # of it after the last renewal, so the timer fires at most every 0.75 s;
+    # each file renewed on its own would take at least idle / 1.5 calls,
+    # 16 times over.
+    calls = (after[0] - before[0]) + (after[1] - before[1])
+    assert 0 < calls <= idle / 0.75 + 4, (calls, idle, before, after)
 
 
 def test_a_stopped_writer_past_put_ttl_cannot_corrupt_another_object(cluster, make_mount):

@@ -108,6 +108,58 @@ static void test_grow_and_rename_at_commit(void **state)
     assert_int_equal(call(f, 5, T0, MC__OP_PUT_GROW, "qqqu", id, 0, MiB, 0), -ENOENT);
 }
 
+/*
+ * PUT_RENEW renews each write it names as an empty PUT_GROW does: renewed
+ * 8 s into the put TTL (10 s), the writes outlive the TTL counted from
+ * their start, and an unknown id fails alone. The answer is each id's
+ * status and, renewed, its replica set, in order. A body that is not
+ * whole put ids, or more than MC__RENEW_MAX of them, is refused.
+ */
+static void test_put_renew(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t seg = mount(f, 11, 64 * MiB, T0);
+    uint64_t a = put_start(f, 5, "a", 100, 1, T0), b = put_start(f, 5, "b", 100, 1, T0);
+    mc__wbuf_t ids = {0}; /* a, an unknown id, b, then up to MC__RENEW_MAX + 1 */
+    mc__pack(&ids, "qqq", a, (uint64_t)424242, b);
+    while (ids.len < 8 * (MC__RENEW_MAX + 1))
+        mc__pack(&ids, "q", a);
+
+    for (uint64_t t = T0 + 2000; t <= T0 + 8000; t += 2000) { /* the node stays */
+        assert_int_equal(beat(f, 11, t), 0);
+        mc__svc_tick(f->svc, t);
+    }
+    assert_int_equal(call(f, 5, T0 + 8000, MC__OP_PUT_RENEW, "*", ids.p, (uint32_t)24), 0);
+    const char *p = f->resp.p, *rs;
+    size_t n = f->resp.len, rl;
+    int64_t st[3];
+    mc__wire_replica_t r[2];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(mc__take_renewal(&p, &n, &st[i], &rs, &rl, r, 2), 0);
+        if (st[i] >= 0) {
+            assert_int_equal(mc__take_replicas(&rs, &rl, r, 2), 1);
+            assert_int_equal(r[0].seg, seg);
+        }
+    }
+    assert_int_equal(n, 0);
+    assert_int_equal(st[0], 0);
+    assert_int_equal(st[1], -ENOENT);
+    assert_int_equal(st[2], 0);
+    /* Past the TTL from their start, not from the renewal: both kept. */
+    for (uint64_t t = T0 + 10000; t <= T0 + 12000; t += 2000) {
+        assert_int_equal(beat(f, 11, t), 0);
+        mc__svc_tick(f->svc, t);
+    }
+    assert_int_equal(commit(f, a, "a", 100, T0 + 12000), 0);
+    assert_int_equal(commit(f, b, "b", 100, T0 + 12000), 0);
+
+    assert_int_equal(call(f, 5, T0, MC__OP_PUT_RENEW, "*", ids.p, (uint32_t)12), -EINVAL);
+    assert_int_equal(call(f, 5, T0, MC__OP_PUT_RENEW, "*", ids.p, (uint32_t)ids.len), -EINVAL);
+    assert_int_equal(call(f, 5, T0, MC__OP_PUT_RENEW, "*", ids.p, (uint32_t)0), 0);
+    assert_int_equal(f->resp.len, 0);
+    free(ids.p);
+}
+
 /* The extents of the one replica in f->resp (a PUT_GROW answer). */
 static int grow_extents(fixture_t *f, uint64_t *off, uint64_t *len, int max)
 {
@@ -649,6 +701,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_put_commit_stat, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_renew, setup, teardown),
         cmocka_unit_test_setup_teardown(test_link_through_the_service, setup_wall, teardown),
         cmocka_unit_test_setup_teardown(test_owner_kept_through_republish, setup_wall, teardown),
         cmocka_unit_test_setup_teardown(test_chown_clears_set_id, setup_wall, teardown),

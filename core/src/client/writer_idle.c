@@ -5,13 +5,14 @@
  * write lease it grants is at most that TTL. A writer that moves bytes
  * renews its lease as it goes (writer.c, w_stale()); one left idle (a file
  * held open for writing, written now and then) is renewed here once half
- * its lease is gone, with an empty PUT_GROW, so that its write lasts as
- * long as this client runs and holds it. A client that stops or loses its
- * connection stops renewing, and the master revokes its writes as before.
- * One timer for all of them, armed for the earliest due; an embedded
- * store's master never revokes its own writers, so it has none. A renewal
- * counts as one of its writer's ops (w->ops): a commit or an abort waits
- * for it.
+ * its lease is gone, in one PUT_RENEW with the others then due, so that its
+ * write lasts as long as this client runs and holds it: the master's calls
+ * grow with time, not with the number of idle writers. A client that stops
+ * or loses its connection stops renewing, and the master revokes its
+ * writes as before. One timer for all of them, armed for the earliest due;
+ * an embedded store's master never revokes its own writers, so it has
+ * none. A renewal counts as one of its writer's ops (w->ops): a commit or
+ * an abort waits for it.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -23,29 +24,29 @@ static void renew_arm(mc_store_t *s, uint64_t at);
 
 #define W_IDLE_GAP_MS 100
 
-/* An idle renewal's own record, so that its answer finds out whether its
- * writer is still there: a store closed on its loop's thread frees its
- * writers at once, and the answer (-ECANCELED) comes later. */
+/* One PUT_RENEW in flight: the writers it renews, in the order of its put
+ * ids, so that its answer finds out which are still there (NULL: gone; a
+ * store closed on its loop's thread frees its writers at once, and the
+ * answer, -ECANCELED, comes later). */
 struct w_renewal {
-    mc_writer_t *w; /* NULL: gone */
+    uint32_t n;
+    mc_writer_t *w[MC__RENEW_MAX];
 };
 
 void mc__writer_forget_renewal(mc_writer_t *w)
 {
-    if (w->renewal)
-        w->renewal->w = NULL;
+    struct w_renewal *r = w->renewal;
+    for (uint32_t i = 0; r && i < r->n; i++)
+        if (r->w[i] == w)
+            r->w[i] = NULL;
     w->renewal = NULL;
 }
 
-static void w_idle_renewed(void *arg, int status, const char *body, size_t len)
+/* w's renewal ended with status (and, renewed, its replica set). */
+static void w_idle_renewed(mc_writer_t *w, int status, const char *rs, size_t rl)
 {
-    struct w_renewal *r = arg;
-    mc_writer_t *w = r->w;
-    free(r);
-    if (!w)
-        return;
     w->renewal = NULL;
-    status = mc__writer_renewed(w, status, body, len);
+    status = mc__writer_renewed(w, status, rs, rl);
     w->renew_failed = status < 0;
     if (status < 0 && !w->err)
         w->renew_sent = mc__loop_time(w->s->loop); /* a timeout: again a second from now */
@@ -54,38 +55,63 @@ static void w_idle_renewed(void *arg, int status, const char *body, size_t len)
     mc__writer_op_ended(w);
 }
 
-/* Sends w's idle renewal; 0 or -errno. */
-static int w_idle_renew(mc_writer_t *w, uint64_t now)
+static void renewal_answered(void *arg, int status, const char *body, size_t len)
 {
-    struct w_renewal *r = malloc(sizeof(*r));
-    if (!r)
-        return -ENOMEM;
-    r->w = w;
-    w->renew_sent = now;
-    int rc = mc__mcall(w->s, MC__OP_PUT_GROW, w_idle_renewed, r, "qqqu", w->put_id, (uint64_t)0,
-                       (uint64_t)0, 0u);
+    struct w_renewal *r = arg;
+    mc__wire_replica_t scratch[MC__MAX_REPLICAS];
+    for (uint32_t i = 0; i < r->n; i++) {
+        int64_t st = status;
+        const char *rs = NULL;
+        size_t rl = 0;
+        if (status >= 0 &&
+            mc__take_renewal(&body, &len, &st, &rs, &rl, scratch, MC__MAX_REPLICAS) < 0) {
+            st = -EIO; /* this one and those after it */
+            status = -EIO;
+        }
+        if (r->w[i])
+            w_idle_renewed(r->w[i], (int)st, rs, rl);
+    }
+    free(r);
+}
+
+/* Sends r, the idle renewals of r->n writers (a PUT_RENEW); each counts
+ * as one of its writer's ops until the answer. One that cannot be sent is
+ * tried again a second from now (*next). */
+static void renewal_send(mc_store_t *s, struct w_renewal *r, uint64_t now, uint64_t *next)
+{
+    mc__wbuf_t *b = mc__link_body(s->rm->master);
+    for (uint32_t i = 0; i < r->n; i++)
+        mc__pack(b, "q", r->w[i]->put_id);
+    int rc = mc__link_send(s->rm->master, MC__OP_PUT_RENEW, s->timeout_ms, renewal_answered, r);
+    for (uint32_t i = 0; i < r->n; i++) {
+        mc_writer_t *w = r->w[i];
+        w->renew_sent = now;
+        w->renew_failed = rc < 0;
+        if (rc == 0) {
+            w->renewal = r;
+            w->ops++;
+        }
+    }
     if (rc < 0) {
         free(r);
-        return rc;
+        *next = now + 1000 < *next ? now + 1000 : *next;
     }
-    w->renewal = r;
-    w->ops++;
-    return 0;
 }
 
 /*
  * Renews the idle writers due: those whose lease is half gone, and with
- * them those within a quarter of a lease of it (renewed early). The timer
- * is armed for the earliest due, so a writer is renewed a quarter to half
- * a lease after its last renewal, and the timer fires at most about once a
- * quarter of a lease however many writers it serves (each firing walks
- * them all).
+ * them those within a quarter of a lease of it (renewed early), in one
+ * PUT_RENEW per MC__RENEW_MAX of them. The timer is armed for the earliest
+ * due, so a writer is renewed a quarter to half a lease after its last
+ * renewal, and the timer fires at most about once a quarter of a lease
+ * however many writers it serves (each firing walks them all).
  */
 static void renew_tick(mc_timer_t *t)
 {
     mc_store_t *s = t->data;
     struct mc__remote *rm = s->rm;
     uint64_t now = mc__loop_time(s->loop), next = UINT64_MAX;
+    struct w_renewal *r = NULL;
     if (!rm)
         return;
     rm->renew_due = 0;
@@ -101,11 +127,20 @@ static void renew_tick(mc_timer_t *t)
             next = due < next ? due : next;
             continue;
         }
-        if (w_idle_renew(w, now) < 0) {
-            w->renew_failed = 1; /* could not be sent: again in a second */
+        if (!r && !(r = calloc(1, sizeof(*r)))) {
+            w->renew_failed = 1; /* no memory: again in a second */
+            w->renew_sent = now;
             next = now + 1000 < next ? now + 1000 : next;
+            continue;
+        }
+        r->w[r->n++] = w;
+        if (r->n == MC__RENEW_MAX) {
+            renewal_send(s, r, now, &next);
+            r = NULL;
         }
     }
+    if (r)
+        renewal_send(s, r, now, &next);
     if (next != UINT64_MAX)
         renew_arm(s, next);
 }

@@ -422,6 +422,18 @@ static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t
     return rc < 0 ? rc : put_register(svc, owner, v, rq.flags, now, w);
 }
 
+/* Renews write p's lease and reserves bytes [off, off + n) of it (punches
+ * them with punch); packs its replica set. */
+static int put_grow(mc__svc_t *svc, put_t *p, uint64_t off, uint64_t n, int punch, uint64_t now,
+                    mc__wbuf_t *w)
+{
+    put_touch(svc, p, now);
+    int rc = mc__master_reserve_range(svc->m, p->v, off, n, punch, now);
+    if (rc < 0)
+        return rc;
+    return mc__svc_pack_replicas(svc, w, p->v);
+}
+
 static int op_put_grow(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
 {
     uint64_t id, off, n;
@@ -432,11 +444,30 @@ static int op_put_grow(mc__svc_t *svc, const char *body, size_t len, uint64_t no
         return -ENOENT;
     if (flags & ~(uint32_t)MC__GROW_PUNCH)
         return -EINVAL;
-    put_touch(svc, p, now);
-    int rc = mc__master_reserve_range(svc->m, p->v, off, n, flags & MC__GROW_PUNCH, now);
-    if (rc < 0)
-        return rc;
-    return mc__svc_pack_replicas(svc, w, p->v);
+    return put_grow(svc, p, off, n, flags & MC__GROW_PUNCH, now, w);
+}
+
+/* PUT_RENEW: each put id's lease renewed as by an empty PUT_GROW, its
+ * status and (renewed) its replica set packed in turn. */
+static int op_put_renew(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
+{
+    if (len % 8 || len / 8 > MC__RENEW_MAX)
+        return -EINVAL;
+    for (; len; body += 8, len -= 8) {
+        uint64_t id;
+        mc__unpack(body, 8, "q", &id);
+        put_t *p = put_get(svc, id);
+        size_t at = w->len;
+        mc__pack(w, "i", (int64_t)0);
+        int rc = p ? put_grow(svc, p, 0, 0, 0, now, w) : -ENOENT;
+        if (rc < 0 && !w->err) {
+            w->len = at; /* the status alone */
+            mc__pack(w, "i", (int64_t)rc);
+        }
+        if (w->err)
+            return w->err;
+    }
+    return 0;
 }
 
 /* The rules a PUT_COMMIT checks before it publishes pending v: a failure
@@ -728,6 +759,8 @@ int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body
         return op_put_start(svc, owner, body, len, now, w);
     case MC__OP_PUT_GROW:
         return op_put_grow(svc, body, len, now, w);
+    case MC__OP_PUT_RENEW:
+        return op_put_renew(svc, body, len, now, w);
     case MC__OP_PUT_COMMIT:
         return op_put_commit(svc, body, len, now, w);
     case MC__OP_PUT_REVOKE:

@@ -293,6 +293,25 @@ int mc__take_replicas(const char **p, size_t *n, mc__wire_replica_t *out, int ma
     return (int)count;
 }
 
+int mc__take_renewal(const char **p, size_t *n, int64_t *status, const char **rset, size_t *rlen,
+                     mc__wire_replica_t *out, int max)
+{
+    const char *rest;
+    uint32_t rl;
+
+    if (mc__unpack(*p, *n, "i*", status, &rest, &rl) < 0)
+        return -EBADMSG;
+    *rset = rest;
+    *rlen = 0;
+    size_t left = rl;
+    if (*status >= 0 && mc__take_replicas(&rest, &left, out, max) < 0)
+        return -EBADMSG;
+    *rlen = rl - left;
+    *p = rest;
+    *n = left;
+    return 0;
+}
+
 /* mc__wire_extent() reads the i-th extent of a decoded replica into *off and
  * *len; an i at or past r->next yields 0 and 0. */
 void mc__wire_extent(const mc__wire_replica_t *r, uint32_t i, uint64_t *off, uint64_t *len)

@@ -34,9 +34,13 @@
  * bytes allocated, PUT_GROW names a range (and may punch). 5: segment
  * epochs (below). 6: SHM_MAP answers a fence slot (transport/shm.h). 7:
  * small objects in 4-byte units, so a record's extents may sit at offsets
- * that a master of 6 (8-byte units) refuses, dropping their bytes. A peer
- * of another version is refused. */
-#define MC__PROTO_SESSION 7
+ * that a master of 6 (8-byte units) refuses, dropping their bytes. 8:
+ * PUT_RENEW (idle writes' leases renewed together). A peer of another
+ * version is refused. */
+#define MC__PROTO_SESSION 8
+
+/* The most put ids one PUT_RENEW carries. */
+#define MC__RENEW_MAX 256
 
 /* The offset of an extent that is a hole: its length takes no space in the
  * segment and reads as zeros (session version 4; master/alloc.h's
@@ -122,6 +126,8 @@
     X(CLOSE, 25, "q", "")             /* handle id */                                               \
     X(PUT_DROP_REPLICA, 26, "qu", "") /* put id, segment id (its node is unreachable) */            \
     X(PUT_EPOCH, 27, "qu", "q")       /* put id, segment id -> its epoch now (a write going on) */  \
+    X(PUT_RENEW, 28, "*", "*")        /* put ids, each a q -> for each, i status (0: renewed) and,  \
+                                         when renewed, its replica set (as PUT_GROW's answer) */    \
     X(GET_REPLICAS, 30, "k", "q*")    /* key -> lease ms, stat + replica set (lease granted) */     \
     X(STAT, 31, "k", "*")             /* key -> stat */                                             \
     X(LOOKUP, 32, "ku", "*")          /* key, delim -> stat (status = MC_LOOKUP_*) */               \
@@ -280,6 +286,13 @@ int mc__pack_replica(mc__wbuf_t *w, uint32_t seg, uint64_t epoch, const char *ad
 int mc__pack_extent(mc__wbuf_t *w, uint64_t off, uint64_t len);
 /* The i-th extent of a decoded replica. */
 void mc__wire_extent(const mc__wire_replica_t *r, uint32_t i, uint64_t *off, uint64_t *len);
+
+/* Reads one put's entry of a PUT_RENEW answer from the front of *p / *n,
+ * advancing them: its status and, when renewed (status >= 0), its replica
+ * set, decoded into out (at most max replicas) and left as *rset[0..*rlen)
+ * for mc__take_replicas(). Returns 0 or -EBADMSG. */
+int mc__take_renewal(const char **p, size_t *n, int64_t *status, const char **rset, size_t *rlen,
+                     mc__wire_replica_t *out, int max);
 
 /*
  * The two requests every put makes, with codecs of their own: the same
