@@ -65,7 +65,10 @@ class PerLoop:
             elif loop is current or not loop.is_running():
                 _detach(loop, o)
             else:
-                loop.call_soon_threadsafe(_detach, loop, o)
+                try:
+                    loop.call_soon_threadsafe(_detach, loop, o)
+                except RuntimeError:  # closed since is_closed() said no
+                    self._discard(o)
 
 
 def running_loop():

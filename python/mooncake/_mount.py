@@ -16,6 +16,7 @@ import os
 import queue
 import stat
 import threading
+import weakref
 
 from . import _errors as E
 from ._loops import PerLoop, running_loop
@@ -97,6 +98,11 @@ class MountBackend:
         self.root = os.path.realpath(root)
         self._regions = {}  # start address -> (length, object kept alive or None)
         self._lock = threading.Lock()
+        # pin id -> [fd, reads in flight, ended]: ids are never reused (an
+        # fd number is, by the next open), and an ended pin's fd is closed
+        # once its last read is done
+        self._pins = {}
+        self._pin_ids = itertools.count(1)
         self._seq = itertools.count()
         self._offload = _Offload()
         for name in NATIVE:
@@ -127,18 +133,24 @@ class MountBackend:
 
     def _memory(self, target, size, writable):
         """A memoryview of caller memory: an int address inside a registered
-        buffer, or an object exporting a buffer."""
+        buffer, or an object exporting a buffer. The view of a region
+        registered as a buffer object holds that object's export, so that
+        the memory stays the caller's operation's until the view goes, even
+        if the region is unregistered and the object dropped meanwhile (the
+        direct backend keeps it so too)."""
         if isinstance(target, int) and not isinstance(target, bool):
             if size is None or size < 0:
                 raise TypeError("an int address needs a size")
             with self._lock:
-                ok = any(start <= target and target + size <= start + length
-                         for start, (length, _) in self._regions.items())
-            if not ok:
+                keep = next((k for start, (length, k) in self._regions.items()
+                             if start <= target and target + size <= start + length), False)
+            if keep is False:
                 raise _BadMemory()
             if size == 0:
                 return memoryview(bytearray())
-            return memoryview((ctypes.c_char * size).from_address(target)).cast("B")
+            view = (ctypes.c_char * size).from_address(target)
+            view.keep = keep  # the registered object's export, or None (raw memory)
+            return memoryview(view).cast("B")
         try:
             mv = memoryview(target).cast("B")
         except TypeError:
@@ -426,7 +438,7 @@ class MountBackend:
 
     def pin(self, key):
         """Pins key's current version: an open file of the mount keeps the
-        version it opened. (fd, size), or a code."""
+        version it opened. (pin id, size), or a code."""
         try:
             fd = os.open(self._path(key), _RDONLY)
         except _BadKey:
@@ -438,27 +450,46 @@ class MountBackend:
             os.close(fd)
             return E.OBJECT_NOT_FOUND
         with self._lock:
-            self._pins = getattr(self, "_pins", set()) | {fd}
-        return fd, st.st_size
+            pin = next(self._pin_ids)
+            self._pins[pin] = [fd, 0, False]
+        return pin, st.st_size
 
-    def pin_read(self, fd, off, ptr, size):
+    def pin_read(self, pin, off, ptr, size):
+        with self._lock:
+            p = self._pins.get(pin)
+            if p is None:
+                return E.OBJECT_NOT_FOUND  # ended
+            p[1] += 1
         try:
             mv = self._memory(ptr, size, True)
-            if off + size > os.fstat(fd).st_size:
+            if off + size > os.fstat(p[0]).st_size:
                 return E.INVALID_PARAMS
-            return os.preadv(fd, [mv], off) if size else 0
+            return os.preadv(p[0], [mv], off) if size else 0
         except _BadMemory:
             return E.INVALID_PARAMS
         except OSError as e:
             return E.from_oserror(e)
+        finally:
+            with self._lock:
+                p[1] -= 1
+                last = p[2] and not p[1]
+            if last:
+                os.close(p[0])
 
-    def unpin(self, fd):
+    def _unpin(self, p):
+        """Ends pin p (taken out of self._pins under the lock): its fd is
+        closed now, or by its last read in flight."""
         with self._lock:
-            pins = getattr(self, "_pins", set())
-            if fd not in pins:
-                return
-            pins.discard(fd)
-        os.close(fd)
+            p[2] = True
+            last = not p[1]
+        if last:
+            os.close(p[0])
+
+    def unpin(self, pin):
+        with self._lock:
+            p = self._pins.pop(pin, None)
+        if p is not None:
+            self._unpin(p)
 
     def replicas(self, key):
         """Placement is not visible through the mount."""
@@ -545,9 +576,9 @@ class MountBackend:
         self._readers.close_all(running_loop())
         with self._lock:
             self._regions.clear()
-            pins, self._pins = getattr(self, "_pins", set()), set()
-        for fd in pins:
-            os.close(fd)
+            pins, self._pins = self._pins, {}
+        for p in pins.values():
+            self._unpin(p)
         return 0
 
 
@@ -565,11 +596,18 @@ class _Offload:
     THREADS = 4
 
     def __init__(self):
+        self._fresh()
+        self._closed = False
+        _OFFLOADS.add(self)
+
+    def _fresh(self):
+        """No threads, no calls queued, no results waiting: at the start,
+        and in a child of fork(), which has none of its parent's threads
+        (nor their calls; a lock one of them held stays locked there)."""
         self._jobs = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._done = {}  # event loop -> [(future, result, exception)]; guarded by _lock
         self._threads = []
-        self._closed = False
 
     def wrap(self, fn):
         def call(*args):
@@ -610,6 +648,8 @@ class _Offload:
                 res, exc = fn(*args), None
             except BaseException as e:  # handed to the caller, as an executor does
                 res, exc = None, e
+            if loop.is_closed():
+                continue  # nobody waits (a batch left for it goes at close())
             with self._lock:
                 batch = self._done.setdefault(loop, [])
                 batch.append((fut, res, exc))
@@ -641,6 +681,20 @@ class _Offload:
         for t in threads:
             if t is not threading.current_thread():
                 t.join()
+        with self._lock:
+            for loop in [lp for lp in self._done if lp.is_closed()]:
+                del self._done[loop]  # its _deliver() never ran
+
+
+_OFFLOADS = weakref.WeakSet()
+
+
+def _offloads_forked():
+    for o in list(_OFFLOADS):
+        o._fresh()  # its threads start again at the child's first call
+
+
+os.register_at_fork(after_in_child=_offloads_forked)
 
 
 def _unlink_quietly(path):

@@ -77,9 +77,14 @@ void mcpy_store_leave(StoreObject *self)
     }
 }
 
-/* Waits until nothing is in flight on the C side. Without the GIL. */
+/* Waits until nothing is in flight on the C side. Without the GIL. In a
+ * child of fork() it returns at once: what is in flight is the parent's,
+ * whose threads are not here to end it (and a lock one of them held at the
+ * fork stays locked here). */
 static void store_wait_idle(StoreObject *self)
 {
+    if (self->pid != getpid())
+        return;
     pthread_mutex_lock(&self->mu);
     while (atomic_load(&self->inflight) > 0)
         pthread_cond_wait(&self->cv, &self->mu);
@@ -92,8 +97,8 @@ static void store_wait_idle(StoreObject *self)
  * Futures of async ops are resolved by their Completer's next drain(). */
 static void store_close(StoreObject *self)
 {
-    if (!self->s)
-        return;
+    if (!self->s || self->closing)
+        return; /* closed, or closing on another thread */
     if (self->pid != getpid()) {
         /* Inherited through fork(): the parent's threads (the store's, the
          * metrics server's) are not here to wait for. Forget it; the
@@ -113,6 +118,7 @@ static void store_close(StoreObject *self)
     mc_store_close(s);
     Py_END_ALLOW_THREADS;
     self->s = NULL;
+    mcpy_orphans_free(); /* ended while their loop was gone: they hold buffers */
     mcpy_store_drop_regions(self);
     mcpy_store_drop_pins(self);
 }
@@ -247,8 +253,13 @@ static void Store_dealloc(PyObject *op)
     /* Groups hold a reference, so nothing is in flight here. */
     store_close(self);
     mcpy_store_drop_regions(self);
-    pthread_mutex_destroy(&self->mu);
-    pthread_cond_destroy(&self->cv);
+    if (self->pid == getpid()) {
+        /* Not in a child of fork(): there, a parent's thread that waited
+         * on cv at the fork never wakes, and destroying cv would wait for
+         * it forever. */
+        pthread_mutex_destroy(&self->mu);
+        pthread_cond_destroy(&self->cv);
+    }
     Py_TYPE(op)->tp_free(op);
 }
 

@@ -20,9 +20,23 @@ int mcpy_completer_init(void)
     return str_cancelled && str_set_result && str_set_exception ? 0 : -1;
 }
 
+/* Groups that completed on a Completer closed meanwhile (its event loop
+ * ended first): nobody drains them, so they wait here, and the next
+ * mcpy_orphans_free() (with the GIL) frees them and what they hold. */
+static pthread_mutex_t orphans_mu = PTHREAD_MUTEX_INITIALIZER;
+static group_t *orphans;
+
 void mcpy_completer_push(CompleterObject *c, group_t *g)
 {
     pthread_mutex_lock(&c->mu);
+    if (c->fd < 0) { /* closed: its loop is gone */
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_lock(&orphans_mu);
+        g->qnext = orphans;
+        orphans = g;
+        pthread_mutex_unlock(&orphans_mu);
+        return;
+    }
     int was_empty = c->head == NULL;
     g->qnext = NULL;
     if (c->tail)
@@ -30,9 +44,21 @@ void mcpy_completer_push(CompleterObject *c, group_t *g)
     else
         c->head = g;
     c->tail = g;
-    pthread_mutex_unlock(&c->mu);
     if (was_empty)
-        mcpy_efd_wake(c->fd);
+        mcpy_efd_wake(c->fd); /* under mu: close() takes the fd under it */
+    pthread_mutex_unlock(&c->mu);
+}
+
+void mcpy_orphans_free(void)
+{
+    pthread_mutex_lock(&orphans_mu);
+    group_t *g = orphans;
+    orphans = NULL;
+    pthread_mutex_unlock(&orphans_mu);
+    for (group_t *next; g; g = next) {
+        next = g->qnext;
+        mcpy_group_free(g);
+    }
 }
 
 void mcpy_efd_wake(int fd)
@@ -68,7 +94,8 @@ PyObject *mcpy_done_future(CompleterObject *c, PyObject *res)
 /* Takes every queued group off c's queue. */
 static group_t *completer_take(CompleterObject *c)
 {
-    mcpy_efd_clear(c->fd);
+    if (c->fd >= 0)
+        mcpy_efd_clear(c->fd);
     pthread_mutex_lock(&c->mu);
     group_t *g = c->head;
     c->head = c->tail = NULL;
@@ -132,6 +159,7 @@ static PyObject *Completer_drain(PyObject *op, PyObject *unused)
 {
     (void)unused;
     CompleterObject *c = (CompleterObject *)op;
+    mcpy_orphans_free(); /* another loop's, ended: freed on the way */
     if (c->fd < 0)
         Py_RETURN_NONE;
     return PyLong_FromLong(completer_empty(c, 1));
@@ -143,8 +171,7 @@ static PyObject *Completer_discard(PyObject *op, PyObject *unused)
 {
     (void)unused;
     CompleterObject *c = (CompleterObject *)op;
-    if (c->fd >= 0)
-        completer_empty(c, 0);
+    completer_empty(c, 0);
     Py_RETURN_NONE;
 }
 
@@ -160,10 +187,16 @@ static PyObject *Completer_close(PyObject *op, PyObject *unused)
     (void)unused;
     CompleterObject *c = (CompleterObject *)op;
     if (c->fd >= 0) {
-        Completer_discard(op, NULL);
-        close(c->fd);
+        /* Groups that complete from now on are orphans (push() looks at fd
+         * under mu, and writes it under mu). */
+        pthread_mutex_lock(&c->mu);
+        int fd = c->fd;
         c->fd = -1;
+        pthread_mutex_unlock(&c->mu);
+        Completer_discard(op, NULL); /* those queued: their loop is gone */
+        close(fd);
     }
+    mcpy_orphans_free();
     Py_RETURN_NONE;
 }
 

@@ -451,8 +451,13 @@ static void FileReader_dealloc(PyObject *op)
     if (r->efd >= 0)
         close(r->efd);
     Py_XDECREF(r->create_future);
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
+    if (r->pid == getpid()) {
+        /* Not in a child of fork(): there, the parent's threads that waited
+         * on cv at the fork never wake, and destroying cv would wait for
+         * them forever. */
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv);
+    }
     Py_TYPE(op)->tp_free(op);
 }
 

@@ -325,6 +325,9 @@ void mcpy_store_drop_pins(StoreObject *self);
 /* mcpy_completer_push() queues a completed group on c and wakes c's event
  * loop. Any thread, without the GIL. */
 void mcpy_completer_push(CompleterObject *c, group_t *g);
+/* mcpy_orphans_free() frees the groups that completed on a closed Completer
+ * (their loop ended first) and what they hold. With the GIL. */
+void mcpy_orphans_free(void);
 
 /* mcpy_future_cancelled() says whether asyncio future fut was cancelled
  * (also when asking fails: nobody waits then). mcpy_future_resolve() sets

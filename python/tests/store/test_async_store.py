@@ -9,6 +9,7 @@ import gc
 import inspect
 import os
 import threading
+import time
 import weakref
 import array
 
@@ -230,6 +231,60 @@ async def test_unregister_during_an_operation_keeps_the_memory(direct_store):
     assert s.unregister_buffer(addr(target)) == 0
     assert s.get_into("k", addr(target), len(target)) < 0  # no longer registered
     assert await pending == len(data) and target == data
+
+
+@pytest.mark.asyncio
+async def test_unregister_during_a_mount_read_keeps_the_memory(mount_store):
+    """The mount backend reads into registered memory on a thread of its
+    own: unregistered meanwhile and dropped by the caller, that memory must
+    stay the read's until it ends (as the direct backend keeps it), never
+    be handed to another object while the kernel still writes into it."""
+    s = mount_store
+    n = 64 << 20
+    assert s.put("big", b"\xab" * n) == 0
+    for _ in range(10):
+        target = bytearray(n)
+        assert s.register_buffer(target) == 0
+        pending = asyncio.ensure_future(s.async_get_into("big", addr(target), n))
+        await asyncio.sleep(0.005)  # the read is under way
+        assert s.unregister_buffer(addr(target)) == 0
+        del target
+        gc.collect()
+        other = bytearray(n)  # the same size: most likely the same memory
+        assert await pending == n
+        assert other.count(0xab) == 0, "the read landed in memory freed under it"
+
+
+def test_a_loop_closed_with_a_call_in_flight_lets_go_of_its_buffer(cluster_store):
+    """An event loop that ends while one of its calls is in flight (an
+    asyncio.run() that returns first): the call's end finds nobody to tell,
+    and the store lets go of what it held, the caller's buffer among them,
+    by the time the store closes, so that the buffer can be resized again
+    (it stayed exported for ever, the call's state never freed)."""
+    s = cluster_store
+    assert s.put("k", b"v" * 100) == 0
+    buf = bytearray(100)
+
+    async def first():
+        asyncio.ensure_future(s.async_get_into("k", buf))
+        while s._b.inflight() == 0:
+            await asyncio.sleep(0.01)
+
+    async def second():
+        return await s.async_get_size("nokey")
+
+    s.cluster.master.pause()  # the get stays in flight
+    try:
+        asyncio.run(first())  # its loop closes with the get in flight
+        asyncio.run(second())  # a new loop: the closed one's state is dropped
+    finally:
+        s.cluster.master.resume()
+    deadline = time.monotonic() + 10
+    while s._b.inflight():
+        assert time.monotonic() < deadline, "the get never ended"
+        time.sleep(0.01)
+    assert s.close() == 0
+    buf.extend(b"x")  # BufferError while an export of it is held
 
 
 @pytest.mark.asyncio

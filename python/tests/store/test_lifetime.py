@@ -87,3 +87,78 @@ def test_killed_process_keeps_its_segment_until_the_ttl(make_cluster):
     p.kill()
     p.wait(timeout=60)
     assert segments(c.addr) == 2
+
+
+# The child for fork(): a store set up as argv[1] says ("cluster ADDR": a
+# pure client of the master at ADDR; "mount DIR": the mount at DIR) with an
+# operation in flight, then fork(): the forked child must get answers and
+# close its copy at once (an alarm kills it if it hangs), while the parent's
+# store goes on. Prints what each side saw.
+FORKER = r"""
+import asyncio, os, signal, sys, threading, time
+from mooncake.async_store import MooncakeDistributedStoreAsync
+s = MooncakeDistributedStoreAsync()
+key = {"cluster": "master_server_addr", "mount": "mount_point"}[sys.argv[1]]
+assert s.setup({key: sys.argv[2], "global_segment_size": 0, "timeout_ms": 5000}) == 0
+assert asyncio.run(s.async_put("k", b"v")) == 0  # the mount: its threads start
+assert asyncio.run(s.async_get("k")) == b"v"  # and its reader's
+print("ready", flush=True)
+sys.stdin.readline()  # the test paused the master (cluster)
+t = threading.Thread(target=s.get, args=("k",))
+t.start()
+deadline = time.monotonic() + 10
+while sys.argv[1] == "cluster" and s._b.inflight() == 0:
+    assert time.monotonic() < deadline, "the get never went out"
+    time.sleep(0.01)
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)  # a hang fails the test instead of stalling it
+    got = asyncio.run(s.async_is_exist("k")) if sys.argv[1] == "mount" else None
+    if sys.argv[1] == "mount":
+        assert asyncio.run(s.async_get("k")) == b"v"
+    s.close()
+    print(f"child closed {got}", flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(f"child status {status}", flush=True)
+sys.stdin.readline()  # the test let the master go on
+t.join()
+print("parent", s.get("k"), flush=True)
+s.close()
+"""
+
+
+def forker(mode, where):
+    return subprocess.Popen([sys.executable, "-c", FORKER, mode, where], env=python_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def test_a_forked_child_closes_its_inherited_client_at_once(make_cluster):
+    """A process forked while its store has a call in flight (multiprocessing's
+    fork start method, say) closes its copy at once: the parent's calls are
+    not the child's to wait for. The parent's store goes on."""
+    c = make_cluster(nodes=1)
+    p = forker("cluster", c.addr)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        c.master.pause()  # the get stays in flight
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "child closed None"
+        assert p.stdout.readline().strip() == "child status 0"
+    finally:
+        c.master.resume()
+        out, _ = p.communicate("\n", timeout=60)
+    assert p.returncode == 0 and "parent b'v'" in out, out
+
+
+def test_a_forked_child_uses_its_inherited_mount_store(make_daemon):
+    """The mount backend runs async calls on threads of its own, which a
+    forked child does not have: the child starts its own, and its call is
+    answered."""
+    d = make_daemon()
+    p = forker("mount", d.path)
+    assert p.stdout.readline().strip() == "ready"
+    out, _ = p.communicate("\n\n", timeout=60)
+    assert p.returncode == 0, out
+    assert "child closed 1" in out and "child status 0" in out and "parent b'v'" in out, out

@@ -4,6 +4,9 @@ over several calls (three modes, sync and async)."""
 import asyncio
 import ctypes
 import os
+import sys
+import threading
+import time
 
 from conftest import registered
 from mooncake.store import (
@@ -104,3 +107,41 @@ def test_get_session_pins_the_version(store):
     assert store.remove("gv", force=True) == 0
     # the session's version outlives the remove; close() drops the pin
     assert store.batch_get_into_multi_buffer_ranges(["gv"], [[d]], [[3]], [[0]]) == [3]
+
+
+def test_a_session_read_racing_its_end_never_reads_another_object(store):
+    """One thread reads a get session while another ends it and starts a
+    session of another key, over and over: a read finds its own object's
+    bytes or no session (OBJECT_NOT_FOUND), never the other key's (the
+    mount backend named a session by its file descriptor, which the other
+    session's open could take over)."""
+    assert store.put("own", b"A" * 16) == 0
+    assert store.put("secret", b"S" * 16) == 0
+    dst, d = registered(store, 16)
+    stop = time.monotonic() + 3
+    wrong = []
+
+    def reader():
+        while time.monotonic() < stop and not wrong:
+            store.batch_get_session_start(["own"])
+            r = store.batch_get_into_multi_buffer_ranges(["own"], [[d]], [[16]], [[0]])
+            if r == [16] and dst.raw != b"A" * 16:
+                wrong.append(dst.raw)
+
+    def other():
+        while time.monotonic() < stop and not wrong:
+            store.batch_get_session_end(["own"])
+            store.batch_get_session_start(["secret"])
+            store.batch_get_session_end(["secret"])
+
+    threads = [threading.Thread(target=reader), threading.Thread(target=other)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads interleave often
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not wrong, f"a session of 'own' read {wrong[0]!r}"
