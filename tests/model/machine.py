@@ -710,15 +710,15 @@ class StoreMachine(RuleBasedStateMachine):
         except AssertionError as e:
             raise ModelError(f"{e} (after {timeout:.0f} s)") from None
 
-    def stay_idle(self, key, seconds):
+    def stay_idle(self, keys, seconds):
         """Lets seconds pass (idle is what the rule tests: past the put
-        TTL) with key's writer idle, polling the master's counters all
-        along: it must keep the write, its one put in progress, unless a
-        fault is in effect."""
+        TTL) with the writers of keys idle, polling the master's counters
+        all along: it must keep their writes, its puts in progress, unless
+        a fault is in effect."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if self.w.master_counters().get("puts", 0) < 1 and not self.degraded():
-                raise ModelError(f"idle writer {key}: the master dropped its write")
+            if self.w.master_counters().get("puts", 0) < len(keys) and not self.degraded():
+                raise ModelError(f"idle writers {keys}: the master dropped a write")
             time.sleep(0.1)
 
     def open_new_version(self, key, size, what):
@@ -736,37 +736,47 @@ class StoreMachine(RuleBasedStateMachine):
         return v, v.data(), fd
 
     @precondition(lambda self: "idle" in self.FAULTS and self.slow > 0 and not self.writers)
-    @rule(key=keys, others=st.lists(st.tuples(keys, sizes), min_size=1, max_size=4))
-    def idle_writer(self, key, others):
-        """Open, write a little, stay idle past the put TTL, write other
-        keys, write more, close. The mount runs all along, so it
-        renews the idle write's lease and the master must not revoke it:
-        the write fails only as a fault in effect or a full store allows;
-        then every key must still read right. (A writer whose mount stops
-        past the put TTL, and is revoked, is the mountstop fault's.)"""
+    @rule(idle=st.lists(keys, min_size=1, max_size=3, unique=True),
+          others=st.lists(st.tuples(keys, sizes), min_size=1, max_size=4))
+    def idle_writer(self, idle, others):
+        """Open one to three keys, write a little to each, stay idle past
+        the put TTL, write other keys, write more, close. The mount runs
+        all along, so it renews the idle writes' leases (together, in one
+        call) and the master must not revoke them: a write fails only as a
+        fault in effect or a full store allows; then every key must still
+        read right. (A writer whose mount stops past the put TTL, and is
+        revoked, is the mountstop fault's.)"""
         self.slow -= 1
-        opened = self.open_new_version(key, 3 * 4096 + 100, "idle writer")
-        if not opened:
-            return
-        v, data, fd = opened
-        err, done = None, 0
-        try:
-            self.write_all(fd, data[:4096], 0)
-            done = 4096
-            self.stay_idle(key, self.w.put_ttl_ms / 1000 * 1.5 + 0.5)
-            for k2, n in others:
-                if k2 != key:
-                    self.py_put(k2, n, False)
-            self.write_all(fd, data[4096:], 4096)
-        except OSError as e:
-            err = e.errno
-        err = self.close_writer(fd, err)
-        if err is None:
-            self.publish(key, v)
-        else:
-            self.failed_write(key, v, done)
-            self.allow_write_error(err, f"idle writer {key}")
-        self.check_all("after the idle writer")
+        open_ = []  # (key, version, bytes, fd, errno, bytes written)
+        for key in idle:
+            opened = self.open_new_version(key, 3 * 4096 + 100, "idle writer")
+            if opened:
+                open_.append([key, *opened, None, 0])
+        for w in open_:
+            try:
+                self.write_all(w[3], w[2][:4096], 0)
+                w[5] = 4096
+            except OSError as e:
+                w[4] = e.errno
+        if open_:
+            self.stay_idle([w[0] for w in open_ if w[4] is None],
+                           self.w.put_ttl_ms / 1000 * 1.5 + 0.5)
+        for k2, n in others:
+            if k2 not in idle:
+                self.py_put(k2, n, False)
+        for key, v, data, fd, err, done in open_:
+            if err is None:
+                try:
+                    self.write_all(fd, data[4096:], 4096)
+                except OSError as e:
+                    err = e.errno
+            err = self.close_writer(fd, err)
+            if err is None:
+                self.publish(key, v)
+            else:
+                self.failed_write(key, v, done)
+                self.allow_write_error(err, f"idle writer {key}")
+        self.check_all("after the idle writers")
 
     # ---- faults: a writer stopped mid-write ----
 
