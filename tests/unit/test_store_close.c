@@ -265,6 +265,63 @@ static void test_a_store_closed_from_its_own_loops_callback(void **state)
     assert_int_equal(threads(), before);
 }
 
+/* ---- closed from another thread ---- */
+
+static void cancelled_cb(void *arg, int rc)
+{
+    slot_t *sl = arg;
+
+    slot_done(sl, rc);
+}
+
+/*
+ * A client with a loop of its own, closed from this thread while its GET
+ * (a READ to a node that does not answer) and its STAT (to a master that
+ * does not answer) are in flight: mc_store_close() returns once both were
+ * called back, with -ECANCELED.
+ */
+static void test_a_client_closed_from_another_thread_calls_back_first(void **state)
+{
+    (void)state;
+    hold_t hm = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    hold_t hn = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    fix_t f = {.srv = open_server("127.0.0.1:0", 2 * MiB)};
+    mc_store_t *node = open_member(&f, SEG), *s;
+    mc_put_opts_t po = {0};
+    char v[4096], buf[4096];
+    mc_stat_t st1, st2;
+    batch_t b;
+    slot_t sl[2];
+
+    memset(v, 'v', sizeof(v));
+    po.preferred_segment = mc_store_served_addr(node);
+    assert_int_equal(mc_put(f.srv, "k", 1, v, sizeof(v), &po), 0);
+    s = open_member(&f, 0);
+    assert_int_equal(mc_stat(s, "k", 1, &st1), 0); /* connected to both */
+    batch_init(&b, 2);
+    sl[0] = (slot_t){&b, 0};
+    sl[1] = (slot_t){&b, 1};
+    assert_int_equal(mc_loop_post(mc_store_loop(node), hold_run, &hn), 0);
+    assert_int_equal(mc_get_async(s, "k", 1, 0, buf, sizeof(buf), &st2, cancelled_cb, &sl[0]), 0);
+    /* The GET's READ is on its way once the store has two live things. */
+    for (int i = 0; i < 1000 && __atomic_load_n(&s->live, __ATOMIC_ACQUIRE) < 2; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    assert_true(__atomic_load_n(&s->live, __ATOMIC_ACQUIRE) >= 2);
+    assert_int_equal(mc_loop_post(mc_store_loop(f.srv), hold_run, &hm), 0);
+    assert_int_equal(mc_stat_async(s, "k", 1, &st1, cancelled_cb, &sl[1]), 0);
+    mc_store_close(s);
+    pthread_mutex_lock(&b.mu);
+    int left = b.left;
+    pthread_mutex_unlock(&b.mu);
+    assert_int_equal(left, 0); /* both called back before the close returned */
+    assert_int_equal(b.rc[0], -ECANCELED);
+    assert_int_equal(b.rc[1], -ECANCELED);
+    hold_set(&hn, 1);
+    hold_set(&hm, 1);
+    mc_store_close(node);
+    mc_store_close(f.srv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -273,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_a_client_closed_with_a_master_call_in_flight),
         cmocka_unit_test(test_a_client_closed_with_a_transfer_in_flight),
         cmocka_unit_test(test_a_store_closed_from_its_own_loops_callback),
+        cmocka_unit_test(test_a_client_closed_from_another_thread_calls_back_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -287,9 +287,15 @@ fail:
     return rc;
 }
 
-/* Lets the loop run for a moment so that closing connections finish. */
+/* Lets the loop run for a moment so that closing connections finish, and
+ * on while operations or transfers are still in flight (their connections'
+ * ends fail them with -ECANCELED), at most the store's timeout. */
 static void stop_cb(mc_timer_t *t)
 {
+    mc_store_t *s = t->data;
+    if (__atomic_load_n(&s->live, __ATOMIC_ACQUIRE) && mc_loop_now_ms() < s->drain_until)
+        return; /* looked at again in 10 ms */
+    mc_timer_stop(t);
     mc_loop_stop(t->loop);
 }
 
@@ -298,7 +304,8 @@ static void stop_cb(mc_timer_t *t)
 static void remote_closed(mc_store_t *s)
 {
     s->drain.data = s;
-    mc_timer_start(s->loop, &s->drain, 50, 0, stop_cb);
+    s->drain_until = mc_loop_now_ms() + s->timeout_ms;
+    mc_timer_start(s->loop, &s->drain, 50, 10, stop_cb);
 }
 
 /* Closes the embedded master's server, once its segment's fence is taken

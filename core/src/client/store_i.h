@@ -68,7 +68,8 @@ struct mc_store {
     mc_store_stats_t st;      /* updated with mc__count() on the loop thread */
     mc__op_metrics_t opm;     /* updated by mc__op_finish() */
     mc_timer_t sweep;
-    mc_timer_t drain; /* closing: lets connections finish */
+    mc_timer_t drain;     /* closing: lets connections finish */
+    uint64_t drain_until; /* and ops in flight end, until then (ms) */
     int thread_started;
     int closing;             /* MC__CLOSE_*: how mc_store_close() goes on (open.c) */
     int live;                /* ops and transfers not yet freed, which read the store (atomic) */
