@@ -281,6 +281,12 @@ static void setattr_truncated(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
     fs_wstate_t *ws = c->in->ws;
+    if (c->fs->stopping) { /* before c->fh: fs_shutdown() freed it */
+        fs_ws_op_done(ws, rc < 0 ? rc : -ECANCELED);
+        ws->handles--;
+        fs_ws_settle(ws);
+        return fs_ctx_fail(c, -ECANCELED);
+    }
     int by_path = !c->fh || !c->fh->writable;
     if (rc >= 0)
         ws->dirty = 1;
@@ -416,6 +422,8 @@ static int64_t ns_of(const struct timespec *t)
 static void setattr_step(fs_ctx_t *c)
 {
     fs_inode_t *in = c->in;
+    if (c->fs->stopping) /* a later stage: fs_shutdown() freed c->fh */
+        return fs_ctx_fail(c, -ECANCELED);
     switch (c->stage) {
     case 0: /* size */
         c->stage = 1;

@@ -94,7 +94,9 @@ static void cur_opened(void *arg, int rc)
     in->cur_wait = NULL;
     while (w) {
         fs_waiter_t *next = w->next;
-        w->run(w, rc == -ENOENT ? -EIO : rc < 0 ? rc : 0); /* ENOENT: not read(2)'s */
+        /* ENOENT: not read(2)'s; once the mount stops, fs_shutdown() freed
+         * the handles the waiters name. */
+        w->run(w, rc == -ENOENT ? -EIO : rc < 0 ? rc : o->fs->stopping ? -ECANCELED : 0);
         w = next;
     }
     if (!in->opens && in->ws)

@@ -123,6 +123,8 @@ static void falloc_run(fs_waiter_t *w, int err)
     fs_wstate_t *ws = c->in->ws;
     if (err < 0)
         fs_ws_poison(ws, err);
+    if (c->fs->stopping) /* before c->fh: fs_shutdown() freed it */
+        return fs_ctx_fail(c, -ECANCELED);
     if (c->fh->err)
         return fs_ctx_fail(c, c->fh->err);
     uint64_t size = mc_writer_size(ws->w), off = (uint64_t)c->off, end = c->st2.size, at;
@@ -207,13 +209,13 @@ void fs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t 
 static void lseek_run(fs_waiter_t *w, int err)
 {
     fs_ctx_t *c = (fs_ctx_t *)w;
+    if (err < 0) /* before c->fh: fs_shutdown() may have freed it */
+        return fs_ctx_fail(c, err);
     fs_fh_t *fh = c->fh;
     fs_inode_t *in = fh->in;
     int cached = !c->fs->direct_io && !fh->direct;
     int hole = c->flags;
     int64_t r = -ENXIO;
-    if (err < 0)
-        return fs_ctx_fail(c, err);
     if (in->ws && in->ws->state == WS_READY && (cached || fh->writable)) {
         r = mc_writer_seek(in->ws->w, (uint64_t)c->off, hole);
     } else if (cached && in->cur) {

@@ -582,6 +582,8 @@ static void write_run(fs_waiter_t *w, int err)
     fs_wstate_t *ws = c->in->ws;
     if (err < 0)
         fs_ws_poison(ws, err); /* opening the writer (copying the base) failed */
+    if (c->fs->stopping)       /* before c->fh: fs_shutdown() freed it */
+        return fs_ctx_fail(c, -ECANCELED);
     if (c->fh->err)
         return fs_ctx_fail(c, c->fh->err);
     ws->dirty = 1;

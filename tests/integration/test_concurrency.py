@@ -313,6 +313,41 @@ def _with_the_master_paused(master, port, steps):
         t.join(30)
 
 
+def _stop_with_calls(mnt, port, held, calls):
+    """Pauses `held` (a master or a node), makes each of calls (a function,
+    the FUSE opcode it sends) on a thread of its own once the one before
+    reached the daemon (mnt, its metrics on port), then sends SIGTERM: the
+    daemon must exit 0 with a clean log, and every call return, with
+    ECANCELED or the kernel's errors for a mount whose daemon went away,
+    all before `held` is let go on."""
+    from test_metrics import fuse_requests
+    errs, threads = {}, []
+
+    def call(fn):
+        try:
+            fn()
+        except OSError as e:
+            errs[fn] = e.errno
+
+    held.pause()
+    try:
+        for fn, op in calls:
+            n = fuse_requests(port, op)
+            threads.append(threading.Thread(target=call, args=(fn,)))
+            threads[-1].start()
+            wait_for(lambda op=op, n=n: fuse_requests(port, op) > n,
+                     f"the {op} to reach the daemon", timeout=20, step=0.01)
+        mnt.request_stop(signal.SIGTERM)
+        assert mnt.wait_exit() == 0, mnt.read_log()[-3000:]
+        for t in threads:
+            t.join(30)
+            assert not t.is_alive(), "a call on the mount still waits after its daemon exited"
+    finally:
+        held.resume()
+    # What the daemon answered as it stopped, or the kernel once it was gone.
+    assert set(errs.values()) <= {errno.ECANCELED, errno.ENOTCONN, errno.ECONNABORTED}, errs
+
+
 def test_a_mount_stopped_while_a_close_waits_for_an_unlink_exits_cleanly(cluster):
     """SIGTERM to the daemon while a close of a file waits for an unlink of
     it to be answered (the master paused holds the unlink in flight): the
@@ -321,38 +356,13 @@ def test_a_mount_stopped_while_a_close_waits_for_an_unlink_exits_cleanly(cluster
     log, the mount is gone, and both calls return, with ECANCELED (or the
     kernel's errors for a mount whose daemon went away), all before the
     master is let go on."""
-    from test_metrics import fuse_requests
     master, port, p, size, r, w = _a_reader_and_a_writer(cluster)
-    mnt = cluster.last_mount
     os.pwrite(w, b"x", 0)
-    errs = {}
-
-    def call(name, fn, arg):
-        try:
-            fn(arg)
-        except OSError as e:
-            errs[name] = e.errno
-
-    threads = []
-    master.pause()
     try:
-        for name, fn, arg, op in (("unlink", os.unlink, p, "UNLINK"),
-                                  ("close", os.close, w, "FLUSH")):
-            n = fuse_requests(port, op)
-            threads.append(threading.Thread(target=call, args=(name, fn, arg)))
-            threads[-1].start()
-            wait_for(lambda op=op, n=n: fuse_requests(port, op) > n,
-                     f"the {op} to reach the daemon", timeout=20, step=0.01)
-        mnt.request_stop(signal.SIGTERM)
-        assert mnt.wait_exit() == 0, mnt.read_log()[-2000:]
-        for t in threads:
-            t.join(30)
-            assert not t.is_alive(), "a call on the mount still waits after its daemon exited"
+        _stop_with_calls(cluster.last_mount, port, master, [
+            (lambda: os.unlink(p), "UNLINK"), (lambda: os.close(w), "FLUSH")])
     finally:
-        master.resume()
         os.close(r)
-    # What the daemon answered as it stopped, or the kernel once it was gone.
-    assert set(errs.values()) <= {errno.ECANCELED, errno.ENOTCONN, errno.ECONNABORTED}, errs
 
 
 def test_unlink_during_a_publish_keeps_the_readers_version(cluster):
@@ -401,3 +411,49 @@ def test_a_close_while_an_unlink_is_in_flight_does_not_bring_the_file_back(clust
     finally:
         os.close(r)
 
+
+
+def _stopped_with_calls_queued(cluster, held, calls):
+    """_stop_with_calls() on a cluster mount (metrics on a port of its own)
+    with file f open for writing twice (fd, fd2: each of calls takes both),
+    `held` "master" or "node". The daemon read freed handles and died on
+    the way out, leaving the mount dead."""
+    port = free_port()
+    master = cluster.master()
+    node = cluster.node(master, "256M")
+    mnt = cluster.mount("--master", master.addr, "--segment-size", "0", "--metrics", str(port))
+    fd = os.open(mnt.p("f"), os.O_RDWR | os.O_CREAT, 0o644)
+    os.write(fd, b"a" * 4096)
+    fd2 = os.dup(fd)
+    _stop_with_calls(mnt, port, master if held == "master" else node,
+                     [(lambda fn=fn: fn(fd, fd2), op) for fn, op in calls])
+
+
+def test_a_mount_stopped_with_a_write_queued_behind_a_commit_exits_cleanly(cluster):
+    """The close's commit waits for the paused master; a write of the other
+    descriptor queues behind it. The commit is cancelled at the stop; the
+    write must not run on the handle the stop freed."""
+    _stopped_with_calls_queued(cluster, "master", [
+        (lambda fd, fd2: os.close(fd), "FLUSH"),
+        (lambda fd, fd2: os.pwrite(fd2, b"y", 1), "WRITE")])
+
+
+def test_a_mount_stopped_with_an_fsync_waiting_for_writes_behind_exits_cleanly(cluster):
+    """A write answered before its bytes reached the paused node (write
+    behind); an fsync of the other descriptor waits for it. The write is
+    cancelled at the stop; the fsync must not run on the freed handle."""
+    _stopped_with_calls_queued(cluster, "node", [
+        (lambda fd, fd2: os.write(fd, b"b" * 65536), "WRITE"),
+        (lambda fd, fd2: os.fsync(fd2), "FSYNC")])
+
+
+def test_a_mount_stopped_with_a_read_queued_behind_a_commit_exits_cleanly(cluster):
+    """The close's commit waits for the paused master; a read of the other
+    descriptor (its pages dropped, so that it reaches the daemon) queues
+    behind it; the stop must not run it on the freed handle."""
+    def read(fd, fd2):
+        os.posix_fadvise(fd2, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.pread(fd2, 4096, 0)
+
+    _stopped_with_calls_queued(cluster, "master", [
+        (lambda fd, fd2: os.close(fd), "FLUSH"), (read, "READ")])
