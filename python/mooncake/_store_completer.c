@@ -25,6 +25,7 @@ int mcpy_completer_init(void)
  * mcpy_orphans_free() (with the GIL) frees them and what they hold. */
 static pthread_mutex_t orphans_mu = PTHREAD_MUTEX_INITIALIZER;
 static group_t *orphans;
+static int orphans_any; /* atomic: a drain looks at it without the lock */
 
 void mcpy_completer_push(CompleterObject *c, group_t *g)
 {
@@ -34,6 +35,7 @@ void mcpy_completer_push(CompleterObject *c, group_t *g)
         pthread_mutex_lock(&orphans_mu);
         g->qnext = orphans;
         orphans = g;
+        __atomic_store_n(&orphans_any, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&orphans_mu);
         return;
     }
@@ -51,9 +53,12 @@ void mcpy_completer_push(CompleterObject *c, group_t *g)
 
 void mcpy_orphans_free(void)
 {
+    if (!__atomic_load_n(&orphans_any, __ATOMIC_ACQUIRE))
+        return;
     pthread_mutex_lock(&orphans_mu);
     group_t *g = orphans;
     orphans = NULL;
+    __atomic_store_n(&orphans_any, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&orphans_mu);
     for (group_t *next; g; g = next) {
         next = g->qnext;

@@ -196,8 +196,8 @@ static void take_renewals(const char *p, size_t n)
             CHECK(p == p0 && n == n0);
             return;
         }
-        CHECK(n < n0 && rs >= p0 && rs + rl == p && (st >= 0 || rl == 0));
-        if (st >= 0)
+        CHECK(n < n0 && rs >= p0 && rs + rl == p && (st == 0 || rl == 0));
+        if (st == 0)
             CHECK(take_replicas(&rs, &rl, MAX_REPLICAS) >= 0 && rl == 0);
     }
 }

@@ -415,7 +415,8 @@ def test_a_close_while_an_unlink_is_in_flight_does_not_bring_the_file_back(clust
 
 def _stopped_with_calls_queued(cluster, held, calls):
     """_stop_with_calls() on a cluster mount (metrics on a port of its own)
-    with file f open for writing twice (fd, fd2: each of calls takes both),
+    with file f open for writing (fd) and a dup of it (fd2: the same FUSE
+    handle; each of calls takes both),
     `held` "master" or "node". The daemon read freed handles and died on
     the way out, leaving the mount dead."""
     port = free_port()

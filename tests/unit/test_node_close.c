@@ -51,9 +51,11 @@ static void test_a_node_closed_on_its_loop_with_its_heartbeat_in_flight(void **s
     mc_store_t *srv = open_server("127.0.0.1:0", SEG);
     mc_store_opts_t o;
     mc_loop_t *l;
-    /* The loop runs on past the close's wait for its UNMOUNT_SEGMENT (1 s):
-     * the master link ends then, and the heartbeat's failure comes. */
-    probe_t p = {.ready = calling, .run_on_ms = 1500};
+    /* The loop runs on well past the close's wait for its UNMOUNT_SEGMENT
+     * (1 s): the master link ends then, the heartbeat's failure comes, and
+     * the store and the node's state are freed (or the sanitized build
+     * reports them leaked). */
+    probe_t p = {.ready = calling, .run_on_ms = 3000};
     pthread_t th;
 
     assert_int_equal(mc_loop_new(&l), 0);

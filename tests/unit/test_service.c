@@ -160,6 +160,39 @@ static void test_put_renew(void **state)
     free(ids.p);
 }
 
+/* PUT_RENEW of MC__RENEW_MAX ids: accepted, and the answer keeps to
+ * MC__RENEW_BUDGET bytes of replica sets however large they are: a sparse
+ * write of some 1,200 extents (about 19 KiB of set), named 256 times,
+ * answers its set until the budget and then MC__RENEWED_BARE. */
+static void test_put_renew_answer_budget(void **state)
+{
+    fixture_t *f = *state;
+    mount(f, 11, 64 * MiB, T0);
+    uint64_t id = put_start(f, 5, "sparse", 0, 1, T0);
+    for (uint64_t i = 0; i < 600; i++) /* data, hole, data, ... */
+        assert_int_equal(call(f, 5, T0, MC__OP_PUT_GROW, "qqqu", id, i * 128, 64, 0), 0);
+    mc__wbuf_t ids = {0};
+    for (int i = 0; i < MC__RENEW_MAX; i++)
+        mc__pack(&ids, "q", id);
+    assert_int_equal(call(f, 5, T0, MC__OP_PUT_RENEW, "*", ids.p, (uint32_t)ids.len), 0);
+    assert_true(f->resp.len < MC__RENEW_BUDGET + 64 * 1024);
+    const char *p = f->resp.p, *rs;
+    size_t n = f->resp.len, rl;
+    mc__wire_replica_t r[2];
+    int full = 0, bare = 0;
+    for (int i = 0; i < MC__RENEW_MAX; i++) {
+        int64_t st;
+        assert_int_equal(mc__take_renewal(&p, &n, &st, &rs, &rl, r, 2), 0);
+        assert_true(st == 0 || (st == MC__RENEWED_BARE && rl == 0));
+        assert_true(st == 0 ? !bare : 1); /* full ones first */
+        full += st == 0;
+        bare += st == MC__RENEWED_BARE;
+    }
+    assert_int_equal(n, 0);
+    assert_true(full > 0 && bare > 0);
+    free(ids.p);
+}
+
 /* The extents of the one replica in f->resp (a PUT_GROW answer). */
 static int grow_extents(fixture_t *f, uint64_t *off, uint64_t *len, int max)
 {
@@ -702,6 +735,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_put_commit_stat, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_renew, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_renew_answer_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_link_through_the_service, setup_wall, teardown),
         cmocka_unit_test_setup_teardown(test_owner_kept_through_republish, setup_wall, teardown),
         cmocka_unit_test_setup_teardown(test_chown_clears_set_id, setup_wall, teardown),

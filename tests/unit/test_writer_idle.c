@@ -1,7 +1,7 @@
 /*
  * test_writer_idle.c - an idle streaming writer's lease renewal (writer.c)
  * against a store closed on its own loop's thread, which frees its writers
- * at once while the answer to a renewal in flight comes later: that answer
+ * without waiting for the answer to a renewal in flight: that answer
  * must find the writer gone, not read freed memory (the sanitized build of
  * the unit tests tells).
  */

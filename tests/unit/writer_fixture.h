@@ -325,9 +325,10 @@ static void stop_loop(mc_timer_t *t)
 }
 
 /* Posted to p->s's loop: closes the store on that loop's thread (which
- * frees it at once) and lets the loop run on for p->run_on_ms, as a
- * caller's loop does after it closed a store: what the close left to
- * finish (the master connection's end, its calls' answers) runs then. */
+ * returns at once) and lets the loop run on for p->run_on_ms, as a
+ * caller's loop must after it closed a store: what the close left to
+ * finish (the master connection's end, its calls' answers, the store's
+ * free) runs then. */
 static void close_on_loop(void *arg)
 {
     probe_t *p = arg;

@@ -296,14 +296,18 @@ MC_EXPORT int mc_store_open(mc_store_t **out, const mc_store_opts_t *o);
 
 /*
  * mc_store_close() fails operations still waiting with -ECANCELED, releases
- * every handle and writer, and frees the store. Each operation's callback
- * runs once either way. Called from another thread, it returns when all is
- * done. Called on the loop's thread (from a callback, one of the operation
- * that is being answered too; or the caller's loop's thread when the caller
- * supplied the loop), it returns at once and the close goes on in the loop:
- * operations still waiting are called back later, and the store is freed
- * after the last (a store with a loop of its own: its thread then ends). The
- * store may not be used once this is called. The thread that opened a store
+ * every handle and writer, and frees the store; each operation's callback
+ * runs once, within the store's timeout. Called from another thread, it
+ * returns when all is done. Called on the loop's thread (from a callback,
+ * the callback of the very operation being answered included, or on the
+ * caller's loop's thread when the caller supplied the loop), it returns at
+ * once and the close goes on in the loop: operations still waiting are
+ * called back later, and the store is freed after the last. A caller's
+ * loop must run on until then: at most the store's timeout, and a node's
+ * second for its segment's unmount more (stopped sooner, the store is
+ * not freed). A store with a loop of its own closes on that loop, and its
+ * thread then ends. The store may not be used once this is called. The
+ * thread that opened a store
  * with a loop of its own is interrupted once, soon after (the kernel's
  * teardown of the loop's io_uring): a blocking call there that is not
  * restarted (a read from a socket with SO_RCVTIMEO) may fail with EINTR.

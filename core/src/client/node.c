@@ -60,11 +60,11 @@ static void opened(struct mc__remote *rm, int rc)
 /* ---- the node role's calls to the master ----
  *
  * Each call's answer holds rm (rm->calls). mc__remote_close() ends the
- * master link after a bounded wait for its UNMOUNT_SEGMENT, and a store
- * closed on its loop's thread is freed at once, while calls sent before
- * (a heartbeat, a fetch of records) are answered later, with -ECANCELED
- * at the latest: rm outlives them, and the last answer after the close
- * frees it. */
+ * master link after a bounded wait for its UNMOUNT_SEGMENT, and the store
+ * may be freed before these answers come (its close waits for its ops and
+ * transfers, not for them), while calls sent before (a heartbeat, a fetch
+ * of records) are answered later, with -ECANCELED at the latest: rm
+ * outlives them, and the last answer after the close frees it. */
 static int ncall(struct mc__remote *rm, uint16_t op, mc__rpc_cb cb, const char *fmt, ...)
 {
     if (rm->closing)

@@ -40,7 +40,7 @@ static void *loop_thread(void *arg)
 {
     mc_store_t *s = arg;
     mc_loop_run(s->loop);
-    if (s->closing == MC__CLOSE_SELF) {
+    if (__atomic_load_n(&s->closing, __ATOMIC_ACQUIRE) == MC__CLOSE_SELF) {
         /* Closed from one of its callbacks: nobody joins this thread. */
         pthread_detach(pthread_self());
         store_free(s);
@@ -340,11 +340,21 @@ static void stop_on_loop(void *arg)
  * end), the store is freed when the last operation or transfer still in
  * flight lets it go (mc__store_release()): those waiting on the master or a
  * peer are failed with -ECANCELED as their connections close. */
+/* Frees s once, whoever (the drain's end, the last release) gets here
+ * first with the close drained. */
+static void free_drained(mc_store_t *s)
+{
+    int drained = MC__CLOSE_DRAINED;
+    if (__atomic_compare_exchange_n(&s->closing, &drained, MC__CLOSE_FREED, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        store_free(s);
+}
+
 static void drained(mc_store_t *s)
 {
-    s->closing = MC__CLOSE_DRAINED;
+    __atomic_store_n(&s->closing, MC__CLOSE_DRAINED, __ATOMIC_RELEASE);
     if (!__atomic_load_n(&s->live, __ATOMIC_ACQUIRE))
-        store_free(s);
+        free_drained(s);
 }
 
 static void drain_done(mc_timer_t *t)
@@ -361,7 +371,6 @@ static void drain_segment(mc_store_t *s)
 
 static void close_later(mc_store_t *s)
 {
-    s->closing = MC__CLOSE_LATER;
     mc_timer_stop(&s->sweep);
     int served = s->seg_mem.base && (s->remote || s->srv);
     server_close(s);
@@ -375,8 +384,8 @@ void mc__store_hold(mc_store_t *s)
 
 void mc__store_release(mc_store_t *s)
 {
-    if (!__atomic_sub_fetch(&s->live, 1, __ATOMIC_ACQ_REL) && s->closing == MC__CLOSE_DRAINED)
-        store_free(s);
+    if (!__atomic_sub_fetch(&s->live, 1, __ATOMIC_ACQ_REL))
+        free_drained(s);
 }
 
 void mc_store_close(mc_store_t *s)
@@ -390,12 +399,15 @@ void mc_store_close(mc_store_t *s)
         mc__log(MC__LOG_DEBUG, "a store inherited through fork() is left to its parent");
         return;
     }
-    if (s->closing)
-        return; /* closed already, from a callback: finishing */
-    if (s->own_loop && s->thread_started && mc_loop_is_current(s->loop)) {
+    int was = MC__CLOSE_NONE, on_loop = s->loop && mc_loop_is_current(s->loop);
+    int how = !on_loop                           ? MC__CLOSE_JOIN
+              : s->own_loop && s->thread_started ? MC__CLOSE_SELF
+                                                 : MC__CLOSE_LATER;
+    if (!__atomic_compare_exchange_n(&s->closing, &was, how, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return; /* closed already (from a callback, or another thread): finishing */
+    if (how == MC__CLOSE_SELF) {
         /* From one of its callbacks: its thread finishes the close once the
          * loop stops (loop_thread()), and ends. */
-        s->closing = MC__CLOSE_SELF;
         close_on_loop(s);
         return;
     }

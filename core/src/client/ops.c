@@ -46,7 +46,8 @@ static op_t *op_alloc(mc_store_t *s, size_t keys)
 static void op_free(op_t *o)
 {
     mc_store_t *s = o->s;
-    if (o->small && mc_loop_is_current(s->loop) && s->op_pooled < OP_POOL_MAX && !s->closing) {
+    if (o->small && mc_loop_is_current(s->loop) && s->op_pooled < OP_POOL_MAX &&
+        !__atomic_load_n(&s->closing, __ATOMIC_ACQUIRE)) {
         o->wnext = s->op_pool;
         s->op_pool = o;
         s->op_pooled++;

@@ -68,8 +68,8 @@ struct mc__remote {
     int mounting;
     /* mc__remote_close() began: the master link lives until its calls in
      * flight are answered (its UNMOUNT_SEGMENT among them), and their
-     * answers come after the store may be gone (closed on its loop's
-     * thread frees it at once): node.c's callbacks then do nothing. */
+     * answers may come after the store is gone (its close does not wait
+     * for them): node.c's callbacks then do nothing. */
     int closing;
     /* node.c's calls to the master in flight, each answered once (a
      * failure too: -ECANCELED once the link closed). Their answers find rm
@@ -176,8 +176,9 @@ int mc__writer_take(mc_store_t *s, const char *key, size_t klen, uint64_t sent_m
 void mc__writer_handed(mc_writer_t *w);
 
 /* For writer_idle.c: takes the answer to w's idle renewal (status, body:
- * a PUT_GROW's) into w: its replica set and next renewal, or the put's
- * loss (w->err). Returns status, or the error taking it. */
+ * a PUT_GROW's; status MC__RENEWED_BARE: renewed, no body) into w: its
+ * replica set and next renewal, or the put's loss (w->err). Returns
+ * status, or the error taking it. */
 int mc__writer_renewed(mc_writer_t *w, int status, const char *body, size_t len);
 
 /* For writer_idle.c: one of w's ops (its renewal) ended: a commit or an

@@ -24,11 +24,20 @@ struct mc__rdma_mr;
 
 #define SEG_LOCAL 0
 
-/* How mc_store_close() goes on (s->closing; open.c): not closing; closed on
- * its caller's loop's thread, freed later (draining, then drained: freed
- * once nothing in flight reads it); closed from a callback of its own
- * loop's thread, which finishes the close and ends. */
-enum { MC__CLOSE_NONE, MC__CLOSE_LATER, MC__CLOSE_DRAINED, MC__CLOSE_SELF };
+/* How mc_store_close() goes on (s->closing, atomic; open.c): not closing;
+ * closed on its caller's loop's thread, freed later (draining, then
+ * drained: freed once nothing in flight reads it, by whoever takes it to
+ * freed first); closed from a callback of its own loop's thread, which
+ * finishes the close and ends; closed from another thread, which waits
+ * for it (a close from a callback meanwhile returns at once). */
+enum {
+    MC__CLOSE_NONE,
+    MC__CLOSE_LATER,
+    MC__CLOSE_DRAINED,
+    MC__CLOSE_FREED,
+    MC__CLOSE_SELF,
+    MC__CLOSE_JOIN
+};
 
 /* Operations by kind (enum op_kind) and their latency (client/metrics.c):
  * relaxed atomics, written on the loop thread, read from any. */

@@ -675,7 +675,7 @@ static void w_committed(void *arg, int status, const char *body, size_t len)
 
 int mc__writer_renewed(mc_writer_t *w, int status, const char *body, size_t len)
 {
-    if (status >= 0)
+    if (status == 0) /* MC__RENEWED_BARE: renewed, the set it has kept */
         status = w_take_rset(w, body, len);
     if (status >= 0)
         w->renew_at = w->renew_sent + w->lease_ms / 2;

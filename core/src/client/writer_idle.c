@@ -26,8 +26,8 @@ static void renew_arm(mc_store_t *s, uint64_t at);
 
 /* One PUT_RENEW in flight: the writers it renews, in the order of its put
  * ids, so that its answer finds out which are still there (NULL: gone; a
- * store closed on its loop's thread frees its writers at once, and the
- * answer, -ECANCELED, comes later). */
+ * store's close frees its writers without waiting for renewals, whose
+ * answer, -ECANCELED, may come later). */
 struct w_renewal {
     uint32_t n;
     mc_writer_t *w[MC__RENEW_MAX];
@@ -68,6 +68,8 @@ static void renewal_answered(void *arg, int status, const char *body, size_t len
             st = -EIO; /* this one and those after it */
             status = -EIO;
         }
+        if (st < -4095 || st > MC__RENEWED_BARE)
+            st = -EIO; /* no status a master sends */
         if (r->w[i])
             w_idle_renewed(r->w[i], (int)st, rs, rl);
     }

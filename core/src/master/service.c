@@ -423,13 +423,13 @@ static int op_put_start(mc__svc_t *svc, uint64_t owner, const char *body, size_t
 }
 
 /* Renews write p's lease and reserves bytes [off, off + n) of it (punches
- * them with punch); packs its replica set. */
+ * them with punch); packs its replica set into w unless w is NULL. */
 static int put_grow(mc__svc_t *svc, put_t *p, uint64_t off, uint64_t n, int punch, uint64_t now,
                     mc__wbuf_t *w)
 {
     put_touch(svc, p, now);
     int rc = mc__master_reserve_range(svc->m, p->v, off, n, punch, now);
-    if (rc < 0)
+    if (rc < 0 || !w)
         return rc;
     return mc__svc_pack_replicas(svc, w, p->v);
 }
@@ -448,7 +448,8 @@ static int op_put_grow(mc__svc_t *svc, const char *body, size_t len, uint64_t no
 }
 
 /* PUT_RENEW: each put id's lease renewed as by an empty PUT_GROW, its
- * status and (renewed) its replica set packed in turn. */
+ * status and (renewed) its replica set packed in turn; past
+ * MC__RENEW_BUDGET bytes of answer, renewed ones answer MC__RENEWED_BARE. */
 static int op_put_renew(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
 {
     if (len % 8 || len / 8 > MC__RENEW_MAX)
@@ -458,8 +459,9 @@ static int op_put_renew(mc__svc_t *svc, const char *body, size_t len, uint64_t n
         mc__unpack(body, 8, "q", &id);
         put_t *p = put_get(svc, id);
         size_t at = w->len;
-        mc__pack(w, "i", (int64_t)0);
-        int rc = p ? put_grow(svc, p, 0, 0, 0, now, w) : -ENOENT;
+        int bare = at >= MC__RENEW_BUDGET;
+        mc__pack(w, "i", (int64_t)(bare ? MC__RENEWED_BARE : 0));
+        int rc = p ? put_grow(svc, p, 0, 0, 0, now, bare ? NULL : w) : -ENOENT;
         if (rc < 0 && !w->err) {
             w->len = at; /* the status alone */
             mc__pack(w, "i", (int64_t)rc);

@@ -304,7 +304,7 @@ int mc__take_renewal(const char **p, size_t *n, int64_t *status, const char **rs
     *rset = rest;
     *rlen = 0;
     size_t left = rl;
-    if (*status >= 0 && mc__take_replicas(&rest, &left, out, max) < 0)
+    if (*status == 0 && mc__take_replicas(&rest, &left, out, max) < 0)
         return -EBADMSG;
     *rlen = rl - left;
     *p = rest;

@@ -39,8 +39,13 @@
  * version is refused. */
 #define MC__PROTO_SESSION 8
 
-/* The most put ids one PUT_RENEW carries. */
+/* The most put ids one PUT_RENEW carries, and the bytes of replica sets its
+ * answer carries at most: past them an entry answers MC__RENEWED_BARE (its
+ * write renewed, its replica set left out), so that the answer stays far
+ * below MC__PROTO_MAX_BODY however large the sets are. */
 #define MC__RENEW_MAX 256
+#define MC__RENEW_BUDGET (1U << 20)
+#define MC__RENEWED_BARE 1
 
 /* The offset of an extent that is a hole: its length takes no space in the
  * segment and reads as zeros (session version 4; master/alloc.h's
@@ -127,7 +132,8 @@
     X(PUT_DROP_REPLICA, 26, "qu", "") /* put id, segment id (its node is unreachable) */            \
     X(PUT_EPOCH, 27, "qu", "q")       /* put id, segment id -> its epoch now (a write going on) */  \
     X(PUT_RENEW, 28, "*", "*")        /* put ids, each a q -> for each, i status (0: renewed) and,  \
-                                         when renewed, its replica set (as PUT_GROW's answer) */    \
+                                         when 0, its replica set (as PUT_GROW's answer); 1:         \
+                                         renewed, its set left out (MC__RENEWED_BARE) */            \
     X(GET_REPLICAS, 30, "k", "q*")    /* key -> lease ms, stat + replica set (lease granted) */     \
     X(STAT, 31, "k", "*")             /* key -> stat */                                             \
     X(LOOKUP, 32, "ku", "*")          /* key, delim -> stat (status = MC_LOOKUP_*) */               \
@@ -288,9 +294,9 @@ int mc__pack_extent(mc__wbuf_t *w, uint64_t off, uint64_t len);
 void mc__wire_extent(const mc__wire_replica_t *r, uint32_t i, uint64_t *off, uint64_t *len);
 
 /* Reads one put's entry of a PUT_RENEW answer from the front of *p / *n,
- * advancing them: its status and, when renewed (status >= 0), its replica
- * set, decoded into out (at most max replicas) and left as *rset[0..*rlen)
- * for mc__take_replicas(). Returns 0 or -EBADMSG. */
+ * advancing them: its status and, when 0 (renewed with its set), its
+ * replica set, decoded into out (at most max replicas) and left as
+ * *rset[0..*rlen) for mc__take_replicas(). Returns 0 or -EBADMSG. */
 int mc__take_renewal(const char **p, size_t *n, int64_t *status, const char **rset, size_t *rlen,
                      mc__wire_replica_t *out, int max);
 

@@ -251,7 +251,10 @@ async def test_unregister_during_a_mount_read_keeps_the_memory(mount_store):
         del target
         gc.collect()
         other = bytearray(n)  # the same size: most likely the same memory
-        assert await pending == n
+        # A read that began before the unregister reads it all; one that
+        # began after finds the memory unregistered.
+        r = await pending
+        assert r == n or r < 0, r
         assert other.count(0xab) == 0, "the read landed in memory freed under it"
 
 
