@@ -94,9 +94,7 @@ static void cur_opened(void *arg, int rc)
     in->cur_wait = NULL;
     while (w) {
         fs_waiter_t *next = w->next;
-        /* ENOENT: not read(2)'s; once the mount stops, fs_shutdown() freed
-         * the handles the waiters name. */
-        w->run(w, rc == -ENOENT ? -EIO : rc < 0 ? rc : o->fs->stopping ? -ECANCELED : 0);
+        w->run(w, rc == -ENOENT ? -EIO : rc < 0 ? rc : fs_woken(o->fs)); /* ENOENT: not read(2)'s */
         w = next;
     }
     if (!in->opens && in->ws)

@@ -11,6 +11,7 @@
 #ifndef FS_FS_I_H
 #define FS_FS_I_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -28,6 +29,14 @@ struct fs_waiter {
     int need_writer; /* 1: wants the writer open; 0: only wants it idle */
     void (*run)(fs_waiter_t *w, int err);
 };
+
+/* What a waiter woken without an error of its own runs with: 0, or, once
+ * the mount stops, -ECANCELED (fs_shutdown() freed the handles it may
+ * name). */
+static inline int fs_woken(const fs_t *fs)
+{
+    return fs->stopping ? -ECANCELED : 0;
+}
 
 /* An open file (fuse_file_info.fh); every one is on fs->fhs. */
 typedef struct fs_fh {

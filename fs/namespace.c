@@ -205,7 +205,7 @@ static void naming_done(fs_ctx_t *c, int rc)
         order = w;
         w = next;
     }
-    int err = c->fs->stopping ? -ECANCELED : 0; /* fs_shutdown() freed the handles */
+    int err = fs_woken(c->fs);
     while (order) {
         fs_waiter_t *next = order->next;
         order->run(order, err);

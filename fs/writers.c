@@ -115,20 +115,13 @@ int fs_ws_busy(const fs_wstate_t *ws)
     return ws->state == WS_OPENING || ws->state == WS_COMMITTING || ws->state == WS_FAILING;
 }
 
-/* What a waiter woken without an error of its own runs with: once the
- * mount stops, -ECANCELED (fs_shutdown() freed the handles it may name). */
-static int ws_go(const fs_wstate_t *ws)
-{
-    return ws->fs->stopping ? -ECANCELED : 0;
-}
-
 /* Runs w once the state is not opening, committing or failing. */
 void fs_ws_when_idle(fs_wstate_t *ws, fs_waiter_t *w)
 {
     if (fs_ws_busy(ws))
         ws_enqueue(ws, w);
     else
-        w->run(w, ws_go(ws));
+        w->run(w, fs_woken(ws->fs));
 }
 
 /* Whether the file has a name to publish to: its own, or, its own gone, a
@@ -168,7 +161,7 @@ static void ws_drain(fs_wstate_t *ws, int err)
     fs_waiter_t *w = ws->wait_head;
     ws->wait_head = ws->wait_tail = NULL;
     if (!err)
-        err = ws_go(ws);
+        err = fs_woken(ws->fs);
     while (w) {
         fs_waiter_t *next = w->next;
         if (err)
@@ -246,7 +239,7 @@ void fs_ws_need(fs_wstate_t *ws, fs_waiter_t *w)
 {
     switch (ws->state) {
     case WS_READY:
-        w->run(w, ws_go(ws));
+        w->run(w, fs_woken(ws->fs));
         return;
     case WS_OPENING:
     case WS_COMMITTING:
@@ -422,7 +415,7 @@ static void ws_kept_opened(void *arg, int rc)
         ws->kept = NULL; /* then a writer opened later starts empty */
     fs_waiter_t *w = ws->kept_wait;
     ws->kept_wait = NULL;
-    w->run(w, rc < 0 ? rc : ws_go(ws));
+    w->run(w, rc < 0 ? rc : fs_woken(ws->fs));
     ws->handles--;
     fs_ws_settle(ws);
 }

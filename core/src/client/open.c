@@ -411,18 +411,19 @@ void mc_store_close(mc_store_t *s)
         close_on_loop(s);
         return;
     }
-    if (s->own_loop && s->thread_started) {
-        if (mc_loop_post(s->loop, stop_on_loop, s) < 0)
-            mc_loop_stop(s->loop);
-        pthread_join(s->thread, NULL);
-    } else if (s->loop && !mc_loop_is_current(s->loop)) {
-        close_on_loop(s);
-        mc_loop_run(s->loop); /* until the drain timer (or at once) */
-    } else if (s->loop) {
+    if (how == MC__CLOSE_LATER) {
         /* On its caller's loop's thread (a callback): operations in flight
          * are called back later, so the close goes on after this returns. */
         close_later(s);
         return;
+    }
+    if (s->own_loop && s->thread_started) {
+        if (mc_loop_post(s->loop, stop_on_loop, s) < 0)
+            mc_loop_stop(s->loop);
+        pthread_join(s->thread, NULL);
+    } else if (s->loop) {
+        close_on_loop(s);
+        mc_loop_run(s->loop); /* until the drain timer (or at once) */
     }
     store_free(s);
 }

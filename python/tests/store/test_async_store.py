@@ -16,6 +16,7 @@ import array
 import pytest
 
 from conftest import SEGMENT, addr, numpy_or_skip
+from harness import wait_for
 from mooncake.async_store import MooncakeDistributedStoreAsync
 from mooncake.store import (
     BUFFER_OVERFLOW,
@@ -233,6 +234,15 @@ async def test_unregister_during_an_operation_keeps_the_memory(direct_store):
     assert await pending == len(data) and target == data
 
 
+async def until(cond, what, timeout=10):
+    """Yields to the event loop until cond() holds; fails saying what it
+    waited for after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0)
+
+
 @pytest.mark.asyncio
 async def test_unregister_during_a_mount_read_keeps_the_memory(mount_store):
     """The mount backend reads into registered memory on a thread of its
@@ -246,7 +256,9 @@ async def test_unregister_during_a_mount_read_keeps_the_memory(mount_store):
         target = bytearray(n)
         assert s.register_buffer(target) == 0
         pending = asyncio.ensure_future(s.async_get_into("big", addr(target), n))
-        await asyncio.sleep(0.005)  # the read is under way
+        await asyncio.sleep(0)  # a yield: the call queues its read
+        await until(lambda: s._b._offload._jobs.empty() or pending.done(),
+                    "an offload thread to take the read")  # the read is under way
         assert s.unregister_buffer(addr(target)) == 0
         del target
         gc.collect()
@@ -270,8 +282,7 @@ def test_a_loop_closed_with_a_call_in_flight_lets_go_of_its_buffer(cluster_store
 
     async def first():
         asyncio.ensure_future(s.async_get_into("k", buf))
-        while s._b.inflight() == 0:
-            await asyncio.sleep(0.01)
+        await until(lambda: s._b.inflight() > 0, "the get to go out")
 
     async def second():
         return await s.async_get_size("nokey")
@@ -282,10 +293,7 @@ def test_a_loop_closed_with_a_call_in_flight_lets_go_of_its_buffer(cluster_store
         asyncio.run(second())  # a new loop: the closed one's state is dropped
     finally:
         s.cluster.master.resume()
-    deadline = time.monotonic() + 10
-    while s._b.inflight():
-        assert time.monotonic() < deadline, "the get never ended"
-        time.sleep(0.01)
+    wait_for(lambda: not s._b.inflight(), "the get to end", timeout=10, step=0.01)
     assert s.close() == 0
     buf.extend(b"x")  # BufferError while an export of it is held
 
