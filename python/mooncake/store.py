@@ -438,16 +438,27 @@ class MooncakeDistributedStore(TensorMethods, ParallelMethods, ReplicaMethods, S
 
     def close(self):
         """Waits for operations in flight and closes the store; 0, also when
-        already closed."""
+        already closed. A close while another thread closes the store
+        returns when that one has finished."""
         self._close_extra_segments()
+        me = threading.get_ident()
         with self._lock:
             b, self._b = self._b, None
-        if b is not None:
+            if b is not None:
+                self._closing = (threading.Event(), me)
+            closing = self.__dict__.get("_closing")
+        if b is None:
+            if closing is not None and closing[1] != me:  # not from within the close itself
+                closing[0].wait()
+            return 0
+        try:
             b.close()
-        self._free_pool()  # the operations that used it are done
-        with self._lock:
-            self.__dict__.pop("_put_sessions", None)  # open sessions end with the store
-            self.__dict__.pop("_get_sessions", None)
+            self._free_pool()  # the operations that used it are done
+            with self._lock:
+                self.__dict__.pop("_put_sessions", None)  # open sessions end with the store
+                self.__dict__.pop("_get_sessions", None)
+        finally:
+            closing[0].set()
         return 0
 
     def health_check(self):

@@ -162,3 +162,34 @@ def test_a_forked_child_uses_its_inherited_mount_store(make_daemon):
     out, _ = p.communicate("\n\n", timeout=60)
     assert p.returncode == 0, out
     assert "child closed 1" in out and "child status 0" in out and "parent b'v'" in out, out
+
+
+def test_a_second_close_waits_for_the_first(cluster_store):
+    """Two threads close one store while a call is in flight: the second
+    close() returns only after the first has finished (it returned at
+    once, so its caller could free a buffer the call still wrote into)."""
+    import threading
+
+    s = cluster_store
+    order = []
+    s.cluster.master.pause()  # the call stays in flight until resumed
+    try:
+        call = threading.Thread(target=lambda: s.get_size("nokey"))
+        call.start()
+        harness.wait_for(lambda: s._b.inflight() > 0, "the call to go out")
+        first = threading.Thread(target=lambda: (s.close(), order.append("first")))
+        first.start()
+        harness.wait_for(lambda: s._b is None, "the first close to begin")
+
+        def second():
+            s.close()
+            order.append("second" if not first.is_alive() else "second, first still closing")
+
+        later = threading.Thread(target=second)
+        later.start()
+        later.join(1.0)  # a second close that returns at once does so now
+    finally:
+        s.cluster.master.resume()
+    for t in (call, first, later):
+        t.join(30)
+    assert order == ["first", "second"]
