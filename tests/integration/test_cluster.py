@@ -42,6 +42,38 @@ def test_two_mounts_on_different_nodes_see_each_other(cluster, make_mount):
     assert r.stdout == b"hello"
 
 
+def test_a_close_publishes_under_the_name_its_mount_knew(cluster, make_mount):
+    """A file being written on one mount is published at close under the
+    name it has on that mount, whatever another mount did to that name
+    meanwhile (SEMANTICS, Several mounts): removed there, it comes back;
+    replaced there by a rename, the close replaces it again (the last
+    close wins, as between two writers)."""
+    m = cluster.master()
+    cluster.node(m)
+    a = make_mount("--master", m.addr, "--segment-size", "64M")
+    b = make_mount("--master", m.addr, "--segment-size", "64M")
+    fd = os.open(b.p("gone"), os.O_CREAT | os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b"written on b, ")
+    os.unlink(a.p("gone"))
+    os.write(fd, b"removed on a")
+    os.close(fd)
+    for mnt in (a, b):
+        with open(mnt.p("gone"), "rb") as f:
+            assert f.read() == b"written on b, removed on a"
+    fd = os.open(b.p("over"), os.O_CREAT | os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b"written on b")
+    with open(a.p("other"), "wb") as f:
+        f.write(b"renamed over it on a")
+    os.rename(a.p("other"), a.p("over"))
+    with open(a.p("over"), "rb") as f:
+        assert f.read() == b"renamed over it on a"
+    os.close(fd)
+    for mnt in (a, b):
+        with open(mnt.p("over"), "rb") as f:
+            assert f.read() == b"written on b"
+    assert not os.path.exists(a.p("other"))
+
+
 def test_replica_survives_kill_9_of_a_node(cluster, make_mount):
     m = cluster.master("--node-ttl-ms", "2000")
     nodes = [cluster.node(m) for _ in range(3)]
