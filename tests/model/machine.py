@@ -714,10 +714,14 @@ class StoreMachine(RuleBasedStateMachine):
         """Lets seconds pass (idle is what the rule tests: past the put
         TTL) with the writers of keys idle, polling the master's counters
         all along: it must keep their writes, its puts in progress, unless
-        a fault is in effect."""
+        a fault is in effect or the store is full (a write that returned
+        may fail behind it, in the page cache's write-back or the mount's
+        write-behind, and its put end with ENOSPC, which the writer's next
+        write or close then returns: allow_write_error() checks that)."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if self.w.master_counters().get("puts", 0) < len(keys) and not self.degraded():
+            if (self.w.master_counters().get("puts", 0) < len(keys) and not self.degraded() and
+                    not self.full):
                 raise ModelError(f"idle writers {keys}: the master dropped a write")
             time.sleep(0.1)
 
