@@ -279,3 +279,40 @@ def test_three_etcd_members_one_lost(cluster):
     r = cli(etcd.url, "--timeout-ms", "15000", "put", "k3", input=b"three")
     assert r.returncode == 0, r.stderr
     assert cli(etcd.url, "get", "k3").stdout == b"three"
+
+
+def test_a_new_node_first_at_a_new_leader_takes_no_segment_id_of_the_log(cluster):
+    """Nodes A (segment 1) and B (segment 2) are stopped when the leader
+    dies; a new node C mounts first at the new leader, then A comes back
+    (its id taken: it gets another). The op log's records of B's segment
+    must not be merged into A's segment: B's files would read A's bytes."""
+    from harness import cli_stats
+    etcd = cluster.etcd()
+    leader, standby = masters(cluster, etcd)
+    a = cluster.node(etcd.url, "16M", "--log-level", "info", expect_log=EXPECT)
+    b = cluster.node(etcd.url, "16M", "--log-level", "info", expect_log=EXPECT)
+    MiB = 1 << 20
+    data = {"a": b"A" * MiB, "x": b"X" * MiB, "b": b"B" * MiB}
+    for k, node in (("a", a), ("x", b), ("b", b)):
+        r = cli(etcd.url, "--preferred", node.addr, "put", k, input=data[k])
+        assert r.returncode == 0, r.stderr
+    wait_for(lambda: cli_stats(leader.addr)["counters"]["notices_waiting"] == 0,
+             "the nodes to fetch their records", step=0.2)
+    a.pause()
+    b.pause()
+    try:
+        leader.kill9()
+        wait_for(lambda: leads(standby) == 1, "the standby to lead")
+        cluster.node(etcd.url, "16M", "--log-level", "info", expect_log=EXPECT)
+        a.resume()
+        wait_for(lambda: cli_stats(standby.addr)["segments"] == 2, "A to mount again")
+        wait_for(lambda: cli(etcd.url, "get", "a").returncode == 0, "A's report")
+        r = cli(etcd.url, "--timeout-ms", "2000", "get", "b")
+        assert r.returncode != 0 or r.stdout == data["b"], \
+            "b read %r... (not its bytes) while its node is away" % r.stdout[:8]
+    finally:
+        a.resume()
+        b.resume()
+    wait_for(lambda: cli_stats(standby.addr)["segments"] == 3, "B to mount again")
+    for k, v in data.items():
+        assert cli(etcd.url, "get", k).stdout == v, k

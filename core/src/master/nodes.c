@@ -53,15 +53,27 @@ static int seg_add(mc__svc_t *svc, uint32_t id, uint64_t node, uint64_t size, co
     return 0;
 }
 
+/* 1 if the op log knows records of segment id that wait for its node
+ * (pend_add()). */
+static int seg_pending(const mc__svc_t *svc, uint32_t id)
+{
+    for (int i = 0; i < svc->npend; i++)
+        if (svc->pend[i] == id)
+            return 1;
+    return 0;
+}
+
 /* A segment id for a node that asked for any: the next one not in use,
- * never 0 (an embedded store's own) nor UINT32_MAX, wrapping around.
- * Returns 0 when every id is taken. */
+ * never 0 (an embedded store's own) nor UINT32_MAX, wrapping around, nor
+ * one whose records in the op log wait for its node (merged into another
+ * node's segment they would name its bytes). Returns 0 when every id is
+ * taken. */
 static uint32_t seg_new_id(mc__svc_t *svc)
 {
-    for (uint32_t tries = 0; tries < (uint32_t)svc->nseg + 1; tries++) {
+    for (uint32_t tries = 0; tries < (uint32_t)(svc->nseg + svc->npend) + 1; tries++) {
         uint32_t id = svc->next_seg;
         svc->next_seg = id >= UINT32_MAX - 1 ? 1 : id + 1;
-        if (id && !mc__svc_seg_info(svc, id))
+        if (id && !mc__svc_seg_info(svc, id) && !seg_pending(svc, id))
             return id;
     }
     return 0;
