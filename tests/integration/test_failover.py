@@ -316,3 +316,40 @@ def test_a_new_node_first_at_a_new_leader_takes_no_segment_id_of_the_log(cluster
     wait_for(lambda: cli_stats(standby.addr)["segments"] == 3, "B to mount again")
     for k, v in data.items():
         assert cli(etcd.url, "get", k).stdout == v, k
+
+
+def test_a_put_at_a_new_leader_wins_over_an_older_version_reported_later(cluster):
+    """A leader started after the standby that takes over from it handed
+    out version ids past that standby's clock. A put acknowledged by the
+    new leader before the node holding the key's version of before mounts
+    again must stay the key's version once that node reports."""
+    from harness import cli_stats
+    etcd = cluster.etcd()
+    first, older, younger = masters(cluster, etcd, n=3)  # older started before younger
+    a = cluster.node(etcd.url, "16M", expect_log=EXPECT)
+    cluster.node(etcd.url, "16M", expect_log=EXPECT)
+    older.pause()  # so that the younger one takes over
+    try:
+        first.kill9()
+        wait_for(lambda: leads(younger) == 1, "the younger standby to lead")
+    finally:
+        older.resume()
+    wait_for(lambda: cli_stats(younger.addr)["segments"] == 2, "the nodes to mount again")
+    time.sleep(4)  # past the hold of A's segment mounted again: "k" goes there
+    wait_for(lambda: cli(etcd.url, "--preferred", a.addr, "put", "k",
+                         input=b"old").returncode == 0, "a put at the younger leader", step=0.5)
+    wait_for(lambda: cli_stats(younger.addr)["counters"]["notices_waiting"] == 0,
+             "the nodes to fetch their records", step=0.2)
+    a.pause()
+    try:
+        younger.kill9()
+        wait_for(lambda: leads(older) == 1, "the older standby to lead")
+        wait_for(lambda: cli(etcd.url, "put", "k", input=b"new").returncode == 0,
+                 "a put at the older leader", step=0.5)
+        assert cli(etcd.url, "get", "k").stdout == b"new"
+    finally:
+        a.resume()
+    wait_for(lambda: cli_stats(older.addr)["segments"] == 2, "A to mount again")
+    wait_for(lambda: cli_stats(older.addr)["counters"]["records_merged"] +
+             cli_stats(older.addr)["counters"]["records_refused"] >= 2, "A's report")
+    assert cli(etcd.url, "get", "k").stdout == b"new", "the version of before came back"

@@ -834,6 +834,65 @@ static void test_failover_never_merges_a_nodes_log_into_another_segment(void **s
     mc__oplog_free(view);
 }
 
+/* A put made at the new leader before an old version's node mounts there
+ * is newer than that version, whatever id the new leader's clock gave it
+ * to start with: the log knows every version id of before. (Here the old
+ * leader's ids are past the new one's first, as for a standby started
+ * before the leader, or on a host whose clock is behind.) */
+static void test_failover_put_before_the_old_version_reports_wins(void **state)
+{
+    fixture_t *f = *state;
+    mc__oplog_t *view;
+    assert_int_equal(mc__oplog_new(&view), 0);
+    mc__svc_journal(f->svc, to_view, view, NULL);
+    uint32_t seg = mount(f, 11, 16 * MiB, T0);
+    const char *others[] = {"o1", "o2", "o3", "o4"};
+    for (int i = 0; i < 4; i++)
+        put(f, 1, others[i], 100, 1, T0);
+    put(f, 1, "k", 1000, 1, T0);
+    mc__svc_flush(f->svc);
+    int kind[8], n, rc;
+    uint64_t id[8];
+    assert_int_equal(beat(f, 11, T0 + 1), 0);
+    take_notes(f, 11, seg, 0, T0 + 1, kind, id, 8, &n, NULL);
+    uint64_t old = stat_version(f, "k", T0 + 1, &rc);
+    mc__version_t *kv = mc__master_find(f->m, "k", 1);
+    mc__rec_t r;
+    const mc__extent_t *ext = mc__master_record(f->m, kv, seg, &r);
+    mc__wbuf_t rec = {0};
+    mc__pack_rec_head(&rec, &r);
+    for (uint32_t i = 0; i < r.next; i++)
+        mc__pack_extent(&rec, ext[i].off, ext[i].len);
+
+    /* The new leader: another node mounts, a client writes "k" again
+     * (acknowledged), then node 11 comes back with its record of before. */
+    fixture_t *g = NULL;
+    setup((void **)&g);
+    mc__svc_journal(g->svc, NULL, NULL, view);
+    mount(g, 12, 16 * MiB, T0 + 10);
+    put(g, 1, "k", 2000, 1, T0 + 10);
+    uint64_t fresh = stat_version(g, "k", T0 + 10, &rc);
+    assert_int_equal(rc, 0);
+    uint32_t seg2 = remount(g, 11, seg, T0 + 11);
+    mc__wbuf_t body = {0};
+    mc__pack(&body, "s", rec.p, (uint32_t)rec.len);
+    assert_int_equal(call(g, 0, T0 + 12, MC__OP_RECORDS_REPORT, "quu*", (uint64_t)11, seg2, 1u,
+                          body.p, (uint32_t)body.len),
+                     0);
+    free(body.p);
+    free(rec.p);
+    assert_int_equal(call(g, 1, T0 + 13, MC__OP_STAT, "k", "k", 1u), 0);
+    mc_stat_t st;
+    const char *sp = g->resp.p;
+    size_t sl = g->resp.len;
+    assert_int_equal(mc__take_stat(&sp, &sl, &st), 0);
+    assert_int_not_equal(st.version, old);
+    assert_int_equal(st.version, fresh);
+    assert_int_equal(st.size, 2000); /* the put acknowledged last, not the one of before */
+    teardown((void **)&g);
+    mc__oplog_free(view);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -863,6 +922,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_failover_keeps_logged_put_when_a_new_node_mounts_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failover_never_merges_a_nodes_log_into_another_segment,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failover_put_before_the_old_version_reports_wins,
                                         setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -681,6 +681,11 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *rec, const 
  * says so): records of it are refused from now on. Returns 0 or -ENOMEM. */
 int mc__master_forget(mc__master_t *m, uint64_t id);
 
+/* A version id and a stamp of a record that will be merged later (the op
+ * log knows it): ids and stamps handed out from now on are newer, so that
+ * what changes meanwhile wins over it. */
+void mc__master_seen(mc__master_t *m, uint64_t id, uint64_t stamp);
+
 /* v's owner and group (MC_OWNER_NONE: none recorded). */
 void mc__version_owner(const mc__master_t *m, const mc__version_t *v, uint32_t *uid, uint32_t *gid);
 

@@ -473,6 +473,23 @@ int mc__svc_rebuilding(const mc__svc_t *svc)
     return svc->npend > 0;
 }
 
+static void seen_rec(void *arg, const char *rec, size_t len)
+{
+    mc__rec_t r;
+    if (mc__take_rec(rec, len, &r) == 0)
+        mc__master_seen(arg, r.version, r.stamp);
+}
+
+/* Segment seg has records in the view: they wait for its node, and what
+ * this master publishes meanwhile is newer than they are (its clock may
+ * have started its ids below theirs). */
+static void view_seg(void *arg, uint32_t seg)
+{
+    mc__svc_t *svc = arg;
+    mc__oplog_each(svc->view, seg, seen_rec, svc->m);
+    pend_add(svc, seg);
+}
+
 void mc__svc_journal(mc__svc_t *svc, mc__svc_journal_fn fn, void *arg, const mc__oplog_t *view)
 {
     svc->journal = fn;
@@ -481,7 +498,7 @@ void mc__svc_journal(mc__svc_t *svc, mc__svc_journal_fn fn, void *arg, const mc_
     mc__master_notices(svc->m, on_notice, svc);
     if (view) {
         mc__oplog_each_gone(view, forget, svc->m);
-        mc__oplog_each_seg(view, pend_add, svc);
+        mc__oplog_each_seg(view, view_seg, svc);
     }
 }
 

@@ -383,3 +383,11 @@ int mc__master_forget(mc__master_t *m, uint64_t id)
     mc__ids_add(&m->rebuilt, &e->h);
     return 0;
 }
+
+void mc__master_seen(mc__master_t *m, uint64_t id, uint64_t stamp)
+{
+    if (id >= m->next_id)
+        m->next_id = id + 1;
+    if (stamp > m->stamp)
+        m->stamp = stamp;
+}
