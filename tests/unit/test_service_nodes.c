@@ -893,6 +893,50 @@ static void test_failover_put_before_the_old_version_reports_wins(void **state)
     mc__oplog_free(view);
 }
 
+/* A node whose report is overdue (the master ended its segment's hold
+ * without it) still gets the op log's records of its segment merged: a
+ * rename acknowledged by the old leader that the node had not fetched
+ * stays done. */
+static void test_failover_merges_the_log_of_a_segment_whose_report_is_overdue(void **state)
+{
+    fixture_t *f = *state;
+    mc__oplog_t *view;
+    assert_int_equal(mc__oplog_new(&view), 0);
+    mc__svc_journal(f->svc, to_view, view, NULL);
+    uint32_t seg = mount(f, 11, 16 * MiB, T0);
+    put(f, 1, "k", 1000, 1, T0);
+    mc__svc_flush(f->svc);
+    int kind[8], n;
+    uint64_t id[8];
+    mc__wbuf_t rec = {0};
+    assert_int_equal(beat(f, 11, T0 + 1), 0);
+    take_notes(f, 11, seg, 0, T0 + 1, kind, id, 8, &n, &rec); /* its record: "k" */
+    /* Renamed (acknowledged: in the log); the node does not fetch it. */
+    assert_int_equal(call(f, 1, T0 + 2, MC__OP_RENAME, "kku", "k", 1u, "k2", 2u, 0u), 0);
+    mc__svc_flush(f->svc);
+
+    fixture_t *g = NULL;
+    setup((void **)&g);
+    mc__svc_journal(g->svc, NULL, NULL, view);
+    assert_int_equal(remount(g, 11, seg, T0 + 10), seg);
+    for (uint64_t t = T0 + 1010; t <= T0 + 61010; t += 1000) { /* alive, its report overdue */
+        assert_int_equal(call(g, 0, t, MC__OP_HEARTBEAT, "ququ", (uint64_t)11, seg, (uint64_t)0, 0u),
+                         0);
+        mc__svc_tick(g->svc, t);
+    }
+    mc__wbuf_t body = {0};
+    mc__pack(&body, "s", rec.p, (uint32_t)rec.len);
+    assert_int_equal(call(g, 0, T0 + 61011, MC__OP_RECORDS_REPORT, "quu*", (uint64_t)11, seg, 1u,
+                          body.p, (uint32_t)body.len),
+                     0);
+    free(body.p);
+    free(rec.p);
+    assert_int_equal(call(g, 1, T0 + 61012, MC__OP_STAT, "k", "k2", 2u), 0);
+    assert_int_equal(call(g, 1, T0 + 61012, MC__OP_STAT, "k", "k", 1u), -ENOENT);
+    teardown((void **)&g);
+    mc__oplog_free(view);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -925,6 +969,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_failover_put_before_the_old_version_reports_wins,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_failover_merges_the_log_of_a_segment_whose_report_is_overdue, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -639,6 +639,9 @@ void mc__svc_reports_tick(mc__svc_t *svc, uint64_t now)
     for (int i = 0; i < svc->nseg; i++) {
         seginfo_t *si = &svc->segs[i];
         if (si->hold_to && now >= si->report_by) {
+            /* Without the rest of the report: the log's records of it
+             * still join (before new data may take their space). */
+            merge_view(svc, si->id, now);
             mc__master_hold_segment(svc->m, si->id, si->hold_to > now ? si->hold_to : now);
             si->hold_to = 0;
         }
