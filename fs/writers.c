@@ -388,8 +388,10 @@ void fs_ws_op_start(fs_wstate_t *ws)
 
 /* A writer operation ended with rc. A failure fails the version in
  * progress (see the top of this file). The last operation in flight sends
- * the commit waiting for it, or aborts the failed version. The caller must
- * hold the state (a handle) if it uses ws afterwards. */
+ * the commit waiting for it, or aborts the failed version, or, when the
+ * last handle went meanwhile (a read of the version in progress through a
+ * read-only descriptor holds none), publishes as that release would have.
+ * The caller must hold the state (a handle) if it uses ws afterwards. */
 void fs_ws_op_done(fs_wstate_t *ws, int rc)
 {
     ws->ops--;
@@ -405,6 +407,8 @@ void fs_ws_op_done(fs_wstate_t *ws, int rc)
     } else if (ws->state == WS_FAILING) {
         mc_writer_abort(ws->w);
         ws_finish(ws, ws->err, 0);
+    } else {
+        fs_ws_settle(ws);
     }
 }
 
