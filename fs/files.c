@@ -672,10 +672,35 @@ void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fs_ws_when_idle(fh->in->ws, &c->wait);
 }
 
+/* What the probe of fsync_run() found: a version the store lost (its put
+ * revoked: a stop past the put TTL, found by an idle renewal or by this
+ * probe's) fails as a failed write does, and fsync reports it. */
+static void fsync_probed(void *arg, int rc)
+{
+    fs_ctx_t *c = arg;
+    fs_ws_op_done(c->in->ws, rc < 0 ? rc : 0); /* the handle holds the state */
+    if (c->fs->stopping) /* before c->fh: fs_shutdown() may have freed it */
+        return fs_ctx_fail(c, -ECANCELED);
+    fs_ctx_fail(c, rc < 0 ? rc : fs_fh_err(c->fh));
+}
+
 static void fsync_run(fs_waiter_t *w, int err)
 {
     fs_ctx_t *c = (fs_ctx_t *)w;
-    fs_ctx_fail(c, err < 0 ? err : fs_fh_err(c->fh));
+    fs_wstate_t *ws = c->in->ws;
+    if (!err)
+        err = fs_fh_err(c->fh);
+    if (err < 0 || c->fs->stopping || !ws || ws->state != WS_READY)
+        return fs_ctx_fail(c, err < 0 ? err : 0);
+    /* The writer may have lost its version with no operation of ours in
+     * flight (an idle renewal that found the put gone): an empty read
+     * answers the writer's error, or renews a lease half gone. */
+    fs_ws_op_start(ws);
+    int rc = mc_writer_read_async(ws->w, mc_writer_size(ws->w), NULL, 0, fsync_probed, c);
+    if (rc < 0) {
+        fs_ws_op_done(ws, 0);
+        fs_ctx_fail(c, rc);
+    }
 }
 
 void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)

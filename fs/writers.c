@@ -407,7 +407,7 @@ void fs_ws_op_done(fs_wstate_t *ws, int rc)
     } else if (ws->state == WS_FAILING) {
         mc_writer_abort(ws->w);
         ws_finish(ws, ws->err, 0);
-    } else {
+    } else if (!ws->fs->stopping) { /* fs_ws_shutdown() frees it then */
         fs_ws_settle(ws);
     }
 }

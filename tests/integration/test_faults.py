@@ -147,6 +147,34 @@ def test_a_stopped_writer_past_put_ttl_cannot_corrupt_another_object(cluster, ma
     assert open(mnt.p("f"), "rb").read() == b"published"
 
 
+def test_fsync_of_a_writer_revoked_past_the_put_ttl_reports_the_loss(cluster, make_mount):
+    """A writer whose mount stopped past the put TTL lost its version (the
+    master revoked it; the idle renewal after the stop learns so): an
+    fsync then must fail (ESTALE), as the close does, not answer 0 for
+    bytes that will never be published (SEMANTICS: fsync returns "the error
+    that failed the version")."""
+    m = cluster.master("--put-ttl-ms", "2000")
+    cluster.node(m)
+    mnt = make_mount("--master", m.addr, "--segment-size", "0",
+                     expect_log=r"revoked|publishing")
+    fd = os.open(mnt.p("f"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"a" * 1000)
+        os.fsync(fd)  # landed (write-behind): no write of ours is in flight at the stop
+        stopped_till_revoked(m, mnt)
+        time.sleep(3)  # the idle renewal went out and found the put gone
+        with pytest.raises(OSError) as e:
+            os.fsync(fd)
+        assert e.value.errno in (errno.ESTALE, errno.EIO), e.value
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    r = cli(m.addr, "get", "f")
+    assert r.returncode == 0 and r.stdout == b"", r.stdout[:64]
+
+
 def test_open_replaced_version_freed_once_after_segment_dropped(cluster, make_mount):
     """A replaced version kept open while its node's segment is dropped and
     mounted again must not free its extents into the new segment (the master
