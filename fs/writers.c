@@ -137,13 +137,15 @@ static int ws_named(const fs_wstate_t *ws)
  * file system: a reader's misses of the page cache read it (with
  * --cache-mode direct a reader reads its own version, and only the
  * writable handles, which hold the state, read it). The last close drops
- * it (fh_free() in files.c). */
+ * it (fh_free() in files.c). Once the mount stops (fs_shutdown() frees
+ * the handles still open), nothing is published: a file still open for
+ * writing was not closed, and its version in progress is dropped. */
 void fs_ws_settle(fs_wstate_t *ws)
 {
     if (ws->handles || ws->ops || ws->wait_head || fs_ws_busy(ws))
         return;
     if (ws->state == WS_READY) {
-        if (ws->dirty && ws_named(ws)) {
+        if (ws->dirty && ws_named(ws) && !ws->fs->stopping) {
             fs_ws_commit(ws); /* settles again when done */
             return;
         }

@@ -458,3 +458,28 @@ def test_a_mount_stopped_with_a_read_queued_behind_a_commit_exits_cleanly(cluste
 
     _stopped_with_calls_queued(cluster, "master", [
         (lambda fd, fd2: os.close(fd), "FLUSH"), (read, "READ")])
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_file_open_for_writing_when_the_mount_stops_is_not_published(cluster, existing):
+    """SIGTERM to the daemon while a file is open for writing (its writes
+    landed, fsync answered): the version in progress is dropped, never
+    published (SEMANTICS, "the mount is stopped"); other clients keep the
+    version of before: the file's old content, or a new file's empty one.
+    The stop freed the handle and published the half-written version."""
+    master = cluster.master()
+    cluster.node(master, "256M")
+    mnt = cluster.mount("--master", master.addr, "--segment-size", "0")
+    if existing:
+        with open(mnt.p("f"), "wb") as f:
+            f.write(b"the whole old file")
+    fd = os.open(mnt.p("f"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, b"the first half")
+    os.fsync(fd)
+    mnt.request_stop(signal.SIGTERM)
+    assert mnt.wait_exit() == 0, mnt.read_log()[-3000:]
+    r = cli(master.addr, "get", "f")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (b"the whole old file" if existing else b""), "published half-written"
+    with pytest.raises(OSError):
+        os.close(fd)
