@@ -11,13 +11,14 @@ listen beyond loopback."""
 
 import json
 import os
+import subprocess
 import threading
 import time
 
 import pytest
 
 import netns
-from harness import Cluster, cli
+from harness import CLI, Cluster, cli
 
 MiB = 1 << 20
 
@@ -299,3 +300,37 @@ def test_a_slow_link_moves_an_object_many_timeouts_long(mh):
     data = os.urandom(96 * MiB)
     cli_ok(m, mh.client, "--timeout-ms", "2000", "put", "big", input=data, timeout=60)
     assert cli_ok(m, mh.client, "--timeout-ms", "2000", "get", "big", timeout=60) == data
+
+
+def test_a_get_slower_than_its_read_lease_never_returns_another_objects_bytes(mh):
+    """A get holds a read lease (GET_REPLICAS), not a handle, and the lease
+    is all that keeps the version's space from being reused. Over a slow
+    link a get lasts longer than the lease (a timeout bounds each wait, not
+    a whole transfer: the test above), so the key can be removed once the
+    lease ran out, and its space given to another object, while the get
+    still reads it. The get must then return the whole version it asked
+    for (or fail), never the other object's bytes."""
+    try:
+        mh.client.limit(100)  # 64 MiB: about 5.4 s
+    except netns.NetnsUnavailable as e:
+        pytest.skip(f"cannot slow a link here: {e}")
+    m = mh.master("--lease-ms", "500")
+    near = mh.node_hosts[0]
+    mh.node(m, near, "80M")  # room for one 64 MiB object: b takes a's space
+    a = b"\xaa" * (64 * MiB)
+    cli_ok(m, near, "put", "a", input=a, timeout=60)
+    reader = subprocess.Popen(
+        mh.client.wrap([CLI, "--master", m.addr, "--auth-secret-file", m.key,
+                                      "--timeout-ms", "4000", "get", "a"]),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(1.2)  # the lease (0.5 s) is over; the get has a third of the bytes
+    cli_ok(m, near, "rm", "a")  # no -f: allowed, nothing holds a
+    cli_ok(m, near, "put", "b", input=b"\xbb" * (64 * MiB), timeout=60)
+    out, err = reader.communicate(timeout=60)
+    if reader.returncode != 0:  # failing is allowed (a is gone); foreign bytes are not
+        assert b"No such file" in err, err
+        return
+    foreign = len(out) - out.count(0xAA)
+    assert len(out) == len(a) and foreign == 0, (
+        f"get a returned {len(out)} bytes, {foreign} of them not a's "
+        f"(first at {next((i for i, c in enumerate(out) if c != 0xAA), None)})")

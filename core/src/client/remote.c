@@ -342,6 +342,16 @@ static void remote_put(op_t *o)
 /* ---- get, open, read ---- */
 
 static void get_replicas_done(void *arg, int status, const char *body, size_t len);
+static void get_opened(void *arg, int status, const char *body, size_t len);
+
+/* GET_REPLICAS for o's get, its lease counted from now on (the master
+ * grants it later: the lease lasts at least that long). */
+static int get_replicas(op_t *o)
+{
+    o->sent_ms = mc_loop_now_ms();
+    return mc__mcall(o->s, MC__OP_GET_REPLICAS, get_replicas_done, o, "k", o->key,
+                     (uint32_t)o->klen);
+}
 
 void mc__read_done(void *arg, int rc)
 {
@@ -354,8 +364,21 @@ void mc__read_done(void *arg, int rc)
             mc__rc_drop(o->s->rm, o->key, o->klen, e);
             mc__rc_put(e);
             o->stage = 2;
-            rc = mc__mcall(o->s, MC__OP_GET_REPLICAS, get_replicas_done, o, "k", o->key,
-                           (uint32_t)o->klen);
+            rc = get_replicas(o);
+            if (rc < 0)
+                mc__op_finish(o, rc);
+            return;
+        }
+        if (rc >= 0 && o->u64 && (!e->lease_end || mc_loop_now_ms() >= e->lease_end)) {
+            /* The read outlived its lease (a slow link, a large object):
+             * the version's space may have been freed and given to another
+             * object while it was read, so the bytes may not be its. Read
+             * again under a handle, which holds the version until it
+             * closes, however long the read takes. */
+            mc__rc_drop(o->s->rm, o->key, o->klen, e);
+            mc__rc_put(e);
+            o->stage = 3;
+            rc = mc__mcall(o->s, MC__OP_OPEN, get_opened, o, "k", o->key, (uint32_t)o->klen);
             if (rc < 0)
                 mc__op_finish(o, rc);
             return;
@@ -399,6 +422,7 @@ static void get_replicas_done(void *arg, int status, const char *body, size_t le
         return mc__op_finish(o, -ENOMEM);
     }
     e->refs = 1; /* this get's */
+    e->lease_end = lease_ms ? o->sent_ms + lease_ms : 0;
     e->st = st;
     e->rs = rs;
     e->klen = o->klen;
@@ -415,14 +439,41 @@ static void get_replicas_done(void *arg, int status, const char *body, size_t le
     read_range(o, rs, st.size);
 }
 
+/* The end of a get's read under a handle (stage 3): closes it. */
+static void get_pinned_done(void *arg, int rc)
+{
+    op_t *o = arg;
+    mc__obj_release(o->obj);
+    o->obj = NULL;
+    mc__op_finish(o, rc < 0 ? rc : (int)o->u64);
+}
+
+/* OPEN of a get whose read outlived its lease: reads the version opened. */
+static void get_opened(void *arg, int status, const char *body, size_t len)
+{
+    op_t *o = arg;
+    size_t n = len;
+    mc_obj_t *ob;
+    int rc = status < 0 ? status : mc__obj_take(o->s, &body, &n, &ob);
+    if (rc < 0)
+        return mc__op_finish(o, rc);
+    o->obj = ob;
+    if (o->st)
+        *o->st = ob->st;
+    uint64_t size = ob->st.size, cnt = 0;
+    if (o->off < size)
+        cnt = size - o->off < o->len ? size - o->off : o->len;
+    o->u64 = cnt;
+    mc__xfer(o->s, ob->rs, 0, o->off, o->buf, cnt, get_pinned_done, o);
+}
+
 /* mc_get(): through the cache when it has the key, else the master. */
 static int remote_get(op_t *o)
 {
     rcache_ent_t *e = o->s->no_rcache ? NULL : mc__rc_find(o->s->rm, o->key, o->klen);
     if (!e) {
         o->stage = 0;
-        return mc__mcall(o->s, MC__OP_GET_REPLICAS, get_replicas_done, o, "k", o->key,
-                         (uint32_t)o->klen);
+        return get_replicas(o);
     }
     mc__bump(&o->s->st.cache_hits, 1);
     e->refs++;

@@ -306,7 +306,9 @@ void mc__peers_unretire(struct mc__remote *rm);
 typedef struct rcache_ent {
     struct rcache_ent *hnext;
     uint32_t refs;
-    uint64_t expires; /* mc_loop_now_ms() */
+    uint64_t expires;   /* mc_loop_now_ms() */
+    uint64_t lease_end; /* mc_loop_now_ms(): the read lease lasts at least this long
+                           (its GET_REPLICAS went out, plus the lease; 0: none) */
     mc_stat_t st;
     mc__rset_t *rs;
     size_t klen;
