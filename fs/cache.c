@@ -83,7 +83,8 @@ static void cur_opened(void *arg, int rc)
     fs_inode_t *in = o->in;
     in->cur_opening = 0;
     in->opens--; /* cur_open()'s hold */
-    if (rc == 0 && (!in->opens || (in->cur && mc_obj_stat(in->cur)->version == in->version))) {
+    if (rc == 0 && (!in->opens || (in->cur && mc_obj_stat(in->cur)->version == in->version &&
+                                   !mc_obj_stale(in->cur)))) {
         mc_obj_close(o->obj); /* nobody reads, or an open set it meanwhile */
     } else if (rc == 0) {
         if (mc_obj_stat(o->obj)->version != in->version)
@@ -185,8 +186,9 @@ void fs_cache_open(fs_t *fs, fs_inode_t *in, fs_fh_t *fh, int created, struct fu
     /* The handle's version becomes the inode's cur when it is the one the
      * page cache holds; the handle keeps none of its own. */
     uint64_t v = mc_obj_stat(fh->obj)->version;
-    if (v == in->version && (!in->cur || mc_obj_stat(in->cur)->version != v))
-        cur_set(fs, in, fh->obj);
+    if (v == in->version &&
+        (!in->cur || mc_obj_stat(in->cur)->version != v || mc_obj_stale(in->cur)))
+        cur_set(fs, in, fh->obj); /* a stale cur (a lost master connection): this one holds */
     else
         mc_obj_close(fh->obj); /* cur has it, or the cache holds a writer's */
     fh->obj = NULL;

@@ -471,6 +471,8 @@ static void read_cached(fs_ctx_t *c)
     fs_inode_t *in = c->fh->in;
     fs_wstate_t *ws = in->ws;
     int rc;
+    if (in->cur && mc_obj_stale(in->cur) && !(ws && ws->state == WS_READY))
+        fs_cache_unpin(c->fs, in); /* its handle went with a lost master connection: open again */
     if (ws && ws->state == WS_READY) {
         rc = read_writer(c, ws);
     } else if (in->cur) {

@@ -33,6 +33,7 @@
 #include "workers.h"
 
 struct fs_view {
+    mc_obj_t *obj; /* the version (open while the view is published) */
     uint64_t size; /* of the version */
     uint32_t n;
     struct piece {
@@ -122,6 +123,7 @@ static fs_view_t *view_build(mc_obj_t *o)
     fs_view_t *v = malloc(sizeof(*v) + cap * sizeof(v->piece[0]));
     if (!v)
         return NULL;
+    v->obj = o;
     v->size = size;
     v->n = 0;
     while (off < size) {
@@ -274,7 +276,9 @@ static int try_read(worker_t *w, size_t n)
     fs_view_t *v = view_hold(w, &fh->view);
     if (!v && !fh->writable && !fh->direct && !w->all->fs->direct_io)
         v = view_hold(w, &fh->in->view);
-    int done = v && reply_from_view(w, ih, v, ri->offset, ri->size) == 0;
+    /* A version whose handle went with a lost connection to the master may
+     * have lost its space to another object: the loop answers (ESTALE). */
+    int done = v && !mc_obj_stale(v->obj) && reply_from_view(w, ih, v, ri->offset, ri->size) == 0;
     __atomic_store_n(&w->hazard, NULL, __ATOMIC_RELEASE);
     return done;
 }

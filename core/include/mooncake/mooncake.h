@@ -593,6 +593,14 @@ MC_EXPORT int mc_obj_peek_async(mc_obj_t *o, uint64_t off, size_t len, mc_data_c
  * On the store's loop thread only.
  */
 MC_EXPORT int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p);
+/*
+ * 1 when the version may no longer be pinned: the connection to the master
+ * that opened it was lost since (a master that restarted), and with it the
+ * handle, so the version's space may go to another object. Reads through
+ * it then fail with -ESTALE, mc_obj_view() too; a pointer mc_obj_view()
+ * gave must not be read any more. 0 otherwise. Any thread (one load).
+ */
+MC_EXPORT int mc_obj_stale(const mc_obj_t *o);
 /* One replica of an open version (mc_obj_replicas()). */
 typedef struct mc_replica {
     uint32_t segment; /* the segment's id at the master */

@@ -102,7 +102,17 @@ static void handshake_peer(mc__rpc_client_t *cl, mc__conn_t *c)
     session(p->rm->s, cl, c);
 }
 
-const mc__rpc_client_ops_t mc__master_ops = {.handshake = handshake_master};
+/* The connection to the master is lost, and the handles opened on it with
+ * it: reads through them are not to be trusted from now on (mc_obj_stale()). */
+static void master_lost(mc__rpc_client_t *cl, int err)
+{
+    (void)err;
+    struct mc__remote *rm = mc__rpc_client_data(cl);
+    __atomic_add_fetch(&rm->s->master_lost, 1, __ATOMIC_SEQ_CST);
+}
+
+const mc__rpc_client_ops_t mc__master_ops = {.handshake = handshake_master,
+                                             .on_disconnect = master_lost};
 static const mc__rpc_client_ops_t peer_ops = {.handshake = handshake_peer};
 
 /* ---- peers ---- */

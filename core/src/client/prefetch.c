@@ -227,6 +227,8 @@ static void blk_done(void *arg, int rc)
         ra_maybe_free(ra);
         return;
     }
+    if (rc >= 0 && ra->obj && mc_obj_stale(ra->obj))
+        rc = -ESTALE; /* fetched through a handle the master may have let go meanwhile */
     if (rc < 0)
         return ra_fail(ra, b, rc);
     ra_wake(ra);
@@ -314,6 +316,8 @@ void mc__ra_read(op_t *o)
 {
     mc_obj_t *ob = o->obj;
     uint64_t size = ob->st.size;
+    if (mc_obj_stale(ob))
+        return mc__op_finish(o, -ESTALE);
     o->u64 = o->off < size ? min64(size - o->off, o->len) : 0;
     if (!o->u64 || !ra_wanted(ob, o->u64))
         return plain(o, ob->rs);

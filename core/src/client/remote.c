@@ -384,6 +384,8 @@ void mc__read_done(void *arg, int rc)
             return;
         }
         mc__rc_put(e);
+    } else if (rc >= 0 && o->obj && mc_obj_stale(o->obj)) {
+        rc = -ESTALE; /* read through a handle the master may have let go meanwhile */
     }
     o->tmp = NULL;
     mc__op_finish(o, rc < 0 ? rc : (int)o->u64);
@@ -443,6 +445,8 @@ static void get_replicas_done(void *arg, int status, const char *body, size_t le
 static void get_pinned_done(void *arg, int rc)
 {
     op_t *o = arg;
+    if (rc >= 0 && mc_obj_stale(o->obj))
+        rc = -ESTALE; /* the handle went with a lost master connection meanwhile */
     mc__obj_release(o->obj);
     o->obj = NULL;
     mc__op_finish(o, rc < 0 ? rc : (int)o->u64);
@@ -494,6 +498,7 @@ int mc__obj_take(mc_store_t *s, const char **p, size_t *n, mc_obj_t **out)
     if (!ob)
         return -ENOMEM;
     ob->s = s;
+    ob->session = __atomic_load_n(&s->master_lost, __ATOMIC_SEQ_CST);
     if (mc__unpack(*p, *n, "q*", &ob->rid, &rest, &rl) < 0 ||
         (left = rl, mc__take_stat(&rest, &left, &ob->st)) < 0 ||
         mc__rset_take(&rest, &left, &ob->rs) < 0) {

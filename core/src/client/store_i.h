@@ -50,6 +50,12 @@ typedef struct mc__op_metrics {
 #define WRITER_MAX_STEP (64ULL << 20) /* reservation growth per step */
 
 struct mc_store {
+    /* Connections to the master lost so far (atomic: mooncake-fs's workers
+     * read it). A handle lives in the master's memory for as long as the
+     * connection that opened it: once that is lost (a master that
+     * restarted, a connection the master closed) nothing pins the version,
+     * and its space may go to another object. */
+    uint64_t master_lost;
     struct mc__remote *rm;  /* the cluster path; NULL when embedded */
     int remote;             /* opened with a master address */
     int open_done, open_rc; /* remote open, guarded by open_mu */
@@ -98,6 +104,7 @@ struct mc_obj {
     mc_store_t *s;
     mc_stat_t st;
     uint64_t rid;          /* the master's handle id */
+    uint64_t session;      /* s->master_lost when it was opened (mc_obj_stale()) */
     struct mc__rset *rs;   /* where its bytes are */
     struct mc__ra *ra;     /* its read-ahead (prefetch.c), or NULL */
     mc_obj_t *prev, *next; /* on s->objs */

@@ -15,11 +15,18 @@
 /* What a hole of a sparse file reads as (never written: in .bss). */
 static char zeros[1 << 20];
 
+int mc_obj_stale(const mc_obj_t *o)
+{
+    return __atomic_load_n(&o->s->master_lost, __ATOMIC_SEQ_CST) != o->session;
+}
+
 int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p)
 {
     mc_store_t *s = o->s;
     if (!s->rm)
         return -ECANCELED; /* the store is closing */
+    if (mc_obj_stale(o))
+        return -ESTALE;
     if (off >= o->st.size || !len)
         return 0;
     if (len > o->st.size - off)
