@@ -76,7 +76,8 @@ rcache_ent_t *mc__rc_find(struct mc__remote *rm, const char *key, size_t klen)
         if (e->klen == klen && memcmp(e->key, key, klen) == 0) {
             /* The loop's latest reading: no clock read per get (the entry
              * is kept half a lease; a reading is far fresher than that). */
-            if (mc__loop_recent_ns(rm->s->loop) / 1000000 < e->expires)
+            if (mc__loop_recent_ns(rm->s->loop) / 1000000 < e->expires &&
+                e->session == __atomic_load_n(&rm->s->master_lost, __ATOMIC_RELAXED))
                 return e;
             rc_unlink(rm, pp);
             return NULL;

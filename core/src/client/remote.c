@@ -349,6 +349,7 @@ static void get_opened(void *arg, int status, const char *body, size_t len);
 static int get_replicas(op_t *o)
 {
     o->sent_ms = mc_loop_now_ms();
+    o->u64 = __atomic_load_n(&o->s->master_lost, __ATOMIC_SEQ_CST); /* until read_range() */
     return mc__mcall(o->s, MC__OP_GET_REPLICAS, get_replicas_done, o, "k", o->key,
                      (uint32_t)o->klen);
 }
@@ -369,7 +370,9 @@ void mc__read_done(void *arg, int rc)
                 mc__op_finish(o, rc);
             return;
         }
-        if (rc >= 0 && o->u64 && (!e->lease_end || mc_loop_now_ms() >= e->lease_end)) {
+        if (rc >= 0 && o->u64 &&
+            (!e->lease_end || mc_loop_now_ms() >= e->lease_end ||
+             e->session != __atomic_load_n(&o->s->master_lost, __ATOMIC_SEQ_CST))) {
             /* The read outlived its lease (a slow link, a large object):
              * the version's space may have been freed and given to another
              * object while it was read, so the bytes may not be its. Read
@@ -425,6 +428,7 @@ static void get_replicas_done(void *arg, int status, const char *body, size_t le
     }
     e->refs = 1; /* this get's */
     e->lease_end = lease_ms ? o->sent_ms + lease_ms : 0;
+    e->session = o->u64;
     e->st = st;
     e->rs = rs;
     e->klen = o->klen;

@@ -309,6 +309,8 @@ typedef struct rcache_ent {
     uint64_t expires;   /* mc_loop_now_ms() */
     uint64_t lease_end; /* mc_loop_now_ms(): the read lease lasts at least this long
                            (its GET_REPLICAS went out, plus the lease; 0: none) */
+    uint64_t session;   /* s->master_lost then: a master that restarted (or a lost
+                           connection) knows no lease of before */
     mc_stat_t st;
     mc__rset_t *rs;
     size_t klen;
