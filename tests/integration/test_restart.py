@@ -5,6 +5,7 @@ namespace from them. Real processes: a master killed with SIGKILL, a new
 one on the same address, nodes, a mount and the Python client."""
 
 import errno
+import mmap
 import os
 import socket
 import stat
@@ -458,3 +459,41 @@ def test_a_cached_replica_list_is_not_read_after_a_master_restart(cluster):
         return
     foreign = len(out) - out.count(0xAA)
     assert foreign == 0, f"get f returned {foreign} bytes of g (of {len(out)})"
+
+
+def test_a_write_in_progress_never_reads_back_another_files_bytes_after_a_master_restart(
+        cluster, make_mount):
+    """A write in progress is lost with the master that knew it (its write
+    and close fail with ESTALE): the new master knows no put, and gives its
+    space to other objects once the node enforces its new epoch. A read of
+    the version in progress (here through a descriptor open for writing
+    with O_DIRECT, which reads what the file's writers wrote) must then
+    fail too, never return the other object's bytes."""
+    m = cluster.master()
+    cluster.node(m, "40M")  # g (36 MiB) takes the space w had
+    mnt = make_mount("--master", m.addr, "--segment-size", "0", "--timeout-ms", "2000",
+                     expect_log=r"lost the connection|publishing|master|renew")
+    buf = mmap.mmap(-1, MiB)  # aligned, for O_DIRECT
+    fdw = os.open(mnt.p("w"), os.O_RDWR | os.O_CREAT, 0o644)
+    fdr = os.open(mnt.p("w"), os.O_RDWR | os.O_DIRECT)
+    try:
+        for off in range(0, 16 * MiB, MiB):
+            assert os.pwrite(fdw, b"\xaa" * MiB, off) == MiB
+        assert os.preadv(fdr, [buf], 0) == MiB and buf[:] == b"\xaa" * MiB
+        m2 = restart(cluster, m)
+        wait_for(lambda: cli(m2.addr, "put", "g", input=b"\xbb" * (36 * MiB)).returncode == 0,
+                 "a put to succeed once the hold is over", step=0.2)
+        try:
+            n = os.preadv(fdr, [buf], 12 * MiB)
+        except OSError as e:  # failing is allowed; another file's bytes are not
+            assert e.errno in (errno.ESTALE, errno.EIO), e
+            return
+        got = buf[:n]
+        foreign = len(got) - got.count(0xAA)
+        assert foreign == 0, f"a read of the write in progress got {foreign} bytes of g"
+    finally:
+        for fd in (fdr, fdw):
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # its close fails: the write is lost

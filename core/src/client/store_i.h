@@ -115,6 +115,8 @@ struct mc_writer {
     uint64_t size;
     unsigned put_flags;
     uint64_t put_id;     /* remote: the master's write id */
+    uint64_t session;    /* remote: s->master_lost when it started: a later loss ended the
+                            put (the master let go of it, or restarted and never knew it) */
     struct mc__rset *rs; /* remote: the replicas being written */
     uint64_t capacity;   /* remote: bytes reserved */
     uint64_t lease_ms;   /* remote: the write lease the master grants */

@@ -292,6 +292,7 @@ int mc__writer_take(mc_store_t *s, const char *key, size_t klen, uint64_t sent_m
     w->klen = klen;
     w->renew_at = sent_ms + w->lease_ms / 2;
     w->capacity = capacity;
+    w->session = __atomic_load_n(&s->master_lost, __ATOMIC_SEQ_CST);
     LINK(&s->writers, w);
     *out = w;
     return 0;
@@ -628,15 +629,29 @@ static void w_punch_start(op_t *o)
     w_punch(o);
 }
 
+/* Whether w's put ended with a lost connection to the master: its space
+ * may be another object's now, so nothing read there is its own. */
+static int w_lost(mc_writer_t *w)
+{
+    if (__atomic_load_n(&w->s->master_lost, __ATOMIC_SEQ_CST) == w->session)
+        return 0;
+    w_poison(w, -ESTALE);
+    return 1;
+}
+
 static void w_read_done(void *arg, int rc)
 {
     op_t *o = arg;
+    if (rc >= 0 && w_lost(o->w))
+        rc = -ESTALE;
     w_finish(o, rc < 0 ? rc : (int)o->u64);
 }
 
 static void w_read(op_t *o)
 {
     mc_writer_t *w = o->w;
+    if (w_lost(w))
+        return w_finish(o, -ESTALE);
     uint64_t n = o->off < w->size ? w->size - o->off : 0;
     o->u64 = n < o->len ? n : o->len;
     w_xfer(o, 0, o->off, o->buf, o->u64, w_read_done);
