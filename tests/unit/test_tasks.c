@@ -392,6 +392,88 @@ static void test_pending_limit(void **state)
     assert_int_equal(query(f, id, NULL), MC_TASK_SUCCESS);
 }
 
+/* The offset of the first extent of key's replica on segment seg, at now
+ * (a GET_REPLICAS: it leases the version). */
+static uint64_t extent_on(fixture_t *f, const char *key, uint32_t seg, uint64_t now)
+{
+    assert_int_equal(call(f, now, MC__OP_GET_REPLICAS, "k", key, (uint32_t)strlen(key)), 0);
+    const char *p;
+    uint32_t pl;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", NULL, &p, &pl), 0);
+    size_t n = pl;
+    mc_stat_t st;
+    assert_int_equal(mc__take_stat(&p, &n, &st), 0);
+    mc__wire_replica_t reps[8];
+    int cnt = mc__take_replicas(&p, &n, reps, 8);
+    for (int i = 0; i < cnt; i++) {
+        if (reps[i].seg != seg || !reps[i].next)
+            continue;
+        uint64_t off, len;
+        mc__wire_extent(&reps[i], 0, &off, &len);
+        return off;
+    }
+    fail_msg("%s has no replica on segment %u", key, seg);
+    return 0;
+}
+
+/* Every node's heartbeat at now (each enforcing the epoch it is asked to). */
+static void beat_all(fixture_t *f, uint64_t now, uint64_t *epoch)
+{
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(call(f, now, MC__OP_HEARTBEAT, "ququ", (uint64_t)(11 + i), f->seg[i],
+                              epoch[i], 0u),
+                         0);
+        uint32_t flags;
+        uint64_t want;
+        assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "uq", &flags, &want), 0);
+        if (want > epoch[i])
+            epoch[i] = want;
+    }
+}
+
+/* A copy reads the replicas REPAIR_TAKE named as its sources, for up to
+ * its time limit. A move that drops one of them meanwhile holds that
+ * space only a lease and a margin: once another object has it, the copy
+ * reads that object's bytes, and must not join the version then. */
+static void test_a_copy_whose_source_was_moved_away_does_not_join(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t epoch[3] = {0, 0, 0}, copy, move;
+    uint64_t src = extent_on(f, "k", 1, T0); /* where the copy will read k */
+    int n;
+    assert_int_equal(create(f, "k", MC_TASK_COPY, "", "127.0.0.1:7013", NULL, &copy), 0);
+    uint64_t tc = take(f, 13, &n); /* node 13 copies from segment 1 (10 s limit) */
+    assert_int_equal(n, 1);
+    assert_int_equal(create(f, "k", MC_TASK_MOVE, "127.0.0.1:7011", "127.0.0.1:7012", NULL, &move),
+                     0);
+    uint64_t tm = take(f, 12, &n);
+    assert_int_equal(n, 1);
+    done(f, 12, tm, 0); /* the move is done first: segment 1's replica goes */
+    assert_int_equal(query(f, move, NULL), MC_TASK_SUCCESS);
+    uint64_t now = T0;
+    for (; now <= T0 + 9000; now += 1000) { /* within the copy's limit */
+        beat_all(f, now, epoch);
+        mc__svc_tick(f->svc, now);
+    }
+    now -= 1000;
+    put_on(f, "x", 1, now); /* another object on segment 1 */
+    uint64_t x = extent_on(f, "x", 1, now);
+    int reused = x < src + SIZE && src < x + SIZE;
+    /* Node 13's copy, still within its limit, read x's bytes where it
+     * read segment 1 after x was written. */
+    assert_int_equal(call(f, now, MC__OP_REPAIR_DONE, "qqi", (uint64_t)13, tc, (int64_t)0), 0);
+    int64_t err;
+    uint32_t status = query(f, copy, &err);
+    uint32_t segs[8];
+    int cnt = replicas(f, "k", segs), joined = 0;
+    for (int i = 0; i < cnt; i++)
+        joined |= segs[i] == 3;
+    if (reused && joined)
+        fail_msg("k's copy on segment 3 joined k (task status %u) although its source space "
+                 "[%llu, +%u) on segment 1 went to x at %llu while the copy ran",
+                 status, (unsigned long long)src, SIZE, (unsigned long long)x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -406,6 +488,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_failed_copy_fails_the_task, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_copy_into_a_held_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_copy_whose_source_was_moved_away_does_not_join,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -783,6 +783,7 @@ int mc__svc_op_repair_take(mc__svc_t *svc, const char *body, size_t len, uint64_
         for (uint32_t i = 0; i < t->dst.n; i++)
             mc__pack(&tw, "qq", t->dst.ext[i].off, t->dst.ext[i].len);
         mc__svc_pack_replicas(svc, &tw, v);
+        mc__repair_sources(t, v);
         if (tw.err == 0)
             mc__pack(w, "s", tw.p, (uint32_t)tw.len);
         free(tw.p);

@@ -330,6 +330,37 @@ mc__repair_task_t *mc__repair_take(mc__repair_t *r, uint64_t node, uint64_t now)
     return NULL;
 }
 
+static uint64_t first_off(const mc__replica_t *rep)
+{
+    return rep->n ? rep->ext[0].off : 0;
+}
+
+void mc__repair_sources(mc__repair_task_t *t, const mc__version_t *v)
+{
+    t->nsrc = 0;
+    for (uint32_t i = 0; i < v->nrep && i < MC__MAX_REPLICAS; i++) {
+        mc__replica_t rep = mc__vrep_get(v, i);
+        t->src[i].seg = rep.seg;
+        t->src[i].off = first_off(&rep);
+        t->nsrc = i + 1;
+    }
+}
+
+/* Whether every source t's node was told to read is still a replica of v. */
+static int sources_kept(const mc__repair_task_t *t, const mc__version_t *v)
+{
+    for (uint32_t i = 0; i < t->nsrc; i++) {
+        int kept = 0;
+        for (uint32_t r = 0; r < v->nrep && !kept; r++) {
+            mc__replica_t rep = mc__vrep_get(v, r);
+            kept = rep.seg == t->src[i].seg && first_off(&rep) == t->src[i].off;
+        }
+        if (!kept)
+            return 0;
+    }
+    return 1;
+}
+
 int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t id, int status,
                       uint64_t now)
 {
@@ -345,7 +376,7 @@ int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t 
         bytes = t->size;
     mc__version_t *v = status == 0 ? mc__master_find(m, t->key, t->klen) : NULL;
     int rc = status == 0 || status == -ENOENT ? -ESTALE : -EIO; /* -ENOENT: v went */
-    int at = v && v->id == t->vid && v->state == MC__PUBLISHED
+    int at = v && v->id == t->vid && v->state == MC__PUBLISHED && sources_kept(t, v)
                  ? mc__master_replica_attach(v, &t->dst)
                  : -ESTALE;
     if (at == 0) {

@@ -66,6 +66,16 @@ typedef struct mc__repair_task {
     uint64_t created;
     uint64_t expires; /* 0 until handed out; then when the master gives up */
     uint64_t job;     /* a user's task it belongs to (tasks.c); 0: a repair */
+    /* The sources REPAIR_TAKE named (the version's replicas then: segment,
+     * first extent's offset): the node may read any of them until its
+     * limit, so the copy joins the version only if they are all still its
+     * replicas (one taken away meanwhile, by a move, a drop or its node's
+     * loss, may hold another object's bytes by then). */
+    uint32_t nsrc;
+    struct {
+        uint32_t seg;
+        uint64_t off;
+    } src[MC__MAX_REPLICAS];
     struct mc__repair_task *next;
 } mc__repair_task_t;
 
@@ -133,6 +143,10 @@ mc__repair_task_t *mc__repair_take(mc__repair_t *r, uint64_t node, uint64_t now)
  * failure) its space is freed. Returns 0, or -ENOENT for an unknown task
  * (expired, or another node's).
  */
+/* Records v's replicas as the sources t's node is told to read (at
+ * REPAIR_TAKE). */
+void mc__repair_sources(mc__repair_task_t *t, const mc__version_t *v);
+
 int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t id, int status,
                       uint64_t now);
 
