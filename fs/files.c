@@ -681,7 +681,7 @@ static void fsync_probed(void *arg, int rc)
 {
     fs_ctx_t *c = arg;
     fs_ws_op_done(c->in->ws, rc < 0 ? rc : 0); /* the handle holds the state */
-    if (c->fs->stopping) /* before c->fh: fs_shutdown() may have freed it */
+    if (c->fs->stopping)                       /* before c->fh: fs_shutdown() may have freed it */
         return fs_ctx_fail(c, -ECANCELED);
     fs_ctx_fail(c, rc < 0 ? rc : fs_fh_err(c->fh));
 }

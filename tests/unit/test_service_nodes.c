@@ -708,13 +708,13 @@ static void to_view(void *arg, uint32_t seg, const char *note, size_t len)
 static uint32_t remount(fixture_t *g, uint64_t node, uint32_t seg, uint64_t now)
 {
     const char *addr = "127.0.0.1:7000";
-    int rc = call(g, 1, now, MC__OP_MOUNT_SEGMENT, "qusqsuq", node, seg, addr,
-                  (uint32_t)strlen(addr), 16 * MiB, "", 0u, (uint32_t)MC__MOUNT_REPORT,
-                  (uint64_t)5);
+    int rc =
+        call(g, 1, now, MC__OP_MOUNT_SEGMENT, "qusqsuq", node, seg, addr, (uint32_t)strlen(addr),
+             16 * MiB, "", 0u, (uint32_t)MC__MOUNT_REPORT, (uint64_t)5);
     if (rc == -EEXIST)
-        rc = call(g, 1, now, MC__OP_MOUNT_SEGMENT, "qusqsuq", node, 0u, addr,
-                  (uint32_t)strlen(addr), 16 * MiB, "", 0u, (uint32_t)MC__MOUNT_REPORT,
-                  (uint64_t)5);
+        rc =
+            call(g, 1, now, MC__OP_MOUNT_SEGMENT, "qusqsuq", node, 0u, addr, (uint32_t)strlen(addr),
+                 16 * MiB, "", 0u, (uint32_t)MC__MOUNT_REPORT, (uint64_t)5);
     assert_int_equal(rc, 0);
     uint32_t got;
     uint64_t run, epoch;
@@ -920,8 +920,8 @@ static void test_failover_merges_the_log_of_a_segment_whose_report_is_overdue(vo
     mc__svc_journal(g->svc, NULL, NULL, view);
     assert_int_equal(remount(g, 11, seg, T0 + 10), seg);
     for (uint64_t t = T0 + 1010; t <= T0 + 61010; t += 1000) { /* alive, its report overdue */
-        assert_int_equal(call(g, 0, t, MC__OP_HEARTBEAT, "ququ", (uint64_t)11, seg, (uint64_t)0, 0u),
-                         0);
+        assert_int_equal(
+            call(g, 0, t, MC__OP_HEARTBEAT, "ququ", (uint64_t)11, seg, (uint64_t)0, 0u), 0);
         mc__svc_tick(g->svc, t);
     }
     mc__wbuf_t body = {0};
@@ -963,8 +963,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_drop_replica, setup, teardown),
         cmocka_unit_test_setup_teardown(test_records_reach_nodes_and_rebuild_a_new_master, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(
-            test_failover_keeps_logged_put_when_a_new_node_mounts_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failover_keeps_logged_put_when_a_new_node_mounts_first,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_failover_never_merges_a_nodes_log_into_another_segment,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_failover_put_before_the_old_version_reports_wins,

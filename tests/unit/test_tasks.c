@@ -420,9 +420,8 @@ static uint64_t extent_on(fixture_t *f, const char *key, uint32_t seg, uint64_t 
 static void beat_all(fixture_t *f, uint64_t now, uint64_t *epoch)
 {
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(call(f, now, MC__OP_HEARTBEAT, "ququ", (uint64_t)(11 + i), f->seg[i],
-                              epoch[i], 0u),
-                         0);
+        assert_int_equal(
+            call(f, now, MC__OP_HEARTBEAT, "ququ", (uint64_t)(11 + i), f->seg[i], epoch[i], 0u), 0);
         uint32_t flags;
         uint64_t want;
         assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "uq", &flags, &want), 0);
