@@ -177,15 +177,17 @@ def test_a_second_close_waits_for_the_first(cluster_store):
         call = threading.Thread(target=lambda: s.get_size("nokey"))
         call.start()
         harness.wait_for(lambda: s._b.inflight() > 0, "the call to go out")
-        first = threading.Thread(target=lambda: (s.close(), order.append("first")))
+        free_pool = s._free_pool  # the last step of the close that drains
+
+        def freed():
+            free_pool()
+            order.append("first")
+
+        s._free_pool = freed
+        first = threading.Thread(target=s.close)
         first.start()
         harness.wait_for(lambda: s._b is None, "the first close to begin")
-
-        def second():
-            s.close()
-            order.append("second" if not first.is_alive() else "second, first still closing")
-
-        later = threading.Thread(target=second)
+        later = threading.Thread(target=lambda: (s.close(), order.append("second")))
         later.start()
         later.join(1.0)  # a second close that returns at once does so now
     finally:
