@@ -261,7 +261,7 @@ int main(int argc, char **argv)
     seed("xattr_get-err", MC__OP_XATTR_GET, 1, -ENODATA, &b, 0);
     mc__pack(&b, "qqqq", (uint64_t)1 << 30, (uint64_t)1 << 20, (uint64_t)12, (uint64_t)3);
     seed("statfs-resp", MC__OP_STATFS, 1, 0, &b, 0);
-    mc__pack(&b, "uqu", 3u, (uint64_t)524288, 4096u);
+    mc__pack(&b, "uqqu", 3u, (uint64_t)7, (uint64_t)524288, 4096u);
     seed("read-req", MC__OP_READ, 0, 0, &b, 0);
     mc__pack(&b, "uqq*", 3u, (uint64_t)1796050401994252ull, (uint64_t)0, S("hello, segment"));
     seed("write-req", MC__OP_WRITE, 0, 0, &b, 1);

@@ -538,3 +538,50 @@ def test_a_forked_child_keeps_no_connection_of_its_parent(cluster):
     finally:
         os.close(keep)
         os.kill(child, signal.SIGKILL)
+
+
+def test_an_open_descriptor_never_reads_another_files_bytes_after_its_node_rejoins(
+        cluster, make_mount):
+    """A descriptor (--cache-mode direct) on a file whose only node goes
+    silent past its TTL and mounts again: the master dropped the segment
+    (the file is lost), and new files land in its space. The descriptor
+    must then fail, never read the bytes of the file that took its space."""
+    rejoin_case(cluster, make_mount)
+
+
+def test_an_open_descriptor_fails_with_estale_after_its_node_rejoins_over_tcp(
+        cluster, make_mount):
+    """The same over TCP (--no-shm): the node itself refuses the READ of a
+    replica set from before its segment's mount, and the descriptor's read
+    fails with ESTALE."""
+    assert rejoin_case(cluster, make_mount, "--no-shm") == errno.ESTALE
+
+
+def rejoin_case(cluster, make_mount, *extra):
+    """Returns the errno of the descriptor's read (None: it read the old
+    bytes)."""
+    m = cluster.master("--node-ttl-ms", "2000")
+    node = cluster.node(m, "8M")
+    mnt = make_mount("--master", m.addr, "--segment-size", "0", "--timeout-ms", "1000",
+                     "--cache-mode", "direct", "--cache-timeout", "0", *extra,
+                     expect_log=r"publishing|ENOENT|lost|reading")
+    old = b"A" * MiB
+    assert cli(m.addr, "put", "a", input=old).returncode == 0
+    fd = os.open(mnt.p("a"), os.O_RDONLY)
+    try:
+        node.pause()
+        try:
+            wait_for(lambda: "silent past their TTL" in m.read_log(), "the stopped node to expire")
+        finally:
+            node.resume()
+        new = b"B" * MiB
+        wait_for(lambda: cli(m.addr, "put", "b", input=new).returncode == 0,
+                 "the node to mount its segment again", step=0.5)
+        try:
+            got = os.pread(fd, 4096, 0)
+        except OSError as e:
+            return e.errno  # refused: fine
+        assert got == old[:4096], "the descriptor read %r..., another file's bytes" % got[:8]
+        return None
+    finally:
+        os.close(fd)

@@ -160,10 +160,10 @@ def test_node_refuses_payload_over_the_chunk_size(cluster):
     hello(s)
     status, _ = call(s, OP_WRITE, struct.pack("<IQQ", *seg, off) + b"\0" * (CHUNK + 1), req_id=2)
     assert status == -errno.EMSGSIZE
-    status, _ = call(s, OP_READ, struct.pack("<IQI", seg[0], off, CHUNK + 1), req_id=3)
+    status, _ = call(s, OP_READ, struct.pack("<IQQI", *seg, off, CHUNK + 1), req_id=3)
     assert status == -errno.EMSGSIZE
     # At the limit, both work, and the connection stays open throughout.
-    status, got = call(s, OP_READ, struct.pack("<IQI", seg[0], off, CHUNK), req_id=4)
+    status, got = call(s, OP_READ, struct.pack("<IQQI", *seg, off, CHUNK), req_id=4)
     assert status == 0 and len(got) == CHUNK
     s.close()
     assert cli(m.addr, "get", "obj").stdout == data

@@ -121,7 +121,7 @@ def test_raw_socket_that_skips_auth_is_closed(cluster, tmp_path):
 
     for addr, op, body in ((m.addr, OP_PING, b""),
                            (m.addr, OP_STAT, s_field(b"k")),
-                           (node.addr, OP_READ, struct.pack("<IQI", 1, 0, 16))):
+                           (node.addr, OP_READ, struct.pack("<IQQI", 1, 1, 0, 16))):
         # A request before any HELLO.
         s = connect(addr)
         assert call(s, op, body)[0] == EACCES

@@ -6,7 +6,7 @@ import struct
 
 HDR = "<IHHQIHh"  # magic, version, op, id, len, flags, status
 MAGIC = 0x314B434D
-SESSION = 8  # the session version HELLO negotiates (MC__PROTO_SESSION)
+SESSION = 9  # the session version HELLO negotiates (MC__PROTO_SESSION)
 
 
 def frame(op, body=b"", length=None, magic=MAGIC, version=1, req_id=7):

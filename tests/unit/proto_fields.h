@@ -83,7 +83,7 @@ typedef struct fields {
     X("kuuuuii", S(0), U(1), U(2), U(3), U(4), I(5), I(6))                                         \
     X("qqqq", Q(0), Q(1), Q(2), Q(3))                                                              \
     X("qqi", Q(0), Q(1), I(2))                                                                     \
-    X("uqu", U(0), Q(1), U(2))                                                                     \
+    X("uqqu", U(0), Q(1), Q(2), U(3))                                                              \
     X("uqq*", U(0), Q(1), Q(2), S(3))                                                              \
     X("kus*", S(0), U(1), S(2), S(3))                                                              \
     X("uuiiiqs", U(0), U(1), I(2), I(3), I(4), Q(5), S(6))                                         \

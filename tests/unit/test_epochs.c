@@ -7,7 +7,8 @@
  * received in place; a WRITE still being received into the segment when
  * the epoch rises holds back what the server says it enforces until its
  * body has landed or its connection closed, so that a master frees no
- * space such bytes may still reach.
+ * space such bytes may still reach. A READ from before the segment's
+ * last mount (wire/proto.h, "Reads") is refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,6 +27,7 @@
 struct node {
     mc_loop_t *l;
     char *mem;
+    mc__shm_fence_t *fence; /* NULL: none */
     _Atomic uint64_t epoch;
     mc__server_t *srv;
     mc__addr_t addr;
@@ -36,7 +38,7 @@ static int lookup(void *arg, uint32_t seg, mc__seg_t *out, uint64_t *epoch)
     struct node *n = arg;
     if (seg != SEG)
         return -ENOENT;
-    *out = (mc__seg_t){.base = n->mem, .size = SEG_SIZE, .fd = -1};
+    *out = (mc__seg_t){.base = n->mem, .size = SEG_SIZE, .fd = -1, .fence = n->fence};
     *epoch = atomic_load(&n->epoch);
     return 0;
 }
@@ -139,18 +141,25 @@ static void read_all(int fd, char *b, size_t n)
 }
 
 /* Reads one response from fd: its status (its id must be id; its body,
- * at most 256 bytes, is dropped). */
-static int response(int fd, uint64_t id)
+ * at most 256 bytes, goes to body, NULL: dropped, and its length to *blen). */
+static int response_body(int fd, uint64_t id, char *body, size_t *blen)
 {
-    char b[MC__PROTO_HDR_SIZE], body[256];
+    char b[MC__PROTO_HDR_SIZE], drop[256];
     read_all(fd, b, sizeof(b));
     mc__hdr_t h;
     assert_int_equal(mc__hdr_decode(b, sizeof(b), &h), 0);
     assert_true(h.flags & MC__F_RESPONSE);
     assert_int_equal(h.id, id);
-    assert_in_range(h.len, 0, sizeof(body));
-    read_all(fd, body, h.len);
+    assert_in_range(h.len, 0, sizeof(drop));
+    read_all(fd, body ? body : drop, h.len);
+    if (blen)
+        *blen = h.len;
     return h.status;
+}
+
+static int response(int fd, uint64_t id)
+{
+    return response_body(fd, id, NULL, NULL);
 }
 
 /* Fails unless n bytes at off of the segment are all c. */
@@ -177,8 +186,54 @@ static struct node *node_start(struct env *e, uint64_t epoch)
 static void node_end(struct env *e, struct node *n)
 {
     run_on(e->sl, close_fn, n);
+    free(n->fence);
     free(n->mem);
     free(n);
+}
+
+/* Sends a READ (request id) of len bytes at off of the segment, carrying
+ * epoch; returns its status, the bytes at got (len at most 256). */
+static int read_req(int fd, uint64_t id, uint64_t epoch, uint64_t off, uint32_t len, char *got)
+{
+    char out[MC__PROTO_HDR_SIZE + 24];
+    mc__wbuf_t w = {.p = out + MC__PROTO_HDR_SIZE, .cap = 24};
+    assert_int_equal(mc__pack(&w, "uqqu", (unsigned)SEG, epoch, off, len), 0);
+    mc__hdr_t h = {.magic = MC__PROTO_MAGIC,
+                   .version = MC__PROTO_VERSION,
+                   .op = MC__OP_READ,
+                   .id = id,
+                   .len = (uint32_t)w.len};
+    mc__hdr_encode(out, &h);
+    write_all(fd, out, MC__PROTO_HDR_SIZE + w.len);
+    size_t blen = 0;
+    int st = response_body(fd, id, got, &blen);
+    if (st == 0)
+        assert_int_equal(blen, len);
+    return st;
+}
+
+/* The node's segment was mounted with epoch (as node.c does with its
+ * MOUNT_SEGMENT answer), on its loop; reads_fenced gets the READs its
+ * data plane refused so far. */
+struct mount {
+    struct node *n;
+    uint64_t epoch, reads_fenced;
+};
+
+static void mount_fn(void *arg)
+{
+    struct mount *m = arg;
+    mc__data_plane_t *dp = mc__server_data_plane(m->n->srv);
+    if (m->epoch)
+        mc__data_plane_mounted(dp, SEG, m->epoch);
+    m->reads_fenced = dp->reads_fenced;
+}
+
+static uint64_t mounted(struct env *e, struct node *n, uint64_t epoch)
+{
+    struct mount m = {.n = n, .epoch = epoch};
+    run_on(e->sl, mount_fn, &m);
+    return m.reads_fenced;
 }
 
 /* A WRITE carrying the segment's epoch (or a later one) lands; one below
@@ -261,12 +316,57 @@ static void test_a_write_on_its_way_holds_the_epoch_back(void **state)
     free(out);
 }
 
+/* A READ carries its replica's epoch. Before any mount is recorded every
+ * READ is answered; epochs raised within a mount (writes revoked) refuse
+ * no READ; once the segment is mounted again with epoch 9 (its master had
+ * dropped it), a READ of a replica handed out before (epoch 8 or less) is
+ * refused with -ESTALE and sends no byte, and one of 9 or more is
+ * answered. The fence says the mount's epoch to clients reading it
+ * mapped; the mount epoch never goes down. */
+static void test_a_read_from_before_the_mount_is_refused(void **state)
+{
+    struct env *e = *state;
+    struct node *n = node_start(e, 5);
+    n->fence = calloc(1, sizeof(*n->fence));
+    memset(n->mem, 'o', 256);
+    int fd = peer(n);
+    char got[256];
+
+    assert_int_equal(read_req(fd, 1, 0, 0, 100, got), 0); /* nothing mounted yet */
+    assert_int_equal(mounted(e, n, 5), 0);
+    assert_int_equal(read_req(fd, 2, 5, 0, 100, got), 0);
+    assert_memory_equal(got, n->mem, 100);
+    atomic_store(&n->epoch, 8); /* raised within the mount: reads go on */
+    assert_int_equal(read_req(fd, 3, 5, 0, 100, got), 0);
+    assert_int_equal(read_req(fd, 4, 4, 0, 100, got), -ESTALE); /* before this mount */
+
+    assert_int_equal(mounted(e, n, 9), 1); /* dropped, and mounted again */
+    assert_int_equal(atomic_load(&n->fence->mount), 9);
+    memset(n->mem, 'n', 256); /* a new object takes the space */
+    assert_int_equal(read_req(fd, 5, 8, 0, 100, got), -ESTALE);
+    assert_int_equal(read_req(fd, 6, 5, 100, 10, got), -ESTALE);
+    assert_int_equal(read_req(fd, 7, 0, 0, 10, got), -ESTALE);
+    assert_int_equal(read_req(fd, 8, 9, 0, 100, got), 0);
+    assert_memory_equal(got, n->mem, 100);
+    assert_int_equal(read_req(fd, 9, 10, 0, 100, got), 0);
+    assert_int_equal(mounted(e, n, 0), 4);
+
+    assert_int_equal(mounted(e, n, 7), 4); /* never lower */
+    assert_int_equal(atomic_load(&n->fence->mount), 9);
+    assert_int_equal(read_req(fd, 10, 8, 0, 100, got), -ESTALE);
+    assert_int_equal(fenced(e, n), 0); /* no WRITE was refused */
+    close(fd);
+    node_end(e, n);
+}
+
 int main(void)
 {
     mc__log_init("test_epochs", MC__LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_a_write_of_an_old_epoch_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_write_on_its_way_holds_the_epoch_back, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_read_from_before_the_mount_is_refused, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -266,6 +266,65 @@ static void test_node_expiry_and_remount(void **state)
     assert_int_equal(st.segments, 2);
 }
 
+/* The epoch of key's first replica, as OPEN hands it out (the handle is
+ * owner's). */
+static uint64_t open_epoch(fixture_t *f, uint64_t owner, const char *key, uint64_t now)
+{
+    assert_int_equal(call(f, owner, now, MC__OP_OPEN, "k", key, (uint32_t)strlen(key)), 0);
+    const char *p = f->resp.p;
+    size_t n = f->resp.len;
+    uint64_t handle;
+    uint32_t n32;
+    assert_int_equal(mc__unpack(p, n, "q*", &handle, &p, &n32), 0);
+    n = n32;
+    mc_stat_t st;
+    mc__wire_replica_t r[2];
+    assert_int_equal(mc__take_stat(&p, &n, &st), 0);
+    assert_int_equal(mc__take_replicas(&p, &n, r, 2), 1);
+    return r[0].epoch;
+}
+
+/* A segment dropped at the node TTL and mounted again under its id gets
+ * an epoch above every one the master handed out for it before, even one
+ * its node never learned (raised for a revoked write, then handed out
+ * with a replica set, before the node went silent): the node refuses the
+ * READs of those replica sets (wire/proto.h, "Reads"), whose space new
+ * objects take. Before, the mount started from the node's epoch + 1,
+ * which such a replica set carries. */
+static void test_remount_epoch_is_above_every_epoch_handed_out(void **state)
+{
+    fixture_t *f = *state;
+    uint32_t seg = mount_flags(f, 11, 0, 16 * MiB, T0, "", MC__MOUNT_CHECKED);
+    uint64_t enforces = f->nodes[0].epoch; /* what the node enforces, and knows */
+    put(f, 5, "a", MiB, 1, T0);
+    assert_int_equal(open_epoch(f, 7, "a", T0), enforces);
+    /* A write revoked: the master raises the epoch; the node never beats
+     * again, so it never learns it. A descriptor opened now carries it. */
+    put_start(f, 6, "y", MiB, 1, T0 + 100);
+    mc__svc_owner_gone(f->svc, 6, T0 + 200);
+    uint64_t handed = open_epoch(f, 8, "a", T0 + 300);
+    assert_true(handed > enforces);
+    assert_int_equal(f->nodes[0].epoch, enforces);
+
+    assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1); /* silent past the TTL */
+    assert_int_equal(call(f, 5, T0 + 4000, MC__OP_STAT, "k", "a", 1), -ENOENT);
+    assert_int_equal(beat(f, 11, T0 + 5000), 0); /* asked to mount again */
+    assert_int_equal(mount_flags(f, 11, seg, 16 * MiB, T0 + 5000, "", MC__MOUNT_CHECKED), seg);
+    uint64_t mounted_at = f->nodes[0].epoch;
+    assert_true(mounted_at > handed);
+
+    /* New objects there carry it (or later), once the node enforces it. */
+    assert_int_equal(beat(f, 11, T0 + 6000), 0);
+    put(f, 5, "b", MiB, 1, T0 + 6000);
+    assert_true(open_epoch(f, 7, "b", T0 + 6000) >= mounted_at);
+
+    /* And again: a second drop and mount goes past the first mount's. */
+    assert_int_equal(mc__svc_tick(f->svc, T0 + 10000), 1);
+    f->nodes[0].epoch = enforces; /* a node that enforces less than it was told */
+    assert_int_equal(mount_flags(f, 11, seg, 16 * MiB, T0 + 10000, "", MC__MOUNT_CHECKED), seg);
+    assert_true(f->nodes[0].epoch > mounted_at);
+}
+
 /* The RDMA record a node mounts with goes out verbatim with every replica
  * on its segment, and a mount again replaces it (fresh keys). */
 static void test_rdma_record_in_replica_sets(void **state)
@@ -955,6 +1014,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_segment_ids_do_not_wrap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_releases_replaced_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_expiry_and_remount, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remount_epoch_is_above_every_epoch_handed_out, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_rdma_record_in_replica_sets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_put_expires, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_restores_a_lost_replica, setup, teardown),

@@ -25,6 +25,7 @@
 #include "runtime/rpc.h"
 #include "server/server.h"
 #include "transport/shm.h"
+#include "transport/transport.h"
 
 #define SEG_SIZE (1u << 20)
 
@@ -369,6 +370,55 @@ static void *stress_client(void *arg)
     return NULL;
 }
 
+/* Reads of a mapped segment (the shm transport's copies) check, after
+ * the copy, the fence's mount epoch, which the node raises when its master
+ * mounts the segment again (mc__data_plane_mounted()): a read for a
+ * replica of an older epoch fails with -ESTALE; one of the mount's epoch or
+ * later reads; epochs raised within a mount (the fence's epoch, for
+ * writes) refuse no read. */
+static void test_reads_of_a_segment_mounted_again_are_refused(void **state)
+{
+    struct env e = {0};
+    mc__addr_t a;
+    mc__rpc_client_t *c;
+    mc__shm_fence_t *f;
+
+    mc__log_init("test_shm", MC__LOG_WARN);
+    env_start(&e, &a);
+    e.epoch = 10;
+    char *m = map_client(&e, &c, &f);
+    memcpy(e.seg.base + 64, "old", 3);
+    mc__tp_ep_t ep = {
+        .mem = {.base = m, .size = SEG_SIZE, .fence = f, .slot = e.slot, .mount = &f->mount}};
+    char buf[3];
+    mc__tp_piece_t rd = {.buf = buf, .seg = 7, .epoch = 10, .off = 64, .len = 3};
+    assert_int_equal(mc__tp_shm.move(&ep, &rd, NULL, NULL), 0);
+    assert_memory_equal(buf, "old", 3);
+    e.epoch = 11; /* raised for a write that ended: reads go on */
+    assert_int_equal(mc__server_enforced(e.srv, 7, 11), 11);
+    assert_int_equal(mc__tp_shm.move(&ep, &rd, NULL, NULL), 0);
+
+    /* Dropped by the master, mounted again with epoch 12: a new object
+     * takes the space. */
+    mc__data_plane_mounted(mc__server_data_plane(e.srv), 7, 12);
+    assert_int_equal(atomic_load(&f->mount), 12);
+    e.epoch = 12;
+    char fresh[] = "new";
+    mc__tp_piece_t wr = {.write = 1, .buf = fresh, .seg = 7, .epoch = 12, .off = 64, .len = 3};
+    assert_int_equal(mc__tp_shm.move(&ep, &wr, NULL, NULL), 0);
+    assert_int_equal(mc__tp_shm.move(&ep, &rd, NULL, NULL), -ESTALE);
+    rd.epoch = 12;
+    assert_int_equal(mc__tp_shm.move(&ep, &rd, NULL, NULL), 0);
+    assert_memory_equal(buf, "new", 3);
+    ep.mem.mount = NULL; /* no mount word: no check (an embedded store's) */
+    rd.epoch = 1;
+    assert_int_equal(mc__tp_shm.move(&ep, &rd, NULL, NULL), 0);
+
+    munmap(m, mc__shm_memfd_size(SEG_SIZE));
+    env_close(&e); /* closes c */
+    (void)c;
+}
+
 /* The fence under a client copying all the time on another thread: once
  * the node counts epoch r + 1 as enforced, no copy of epoch r lands, so
  * bytes written there then (space handed to another object) stay. */
@@ -618,6 +668,7 @@ int main(void)
         cmocka_unit_test(test_shm_map_refused_over_tcp),
         cmocka_unit_test(test_fence_refuses_old_epochs_and_holds_the_rise_for_copies),
         cmocka_unit_test(test_fence_holds_against_a_client_racing_the_rise),
+        cmocka_unit_test(test_reads_of_a_segment_mounted_again_are_refused),
         cmocka_unit_test(test_fence_slots_for_rdma_peers),
         cmocka_unit_test(test_fence_slots_for_rdma_peers_in_a_file),
         cmocka_unit_test(test_full_fence_revokes_the_oldest_idle_rdma_peer),

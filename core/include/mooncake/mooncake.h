@@ -596,9 +596,12 @@ MC_EXPORT int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void 
 /*
  * 1 when the version may no longer be pinned: the connection to the master
  * that opened it was lost since (a master that restarted), and with it the
- * handle, so the version's space may go to another object. Reads through
- * it then fail with -ESTALE, mc_obj_view() too; a pointer mc_obj_view()
- * gave must not be read any more. 0 otherwise. Any thread (one load).
+ * handle, so the version's space may go to another object; or a segment
+ * mc_obj_view() pointed into was mounted again at the master since (it
+ * dropped the segment, and the version's bytes there with it). Reads
+ * through it then fail with -ESTALE, mc_obj_view() too; a pointer
+ * mc_obj_view() gave must not be read any more. 0 otherwise. Any thread
+ * (a few loads).
  */
 MC_EXPORT int mc_obj_stale(const mc_obj_t *o);
 /* One replica of an open version (mc_obj_replicas()). */

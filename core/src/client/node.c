@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -46,6 +47,21 @@ static void epoch_raise(struct mc__remote *rm, uint64_t epoch)
     mc__log(MC__LOG_DEBUG, "segment %u: epoch %llu (writes of an older one are refused)",
             rm->seg_id, (unsigned long long)epoch);
     rm->epoch = epoch;
+}
+
+/* Our segment is mounted at the master with epoch: READs of a replica set
+ * handed out before (a lower epoch) are refused from now on, by our data
+ * plane, by the fence for clients that read it mapped, and by our own
+ * copies (wire/proto.h, "Reads"). Before new data may go there: the master
+ * places none before our heartbeat says we enforce the epoch. */
+static void mount_record(struct mc__remote *rm, uint64_t epoch)
+{
+    rm->mount_unsure = 0;
+    if (epoch > atomic_load(&rm->mount_epoch))
+        atomic_store(&rm->mount_epoch, epoch);
+    mc__data_plane_t *dp = mc__server_data_plane(rm->srv);
+    if (dp)
+        mc__data_plane_mounted(dp, rm->seg_id, epoch);
 }
 
 static void opened(struct mc__remote *rm, int rc)
@@ -272,6 +288,9 @@ static void mounted(void *arg, int status, const char *body, size_t len)
     }
     if (status < 0) {
         mc__log(MC__LOG_WARN, "mounting the segment at the master failed: %s", mc_strerror(status));
+        /* The master may have mounted it all the same (an answer lost):
+         * then its next heartbeat raises our epoch to the mount's. */
+        rm->mount_unsure = rm->seg_id != 0;
         return opened(rm, status);
     }
     if (rm->seg_id && rm->seg_id != seg)
@@ -280,6 +299,7 @@ static void mounted(void *arg, int status, const char *body, size_t len)
     rm->own_seg = 1;
     rm->rec_ack = 0;
     epoch_raise(rm, epoch);
+    mount_record(rm, epoch);
     int all = run != rm->run; /* a new master: it gets every record */
     rm->run = run;
     if (rm->reporting)
@@ -452,8 +472,11 @@ static void beat_done(void *arg, int status, const char *body, size_t len)
     uint64_t epoch;
     if (status < 0 || mc__unpack(body, len, "uq", &flags, &epoch) < 0)
         return; /* the master is away: the next beat tries again */
-    if (rm->own_seg && !(flags & MC__HB_REMOUNT))
+    if (rm->own_seg && !(flags & MC__HB_REMOUNT)) {
         epoch_raise(rm, epoch);
+        if (rm->mount_unsure && epoch)
+            mount_record(rm, epoch); /* the mount whose answer was lost */
+    }
     if (flags & MC__HB_REMOUNT) {
         for (rtask_t *t = rm->tasks; t; t = t->next)
             t->cancelled = 1;

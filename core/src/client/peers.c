@@ -511,6 +511,10 @@ int mc__peer_own(const mc_store_t *s, uint32_t seg, const mc__transport_t **tp, 
      * thread that reports the epoch, so no copy straddles a rise. (An
      * embedded store's epoch stays 0: it never revokes its own writers.) */
     ep->mem.epoch = &s->rm->epoch;
+    /* A read of a replica handed out before our segment was mounted again
+     * may have copied another object's bytes: it fails, as our data plane
+     * refuses such a READ. */
+    ep->mem.mount = &s->rm->mount_epoch;
     *tp = &mc__tp_local;
     return 1;
 }
@@ -561,6 +565,7 @@ int mc__peer_route(mc_store_t *s, const struct rrep *rep, const mc__transport_t 
         ep->mem.fence = m->fence;
         ep->mem.slot = m->slot;
         ep->mem.epoch = NULL;
+        ep->mem.mount = &m->fence->mount;
         *tp = &mc__tp_shm;
         return 0;
     }

@@ -88,8 +88,12 @@ struct mc__remote {
     uint64_t rec_ack;           /* bytes of the last RECORDS_TAKE answer applied */
     uint64_t run;               /* the master run our segment was last mounted at (0: none) */
     uint64_t epoch;             /* our segment's: WRITEs below it are refused (proto.h) */
-    mc__rdma_fencer_t fencer;   /* our segment's fence for RDMA peers (node.c) */
-    int rtaking;                /* a RECORDS_TAKE in flight */
+    _Atomic uint64_t mount_epoch; /* the epoch of our segment's last mount: READs below it
+                                     are refused (proto.h, "Reads"; node.c) */
+    int mount_unsure;             /* a mount's answer was lost: the next epoch a
+                                     heartbeat raises ours to is the mount's (node.c) */
+    mc__rdma_fencer_t fencer;     /* our segment's fence for RDMA peers (node.c) */
+    int rtaking;                  /* a RECORDS_TAKE in flight */
     int reporting; /* records follow our mount: until the report's last call is answered */
     size_t rep_at; /* the next bucket of recs to report (SIZE_MAX: the last is sent) */
 };

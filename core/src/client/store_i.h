@@ -103,8 +103,16 @@ struct mc_store {
 struct mc_obj {
     mc_store_t *s;
     mc_stat_t st;
-    uint64_t rid;          /* the master's handle id */
-    uint64_t session;      /* s->master_lost when it was opened (mc_obj_stale()) */
+    uint64_t rid;     /* the master's handle id */
+    uint64_t session; /* s->master_lost when it was opened (mc_obj_stale()) */
+    /* The segments mc_obj_view() pointed into: the word with the epoch of
+     * each one's last mount, and the epoch of the replica viewed there
+     * (mc_obj_stale(): a segment mounted again above it holds other bytes
+     * now). Set on the loop thread before a view is handed out. */
+    struct {
+        const _Atomic uint64_t *mount;
+        uint64_t epoch;
+    } viewed[MC__MAX_REPLICAS];
     struct mc__rset *rs;   /* where its bytes are */
     struct mc__ra *ra;     /* its read-ahead (prefetch.c), or NULL */
     mc_obj_t *prev, *next; /* on s->objs */

@@ -4,7 +4,9 @@
  * transport) or a co-located node's segment mapped over shared memory (the
  * shm transport, once mapped). The version is pinned while it is open, and
  * a published version's bytes never change, so the pointer stays good
- * until mc_obj_close(). A hole of a sparse file is viewed as zeros.
+ * until mc_obj_close(), unless the segment is mounted again at the master
+ * (it dropped it: wire/proto.h, "Reads"), after which mc_obj_stale() says
+ * so. A hole of a sparse file is viewed as zeros.
  * mc_obj_seek() and mc_writer_seek() find a sparse file's holes and bytes.
  */
 #include <errno.h>
@@ -17,7 +19,31 @@ static char zeros[1 << 20];
 
 int mc_obj_stale(const mc_obj_t *o)
 {
-    return __atomic_load_n(&o->s->master_lost, __ATOMIC_SEQ_CST) != o->session;
+    if (__atomic_load_n(&o->s->master_lost, __ATOMIC_SEQ_CST) != o->session)
+        return 1;
+    for (uint32_t i = 0; i < MC__MAX_REPLICAS; i++) {
+        const _Atomic uint64_t *m = __atomic_load_n(&o->viewed[i].mount, __ATOMIC_ACQUIRE);
+        if (!m)
+            break;
+        if (mc__shm_read_ok(m, o->viewed[i].epoch) < 0)
+            return 1; /* mounted again: its space may hold another object */
+    }
+    return 0;
+}
+
+/* Notes that o's bytes were viewed in a segment whose last mount's epoch
+ * is at mount, for a replica of epoch (mc_obj_stale()). */
+static void viewed(mc_obj_t *o, const _Atomic uint64_t *mount, uint64_t epoch)
+{
+    for (uint32_t i = 0; mount && i < MC__MAX_REPLICAS; i++) {
+        if (o->viewed[i].mount == mount && o->viewed[i].epoch == epoch)
+            return;
+        if (!o->viewed[i].mount) {
+            o->viewed[i].epoch = epoch;
+            __atomic_store_n(&o->viewed[i].mount, mount, __ATOMIC_RELEASE);
+            return;
+        }
+    }
 }
 
 int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p)
@@ -39,6 +65,9 @@ int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p)
         mc__tp_ep_t ep;
         if (rep->dead || mc__peer_route(s, rep, &tp, &peer, &ep) < 0 || !(tp->flags & MC__TP_MEM))
             continue;
+        /* Mounted again since the replica was handed out: other bytes. */
+        if (mc__shm_read_ok(ep.mem.mount, rep->epoch) < 0)
+            continue;
         uint64_t at = 0; /* the bytes are the extents, in order */
         for (uint32_t e = 0; e < rep->next; e++) {
             const mc__extent_t *x = &rep->ext[e];
@@ -55,6 +84,7 @@ int64_t mc_obj_view(mc_obj_t *o, uint64_t off, size_t len, const void **p)
             if (x->off > ep.mem.size || in + n > ep.mem.size - x->off)
                 return -EIO;
             *p = (const char *)ep.mem.base + x->off + in;
+            viewed(o, ep.mem.mount, rep->epoch);
             mc__count((uint64_t *)((char *)&s->st + tp->ops_stat),
                       (uint64_t *)((char *)&s->st + tp->bytes_stat), n);
             return (int64_t)n;

@@ -366,7 +366,8 @@ static int xfer_piece(xfer_t *x, uint32_t r, struct peer *peer, const mc__transp
         int rc = tp->move(ep, p, NULL, NULL);
         if (rc >= 0)
             tp_count(s, tp, p->len);
-        else if (rc == -ESTALE) /* a mapped segment's fence, or our own segment, refused it */
+        else if (rc == -ESTALE && p->write) /* a mapped segment's fence, or our own
+                                                segment, refused it */
             mc__bump(&s->st.writes_fenced, 1);
         return rc;
     }

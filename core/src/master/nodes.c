@@ -198,6 +198,10 @@ void mc__svc_seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now)
     mc__repair_seg_dropped(svc->rp, svc->m, id, now); /* and wakes the repair */
     for (int i = 0; i < svc->nseg; i++) {
         if (svc->segs[i].id == id) {
+            /* Replica sets of it may live on in clients: a mount again
+             * under this id gets an epoch above theirs (mc__svc_op_mount()). */
+            if (svc->epoch_dropped < svc->segs[i].epoch)
+                svc->epoch_dropped = svc->segs[i].epoch;
             free(svc->segs[i].addr);
             free(svc->segs[i].rdma);
             free(svc->segs[i].notes.p);
@@ -660,6 +664,7 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
     if (si && si->node != node)
         return -EEXIST;
     int hold_for_epoch = 0; /* until the node enforces the epoch answered below */
+    int fresh = !si;        /* not mounted at this master (any more) */
     if (!si) {
         /* A segment mounted again under its old id (this master expired
          * it, or restarted) may still receive late bytes from writers of
@@ -705,6 +710,13 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
      * by another master, or by this one before, carries a lower one. */
     if (si->epoch <= epoch)
         si->epoch = epoch + 1;
+    /* A segment mounted anew: past every epoch this master handed out for
+     * a segment it dropped, which replica sets still in clients' hands
+     * carry (the node may not have enforced the last of them). Its node
+     * refuses their READs (proto.h, "Reads"): their objects were lost, and
+     * new ones take the space. */
+    if (fresh && si->epoch <= svc->epoch_dropped)
+        si->epoch = svc->epoch_dropped + 1;
     if (hold_for_epoch || si->hold_epoch)
         si->hold_epoch = si->epoch;
     mc__repair_wake(svc->rp); /* room for copies */

@@ -106,6 +106,8 @@ struct mc__svc {
     node_t *nodes;
     int nnodes;
     uint32_t next_seg;
+    uint64_t epoch_dropped; /* the highest epoch of a segment dropped so far: one
+                               mounted anew gets one above it (nodes.c) */
     char *local_addr;
     char *local_rdma; /* RDMA record of the local segments (NULL: none) */
     uint32_t local_rdma_len;

@@ -15,6 +15,11 @@
  * until it ends (mc__data_plane_enforced()). Clients that mapped a segment
  * (SHM_MAP) copy into it themselves, through a slot of its fence (shm.h),
  * which the plane raises and reads in the same place.
+ *
+ * A READ carries its replica's epoch too; one below the epoch the segment
+ * was last mounted with at its master (mc__data_plane_mounted()) is
+ * refused (-ESTALE): its replica set is from before the master dropped the
+ * segment, and the space it names may hold another object now.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -29,10 +34,11 @@
 
 #define WRITE_HEAD 20 /* a WRITE's body: "uqq" (segment, epoch, offset), then the bytes */
 
-/* Finds [off, off + n) of segment seg, for a write of epoch (0: a read).
- * Returns 0 and sets *at, or the status to answer the request with. */
-static int find_range(mc__data_plane_t *p, uint32_t seg, uint64_t epoch, uint64_t off, uint32_t n,
-                      char **at)
+/* Finds [off, off + n) of segment seg, for a write of epoch (0: refused
+ * later), or with read, a read of epoch. Returns 0 and sets *at, or the
+ * status to answer the request with. */
+static int find_range(mc__data_plane_t *p, uint32_t seg, uint64_t epoch, int read, uint64_t off,
+                      uint32_t n, char **at)
 {
     mc__seg_t s;
     uint64_t now;
@@ -42,21 +48,69 @@ static int find_range(mc__data_plane_t *p, uint32_t seg, uint64_t epoch, uint64_
         return -ENOENT;
     if (off > s.size || n > s.size - off)
         return -EINVAL;
-    if (epoch && epoch < now)
+    /* A read's floor is the segment's mount's as recorded here, not as its
+     * fence says (clients that map the segment can write there). */
+    if (read ? epoch < mc__data_plane_mount_epoch(p, seg) : epoch && epoch < now)
         return -ESTALE;
     *at = s.base + off;
     return 0;
+}
+
+uint64_t mc__data_plane_mount_epoch(const mc__data_plane_t *p, uint32_t seg)
+{
+    for (uint32_t i = 0; i < p->nmounts; i++)
+        if (p->mounts[i].seg == seg)
+            return p->mounts[i].epoch;
+    return 0;
+}
+
+void mc__data_plane_mounted(mc__data_plane_t *p, uint32_t seg, uint64_t epoch)
+{
+    mc__seg_t s;
+    uint64_t now;
+    /* Forget segments that are ours no more (mounted again under another
+     * number): a READ of theirs finds no segment. */
+    for (uint32_t i = 0; i < p->nmounts;) {
+        if (p->mounts[i].seg != seg && p->lookup(p->arg, p->mounts[i].seg, &s, &now) < 0)
+            p->mounts[i] = p->mounts[--p->nmounts];
+        else
+            i++;
+    }
+    uint32_t i = 0;
+    while (i < p->nmounts && p->mounts[i].seg != seg)
+        i++;
+    if (i == p->nmounts) {
+        mc__mount_t *nm = realloc(p->mounts, sizeof(*nm) * (p->nmounts + 1));
+        if (nm) {
+            p->mounts = nm;
+            p->mounts[p->nmounts++] = (mc__mount_t){.seg = seg};
+        } else {
+            i = UINT32_MAX; /* out of memory: the fence still says it */
+            mc__log(MC__LOG_WARN,
+                    "segment %u: no memory to record its mount (epoch %llu): READs of before "
+                    "its mount are not refused over TCP",
+                    seg, (unsigned long long)epoch);
+        }
+    }
+    if (i != UINT32_MAX && p->mounts[i].epoch < epoch)
+        p->mounts[i].epoch = epoch;
+    if (p->lookup(p->arg, seg, &s, &now) == 0 && s.fence && atomic_load(&s.fence->mount) < epoch)
+        atomic_store(&s.fence->mount, epoch);
 }
 
 static int do_read(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, const char *body,
                    size_t len)
 {
     uint32_t seg, n;
-    uint64_t off;
+    uint64_t epoch, off;
     char *at;
-    if (mc__unpack(body, len, "uqu", &seg, &off, &n) < 0)
+    if (mc__unpack(body, len, "uqqu", &seg, &epoch, &off, &n) < 0)
         return -EBADMSG;
-    int rc = find_range(p, seg, 0, off, n, &at);
+    /* A replica set of before the segment's last mount names space that
+     * new objects may hold (wire/proto.h, "Reads"). */
+    int rc = find_range(p, seg, epoch, 1, off, n, &at);
+    if (rc == -ESTALE)
+        p->reads_fenced++;
     if (rc < 0)
         return mc__rpc_reply(c, h, rc, NULL, 0);
     struct iovec iov = {at, n};
@@ -75,7 +129,7 @@ static int do_write(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, cons
     char *at;
     if (mc__unpack(body, len, "uqq*", &seg, &epoch, &off, &data, &n) < 0)
         return -EBADMSG;
-    int rc = epoch ? find_range(p, seg, epoch, off, n, &at) : -ESTALE; /* 0: a read's */
+    int rc = epoch ? find_range(p, seg, epoch, 0, off, n, &at) : -ESTALE;
     if (rc == -ESTALE)
         p->writes_fenced++;
     if (rc < 0)
@@ -123,7 +177,7 @@ char *mc__data_plane_place(mc__data_plane_t *p, const mc__hdr_t *h, const char *
     char *at;
     if (h->op != MC__OP_WRITE || h->len < WRITE_HEAD ||
         mc__unpack(head, WRITE_HEAD, "uqq", &seg, &epoch, &off) < 0 || !epoch ||
-        find_range(p, seg, epoch, off, h->len - WRITE_HEAD, &at) < 0)
+        find_range(p, seg, epoch, 0, off, h->len - WRITE_HEAD, &at) < 0)
         return NULL; /* do_write() answers it, or refuses it */
     mc__placing_t *pl = placing_find(p, seg, epoch, 1);
     if (!pl)
@@ -263,6 +317,9 @@ void mc__data_plane_fini(mc__data_plane_t *p)
     free(p->users);
     p->users = NULL;
     p->nusers = p->cusers = 0;
+    free(p->mounts);
+    p->mounts = NULL;
+    p->nmounts = 0;
 }
 
 /* ---- fences of mapped segments (shm.h) ---- */

@@ -71,6 +71,13 @@ typedef struct mc__shm_user {
     void (*revoke)(const void *owner); /* ends owner's writes for good, or NULL */
 } mc__shm_user_t;
 
+/* The epoch a segment was last mounted with at its master (wire/proto.h,
+ * "Reads"): READs of a lower one are refused. */
+typedef struct mc__mount {
+    uint32_t seg;
+    uint64_t epoch;
+} mc__mount_t;
+
 /* A data plane: filled in by its owner, which keeps it. */
 typedef struct mc__data_plane {
     mc__seg_lookup_fn lookup;
@@ -84,17 +91,22 @@ typedef struct mc__data_plane {
     uint32_t nshm_segs;
     mc__shm_user_t *users; /* [0, nusers), room for cusers (free()) */
     uint32_t nusers, cusers;
-    uint64_t joins; /* slots given so far (mc__shm_user_t.seq) */
+    uint64_t joins;      /* slots given so far (mc__shm_user_t.seq) */
+    mc__mount_t *mounts; /* [0, nmounts) (free()): mc__data_plane_mounted() */
+    uint32_t nmounts;
     /* Counters, for logs and tests. */
     uint64_t bytes_read, bytes_written, shm_maps;
     uint64_t bytes_placed;  /* of bytes_written, received in place */
     uint64_t writes_fenced; /* WRITEs refused for an epoch below the segment's */
+    uint64_t reads_fenced;  /* READs refused for an epoch below the segment's mount */
 } mc__data_plane_t;
 
 /*
  * mc__data_plane_handle() answers the data request h with body[0..len) on
  * c: READ from the segment straight into the reply (the reader's lease or
- * handle keeps those bytes from being reused while they are sent), WRITE
+ * handle keeps those bytes from being reused while they are sent; a READ
+ * whose epoch is below the segment's mount epoch, mc__data_plane_mounted(),
+ * gets -ESTALE: its replica set is from before the mount), WRITE
  * into it, SHM_MAP with the segment's memfd passed along (SCM_RIGHTS) and
  * a slot of its fence (shm.h) for c, which c holds until it closes
  * (mc__data_plane_closed(); -EBUSY when every slot is taken).
@@ -141,6 +153,17 @@ void mc__data_plane_unplace(mc__data_plane_t *p, const mc__placing_t *pl);
  * that ended to others only once the epoch raised for it is enforced.
  */
 uint64_t mc__data_plane_enforced(mc__data_plane_t *p, uint32_t seg, uint64_t epoch);
+
+/*
+ * mc__data_plane_mounted() records that segment seg was mounted at its
+ * master with epoch (the one MOUNT_SEGMENT answered): READs of a lower
+ * epoch are refused from now on, and the segment's fence (if any) says
+ * so to the clients that read it mapped (shm.h). It only ever rises.
+ * Before the segment takes new data. mc__data_plane_mount_epoch() is
+ * what was recorded for seg (0: nothing, no READ is refused).
+ */
+void mc__data_plane_mounted(mc__data_plane_t *p, uint32_t seg, uint64_t epoch);
+uint64_t mc__data_plane_mount_epoch(const mc__data_plane_t *p, uint32_t seg);
 
 /* Whether c holds a fence slot (it mapped a segment). The owner keeps such
  * a connection open until its peer closes it (a frozen client's copy must

@@ -3,7 +3,9 @@
  * process can address are copied with memcpy. The shm transport (shm.c)
  * moves a mapped segment of a co-located node with the same function, its
  * writes through the segment's fence (mc__shm_copy_in()). A write into our
- * own segment is checked against its epoch as a node checks a WRITE.
+ * own segment is checked against its epoch as a node checks a WRITE; a
+ * read, after its copy, against the segment's mount epoch, as a node checks
+ * a READ (wire/proto.h, "Reads").
  */
 #include <errno.h>
 #include <stddef.h>
@@ -18,9 +20,11 @@ int mc__tp_mem_move(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb cb
     char *mem = ep->mem.base;
     if (p->off > ep->mem.size || p->len > ep->mem.size - p->off)
         return -EIO;
-    if (!p->write)
+    if (!p->write) {
         memcpy(p->buf, mem + p->off, p->len);
-    else if (ep->mem.fence)
+        return mc__shm_read_ok(ep->mem.mount, p->epoch); /* after the copy: shm.h */
+    }
+    if (ep->mem.fence)
         return mc__shm_copy_in(ep->mem.fence, ep->mem.slot, p->epoch, mem + p->off, p->buf, p->len);
     else if (ep->mem.epoch && p->epoch && p->epoch < *ep->mem.epoch)
         return -ESTALE; /* our own segment: the check a node makes of a WRITE */

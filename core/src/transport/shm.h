@@ -28,24 +28,36 @@
  * only once no slot shows an older copy in progress. Each side stores,
  * then loads the other's word (sequentially consistent), so at least one
  * of them sees the other: a copy that started before the rise holds the
- * rise back until it ends, and one after it is refused.
+ * rise back until it ends, and one after it is refused. Reads pass no
+ * node's check either: after each copy out, a client checks the fence's
+ * mount epoch (mc__shm_read_ok()), which the node raises when its master
+ * mounts the segment again, before the segment takes new data.
  */
 #ifndef MC_SHM_H
 #define MC_SHM_H
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* The slots of a fence: mappings of one segment at once. */
-#define MC__SHM_FENCE_SLOTS 8191
+#define MC__SHM_FENCE_SLOTS 8190
 
 /* The fence of a memfd segment, in the memfd at mc__shm_fence_off() of
- * the segment's size (64 KiB, its pages allocated as first touched). */
+ * the segment's size (64 KiB, its pages allocated as first touched).
+ * mount: the epoch of the segment's last mount at its master (wire/proto.h,
+ * "Reads"), which the node stores before the segment takes new data; a
+ * client that copied bytes out for a replica of a lower epoch discards
+ * them (-ESTALE): the segment was mounted again since that replica was
+ * handed out, and its space may hold another object's bytes. */
 typedef struct mc__shm_fence {
     _Atomic uint64_t epoch;                     /* a copy below it must not start */
     _Atomic uint64_t busy[MC__SHM_FENCE_SLOTS]; /* a slot's copy in progress: its epoch, or 0 */
+    _Atomic uint64_t mount;                     /* a read below it is refused, after its copy */
 } mc__shm_fence_t;
+
+_Static_assert(sizeof(mc__shm_fence_t) == 65536, "the fence's layout is 64 KiB");
 
 /* Where the fence of a segment of size bytes lies in its memfd (the size
  * rounded up to 4 KiB), and the bytes the memfd holds in all. */
@@ -85,6 +97,18 @@ static inline mc__shm_fence_t *mc__seg_fence(char *base, uint64_t size)
  * without memfd). Undo with mc__seg_destroy().
  */
 int mc__seg_create(uint64_t size, const char *name, mc__seg_t *out);
+
+/*
+ * mc__shm_read_ok() says, after a copy out of a mapped segment for a
+ * replica of epoch, whether those bytes were the replica's: 0, or -ESTALE
+ * when the segment was mounted again above epoch (mount: the fence's mount
+ * word, or NULL: no check). The load follows the copy's loads.
+ */
+static inline int mc__shm_read_ok(const _Atomic uint64_t *mount, uint64_t epoch)
+{
+    atomic_thread_fence(memory_order_acquire); /* the copy's loads, then this one */
+    return mount && epoch < atomic_load(mount) ? -ESTALE : 0;
+}
 
 /*
  * mc__shm_copy_in() copies n bytes of src (NULL: zeros) to at, a mapped

@@ -67,7 +67,7 @@ static int tcp_move(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb cb
     } else {
         char req[24];
         mc__wbuf_t w = {.p = req, .cap = sizeof(req)};
-        mc__pack(&w, "uqu", p->seg, p->off, p->len);
+        mc__pack(&w, "uqqu", p->seg, p->epoch, p->off, p->len);
         tp->dst = p->buf;
         rc = mc__rpc_client_call_into(ep->tcp, MC__OP_READ, req, w.len, p->buf, p->len,
                                       p->timeout_ms, tcp_done, tp);

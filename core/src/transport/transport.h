@@ -22,6 +22,7 @@
 #ifndef MC_TRANSPORT_H
 #define MC_TRANSPORT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,10 +35,12 @@ typedef struct mc__tp_piece {
     char *buf;               /* the caller's bytes; NULL with write: zeros */
     const mc__rdma_mr_t *mr; /* buf's RDMA registration (MC__TP_ZERO_COPY), or NULL */
     uint32_t seg;            /* the replica's segment, as the master numbers it */
-    uint64_t epoch;          /* writes: the segment's epoch as granted (wire/proto.h,
+    uint64_t epoch;          /* the replica's segment epoch as granted (wire/proto.h,
                                 "Segment epochs"; tcp carries it, the node checks it;
-                                shm and rdma check it against the node's fence,
-                                shm.h, transport_rdma.h) */
+                                shm and rdma check a write's against the node's
+                                fence, shm.h, transport_rdma.h; local and shm a
+                                read's against the segment's mount epoch, after the
+                                copy; rdma does not check reads) */
     uint64_t off;            /* where in the segment */
     uint32_t len;
     uint64_t timeout_ms; /* a bound on the wait (asynchronous transports) */
@@ -52,10 +55,13 @@ typedef union mc__tp_ep {
         uint64_t size;
         struct mc__shm_fence *fence; /* shm: writes go through its slot (shm.h); local: NULL */
         uint32_t slot;
-        const uint64_t *epoch; /* local: the segment's epoch now, or NULL; a write of a
-                                  lower one (not 0) is refused with -ESTALE */
-    } mem;                     /* local, shm */
-    mc__rpc_client_t *tcp;     /* tcp: the node's client (session made) */
+        const uint64_t *epoch;         /* local: the segment's epoch now, or NULL; a write of a
+                                          lower one (not 0) is refused with -ESTALE */
+        const _Atomic uint64_t *mount; /* the epoch of the segment's last mount (shm:
+                                          its fence's; local: our node's), or NULL:
+                                          a read of a lower one fails with -ESTALE */
+    } mem;                             /* local, shm */
+    mc__rpc_client_t *tcp;             /* tcp: the node's client (session made) */
     struct {
         mc__rdma_conn_t *c;          /* a connected connection to the node */
         const mc__rdma_desc_t *desc; /* the segment's descriptor: copied per piece */
@@ -79,8 +85,9 @@ typedef struct mc__transport {
      * Returns 0: cb(arg, status) runs once, later (from the loop), unless
      * the transport is MC__TP_SYNC, whose pieces are done by then; or
      * -errno: nothing moved (-EIO: the range lies outside a memory
-     * endpoint; -ESTALE: shm or rdma refused a write's old epoch), and cb is
-     * never called.
+     * endpoint; -ESTALE: shm or rdma refused a write's old epoch, or a
+     * memory endpoint mounted again since a read's epoch), and cb is never
+     * called.
      */
     int (*move)(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb cb, void *arg);
 } mc__transport_t;

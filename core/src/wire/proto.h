@@ -35,9 +35,10 @@
  * epochs (below). 6: SHM_MAP answers a fence slot (transport/shm.h). 7:
  * small objects in 4-byte units, so a record's extents may sit at offsets
  * that a master of 6 (8-byte units) refuses, dropping their bytes. 8:
- * PUT_RENEW (idle writes' leases renewed together). A peer of another
- * version is refused. */
-#define MC__PROTO_SESSION 8
+ * PUT_RENEW (idle writes' leases renewed together). 9: READ carries its
+ * replica's epoch, and a node refuses one from before its segment's mount
+ * (below). A peer of another version is refused. */
+#define MC__PROTO_SESSION 9
 
 /* The most put ids one PUT_RENEW carries, and the bytes of replica sets its
  * answer carries at most: past them an entry answers MC__RENEWED_BARE (its
@@ -74,6 +75,14 @@
  * that write still on their way are refused from then on. The writes
  * still going on there get -ESTALE once, and ask for the epoch now
  * (PUT_EPOCH), which the master answers only for a write that goes on.
+ *
+ * Reads (session version 9): a segment mounted again (its master dropped it
+ * at the node TTL, and the objects on it with it) gets an epoch above every
+ * one that master handed out for it, and its node refuses (-ESTALE) a READ
+ * whose epoch is below the one of its last mount: a replica set of before
+ * names space that new objects may take. Epochs raised within one mount
+ * (for writes that ended) refuse no read. A client that reads a mapped
+ * segment checks the fence's mount epoch after its copy (transport/shm.h).
  */
 
 #define MC__PROTO_HDR_SIZE 24
@@ -149,7 +158,7 @@
                                             stat + replica set (as OPEN), capacity reserved (q),    \
                                             put id, write lease ms, replica set (as PUT_START) */   \
     /* data (nodes) */                                                                              \
-    X(READ, 50, "uqu", "*")    /* seg id, offset, length -> bytes */                                \
+    X(READ, 50, "uqqu", "*")   /* seg id, its epoch, offset, length -> bytes */                     \
     X(WRITE, 51, "uqq*", "")   /* seg id, its epoch, offset, bytes */                               \
     X(SHM_MAP, 52, "u", "qqu") /* seg id -> size, fence offset, slot (fd as SCM_RIGHTS) */
 
