@@ -495,6 +495,15 @@ static void copy_range(op_t *o, size_t from, size_t to)
     }
 }
 
+/* After an op's copies from its views: a segment they came from that was
+ * mounted again meanwhile (its master dropped it) may have held another
+ * object's bytes by then (mc_obj_stale()): the get fails with ESTALE. */
+static void got_views(op_t *o)
+{
+    if (o->result >= 0 && mc_obj_stale(o->obj))
+        o->result = -ESTALE;
+}
+
 /* The loop thread's share of an async group's copies (see copy_views()). */
 static void loop_copy(void *arg)
 {
@@ -548,6 +557,7 @@ static void copy_views(group_t *g, size_t total, int share)
         if (o->kind == K_GET && o->views) {
             free(o->views);
             o->views = NULL;
+            got_views(o);
             mc_obj_close(o->obj);
             o->obj = NULL;
         }
@@ -574,6 +584,7 @@ int mcpy_group_feed(group_t *g)
             o->copied = 0;
             free(o->views);
             o->views = NULL;
+            got_views(o);
             mc_obj_close(o->obj);
             o->obj = NULL;
             continue;
