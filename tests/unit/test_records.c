@@ -4,8 +4,9 @@
  * (core/src/master/records.c): the newest version of a key wins, replicas
  * of one version on several segments are one object, a version rebuilt and
  * then removed or replaced stays gone, space a record names must be free,
- * the latest record of a version gives its metadata, and ids handed out
- * after a merge are newer than every one reported.
+ * the latest record of a version gives its metadata, what this run put
+ * wins over any record (a clock set back gives it the lower id), and ids
+ * handed out after a merge are newer than every one reported.
  */
 #include "master_fixture.h"
 
@@ -225,6 +226,36 @@ static void test_what_this_run_published_wins(void **state)
     assert_int_equal(merge(m, 1, &r, T0), 0);
     assert_ptr_equal(find(m, "k"), v);
     assert_int_equal(used(m), 64);
+    mc__master_free(m);
+}
+
+/* A master restarted with its clock behind the run before (first_id is the
+ * wall clock in microseconds): a put acknowledged by this run has an id
+ * below a surviving record's, yet it is newer: the record is refused. */
+static void test_this_run_wins_over_a_record_with_a_higher_id(void **state)
+{
+    (void)state;
+    mc__master_opts_t o = {.lease_ms = 100, .align = UNIT, .first_id = 1000};
+    mc__master_t *m = NULL;
+    assert_int_equal(mc__master_new(&m, &o), 0);
+    assert_int_equal(mc__master_add_segment(m, 1, SEG_SIZE), 0);
+    assert_int_equal(mc__master_add_segment(m, 2, SEG_SIZE), 0);
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_begin(m, "k", 1, NULL, T0, &v), 0);
+    assert_int_equal(mc__master_reserve(m, v, 64, T0), 0);
+    assert_int_equal(mc__master_commit(m, v, 64, 0, T0), 0);
+    assert_int_equal(v->id, 1000);
+    mc__extent_t e = {4096, 64};
+    trec_t r = rec("k", 5000, 1, 64, &e); /* the run before's, its clock ahead */
+    assert_int_equal(merge(m, 2, &r, T0), 0);
+    assert_ptr_equal(find(m, "k"), v);
+    assert_int_equal(used(m), 64);
+    /* Ids handed out from now on are still above every one reported. */
+    mc__version_t *w = NULL;
+    assert_int_equal(mc__master_begin(m, "j", 1, NULL, T0, &w), 0);
+    assert_int_equal(mc__master_reserve(m, w, 64, T0), 0);
+    assert_int_equal(mc__master_commit(m, w, 64, 0, T0), 0);
+    assert_true(w->id > 5000);
     mc__master_free(m);
 }
 
@@ -476,6 +507,7 @@ int main(void)
         cmocka_unit_test(test_the_newest_version_of_a_key_wins),
         cmocka_unit_test(test_removed_after_the_rebuild_stays_gone),
         cmocka_unit_test(test_what_this_run_published_wins),
+        cmocka_unit_test(test_this_run_wins_over_a_record_with_a_higher_id),
         cmocka_unit_test(test_space_that_is_not_free_is_refused),
         cmocka_unit_test(test_small_objects_in_4_byte_units_come_back),
         cmocka_unit_test(test_the_latest_record_gives_the_metadata),

@@ -667,7 +667,9 @@ const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t
 /*
  * Merges one record reported by the node of segment seg (mounted again
  * after a restart of the master): the newest version of a key wins
- * (version ids grow across runs, see first_id); a record of a version
+ * (version ids grow across runs, see first_id; a version this run made
+ * beats every record of a version it has not seen, since a clock set back
+ * can give it the lower id); a record of a version
  * already rebuilt adds its replica, and the record with the latest stamp
  * gives the metadata; a version rebuilt and then removed or replaced stays
  * gone. The record's extents, ext[0..rec->next) (rec->ext is not read),

@@ -312,10 +312,13 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         return rc;
     }
 
-    /* A version this master has not seen: the newest version of a key wins
-     * (ids grow across runs: whatever was committed since is newer). */
+    /* A version this master has not seen: the newest version of a key wins.
+     * Whatever this run made (not rebuilt) was committed after every record
+     * of a run before, whatever the ids say: they grow across runs only
+     * while the wall clock does (first_id), and a clock set back leaves
+     * this run's ids below the records'. Among records, the higher id. */
     mc__version_t *cur = mc__index_get(m->ix, r->key, r->klen);
-    if (cur && cur->id >= r->version)
+    if (cur && (cur->id >= r->version || !(cur->flags & MC__V_REBUILT)))
         return 0;
     uint64_t bytes = rec_bytes(r, ext);
     if (bytes < r->size || bytes - r->size >= m->o.align)
