@@ -3,18 +3,17 @@
  * segments mounted by nodes (and this process's own), nodes' heartbeats
  * and suspicion, dropping a segment with every replica on it, counters,
  * the replica sets answers carry, and the node requests (mount, unmount,
- * heartbeat, repair tasks).
+ * heartbeat, repair tasks). The records nodes keep (notices, reports) and
+ * the op log's view are reports.c's.
  *
  * Segments and nodes live in small arrays: a cluster has tens of them, not
  * millions.
  */
-#include <endian.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "master/oplog.h"
 #include "master/service_i.h"
 
 seginfo_t *mc__svc_seg_info(mc__svc_t *svc, uint32_t id)
@@ -53,16 +52,6 @@ static int seg_add(mc__svc_t *svc, uint32_t id, uint64_t node, uint64_t size, co
     return 0;
 }
 
-/* 1 if the op log knows records of segment id that wait for its node
- * (pend_add()). */
-static int seg_pending(const mc__svc_t *svc, uint32_t id)
-{
-    for (int i = 0; i < svc->npend; i++)
-        if (svc->pend[i] == id)
-            return 1;
-    return 0;
-}
-
 /* A segment id for a node that asked for any: the next one not in use,
  * never 0 (an embedded store's own) nor UINT32_MAX, wrapping around, nor
  * one whose records in the op log wait for its node (merged into another
@@ -73,7 +62,7 @@ static uint32_t seg_new_id(mc__svc_t *svc)
     for (uint32_t tries = 0; tries < (uint32_t)(svc->nseg + svc->npend) + 1; tries++) {
         uint32_t id = svc->next_seg;
         svc->next_seg = id >= UINT32_MAX - 1 ? 1 : id + 1;
-        if (id && !mc__svc_seg_info(svc, id) && !seg_pending(svc, id))
+        if (id && !mc__svc_seg_info(svc, id) && !mc__svc_seg_pending(svc, id))
             return id;
     }
     return 0;
@@ -148,39 +137,6 @@ int mc__svc_set_local_rdma(mc__svc_t *svc, const void *rec, size_t len, int fenc
     return rc;
 }
 
-static void pend_add(void *arg, uint32_t seg)
-{
-    mc__svc_t *svc = arg;
-    uint32_t *p = realloc(svc->pend, sizeof(*p) * (size_t)(svc->npend + 1));
-    if (p) { /* else the log's records of seg are not merged: as without etcd */
-        svc->pend = p;
-        p[svc->npend++] = seg;
-    }
-}
-
-/* 1 (once) if segment seg still waits for the log's records of it: taken
- * off the list, as when it is dropped here. */
-static int pend_take(mc__svc_t *svc, uint32_t seg)
-{
-    for (int i = 0; i < svc->npend; i++) {
-        if (svc->pend[i] == seg) {
-            svc->pend[i] = svc->pend[--svc->npend];
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* The segment seg dropped: tell the log. */
-static void log_seg_gone(mc__svc_t *svc, uint32_t seg)
-{
-    mc__wbuf_t e = {0};
-    mc__pack(&e, "bq", MC__LOG_SEG_GONE, (uint64_t)0);
-    if (svc->journal && e.err == 0)
-        svc->journal(svc->journal_arg, seg, e.p, e.len);
-    free(e.p);
-}
-
 /* Drops a segment and the replicas on it: published, retired, pending and
  * fenced versions alike, so that none frees space in a segment mounted
  * again under the same id. */
@@ -193,8 +149,7 @@ void mc__svc_seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now)
     for (fenced_t *f = svc->fenced; f; f = f->next)
         mc__version_drop_replica(f->v, id);
     svc->objects_lost += mc__master_drop_segment(svc->m, id, now);
-    log_seg_gone(svc, id);
-    pend_take(svc, id);                               /* what the log knew of it is gone too */
+    mc__svc_log_seg_gone(svc, id);
     mc__repair_seg_dropped(svc->rp, svc->m, id, now); /* and wakes the repair */
     for (int i = 0; i < svc->nseg; i++) {
         if (svc->segs[i].id == id) {
@@ -374,284 +329,6 @@ int64_t mc__svc_seg_by_addr(mc__svc_t *svc, const char *addr, size_t len)
     return -1;
 }
 
-/* ---- records: notices to nodes, reports from them ----
- *
- * Each node keeps the record of every published version with a replica in
- * its segment (records.c). Notices for it wait here, per segment, until
- * the node fetches them (RECORDS_TAKE, when its heartbeat says there are
- * some): the master never calls a node. A node that mounts its segment
- * again after a restart of the master reports its records
- * (RECORDS_REPORT), which the master merges; its segment takes nothing new
- * until the report is over.
- */
-
-/* Encodes one notice about v for segment seg into e (see proto.h). */
-static void note_encode(mc__wbuf_t *e, const mc__master_t *m, uint32_t seg, mc__version_t *v,
-                        int drop)
-{
-    mc__pack(e, "bq", drop ? MC__NOTE_DROP : MC__NOTE_PUT, v->id);
-    if (drop)
-        return;
-    mc__rec_t r;
-    const mc__extent_t *ext = mc__master_record(m, v, seg, &r);
-    mc__wbuf_t rb = {0};
-    mc__pack_rec_head(&rb, &r);
-    for (uint32_t i = 0; i < r.next; i++)
-        mc__pack_extent(&rb, ext[i].off, ext[i].len);
-    if (rb.err == 0)
-        mc__pack(e, "s", rb.p, (uint32_t)rb.len);
-    else
-        e->err = rb.err;
-    free(rb.p);
-}
-
-/* Appends the notice e to the queue of segment seg's node. */
-static void note_queue(mc__svc_t *svc, uint32_t seg, const mc__wbuf_t *e)
-{
-    seginfo_t *si = mc__svc_seg_info(svc, seg);
-    if (!si || si->node == 0)
-        return; /* our own segment goes with us */
-    if (si->notes.len > NOTES_MAX || e->err) {
-        svc->notices_dropped++;
-        return;
-    }
-    mc__pack(&si->notes, "s", e->p, (uint32_t)e->len);
-    if (si->notes.err) {
-        svc->notices_dropped++;
-        si->notes.err = 0; /* what was queued before stays whole */
-    }
-}
-
-/* Appends one notice about v to the queue of segment seg's node and, for a
- * master with an op log, to the log. */
-static void note_add(mc__svc_t *svc, uint32_t seg, mc__version_t *v, int drop, int log)
-{
-    seginfo_t *si = mc__svc_seg_info(svc, seg);
-    if (!si || si->node == 0)
-        return;
-    mc__wbuf_t e = {0};
-    note_encode(&e, svc->m, seg, v, drop);
-    if (log && svc->journal && e.err == 0)
-        svc->journal(svc->journal_arg, seg, e.p, e.len);
-    note_queue(svc, seg, &e);
-    free(e.p);
-}
-
-void mc__svc_replica_gone(mc__svc_t *svc, const mc__version_t *v, uint32_t seg)
-{
-    seginfo_t *si = mc__svc_seg_info(svc, seg);
-    if (!si || si->node == 0)
-        return; /* our own segment keeps no records */
-    mc__wbuf_t e = {0};
-    mc__pack(&e, "bq", MC__NOTE_DROP, v->id);
-    note_queue(svc, seg, &e);
-    e.len = 0;
-    mc__pack(&e, "bq", MC__LOG_REP_GONE, v->id);
-    if (svc->journal && e.err == 0)
-        svc->journal(svc->journal_arg, seg, e.p, e.len);
-    free(e.p);
-}
-
-/* The master's notice callback (mc__master_notices()): v's record went
- * stale, or v left the namespace; its nodes are those of its replicas (a
- * name entry's: its file's). */
-static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
-{
-    mc__svc_t *svc = arg;
-    const mc__version_t *f = mc__vmore(v)->link ? mc__master_resolve(m, v) : v;
-    if (!f)
-        return;
-    for (uint32_t r = 0; r < f->nrep; r++)
-        note_add(svc, mc__vrep_get(f, r).seg, v, drop, 1);
-}
-
-/* ---- the op log (master/oplog.h) ---- */
-
-static void forget(void *arg, uint64_t id)
-{
-    mc__master_forget(arg, id);
-}
-
-int mc__svc_rebuilding(const mc__svc_t *svc)
-{
-    return svc->npend > 0;
-}
-
-static void seen_rec(void *arg, const char *rec, size_t len)
-{
-    mc__rec_t r;
-    if (mc__take_rec(rec, len, &r) == 0)
-        mc__master_seen(arg, r.version, r.stamp);
-}
-
-/* Segment seg has records in the view: they wait for its node, and what
- * this master publishes meanwhile is newer than they are (its clock may
- * have started its ids below theirs). */
-static void view_seg(void *arg, uint32_t seg)
-{
-    mc__svc_t *svc = arg;
-    mc__oplog_each(svc->view, seg, seen_rec, svc->m);
-    pend_add(svc, seg);
-}
-
-void mc__svc_journal(mc__svc_t *svc, mc__svc_journal_fn fn, void *arg, const mc__oplog_t *view)
-{
-    svc->journal = fn;
-    svc->journal_arg = arg;
-    svc->view = view;
-    mc__master_notices(svc->m, on_notice, svc);
-    if (view) {
-        mc__oplog_each_gone(view, forget, svc->m);
-        mc__oplog_each_seg(view, view_seg, svc);
-    }
-}
-
-void mc__svc_flush(mc__svc_t *svc)
-{
-    mc__master_flush(svc->m);
-}
-
-/* 1 if notices wait for one of node's segments. */
-static int notes_for(mc__svc_t *svc, uint64_t node)
-{
-    for (int i = 0; i < svc->nseg; i++)
-        if (svc->segs[i].node == node && svc->segs[i].notes.len)
-            return 1;
-    return 0;
-}
-
-int mc__svc_op_records_take(mc__svc_t *svc, const char *body, size_t len, mc__wbuf_t *w)
-{
-    uint64_t node, ack;
-    uint32_t seg;
-    UNPACK("quq", &node, &seg, &ack);
-    seginfo_t *si = mc__svc_seg_info(svc, seg);
-    if (!si || si->node != node)
-        return -ENOENT;
-    mc__svc_flush(svc);
-    /* The node applied the last answer: those notices are done. */
-    if (ack > si->sent)
-        return -EINVAL;
-    memmove(si->notes.p, si->notes.p + ack, si->notes.len - ack);
-    si->notes.len -= ack;
-    size_t n = 0;
-    while (n + 4 <= si->notes.len) {
-        uint32_t el;
-        memcpy(&el, si->notes.p + n, 4);
-        el = le32toh(el);
-        if (n && n + 4 + el > MC__NOTES_BATCH)
-            break;
-        n += 4 + el;
-    }
-    si->sent = n;
-    return mc__pack(w, "*", si->notes.p, (uint32_t)n);
-}
-
-/* Merges one record p[0..pl) (mc__rec_t) on segment seg. Returns as
- * mc__master_merge(), -EBADMSG for one that does not decode. */
-static int merge_one(mc__svc_t *svc, uint32_t seg, const char *p, uint32_t pl, uint64_t now)
-{
-    mc__rec_t wr;
-    mc__extent_t ext[64], *e = ext;
-    int rc = mc__take_rec(p, pl, &wr);
-    if (rc < 0)
-        return -EBADMSG;
-    if (wr.next > 64 && !(e = malloc(sizeof(*e) * wr.next)))
-        return -ENOMEM;
-    mc__wire_replica_t wrep = {.next = wr.next, .ext = wr.ext};
-    for (uint32_t i = 0; i < wr.next; i++)
-        mc__wire_extent(&wrep, i, &e[i].off, &e[i].len);
-    rc = mc__master_merge(svc->m, seg, &wr, e, now);
-    if (e != ext)
-        free(e);
-    return rc;
-}
-
-typedef struct view_merge {
-    mc__svc_t *svc;
-    uint32_t seg;
-    uint64_t now;
-} view_merge_t;
-
-static void merge_logged(void *arg, const char *rec, size_t len)
-{
-    view_merge_t *vm = arg;
-    int rc = merge_one(vm->svc, vm->seg, rec, (uint32_t)len, vm->now);
-    if (rc == 1)
-        vm->svc->records_merged++;
-    else
-        vm->svc->records_refused++;
-}
-
-/* Segment seg is back (mounted again at a new leader, its report over):
- * the op log's records of it join what its node reported (the log may know
- * of changes the node had not fetched yet). Once per segment the log knew
- * at the takeover: a segment this master dropped since gets nothing. */
-static void merge_view(mc__svc_t *svc, uint32_t seg, uint64_t now)
-{
-    view_merge_t vm = {svc, seg, now};
-    if (svc->view && pend_take(svc, seg))
-        mc__oplog_each(svc->view, seg, merge_logged, &vm);
-}
-
-int mc__svc_op_records_report(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
-{
-    uint64_t node;
-    uint32_t seg, last, rl;
-    const char *rest;
-    UNPACK("quu*", &node, &seg, &last, &rest, &rl);
-    seginfo_t *si = mc__svc_seg_info(svc, seg);
-    if (!si || si->node != node)
-        return -ENOENT;
-    size_t left = rl;
-    while (left) {
-        const char *p, *next;
-        uint32_t pl, nl;
-        TAKE(mc__unpack(rest, left, "s*", &p, &pl, &next, &nl));
-        rest = next;
-        left = nl;
-        int rc = merge_one(svc, seg, p, pl, now);
-        if (rc == -ENOMEM)
-            return rc;
-        if (rc == 1) {
-            svc->records_merged++;
-            continue;
-        }
-        /* Refused (older, gone, its space taken) or unreadable: the node
-         * forgets it. */
-        svc->records_refused++;
-        uint64_t id;
-        if (pl >= 8) {
-            memcpy(&id, p, 8);
-            mc__version_t tmp = {.id = le64toh(id)};
-            note_add(svc, seg, &tmp, 1, 0);
-        }
-    }
-    if (last && si->hold_to) {
-        merge_view(svc, seg, now);
-        /* The report is over: new data may go there once the writers of
-         * before are over too. */
-        mc__master_hold_segment(svc->m, seg, si->hold_to > now ? si->hold_to : now);
-        si->hold_to = 0;
-        mc__repair_wake(svc->rp);
-    }
-    return 0;
-}
-
-void mc__svc_reports_tick(mc__svc_t *svc, uint64_t now)
-{
-    for (int i = 0; i < svc->nseg; i++) {
-        seginfo_t *si = &svc->segs[i];
-        if (si->hold_to && now >= si->report_by) {
-            /* Without the rest of the report: the log's records of it
-             * still join (before new data may take their space). */
-            merge_view(svc, si->id, now);
-            mc__master_hold_segment(svc->m, si->id, si->hold_to > now ? si->hold_to : now);
-            si->hold_to = 0;
-        }
-    }
-}
-
 int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now, mc__wbuf_t *w)
 {
     uint64_t node, size, epoch;
@@ -687,7 +364,7 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
         si = mc__svc_seg_info(svc, seg);
         hold_for_epoch = again && checked;
         if (again && !(flags & MC__MOUNT_REPORT))
-            merge_view(svc, seg, now);
+            mc__svc_merge_view(svc, seg, now);
         if (flags & MC__MOUNT_REPORT) {
             /* Its records follow: nothing new goes there before they are
              * merged (their space is not free), then as for a segment
@@ -697,7 +374,7 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
             si->report_by = now + REPORT_MAX_MS;
         }
     }
-    mc__master_notices(svc->m, on_notice, svc);
+    mc__svc_notices(svc);
     /* The record is the node's to describe (address, keys): kept verbatim,
      * replaced by every mount so that a node that restarted its RDMA side
      * publishes fresh keys. */
@@ -760,7 +437,7 @@ int mc__svc_op_heartbeat(mc__svc_t *svc, const char *body, size_t len, uint64_t 
         n->last_hb = now;
     uint32_t flags = !n ? MC__HB_REMOUNT : mc__repair_pending(svc->rp, node) ? MC__HB_REPAIR : 0;
     mc__svc_flush(svc);
-    if (n && notes_for(svc, node))
+    if (n && mc__svc_notes_for(svc, node))
         flags |= MC__HB_RECORDS;
     seginfo_t *si = n && seg ? mc__svc_seg_info(svc, seg) : NULL;
     if (si && si->node == node) {

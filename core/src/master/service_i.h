@@ -1,6 +1,8 @@
 /*
- * service_i.h - what the master service's two files share (service.c:
- * writes, handles, dispatch; nodes.c: segments, nodes, repair requests).
+ * service_i.h - what the master service's files share (service.c: writes,
+ * handles, dispatch; names.c: the namespace requests; nodes.c: segments,
+ * nodes, repair requests; reports.c: nodes' records and the op log's view;
+ * tasks.c: copy and move tasks).
  * Private to them: everyone else uses service.h.
  */
 #ifndef MC_SERVICE_I_H
@@ -187,6 +189,9 @@ int mc__svc_op_heartbeat(mc__svc_t *svc, const char *body, size_t len, uint64_t 
 int mc__svc_op_repair_take(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
                            mc__wbuf_t *w);
 int mc__svc_op_repair_done(mc__svc_t *svc, const char *body, size_t len, uint64_t now);
+
+/* ---- reports.c: notices to nodes, their reports, the op log's view ---- */
+
 int mc__svc_op_records_take(mc__svc_t *svc, const char *body, size_t len, mc__wbuf_t *w);
 int mc__svc_op_records_report(mc__svc_t *svc, const char *body, size_t len, uint64_t now);
 /* Ends the hold of segments whose report is overdue (REPORT_MAX_MS). */
@@ -194,6 +199,23 @@ void mc__svc_reports_tick(mc__svc_t *svc, uint64_t now);
 /* v's replica on segment seg left it (a move): its node forgets the
  * record, and the op log the replica (MC__LOG_REP_GONE). */
 void mc__svc_replica_gone(mc__svc_t *svc, const mc__version_t *v, uint32_t seg);
+/* From now on, what changes a version's record is queued as a notice for
+ * the nodes of its replicas (a master with nodes; see mc__master_notices()). */
+void mc__svc_notices(mc__svc_t *svc);
+/* 1 if notices wait for one of node's segments. */
+int mc__svc_notes_for(mc__svc_t *svc, uint64_t node);
+/* 1 if the op log knows records of segment id that wait for its node:
+ * the id is not handed to another node. */
+int mc__svc_seg_pending(const mc__svc_t *svc, uint32_t id);
+/* Segment seg dropped: tells the log (MC__LOG_SEG_GONE), and what the
+ * log knew of it no longer waits for its node. */
+void mc__svc_log_seg_gone(mc__svc_t *svc, uint32_t seg);
+/* Segment seg is back (mounted again at a new leader, its report over or
+ * overdue): the op log's records of it join what its node reported (the
+ * log may know of changes the node had not fetched yet). Once per segment
+ * the log knew at the takeover: a segment this master dropped since gets
+ * nothing. */
+void mc__svc_merge_view(mc__svc_t *svc, uint32_t seg, uint64_t now);
 
 /* ---- tasks.c: copy and move tasks ---- */
 
