@@ -102,13 +102,25 @@ static void test_latest_record_per_segment(void **state)
     mc__oplog_each_gone(l, on_gone, &gone);
     assert_int_equal(gone, 10);
 
-    /* A segment dropped: its records go, the others' stay. */
+    /* Segments' nodes: the last mount says. */
+    w.len = 0;
+    entry(&w, 1, MC__LOG_SEG_NODE, 11, NULL);
+    entry(&w, 3, MC__LOG_SEG_NODE, 12, NULL);
+    entry(&w, 1, MC__LOG_SEG_NODE, 13, NULL);
+    assert_int_equal(mc__oplog_apply(l, w.p, w.len), 0);
+    assert_int_equal(mc__oplog_seg_node(l, 1), 13);
+    assert_int_equal(mc__oplog_seg_node(l, 3), 12);
+    assert_int_equal(mc__oplog_seg_node(l, 2), 0);
+
+    /* A segment dropped: its records and its node go, the others' stay. */
     w.len = 0;
     entry(&w, 3, MC__NOTE_PUT, 12, "v12");
     entry(&w, 1, MC__LOG_SEG_GONE, 0, NULL);
     assert_int_equal(mc__oplog_apply(l, w.p, w.len), 0);
     assert_int_equal(count(l, 1), 0);
     assert_true(has(l, 3, "v12"));
+    assert_int_equal(mc__oplog_seg_node(l, 1), 0);
+    assert_int_equal(mc__oplog_seg_node(l, 3), 12);
 
     /* A batch cut short: refused. */
     w.len = 0;
@@ -152,6 +164,8 @@ static void test_snapshot_round_trip(void **state)
         if (id % 7 == 0)
             entry(&w, 1, MC__NOTE_DROP, id, NULL);
     }
+    for (uint32_t seg = 1; seg <= 3; seg++)
+        entry(&w, seg, MC__LOG_SEG_NODE, 10 + seg, NULL);
     assert_int_equal(mc__oplog_apply(l, w.p, w.len), 0);
     free(w.p);
 
@@ -176,6 +190,8 @@ static void test_snapshot_round_trip(void **state)
         assert_int_equal(count(l, seg), count(back, seg));
     assert_true(has(back, 2, "r1"));
     assert_false(has(back, 1, "r7"));
+    for (uint32_t seg = 1; seg <= 3; seg++)
+        assert_int_equal(mc__oplog_seg_node(back, seg), 10 + seg);
     mc__oplog_free(l);
     mc__oplog_free(back);
 }

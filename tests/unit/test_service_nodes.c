@@ -996,6 +996,67 @@ static void test_failover_merges_the_log_of_a_segment_whose_report_is_overdue(vo
     mc__oplog_free(view);
 }
 
+/* Through two leader changes: the first drops node 11's segment (silent
+ * past the TTL) and tells the log; the second, which knows nothing of it,
+ * gives its id to a new node 12, whose records the log then holds under
+ * that id; at a third leader node 11 comes back naming its old id before
+ * node 12 does. The log's records of that id are node 12's: merged into
+ * node 11's segment they would send readers of node 12's objects to
+ * whatever node 11 keeps at those offsets. */
+static void test_failover_never_merges_another_nodes_log_into_a_returning_segment(void **state)
+{
+    fixture_t *f = *state;
+    mc__oplog_t *view;
+    assert_int_equal(mc__oplog_new(&view), 0);
+    mc__svc_journal(f->svc, to_view, view, NULL);
+    uint32_t sa = mount(f, 11, 16 * MiB, T0);
+    put(f, 1, "a", 1000, 1, T0);
+    mc__svc_flush(f->svc);
+    int kind[8], n;
+    uint64_t id[8];
+    mc__wbuf_t rec = {0};
+    assert_int_equal(beat(f, 11, T0 + 1), 0);
+    take_notes(f, 11, sa, 0, T0 + 1, kind, id, 8, &n, &rec); /* node 11 keeps "a"'s record */
+    assert_int_equal(mc__svc_tick(f->svc, T0 + 4000), 1);    /* silent past the TTL: dropped */
+    mc__svc_flush(f->svc);
+
+    /* The second leader (its journal goes on into the same log). */
+    fixture_t *g = NULL;
+    setup((void **)&g);
+    mc__svc_journal(g->svc, to_view, view, view);
+    assert_int_equal(mount(g, 12, 16 * MiB, T0 + 10), sa); /* the id is free there */
+    put(g, 1, "b", 4096, 1, T0 + 10); /* so that "c" is not where node 11 has "a" */
+    put(g, 1, "c", 1000, 1, T0 + 10); /* on node 12's segment */
+    mc__svc_flush(g->svc);
+    teardown((void **)&g);
+
+    /* The third leader: node 11 first, with its old id and its records. */
+    fixture_t *h = NULL;
+    setup((void **)&h);
+    mc__svc_journal(h->svc, NULL, NULL, view);
+    uint32_t sa3 = remount(h, 11, sa, T0 + 20);
+    mc__wbuf_t body = {0};
+    mc__pack(&body, "s", rec.p, (uint32_t)rec.len);
+    assert_int_equal(call(h, 0, T0 + 21, MC__OP_RECORDS_REPORT, "quu*", (uint64_t)11, sa3, 1u,
+                          body.p, (uint32_t)body.len),
+                     0);
+    free(body.p);
+    free(rec.p);
+    mc__version_t *hc = mc__master_find(h->m, "c", 1);
+    for (uint32_t r = 0; hc && r < hc->nrep; r++)
+        assert_int_not_equal(mc__vrep_get(hc, r).seg, sa3);
+    /* Node 12 comes back under its id: the log's record of "c" joins its
+     * report, on its segment. */
+    assert_int_equal(remount(h, 12, sa, T0 + 22), sa);
+    assert_int_equal(
+        call(h, 0, T0 + 23, MC__OP_RECORDS_REPORT, "quu*", (uint64_t)12, sa, 1u, "", 0u), 0);
+    hc = mc__master_find(h->m, "c", 1);
+    assert_non_null(hc);
+    assert_int_equal(mc__vrep_get(hc, 0).seg, sa);
+    teardown((void **)&h);
+    mc__oplog_free(view);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1030,6 +1091,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_failover_put_before_the_old_version_reports_wins,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_failover_never_merges_another_nodes_log_into_a_returning_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_failover_merges_the_log_of_a_segment_whose_report_is_overdue, setup, teardown),
     };

@@ -340,6 +340,11 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
     seginfo_t *si = seg ? mc__svc_seg_info(svc, seg) : NULL;
     if (si && si->node != node)
         return -EEXIST;
+    /* Not mounted here, but the op log's records of that id are another
+     * node's (a leader since this node was cut off gave the id away):
+     * merged into this node's segment, they would name its bytes. */
+    if (!si && seg && mc__svc_seg_foreign(svc, seg, node))
+        return -EEXIST;
     int hold_for_epoch = 0; /* until the node enforces the epoch answered below */
     int fresh = !si;        /* not mounted at this master (any more) */
     if (!si) {
@@ -353,6 +358,7 @@ int mc__svc_op_mount(mc__svc_t *svc, const char *body, size_t len, uint64_t now,
         int rc = seg_add(svc, seg, node, size, addr, alen);
         if (rc < 0)
             return rc;
+        mc__svc_log_seg_node(svc, seg, node);
         /* Unless every write there passes the node's check: the epoch it
          * gets below is past theirs, and the hold lasts only until the
          * node says it enforces that epoch (a WRITE of before may still be

@@ -22,9 +22,16 @@ typedef struct entry {
     lrec_t r[MC__MAX_REPLICAS];
 } entry_t;
 
+typedef struct seg_node {
+    uint32_t seg;
+    uint64_t node;
+} seg_node_t;
+
 struct mc__oplog {
     mc__ids_t by_id;
     uint64_t live, gone;
+    seg_node_t *nodes; /* [0, nnodes): each segment's node (MC__LOG_SEG_NODE) */
+    size_t nnodes;
 };
 
 int mc__oplog_new(mc__oplog_t **out)
@@ -56,6 +63,7 @@ void mc__oplog_free(mc__oplog_t *l)
         free(e);
     }
     mc__ids_fini(&l->by_id);
+    free(l->nodes);
     free(l);
 }
 
@@ -114,9 +122,42 @@ static int drop(mc__oplog_t *l, uint64_t id)
     return 0;
 }
 
-/* Segment seg was dropped: every record on it goes. */
+static seg_node_t *seg_node_find(const mc__oplog_t *l, uint32_t seg)
+{
+    for (size_t i = 0; i < l->nnodes; i++)
+        if (l->nodes[i].seg == seg)
+            return &l->nodes[i];
+    return NULL;
+}
+
+uint64_t mc__oplog_seg_node(const mc__oplog_t *l, uint32_t seg)
+{
+    const seg_node_t *sn = seg_node_find(l, seg);
+    return sn ? sn->node : 0;
+}
+
+/* Segment seg was mounted by node. */
+static int seg_node(mc__oplog_t *l, uint32_t seg, uint64_t node)
+{
+    seg_node_t *sn = seg_node_find(l, seg);
+    if (!sn) {
+        sn = realloc(l->nodes, sizeof(*sn) * (l->nnodes + 1));
+        if (!sn)
+            return -ENOMEM;
+        l->nodes = sn;
+        sn = &l->nodes[l->nnodes++];
+        sn->seg = seg;
+    }
+    sn->node = node;
+    return 0;
+}
+
+/* Segment seg was dropped: every record on it goes, and its node. */
 static void seg_gone(mc__oplog_t *l, uint32_t seg)
 {
+    seg_node_t *sn = seg_node_find(l, seg);
+    if (sn)
+        *sn = l->nodes[--l->nnodes];
     for (size_t b = 0; b < ((size_t)1 << l->by_id.bits); b++) {
         for (mc__idnode_t *h = l->by_id.b[b]; h; h = h->hnext) {
             entry_t *e = (entry_t *)h;
@@ -167,6 +208,8 @@ int mc__oplog_apply(mc__oplog_t *l, const char *p, size_t n)
             seg_gone(l, seg);
         } else if (kind == MC__LOG_REP_GONE) {
             rep_gone(l, id, seg);
+        } else if (kind == MC__LOG_SEG_NODE) {
+            rc = seg_node(l, seg, id);
         } else {
             return -EBADMSG;
         }
@@ -241,6 +284,11 @@ int mc__oplog_snapshot(const mc__oplog_t *l, size_t chunk_max, mc__wbuf_t **out,
     mc__wbuf_t *b = NULL, note = {0};
     size_t nb = 0;
     int rc = 0;
+    for (size_t i = 0; rc == 0 && i < l->nnodes; i++) {
+        note.len = note.err = 0;
+        mc__pack(&note, "bq", MC__LOG_SEG_NODE, l->nodes[i].node);
+        rc = note.err ? -ENOMEM : snap_add(&b, &nb, chunk_max, l->nodes[i].seg, note.p, note.len);
+    }
     for (size_t k = 0; rc == 0 && k < ((size_t)1 << l->by_id.bits); k++) {
         for (mc__idnode_t *h = l->by_id.b[k]; rc == 0 && h; h = h->hnext) {
             const entry_t *e = (const entry_t *)h;

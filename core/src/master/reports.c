@@ -145,6 +145,22 @@ int mc__svc_seg_pending(const mc__svc_t *svc, uint32_t id)
     return 0;
 }
 
+void mc__svc_log_seg_node(mc__svc_t *svc, uint32_t seg, uint64_t node)
+{
+    mc__wbuf_t e = {0};
+    mc__pack(&e, "bq", MC__LOG_SEG_NODE, node);
+    if (svc->journal && e.err == 0)
+        svc->journal(svc->journal_arg, seg, e.p, e.len);
+    free(e.p);
+}
+
+int mc__svc_seg_foreign(const mc__svc_t *svc, uint32_t seg, uint64_t node)
+{
+    uint64_t owner;
+    return svc->view && mc__svc_seg_pending(svc, seg) &&
+           (owner = mc__oplog_seg_node(svc->view, seg)) != 0 && owner != node;
+}
+
 void mc__svc_log_seg_gone(mc__svc_t *svc, uint32_t seg)
 {
     mc__wbuf_t e = {0};

@@ -207,6 +207,14 @@ int mc__svc_notes_for(mc__svc_t *svc, uint64_t node);
 /* 1 if the op log knows records of segment id that wait for its node:
  * the id is not handed to another node. */
 int mc__svc_seg_pending(const mc__svc_t *svc, uint32_t id);
+/* Segment seg mounted by node, fresh or again: tells the log
+ * (MC__LOG_SEG_NODE), so that a later leader merges the log's records of
+ * seg into that node's segment only. */
+void mc__svc_log_seg_node(mc__svc_t *svc, uint32_t seg, uint64_t node);
+/* 1 if the op log's records of segment seg wait for a node other than
+ * node (a leader since gave seg's id to it): node, naming seg, was cut
+ * off through leader changes, and must take a new id. */
+int mc__svc_seg_foreign(const mc__svc_t *svc, uint32_t seg, uint64_t node);
 /* Segment seg dropped: tells the log (MC__LOG_SEG_GONE), and what the
  * log knew of it no longer waits for its node. */
 void mc__svc_log_seg_gone(mc__svc_t *svc, uint32_t seg);
