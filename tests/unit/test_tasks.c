@@ -473,6 +473,71 @@ static void test_a_copy_whose_source_was_moved_away_does_not_join(void **state)
                  status, (unsigned long long)src, SIZE, (unsigned long long)x);
 }
 
+/* Opens key (a handle: a move waits for it to close before it drops its
+ * source); returns the handle. */
+static uint64_t open_k(fixture_t *f, const char *key)
+{
+    assert_int_equal(call(f, T0, MC__OP_OPEN, "k", key, (uint32_t)strlen(key)), 0);
+    uint64_t h;
+    assert_int_equal(mc__unpack(f->resp.p, f->resp.len, "q*", &h, NULL, NULL), 0);
+    return h;
+}
+
+/* A move whose copy is done waits for the open handles before it drops
+ * the source. If the copy went meanwhile (its node died), dropping the
+ * source would leave the version with no replica at all: the source
+ * stays. (Fails before the fix: k is left with no replica.) */
+static void test_move_keeps_its_source_when_the_copy_went(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t id;
+    uint32_t segs[8];
+    int n;
+    uint64_t h = open_k(f, "k");
+    assert_int_equal(create(f, "k", MC_TASK_MOVE, "127.0.0.1:7011", "127.0.0.1:7012", NULL, &id),
+                     0);
+    uint64_t t = take(f, 12, &n);
+    assert_int_equal(n, 1);
+    done(f, 12, t, 0);
+    assert_int_equal(query(f, id, NULL), MC_TASK_PROCESSING); /* waits for the handle */
+    assert_int_equal(replicas(f, "k", segs), 2);
+    /* The target's node goes: its copy with it. */
+    assert_int_equal(call(f, T0, MC__OP_UNMOUNT_SEGMENT, "qu", (uint64_t)12, 2u), 0);
+    assert_int_equal(replicas(f, "k", segs), 1);
+    assert_int_equal(call(f, T0, MC__OP_CLOSE, "q", h), 0);
+    mc__svc_tick(f->svc, T0 + 1);
+    assert_int_not_equal(query(f, id, NULL), MC_TASK_PROCESSING);
+    assert_int_equal(replicas(f, "k", segs), 1); /* the source, still there */
+    assert_int_equal(segs[0], 1);
+}
+
+/* Two moves that wait for a handle, one from segment 1 to 2 and one back:
+ * each drops its source once the handle closes, and the second must not
+ * drop the last replica the first left. (Fails before the fix: k is left
+ * with no replica.) */
+static void test_moves_back_and_forth_keep_a_replica(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t there, back;
+    uint32_t segs[8];
+    int n;
+    uint64_t h = open_k(f, "k");
+    assert_int_equal(create(f, "k", MC_TASK_MOVE, "127.0.0.1:7011", "127.0.0.1:7012", NULL, &there),
+                     0);
+    uint64_t t = take(f, 12, &n);
+    assert_int_equal(n, 1);
+    done(f, 12, t, 0);
+    assert_int_equal(create(f, "k", MC_TASK_MOVE, "127.0.0.1:7012", "127.0.0.1:7011", NULL, &back),
+                     0);
+    assert_int_equal(query(f, there, NULL), MC_TASK_PROCESSING);
+    assert_int_equal(query(f, back, NULL), MC_TASK_PROCESSING);
+    assert_int_equal(call(f, T0, MC__OP_CLOSE, "q", h), 0);
+    mc__svc_tick(f->svc, T0 + 1);
+    assert_int_not_equal(query(f, there, NULL), MC_TASK_PROCESSING);
+    assert_int_not_equal(query(f, back, NULL), MC_TASK_PROCESSING);
+    assert_int_equal(replicas(f, "k", segs), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -489,6 +554,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pending_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_copy_whose_source_was_moved_away_does_not_join,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_move_keeps_its_source_when_the_copy_went, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_moves_back_and_forth_keep_a_replica, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

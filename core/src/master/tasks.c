@@ -13,7 +13,9 @@
  * newer version). A move then takes the source replica off the version and
  * holds its space until the read leases handed out with it have run out
  * (repair.h's holds); while the version has open handles, which may read
- * the source for as long as they stay open, it waits. Finished tasks stay
+ * the source for as long as they stay open, it waits, and a copy that went
+ * meanwhile (its node died, another move took it) fails the move with the
+ * source kept: a drop never takes a version's last replica. Finished tasks stay
  * for queries, the last MC_TASK_PENDING_MAX of them.
  *
  * The table is this master's only: a master that restarts or hands over to
@@ -144,6 +146,8 @@ static void finish(mc__svc_t *svc, task_t *t)
 static void drop_replica(mc__svc_t *svc, mc__version_t *v, uint32_t seg, uint64_t now)
 {
     mc__replica_t rep;
+    if (v->nrep < 2)
+        return; /* the last one: that is a REMOVE, never a drop */
     if (mc__version_take_replica(v, seg, &rep) <= 0) /* none there, or out of memory: kept */
         return;
     /* What the dirty list holds (a task's new replica) is logged first. */
@@ -170,6 +174,12 @@ static int drop_source(mc__svc_t *svc, task_t *t, uint64_t now)
     if (mc__vopen(v)) {
         t->dropping = 1;
         return 0;
+    }
+    if (!mc__version_has_replica(v, t->seg[0])) {
+        /* The copy went while the move waited (its node died, another
+         * move took it): the source may be the last replica left. */
+        set_msg(t, -ENODEV, "the copy on the target went before the source could go%s", "");
+        return 1;
     }
     drop_replica(svc, v, t->src, now);
     return 1;
