@@ -104,6 +104,7 @@ void mc__repair_wake(mc__repair_t *r)
 
 void mc__repair_seg_dropped(mc__repair_t *r, mc__master_t *m, uint32_t seg, uint64_t now)
 {
+    mc__repair_source_gone(r, 0, seg); /* mounted again, a copy may land where they were */
     for (mc__repair_task_t **pp = &r->tasks; *pp;) {
         mc__repair_task_t *t = *pp;
         if (t->dst.seg != seg) {
@@ -376,7 +377,7 @@ int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t 
         bytes = t->size;
     mc__version_t *v = status == 0 ? mc__master_find(m, t->key, t->klen) : NULL;
     int rc = status == 0 || status == -ENOENT ? -ESTALE : -EIO; /* -ENOENT: v went */
-    int at = v && v->id == t->vid && v->state == MC__PUBLISHED && sources_kept(t, v)
+    int at = v && v->id == t->vid && v->state == MC__PUBLISHED && !t->stale && sources_kept(t, v)
                  ? mc__master_replica_attach(v, &t->dst)
                  : -ESTALE;
     if (at == 0) {
@@ -394,6 +395,17 @@ int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t 
     task_end(r, m, t, rc, v, now); /* frees dst unless it joined v */
     r->woken = 1;                  /* the version may want more, or another target */
     return 0;
+}
+
+void mc__repair_source_gone(mc__repair_t *r, uint64_t vid, uint32_t seg)
+{
+    for (mc__repair_task_t *t = r->tasks; t; t = t->next) {
+        if (vid && t->vid != vid)
+            continue;
+        for (uint32_t i = 0; i < t->nsrc; i++)
+            if (t->src[i].seg == seg)
+                t->stale = 1;
+    }
 }
 
 void mc__repair_stats(const mc__repair_t *r, mc__repair_stats_t *st)

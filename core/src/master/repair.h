@@ -76,6 +76,10 @@ typedef struct mc__repair_task {
         uint32_t seg;
         uint64_t off;
     } src[MC__MAX_REPLICAS];
+    /* A source left the version meanwhile (mc__repair_source_gone()): the
+     * copy joins nothing, even where a replica came back at the same place
+     * (its space may have held another object's bytes in between). */
+    int stale;
     struct mc__repair_task *next;
 } mc__repair_task_t;
 
@@ -149,6 +153,11 @@ void mc__repair_sources(mc__repair_task_t *t, const mc__version_t *v);
 
 int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t id, int status,
                       uint64_t now);
+
+/* Version vid's replica on segment seg went (a drop, a move's source; vid
+ * 0: every version's, its segment was dropped): the copies that named it
+ * as a source will not join. */
+void mc__repair_source_gone(mc__repair_t *r, uint64_t vid, uint32_t seg);
 
 void mc__repair_stats(const mc__repair_t *r, mc__repair_stats_t *st);
 

@@ -153,6 +153,7 @@ static void drop_replica(mc__svc_t *svc, mc__version_t *v, uint32_t seg, uint64_
     /* What the dirty list holds (a task's new replica) is logged first. */
     mc__svc_flush(svc);
     mc__svc_replica_gone(svc, v, seg);
+    mc__repair_source_gone(svc->rp, v->id, seg); /* copies reading it join nothing */
     uint64_t until = mc__version_lease(svc->m, v);
     until = until > now ? until : now;
     mc__repair_hold(svc->rp, svc->m, &rep, until + MC__REPAIR_MARGIN_MS, 0);
