@@ -335,7 +335,9 @@ def test_a_put_at_a_new_leader_wins_over_an_older_version_reported_later(cluster
     finally:
         older.resume()
     wait_for(lambda: cli_stats(younger.addr)["segments"] == 2, "the nodes to mount again")
-    time.sleep(4)  # past the hold of A's segment mounted again: "k" goes there
+    # Past the hold of A's segment mounted again: "k" goes there.
+    wait_for(lambda: cli_stats(younger.addr)["counters"]["segments_held"] == 0,
+             "the holds of the segments mounted again to end", step=0.2)
     wait_for(lambda: cli(etcd.url, "--preferred", a.addr, "put", "k",
                          input=b"old").returncode == 0, "a put at the younger leader", step=0.5)
     wait_for(lambda: cli_stats(younger.addr)["counters"]["notices_waiting"] == 0,

@@ -102,11 +102,18 @@ static void test_remounted_segment_is_held_for_a_lease(void **state)
                           0, 0644, 1, MC_PIN_NONE, (uint64_t)0, (int64_t)0, "", 0, 0, 0, 0,
                           (uint64_t)0),
                      -EAGAIN);
+    mc__svc_stats_t st;
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.segments_held, 1);
     /* A fresh node's segment is usable at once. */
     mount(f, 12, 16 * MiB, T0 + 6000);
     put_start(f, 5, "k", 100, 1, T0 + 6000);
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.segments_held, 1);
     beat(f, (uint64_t)11, T0 + 15000);
     beat(f, (uint64_t)12, T0 + 15000);
+    mc__svc_stats(f->svc, &st);
+    assert_int_equal(st.segments_held, 0);
     put_start(f, 5, "k2", 100, 2, T0 + 15000);
 }
 

@@ -244,8 +244,12 @@ void mc__svc_stats(const mc__svc_t *svc, mc__svc_stats_t *st)
     st->records_refused = svc->records_refused;
     st->notices_dropped = svc->notices_dropped;
     st->notices_waiting = 0;
-    for (int i = 0; i < svc->nseg; i++)
+    st->segments_held = 0;
+    for (int i = 0; i < svc->nseg; i++) {
         st->notices_waiting += svc->segs[i].notes.len;
+        st->segments_held +=
+            (uint64_t)mc__master_segment_held(svc->m, svc->segs[i].id, svc->now_seen);
+    }
 }
 
 size_t mc__svc_counters(const mc__svc_t *svc, mc_counter_t *out, size_t max)
@@ -274,6 +278,7 @@ size_t mc__svc_counters(const mc__svc_t *svc, mc_counter_t *out, size_t max)
         {"records_refused", st.records_refused},
         {"notices_dropped", st.notices_dropped},
         {"notices_waiting", st.notices_waiting},
+        {"segments_held", st.segments_held},
     };
     size_t n = 0;
     for (; n < max && n < sizeof(all) / sizeof(all[0]); n++) {

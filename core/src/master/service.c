@@ -274,6 +274,8 @@ void mc__svc_owner_gone(mc__svc_t *svc, uint64_t owner, uint64_t now)
 
 int mc__svc_tick(mc__svc_t *svc, uint64_t now)
 {
+    if (now > svc->now_seen)
+        svc->now_seen = now;
     int dropped = 0;
     for (int i = 0; i < svc->nnodes;) {
         node_t *n = &svc->nodes[i];
@@ -746,6 +748,8 @@ static int op_get_replicas(mc__svc_t *svc, const char *body, size_t len, uint64_
 int mc__svc_handle(mc__svc_t *svc, uint64_t owner, uint16_t op, const char *body, size_t len,
                    uint64_t now, mc__wbuf_t *w)
 {
+    if (now > svc->now_seen)
+        svc->now_seen = now;
     switch (op) {
     case MC__OP_PING:
         UNPACK("");

@@ -166,6 +166,10 @@ typedef struct mc__svc_stats {
     uint64_t records_refused; /* ... and refused (older, gone, unreadable) */
     uint64_t notices_dropped; /* notices a node's full queue could not take */
     uint64_t notices_waiting; /* bytes of notices nodes have not fetched yet */
+    uint64_t segments_held;   /* segments where nothing new is placed yet (mounted
+                                 again: writers of before may still land there,
+                                 or its records are being reported), as of the
+                                 last request or tick */
 } mc__svc_stats_t;
 void mc__svc_stats(const mc__svc_t *svc, mc__svc_stats_t *st);
 
