@@ -20,7 +20,8 @@
  * before them (to fallocate, a write still waiting for its space would look
  * like a hole to fill with zeros). A truncation or a later
  * write need not wait: the writer's size covers a write from its start,
- * and the bytes of each node's writes land in the order they were sent.
+ * and the writer sends a transfer that overlaps one still on its way only
+ * once that one landed (writer.c, w_xfer()).
  */
 #include <errno.h>
 #include <stdio.h>

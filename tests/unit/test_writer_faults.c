@@ -9,7 +9,9 @@
  * start at one object offset fail, on every replica or on one node's),
  * from a write too large for the segment (ENOSPC from the master), and
  * from a node whose loop thread the test holds, so that a transfer is
- * still on its way while the writer goes on.
+ * still on its way while the writer goes on, and from a segment's epoch
+ * raised under such a transfer (its node refuses it, and it is sent
+ * again).
  */
 #include "writer_ops.h"
 
@@ -240,6 +242,146 @@ static void test_writes_waiting_for_a_mapping_land_in_order(void **state)
     free(got);
 }
 
+/* ---- a write refused for an old epoch, and sent again ---- */
+
+/* Posted to a loop: says it ran (after everything posted before it). */
+static void loop_reached(void *arg)
+{
+    slot_done(arg, 0);
+}
+
+/* Returns once everything posted to s's loop before this call ran there. */
+static void loop_sync(mc_store_t *s)
+{
+    batch_t b;
+    slot_t sl = {&b, 0};
+
+    batch_init(&b, 1);
+    assert_int_equal(mc_loop_post(mc_store_loop(s), loop_reached, &sl), 0);
+    batch_wait(&b);
+}
+
+static uint64_t fenced_count(mc_store_t *s)
+{
+    mc_store_stats_t st;
+
+    mc_store_stats(s, &st);
+    return st.writes_fenced;
+}
+
+/* A writer of key (one byte) where f's writers write. */
+static mc_writer_t *open_key(const fix_t *f, const char *key)
+{
+    mc_put_opts_t po = placement(f);
+    mc_writer_t *w = NULL;
+    batch_t b;
+    slot_t sl = {&b, 0};
+
+    batch_init(&b, 1);
+    assert_int_equal(mc_writer_open_async(f->s, key, 1, &po, NULL, &w, slot_done, &sl), 0);
+    batch_wait(&b);
+    assert_int_equal(b.rc[0], 0);
+    return w;
+}
+
+/* Holds s's loop thread (hold_run()): returns once it is held. */
+static void hold_loop(mc_store_t *s, hold_t *h)
+{
+    assert_int_equal(mc_loop_post(mc_store_loop(s), hold_run, h), 0);
+    pthread_mutex_lock(&h->mu);
+    while (!h->held)
+        pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/*
+ * Two writes of the same bytes in flight together, the later one's to
+ * stay, while the node's segment changes epoch (another writer there
+ * failed, and the master fenced its space). The first write was granted
+ * the old epoch and the node refuses it; the writer took a set with the
+ * new one in between (a truncation's answers), so the second write is
+ * taken. The first asks for the new epoch and is sent again: it must not
+ * land over the second one (a write on its way is not only ever applied
+ * in the order it was sent: a retry, a switch of transport).
+ */
+static void test_a_write_sent_again_for_a_new_epoch_stays_under_a_later_one(void **state)
+{
+    fix_t *f = *state;
+    mc_store_t *s = f->s;
+    size_t span = 64 * 1024;
+    uint64_t at = 2 * FOFF; /* A and B: not where MC_FAULT_XFER fails writes */
+    char *x = malloc(span), *a = malloc(FOFF), *b = malloc(FOFF), *got = malloc(span);
+    char *want = malloc(span), one = 1;
+    hold_t h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct timespec t0, now;
+
+    memset(x, 'x', span);
+    memset(a, 'a', FOFF);
+    memset(b, 'b', FOFF);
+    memcpy(want, x, span);
+    memcpy(want + at, b, FOFF);
+    mc_writer_t *w = open_writer(f);
+    assert_int_equal(wcall(w, 'w', 0, x, span), (int)span); /* granted the epoch of now */
+    mc_writer_t *probe = open_key(f, "p");
+    assert_int_equal(wcall(probe, 'w', 0, &one, 1), 1);
+
+    /* Another writer on the node fails a transfer: its revoke is fenced,
+     * and the master raises the segment's epoch. */
+    mc_writer_t *g = open_key(f, "g");
+    assert_int_equal(wcall(g, 'w', FOFF, &one, 1), -EIO);
+    assert_int_equal(wcall(g, 'c', 0, NULL, 0), -EIO);
+
+    /* Until the node enforces it (its next heartbeat): the probe, which
+     * holds the old epoch, is refused once (and then sent again). */
+    uint64_t fenced = fenced_count(s);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        assert_int_equal(wcall(probe, 'w', 0, &one, 1), 1);
+        if (fenced_count(s) > fenced)
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec > 10)
+            fail_msg("the node never enforced the new epoch");
+        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+    fenced = fenced_count(s);
+
+    /* A (the old epoch) waits at the node, then a truncation with a long
+     * gap (master calls only) gives the writer the new epoch, and B
+     * follows A on the same connection. */
+    hold_loop(f->node, &h);
+    ops_t ra = {.w = w, .n = 1, .op = {{at, FOFF, 0, a, NULL}}};
+    ops_t rt = {.w = w, .n = 2, .op = {TRUNC(4 * MiB), TRUNC(span)}};
+    ops_t rb = {.w = w, .n = 1, .op = {{at, FOFF, 0, b, NULL}}};
+    ops_start(s, &ra);
+    ops_start(s, &rt);
+    batch_wait(&rt.b);
+    assert_int_equal(rt.b.rc[0], 0);
+    assert_int_equal(rt.b.rc[1], 0);
+    ops_start(s, &rb);
+    loop_sync(s); /* B's bytes are on their way */
+    hold_set(&h, 1);
+    batch_wait(&ra.b);
+    batch_wait(&rb.b);
+    assert_int_equal(ra.b.rc[0], FOFF);
+    assert_int_equal(rb.b.rc[0], FOFF);
+    assert_cmp(fenced_count(s), >, fenced); /* A was refused, and sent again */
+
+    memset(got, 0x55, span);
+    assert_int_equal(wcall(w, 'r', 0, got, span), (int)span);
+    same_bytes("read back", got, want, span);
+    assert_int_equal(wcall(w, 'c', 0, NULL, 0), 0);
+    memset(got, 0x55, span);
+    assert_int_equal(mc_get(s, "f", 1, 0, got, span, NULL), (int)span);
+    same_bytes("published", got, want, span);
+    assert_int_equal(wcall(probe, 'c', 0, NULL, 0), 0);
+    free(x);
+    free(a);
+    free(b);
+    free(got);
+    free(want);
+}
+
 /* ---- a replica dropped while the writer took a new replica set ---- */
 
 /* A master (its own small segment), two nodes and a pure client whose
@@ -373,6 +515,9 @@ int main(void)
          NULL},
         cmocka_unit_test_setup_teardown(test_writes_waiting_for_a_mapping_land_in_order,
                                         setup_node_shm, teardown),
+        {"test_a_write_sent_again_for_a_new_epoch_stays_under_a_later_one",
+         test_a_write_sent_again_for_a_new_epoch_stays_under_a_later_one, setup_env_node, teardown,
+         FAIL},
         cmocka_unit_test_setup_teardown(test_a_dropped_replica_is_never_read_again, setup_two_nodes,
                                         teardown_two_nodes),
     };

@@ -136,8 +136,10 @@ struct mc_writer {
     size_t klen;
     struct op *filling;   /* remote: the write filling a hole or a gap (writer.c), or NULL */
     struct op *fill_wait; /* remote: writes waiting for it, in order */
-    int xfers;            /* remote: its transfers on their way (writer.c) */
+    int xfers;            /* remote: its transfers on their way (writer.c), parked ones too */
     uint64_t xfer_hi;     /* remote: where the last of them ends, at most */
+    struct op *xq;        /* remote: the ops with one of them, in the order they asked (op->xq) */
+    int xparked;          /* remote: those parked behind one before them that they overlap */
     struct op *xfer_wait; /* remote: punches waiting until none is */
     int ops;              /* remote: its writes, reads, truncations, punches not finished */
     struct op *ops_wait;  /* remote: a commit or abort waiting until none is */
@@ -245,6 +247,13 @@ typedef struct op {
     void (*cont)(struct op *o);     /* remote: what to do once the lease is renewed, or once
                                        what it waits for on its writer is done */
     void (*xdone)(void *o, int rc); /* remote: a writer's transfer's own callback (writer.c) */
+    struct {
+        struct op *next; /* on its writer's w->xq */
+        uint64_t off, len;
+        char *buf;        /* a write's bytes (NULL: zeros), a read's destination */
+        int write;        /* or a read */
+        int parked;       /* waits for a transfer before it that it overlaps */
+    } xq;                 /* remote: a writer's transfer (writer.c, w_xfer()) */
     uint64_t lo, hi;      /* remote: a writer's bytes to zero around a write that fills a hole */
     struct op *wnext;     /* remote: on one of its writer's lists of waiting ops; freed: on
                              s->op_pool */

@@ -6,8 +6,9 @@
  * one opened on an existing version first copies it. Sparse files: a write past the end leaves a
  * hole (no space) behind it, a long gap past the size is punched, a write into a hole gets space
  * there, and a copy keeps the base's holes. Writes may be in flight together (write-behind): the
- * size counts each from its start (o->base is the size before it), and a write that fills a hole or
- * zeroes a gap holds the others back meanwhile. Space goes back to the master (a punch, a revoke)
+ * size counts each from its start (o->base is the size before it), a write that fills a hole or
+ * zeroes a gap holds the others back meanwhile, and a transfer that overlaps one on its way waits
+ * for it to land. Space goes back to the master (a punch, a revoke)
  * only when no transfer of the writer can land in it any more: another object may get it next.
  */
 #include <errno.h>
@@ -58,22 +59,80 @@ static void w_finish(op_t *o, int rc)
         w_wake(&w->ops_wait);
 }
 
+static void w_xfer_done(void *arg, int rc);
+
+/* Starts o's transfer: to the replicas w has now (a parked one's set may
+ * have been replaced meanwhile; its range's space has not moved). */
+static void w_xfer_go(op_t *o)
+{
+    mc__xfer(o->s, o->w->rs, o->xq.write, o->xq.off, o->xq.buf, o->xq.len, w_xfer_done, o);
+}
+
+/* Whether transfers q and o touch the same bytes, one of them writing. */
+static int w_overlap(const op_t *q, const op_t *o)
+{
+    return (q->xq.write || o->xq.write) && q->xq.len && o->xq.len &&
+           q->xq.off < o->xq.off + o->xq.len && o->xq.off < q->xq.off + q->xq.len;
+}
+
+/* Whether o, on w->xq, must wait for a transfer asked for before it. */
+static int w_blocked(const mc_writer_t *w, const op_t *o)
+{
+    for (const op_t *q = w->xq; q != o; q = q->xq.next)
+        if (w_overlap(q, o))
+            return 1;
+    return 0;
+}
+
+/* Starts the parked transfers of w that no earlier one overlaps any more,
+ * in order. One may end at once and change the list: look again. */
+static void w_xfer_next(mc_writer_t *w)
+{
+    op_t *q = w->xq;
+    while (w->xparked && q) {
+        if (!q->xq.parked || w_blocked(w, q)) {
+            q = q->xq.next;
+            continue;
+        }
+        q->xq.parked = 0;
+        w->xparked--;
+        w_xfer_go(q);
+        q = w->xq;
+    }
+}
+
 static void w_xfer_done(void *arg, int rc)
 {
     op_t *o = arg;
     mc_writer_t *w = o->w;
+    op_t **pp = &w->xq;
+    while (*pp != o)
+        pp = &(*pp)->xq.next;
+    *pp = o->xq.next;
     if (rc < 0 && o->kind != OP_W_READ) /* a read's only transfer reads */
         w->xfer_failed = 1;
     if (!--w->xfers) {
         w->xfer_hi = 0;
         w_wake(&w->xfer_wait);
     }
+    w_xfer_next(w); /* o's op is not finished: w stays */
     o->xdone(o, rc);
 }
 
-/* Every transfer of an op of w's goes through here, so that w knows when
+/*
+ * Every transfer of an op of w's goes through here, so that w knows when
  * none is on its way: space given back while one is could go to another
- * object, and the transfer land there after that object's bytes. */
+ * object, and the transfer land there after that object's bytes. And so
+ * that transfers that touch the same bytes take effect in the order they
+ * were asked for: one that overlaps a transfer still on its way (a write's
+ * bytes or zeros, or a read, under or over a write) is parked until that
+ * one ended. A node applies the requests of one connection in order, but
+ * the bytes of a write need not reach it that way: a piece refused for an
+ * old epoch is sent again after the master answers (xfer.c), possibly
+ * after a later write granted the new epoch landed; a transfer that waited
+ * for a shared-memory mapping is copied at once while one sent over TCP
+ * before it is still on its way (peers.c).
+ */
 static void w_xfer(op_t *o, int write, uint64_t off, char *buf, uint64_t len,
                    void (*done)(void *, int))
 {
@@ -82,7 +141,22 @@ static void w_xfer(op_t *o, int write, uint64_t off, char *buf, uint64_t len,
     w->xfers++;
     if (off + len > w->xfer_hi)
         w->xfer_hi = off + len;
-    mc__xfer(o->s, w->rs, write, off, buf, len, w_xfer_done, o);
+    o->xq.next = NULL;
+    o->xq.off = off;
+    o->xq.len = len;
+    o->xq.buf = buf;
+    o->xq.write = write;
+    o->xq.parked = 0;
+    op_t **pp = &w->xq;
+    for (; *pp; pp = &(*pp)->xq.next)
+        if (w_overlap(*pp, o))
+            o->xq.parked = 1;
+    *pp = o;
+    if (o->xq.parked) {
+        w->xparked++;
+        return;
+    }
+    w_xfer_go(o);
 }
 
 /* Whether a transfer on its way may land at or past off, in the space a
@@ -535,10 +609,11 @@ static void w_have_space(op_t *o)
     default:
         break;
     }
-    /* The bytes go out before the writes that waited are let go: a node
-     * applies what it is sent in order, so the zeros of a later truncation
-     * that grows again (after one that shrank into this write) land on
-     * them, not under them. (Its callback is deferred: o outlives it.) */
+    /* The bytes are asked for before the writes that waited are let go:
+     * a transfer of theirs that overlaps them starts once they landed
+     * (w_xfer()), so the zeros of a later truncation that grows again
+     * (after one that shrank into this write) land on them, not under
+     * them. (Its callback is deferred: o outlives it.) */
     if (o->kind == OP_W_WRITE)
         w_xfer(o, 1, o->off, o->buf, o->len, w_op_done);
     w_unfill(o);
