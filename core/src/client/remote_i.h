@@ -5,6 +5,7 @@
  *   remote.c  master calls, and the operations: simple ones, put, get, open
  *   writer.c  streaming writers (OP_W_*)
  *   writer_idle.c  their leases renewed while they sit idle
+ *   writer_xfer.c  their transfers, in the order they take effect
  *   xfer.c    replica sets, and transfers between a buffer and replicas
  *             in pieces, over the transports of transport/transport.h
  *   peers.c   sessions, the nodes we move data with, and which transport
@@ -178,6 +179,20 @@ int mc__writer_take(mc_store_t *s, const char *key, size_t klen, uint64_t sent_m
  * lease is renewed while it sits idle, until its commit or abort
  * (writer_idle.c). */
 void mc__writer_handed(mc_writer_t *w);
+
+/* Runs the ops parked on *list (o->cont(o) each, in order). */
+void mc__writer_wake(op_t **list);
+
+/* Sends len bytes at off of w's version (buf; NULL: zeros), write, or reads
+ * them into buf, for op o of writer o->w, to the replicas o->w has when it
+ * starts; done(o, rc) when it ended (writer_xfer.c). One transfer per op
+ * at a time. */
+void mc__writer_xfer(op_t *o, int write, uint64_t off, char *buf, uint64_t len,
+                     void (*done)(void *, int));
+
+/* Whether a transfer of w on its way may land at or past off
+ * (writer_xfer.c). */
+int mc__writer_landing(const mc_writer_t *w, uint64_t off);
 
 /* For writer_idle.c: takes the answer to w's idle renewal (status, body:
  * a PUT_GROW's; status MC__RENEWED_BARE: renewed, no body) into w: its

@@ -8,7 +8,7 @@
  * there, and a copy keeps the base's holes. Writes may be in flight together (write-behind): the
  * size counts each from its start (o->base is the size before it), a write that fills a hole or
  * zeroes a gap holds the others back meanwhile, and a transfer that overlaps one on its way waits
- * for it to land. Space goes back to the master (a punch, a revoke)
+ * for it to land (writer_xfer.c). Space goes back to the master (a punch, a revoke)
  * only when no transfer of the writer can land in it any more: another object may get it next.
  */
 #include <errno.h>
@@ -27,8 +27,7 @@ static void w_free(mc_writer_t *w)
     free(w);
 }
 
-/* Runs the ops parked on *list (o->cont(o) each, in order). */
-static void w_wake(op_t **list)
+void mc__writer_wake(op_t **list)
 {
     op_t *q = *list;
     *list = NULL;
@@ -56,116 +55,7 @@ static void w_finish(op_t *o, int rc)
     mc_writer_t *w = o->w;
     mc__op_finish(o, rc); /* its callback runs later: o and w stay */
     if (!--w->ops)
-        w_wake(&w->ops_wait);
-}
-
-static void w_xfer_done(void *arg, int rc);
-
-/* Starts o's transfer: to the replicas w has now (a parked one's set may
- * have been replaced meanwhile; its range's space has not moved). */
-static void w_xfer_go(op_t *o)
-{
-    mc__xfer(o->s, o->w->rs, o->xq.write, o->xq.off, o->xq.buf, o->xq.len, w_xfer_done, o);
-}
-
-/* Whether transfers q and o touch the same bytes, one of them writing. */
-static int w_overlap(const op_t *q, const op_t *o)
-{
-    return (q->xq.write || o->xq.write) && q->xq.len && o->xq.len &&
-           q->xq.off < o->xq.off + o->xq.len && o->xq.off < q->xq.off + q->xq.len;
-}
-
-/* Whether o, on w->xq, must wait for a transfer asked for before it. */
-static int w_blocked(const mc_writer_t *w, const op_t *o)
-{
-    for (const op_t *q = w->xq; q != o; q = q->xq.next)
-        if (w_overlap(q, o))
-            return 1;
-    return 0;
-}
-
-/* Starts the parked transfers of w that no earlier one overlaps any more,
- * in order. One may end at once and change the list: look again. */
-static void w_xfer_next(mc_writer_t *w)
-{
-    op_t *q = w->xq;
-    while (w->xparked && q) {
-        if (!q->xq.parked || w_blocked(w, q)) {
-            q = q->xq.next;
-            continue;
-        }
-        q->xq.parked = 0;
-        w->xparked--;
-        w_xfer_go(q);
-        q = w->xq;
-    }
-}
-
-static void w_xfer_done(void *arg, int rc)
-{
-    op_t *o = arg;
-    mc_writer_t *w = o->w;
-    op_t **pp = &w->xq;
-    while (*pp != o)
-        pp = &(*pp)->xq.next;
-    *pp = o->xq.next;
-    if (rc < 0 && o->kind != OP_W_READ) /* a read's only transfer reads */
-        w->xfer_failed = 1;
-    if (!--w->xfers) {
-        w->xfer_hi = 0;
-        w_wake(&w->xfer_wait);
-    }
-    w_xfer_next(w); /* o's op is not finished: w stays */
-    o->xdone(o, rc);
-}
-
-/*
- * Every transfer of an op of w's goes through here, so that w knows when
- * none is on its way: space given back while one is could go to another
- * object, and the transfer land there after that object's bytes. And so
- * that transfers that touch the same bytes take effect in the order they
- * were asked for: one that overlaps a transfer still on its way (a write's
- * bytes or zeros, or a read, under or over a write) is parked until that
- * one ended. A node applies the requests of one connection in order, but
- * the bytes of a write need not reach it that way: a piece refused for an
- * old epoch is sent again after the master answers (xfer.c), possibly
- * after a later write granted the new epoch landed; a transfer that waited
- * for a shared-memory mapping is copied at once while one sent over TCP
- * before it is still on its way (peers.c).
- */
-static void w_xfer(op_t *o, int write, uint64_t off, char *buf, uint64_t len,
-                   void (*done)(void *, int))
-{
-    mc_writer_t *w = o->w;
-    o->xdone = done;
-    w->xfers++;
-    if (off + len > w->xfer_hi)
-        w->xfer_hi = off + len;
-    o->xq.next = NULL;
-    o->xq.off = off;
-    o->xq.len = len;
-    o->xq.buf = buf;
-    o->xq.write = write;
-    o->xq.parked = 0;
-    op_t **pp = &w->xq;
-    for (; *pp; pp = &(*pp)->xq.next)
-        if (w_overlap(*pp, o))
-            o->xq.parked = 1;
-    *pp = o;
-    if (o->xq.parked) {
-        w->xparked++;
-        return;
-    }
-    w_xfer_go(o);
-}
-
-/* Whether a transfer on its way may land at or past off, in the space a
- * punch from off would give back. Without a truncation that shrank the
- * size below a write in flight, none does past a write's gap (the writes
- * before it end at its start). */
-static int w_landing(const mc_writer_t *w, uint64_t off)
-{
-    return w->xfers && w->xfer_hi > off;
+        mc__writer_wake(&w->ops_wait);
 }
 
 /* Ends w's write at the master without publishing it (and frees w): fenced
@@ -465,7 +355,7 @@ static void w_unfill(op_t *o)
     if (w->filling != o)
         return;
     w->filling = NULL;
-    w_wake(&w->fill_wait); /* each parks again, in order, when one of them fills */
+    mc__writer_wake(&w->fill_wait); /* each parks again, in order, when one of them fills */
 }
 
 /*
@@ -517,7 +407,7 @@ static void w_forget_zero(op_t *o)
     uint64_t end = o->hi < o->w->capacity ? o->hi : o->w->capacity;
     if (end <= o->base)
         return w_forgotten(o, 0);
-    w_xfer(o, 1, o->base, NULL, end - o->base, w_forgotten);
+    mc__writer_xfer(o, 1, o->base, NULL, end - o->base, w_forgotten);
 }
 
 /*
@@ -585,11 +475,11 @@ static void w_have_space(op_t *o)
     switch (o->stage++) {
     case 0:
         if (o->lo < o->off)
-            return w_xfer(o, 1, o->lo, NULL, o->off - o->lo, w_step_done);
+            return mc__writer_xfer(o, 1, o->lo, NULL, o->off - o->lo, w_step_done);
         return w_have_space(o);
     case 1:
         if (o->hi > end)
-            return w_xfer(o, 1, end, NULL, o->hi - end, w_step_done);
+            return mc__writer_xfer(o, 1, end, NULL, o->hi - end, w_step_done);
         return w_have_space(o);
     case 2: /* a punch, once no transfer can land there (a write's that a
              * truncation shrank the size into) */
@@ -597,7 +487,7 @@ static void w_have_space(op_t *o)
             o->stage++; /* no gap */
         } else if (o->off > o->base + W_PUNCH_GAP &&
                    !(mc__rset_run(w->rs, o->base, &a, &b) && b >= o->off)) {
-            if (w_landing(w, o->base)) {
+            if (mc__writer_landing(w, o->base)) {
                 o->stage--;
                 return w_park(&w->xfer_wait, o, w_have_space);
             }
@@ -605,17 +495,17 @@ static void w_have_space(op_t *o)
         }
         return w_have_space(o);
     case 3: /* reads as zeros: write them where it has space */
-        return w_xfer(o, 1, o->base, NULL, o->off - o->base, w_step_done);
+        return mc__writer_xfer(o, 1, o->base, NULL, o->off - o->base, w_step_done);
     default:
         break;
     }
     /* The bytes are asked for before the writes that waited are let go:
      * a transfer of theirs that overlaps them starts once they landed
-     * (w_xfer()), so the zeros of a later truncation that grows again
+     * (mc__writer_xfer()), so the zeros of a later truncation that grows again
      * (after one that shrank into this write) land on them, not under
      * them. (Its callback is deferred: o outlives it.) */
     if (o->kind == OP_W_WRITE)
-        w_xfer(o, 1, o->off, o->buf, o->len, w_op_done);
+        mc__writer_xfer(o, 1, o->off, o->buf, o->len, w_op_done);
     w_unfill(o);
     if (o->kind == OP_W_TRUNC)
         w_op_done(o, 0);
@@ -677,7 +567,7 @@ static void w_reserve(op_t *o)
 /* The whole units of a punched range are a hole: zero the rest of it. */
 static void w_punched(op_t *o)
 {
-    w_xfer(o, 1, o->off, NULL, o->len, w_punch_done);
+    mc__writer_xfer(o, 1, o->off, NULL, o->len, w_punch_done);
 }
 
 /* A punch gives the space of its whole units back: once no transfer can
@@ -689,7 +579,7 @@ static void w_punch(op_t *o)
     mc_writer_t *w = o->w;
     if (w->err)
         return w_punch_done(o, w->err);
-    if (w_landing(w, o->off))
+    if (mc__writer_landing(w, o->off))
         return w_park(&w->xfer_wait, o, w_punch);
     w_grow(o, o->off, o->len, 1, w_punched);
 }
@@ -729,7 +619,7 @@ static void w_read(op_t *o)
         return w_finish(o, -ESTALE);
     uint64_t n = o->off < w->size ? w->size - o->off : 0;
     o->u64 = n < o->len ? n : o->len;
-    w_xfer(o, 0, o->off, o->buf, o->u64, w_read_done);
+    mc__writer_xfer(o, 0, o->off, o->buf, o->u64, w_read_done);
 }
 
 /* A read waits, in order, while a write fills a hole or a gap (w->filling):
@@ -777,7 +667,7 @@ int mc__writer_renewed(mc_writer_t *w, int status, const char *body, size_t len)
 void mc__writer_op_ended(mc_writer_t *w)
 {
     if (!--w->ops)
-        w_wake(&w->ops_wait);
+        mc__writer_wake(&w->ops_wait);
 }
 
 /* ---- dispatch ---- */
