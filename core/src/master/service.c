@@ -529,6 +529,8 @@ static int op_put_commit(mc__svc_t *svc, const char *body, size_t len, uint64_t 
     put_t *p = put_get(svc, rq.id);
     if (!p)
         return -ENOENT;
+    if (p->doomed)
+        return -EIO; /* a replica that missed bytes could not be dropped */
     mc__version_t *v = p->v;
     unsigned flags = p->flags;
     int rc = put_check(svc, v, &rq);
@@ -582,6 +584,8 @@ static int op_put_drop(mc__svc_t *svc, const char *body, size_t len, uint64_t no
     put_touch(svc, p, now);
     mc__replica_t rep;
     rc = mc__version_take_replica(p->v, seg, &rep);
+    if (rc < 0)
+        p->doomed = 1; /* kept, with bytes missing: never published */
     if (rc <= 0)
         return rc; /* 0: gone already (its segment was dropped) */
     /* The writer's bytes to that node may still arrive (a partition that

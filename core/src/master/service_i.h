@@ -33,6 +33,9 @@ typedef struct put {
     owned_t o;
     uint64_t touched;
     unsigned flags;
+    int doomed; /* a replica its writer dropped (PUT_DROP_REPLICA) could not be
+                   taken out, out of memory: it missed bytes, and the commit
+                   fails (-EIO) rather than publish it */
     mc__version_t *v;
     struct put *tprev, *tnext; /* on svc->touch_*, least recently touched first */
 } put_t;
