@@ -17,7 +17,9 @@
  * next operations fail within the timeout instead of hanging. The node has
  * a fence at epoch EPOCH (transport_rdma.h, "Fences"): the client's writes
  * carry that epoch, and writes of a lower one must be refused, alone or
- * among others, with nothing of theirs landing.
+ * among others, with nothing of theirs landing. Its fence's mount word is
+ * at MOUNT: reads of a lower epoch must fail with ESTALE, alone or among
+ * others, and one READ of the word decides the reads queued together.
  *
  * Prints one "ok"/"not ok" line per check and "N passed, N failed"; exits 0
  * when all passed, 1 otherwise, 77 when built without RDMA or when no device
@@ -45,6 +47,7 @@
 #define WATCHDOG_MS 60000 /* a wait longer than this is a hang */
 #define BIG (64 * MiB)    /* the largest transfer */
 #define EPOCH 100         /* the node's fence's epoch */
+#define MOUNT 90          /* its mount word: the epoch of the segment's last mount */
 
 static mc_loop_t *L;
 static int passed, failed;
@@ -231,7 +234,8 @@ static struct {
     _Atomic uint64_t epoch;
     _Atomic uint64_t slot[64];
     unsigned joined;
-} fence = {.epoch = EPOCH};
+    _Atomic uint64_t mount;
+} fence = {.epoch = EPOCH, .mount = MOUNT};
 
 static _Atomic uint64_t *fence_join(void *arg, mc__rdma_conn_t *c, const char *peer)
 {
@@ -332,7 +336,7 @@ static int run_node(const char *listen, const char *publish, uint64_t seg_size)
         fprintf(stderr, "node: registering the segment failed: %s\n", strerror(-rc));
         return 1;
     }
-    if ((rc = mc__rdma_fence(ctx, &fence.epoch, &fence_ops)) < 0) {
+    if ((rc = mc__rdma_fence(ctx, &fence.epoch, &fence.mount, &fence_ops)) < 0) {
         fprintf(stderr, "node: no fence: %s\n", strerror(-rc));
         return 1;
     }
@@ -609,6 +613,57 @@ static void step_fence(client_t *cl)
     check(st.writes_fenced == 8, "counters: %" PRIu64 " writes fenced (want 8)", st.writes_fenced);
 }
 
+/* 5b'. The mount word: a read of an epoch below it (a replica set of
+ * before the segment was mounted again) fails with ESTALE, alone and
+ * among others; at or above it the bytes arrive. One READ of the word
+ * decides reads queued together. */
+static void step_read_check(client_t *cl)
+{
+    const uint64_t at = 44 * MiB, N = 12, SZ = 4 * KiB;
+    int rc = xfer(cl->c, 0, cl->expect, NULL, cl->rd, at, MiB, 0, NULL); /* unchecked */
+    waiter_t w = {.want = 1};
+    memset(cl->dst, 0, MiB);
+    int sub = mc__rdma_read_epoch(cl->c, MOUNT, cl->dst, NULL, cl->rd, at, MiB, 0, op_cb, &w);
+    int got = sub ? sub : wait_all(&w);
+    check(rc == 0 && got == 0 && memcmp(cl->dst, cl->expect, MiB) == 0,
+          "a read of epoch %d, the mount word's: %s, the bytes equal", MOUNT, err_name(got));
+    w = (waiter_t){.want = 1};
+    sub = mc__rdma_read_epoch(cl->c, MOUNT - 1, cl->dst, cl->lmr, cl->rd, at, MiB, 0, op_cb, &w);
+    got = sub ? sub : wait_all(&w);
+    check(got == -ESTALE, "a read of epoch %d below the mount word's %d: %s", MOUNT - 1, MOUNT,
+          err_name(got));
+
+    /* Twelve small ones at once, of epochs MOUNT + 1 and MOUNT - 1 in
+     * turn, from both kinds of buffer. */
+    mc__rdma_stats_t st0, st;
+    mc__rdma_stats(cl->ctx, &st0);
+    memset(cl->dst, 0, N * SZ);
+    waiter_t ws[12];
+    for (uint64_t i = 0; i < N; i++) {
+        ws[i] = (waiter_t){.want = 1};
+        uint64_t e = i & 1 ? MOUNT - 1 : MOUNT + 1;
+        sub |= mc__rdma_read_epoch(cl->c, e, cl->dst + i * SZ, (i & 2) ? cl->lmr : NULL, cl->rd,
+                                   at + i * SZ, SZ, 0, op_cb, &ws[i]);
+    }
+    int right = !sub, ok = 0, stale = 0;
+    for (uint64_t i = 0; i < N && !sub; i++) {
+        int r = wait_all(&ws[i]);
+        ok += r == 0;
+        stale += r == -ESTALE;
+        right &= r == (i & 1 ? -ESTALE : 0) &&
+                 (r || memcmp(cl->dst + i * SZ, cl->expect + i * SZ, SZ) == 0);
+    }
+    mc__rdma_stats(cl->ctx, &st);
+    check(right && ok == 6 && stale == 6,
+          "%d reads at once, epochs %d and %d in turn: %d read, %d discarded (ESTALE), the "
+          "bytes of each read right",
+          (int)N, MOUNT + 1, MOUNT - 1, ok, stale);
+    check(st.fence_wrs - st0.fence_wrs == 1 && st.reads_fenced == 7,
+          "counters: one READ of the mount word for the %d (%" PRIu64 "), %" PRIu64
+          " reads discarded (want 7)",
+          (int)N, st.fence_wrs - st0.fence_wrs, st.reads_fenced);
+}
+
 /* Reads the node's race report (on_race_tick()) into *r. */
 static int race_report(client_t *cl, race_report_t *r)
 {
@@ -824,6 +879,7 @@ static int run_client(const char *connect_to, const char *publish)
     step_many_and_zeros(&cl);
     step_counters(&cl);
     step_fence(&cl);
+    step_read_check(&cl);
     step_fence_races(&cl);
     if (step_bad_args_and_rkey(&cl) < 0 || step_timeout_and_close(&cl) < 0)
         return 1;

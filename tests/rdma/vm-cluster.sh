@@ -16,7 +16,12 @@
 #   (g) a writer stopped (SIGSTOP) in the middle of its one-sided writes
 #       holds the fence's rise back until the node revokes its connection;
 #       the space then goes to pinned objects, and when the writer goes on
-#       nothing of it lands there.
+#       nothing of it lands there;
+#   (h) a reader over RDMA holding a replica set of before its node's
+#       segment was dropped and mounted again (a descriptor of
+#       mooncake-fs --cache-mode direct, the node stopped past its TTL)
+#       never reads the bytes of the object that took the space since:
+#       its read fails with ESTALE.
 # Prints each check; exits non-zero on the first failure.
 set -u
 IP=$RXE_IP
@@ -335,6 +340,67 @@ for c in $vs; do
 done
 ok "the stopped writer was revoked ($(grep -o 'RDMA peer [^ ]*' $T/nodeD.log | head -n 1)), its" \
     "space went to 32 MiB of pinned objects, which kept their bytes when it went on"
+
+echo "== (h) a reader over RDMA never reads another object's bytes after its node rejoins"
+# Its own master (nodes silent 3 s expire) and node F (8 MiB): object a
+# (1 MiB of A) is opened through a mount (--cache-mode direct: reads go
+# to the node with the replica set the open got); node F is stopped past
+# its TTL, its segment dropped and mounted again above that set's epoch,
+# and object b (1 MiB of B) takes the emptied segment's space. The
+# descriptor's read must then fail (ESTALE), never return b's bytes.
+M6=$IP:50056
+start_master $M6 --node-ttl-ms 3000
+start_node F $M6 8M
+CM=$M6
+head -c 1048576 /dev/zero | tr '\0' A >$T/ra
+head -c 1048576 /dev/zero | tr '\0' B >$T/rb
+cli put a $T/ra 2>$T/ra.log || die "put a: $(cat $T/ra.log)"
+mkdir -p /mnt/mc4
+mooncake-fs -f --master $M6 --auth-secret-file $K --segment-size 0 --protocol rdma \
+    --rdma-device "$RXE_DEV" --cache-mode direct --cache-timeout 0 --timeout-ms 2000 /mnt/mc4 \
+    >$T/fs4.log 2>&1 &
+fs=$!
+i=0
+until grep -q " /mnt/mc4 fuse" /proc/mounts; do
+    i=$((i + 1))
+    [ $i -gt 300 ] && die "mooncake-fs did not mount (h)"
+    kill -0 $fs 2>/dev/null || die "mooncake-fs exited (h): $(cat $T/fs4.log)"
+    sleep 0.1
+done
+exec 3</mnt/mc4/a || die "open a through the mount"
+kill -STOP $nodeF
+i=0
+until grep -q "silent past their TTL" $T/master.$M6.log; do
+    i=$((i + 1))
+    [ $i -gt 300 ] && { kill -CONT $nodeF; die "node F did not expire"; }
+    sleep 0.1
+done
+kill -CONT $nodeF
+i=0
+until cli put b $T/rb 2>$T/rb.log; do
+    i=$((i + 1))
+    [ $i -gt 120 ] && die "node F's segment took no new object: $(cat $T/rb.log)"
+    sleep 0.5
+done
+grep -q "mounting the segment again" $T/nodeF.log || die "node F did not mount its segment again"
+dd bs=4096 count=1 <&3 >$T/rgot 2>$T/rgot.err
+rc=$?
+exec 3<&-
+kill -INT $fs
+wait $fs
+rr=$(fs_bytes $T/fs4.log rdma)
+rt=$(fs_bytes $T/fs4.log tcp)
+if [ $rc -eq 0 ]; then
+    head -c 4096 $T/ra | cmp -s - $T/rgot ||
+        die "the descriptor read another object's bytes over RDMA ($(head -c 8 $T/rgot)...;" \
+            "rdma ${rr:-0} tcp ${rt:-0})"
+    ok "the descriptor read its own bytes after the rejoin (rdma ${rr:-0}, tcp ${rt:-0})"
+else
+    grep -q "Stale file handle" $T/rgot.err ||
+        die "the descriptor's read failed, but not with ESTALE: $(cat $T/rgot.err)"
+    [ "${rt:-0}" = 0 ] || die "the mount read over TCP: tcp $rt"
+    ok "the descriptor's read failed with ESTALE ($(head -n 1 $T/rgot.err)), tcp 0"
+fi
 
 kill $pids 2>/dev/null
 wait 2>/dev/null

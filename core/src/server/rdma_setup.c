@@ -136,7 +136,7 @@ int mc__rdma_fence_segment(mc__rdma_fencer_t *f, mc__rdma_ctx_t *ctx, mc__server
 {
     *f = (mc__rdma_fencer_t){.srv = srv, .seg = seg};
     mc__rdma_fence_ops_t ops = {.join = fence_join, .leave = fence_leave, .arg = f};
-    int rc = fence ? mc__rdma_fence(ctx, &fence->epoch, &ops) : -ENOTSUP;
+    int rc = fence ? mc__rdma_fence(ctx, &fence->epoch, &fence->mount, &ops) : -ENOTSUP;
     if (rc < 0)
         mc__log(MC__LOG_WARN, "RDMA peers' writes pass no fence: %s", strerror(-rc));
     if (rc == 0)
@@ -147,6 +147,6 @@ int mc__rdma_fence_segment(mc__rdma_fencer_t *f, mc__rdma_ctx_t *ctx, mc__server
 void mc__rdma_unfence(mc__rdma_fencer_t *f)
 {
     if (f->ctx)
-        mc__rdma_fence(f->ctx, NULL, NULL);
+        mc__rdma_fence(f->ctx, NULL, NULL, NULL);
     f->ctx = NULL;
 }

@@ -1,6 +1,8 @@
 /*
  * rdma.c - the rdma transport (see transport.h): a piece is one RDMA READ
- * or WRITE on a connection to the node (transport_rdma.h), which slices it.
+ * or WRITE on a connection to the node (transport_rdma.h), which slices it;
+ * both carry the replica's epoch, for the node's fence (a write's) and
+ * mount word (a read's).
  * Built with or without RDMA: without it, moves fail with -ENOTSUP (the
  * client then never picks this transport: it has no RDMA context).
  */
@@ -40,8 +42,8 @@ static int rdma_move(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb c
     memcpy(&rp->rd, ep->rdma.desc, dsz);
     int rc = p->write ? mc__rdma_write_epoch(ep->rdma.c, p->epoch, p->buf, p->mr, &rp->rd, p->off,
                                              p->len, p->timeout_ms, rdma_done, rp)
-                      : mc__rdma_read(ep->rdma.c, p->buf, p->mr, &rp->rd, p->off, p->len,
-                                      p->timeout_ms, rdma_done, rp);
+                      : mc__rdma_read_epoch(ep->rdma.c, p->epoch, p->buf, p->mr, &rp->rd, p->off,
+                                            p->len, p->timeout_ms, rdma_done, rp);
     if (rc < 0)
         free(rp);
     return rc;

@@ -50,8 +50,10 @@ typedef struct op {
     mc_timer_t timer;
     mc__rdma_cb cb;
     void *arg;
-    uint64_t epoch; /* a write's, on a fenced connection (rdma_io.c) */
+    uint64_t epoch; /* a write's, on a fenced connection; a checked read's (rdma_io.c) */
     int admitted;   /* it passed the fence (or needs not): its bytes may go */
+    int check;      /* a read that ends only after a READ of the mount word */
+    uint64_t seq;   /* a checked read's: c->checks_posted once its last slice was */
 } op_t;
 
 typedef struct slot {
@@ -107,7 +109,17 @@ struct mc__rdma_conn {
     uint64_t mark;
     op_t *read_upto;
     uint32_t ctrl_inflight, ctrl_next;
-    uint64_t *ctrl; /* in the staging region: [0] the READ's target, [1..] marks' sources */
+    uint64_t *ctrl; /* in the staging region: MC__RDMA_CTRL_* words */
+    /* Client of a node whose fence has a mount word (rdma_io.c, "Reads"):
+     * where it is, whether a READ of it is in flight, how many were
+     * posted, and the checked reads whose slices were all posted and
+     * that wait for one (ready: their bytes all arrived too). */
+    int check_reads, checking, check_queued;
+    uint64_t mount_addr;
+    uint32_t mount_rkey;
+    uint64_t checks_posted;
+    uint32_t check_waiting, check_ready;
+    mc_timer_t check_timer; /* a READ of the mount word after this turn's reads */
     /* Node: the slot of our fence this connection writes its marks to. */
     _Atomic uint64_t *slot;
     struct ibv_mr *slot_mr;
@@ -127,19 +139,27 @@ struct mc__rdma_ctx {
     mc__rdma_mr_t *mrs;
     mc__rdma_stats_t st;
     char devname[64];
-    /* A node's fence (mc__rdma_fence()): its epoch word, registered for
-     * peers' READs, and who gives connections their slots. */
-    _Atomic uint64_t *fence_epoch;
-    struct ibv_mr *epoch_mr;
+    /* A node's fence (mc__rdma_fence()): its epoch and mount words,
+     * registered for peers' READs, and who gives connections their slots. */
+    _Atomic uint64_t *fence_epoch, *fence_mount;
+    struct ibv_mr *epoch_mr, *mount_mr;
     mc__rdma_fence_ops_t fence;
 };
 
 /* The work requests of the fence (rdma_io.c): a mark or a READ of the
- * epoch; at most MC__RDMA_CTRL_MAX posted at once, beyond the slots. */
+ * epoch, at most MC__RDMA_CTRL_MAX posted at once, and a READ of the
+ * mount word, one at a time; all beyond the slots. */
 #define MC__RDMA_WR_MARK ((uint64_t)-1)
 #define MC__RDMA_WR_FENCE ((uint64_t)-2)
+#define MC__RDMA_WR_MOUNT ((uint64_t)-3)
 #define MC__RDMA_CTRL_MAX 3
-#define MC__RDMA_CTRL_WORDS 8 /* the READ's target and a ring of marks' sources */
+#define MC__RDMA_CTRL_WRS (MC__RDMA_CTRL_MAX + 1) /* and the mount word's READ */
+/* The words of c->ctrl: the targets of the READs of the fence's epoch and
+ * of its mount word, then a ring of marks' sources. */
+#define MC__RDMA_CTRL_EPOCH 0
+#define MC__RDMA_CTRL_MOUNT 1
+#define MC__RDMA_CTRL_RING 2 /* the ring's first word */
+#define MC__RDMA_CTRL_WORDS 9
 
 /* -errno of a failed verbs/rdma_cm call that set errno, never 0. */
 static inline int err_of(int fallback)

@@ -17,6 +17,18 @@
  * the others with -ESTALE. Once writes complete, the slot is set to what
  * those left need (0: none). Marks and READs are few (MC__RDMA_CTRL_MAX)
  * and go beyond the slots.
+ *
+ * Reads. On a connection to a node whose fence has a mount word, a read
+ * of an epoch (mc__rdma_read_epoch()) ends only after a READ of that word
+ * posted after its last slice: the responder executes one queue pair's
+ * READs in order, so the word is read after the read's bytes were. Above
+ * the read's epoch, the segment was mounted again since the read's
+ * replica set was handed out and the bytes may be another object's: the
+ * read fails with -ESTALE. One READ of the word, in flight at a time,
+ * decides every read whose slices were all posted before it: it is
+ * posted at the end of a loop turn in which reads were queued and all
+ * posted (so one get costs one, behind its bytes), or when a read's bytes
+ * all arrived and none is in flight.
  */
 #ifdef MC_HAVE_RDMA
 
@@ -170,11 +182,12 @@ static void unlink_op(mc__rdma_conn_t *c, op_t *op)
  * (read 1). Returns 0, or -1 when the connection failed. */
 static int post_ctrl(mc__rdma_conn_t *c, int read, uint64_t v)
 {
-    uint64_t *w = &c->ctrl[0];
+    uint64_t *w = &c->ctrl[MC__RDMA_CTRL_EPOCH];
     if (!read) {
         /* A ring of sources: with at most MC__RDMA_CTRL_MAX posted, the one
          * reused here completed. */
-        w = &c->ctrl[1 + c->ctrl_next++ % (MC__RDMA_CTRL_WORDS - 1)];
+        w = &c->ctrl[MC__RDMA_CTRL_RING +
+                     c->ctrl_next++ % (MC__RDMA_CTRL_WORDS - MC__RDMA_CTRL_RING)];
         *w = v;
     }
     struct ibv_sge sge = {(uintptr_t)w, sizeof(*w), c->stage_mr->lkey};
@@ -248,7 +261,7 @@ static int fence_step(mc__rdma_conn_t *c)
 static void fence_read(mc__rdma_conn_t *c)
 {
     mc__rdma_ctx_t *ctx = c->ctx;
-    uint64_t fence = *(volatile uint64_t *)&c->ctrl[0];
+    uint64_t fence = *(volatile uint64_t *)&c->ctrl[MC__RDMA_CTRL_EPOCH];
     op_t *stop = c->read_upto, *refused = NULL, **rtail = &refused;
     c->reading = 0;
     c->read_upto = NULL;
@@ -281,10 +294,106 @@ static void fence_read(mc__rdma_conn_t *c)
     }
 }
 
+/* ---- reads' check of the mount word (see the top of this file) ---- */
+
+/* Posts a READ of the node's mount word, which decides every checked read
+ * whose slices were all posted. */
+static void check_post(mc__rdma_conn_t *c)
+{
+    uint64_t *w = &c->ctrl[MC__RDMA_CTRL_MOUNT];
+    struct ibv_sge sge = {(uintptr_t)w, sizeof(*w), c->stage_mr->lkey};
+    struct ibv_send_wr wr = {
+        .wr_id = MC__RDMA_WR_MOUNT,
+        .sg_list = &sge,
+        .num_sge = 1,
+        .opcode = IBV_WR_RDMA_READ,
+        .send_flags = IBV_SEND_SIGNALED,
+        .wr.rdma = {.remote_addr = c->mount_addr, .rkey = c->mount_rkey},
+    };
+    struct ibv_send_wr *bad;
+    int rc = ibv_post_send(c->qp, &wr, &bad);
+    if (rc) {
+        mc__log(MC__LOG_WARN, "rdma: posting to %s's mount word failed: %s", c->peer, strerror(rc));
+        mc__rdma_conn_fail(c, -EIO);
+        return;
+    }
+    c->checking = 1;
+    c->checks_posted++;
+    c->ctx->st.fence_wrs++;
+}
+
+static void on_check_timer(mc_timer_t *t)
+{
+    mc__rdma_conn_t *c = t->data;
+    c->check_queued = 0;
+    if (c->state == C_CONNECTED && !c->checking && c->check_waiting)
+        check_post(c);
+}
+
+/* After pump(): posts a READ of the mount word when a read's bytes all
+ * arrived and none is in flight, or, when every queued read was posted,
+ * at the end of this loop turn (the reads queued with it share it). */
+static void check_step(mc__rdma_conn_t *c)
+{
+    if (c->state != C_CONNECTED || !c->check_reads || c->checking || !c->check_waiting)
+        return;
+    if (c->check_ready) {
+        check_post(c);
+    } else if (!c->issue && !c->check_queued) {
+        if (mc_timer_start(c->ctx->loop, &c->check_timer, 0, 0, on_check_timer) == 0)
+            c->check_queued = 1;
+        else
+            check_post(c); /* the ring is full: now, for one read */
+    }
+}
+
+/* The READ of the mount word completed: it decides the checked reads
+ * whose slices were all posted before it (their bytes arrived: an RC
+ * send queue completes in order). */
+static void check_done(mc__rdma_conn_t *c)
+{
+    mc__rdma_ctx_t *ctx = c->ctx;
+    uint64_t mount = *(volatile uint64_t *)&c->ctrl[MC__RDMA_CTRL_MOUNT];
+    op_t *ended = NULL, **etail = &ended;
+    c->checking = 0;
+    for (op_t *op = c->head, *next; op; op = next) {
+        next = op->next;
+        if (!op->check || op->issued != op->len || op->seq >= c->checks_posted)
+            continue;
+        if (op->done != op->len) {
+            op->seq = c->checks_posted; /* not seen: the next READ decides it */
+            continue;
+        }
+        c->check_waiting--;
+        c->check_ready--;
+        unlink_op(c, op);
+        op->next = NULL;
+        *etail = op;
+        etail = &op->next;
+    }
+    while (ended) {
+        op_t *op = ended;
+        ended = op->next;
+        int stale = op->epoch < mount;
+        if (stale) {
+            ctx->st.reads_fenced++;
+            mc__log(MC__LOG_DEBUG,
+                    "rdma: a read of epoch %llu from %s discarded: the segment was mounted "
+                    "again at %llu",
+                    (unsigned long long)op->epoch, c->peer, (unsigned long long)mount);
+        }
+        mc__rdma_finish_op(ctx, op, stale ? -ESTALE : 0);
+    }
+}
+
 static void on_wc(mc__rdma_conn_t *c, const struct ibv_wc *wc)
 {
     mc__rdma_ctx_t *ctx = c->ctx;
     ctx->st.completions++;
+    if (wc->status == IBV_WC_SUCCESS && wc->wr_id == MC__RDMA_WR_MOUNT) {
+        check_done(c);
+        return;
+    }
     if (wc->status == IBV_WC_SUCCESS &&
         (wc->wr_id == MC__RDMA_WR_MARK || wc->wr_id == MC__RDMA_WR_FENCE)) {
         c->ctrl_inflight--;
@@ -307,7 +416,9 @@ static void on_wc(mc__rdma_conn_t *c, const struct ibv_wc *wc)
     s->op = NULL;
     c->free_slots[c->nfree++] = si;
     c->inflight--;
-    if (op->done == op->len) {
+    if (op->done == op->len && op->check) {
+        c->check_ready++; /* its bytes count once a READ of the mount word says */
+    } else if (op->done == op->len) {
         c->mark_stale |= op->write && c->fenced;
         unlink_op(c, op);
         mc__rdma_finish_op(ctx, op, 0);
@@ -415,9 +526,15 @@ static void pump(mc__rdma_conn_t *c)
         ctx->st.slices++;
         if (c->inflight > ctx->st.inflight_peak)
             ctx->st.inflight_peak = c->inflight;
-        if (op->issued == op->len)
+        if (op->issued == op->len) {
             c->issue = op->next;
+            if (op->check) {
+                op->seq = c->checks_posted;
+                c->check_waiting++;
+            }
+        }
     }
+    check_step(c);
 }
 
 static void on_op_timeout(mc_timer_t *t)
@@ -430,9 +547,10 @@ static void on_op_timeout(mc_timer_t *t)
     mc__rdma_conn_fail(c, -ETIMEDOUT);
 }
 
-static int submit(mc__rdma_conn_t *c, int write, uint64_t epoch, char *buf, const mc__rdma_mr_t *mr,
-                  const mc__rdma_desc_t *rd, uint64_t roff, size_t len, uint64_t timeout_ms,
-                  mc__rdma_cb cb, void *arg)
+/* Queues an operation; a read with check is decided by the mount word. */
+static int submit(mc__rdma_conn_t *c, int write, int check, uint64_t epoch, char *buf,
+                  const mc__rdma_mr_t *mr, const mc__rdma_desc_t *rd, uint64_t roff, size_t len,
+                  uint64_t timeout_ms, mc__rdma_cb cb, void *arg)
 {
     if (!len || !rd || !cb || !rd->chunk || (!buf && (!write || mr)))
         return -EINVAL;
@@ -464,7 +582,8 @@ static int submit(mc__rdma_conn_t *c, int write, uint64_t epoch, char *buf, cons
                  .cb = cb,
                  .arg = arg,
                  .epoch = epoch,
-                 .admitted = !write || !c->fenced};
+                 .admitted = !write || !c->fenced,
+                 .check = check && !write && c->check_reads};
     op->timer.data = op;
     int rc = mc_timer_start(c->ctx->loop, &op->timer,
                             timeout_ms ? timeout_ms : c->ctx->o.timeout_ms, 0, on_op_timeout);
@@ -490,7 +609,16 @@ int mc__rdma_read(mc__rdma_conn_t *c, void *buf, const mc__rdma_mr_t *mr, const 
 {
     if (!buf)
         return -EINVAL;
-    return submit(c, 0, 0, buf, mr, rd, roff, len, timeout_ms, cb, arg);
+    return submit(c, 0, 0, 0, buf, mr, rd, roff, len, timeout_ms, cb, arg);
+}
+
+int mc__rdma_read_epoch(mc__rdma_conn_t *c, uint64_t epoch, void *buf, const mc__rdma_mr_t *mr,
+                        const mc__rdma_desc_t *rd, uint64_t roff, size_t len, uint64_t timeout_ms,
+                        mc__rdma_cb cb, void *arg)
+{
+    if (!buf)
+        return -EINVAL;
+    return submit(c, 0, 1, epoch, buf, mr, rd, roff, len, timeout_ms, cb, arg);
 }
 
 int mc__rdma_write(mc__rdma_conn_t *c, const void *buf, const mc__rdma_mr_t *mr,
@@ -505,7 +633,7 @@ int mc__rdma_write_epoch(mc__rdma_conn_t *c, uint64_t epoch, const void *buf,
                          size_t len, uint64_t timeout_ms, mc__rdma_cb cb, void *arg)
 {
     /* The cast is safe: a write only reads buf. */
-    return submit(c, 1, epoch, (char *)buf, mr, rd, roff, len, timeout_ms, cb, arg);
+    return submit(c, 1, 0, epoch, (char *)buf, mr, rd, roff, len, timeout_ms, cb, arg);
 }
 
 #endif /* MC_HAVE_RDMA */

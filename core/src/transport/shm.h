@@ -30,7 +30,8 @@
  * of them sees the other: a copy that started before the rise holds the
  * rise back until it ends, and one after it is refused. Reads pass no
  * node's check either: after each copy out, a client checks the fence's
- * mount epoch (mc__shm_read_ok()), which the node raises when its master
+ * mount epoch (mc__shm_read_ok(); over RDMA, a READ of it after the
+ * bytes: transport_rdma.h), which the node raises when its master
  * mounts the segment again, before the segment takes new data.
  */
 #ifndef MC_SHM_H

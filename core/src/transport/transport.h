@@ -38,9 +38,9 @@ typedef struct mc__tp_piece {
     uint64_t epoch;          /* the replica's segment epoch as granted (wire/proto.h,
                                 "Segment epochs"; tcp carries it, the node checks it;
                                 shm and rdma check a write's against the node's
-                                fence, shm.h, transport_rdma.h; local and shm a
-                                read's against the segment's mount epoch, after the
-                                copy; rdma does not check reads) */
+                                fence, shm.h, transport_rdma.h; local, shm and
+                                rdma a read's against the segment's mount epoch,
+                                after the copy) */
     uint64_t off;            /* where in the segment */
     uint32_t len;
     uint64_t timeout_ms; /* a bound on the wait (asynchronous transports) */
@@ -87,7 +87,8 @@ typedef struct mc__transport {
      * -errno: nothing moved (-EIO: the range lies outside a memory
      * endpoint; -ESTALE: shm or rdma refused a write's old epoch, or a
      * memory endpoint mounted again since a read's epoch), and cb is never
-     * called.
+     * called. An rdma read of a segment mounted again since its epoch
+     * gets -ESTALE in cb.
      */
     int (*move)(const mc__tp_ep_t *ep, const mc__tp_piece_t *p, mc__tp_cb cb, void *arg);
 } mc__transport_t;

@@ -39,11 +39,16 @@
 /* Connection parameters in rdma_cm private data, both ways: magic u32,
  * version u16, flags u16, slice u32, inflight u32; then, from a node with
  * a fence (HELLO_FENCED), its epoch's address u64 and our slot's u64, and
- * their rkeys u32 each (zeros otherwise). */
+ * their rkeys u32 each, and when it has a mount word (HELLO_MOUNT), its
+ * address u64 and rkey u32 (zeros otherwise). A connect request carries
+ * at most 56 bytes of private data. */
 #define HELLO_MAGIC 0x4f4c484dU /* "MHLO" little endian */
-#define HELLO_VERSION 2
-#define HELLO_LEN 40
+#define HELLO_VERSION 3
+#define HELLO_LEN 52
 #define HELLO_FENCED 0x1
+#define HELLO_MOUNT 0x2
+
+_Static_assert(HELLO_LEN <= 56, "the parameters fit a connect request's private data");
 
 static int set_nonblock(int fd)
 {
@@ -82,11 +87,15 @@ static void hello_pack(const mc__rdma_ctx_t *ctx, const mc__rdma_conn_t *c, unsi
     put_le(p + 8, ctx->o.slice_size, 4);
     put_le(p + 12, ctx->o.max_inflight, 4);
     if (c && c->slot_mr) {
-        put_le(p + 6, HELLO_FENCED, 2);
+        put_le(p + 6, HELLO_FENCED | (ctx->mount_mr ? HELLO_MOUNT : 0), 2);
         put_le(p + 16, (uint64_t)(uintptr_t)ctx->fence_epoch, 8);
         put_le(p + 24, (uint64_t)(uintptr_t)c->slot, 8);
         put_le(p + 32, ctx->epoch_mr->rkey, 4);
         put_le(p + 36, c->slot_mr->rkey, 4);
+        if (ctx->mount_mr) {
+            put_le(p + 40, (uint64_t)(uintptr_t)ctx->fence_mount, 8);
+            put_le(p + 48, ctx->mount_mr->rkey, 4);
+        }
     }
 }
 
@@ -235,6 +244,7 @@ static mc__rdma_conn_t *conn_new(mc__rdma_ctx_t *ctx, int passive)
     c->cq_poll.data = c;
     c->setup_timer.data = c;
     c->reap_timer.data = c;
+    c->check_timer.data = c;
     c->next = ctx->conns;
     if (ctx->conns)
         ctx->conns->prev = c;
@@ -299,6 +309,8 @@ static void teardown(mc__rdma_conn_t *c)
         c->id = NULL;
     }
     mc_timer_stop(&c->setup_timer);
+    mc_timer_stop(&c->check_timer);
+    c->check_queued = 0;
     for (op_t *op = c->head; op; op = op->next)
         mc_timer_stop(&op->timer);
     c->issue = NULL;
@@ -400,7 +412,7 @@ static int make_qp(mc__rdma_conn_t *c)
             return err_of(-ENOMEM);
         if ((rc = set_nonblock(c->ch->fd)) < 0)
             return rc;
-        c->cq = ibv_create_cq(ctx->verbs, (int)c->nslots + MC__RDMA_CTRL_MAX + 1, c, c->ch, 0);
+        c->cq = ibv_create_cq(ctx->verbs, (int)c->nslots + MC__RDMA_CTRL_WRS + 1, c, c->ch, 0);
         if (!c->cq)
             return err_of(-ENOMEM);
         if ((rc = ibv_req_notify_cq(c->cq, 0)) != 0)
@@ -422,7 +434,7 @@ static int make_qp(mc__rdma_conn_t *c)
         .recv_cq = c->cq,
         .qp_type = IBV_QPT_RC,
         .sq_sig_all = 1,
-        .cap = {.max_send_wr = c->passive ? 1 : c->nslots + MC__RDMA_CTRL_MAX,
+        .cap = {.max_send_wr = c->passive ? 1 : c->nslots + MC__RDMA_CTRL_WRS,
                 .max_recv_wr = 1,
                 .max_send_sge = 1,
                 .max_recv_sge = 1},
@@ -530,12 +542,18 @@ static void on_established(mc__rdma_conn_t *c, const void *pd, size_t plen)
         return;
     }
     const unsigned char *h = pd;
-    if (!c->passive && (get_le(h + 6, 2) & HELLO_FENCED)) {
+    unsigned flags = c->passive ? 0 : (unsigned)get_le(h + 6, 2);
+    if (flags & HELLO_FENCED) {
         c->fenced = 1;
         c->fence_addr = get_le(h + 16, 8);
         c->slot_addr = get_le(h + 24, 8);
         c->fence_rkey = (uint32_t)get_le(h + 32, 4);
         c->slot_rkey = (uint32_t)get_le(h + 36, 4);
+    }
+    if (flags & HELLO_MOUNT) {
+        c->check_reads = 1;
+        c->mount_addr = get_le(h + 40, 8);
+        c->mount_rkey = (uint32_t)get_le(h + 48, 4);
     }
     mc_timer_stop(&c->setup_timer);
     c->state = C_CONNECTED;
@@ -546,7 +564,9 @@ static void on_established(mc__rdma_conn_t *c, const void *pd, size_t plen)
     }
     ctx->st.conns_opened++;
     mc__log(MC__LOG_INFO, "rdma: connected to %s on %s%s", c->peer, ctx->devname,
-            c->fenced ? " (writes fenced)" : "");
+            c->check_reads ? " (writes fenced, reads checked)"
+            : c->fenced    ? " (writes fenced)"
+                           : "");
     mc__rdma_connect_cb cb = c->ccb;
     c->ccb = NULL;
     cb(c, 0, c->carg);
@@ -742,7 +762,8 @@ int mc__rdma_conn_fenced(const mc__rdma_conn_t *c)
     return c->fenced;
 }
 
-int mc__rdma_fence(mc__rdma_ctx_t *ctx, _Atomic uint64_t *epoch, const mc__rdma_fence_ops_t *ops)
+int mc__rdma_fence(mc__rdma_ctx_t *ctx, _Atomic uint64_t *epoch, _Atomic uint64_t *mount,
+                   const mc__rdma_fence_ops_t *ops)
 {
     if (!ops) {
         ctx->fence = (mc__rdma_fence_ops_t){0};
@@ -753,7 +774,17 @@ int mc__rdma_fence(mc__rdma_ctx_t *ctx, _Atomic uint64_t *epoch, const mc__rdma_
     ctx->epoch_mr = ibv_reg_mr(ctx->pd, (void *)epoch, sizeof(*epoch), IBV_ACCESS_REMOTE_READ);
     if (!ctx->epoch_mr)
         return err_of(-ENOMEM);
+    if (mount) {
+        ctx->mount_mr = ibv_reg_mr(ctx->pd, (void *)mount, sizeof(*mount), IBV_ACCESS_REMOTE_READ);
+        if (!ctx->mount_mr) {
+            int rc = err_of(-ENOMEM);
+            ibv_dereg_mr(ctx->epoch_mr);
+            ctx->epoch_mr = NULL;
+            return rc;
+        }
+    }
     ctx->fence_epoch = epoch;
+    ctx->fence_mount = mount;
     ctx->fence = *ops;
     return 0;
 }
@@ -783,6 +814,8 @@ void mc__rdma_ctx_free(mc__rdma_ctx_t *ctx)
         mc__rdma_deregister(ctx->mrs);
     if (ctx->epoch_mr)
         ibv_dereg_mr(ctx->epoch_mr);
+    if (ctx->mount_mr)
+        ibv_dereg_mr(ctx->mount_mr);
     mc_poll_stop(&ctx->cm_poll);
     rdma_destroy_event_channel(ctx->cm);
     ibv_dealloc_pd(ctx->pd);

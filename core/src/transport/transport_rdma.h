@@ -39,6 +39,16 @@
  * connection that holds a rise back too long is revoked (its queue pair
  * destroyed, mc__rdma_revoke()): nothing it sends lands any more.
  *
+ * One-sided reads pass no check of the node's either, so a fence may also
+ * carry the node's mount word (the epoch its segment was last mounted
+ * with, shm.h), registered for READs too. A read of an epoch
+ * (mc__rdma_read_epoch()) on such a connection ends only after an RDMA
+ * READ of that word posted after the read's bytes on the same queue pair
+ * (which the responder executes after them): above the read's epoch, the
+ * segment was mounted again since its replica set was handed out, the
+ * bytes may be another object's, and the read fails with -ESTALE. One such
+ * READ decides every read posted before it (rdma_io.c, "Reads").
+ *
  * Errors. Every wait is bounded: a connect or accept by the context's
  * timeout, an operation by its own timeout_ms. A failed work completion
  * (remote access error, retries exceeded, flush), a QP or device error
@@ -119,7 +129,8 @@ typedef struct mc__rdma_stats {
     uint64_t conns_opened, conns_accepted; /* established, as client / node */
     uint64_t conns_failed;                 /* torn down by an error or timeout */
     uint64_t writes_fenced;                /* writes refused by a node's fence (-ESTALE) */
-    uint64_t fence_wrs;                    /* marks and READs of fences posted */
+    uint64_t reads_fenced;                 /* reads discarded by a node's mount word (-ESTALE) */
+    uint64_t fence_wrs;                    /* marks and READs of fences (and mount words) posted */
     uint64_t registered_bytes;             /* currently registered by callers */
 } mc__rdma_stats_t;
 
@@ -233,12 +244,15 @@ int mc__rdma_listen(mc__rdma_ctx_t *ctx, const struct sockaddr *sa);
 
 /*
  * mc__rdma_fence() gives ctx's listener the fence whose epoch word is epoch
- * (registered for peers' RDMA READs), for connections accepted from now on
- * (see the top of this file); ops NULL detaches it (call that before what
- * ops reaches goes away; connections are refused from then on). Returns 0,
- * -EBUSY (a fence already), or the error of registering epoch.
+ * and whose mount word is mount (or NULL: peers' reads are not checked),
+ * both registered for peers' RDMA READs, for connections accepted from now
+ * on (see the top of this file); ops NULL detaches it (call that before
+ * what ops reaches goes away; connections are refused from then on). The
+ * words stay the caller's and must outlive ctx. Returns 0, -EBUSY (a fence
+ * already), or the error of registering a word.
  */
-int mc__rdma_fence(mc__rdma_ctx_t *ctx, _Atomic uint64_t *epoch, const mc__rdma_fence_ops_t *ops);
+int mc__rdma_fence(mc__rdma_ctx_t *ctx, _Atomic uint64_t *epoch, _Atomic uint64_t *mount,
+                   const mc__rdma_fence_ops_t *ops);
 
 /* mc__rdma_revoke() tears down c, a connection the listener accepted: its
  * queue pair is destroyed before this returns (then ops->leave runs), so
@@ -299,6 +313,18 @@ int mc__rdma_write(mc__rdma_conn_t *c, const void *buf, const mc__rdma_mr_t *mr,
                    mc__rdma_cb cb, void *arg);
 
 /*
+ * mc__rdma_read_epoch() is mc__rdma_read() for a read of epoch (the
+ * segment's epoch in the replica set the read is for): on a connection to
+ * a node whose fence has a mount word, cb gets -ESTALE when that word,
+ * read after the bytes, is above epoch: the segment was mounted again and
+ * buf holds whatever its space held (see the top of this file); buf is
+ * then not to be used. Without a mount word, epoch is not used.
+ */
+int mc__rdma_read_epoch(mc__rdma_conn_t *c, uint64_t epoch, void *buf, const mc__rdma_mr_t *mr,
+                        const mc__rdma_desc_t *rd, uint64_t roff, size_t len, uint64_t timeout_ms,
+                        mc__rdma_cb cb, void *arg);
+
+/*
  * mc__rdma_write_epoch() is mc__rdma_write() for a write of epoch (the
  * segment's epoch as its writer was granted it): on a connection to a
  * node with a fence its bytes go only if the fence's epoch is not above
@@ -348,7 +374,7 @@ static inline int mc__rdma_listen_port(const mc__rdma_ctx_t *ctx)
     return -ENOTSUP;
 }
 static inline int mc__rdma_fence(mc__rdma_ctx_t *ctx, _Atomic uint64_t *epoch,
-                                 const mc__rdma_fence_ops_t *ops)
+                                 _Atomic uint64_t *mount, const mc__rdma_fence_ops_t *ops)
 {
     return -ENOTSUP;
 }
@@ -371,6 +397,13 @@ static inline int mc__rdma_conn_error(const mc__rdma_conn_t *c)
 static inline int mc__rdma_read(mc__rdma_conn_t *c, void *buf, const mc__rdma_mr_t *mr,
                                 const mc__rdma_desc_t *rd, uint64_t roff, size_t len,
                                 uint64_t timeout_ms, mc__rdma_cb cb, void *arg)
+{
+    return -ENOTSUP;
+}
+static inline int mc__rdma_read_epoch(mc__rdma_conn_t *c, uint64_t epoch, void *buf,
+                                      const mc__rdma_mr_t *mr, const mc__rdma_desc_t *rd,
+                                      uint64_t roff, size_t len, uint64_t timeout_ms,
+                                      mc__rdma_cb cb, void *arg)
 {
     return -ENOTSUP;
 }

@@ -82,7 +82,9 @@
  * whose epoch is below the one of its last mount: a replica set of before
  * names space that new objects may take. Epochs raised within one mount
  * (for writes that ended) refuse no read. A client that reads a mapped
- * segment checks the fence's mount epoch after its copy (transport/shm.h).
+ * segment checks the fence's mount epoch after its copy (transport/shm.h),
+ * and one that reads over RDMA reads it after the bytes
+ * (transport/transport_rdma.h).
  */
 
 #define MC__PROTO_HDR_SIZE 24
