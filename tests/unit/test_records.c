@@ -498,6 +498,99 @@ static void test_a_burst_of_dirty_versions(void **state)
     mc__master_free(m);
 }
 
+/* ---- a node's records, then a master restarted from them ----
+ *
+ * A node as the notices leave it (reports.c): the record of each version
+ * of its segment (a name entry's: its file's nodes), by version id, a drop
+ * forgetting one. Every version here is on segment 1. */
+typedef struct kept {
+    uint64_t id;
+    mc__rec_t r;
+    char key[64], link[64];
+    mc__extent_t ext[4];
+} kept_t;
+static kept_t kept[32];
+static int nkept;
+
+static void on_notice_keep(void *arg, mc__master_t *m, mc__version_t *v, int drop)
+{
+    (void)arg;
+    int i = 0;
+    while (i < nkept && kept[i].id != v->id)
+        i++;
+    if (drop) {
+        if (i < nkept)
+            kept[i] = kept[--nkept];
+        return;
+    }
+    if (mc__vmore(v)->link && !mc__master_resolve(m, v))
+        return; /* a name of a lost file: no nodes */
+    assert_true(i < 32);
+    if (i == nkept)
+        nkept++;
+    kept_t *k = &kept[i];
+    const mc__extent_t *ext = mc__master_record(m, v, 1, &k->r);
+    assert_true(k->r.klen < sizeof(k->key) && k->r.linklen < sizeof(k->link));
+    assert_true(k->r.next <= 4 && !k->r.xattr_len);
+    k->id = v->id;
+    memcpy(k->key, k->r.key, k->r.klen);
+    k->r.key = k->key;
+    if (k->r.linklen)
+        memcpy(k->link, k->r.link, k->r.linklen);
+    k->r.link = k->r.linklen ? k->link : NULL;
+    for (uint32_t e = 0; e < k->r.next; e++)
+        k->ext[e] = ext[e];
+}
+
+/* A new master of segment 1 rebuilt from what the node keeps. */
+static mc__master_t *restarted(void)
+{
+    mc__master_t *m2 = new_master_segs(1);
+    for (int i = 0; i < nkept; i++)
+        assert_int_equal(mc__master_merge(m2, 1, &kept[i].r, kept[i].ext, T0), 1);
+    return m2;
+}
+
+/* A name of a hard-linked file replaced by a rename: the file has one
+ * name less, at this master and at the one rebuilt from the records, whose
+ * file goes with its last name (else it stays at its inode key, named by
+ * nothing, listed nowhere, never evicted: its space is never given back). */
+static void test_a_name_renamed_over_leaves_the_count_of_names_right(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master_segs(1);
+    mc__master_notices(m, on_notice_keep, NULL);
+    nkept = 0;
+    mc__version_t *v = NULL, *f = NULL;
+    assert_int_equal(mc__master_begin(m, "a", 1, NULL, T0, &v), 0);
+    assert_int_equal(mc__master_reserve(m, v, 1000, T0), 0);
+    assert_int_equal(mc__master_commit(m, v, 1000, 0, T0), 0);
+    mc__master_dirty(m, v);
+    assert_int_equal(mc__master_link(m, "a", 1, "b", 1, &f), 0);
+    assert_int_equal(mc__master_begin(m, "c", 1, NULL, T0, &v), 0);
+    assert_int_equal(mc__master_commit(m, v, 0, 0, T0), 0);
+    mc__master_dirty(m, v);
+    mc__master_flush(m);
+    /* "c" over "b": the file keeps "a" only. */
+    assert_int_equal(mc__master_rename(m, "c", 1, "b", 1, 0, T0), 0);
+    mc__master_flush(m);
+    mc_stat_t st;
+    mc__version_stat(m, find(m, "a"), T0, &st);
+    assert_int_equal(st.nlink, 1);
+
+    mc__master_t *m2 = restarted();
+    assert_non_null(find(m2, "b"));
+    assert_non_null(find(m2, "a"));
+    mc__version_stat(m2, find(m2, "a"), T0, &st);
+    assert_int_equal(st.nlink, 1);
+    assert_int_equal(mc__master_remove(m2, "a", 1, 0, T0), 0);
+    assert_int_equal(mc__master_remove(m2, "b", 1, 0, T0), 0);
+    assert_int_equal(objects(m2), 0);
+    assert_int_equal(used(m2), 0); /* the file's space came back */
+    mc__master_free(m2);
+    mc__master_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -515,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_changes_are_noticed_once_per_flush),
         cmocka_unit_test(test_many_dirty_some_removed),
         cmocka_unit_test(test_a_burst_of_dirty_versions),
+        cmocka_unit_test(test_a_name_renamed_over_leaves_the_count_of_names_right),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

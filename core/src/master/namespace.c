@@ -34,6 +34,7 @@ static void name_gone(mc__master_t *m, mc__version_t *name, uint64_t now)
     mc__master_retire(m, name, now);
     if (ino && mc__vmore(ino)->links > 1) {
         ino->rare->links--;
+        mc__master_dirty(m, ino); /* its nodes' records keep its count */
     } else if (ino) {
         mc__index_remove(m->ix, mc__vkey(ino), ino->klen);
         mc__master_retire(m, ino, now);
