@@ -16,7 +16,9 @@
 
 struct fs_dh {
     fs_inode_t *in;
-    char *cursor; /* last key returned */
+    char *cursor; /* last key returned, past the directory's prefix (the
+                     directory may be renamed between two reads); NULL:
+                     none yet */
     size_t clen;
     off_t next_off;            /* offset the next readdir continues from */
     struct fs_dh *prev, *next; /* fs->dhs: every open directory, for exit */
@@ -190,12 +192,12 @@ static void readdir_done(void *arg, int rc)
             dh->next_off++;
         }
         /* Consumed: move the cursor past it. */
-        char *cur = realloc(dh->cursor, e->klen);
+        char *cur = realloc(dh->cursor, e->klen - plen + 1);
         if (!cur)
             return fs_ctx_fail(c, -ENOMEM);
-        memcpy(cur, e->key, e->klen);
+        memcpy(cur, e->key + plen, e->klen - plen);
         dh->cursor = cur;
-        dh->clen = e->klen;
+        dh->clen = e->klen - plen;
     }
     if (!full && l->more) {
         mc_list_free(c->list);
@@ -209,7 +211,14 @@ static void readdir_done(void *arg, int rc)
 static void readdir_list(fs_ctx_t *c)
 {
     size_t max = (c->size - c->outlen) / 32 + 1;
-    int rc = mc_list_async(c->fs->store, c->key, c->klen, c->dh->cursor, c->dh->clen, '/', max,
+    /* The last key returned, under the directory's name of now. */
+    size_t alen = c->dh->cursor ? c->klen + c->dh->clen : 0; /* "": the marker */
+    if (alen > MC_KEY_MAX)
+        return fs_ctx_fail(c, -ENAMETOOLONG);
+    memcpy(c->key2, c->key, c->klen);
+    if (alen)
+        memcpy(c->key2 + c->klen, c->dh->cursor, c->dh->clen);
+    int rc = mc_list_async(c->fs->store, c->key, c->klen, alen ? c->key2 : NULL, alen, '/', max,
                            &c->list, readdir_done, c);
     if (rc < 0)
         fs_ctx_fail(c, rc);

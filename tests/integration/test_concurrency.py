@@ -1,9 +1,11 @@
 """Concurrent users: writers and readers on different files, and readers of
 a file while it is replaced."""
 
+import ctypes
 import errno
 import hashlib
 import os
+import platform
 import random
 import signal
 import subprocess
@@ -483,3 +485,47 @@ def test_a_file_open_for_writing_when_the_mount_stops_is_not_published(cluster, 
     assert r.stdout == (b"the whole old file" if existing else b""), "published half-written"
     with pytest.raises(OSError):
         os.close(fd)
+
+
+def getdents(fd, size=4096):
+    """The names one getdents64(2) of size bytes returns from fd."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    nr = {"x86_64": 217, "aarch64": 61}[platform.machine()]
+    buf = ctypes.create_string_buffer(size)
+    n = libc.syscall(nr, fd, buf, size)
+    if n < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    names, at = [], 0
+    raw = buf.raw[:n]
+    while at < n:
+        reclen = int.from_bytes(raw[at + 16:at + 18], "little")
+        names.append(raw[at + 19:at + reclen].split(b"\0", 1)[0].decode())
+        at += reclen
+    return [x for x in names if x not in (".", "..")] if n else None
+
+
+@pytest.mark.parametrize("to", ["a", "z"])
+def test_a_directory_renamed_while_it_is_listed_lists_each_entry_once(mnt, to):
+    # A directory stream lists the directory, whatever its name: renaming
+    # it (through this mount) between two reads of a listing adds or
+    # removes none of its entries, so the listing returns each one once.
+    d = mnt.p("m")
+    os.mkdir(d)
+    names = {f"entry-{i:04d}" for i in range(300)}
+    for n in names:
+        open(os.path.join(d, n), "w").close()
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        seen = getdents(fd)  # part of the listing
+        assert 0 < len(seen) < len(names)
+        os.rename(d, mnt.p(to))
+        while (more := getdents(fd)) is not None:
+            seen += more
+    finally:
+        os.close(fd)
+    dup = sorted({n for n in seen if seen.count(n) > 1})
+    missing = sorted(names - set(seen))
+    assert not dup and not missing, (f"{len(seen)} listed, {len(dup)} twice, "
+                                     f"{len(missing)} missing")
+    assert sorted(os.listdir(mnt.p(to))) == sorted(names)
