@@ -178,15 +178,15 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
     for (size_t i = 0; i < n; i++) {
         mc__version_t *v = vs[i];
         size_t nl = v->klen - flen + tlen;
-        mc__index_remove(m->ix, mc__vkey(v), v->klen);
         if (rc == 0)
-            rc = mc__index_reserve(m->ix, 1);
+            rc = mc__index_reserve(m->ix, 1); /* before v leaves its key */
         if (rc < 0) {
-            /* Out of memory half-way: the object is lost, say so. */
-            mc__master_retire(m, v, now);
+            /* Out of memory half-way: the keys not moved yet stay where
+             * they are, and the request says it failed. */
             free(keys[i]);
             continue;
         }
+        mc__index_remove(m->ix, mc__vkey(v), v->klen);
         mc__version_set_key(v, keys[i], nl);
         mc__index_insert(m->ix, v, NULL); /* a new key, room reserved: cannot fail */
         mc__master_dirty(m, v);
