@@ -387,6 +387,34 @@ static void test_link_never_evicted(void **state)
     mc__master_free(m);
 }
 
+/* A hard-linked file lost with its node leaves its names (ENOENT); a
+ * version written through one of them brings the file back under every
+ * name left, and it stays until its last name goes: removing another name
+ * keeps the version just written. */
+static void test_link_lost_then_written_again(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master();
+    put(m, "a", 128, T0);
+    link_keys(m, "a", "b");
+    link_keys(m, "a", "c");
+    assert_int_equal(mc__master_add_segment(m, 1, SEG_SIZE), 0);
+    assert_int_equal(mc__master_drop_segment(m, 0, T0), 1);
+    assert_null(find(m, "a"));
+    assert_null(find(m, "b"));
+    mc__version_t *w = put(m, "a", 256, T0 + 1);
+    assert_ptr_equal(find(m, "b"), w);
+    assert_int_equal(mc__master_remove(m, "b", 1, 0, T0 + 2), 0);
+    assert_ptr_equal(find(m, "a"), w);
+    assert_ptr_equal(find(m, "c"), w);
+    assert_int_equal(mc__master_remove(m, "c", 1, 0, T0 + 2), 0);
+    assert_ptr_equal(find(m, "a"), w);
+    assert_int_equal(mc__master_remove(m, "a", 1, 0, T0 + 2), 0);
+    assert_int_equal(used(m), 0);
+    assert_int_equal(objects(m), 0);
+    mc__master_free(m);
+}
+
 /* The folded listing of prefix computed from the undelimited one. */
 
 static char *fold_reference(mc__master_t *m, const char *prefix, int delim)
@@ -519,6 +547,7 @@ int main(void)
         cmocka_unit_test(test_link_rename_rules),
         cmocka_unit_test(test_link_errors_and_inode_keys),
         cmocka_unit_test(test_link_never_evicted),
+        cmocka_unit_test(test_link_lost_then_written_again),
         cmocka_unit_test(test_list_after_cursor_before_prefix),
         cmocka_unit_test(test_list_paging),
         cmocka_unit_test(test_list_more_flag),

@@ -347,6 +347,21 @@ int mc__master_set_key(mc__master_t *m, mc__version_t *v, const char *key, size_
     return 0;
 }
 
+/* The number of name entries naming inode key ino[0..ilen): a walk of the
+ * whole index, for the rare file that comes back after it was lost. */
+static uint32_t names_of(mc__master_t *m, const char *ino, size_t ilen)
+{
+    mc__index_iter_t it;
+    void *val;
+    uint32_t n = 0;
+    mc__index_seek(m->ix, &it, NULL, 0, 0);
+    while (mc__index_next(&it, NULL, NULL, &val)) {
+        const mc__vmore_t *x = mc__vmore((mc__version_t *)val);
+        n += x->link && x->linklen == ilen && memcmp(x->link, ino, ilen) == 0;
+    }
+    return n;
+}
+
 int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned flags,
                       uint64_t now)
 {
@@ -412,7 +427,9 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
             v->rare->links = old->rare->links; /* an inode: made above (a link) */
         mc__master_retire(m, old, now);
     } else if (name && mc__vmore(name)->link) {
-        v->rare->links = 1; /* the file was lost: this name brings it back */
+        /* The file was lost: this name brings it back, for every name of
+         * it left (each counts, so that it goes with the last). */
+        v->rare->links = names_of(m, mc__vkey(v), v->klen);
     }
     v->inherit = 0;
     return 0;
