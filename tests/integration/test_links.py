@@ -269,6 +269,32 @@ def test_unlink_of_one_name_and_a_writer_through_it(mnt):
     assert not os.path.exists(mnt.p("f"))
 
 
+
+def test_a_writer_whose_file_lost_its_last_name_gives_its_space_back(make_mount):
+    """A writer publishing through a hard-linked file's inode key (its own
+    name unlinked here) after its other name was removed through the API:
+    the master refuses the commit (the file has no name left), and the
+    version's space comes back, also in an embedded store, which never
+    revokes its own writers on its own. (What the close answers:
+    test_cluster.py, ..._lost_its_last_name_on_another_mount.)"""
+    from harness import cli, cli_stats, wait_for
+
+    m = make_mount("--segment-size", "64M", expect_log=r"publishing \(unlinked\) failed")
+    addr = m.served_addr()
+    with open(m.p("x"), "w") as f:
+        f.write("one")
+    os.link(m.p("x"), m.p("y"))
+    fd = os.open(m.p("x"), os.O_WRONLY)
+    os.write(fd, os.urandom(1 << 20))
+    os.unlink(m.p("x"))  # y stays, as far as the mount knows
+    r = cli(addr, "rm", "-f", "y")
+    assert r.returncode == 0, r.stderr
+    try:
+        os.close(fd)
+    except OSError as e:
+        assert e.errno == errno.ESTALE
+    wait_for(lambda: cli_stats(addr)["used_bytes"] == 0, "the write's space back", timeout=15)
+
 def test_hard_link_errors(mnt):
     os.mkdir(mnt.p("d"))
     with open(mnt.p("f"), "w") as f:

@@ -647,7 +647,10 @@ static void w_committed(void *arg, int status, const char *body, size_t len)
     if (status >= 0 && o->st)
         *o->st = st;
     mc__rc_drop(o->s->rm, o->w->key, o->w->klen, NULL);
-    w_free(o->w);
+    if (status < 0)
+        w_revoke(o->w); /* a commit refused leaves the put (an inode key without a name) */
+    else
+        w_free(o->w);
     mc__op_finish(o, status < 0 ? revoked(status) : 0);
 }
 
