@@ -311,9 +311,30 @@ static void ws_finish(fs_wstate_t *ws, int rc, int published)
     ws_wake(ws, rc);
 }
 
+/* The stat of a hard-linked file's inode key after its commit was refused
+ * (ws_committed()): gone, the file had no name left when the commit came
+ * (another mount removed its last one), and there was nothing to publish,
+ * as for a file unlinked here (ws_commit_now()). */
+static void ws_nameless(void *arg, int rc)
+{
+    fs_wstate_t *ws = arg;
+    if (rc == -ENOENT)
+        return ws_finish(ws, 0, 0); /* the store revoked the writer */
+    fprintf(stderr, "mooncake-fs: error: publishing (a hard-linked file) failed: %s\n",
+            mc_strerror(-ESTALE));
+    ws_finish(ws, -ESTALE, 0);
+}
+
 static void ws_committed(void *arg, int rc)
 {
     fs_wstate_t *ws = arg;
+    char ibuf[64];
+    size_t klen;
+    const char *ino = !ws->in->key && rc == -ESTALE && !ws->fs->stopping
+                          ? fs_inode_file_key(ws->in, ibuf, sizeof(ibuf), &klen)
+                          : NULL;
+    if (ino && mc_stat_async(ws->fs->store, ino, klen, &ws->st, ws_nameless, ws) == 0)
+        return; /* refused for a file without a name, or lost? */
     if (rc < 0)
         fprintf(stderr, "mooncake-fs: %s: publishing %s failed: %s\n",
                 rc == -ECANCELED ? "info" : "error", ws->in->key ? ws->in->key : "(unlinked)",

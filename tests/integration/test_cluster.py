@@ -357,3 +357,26 @@ def test_puts_over_tcp_past_what_a_connection_queues(cluster, tmp_path):
                         "--keys", "1", "--seconds", "1", "--ops", "put"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_writer_whose_file_lost_its_last_name_on_another_mount(cluster, make_mount):
+    """A descriptor open for writing through a name this mount unlinked,
+    while the file kept another name, publishes to the file at close
+    (SEMANTICS, Hard links); when another mount removed that other name
+    meanwhile, the file has no name left: its writes are dropped and the
+    close answers 0, as for any file without a name."""
+    m = cluster.master()
+    cluster.node(m)
+    a = make_mount("--master", m.addr, "--segment-size", "0")
+    b = make_mount("--master", m.addr, "--segment-size", "0")
+    with open(b.p("x"), "w") as f:
+        f.write("one")
+    os.link(b.p("x"), b.p("y"))
+    fd = os.open(b.p("x"), os.O_WRONLY)
+    os.write(fd, b"TWO")
+    os.unlink(b.p("x"))  # y stays, as far as b knows
+    os.unlink(a.p("y"))  # the last name, on another mount
+    os.close(fd)
+    for mnt in (a, b):
+        assert not os.path.exists(mnt.p("x"))
+    assert sorted(os.listdir(a.p())) == []
