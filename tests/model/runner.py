@@ -9,6 +9,9 @@ the ones past min_steps. The loop is hypothesis 6.67's, minus bundles'
 result printing subtleties we do not use (no rule here has a target).
 """
 
+import sys
+import traceback
+
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
@@ -19,7 +22,10 @@ from hypothesis import Verbosity
 
 def run_machine(factory, settings, min_steps):
     """Runs factory() machines under settings; raises what the failing
-    (shrunk) example raised, after hypothesis printed its steps."""
+    (shrunk) example raised, after hypothesis printed its steps. The first
+    failure of the run is printed as it happens: when the example does not
+    fail again (a race), hypothesis raises Flaky, which does not carry it."""
+    first = []
 
     @settings
     @given(st.data())
@@ -61,6 +67,13 @@ def run_machine(factory, settings, min_steps):
                         machine._print_step(rule, shown, None)
                 machine.check_invariants(settings)
                 cd.stop_example()
+        except Exception as e:
+            if not first and not type(e).__module__.startswith("hypothesis"):
+                first.append(1)
+                print("model: the first failure of this round, as it happened (hypothesis "
+                      "runs the example again):", file=sys.stderr, flush=True)
+                traceback.print_exc(limit=6)
+            raise
         finally:
             if print_steps:
                 report("state.teardown()")
