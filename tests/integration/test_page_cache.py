@@ -524,3 +524,37 @@ def test_a_mapping_released_while_a_reader_misses_the_cache_is_published(cluster
         return in_flight
 
     assert any(attempt(f"f{i}") for i in range(5)), "the read never stayed in flight"
+
+
+@pytest.mark.xfail(strict=True, reason="a known gap, SEMANTICS 'Overwrite': the writer copies the "
+                   "newest version under the cached pages of the one this mount opened")
+def test_a_version_published_elsewhere_after_an_open_for_writing_is_not_mixed_in(store_mount):
+    """A descriptor open for writing (and a shared mapping of it) holds the
+    cached pages of the version it opened; another client then publishes a
+    version of the same size. The first write here starts the version in
+    progress: what the descriptor reads, and what its close publishes, is
+    one content (the new version's bytes, or the cached one's, plus the
+    write), never the cached version's pages spliced into the new one's.
+    (It fails: the writer copies the new version while the kernel keeps the
+    old one's pages, so reads show "XAAA..." and the close of a mapping
+    publishes "X" + 4095 "A" + "BBB...".)"""
+    m = store_mount("64M")
+    size = 100_000
+    with open(m.p("f"), "wb") as f:
+        f.write(b"A" * size)
+    fd = os.open(m.p("f"), os.O_RDWR)
+    try:
+        mm = mmap.mmap(fd, size, mmap.MAP_SHARED)
+        assert mm[:PAGE + 10] == b"A" * (PAGE + 10)  # the first pages cached
+        assert os.pread(fd, size, 0) == b"A" * size
+        other_client_put(m, "f", b"B" * size)
+        mm[0:1] = b"X"
+        mm.flush()  # msync(MS_SYNC): page 0 into the version in progress
+        mm.close()
+        seen = os.pread(fd, size + 1, 0)
+    finally:
+        os.close(fd)
+    published = other_client_get(m, "f")
+    assert published in (b"X" + b"B" * (size - 1), b"X" + b"A" * (size - 1)), \
+        f"a mix of two versions published: {published[:2]!r}..{published[PAGE - 1:PAGE + 1]!r}"
+    assert seen == published, "the descriptor read other bytes than its close published"
