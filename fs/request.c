@@ -82,7 +82,7 @@ void *fs_take_request_buffer(fs_t *fs)
 
 void fs_new_object_opts(const fs_ctx_t *c, mc_put_opts_t *po)
 {
-    *po = (mc_put_opts_t){.flags = MC_PUT_NOREPLACE | MC_PUT_MODE | MC_PUT_OWNER,
+    *po = (mc_put_opts_t){.flags = MC_PUT_NOREPLACE | MC_PUT_MODE | MC_PUT_OWNER | MC_PUT_NOTDIR,
                           .mode = c->mode & 07777,
                           .uid = c->uid,
                           .gid = c->gid,

@@ -195,7 +195,7 @@ static void ws_base_opened(void *arg, int rc)
     fs_wstate_t *ws = arg;
     /* No mode and no owner: the commit keeps those of the version it
      * replaces (as chmod and chown left them meanwhile). */
-    mc_put_opts_t po = {.replica_num = ws->fs->replicas};
+    mc_put_opts_t po = {.flags = MC_PUT_NOTDIR, .replica_num = ws->fs->replicas};
     if (rc < 0 && rc != -ENOENT)
         return ws_opened(ws, rc); /* not a file that went: its bytes are to be copied */
     if (rc < 0)
@@ -335,10 +335,15 @@ static void ws_committed(void *arg, int rc)
                           : NULL;
     if (ino && mc_stat_async(ws->fs->store, ino, klen, &ws->st, ws_nameless, ws) == 0)
         return; /* refused for a file without a name, or lost? */
+    /* Canceled: the daemon is shutting down. A directory: another mount
+     * made one of the file's name meanwhile (MC_PUT_NOTDIR), which the
+     * file would be hidden behind; the close says so. */
     if (rc < 0)
         fprintf(stderr, "mooncake-fs: %s: publishing %s failed: %s\n",
-                rc == -ECANCELED ? "info" : "error", ws->in->key ? ws->in->key : "(unlinked)",
-                mc_strerror(rc)); /* canceled: the daemon is shutting down */
+                rc == -ECANCELED ? "info"
+                : rc == -EISDIR  ? "warn"
+                                 : "error",
+                ws->in->key ? ws->in->key : "(unlinked)", mc_strerror(rc));
     ws_finish(ws, rc, rc == 0);
 }
 

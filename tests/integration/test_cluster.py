@@ -380,3 +380,31 @@ def test_a_writer_whose_file_lost_its_last_name_on_another_mount(cluster, make_m
     for mnt in (a, b):
         assert not os.path.exists(mnt.p("x"))
     assert sorted(os.listdir(a.p())) == []
+
+
+def test_a_close_never_publishes_a_file_a_directory_hides(cluster, make_mount):
+    """A file being written on one mount is published at close under the
+    name it has there, even when another mount removed it meanwhile
+    (SEMANTICS, Several mounts); when that mount made a directory of the
+    same name since, the published file must not end up hidden behind
+    it ("through the mount the clash cannot be made", Keys and paths):
+    every file the store holds stays reachable through the mount."""
+    m = cluster.master()
+    cluster.node(m)
+    a = make_mount("--master", m.addr, "--segment-size", "0")
+    b = make_mount("--master", m.addr, "--segment-size", "0")
+    fd = os.open(b.p("d"), os.O_CREAT | os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b"written on b")
+    os.unlink(a.p("d"))
+    os.mkdir(a.p("d"))
+    with open(a.p("d", "f"), "w") as f:
+        f.write("in the directory")
+    with pytest.raises(OSError) as e:
+        os.close(fd)  # refused: nothing hidden is published
+    assert e.value.errno == errno.EISDIR, e.value
+    r = cli(m.addr, "ls")
+    assert r.returncode == 0, r.stderr
+    keys = [line.split(b"\t", 1)[1].decode() for line in r.stdout.splitlines()]
+    for k in keys:
+        if not k.endswith("/"):
+            assert os.path.isfile(a.p(k)), f"{k} is in the store, hidden from the mount"

@@ -531,6 +531,34 @@ static void test_list_more_flag(void **state)
     mc__master_free(m);
 }
 
+/* MC_PUT_NOTDIR: a commit fails with -EISDIR when a directory of the
+ * key's name is there (its marker, or keys under it), as a mount would
+ * show it instead of the file; a key that merely starts the same does
+ * not count. */
+static void test_put_notdir(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master();
+    const char *cases[][2] = {{"d/", "d"}, {"e/x", "e"}, {"fx", NULL}, {"g.x", NULL}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        put(m, cases[i][0], 10, T0);
+        const char *key = cases[i][1] ? cases[i][1] : i == 2 ? "f" : "g";
+        mc__version_t *v = NULL;
+        assert_int_equal(mc__master_begin(m, key, strlen(key), NULL, T0, &v), 0);
+        assert_int_equal(mc__master_reserve(m, v, 10, T0), 0);
+        int rc = mc__master_commit(m, v, 10, MC_PUT_NOTDIR, T0);
+        if (cases[i][1]) {
+            assert_int_equal(rc, -EISDIR);
+            assert_null(find(m, key));
+            mc__master_abort(m, v);
+        } else {
+            assert_int_equal(rc, 0);
+            assert_ptr_equal(find(m, key), v);
+        }
+    }
+    mc__master_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -551,6 +579,7 @@ int main(void)
         cmocka_unit_test(test_list_after_cursor_before_prefix),
         cmocka_unit_test(test_list_paging),
         cmocka_unit_test(test_list_more_flag),
+        cmocka_unit_test(test_put_notdir),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

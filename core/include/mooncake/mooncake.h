@@ -203,6 +203,11 @@ typedef struct mc_put_opts {
 #define MC_PUT_OWNER 0x2
 /* mc_put_opts_t.mode is the mode even when it is 0. */
 #define MC_PUT_MODE 0x4
+/* Fail with -EISDIR, when it would publish, if keys start with the key and
+ * a '/' (a directory of that name, as a mount shows keys): what a
+ * mount writes never ends up hidden behind a directory that another mount
+ * made meanwhile. */
+#define MC_PUT_NOTDIR 0x8
 
 /* Remove even if leased or open; readers finish on the old version. */
 #define MC_REMOVE_FORCE 0x1

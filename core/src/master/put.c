@@ -362,6 +362,22 @@ static uint32_t names_of(mc__master_t *m, const char *ino, size_t ilen)
     return n;
 }
 
+/* 1 if keys start with key[0..klen) and a '/' (its marker, or what it
+ * holds): a directory of that name. */
+static int names_a_dir(mc__master_t *m, const char *key, size_t klen)
+{
+    char dir[MC_KEY_MAX + 1];
+    if (klen + 1 > MC_KEY_MAX)
+        return 0; /* no key is longer than that */
+    memcpy(dir, key, klen);
+    dir[klen] = '/';
+    mc__index_iter_t it;
+    const char *k;
+    size_t kl;
+    mc__index_seek(m->ix, &it, dir, klen + 1, 0);
+    return mc__index_next(&it, &k, &kl, NULL) && kl > klen && memcmp(k, dir, klen + 1) == 0;
+}
+
 int mc__master_commit(mc__master_t *m, mc__version_t *v, uint64_t size, unsigned flags,
                       uint64_t now)
 {
@@ -380,6 +396,8 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         *added = !name;
     if ((flags & MC_PUT_NOREPLACE) && name)
         return -EEXIST;
+    if ((flags & MC_PUT_NOTDIR) && names_a_dir(m, mc__vkey(v), v->klen))
+        return -EISDIR;
     if (!name && mc__index_reserve(m->ix, 1) < 0)
         return -ENOMEM;
     mc__version_t *cur = name; /* what v replaces in the index */

@@ -721,7 +721,9 @@ static int op_create(mc__svc_t *svc, uint64_t owner, const char *body, size_t le
         return rc;
     }
     mc__pack(w, "q", wrq.capacity);
-    return put_register(svc, owner, next, 0, now, w);
+    /* The write's commit: the file is there now (no NOREPLACE), and what
+     * it must not publish over stays so (MC_PUT_NOTDIR). */
+    return put_register(svc, owner, next, rq.flags & MC_PUT_NOTDIR, now, w);
 }
 
 static int op_close(mc__svc_t *svc, const char *body, size_t len, uint64_t now)
