@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- registered buffers ---- */
 
@@ -39,6 +40,37 @@ static void region_release(region_t *r)
     if (r->has_view)
         PyBuffer_Release(&r->view);
     PyMem_Free(r);
+}
+
+void mcpy_region_busy(region_t *r)
+{
+    atomic_fetch_add(&r->busy, 1);
+}
+
+void mcpy_region_idle(region_t *r)
+{
+    StoreObject *self = r->owner;
+    if (atomic_fetch_sub(&r->busy, 1) == 1) {
+        pthread_mutex_lock(&self->mu);
+        pthread_cond_broadcast(&self->cv);
+        pthread_mutex_unlock(&self->mu);
+    }
+}
+
+/* Waits, without the GIL, until the library is done with every op that
+ * uses r's memory: the caller may free that memory once unregister()
+ * returned, also after cancelling an async call that still runs. In a
+ * child of fork() such ops are the parent's and never end here. */
+static void region_wait_idle(StoreObject *self, region_t *r)
+{
+    if (atomic_load(&r->busy) == 0 || self->pid != getpid())
+        return;
+    Py_BEGIN_ALLOW_THREADS;
+    pthread_mutex_lock(&self->mu);
+    while (atomic_load(&r->busy) > 0)
+        pthread_cond_wait(&self->cv, &self->mu);
+    pthread_mutex_unlock(&self->mu);
+    Py_END_ALLOW_THREADS;
 }
 
 void mcpy_region_unuse(region_t *r)
@@ -221,7 +253,8 @@ PyObject *mcpy_store_register(PyObject *op, PyObject *const *a, Py_ssize_t n)
 }
 
 /* unregister(ptr): 0, or INVALID_PARAMS when ptr starts no registered buffer.
- * Ops still using the buffer keep it until they are done. */
+ * Returns once the library is done with the ops using the buffer (the
+ * region itself is freed when the last of them is freed). */
 PyObject *mcpy_store_unregister(PyObject *op, PyObject *arg)
 {
     StoreObject *self = (StoreObject *)op;
@@ -243,7 +276,8 @@ PyObject *mcpy_store_unregister(PyObject *op, PyObject *arg)
         region_t *r = *pp;
         if (r->start != p)
             continue;
-        *pp = r->next;
+        *pp = r->next; /* off the list first: no new op finds it */
+        region_wait_idle(self, r);
         region_kill(r);
         return PyLong_FromLong(0);
     }

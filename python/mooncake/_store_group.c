@@ -59,6 +59,9 @@ static void op_finish(op_t *o, int result)
 {
     o->result = result;
     group_t *g = o->g;
+    /* Before the group can complete: the region lives until it is freed. */
+    if (o->region)
+        mcpy_region_idle(o->region);
     if (atomic_fetch_sub(&g->pending, 1) == 1)
         group_done(g);
 }
@@ -652,8 +655,11 @@ PyObject *mcpy_group_run(group_t *g, CompleterObject *comp)
     }
     int started = 0;
     for (size_t i = 0; i < g->n; i++) {
-        g->ops[i].issue = g->ops[i].started;
-        started += g->ops[i].started;
+        op_t *o = &g->ops[i];
+        o->issue = o->started;
+        started += o->started;
+        if (o->started && o->region)
+            mcpy_region_busy(o->region);
     }
     atomic_store(&g->pending, started + 1);
     if (comp) {

@@ -84,6 +84,9 @@ typedef struct region {
     long users; /* groups using it, not yet freed */
     int dead;   /* unregistered; freed when users reaches 0 */
     int creg;   /* also registered with mc_register_buffer() (zero copy) */
+    /* Ops the library runs with this memory now (started, not finished on
+     * the C side): unregister() waits for them. Any thread. */
+    atomic_long busy;
     struct StoreObject *owner;
     struct region *next;
 } region_t;
@@ -280,6 +283,12 @@ int mcpy_py_to_size(PyObject *o, size_t *out);
  * address or an unusable buffer fails the op only. The op keeps the region
  * or the export until mcpy_group_free(). */
 int mcpy_op_set_memory(op_t *o, PyObject *target, PyObject *size, int writable);
+
+/* mcpy_region_busy() counts an op the library starts with r's memory;
+ * mcpy_region_idle() ends that, on any thread without the GIL, and wakes
+ * an unregister() waiting for it. */
+void mcpy_region_busy(region_t *r);
+void mcpy_region_idle(region_t *r);
 
 /* mcpy_region_unuse() drops an op's use of r; frees r when it was
  * unregistered and this was the last use. With the GIL. */

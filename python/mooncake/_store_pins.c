@@ -101,9 +101,11 @@ PyObject *mcpy_store_pin_read(PyObject *op, PyObject *args)
     int rc;
     p->users++;
     r->users++; /* an unregister meanwhile keeps the memory until we are done */
+    mcpy_region_busy(r);
     atomic_fetch_add(&self->inflight, 1);
     Py_BEGIN_ALLOW_THREADS;
     rc = mc_obj_read(p->ob, off, (void *)(uintptr_t)ptr, (size_t)len);
+    mcpy_region_idle(r);
     Py_END_ALLOW_THREADS;
     mcpy_store_leave(self);
     mcpy_region_unuse(r);

@@ -5,6 +5,7 @@ native futures (no thread per call), several event loops, cancellation,
 close with operations in flight."""
 
 import asyncio
+import ctypes
 import gc
 import inspect
 import os
@@ -232,6 +233,35 @@ async def test_unregister_during_an_operation_keeps_the_memory(direct_store):
     assert s.unregister_buffer(addr(target)) == 0
     assert s.get_into("k", addr(target), len(target)) < 0  # no longer registered
     assert await pending == len(data) and target == data
+
+
+@pytest.mark.asyncio
+async def test_unregister_after_a_cancelled_get_into_waits_for_its_write(cluster_store):
+    """A cancelled async_get_into() into an int address goes on in the
+    library. unregister_buffer() says that operations already using the
+    buffer finish first, and once it returned the caller may free or reuse
+    the memory (BufferPool's Lease.release() unmaps it there): the store
+    must not write into it afterwards."""
+    s = cluster_store
+    n = 1 << 20
+    assert s.put("k", b"\xab" * n) == 0
+    buf = (ctypes.c_char * n)()
+    p = ctypes.addressof(buf)
+    assert s.register_buffer(p, n) == 0
+    s.cluster.master.pause()  # the get stays in flight
+    try:
+        t = asyncio.ensure_future(s.async_get_into("k", p, n))
+        await until(lambda: s._b.inflight() > 0, "the get to go out")
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        assert s.unregister_buffer(p) == 0
+        ctypes.memset(p, 0, n)  # the caller's memory again
+    finally:
+        s.cluster.master.resume()
+    wait_for(lambda: not s._b.inflight(), "the get to end", timeout=10, step=0.01)
+    assert buf.raw.count(b"\xab") == 0, \
+        "the store wrote into the buffer after unregister_buffer() returned"
 
 
 async def until(cond, what, timeout=10):
