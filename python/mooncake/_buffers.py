@@ -3,7 +3,8 @@ MooncakeDistributedStore): batch_put_from_multi_buffers() stores each key
 as the concatenation of several pieces of caller memory, and
 batch_get_into_multi_buffers() reads each object back spread over several
 buffers, in order. They are built on the calls above: put_parts() of the
-pieces (no joining copy), and the ranged reads of get_into_ranges()."""
+pieces (no joining copy), and reads of each key's pinned version (the
+pins of the get sessions), so that one call never mixes two versions."""
 
 from ._errors import BUFFER_OVERFLOW, INVALID_PARAMS, STORE_CLOSED
 from ._ops import _Early, _opts
@@ -46,6 +47,8 @@ class BufferMethods:
         into the second, and so on. The bytes read per key, or a code:
         OBJECT_NOT_FOUND, BUFFER_OVERFLOW (the object is larger than its
         buffers; nothing is read), INVALID_PARAMS (memory not registered).
+        Each key's current version is pinned while its pieces are read, so
+        they are all of that one version, whatever writers do meanwhile.
         prefer_same_node is accepted (reads go to the nearest replica
         anyway)."""
         b = self._b
@@ -53,33 +56,36 @@ class BufferMethods:
             return [STORE_CLOSED] * len(keys)
         if not _shape_ok(keys, all_buffer_ptrs, all_sizes):
             return [INVALID_PARAMS] * len(keys)
-        sizes = [b.size(k) for k in keys]
-        rkeys, addrs, srcs, lens, owner = [], [], [], [], []
         out = []
-        for i, (key, ptrs, zs, total) in enumerate(zip(keys, all_buffer_ptrs, all_sizes, sizes)):
-            if total < 0:
-                out.append(total)
+        for key, ptrs, zs in zip(keys, all_buffer_ptrs, all_sizes):
+            r = b.pin(key)
+            if isinstance(r, int):
+                out.append(r)
                 continue
-            if any(type(z) is not int or z < 0 or type(p) is not int for p, z in zip(ptrs, zs)):
-                out.append(INVALID_PARAMS)
-                continue
-            if total > sum(zs):
-                out.append(BUFFER_OVERFLOW)
-                continue
-            out.append(total)
-            at = 0
-            for p, z in zip(ptrs, zs):
-                n = min(z, total - at)
-                if n <= 0:
-                    break
-                rkeys.append(key)
-                addrs.append(p)
-                srcs.append(at)
-                lens.append(n)
-                owner.append(i)
-                at += n
-        if rkeys:
-            for i, r in zip(owner, b.read_ranges(rkeys, addrs, srcs, lens)):
-                if r < 0 and out[i] >= 0:
-                    out[i] = r
+            pin, total = r
+            try:
+                if any(type(z) is not int or z < 0 or type(p) is not int
+                       for p, z in zip(ptrs, zs)):
+                    out.append(INVALID_PARAMS)
+                    continue
+                out.append(_read_pinned(b, pin, total, ptrs, zs))
+            finally:
+                b.unpin(pin)
         return out
+
+
+def _read_pinned(b, pin, total, ptrs, sizes):
+    """Reads the pinned version's total bytes into the pieces in order: total,
+    or a code."""
+    if total > sum(sizes):
+        return BUFFER_OVERFLOW
+    at = 0
+    for p, z in zip(ptrs, sizes):
+        n = min(z, total - at)
+        if n <= 0:
+            break
+        r = b.pin_read(pin, at, p, n)
+        if r < 0:
+            return r
+        at += n
+    return total

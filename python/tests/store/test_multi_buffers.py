@@ -75,3 +75,31 @@ def test_on_a_closed_store():
     s = MooncakeDistributedStore()
     assert s.batch_put_from_multi_buffers(["k"], [[1]], [[1]]) == [STORE_CLOSED]
     assert s.batch_get_into_multi_buffers(["k"], [[1]], [[1]]) == [STORE_CLOSED]
+
+
+def test_scatter_get_of_a_key_replaced_meanwhile_reads_one_whole_version(store):
+    """batch_get_into_multi_buffers() takes each key's size, then reads its
+    ranges. A writer that replaces the key with a larger value between the
+    two (simulated here: the upsert runs right after the size is taken) must
+    not make it report the old size with the first bytes of the new value:
+    a mix of the two versions, returned as success. Either version whole
+    (both fit the buffers) or an error is right."""
+    old, new = b"o" * 4096, b"n" * 8192
+    assert store.put("mb/race", old) == 0
+    dst, d = registered(store, 8192)
+    b = store._b
+    real_size = b.size
+
+    def size_then_replaced(key):
+        n = real_size(key)
+        assert store.upsert("mb/race", new) == 0  # another writer, just now
+        return n
+
+    b.size = size_then_replaced
+    try:
+        got = store.batch_get_into_multi_buffers(["mb/race"], [[d, d + 4096]], [[4096, 4096]])
+    finally:
+        b.size = real_size
+    n = got[0]
+    assert n < 0 or dst.raw[:n] in (old, new), \
+        f"returned {n} bytes {dst.raw[:n][:8]!r}..., neither version whole"
