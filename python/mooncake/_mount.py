@@ -142,8 +142,11 @@ class MountBackend:
             if size is None or size < 0:
                 raise TypeError("an int address needs a size")
             with self._lock:
+                # A read never goes into a region registered read-only (a
+                # bytes object, which is immutable), as the direct backend.
                 keep = next((k for start, (length, k) in self._regions.items()
-                             if start <= target and target + size <= start + length), False)
+                             if start <= target and target + size <= start + length
+                             and not (writable and k is not None and k.readonly)), False)
             if keep is False:
                 raise _BadMemory()
             if size == 0:

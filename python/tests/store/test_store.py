@@ -286,6 +286,26 @@ def test_register_buffer_object_keeps_it_alive(store):
     assert store.unregister_buffer(addr(target)) == 0
 
 
+def test_reads_never_write_into_a_registered_bytes_object(store):
+    """A bytes object may be registered (put_from() reads it), but it is
+    immutable: a read into its int address (get_into, get_into_ranges,
+    batch_get_into_multi_buffers) must be refused with INVALID_PARAMS, as
+    for memory that is not registered, and leave the bytes as they were."""
+    import ctypes
+    value = bytes(64) + os.urandom(4000)  # a new object of its own
+    before = bytes(bytearray(value))
+    p = ctypes.cast(ctypes.c_char_p(value), ctypes.c_void_p).value
+    assert store.register_buffer(value) == 0
+    assert store.put_from("src", p, len(value)) == 0  # reading it is fine
+    assert store.upsert("k", b"x" * 64) == 0
+    assert store.get_into("k", p, 64) == INVALID_PARAMS
+    assert store.get_into_ranges([p], [["k"]], [[[0]]], [[[0]]], [[[64]]]) == \
+        [[[INVALID_PARAMS]]]
+    assert store.batch_get_into_multi_buffers(["k"], [[p]], [[64]]) == [INVALID_PARAMS]
+    assert value == before, "a read wrote into an immutable bytes object"
+    assert store.unregister_buffer(p) == 0
+
+
 def test_get_into_ranges(store):
     assert store.put("key1", bytes(range(40))) == 0
     assert store.put("key2", bytes(range(100, 140))) == 0
