@@ -112,7 +112,23 @@ def _stored_tensor(target, size):
     return None if mv is None else _T().to_tensor(mv)
 
 
-def _from_writes(keys, ptrs, sizes, upsert):
+def _readable(store, target, size):
+    """Whether caller memory may be read to look for a tensor object: an
+    object, or an int address inside memory registered with the store (any
+    other address may be unmapped: reading it would kill the process)."""
+    if not isinstance(target, int) or isinstance(target, bool):
+        return True
+    b = store._b
+    return b is not None and type(size) is int and size > 0 and \
+        b.memory(target, size) is not None
+
+
+def _given_tensor(store, target, size):
+    """_stored_tensor() of memory that _readable() allows, else None."""
+    return _stored_tensor(target, size) if _readable(store, target, size) else None
+
+
+def _from_writes(store, keys, ptrs, sizes, upsert):
     """put_from_batch() arguments storing tensor objects from caller memory
     as they are; an item that holds no valid tensor object fails with
     INVALID_PARAMS (nothing is stored for it)."""
@@ -121,17 +137,19 @@ def _from_writes(keys, ptrs, sizes, upsert):
     T = _T()
     ok = []
     for p, n in zip(ptrs, sizes):
-        mv = T.memory(p, n)
+        mv = T.memory(p, n) if _readable(store, p, n) else None
         ok.append(mv is not None and T.parse(mv) is not None)
     pick = [i for i, good in enumerate(ok) if good]
     return ([keys[i] for i in pick], [ptrs[i] for i in pick], [sizes[i] for i in pick], None,
             upsert, (pick, [0 if good else INVALID_PARAMS for good in ok]))
 
 
-def _from_one(key, ptr, size, upsert):
+def _from_one(store, key, ptr, size, upsert):
     """put_from() arguments storing the tensor object in caller memory as it
     is, or _Early(INVALID_PARAMS) when it holds none."""
-    mv = _T().memory(ptr, size)
+    if store._b is None and isinstance(ptr, int):
+        return (key, ptr, size, None, upsert)  # closed: STORE_CLOSED, nothing read
+    mv = _T().memory(ptr, size) if _readable(store, ptr, size) else None
     if mv is None or _T().parse(mv) is None:
         return _Early(INVALID_PARAMS)
     return (key, ptr, size, None, upsert)
@@ -240,19 +258,19 @@ class TensorMethods:
         """put_from() of a tensor object already in caller memory ([header]
         [data], as get_tensor_into() leaves it; size: its length).
         INVALID_PARAMS when those bytes are no valid tensor object."""
-        return _from_one(key, buffer_ptr, size, False)
+        return _from_one(self, key, buffer_ptr, size, False)
 
     @_op("put_from", STORE_CLOSED)
     def upsert_tensor_from(self, key, buffer_ptr, size):
-        return _from_one(key, buffer_ptr, size, True)
+        return _from_one(self, key, buffer_ptr, size, True)
 
     @_op("put_from_batch", _tensor_writes_closed, _tensor_writes_post, nargs=5)
     def batch_put_tensor_from(self, keys, buffer_ptrs, sizes):
-        return _from_writes(keys, buffer_ptrs, sizes, False)
+        return _from_writes(self, keys, buffer_ptrs, sizes, False)
 
     @_op("put_from_batch", _tensor_writes_closed, _tensor_writes_post, nargs=5)
     def batch_upsert_tensor_from(self, keys, buffer_ptrs, sizes):
-        return _from_writes(keys, buffer_ptrs, sizes, True)
+        return _from_writes(self, keys, buffer_ptrs, sizes, True)
 
     @_op("get_buffer", None, _tensor_post)
     def get_tensor(self, key):
@@ -318,7 +336,7 @@ class TensorMethods:
     @_tensor_write_op
     def put_tensor_with_tp_from(self, key, buffer_ptr, size, tp_rank=0, tp_size=1, split_dim=0):
         """put_tensor_with_tp() of the full tensor object in caller memory."""
-        t = _stored_tensor(buffer_ptr, size)
+        t = _given_tensor(self, buffer_ptr, size)
         return _one_early(_tp_writes([key], [t], None, tp_size, split_dim))
 
     @_tensor_writes_op
@@ -326,7 +344,7 @@ class TensorMethods:
                                       split_dim=0):
         if not len(base_keys) == len(buffer_ptrs) == len(sizes):
             return _Early([INVALID_PARAMS] * len(base_keys))
-        tensors = [_stored_tensor(p, n) for p, n in zip(buffer_ptrs, sizes)]
+        tensors = [_given_tensor(self, p, n) for p, n in zip(buffer_ptrs, sizes)]
         return _tp_writes(base_keys, tensors, None, tp_size, split_dim)
 
     @_op("get_buffer", None, _tensor_post)

@@ -275,6 +275,31 @@ def test_put_tensor_from_stores_a_tensor_object_as_it_is(store):
     assert same(store.get_tensor("reg"), t)
 
 
+def test_tensor_from_an_address_never_read_unless_registered():
+    """put_tensor_from() and the other _from forms of an int address that
+    is no registered memory (here one that nothing maps) return
+    INVALID_PARAMS, as put_from(): they must not read there to check for a
+    tensor object first, which kills the process (SIGSEGV) instead."""
+    code = """if 1:
+        import mmap, ctypes
+        from mooncake.store import MooncakeDistributedStore
+        m = mmap.mmap(-1, 1 << 16)
+        bad = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        m.close()  # unmapped now: nothing is there
+        s = MooncakeDistributedStore()
+        assert s.setup({"global_segment_size": 1 << 24}) == 0
+        print(s.put_tensor_from("a", bad, 4096), s.upsert_tensor_from("a", bad, 4096),
+              s.batch_put_tensor_from(["b"], [bad], [4096]),
+              s.put_tensor_with_tp_from("c", bad, 4096),
+              s.batch_put_tensor_with_tp_from(["d"], [bad], [4096]), flush=True)
+        s.close()
+    """
+    r = subprocess.run([sys.executable, "-c", code], env=python_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, f"the process died ({r.returncode}): {r.stderr[-2000:]}"
+    assert r.stdout.split()[:2] == [str(INVALID_PARAMS)] * 2, r.stdout
+
+
 def test_batch_put_tensor_from(store):
     ts = [sample(torch.int32, (4,)), sample(torch.float16, (2, 2))]
     bufs = []
