@@ -931,6 +931,101 @@ static void test_server_handshake_limits(void **state)
     run_on(e->sl, srv_case_close_fn, &t);
 }
 
+/* ======== an answer that comes before its request was sent ======== */
+
+struct early_case {
+    struct env *e;
+    mc__conn_t *c;
+    int fd;
+    unsigned char *buf; /* the WRITE's body, gathered without a copy */
+    atomic_int done, closed;
+    atomic_size_t queued_at_cb; /* bytes the conn still had to send when cb ran */
+};
+
+static void early_cb(void *arg, int status, const char *body, size_t len)
+{
+    struct early_case *k = arg;
+    (void)status;
+    (void)body;
+    (void)len;
+    atomic_store(&k->queued_at_cb, mc__conn_queued(k->c));
+    atomic_store(&k->done, 1);
+}
+
+static void early_close(mc__conn_t *c, int err)
+{
+    (void)err;
+    atomic_store(&((struct early_case *)mc__conn_data(c))->closed, 1);
+}
+
+static const mc__conn_ops_t early_ops = {.on_frame = bound_frame, .on_close = early_close};
+
+static void early_start_fn(void *arg)
+{
+    struct early_case *k = arg;
+    struct iovec iov = {k->buf, WQ_BODY};
+
+    CHECK(mc__conn_start(k->e->cl, k->fd, NULL, &early_ops, k, &k->c) == 0);
+    CHECK(mc__rpc_callv(k->c, MC__OP_WRITE, &iov, 1, 10000, early_cb, k) == 0);
+}
+
+static void early_close_fn(void *arg)
+{
+    mc__conn_close(((struct early_case *)arg)->c);
+}
+
+/* A bad peer answers a WRITE as soon as it has its header, before it has
+ * read the body. mc__rpc_callv() promises that cb runs only once the conn
+ * has sent the caller's buffers (rpc.h): its caller frees them then (the
+ * tcp transport frees the piece holding the request's head at once), and
+ * the kernel must not go on sending from freed memory to that peer. It ran
+ * at the answer, with most of the body still to be sent. */
+static void test_callv_answered_before_sent_waits_for_the_send(void **state)
+{
+    struct env *e = *state;
+    struct early_case *k = calloc(1, sizeof(*k));
+    int sv[2];
+    unsigned char hdr[MC__PROTO_HDR_SIZE];
+    mc__hdr_t h;
+    char *body = malloc(WQ_BODY);
+
+    small_pair(sv);
+    k->e = e;
+    k->fd = sv[0];
+    k->buf = malloc(WQ_BODY);
+    fill(k->buf, 1, WQ_BODY);
+    atomic_store(&k->queued_at_cb, (size_t)-1);
+    run_on(e->cl, early_start_fn, k);
+    read_exact(sv[1], hdr, sizeof(hdr));
+    assert_int_equal(mc__hdr_decode(hdr, sizeof(hdr), &h), 0);
+    assert_int_equal(h.op, MC__OP_WRITE);
+    mc__hdr_t a = {.magic = MC__PROTO_MAGIC,
+                   .version = MC__PROTO_VERSION,
+                   .op = h.op,
+                   .flags = MC__F_RESPONSE,
+                   .id = h.id};
+    mc__hdr_encode(hdr, &a);
+    write_all(sv[1], hdr, sizeof(hdr));
+    /* The conn has taken the answer in (nothing left unread on its side)
+     * before the peer reads the rest of the body. */
+    int unread = 1;
+    for (uint64_t t0 = mc_loop_now_ms(); unread && mc_loop_now_ms() - t0 < 3000; usleep(1000))
+        assert_int_equal(ioctl(sv[1], SIOCOUTQ, &unread), 0);
+    assert_int_equal(unread, 0);
+    read_exact(sv[1], body, WQ_BODY);
+    assert_true(matches(body, 1, WQ_BODY));
+    WAIT_FOR(atomic_load(&k->done), 3000);
+    if (atomic_load(&k->queued_at_cb) != 0)
+        fail_msg("cb ran with %zu bytes of the caller's body still to send",
+                 atomic_load(&k->queued_at_cb));
+    run_on(e->cl, early_close_fn, k);
+    WAIT_FOR(atomic_load(&k->closed), 3000);
+    close(sv[1]);
+    free(body);
+    free(k->buf);
+    free(k);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -950,6 +1045,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rpc_client_keepalive_and_reconnect, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_connection_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_handshake_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_callv_answered_before_sent_waits_for_the_send, setup,
+                                        teardown),
     };
 
     mc__log_init("test_rpc", MC__LOG_INFO);

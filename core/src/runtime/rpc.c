@@ -175,8 +175,8 @@ static void call_sent(void *arg, int status)
     struct call *k = arg;
 
     k->sending = 0;
-    if (k->held)
-        call_deliver(k, k->held_status, NULL, 0);
+    if (k->held) /* an answer that came first does not hide a failed send */
+        call_deliver(k, status < 0 && k->held_status >= 0 ? status : k->held_status, NULL, 0);
     else if (!k->cb)
         free(k); /* its response came first */
     /* else: still in the table, waiting for its response */
@@ -216,7 +216,15 @@ static int rpc_frame(mc__conn_t *c, void *state, const mc__hdr_t *h, const char 
         return 1;
     }
     mc_timer_stop(&k->timer);
-    call_deliver(k, h->status, body, len);
+    if (k->sending) {
+        /* Answered before the conn sent all of its body (a peer that does
+         * not wait for a whole request): cb waits for the send (call_sent()),
+         * as for a timeout, so that the caller's buffers stay untouched. */
+        k->held = 1;
+        k->held_status = h->status;
+    } else {
+        call_deliver(k, h->status, body, len);
+    }
     rpc_room(c, r); /* its bytes left the window */
     return 1;
 }
