@@ -64,6 +64,44 @@ uint64_t mc__data_plane_mount_epoch(const mc__data_plane_t *p, uint32_t seg)
     return 0;
 }
 
+static void reading_unlink(mc__data_plane_t *p, mc__reading_t *rd)
+{
+    if (rd->prev)
+        rd->prev->next = rd->next;
+    else
+        p->reading = rd->next;
+    if (rd->next)
+        rd->next->prev = rd->prev;
+}
+
+/* A READ's answer is sent, or its conn closed (and the kernel let go). */
+static void read_sent(void *arg, int status)
+{
+    mc__reading_t *rd = arg;
+    (void)status;
+    if (rd->p)
+        reading_unlink(rd->p, rd);
+    free(rd);
+}
+
+/* Ends the conns still sending READ answers of seg taken before its mount
+ * now: the rest of their bytes would be whatever the segment holds from now
+ * on, another object's once new data goes there. Their readers read again
+ * and are refused (-ESTALE). Until the conns let go, the mount's epoch is
+ * not enforced (mc__data_plane_enforced()). */
+static void reading_fence(mc__data_plane_t *p, uint32_t seg)
+{
+    uint64_t mount = mc__data_plane_mount_epoch(p, seg);
+    for (mc__reading_t *rd = p->reading; rd; rd = rd->next)
+        if (rd->seg == seg && rd->mount < mount && !mc__conn_is_closing(rd->c)) {
+            mc__log(MC__LOG_INFO,
+                    "closing %s: a READ answer of segment %u from before its mount (epoch %llu) "
+                    "is still being sent",
+                    mc__conn_peer(rd->c), seg, (unsigned long long)mount);
+            mc__conn_abort(rd->c, -ESTALE);
+        }
+}
+
 void mc__data_plane_mounted(mc__data_plane_t *p, uint32_t seg, uint64_t epoch)
 {
     mc__seg_t s;
@@ -92,8 +130,10 @@ void mc__data_plane_mounted(mc__data_plane_t *p, uint32_t seg, uint64_t epoch)
                     seg, (unsigned long long)epoch);
         }
     }
-    if (i != UINT32_MAX && p->mounts[i].epoch < epoch)
+    if (i != UINT32_MAX && p->mounts[i].epoch < epoch) {
         p->mounts[i].epoch = epoch;
+        reading_fence(p, seg);
+    }
     if (p->lookup(p->arg, seg, &s, &now) == 0 && s.fence && atomic_load(&s.fence->mount) < epoch)
         atomic_store(&s.fence->mount, epoch);
 }
@@ -113,9 +153,23 @@ static int do_read(mc__data_plane_t *p, mc__conn_t *c, const mc__hdr_t *h, const
         p->reads_fenced++;
     if (rc < 0)
         return mc__rpc_reply(c, h, rc, NULL, 0);
+    mc__reading_t *rd = malloc(sizeof(*rd));
+    if (!rd)
+        return -ENOMEM;
+    *rd = (mc__reading_t){.next = p->reading,
+                          .p = p,
+                          .c = c,
+                          .seg = seg,
+                          .mount = mc__data_plane_mount_epoch(p, seg)};
+    if (p->reading)
+        p->reading->prev = rd;
+    p->reading = rd;
     struct iovec iov = {at, n};
-    if ((rc = mc__rpc_replyv(c, h, 0, &iov, 1, NULL, NULL)) < 0)
+    if ((rc = mc__rpc_replyv(c, h, 0, &iov, 1, read_sent, rd)) < 0) {
+        reading_unlink(p, rd);
+        free(rd);
         return rc;
+    }
     p->bytes_read += n;
     return 0;
 }
@@ -303,6 +357,10 @@ uint64_t mc__data_plane_enforced(mc__data_plane_t *p, uint32_t seg, uint64_t epo
     for (uint32_t i = 0; i < p->nplacing; i++)
         if (p->placing[i].seg == seg && p->placing[i].epoch < low)
             low = p->placing[i].epoch;
+    uint64_t mount = p->reading ? mc__data_plane_mount_epoch(p, seg) : 0;
+    for (mc__reading_t *rd = p->reading; rd; rd = rd->next)
+        if (rd->seg == seg && rd->mount < mount && rd->mount < low)
+            low = rd->mount; /* its conn is closing (reading_fence()) */
     return low;
 }
 
@@ -320,6 +378,9 @@ void mc__data_plane_fini(mc__data_plane_t *p)
     free(p->mounts);
     p->mounts = NULL;
     p->nmounts = 0;
+    for (mc__reading_t *rd = p->reading; rd; rd = rd->next)
+        rd->p = NULL; /* its conn frees it once it let go */
+    p->reading = NULL;
 }
 
 /* ---- fences of mapped segments (shm.h) ---- */

@@ -78,6 +78,17 @@ typedef struct mc__mount {
     uint64_t epoch;
 } mc__mount_t;
 
+/* A READ's answer on its way to the peer, gathered straight from the
+ * segment: until the conn has sent it (or closed), the segment's bytes
+ * there still go out as that READ's. */
+typedef struct mc__reading {
+    struct mc__reading *prev, *next;
+    struct mc__data_plane *p; /* NULL once the plane is gone (fini) */
+    mc__conn_t *c;
+    uint32_t seg;
+    uint64_t mount; /* the segment's mount epoch when the READ was taken */
+} mc__reading_t;
+
 /* A data plane: filled in by its owner, which keeps it. */
 typedef struct mc__data_plane {
     mc__seg_lookup_fn lookup;
@@ -94,6 +105,7 @@ typedef struct mc__data_plane {
     uint64_t joins;      /* slots given so far (mc__shm_user_t.seq) */
     mc__mount_t *mounts; /* [0, nmounts) (free()): mc__data_plane_mounted() */
     uint32_t nmounts;
+    mc__reading_t *reading; /* READ answers being sent (each freed once sent) */
     /* Counters, for logs and tests. */
     uint64_t bytes_read, bytes_written, shm_maps;
     uint64_t bytes_placed;  /* of bytes_written, received in place */
@@ -106,7 +118,8 @@ typedef struct mc__data_plane {
  * c: READ from the segment straight into the reply (the reader's lease or
  * handle keeps those bytes from being reused while they are sent; a READ
  * whose epoch is below the segment's mount epoch, mc__data_plane_mounted(),
- * gets -ESTALE: its replica set is from before the mount), WRITE
+ * gets -ESTALE: its replica set is from before the mount, and a conn still
+ * sending an answer from before a mount is closed by it), WRITE
  * into it, SHM_MAP with the segment's memfd passed along (SCM_RIGHTS) and
  * a slot of its fence (shm.h) for c, which c holds until it closes
  * (mc__data_plane_closed(); -EBUSY when every slot is taken).
