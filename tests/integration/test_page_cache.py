@@ -14,7 +14,6 @@ import os
 import sqlite3
 import subprocess
 import threading
-import time
 
 import pytest
 
@@ -478,8 +477,9 @@ def test_a_mapping_released_while_a_reader_misses_the_cache_is_published(cluster
     descriptor, whose close would publish before the release.)"""
     master = cluster.master()
     node = cluster.node(master, "64M")
+    port = free_port()
     m = cluster.mount("--master", master.addr, "--segment-size", "0", "--no-shm",
-                      "--readahead", "0")
+                      "--readahead", "0", "--metrics", f"127.0.0.1:{port}")
     m.store_addr = master.addr
     size = 4 * MiB
     libc = ctypes.CDLL(None, use_errno=True)
@@ -507,9 +507,11 @@ def test_a_mapping_released_while_a_reader_misses_the_cache_is_published(cluster
             reader.start()
             reader.join(0.5)
             in_flight = reader.is_alive()  # its read waits for the node
+            releases = fuse_requests(port, "RELEASE")
             assert libc.munmap(p, size) == 0  # the last mapping: its release publishes
-            if in_flight:
-                time.sleep(0.5)
+            if in_flight:  # the release reaches the daemon while the read waits
+                wait_for(lambda: fuse_requests(port, "RELEASE") > releases,
+                         "the mapping's release at the daemon", timeout=10, step=0.01)
         finally:
             node.resume()
         reader.join(30)

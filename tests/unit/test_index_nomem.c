@@ -5,8 +5,7 @@
  * n) the next n inserts succeed with no memory to be had at all (what the
  * master's rename and link rely on to move a version to a new key).
  *
- * This program replaces malloc and calloc (the static library's calls bind
- * to them) by versions that can be told to fail; under AddressSanitizer,
+ * Allocations fail on request through nomem.h; under AddressSanitizer,
  * which owns malloc, it skips.
  */
 #include <stdarg.h>
@@ -23,40 +22,7 @@
 #include "index_fixture.h"
 #include "unit.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define NO_WRAP 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define NO_WRAP 1
-#endif
-#endif
-
-/* Allocations left before they fail (-1: never). */
-static long allocs_left = -1;
-
-#ifndef NO_WRAP
-extern void *__libc_malloc(size_t n);
-extern void *__libc_calloc(size_t n, size_t size);
-
-static int may_allocate(void)
-{
-    if (allocs_left == 0)
-        return 0;
-    if (allocs_left > 0)
-        allocs_left--;
-    return 1;
-}
-
-void *malloc(size_t n)
-{
-    return may_allocate() ? __libc_malloc(n) : NULL;
-}
-
-void *calloc(size_t n, size_t size)
-{
-    return may_allocate() ? __libc_calloc(n, size) : NULL;
-}
-#endif
+#include "nomem.h"
 
 static size_t key_at(char *buf, size_t i)
 {

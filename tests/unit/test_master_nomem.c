@@ -3,46 +3,12 @@
  * (core/src/master/namespace.c): a request that fails with -ENOMEM loses
  * no object that was published before it.
  *
- * This program replaces malloc and calloc (the static library's calls bind
- * to them) by versions that can be told to fail, as test_index_nomem.c
- * does; under AddressSanitizer, which owns malloc, it skips.
+ * Allocations fail on request through nomem.h; under AddressSanitizer,
+ * which owns malloc, it skips.
  */
 #include "master_fixture.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define NO_WRAP 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define NO_WRAP 1
-#endif
-#endif
-
-/* Allocations left before they fail (-1: never). */
-static long allocs_left = -1;
-
-#ifndef NO_WRAP
-extern void *__libc_malloc(size_t n);
-extern void *__libc_calloc(size_t n, size_t size);
-
-static int may_allocate(void)
-{
-    if (allocs_left == 0)
-        return 0;
-    if (allocs_left > 0)
-        allocs_left--;
-    return 1;
-}
-
-void *malloc(size_t n)
-{
-    return may_allocate() ? __libc_malloc(n) : NULL;
-}
-
-void *calloc(size_t n, size_t size)
-{
-    return may_allocate() ? __libc_calloc(n, size) : NULL;
-}
-#endif
+#include "nomem.h"
 
 enum { DIR_N = 300, OTHER_N = 3000 };
 

@@ -9,33 +9,7 @@
 
 #include "master/oplog.h"
 
-/* Allocations fail while fail_allocs is set, through malloc(), calloc()
- * and realloc() defined here over glibc's; under a sanitizer, which has
- * its own, none fail (the tests that need it skip). */
-static int fail_allocs;
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_UNDEFINED__)
-#define CAN_FAIL_ALLOCS 1
-extern void *__libc_malloc(size_t n);
-extern void *__libc_calloc(size_t n, size_t size);
-extern void *__libc_realloc(void *p, size_t n);
-
-void *malloc(size_t n)
-{
-    return fail_allocs ? NULL : __libc_malloc(n);
-}
-
-void *calloc(size_t n, size_t size)
-{
-    return fail_allocs ? NULL : __libc_calloc(n, size);
-}
-
-void *realloc(void *q, size_t n)
-{
-    return fail_allocs ? NULL : __libc_realloc(q, n);
-}
-#else
-#define CAN_FAIL_ALLOCS 0
-#endif
+#include "nomem.h"
 
 static void test_owner_gone_revokes_and_closes(void **state)
 {
@@ -671,8 +645,9 @@ static void test_put_drop_replica(void **state)
 static void test_put_drop_replica_out_of_memory_ends_the_put(void **state)
 {
     fixture_t *f = *state;
-    if (!CAN_FAIL_ALLOCS)
-        skip(); /* a sanitizer's allocator: none fails */
+#ifdef NO_WRAP
+    skip(); /* AddressSanitizer's allocator: none fails */
+#endif
     for (uint64_t node = 11; node <= 12; node++)
         mount(f, node, 16 * MiB, T0);
     uint64_t id = put_start(f, 5, "w", 10000, 2, T0);
@@ -688,10 +663,10 @@ static void test_put_drop_replica_out_of_memory_ends_the_put(void **state)
     uint32_t first = reps[0].seg;
     mc__wbuf_t body = {0};
     assert_int_equal(mc__pack(&body, "qu", id, first), 0);
-    fail_allocs = 1; /* while the service handles it */
+    allocs_left = 0; /* every allocation fails while the service handles it */
     int rc =
         mc__svc_handle(f->svc, 5, MC__OP_PUT_DROP_REPLICA, body.p, body.len, T0 + 10, &f->resp);
-    fail_allocs = 0;
+    allocs_left = -1;
     free(body.p);
     assert_int_equal(rc, -ENOMEM);
     assert_true(commit(f, id, "w", 10000, T0 + 20) < 0);
