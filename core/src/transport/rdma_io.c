@@ -1,6 +1,8 @@
 /*
  * rdma_io.c - the RDMA transport's data path (see transport_rdma.h):
- * memory registrations, and operations on a connected client connection.
+ * memory registrations, the fence (its words registered on a node,
+ * mc__rdma_fence(), and its protocol on a client's connection), and
+ * operations on a connected client connection.
  *
  * Operations queue per connection in FIFO order; c->issue is the first with
  * bytes not yet posted. A slice occupies one slot (its staging buffer, when
@@ -177,6 +179,44 @@ static void unlink_op(mc__rdma_conn_t *c, op_t *op)
 }
 
 /* ---- the fence (see the top of this file) ---- */
+
+int mc__rdma_conn_fenced(const mc__rdma_conn_t *c)
+{
+    return c->fenced;
+}
+
+int mc__rdma_fence(mc__rdma_ctx_t *ctx, _Atomic uint64_t *epoch, _Atomic uint64_t *mount,
+                   const mc__rdma_fence_ops_t *ops)
+{
+    if (!ops) {
+        ctx->fence = (mc__rdma_fence_ops_t){0};
+        return 0;
+    }
+    if (ctx->epoch_mr)
+        return -EBUSY;
+    ctx->epoch_mr = ibv_reg_mr(ctx->pd, (void *)epoch, sizeof(*epoch), IBV_ACCESS_REMOTE_READ);
+    if (!ctx->epoch_mr)
+        return err_of(-ENOMEM);
+    if (mount) {
+        ctx->mount_mr = ibv_reg_mr(ctx->pd, (void *)mount, sizeof(*mount), IBV_ACCESS_REMOTE_READ);
+        if (!ctx->mount_mr) {
+            int rc = err_of(-ENOMEM);
+            ibv_dereg_mr(ctx->epoch_mr);
+            ctx->epoch_mr = NULL;
+            return rc;
+        }
+    }
+    ctx->fence_epoch = epoch;
+    ctx->fence_mount = mount;
+    ctx->fence = *ops;
+    return 0;
+}
+
+void mc__rdma_revoke(mc__rdma_conn_t *c)
+{
+    if (c->passive)
+        mc__rdma_conn_fail(c, -ECONNABORTED);
+}
 
 /* Posts a mark of v to our slot (read 0) or a READ of the fence's epoch
  * (read 1). Returns 0, or -1 when the connection failed. */

@@ -1,7 +1,8 @@
 /*
  * transport_rdma.c - the RDMA transport (see transport_rdma.h): the context,
- * and connections with their rdma_cm events. Registrations and operations
- * are in rdma_io.c, the codecs in rdma_desc.c.
+ * and connections with their rdma_cm events. Registrations, the fence's
+ * (mc__rdma_fence()) too, and operations are in rdma_io.c, the codecs in
+ * rdma_desc.c.
  *
  * A connection is a small state machine driven by rdma_cm events, all of
  * them read from the context's one event channel:
@@ -755,44 +756,6 @@ void mc__rdma_close(mc__rdma_conn_t *c)
         mc__rdma_conn_fail(c, -ECANCELED);
     else
         queue_reap(c);
-}
-
-int mc__rdma_conn_fenced(const mc__rdma_conn_t *c)
-{
-    return c->fenced;
-}
-
-int mc__rdma_fence(mc__rdma_ctx_t *ctx, _Atomic uint64_t *epoch, _Atomic uint64_t *mount,
-                   const mc__rdma_fence_ops_t *ops)
-{
-    if (!ops) {
-        ctx->fence = (mc__rdma_fence_ops_t){0};
-        return 0;
-    }
-    if (ctx->epoch_mr)
-        return -EBUSY;
-    ctx->epoch_mr = ibv_reg_mr(ctx->pd, (void *)epoch, sizeof(*epoch), IBV_ACCESS_REMOTE_READ);
-    if (!ctx->epoch_mr)
-        return err_of(-ENOMEM);
-    if (mount) {
-        ctx->mount_mr = ibv_reg_mr(ctx->pd, (void *)mount, sizeof(*mount), IBV_ACCESS_REMOTE_READ);
-        if (!ctx->mount_mr) {
-            int rc = err_of(-ENOMEM);
-            ibv_dereg_mr(ctx->epoch_mr);
-            ctx->epoch_mr = NULL;
-            return rc;
-        }
-    }
-    ctx->fence_epoch = epoch;
-    ctx->fence_mount = mount;
-    ctx->fence = *ops;
-    return 0;
-}
-
-void mc__rdma_revoke(mc__rdma_conn_t *c)
-{
-    if (c->passive)
-        mc__rdma_conn_fail(c, -ECONNABORTED);
 }
 
 void mc__rdma_ctx_free(mc__rdma_ctx_t *ctx)
