@@ -65,7 +65,9 @@ static void cache_keep_or_drop(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, in
 static void cur_set(fs_t *fs, fs_inode_t *in, mc_obj_t *o)
 {
     fs_view_publish_inode(fs, in, o);
-    if (in->cur)
+    if (in->ws && in->ws->base_lent && in->ws->base == in->cur)
+        in->ws->base_lent = 0; /* the writer copies it: it closes it after */
+    else if (in->cur)
         mc_obj_close(in->cur);
     in->cur = o;
 }

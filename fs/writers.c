@@ -2,9 +2,10 @@
  * writers.c - per-file writer state (fs_wstate_t, writers.h).
  *
  * All writable handles of a file share one writer state, which opens a
- * store writer on the first write (copy-on-write from the current version),
- * streams data into the store as it arrives, and publishes the new version
- * when a writable handle is flushed (close) or the last one is released.
+ * store writer on the first write (copy-on-write from the current version;
+ * under the page cache, the version the cache holds), streams data into
+ * the store as it arrives, and publishes the new version when a writable
+ * handle is flushed (close) or the last one is released.
  * Operations that need the writer while it is being opened or committed
  * wait on its queue; a commit waits for the writer operations in flight.
  *
@@ -176,13 +177,19 @@ static void ws_drain(fs_wstate_t *ws, int err)
     }
 }
 
+/* Lets go of the version the writer copied (the inode's, when lent). */
+static void ws_base_close(fs_wstate_t *ws)
+{
+    if (!ws->base_lent)
+        mc_obj_close(ws->base);
+    ws->base = NULL;
+    ws->base_lent = 0;
+}
+
 static void ws_opened(void *arg, int rc)
 {
     fs_wstate_t *ws = arg;
-    if (ws->base) {
-        mc_obj_close(ws->base);
-        ws->base = NULL;
-    }
+    ws_base_close(ws);
     ws->state = rc < 0 ? WS_NONE : WS_READY;
     ws->handles++;
     ws_drain(ws, rc < 0 ? rc : 0);
@@ -228,6 +235,17 @@ static void ws_open_base(fs_waiter_t *gate, int err)
     if (!key && !fresh && ws->kept) { /* no name left: the file as it went */
         ws->base = ws->kept;
         ws->kept = NULL;
+        return ws_base_opened(ws, 0);
+    }
+    fs_inode_t *in = ws->in;
+    if (key && !ws->fs->direct_io && in->cur && in->version &&
+        mc_obj_stat(in->cur)->version == in->version && !mc_obj_stale(in->cur)) {
+        /* The page cache holds that version (cache.c): the kernel's pages
+         * of it stay under the writer's bytes (a page written back from a
+         * mapping, a read that hits), so the writer copies it, not a newer
+         * one another client published since: that would mix the two. */
+        ws->base = in->cur;
+        ws->base_lent = 1;
         return ws_base_opened(ws, 0);
     }
     if (key)
@@ -478,13 +496,14 @@ void fs_ws_shutdown(fs_t *fs, int store_closed)
         if (ws->w && !store_closed)
             mc_writer_abort(ws->w);
         if (ws->base && !store_closed)
-            mc_obj_close(ws->base);
+            ws_base_close(ws);
         if (store_closed)
             ws->kept = NULL; /* closed with the store */
         if (store_closed)
             ws->in->held = NULL; /* closed with the store; ws_free() may free the inode */
         ws->w = NULL;
         ws->base = NULL;
+        ws->base_lent = 0;
         ws->handles = 0;
         ws->wait_head = ws->wait_tail = NULL;
         ws_free(ws);

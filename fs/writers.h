@@ -31,7 +31,9 @@ typedef struct fs_wstate {
     fs_t *fs;
     fs_inode_t *in;
     mc_writer_t *w;
-    mc_obj_t *base;
+    mc_obj_t *base;         /* the version the writer copies, while it opens */
+    int base_lent;          /* base is the inode's cur, lent: cur_set() hands it
+                               over (base_lent 0) instead of closing it */
     mc_obj_t *kept;         /* the version the file's key named when its last name
                                went with no writer open (fs_ws_before_unnamed()):
                                what a writer opened afterwards copies */
