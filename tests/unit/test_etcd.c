@@ -502,6 +502,38 @@ static void test_endpoints_and_timeouts(void **state)
     assert_int_equal(mc__etcd_new(loop, "h:1", 0, &bad), -EINVAL);
 }
 
+/* A member that takes connections and answers nothing (stopped, hung, cut
+ * off past its socket): a request sent there times out, and the requests
+ * after it go to the next endpoint first (a member refusing connections
+ * is passed over at once; one that hangs must not take every request's
+ * timeout for ever). */
+static void test_a_hung_endpoint_is_passed_over(void **state)
+{
+    (void)state;
+    int hung = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    assert_int_equal(bind(hung, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(hung, 16), 0); /* the kernel accepts; nobody reads */
+    assert_int_equal(getsockname(hung, (struct sockaddr *)&a, &len), 0);
+    char eps[160];
+    snprintf(eps, sizeof(eps), "127.0.0.1:%d;%s", ntohs(a.sin_port), ep);
+    mc__etcd_t *e = client(eps, 500);
+    got_t g = {0};
+    assert_int_equal(wait_res(&g, mc__etcd_put(e, K("hung"), K("v"), 0, on_res, &g)), -ETIMEDOUT);
+    for (int i = 0; i < 3; i++) {
+        memset(&g, 0, sizeof(g));
+        assert_int_equal(wait_res(&g, mc__etcd_range(e, K("fo"), 0, on_res, &g)), 0);
+    }
+    /* The put that timed out was not sent again elsewhere: it may have
+     * been applied there, and a request is answered once. */
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("hung"), 0, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 0);
+    mc__etcd_free(e);
+    close(hung);
+}
+
 /* Connections of this process to etcd's client port (the test's). */
 static int etcd_connections(void)
 {
@@ -550,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_leases),
         cmocka_unit_test(test_watch),
         cmocka_unit_test(test_endpoints_and_timeouts),
+        cmocka_unit_test(test_a_hung_endpoint_is_passed_over),
         cmocka_unit_test(test_forked_child_keeps_no_connection),
     };
     return cmocka_run_group_tests(tests, setup_etcd, teardown_etcd);

@@ -61,6 +61,7 @@ struct req {
     char *resp;
     size_t rlen, rcap;
     int tries;
+    int ep; /* the endpoint it went to (an index into eps) */
     mc__etcd_cb cb;
     mc__etcd_watch_cb wcb;
     void *arg;
@@ -135,7 +136,8 @@ static int req_send(req_t *r)
 {
     mc__etcd_t *e = r->e;
     char url[512];
-    const char *ep = e->eps[(e->cur + r->tries) % e->neps];
+    r->ep = (e->cur + r->tries) % e->neps;
+    const char *ep = e->eps[r->ep];
     snprintf(url, sizeof(url), "%s%s%s", strncmp(ep, "http", 4) ? "http://" : "", ep, r->path);
     e->cu->easy_setopt(r->h, CURLOPT_URL, url);
     r->rlen = 0;
@@ -368,7 +370,13 @@ static void check_done(mc__etcd_t *e)
             ++r->tries < e->neps && req_send(r) == 0)
             continue;
         if (rc == 0 && r->tries) /* that endpoint answered: go there first */
-            e->cur = (e->cur + r->tries) % e->neps;
+            e->cur = r->ep;
+        /* Connected, then nothing or a broken answer: a member stopped,
+         * hung or cut off. The request is not sent again (it may have been
+         * applied there), but the next ones go to the next endpoint first,
+         * or every request would wait its timeout there for ever. */
+        if ((rc == -ETIMEDOUT || rc == -ECONNRESET) && e->cur == r->ep)
+            e->cur = (r->ep + 1) % e->neps;
         if (r->kind == K_WATCH) {
             watch_end(r, rc < 0 ? rc : -ECONNRESET); /* a stream never ends well */
             continue;                                /* freed by mc__etcd_watch_cancel() */
