@@ -281,6 +281,32 @@ def test_three_etcd_members_one_lost(cluster):
     assert cli(etcd.url, "get", "k3").stdout == b"three"
 
 
+def test_a_standby_watching_a_stopped_etcd_member_still_takes_over(cluster):
+    """etcd of three members, the one every process asks first stopped
+    (SIGSTOP: its connections stay open and say nothing, as a member cut
+    off or hung). Clients must still find the leader (a lookup that timed
+    out there made every later one go there again, and time out); the
+    standby's watch of the leader's key goes silent, not closed, and when
+    the leader then dies the standby must still take over (it checks,
+    within a bound, what its watch no longer tells it)."""
+    etcd = cluster.etcd(3)
+    leader, standby = masters(cluster, etcd)
+    cluster.node(etcd.url, "32M", expect_log=EXPECT)
+    assert cli(etcd.url, "put", "k1", input=b"one").returncode == 0
+    etcd.members[0].pause()
+    try:
+        def put_k2():
+            r = cli(etcd.url, "--timeout-ms", "10000", "put", "k2", input=b"two")
+            return r.returncode == 0
+        wait_for(put_k2, "a put with one etcd member stopped", timeout=30, step=0.5)
+        leader.kill9()
+        wait_for(lambda: leads(standby) == 1, "the standby to take over", timeout=40)
+        r = cli(etcd.url, "--timeout-ms", "15000", "get", "k2")
+        assert r.stdout == b"two", r.stderr
+    finally:
+        etcd.members[0].resume()
+
+
 def test_a_new_node_first_at_a_new_leader_takes_no_segment_id_of_the_log(cluster):
     """Nodes A (segment 1) and B (segment 2) are stopped when the leader
     dies; a new node C mounts first at the new leader, then A comes back

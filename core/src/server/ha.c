@@ -78,9 +78,13 @@ static void on_keepalive(void *arg, int rc, const mc__etcd_res_t *res)
         mc__ha_deposed(ha, "the lease expired");
 }
 
+static void standby_check(mc__ha_t *ha);
+
 static void on_ka_tick(mc_timer_t *t)
 {
     mc__ha_t *ha = t->data;
+    if (ha->st == ST_STANDBY && ha->watch && !ha->check_busy)
+        standby_check(ha);
     if (!ha->lease || ha->ka_busy || ha->st == ST_DEPOSED)
         return;
     ha->ka_sent = mc_loop_now_ms();
@@ -184,6 +188,38 @@ static void on_watch(void *arg, int rc, const mc__etcd_event_t *ev, size_t n, in
             return;
         }
     }
+}
+
+/* A standby's watch can go silent without ending: the etcd member it
+ * reads from stopped, hung or was cut off while its connection stays open
+ * (nothing comes, not even an error). So a standby reads the leader key
+ * itself every third of the TTL: gone, it campaigns as the watch's delete
+ * would have made it; a read that fails starts the watch again (the etcd
+ * client passes over a member that timed out). The op log the watch may
+ * have missed is read again at the campaign (on_catchup()). */
+static void on_check(void *arg, int rc, const mc__etcd_res_t *res)
+{
+    mc__ha_t *ha = arg;
+    if (ha->closing)
+        return;
+    ha->check_busy = 0;
+    if (ha->st != ST_STANDBY || !ha->watch)
+        return; /* the watch answered meanwhile, or ended */
+    if (rc < 0) {
+        mc__log(MC__LOG_DEBUG, "reading the leader key: %s: watching again", mc_strerror(rc));
+        restart_soon(ha);
+    } else if (res->nkvs == 0) {
+        mc__log(MC__LOG_INFO, "no leader of cluster %s (its watch did not tell): campaigning",
+                ha->o.cluster);
+        drop_watch(ha);
+        campaign(ha);
+    }
+}
+
+static void standby_check(mc__ha_t *ha)
+{
+    if (mc__etcd_range(ha->etcd, ha->leader, ha->llen, 0, on_check, ha) == 0)
+        ha->check_busy = 1;
 }
 
 /* Whether range kvs name a leader; applies the log keys among them.

@@ -37,8 +37,10 @@ struct mc__ha {
     size_t plen, llen, lplen;
     enum state st;
     int64_t lease;
-    mc_timer_t ka;           /* keepalive, every third of the TTL */
+    mc_timer_t ka;           /* keepalive (standby: its watch's check), every
+                                third of the TTL */
     int ka_busy, grant_busy; /* a keepalive / grant in flight */
+    int check_busy;          /* standby: a read of the leader key in flight */
     uint64_t ka_sent;        /* when the keepalive in flight went out */
     uint64_t deadline;       /* the lease is ours at least until then (ms) */
     uint64_t since;          /* when we began to lead */
