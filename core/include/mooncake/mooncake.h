@@ -383,7 +383,10 @@ MC_EXPORT int mc_putv_async(mc_store_t *s, const char *key, size_t klen, const s
 /* Copies up to len bytes from offset off of the object into buf. Result:
  * bytes copied (0 at or past the end), or -ENOENT. If st is not NULL it
  * receives the object's metadata (st->size tells if buf was too small).
- * Grants a read lease. */
+ * Grants a read lease. A read that fails (this one, mc_obj_read_async(),
+ * any) leaves buf's contents unspecified: part of it may have been
+ * written, over RDMA even with bytes the check after them refused
+ * (-ESTALE). */
 MC_EXPORT int mc_get_async(mc_store_t *s, const char *key, size_t klen, uint64_t off, void *buf,
                            size_t len, mc_stat_t *st, mc_done_cb cb, void *arg);
 
