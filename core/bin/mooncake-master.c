@@ -203,8 +203,10 @@ static int parse_options(int argc, char **argv, struct options *o)
     /* Version ids start above every id of an earlier run (one publish per
      * microsecond at most, on average), so that the records nodes report
      * after a restart compare with what this run publishes. */
-    o->mo = (mc__master_opts_t){
-        .lease_ms = MC_DEFAULT_LEASE_MS, .align = 64, .first_id = (uint64_t)(mc__wall_ns() / 1000)};
+    o->mo = (mc__master_opts_t){.lease_ms = MC_DEFAULT_LEASE_MS,
+                                .align = 64,
+                                .first_id = (uint64_t)(mc__wall_ns() / 1000),
+                                .ino_seed = mc__svc_random_id()};
     o->so = (mc__svc_opts_t){.first_id = mc__svc_random_id(), .wall_ns = mc__loop_wall_ns};
     while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
         switch (c) {

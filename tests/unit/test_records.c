@@ -375,6 +375,186 @@ static void test_hard_links_come_back(void **state)
     mc__master_free(m);
 }
 
+/* A name entry record of key naming ino. */
+static trec_t name_rec(const char *key, const char *ino, uint64_t id, uint64_t stamp)
+{
+    trec_t t = rec(key, id, stamp, 0, NULL);
+    t.r.link = ino;
+    t.r.linklen = (uint32_t)strlen(ino);
+    return t;
+}
+
+static uint32_t nlink_of(mc__master_t *m, const char *key)
+{
+    mc_stat_t st;
+    assert_non_null(find(m, key));
+    mc__version_stat(m, find(m, key), T0, &st);
+    return st.nlink;
+}
+
+/* A file's count of names is the names merged, whatever its record says
+ * (nodes keep the records of a file and of its names apart, and may have
+ * fetched more or fewer of the last notices): removing one never frees
+ * the file under another. */
+static void test_a_file_counts_the_names_that_come_back(void **state)
+{
+    (void)state;
+    const char ino[] = MC__INODE_PREFIX "2a";
+    mc__extent_t e = {0, 64}, e2 = {128, 64};
+    for (uint32_t said = 1; said <= 3; said += 2) {
+        for (int first = 0; first < 2; first++) {
+            mc__master_t *m = new_master_segs(1);
+            trec_t f = rec(ino, 40, 3, 10, &e);
+            f.r.links = said; /* 1 or 3: two names come back */
+            trec_t x = name_rec("x", ino, 41, 2), y = name_rec("y", ino, 42, 2);
+            if (first)
+                assert_int_equal(merge(m, 1, &f, T0), 1);
+            assert_int_equal(merge(m, 1, &x, T0), 1);
+            assert_int_equal(merge(m, 1, &y, T0), 1);
+            if (!first)
+                assert_int_equal(merge(m, 1, &f, T0), 1);
+            assert_int_equal(nlink_of(m, "x"), 2);
+            /* A later record of the file (another node's) keeps the count. */
+            trec_t f2 = f;
+            f2.r.stamp = 9;
+            f2.r.links = 7;
+            assert_int_equal(merge(m, 1, &f2, T0), 1);
+            assert_int_equal(nlink_of(m, "y"), 2);
+            assert_int_equal(mc__master_remove(m, "x", 1, 0, T0), 0);
+            assert_int_equal(nlink_of(m, "y"), 1);
+            assert_int_equal(mc__master_remove(m, "y", 1, 0, T0), 0);
+            assert_int_equal(objects(m), 0);
+            assert_int_equal(used(m), 0);
+            mc__master_free(m);
+        }
+    }
+
+    /* A newer version of the file replaces one counted already, and a newer
+     * record of a key replaces a name: the count follows. */
+    mc__master_t *m = new_master_segs(1);
+    trec_t x = name_rec("x", ino, 41, 2), y = name_rec("y", ino, 42, 2);
+    trec_t f = rec(ino, 40, 3, 10, &e), g = rec(ino, 50, 5, 10, &e2);
+    trec_t y2 = rec("y", 60, 6, 0, NULL);
+    assert_int_equal(merge(m, 1, &x, T0), 1);
+    assert_int_equal(merge(m, 1, &f, T0), 1);
+    assert_int_equal(merge(m, 1, &y, T0), 1);
+    assert_int_equal(merge(m, 1, &g, T0), 1);
+    assert_int_equal(nlink_of(m, "x"), 2);
+    assert_int_equal(merge(m, 1, &y2, T0), 1); /* y is a plain file now */
+    assert_int_equal(nlink_of(m, "x"), 1);
+    assert_int_equal(mc__master_remove(m, "x", 1, 0, T0), 0);
+    assert_int_equal(mc__master_remove(m, "y", 1, 0, T0), 0);
+    assert_int_equal(objects(m), 0);
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+/* A name removed while its file is not back yet counts no more when the
+ * file comes; names of a file lost with its segment wait for an older
+ * version of it that another node reports. */
+static void test_names_wait_for_their_file(void **state)
+{
+    (void)state;
+    const char ino[] = MC__INODE_PREFIX "2a";
+    mc__extent_t e = {0, 64}, e2 = {0, 64};
+    mc__master_t *m = new_master_segs(2);
+    trec_t x = name_rec("x", ino, 41, 2), y = name_rec("y", ino, 42, 2),
+           z = name_rec("z", ino, 43, 2);
+    assert_int_equal(merge(m, 1, &x, T0), 1);
+    assert_int_equal(merge(m, 1, &y, T0), 1);
+    assert_int_equal(merge(m, 1, &z, T0), 1);
+    assert_int_equal(mc__master_remove(m, "z", 1, 0, T0), 0);
+    trec_t f = rec(ino, 50, 3, 10, &e);
+    f.r.links = 3;
+    assert_int_equal(merge(m, 1, &f, T0), 1);
+    assert_int_equal(nlink_of(m, "x"), 2);
+    /* Segment 1 goes with the file; segment 2 has an older version. */
+    assert_int_equal(mc__master_drop_segment(m, 1, T0), 1);
+    assert_null(find(m, "x"));
+    trec_t old = rec(ino, 40, 2, 10, &e2);
+    old.r.links = 1;
+    assert_int_equal(merge(m, 2, &old, T0), 1);
+    assert_int_equal(nlink_of(m, "x"), 2);
+    assert_int_equal(mc__master_remove(m, "x", 1, 0, T0), 0);
+    assert_non_null(find(m, "y"));
+    assert_int_equal(mc__master_remove(m, "y", 1, 0, T0), 0);
+    assert_int_equal(objects(m), 0);
+    assert_int_equal(used(m), 0);
+    mc__master_free(m);
+}
+
+/* Inode keys come back only as masters make them (lowercase hex, no
+ * leading zero): their numbers count the names that wait for them. */
+static void test_inode_keys_as_masters_make_them(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master_segs(1);
+    const char *bad[] = {MC__INODE_PREFIX, MC__INODE_PREFIX "2A", MC__INODE_PREFIX "02a",
+                         MC__INODE_PREFIX "2a/", MC__INODE_PREFIX "10000000000000000"};
+    mc__extent_t e = {0, 64};
+    for (int i = 0; i < 5; i++) {
+        trec_t n = name_rec("x", bad[i], 41, 2);
+        assert_int_equal(merge(m, 1, &n, T0), -EINVAL);
+        trec_t f = rec(bad[i], 40, 2, 10, &e);
+        assert_int_equal(merge(m, 1, &f, T0), -EINVAL);
+    }
+    trec_t n = name_rec(MC__INODE_PREFIX "1", MC__INODE_PREFIX "2a", 41, 2);
+    assert_int_equal(merge(m, 1, &n, T0), -EINVAL); /* a name under an inode key */
+    assert_int_equal(objects(m), 0);
+    mc__master_free(m);
+}
+
+/* A master seeded for inode numbers (ino_seed) with a file "a". */
+static mc__master_t *seeded_with_a(uint64_t seed)
+{
+    mc__master_opts_t o = {.lease_ms = LEASE_MS, .align = UNIT, .ino_seed = seed};
+    mc__master_t *m = NULL;
+    assert_int_equal(mc__master_new(&m, &o), 0);
+    assert_int_equal(mc__master_add_segment(m, 1, SEG_SIZE), 0);
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_begin(m, "a", 1, NULL, T0, &v), 0);
+    assert_int_equal(mc__master_reserve(m, v, 64, T0), 0);
+    assert_int_equal(mc__master_commit(m, v, 64, 0, T0), 0);
+    return m;
+}
+
+static uint64_t link_ino(mc__master_t *m)
+{
+    mc__version_t *f = NULL;
+    mc_stat_t st;
+    assert_int_equal(mc__master_link(m, "a", 1, "b", 1, &f), 0);
+    mc__version_stat(m, f, T0, &st);
+    return st.ino;
+}
+
+/* With ino_seed, a new inode's number is drawn (a restarted master links
+ * files before every node reported, and its ids may start below the last
+ * run's): below 2^62, never one an inode in the index has, nor one names
+ * merged wait for. */
+static void test_seeded_inode_numbers_skip_those_taken(void **state)
+{
+    (void)state;
+    mc__master_t *m = seeded_with_a(7);
+    uint64_t n = link_ino(m);
+    assert_true(n != 0 && n < (1ULL << 62));
+    mc__master_free(m);
+    m = seeded_with_a(8);
+    assert_true(link_ino(m) != n); /* another seed, another number */
+    mc__master_free(m);
+
+    char ino[64];
+    snprintf(ino, sizeof(ino), "%s%llx", MC__INODE_PREFIX, (unsigned long long)n);
+    mc__extent_t e = {1024, 64};
+    for (int taken_by = 0; taken_by < 2; taken_by++) {
+        m = seeded_with_a(7);
+        trec_t f = rec(ino, 40, 3, 10, &e), x = name_rec("x", ino, 41, 3);
+        assert_int_equal(merge(m, 1, taken_by ? &x : &f, T0), 1);
+        uint64_t n2 = link_ino(m);
+        assert_true(n2 != n && n2 != 0 && n2 < (1ULL << 62));
+        mc__master_free(m);
+    }
+}
+
 /* Notices: a change marks its version dirty once; a flush stamps it and
  * hands it over; a version leaving the namespace is handed over at once. */
 static int notes[16], nnotes;
@@ -605,6 +785,10 @@ int main(void)
         cmocka_unit_test(test_small_objects_in_4_byte_units_come_back),
         cmocka_unit_test(test_the_latest_record_gives_the_metadata),
         cmocka_unit_test(test_hard_links_come_back),
+        cmocka_unit_test(test_a_file_counts_the_names_that_come_back),
+        cmocka_unit_test(test_names_wait_for_their_file),
+        cmocka_unit_test(test_inode_keys_as_masters_make_them),
+        cmocka_unit_test(test_seeded_inode_numbers_skip_those_taken),
         cmocka_unit_test(test_changes_are_noticed_once_per_flush),
         cmocka_unit_test(test_many_dirty_some_removed),
         cmocka_unit_test(test_a_burst_of_dirty_versions),

@@ -75,6 +75,7 @@ static int embedded_master(mc_store_t *s, const mc_store_opts_t *o)
         /* Above the ids of an earlier run, as mooncake-master's: nodes that
          * joined it report what they hold when it comes back. */
         .first_id = (uint64_t)(mc__wall_ns() / 1000),
+        .ino_seed = mc__svc_random_id(), /* inode numbers no earlier run had */
     };
     int rc = mc__master_new(&s->m, &mo);
     if (rc < 0 || (rc = mc__master_add_segment(s->m, SEG_LOCAL, s->seg_mem.size)) < 0)

@@ -17,8 +17,9 @@ static int evictable(const mc__master_t *m, const mc__version_t *v, uint64_t now
 {
     if (mc__vopen(v) || mc__leased(m, v, now) || v->pin == MC_PIN_HARD)
         return 0;
-    if (mc__vmore(v)->links)
-        return 0; /* a hard-linked file: its names would be left dangling */
+    if (mc__vmore(v)->links || mc__master_is_inode_key(mc__vkey(v), v->klen))
+        return 0; /* a hard-linked file (its count of names may be 0 while a
+                     restarted master waits for them): they would dangle */
     if (v->pin == MC_PIN_SOFT && !allow_soft &&
         (mc__vmore(v)->pin_until == 0 || mc__vmore(v)->pin_until > now))
         return 0;

@@ -78,6 +78,7 @@ int mc__master_new(mc__master_t **out, const mc__master_opts_t *o)
     if (m->o.lease_ms > MC__LEASE_MAX_MS)
         m->o.lease_ms = MC__LEASE_MAX_MS; /* a lease fits in 32 bits from its base */
     m->rng = 0x9e3779b97f4a7c15ULL;       /* any odd seed: eviction's samples need no secret */
+    m->ino_rng = o->ino_seed;
     if (mc__ids_init(&m->rebuilt) < 0) {
         mc__index_free(m->ix, NULL);
         mc__slab_free_all(m->slab);
@@ -270,6 +271,10 @@ void mc__master_free(mc__master_t *m)
     for (mc__idnode_t *e; m->rebuilt.b && (e = mc__ids_first(&m->rebuilt, &at));)
         free(mc__ids_del(&m->rebuilt, e->id));
     mc__ids_fini(&m->rebuilt);
+    at = 0;
+    for (mc__idnode_t *e; m->waiting.b && (e = mc__ids_first(&m->waiting, &at));)
+        free(mc__ids_del(&m->waiting, e->id));
+    mc__ids_fini(&m->waiting);
     for (int i = 0; i < m->nseg; i++)
         mc__alloc_destroy(m->segs[i].alloc);
     free(m->segs);
@@ -412,6 +417,10 @@ size_t mc__master_drop_segment(mc__master_t *m, uint32_t id, uint64_t now)
             continue;
         memcpy(after, k, kl);
         mc__index_remove(m->ix, after, kl);
+        /* A hard-linked file's names stay: an older version of it that a
+         * node reports later counts them (out of memory: it counts those
+         * merged after it only). */
+        (void)mc__master_names_wait(m, v);
         mc__master_retire(m, v, now);
         lost++;
         mc__index_seek(m->ix, &it, after, kl, 1);

@@ -360,6 +360,14 @@ typedef struct mc__master_opts {
     uint64_t first_id;        /* the first version id and stamp (0: 1); a master that
                                  may restart passes one above every id of its
                                  earlier runs (the wall clock in microseconds) */
+    uint64_t ino_seed;        /* 0: a hard-linked file's inode number is the next
+                                 version id; else the seed of random ones, drawn
+                                 anew by each run (mc__svc_random_id()): a
+                                 restarted master links files before every node
+                                 has reported, and its ids may start below the
+                                 last run's (a clock set back), but its inode
+                                 numbers must not be those of files reported
+                                 later */
     unsigned evict_high_pct;  /* 0: never evict */
     unsigned evict_ratio_pct; /* % of all space to free per eviction */
     uint64_t align;           /* allocation unit (power of two) */

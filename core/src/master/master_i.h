@@ -41,6 +41,7 @@ struct mc__master {
     uint32_t tick;           /* the access clock: one step per access (wraps:
                                 eviction compares ages, tick - v->tick) */
     uint64_t rng;            /* xorshift64 state: eviction's samples */
+    uint64_t ino_rng;        /* splitmix64 state: inode numbers (o.ino_seed) */
     uint64_t lease_base;     /* versions' leases end this many ms plus theirs
                                 (mc__version_t lease; moved up by a walk of
                                 every version, once in 2^32 ms at most) */
@@ -63,6 +64,8 @@ struct mc__master {
     mc__notice_cb notice;  /* mc__master_notices(); NULL: none */
     void *notice_arg;
     mc__ids_t rebuilt; /* mc__recovered_t by version id (records.c) */
+    mc__ids_t waiting; /* mc__waiting_t by inode number (records.c; empty
+                          until a name's file is missing) */
     int64_t root_ns;   /* the root directory's mtime and ctime (namespace.c) */
 };
 
@@ -84,6 +87,32 @@ typedef struct mc__recovered {
     uint64_t stamp; /* the stamp of its record as its nodes keep it, the
                        newest merged or sent */
 } mc__recovered_t;
+
+/* The names in the index of a hard-linked file that is not (a name
+ * reported before its file, or whose file was lost), by the file's inode
+ * number: what its count of names starts at when it comes (records.c). */
+typedef struct mc__waiting {
+    mc__idnode_t h;
+    uint32_t names;
+} mc__waiting_t;
+
+/* The inode number of key[0..klen): 1 (*no set) if key is an inode key as
+ * a master makes it (MC__INODE_PREFIX and the number in lowercase hex,
+ * without leading zeros), else 0. */
+int mc__inode_no(const char *key, size_t klen, uint64_t *no);
+
+/* A name entry naming inode key ino[0..ilen) came into the index (delta 1)
+ * or left it (-1): its file counts its names, or while the file is not in
+ * the index, m->waiting does. Returns 0 or -ENOMEM (nothing changed). */
+int mc__master_count_name(mc__master_t *m, const char *ino, size_t ilen, int delta);
+
+/* Inode f leaves the index while its names stay (lost): they wait for a
+ * version of it that comes back. Returns 0 or -ENOMEM. */
+int mc__master_names_wait(mc__master_t *m, const mc__version_t *f);
+
+/* The count of names waiting for inode key ino[0..ilen), taken out of
+ * m->waiting (0: none). */
+uint32_t mc__master_names_take(mc__master_t *m, const char *ino, size_t ilen);
 
 /* Frees rep's extent array unless it is inl (its version's ext1; NULL for
  * a replica of no version). */

@@ -31,6 +31,8 @@ static int prefix_has_children(mc__master_t *m, const char *prefix, size_t plen)
 static void name_gone(mc__master_t *m, mc__version_t *name, uint64_t now)
 {
     mc__version_t *ino = mc__master_resolve(m, name);
+    if (!ino) /* its file is missing (lost, or not reported yet): one name less waits */
+        (void)mc__master_count_name(m, mc__vmore(name)->link, mc__vmore(name)->linklen, -1);
     mc__master_retire(m, name, now);
     if (ino && mc__vmore(ino)->links > 1) {
         ino->rare->links--;
@@ -461,6 +463,26 @@ uint32_t mc__master_subdirs(mc__master_t *m, const char *key, size_t klen, int d
     return n;
 }
 
+/* A new inode key in ino[0..size) (MC__INODE_PLEN + 17 bytes); returns its
+ * length. Its number is the next id, or with o.ino_seed a random one below
+ * 2^62 (a mount shows it with bit 62 set) that no inode in the index has
+ * and no name waiting for its file names. */
+static size_t new_inode_key(mc__master_t *m, char *ino, size_t size)
+{
+    if (!m->o.ino_seed)
+        return (size_t)snprintf(ino, size, "%s%llx", MC__INODE_PREFIX,
+                                (unsigned long long)m->next_id++);
+    for (;;) {
+        uint64_t z = (m->ino_rng += 0x9e3779b97f4a7c15ULL); /* splitmix64 */
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        uint64_t no = (z ^ (z >> 31)) & ((1ULL << 62) - 1);
+        size_t n = (size_t)snprintf(ino, size, "%s%llx", MC__INODE_PREFIX, (unsigned long long)no);
+        if (no && !mc__index_get(m->ix, ino, n) && !(m->waiting.b && mc__ids_get(&m->waiting, no)))
+            return n;
+    }
+}
+
 /* A name entry for key naming inode key ino; NULL on ENOMEM. */
 static mc__version_t *name_new(mc__master_t *m, const char *key, size_t klen, const char *ino,
                                size_t ilen)
@@ -495,12 +517,10 @@ int mc__master_link(mc__master_t *m, const char *from, size_t flen, const char *
         return -EEXIST;
     char ino[MC__INODE_PLEN + 17];
     size_t ilen = f->klen;
-    if (mc__vmore(src)->link) {
+    if (mc__vmore(src)->link)
         memcpy(ino, mc__vmore(src)->link, mc__vmore(src)->linklen);
-    } else {
-        ilen = (size_t)snprintf(ino, sizeof(ino), "%s%llx", MC__INODE_PREFIX,
-                                (unsigned long long)m->next_id++);
-    }
+    else
+        ilen = new_inode_key(m, ino, sizeof(ino));
     mc__version_t *dst = name_new(m, to, tlen, ino, ilen);
     mc__version_t *name = mc__vmore(src)->link ? NULL : name_new(m, from, flen, ino, ilen);
     char *ikey = mc__vmore(src)->link ? NULL : mc__dup_key(ino, ilen);

@@ -448,6 +448,7 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
         /* The file was lost: this name brings it back, for every name of
          * it left (each counts, so that it goes with the last). */
         v->rare->links = names_of(m, mc__vkey(v), v->klen);
+        (void)mc__master_names_take(m, mc__vkey(v), v->klen); /* counted again */
     }
     v->inherit = 0;
     return 0;

@@ -136,6 +136,104 @@ const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t
     return NULL;
 }
 
+/* ---- the count of a hard-linked file's names ----
+ *
+ * A live master keeps an inode's count equal to its names in the index
+ * (link, remove). The records of a file and of its names may sit on
+ * different nodes (a name's on the file's nodes when it was made or
+ * renamed, the file's on the nodes of its latest version) and reach a new
+ * master in any order, from nodes that fetched more or fewer of the last
+ * notices: a count taken from the file's record can be below the names
+ * that come back, and removing one would free the file under another. So
+ * a rebuilt inode counts the names merged, not its record's count. */
+
+int mc__inode_no(const char *key, size_t klen, uint64_t *no)
+{
+    if (!mc__master_is_inode_key(key, klen) || klen == MC__INODE_PLEN ||
+        klen - MC__INODE_PLEN > 16 || key[MC__INODE_PLEN] == '0')
+        return 0;
+    uint64_t n = 0;
+    for (size_t i = MC__INODE_PLEN; i < klen; i++) {
+        char c = key[i];
+        if (c >= '0' && c <= '9')
+            n = n << 4 | (uint64_t)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            n = n << 4 | (uint64_t)(c - 'a' + 10);
+        else
+            return 0;
+    }
+    *no = n;
+    return 1;
+}
+
+/* Adds delta names to those waiting for inode number no. */
+static int waiting_add(mc__master_t *m, uint64_t no, int64_t delta)
+{
+    mc__waiting_t *w = m->waiting.b ? (mc__waiting_t *)mc__ids_get(&m->waiting, no) : NULL;
+    if (!w && delta <= 0)
+        return 0;
+    if (!m->waiting.b && mc__ids_init(&m->waiting) < 0)
+        return -ENOMEM;
+    if (!w) {
+        if (!(w = calloc(1, sizeof(*w))))
+            return -ENOMEM;
+        w->h.id = no;
+        mc__ids_add(&m->waiting, &w->h);
+    }
+    int64_t n = (int64_t)w->names + delta;
+    w->names = n < 0 ? 0 : n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+    if (w->names == 0)
+        free(mc__ids_del(&m->waiting, no));
+    return 0;
+}
+
+int mc__master_count_name(mc__master_t *m, const char *ino, size_t ilen, int delta)
+{
+    mc__version_t *f = mc__index_get(m->ix, ino, ilen);
+    if (f && delta < 0) {
+        if (mc__vmore(f)->links) /* has rare fields then */
+            f->rare->links--;
+        return 0;
+    }
+    if (f) {
+        mc__vmore_t *x = mc__version_more(f);
+        if (!x)
+            return -ENOMEM;
+        x->links++;
+        return 0;
+    }
+    uint64_t no;
+    return mc__inode_no(ino, ilen, &no) ? waiting_add(m, no, delta) : 0;
+}
+
+int mc__master_names_wait(mc__master_t *m, const mc__version_t *f)
+{
+    uint64_t no;
+    uint32_t n = mc__vmore(f)->links;
+    return n && mc__inode_no(mc__vkey(f), f->klen, &no) ? waiting_add(m, no, n) : 0;
+}
+
+/* The count of names waiting for inode key ino[0..ilen) (0: none). */
+static uint32_t names_waiting(const mc__master_t *m, const char *ino, size_t ilen)
+{
+    uint64_t no;
+    if (!m->waiting.b || !mc__inode_no(ino, ilen, &no))
+        return 0;
+    const mc__waiting_t *w = (const mc__waiting_t *)mc__ids_get(&m->waiting, no);
+    return w ? w->names : 0;
+}
+
+uint32_t mc__master_names_take(mc__master_t *m, const char *ino, size_t ilen)
+{
+    uint64_t no;
+    if (!m->waiting.b || !mc__inode_no(ino, ilen, &no))
+        return 0;
+    mc__waiting_t *w = (mc__waiting_t *)mc__ids_del(&m->waiting, no);
+    uint32_t n = w ? w->names : 0;
+    free(w);
+    return n;
+}
+
 /* ---- merging ---- */
 
 /* 1 if xattr[0..len) is a well-formed packed list (xattr.c's layout)
@@ -211,8 +309,7 @@ static int take_meta(mc__master_t *m, mc__version_t *v, const mc__rec_t *r)
         more->xattr = x;
         more->xattr_len = r->xattr_len;
         more->rdev = r->rdev;
-        more->links = r->links;
-        more->pin_until = 0;
+        more->pin_until = 0; /* links: the names merged count (above) */
     }
     (void)mc__version_set_size(v, r->size); /* cannot fail: its rare fields are made */
     v->mtime_ns = r->mtime_ns;
@@ -227,7 +324,9 @@ static int take_meta(mc__master_t *m, mc__version_t *v, const mc__rec_t *r)
 }
 
 /* Puts v (not in the index yet) under key[0..klen), which it owns already
- * in v->key, replacing an older version there. Returns 0, -ENOMEM. */
+ * in v->key, replacing an older version there: a name (its file counts one
+ * name less), or an older version of an inode v is (v takes its count of
+ * names; v has rare fields, see mc__master_merge()). Returns 0, -ENOMEM. */
 static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
 {
     void *old = NULL;
@@ -236,8 +335,14 @@ static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
         return rc;
     v->state = MC__PUBLISHED;
     mc__lru_touch(m, v);
-    if (rc == 1 && old && old != v)
+    if (rc == 1 && old && old != v) {
+        const mc__vmore_t *ox = mc__vmore(old);
+        if (ox->link)
+            (void)mc__master_count_name(m, ox->link, ox->linklen, -1); /* cannot fail */
+        else if (ox->links && v->has_more)
+            v->rare->links = ox->links;
         mc__master_retire(m, old, now);
+    }
     return 0;
 }
 
@@ -245,8 +350,9 @@ static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
  * its new key holds no newer version. */
 static void rekey(mc__master_t *m, mc__version_t *v, const mc__rec_t *r, uint64_t now)
 {
-    if (r->klen == v->klen && memcmp(r->key, mc__vkey(v), r->klen) == 0)
-        return;
+    if ((r->klen == v->klen && memcmp(r->key, mc__vkey(v), r->klen) == 0) ||
+        mc__master_is_inode_key(mc__vkey(v), v->klen) || mc__master_is_inode_key(r->key, r->klen))
+        return; /* an inode's key never changes */
     mc__version_t *there = mc__index_get(m->ix, r->key, r->klen);
     if (there && there->id >= v->id)
         return;
@@ -258,6 +364,8 @@ static void rekey(mc__master_t *m, mc__version_t *v, const mc__rec_t *r, uint64_
     mc__index_remove(m->ix, mc__vkey(v), v->klen);
     mc__version_set_key(v, k, r->klen);
     if (publish(m, v, now) < 0) {
+        if (mc__vmore(v)->link) /* a name: its file counts one less */
+            (void)mc__master_count_name(m, mc__vmore(v)->link, mc__vmore(v)->linklen, -1);
         mc__master_retire(m, v, now); /* out of memory: lost */
     }
 }
@@ -266,13 +374,16 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
                      uint64_t now)
 {
     mc__segment_t *s = mc__master_seg(m, seg);
+    uint64_t ino;
     if (!s)
         return 0;
     if (r->version == 0 || r->type > MC_TYPE_MAX || r->pin > MC_PIN_HARD ||
         (r->linklen && r->next) || !xattrs_ok(r->xattr, r->xattr_len) ||
-        (r->linklen && !mc__master_is_inode_key(r->link, r->linklen)) ||
+        (r->linklen && !mc__inode_no(r->link, r->linklen, &ino)) ||
+        (mc__master_is_inode_key(r->key, r->klen) &&
+         (r->linklen || !mc__inode_no(r->key, r->klen, &ino))) ||
         mc_key_check(r->key, r->klen) < 0)
-        return -EINVAL;
+        return -EINVAL; /* inode keys: as masters make them (mc__inode_no()) */
     /* Ids and stamps handed out from now on are newer than any reported. */
     if (r->version >= m->next_id)
         m->next_id = r->version + 1;
@@ -328,7 +439,10 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     mc__version_t *v = mc__version_new(m, r->key, r->klen, 0);
     e = calloc(1, sizeof(*e));
     int rc = v && e ? 0 : -ENOMEM;
-    mc__vmore_t *more = rc == 0 && r->linklen ? mc__version_more(v) : NULL;
+    int inode = mc__master_is_inode_key(r->key, r->klen); /* counts its names */
+    mc__vmore_t *more = rc == 0 && (r->linklen || inode) ? mc__version_more(v) : NULL;
+    if (rc == 0 && inode && !more)
+        rc = -ENOMEM;
     if (rc == 0 && r->linklen && (!more || !(more->link = mc__dup_key(r->link, r->linklen))))
         rc = -ENOMEM;
     if (more)
@@ -360,11 +474,24 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         free(e);
         return -ENOMEM;
     }
-    if (publish(m, v, now) < 0) {
+    /* Its count of names: those merged before it (an older version's, or
+     * those waiting for it) and one more for each merged after it. */
+    if (r->linklen && mc__master_count_name(m, r->link, r->linklen, 1) < 0) {
         mc__version_destroy(m, v);
         free(e);
         return -ENOMEM;
     }
+    if (inode)
+        more->links = names_waiting(m, r->key, r->klen);
+    if (publish(m, v, now) < 0) {
+        if (r->linklen)
+            (void)mc__master_count_name(m, r->link, r->linklen, -1);
+        mc__version_destroy(m, v);
+        free(e);
+        return -ENOMEM;
+    }
+    if (inode)
+        (void)mc__master_names_take(m, r->key, r->klen); /* counted now */
     e->h.id = v->id;
     e->v = v;
     e->stamp = r->stamp;
