@@ -153,6 +153,42 @@ def test_mount_metadata_survives_a_master_restart(cluster, make_mount):
     assert not os.path.exists(mnt.p("rm-me"))
 
 
+def test_a_hard_link_removed_after_a_rewrite_stays_removed(cluster, make_mount):
+    """A file with two names, rewritten (its bytes move to the other node,
+    which gets no record of its names), then one name removed: after a
+    restart of the master the removed name stays gone, the file counts the
+    name left, and removing that one name frees it (it was no data loss
+    before: the removed name came back with a count of one, and removing
+    it freed the file under the name that stands)."""
+    m = cluster.master()
+    cluster.nodes(m, 2, "32M")
+    mnt = make_mount("--master", m.addr, "--segment-size", "0", "--timeout-ms", "2000",
+                     "--cache-timeout", "0", expect_log=r"lost the connection|publishing")
+    with open(mnt.p("f"), "wb") as f:
+        f.write(b"a" * (4 * MiB))
+    os.link(mnt.p("f"), mnt.p("g"))
+    settled(m)
+    new = os.urandom(6 * MiB)
+    with open(mnt.p("g"), "wb") as f:  # onto the node with more space free
+        f.write(new)
+    os.unlink(mnt.p("g"))
+    assert os.stat(mnt.p("f")).st_nlink == 1
+    settled(m)
+
+    m2 = restart(cluster, m)
+    wait_for(lambda: cli_stats(m2.addr)["segments"] == 2, "both nodes to mount again")
+    wait_for(lambda: cli_stats(m2.addr)["counters"]["segments_held"] == 0,
+             "both reports to end", step=0.2)
+    wait_for(lambda: os.path.exists(mnt.p("f")), "the mount to see the file again")
+    assert not os.path.exists(mnt.p("g"))
+    assert os.stat(mnt.p("f")).st_nlink == 1
+    with open(mnt.p("f"), "rb") as f:
+        assert f.read() == new
+    os.unlink(mnt.p("f"))
+    wait_for(lambda: cli_stats(m2.addr)["used_bytes"] == 0, "the file's space to come back")
+    assert cli_stats(m2.addr)["objects"] == 0
+
+
 def python_store():
     """A Python client on the C extension (built by make python-ext, which
     make test builds before this stage). Under the sanitizers the extension

@@ -412,6 +412,11 @@ mc__version_t *mc__master_find(mc__master_t *m, const char *key, size_t klen);
  * it names (NULL if lost), else v itself. */
 mc__version_t *mc__master_resolve(mc__master_t *m, mc__version_t *v);
 
+/* The inode number of key[0..klen): 1 (*no set) if key is an inode key as
+ * a master makes it (MC__INODE_PREFIX and the number in lowercase hex,
+ * without leading zeros), else 0. */
+int mc__inode_no(const char *key, size_t klen, uint64_t *no);
+
 /* 1 if key lies under MC__INODE_PREFIX (no client may change it). */
 int mc__master_is_inode_key(const char *key, size_t klen);
 

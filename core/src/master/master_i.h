@@ -96,11 +96,6 @@ typedef struct mc__waiting {
     uint32_t names;
 } mc__waiting_t;
 
-/* The inode number of key[0..klen): 1 (*no set) if key is an inode key as
- * a master makes it (MC__INODE_PREFIX and the number in lowercase hex,
- * without leading zeros), else 0. */
-int mc__inode_no(const char *key, size_t klen, uint64_t *no);
-
 /* A name entry naming inode key ino[0..ilen) came into the index (delta 1)
  * or left it (-1): its file counts its names, or while the file is not in
  * the index, m->waiting does. Returns 0 or -ENOMEM (nothing changed). */

@@ -94,17 +94,104 @@ void mc__svc_replica_gone(mc__svc_t *svc, const mc__version_t *v, uint32_t seg)
     free(e.p);
 }
 
+/* ---- where the records of a hard-linked file's names are ----
+ *
+ * A name's record goes to the nodes of its file when the name is made or
+ * renamed. The file's bytes may move since (a rewrite onto other nodes):
+ * the nodes of before keep the name. So that a drop (or a rename) of a name
+ * reaches them too, and the name does not come back with a restart of the
+ * master, each hard-linked file keeps the segments told of any of its
+ * names (merged from a segment's report too), until the file leaves. */
+
+typedef struct name_segs {
+    mc__idnode_t h;
+    uint32_t n, cap;
+    uint32_t *seg;
+} name_segs_t;
+
+/* The segments of the names of inode key ino[0..ilen); made if make (NULL:
+ * none, or out of memory). */
+static name_segs_t *name_segs(mc__svc_t *svc, const char *ino, size_t ilen, int make)
+{
+    uint64_t no;
+    if (!mc__inode_no(ino, ilen, &no))
+        return NULL;
+    name_segs_t *t = svc->name_segs.b ? (name_segs_t *)mc__ids_get(&svc->name_segs, no) : NULL;
+    if (t || !make)
+        return t;
+    if ((!svc->name_segs.b && mc__ids_init(&svc->name_segs) < 0) || !(t = calloc(1, sizeof(*t))))
+        return NULL;
+    t->h.id = no;
+    mc__ids_add(&svc->name_segs, &t->h);
+    return t;
+}
+
+static int segs_have(const name_segs_t *t, uint32_t seg)
+{
+    for (uint32_t i = 0; t && i < t->n; i++)
+        if (t->seg[i] == seg)
+            return 1;
+    return 0;
+}
+
+/* Adds seg to t (out of memory: not added). */
+static void segs_add(name_segs_t *t, uint32_t seg)
+{
+    if (!t || segs_have(t, seg))
+        return;
+    if (t->n == t->cap) {
+        uint32_t cap = t->cap ? t->cap * 2 : 4;
+        uint32_t *s = realloc(t->seg, sizeof(*s) * cap);
+        if (!s)
+            return;
+        t->seg = s;
+        t->cap = cap;
+    }
+    t->seg[t->n++] = seg;
+}
+
+static void name_segs_del(mc__svc_t *svc, name_segs_t *t)
+{
+    mc__ids_del(&svc->name_segs, t->h.id);
+    free(t->seg);
+    free(t);
+}
+
+void mc__svc_name_segs_free(mc__svc_t *svc)
+{
+    size_t at = 0;
+    for (mc__idnode_t *e; svc->name_segs.b && (e = mc__ids_first(&svc->name_segs, &at));)
+        name_segs_del(svc, (name_segs_t *)e);
+    mc__ids_fini(&svc->name_segs);
+}
+
 /* The master's notice callback (mc__master_notices()): v's record went
  * stale, or v left the namespace; its nodes are those of its replicas (a
- * name entry's: its file's). */
+ * name entry's: its file's, and those told of its file's names before). */
 static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
 {
     mc__svc_t *svc = arg;
-    const mc__version_t *f = mc__vmore(v)->link ? mc__master_resolve(m, v) : v;
-    if (!f)
-        return;
-    for (uint32_t r = 0; r < f->nrep; r++)
-        note_add(svc, mc__vrep_get(f, r).seg, v, drop, 1);
+    const mc__vmore_t *x = mc__vmore(v);
+    const mc__version_t *f = x->link ? mc__master_resolve(m, v) : v;
+    name_segs_t *t = x->link ? name_segs(svc, x->link, x->linklen, f && !drop) : NULL;
+    for (uint32_t r = 0; f && r < f->nrep; r++) {
+        uint32_t seg = mc__vrep_get(f, r).seg;
+        note_add(svc, seg, v, drop, 1);
+        if (!drop)
+            segs_add(t, seg);
+    }
+    for (uint32_t i = 0; t && i < t->n; i++) {
+        int sent = 0;
+        for (uint32_t r = 0; f && r < f->nrep && !sent; r++)
+            sent = mc__vrep_get(f, r).seg == t->seg[i];
+        if (!sent)
+            note_add(svc, t->seg[i], v, drop, 1);
+    }
+    /* The file left (its last name went, or it was lost): so do its names'
+     * segments. A version of it replaced by a newer one leaves them. */
+    if (drop && !x->link && mc__master_is_inode_key(mc__vkey(v), v->klen) &&
+        !mc__master_find(m, mc__vkey(v), v->klen) && (t = name_segs(svc, mc__vkey(v), v->klen, 0)))
+        name_segs_del(svc, t);
 }
 
 void mc__svc_notices(mc__svc_t *svc)
@@ -267,6 +354,8 @@ static int merge_one(mc__svc_t *svc, uint32_t seg, const char *p, uint32_t pl, u
     rc = mc__master_merge(svc->m, seg, &wr, e, now);
     if (e != ext)
         free(e);
+    if (rc == 1 && wr.linklen) /* a name's record: seg keeps it */
+        segs_add(name_segs(svc, wr.link, wr.linklen, 1), seg);
     return rc;
 }
 

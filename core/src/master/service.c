@@ -244,6 +244,7 @@ void mc__svc_free(mc__svc_t *svc)
     mc__ids_fini(&svc->puts);
     mc__ids_fini(&svc->handles);
     mc__ids_fini(&svc->owners);
+    mc__svc_name_segs_free(svc);
     for (int i = 0; i < svc->nseg; i++) {
         free(svc->segs[i].addr);
         free(svc->segs[i].rdma);

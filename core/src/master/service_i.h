@@ -130,7 +130,12 @@ struct mc__svc {
     const mc__oplog_t *view; /* the log as this master found it (not owned) */
     uint32_t *pend;          /* segments the view has records of that have not */
     int npend;               /* mounted again here yet (merge_view(), once each) */
+    mc__ids_t name_segs;     /* by inode number, the segments told of a name of
+                                that file (reports.c) */
 };
+
+/* Frees svc->name_segs (mc__svc_free()). */
+void mc__svc_name_segs_free(mc__svc_t *svc);
 
 /* A request that does not decode is -EINVAL (a bad key) or -EBADMSG. */
 #define TAKE(call)                                                                                 \
