@@ -35,6 +35,21 @@
 
 /* ---- helpers ---- */
 
+/* v's replica r (mc__vrep_get()): a compact version's one extent copied
+ * into one of a ring of slots, valid for the next 15 calls. */
+static mc__replica_t vrep(const mc__version_t *v, uint32_t r)
+{
+    static mc__extent_t ring[16];
+    static unsigned at;
+    return mc__vrep_get(v, r, &ring[at++ % 16]);
+}
+
+/* 1 if v's first replica's one extent is packed in its fields (x1). */
+static int in_x1(const mc__version_t *v)
+{
+    return mc__vcompact(v) && v->n1;
+}
+
 static mc__master_t *new_master_opts(uint64_t seg_size, unsigned high, unsigned ratio)
 {
     mc__master_opts_t o = {

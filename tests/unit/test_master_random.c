@@ -6,11 +6,13 @@
  * aborted; a repair's replica
  * attached, a replica taken out and given back, removes, a segment
  * dropped and mounted again. After every step every version's layout
- * covers its capacity (a compact one holds at most one extent, in ext1)
+ * covers its capacity (a compact one holds at most one extent, in x1)
  * and the bytes of all layouts are the space the master counts as used;
  * each round rebuilds a second master from the records (merges failing
  * now and then too), and ends with all space back and every allocation
- * freed.
+ * freed. The same again at scale: sizes around 16 MiB in segments whose
+ * free space straddles 16 TiB, the bounds of a compact version's packed
+ * extent (master.h: x1), so that extents fit it and do not, either way.
  *
  * Allocations fail through malloc(), calloc() and realloc() defined here
  * over glibc's; under a sanitizer, which has its own, none fail.
@@ -72,6 +74,13 @@ void free(void *p)
 
 #define NSEG 3
 #define SEGSZ (256 * UNIT)
+/* At scale: segments of 16 TiB and 256 MiB, all below 16 TiB but 128 MiB
+ * taken by a filler, sizes 128 KiB times those of the small rounds. */
+#define BIG_SEGSZ (MC__X1_OFF_END + 256 * 1024 * 1024ULL)
+#define BIG_FILL (MC__X1_OFF_END - 128 * 1024 * 1024ULL)
+#define BIG_SCALE (128 * 1024)
+static uint64_t segsz = SEGSZ, scale = 1;
+static mc__replica_t filler[NSEG]; /* at scale: each segment's */
 #define NPEND 4
 #define NHELD 16
 
@@ -88,12 +97,13 @@ static mc__version_t *pend[NPEND];
 static mc__replica_t held[NHELD];
 static int nheld;
 static long st_commit, st_conv, st_attach, st_take, st_range, st_reserve, st_big;
+static long st_fit, st_nofit; /* committed with one extent: compact, or not (past x1) */
 
 static uint64_t layout_bytes(const mc__version_t *v)
 {
     uint64_t t = 0;
     for (uint32_t r = 0; r < v->nrep; r++) {
-        mc__replica_t rep = mc__vrep_get(v, r);
+        mc__replica_t rep = vrep(v, r);
         uint64_t len = 0;
         for (uint32_t i = 0; i < rep.n; i++)
             len += rep.ext[i].len;
@@ -102,7 +112,7 @@ static uint64_t layout_bytes(const mc__version_t *v)
         if (mc__vcompact(v)) {
             assert_true(rep.n <= 1);
             if (rep.n)
-                assert_ptr_equal(rep.ext, &v->ext1);
+                assert_true(in_x1(v));
         }
         t += mc__replica_bytes(&rep);
     }
@@ -126,6 +136,8 @@ static void check(mc__master_t *m)
             t += layout_bytes(pend[i]);
     for (int i = 0; i < nheld; i++)
         t += mc__replica_bytes(&held[i]);
+    for (int i = 0; i < NSEG; i++)
+        t += mc__replica_bytes(&filler[i]);
     assert_int_equal(t, used(m));
 }
 
@@ -150,13 +162,14 @@ static void step(mc__master_t *m, uint64_t now)
         break;
     case 1: /* reserve */
         if (pend[p])
-            st_reserve += 0 == mc__master_reserve(m, pend[p], mc__vcap(pend[p]) + rn(6) * 40, now);
+            st_reserve +=
+                0 == mc__master_reserve(m, pend[p], mc__vcap(pend[p]) + rn(6) * 40 * scale, now);
         break;
     case 2: /* range or punch, now and then past 2^48 (a size kept in the side record) */
         if (pend[p]) {
-            uint64_t off = rn(16) ? rn(12) * 50 : MC__VSIZE_BIG - 200 + rn(6) * 50;
-            st_range +=
-                0 == mc__master_reserve_range(m, pend[p], off, 1 + rn(4) * 60, rn(3) == 0, now);
+            uint64_t off = rn(16) ? rn(12) * 50 * scale : MC__VSIZE_BIG - 200 + rn(6) * 50;
+            st_range += 0 == mc__master_reserve_range(m, pend[p], off, 1 + rn(4) * 60 * scale,
+                                                      rn(3) == 0, now);
         }
         break;
     case 3: /* commit: the whole capacity or less */
@@ -168,6 +181,10 @@ static void step(mc__master_t *m, uint64_t now)
                 mc__version_stat(m, pend[p], now, &st);
                 assert_int_equal(st.size, size);
                 st_big += size >= MC__VSIZE_BIG;
+                if (pend[p]->nrep == 1 && vrep(pend[p], 0).n == 1) {
+                    st_fit += in_x1(pend[p]);
+                    st_nofit += !mc__vcompact(pend[p]);
+                }
                 st_commit++;
                 if (!mc__vcompact(pend[p]))
                     st_conv++;
@@ -188,7 +205,7 @@ static void step(mc__master_t *m, uint64_t now)
         uint32_t seg = (uint32_t)rn(NSEG);
         if (mc__version_has_replica(v, seg) || !mc__master_has_segment(m, seg))
             break;
-        mc__replica_t r, r0 = mc__vrep_get(v, 0);
+        mc__replica_t r, r0 = vrep(v, 0);
         if (mc__master_replica_alloc_like(m, seg, &r0, &r) < 0)
             break;
         if (r.n == 0 && mc__vcap(v)) {
@@ -205,7 +222,7 @@ static void step(mc__master_t *m, uint64_t now)
         mc__version_t *v = pick(m, k);
         if (!v || v->nrep < 1 || nheld == NHELD)
             break;
-        uint32_t seg = mc__vrep_get(v, (uint32_t)rn(v->nrep)).seg;
+        uint32_t seg = mc__vrep_seg(v, (uint32_t)rn(v->nrep));
         if (v->nrep == 1 && rn(2))
             break;
         if (mc__version_take_replica(v, seg, &held[nheld]) == 1) {
@@ -236,9 +253,13 @@ static void step(mc__master_t *m, uint64_t now)
             for (int i = 0; i < NPEND; i++)
                 if (pend[i])
                     mc__version_drop_replica(pend[i], seg);
+            free(filler[seg].ext); /* its space goes with the segment */
+            filler[seg] = (mc__replica_t){0};
             mc__master_drop_segment(m, seg, now);
             failing = 0;
-            assert_int_equal(mc__master_add_segment(m, seg, SEGSZ), 0);
+            assert_int_equal(mc__master_add_segment(m, seg, segsz), 0);
+            if (scale > 1)
+                assert_int_equal(mc__master_replica_alloc(m, seg, BIG_FILL, &filler[seg]), 0);
             failing = 1;
         }
         break;
@@ -252,7 +273,7 @@ static mc__master_t *random_master(uint64_t lease_ms)
     mc__master_t *m = NULL;
     assert_int_equal(mc__master_new(&m, &o), 0);
     for (uint32_t s = 0; s < NSEG; s++)
-        assert_int_equal(mc__master_add_segment(m, s, SEGSZ), 0);
+        assert_int_equal(mc__master_add_segment(m, s, segsz), 0);
     return m;
 }
 
@@ -270,8 +291,9 @@ static void rebuild_check(mc__master_t *m)
         want += layout_bytes(v);
         for (uint32_t r = 0; r < v->nrep; r++) {
             mc__rec_t rec;
-            uint32_t seg = mc__vrep_get(v, r).seg;
-            const mc__extent_t *e = mc__master_record(m, v, seg, &rec);
+            uint32_t seg = mc__vrep_seg(v, r);
+            mc__extent_t one;
+            const mc__extent_t *e = mc__master_record(m, v, seg, &rec, &one);
             failing = 1;
             int rc = mc__master_merge(m2, seg, &rec, e, T0);
             failing = 0;
@@ -287,12 +309,14 @@ static void rebuild_check(mc__master_t *m)
     mc__master_free(m2);
 }
 
-static void test_random_ops(void **state)
+/* rounds rounds of 400 random steps, each from a new master. */
+static void random_rounds(int rounds)
 {
-    (void)state;
-    for (int round = 0; round < 3000; round++) {
+    for (int round = 0; round < rounds; round++) {
         long live0 = live;
         mc__master_t *m = random_master(0);
+        for (uint32_t s = 0; s < NSEG && scale > 1; s++)
+            assert_int_equal(mc__master_replica_alloc(m, s, BIG_FILL, &filler[s]), 0);
         memset(pend, 0, sizeof(pend));
         nheld = 0;
         uint64_t now = T0;
@@ -310,6 +334,8 @@ static void test_random_ops(void **state)
             }
         while (nheld)
             mc__master_replica_release(m, &held[--nheld]);
+        for (int i = 0; i < NSEG; i++)
+            mc__master_replica_release(m, &filler[i]);
         char k[16];
         for (int i = 0; i < 12; i++) {
             snprintf(k, 16, "k%d", i);
@@ -320,6 +346,12 @@ static void test_random_ops(void **state)
         mc__master_free(m);
         assert_int_equal(live, live0);
     }
+}
+
+static void test_random_ops(void **state)
+{
+    (void)state;
+    random_rounds(3000);
     /* The steps reached what they are for: versions committed compact and
      * in the general form, replicas attached and taken, holes. */
     assert_true(st_commit > 1000 && st_conv > 100 && st_attach > 100 && st_take > 100);
@@ -329,10 +361,25 @@ static void test_random_ops(void **state)
 #endif
 }
 
+static void test_random_ops_at_scale(void **state)
+{
+    (void)state;
+    segsz = BIG_SEGSZ;
+    scale = BIG_SCALE;
+    st_commit = st_conv = st_fit = st_nofit = 0;
+    random_rounds(300);
+    segsz = SEGSZ;
+    scale = 1;
+    /* Objects of one extent both in x1 and past it (its length, or its
+     * offset past 16 TiB). */
+    assert_true(st_commit > 100 && st_fit > 20 && st_nofit > 20);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_ops),
+        cmocka_unit_test(test_random_ops_at_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

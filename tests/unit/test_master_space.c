@@ -209,11 +209,11 @@ static void test_holes(void **state)
     mc__version_t *v = NULL, *old = put(m, "old", SEG_SIZE / 2, T0);
     assert_int_equal(mc__master_begin(m, "s", 1, NULL, T0, &v), 0);
     assert_int_equal(mc__master_reserve_range(m, v, 10 * SEG_SIZE, 1, 0, T0), 0);
-    assert_int_equal(mc__vrep_get(v, 0).n, 2);
-    assert_int_equal(mc__vrep_get(v, 0).ext[0].off, MC__HOLE);
-    assert_int_equal(mc__vrep_get(v, 0).ext[0].len, 10 * SEG_SIZE);
+    assert_int_equal(vrep(v, 0).n, 2);
+    assert_int_equal(vrep(v, 0).ext[0].off, MC__HOLE);
+    assert_int_equal(vrep(v, 0).ext[0].len, 10 * SEG_SIZE);
     assert_int_equal(mc__vcap(v), 10 * SEG_SIZE + UNIT);
-    assert_int_equal(mc__replica_bytes((mc__replica_t[]){mc__vrep_get(v, 0)}), UNIT);
+    assert_int_equal(mc__replica_bytes((mc__replica_t[]){vrep(v, 0)}), UNIT);
     /* Filling most of the hole evicts the old object to make room. */
     assert_int_equal(mc__master_reserve_range(m, v, 100, SEG_SIZE - 4 * UNIT, 0, T0 + 1), 0);
     assert_null(find(m, "old"));
@@ -227,16 +227,14 @@ static void test_holes(void **state)
     /* A repair's replica has the same holes; the space of its bytes. */
     mc__replica_t r;
     assert_int_equal(mc__master_add_segment(m, 2, SEG_SIZE), 0);
-    assert_int_equal(mc__master_replica_alloc_like(m, 2, (mc__replica_t[]){mc__vrep_get(v, 0)}, &r),
-                     0);
-    assert_int_equal(mc__replica_bytes(&r),
-                     mc__replica_bytes((mc__replica_t[]){mc__vrep_get(v, 0)}));
+    assert_int_equal(mc__master_replica_alloc_like(m, 2, (mc__replica_t[]){vrep(v, 0)}, &r), 0);
+    assert_int_equal(mc__replica_bytes(&r), mc__replica_bytes((mc__replica_t[]){vrep(v, 0)}));
     for (uint64_t at = 0, i = 0, j = 0, ai = 0, aj = 0; at < mc__vcap(v); at += UNIT) {
-        while (at >= ai + mc__vrep_get(v, 0).ext[i].len) /* the extent holding at, in each */
-            ai += mc__vrep_get(v, 0).ext[i++].len;
+        while (at >= ai + vrep(v, 0).ext[i].len) /* the extent holding at, in each */
+            ai += vrep(v, 0).ext[i++].len;
         while (at >= aj + r.ext[j].len)
             aj += r.ext[j++].len;
-        assert_int_equal(r.ext[j].off == MC__HOLE, mc__vrep_get(v, 0).ext[i].off == MC__HOLE);
+        assert_int_equal(r.ext[j].off == MC__HOLE, vrep(v, 0).ext[i].off == MC__HOLE);
     }
     mc__master_replica_release(m, &r);
     assert_int_equal(mc__master_segment_free(m, 2), SEG_SIZE);
@@ -269,17 +267,17 @@ static void test_small_objects(void **state)
     assert_int_equal(mc__vcap(v), 2 * UNIT);
     assert_int_equal(mc__master_commit(m, v, 100, 0, T0), 0);
     assert_int_equal(mc__vcap(v), 100); /* 4-byte units: a 100-byte value wastes none */
-    assert_int_equal(mc__vrep_get(v, 0).ext[0].len, 100);
+    assert_int_equal(vrep(v, 0).ext[0].len, 100);
     assert_int_equal(used(m), 100);
     mc__version_t *next = put(m, "next", 1, T0);
     assert_int_equal(mc__vcap(next), MC__SMALL_UNIT);
-    assert_int_equal(mc__vrep_get(next, 0).ext[0].off, 100); /* right after */
+    assert_int_equal(vrep(next, 0).ext[0].off, 100); /* right after */
 
     assert_int_equal(mc__master_begin(m, "holey", 5, NULL, T0, &v), 0);
     assert_int_equal(mc__master_reserve_range(m, v, 2 * UNIT, 1, 0, T0), 0);
     assert_int_equal(mc__master_commit(m, v, 2 * UNIT + 2, 0, T0), 0);
     assert_int_equal(mc__vcap(v), 3 * UNIT);
-    assert_int_equal(mc__replica_bytes((mc__replica_t[]){mc__vrep_get(v, 0)}), UNIT);
+    assert_int_equal(mc__replica_bytes((mc__replica_t[]){vrep(v, 0)}), UNIT);
 
     assert_int_equal(mc__master_begin(m, "big", 3, NULL, T0, &v), 0);
     assert_int_equal(mc__master_reserve(m, v, 2 * MC__SMALL_MAX, T0), 0);
@@ -493,7 +491,7 @@ static void test_replicas_on_distinct_segments(void **state)
     assert_int_equal(mc__master_add_segment(m, 7, SEG_SIZE), 0);
     assert_int_equal(mc__master_begin(m, "k", 1, &po, T0, &v), 0);
     assert_int_equal(v->nrep, 2); /* no more replicas than segments */
-    assert_int_not_equal(mc__vrep_get(v, 0).seg, mc__vrep_get(v, 1).seg);
+    assert_int_not_equal(mc__vrep_seg(v, 0), mc__vrep_seg(v, 1));
     assert_int_equal(mc__master_reserve(m, v, 640, T0), 0);
     assert_int_equal(used(m), 2 * 640);
     assert_int_equal(mc__master_commit(m, v, 100, 0, T0), 0);
@@ -518,7 +516,7 @@ static void test_drop_segment(void **state)
     /* Segment 7 has the most free space now? Both equal after "two":
      * place "one" explicitly by filling segment 0 less. */
     assert_int_equal(mc__master_begin(m, "one", 3, &one, T0, &b), 0);
-    uint32_t b_seg = mc__vrep_get(b, 0).seg;
+    uint32_t b_seg = mc__vrep_seg(b, 0);
     assert_int_equal(mc__master_reserve(m, b, 128, T0), 0);
     assert_int_equal(mc__master_commit(m, b, 10, 0, T0), 0);
     assert_int_equal(mc__master_begin(m, "pending", 7, &two, T0, &p), 0);
@@ -531,13 +529,13 @@ static void test_drop_segment(void **state)
     assert_null(find(m, "one"));
     assert_ptr_equal(find(m, "two"), a);
     assert_int_equal(a->nrep, 1);
-    assert_int_not_equal(mc__vrep_get(a, 0).seg, b_seg);
+    assert_int_not_equal(mc__vrep_seg(a, 0), b_seg);
     /* The pending write can still grow and publish on the survivor. */
     assert_int_equal(mc__master_reserve(m, p, 4096, T0), 0);
     assert_int_equal(mc__master_commit(m, p, 4000, 0, T0), 0);
     assert_int_equal(mc__master_drop_segment(m, 12345, T0), 0);
     /* With no segment left, nothing can be placed. */
-    mc__master_drop_segment(m, mc__vrep_get(a, 0).seg, T0);
+    mc__master_drop_segment(m, mc__vrep_seg(a, 0), T0);
     assert_null(find(m, "two"));
     assert_int_equal(mc__master_begin(m, "x", 1, &one, T0, &p), -ENOSPC);
     mc__master_free(m);
@@ -558,27 +556,27 @@ static void test_preferred_segment(void **state)
     for (uint32_t want = 0; want <= 9; want += 7) {
         assert_int_equal(mc__master_begin_at(m, "k", 1, &one, want, 128, T0, &v), 0);
         assert_int_equal(v->nrep, 1);
-        assert_int_equal(mc__vrep_get(v, 0).seg, want);
+        assert_int_equal(mc__vrep_seg(v, 0), want);
         assert_int_equal(mc__master_reserve(m, v, 128, T0), 0);
         assert_int_equal(mc__master_commit(m, v, 100, 0, T0), 0);
     }
     assert_int_equal(mc__master_begin_at(m, "k", 1, &three, 7, 64, T0, &v), 0);
     assert_int_equal(v->nrep, 3);
-    assert_int_equal(mc__vrep_get(v, 0).seg, 7);
-    assert_int_not_equal(mc__vrep_get(v, 1).seg, 7);
-    assert_int_not_equal(mc__vrep_get(v, 2).seg, 7);
-    assert_int_not_equal(mc__vrep_get(v, 1).seg, mc__vrep_get(v, 2).seg);
+    assert_int_equal(mc__vrep_seg(v, 0), 7);
+    assert_int_not_equal(mc__vrep_seg(v, 1), 7);
+    assert_int_not_equal(mc__vrep_seg(v, 2), 7);
+    assert_int_not_equal(mc__vrep_seg(v, 1), mc__vrep_seg(v, 2));
     mc__master_abort(m, v);
     /* Unknown segment, no preference: best effort (9, the most free). */
     assert_int_equal(mc__master_begin_at(m, "k", 1, &one, 12345, 64, T0, &v), 0);
-    assert_int_equal(mc__vrep_get(v, 0).seg, 9);
+    assert_int_equal(mc__vrep_seg(v, 0), 9);
     mc__master_abort(m, v);
     assert_int_equal(mc__master_begin_at(m, "k", 1, &one, -1, 64, T0, &v), 0);
-    assert_int_equal(mc__vrep_get(v, 0).seg, 9);
+    assert_int_equal(mc__vrep_seg(v, 0), 9);
     mc__master_abort(m, v);
     /* No room on the preferred segment for the capacity: elsewhere. */
     assert_int_equal(mc__master_begin_at(m, "k", 1, &one, 7, SEG_SIZE, T0, &v), 0);
-    assert_int_equal(mc__vrep_get(v, 0).seg, 9);
+    assert_int_equal(mc__vrep_seg(v, 0), 9);
     mc__master_abort(m, v);
     mc__master_free(m);
 }

@@ -26,6 +26,7 @@ static mc__master_t *new_master_segs(uint32_t nseg)
 typedef struct trec {
     mc__rec_t r;
     const mc__extent_t *ext;
+    mc__extent_t one; /* mc__master_record()'s copy of a compact one's extent */
 } trec_t;
 
 /* A record of key as version id (stamp), size bytes at offset off. */
@@ -71,12 +72,12 @@ static void test_a_record_brings_its_object_back(void **state)
     assert_int_equal(gid, 100);
     assert_int_equal(v->mtime_ns, 111);
     assert_int_equal(v->nrep, 1);
-    assert_int_equal(mc__vrep_get(v, 0).seg, 1);
-    assert_int_equal(mc__vrep_get(v, 0).ext[0].off, 4096);
-    /* Compact, as it was put: its one extent in ext1, no array. */
+    assert_int_equal(mc__vrep_seg(v, 0), 1);
+    assert_int_equal(vrep(v, 0).ext[0].off, 4096);
+    /* Compact, as it was put: its one extent in x1, no array. */
     assert_true(mc__vcompact(v));
     assert_false(v->flags & MC__V_REP_OWNED);
-    assert_ptr_equal(mc__vrep_get(v, 0).ext, &v->ext1);
+    assert_true(in_x1(v));
     assert_int_equal(mc__vcap(v), 128);
     assert_int_equal(used(m), 128);
     /* A record of the same segment again (reported twice): nothing new. */
@@ -86,9 +87,9 @@ static void test_a_record_brings_its_object_back(void **state)
     mc__version_t *n = NULL;
     assert_int_equal(mc__master_begin(m, "c", 1, NULL, T0, &n), 0);
     assert_int_equal(mc__master_reserve(m, n, SEG_SIZE - 128, T0), 0);
-    for (uint32_t i = 0; i < mc__vrep_get(n, 0).n; i++)
-        assert_true(mc__vrep_get(n, 0).ext[i].off + mc__vrep_get(n, 0).ext[i].len <= 4096 ||
-                    mc__vrep_get(n, 0).ext[i].off >= 4096 + 128);
+    for (uint32_t i = 0; i < vrep(n, 0).n; i++)
+        assert_true(vrep(n, 0).ext[i].off + vrep(n, 0).ext[i].len <= 4096 ||
+                    vrep(n, 0).ext[i].off >= 4096 + 128);
     assert_int_equal(mc__master_commit(m, n, 10, 0, T0), 0);
     assert_cmp(n->id, >, 77);
     mc__master_free(m);
@@ -106,7 +107,7 @@ static void test_a_record_keeps_holes(void **state)
     assert_int_equal(mc__master_reserve_range(m, v, 0, 10, 0, T0), 0);
     assert_int_equal(mc__master_commit(m, v, 100 * SEG_SIZE + 10, 0, T0), 0);
     trec_t r;
-    r.ext = mc__master_record(m, v, 1, &r.r);
+    r.ext = mc__master_record(m, v, 1, &r.r, &r.one);
     assert_int_equal(r.r.next, 3);
     assert_int_equal(r.ext[1].off, MC__HOLE);
     mc__master_t *m2 = new_master_segs(1);
@@ -114,10 +115,10 @@ static void test_a_record_keeps_holes(void **state)
     mc__version_t *w = find(m2, "s");
     assert_non_null(w);
     assert_int_equal(mc__vsize(w), 100 * SEG_SIZE + 10);
-    assert_int_equal(mc__vrep_get(w, 0).n, 3);
+    assert_int_equal(vrep(w, 0).n, 3);
     assert_false(mc__vcompact(w)); /* three extents: an array */
     /* A record of one extent that is a hole (a file truncated up, never
-     * written) takes no space and is no compact version's ext1 either. */
+     * written) takes no space and is no compact version's x1 either. */
     mc__extent_t hole = {MC__HOLE, 4 * UNIT};
     trec_t h = rec("h", 99, 5, 4 * UNIT, &hole);
     h.r.next = 1;
@@ -125,10 +126,10 @@ static void test_a_record_keeps_holes(void **state)
     mc__version_t *hv = find(m2, "h");
     assert_non_null(hv);
     assert_false(mc__vcompact(hv));
-    assert_int_equal(mc__vrep_get(hv, 0).ext[0].off, MC__HOLE);
+    assert_int_equal(vrep(hv, 0).ext[0].off, MC__HOLE);
     assert_int_equal(mc__vcap(hv), 4 * UNIT);
-    assert_int_equal(mc__vrep_get(w, 0).ext[1].off, MC__HOLE);
-    assert_int_equal(mc__vrep_get(w, 0).ext[1].len, 100 * SEG_SIZE - UNIT);
+    assert_int_equal(vrep(w, 0).ext[1].off, MC__HOLE);
+    assert_int_equal(vrep(w, 0).ext[1].len, 100 * SEG_SIZE - UNIT);
     assert_int_equal(used(m2), 2 * UNIT);
     assert_int_equal(used(m2), used(m));
     /* A sparse file of 2^48 bytes and more (its size is in the version's
@@ -142,7 +143,7 @@ static void test_a_record_keeps_holes(void **state)
     assert_non_null(bv);
     assert_int_equal(mc__vsize(bv), bsize);
     trec_t again;
-    again.ext = mc__master_record(m2, bv, 1, &again.r);
+    again.ext = mc__master_record(m2, bv, 1, &again.r, &again.one);
     assert_int_equal(again.r.size, bsize);
     mc__master_free(m2);
     mc__master_free(m);
@@ -296,7 +297,7 @@ static void test_small_objects_in_4_byte_units_come_back(void **state)
     assert_int_equal(used(m), 304);
     mc__version_t *v = find(m, "b");
     assert_non_null(v);
-    assert_int_equal(mc__vrep_get(v, 0).ext[0].off, 100);
+    assert_int_equal(vrep(v, 0).ext[0].off, 100);
     assert_int_equal(mc__vcap(v), 100);
     assert_int_equal(mc__vcap(find(m, "c")), 104);
     /* 2 bytes off the unit: refused, as before. */
@@ -709,7 +710,8 @@ static void on_notice_keep(void *arg, mc__master_t *m, mc__version_t *v, int dro
     if (i == nkept)
         nkept++;
     kept_t *k = &kept[i];
-    const mc__extent_t *ext = mc__master_record(m, v, 1, &k->r);
+    mc__extent_t one;
+    const mc__extent_t *ext = mc__master_record(m, v, 1, &k->r, &one);
     assert_true(k->r.klen < sizeof(k->key) && k->r.linklen < sizeof(k->link));
     assert_true(k->r.next <= 4 && !k->r.xattr_len);
     k->id = v->id;

@@ -550,7 +550,8 @@ static uint64_t extent_quiet(fixture_t *f, const char *key, uint32_t seg)
 {
     mc__version_t *v = mc__master_find(f->m, key, strlen(key));
     for (uint32_t r = 0; v && r < v->nrep; r++) {
-        mc__replica_t rep = mc__vrep_get(v, r);
+        mc__extent_t one;
+        mc__replica_t rep = mc__vrep_get(v, r, &one);
         if (rep.seg == seg && rep.n)
             return rep.ext[0].off;
     }

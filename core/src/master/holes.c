@@ -151,7 +151,8 @@ int mc__master_reserve_range(mc__master_t *m, mc__version_t *v, uint64_t off, ui
     uint64_t cap = (end + unit - 1) & ~(unit - 1);
     if (cap < mc__vcap(v))
         cap = mc__vcap(v);
-    mc__replica_t r0 = mc__vrep_get(v, 0);
+    mc__extent_t one0;
+    mc__replica_t r0 = mc__vrep_get(v, 0, &one0);
     uint64_t need = punch || lo >= hi ? 0 : hole_bytes(&r0, cap, lo, hi);
     if (!punch && lo <= mc__vcap(v) && need == (hi > mc__vcap(v) ? hi - mc__vcap(v) : 0))
         return mc__master_reserve(m, v, end, now); /* no hole to leave or fill */
@@ -161,27 +162,28 @@ int mc__master_reserve_range(mc__master_t *m, mc__version_t *v, uint64_t off, ui
     uint32_t r = 0;
     int rc = 0;
     for (; r < v->nrep && rc == 0; r++) {
-        mc__replica_t rep = mc__vrep_get(v, r);
+        mc__extent_t one;
+        mc__replica_t rep = mc__vrep_get(v, r, &one);
         mc__segment_t *s = mc__master_seg(m, rep.seg);
         rc = remap(s, &rep, cap, lo, hi, punch, &out[r], &got[r], &drop[r]);
         for (int pass = 0; rc == -ENOSPC && mc__master_make_room(m, need, pass, now); pass++) {
             xv_drop(s, &out[r], &got[r], &drop[r]);
-            rep = mc__vrep_get(v, r);
+            rep = mc__vrep_get(v, r, &one);
             rc = remap(s, &rep, cap, lo, hi, punch, &out[r], &got[r], &drop[r]);
         }
     }
     if (rc == 0) /* the new layouts are arrays of their own */
         rc = mc__version_rep_array(v);
     for (uint32_t i = 0; i < r; i++) {
-        mc__segment_t *s = mc__master_seg(m, mc__vrep_get(v, i).seg);
+        mc__segment_t *s = mc__master_seg(m, mc__vrep_seg(v, i));
         if (rc < 0) {
             xv_drop(s, &out[i], &got[i], &drop[i]);
             continue;
         }
         if (s)
             mc__extents_put(s->alloc, drop[i].e, drop[i].n);
-        mc__replica_t *a = mc__vrep_array(v);
-        mc__replica_free_ext(&a[i], &v->ext1);
+        mc__replica_t *a = mc__vrep_array(v); /* its replicas' extent arrays their own */
+        mc__replica_free_ext(&a[i], NULL);
         a[i].ext = out[i].e; /* room for a power of two, >= 8 */
         a[i].n = out[i].n;
         free(got[i].e);

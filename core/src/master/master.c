@@ -158,10 +158,10 @@ int mc__version_set_ctime(mc__version_t *v, int64_t t)
 
 void mc__version_free(mc__master_t *m, mc__version_t *v)
 {
-    if (!mc__vcompact(v)) { /* a compact one's one extent is in ext1 */
+    if (!mc__vcompact(v)) { /* a compact one's one extent is in x1 */
         mc__replica_t *rep = mc__vrep_array(v);
         for (uint32_t r = 0; r < v->nrep; r++)
-            mc__replica_free_ext(&rep[r], &v->ext1);
+            mc__replica_free_ext(&rep[r], NULL);
     }
     if (v->has_more) {
         if (v->flags & MC__V_REP_OWNED)
@@ -181,9 +181,10 @@ void mc__version_free(mc__master_t *m, mc__version_t *v)
 static void version_release_space(mc__master_t *m, mc__version_t *v)
 {
     for (uint32_t r = 0; r < v->nrep; r++) {
-        mc__replica_t rep = mc__vrep_get(v, r);
-        mc__replica_release_in(m, &rep, &v->ext1);
-        mc__vrep_put(v, r, &rep);
+        mc__extent_t one;
+        mc__replica_t rep = mc__vrep_get(v, r, &one);
+        mc__replica_release_in(m, &rep, &one);
+        mc__vrep_put(v, r, &rep, &one);
     }
     mc__version_set_cap(v, 0);
 }
@@ -307,18 +308,36 @@ int mc__master_add_segment(mc__master_t *m, uint32_t id, uint64_t size)
     return 0;
 }
 
-void mc__vrep_put(mc__version_t *v, uint32_t r, const mc__replica_t *rep)
+static void internal_error(const char *what)
+{
+    fprintf(stderr, "mooncake: internal error: %s\n", what);
+    abort();
+}
+
+void mc__vrep_put(mc__version_t *v, uint32_t r, const mc__replica_t *rep, const mc__extent_t *one)
 {
     if (!mc__vcompact(v)) {
+        if (rep->ext && rep->ext == one)
+            internal_error("a replica array given a compact version's extent");
         mc__vrep_array(v)[r] = *rep;
         return;
     }
-    if (r != 0 || rep->n > 1 || (rep->n && rep->ext != &v->ext1)) {
-        fprintf(stderr, "mooncake: internal error: a compact version given a replica array\n");
-        abort();
-    }
+    if (r != 0 || rep->n > 1 || (rep->n && (rep->ext != one || !mc__x1_fits(one))))
+        internal_error("a compact version given an extent its fields do not hold");
+    if (rep->n)
+        v->x1 = mc__x1_pack(one);
+    else if (v->n1)
+        v->x1 = mc__x1_unpack(v->x1).len; /* its capacity stays */
     v->seg1 = rep->seg;
     v->n1 = rep->n != 0;
+}
+
+void mc__version_set_cap(mc__version_t *v, uint64_t cap)
+{
+    if (!mc__vcompact(v) || !v->n1)
+        v->x1 = cap;
+    else if (mc__x1_unpack(v->x1).len != cap)
+        internal_error("a compact version's capacity is not its extent's length");
 }
 
 /* Gives v a replica array of its own in its rare fields with room for
@@ -333,16 +352,37 @@ static int rep_array_own(mc__version_t *v, uint32_t room)
             return -ENOMEM;
         memset(a + v->nrep, 0, sizeof(*a) * (room - v->nrep));
         v->rare->rep = a;
-    } else {
+    } else if (!mc__vcompact(v)) { /* out of the room after its key */
         mc__vmore_t *more = mc__version_more(v);
         if (!more || !(a = calloc(room, sizeof(*a))))
             return -ENOMEM;
-        for (uint32_t r = 0; r < v->nrep; r++)
-            a[r] = mc__vrep_get(v, r);
+        memcpy(a, mc__vrep_array(v), sizeof(*a) * v->nrep);
+        more->rep = a;
+        v->flags |= MC__V_REP_OWNED;
+    } else {
+        /* Compact: its one replica, if any, takes its extent, if any, into
+         * an array of its own (a replica in an array owns its extents),
+         * and x1 keeps the capacity alone. */
+        mc__vmore_t *more = mc__version_more(v);
+        mc__extent_t one, *e = NULL;
+        mc__replica_t r0 = v->nrep ? mc__vrep_get(v, 0, &one) : (mc__replica_t){0};
+        if (!more || !(a = calloc(room, sizeof(*a))))
+            return -ENOMEM;
+        if (r0.n && !(e = malloc(sizeof(*e) * mc__replica_room(r0.n)))) {
+            free(a);
+            return -ENOMEM;
+        }
+        if (r0.n) {
+            e[0] = one;
+            r0.ext = e;
+        }
+        a[0] = r0; /* zeroed past nrep, as ever */
+        const uint64_t cap = mc__vcap(v);
         more->rep = a;
         v->flags |= MC__V_REP_OWNED;
         v->seg1 = 0;
         v->n1 = 0;
+        v->x1 = cap;
     }
     v->repcap = (uint8_t)room;
     return 0;
@@ -357,9 +397,11 @@ int mc__version_rep_array(mc__version_t *v)
 static void replica_unlink(mc__version_t *v, uint32_t r)
 {
     if (mc__vcompact(v)) {
+        const uint64_t cap = mc__vcap(v); /* stays, as in an array */
         v->nrep = 0;
         v->seg1 = 0;
         v->n1 = 0;
+        v->x1 = cap;
         return;
     }
     mc__replica_t *a = mc__vrep_array(v);
@@ -371,12 +413,13 @@ static void replica_unlink(mc__version_t *v, uint32_t r)
 void mc__version_drop_replica(mc__version_t *v, uint32_t seg)
 {
     for (uint32_t r = 0; r < v->nrep;) {
-        mc__replica_t rep = mc__vrep_get(v, r);
+        mc__extent_t one;
+        mc__replica_t rep = mc__vrep_get(v, r, &one);
         if (rep.seg != seg) {
             r++;
             continue;
         }
-        mc__replica_free_ext(&rep, &v->ext1);
+        mc__replica_free_ext(&rep, &one);
         replica_unlink(v, r);
     }
 }
@@ -384,7 +427,7 @@ void mc__version_drop_replica(mc__version_t *v, uint32_t seg)
 static int has_replica_on(const mc__version_t *v, uint32_t seg)
 {
     for (uint32_t r = 0; r < v->nrep; r++)
-        if (mc__vrep_get(v, r).seg == seg)
+        if (mc__vrep_seg(v, r) == seg)
             return 1;
     return 0;
 }
@@ -606,15 +649,14 @@ int mc__version_has_replica(const mc__version_t *v, uint32_t seg)
 int mc__version_take_replica(mc__version_t *v, uint32_t seg, mc__replica_t *rep)
 {
     for (uint32_t r = 0; r < v->nrep; r++) {
-        if (mc__vrep_get(v, r).seg != seg)
+        if (mc__vrep_seg(v, r) != seg)
             continue;
-        *rep = mc__vrep_get(v, r);
-        if (rep->ext == &v->ext1 && rep->n) { /* the replica takes a copy along */
+        mc__extent_t one;
+        *rep = mc__vrep_get(v, r, &one);
+        if (rep->ext == &one) { /* compact: the replica takes a copy along */
             if (!(rep->ext = malloc(sizeof(*rep->ext) * mc__replica_room(rep->n))))
                 return -ENOMEM;
-            memcpy(rep->ext, &v->ext1, sizeof(*rep->ext) * rep->n);
-        } else if (rep->ext == &v->ext1) {
-            rep->ext = NULL;
+            rep->ext[0] = one;
         }
         replica_unlink(v, r);
         return 1;

@@ -49,9 +49,10 @@ typedef struct mc__replica {
     uint32_t seg;      /* segment id */
     uint32_t n;        /* extents */
     mc__extent_t *ext; /* byte ranges in the segment, in object order: NULL,
-                          its version's ext1 (one extent, not the replica's
-                          own), or an array of its own with room for at
-                          least mc__replica_room(n) */
+                          a caller's copy of a compact version's one extent
+                          (mc__vrep_get(), not the replica's own), or an
+                          array of its own with room for at least
+                          mc__replica_room(n) */
 } mc__replica_t;
 
 /* The room an extent array of a replica's own has for n extents: the
@@ -110,23 +111,55 @@ enum mc__vstate { MC__PENDING, MC__PUBLISHED, MC__RETIRED };
  * count. Read it through mc__vopen(). */
 #define MC__V_OPEN 0x80
 
+/* A compact version's one extent packed in 8 bytes (mc__version_t x1):
+ * its offset in 42 bits and its length in 22, both in MC__SMALL_UNIT
+ * units, as every extent of a segment is (mc__master_add_segment() gives
+ * each segment's allocator the unit 4, the smallest it takes, and it hands
+ * out and takes back only multiples of its unit), so offsets below 16 TiB
+ * and lengths below 16 MiB. An extent past either, or a hole,
+ * does not fit: its version takes a replica array (mc__vcompact()), as one
+ * with more extents does; a version that large has bytes to spare. */
+#define MC__X1_OFF_BITS 42
+#define MC__X1_OFF_END ((uint64_t)MC__SMALL_UNIT << MC__X1_OFF_BITS)
+#define MC__X1_LEN_END ((uint64_t)MC__SMALL_UNIT << (64 - MC__X1_OFF_BITS))
+
+/* 1 if e fits a compact version's x1 (mc__x1_pack()), else 0. */
+static inline int mc__x1_fits(const mc__extent_t *e)
+{
+    return e->off != MC__HOLE && (e->off | e->len) % MC__SMALL_UNIT == 0 &&
+           e->off < MC__X1_OFF_END && e->len < MC__X1_LEN_END;
+}
+
+/* e packed (mc__x1_fits(e) must hold), and back. */
+static inline uint64_t mc__x1_pack(const mc__extent_t *e)
+{
+    return (e->off / MC__SMALL_UNIT) | ((e->len / MC__SMALL_UNIT) << MC__X1_OFF_BITS);
+}
+
+static inline mc__extent_t mc__x1_unpack(uint64_t x)
+{
+    return (mc__extent_t){(x & (((uint64_t)1 << MC__X1_OFF_BITS) - 1)) * MC__SMALL_UNIT,
+                          (x >> MC__X1_OFF_BITS) * MC__SMALL_UNIT};
+}
+
 /*
  * One version. Sized for the million small objects of a cache: one
  * allocation holds the struct and the key, and either its one replica's
- * segment in the fields (a compact version: room for no replica array,
- * mc__vcompact()) or a replica array after the key (room for the replicas
- * asked for, when more than one); the fields are as wide as their values
- * need (the aim, issue 14: 1M keys of 100 B in no more memory than Redis
- * takes, docs/BENCHMARKS.md).
+ * segment and extent in the fields (a compact version: room for no replica
+ * array, mc__vcompact()) or a replica array after the key (room for the
+ * replicas asked for, when more than one); the fields are as wide as their
+ * values need (the aim, issue 14: 1M keys of 100 B in no more memory than
+ * Redis takes, docs/BENCHMARKS.md).
  */
 typedef struct mc__version {
     uint64_t id;
     /* Bit-fields as narrow as their values (checked where they come in):
      * with the size in 48 bits (a larger one, of a sparse file, in the
      * rare fields), the key's length in 13 and the mode in 12, the lease
-     * in 32 and the atime sharing a word with the rare fields, the fields
-     * take 69 bytes, where the key starts (mc__vrep_offset()): a key of up
-     * to 10 bytes and its NUL end at 80. */
+     * in 32, the atime sharing a word with the rare fields and the one
+     * extent with the capacity, the fields take 61 bytes, where the key
+     * starts (mc__vrep_offset()): a key of up to 10 bytes and its NUL end
+     * at 72. */
     uint64_t size : 48;         /* bytes of data, below MC__VSIZE_BIG, else that and
                                    the size is in its rare fields (mc__vmore_t
                                    size); read it through mc__vsize() */
@@ -140,19 +173,18 @@ typedef struct mc__version {
         struct mc__vmore *rare; /* has_more: what few versions have (owned),
                                    its atime too; read it through mc__vmore() */
     };
-    mc__extent_t ext1; /* ext1.len: the bytes reserved in each replica, its
-                          capacity (read it through mc__vcap()); the whole of
-                          ext1: the extent array of its first replica while
-                          that has one extent (rep[0].ext points here, not its
-                          own), whose length is then the capacity: most
-                          objects' only extent needs neither an allocation
-                          nor a length of its own */
-    uint32_t owner;    /* its owner and group: an index into the master's
-                          table of those pairs (owners.c; 0: none recorded);
-                          read them through mc__version_owner() */
-    uint32_t lease;    /* its read lease ends at the master's lease base plus
-                          this many ms (0: none); read it through
-                          mc__version_lease() */
+    uint64_t x1;    /* compact with an extent (n1): that extent, packed
+                       (mc__x1_pack()), whose length is its capacity;
+                       otherwise its capacity, the bytes reserved in each
+                       replica. Read it through mc__vcap() and
+                       mc__vrep_get(): most objects' only extent needs
+                       neither an allocation nor a length of its own */
+    uint32_t owner; /* its owner and group: an index into the master's
+                       table of those pairs (owners.c; 0: none recorded);
+                       read them through mc__version_owner() */
+    uint32_t lease; /* its read lease ends at the master's lease base plus
+                       this many ms (0: none); read it through
+                       mc__version_lease() */
     union {
         uint32_t tick; /* published: the master's access clock at its last
                           access (approximate LRU: eviction samples versions
@@ -171,7 +203,7 @@ typedef struct mc__version {
                              rare fields; 0: compact, see mc__vcompact() */
     uint8_t type : 3;     /* MC_TYPE_* */
     uint8_t n1 : 1;       /* compact with a replica: its extents (0 or 1, in
-                             ext1) */
+                             x1) */
     uint8_t want : 4;     /* replicas asked for (clamped to the segments at the
                              start; <= MC__MAX_REPLICAS) */
     uint8_t flags;        /* MC__V_* */
@@ -183,7 +215,7 @@ typedef struct mc__version {
 _Static_assert(MC__MAX_REPLICAS < 16 && MC_PIN_HARD < 4 && MC_TYPE_MAX < 8 &&
                    (MC__INHERIT_MODE | MC__INHERIT_OWNER) < 4 && MC_KEY_MAX < 8192,
                "mc__version_t's bit-fields");
-_Static_assert(offsetof(mc__version_t, key) == 69, "mc__version_t's fields take 69 bytes");
+_Static_assert(offsetof(mc__version_t, key) == 61, "mc__version_t's fields take 61 bytes");
 _Static_assert(sizeof(mc__version_t) - offsetof(mc__version_t, key) < 8,
                "a version's own allocation (mc__vrep_offset()) covers its struct");
 
@@ -266,9 +298,11 @@ static inline size_t mc__vrep_offset(size_t klen)
 
 /* 1 if v is compact: its allocation has no room for a replica array and
  * none moved out (MC__V_REP_OWNED); its one replica, when it has one
- * (nrep 1), is seg1 with n1 extents (0, or 1 in ext1). Most versions are:
- * those put with one replica. Adding a replica, or one extent more than
- * ext1 holds, makes the array first (mc__version_rep_array()). */
+ * (nrep 1), is seg1 with n1 extents (0, or 1 packed in x1). Most versions
+ * are: those put with one replica. Adding a replica, or an extent that x1
+ * does not hold (a second one, or one that does not fit, mc__x1_fits()),
+ * makes the array first (mc__version_rep_array()); a version with an array
+ * keeps it, and every replica in it has an extent array of its own. */
 static inline int mc__vcompact(const mc__version_t *v)
 {
     return v->repcap == 0 && !(v->flags & MC__V_REP_OWNED);
@@ -286,26 +320,39 @@ static inline mc__replica_t *mc__vrep_array(const mc__version_t *v)
     return (mc__replica_t *)(uintptr_t)((const char *)v + mc__vrep_offset(klen));
 }
 
-/* v's replica r (r < nrep), as a value: its ext points into v (ext1 or the
- * replica's own array), so the extents read through it are v's. */
-static inline mc__replica_t mc__vrep_get(const mc__version_t *v, uint32_t r)
+/* v's replica r (r < nrep), as a value: its ext is the replica's own
+ * array in v, or, v compact, one (the caller's) holding a copy of its one
+ * extent (x1 unpacked): what is read through it is v's, what is written
+ * through one is v's only once stored back (mc__vrep_put()). */
+static inline mc__replica_t mc__vrep_get(const mc__version_t *v, uint32_t r, mc__extent_t *one)
 {
-    if (mc__vcompact(v))
-        return (mc__replica_t){
-            .seg = v->seg1, .n = v->n1, .ext = v->n1 ? (mc__extent_t *)(uintptr_t)&v->ext1 : NULL};
-    return mc__vrep_array(v)[r];
+    if (!mc__vcompact(v))
+        return mc__vrep_array(v)[r];
+    if (!v->n1)
+        return (mc__replica_t){.seg = v->seg1};
+    *one = mc__x1_unpack(v->x1);
+    return (mc__replica_t){.seg = v->seg1, .n = 1, .ext = one};
 }
 
-/* Stores rep as v's replica r (a value from mc__vrep_get() of v, changed).
- * A compact version's replica keeps at most one extent, in ext1: anything
- * else takes mc__version_rep_array() first (aborts otherwise: a replica
- * array lost is space and bytes lost). */
-void mc__vrep_put(mc__version_t *v, uint32_t r, const mc__replica_t *rep);
+/* The segment of v's replica r (r < nrep). */
+static inline uint32_t mc__vrep_seg(const mc__version_t *v, uint32_t r)
+{
+    return mc__vcompact(v) ? v->seg1 : mc__vrep_array(v)[r].seg;
+}
+
+/* Stores rep as v's replica r (a value from mc__vrep_get(v, r, one),
+ * changed). A compact version's replica keeps at most one extent, in
+ * one, that fits x1 (mc__x1_fits()): anything else takes
+ * mc__version_rep_array() first (aborts otherwise: a replica array lost is
+ * space and bytes lost, an extent cut short is bytes lost). Its extent
+ * gone, its capacity stays what the extent's length was. */
+void mc__vrep_put(mc__version_t *v, uint32_t r, const mc__replica_t *rep, const mc__extent_t *one);
 
 /* Gives compact v a replica array (in its rare fields, MC__V_REP_OWNED,
- * room for its replicas, at least one) holding what its fields held;
- * nothing for a version that has one. Returns 0, or -ENOMEM (nothing
- * changed). */
+ * room for its replicas, at least one) holding what its fields held, its
+ * one extent in an extent array of its replica's own, and x1 the capacity
+ * alone; nothing for a version that has one. Returns 0, or -ENOMEM
+ * (nothing changed). */
 int mc__version_rep_array(mc__version_t *v);
 
 /* 1 if v has open handles (mc__master_ref()), else 0. */
@@ -318,16 +365,14 @@ static inline int mc__vopen(const mc__version_t *v)
  * layout, holes included). */
 static inline uint64_t mc__vcap(const mc__version_t *v)
 {
-    return v->ext1.len;
+    return mc__vcompact(v) && v->n1 ? mc__x1_unpack(v->x1).len : v->x1;
 }
 
-/* Sets v's capacity to cap. While its first replica's one extent sits in
- * ext1, that extent's length is the same field: the caller has made (or
- * trimmed) that extent to cap already, or does so now. */
-static inline void mc__version_set_cap(mc__version_t *v, uint64_t cap)
-{
-    v->ext1.len = cap;
-}
+/* Sets v's capacity to cap. While v is compact with an extent (in x1),
+ * that extent's length is the same field: the caller has made (or
+ * trimmed) that extent to cap already (aborts otherwise: the capacity
+ * would be wrong, or the extent). */
+void mc__version_set_cap(mc__version_t *v, uint64_t cap);
 
 /* v's ctime (wall clock, ns): its mtime unless a change of metadata came
  * later (MC__V_CTIME). */
@@ -479,7 +524,8 @@ uint64_t mc__replica_bytes(const mc__replica_t *rep);
 /* mc__replica_bytes() of v's replica r (r < nrep). */
 static inline uint64_t mc__vrep_bytes(const mc__version_t *v, uint32_t r)
 {
-    mc__replica_t rep = mc__vrep_get(v, r);
+    mc__extent_t one;
+    mc__replica_t rep = mc__vrep_get(v, r, &one);
     return mc__replica_bytes(&rep);
 }
 
@@ -670,12 +716,13 @@ void mc__master_flush(mc__master_t *m);
 /* Fills the record (wire/record.h's mc__rec_t) of v as kept for its replica on
  * segment seg: its metadata, and rec->next, the count of its extents there
  * (none for a name entry), which it returns (NULL: none); rec->ext is NULL.
- * Everything points into v. The record's stamp is the last one m handed
- * out: in the notice callback, the one mc__master_flush() gave v (a
- * version keeps no stamp of its own; a record built later describes v as
- * it is then, newer than any sent before). */
+ * Everything points into v, but a compact v's one extent, copied into
+ * *one. The record's stamp is the last one m handed out: in the notice
+ * callback, the one mc__master_flush() gave v (a version keeps no stamp
+ * of its own; a record built later describes v as it is then, newer than
+ * any sent before). */
 const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t *v, uint32_t seg,
-                                      mc__rec_t *rec);
+                                      mc__rec_t *rec, mc__extent_t *one);
 
 /*
  * Merges one record reported by the node of segment seg (mounted again

@@ -109,8 +109,9 @@ int mc__master_names_wait(mc__master_t *m, const mc__version_t *f);
  * m->waiting (0: none). */
 uint32_t mc__master_names_take(mc__master_t *m, const char *ino, size_t ilen);
 
-/* Frees rep's extent array unless it is inl (its version's ext1; NULL for
- * a replica of no version). */
+/* Frees rep's extent array unless it is inl (the copy of a compact
+ * version's one extent mc__vrep_get() filled; NULL when rep has none of
+ * those). */
 static inline void mc__replica_free_ext(mc__replica_t *rep, const mc__extent_t *inl)
 {
     if (rep->ext != inl)
@@ -118,7 +119,8 @@ static inline void mc__replica_free_ext(mc__replica_t *rep, const mc__extent_t *
     rep->ext = NULL;
 }
 
-/* mc__master_replica_release() of a replica of a version whose ext1 is inl. */
+/* mc__master_replica_release() of a replica whose extent inl is a compact
+ * version's copy (mc__replica_free_ext()). */
 void mc__replica_release_in(mc__master_t *m, mc__replica_t *rep, const mc__extent_t *inl);
 
 /* Takes v out of the dirty array (records.c); it is leaving. */

@@ -299,7 +299,8 @@ int mc__svc_pack_replicas(mc__svc_t *svc, mc__wbuf_t *w, const mc__version_t *v)
 {
     mc__pack(w, "u", v->nrep);
     for (uint32_t r = 0; r < v->nrep; r++) {
-        const mc__replica_t r1 = mc__vrep_get(v, r), *rep = &r1;
+        mc__extent_t one;
+        const mc__replica_t r1 = mc__vrep_get(v, r, &one), *rep = &r1;
         seginfo_t *si = mc__svc_seg_info(svc, rep->seg);
         const char *addr = si && si->addr ? si->addr : "";
         const char *rdma = si && si->rdma ? si->rdma : "";

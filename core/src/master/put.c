@@ -96,7 +96,7 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
         if (!used[i] && m->segs[i].id == (uint32_t)pref_seg && !m->segs[i].avoid &&
             mc__segment_free(&m->segs[i]) >= need && mc__segment_free(&m->segs[i]) > 0) {
             used[i] = 1;
-            mc__vrep_put(v, r0++, &(mc__replica_t){.seg = (uint32_t)pref_seg});
+            mc__vrep_put(v, r0++, &(mc__replica_t){.seg = (uint32_t)pref_seg}, NULL);
             break;
         }
     }
@@ -106,18 +106,20 @@ int mc__master_begin_at(mc__master_t *m, const char *key, size_t klen, const mc_
             if (!used[i] && (best < 0 || place_before(&m->segs[i], &m->segs[best])))
                 best = i;
         used[best] = 1;
-        mc__vrep_put(v, r, &(mc__replica_t){.seg = m->segs[best].id});
+        mc__vrep_put(v, r, &(mc__replica_t){.seg = m->segs[best].id}, NULL);
     }
     v->nrep = (uint8_t)want;
     *out = v;
     return 0;
 }
 
-/* Allocates len more bytes at the end of replica rep; one with no extent
- * yet that gets one takes slot (when not NULL: its version's ext1) as its
- * array. rep is a copy of compact version cv's replica (else cv is NULL):
- * cv gets its replica array before rep gets an extent array. */
-static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__extent_t *slot,
+/* Allocates len more bytes at the end of replica rep. rep is a copy of
+ * compact version cv's replica (else cv is NULL), its one extent, if any,
+ * in *one (mc__vrep_get()): while it keeps one extent that fits cv's x1
+ * (mc__x1_fits()), that stays in *one; else cv gets its replica array
+ * first and rep becomes that array's replica, with an extent array of its
+ * own (which a replica of no compact version always has, or none). */
+static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__extent_t *one,
                         mc__version_t *cv)
 {
     mc__segment_t *s = mc__master_seg(m, rep->seg);
@@ -127,26 +129,33 @@ static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__e
     int n = mc__alloc_get(s->alloc, len, got, 64);
     if (n < 0)
         return n;
-    int own = rep->ext && rep->ext != slot;
-    if (slot && rep->n == 0 && !own && n == 1) {
-        rep->ext = slot; /* not the replica's own */
-    } else if (slot && rep->n == 1 && rep->ext == slot && n == 1 && slot->off != MC__HOLE &&
-               slot->off + slot->len == got[0].off) {
-        slot->len += got[0].len; /* right after its one extent: it grows in place */
+    if (cv && n == 1 && rep->n == 0 && mc__x1_fits(&got[0])) {
+        *one = got[0];
+        rep->ext = one;
+        rep->n = 1;
         return 0;
-    } else if (rep->n + (uint64_t)n > (own ? mc__replica_room(rep->n) : 0)) {
-        if (cv && mc__version_rep_array(cv) < 0) {
+    }
+    if (cv && n == 1 && rep->n == 1 && one->off + one->len == got[0].off) {
+        mc__extent_t e = {one->off, one->len + got[0].len};
+        if (mc__x1_fits(&e)) {
+            *one = e; /* right after its one extent: it grows in place */
+            return 0;
+        }
+    }
+    if (cv) {
+        if (mc__version_rep_array(cv) < 0) {
             mc__alloc_put(s->alloc, got, n);
             return -ENOMEM;
         }
+        *rep = mc__vrep_array(cv)[0]; /* its extent moved to an array of its own */
+    }
+    if (rep->n + (uint64_t)n > (rep->ext ? mc__replica_room(rep->n) : 0)) {
         uint64_t room = mc__replica_room(rep->n + (uint64_t)n);
-        mc__extent_t *e = own ? realloc(rep->ext, sizeof(*e) * room) : malloc(sizeof(*e) * room);
+        mc__extent_t *e = realloc(rep->ext, sizeof(*e) * room);
         if (!e) {
             mc__alloc_put(s->alloc, got, n);
             return -ENOMEM;
         }
-        if (!own && rep->n)
-            memcpy(e, rep->ext, sizeof(*e) * rep->n); /* out of the version's ext1 */
         rep->ext = e;
     }
     for (int i = 0; i < n; i++) {
@@ -163,9 +172,10 @@ static int replica_grow(mc__master_t *m, mc__replica_t *rep, uint64_t len, mc__e
 /* replica_grow() of v's replica r. */
 static int version_grow(mc__master_t *m, mc__version_t *v, uint32_t r, uint64_t len)
 {
-    mc__replica_t rep = mc__vrep_get(v, r);
-    int rc = replica_grow(m, &rep, len, r ? NULL : &v->ext1, mc__vcompact(v) ? v : NULL);
-    mc__vrep_put(v, r, &rep);
+    mc__extent_t one;
+    mc__replica_t rep = mc__vrep_get(v, r, &one);
+    int rc = replica_grow(m, &rep, len, &one, mc__vcompact(v) ? v : NULL);
+    mc__vrep_put(v, r, &rep, &one);
     return rc;
 }
 
@@ -196,12 +206,14 @@ static void replica_trim(mc__master_t *m, mc__replica_t *rep, uint64_t keep)
         rep->n = i;
 }
 
-/* replica_trim() of v's replica r: a compact v's stays in ext1. */
+/* replica_trim() of v's replica r: a compact v's stays in x1 (shorter, it
+ * fits still). */
 static void version_trim(mc__master_t *m, mc__version_t *v, uint32_t r, uint64_t keep)
 {
-    mc__replica_t rep = mc__vrep_get(v, r);
+    mc__extent_t one;
+    mc__replica_t rep = mc__vrep_get(v, r, &one);
     replica_trim(m, &rep, keep);
-    mc__vrep_put(v, r, &rep);
+    mc__vrep_put(v, r, &rep, &one);
 }
 
 void mc__extents_put(mc__alloc_t *a, const mc__extent_t *ext, uint32_t n)
@@ -292,7 +304,7 @@ uint64_t mc__master_total(const mc__master_t *m)
 
 int mc__master_reserve(mc__master_t *m, mc__version_t *v, uint64_t capacity, uint64_t now)
 {
-    /* The capacity before: the first replica's one extent (ext1) may grow
+    /* The capacity before: a compact version's one extent (x1) may grow
      * in place below, and its length is the capacity's field. */
     const uint64_t old = mc__vcap(v);
     if (capacity <= old)

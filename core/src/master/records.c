@@ -103,7 +103,7 @@ void mc__master_flush(mc__master_t *m)
 }
 
 const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t *v, uint32_t seg,
-                                      mc__rec_t *r)
+                                      mc__rec_t *r, mc__extent_t *one)
 {
     memset(r, 0, sizeof(*r));
     r->version = v->id;
@@ -127,10 +127,10 @@ const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t
     r->xattr = mc__vmore(v)->xattr;
     r->xattr_len = mc__vmore(v)->xattr_len;
     for (uint32_t i = 0; i < v->nrep; i++) {
-        mc__replica_t rep = mc__vrep_get(v, i);
+        mc__replica_t rep = mc__vrep_get(v, i, one);
         if (rep.seg == seg) {
             r->next = rep.n;
-            return rep.ext; /* v's: ext1 or the replica's own array */
+            return rep.ext; /* v's own array, or its one extent in *one */
         }
     }
     return NULL;
@@ -400,7 +400,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         int rc = 1;
         int twice = 0; /* reported again (by the node and the op log) */
         for (uint32_t i = 0; i < v->nrep; i++)
-            twice |= mc__vrep_get(v, i).seg == seg;
+            twice |= mc__vrep_seg(v, i) == seg;
         if (!mc__vmore(v)->link && !twice) {
             if (v->nrep >= MC__MAX_REPLICAS || rec_bytes(r, ext) != mc__vcap(v))
                 return 0;
@@ -459,14 +459,16 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     }
     v->id = r->version;
     mc__version_set_cap(v, bytes);
-    if (!r->linklen && (rep.n == 0 || (rep.n == 1 && rep.ext[0].off != MC__HOLE))) {
-        /* Compact: its one extent (never a hole) in ext1. */
+    if (!r->linklen && (rep.n == 0 || (rep.n == 1 && mc__x1_fits(&rep.ext[0])))) {
+        /* Compact: its one extent (never a hole, one that fits) in x1,
+         * whose length is bytes. */
+        mc__extent_t one;
         if (rep.n) {
-            v->ext1.off = rep.ext[0].off; /* ext1.len is bytes, the extent's length */
+            one = rep.ext[0];
             free(rep.ext);
-            rep.ext = &v->ext1;
+            rep.ext = &one;
         }
-        mc__vrep_put(v, 0, &rep);
+        mc__vrep_put(v, 0, &rep, &one);
         v->nrep = 1;
     } else if (!r->linklen && mc__master_replica_attach(v, &rep) < 0) {
         mc__master_replica_release(m, &rep);

@@ -184,7 +184,8 @@ static int plan_one(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
         free(t);
         return -ENOMEM;
     }
-    const mc__replica_t r0 = mc__vrep_get(v, 0);
+    mc__extent_t one;
+    const mc__replica_t r0 = mc__vrep_get(v, 0, &one);
     if (mc__master_replica_alloc_like(m, tg->seg, &r0, &rep) < 0) {
         free(key);
         free(t);
@@ -340,7 +341,8 @@ void mc__repair_sources(mc__repair_task_t *t, const mc__version_t *v)
 {
     t->nsrc = 0;
     for (uint32_t i = 0; i < v->nrep && i < MC__MAX_REPLICAS; i++) {
-        mc__replica_t rep = mc__vrep_get(v, i);
+        mc__extent_t one;
+        mc__replica_t rep = mc__vrep_get(v, i, &one);
         t->src[i].seg = rep.seg;
         t->src[i].off = first_off(&rep);
         t->nsrc = i + 1;
@@ -353,7 +355,8 @@ static int sources_kept(const mc__repair_task_t *t, const mc__version_t *v)
     for (uint32_t i = 0; i < t->nsrc; i++) {
         int kept = 0;
         for (uint32_t r = 0; r < v->nrep && !kept; r++) {
-            mc__replica_t rep = mc__vrep_get(v, r);
+            mc__extent_t one;
+            mc__replica_t rep = mc__vrep_get(v, r, &one);
             kept = rep.seg == t->src[i].seg && first_off(&rep) == t->src[i].off;
         }
         if (!kept)

@@ -35,7 +35,8 @@ static void note_encode(mc__wbuf_t *e, const mc__master_t *m, uint32_t seg, mc__
     if (drop)
         return;
     mc__rec_t r;
-    const mc__extent_t *ext = mc__master_record(m, v, seg, &r);
+    mc__extent_t one;
+    const mc__extent_t *ext = mc__master_record(m, v, seg, &r, &one);
     mc__wbuf_t rb = {0};
     mc__pack_rec_head(&rb, &r);
     for (uint32_t i = 0; i < r.next; i++)
@@ -175,7 +176,7 @@ static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
     const mc__version_t *f = x->link ? mc__master_resolve(m, v) : v;
     name_segs_t *t = x->link ? name_segs(svc, x->link, x->linklen, f && !drop) : NULL;
     for (uint32_t r = 0; f && r < f->nrep; r++) {
-        uint32_t seg = mc__vrep_get(f, r).seg;
+        uint32_t seg = mc__vrep_seg(f, r);
         note_add(svc, seg, v, drop, 1);
         if (!drop)
             segs_add(t, seg);
@@ -183,7 +184,7 @@ static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
     for (uint32_t i = 0; t && i < t->n; i++) {
         int sent = 0;
         for (uint32_t r = 0; f && r < f->nrep && !sent; r++)
-            sent = mc__vrep_get(f, r).seg == t->seg[i];
+            sent = mc__vrep_seg(f, r) == t->seg[i];
         if (!sent)
             note_add(svc, t->seg[i], v, drop, 1);
     }

@@ -177,7 +177,7 @@ static void put_end(mc__svc_t *svc, put_t *p, int fenced)
     }
     *f = (fenced_t){.v = v, .free_at = free_at, .next = svc->fenced, .nneed = v->nrep};
     for (uint32_t r = 0; r < v->nrep; r++) {
-        uint32_t seg = mc__vrep_get(v, r).seg;
+        uint32_t seg = mc__vrep_seg(v, r);
         f->need[r].seg = seg;
         f->need[r].epoch = mc__svc_seg_fence(svc, seg);
     }
@@ -552,8 +552,9 @@ int mc__svc_put(mc__svc_t *svc, const mc__put_start_rq_t *start, const mc__put_c
     if (rc < 0)
         return rc;
     mc__replica_t rep[MC__MAX_REPLICAS];
+    mc__extent_t one[MC__MAX_REPLICAS]; /* a compact v's one extent */
     for (uint32_t r = 0; r < v->nrep; r++)
-        rep[r] = mc__vrep_get(v, r);
+        rep[r] = mc__vrep_get(v, r, &one[r]);
     if ((rc = write(arg, rep, v->nrep)) < 0 || (rc = put_check(svc, v, commit)) < 0) {
         mc__master_abort(svc->m, v);
         return rc;
@@ -611,7 +612,7 @@ static int op_put_epoch(mc__svc_t *svc, const char *body, size_t len, uint64_t n
     if (rc < 0)
         return rc;
     uint32_t r = 0;
-    while (r < p->v->nrep && mc__vrep_get(p->v, r).seg != seg)
+    while (r < p->v->nrep && mc__vrep_seg(p->v, r) != seg)
         r++;
     if (r == p->v->nrep) /* not one of its segments (a replica dropped) */
         return -ENOENT;
