@@ -435,6 +435,14 @@ static void setattr_step(fs_ctx_t *c)
             fs_wstate_t *ws = fs_ws_get(c->fs, in);
             if (!ws)
                 return fs_ctx_fail(c, -ENOMEM);
+            /* truncate(2) by path truncates the file as it is now, as an
+             * open for writing would (close-to-open), not the version the
+             * page cache holds for the descriptors reading it here: the
+             * kernel drops their pages when the size changes. With a
+             * descriptor open for writing here, the version it shows
+             * (writers.c): its close would publish that one's bytes. */
+            if (ws->state == WS_NONE && !ws->handles && (!c->fh || !c->fh->writable))
+                ws->newest = 1;
             ws->handles++;
             c->wait.need_writer = 1;
             c->wait.run = setattr_have_writer;

@@ -140,7 +140,7 @@ static void cur_open(fs_t *fs, fs_inode_t *in)
     cur_send(&o->gate, 0);
 }
 
-void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version)
+void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version, int closing)
 {
     in->version = version;
     /* The kernel holds the attributes it had while the file was written,
@@ -152,14 +152,17 @@ void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version)
     if (fs->direct_io)
         return;
     cur_set(fs, in, NULL);
-    /* Another handle may read what the cache lacks: open the version now,
-     * while its key is sure to name it (an unlink or a rename of the file
-     * waits for this: settle() in namespace.c). The writers' own
-     * handles open it when they need it (usually they are released first;
-     * a commit at the last writer's release has none left); ws->handles
-     * also counts an operation holding the state (a truncate by path),
-     * which leaves this to the first read that misses. */
-    if (in->opens > (in->ws ? in->ws->handles : 0))
+    /* Another handle may read what the cache lacks, or write: open the
+     * version now, while its key is sure to name it (an unlink or a rename
+     * of the file waits for this: settle() in namespace.c). A writer of
+     * one of them copies it (writers.c): opened by key at that write, it
+     * could be a version another client published since, under the pages
+     * the kernel keeps of this one (a mapping's page written back would
+     * splice them into that version). The handles whose close published
+     * are usually released next, and open nothing: a descriptor that
+     * stays open after the close of its dup (a mapping's) then leaves its
+     * next writer to copy the version its key names (SEMANTICS). */
+    if (in->opens > closing)
         cur_open(fs, in);
 }
 

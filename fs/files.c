@@ -655,6 +655,7 @@ static void flush_run(fs_waiter_t *w, int err)
     c->wait.run = flush_committed;
     c->wait.next = ws->committers;
     ws->committers = &c->wait;
+    ws->closing++;
     fs_ws_commit(ws);
 }
 

@@ -261,8 +261,9 @@ fs_ctx_t *fs_write_ctx(fuse_req_t req, fs_fh_t *fh);
 void fs_cache_open(fs_t *fs, fs_inode_t *in, fs_fh_t *fh, int created, struct fuse_file_info *fi);
 
 /* A version of in was published from this mount (its writes are what the
- * page cache holds). */
-void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version);
+ * page cache holds); closing: how many of the file's handles here the
+ * close of a descriptor published from (FLUSH: they usually go next). */
+void fs_cache_published(fs_t *fs, fs_inode_t *in, uint64_t version, int closing);
 
 /* The last handle of in closed: lets go of its version. */
 void fs_cache_unpin(fs_t *fs, fs_inode_t *in);

@@ -214,6 +214,17 @@ static void ws_base_opened(void *arg, int rc)
         ws_opened(ws, rc);
 }
 
+/* The base opened by key (mc_obj_open_async()): under the page cache, the
+ * pages the kernel keeps are of another version than the writer copies
+ * when that is not the one in->version says the cache holds. */
+static void ws_base_opened_by_key(void *arg, int rc)
+{
+    fs_wstate_t *ws = arg;
+    uint64_t v = rc == 0 ? mc_obj_stat(ws->base)->version : 0;
+    ws->foreign = !ws->fs->direct_io && (rc == 0 || rc == -ENOENT) && v != ws->in->version;
+    ws_base_opened(ws, rc);
+}
+
 /* State OPENING: opens the version the writer copies (none when the file
  * is written afresh), once no unlink or rename of the file is on its way.
  * As ws->gate's run. */
@@ -228,7 +239,10 @@ static void ws_open_base(fs_waiter_t *gate, int err)
         return ws_opened(ws, -ECANCELED); /* fs_shutdown(): no new store operation */
     int rc = -ENOENT;
     int fresh = ws->fresh;
+    int newest = ws->newest;
     ws->fresh = 0;
+    ws->newest = 0;
+    ws->foreign = 0;
     char ibuf[64];
     size_t klen;
     const char *key = fresh ? NULL : fs_inode_file_key(ws->in, ibuf, sizeof(ibuf), &klen);
@@ -238,7 +252,10 @@ static void ws_open_base(fs_waiter_t *gate, int err)
         return ws_base_opened(ws, 0);
     }
     fs_inode_t *in = ws->in;
-    if (key && !ws->fs->direct_io && in->cur && in->version &&
+    if (key && !newest && !ws->fs->direct_io && !in->cur && in->cur_opening && in->version &&
+        fs_cache_wait(ws->fs, in, gate) == 0)
+        return; /* the version published here, being opened (cache.c): copy that */
+    if (key && !newest && !ws->fs->direct_io && in->cur && in->version &&
         mc_obj_stat(in->cur)->version == in->version && !mc_obj_stale(in->cur)) {
         /* The page cache holds that version (cache.c): the kernel's pages
          * of it stay under the writer's bytes (a page written back from a
@@ -249,7 +266,7 @@ static void ws_open_base(fs_waiter_t *gate, int err)
         return ws_base_opened(ws, 0);
     }
     if (key)
-        rc = mc_obj_open_async(ws->fs->store, key, klen, &ws->base, ws_base_opened, ws);
+        rc = mc_obj_open_async(ws->fs->store, key, klen, &ws->base, ws_base_opened_by_key, ws);
     if (rc < 0)
         ws_base_opened(ws, rc);
 }
@@ -299,6 +316,7 @@ static void ws_wake(fs_wstate_t *ws, int rc)
 {
     fs_waiter_t *c = ws->committers;
     ws->committers = NULL;
+    ws->closing = 0;
     while (c) {
         fs_waiter_t *next = c->next;
         c->run(c, rc);
@@ -322,7 +340,10 @@ static void ws_finish(fs_wstate_t *ws, int rc, int published)
         fs_ws_poison(ws, rc); /* what the writers wrote is lost */
     if (published) {
         ws->in->st = ws->st;
-        fs_cache_published(ws->fs, ws->in, ws->st.version);
+        fs_cache_published(ws->fs, ws->in, ws->st.version, ws->closing);
+        if (ws->foreign)
+            ws->in->version = 0; /* pages of the version it did not copy may stay */
+        ws->foreign = 0;
         mc_obj_close(ws->kept); /* the file has a name: the next writer copies it */
         ws->kept = NULL;
     }

@@ -44,10 +44,16 @@ typedef struct fs_wstate {
     int err;       /* why the version failed, while FAILING */
     int dirty;     /* the writer holds changes not yet published */
     int fresh;     /* the next writer starts empty instead of copying */
+    int newest;    /* the next writer copies the version the key names, not
+                      the one the page cache holds (a truncate by path) */
+    int foreign;   /* the version in progress copies another version than the
+                      page cache holds (--cache-mode pages): its publish leaves
+                      what the cache holds unknown (in->version 0) */
     mc_stat_t st;  /* filled by the commit */
     uint64_t size; /* while COMMITTING: the size it publishes */
     fs_waiter_t *wait_head, *wait_tail;
     fs_waiter_t *committers;  /* flushes waiting for the commit in flight */
+    int closing;              /* how many of them are a descriptor's close (FLUSH) */
     fs_waiter_t gate;         /* the base's open or the commit, waiting for an
                                  unlink or rename of the file (fs_naming_gate()) */
     uint64_t behind;          /* bytes of writes answered while in flight (wbehind.c) */

@@ -580,3 +580,131 @@ def test_a_write_after_another_clients_publish_keeps_what_the_descriptor_reads(s
     want = b"A" * PAGE + b"X" + b"A" * (size - PAGE - 1)
     assert seen == want, f"the descriptor read {seen[:1]!r}..{seen[-1:]!r} after its write"
     assert other_client_get(m, "f") == want, "the close published other bytes than it read"
+
+
+def test_a_mapping_left_open_after_another_descriptors_close_keeps_what_it_shows(store_mount):
+    """Two descriptors open the file for writing, the second maps it
+    (shared) and reads it through the mapping; the first writes and its
+    close publishes (the mapping shows the write: one page cache). Another
+    client then publishes a version of the same size, and a write through
+    the mapping, written back by msync, starts a new version in progress.
+    That version must copy what the mapping shows (the version published
+    here), not the other client's: the close would publish the mapping's
+    page spliced into the other client's bytes. (No version stayed open
+    after the publish here, and the writer opened the newest by key.)"""
+    m = store_mount("64M")
+    size = 3 * PAGE + 100
+    with open(m.p("f"), "wb") as f:
+        f.write(b"A" * size)
+    fd1 = os.open(m.p("f"), os.O_RDWR)
+    fd2 = os.open(m.p("f"), os.O_RDWR)
+    mm = None
+    try:
+        mm = mmap.mmap(fd2, size, mmap.MAP_SHARED)
+        assert mm[:] == b"A" * size  # cached
+        assert os.pwrite(fd1, b"X", 0) == 1  # through the cache: the mapping shows it
+        os.close(fd1)  # publishes "X" + "A"...
+        fd1 = None
+        assert other_client_get(m, "f") == b"X" + b"A" * (size - 1)
+        assert mm[:] == b"X" + b"A" * (size - 1)
+        other_client_put(m, "f", b"B" * size)
+        mm[PAGE:PAGE + 1] = b"Y"
+        mm.flush()  # msync(MS_SYNC): page 1 into the version in progress
+        shown = mm[:]
+        mm.close()
+        mm = None
+    finally:
+        if mm is not None:
+            mm.close()
+        if fd1 is not None:
+            os.close(fd1)
+        os.close(fd2)
+    want = b"X" + b"A" * (PAGE - 1) + b"Y" + b"A" * (size - PAGE - 1)
+    assert shown == want
+    got = other_client_get(m, "f")
+    assert got == want, \
+        f"the close published {got[:1]!r}..{got[PAGE:PAGE + 2]!r}..{got[-1:]!r}: not what it showed"
+
+
+@pytest.mark.xfail(strict=True, reason="SEMANTICS (Overwrite): a descriptor that stays open after "
+                   "the close of its dup published copies the version its key names at its next "
+                   "write; a version another client published in between is spliced in")
+def test_a_descriptor_left_open_after_its_dups_close_keeps_what_it_shows(store_mount):
+    """As above with one descriptor: the close of a dup of it publishes
+    (FLUSH), the descriptor itself stays open and mapped. The daemon cannot
+    tell that close from the descriptor's last (RELEASE comes later, or
+    not), so it keeps no version open after the publish, and the next
+    write copies the version the key names then: the other client's."""
+    m = store_mount("64M")
+    size = 3 * PAGE + 100
+    with open(m.p("f"), "wb") as f:
+        f.write(b"A" * size)
+    fd = os.open(m.p("f"), os.O_RDWR)
+    mm = None
+    try:
+        mm = mmap.mmap(fd, size, mmap.MAP_SHARED)
+        assert mm[:] == b"A" * size  # cached
+        assert os.pwrite(fd, b"X", 0) == 1
+        os.close(os.dup(fd))  # publishes "X" + "A"...
+        assert other_client_get(m, "f") == b"X" + b"A" * (size - 1)
+        other_client_put(m, "f", b"B" * size)
+        mm[PAGE:PAGE + 1] = b"Y"
+        mm.flush()  # msync(MS_SYNC): page 1 into the version in progress
+        shown = mm[:]
+        mm.close()
+        mm = None
+    finally:
+        if mm is not None:
+            mm.close()
+        os.close(fd)
+    want = b"X" + b"A" * (PAGE - 1) + b"Y" + b"A" * (size - PAGE - 1)
+    assert shown == want
+    got = other_client_get(m, "f")
+    assert got == want, \
+        f"the close published {got[:1]!r}..{got[PAGE:PAGE + 2]!r}..{got[-1:]!r}: not what it showed"
+
+
+def test_truncate_by_path_truncates_the_version_another_client_published(store_mount):
+    """truncate(2) by path while a reader here holds the file open (its
+    pages cached) after another client published a new version: the
+    truncation is of the file as it is now (close-to-open: the other
+    client's close came first), as an open for writing and ftruncate
+    would do, not of the version the reader's cache holds."""
+    m = store_mount("64M")
+    size = 3 * PAGE + 100
+    other_client_put(m, "f", b"A" * size)
+    r = os.open(m.p("f"), os.O_RDONLY)
+    try:
+        assert os.pread(r, size, 0) == b"A" * size  # cached
+        other_client_put(m, "f", b"B" * size)
+        os.truncate(m.p("f"), PAGE + 1)
+        got = other_client_get(m, "f")
+        assert got == b"B" * (PAGE + 1), f"published {got[:1]!r} * {len(got)}"
+        seen = os.pread(r, size, 0)
+        assert seen in (b"B" * (PAGE + 1),), f"the reader read {sorted(set(seen))} * {len(seen)}"
+    finally:
+        os.close(r)
+    with open(m.p("f"), "rb") as f:
+        assert f.read() == b"B" * (PAGE + 1)
+
+
+def test_truncate_by_path_to_the_cached_size_of_a_replaced_version(store_mount):
+    """The same, truncating to the size of the version the reader's cache
+    holds (the kernel keeps its pages when the size it knows stays): an
+    open after the truncate reads the truncated version whole."""
+    m = store_mount("64M")
+    size = 3 * PAGE + 100
+    other_client_put(m, "f", b"A" * size)
+    r = os.open(m.p("f"), os.O_RDONLY)
+    try:
+        assert os.pread(r, size, 0) == b"A" * size  # cached
+        other_client_put(m, "f", b"B" * (size + PAGE))
+        os.truncate(m.p("f"), size)
+        got = other_client_get(m, "f")
+        assert got == b"B" * size, f"published {sorted(set(got))} * {len(got)}"
+        with open(m.p("f"), "rb") as f:
+            seen = f.read()
+        assert seen == b"B" * size, f"an open after it read {sorted(set(seen))} * {len(seen)}"
+    finally:
+        os.close(r)
+
