@@ -246,23 +246,25 @@ static void ws_open_base(fs_waiter_t *gate, int err)
     char ibuf[64];
     size_t klen;
     const char *key = fresh ? NULL : fs_inode_file_key(ws->in, ibuf, sizeof(ibuf), &klen);
-    if (!key && !fresh && ws->kept) { /* no name left: the file as it went */
-        ws->base = ws->kept;
-        ws->kept = NULL;
-        return ws_base_opened(ws, 0);
-    }
     fs_inode_t *in = ws->in;
     if (key && !newest && !ws->fs->direct_io && !in->cur && in->cur_opening && in->version &&
         fs_cache_wait(ws->fs, in, gate) == 0)
         return; /* the version published here, being opened (cache.c): copy that */
-    if (key && !newest && !ws->fs->direct_io && in->cur && in->version &&
+    if (!fresh && !newest && !ws->fs->direct_io && in->cur && in->version &&
         mc_obj_stat(in->cur)->version == in->version && !mc_obj_stale(in->cur)) {
         /* The page cache holds that version (cache.c): the kernel's pages
          * of it stay under the writer's bytes (a page written back from a
          * mapping, a read that hits), so the writer copies it, not a newer
-         * one another client published since: that would mix the two. */
+         * one another client published since: that would mix the two.
+         * Also when the file's name went: ws->kept is what the name had
+         * then, another client's version maybe. */
         ws->base = in->cur;
         ws->base_lent = 1;
+        return ws_base_opened(ws, 0);
+    }
+    if (!key && !fresh && ws->kept) { /* no name left: the file as it went */
+        ws->base = ws->kept;
+        ws->kept = NULL;
         return ws_base_opened(ws, 0);
     }
     if (key)

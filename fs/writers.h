@@ -36,7 +36,8 @@ typedef struct fs_wstate {
                                over (base_lent 0) instead of closing it */
     mc_obj_t *kept;         /* the version the file's key named when its last name
                                went with no writer open (fs_ws_before_unnamed()):
-                               what a writer opened afterwards copies */
+                               what a writer opened afterwards copies, unless
+                               the page cache holds the inode's cur (that) */
     fs_waiter_t *kept_wait; /* waiting for kept's open */
     enum ws_state state;
     int handles;   /* writable handles plus operations holding the state */

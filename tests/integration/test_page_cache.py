@@ -708,3 +708,31 @@ def test_truncate_by_path_to_the_cached_size_of_a_replaced_version(store_mount):
     finally:
         os.close(r)
 
+
+
+def test_a_file_unlinked_while_mapped_keeps_what_its_descriptor_shows(store_mount):
+    """A descriptor open for writing maps the file (its pages cached),
+    another client publishes a version of the same size, and the file is
+    unlinked here: a write through the mapping then starts the version in
+    progress of the file with no name, whose bytes the descriptor reads
+    where the cache misses. It must copy the version the descriptor shows,
+    not the one the name had at the unlink (the other client's)."""
+    m = store_mount("64M")
+    size = 3 * PAGE + 100
+    other_client_put(m, "f", b"A" * size)
+    fd = os.open(m.p("f"), os.O_RDWR)
+    try:
+        mm = mmap.mmap(fd, size, mmap.MAP_SHARED)
+        assert mm[:] == b"A" * size  # cached
+        other_client_put(m, "f", b"B" * size)
+        os.unlink(m.p("f"))
+        mm[PAGE:PAGE + 1] = b"Y"
+        mm.flush()  # msync(MS_SYNC): page 1 into the version in progress
+        mm.close()
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # reads miss: the writer's bytes
+        seen = os.pread(fd, size + 1, 0)
+    finally:
+        os.close(fd)
+    want = b"A" * PAGE + b"Y" + b"A" * (size - PAGE - 1)
+    assert seen == want, \
+        f"the descriptor read {seen[:1]!r}..{seen[PAGE:PAGE + 2]!r}..{seen[-1:]!r}"
