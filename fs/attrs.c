@@ -157,6 +157,13 @@ static void attr_stat_done(void *arg, int rc)
         return attr_reply(c, rc == MC_LOOKUP_DIR ? &c->st : NULL);
     if (rc == -ENOENT && (!in->key || in->opens))
         return attr_reply(c, &in->st); /* open, unlinked: last known */
+    /* Gone under the name the kernel looked up (removed or renamed by
+     * another client, or by this mount between the kernel's lookup and
+     * this): ESTALE makes the kernel look the path up again (a stat, an
+     * open's permission check: open(O_CREAT) then creates it), where
+     * ENOENT would fail the call on a name it no longer holds. */
+    if (rc == -ENOENT)
+        rc = -ESTALE;
     if (rc < 0)
         return fs_ctx_fail(c, rc);
     in->st = c->st;

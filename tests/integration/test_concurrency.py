@@ -276,6 +276,27 @@ def test_open_creat_racing_unlink_and_rename_never_fails(mnt):
     assert opens[0] > stale[0] and opens[0] >= 20, f"{opens[0]} opens, {stale[0]} ESTALE"
 
 
+def test_open_creat_of_a_name_removed_elsewhere_under_a_cached_entry_creates_it(store_mount):
+    """The deterministic form of the race above: the kernel holds the
+    name's entry (--cache-timeout 30) but not the file's attributes (a
+    sparse file's publish drops them), and another client removes the
+    file. open(O_CREAT | O_TRUNC) then finds the cached entry, asks for the
+    attributes to check permissions (GETATTR), and the daemon's stat of the
+    name finds nothing: that must make the kernel look the name up again
+    (ESTALE), so that the open creates the file, not fail with ENOENT."""
+    m = store_mount("64M", "--cache-timeout", "30")
+    p = m.p("f")
+    with open(p, "wb") as f:
+        f.truncate(1 << 20)  # a hole: its publish drops the kernel's attributes
+    assert cli(m.store_addr, "rm", "f").returncode == 0
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        assert os.write(fd, b"new") == 3
+    finally:
+        os.close(fd)
+    assert cli(m.store_addr, "get", "f").stdout == b"new"
+
+
 def _a_reader_and_a_writer(cluster):
     """A cluster mount (its metrics on a port of its own) and a file f of
     1 MiB of "A" open twice: (master, metrics port, path, size, a read-only
