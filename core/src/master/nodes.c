@@ -1,7 +1,8 @@
 /*
  * nodes.c - the master service's segments and nodes (see service_i.h):
- * segments mounted by nodes (and this process's own), nodes' heartbeats
- * and suspicion, dropping a segment with every replica on it, counters,
+ * segments mounted by nodes (and this process's own), their fences and the
+ * ended writes that wait on them, nodes' heartbeats and suspicion,
+ * dropping a segment with every replica on it, counters,
  * the replica sets answers carry, and the node requests (mount, unmount,
  * heartbeat, repair tasks). The records nodes keep (notices, reports) and
  * the op log's view are reports.c's.
@@ -106,6 +107,55 @@ int mc__svc_seg_fenced(mc__svc_t *svc, uint32_t seg, uint64_t epoch)
     if (!si)
         return 1;
     return si->enforced < epoch ? 0 : si->checked ? 2 : 1;
+}
+
+void mc__svc_fence_write(mc__svc_t *svc, mc__version_t *v, uint64_t free_at)
+{
+    fenced_t *f = malloc(sizeof(*f) + sizeof(f->need[0]) * v->nrep);
+    if (!f) {
+        /* Out of memory: freeing at once is the lesser evil than a leak
+         * that lasts forever, and the lease margin still holds. */
+        mc__master_abort(svc->m, v);
+        return;
+    }
+    *f = (fenced_t){.v = v, .free_at = free_at, .next = svc->fenced, .nneed = v->nrep};
+    for (uint32_t r = 0; r < v->nrep; r++) {
+        uint32_t seg = mc__vrep_seg(v, r);
+        f->need[r].seg = seg;
+        f->need[r].epoch = mc__svc_seg_fence(svc, seg);
+    }
+    svc->fenced = f;
+}
+
+/* Whether fenced write f may go at now: its bytes are refused where they
+ * could land, and its lease is over unless every write there passed its
+ * node's check (or force: the service is closing). */
+static int fenced_over(mc__svc_t *svc, const fenced_t *f, uint64_t now, int force)
+{
+    int all_checked = 1;
+    if (force)
+        return 1;
+    for (uint32_t i = 0; i < f->nneed; i++) {
+        int fz = mc__svc_seg_fenced(svc, f->need[i].seg, f->need[i].epoch);
+        if (!fz)
+            return 0;
+        all_checked &= fz == 2;
+    }
+    return all_checked || f->free_at <= now;
+}
+
+void mc__svc_fenced_sweep(mc__svc_t *svc, uint64_t now, int force)
+{
+    for (fenced_t **pp = &svc->fenced; *pp;) {
+        fenced_t *f = *pp;
+        if (!fenced_over(svc, f, now, force)) {
+            pp = &f->next;
+            continue;
+        }
+        *pp = f->next;
+        mc__master_abort(svc->m, f->v);
+        free(f);
+    }
 }
 
 void mc__svc_set_local_addr(mc__svc_t *svc, const char *addr)

@@ -161,59 +161,18 @@ static mc__version_t *put_del(mc__svc_t *svc, put_t *p)
 /*
  * Ends write p without publishing it. With fenced, its writer may still be
  * sending bytes: the space is kept until its write lease is over and the
- * nodes of its segments refuse them (fenced_t); without, the writer said
- * that none of its bytes can land any more, and the space is freed now.
+ * nodes of its segments refuse them (mc__svc_fence_write()); without, the
+ * writer said that none of its bytes can land any more, and the space is
+ * freed now.
  */
 static void put_end(mc__svc_t *svc, put_t *p, int fenced)
 {
     uint64_t free_at = p->touched + svc->o.write_lease_ms;
     mc__version_t *v = put_del(svc, p);
-    fenced_t *f = fenced ? malloc(sizeof(*f) + sizeof(f->need[0]) * v->nrep) : NULL;
-    if (!f) {
-        /* Out of memory: freeing at once is the lesser evil than a leak
-         * that lasts forever, and the lease margin still holds. */
+    if (fenced)
+        mc__svc_fence_write(svc, v, free_at);
+    else
         mc__master_abort(svc->m, v);
-        return;
-    }
-    *f = (fenced_t){.v = v, .free_at = free_at, .next = svc->fenced, .nneed = v->nrep};
-    for (uint32_t r = 0; r < v->nrep; r++) {
-        uint32_t seg = mc__vrep_seg(v, r);
-        f->need[r].seg = seg;
-        f->need[r].epoch = mc__svc_seg_fence(svc, seg);
-    }
-    svc->fenced = f;
-}
-
-/* Whether fenced write f may go at now: its bytes are refused where they
- * could land, and its lease is over unless every write there passed its
- * node's check (or force: the service is closing). */
-static int fenced_over(mc__svc_t *svc, const fenced_t *f, uint64_t now, int force)
-{
-    int all_checked = 1;
-    if (force)
-        return 1;
-    for (uint32_t i = 0; i < f->nneed; i++) {
-        int fz = mc__svc_seg_fenced(svc, f->need[i].seg, f->need[i].epoch);
-        if (!fz)
-            return 0;
-        all_checked &= fz == 2;
-    }
-    return all_checked || f->free_at <= now;
-}
-
-/* Frees the fenced writes that may go (fenced_over()). */
-static void fenced_sweep(mc__svc_t *svc, uint64_t now, int force)
-{
-    for (fenced_t **pp = &svc->fenced; *pp;) {
-        fenced_t *f = *pp;
-        if (!fenced_over(svc, f, now, force)) {
-            pp = &f->next;
-            continue;
-        }
-        *pp = f->next;
-        mc__master_abort(svc->m, f->v);
-        free(f);
-    }
 }
 
 static void handle_del(mc__svc_t *svc, handle_t *h, uint64_t now)
@@ -235,7 +194,7 @@ void mc__svc_free(mc__svc_t *svc)
     size_t at = 0;
     for (mc__idnode_t *e; svc->handles.b && (e = mc__ids_first(&svc->handles, &at));)
         handle_del(svc, (handle_t *)e, 0);
-    fenced_sweep(svc, UINT64_MAX, 1);
+    mc__svc_fenced_sweep(svc, UINT64_MAX, 1);
     mc__tasks_free(svc->tasks);
     mc__repair_free(svc->rp, svc->m);
     at = 0;
@@ -303,7 +262,7 @@ int mc__svc_tick(mc__svc_t *svc, uint64_t now)
         put_end(svc, svc->by_touch.head, 1);
         svc->puts_expired++;
     }
-    fenced_sweep(svc, now, 0);
+    mc__svc_fenced_sweep(svc, now, 0);
     mc__svc_flush(svc);
     mc__svc_reports_tick(svc, now);
     mc__master_sweep(svc->m, now);

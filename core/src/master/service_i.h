@@ -1,7 +1,8 @@
 /*
  * service_i.h - what the master service's files share (service.c: writes,
  * handles, dispatch; names.c: the namespace requests; nodes.c: segments,
- * nodes, repair requests; reports.c: nodes' records and the op log's view;
+ * their fences and the ended writes waiting on them, nodes, repair
+ * requests; reports.c: nodes' records and the op log's view;
  * tasks.c: copy and move tasks).
  * Private to them: everyone else uses service.h.
  */
@@ -177,6 +178,16 @@ uint64_t mc__svc_seg_fence(mc__svc_t *svc, uint32_t seg);
  * without a fence): no
  * write lease need run out as well. */
 int mc__svc_seg_fenced(mc__svc_t *svc, uint32_t seg, uint64_t epoch);
+/* Keeps the space of write v (ended, unpublished) until its bytes are
+ * refused on each of its segments (a raised epoch their nodes enforce)
+ * and, unless every write there passed its node's check, its write lease
+ * is over at free_at: a writer that may still be sending can never land
+ * bytes in space handed to another object (fenced_t). Out of memory: v
+ * is freed at once. */
+void mc__svc_fence_write(mc__svc_t *svc, mc__version_t *v, uint64_t free_at);
+/* Frees the fenced writes that may go at now (all with force: the
+ * service is closing). */
+void mc__svc_fenced_sweep(mc__svc_t *svc, uint64_t now, int force);
 /* Drops segment id and every replica on it (see nodes.c). */
 void mc__svc_seg_drop(mc__svc_t *svc, uint32_t id, uint64_t now);
 node_t *mc__svc_node_find(mc__svc_t *svc, uint64_t id);
