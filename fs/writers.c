@@ -247,11 +247,11 @@ static void ws_open_base(fs_waiter_t *gate, int err)
     size_t klen;
     const char *key = fresh ? NULL : fs_inode_file_key(ws->in, ibuf, sizeof(ibuf), &klen);
     fs_inode_t *in = ws->in;
-    if (key && !newest && !ws->fs->direct_io && !in->cur && in->cur_opening && in->version &&
-        fs_cache_wait(ws->fs, in, gate) == 0)
+    int cached = !newest && !ws->fs->direct_io && in->version; /* the cache holds a known one */
+    if (key && cached && !in->cur && in->cur_opening && fs_cache_wait(ws->fs, in, gate) == 0)
         return; /* the version published here, being opened (cache.c): copy that */
-    if (!fresh && !newest && !ws->fs->direct_io && in->cur && in->version &&
-        mc_obj_stat(in->cur)->version == in->version && !mc_obj_stale(in->cur)) {
+    if (!fresh && cached && in->cur && mc_obj_stat(in->cur)->version == in->version &&
+        !mc_obj_stale(in->cur)) {
         /* The page cache holds that version (cache.c): the kernel's pages
          * of it stay under the writer's bytes (a page written back from a
          * mapping, a read that hits), so the writer copies it, not a newer

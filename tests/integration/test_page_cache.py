@@ -582,6 +582,28 @@ def test_a_write_after_another_clients_publish_keeps_what_the_descriptor_reads(s
     assert other_client_get(m, "f") == want, "the close published other bytes than it read"
 
 
+def _another_put_then_a_mapped_write(m, mm, size):
+    """Another client publishes "B" * size; then page 1 of mapping mm is
+    written and synced (msync: into a version in progress). Returns what
+    the mapping shows, and closes it."""
+    other_client_put(m, "f", b"B" * size)
+    mm[PAGE:PAGE + 1] = b"Y"
+    mm.flush()  # msync(MS_SYNC): page 1 into the version in progress
+    shown = mm[:]
+    mm.close()
+    return shown
+
+
+def _assert_shown_and_published(m, shown, size):
+    """The mapping showed, and the close published, "X" + "A"... with the
+    mapping's "Y" at PAGE: the version published here plus the write."""
+    want = b"X" + b"A" * (PAGE - 1) + b"Y" + b"A" * (size - PAGE - 1)
+    assert shown == want
+    got = other_client_get(m, "f")
+    assert got == want, \
+        f"the close published {got[:1]!r}..{got[PAGE:PAGE + 2]!r}..{got[-1:]!r}: not what it showed"
+
+
 def test_a_mapping_left_open_after_another_descriptors_close_keeps_what_it_shows(store_mount):
     """Two descriptors open the file for writing, the second maps it
     (shared) and reads it through the mapping; the first writes and its
@@ -607,23 +629,14 @@ def test_a_mapping_left_open_after_another_descriptors_close_keeps_what_it_shows
         fd1 = None
         assert other_client_get(m, "f") == b"X" + b"A" * (size - 1)
         assert mm[:] == b"X" + b"A" * (size - 1)
-        other_client_put(m, "f", b"B" * size)
-        mm[PAGE:PAGE + 1] = b"Y"
-        mm.flush()  # msync(MS_SYNC): page 1 into the version in progress
-        shown = mm[:]
-        mm.close()
-        mm = None
+        shown, mm = _another_put_then_a_mapped_write(m, mm, size), None
     finally:
         if mm is not None:
             mm.close()
         if fd1 is not None:
             os.close(fd1)
         os.close(fd2)
-    want = b"X" + b"A" * (PAGE - 1) + b"Y" + b"A" * (size - PAGE - 1)
-    assert shown == want
-    got = other_client_get(m, "f")
-    assert got == want, \
-        f"the close published {got[:1]!r}..{got[PAGE:PAGE + 2]!r}..{got[-1:]!r}: not what it showed"
+    _assert_shown_and_published(m, shown, size)
 
 
 @pytest.mark.xfail(strict=True, reason="SEMANTICS (Overwrite): a descriptor that stays open after "
@@ -647,21 +660,12 @@ def test_a_descriptor_left_open_after_its_dups_close_keeps_what_it_shows(store_m
         assert os.pwrite(fd, b"X", 0) == 1
         os.close(os.dup(fd))  # publishes "X" + "A"...
         assert other_client_get(m, "f") == b"X" + b"A" * (size - 1)
-        other_client_put(m, "f", b"B" * size)
-        mm[PAGE:PAGE + 1] = b"Y"
-        mm.flush()  # msync(MS_SYNC): page 1 into the version in progress
-        shown = mm[:]
-        mm.close()
-        mm = None
+        shown, mm = _another_put_then_a_mapped_write(m, mm, size), None
     finally:
         if mm is not None:
             mm.close()
         os.close(fd)
-    want = b"X" + b"A" * (PAGE - 1) + b"Y" + b"A" * (size - PAGE - 1)
-    assert shown == want
-    got = other_client_get(m, "f")
-    assert got == want, \
-        f"the close published {got[:1]!r}..{got[PAGE:PAGE + 2]!r}..{got[-1:]!r}: not what it showed"
+    _assert_shown_and_published(m, shown, size)
 
 
 def test_truncate_by_path_truncates_the_version_another_client_published(store_mount):
@@ -707,7 +711,6 @@ def test_truncate_by_path_to_the_cached_size_of_a_replaced_version(store_mount):
         assert seen == b"B" * size, f"an open after it read {sorted(set(seen))} * {len(seen)}"
     finally:
         os.close(r)
-
 
 
 def test_a_file_unlinked_while_mapped_keeps_what_its_descriptor_shows(store_mount):
