@@ -1,5 +1,5 @@
 /*
- * svc_fixture.h - what test_service.c and test_service_nodes.c share: a
+ * svc_fixture.h - what test_service.c, test_service_nodes.c and test_record_ids.c share: a
  * master and its service (mc__svc_new()) as the fixture, requests sent with
  * call(), segments mounted, and whole puts. Included once by each test file
  * (its functions are static; a file uses some of them).
@@ -175,6 +175,19 @@ static void put(fixture_t *f, uint64_t owner, const char *key, uint64_t size, ui
 {
     uint64_t id = put_start(f, owner, key, size, replicas, now);
     assert_int_equal(commit(f, id, key, size, now), 0);
+}
+
+/* STAT of key at f: its status, the stat in *st. */
+static int key_stat(fixture_t *f, const char *key, uint64_t now, mc_stat_t *st)
+{
+    int rc = call(f, 1, now, MC__OP_STAT, "k", key, (uint32_t)strlen(key));
+    memset(st, 0, sizeof(*st));
+    if (rc == 0) {
+        const char *sp = f->resp.p;
+        size_t sl = f->resp.len;
+        assert_int_equal(mc__take_stat(&sp, &sl, st), 0);
+    }
+    return rc;
 }
 
 #pragma GCC diagnostic pop

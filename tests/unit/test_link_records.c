@@ -11,83 +11,7 @@
 
 #include <stdio.h>
 
-/* ---- a node as node.c keeps its records ---- */
-
-typedef struct trec {
-    uint64_t id;
-    char *b;
-    uint32_t len;
-} trec_t;
-
-typedef struct tnode {
-    uint64_t id;
-    uint32_t seg;
-    trec_t recs[64];
-    int n;
-} tnode_t;
-
-static void node_forget(tnode_t *nd, uint64_t id)
-{
-    for (int i = 0; i < nd->n; i++) {
-        if (nd->recs[i].id == id) {
-            free(nd->recs[i].b);
-            nd->recs[i] = nd->recs[--nd->n];
-            return;
-        }
-    }
-}
-
-static void node_free(tnode_t *nd)
-{
-    while (nd->n)
-        node_forget(nd, nd->recs[0].id);
-}
-
-/* Fetches and applies every notice waiting for nd's segment at f. */
-static void node_take(fixture_t *f, tnode_t *nd, uint64_t now)
-{
-    uint64_t ack = 0;
-    for (;;) {
-        assert_int_equal(call(f, 0, now, MC__OP_RECORDS_TAKE, "quq", nd->id, nd->seg, ack), 0);
-        if (f->resp.len == 0)
-            return;
-        ack = f->resp.len;
-        const char *p = f->resp.p;
-        size_t left = f->resp.len;
-        while (left) {
-            const char *e, *rest, *r, *b;
-            uint32_t el, rl, len, bl;
-            uint8_t kind;
-            uint64_t id;
-            assert_int_equal(mc__unpack(p, left, "s*", &e, &el, &rest, &rl), 0);
-            assert_int_equal(mc__unpack(e, el, "bq*", &kind, &id, &r, &len), 0);
-            node_forget(nd, id);
-            if (kind == MC__NOTE_PUT) {
-                assert_int_equal(mc__unpack(r, len, "s", &b, &bl), 0);
-                assert_true(nd->n < 64);
-                trec_t *t = &nd->recs[nd->n++];
-                t->id = id;
-                t->len = bl;
-                t->b = malloc(bl);
-                memcpy(t->b, b, bl);
-            }
-            p = rest;
-            left = rl;
-        }
-    }
-}
-
-/* 1 if nd keeps a record of key. */
-static int node_has(const tnode_t *nd, const char *key)
-{
-    for (int i = 0; i < nd->n; i++) {
-        mc__rec_t r;
-        assert_int_equal(mc__take_rec(nd->recs[i].b, nd->recs[i].len, &r), 0);
-        if (r.klen == strlen(key) && memcmp(r.key, key, r.klen) == 0)
-            return 1;
-    }
-    return 0;
-}
+#include "node_model.h"
 
 /* 1 if nd keeps the record of an inode (a hard-linked file's bytes). */
 static int node_has_inode(const tnode_t *nd)
@@ -99,28 +23,6 @@ static int node_has_inode(const tnode_t *nd)
             return 1;
     }
     return 0;
-}
-
-/* nd mounts its segment again at the new master g and reports every record
- * it keeps. */
-static void node_report(fixture_t *g, tnode_t *nd, uint64_t now)
-{
-    const char *addr = "127.0.0.1:7000";
-    assert_int_equal(call(g, 1, now, MC__OP_MOUNT_SEGMENT, "qusqsuq", nd->id, nd->seg, addr,
-                          (uint32_t)strlen(addr), 16 * MiB, "", 0u, (uint32_t)MC__MOUNT_REPORT,
-                          (uint64_t)5),
-                     0);
-    uint32_t got;
-    uint64_t run, epoch;
-    assert_int_equal(mc__unpack(g->resp.p, g->resp.len, "uqq", &got, &run, &epoch), 0);
-    assert_int_equal(got, nd->seg);
-    mc__wbuf_t body = {0};
-    for (int i = 0; i < nd->n; i++)
-        mc__pack(&body, "s", nd->recs[i].b, nd->recs[i].len);
-    assert_int_equal(call(g, 0, now, MC__OP_RECORDS_REPORT, "quu*", nd->id, nd->seg, 1u,
-                          body.p ? body.p : "", (uint32_t)body.len),
-                     0);
-    free(body.p);
 }
 
 /* A fixture as setup() makes it, its master drawing inode numbers from
@@ -137,19 +39,6 @@ static fixture_t *setup_seeded(uint64_t seed)
 }
 
 /* ---- requests ---- */
-
-/* STAT of key at f: its status, the stat in *st. */
-static int stat_of(fixture_t *f, const char *key, uint64_t now, mc_stat_t *st)
-{
-    int rc = call(f, 1, now, MC__OP_STAT, "k", key, (uint32_t)strlen(key));
-    memset(st, 0, sizeof(*st));
-    if (rc == 0) {
-        const char *sp = f->resp.p;
-        size_t sl = f->resp.len;
-        assert_int_equal(mc__take_stat(&sp, &sl, st), 0);
-    }
-    return rc;
-}
 
 static int link_(fixture_t *f, const char *from, const char *to, uint64_t now)
 {
@@ -172,11 +61,11 @@ static int check_names(fixture_t *g, const char *const *keys, int n, uint64_t si
     int k = 0;
     mc_stat_t st;
     for (int i = 0; i < n; i++)
-        if (stat_of(g, keys[i], now, &st) == 0)
+        if (key_stat(g, keys[i], now, &st) == 0)
             stand[k++] = keys[i];
     for (int i = 0; i < k; i++) {
         for (int j = i; j < k; j++) {
-            assert_int_equal(stat_of(g, stand[j], now, &st), 0);
+            assert_int_equal(key_stat(g, stand[j], now, &st), 0);
             assert_int_equal(st.size, size);
             if (k - i > 1) /* one name: as a plain file's, 1 */
                 assert_int_equal(st.nlink, k - i);
@@ -211,7 +100,7 @@ static void test_a_name_removed_after_a_rewrite_onto_another_node(void **state)
     node_take(f, &a, T0 + 7);
     node_take(f, &b, T0 + 7);
     mc_stat_t st;
-    assert_int_equal(stat_of(f, "x", T0 + 7, &st), 0);
+    assert_int_equal(key_stat(f, "x", T0 + 7, &st), 0);
     assert_int_equal(st.nlink, 1);
 
     fixture_t *g = NULL;
@@ -316,7 +205,7 @@ static void test_a_link_before_every_report_gets_an_inode_key_of_its_own(void **
     put(f, 1, "z", 3000, 1, T0); /* B has the most space free */
     assert_int_equal(link_(f, "z", "z2", T0), 0);
     mc_stat_t st;
-    assert_int_equal(stat_of(f, "z", T0, &st), 0);
+    assert_int_equal(key_stat(f, "z", T0, &st), 0);
     uint64_t zino = st.ino;
     node_take(f, &a, T0 + 1);
     node_take(f, &b, T0 + 1);
@@ -326,21 +215,21 @@ static void test_a_link_before_every_report_gets_an_inode_key_of_its_own(void **
     node_report(g, &a, T0 + 100);
     assert_int_equal(link_(g, "a", "a3", T0 + 101), 0);
     assert_int_equal(link_(g, "p", "p2", T0 + 101), 0);
-    assert_int_equal(stat_of(g, "p", T0 + 101, &st), 0);
+    assert_int_equal(key_stat(g, "p", T0 + 101, &st), 0);
     uint64_t pino = st.ino;
     node_report(g, &b, T0 + 102);
-    assert_int_equal(stat_of(g, "z", T0 + 103, &st), 0);
+    assert_int_equal(key_stat(g, "z", T0 + 103, &st), 0);
     assert_int_equal(st.size, 3000);
     assert_int_equal(st.nlink, 2);
     assert_int_equal(st.ino, zino);
-    assert_int_equal(stat_of(g, "z2", T0 + 103, &st), 0);
+    assert_int_equal(key_stat(g, "z2", T0 + 103, &st), 0);
     assert_int_equal(st.size, 3000);
-    assert_int_equal(stat_of(g, "p", T0 + 103, &st), 0);
+    assert_int_equal(key_stat(g, "p", T0 + 103, &st), 0);
     assert_int_equal(st.size, 1000);
     assert_int_equal(st.nlink, 2);
     assert_int_equal(st.ino, pino);
     assert_true(pino != zino);
-    assert_int_equal(stat_of(g, "p2", T0 + 103, &st), 0);
+    assert_int_equal(key_stat(g, "p2", T0 + 103, &st), 0);
     assert_int_equal(st.size, 1000);
     const char *keys[] = {"a", "a2", "a3", "p", "p2", "z", "z2"};
     for (int i = 0; i < 7; i++)

@@ -5,7 +5,8 @@
  * of one version on several segments are one object, a version rebuilt and
  * then removed or replaced stays gone, space a record names must be free,
  * the latest record of a version gives its metadata, what this run put
- * wins over any record (a clock set back gives it the lower id), and ids
+ * wins over any record (a clock set back gives it the lower id), a record
+ * whose id this run may have handed out is rebuilt under another, and ids
  * handed out after a merge are newer than every one reported.
  */
 #include "master_fixture.h"
@@ -260,6 +261,59 @@ static void test_this_run_wins_over_a_record_with_a_higher_id(void **state)
     mc__master_free(m);
 }
 
+/* Records with ids at or above the first this run handed out (its clock
+ * set back) may carry this run's ids: each is rebuilt under a new id (2),
+ * yet the versions of a key keep the order of the ids reported. */
+static mc__master_t *put_one_then_segs(uint32_t nseg)
+{
+    mc__master_opts_t o = {.lease_ms = 100, .align = UNIT, .first_id = 1000};
+    mc__master_t *m = NULL;
+    assert_int_equal(mc__master_new(&m, &o), 0);
+    for (uint32_t s = 1; s <= nseg; s++)
+        assert_int_equal(mc__master_add_segment(m, s, SEG_SIZE), 0);
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_begin(m, "j", 1, NULL, T0, &v), 0);
+    assert_int_equal(mc__master_reserve(m, v, 64, T0), 0);
+    assert_int_equal(mc__master_commit(m, v, 64, 0, T0), 0);
+    assert_int_equal(v->id, 1000);
+    return m;
+}
+
+static void test_records_of_ids_this_run_handed_out_keep_their_order(void **state)
+{
+    (void)state;
+    mc__extent_t e1 = {4096, 64}, e2 = {8192, 128}, e3 = {4096, 64};
+    trec_t old = rec("k", 1000, 1, 64, &e1), newer = rec("k", 1700, 2, 128, &e2);
+    trec_t old_too = rec("k", 1000, 1, 64, &e3); /* old's other replica */
+    /* The older first: renamed, then replaced by the newer. */
+    mc__master_t *m = put_one_then_segs(3);
+    assert_int_equal(merge(m, 1, &old, T0), 2);
+    mc__version_t *v = find(m, "k");
+    assert_true(v->id > 1000);
+    assert_int_equal(merge(m, 2, &newer, T0), 2);
+    v = find(m, "k");
+    assert_int_equal(mc__vsize(v), 128);
+    assert_true(v->id > 1700);
+    assert_int_equal(merge(m, 3, &old_too, T0), 0); /* replaced: it stays gone */
+    assert_int_equal(mc__vsize(find(m, "k")), 128);
+    assert_int_equal(find(m, "j")->id, 1000);
+    mc__master_free(m);
+    /* The newer first: the older is refused; a second replica of the newer
+     * joins the version it was renamed to. */
+    m = put_one_then_segs(3);
+    assert_int_equal(merge(m, 2, &newer, T0), 2);
+    uint64_t id = find(m, "k")->id;
+    assert_int_equal(merge(m, 1, &old, T0), 0);
+    e3 = (mc__extent_t){4096, 128};
+    trec_t newer_too = rec("k", 1700, 2, 128, &e3);
+    assert_int_equal(merge(m, 3, &newer_too, T0), 2);
+    v = find(m, "k");
+    assert_int_equal(v->id, id);
+    assert_int_equal(v->nrep, 2);
+    assert_int_equal(used(m), 64 + 128 + 128);
+    mc__master_free(m);
+}
+
 static void test_space_that_is_not_free_is_refused(void **state)
 {
     (void)state;
@@ -505,10 +559,11 @@ static void test_inode_keys_as_masters_make_them(void **state)
     mc__master_free(m);
 }
 
-/* A master seeded for inode numbers (ino_seed) with a file "a". */
+/* A master seeded for inode numbers (ino_seed) with a file "a" (its ids
+ * start above those of the records below). */
 static mc__master_t *seeded_with_a(uint64_t seed)
 {
-    mc__master_opts_t o = {.lease_ms = LEASE_MS, .align = UNIT, .ino_seed = seed};
+    mc__master_opts_t o = {.lease_ms = LEASE_MS, .align = UNIT, .ino_seed = seed, .first_id = 100};
     mc__master_t *m = NULL;
     assert_int_equal(mc__master_new(&m, &o), 0);
     assert_int_equal(mc__master_add_segment(m, 1, SEG_SIZE), 0);
@@ -783,6 +838,7 @@ int main(void)
         cmocka_unit_test(test_removed_after_the_rebuild_stays_gone),
         cmocka_unit_test(test_what_this_run_published_wins),
         cmocka_unit_test(test_this_run_wins_over_a_record_with_a_higher_id),
+        cmocka_unit_test(test_records_of_ids_this_run_handed_out_keep_their_order),
         cmocka_unit_test(test_space_that_is_not_free_is_refused),
         cmocka_unit_test(test_small_objects_in_4_byte_units_come_back),
         cmocka_unit_test(test_the_latest_record_gives_the_metadata),

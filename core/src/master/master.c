@@ -272,10 +272,14 @@ void mc__master_free(mc__master_t *m)
     for (mc__idnode_t *e; m->rebuilt.b && (e = mc__ids_first(&m->rebuilt, &at));)
         free(mc__ids_del(&m->rebuilt, e->id));
     mc__ids_fini(&m->rebuilt);
-    at = 0;
-    for (mc__idnode_t *e; m->waiting.b && (e = mc__ids_first(&m->waiting, &at));)
-        free(mc__ids_del(&m->waiting, e->id));
-    mc__ids_fini(&m->waiting);
+    mc__ids_t *maps[] = {&m->waiting, &m->renamed_to}; /* a pair's block is its "to" entry */
+    for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
+        at = 0;
+        for (mc__idnode_t *e; maps[i]->b && (e = mc__ids_first(maps[i], &at));)
+            free(mc__ids_del(maps[i], e->id));
+        mc__ids_fini(maps[i]);
+    }
+    mc__ids_fini(&m->renamed_from);
     for (int i = 0; i < m->nseg; i++)
         mc__alloc_destroy(m->segs[i].alloc);
     free(m->segs);

@@ -733,8 +733,11 @@ const mc__extent_t *mc__master_record(const mc__master_t *m, const mc__version_t
  * already rebuilt adds its replica, and the record with the latest stamp
  * gives the metadata; a version rebuilt and then removed or replaced stays
  * gone. The record's extents, ext[0..rec->next) (rec->ext is not read),
- * must be free in the segment: they are taken. Returns 1 (merged), 0 (refused: older, gone, or its
- * space not free: the node should forget it), -EINVAL (a bad record), -ENOMEM.
+ * must be free in the segment: they are taken. Returns 1 (merged), 2 (merged under
+ * another id: this run may have handed out the record's id, for another
+ * version; the node should forget the record, and is sent the version's,
+ * dirty), 0 (refused: older, gone, or its space not free: the node should
+ * forget it), -EINVAL (a bad record), -ENOMEM.
  */
 int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *rec, const mc__extent_t *ext,
                      uint64_t now);

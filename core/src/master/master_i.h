@@ -37,6 +37,10 @@ struct mc__master {
     mc__segment_t *segs;
     int nseg;
     uint64_t next_id;
+    uint64_t first_made; /* the first id this run handed out (0: none yet):
+                            a record reported with it or a later one may
+                            carry an id this run gave another version
+                            (records.c) */
     mc__master_opts_t o;
     uint32_t tick;           /* the access clock: one step per access (wraps:
                                 eviction compares ages, tick - v->tick) */
@@ -63,10 +67,14 @@ struct mc__master {
     int dirty_all;         /* the array could not grow: the next flush stamps every version */
     mc__notice_cb notice;  /* mc__master_notices(); NULL: none */
     void *notice_arg;
-    mc__ids_t rebuilt; /* mc__recovered_t by version id (records.c) */
-    mc__ids_t waiting; /* mc__waiting_t by inode number (records.c; empty
-                          until a name's file is missing) */
-    int64_t root_ns;   /* the root directory's mtime and ctime (namespace.c) */
+    mc__ids_t rebuilt;      /* mc__recovered_t by version id (records.c) */
+    mc__ids_t waiting;      /* mc__waiting_t by inode number (records.c; empty
+                               until a name's file is missing) */
+    mc__ids_t renamed_to;   /* mc__renamed_t by the id a record was reported
+                               under: the id its version took here instead
+                               (records.c; empty until one is) */
+    mc__ids_t renamed_from; /* the same pairs, by the id taken here */
+    int64_t root_ns;        /* the root directory's mtime and ctime (namespace.c) */
 };
 
 /* A pair of owner and group that versions name by index (owners.c). */
@@ -87,6 +95,22 @@ typedef struct mc__recovered {
     uint64_t stamp; /* the stamp of its record as its nodes keep it, the
                        newest merged or sent */
 } mc__recovered_t;
+
+/* A version rebuilt under another id than its records' (records.c): one
+ * id of the pair by the other (a pair is one block of two, [0] in
+ * renamed_to). */
+typedef struct mc__renamed {
+    mc__idnode_t h;
+    uint64_t id;
+} mc__renamed_t;
+
+/* The next version id; the first this run hands out is kept (first_made). */
+static inline uint64_t mc__master_new_id(mc__master_t *m)
+{
+    if (!m->first_made)
+        m->first_made = m->next_id;
+    return m->next_id++;
+}
 
 /* The names in the index of a hard-linked file that is not (a name
  * reported before its file, or whose file was lost), by the file's inode

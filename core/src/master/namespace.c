@@ -471,7 +471,7 @@ static size_t new_inode_key(mc__master_t *m, char *ino, size_t size)
 {
     if (!m->o.ino_seed)
         return (size_t)snprintf(ino, size, "%s%llx", MC__INODE_PREFIX,
-                                (unsigned long long)m->next_id++);
+                                (unsigned long long)mc__master_new_id(m));
     for (;;) {
         uint64_t z = (m->ino_rng += 0x9e3779b97f4a7c15ULL); /* splitmix64 */
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -496,7 +496,7 @@ static mc__version_t *name_new(mc__master_t *m, const char *key, size_t klen, co
         return NULL;
     }
     x->linklen = (uint16_t)ilen;
-    n->id = m->next_id++;
+    n->id = mc__master_new_id(m);
     n->state = MC__PUBLISHED; /* never evicted: it holds no space */
     return n;
 }

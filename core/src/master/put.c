@@ -443,7 +443,7 @@ int mc__master_commit_as(mc__master_t *m, mc__version_t *v, uint64_t size, unsig
     else
         mc__index_insert(m->ix, v, NULL);
     (void)mc__version_set_size(v, size); /* cannot fail: a large size's rare fields are made */
-    v->id = m->next_id++;
+    v->id = mc__master_new_id(m);
     v->state = MC__PUBLISHED;
     mc__lru_touch(m, v);
     if (old) {

@@ -370,6 +370,51 @@ static void rekey(mc__master_t *m, mc__version_t *v, const mc__rec_t *r, uint64_
     }
 }
 
+/* ---- ids handed out twice ----
+ *
+ * A master without etcd starts its ids at its wall clock (first_id), above
+ * every id of the runs before only while the clock never went back. Set
+ * back, it hands out ids that records not yet reported may carry, for
+ * other keys; nodes keep records by id, and the next restart merges them
+ * by id. So a record reported with an id at or above the first this run
+ * handed out (first_made) is rebuilt under a new id, and its nodes are
+ * told to keep it under that one (mc__master_merge() returns 2). The
+ * order of the versions of a key stays that of the ids they were reported
+ * under. */
+
+/* The pair's other id of id in map t (0: none). */
+static uint64_t renamed(const mc__ids_t *t, uint64_t id)
+{
+    const mc__renamed_t *e = t->b ? (const mc__renamed_t *)mc__ids_get(t, id) : NULL;
+    return e ? e->id : 0;
+}
+
+/* A pair of entries for the maps, in one block (the maps' keys are set when
+ * they are added); NULL if out of memory. */
+static mc__renamed_t *rename_new(mc__master_t *m)
+{
+    if ((!m->renamed_to.b && mc__ids_init(&m->renamed_to) < 0) ||
+        (!m->renamed_from.b && mc__ids_init(&m->renamed_from) < 0))
+        return NULL;
+    return calloc(2, sizeof(mc__renamed_t));
+}
+
+/* Adds pair (rename_new()): reported id from, id here to. */
+static void rename_add(mc__master_t *m, mc__renamed_t *pair, uint64_t from, uint64_t to)
+{
+    pair[0] = (mc__renamed_t){.h.id = from, .id = to};
+    pair[1] = (mc__renamed_t){.h.id = to, .id = from};
+    mc__ids_add(&m->renamed_to, &pair[0].h);
+    mc__ids_add(&m->renamed_from, &pair[1].h);
+}
+
+/* The id v's records were reported under (its order among them). */
+static uint64_t reported_id(const mc__master_t *m, const mc__version_t *v)
+{
+    uint64_t from = renamed(&m->renamed_from, v->id);
+    return from ? from : v->id;
+}
+
 int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc__extent_t *ext,
                      uint64_t now)
 {
@@ -384,13 +429,21 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
          (r->linklen || !mc__inode_no(r->key, r->klen, &ino))) ||
         mc_key_check(r->key, r->klen) < 0)
         return -EINVAL; /* inode keys: as masters make them (mc__inode_no()) */
+    /* This run may have handed out its id (see above). */
+    int clash = m->first_made && r->version >= m->first_made;
     /* Ids and stamps handed out from now on are newer than any reported. */
     if (r->version >= m->next_id)
         m->next_id = r->version + 1;
     if (r->stamp > m->stamp)
         m->stamp = r->stamp;
 
-    mc__recovered_t *e = (mc__recovered_t *)mc__ids_get(&m->rebuilt, r->version);
+    /* A version rebuilt from the records of r->version: found by that id,
+     * or if its id may be this run's, only by the one it took here (ids
+     * this run handed out, renamed ones too, are not the record's). */
+    uint64_t here = renamed(&m->renamed_to, r->version);
+    mc__recovered_t *e = here    ? (mc__recovered_t *)mc__ids_get(&m->rebuilt, here)
+                         : clash ? NULL
+                                 : (mc__recovered_t *)mc__ids_get(&m->rebuilt, r->version);
     if (e && !e->v)
         return 0; /* rebuilt, then removed or replaced: it stays gone */
     mc__replica_t rep;
@@ -418,18 +471,19 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
             e->stamp = r->stamp;
             rekey(m, v, r, now);
         }
-        if (r->stamp != e->stamp)
+        if (r->stamp != e->stamp || (here && rc == 1))
             mc__master_dirty(m, v); /* one of its nodes has a stale record */
-        return rc;
+        return here && rc == 1 ? 2 : rc;
     }
 
     /* A version this master has not seen: the newest version of a key wins.
      * Whatever this run made (not rebuilt) was committed after every record
      * of a run before, whatever the ids say: they grow across runs only
      * while the wall clock does (first_id), and a clock set back leaves
-     * this run's ids below the records'. Among records, the higher id. */
+     * this run's ids below the records'. Among records, the higher id they
+     * were reported under. */
     mc__version_t *cur = mc__index_get(m->ix, r->key, r->klen);
-    if (cur && (cur->id >= r->version || !(cur->flags & MC__V_REBUILT)))
+    if (cur && (reported_id(m, cur) >= r->version || !(cur->flags & MC__V_REBUILT)))
         return 0;
     uint64_t bytes = rec_bytes(r, ext);
     if (bytes < r->size || bytes - r->size >= m->o.align)
@@ -438,7 +492,8 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
      * take an array (mc__master_replica_attach()). */
     mc__version_t *v = mc__version_new(m, r->key, r->klen, 0);
     e = calloc(1, sizeof(*e));
-    int rc = v && e ? 0 : -ENOMEM;
+    mc__renamed_t *pair = clash ? rename_new(m) : NULL;
+    int rc = v && e && (pair || !clash) ? 0 : -ENOMEM;
     int inode = mc__master_is_inode_key(r->key, r->klen); /* counts its names */
     mc__vmore_t *more = rc == 0 && (r->linklen || inode) ? mc__version_more(v) : NULL;
     if (rc == 0 && inode && !more)
@@ -455,9 +510,10 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         if (v)
             mc__version_free(m, v);
         free(e);
+        free(pair);
         return rc == -ENOMEM ? rc : 0;
     }
-    v->id = r->version;
+    v->id = clash ? m->next_id++ : r->version;
     mc__version_set_cap(v, bytes);
     if (!r->linklen && (rep.n == 0 || (rep.n == 1 && mc__x1_fits(&rep.ext[0])))) {
         /* Compact: its one extent (never a hole, one that fits) in x1,
@@ -474,6 +530,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
         mc__master_replica_release(m, &rep);
         mc__version_free(m, v);
         free(e);
+        free(pair);
         return -ENOMEM;
     }
     /* Its count of names: those merged before it (an older version's, or
@@ -481,6 +538,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     if (r->linklen && mc__master_count_name(m, r->link, r->linklen, 1) < 0) {
         mc__version_destroy(m, v);
         free(e);
+        free(pair);
         return -ENOMEM;
     }
     if (inode)
@@ -490,6 +548,7 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
             (void)mc__master_count_name(m, r->link, r->linklen, -1);
         mc__version_destroy(m, v);
         free(e);
+        free(pair);
         return -ENOMEM;
     }
     if (inode)
@@ -499,7 +558,11 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     e->stamp = r->stamp;
     v->flags |= MC__V_REBUILT;
     mc__ids_add(&m->rebuilt, &e->h);
-    return 1;
+    if (!clash)
+        return 1;
+    rename_add(m, pair, r->version, v->id);
+    mc__master_dirty(m, v); /* its nodes keep it under its new id */
+    return 2;
 }
 
 int mc__master_forget(mc__master_t *m, uint64_t id)

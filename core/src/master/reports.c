@@ -338,8 +338,10 @@ int mc__svc_op_records_take(mc__svc_t *svc, const char *body, size_t len, mc__wb
     return mc__pack(w, "*", si->notes.p, (uint32_t)n);
 }
 
-/* Merges one record p[0..pl) (mc__rec_t) on segment seg. Returns as
- * mc__master_merge(), -EBADMSG for one that does not decode. */
+/* Merges one record p[0..pl) (mc__rec_t) on segment seg; one merged under
+ * another id (mc__master_merge()'s 2) is dropped from seg's node (the
+ * version's record under its new id follows). Returns as
+ * mc__master_merge() (1 for merged), -EBADMSG for one that does not decode. */
 static int merge_one(mc__svc_t *svc, uint32_t seg, const char *p, uint32_t pl, uint64_t now)
 {
     mc__rec_t wr;
@@ -355,6 +357,11 @@ static int merge_one(mc__svc_t *svc, uint32_t seg, const char *p, uint32_t pl, u
     rc = mc__master_merge(svc->m, seg, &wr, e, now);
     if (e != ext)
         free(e);
+    if (rc == 2) {
+        mc__version_t tmp = {.id = wr.version};
+        note_add(svc, seg, &tmp, 1, 1);
+        rc = 1;
+    }
     if (rc == 1 && wr.linklen) /* a name's record: seg keeps it */
         segs_add(name_segs(svc, wr.link, wr.linklen, 1), seg);
     return rc;
