@@ -314,6 +314,68 @@ static void test_records_of_ids_this_run_handed_out_keep_their_order(void **stat
     mc__master_free(m);
 }
 
+static void no_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
+{
+    (void)arg, (void)m, (void)v, (void)drop;
+}
+
+/* A late record of a rebuilt version names a key that this run put anew:
+ * this run's version came after every record of a run before, whatever
+ * the ids (its clock set back gave it a lower one): the late record's key
+ * change must not retire it; the rebuilt version was replaced there, and
+ * leaves. */
+static void test_a_late_rename_never_retires_what_this_run_put(void **state)
+{
+    (void)state;
+    mc__master_t *m = put_one_then_segs(2); /* "j", id 1000 */
+    mc__version_t *b = NULL;
+    assert_int_equal(mc__master_begin(m, "b", 1, NULL, T0, &b), 0);
+    assert_int_equal(mc__master_reserve(m, b, 64, T0), 0);
+    assert_int_equal(mc__master_commit(m, b, 64, 0, T0), 0);
+    mc__extent_t e1 = {8192, 64}, e2 = {8192, 64};
+    /* Node 1 missed the rename of a to b in the run before; node 2 did not. */
+    trec_t stale = rec("a", 5000, 10, 64, &e1), fresh = rec("b", 5000, 11, 64, &e2);
+    assert_int_equal(merge(m, 1, &stale, T0), 2);
+    assert_int_equal(merge(m, 2, &fresh, T0), 2);
+    assert_ptr_equal(find(m, "b"), b);
+    assert_null(find(m, "a")); /* replaced at b: gone */
+    mc__master_free(m);
+}
+
+/* A record merged after this run changed its version (a chmod, here) must
+ * not undo the change, even with a higher stamp (a clock set back started
+ * this run's stamps below those of the run before); among records, the
+ * one with the latest stamp still gives the metadata, merged before or
+ * after a flush of this run stamped the version. */
+static void test_a_late_record_never_undoes_what_this_run_changed(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master_segs(3);
+    mc__master_notices(m, no_notice, NULL);
+    mc__extent_t e1 = {0, 64}, e2 = {0, 64}, e3 = {0, 64};
+    trec_t r1 = rec("k", 5, 4, 64, &e1), r2 = rec("k", 5, 5, 64, &e2), r3 = rec("k", 5, 7, 64, &e3);
+    r3.r.mode = 0600;
+    assert_int_equal(merge(m, 1, &r1, T0), 1);
+    assert_int_equal(merge(m, 2, &r2, T0), 1);
+    mc__master_flush(m); /* node 1's record is stale: stamped anew */
+    assert_int_equal(merge(m, 3, &r3, T0), 1);
+    assert_int_equal(find(m, "k")->mode, 0600);
+    mc__master_free(m);
+
+    m = new_master_segs(2);
+    mc__master_notices(m, no_notice, NULL);
+    assert_int_equal(merge(m, 1, &r1, T0), 1);
+    mc_meta_t meta = {.what = MC_META_MODE, .mode = 0444};
+    mc__version_t *v = NULL;
+    assert_int_equal(mc__master_set_meta(m, "k", 1, &meta, T0, &v), 0);
+    mc__master_flush(m);
+    r3.r.stamp = 1ULL << 40; /* the run before's clock was ahead */
+    assert_int_equal(merge(m, 2, &r3, T0), 1);
+    assert_int_equal(find(m, "k")->mode, 0444);
+    assert_int_equal(find(m, "k")->nrep, 2);
+    mc__master_free(m);
+}
+
 static void test_space_that_is_not_free_is_refused(void **state)
 {
     (void)state;
@@ -839,6 +901,8 @@ int main(void)
         cmocka_unit_test(test_what_this_run_published_wins),
         cmocka_unit_test(test_this_run_wins_over_a_record_with_a_higher_id),
         cmocka_unit_test(test_records_of_ids_this_run_handed_out_keep_their_order),
+        cmocka_unit_test(test_a_late_rename_never_retires_what_this_run_put),
+        cmocka_unit_test(test_a_late_record_never_undoes_what_this_run_changed),
         cmocka_unit_test(test_space_that_is_not_free_is_refused),
         cmocka_unit_test(test_small_objects_in_4_byte_units_come_back),
         cmocka_unit_test(test_the_latest_record_gives_the_metadata),

@@ -92,8 +92,13 @@ void mc__master_owners_free(mc__master_t *m);
 typedef struct mc__recovered {
     mc__idnode_t h;
     mc__version_t *v;
-    uint64_t stamp; /* the stamp of its record as its nodes keep it, the
-                       newest merged or sent */
+    uint64_t stamp;       /* the stamp of its record as its nodes keep it, the
+                             newest merged or sent */
+    uint64_t meta : 63;   /* the stamp of the record that gave its metadata */
+    uint64_t changed : 1; /* this run changed it (mc__master_dirty()): its
+                             metadata is newer than any record's, whatever
+                             the stamps (a clock set back starts this run's
+                             below the last run's) */
 } mc__recovered_t;
 
 /* A version rebuilt under another id than its records' (records.c): one

@@ -33,7 +33,9 @@ void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg)
  * its place emptied) without a walk. Both hold only what changed since the
  * last flush: a version keeps no field for it. */
 
-void mc__master_dirty(mc__master_t *m, mc__version_t *v)
+/* Marks v dirty (mc__master_dirty() without telling a rebuilt version
+ * changed: a merge's). */
+static void dirty(mc__master_t *m, mc__version_t *v)
 {
     if (!m->notice || !v || v->state != MC__PUBLISHED || mc__ptrmap_find(&m->dplace, v))
         return;
@@ -52,6 +54,16 @@ void mc__master_dirty(mc__master_t *m, mc__version_t *v)
         return;
     }
     m->dirty[m->ndirty++] = v;
+}
+
+void mc__master_dirty(mc__master_t *m, mc__version_t *v)
+{
+    if (v && (v->flags & MC__V_REBUILT)) {
+        mc__recovered_t *e = (mc__recovered_t *)mc__ids_get(&m->rebuilt, v->id);
+        if (e && e->v == v)
+            e->changed = 1;
+    }
+    dirty(m, v);
 }
 
 void mc__master_undirty(mc__master_t *m, mc__version_t *v)
@@ -346,16 +358,32 @@ static int publish(mc__master_t *m, mc__version_t *v, uint64_t now)
     return 0;
 }
 
+static uint64_t reported_id(const mc__master_t *m, const mc__version_t *v);
+
+/* Takes v out of the namespace (replaced, or out of memory). */
+static void rebuilt_leaves(mc__master_t *m, mc__version_t *v, uint64_t now)
+{
+    if (mc__vmore(v)->link) /* a name: its file counts one less */
+        (void)mc__master_count_name(m, mc__vmore(v)->link, mc__vmore(v)->linklen, -1);
+    mc__master_retire(m, v, now);
+}
+
 /* A later record of version v (rebuilt already) renames it: it moves when
- * its new key holds no newer version. */
+ * its new key holds no newer version, and leaves when it does (it was
+ * replaced there). Newer: what this run made (after every record of a run
+ * before, whatever the ids), or a version rebuilt from a record of a
+ * higher id. */
 static void rekey(mc__master_t *m, mc__version_t *v, const mc__rec_t *r, uint64_t now)
 {
     if ((r->klen == v->klen && memcmp(r->key, mc__vkey(v), r->klen) == 0) ||
         mc__master_is_inode_key(mc__vkey(v), v->klen) || mc__master_is_inode_key(r->key, r->klen))
         return; /* an inode's key never changes */
     mc__version_t *there = mc__index_get(m->ix, r->key, r->klen);
-    if (there && there->id >= v->id)
+    if (there && (!(there->flags & MC__V_REBUILT) || reported_id(m, there) >= reported_id(m, v))) {
+        mc__index_remove(m->ix, mc__vkey(v), v->klen);
+        rebuilt_leaves(m, v, now);
         return;
+    }
     char *k = mc__version_more(v) ? mc__dup_key(r->key, r->klen) : NULL;
     if (!k || mc__index_reserve(m->ix, 1) < 0) {
         free(k);
@@ -363,11 +391,8 @@ static void rekey(mc__master_t *m, mc__version_t *v, const mc__rec_t *r, uint64_
     }
     mc__index_remove(m->ix, mc__vkey(v), v->klen);
     mc__version_set_key(v, k, r->klen);
-    if (publish(m, v, now) < 0) {
-        if (mc__vmore(v)->link) /* a name: its file counts one less */
-            (void)mc__master_count_name(m, mc__vmore(v)->link, mc__vmore(v)->linklen, -1);
-        mc__master_retire(m, v, now); /* out of memory: lost */
-    }
+    if (publish(m, v, now) < 0)
+        rebuilt_leaves(m, v, now); /* out of memory: lost */
 }
 
 /* ---- ids handed out twice ----
@@ -465,14 +490,18 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
             }
             rc = 1;
         }
-        if (r->stamp > e->stamp) {
+        /* The metadata of the record with the latest stamp, unless this
+         * run changed it. */
+        if (!e->changed && r->stamp > e->meta) {
             if (take_meta(m, v, r) < 0)
                 return -ENOMEM;
-            e->stamp = r->stamp;
+            e->meta = r->stamp;
+            if (r->stamp > e->stamp)
+                e->stamp = r->stamp;
             rekey(m, v, r, now);
         }
         if (r->stamp != e->stamp || (here && rc == 1))
-            mc__master_dirty(m, v); /* one of its nodes has a stale record */
+            dirty(m, v); /* one of its nodes has a stale record */
         return here && rc == 1 ? 2 : rc;
     }
 
@@ -556,12 +585,13 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     e->h.id = v->id;
     e->v = v;
     e->stamp = r->stamp;
+    e->meta = r->stamp;
     v->flags |= MC__V_REBUILT;
     mc__ids_add(&m->rebuilt, &e->h);
     if (!clash)
         return 1;
     rename_add(m, pair, r->version, v->id);
-    mc__master_dirty(m, v); /* its nodes keep it under its new id */
+    dirty(m, v); /* its nodes keep it under its new id */
     return 2;
 }
 
