@@ -9,7 +9,7 @@ PKGS="scdoc build-essential pkg-config clang clang-format libclang-rt-14-dev fus
 liburing-dev libsodium-dev libcmocka-dev libjansson-dev python3 python3-dev python3-pytest python3-pytest-asyncio python3-pytest-xdist
 python3-aiofiles python3-hypothesis python3-numpy python3-fsspec python3-pandas python3-pip python3-setuptools python3-wheel iperf3 memcached fio redis-server
 python3-matplotlib python3-torch libibverbs-dev librdmacm-dev libmicrohttpd-dev libcurl4-openssl-dev
-etcd-server etcd-client attr rsync libnuma1"
+etcd-server etcd-client attr rsync libnuma1 faketime"
 if [ "${1:-}" = deb ]; then
     PKGS="$PKGS debhelper dh-python dpkg-dev fakeroot lintian python3-all-dev"
 fi

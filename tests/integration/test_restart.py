@@ -32,18 +32,18 @@ def settled(m):
              "the nodes to fetch their records", step=0.2)
 
 
-def restart(cluster, m, *args):
+def restart(cluster, m, *args, **kw):
     """kill -9 of master m, then a new master on the same address."""
     m.kill9()
-    return restart_on(cluster, m.port, *args)
+    return restart_on(cluster, m.port, *args, **kw)
 
 
-def restart_on(cluster, port, *args):
+def restart_on(cluster, port, *args, **kw):
     """A new master on port (once a killed one's connections let it go)."""
     deadline = time.time() + 20
     while True:  # the old master's connections may hold the port a moment
         try:
-            return cluster.master(*args, port=port)
+            return cluster.master(*args, port=port, **kw)
         except AssertionError:
             assert time.time() < deadline, "the master could not listen again"
             time.sleep(0.5)
@@ -253,6 +253,54 @@ def test_python_puts_survive_and_an_unfinished_put_fails_then_retries(cluster, m
             except OSError:
                 pass
         s.close()
+
+
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def clock_set_back():
+    """The environment of a master whose wall clock starts at the same
+    instant every run (Debian's libfaketime: 2026-01-01, one microsecond
+    more per reading; its monotonic clock, which its timers use, is the
+    real one), as a master restarted with its clock set back to the start
+    of the run before would be: its version ids start at the same one."""
+    if not os.path.exists(FAKETIME_LIB):
+        pytest.skip("libfaketime is not installed (Debian's faketime; packaging/deps.sh)")
+    return {**os.environ, "LD_PRELOAD": FAKETIME_LIB,
+            "FAKETIME": "@2026-01-01 00:00:00 i0.000001", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
+def test_a_master_whose_clock_went_back_keeps_two_objects_that_share_an_id(cluster):
+    """Node A holds k1; the master restarts with its clock set back and,
+    before A reports (A is stopped), puts k2 on node B under k1's version
+    id. Both stay, with their own bytes, through that run and the next
+    restart."""
+    env = clock_set_back()
+    m = cluster.master(env=env)
+    a, b = cluster.nodes(m, 2, "32M")
+    one, two = os.urandom(5000), os.urandom(5000)
+    assert cli(m.addr, "--preferred", a.addr, "put", "k1", input=one).returncode == 0
+    v1 = stat_of(m.addr, "k1")["version"]
+    settled(m)
+    a.pause()
+    m.kill9()
+    m2 = restart_on(cluster, m.port, env=env)
+    wait_for(lambda: cli(m2.addr, "put", "k2", input=two).returncode == 0, "puts on B", step=0.5)
+    assert stat_of(m2.addr, "k2")["version"] == v1  # the clash the test is about
+    a.resume()
+    wait_for(lambda: cli(m2.addr, "get", "k1").returncode == 0, "A to report k1")
+    assert cli(m2.addr, "get", "k1").stdout == one
+    assert cli(m2.addr, "get", "k2").stdout == two
+    assert stat_of(m2.addr, "k1")["version"] != v1
+    settled(m2)
+    m3 = restart(cluster, m2)
+    wait_for(lambda: cli_stats(m3.addr)["objects"] == 2 and
+             all(cli(m3.addr, "get", k).returncode == 0 for k in ("k1", "k2")),
+             "both nodes to report")
+    assert cli(m3.addr, "get", "k1").stdout == one
+    assert cli(m3.addr, "get", "k2").stdout == two
+    for k in ("k1", "k2"):
+        assert stat_of(m3.addr, k)["replicas"] == "1", k
 
 
 def test_node_restarted_with_the_master_reports_nothing(cluster):
