@@ -82,6 +82,9 @@ static void usage(FILE *f, const char *prog)
             "    --handshake-timeout-ms N  ... this long before its HELLO/AUTH (%d)\n"
             "    --max-connections N   connections at once (default: from the\n"
             "                          descriptor limit, at most %d)\n"
+            "    --answer-budget SIZE  answers queued to all peers at once past which a\n"
+            "                          peer with some queued sends no more until it has\n"
+            "                          read them (default 256M)\n"
             "    --protocol P          how peers reach the segment: tcp (default), rdma\n"
             "                          (also over RDMA; fails without a device) or auto\n"
             "    --rdma-device NAME    the verbs device(s) for RDMA, comma-separated\n"
@@ -124,6 +127,7 @@ struct options {
     mc__svc_opts_t so;
     uint64_t idle_ms, handshake_ms;
     unsigned max_conns;
+    uint64_t answer_budget;
 };
 
 /* What the process runs; freed by free_master(). */
@@ -181,6 +185,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"idle-timeout-ms", required_argument, NULL, 'I'},
         {"handshake-timeout-ms", required_argument, NULL, 'H'},
         {"max-connections", required_argument, NULL, 'C'},
+        {"answer-budget", required_argument, NULL, 'Q'},
         {"protocol", required_argument, NULL, 'P'},
         {"rdma-device", required_argument, NULL, 'D'},
         {"log-level", required_argument, NULL, 'v'},
@@ -281,6 +286,12 @@ static int parse_options(int argc, char **argv, struct options *o)
             if (num(optarg, "--max-connections", 1000000, &v) < 0 || v == 0)
                 return 2;
             o->max_conns = (unsigned)v;
+            break;
+        case 'Q':
+            if (mc_parse_size(optarg, &o->answer_budget) < 0 || o->answer_budget < 4096) {
+                fprintf(stderr, "mooncake-master: error: bad --answer-budget '%s'\n", optarg);
+                return 2;
+            }
             break;
         case 'P':
             if ((o->xport = mc__xport_parse(optarg)) < 0) {
@@ -401,7 +412,8 @@ static int serve(const struct options *o, const mc__addr_t *addr, struct master 
                              .shm = !o->no_shm && seg_size,
                              .idle_timeout_ms = o->idle_ms,
                              .handshake_timeout_ms = o->handshake_ms,
-                             .max_conns = o->max_conns};
+                             .max_conns = o->max_conns,
+                             .answer_budget = (size_t)o->answer_budget};
     rc = mc__server_new(&mp->srv, mp->loop, addr, &sro);
     if (rc < 0) {
         mc__log(MC__LOG_ERROR, "cannot listen on %s: %s", o->listen, mc_strerror(rc));

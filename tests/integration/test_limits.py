@@ -8,12 +8,15 @@ bounded."""
 
 import errno
 import os
+import re
+import socket
 import struct
 import time
+import urllib.request
 
 import pytest
 
-from harness import cli
+from harness import cli, free_port
 from wire import (SESSION, OP_HELLO, call, closed_by_peer, connect, frame, get_replica, hello,
                   s_field)
 
@@ -167,3 +170,60 @@ def test_node_refuses_payload_over_the_chunk_size(cluster):
     assert status == 0 and len(got) == CHUNK
     s.close()
     assert cli(m.addr, "get", "obj").stdout == data
+
+
+OP_LIST = 35
+
+
+def answers_queued(port):
+    """The master's mooncake_server_answers_queued_bytes, from its metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(r"^mooncake_server_answers_queued_bytes (\S+)$", text, re.M)
+    assert m, "no answers_queued_bytes in the metrics"
+    return float(m.group(1))
+
+
+def test_peers_that_do_not_read_their_answers_hold_the_answer_budget(cluster, make_mount):
+    """Twelve connections ask a master for listings of about 6 MB each,
+    sixteen each, and never read the answers. Each alone may queue 32 MiB
+    (half its send bound) before it waits: 12 of them, over 400 MB of the
+    master's memory. With --answer-budget 64M they hold about the budget
+    between them, plus an answer each; another client is still answered."""
+    budget = 64 * MiB
+    mport = free_port()
+    m = cluster.master("--segment-size", "16M", "--answer-budget", "64M", "--metrics", str(mport))
+    mnt = make_mount("--master", m.addr, "--segment-size", "0")
+    deep = mnt.p(*(c * 250 for c in "abcdefghijkl"))  # keys of over 3000 bytes
+    os.makedirs(deep)
+    for i in range(2000):
+        open(os.path.join(deep, "%05d" % i), "wb").close()
+    listing = struct.pack("<I", 0) + struct.pack("<I", 0) + struct.pack("<II", 0, 10000)
+    one = frame(OP_LIST, listing)
+    before = m.rss()
+    socks = []
+    for _ in range(12):
+        s = connect(m.addr)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel holds little
+        s.sendall(one * 16)
+        socks.append(s)
+    # Each connection has an answer queued once the budget is spent: the
+    # queue grows no more.
+    last = []
+    deadline = time.time() + 60
+    while len(last) < 4 or len(set(last[-4:])) > 1:
+        assert time.time() < deadline, f"the answers queued do not settle: {last[-4:]}"
+        last.append(answers_queued(mport))
+        time.sleep(0.25)
+    queued = last[-1]
+    assert budget <= queued <= budget + 12 * 7 * MiB, queued
+    grown = m.rss() - before
+    assert grown < budget + 12 * 7 * MiB + 64 * MiB, f"the master grew by {grown >> 20} MiB"
+    r = cli(m.addr, "stat", "a" * 250 + "/")
+    assert r.returncode == 0, r.stderr  # another client is answered meanwhile
+    for s in socks:
+        s.close()
+    deadline = time.time() + 30
+    while answers_queued(mport) > 0:  # closed: their answers go
+        assert time.time() < deadline, "the answers of closed connections stay queued"
+        time.sleep(0.1)

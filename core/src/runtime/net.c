@@ -241,10 +241,16 @@ static int sink_deliver(mc__conn_t *c)
 /* Delivers every whole frame in the read buffer, while the conn stays open. */
 static void deliver_frames(mc__conn_t *c)
 {
+    int was_paused = c->paused;
     c->paused = 0;
     while (c->state == CS_OPEN && !c->shutdown) {
         if (c->pause_at && c->wq_bytes >= c->pause_at) {
             c->paused = 1; /* on_sent() drives it again as the queue drains */
+            break;
+        }
+        if (c->budget && c->wq_bytes && c->budget->queued >= c->budget->limit) {
+            c->paused = 1; /* the same, until the queue is empty */
+            c->budget->pauses += !was_paused;
             break;
         }
         if (!sink_deliver(c))
@@ -557,6 +563,11 @@ void mc__conn_set_limits(mc__conn_t *c, size_t max_queued, uint64_t send_timeout
 void mc__conn_set_backpressure(mc__conn_t *c, size_t pause_at)
 {
     c->pause_at = pause_at;
+}
+
+void mc__conn_set_budget(mc__conn_t *c, mc__send_budget_t *b)
+{
+    c->budget = b;
 }
 
 void mc__conn_set_max_body(mc__conn_t *c, size_t max_body)

@@ -229,6 +229,25 @@ void mc__conn_set_limits(mc__conn_t *c, size_t max_queued, uint64_t send_timeout
  */
 void mc__conn_set_backpressure(mc__conn_t *c, size_t pause_at);
 
+/* Bytes queued for sending across a set of conns (a server's), and the
+ * bound past which they take no more frames in: mc__conn_set_budget(). */
+typedef struct mc__send_budget {
+    size_t queued; /* now, across the conns that count in it */
+    size_t limit;
+    uint64_t pauses; /* times a conn stopped taking frames in for it */
+} mc__send_budget_t;
+
+/*
+ * mc__conn_set_budget() counts what c queues for sending in b (NULL: none;
+ * set it before c queues anything, and keep b until c is closed). While
+ * b->queued is at b->limit or past it, a conn that has anything queued
+ * takes no frame in (as with backpressure) until its queue is empty: peers
+ * that do not read their answers hold about the limit between them, plus
+ * one answer each, however many they are, while a conn with nothing queued
+ * always goes on (so that none waits for another's peer).
+ */
+void mc__conn_set_budget(mc__conn_t *c, mc__send_budget_t *b);
+
 /*
  * mc__conn_set_max_body() bounds the bodies the conn accepts to max_body
  * bytes (0, or more than MC__PROTO_MAX_BODY: MC__PROTO_MAX_BODY, the

@@ -51,9 +51,11 @@ struct mc__conn {
     struct wreq *wq_head, *wq_tail;
     size_t wq_bytes; /* queued and not yet sent */
     size_t max_queued;
-    size_t pause_at;   /* mc__conn_set_backpressure(); 0: never */
-    int paused;        /* frames wait in rbuf until the queue is under pause_at */
-    uint32_t max_body; /* mc__conn_set_max_body() */
+    size_t pause_at;           /* mc__conn_set_backpressure(); 0: never */
+    int paused;                /* frames wait in rbuf until the queue is under pause_at
+                                  (or empty, while the budget is spent) */
+    mc__send_budget_t *budget; /* mc__conn_set_budget(); NULL: none */
+    uint32_t max_body;         /* mc__conn_set_max_body() */
     uint64_t send_timeout_ms, idle_timeout_ms;
     int held;       /* mc__conn_hold(): only MC__SEND_EARLY frames go out */
     int shutdown;   /* mc__conn_shutdown(): deliver nothing, close once sent */
@@ -65,6 +67,14 @@ struct mc__conn {
     int in_fds[MC__CONN_MAX_FDS]; /* what the recvmsg in flight brought */
     int in_nfds;
 };
+
+/* Adds n (negative: takes) to c's queued bytes and its budget's. */
+static inline void mc__conn_queued_add(mc__conn_t *c, ptrdiff_t n)
+{
+    c->wq_bytes += (size_t)n;
+    if (c->budget)
+        c->budget->queued += (size_t)n;
+}
 
 /* net.c: the state machine, one step (see the comment at the top of net.c).
  * Completions call it; it may free c. */

@@ -52,7 +52,7 @@ static int consume_sent(mc__conn_t *c, size_t n)
         if (take > n)
             take = n;
         w->sent += take;
-        c->wq_bytes -= take;
+        mc__conn_queued_add(c, -(ptrdiff_t)take);
         n -= take;
         if (w->sent < w->total)
             break;
@@ -160,7 +160,7 @@ void mc__conn_fail_sends(mc__conn_t *c, int err)
         wreq_free(w);
     }
     c->wq_tail = NULL;
-    c->wq_bytes = 0;
+    mc__conn_queued_add(c, -(ptrdiff_t)c->wq_bytes);
 }
 
 /* Checks that a frame of body bytes (early: MC__SEND_EARLY) may be queued
@@ -208,7 +208,7 @@ static void enqueue(mc__conn_t *c, struct wreq *w, const mc__hdr_t *h, size_t bo
             c->wq_head = w;
         c->wq_tail = w;
     }
-    c->wq_bytes += w->total;
+    mc__conn_queued_add(c, (ptrdiff_t)w->total);
     if (c->state == CS_OPEN)
         mc__conn_kick(c);
 }

@@ -108,6 +108,12 @@ void mc__metrics_server(mc_metrics_t *mm, const mc__server_t *srv)
         "Connections closed by the idle or handshake timeout.", st.timed_out);
     one(mm, "mooncake_server_connections_refused_total", "counter",
         "Connections evicted or turned away at the connection limit.", st.evicted + st.turned_away);
+    one(mm, "mooncake_server_answers_queued_bytes", "gauge",
+        "Bytes of a master's answers queued for its peers (bounded by --answer-budget).",
+        st.answers_queued);
+    one(mm, "mooncake_server_answer_budget_pauses_total", "counter",
+        "Times a connection took no request in while the answer budget was spent.",
+        st.budget_pauses);
     one(mm, "mooncake_server_auth_refused_total", "counter",
         "Requests refused for want of authentication.", st.refused);
     one(mm, "mooncake_server_bad_frames_total", "counter", "Malformed requests.", st.bad_frames);

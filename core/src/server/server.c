@@ -83,6 +83,7 @@ struct mc__server {
     mc__control_plane_t control; /* started with o.svc */
     mc__data_plane_t data;       /* with o.seg_lookup */
     mc__server_stats_t st;       /* the planes count their own bytes and maps */
+    mc__send_budget_t budget;    /* the answers queued to a master's peers (net.h) */
 };
 
 /* The handshake is done: lift the handshake's limits. */
@@ -357,6 +358,10 @@ static void on_accept(mc__listener_t *ls, mc__conn_t *c)
      * than half the send bound waits for them (net.h) rather than being
      * hung up on when the bound is reached. */
     mc__conn_set_backpressure(c, MC__CONN_MAX_QUEUED / 2);
+    /* And a master's answers are copies: across its peers they stay about
+     * within its budget, however many peers do not read theirs. */
+    if (srv->o.svc)
+        mc__conn_set_budget(c, &srv->budget);
     srv->nconns++;
     if (!srv->o.secret && mc__conn_is_unix(c))
         sc->stranger =
@@ -464,6 +469,7 @@ int mc__server_new(mc__server_t **out, mc_loop_t *l, const mc__addr_t *a,
     if (!srv->o.handshake_timeout_ms)
         srv->o.handshake_timeout_ms = MC__SERVER_HANDSHAKE_TIMEOUT_MS;
     srv->max_conns = srv->o.max_conns ? srv->o.max_conns : default_max_conns();
+    srv->budget.limit = srv->o.answer_budget ? srv->o.answer_budget : MC__SERVER_ANSWER_BUDGET;
     rc = mc__listen(l, a, &conn_ops, on_accept, srv, &srv->ls);
     if (rc < 0) {
         free(srv);
@@ -508,6 +514,8 @@ void mc__server_stats(const mc__server_t *srv, mc__server_stats_t *st)
     st->shm_maps = srv->data.shm_maps;
     st->writes_fenced = srv->data.writes_fenced;
     st->open_conns = srv->nconns;
+    st->answers_queued = srv->budget.queued;
+    st->budget_pauses = srv->budget.pauses;
     _Static_assert(sizeof(st->op_errors) == sizeof(srv->control.op_errors), "op_errors");
     memcpy(st->op_errors, srv->control.op_errors, sizeof(st->op_errors));
 }
@@ -526,6 +534,7 @@ void mc__server_close(mc__server_t *srv)
     for (sconn_t *sc = srv->conns; sc;) {
         sconn_t *next = sc->next;
         mc__control_plane_owner_gone(&srv->control, sc->owner);
+        mc__conn_set_budget(sc->c, NULL); /* it is the server's */
         sc->srv = NULL;
         mc__conn_close(sc->c);
         sc = next;

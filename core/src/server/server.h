@@ -57,7 +57,15 @@ typedef struct mc__server_opts {
      * place of the oldest one not yet through its handshake, or is closed
      * at once when there is none. */
     unsigned max_conns;
+    /* A master's (with svc): bytes of answers queued across all its
+     * connections past which one with answers queued takes no more
+     * requests until they are sent (net.h, mc__conn_set_budget(); 0:
+     * MC__SERVER_ANSWER_BUDGET). Each connection also stops at half of
+     * MC__CONN_MAX_QUEUED of its own. */
+    size_t answer_budget;
 } mc__server_opts_t;
+
+#define MC__SERVER_ANSWER_BUDGET ((size_t)256 << 20)
 
 /* Opcodes below this are counted one by one (wire/proto.h: all of them). */
 #define MC__SERVER_OPS 64
@@ -65,14 +73,16 @@ typedef struct mc__server_opts {
 /* Counters, for logs, metrics and tests. */
 typedef struct mc__server_stats {
     uint64_t conns, requests, bad_frames, bytes_read, bytes_written;
-    uint64_t bytes_placed;  /* of bytes_written, received straight into the segment */
-    uint64_t refused;       /* requests answered -EACCES: no or a failed AUTH */
-    uint64_t shm_maps;      /* segment memfds handed out (SHM_MAP) */
-    uint64_t writes_fenced; /* WRITEs refused for an old epoch (wire/proto.h) */
-    uint64_t timed_out;     /* connections closed by the idle or handshake timeout */
-    uint64_t evicted;       /* ... to make room for a new one at the connection limit */
-    uint64_t turned_away;   /* new connections closed at once at the limit */
-    uint64_t open_conns;    /* connections open now */
+    uint64_t bytes_placed;   /* of bytes_written, received straight into the segment */
+    uint64_t refused;        /* requests answered -EACCES: no or a failed AUTH */
+    uint64_t shm_maps;       /* segment memfds handed out (SHM_MAP) */
+    uint64_t writes_fenced;  /* WRITEs refused for an old epoch (wire/proto.h) */
+    uint64_t timed_out;      /* connections closed by the idle or handshake timeout */
+    uint64_t evicted;        /* ... to make room for a new one at the connection limit */
+    uint64_t turned_away;    /* new connections closed at once at the limit */
+    uint64_t open_conns;     /* connections open now */
+    uint64_t answers_queued; /* bytes queued for sending, under the answer budget */
+    uint64_t budget_pauses;  /* times a connection waited for the answer budget */
     uint64_t op_requests[MC__SERVER_OPS]; /* requests by opcode */
     uint64_t op_errors[MC__SERVER_OPS];   /* control requests the service failed, by opcode */
 } mc__server_stats_t;
