@@ -189,6 +189,35 @@ def test_a_hard_link_removed_after_a_rewrite_stays_removed(cluster, make_mount):
     assert cli_stats(m2.addr)["objects"] == 0
 
 
+def test_hard_links_come_back_from_the_node_their_file_moved_to(cluster, make_mount):
+    """A file with two names on node A is rewritten onto node B (more space
+    free), by a put of one name; then A dies with the master. Both names
+    come back from B alone, with the new bytes (they were lost with A
+    before: B had the file's record but not its names')."""
+    m = cluster.master()
+    a = cluster.node(m, "32M")
+    mnt = make_mount("--master", m.addr, "--segment-size", "0", "--timeout-ms", "2000",
+                     "--cache-timeout", "0", expect_log=r"lost the connection|publishing")
+    with open(mnt.p("f"), "wb") as f:
+        f.write(b"a" * MiB)
+    os.link(mnt.p("f"), mnt.p("g"))
+    settled(m)  # A keeps the names' records
+    cluster.node(m, "64M")
+    new = os.urandom(3 * MiB)
+    assert cli(m.addr, "put", "g", input=new).returncode == 0  # onto B: more space free
+    settled(m)
+    a.kill9()
+    m2 = restart(cluster, m)
+    wait_for(lambda: cli_stats(m2.addr)["segments"] == 1 and
+             cli_stats(m2.addr)["counters"]["segments_held"] == 0, "B to report")
+    wait_for(lambda: os.path.exists(mnt.p("f")) and os.path.exists(mnt.p("g")),
+             "the mount to see both names again")
+    for name in ("f", "g"):
+        assert os.stat(mnt.p(name)).st_nlink == 2
+        with open(mnt.p(name), "rb") as f:
+            assert f.read() == new, name
+
+
 def python_store():
     """A Python client on the C extension (built by make python-ext, which
     make test builds before this stage). Under the sanitizers the extension

@@ -98,16 +98,23 @@ void mc__svc_replica_gone(mc__svc_t *svc, const mc__version_t *v, uint32_t seg)
 /* ---- where the records of a hard-linked file's names are ----
  *
  * A name's record goes to the nodes of its file when the name is made or
- * renamed. The file's bytes may move since (a rewrite onto other nodes):
- * the nodes of before keep the name. So that a drop (or a rename) of a name
- * reaches them too, and the name does not come back with a restart of the
- * master, each hard-linked file keeps the segments told of any of its
- * names (merged from a segment's report too), until the file leaves. */
+ * renamed. The file's bytes may move since (a rewrite onto other nodes, a
+ * repair): the nodes of before keep the name, and the new ones get the
+ * records of all its names, so that the names come back with the file
+ * from its nodes of now alone. So that a drop (or a rename) of a name
+ * reaches every node told of it, and the name does not come back with a
+ * restart of the master, each hard-linked file keeps the segments told of
+ * any of its names, and its name entries (both merged from a segment's
+ * report too), until the file leaves. */
 
 typedef struct name_segs {
     mc__idnode_t h;
     uint32_t n, cap;
     uint32_t *seg;
+    uint32_t nnames, names_cap;
+    mc__version_t **names; /* its name entries (told by their notices, or
+                              merged): a node that takes the file's bytes
+                              takes their records */
 } name_segs_t;
 
 /* The segments of the names of inode key ino[0..ilen); made if make (NULL:
@@ -151,10 +158,35 @@ static void segs_add(name_segs_t *t, uint32_t seg)
     t->seg[t->n++] = seg;
 }
 
+/* Name entry v of t's file came (keep) or left (out of memory: not kept,
+ * its record then stays where it is). */
+static void names_keep(name_segs_t *t, mc__version_t *v, int keep)
+{
+    uint32_t i = 0;
+    while (t && i < t->nnames && t->names[i] != v)
+        i++;
+    if (!t || (i < t->nnames) == keep)
+        return;
+    if (!keep) {
+        t->names[i] = t->names[--t->nnames];
+        return;
+    }
+    if (t->nnames == t->names_cap) {
+        uint32_t cap = t->names_cap ? t->names_cap * 2 : 2;
+        mc__version_t **a = realloc(t->names, sizeof(*a) * cap);
+        if (!a)
+            return;
+        t->names = a;
+        t->names_cap = cap;
+    }
+    t->names[t->nnames++] = v;
+}
+
 static void name_segs_del(mc__svc_t *svc, name_segs_t *t)
 {
     mc__ids_del(&svc->name_segs, t->h.id);
     free(t->seg);
+    free(t->names);
     free(t);
 }
 
@@ -175,6 +207,7 @@ static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
     const mc__vmore_t *x = mc__vmore(v);
     const mc__version_t *f = x->link ? mc__master_resolve(m, v) : v;
     name_segs_t *t = x->link ? name_segs(svc, x->link, x->linklen, f && !drop) : NULL;
+    names_keep(t, v, !drop);
     for (uint32_t r = 0; f && r < f->nrep; r++) {
         uint32_t seg = mc__vrep_seg(f, r);
         note_add(svc, seg, v, drop, 1);
@@ -188,6 +221,19 @@ static void on_notice(void *arg, mc__master_t *m, mc__version_t *v, int drop)
         if (!sent)
             note_add(svc, t->seg[i], v, drop, 1);
     }
+    /* A hard-linked file's bytes on a node not told of its names (a
+     * rewrite, a repair): its names' records go there too, so that they
+     * come back with the file from its nodes of now alone. */
+    if (!drop && !x->link && mc__master_is_inode_key(mc__vkey(v), v->klen) &&
+        (t = name_segs(svc, mc__vkey(v), v->klen, 0)))
+        for (uint32_t r = 0; r < v->nrep; r++) {
+            uint32_t seg = mc__vrep_seg(v, r);
+            if (segs_have(t, seg))
+                continue;
+            for (uint32_t i = 0; i < t->nnames; i++)
+                note_add(svc, seg, t->names[i], 0, 1);
+            segs_add(t, seg);
+        }
     /* The file left (its last name went, or it was lost): so do its names'
      * segments. A version of it replaced by a newer one leaves them. */
     if (drop && !x->link && mc__master_is_inode_key(mc__vkey(v), v->klen) &&
@@ -362,8 +408,14 @@ static int merge_one(mc__svc_t *svc, uint32_t seg, const char *p, uint32_t pl, u
         note_add(svc, seg, &tmp, 1, 1);
         rc = 1;
     }
-    if (rc == 1 && wr.linklen) /* a name's record: seg keeps it */
-        segs_add(name_segs(svc, wr.link, wr.linklen, 1), seg);
+    if (rc == 1 && wr.linklen) { /* a name's record: seg keeps it */
+        name_segs_t *t = name_segs(svc, wr.link, wr.linklen, 1);
+        mc__version_t *v = mc__master_find(svc->m, wr.key, wr.klen);
+        const mc__vmore_t *x = v ? mc__vmore(v) : NULL;
+        segs_add(t, seg);
+        if (x && x->link && x->linklen == wr.linklen && !memcmp(x->link, wr.link, wr.linklen))
+            names_keep(t, v, 1);
+    }
     return rc;
 }
 
