@@ -503,10 +503,10 @@ static void test_endpoints_and_timeouts(void **state)
 }
 
 /* A member that takes connections and answers nothing (stopped, hung, cut
- * off past its socket): a request sent there times out, and the requests
- * after it go to the next endpoint first (a member refusing connections
- * is passed over at once; one that hangs must not take every request's
- * timeout for ever). */
+ * off past its socket): a request sent there times out (a range goes on
+ * to the next endpoint), and the requests after it go to the next
+ * endpoint first (a member refusing connections is passed over at once;
+ * one that hangs must not take every request's timeout for ever). */
 static void test_a_hung_endpoint_is_passed_over(void **state)
 {
     (void)state;
@@ -530,6 +530,19 @@ static void test_a_hung_endpoint_is_passed_over(void **state)
     memset(&g, 0, sizeof(g));
     assert_int_equal(wait_res(&g, mc__etcd_range(e, K("hung"), 0, on_res, &g)), 0);
     assert_int_equal(g.nkvs, 0);
+    mc__etcd_free(e);
+    /* A range (it only reads) that timed out there is sent to the next
+     * endpoint: answered, in about one timeout more. */
+    e = client(ep, 500);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wait_res(&g, mc__etcd_put(e, K("fo2"), K("v"), 0, on_res, &g)), 0);
+    mc__etcd_free(e);
+    e = client(eps, 500);
+    memset(&g, 0, sizeof(g));
+    uint64_t t0 = mc_loop_now_ms();
+    assert_int_equal(wait_res(&g, mc__etcd_range(e, K("fo2"), 0, on_res, &g)), 0);
+    assert_int_equal(g.nkvs, 1);
+    assert_cmp(mc_loop_now_ms() - t0, <, 3000);
     mc__etcd_free(e);
     close(hung);
 }

@@ -131,12 +131,12 @@ static size_t on_data(char *p, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
-/* Points r at endpoint e->cur + r->tries and adds it to the multi handle. */
-static int req_send(req_t *r)
+/* Points r at endpoint ep and adds it to the multi handle. */
+static int req_send(req_t *r, unsigned ep_at)
 {
     mc__etcd_t *e = r->e;
     char url[512];
-    r->ep = (e->cur + r->tries) % e->neps;
+    r->ep = ep_at % e->neps;
     const char *ep = e->eps[r->ep];
     snprintf(url, sizeof(url), "%s%s%s", strncmp(ep, "http", 4) ? "http://" : "", ep, r->path);
     e->cu->easy_setopt(r->h, CURLOPT_URL, url);
@@ -202,7 +202,7 @@ static int req_start(mc__etcd_t *e, enum kind kind, const char *path, json_t *j,
     if (e->reqs)
         e->reqs->prev = r;
     e->reqs = r;
-    int rc = req_send(r);
+    int rc = req_send(r, e->cur);
     if (rc < 0) {
         req_free(r);
         return rc;
@@ -367,16 +367,20 @@ static void check_done(mc__etcd_t *e)
         int rc = curl_errno(cc);
         /* Not sent at all: the next endpoint may answer. */
         if ((cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) &&
-            ++r->tries < e->neps && req_send(r) == 0)
+            ++r->tries < e->neps && req_send(r, r->ep + 1) == 0)
             continue;
         if (rc == 0 && r->tries) /* that endpoint answered: go there first */
             e->cur = r->ep;
         /* Connected, then nothing or a broken answer: a member stopped,
-         * hung or cut off. The request is not sent again (it may have been
-         * applied there), but the next ones go to the next endpoint first,
-         * or every request would wait its timeout there for ever. */
-        if ((rc == -ETIMEDOUT || rc == -ECONNRESET) && e->cur == r->ep)
+         * hung or cut off. The next requests go to the next endpoint
+         * first, or every request would wait its timeout there for ever.
+         * A range, which only reads, goes there too; any other request is
+         * not sent again (it may have been applied there). */
+        int hung = rc == -ETIMEDOUT || rc == -ECONNRESET;
+        if (hung && e->cur == r->ep)
             e->cur = (r->ep + 1) % e->neps;
+        if (hung && r->kind == K_RANGE && ++r->tries < e->neps && req_send(r, r->ep + 1) == 0)
+            continue;
         if (r->kind == K_WATCH) {
             watch_end(r, rc < 0 ? rc : -ECONNRESET); /* a stream never ends well */
             continue;                                /* freed by mc__etcd_watch_cancel() */

@@ -6,9 +6,12 @@
  * libjansson. It is the only module that knows etcd: the rest of the code
  * sees this interface.
  *
- * Endpoints are tried in turn: a request that cannot reach one (refused,
- * reset, timed out) goes to the next, once each, before it fails. Keys and
- * values are bytes. Loop thread only.
+ * Endpoints are tried in turn: a request that cannot reach one (refused)
+ * goes to the next, once each, before it fails; one that reached it and got
+ * no answer (reset, timed out) goes there too if it only reads (a range),
+ * and fails otherwise (it may have been applied); either way the requests
+ * after it go to the next endpoint first. Keys and values are bytes. Loop
+ * thread only.
  */
 #ifndef MC_RUNTIME_ETCD_H
 #define MC_RUNTIME_ETCD_H
