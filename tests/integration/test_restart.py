@@ -321,6 +321,7 @@ def test_a_master_whose_clock_went_back_keeps_two_objects_that_share_an_id(clust
     assert cli(m2.addr, "get", "k1").stdout == one
     assert cli(m2.addr, "get", "k2").stdout == two
     assert stat_of(m2.addr, "k1")["version"] != v1
+    assert cli_stats(m2.addr)["counters"]["records_renamed"] == 1
     settled(m2)
     m3 = restart(cluster, m2)
     wait_for(lambda: cli_stats(m3.addr)["objects"] == 2 and

@@ -55,6 +55,9 @@ static void test_a_record_whose_id_this_run_handed_out_keeps_its_own_object(void
     assert_int_equal(key_stat(g, "k1", T0 + 13, &k1), 0);
     assert_int_equal(k1.size, 1000);
     assert_int_not_equal(k1.version, x); /* k2 has x in this run */
+    mc__svc_stats_t ss;
+    mc__svc_stats(g->svc, &ss);
+    assert_int_equal(ss.records_renamed, 1);
     node_take(g, &a, T0 + 13);
     node_take(g, &b, T0 + 13);
     char buf[64];

@@ -292,6 +292,7 @@ void mc__svc_stats(const mc__svc_t *svc, mc__svc_stats_t *st)
     st->repair_waiting = rs.waiting;
     st->records_merged = svc->records_merged;
     st->records_refused = svc->records_refused;
+    st->records_renamed = svc->records_renamed;
     st->notices_dropped = svc->notices_dropped;
     st->notices_waiting = 0;
     st->segments_held = 0;
@@ -326,6 +327,7 @@ size_t mc__svc_counters(const mc__svc_t *svc, mc_counter_t *out, size_t max)
         {"repair_waiting", st.repair_waiting},
         {"records_merged", st.records_merged},
         {"records_refused", st.records_refused},
+        {"records_renamed", st.records_renamed},
         {"notices_dropped", st.notices_dropped},
         {"notices_waiting", st.notices_waiting},
         {"segments_held", st.segments_held},

@@ -406,6 +406,7 @@ static int merge_one(mc__svc_t *svc, uint32_t seg, const char *p, uint32_t pl, u
     if (rc == 2) {
         mc__version_t tmp = {.id = wr.version};
         note_add(svc, seg, &tmp, 1, 1);
+        svc->records_renamed++;
         rc = 1;
     }
     if (rc == 1 && wr.linklen) { /* a name's record: seg keeps it */

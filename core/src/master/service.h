@@ -164,6 +164,8 @@ typedef struct mc__svc_stats {
         repair_waiting;       /* see repair.h */
     uint64_t records_merged;  /* nodes' records merged after a restart */
     uint64_t records_refused; /* ... and refused (older, gone, unreadable) */
+    uint64_t records_renamed; /* of those merged, rebuilt under a new id (this
+                                 run had handed out theirs: a clock set back) */
     uint64_t notices_dropped; /* notices a node's full queue could not take */
     uint64_t notices_waiting; /* bytes of notices nodes have not fetched yet */
     uint64_t segments_held;   /* segments where nothing new is placed yet (mounted

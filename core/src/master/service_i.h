@@ -122,7 +122,7 @@ struct mc__svc {
     void *local_enforced_arg;
     uint64_t nodes_expired, objects_lost, puts_expired, replicas_dropped;
     uint64_t run; /* this run's id (MOUNT_SEGMENT answers it) */
-    uint64_t notices_dropped, records_merged, records_refused;
+    uint64_t notices_dropped, records_merged, records_refused, records_renamed;
     uint64_t now_seen; /* the time of the last request or tick (segments_held) */
     mc__repair_t *rp;
     mc__svc_journal_fn journal; /* the op log (mc__svc_journal()); NULL: none */
