@@ -12,6 +12,7 @@ import re
 import socket
 import struct
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -176,9 +177,15 @@ OP_LIST = 35
 
 
 def answers_queued(port):
-    """The master's mooncake_server_answers_queued_bytes, from its metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
+    """The master's mooncake_server_answers_queued_bytes, from its metrics
+    (None while its loop is too busy to answer them: 503)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except urllib.error.HTTPError as e:
+        if e.code == 503:
+            return None
+        raise
     m = re.search(r"^mooncake_server_answers_queued_bytes (\S+)$", text, re.M)
     assert m, "no answers_queued_bytes in the metrics"
     return float(m.group(1))
@@ -210,20 +217,21 @@ def test_peers_that_do_not_read_their_answers_hold_the_answer_budget(cluster, ma
     # Each connection has an answer queued once the budget is spent: the
     # queue grows no more.
     last = []
-    deadline = time.time() + 60
-    while len(last) < 4 or len(set(last[-4:])) > 1:
+    deadline = time.time() + 120
+    while len(last) < 4 or len(set(last[-4:])) > 1 or None in last[-4:]:
         assert time.time() < deadline, f"the answers queued do not settle: {last[-4:]}"
         last.append(answers_queued(mport))
         time.sleep(0.25)
     queued = last[-1]
     assert budget <= queued <= budget + 12 * 7 * MiB, queued
     grown = m.rss() - before
-    assert grown < budget + 12 * 7 * MiB + 64 * MiB, f"the master grew by {grown >> 20} MiB"
+    if not os.environ.get("MC_SANITIZED"):  # ASan keeps freed memory in quarantine
+        assert grown < budget + 12 * 7 * MiB + 64 * MiB, f"the master grew by {grown >> 20} MiB"
     r = cli(m.addr, "stat", "a" * 250 + "/")
     assert r.returncode == 0, r.stderr  # another client is answered meanwhile
     for s in socks:
         s.close()
     deadline = time.time() + 30
-    while answers_queued(mport) > 0:  # closed: their answers go
+    while answers_queued(mport) != 0:  # closed: their answers go
         assert time.time() < deadline, "the answers of closed connections stay queued"
         time.sleep(0.1)
