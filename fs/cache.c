@@ -52,7 +52,10 @@ static void cache_keep_or_drop(fs_t *fs, fs_inode_t *in, const mc_stat_t *st, in
 {
     fi->direct_io = 0;
     fi->keep_cache = 1;
-    if (st->version == in->version || (in->ws && in->ws->state != WS_NONE))
+    /* A failing writer's pages are no version's: they go (its poison set
+     * in->version 0), even while its operations end and it is aborted. */
+    if (st->version == in->version ||
+        (in->ws && in->ws->state != WS_NONE && in->ws->state != WS_FAILING))
         return; /* the cache holds this version, or the writer's */
     fi->keep_cache = 0;
     if (!created) /* the size the kernel knows may be another version's */
