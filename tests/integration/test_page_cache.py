@@ -668,6 +668,23 @@ def test_a_descriptor_left_open_after_its_dups_close_keeps_what_it_shows(store_m
     _assert_shown_and_published(m, shown, size)
 
 
+def _truncated_under_a_cached_reader(m, size, b_size, to):
+    """Another client puts "f" (size bytes of A); a reader here opens it and
+    reads it whole (cached); the other client puts b_size bytes of B; then
+    truncate(2) by path to `to`. Returns the reader's descriptor (open) and
+    what the other client then reads."""
+    other_client_put(m, "f", b"A" * size)
+    r = os.open(m.p("f"), os.O_RDONLY)
+    try:
+        assert os.pread(r, size, 0) == b"A" * size  # cached
+        other_client_put(m, "f", b"B" * b_size)
+        os.truncate(m.p("f"), to)
+        return r, other_client_get(m, "f")
+    except BaseException:
+        os.close(r)
+        raise
+
+
 def test_truncate_by_path_truncates_the_version_another_client_published(store_mount):
     """truncate(2) by path while a reader here holds the file open (its
     pages cached) after another client published a new version: the
@@ -676,13 +693,8 @@ def test_truncate_by_path_truncates_the_version_another_client_published(store_m
     would do, not of the version the reader's cache holds."""
     m = store_mount("64M")
     size = 3 * PAGE + 100
-    other_client_put(m, "f", b"A" * size)
-    r = os.open(m.p("f"), os.O_RDONLY)
+    r, got = _truncated_under_a_cached_reader(m, size, size, PAGE + 1)
     try:
-        assert os.pread(r, size, 0) == b"A" * size  # cached
-        other_client_put(m, "f", b"B" * size)
-        os.truncate(m.p("f"), PAGE + 1)
-        got = other_client_get(m, "f")
         assert got == b"B" * (PAGE + 1), f"published {got[:1]!r} * {len(got)}"
         seen = os.pread(r, size, 0)
         assert seen in (b"B" * (PAGE + 1),), f"the reader read {sorted(set(seen))} * {len(seen)}"
@@ -698,13 +710,8 @@ def test_truncate_by_path_to_the_cached_size_of_a_replaced_version(store_mount):
     open after the truncate reads the truncated version whole."""
     m = store_mount("64M")
     size = 3 * PAGE + 100
-    other_client_put(m, "f", b"A" * size)
-    r = os.open(m.p("f"), os.O_RDONLY)
+    r, got = _truncated_under_a_cached_reader(m, size, size + PAGE, size)
     try:
-        assert os.pread(r, size, 0) == b"A" * size  # cached
-        other_client_put(m, "f", b"B" * (size + PAGE))
-        os.truncate(m.p("f"), size)
-        got = other_client_get(m, "f")
         assert got == b"B" * size, f"published {sorted(set(got))} * {len(got)}"
         with open(m.p("f"), "rb") as f:
             seen = f.read()
