@@ -218,6 +218,35 @@ def test_hard_links_come_back_from_the_node_their_file_moved_to(cluster, make_mo
             assert f.read() == new, name
 
 
+def test_a_file_renamed_over_a_name_not_reported_yet_keeps_its_bytes(cluster, make_mount):
+    """j on node A, k on node B; the master restarts while B is stopped, so
+    k is not there yet, and j is renamed to k through a mount. When B comes
+    back and reports its k, the rename stands: k holds j's bytes (before,
+    B's older k replaced them, and j's bytes were lost)."""
+    m = cluster.master()
+    a, b = cluster.nodes(m, 2, "32M")
+    one, two = os.urandom(5000), os.urandom(5000)
+    assert cli(m.addr, "--preferred", a.addr, "put", "j", input=one).returncode == 0
+    assert cli(m.addr, "--preferred", b.addr, "put", "k", input=two).returncode == 0
+    settled(m)
+    b.pause()
+    m2 = restart(cluster, m)
+    wait_for(lambda: cli(m2.addr, "get", "j").returncode == 0, "A to report j", step=0.5)
+    mnt = make_mount("--master", m2.addr, "--segment-size", "0", "--timeout-ms", "2000",
+                     "--cache-timeout", "0", "--cache-mode", "direct",
+                     expect_log=r"lost the connection")
+    assert not os.path.exists(mnt.p("k"))
+    os.rename(mnt.p("j"), mnt.p("k"))
+    b.resume()
+    wait_for(lambda: cli_stats(m2.addr)["segments"] == 2 and
+             cli_stats(m2.addr)["counters"]["segments_held"] == 0, "B to report", step=0.2)
+    assert not os.path.exists(mnt.p("j"))
+    with open(mnt.p("k"), "rb") as f:
+        assert f.read() == one
+    assert cli(m2.addr, "get", "k").stdout == one
+    assert cli_stats(m2.addr)["objects"] == 1
+
+
 def python_store():
     """A Python client on the C extension (built by make python-ext, which
     make test builds before this stage). Under the sanitizers the extension

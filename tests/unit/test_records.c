@@ -4,8 +4,9 @@
  * (core/src/master/records.c): the newest version of a key wins, replicas
  * of one version on several segments are one object, a version rebuilt and
  * then removed or replaced stays gone, space a record names must be free,
- * the latest record of a version gives its metadata, what this run put
- * wins over any record (a clock set back gives it the lower id), a record
+ * the latest record of a version gives its metadata, what this run put or
+ * renamed to a key wins over any record (a clock set back gives it the
+ * lower id; a rebuilt version renamed there may have it anyway), a record
  * whose id this run may have handed out is rebuilt under another, and ids
  * handed out after a merge are newer than every one reported.
  */
@@ -373,6 +374,61 @@ static void test_a_late_record_never_undoes_what_this_run_changed(void **state)
     assert_int_equal(merge(m, 2, &r3, T0), 1);
     assert_int_equal(find(m, "k")->mode, 0444);
     assert_int_equal(find(m, "k")->nrep, 2);
+    mc__master_free(m);
+}
+
+/* A key this run renamed a rebuilt version to is this run's, as one it
+ * put there: a late record of an older version of that key (its node away
+ * while this run renamed j over k, so k was not seen) must not replace
+ * it: j's bytes, renamed, would be lost, whatever the ids. */
+static void test_a_late_record_never_replaces_what_this_run_renamed_there(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master_segs(2);
+    mc__master_notices(m, no_notice, NULL);
+    mc__extent_t e1 = {0, 64}, e2 = {0, 128};
+    trec_t j = rec("j", 10, 1, 64, &e1), k = rec("k", 20, 2, 128, &e2);
+    assert_int_equal(merge(m, 1, &j, T0), 1);
+    mc__version_t *v = find(m, "j");
+    assert_int_equal(mc__master_rename(m, "j", 1, "k", 1, 0, T0), 0);
+    assert_int_equal(merge(m, 2, &k, T0), 0);
+    assert_ptr_equal(find(m, "k"), v);
+    assert_int_equal(mc__vsize(find(m, "k")), 64);
+    assert_null(find(m, "j"));
+    assert_int_equal(used(m), 64);
+    mc__master_free(m);
+
+    /* The same through a directory's rename (d/j to e/j over an e/j unseen). */
+    m = new_master_segs(2);
+    mc__master_notices(m, no_notice, NULL);
+    j = rec("d/j", 10, 1, 64, &e1), k = rec("e/j", 20, 2, 128, &e2);
+    assert_int_equal(merge(m, 1, &j, T0), 1);
+    v = find(m, "d/j");
+    assert_int_equal(mc__master_rename(m, "d/", 2, "e/", 2, MC_RENAME_PREFIX, T0), 0);
+    assert_int_equal(merge(m, 2, &k, T0), 0);
+    assert_ptr_equal(find(m, "e/j"), v);
+    assert_int_equal(used(m), 64);
+    mc__master_free(m);
+}
+
+/* And a late record moving another rebuilt version to that key (its run
+ * renamed x to k; the node that reported x missed it) finds k replaced by
+ * this run: the version leaves, as one replaced at its newest key. */
+static void test_a_late_rename_never_retires_what_this_run_renamed_there(void **state)
+{
+    (void)state;
+    mc__master_t *m = new_master_segs(3);
+    mc__master_notices(m, no_notice, NULL);
+    mc__extent_t e1 = {0, 64}, e2 = {0, 128}, e3 = {0, 128};
+    trec_t j = rec("j", 10, 1, 64, &e1), x = rec("x", 30, 5, 128, &e2);
+    trec_t x_at_k = rec("k", 30, 6, 128, &e3);
+    assert_int_equal(merge(m, 1, &j, T0), 1);
+    assert_int_equal(merge(m, 2, &x, T0), 1);
+    mc__version_t *v = find(m, "j");
+    assert_int_equal(mc__master_rename(m, "j", 1, "k", 1, 0, T0), 0);
+    assert_int_equal(merge(m, 3, &x_at_k, T0), 1);
+    assert_ptr_equal(find(m, "k"), v);
+    assert_null(find(m, "x")); /* replaced at k */
     mc__master_free(m);
 }
 
@@ -903,6 +959,8 @@ int main(void)
         cmocka_unit_test(test_records_of_ids_this_run_handed_out_keep_their_order),
         cmocka_unit_test(test_a_late_rename_never_retires_what_this_run_put),
         cmocka_unit_test(test_a_late_record_never_undoes_what_this_run_changed),
+        cmocka_unit_test(test_a_late_record_never_replaces_what_this_run_renamed_there),
+        cmocka_unit_test(test_a_late_rename_never_retires_what_this_run_renamed_there),
         cmocka_unit_test(test_space_that_is_not_free_is_refused),
         cmocka_unit_test(test_small_objects_in_4_byte_units_come_back),
         cmocka_unit_test(test_the_latest_record_gives_the_metadata),

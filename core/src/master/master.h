@@ -699,11 +699,18 @@ void mc__xattr_take(mc__version_t *to, mc__version_t *from);
 
 /* ---- records kept by nodes, and rebuilding from them (records.c) ---- */
 
-/* v's record changed (a commit, a rename, new metadata, a new replica): it
- * goes on the dirty list, and mc__master_flush() hands it to the notice
- * callback once, however often it changed meanwhile. O(1); nothing without
- * a notice callback or before mc__master_notices() turned them on. */
+/* v's record changed (a commit, a rename, new metadata): it goes on the
+ * dirty list, and mc__master_flush() hands it to the notice callback once,
+ * however often it changed meanwhile. O(1); nothing without a notice
+ * callback or before mc__master_notices() turned them on. A version rebuilt
+ * from records keeps the metadata this run gave it from then on: a record
+ * merged later gives it none (records.c). */
 void mc__master_dirty(mc__master_t *m, mc__version_t *v);
+
+/* The same for what the master changes on its own (a replica added or given
+ * up, the access time a read sets): a record merged later still gives a
+ * rebuilt v its metadata and key, as if it had come first. */
+void mc__master_dirty_records(mc__master_t *m, mc__version_t *v);
 
 /* Starts sending notices to cb (NULL: stops): a master with no node to
  * keep records pays nothing for them. */

@@ -94,11 +94,13 @@ typedef struct mc__recovered {
     mc__version_t *v;
     uint64_t stamp;       /* the stamp of its record as its nodes keep it, the
                              newest merged or sent */
-    uint64_t meta : 63;   /* the stamp of the record that gave its metadata */
+    uint64_t meta : 62;   /* the stamp of the record that gave its metadata */
     uint64_t changed : 1; /* this run changed it (mc__master_dirty()): its
                              metadata is newer than any record's, whatever
                              the stamps (a clock set back starts this run's
                              below the last run's) */
+    uint64_t moved : 1;   /* this run renamed it (mc__master_moved()): it is
+                             newer at its key than any record's version */
 } mc__recovered_t;
 
 /* A version rebuilt under another id than its records' (records.c): one
@@ -154,6 +156,11 @@ void mc__replica_release_in(mc__master_t *m, mc__replica_t *rep, const mc__exten
 
 /* Takes v out of the dirty array (records.c); it is leaving. */
 void mc__master_undirty(mc__master_t *m, mc__version_t *v);
+
+/* mc__master_dirty() of v, which a rename of this run put under its key:
+ * there, it is newer than any record's version (records.c), as one this
+ * run made. */
+void mc__master_moved(mc__master_t *m, mc__version_t *v);
 
 /* 1 if v is under a read lease at now. */
 static inline int mc__leased(const mc__master_t *m, const mc__version_t *v, uint64_t now)

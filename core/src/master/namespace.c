@@ -101,7 +101,7 @@ static int rename_one(mc__master_t *m, const char *from, size_t flen, const char
     mc__index_remove(m->ix, from, flen);
     mc__version_set_key(v, k, tlen);
     int rc = mc__index_insert(m->ix, v, &old);
-    mc__master_dirty(m, v);
+    mc__master_moved(m, v);
     if (rc == 1 && old)
         entry_gone(m, old, now);
     return 0;
@@ -191,7 +191,7 @@ static int rename_prefix(mc__master_t *m, const char *from, size_t flen, const c
         mc__index_remove(m->ix, mc__vkey(v), v->klen);
         mc__version_set_key(v, keys[i], nl);
         mc__index_insert(m->ix, v, NULL); /* a new key, room reserved: cannot fail */
-        mc__master_dirty(m, v);
+        mc__master_moved(m, v);
     }
     free(keys);
     free(vs);

@@ -34,7 +34,7 @@ void mc__master_notices(mc__master_t *m, mc__notice_cb cb, void *arg)
  * last flush: a version keeps no field for it. */
 
 /* Marks v dirty (mc__master_dirty() without telling a rebuilt version
- * changed: a merge's). */
+ * changed: a merge's, or the master's own change of it). */
 static void dirty(mc__master_t *m, mc__version_t *v)
 {
     if (!m->notice || !v || v->state != MC__PUBLISHED || mc__ptrmap_find(&m->dplace, v))
@@ -56,14 +56,44 @@ static void dirty(mc__master_t *m, mc__version_t *v)
     m->dirty[m->ndirty++] = v;
 }
 
+/* The entry of rebuilt version v, NULL for a version this run made. */
+static mc__recovered_t *rebuilt_entry(const mc__master_t *m, const mc__version_t *v)
+{
+    if (!(v->flags & MC__V_REBUILT))
+        return NULL;
+    mc__recovered_t *e = (mc__recovered_t *)mc__ids_get(&m->rebuilt, v->id);
+    return e && e->v == v ? e : NULL;
+}
+
 void mc__master_dirty(mc__master_t *m, mc__version_t *v)
 {
-    if (v && (v->flags & MC__V_REBUILT)) {
-        mc__recovered_t *e = (mc__recovered_t *)mc__ids_get(&m->rebuilt, v->id);
-        if (e && e->v == v)
-            e->changed = 1;
-    }
+    mc__recovered_t *e = v ? rebuilt_entry(m, v) : NULL;
+    if (e)
+        e->changed = 1;
     dirty(m, v);
+}
+
+void mc__master_dirty_records(mc__master_t *m, mc__version_t *v)
+{
+    dirty(m, v);
+}
+
+void mc__master_moved(mc__master_t *m, mc__version_t *v)
+{
+    mc__recovered_t *e = rebuilt_entry(m, v);
+    if (e)
+        e->moved = 1;
+    mc__master_dirty(m, v);
+}
+
+/* Whether v, under its key, is newer than any record's version of that
+ * key, whatever the ids: this run made it or moved it there, after every
+ * record of a run before (a clock set back gives this run's ids below
+ * theirs). */
+static int this_runs(const mc__master_t *m, const mc__version_t *v)
+{
+    const mc__recovered_t *e = rebuilt_entry(m, v);
+    return !(v->flags & MC__V_REBUILT) || (e && e->moved);
 }
 
 void mc__master_undirty(mc__master_t *m, mc__version_t *v)
@@ -80,11 +110,9 @@ static void flush_one(mc__master_t *m, mc__version_t *v)
 {
     ++m->stamp;
     v->flags |= MC__V_NOTED;
-    if (v->flags & MC__V_REBUILT) { /* its nodes' records have this stamp now */
-        mc__recovered_t *e = (mc__recovered_t *)mc__ids_get(&m->rebuilt, v->id);
-        if (e && e->v == v)
-            e->stamp = m->stamp;
-    }
+    mc__recovered_t *e = rebuilt_entry(m, v);
+    if (e) /* its nodes' records have this stamp now */
+        e->stamp = m->stamp;
     if (m->notice)
         m->notice(m->notice_arg, m, v, 0);
 }
@@ -370,16 +398,16 @@ static void rebuilt_leaves(mc__master_t *m, mc__version_t *v, uint64_t now)
 
 /* A later record of version v (rebuilt already) renames it: it moves when
  * its new key holds no newer version, and leaves when it does (it was
- * replaced there). Newer: what this run made (after every record of a run
- * before, whatever the ids), or a version rebuilt from a record of a
- * higher id. */
+ * replaced there). Newer: what this run made or renamed there (after every
+ * record of a run before, whatever the ids: this_runs()), or a version
+ * rebuilt from a record of a higher id. */
 static void rekey(mc__master_t *m, mc__version_t *v, const mc__rec_t *r, uint64_t now)
 {
     if ((r->klen == v->klen && memcmp(r->key, mc__vkey(v), r->klen) == 0) ||
         mc__master_is_inode_key(mc__vkey(v), v->klen) || mc__master_is_inode_key(r->key, r->klen))
         return; /* an inode's key never changes */
     mc__version_t *there = mc__index_get(m->ix, r->key, r->klen);
-    if (there && (!(there->flags & MC__V_REBUILT) || reported_id(m, there) >= reported_id(m, v))) {
+    if (there && (this_runs(m, there) || reported_id(m, there) >= reported_id(m, v))) {
         mc__index_remove(m->ix, mc__vkey(v), v->klen);
         rebuilt_leaves(m, v, now);
         return;
@@ -506,13 +534,15 @@ int mc__master_merge(mc__master_t *m, uint32_t seg, const mc__rec_t *r, const mc
     }
 
     /* A version this master has not seen: the newest version of a key wins.
-     * Whatever this run made (not rebuilt) was committed after every record
-     * of a run before, whatever the ids say: they grow across runs only
-     * while the wall clock does (first_id), and a clock set back leaves
-     * this run's ids below the records'. Among records, the higher id they
-     * were reported under. */
+     * Whatever this run made (not rebuilt) or renamed to the key was put
+     * there after every record of a run before, whatever the ids say: they
+     * grow across runs only while the wall clock does (first_id), a clock
+     * set back leaves this run's ids below the records', and a rebuilt
+     * version renamed over a key whose version was not reported yet may
+     * have the lower id. Among records, the higher id they were reported
+     * under. */
     mc__version_t *cur = mc__index_get(m->ix, r->key, r->klen);
-    if (cur && (reported_id(m, cur) >= r->version || !(cur->flags & MC__V_REBUILT)))
+    if (cur && (this_runs(m, cur) || reported_id(m, cur) >= r->version))
         return 0;
     uint64_t bytes = rec_bytes(r, ext);
     if (bytes < r->size || bytes - r->size >= m->o.align)

@@ -222,8 +222,8 @@ static int plan(mc__repair_t *r, mc__master_t *m, mc__version_t *v,
         memset(&rep, 0, sizeof(rep));
         rep.seg = tg->seg;
         if (mc__master_replica_attach(v, &rep) < 0)
-            return 0;           /* out of memory: it waits */
-        mc__master_dirty(m, v); /* the new replica's node keeps its record */
+            return 0;                   /* out of memory: it waits */
+        mc__master_dirty_records(m, v); /* the new replica's node keeps its record */
         r->st.started++;
         r->st.done++;
         r->woken = 1; /* it may want still more */
@@ -384,7 +384,8 @@ int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t 
                  ? mc__master_replica_attach(v, &t->dst)
                  : -ESTALE;
     if (at == 0) {
-        mc__master_dirty(m, v); /* the new replica's node keeps its record (and the op log) */
+        mc__master_dirty_records(m,
+                                 v); /* the new replica's node keeps its record (and the op log) */
         rc = 0;
         if (!t->job) {
             r->st.done++;
@@ -436,7 +437,7 @@ int mc__repair_copy_to(mc__repair_t *r, mc__master_t *m, mc__version_t *v, uint3
         int rc = mc__master_replica_attach(v, &rep);
         if (rc < 0)
             return rc;
-        mc__master_dirty(m, v);
+        mc__master_dirty_records(m, v);
         return 1;
     }
     int rc = plan_one(r, m, v, &tg, now, &t);

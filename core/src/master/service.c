@@ -303,7 +303,7 @@ static void read_access(const mc__svc_t *svc, mc__version_t *v)
     int64_t a = mc__vatime(v);
     if (a <= v->mtime_ns || a <= mc__vctime(v) || t - a >= DAY_NS) {
         mc__version_set_atime(v, t);
-        mc__master_dirty(svc->m, v);
+        mc__master_dirty_records(svc->m, v);
     }
 }
 

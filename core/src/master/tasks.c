@@ -159,7 +159,7 @@ static void drop_replica(mc__svc_t *svc, mc__version_t *v, uint32_t seg, uint64_
     mc__repair_hold(svc->rp, svc->m, &rep, until + MC__REPAIR_MARGIN_MS, 0);
     if (v->nrep < v->want) {
         v->want = v->nrep;
-        mc__master_dirty(svc->m, v);
+        mc__master_dirty_records(svc->m, v);
     }
 }
 
