@@ -51,9 +51,10 @@ from model import ABSENT, Model, ModelError
 ALLOW = frozenset(x for x in os.environ.get("MC_MODEL_ALLOW", "").split(",") if x)
 
 KEYS = ["d0/k0", "d0/k1", "d1/k0", "d1/k1", "k2"]
-ALL_FAULTS = ("enospc", "idle", "nodekill", "nodestop", "masterrestart", "mountstop")
+ALL_FAULTS = ("enospc", "idle", "nodekill", "nodestop", "masterrestart", "latereport",
+              "mountstop")
 # An embedded store has no put TTL: its own writers are never revoked.
-CLUSTER_FAULTS = ("idle", "nodekill", "nodestop", "masterrestart", "mountstop")
+CLUSTER_FAULTS = ("idle", "nodekill", "nodestop", "masterrestart", "latereport", "mountstop")
 # Faults that need a put TTL short enough to wait out (--put-ttl-ms).
 PUT_TTL_FAULTS = ("idle", "mountstop")
 
@@ -925,6 +926,80 @@ class StoreMachine(RuleBasedStateMachine):
         # holds them for one write lease (late writers of before): puts may
         # fail with EAGAIN until then.
         self.fault(3 + self.w.put_ttl_ms / 1000)
+
+    @precondition(lambda self: self.cluster_fault("latereport") and len(self.w.nodes) == 2 and
+                  self.slow > 0)
+    @rule(which=st.integers(0, 1), only_there=st.lists(st.tuples(keys, sizes), max_size=2),
+          ops=st.lists(st.tuples(st.sampled_from(["write", "rename", "unlink", "read"]), keys,
+                                 keys, sizes, st.booleans()), min_size=1, max_size=4))
+    def restart_master_past_a_stopped_node(self, which, only_there, ops):
+        """Put only_there's keys on one node alone (mooncake-cli put
+        --replicas 1 --preferred), SIGSTOP that node, kill -9 and restart
+        the master, change files through the mount while the stopped node
+        has not reported (its files are not there yet; a rename's `over`
+        sends it onto one of them), SIGCONT: its records come late. What
+        this run wrote, or renamed onto a name, wins over them (SEMANTICS,
+        the first seconds after a restart); what it removed or renamed away
+        may come back from them (a version the other node did not hold);
+        what it left alone is back as it was."""
+        self.slow -= 1
+        self.restarts += 1
+        n = self.w.nodes[which]
+        if only_there:
+            self.w.segments_settled(2)  # n takes the puts: it is not on hold
+        for key, size in only_there:
+            if self.busy(key):
+                continue
+            v = self.m.new_version(key, size, "cli put, one replica")
+            r = harness.cli(self.w.master.addr, "--timeout-ms", str(W.TIMEOUT_MS), "--replicas",
+                            "1", "--preferred", n.addr, "put", key, input=v.data(), timeout=20)
+            if r.returncode != 0:
+                self.allow_write_error(errno.EIO, f"cli put {key}: {r.stderr!r}", key)
+                continue
+            self.publish(key, v)
+        before = {name: (set(k.vals), k.settle_at) for name, k in self.m.keys.items()}
+        touched = set()
+        self.fault(3)
+        self.w.notices_fetched()  # the stopped node's records are not stale
+        self.w.stop_node(which)
+        try:
+            self.w.restart_master(stopped=n)
+            for name, k in self.m.keys.items():
+                self.m.may_be_lost(name, float("inf"))  # until the late report
+                for v in k.present():
+                    v.placed = None
+            for other in self.w.nodes:
+                if other is not n:
+                    self.new_incarnation(other)
+            self.w.segments_settled(1)  # writes are taken again
+            self.fault(10)  # the ops below may fail: a file's one node is stopped
+            for kind, a, b, size, over in ops:
+                if kind == "rename" and over and only_there:
+                    b = only_there[size % len(only_there)][0]
+                touched |= {a, b} if kind == "rename" else {a} if kind != "read" else set()
+                if kind == "write":
+                    self.mount_write(a, size, "trunc", 1)
+                elif kind == "rename":
+                    self.mount_rename(a, b)
+                elif kind == "unlink":
+                    self.mount_unlink(a)
+                else:
+                    self.mount_read(a)
+                for name in (a,) if kind in ("rename", "unlink") else ():
+                    k = self.m.key(name)
+                    if k.vals == {ABSENT} and name in before:
+                        k.vals |= before[name][0]
+                        k.settled = False
+        finally:
+            self.w.cont_node(n)
+        self.new_incarnation(n)
+        self.w.segments_settled(2)
+        for name, k in self.m.keys.items():
+            if name not in touched and name in before:
+                k.vals, k.settle_at = set(before[name][0]), before[name][1]
+            elif k.settle_at == float("inf"):
+                k.settled = True
+        self.fault(2)
 
     # ---- checks ----
 

@@ -4,7 +4,8 @@ hypothesis stateful runs, each with its own seed, in the embedded and the
 cluster configuration, until the time is up.
 
     tests/model/run.py [--seconds N] [--config embedded|cluster|both]
-                       [--faults enospc,idle,nodekill,nodestop,masterrestart,mountstop|all|none]
+                       [--faults enospc,idle,nodekill,nodestop,masterrestart,latereport,
+                                 mountstop|all|none]
                        [--seed N] [--examples N] [--steps N] [--no-shrink]
 
 Environment (for make): MC_SOAK_SECONDS, MC_MODEL_CONFIG, MC_MODEL_FAULTS,

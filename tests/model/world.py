@@ -225,24 +225,17 @@ class Cluster(World):
     def remounts(self, n):
         return n.read_log().count("mounting the segment again")
 
-    def restart_master(self):
+    def restart_master(self, stopped=None):
         """kill -9 the master, start a new one on its port, wait (bounded)
-        until every node has mounted its segment again and the mount and
-        the Python store answer."""
-        before = {id(n): self.remounts(n) for n in self.nodes}
+        until every node (but stopped, a node SIGSTOPped) has mounted its
+        segment again and the mount and the Python store answer."""
+        waited = [n for n in self.nodes if n is not stopped]
+        before = {id(n): self.remounts(n) for n in waited}
         old = self.master
         # The restart comes when the live nodes have fetched the notices of
-        # what they hold (a second or two; a dead node's never drain), so
-        # that what the new master rebuilds is what was published
-        # (SEMANTICS: a removal in the last moments may come back).
-        deadline = time.time() + 3
-        while time.time() < deadline:
-            try:
-                if harness.cli_stats(old.addr)["counters"]["notices_waiting"] == 0:
-                    break
-            except AssertionError:
-                break
-            time.sleep(0.1)
+        # what they hold (a second or two; a dead or stopped node's never
+        # drain), so that what the new master rebuilds is what was published.
+        self.notices_fetched()
         old.kill9()
         old.log.close()
         self.restarts += 1
@@ -259,7 +252,7 @@ class Cluster(World):
                     raise
                 time.sleep(0.2)
         while time.time() < deadline:
-            if all(self.remounts(n) > before[id(n)] for n in self.nodes) and \
+            if all(self.remounts(n) > before[id(n)] for n in waited) and \
                     self.store.health_check() == 0:
                 try:
                     os.statvfs(self.mount.path)
@@ -268,6 +261,33 @@ class Cluster(World):
                     pass
             time.sleep(0.05)
         raise AssertionError("after a master restart the nodes did not mount again within 20 s")
+
+    def notices_fetched(self):
+        """Waits (up to 3 s) until the nodes have fetched the notices of
+        what they hold (a removal in the last moments before a restart may
+        come back: SEMANTICS)."""
+        deadline = time.time() + 3
+        while time.time() < deadline:
+            try:
+                if harness.cli_stats(self.master.addr)["counters"]["notices_waiting"] == 0:
+                    return
+            except AssertionError:
+                return
+            time.sleep(0.1)
+
+    def segments_settled(self, nodes):
+        """Waits (bounded) until the master has nodes' segments mounted and
+        holds none (every report merged, no late write to wait out)."""
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                st = harness.cli_stats(self.master.addr)
+                if st["segments"] == nodes and st["counters"]["segments_held"] == 0:
+                    return
+            except AssertionError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"the master did not hold {nodes} segments, none held, within 30 s")
 
     def stat_replicas(self, key):
         """Replica count of key's current version (mooncake-cli stat), or None."""
