@@ -953,8 +953,10 @@ class StoreMachine(RuleBasedStateMachine):
             v = self.m.new_version(key, size, "cli put, one replica")
             r = harness.cli(self.w.master.addr, "--timeout-ms", str(W.TIMEOUT_MS), "--replicas",
                             "1", "--preferred", n.addr, "put", key, input=v.data(), timeout=20)
-            if r.returncode != 0:
-                self.allow_write_error(errno.EIO, f"cli put {key}: {r.stderr!r}", key)
+            if r.returncode != 0:  # the CLI prints strerror()
+                e = errno.ENOSPC if b"No space left" in r.stderr else \
+                    errno.EAGAIN if b"temporarily unavailable" in r.stderr else errno.EIO
+                self.allow_write_error(e, f"cli put {key}: {r.stderr!r}", key)
                 continue
             self.publish(key, v)
         before = {name: (set(k.vals), k.settle_at) for name, k in self.m.keys.items()}
