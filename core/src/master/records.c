@@ -92,8 +92,10 @@ void mc__master_moved(mc__master_t *m, mc__version_t *v)
  * theirs). */
 static int this_runs(const mc__master_t *m, const mc__version_t *v)
 {
+    if (!(v->flags & MC__V_REBUILT))
+        return 1;
     const mc__recovered_t *e = rebuilt_entry(m, v);
-    return !(v->flags & MC__V_REBUILT) || (e && e->moved);
+    return e && e->moved;
 }
 
 void mc__master_undirty(mc__master_t *m, mc__version_t *v)

@@ -384,8 +384,8 @@ int mc__repair_finish(mc__repair_t *r, mc__master_t *m, uint64_t node, uint64_t 
                  ? mc__master_replica_attach(v, &t->dst)
                  : -ESTALE;
     if (at == 0) {
-        mc__master_dirty_records(m,
-                                 v); /* the new replica's node keeps its record (and the op log) */
+        /* The new replica's node keeps its record (and the op log). */
+        mc__master_dirty_records(m, v);
         rc = 0;
         if (!t->job) {
             r->st.done++;
