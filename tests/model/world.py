@@ -265,29 +265,27 @@ class Cluster(World):
     def notices_fetched(self):
         """Waits (up to 3 s) until the nodes have fetched the notices of
         what they hold (a removal in the last moments before a restart may
-        come back: SEMANTICS)."""
-        deadline = time.time() + 3
-        while time.time() < deadline:
+        come back: SEMANTICS). A stopped or dead node's never drain."""
+        def drained():
             try:
-                if harness.cli_stats(self.master.addr)["counters"]["notices_waiting"] == 0:
-                    return
+                return harness.cli_stats(self.master.addr)["counters"]["notices_waiting"] == 0
             except AssertionError:
-                return
-            time.sleep(0.1)
+                return True  # no master to ask
+        try:
+            harness.wait_for(drained, "the nodes to fetch their notices", timeout=3)
+        except AssertionError:
+            pass
 
     def segments_settled(self, nodes):
         """Waits (bounded) until the master has nodes' segments mounted and
         holds none (every report merged, no late write to wait out)."""
-        deadline = time.time() + 30
-        while time.time() < deadline:
+        def settled():
             try:
                 st = harness.cli_stats(self.master.addr)
-                if st["segments"] == nodes and st["counters"]["segments_held"] == 0:
-                    return
             except AssertionError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"the master did not hold {nodes} segments, none held, within 30 s")
+                return False
+            return st["segments"] == nodes and st["counters"]["segments_held"] == 0
+        harness.wait_for(settled, f"{nodes} segments mounted at the master, none on hold")
 
     def stat_replicas(self, key):
         """Replica count of key's current version (mooncake-cli stat), or None."""
