@@ -161,7 +161,7 @@ fuzz:
 
 # The model checker (tests/model): random operations and faults against the
 # real store, every read checked against a reference model. `make soak
-# SECONDS=1800` runs it that long over both configurations from a random
+# SECONDS=1800` runs it that long over every configuration from a random
 # seed (MC_MODEL_SEED=N replays one; MC_MODEL_FAULTS=enospc,... picks the
 # fault classes); `make test-model` is the short, fixed-seed run of make test.
 SECONDS ?= 600

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Runs the model checker (machine.py) against the real store: rounds of
-hypothesis stateful runs, each with its own seed, in the embedded and the
-cluster configuration, until the time is up.
+hypothesis stateful runs, each with its own seed, in the embedded, the
+cluster and the ha configuration (world.py) in turn, until the time is up.
 
-    tests/model/run.py [--seconds N] [--config embedded|cluster|both]
+    tests/model/run.py [--seconds N] [--config embedded|cluster|ha|both|all]
                        [--faults enospc,idle,nodekill,nodestop,masterrestart,latereport,
-                                 mountstop|all|none]
+                                 mountstop,failover|all|none]
                        [--seed N] [--examples N] [--steps N] [--no-shrink]
 
 Environment (for make): MC_SOAK_SECONDS, MC_MODEL_CONFIG, MC_MODEL_FAULTS,
@@ -16,6 +16,8 @@ MC_MODEL_REPRODUCE (the blob of a printed @reproduce_failure), MC_BUILD.
 
 Each round prints its configuration and seed; a failing round prints the
 shortest sequence of steps hypothesis found and the command that replays it.
+--config both is embedded and cluster; all (the default) adds ha, which
+needs etcd (Debian's etcd-server): without it ha is left out, and said so.
 Exit status: 0 all rounds passed, 1 a round failed, 77 skipped (no FUSE, no
 hypothesis).
 """
@@ -23,6 +25,7 @@ hypothesis).
 import argparse
 import os
 import random
+import shutil
 import sys
 import time
 import traceback
@@ -42,8 +45,8 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=env_int("MC_SOAK_SECONDS", 90),
                     help="stop starting rounds after this long (default 90)")
-    ap.add_argument("--config", default=os.environ.get("MC_MODEL_CONFIG", "both"),
-                    choices=["embedded", "cluster", "both"])
+    ap.add_argument("--config", default=os.environ.get("MC_MODEL_CONFIG", "all"),
+                    choices=["embedded", "cluster", "ha", "both", "all"])
     ap.add_argument("--faults", default=os.environ.get("MC_MODEL_FAULTS", "default"),
                     help="comma-separated fault classes, 'all', 'none' or 'default' "
                          "(all but idle and mountstop unless the master has --put-ttl-ms)")
@@ -106,7 +109,14 @@ def main():
         if bad:
             print(f"model: unknown fault classes {sorted(bad)}; known: {machine.ALL_FAULTS}")
             return 2
-    configs = ["embedded", "cluster"] if a.config == "both" else [a.config]
+    configs = {"both": ["embedded", "cluster"], "all": ["embedded", "cluster", "ha"]}.get(
+        a.config, [a.config])
+    if "ha" in configs and not shutil.which("etcd"):
+        if configs == ["ha"]:
+            print("model: skipped: ha needs etcd (Debian's etcd-server; packaging/deps.sh)")
+            return SKIP
+        print("model: the ha configuration left out: no etcd (Debian's etcd-server)")
+        configs.remove("ha")
     seed = a.seed if a.seed is not None else (random.randrange(1, 1 << 31) if a.random else 1)
     engine.MAX_SHRINKS = env_int("MC_MODEL_MAX_SHRINKS", 200)
     bound_shrinking(engine, env_int("MC_MODEL_SHRINK_SECONDS", 60 if a.seconds < 600 else 300))

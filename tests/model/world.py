@@ -1,4 +1,4 @@
-"""The processes the model checker drives, in two configurations, started
+"""The processes the model checker drives, in three configurations, started
 through the test harness (tests/harness.py) and always stopped again.
 
 - embedded: one mooncake-fs with a small segment serving the protocol on a
@@ -6,9 +6,13 @@ through the test harness (tests/harness.py) and always stopped again.
 - cluster: a mooncake-master with a short node TTL, two nodes (mooncake-cli
   node), a mooncake-fs that is a pure client (--segment-size 0) writing two
   replicas, and a Python store (direct backend, pure client).
+- ha: the cluster with two masters on one etcd member (Debian's
+  etcd-server), a leader and a standby on a short lease; nodes, the mount
+  and the Python store find the leader through an etcd:// address.
 
-Faults (cluster only): kill -9 / SIGSTOP / SIGCONT a node, start a new node,
-kill -9 and restart the master on its port.
+Faults (cluster and ha): kill -9 / SIGSTOP / SIGCONT a node, start a new
+node; cluster: kill -9 and restart the master on its port; ha: kill -9 or
+SIGSTOP the leader past its lease (the standby takes over).
 """
 
 import os
@@ -79,6 +83,7 @@ class World:
     temporary directory (kept when the run fails)."""
 
     config = "?"
+    clustered = False  # a master and nodes of their own (cluster, ha)
 
     def __init__(self):
         self.tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"mc-model-{self.config}-"))
@@ -179,6 +184,7 @@ class Embedded(World):
 
 class Cluster(World):
     config = "cluster"
+    clustered = True
 
     def __init__(self):
         super().__init__()
@@ -190,20 +196,27 @@ class Cluster(World):
             self.master = self.start_master()
             for _ in range(2):
                 self.add_node()
-            self.mount = self.group.mount("--master", self.master.addr, "--replicas", "2",
+            self.mount = self.group.mount("--master", self.url(), "--replicas", "2",
                                           "--segment-size", "0", "--timeout-ms", str(TIMEOUT_MS),
                                           "--cache-timeout", "0", *cache_mode_option())
-            self.open_store(self.master.addr)
+            self.open_store(self.url())
         except BaseException:
             self.close(False)
             raise
 
+    def url(self):
+        """The master address the nodes, the mount and the Python store use."""
+        return self.master.addr
+
+    def master_args(self):
+        return ["--node-ttl-ms", str(NODE_TTL_MS), "--lease-ms", str(LEASE_MS),
+                *self.put_ttl_args]
+
     def start_master(self, port=None):
-        return self.group.master("--node-ttl-ms", str(NODE_TTL_MS), "--lease-ms", str(LEASE_MS),
-                                 *self.put_ttl_args, port=port)
+        return self.group.master(*self.master_args(), port=port)
 
     def add_node(self):
-        n = self.group.node(self.master, str(self.segment), "--log-level", "info",
+        n = self.group.node(self.url(), str(self.segment), "--log-level", "info",
                             "--timeout-ms", str(TIMEOUT_MS))
         self.nodes.append(n)
         return n
@@ -294,9 +307,111 @@ class Cluster(World):
         return int(m.group(1)) if r.returncode == 0 and m else None
 
 
+def leads(master):
+    """How many times master took the lead (its log says so each time)."""
+    return master.read_log().count("leading cluster")
+
+
+class HA(Cluster):
+    """The cluster with a leader and a standby on etcd (SEMANTICS: "the
+    leader of masters on etcd dies"): every change answered with success
+    survives a failover, whatever the nodes reported."""
+
+    config = "ha"
+    etcd = None
+    standby = None
+    failovers = 0
+
+    def url(self):
+        return self.etcd.url
+
+    def master_args(self):
+        # A short lease; the op log compacted into a snapshot every 8 keys,
+        # so that a takeover reads a snapshot and a log after it.
+        return ["--etcd", self.etcd.endpoint, "--etcd-ttl", str(ETCD_TTL_S), "--etcd-compact",
+                "8", *super().master_args()]
+
+    def start_master(self, port=None):
+        """The leader (the first master started, once it leads) and a
+        standby beside it."""
+        self.etcd = self.group.etcd()
+        leader = self.new_master()
+        harness.wait_for(lambda: leads(leader) == 1, "the first master to lead")
+        self.standby = self.new_master()
+        return leader
+
+    def new_master(self):
+        # On a port of its own: a leader that steps down starts again
+        # (execv) with the same arguments, so it listens there again.
+        return self.group.master(*self.master_args(), port=harness.free_port())
+
+    def procs(self):
+        out = super().procs()
+        if self.standby:
+            out.append(("the standby mooncake-master", self.standby))
+        if self.etcd:
+            out.append(("etcd", self.etcd))
+        return out
+
+    def failover(self, stop, during=lambda: None, then=lambda: None):
+        """kill -9 the leader (stop: SIGSTOP it past its lease, then SIGCONT:
+        it steps down and stands by again), call during() (the cluster has
+        no leader then, or only just a new one), wait (bounded) until the
+        standby leads, call then(), wait until every live node mounted its
+        segment there and the mount and the Python store answer; a killed
+        leader's place is taken by a new standby. Returns the seconds from
+        the fault to the new leader."""
+        old, new = self.master, self.standby
+        before = leads(new)
+        t0 = time.time()
+        self.failovers += 1
+        if stop:
+            old.pause()
+        else:
+            old.kill9()
+        try:
+            during()
+            harness.wait_for(lambda: leads(new) > before, "the standby to take over",
+                             timeout=ETCD_TTL_S * 5 + 10)
+        finally:
+            if stop:
+                steps = old.read_log().count("stepping down")
+                old.resume()
+        took = time.time() - t0
+        self.master = new
+        then()
+        if stop:
+            harness.wait_for(lambda: old.read_log().count("stepping down") > steps and
+                             old.read_log().rsplit("stepping down", 1)[1].count("listening on"),
+                             "the old leader to step down and stand by")
+            self.standby = old
+        else:
+            self.standby = self.new_master()
+
+        def answers():
+            try:
+                if harness.cli_stats(new.addr)["segments"] != len(self.nodes):
+                    return False
+            except AssertionError:
+                return False
+            if self.store.health_check() != 0:
+                return False
+            try:
+                os.statvfs(self.mount.path)
+            except OSError:
+                return False
+            return True
+        harness.wait_for(answers, "the nodes, the mount and the Python store at the new leader",
+                         timeout=30)
+        return took
+
+
+ETCD_TTL_S = 2  # the leader's lease in etcd (--etcd-ttl)
+
+
 def make(config):
-    return {"embedded": Embedded, "cluster": Cluster}[config]()
+    return {"embedded": Embedded, "cluster": Cluster, "ha": HA}[config]()
 
 
-__all__ = ["make", "Embedded", "Cluster", "ProcessDied", "MiB", "NODE_TTL_MS", "HEARTBEAT_MS",
-           "TIMEOUT_MS", "LEASE_MS", "is_mounted"]
+__all__ = ["make", "Embedded", "Cluster", "HA", "ProcessDied", "MiB", "NODE_TTL_MS",
+           "HEARTBEAT_MS", "TIMEOUT_MS", "LEASE_MS", "ETCD_TTL_S", "is_mounted"]
