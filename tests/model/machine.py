@@ -12,9 +12,11 @@ masterrestart (kill -9 and restart the master), latereport (a node stopped
 across a master restart), mountstop (SIGSTOP the mount in the middle of a
 write, past the put TTL: it may be inside a copy into a node's segment it
 maps), failover (kill -9 or SIGSTOP the leader of two masters on etcd, while
-the mount and the Python store go on). Node, master and mount faults need
-the cluster configuration; failover needs ha (the cluster with a standby),
-which runs it with the node faults only.
+the mount and the Python store go on), etcdstop (etcd stopped or paused
+for a moment: changes are refused with EROFS, and a refused change is not
+made). Node, master and mount faults need the cluster configuration;
+failover and etcdstop need ha (the cluster with a standby on etcd), which
+runs them with the node faults only.
 
 What the model allows is what docs/SEMANTICS.md promises:
 - a read returns a whole published version, the last one (close-to-open);
@@ -58,12 +60,12 @@ ALLOW = frozenset(x for x in os.environ.get("MC_MODEL_ALLOW", "").split(",") if 
 
 KEYS = ["d0/k0", "d0/k1", "d1/k0", "d1/k1", "k2"]
 ALL_FAULTS = ("enospc", "idle", "nodekill", "nodestop", "masterrestart", "latereport",
-              "mountstop", "failover")
+              "mountstop", "failover", "etcdstop")
 # An embedded store has no put TTL: its own writers are never revoked.
 CLUSTER_FAULTS = ("idle", "nodekill", "nodestop", "masterrestart", "latereport", "mountstop",
-                  "failover")
-# A standby taking over (the ha configuration only).
-HA_FAULTS = ("failover",)
+                  "failover", "etcdstop")
+# A standby taking over, etcd away (the ha configuration only).
+HA_FAULTS = ("failover", "etcdstop")
 # Faults that need a put TTL short enough to wait out (--put-ttl-ms).
 PUT_TTL_FAULTS = ("idle", "mountstop")
 
@@ -136,6 +138,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.degraded_until = 0.0  # network errors are allowed until then
         self.slow = self.SLOW_BUDGET
         self.restarts = 0
+        self.etcd_down = False  # changes may be refused with EROFS
         self.inc = {}  # id(node) -> incarnation: a node's segment, renumbered when dropped
         self.next_inc = 1
         for n in self.w.nodes:
@@ -178,6 +181,8 @@ class StoreMachine(RuleBasedStateMachine):
         if e == errno.ENOENT and self.mkdir_failed and self.degraded():
             return
         if e in NET_ERRNOS and self.degraded():
+            return
+        if e == errno.EROFS and self.etcd_down:
             return
         if e == errno.ENOSPC:
             raise ModelError(f"{what}: ENOSPC although the store was not filled "
@@ -1079,24 +1084,26 @@ class StoreMachine(RuleBasedStateMachine):
     failover_c = _failover_rule("failover_c")
     del _failover_rule
 
-    def change_without_a_leader(self, kind, key, size):
-        """One change (or read) while the leader is gone: on success the
-        model takes it as usual; on an error (which the fault allows) its
-        key may hold the change or not, until a read tells."""
+    def change_without_a_leader(self, kind, key, size, why="no leader"):
+        """One change (or read) while the leader is gone (or etcd is): on
+        success the model takes it as usual; on an error (which the fault
+        allows) its key may hold the change or not, until a read tells,
+        unless the error was EROFS (refused: not made)."""
         k = self.m.key(key)
         before = set(k.vals)
         if kind == "read":
             return self.mount_read(key)
         if kind == "write":
             # Created empty at the open, or written and published at the close.
-            empty = self.m.new_version(key, 0, "created empty (no leader)")
-            v = self.m.new_version(key, size, "mount write (no leader)")
+            empty = self.m.new_version(key, 0, f"created empty ({why})")
+            v = self.m.new_version(key, size, f"mount write ({why})")
             self.ensure_dir(key)
             try:
                 fd = os.open(self.w.p(key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             except OSError as e:
-                self.allow_write_error(e.errno, f"open {key} (no leader)", key)
-                k.vals = before | ({empty} if ABSENT in before else set())
+                self.allow_write_error(e.errno, f"open {key} ({why})", key)
+                if e.errno != errno.EROFS:
+                    k.vals = before | ({empty} if ABSENT in before else set())
                 return
             self.created(key)
             err = None
@@ -1107,17 +1114,19 @@ class StoreMachine(RuleBasedStateMachine):
             err = self.close_writer(fd, err)
             if err is None:
                 return self.publish(key, v)
-            self.allow_write_error(err, f"write {key} ({v!r}, no leader)", key)
-            k.vals |= {v}  # created() added the empty version
+            self.allow_write_error(err, f"write {key} ({v!r}, {why})", key)
+            if err != errno.EROFS:
+                k.vals |= {v}  # created() added the empty version
             return
         if kind == "unlink":
             try:
                 os.unlink(self.w.p(key))
             except FileNotFoundError:
-                return self.m.observe(key, ABSENT, "unlink (no leader)")
+                return self.m.observe(key, ABSENT, f"unlink ({why})")
             except OSError as e:
-                self.allow_write_error(e.errno, f"unlink {key} (no leader)", key)
-                k.vals |= {ABSENT}
+                self.allow_write_error(e.errno, f"unlink {key} ({why})", key)
+                if e.errno != errno.EROFS:
+                    k.vals |= {ABSENT}
                 return
             if not k.present():
                 raise ModelError(f"unlink {key!r} succeeded, the model has {self.m.show(k)}")
@@ -1127,18 +1136,52 @@ class StoreMachine(RuleBasedStateMachine):
             rc = self.w.store.upsert(key, v.data(), self.w.rconfig())
             if rc == 0:
                 return self.publish(key, v)
-            self.allow_write_error(errno.EIO, f"python upsert {key} ({rc}, no leader)", key)
+            self.allow_write_error(errno.EIO, f"python upsert {key} ({rc}, {why})", key)
             k.vals |= {v}
             return
         rc = self.w.store.remove(key, force=True)
         if rc == OBJECT_NOT_FOUND:
-            return self.m.observe(key, ABSENT, "python remove (no leader)")
+            return self.m.observe(key, ABSENT, f"python remove ({why})")
         if rc == 0:
             if not k.present():
                 raise ModelError(f"remove({key!r}) succeeded, the model has {self.m.show(k)}")
             return self.m.removed(key)
-        self.allow_write_error(errno.EIO, f"python remove {key} ({rc}, no leader)", key)
+        self.allow_write_error(errno.EIO, f"python remove {key} ({rc}, {why})", key)
         k.vals |= {ABSENT}
+
+    @precondition(lambda self: self.cluster_fault("etcdstop") and self.slow > 0)
+    @rule(pause=st.booleans(),
+          ops=st.lists(st.tuples(st.sampled_from(["write", "unlink", "put", "remove", "read"]),
+                                 keys, sizes), min_size=1, max_size=3))
+    def etcd_outage(self, pause, ops):
+        """Stop etcd (pause: SIGSTOP it), run ops through the mount and the
+        Python store, start it again (SIGCONT): the leader answers reads
+        from its memory meanwhile and refuses changes with EROFS; a change
+        refused so is not made, one that failed otherwise (ETIMEDOUT: made,
+        its log write pending) may be there or not (SEMANTICS: etcd
+        unavailable). A paused etcd's leases may have lapsed when it
+        resumes: the standby may take over then, and nothing answered
+        with success may be lost either way."""
+        self.slow -= 1
+        prior = self.degraded_until
+        self.fault(W.ETCD_TTL_S * 5 + 30)
+        self.etcd_down = True
+
+        def during():
+            for kind, key, size in ops:
+                if not self.busy(key):
+                    self.change_without_a_leader(kind, key, size, "etcd away")
+
+        try:
+            changed = self.w.etcd_outage(pause, during)
+        finally:
+            self.etcd_down = False
+        for name in self.m.keys:
+            self.m.note(name, f"etcd {'paused' if pause else 'stopped'}"
+                              f"{', the standby took over' if changed else ''}")
+        self.degraded_until = max(prior, time.time() + 3 + self.w.put_ttl_ms / 1000)
+        self.fault(0)
+        self.check_all("after etcd came back")
 
     # ---- checks ----
 

@@ -5,7 +5,7 @@ cluster and the ha configuration (world.py) in turn, until the time is up.
 
     tests/model/run.py [--seconds N] [--config embedded|cluster|ha|both|all]
                        [--faults enospc,idle,nodekill,nodestop,masterrestart,latereport,
-                                 mountstop,failover|all|none]
+                                 mountstop,failover,etcdstop|all|none]
                        [--seed N] [--examples N] [--steps N] [--no-shrink]
 
 Environment (for make): MC_SOAK_SECONDS, MC_MODEL_CONFIG, MC_MODEL_FAULTS,

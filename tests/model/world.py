@@ -321,6 +321,7 @@ class HA(Cluster):
     etcd = None
     standby = None
     failovers = 0
+    probes = 0
 
     def url(self):
         return self.etcd.url
@@ -381,12 +382,61 @@ class HA(Cluster):
         self.master = new
         then()
         if stop:
-            harness.wait_for(lambda: old.read_log().count("stepping down") > steps and
-                             old.read_log().rsplit("stepping down", 1)[1].count("listening on"),
-                             "the old leader to step down and stand by")
-            self.standby = old
+            self.stands_by(old, steps)
         else:
             self.standby = self.new_master()
+        self.wait_serving()
+        return took
+
+    def stands_by(self, old, steps):
+        """Waits (bounded) until old, a leader whose lease lapsed, has
+        stepped down (its log said so `steps` times before) and listens
+        again as a standby; it is the standby then."""
+        harness.wait_for(lambda: old.read_log().count("stepping down") > steps and
+                         old.read_log().rsplit("stepping down", 1)[1].count("listening on"),
+                         "the old leader to step down and stand by")
+        self.standby = old
+
+    def etcd_outage(self, pause, during=lambda: None):
+        """Stops etcd (SIGTERM; pause: SIGSTOP), calls during(), starts it
+        again (SIGCONT) and waits (bounded) until a master takes changes
+        and the nodes, the mount and the Python store answer. A stopped
+        etcd keeps its leases (SEMANTICS: the leader goes on); a paused one
+        may find them lapsed when it resumes, and the standby take over.
+        Returns True when the leader changed."""
+        old, new = self.master, self.standby
+        before, steps = leads(new), old.read_log().count("stepping down")
+        if pause:
+            self.etcd.pause()
+        else:
+            self.etcd.stop()
+        try:
+            during()
+        finally:
+            if pause:
+                self.etcd.resume()
+            else:
+                self.etcd.start()
+        self.probes += 1
+        key = f"etcd-probe-{self.probes}"  # not a model key
+
+        def takes_changes():
+            r = harness.cli(self.url(), "--timeout-ms", str(TIMEOUT_MS), "put", key, input=b"x",
+                            timeout=20)
+            return r.returncode == 0
+        harness.wait_for(takes_changes, "changes to be taken again after etcd came back",
+                         timeout=ETCD_TTL_S * 5 + 20)
+        changed = leads(new) > before
+        if changed:
+            self.master = new
+            self.stands_by(old, steps)
+        self.wait_serving()
+        return changed
+
+    def wait_serving(self):
+        """Waits (bounded) until every live node mounted its segment at the
+        leader and the mount and the Python store answer."""
+        new = self.master
 
         def answers():
             try:
@@ -401,9 +451,8 @@ class HA(Cluster):
             except OSError:
                 return False
             return True
-        harness.wait_for(answers, "the nodes, the mount and the Python store at the new leader",
+        harness.wait_for(answers, "the nodes, the mount and the Python store at the leader",
                          timeout=30)
-        return took
 
 
 ETCD_TTL_S = 2  # the leader's lease in etcd (--etcd-ttl)
