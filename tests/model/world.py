@@ -12,7 +12,8 @@ through the test harness (tests/harness.py) and always stopped again.
 
 Faults (cluster and ha): kill -9 / SIGSTOP / SIGCONT a node, start a new
 node; cluster: kill -9 and restart the master on its port; ha: kill -9 or
-SIGSTOP the leader past its lease (the standby takes over).
+SIGSTOP the leader past its lease (the standby takes over), stop or pause
+etcd.
 """
 
 import os
